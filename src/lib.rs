@@ -1,0 +1,5 @@
+//! hive — one binary that keeps Claude Code agents alive as message-driven daemons.
+//! The library holds every subsystem; `src/main.rs` only parses the command line and
+//! dispatches here, so integration tests and fuzz targets reach the same code.
+
+pub mod wire;

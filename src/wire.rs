@@ -1,0 +1,623 @@
+//! The wire protocol every hive process speaks to the broker: JSON lines over unix
+//! sockets, one request line answered by one response line, many per connection.
+//! This module owns the request enum (tagged by `cmd`), the typed payloads of the
+//! answers, the bounded line reader that keeps an oversize or malformed line from
+//! hurting the connection, and the blocking [`Client`] that `hive wake`, the
+//! operator commands, `hive serve` and `hive mcp` all use. It is documented for
+//! script authors in `docs/wire-protocol.md`.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The protocol version a client can check with `hello`. Bump on any change that
+/// an older peer would misread.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Longest request or response line accepted, newline excluded.
+pub const MAX_LINE: usize = 1024 * 1024;
+
+/// Longest `recv_next` / `recv` / `inbox` wait the broker honours, in seconds.
+pub const MAX_WAIT_SECS: u64 = 180;
+
+/// A request, as one JSON object per line with a `cmd` tag.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Optional version check; answered with the broker's version and identity.
+    Hello {
+        #[serde(default)]
+        version: Option<u32>,
+    },
+    /// Push a message into the caller's own inbox (agent socket) or an agent's
+    /// inbox (`to`, host socket). `transient` ones never touch sqlite.
+    Wake {
+        from: String,
+        body: String,
+        #[serde(default)]
+        transient: bool,
+        #[serde(default)]
+        to: Option<String>,
+    },
+    /// Message a peer, the topology parent (`<parent>`) or `operator`.
+    Send {
+        to: String,
+        body: String,
+        #[serde(default)]
+        in_reply_to: Option<i64>,
+    },
+    /// The MCP-tool drain: hands out up to `max` rows, held for this connection
+    /// until `recv_ack` confirms them.
+    Recv {
+        #[serde(default)]
+        wait_seconds: Option<u64>,
+        #[serde(default)]
+        max: Option<u32>,
+    },
+    /// Confirms rows handed out by `recv` on this connection.
+    RecvAck { ids: Vec<i64> },
+    /// The harness pop: one row becomes inflight (or the inflight row again).
+    RecvNext {
+        #[serde(default)]
+        wait_seconds: Option<u64>,
+    },
+    /// Unread count and inflight id of the caller.
+    Status,
+    /// Finishes the inflight row.
+    AckTurn { id: i64 },
+    /// Puts the inflight row back at the front of the inbox.
+    RequeueInflight { id: i64 },
+    /// Adds one turn's counters to the caller's dashboard totals.
+    PostTurnCounts {
+        #[serde(default)]
+        turns: u64,
+        #[serde(default)]
+        ok: u64,
+        #[serde(default)]
+        failed: u64,
+        #[serde(default)]
+        tokens_in: u64,
+        #[serde(default)]
+        tokens_out: u64,
+        #[serde(default)]
+        cost_usd: f64,
+    },
+    /// The harness at boot: drop the "you were just (re)started" system message.
+    Kick {
+        #[serde(default)]
+        hyperhive_rev: Option<String>,
+    },
+    /// Message the caller's topology parent (the operator for a root agent).
+    SendToParent { body: String },
+    /// Free-text status line shown on the dashboard; `""` clears.
+    SetStatus { text: String },
+    /// Identity and status of an agent (the caller when `name` is absent).
+    GetAgentMeta {
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// A question for the operator (default) or a peer agent.
+    Ask {
+        question: String,
+        #[serde(default)]
+        options: Vec<String>,
+        #[serde(default)]
+        multi: bool,
+        #[serde(default)]
+        ttl_seconds: Option<u64>,
+        #[serde(default)]
+        to: Option<String>,
+    },
+    /// Answers a question addressed to the caller.
+    Answer { id: i64, answer: String },
+    /// Pending questions (asked and owed) and reminders.
+    GetLooseEnds {
+        #[serde(default)]
+        agent: Option<String>,
+    },
+    /// Withdraws a question or deletes a reminder the caller owns.
+    CancelLooseEnd { kind: String, id: i64 },
+    /// Schedules a message into the caller's own inbox.
+    Remind {
+        message: String,
+        #[serde(default)]
+        delay_seconds: Option<u64>,
+        #[serde(default)]
+        at_unix_timestamp: Option<i64>,
+    },
+    /// Operator: unread operator messages (marked read unless `peek`).
+    Inbox {
+        #[serde(default)]
+        wait_seconds: Option<u64>,
+        #[serde(default)]
+        peek: bool,
+    },
+    /// Operator: every agent with its queue and status.
+    Agents,
+    /// Operator: pending questions addressed to the operator.
+    Questions,
+    /// Operator: withdraws a pending question with `[cancelled by operator]`.
+    CancelQuestion { id: i64 },
+}
+
+impl Request {
+    /// The `cmd` tag of this request, for logs and error messages.
+    pub fn cmd(&self) -> &'static str {
+        match self {
+            Request::Hello { .. } => "hello",
+            Request::Wake { .. } => "wake",
+            Request::Send { .. } => "send",
+            Request::Recv { .. } => "recv",
+            Request::RecvAck { .. } => "recv_ack",
+            Request::RecvNext { .. } => "recv_next",
+            Request::Status => "status",
+            Request::AckTurn { .. } => "ack_turn",
+            Request::RequeueInflight { .. } => "requeue_inflight",
+            Request::PostTurnCounts { .. } => "post_turn_counts",
+            Request::Kick { .. } => "kick",
+            Request::SendToParent { .. } => "send_to_parent",
+            Request::SetStatus { .. } => "set_status",
+            Request::GetAgentMeta { .. } => "get_agent_meta",
+            Request::Ask { .. } => "ask",
+            Request::Answer { .. } => "answer",
+            Request::GetLooseEnds { .. } => "get_loose_ends",
+            Request::CancelLooseEnd { .. } => "cancel_loose_end",
+            Request::Remind { .. } => "remind",
+            Request::Inbox { .. } => "inbox",
+            Request::Agents => "agents",
+            Request::Questions => "questions",
+            Request::CancelQuestion { .. } => "cancel_question",
+        }
+    }
+
+    /// Parses one request line, turning serde's message into one that names the
+    /// problem for a script author.
+    pub fn parse(line: &str) -> Result<Request, String> {
+        let value: Value = serde_json::from_str(line)
+            .map_err(|e| format!("malformed JSON request line: {e}"))?;
+        let Some(obj) = value.as_object() else {
+            return Err("request must be a JSON object with a \"cmd\" field".into());
+        };
+        match obj.get("cmd") {
+            None => return Err("request has no \"cmd\" field".into()),
+            Some(Value::String(_)) => {}
+            Some(_) => return Err("\"cmd\" must be a string".into()),
+        }
+        serde_json::from_value(value).map_err(|e| {
+            let msg = e.to_string();
+            if msg.starts_with("unknown variant") {
+                format!("unknown cmd: {msg}")
+            } else {
+                format!("bad request: {msg}")
+            }
+        })
+    }
+}
+
+/// One inbox row as handed to a reader.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub id: i64,
+    pub from: String,
+    pub to: String,
+    pub body: String,
+    /// `message` for a normal message; a system event name (`kick`,
+    /// `question_asked`, `question_answered`, `reminder`, …) otherwise.
+    #[serde(default = "default_kind")]
+    pub kind: String,
+    #[serde(default)]
+    pub in_reply_to: Option<i64>,
+    /// Unix seconds when the broker accepted it.
+    pub sent_at: i64,
+    /// True for a transient wake, which lives only in the broker's memory.
+    #[serde(default)]
+    pub transient: bool,
+}
+
+fn default_kind() -> String {
+    "message".into()
+}
+
+/// Answer to `hello`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HelloReply {
+    pub version: u32,
+    /// `operator` on the host socket, the agent's name on an agent socket.
+    pub identity: String,
+    pub hyperhive_rev: String,
+}
+
+/// Answer to `wake` and `send`: the stored id (absent for a transient wake).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SentReply {
+    #[serde(default)]
+    pub id: Option<i64>,
+    /// The recipient after `<parent>` resolution.
+    pub to: String,
+}
+
+/// Answer to `recv` and `inbox`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessagesReply {
+    pub messages: Vec<Message>,
+}
+
+/// Answer to `recv_next`: `message` is null when the wait ended empty.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecvNextReply {
+    pub message: Option<Message>,
+    /// True when this row was already inflight (a harness restarted mid-turn).
+    #[serde(default)]
+    pub redelivered: bool,
+}
+
+/// Answer to `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReply {
+    pub unread: u64,
+    pub inflight: Option<i64>,
+}
+
+/// Identity and status of one agent (`get_agent_meta`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentMeta {
+    pub name: String,
+    pub hyperhive_rev: String,
+    pub running: bool,
+    pub status_text: String,
+    pub status_set_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hive_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swarm_name: Option<String>,
+}
+
+/// One row of `agents`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRow {
+    pub name: String,
+    pub parent: String,
+    pub unread: u64,
+    pub inflight: Option<i64>,
+    pub running: bool,
+    pub status_text: String,
+    pub turns: u64,
+    pub turns_ok: u64,
+    pub turns_failed: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+}
+
+/// Answer to `agents`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentsReply {
+    pub agents: Vec<AgentRow>,
+}
+
+/// A question as listed by `questions` and `get_loose_ends`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    pub id: i64,
+    pub asker: String,
+    pub target: String,
+    pub question: String,
+    pub options: Vec<String>,
+    pub multi: bool,
+    pub asked_at: i64,
+    pub expires_at: Option<i64>,
+}
+
+/// Answer to `questions`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionsReply {
+    pub questions: Vec<Question>,
+}
+
+/// Answer to `ask` and `remind`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdReply {
+    pub id: i64,
+}
+
+/// A pending reminder as listed by `get_loose_ends`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reminder {
+    pub id: i64,
+    pub agent: String,
+    /// The message, or its first 200 characters when the payload spilled to a file.
+    pub preview: String,
+    pub fire_at: i64,
+    #[serde(default)]
+    pub spill_file: Option<String>,
+}
+
+/// Answer to `get_loose_ends`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LooseEndsReply {
+    pub agent: String,
+    /// Questions this agent asked that are still open.
+    pub asked: Vec<Question>,
+    /// Questions addressed to this agent that it has not answered.
+    pub owed: Vec<Question>,
+    pub reminders: Vec<Reminder>,
+}
+
+/// Builds the `{"ok":true,...}` line for a typed answer.
+pub fn ok_line<T: Serialize>(payload: &T) -> String {
+    let mut map = match serde_json::to_value(payload) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    map.insert("ok".into(), Value::Bool(true));
+    // `ok` first reads better in logs and for humans using socat.
+    let mut out = Map::new();
+    out.insert("ok".into(), Value::Bool(true));
+    for (k, v) in map {
+        if k != "ok" {
+            out.insert(k, v);
+        }
+    }
+    Value::Object(out).to_string()
+}
+
+/// Builds the `{"ok":false,"error":...}` line.
+pub fn err_line(error: &str) -> String {
+    serde_json::json!({"ok": false, "error": error}).to_string()
+}
+
+/// What reading one line produced.
+#[derive(Debug, PartialEq)]
+pub enum Line {
+    /// A complete line (without its newline). May be empty.
+    Text(String),
+    /// A line longer than the limit; it was consumed up to its newline.
+    TooLong,
+    /// A line that is not UTF-8; it was consumed.
+    NotUtf8,
+    /// Clean end of input.
+    Eof,
+}
+
+/// Reads one newline-terminated line of at most `max` bytes without ever holding
+/// more than `max` bytes of it in memory. A final line without a newline counts.
+pub fn read_line(reader: &mut dyn BufRead, max: usize) -> io::Result<Line> {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut too_long = false;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            if buf.is_empty() && !too_long {
+                return Ok(Line::Eof);
+            }
+            break;
+        }
+        let (chunk, found) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], Some(i)),
+            None => (available, None),
+        };
+        if !too_long {
+            if buf.len() + chunk.len() > max {
+                too_long = true;
+                buf = Vec::new();
+            } else {
+                buf.extend_from_slice(chunk);
+            }
+        }
+        let used = found.map(|i| i + 1).unwrap_or(chunk.len());
+        reader.consume(used);
+        if found.is_some() {
+            break;
+        }
+    }
+    if too_long {
+        return Ok(Line::TooLong);
+    }
+    if buf.last() == Some(&b'\r') {
+        buf.pop();
+    }
+    match String::from_utf8(buf) {
+        Ok(s) => Ok(Line::Text(s)),
+        Err(_) => Ok(Line::NotUtf8),
+    }
+}
+
+/// Why a call to the broker failed.
+#[derive(Debug)]
+pub enum ClientError {
+    /// The socket is missing or nobody listens on it.
+    NoBroker { path: PathBuf, detail: String },
+    /// The broker answered `ok:false`.
+    Refused(String),
+    /// The connection broke or the answer was unreadable.
+    Io(String),
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::NoBroker { path, detail } => write!(
+                f,
+                "no broker at {} — is hive broker running? ({detail})",
+                path.display()
+            ),
+            ClientError::Refused(e) => write!(f, "broker refused: {e}"),
+            ClientError::Io(e) => write!(f, "broker connection failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// A blocking connection to one broker socket. Not shared between threads; clone
+/// the stream with [`Client::shutdown_handle`] to interrupt a blocked call.
+pub struct Client {
+    path: PathBuf,
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Client {
+    /// Connects to the socket at `path`.
+    pub fn connect(path: &Path) -> Result<Client, ClientError> {
+        let stream = UnixStream::connect(path).map_err(|e| ClientError::NoBroker {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+        let writer = stream
+            .try_clone()
+            .map_err(|e| ClientError::Io(e.to_string()))?;
+        Ok(Client {
+            path: path.to_path_buf(),
+            reader: BufReader::new(stream),
+            writer,
+        })
+    }
+
+    /// The socket path this client is connected to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A second handle on the stream; `shutdown(Both)` on it makes a blocked call
+    /// return at once with an error.
+    pub fn shutdown_handle(&self) -> io::Result<UnixStream> {
+        self.writer.try_clone()
+    }
+
+    /// Sends one request and returns the answer object (with `ok` removed), or the
+    /// broker's error.
+    pub fn call(&mut self, req: &Request) -> Result<Map<String, Value>, ClientError> {
+        let line = serde_json::to_string(req).map_err(|e| ClientError::Io(e.to_string()))?;
+        self.call_raw(&line)
+    }
+
+    /// Sends one already-encoded request line.
+    pub fn call_raw(&mut self, line: &str) -> Result<Map<String, Value>, ClientError> {
+        let io = |e: io::Error| ClientError::Io(e.to_string());
+        let mut out = Vec::with_capacity(line.len() + 1);
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+        self.writer.write_all(&out).map_err(io)?;
+        self.writer.flush().map_err(io)?;
+        let answer = match read_line(&mut self.reader, MAX_LINE).map_err(io)? {
+            Line::Text(s) => s,
+            Line::Eof => return Err(ClientError::Io("broker closed the connection".into())),
+            Line::TooLong | Line::NotUtf8 => {
+                return Err(ClientError::Io("unreadable answer from broker".into()))
+            }
+        };
+        let value: Value = serde_json::from_str(&answer)
+            .map_err(|e| ClientError::Io(format!("malformed answer from broker: {e}")))?;
+        let Value::Object(mut map) = value else {
+            return Err(ClientError::Io("answer from broker is not an object".into()));
+        };
+        match map.remove("ok") {
+            Some(Value::Bool(true)) => Ok(map),
+            _ => {
+                let err = map
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown error")
+                    .to_string();
+                Err(ClientError::Refused(err))
+            }
+        }
+    }
+
+    /// Sends a request and decodes the answer as `T`.
+    pub fn call_as<T: DeserializeOwned>(&mut self, req: &Request) -> Result<T, ClientError> {
+        let map = self.call(req)?;
+        serde_json::from_value(Value::Object(map))
+            .map_err(|e| ClientError::Io(format!("unexpected answer to {}: {e}", req.cmd())))
+    }
+
+    /// Sets the read timeout for answers (None blocks forever).
+    pub fn set_read_timeout(&self, dur: Option<Duration>) -> io::Result<()> {
+        self.reader.get_ref().set_read_timeout(dur)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_bare_shell_wake() {
+        let r = Request::parse(r#"{"cmd":"wake","from":"matrix","body":"new dm"}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::Wake {
+                from: "matrix".into(),
+                body: "new dm".into(),
+                transient: false,
+                to: None
+            }
+        );
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let cases = [
+            ("{nope", "malformed JSON"),
+            ("[1,2]", "JSON object"),
+            (r#"{"body":"x"}"#, "no \"cmd\""),
+            (r#"{"cmd":7}"#, "must be a string"),
+            (r#"{"cmd":"frobnicate"}"#, "unknown cmd"),
+            (r#"{"cmd":"wake","from":"x"}"#, "missing field `body`"),
+            (r#"{"cmd":"ack_turn","id":"x"}"#, "invalid type"),
+            (r#"{"cmd":"status","extra":1}"#, "unknown field `extra`"),
+        ];
+        for (line, want) in cases {
+            let err = Request::parse(line).unwrap_err();
+            assert!(err.contains(want), "{line}: {err}");
+        }
+    }
+
+    #[test]
+    fn every_request_round_trips_with_its_cmd_tag() {
+        let reqs = [
+            Request::Status,
+            Request::AckTurn { id: 3 },
+            Request::RecvNext {
+                wait_seconds: Some(30),
+            },
+            Request::Agents,
+        ];
+        for r in reqs {
+            let line = serde_json::to_string(&r).unwrap();
+            assert!(line.contains(&format!("\"cmd\":\"{}\"", r.cmd())), "{line}");
+            assert_eq!(Request::parse(&line).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn ok_line_puts_ok_first() {
+        let line = ok_line(&IdReply { id: 4 });
+        assert_eq!(line, r#"{"ok":true,"id":4}"#);
+        assert_eq!(err_line("x"), r#"{"ok":false,"error":"x"}"#);
+    }
+
+    #[test]
+    fn read_line_bounds_memory_and_recovers() {
+        let mut input: &[u8] = b"short\r\n0123456789abc\nnext\nlast";
+        let r: &mut dyn BufRead = &mut input;
+        assert_eq!(read_line(r, 10).unwrap(), Line::Text("short".into()));
+        assert_eq!(read_line(r, 10).unwrap(), Line::TooLong);
+        assert_eq!(read_line(r, 10).unwrap(), Line::Text("next".into()));
+        assert_eq!(read_line(r, 10).unwrap(), Line::Text("last".into()));
+        assert_eq!(read_line(r, 10).unwrap(), Line::Eof);
+        let mut bad: &[u8] = b"\xff\xfe\nok\n";
+        let r: &mut dyn BufRead = &mut bad;
+        assert_eq!(read_line(r, 10).unwrap(), Line::NotUtf8);
+        assert_eq!(read_line(r, 10).unwrap(), Line::Text("ok".into()));
+    }
+}
