@@ -66,7 +66,7 @@ pub enum Request {
         wait_seconds: Option<u64>,
     },
     /// Unread count and inflight id of the caller.
-    Status,
+    Status {},
     /// Finishes the inflight row.
     AckTurn { id: i64 },
     /// Puts the inflight row back at the front of the inbox.
@@ -137,9 +137,9 @@ pub enum Request {
         peek: bool,
     },
     /// Operator: every agent with its queue and status.
-    Agents,
+    Agents {},
     /// Operator: pending questions addressed to the operator.
-    Questions,
+    Questions {},
     /// Operator: withdraws a pending question with `[cancelled by operator]`.
     CancelQuestion { id: i64 },
 }
@@ -154,7 +154,7 @@ impl Request {
             Request::Recv { .. } => "recv",
             Request::RecvAck { .. } => "recv_ack",
             Request::RecvNext { .. } => "recv_next",
-            Request::Status => "status",
+            Request::Status {} => "status",
             Request::AckTurn { .. } => "ack_turn",
             Request::RequeueInflight { .. } => "requeue_inflight",
             Request::PostTurnCounts { .. } => "post_turn_counts",
@@ -168,8 +168,8 @@ impl Request {
             Request::CancelLooseEnd { .. } => "cancel_loose_end",
             Request::Remind { .. } => "remind",
             Request::Inbox { .. } => "inbox",
-            Request::Agents => "agents",
-            Request::Questions => "questions",
+            Request::Agents {} => "agents",
+            Request::Questions {} => "questions",
             Request::CancelQuestion { .. } => "cancel_question",
         }
     }
@@ -349,25 +349,23 @@ pub struct LooseEndsReply {
 
 /// Builds the `{"ok":true,...}` line for a typed answer.
 pub fn ok_line<T: Serialize>(payload: &T) -> String {
-    let mut map = match serde_json::to_value(payload) {
-        Ok(Value::Object(map)) => map,
-        _ => Map::new(),
-    };
-    map.insert("ok".into(), Value::Bool(true));
-    // `ok` first reads better in logs and for humans using socat.
-    let mut out = Map::new();
-    out.insert("ok".into(), Value::Bool(true));
-    for (k, v) in map {
-        if k != "ok" {
-            out.insert(k, v);
+    match serde_json::to_value(payload) {
+        Ok(Value::Object(mut map)) => {
+            map.remove("ok");
+            if map.is_empty() {
+                return r#"{"ok":true}"#.into();
+            }
+            // `ok` first reads better in logs and for people using socat.
+            let rest = Value::Object(map).to_string();
+            format!(r#"{{"ok":true,{}"#, &rest[1..])
         }
+        _ => r#"{"ok":true}"#.into(),
     }
-    Value::Object(out).to_string()
 }
 
 /// Builds the `{"ok":false,"error":...}` line.
 pub fn err_line(error: &str) -> String {
-    serde_json::json!({"ok": false, "error": error}).to_string()
+    format!(r#"{{"ok":false,"error":{}}}"#, Value::String(error.into()))
 }
 
 /// What reading one line produced.
@@ -585,12 +583,12 @@ mod tests {
     #[test]
     fn every_request_round_trips_with_its_cmd_tag() {
         let reqs = [
-            Request::Status,
+            Request::Status {},
             Request::AckTurn { id: 3 },
             Request::RecvNext {
                 wait_seconds: Some(30),
             },
-            Request::Agents,
+            Request::Agents {},
         ];
         for r in reqs {
             let line = serde_json::to_string(&r).unwrap();
