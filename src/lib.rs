@@ -2,4 +2,9 @@
 //! The library holds every subsystem; `src/main.rs` only parses the command line and
 //! dispatches here, so integration tests and fuzz targets reach the same code.
 
+pub mod broker;
+pub mod cli;
+pub mod config;
+pub mod groups;
+pub mod ops;
 pub mod wire;

@@ -1,1 +1,52 @@
-fn main() {}
+//! The `hive` binary: parses the command line and dispatches to the library.
+//! Nothing else lives here.
+
+use hyperhive::cli::{self, Command};
+use hyperhive::{broker, ops};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .target(env_logger::Target::Stderr)
+        .init();
+    let command = match cli::parse(std::env::args_os().skip(1).collect()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("hive: {}\n\n{}", e.message, e.usage);
+            return ExitCode::from(2);
+        }
+    };
+    let result = match command {
+        Command::Help(None) => {
+            print!("{}", cli::main_usage());
+            Ok(())
+        }
+        Command::Help(Some(cmd)) => {
+            print!("{}", cli::usage_of(cmd));
+            Ok(())
+        }
+        Command::Version => {
+            println!(
+                "hive {} ({})",
+                env!("CARGO_PKG_VERSION"),
+                broker::HYPERHIVE_REV
+            );
+            Ok(())
+        }
+        Command::Broker(a) => broker::run(a),
+        Command::Wake(a) => ops::wake(&a),
+        Command::Send(a) => ops::send(&a),
+        Command::Inbox(a) => ops::inbox(&a),
+        Command::Agents(h) => ops::agents(&h),
+        Command::Questions(h) => ops::questions(&h),
+        Command::Answer(a) => ops::answer(&a),
+        Command::CancelQuestion(h, id) => ops::cancel_question(&h, id),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hive: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

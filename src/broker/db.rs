@@ -1,0 +1,560 @@
+//! The broker's sqlite store: schema, pragmas and every statement the broker runs.
+//! A `Db` is owned by the hub thread alone (the connection never crosses threads);
+//! each method is one short transaction, so an answer the broker sends after a
+//! write is an answer about committed data.
+
+use crate::wire::{Message, Question, Reminder};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use std::path::Path;
+
+/// How hard sqlite works to keep a commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// WAL + `synchronous=NORMAL`: survives a crash of any process.
+    Normal,
+    /// WAL + `synchronous=FULL`: also survives power loss.
+    Full,
+}
+
+impl Durability {
+    pub fn parse(s: &str) -> Result<Durability, String> {
+        match s {
+            "normal" => Ok(Durability::Normal),
+            "full" => Ok(Durability::Full),
+            _ => Err(format!("--durability must be normal or full, not {s:?}")),
+        }
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    sender TEXT NOT NULL,
+    recipient TEXT NOT NULL,
+    body TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'message',
+    in_reply_to INTEGER,
+    state TEXT NOT NULL CHECK (state IN ('queued', 'inflight', 'held', 'acked')),
+    sent_at INTEGER NOT NULL,
+    done_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS messages_inbox ON messages (recipient, state, id);
+CREATE TABLE IF NOT EXISTS questions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    asker TEXT NOT NULL,
+    target TEXT NOT NULL,
+    question TEXT NOT NULL,
+    options TEXT NOT NULL DEFAULT '[]',
+    multi INTEGER NOT NULL DEFAULT 0,
+    asked_at INTEGER NOT NULL,
+    expires_at INTEGER,
+    answer TEXT,
+    answered_by TEXT,
+    answered_at INTEGER
+);
+CREATE TABLE IF NOT EXISTS reminders (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent TEXT NOT NULL,
+    body TEXT NOT NULL,
+    spill_file TEXT,
+    fire_at INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agents (
+    name TEXT PRIMARY KEY,
+    hyperhive_rev TEXT NOT NULL DEFAULT '',
+    status_text TEXT NOT NULL DEFAULT '',
+    status_set_at INTEGER,
+    turns INTEGER NOT NULL DEFAULT 0,
+    turns_ok INTEGER NOT NULL DEFAULT 0,
+    turns_failed INTEGER NOT NULL DEFAULT 0,
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0
+);
+";
+
+/// Per-agent counters and status kept for the dashboard.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentStats {
+    pub hyperhive_rev: String,
+    pub status_text: String,
+    pub status_set_at: Option<i64>,
+    pub turns: u64,
+    pub turns_ok: u64,
+    pub turns_failed: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+}
+
+/// A new row for the messages table.
+pub struct NewMessage<'a> {
+    pub from: &'a str,
+    pub to: &'a str,
+    pub body: &'a str,
+    pub kind: &'a str,
+    pub in_reply_to: Option<i64>,
+}
+
+pub struct Db {
+    conn: Connection,
+}
+
+type Res<T> = rusqlite::Result<T>;
+
+fn message_from_row(row: &Row) -> Res<Message> {
+    Ok(Message {
+        id: row.get(0)?,
+        from: row.get(1)?,
+        to: row.get(2)?,
+        body: row.get(3)?,
+        kind: row.get(4)?,
+        in_reply_to: row.get(5)?,
+        sent_at: row.get(6)?,
+        transient: false,
+    })
+}
+
+const MSG_COLS: &str = "id, sender, recipient, body, kind, in_reply_to, sent_at";
+const Q_COLS: &str = "id, asker, target, question, options, multi, asked_at, expires_at";
+
+fn question_from_row(row: &Row) -> Res<Question> {
+    let options: String = row.get(4)?;
+    Ok(Question {
+        id: row.get(0)?,
+        asker: row.get(1)?,
+        target: row.get(2)?,
+        question: row.get(3)?,
+        options: serde_json::from_str(&options).unwrap_or_default(),
+        multi: row.get::<_, i64>(5)? != 0,
+        asked_at: row.get(6)?,
+        expires_at: row.get(7)?,
+    })
+}
+
+fn reminder_from_row(row: &Row) -> Res<Reminder> {
+    let body: String = row.get(2)?;
+    Ok(Reminder {
+        id: row.get(0)?,
+        agent: row.get(1)?,
+        preview: body.chars().take(200).collect(),
+        spill_file: row.get(3)?,
+        fire_at: row.get(4)?,
+    })
+}
+
+impl Db {
+    /// Opens (creating when needed) the store at `path`, and puts rows that were
+    /// inflight or held when the last broker died back into their inboxes.
+    pub fn open(path: &Path, durability: Durability) -> Result<Db, String> {
+        let conn = Connection::open(path)
+            .map_err(|e| format!("cannot open message store {}: {e}", path.display()))?;
+        let sync = match durability {
+            Durability::Normal => "NORMAL",
+            Durability::Full => "FULL",
+        };
+        let setup = format!(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA busy_timeout=5000; \
+             PRAGMA foreign_keys=ON; {SCHEMA}"
+        );
+        conn.execute_batch(&setup)
+            .map_err(|e| format!("cannot prepare message store {}: {e}", path.display()))?;
+        let db = Db { conn };
+        db.conn
+            .execute(
+                "UPDATE messages SET state = 'queued' WHERE state IN ('inflight', 'held')",
+                [],
+            )
+            .map_err(|e| format!("cannot requeue interrupted messages: {e}"))?;
+        Ok(db)
+    }
+
+    pub fn insert_message(&self, m: &NewMessage, now: i64) -> Res<i64> {
+        self.conn.execute(
+            "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
+            params![m.from, m.to, m.body, m.kind, m.in_reply_to, now],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// The agent's inflight row, if any.
+    pub fn inflight(&self, agent: &str) -> Res<Option<Message>> {
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT {MSG_COLS} FROM messages WHERE recipient = ?1 AND state = 'inflight'
+                     ORDER BY id LIMIT 1"
+                ),
+                params![agent],
+                message_from_row,
+            )
+            .optional()
+    }
+
+    /// The oldest queued rows of a recipient.
+    pub fn queued(&self, recipient: &str, limit: u32) -> Res<Vec<Message>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {MSG_COLS} FROM messages WHERE recipient = ?1 AND state = 'queued'
+             ORDER BY id LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(params![recipient, limit], message_from_row)?;
+        rows.collect()
+    }
+
+    pub fn count_queued(&self, recipient: &str) -> Res<u64> {
+        self.conn.query_row(
+            "SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued'",
+            params![recipient],
+            |r| r.get::<_, i64>(0).map(|n| n as u64),
+        )
+    }
+
+    /// Moves one row between states; returns whether it was in `from_state`.
+    pub fn transition(
+        &self,
+        id: i64,
+        recipient: &str,
+        from_state: &str,
+        to_state: &str,
+        now: i64,
+    ) -> Res<bool> {
+        let done_at = (to_state == "acked").then_some(now);
+        let n = self.conn.execute(
+            "UPDATE messages SET state = ?1, done_at = ?2
+             WHERE id = ?3 AND recipient = ?4 AND state = ?5",
+            params![to_state, done_at, id, recipient, from_state],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Moves several rows between states in one transaction.
+    pub fn transition_many(
+        &mut self,
+        ids: &[i64],
+        recipient: &str,
+        from_state: &str,
+        to_state: &str,
+        now: i64,
+    ) -> Res<usize> {
+        let tx = self.conn.transaction()?;
+        let mut n = 0;
+        {
+            let done_at = (to_state == "acked").then_some(now);
+            let mut stmt = tx.prepare_cached(
+                "UPDATE messages SET state = ?1, done_at = ?2
+                 WHERE id = ?3 AND recipient = ?4 AND state = ?5",
+            )?;
+            for id in ids {
+                n += stmt.execute(params![to_state, done_at, id, recipient, from_state])?;
+            }
+        }
+        tx.commit()?;
+        Ok(n)
+    }
+
+    pub fn stats(&self, agent: &str) -> Res<AgentStats> {
+        let found = self
+            .conn
+            .query_row(
+                "SELECT hyperhive_rev, status_text, status_set_at, turns, turns_ok, turns_failed,
+                        tokens_in, tokens_out, cost_usd FROM agents WHERE name = ?1",
+                params![agent],
+                |r| {
+                    Ok(AgentStats {
+                        hyperhive_rev: r.get(0)?,
+                        status_text: r.get(1)?,
+                        status_set_at: r.get(2)?,
+                        turns: r.get::<_, i64>(3)? as u64,
+                        turns_ok: r.get::<_, i64>(4)? as u64,
+                        turns_failed: r.get::<_, i64>(5)? as u64,
+                        tokens_in: r.get::<_, i64>(6)? as u64,
+                        tokens_out: r.get::<_, i64>(7)? as u64,
+                        cost_usd: r.get(8)?,
+                    })
+                },
+            )
+            .optional()?;
+        Ok(found.unwrap_or_default())
+    }
+
+    fn ensure_agent(&self, agent: &str) -> Res<()> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO agents (name) VALUES (?1)",
+            params![agent],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_status(&self, agent: &str, text: &str, now: i64) -> Res<()> {
+        self.ensure_agent(agent)?;
+        let at = (!text.is_empty()).then_some(now);
+        self.conn.execute(
+            "UPDATE agents SET status_text = ?1, status_set_at = ?2 WHERE name = ?3",
+            params![text, at, agent],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_rev(&self, agent: &str, rev: &str) -> Res<()> {
+        self.ensure_agent(agent)?;
+        self.conn.execute(
+            "UPDATE agents SET hyperhive_rev = ?1 WHERE name = ?2",
+            params![rev, agent],
+        )?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_counts(
+        &self,
+        agent: &str,
+        turns: u64,
+        ok: u64,
+        failed: u64,
+        tokens_in: u64,
+        tokens_out: u64,
+        cost: f64,
+    ) -> Res<()> {
+        self.ensure_agent(agent)?;
+        self.conn.execute(
+            "UPDATE agents SET turns = turns + ?1, turns_ok = turns_ok + ?2,
+                turns_failed = turns_failed + ?3, tokens_in = tokens_in + ?4,
+                tokens_out = tokens_out + ?5, cost_usd = cost_usd + ?6 WHERE name = ?7",
+            params![
+                turns as i64,
+                ok as i64,
+                failed as i64,
+                tokens_in as i64,
+                tokens_out as i64,
+                cost,
+                agent
+            ],
+        )?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn insert_question(
+        &self,
+        asker: &str,
+        target: &str,
+        question: &str,
+        options: &[String],
+        multi: bool,
+        now: i64,
+        expires_at: Option<i64>,
+    ) -> Res<i64> {
+        let options = serde_json::to_string(options).unwrap_or_else(|_| "[]".into());
+        self.conn.execute(
+            "INSERT INTO questions (asker, target, question, options, multi, asked_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                asker,
+                target,
+                question,
+                options,
+                multi as i64,
+                now,
+                expires_at
+            ],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// A question that has not been answered, cancelled or expired.
+    pub fn open_question(&self, id: i64) -> Res<Option<Question>> {
+        self.conn
+            .query_row(
+                &format!("SELECT {Q_COLS} FROM questions WHERE id = ?1 AND answer IS NULL"),
+                params![id],
+                question_from_row,
+            )
+            .optional()
+    }
+
+    pub fn questions_where(&self, column: &str, who: &str) -> Res<Vec<Question>> {
+        let col = if column == "asker" { "asker" } else { "target" };
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {Q_COLS} FROM questions WHERE {col} = ?1 AND answer IS NULL ORDER BY id"
+        ))?;
+        let rows = stmt.query_map(params![who], question_from_row)?;
+        rows.collect()
+    }
+
+    pub fn expired_questions(&self, now: i64) -> Res<Vec<Question>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {Q_COLS} FROM questions
+             WHERE answer IS NULL AND expires_at IS NOT NULL AND expires_at <= ?1 ORDER BY id"
+        ))?;
+        let rows = stmt.query_map(params![now], question_from_row)?;
+        rows.collect()
+    }
+
+    /// Records an answer and queues the notice for `notify` in one transaction.
+    pub fn close_question(
+        &mut self,
+        id: i64,
+        answer: &str,
+        by: &str,
+        now: i64,
+        notice: Option<&NewMessage>,
+    ) -> Res<bool> {
+        let tx = self.conn.transaction()?;
+        let n = tx.execute(
+            "UPDATE questions SET answer = ?1, answered_by = ?2, answered_at = ?3
+             WHERE id = ?4 AND answer IS NULL",
+            params![answer, by, now, id],
+        )?;
+        if n == 1 {
+            if let Some(m) = notice {
+                tx.execute(
+                    "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
+                    params![m.from, m.to, m.body, m.kind, m.in_reply_to, now],
+                )?;
+            }
+        }
+        tx.commit()?;
+        Ok(n == 1)
+    }
+
+    pub fn next_question_expiry(&self) -> Res<Option<i64>> {
+        self.conn.query_row(
+            "SELECT MIN(expires_at) FROM questions WHERE answer IS NULL",
+            [],
+            |r| r.get(0),
+        )
+    }
+
+    pub fn insert_reminder(
+        &self,
+        agent: &str,
+        body: &str,
+        spill: Option<&str>,
+        fire_at: i64,
+        now: i64,
+    ) -> Res<i64> {
+        self.conn.execute(
+            "INSERT INTO reminders (agent, body, spill_file, fire_at, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![agent, body, spill, fire_at, now],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    pub fn set_reminder_spill(&self, id: i64, body: &str, spill: &str) -> Res<()> {
+        self.conn.execute(
+            "UPDATE reminders SET body = ?1, spill_file = ?2 WHERE id = ?3",
+            params![body, spill, id],
+        )?;
+        Ok(())
+    }
+
+    pub fn count_reminders(&self, agent: &str) -> Res<u64> {
+        self.conn.query_row(
+            "SELECT COUNT(*) FROM reminders WHERE agent = ?1",
+            params![agent],
+            |r| r.get::<_, i64>(0).map(|n| n as u64),
+        )
+    }
+
+    pub fn reminders_of(&self, agent: &str) -> Res<Vec<Reminder>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, agent, body, spill_file, fire_at FROM reminders
+             WHERE agent = ?1 ORDER BY fire_at, id",
+        )?;
+        let rows = stmt.query_map(params![agent], reminder_from_row)?;
+        rows.collect()
+    }
+
+    pub fn due_reminders(&self, now: i64) -> Res<Vec<(Reminder, String)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, agent, body, spill_file, fire_at FROM reminders
+             WHERE fire_at <= ?1 ORDER BY fire_at, id",
+        )?;
+        let rows = stmt.query_map(params![now], |r| Ok((reminder_from_row(r)?, r.get(2)?)))?;
+        rows.collect()
+    }
+
+    pub fn next_reminder(&self) -> Res<Option<i64>> {
+        self.conn
+            .query_row("SELECT MIN(fire_at) FROM reminders", [], |r| r.get(0))
+    }
+
+    /// Turns a due reminder into an inbox message, atomically.
+    pub fn fire_reminder(&mut self, id: i64, msg: &NewMessage, now: i64) -> Res<Option<i64>> {
+        let tx = self.conn.transaction()?;
+        let n = tx.execute("DELETE FROM reminders WHERE id = ?1", params![id])?;
+        let mut new_id = None;
+        if n == 1 {
+            tx.execute(
+                "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
+                params![msg.from, msg.to, msg.body, msg.kind, msg.in_reply_to, now],
+            )?;
+            new_id = Some(tx.last_insert_rowid());
+        }
+        tx.commit()?;
+        Ok(new_id)
+    }
+
+    /// Deletes a reminder the agent owns; returns its spill file when it had one.
+    pub fn delete_reminder(&self, agent: &str, id: i64) -> Res<Option<Option<String>>> {
+        let spill: Option<Option<String>> = self
+            .conn
+            .query_row(
+                "SELECT spill_file FROM reminders WHERE id = ?1 AND agent = ?2",
+                params![id, agent],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if spill.is_some() {
+            self.conn.execute(
+                "DELETE FROM reminders WHERE id = ?1 AND agent = ?2",
+                params![id, agent],
+            )?;
+        }
+        Ok(spill)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg<'a>(to: &'a str, body: &'a str) -> NewMessage<'a> {
+        NewMessage {
+            from: "t",
+            to,
+            body,
+            kind: "message",
+            in_reply_to: None,
+        }
+    }
+
+    #[test]
+    fn restart_requeues_inflight_and_held_rows() {
+        let dir = std::env::temp_dir().join(format!("hive-db-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("b.db");
+        let _ = std::fs::remove_file(&path);
+        {
+            let db = Db::open(&path, Durability::Normal).unwrap();
+            let a = db.insert_message(&msg("a", "1"), 1).unwrap();
+            let b = db.insert_message(&msg("a", "2"), 1).unwrap();
+            assert!(db.transition(a, "a", "queued", "inflight", 2).unwrap());
+            assert!(db.transition(b, "a", "queued", "held", 2).unwrap());
+            assert!(!db.transition(b, "zz", "held", "acked", 2).unwrap());
+        }
+        let db = Db::open(&path, Durability::Full).unwrap();
+        let q = db.queued("a", 10).unwrap();
+        assert_eq!(
+            q.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
+            ["1", "2"]
+        );
+        assert_eq!(db.inflight("a").unwrap(), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,457 @@
+//! Command-line parsing: turns `argv` into a plain [`Command`] with no side
+//! effects (nothing is opened or read here, environment defaults are resolved
+//! later), and owns the usage text of every command. Tested from literal vectors.
+
+use crate::broker::db::Durability;
+use crate::broker::BrokerArgs;
+use lexopt::prelude::*;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// One entry of the command table: name, one-line summary, usage text.
+pub struct CommandHelp {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub usage: &'static str,
+}
+
+pub const COMMANDS: &[CommandHelp] = &[
+    CommandHelp {
+        name: "broker",
+        summary: "run the host-side message broker (sqlite store, one socket per agent)",
+        usage: "hive broker [--state-dir DIR] [--run-dir DIR] [--agents a,b,...] [--config FILE] [--durability normal|full]
+
+  --state-dir DIR     where broker.db lives (default ./hive-state)
+  --run-dir DIR       where sockets are made: RUN/host.sock, RUN/agents/NAME/mcp.sock (default ./hive-run)
+  --agents a,b,...    agents to serve (root agents with default settings)
+  --config FILE       the hive config (JSON, see docs/config.md)
+  --durability MODE   normal (survives a crash of any process, default) or full (also power loss)",
+    },
+    CommandHelp {
+        name: "wake",
+        summary: "push one message into the agent's own inbox (for scripts and daemons)",
+        usage: "hive wake --from NAME --body TEXT [--transient] [--socket PATH]
+
+  --from NAME         who the message is from (shown to the agent)
+  --body TEXT         the message; `-` reads it from stdin
+  --transient         deliver without storing it (lost if the broker restarts)
+  --socket PATH       the agent socket (default $HIVE_SOCKET or /run/hive/mcp.sock)",
+    },
+    CommandHelp {
+        name: "send",
+        summary: "operator: send a message to an agent",
+        usage: "hive send --to AGENT [--reply-to ID] [--socket PATH] [--json] TEXT
+
+  --to AGENT          the agent to message
+  --reply-to ID       the message id this answers
+  --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
+  --json              print the broker's answer as JSON
+  TEXT                the message; `-` reads it from stdin",
+    },
+    CommandHelp {
+        name: "inbox",
+        summary: "operator: print unread messages to the operator and mark them read",
+        usage: "hive inbox [--wait SECONDS] [--peek] [--socket PATH] [--json]
+
+  --wait SECONDS      wait up to this long for a message when none is unread
+  --peek              leave the messages unread
+  --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
+  --json              print JSON for scripts",
+    },
+    CommandHelp {
+        name: "agents",
+        summary: "operator: list agents with parent, unread, inflight and status",
+        usage: "hive agents [--socket PATH] [--json]
+
+  --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
+  --json              print JSON for scripts",
+    },
+    CommandHelp {
+        name: "questions",
+        summary: "operator: list pending questions addressed to the operator",
+        usage: "hive questions [--socket PATH] [--json]
+
+  --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
+  --json              print JSON for scripts",
+    },
+    CommandHelp {
+        name: "answer",
+        summary: "operator: answer a question (several values for a multi-choice one)",
+        usage: "hive answer [--socket PATH] [--json] ID TEXT [TEXT...]
+
+  ID                  the question id from `hive questions`
+  TEXT                the answer: an option's value or free text; several are joined with \", \"
+  --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)",
+    },
+    CommandHelp {
+        name: "cancel-question",
+        summary: "operator: withdraw a pending question (the asker gets [cancelled by operator])",
+        usage: "hive cancel-question [--socket PATH] [--json] ID",
+    },
+];
+
+/// Text printed by `hive --help`.
+pub fn main_usage() -> String {
+    let mut s = String::from(
+        "hive — keeps Claude Code agents alive as message-driven daemons\n\nUsage: hive <command> [options]\n       hive <command> --help\n       hive --version\n\nCommands:\n",
+    );
+    for c in COMMANDS {
+        s.push_str(&format!("  {:<17} {}\n", c.name, c.summary));
+    }
+    s.push_str("\nLogging: RUST_LOG=debug|info|warn (default info) writes logs to stderr.\n");
+    s
+}
+
+pub fn usage_of(cmd: &str) -> String {
+    COMMANDS
+        .iter()
+        .find(|c| c.name == cmd)
+        .map(|c| format!("Usage: {}\n", c.usage))
+        .unwrap_or_else(main_usage)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WakeArgs {
+    pub from: String,
+    /// `-` means stdin.
+    pub body: String,
+    pub transient: bool,
+    pub socket: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HostArgs {
+    pub socket: Option<PathBuf>,
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SendArgs {
+    pub host: HostArgs,
+    pub to: String,
+    pub reply_to: Option<i64>,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxArgs {
+    pub host: HostArgs,
+    pub wait: u64,
+    pub peek: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnswerArgs {
+    pub host: HostArgs,
+    pub id: i64,
+    pub answer: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// `--help`, for the named command or the whole binary.
+    Help(Option<&'static str>),
+    Version,
+    Broker(BrokerArgs),
+    Wake(WakeArgs),
+    Send(SendArgs),
+    Inbox(InboxArgs),
+    Agents(HostArgs),
+    Questions(HostArgs),
+    Answer(AnswerArgs),
+    CancelQuestion(HostArgs, i64),
+}
+
+/// A command line that cannot be run: the message and the usage to print.
+#[derive(Debug, PartialEq)]
+pub struct UsageError {
+    pub message: String,
+    pub usage: String,
+}
+
+fn err(cmd: &str, message: impl Into<String>) -> UsageError {
+    UsageError {
+        message: message.into(),
+        usage: usage_of(cmd),
+    }
+}
+
+fn lex(cmd: &str, e: lexopt::Error) -> UsageError {
+    err(cmd, e.to_string())
+}
+
+fn string(cmd: &str, v: OsString) -> Result<String, UsageError> {
+    v.into_string()
+        .map_err(|v| err(cmd, format!("argument {v:?} is not valid UTF-8")))
+}
+
+fn number<T: std::str::FromStr>(cmd: &str, flag: &str, v: OsString) -> Result<T, UsageError> {
+    let s = string(cmd, v)?;
+    s.parse()
+        .map_err(|_| err(cmd, format!("{flag} needs a number, got {s:?}")))
+}
+
+/// Parses the arguments after the program name.
+pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
+    let mut p = lexopt::Parser::from_args(args);
+    let first = match p.next().map_err(|e| lex("", e))? {
+        None => return Err(err("", "no command given")),
+        Some(Long("help")) | Some(Short('h')) => return Ok(Command::Help(None)),
+        Some(Long("version")) | Some(Short('V')) => return Ok(Command::Version),
+        Some(Value(v)) => string("", v)?,
+        Some(other) => return Err(err("", other.unexpected().to_string())),
+    };
+    if first == "help" {
+        let topic = p.next().ok().flatten().and_then(|a| match a {
+            Value(v) => v.into_string().ok(),
+            _ => None,
+        });
+        let found = topic.and_then(|t| COMMANDS.iter().find(|c| c.name == t).map(|c| c.name));
+        return Ok(Command::Help(found));
+    }
+    let Some(entry) = COMMANDS.iter().find(|c| c.name == first) else {
+        return Err(err("", format!("unknown command {first:?}")));
+    };
+    let cmd = entry.name;
+    match cmd {
+        "broker" => parse_broker(&mut p),
+        "wake" => parse_wake(&mut p),
+        "send" => parse_send(&mut p),
+        "inbox" => parse_inbox(&mut p),
+        "agents" | "questions" => {
+            let mut host = HostArgs::default();
+            while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+                if matches!(arg, Long("help") | Short('h')) {
+                    return Ok(Command::Help(Some(cmd)));
+                }
+                match arg {
+                    Long("socket") => {
+                        host.socket = Some(p.value().map_err(|e| lex(cmd, e))?.into())
+                    }
+                    Long("json") => host.json = true,
+                    other => return Err(err(cmd, other.unexpected().to_string())),
+                }
+            }
+            Ok(if cmd == "agents" {
+                Command::Agents(host)
+            } else {
+                Command::Questions(host)
+            })
+        }
+        "answer" | "cancel-question" => parse_answer(cmd, &mut p),
+        _ => Err(err("", format!("unknown command {first:?}"))),
+    }
+}
+
+fn parse_broker(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
+    let cmd = "broker";
+    let mut a = BrokerArgs {
+        state_dir: PathBuf::from("hive-state"),
+        run_dir: PathBuf::from("hive-run"),
+        agents: Vec::new(),
+        config: None,
+        durability: Durability::Normal,
+    };
+    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+        match arg {
+            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
+            Long("state-dir") => a.state_dir = p.value().map_err(|e| lex(cmd, e))?.into(),
+            Long("run-dir") => a.run_dir = p.value().map_err(|e| lex(cmd, e))?.into(),
+            Long("config") => a.config = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            Long("agents") => {
+                let v = string(cmd, p.value().map_err(|e| lex(cmd, e))?)?;
+                a.agents.extend(
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(String::from),
+                );
+            }
+            Long("durability") => {
+                let v = string(cmd, p.value().map_err(|e| lex(cmd, e))?)?;
+                a.durability = Durability::parse(&v).map_err(|e| err(cmd, e))?;
+            }
+            other => return Err(err(cmd, other.unexpected().to_string())),
+        }
+    }
+    Ok(Command::Broker(a))
+}
+
+fn parse_wake(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
+    let cmd = "wake";
+    let (mut from, mut body, mut transient, mut socket) = (None, None, false, None);
+    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+        match arg {
+            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
+            Long("from") => from = Some(string(cmd, p.value().map_err(|e| lex(cmd, e))?)?),
+            Long("body") => body = Some(string(cmd, p.value().map_err(|e| lex(cmd, e))?)?),
+            Long("transient") => transient = true,
+            Long("socket") => socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            other => return Err(err(cmd, other.unexpected().to_string())),
+        }
+    }
+    Ok(Command::Wake(WakeArgs {
+        from: from.ok_or_else(|| err(cmd, "missing --from NAME"))?,
+        body: body.ok_or_else(|| err(cmd, "missing --body TEXT (or --body - for stdin)"))?,
+        transient,
+        socket,
+    }))
+}
+
+fn parse_send(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
+    let cmd = "send";
+    let mut host = HostArgs::default();
+    let (mut to, mut reply_to, mut text) = (None, None, Vec::new());
+    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+        match arg {
+            Long("socket") => host.socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            Long("json") => host.json = true,
+            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
+            Long("to") => to = Some(string(cmd, p.value().map_err(|e| lex(cmd, e))?)?),
+            Long("reply-to") => {
+                reply_to = Some(number(
+                    cmd,
+                    "--reply-to",
+                    p.value().map_err(|e| lex(cmd, e))?,
+                )?)
+            }
+            Value(v) => text.push(string(cmd, v)?),
+            other => return Err(err(cmd, other.unexpected().to_string())),
+        }
+    }
+    if text.is_empty() {
+        return Err(err(cmd, "missing TEXT (or - for stdin)"));
+    }
+    Ok(Command::Send(SendArgs {
+        host,
+        to: to.ok_or_else(|| err(cmd, "missing --to AGENT"))?,
+        reply_to,
+        text: text.join(" "),
+    }))
+}
+
+fn parse_inbox(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
+    let cmd = "inbox";
+    let mut a = InboxArgs {
+        host: HostArgs::default(),
+        wait: 0,
+        peek: false,
+    };
+    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+        match arg {
+            Long("socket") => a.host.socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            Long("json") => a.host.json = true,
+            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
+            Long("wait") => a.wait = number(cmd, "--wait", p.value().map_err(|e| lex(cmd, e))?)?,
+            Long("peek") => a.peek = true,
+            other => return Err(err(cmd, other.unexpected().to_string())),
+        }
+    }
+    Ok(Command::Inbox(a))
+}
+
+fn parse_answer(cmd: &'static str, p: &mut lexopt::Parser) -> Result<Command, UsageError> {
+    let mut host = HostArgs::default();
+    let mut values = Vec::new();
+    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+        match arg {
+            Long("socket") => host.socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            Long("json") => host.json = true,
+            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
+            Value(v) => values.push(string(cmd, v)?),
+            other => return Err(err(cmd, other.unexpected().to_string())),
+        }
+    }
+    let mut values = values.into_iter();
+    let id = values.next().ok_or_else(|| err(cmd, "missing ID"))?;
+    let id: i64 = id
+        .trim_start_matches('#')
+        .parse()
+        .map_err(|_| err(cmd, format!("ID must be a number, got {id:?}")))?;
+    if cmd == "cancel-question" {
+        if let Some(extra) = values.next() {
+            return Err(err(cmd, format!("unexpected argument {extra:?}")));
+        }
+        return Ok(Command::CancelQuestion(host, id));
+    }
+    let answer: Vec<String> = values.collect();
+    if answer.is_empty() {
+        return Err(err(cmd, "missing TEXT"));
+    }
+    Ok(Command::Answer(AnswerArgs { host, id, answer }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<Command, UsageError> {
+        parse(args.iter().map(OsString::from).collect())
+    }
+
+    #[test]
+    fn parses_every_command() {
+        assert_eq!(run(&["--version"]).unwrap(), Command::Version);
+        assert_eq!(
+            run(&["wake", "--help"]).unwrap(),
+            Command::Help(Some("wake"))
+        );
+        let Command::Broker(b) = run(&[
+            "broker",
+            "--state-dir",
+            "s",
+            "--run-dir",
+            "r",
+            "--agents",
+            "a, b",
+            "--durability",
+            "full",
+        ])
+        .unwrap() else {
+            panic!("not broker")
+        };
+        assert_eq!(b.agents, vec!["a", "b"]);
+        assert_eq!(b.durability, Durability::Full);
+        assert_eq!(
+            run(&["wake", "--from", "cron", "--body", "-"]).unwrap(),
+            Command::Wake(WakeArgs {
+                from: "cron".into(),
+                body: "-".into(),
+                transient: false,
+                socket: None
+            })
+        );
+        let Command::Send(s) = run(&["send", "--to", "ruth", "hello", "there"]).unwrap() else {
+            panic!("not send")
+        };
+        assert_eq!((s.to.as_str(), s.text.as_str()), ("ruth", "hello there"));
+        let Command::Answer(a) = run(&["answer", "#4", "yes", "no", "--json"]).unwrap() else {
+            panic!("not answer")
+        };
+        assert_eq!((a.id, a.answer.len(), a.host.json), (4, 2, true));
+        assert_eq!(
+            run(&["cancel-question", "7"]).unwrap(),
+            Command::CancelQuestion(HostArgs::default(), 7)
+        );
+    }
+
+    #[test]
+    fn bad_command_lines_say_why_with_usage() {
+        let cases: &[(&[&str], &str)] = &[
+            (&[], "no command"),
+            (&["frob"], "unknown command"),
+            (&["wake", "--from", "x"], "missing --body"),
+            (&["wake", "--body", "x"], "missing --from"),
+            (&["wake", "--bogus"], "--bogus"),
+            (&["inbox", "--wait", "soon"], "needs a number"),
+            (&["broker", "--durability", "max"], "normal or full"),
+            (&["send", "--to", "a"], "missing TEXT"),
+            (&["answer", "x", "y"], "must be a number"),
+        ];
+        for (args, want) in cases {
+            let e = run(args).unwrap_err();
+            assert!(e.message.contains(want), "{args:?}: {}", e.message);
+            assert!(e.usage.contains("Usage"), "{args:?}");
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! The client commands: `hive wake` for scripts inside an agent's container and
+//! the operator commands (`send`, `inbox`, `agents`, `questions`, `answer`,
+//! `cancel-question`) on the host socket. Each is one or two requests over
+//! [`crate::wire::Client`], printed as plain text for people or `--json` for
+//! scripts.
+
+use crate::cli::{AnswerArgs, HostArgs, InboxArgs, SendArgs, WakeArgs};
+use crate::wire::{self, Client, Request};
+use serde_json::Value;
+use std::io::Read;
+use std::path::PathBuf;
+
+/// The default agent socket inside a container.
+pub const DEFAULT_AGENT_SOCKET: &str = "/run/hive/mcp.sock";
+/// The default operator socket.
+pub const DEFAULT_HOST_SOCKET: &str = "/run/hive/host.sock";
+
+/// `--socket`, else the environment variable, else the default.
+pub fn socket_path(flag: &Option<PathBuf>, env: &str, default: &str) -> PathBuf {
+    flag.clone()
+        .or_else(|| {
+            std::env::var_os(env)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from(default))
+}
+
+fn host_client(h: &HostArgs) -> Result<Client, String> {
+    let path = socket_path(&h.socket, "HIVE_HOST_SOCKET", DEFAULT_HOST_SOCKET);
+    Client::connect(&path).map_err(|e| e.to_string())
+}
+
+fn read_text(arg: &str, what: &str) -> Result<String, String> {
+    if arg != "-" {
+        return Ok(arg.to_string());
+    }
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .map_err(|e| format!("cannot read {what} from stdin: {e}"))?;
+    if s.ends_with('\n') {
+        s.pop();
+    }
+    Ok(s)
+}
+
+fn print_json(map: serde_json::Map<String, Value>) {
+    let mut map = map;
+    map.insert("ok".into(), Value::Bool(true));
+    println!("{}", Value::Object(map));
+}
+
+pub fn wake(a: &WakeArgs) -> Result<(), String> {
+    let body = read_text(&a.body, "the body")?;
+    if body.trim().is_empty() {
+        return Err("the body is empty; nothing to wake the agent with".into());
+    }
+    let path = socket_path(&a.socket, "HIVE_SOCKET", DEFAULT_AGENT_SOCKET);
+    let mut c = Client::connect(&path).map_err(|e| e.to_string())?;
+    c.call(&Request::Wake {
+        from: a.from.clone(),
+        body,
+        transient: a.transient,
+        to: None,
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+pub fn send(a: &SendArgs) -> Result<(), String> {
+    let body = read_text(&a.text, "the message")?;
+    let mut c = host_client(&a.host)?;
+    let r = c
+        .call(&Request::Send {
+            to: a.to.clone(),
+            body,
+            in_reply_to: a.reply_to,
+        })
+        .map_err(|e| e.to_string())?;
+    if a.host.json {
+        print_json(r);
+    } else {
+        let id = r.get("id").and_then(Value::as_i64).unwrap_or_default();
+        println!("sent #{id} to {}", a.to);
+    }
+    Ok(())
+}
+
+fn fmt_time(unix: i64) -> String {
+    // UTC, from the civil-from-days algorithm, to avoid a time dependency.
+    let days = unix.div_euclid(86400);
+    let secs = unix.rem_euclid(86400);
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
+pub fn inbox(a: &InboxArgs) -> Result<(), String> {
+    let mut c = host_client(&a.host)?;
+    let req = Request::Inbox {
+        wait_seconds: Some(a.wait),
+        peek: a.peek,
+    };
+    let r: wire::MessagesReply = c.call_as(&req).map_err(|e| e.to_string())?;
+    if a.host.json {
+        println!("{}", wire::ok_line(&r));
+        return Ok(());
+    }
+    if r.messages.is_empty() {
+        println!("no unread messages");
+    }
+    for m in r.messages {
+        let reply = m
+            .in_reply_to
+            .map(|i| format!(" (re #{i})"))
+            .unwrap_or_default();
+        println!(
+            "#{} {} from {}{reply}:\n{}\n",
+            m.id,
+            fmt_time(m.sent_at),
+            m.from,
+            m.body
+        );
+    }
+    Ok(())
+}
+
+pub fn agents(h: &HostArgs) -> Result<(), String> {
+    let mut c = host_client(h)?;
+    let r: wire::AgentsReply = c.call_as(&Request::Agents {}).map_err(|e| e.to_string())?;
+    if h.json {
+        println!("{}", wire::ok_line(&r));
+        return Ok(());
+    }
+    println!(
+        "{:<10} {:<10} {:>6} {:>9} {:<8} STATUS",
+        "NAME", "PARENT", "UNREAD", "INFLIGHT", "RUNNING"
+    );
+    for a in r.agents {
+        let inflight = a
+            .inflight
+            .map(|i| format!("#{i}"))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{:<10} {:<10} {:>6} {:>9} {:<8} {}",
+            a.name,
+            a.parent,
+            a.unread,
+            inflight,
+            if a.running { "yes" } else { "no" },
+            a.status_text
+        );
+    }
+    Ok(())
+}
+
+pub fn questions(h: &HostArgs) -> Result<(), String> {
+    let mut c = host_client(h)?;
+    let r: wire::QuestionsReply = c
+        .call_as(&Request::Questions {})
+        .map_err(|e| e.to_string())?;
+    if h.json {
+        println!("{}", wire::ok_line(&r));
+        return Ok(());
+    }
+    if r.questions.is_empty() {
+        println!("no pending questions");
+    }
+    for q in r.questions {
+        let expires = q
+            .expires_at
+            .map(|t| format!(" (expires {})", fmt_time(t)))
+            .unwrap_or_default();
+        println!(
+            "#{} from {} at {}{expires}:\n  {}",
+            q.id,
+            q.asker,
+            fmt_time(q.asked_at),
+            q.question
+        );
+        if !q.options.is_empty() {
+            let how = if q.multi { "choose any" } else { "choose one" };
+            println!("  options ({how}): {}", q.options.join(" | "));
+        }
+    }
+    Ok(())
+}
+
+pub fn answer(a: &AnswerArgs) -> Result<(), String> {
+    let mut c = host_client(&a.host)?;
+    let answer = a.answer.join(", ");
+    let r = c
+        .call(&Request::Answer {
+            id: a.id,
+            answer: answer.clone(),
+        })
+        .map_err(|e| e.to_string())?;
+    if a.host.json {
+        print_json(r);
+    } else {
+        println!("answered #{}: {answer}", a.id);
+    }
+    Ok(())
+}
+
+pub fn cancel_question(h: &HostArgs, id: i64) -> Result<(), String> {
+    let mut c = host_client(h)?;
+    let r = c
+        .call(&Request::CancelQuestion { id })
+        .map_err(|e| e.to_string())?;
+    if h.json {
+        print_json(r);
+    } else {
+        println!("cancelled #{id}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn formats_utc_times() {
+        assert_eq!(super::fmt_time(0), "1970-01-01 00:00:00Z");
+        assert_eq!(super::fmt_time(1_795_323_782), "2026-11-22 05:03:02Z");
+    }
+}
