@@ -1,0 +1,764 @@
+//! Integration tests of `hive broker`: a real broker process on temp dirs, spoken
+//! to over its real unix sockets with the wire protocol, killed and restarted.
+
+mod common;
+
+use common::hive::*;
+use hyperhive::wire::{self, Client, Message, MessagesReply, RecvNextReply, Request, StatusReply};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+fn wake(c: &mut Client, from: &str, body: &str) -> i64 {
+    let r = ok(
+        c,
+        Request::Wake {
+            from: from.into(),
+            body: body.into(),
+            transient: false,
+            to: None,
+        },
+    );
+    r["id"].as_i64().expect("stored id")
+}
+
+fn recv_next(c: &mut Client, wait: u64) -> RecvNextReply {
+    c.call_as(&Request::RecvNext {
+        wait_seconds: Some(wait),
+    })
+    .expect("recv_next")
+}
+
+fn pop(c: &mut Client) -> Message {
+    recv_next(c, 5).message.expect("a message")
+}
+
+fn status(c: &mut Client) -> StatusReply {
+    c.call_as(&Request::Status {}).expect("status")
+}
+
+#[test]
+fn wake_then_recv_next_then_ack() {
+    let b = Broker::start(&["ana"]);
+    let mut a = b.agent("ana");
+    let id = wake(&mut a, "cron", "nightly build done");
+    let m = pop(&mut a);
+    assert_eq!(
+        (m.id, m.from.as_str(), m.body.as_str()),
+        (id, "cron", "nightly build done")
+    );
+    assert_eq!(status(&mut a).inflight, Some(id));
+    ok(&mut a, Request::AckTurn { id });
+    let s = status(&mut a);
+    assert_eq!((s.unread, s.inflight), (0, None));
+    assert!(recv_next(&mut a, 0).message.is_none());
+}
+
+#[test]
+fn requeue_puts_the_message_back_first_and_one_inflight_at_a_time() {
+    let b = Broker::start(&["ana"]);
+    let mut a = b.agent("ana");
+    let first = wake(&mut a, "x", "first");
+    let _second = wake(&mut a, "x", "second");
+    assert_eq!(pop(&mut a).id, first);
+    // While a row is inflight, recv_next hands out that row again, never a second.
+    let again = recv_next(&mut a, 0);
+    assert_eq!(again.message.unwrap().id, first);
+    assert!(again.redelivered);
+    ok(&mut a, Request::RequeueInflight { id: first });
+    assert_eq!(
+        status(&mut a),
+        StatusReply {
+            unread: 2,
+            inflight: None
+        }
+    );
+    let m = pop(&mut a);
+    assert_eq!((m.id, m.body.as_str()), (first, "first"));
+}
+
+#[test]
+fn long_poll_returns_when_a_message_arrives() {
+    let b = Broker::start(&["ana"]);
+    let mut poller = b.agent("ana");
+    let sock = b.agent_socket("ana");
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut c = Client::connect(&sock).unwrap();
+        wake(&mut c, "peer", "ping")
+    });
+    let start = Instant::now();
+    let r = recv_next(&mut poller, 30);
+    let id = sender.join().unwrap();
+    assert_eq!(r.message.expect("woken with the message").id, id);
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "returned before the wait expired"
+    );
+}
+
+#[test]
+fn long_poll_without_mail_ends_empty_after_its_wait() {
+    let b = Broker::start(&["ana"]);
+    let mut a = b.agent("ana");
+    assert!(recv_next(&mut a, 1).message.is_none());
+    // The connection still serves requests afterwards.
+    assert_eq!(status(&mut a).unread, 0);
+}
+
+#[test]
+fn transient_wake_is_delivered_but_not_stored() {
+    let mut b = Broker::start(&["ana"]);
+    let mut a = b.agent("ana");
+    let r = ok(
+        &mut a,
+        Request::Wake {
+            from: "bash-task-7".into(),
+            body: "exit 0".into(),
+            transient: true,
+            to: None,
+        },
+    );
+    assert!(r.get("id").map_or(true, Value::is_null));
+    let m = pop(&mut a);
+    assert!(m.transient && m.id < 0);
+    ok(&mut a, Request::AckTurn { id: m.id });
+    ok(
+        &mut a,
+        Request::Wake {
+            from: "bash-task-8".into(),
+            body: "pending".into(),
+            transient: true,
+            to: None,
+        },
+    );
+    assert_eq!(status(&mut a).unread, 1);
+    b.restart();
+    let mut a = b.agent("ana");
+    assert_eq!(
+        status(&mut a).unread,
+        0,
+        "transient wakes never reach sqlite"
+    );
+    let db = rusqlite::Connection::open(b.state_dir().join("broker.db")).unwrap();
+    let n: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM messages WHERE sender LIKE 'bash-task-%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn kill_9_keeps_every_accepted_message_in_order() {
+    let mut b = Broker::start(&["ana"]);
+    let mut a = b.agent("ana");
+    let ids: Vec<i64> = (0..100)
+        .map(|i| wake(&mut a, "load", &format!("m{i}")))
+        .collect();
+    b.kill9();
+    b.restart();
+    let mut a = b.agent("ana");
+    assert_eq!(status(&mut a).unread, 100);
+    for (i, id) in ids.iter().enumerate() {
+        let m = pop(&mut a);
+        assert_eq!((m.id, m.body.clone()), (*id, format!("m{i}")));
+        ok(&mut a, Request::AckTurn { id: m.id });
+    }
+}
+
+#[test]
+fn inflight_at_kill_time_is_requeued_after_restart() {
+    let mut b = Broker::start(&["ana"]);
+    let mut a = b.agent("ana");
+    let first = wake(&mut a, "x", "one");
+    wake(&mut a, "x", "two");
+    assert_eq!(pop(&mut a).id, first);
+    b.restart();
+    let mut a = b.agent("ana");
+    assert_eq!(
+        status(&mut a),
+        StatusReply {
+            unread: 2,
+            inflight: None
+        }
+    );
+    assert_eq!(pop(&mut a).id, first);
+}
+
+#[test]
+fn a_harness_killed_mid_turn_gets_its_inflight_row_again() {
+    let b = Broker::start(&["ana"]);
+    let mut a = b.agent("ana");
+    let id = wake(&mut a, "x", "work");
+    assert_eq!(pop(&mut a).id, id);
+    drop(a); // the harness dies mid-turn
+    let mut a2 = b.agent("ana");
+    let r = recv_next(&mut a2, 5);
+    assert_eq!(r.message.unwrap().id, id);
+    assert!(r.redelivered);
+}
+
+#[test]
+fn ack_with_a_stale_or_foreign_id_is_refused() {
+    let b = Broker::start(&["ana", "bob"]);
+    let mut a = b.agent("ana");
+    let mut bob = b.agent("bob");
+    let first = wake(&mut a, "x", "one");
+    assert_eq!(pop(&mut a).id, first);
+    ok(&mut a, Request::AckTurn { id: first });
+    let e = refused(&mut a, Request::AckTurn { id: first });
+    assert!(e.contains("no inflight"), "{e}");
+    let second = wake(&mut a, "x", "two");
+    assert_eq!(pop(&mut a).id, second);
+    let e = refused(&mut a, Request::AckTurn { id: second + 100 });
+    assert!(e.contains("not the inflight"), "{e}");
+    // Another agent's socket cannot ack or requeue this row.
+    let e = refused(&mut bob, Request::AckTurn { id: second });
+    assert!(e.contains("bob has no inflight"), "{e}");
+    refused(&mut bob, Request::RequeueInflight { id: second });
+    ok(&mut a, Request::AckTurn { id: second });
+}
+
+#[test]
+fn an_agent_socket_acts_only_as_that_agent() {
+    let b = Broker::start(&["ana", "bob"]);
+    let mut ana = b.agent("ana");
+    let mut bob = b.agent("bob");
+    let mut host = b.host();
+    ok(
+        &mut host,
+        Request::Send {
+            to: "bob".into(),
+            body: "for bob only".into(),
+            in_reply_to: None,
+        },
+    );
+    assert!(recv_next(&mut ana, 0).message.is_none());
+    let drained: MessagesReply = ana
+        .call_as(&Request::Recv {
+            wait_seconds: None,
+            max: Some(32),
+        })
+        .unwrap();
+    assert!(drained.messages.is_empty());
+    let e = refused(
+        &mut ana,
+        Request::Wake {
+            from: "x".into(),
+            body: "y".into(),
+            transient: false,
+            to: Some("bob".into()),
+        },
+    );
+    assert!(e.contains("can only wake ana"), "{e}");
+    for req in [
+        Request::Inbox {
+            wait_seconds: None,
+            peek: true,
+        },
+        Request::Agents {},
+        Request::Questions {},
+    ] {
+        let e = refused(&mut ana, req);
+        assert!(e.contains("operator command"), "{e}");
+    }
+    let e = refused(&mut host, Request::Status {});
+    assert!(e.contains("agent command"), "{e}");
+    assert_eq!(pop(&mut bob).body, "for bob only");
+}
+
+#[test]
+fn parent_sentinel_and_allowed_recipients() {
+    let b = Broker::start_config(
+        r#"{"hive_name":"pr1ma","agents":[
+            {"name":"ruth"},
+            {"name":"kid","parent":"ruth","allowed_recipients":["operator"]},
+            {"name":"pal"}]}"#,
+    );
+    let mut kid = b.agent("kid");
+    let mut ruth = b.agent("ruth");
+    let r = ok(
+        &mut kid,
+        Request::Send {
+            to: "<parent>".into(),
+            body: "done".into(),
+            in_reply_to: None,
+        },
+    );
+    assert_eq!(r["to"], "ruth");
+    let m = pop(&mut ruth);
+    assert_eq!((m.from.as_str(), m.body.as_str()), ("kid", "done"));
+    // A root agent's parent is the operator.
+    let r = ok(
+        &mut ruth,
+        Request::Send {
+            to: "<parent>".into(),
+            body: "hi boss".into(),
+            in_reply_to: Some(m.id),
+        },
+    );
+    assert_eq!(r["to"], "operator");
+    let e = refused(
+        &mut kid,
+        Request::Send {
+            to: "pal".into(),
+            body: "psst".into(),
+            in_reply_to: None,
+        },
+    );
+    assert!(e.contains("may not send"), "{e}");
+    let e = refused(
+        &mut kid,
+        Request::Send {
+            to: "nobody".into(),
+            body: "x".into(),
+            in_reply_to: None,
+        },
+    );
+    assert!(e.contains("unknown recipient"), "{e}");
+    ok(
+        &mut kid,
+        Request::SendToParent {
+            body: "[system] hello".into(),
+        },
+    );
+    assert_eq!(pop_after_ack(&mut ruth, m.id).body, "[system] hello");
+    let mut host = b.host();
+    let inbox: MessagesReply = host
+        .call_as(&Request::Inbox {
+            wait_seconds: None,
+            peek: false,
+        })
+        .unwrap();
+    assert_eq!(inbox.messages.len(), 1);
+    assert_eq!(inbox.messages[0].in_reply_to, Some(m.id));
+    let meta = ok(&mut kid, Request::GetAgentMeta { name: None });
+    assert_eq!(meta["hive_name"], "pr1ma");
+}
+
+fn pop_after_ack(c: &mut Client, id: i64) -> Message {
+    ok(c, Request::AckTurn { id });
+    pop(c)
+}
+
+#[test]
+fn malformed_input_gets_ok_false_and_the_broker_keeps_serving() {
+    let b = Broker::start(&["ana"]);
+    let stream = UnixStream::connect(b.agent_socket("ana")).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut w = stream.try_clone().unwrap();
+    let mut r = BufReader::new(stream);
+    let huge = format!(
+        r#"{{"cmd":"wake","from":"x","body":"{}"}}"#,
+        "a".repeat(wire::MAX_LINE + 10)
+    );
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"{not json".to_vec(), "malformed JSON"),
+        (b"42".to_vec(), "JSON object"),
+        (br#"{"from":"x"}"#.to_vec(), "no \"cmd\""),
+        (br#"{"cmd":"teleport"}"#.to_vec(), "unknown cmd"),
+        (
+            br#"{"cmd":"wake","from":"x"}"#.to_vec(),
+            "missing field `body`",
+        ),
+        (
+            br#"{"cmd":"ack_turn","id":"seven"}"#.to_vec(),
+            "invalid type",
+        ),
+        (br#"{"cmd":"status","junk":true}"#.to_vec(), "unknown field"),
+        (b"\xff\xfe\xfd".to_vec(), "UTF-8"),
+        (huge.into_bytes(), "longer than"),
+        (
+            br#"{"cmd":"wake","from":"","body":"x"}"#.to_vec(),
+            "from must not be empty",
+        ),
+        (br#"{"cmd":"hello","version":99}"#.to_vec(), "not supported"),
+        (
+            br#"{"cmd":"remind","message":"x"}"#.to_vec(),
+            "delay_seconds or at_unix_timestamp",
+        ),
+        (
+            br#"{"cmd":"set_status","text":"two\nlines"}"#.to_vec(),
+            "one line",
+        ),
+    ];
+    for (line, want) in cases {
+        w.write_all(&line).unwrap();
+        w.write_all(b"\n").unwrap();
+        let mut answer = String::new();
+        r.read_line(&mut answer).unwrap();
+        let v: Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(v["ok"], false, "{answer}");
+        let err = v["error"].as_str().unwrap();
+        assert!(err.contains(want), "want {want:?} in {err:?}");
+    }
+    // The same connection, and a new one, still work.
+    w.write_all(b"{\"cmd\":\"hello\",\"version\":1}\n").unwrap();
+    let mut answer = String::new();
+    r.read_line(&mut answer).unwrap();
+    assert!(answer.starts_with(r#"{"ok":true"#), "{answer}");
+    assert!(answer.contains(r#""identity":"ana""#), "{answer}");
+    let mut a = b.agent("ana");
+    wake(&mut a, "x", "still alive");
+}
+
+#[test]
+fn recv_holds_rows_until_confirmed_and_returns_them_in_order_on_hangup() {
+    let b = Broker::start(&["ana"]);
+    let mut a = b.agent("ana");
+    let ids: Vec<i64> = (0..3)
+        .map(|i| wake(&mut a, "x", &format!("r{i}")))
+        .collect();
+    let mut mcp = b.agent("ana");
+    let got: MessagesReply = mcp
+        .call_as(&Request::Recv {
+            wait_seconds: None,
+            max: Some(2),
+        })
+        .unwrap();
+    assert_eq!(
+        got.messages.iter().map(|m| m.id).collect::<Vec<_>>(),
+        ids[..2]
+    );
+    assert_eq!(status(&mut a).unread, 1);
+    drop(mcp); // killed before confirming
+    wait_for(Duration::from_secs(5), "held rows to return", || {
+        (status(&mut a).unread == 3).then_some(())
+    });
+    let mut mcp = b.agent("ana");
+    let got: MessagesReply = mcp
+        .call_as(&Request::Recv {
+            wait_seconds: Some(5),
+            max: Some(32),
+        })
+        .unwrap();
+    assert_eq!(got.messages.iter().map(|m| m.id).collect::<Vec<_>>(), ids);
+    let r = ok(&mut mcp, Request::RecvAck { ids: ids.clone() });
+    assert_eq!(r["acked"], 3);
+    drop(mcp);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(status(&mut a).unread, 0);
+}
+
+#[test]
+fn sigterm_stops_cleanly_and_removes_sockets_even_mid_long_poll() {
+    let mut b = Broker::start(&["ana"]);
+    let sock = b.agent_socket("ana");
+    let poll = std::thread::spawn(move || {
+        let mut c = Client::connect(&sock).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let start = Instant::now();
+        let r = c.call(&Request::RecvNext {
+            wait_seconds: Some(120),
+        });
+        (
+            start.elapsed(),
+            r.is_err() || r.unwrap().get("message") == Some(&Value::Null),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let st = b.terminate();
+    assert!(st.success(), "exit status {st}");
+    let (elapsed, ended) = poll.join().unwrap();
+    assert!(ended);
+    assert!(
+        elapsed < Duration::from_secs(120),
+        "the long-poll did not wait out its 120 s"
+    );
+    assert!(!b.host_socket().exists());
+    assert!(!b.agent_socket("ana").exists());
+}
+
+#[test]
+fn sockets_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let b = Broker::start(&["ana"]);
+    for p in [b.host_socket(), b.agent_socket("ana")] {
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", p.display());
+    }
+}
+
+#[test]
+fn hive_wake_from_a_shell_script_reads_the_body_from_stdin() {
+    let b = Broker::start(&["ana"]);
+    let script = b.dir.path().join("notify.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nset -e\nprintf 'line one\\nline two\\n' | {} wake --from webhook --body -\n",
+            hive_bin().display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new("sh")
+        .arg(&script)
+        .env("HIVE_SOCKET", b.agent_socket("ana"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut a = b.agent("ana");
+    let m = pop(&mut a);
+    assert_eq!(
+        (m.from.as_str(), m.body.as_str()),
+        ("webhook", "line one\nline two")
+    );
+}
+
+#[test]
+fn hive_wake_without_a_broker_says_so() {
+    let dir = TempDir::new("nob");
+    let sock = dir.path().join("missing.sock");
+    let (code, _, err) = run_hive(
+        &[
+            "wake",
+            "--from",
+            "x",
+            "--body",
+            "y",
+            "--socket",
+            sock.to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("no broker at") && err.contains("is hive broker running"),
+        "{err}"
+    );
+    let (code, _, err) = run_hive(&["wake", "--from", "x"], None, &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("missing --body") && err.contains("Usage"),
+        "{err}"
+    );
+}
+
+#[test]
+fn operator_commands_over_the_host_socket() {
+    let b = Broker::start_config(r#"{"agents":[{"name":"ruth"},{"name":"kid","parent":"ruth"}]}"#);
+    let host = b.host_socket();
+    let env = [("HIVE_HOST_SOCKET", host.to_str().unwrap())];
+    let (code, out, err) = run_hive(&["send", "--to", "ruth", "please", "review"], None, &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sent #"), "{out}");
+    let (code, out, _) = run_hive(&["agents"], None, &env);
+    assert_eq!(code, 0);
+    assert!(out.contains("ruth") && out.contains("kid"), "{out}");
+    let (_, out, _) = run_hive(&["agents", "--json"], None, &env);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["agents"][0]["unread"], 1);
+    assert_eq!(v["agents"][1]["parent"], "ruth");
+
+    let mut ruth = b.agent("ruth");
+    ok(
+        &mut ruth,
+        Request::SetStatus {
+            text: "reviewing".into(),
+        },
+    );
+    ok(
+        &mut ruth,
+        Request::Send {
+            to: "operator".into(),
+            body: "looks good".into(),
+            in_reply_to: None,
+        },
+    );
+    let (_, out, _) = run_hive(&["inbox", "--peek"], None, &env);
+    assert!(
+        out.contains("from ruth") && out.contains("looks good"),
+        "{out}"
+    );
+    let (_, out, _) = run_hive(&["inbox", "--json"], None, &env);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["messages"][0]["body"], "looks good");
+    let (_, out, _) = run_hive(&["inbox"], None, &env);
+    assert!(out.contains("no unread"), "read messages are gone: {out}");
+    let (_, out, _) = run_hive(&["agents"], None, &env);
+    assert!(out.contains("reviewing"), "{out}");
+
+    // Questions: asked by an agent, listed and answered by the operator.
+    let q = ok(
+        &mut ruth,
+        Request::Ask {
+            question: "ship it?".into(),
+            options: vec!["yes".into(), "no".into()],
+            multi: false,
+            ttl_seconds: None,
+            to: None,
+        },
+    );
+    let qid = q["id"].as_i64().unwrap();
+    let (_, out, _) = run_hive(&["questions"], None, &env);
+    assert!(
+        out.contains("ship it?") && out.contains("yes | no"),
+        "{out}"
+    );
+    let (code, _, _) = run_hive(&["answer", &qid.to_string(), "yes"], None, &env);
+    assert_eq!(code, 0);
+    let (code, _, err) = run_hive(&["answer", &qid.to_string(), "again"], None, &env);
+    assert_ne!(code, 0);
+    assert!(err.contains("no open question"), "{err}");
+    let first = pop(&mut ruth); // the operator's message
+    ok(&mut ruth, Request::AckTurn { id: first.id });
+    let m = pop(&mut ruth);
+    assert_eq!(m.kind, "question_answered");
+    assert!(
+        m.body.contains("yes") && m.body.contains("ship it?"),
+        "{}",
+        m.body
+    );
+
+    let (code, _, err) = run_hive(&["send", "--to", "ghost", "hi"], None, &env);
+    assert_ne!(code, 0);
+    assert!(err.contains("unknown agent"), "{err}");
+}
+
+#[test]
+fn questions_between_agents_ttl_and_cancel() {
+    let b = Broker::start(&["ana", "bob"]);
+    let mut ana = b.agent("ana");
+    let mut bob = b.agent("bob");
+    let q = ok(
+        &mut ana,
+        Request::Ask {
+            question: "which branch?".into(),
+            options: vec!["main".into(), "dev".into()],
+            multi: true,
+            ttl_seconds: None,
+            to: Some("bob".into()),
+        },
+    );
+    let qid = q["id"].as_i64().unwrap();
+    let asked = pop(&mut bob);
+    assert_eq!(asked.kind, "question_asked");
+    assert!(asked.body.contains("which branch?") && asked.body.contains("main | dev"));
+    ok(&mut bob, Request::AckTurn { id: asked.id });
+    let e = refused(
+        &mut ana,
+        Request::Answer {
+            id: qid,
+            answer: "main".into(),
+        },
+    );
+    assert!(e.contains("only they may answer"), "{e}");
+    let ends: wire::LooseEndsReply = bob.call_as(&Request::GetLooseEnds { agent: None }).unwrap();
+    assert_eq!(ends.owed.len(), 1);
+    ok(
+        &mut bob,
+        Request::Answer {
+            id: qid,
+            answer: "main, dev".into(),
+        },
+    );
+    let ans = pop(&mut ana);
+    assert!(ans.body.contains("main, dev"), "{}", ans.body);
+    ok(&mut ana, Request::AckTurn { id: ans.id });
+
+    // TTL expiry answers [expired].
+    ok(
+        &mut ana,
+        Request::Ask {
+            question: "quick?".into(),
+            options: vec![],
+            multi: false,
+            ttl_seconds: Some(1),
+            to: None,
+        },
+    );
+    let exp = recv_next(&mut ana, 10).message.expect("expiry notice");
+    assert!(exp.body.contains("[expired]"), "{}", exp.body);
+    ok(&mut ana, Request::AckTurn { id: exp.id });
+
+    // The asker may withdraw; nobody else may.
+    let q = ok(
+        &mut ana,
+        Request::Ask {
+            question: "later?".into(),
+            options: vec![],
+            multi: false,
+            ttl_seconds: None,
+            to: Some("bob".into()),
+        },
+    );
+    let qid = q["id"].as_i64().unwrap();
+    let e = refused(
+        &mut bob,
+        Request::CancelLooseEnd {
+            kind: "question".into(),
+            id: qid,
+        },
+    );
+    assert!(e.contains("not yours"), "{e}");
+    ok(
+        &mut ana,
+        Request::CancelLooseEnd {
+            kind: "question".into(),
+            id: qid,
+        },
+    );
+    let e = refused(
+        &mut ana,
+        Request::CancelLooseEnd {
+            kind: "approval".into(),
+            id: 1,
+        },
+    );
+    assert!(e.contains("approval"), "{e}");
+}
+
+#[test]
+fn reminders_fire_across_a_broker_restart_and_spill_big_payloads() {
+    let mut b = Broker::start(&["ana"]);
+    let mut a = b.agent("ana");
+    let big = "x".repeat(5000);
+    let r = ok(
+        &mut a,
+        Request::Remind {
+            message: big.clone(),
+            delay_seconds: Some(3600),
+            at_unix_timestamp: None,
+        },
+    );
+    let big_id = r["id"].as_i64().unwrap();
+    let spill = b
+        .state_dir()
+        .join("agents/ana/reminders")
+        .join(format!("{big_id}.md"));
+    assert_eq!(std::fs::read_to_string(&spill).unwrap(), big);
+    ok(
+        &mut a,
+        Request::Remind {
+            message: "check the deploy".into(),
+            delay_seconds: Some(1),
+            at_unix_timestamp: None,
+        },
+    );
+    let ends: wire::LooseEndsReply = a.call_as(&Request::GetLooseEnds { agent: None }).unwrap();
+    assert_eq!(ends.reminders.len(), 2);
+    b.restart();
+    let mut a = b.agent("ana");
+    let m = recv_next(&mut a, 10).message.expect("the reminder fires");
+    assert_eq!((m.from.as_str(), m.kind.as_str()), ("reminder", "reminder"));
+    assert!(m.body.contains("check the deploy"));
+    ok(
+        &mut a,
+        Request::CancelLooseEnd {
+            kind: "reminder".into(),
+            id: big_id,
+        },
+    );
+    assert!(!spill.exists());
+}

@@ -1,0 +1,240 @@
+//! Test kit for integration tests: short temp dirs (unix socket paths are limited
+//! to 108 bytes), a real `hive broker` process with kill/restart, and clients on
+//! its real sockets. Every wait here has a timeout, so no test can hang.
+
+use hyperhive::wire::{Client, Request};
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Path of the `hive` binary under test.
+pub fn hive_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hive"))
+}
+
+/// A fresh directory under /tmp with a short name, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let p = PathBuf::from(format!("/tmp/hv-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Polls `f` every 10 ms until it returns Some or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > end {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A running `hive broker` on temp dirs.
+pub struct Broker {
+    pub dir: TempDir,
+    pub args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Broker {
+    /// Starts a broker serving root agents `names`.
+    pub fn start(names: &[&str]) -> Broker {
+        Broker::start_with(&["--agents".to_string(), names.join(",")], None)
+    }
+
+    /// Starts a broker with a config file holding `config` (JSON).
+    pub fn start_config(config: &str) -> Broker {
+        Broker::start_with(&[], Some(config))
+    }
+
+    fn start_with(extra: &[String], config: Option<&str>) -> Broker {
+        let dir = TempDir::new("b");
+        let mut args = vec![
+            "broker".to_string(),
+            "--state-dir".into(),
+            dir.path().join("s").display().to_string(),
+            "--run-dir".into(),
+            dir.path().join("r").display().to_string(),
+        ];
+        if let Some(cfg) = config {
+            let p = dir.path().join("hive.json");
+            std::fs::write(&p, cfg).unwrap();
+            args.push("--config".into());
+            args.push(p.display().to_string());
+        }
+        args.extend(extra.iter().cloned());
+        let mut b = Broker {
+            dir,
+            args,
+            child: None,
+        };
+        b.spawn();
+        b
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("broker.log"))
+            .unwrap();
+        let child = Command::new(hive_bin())
+            .args(&self.args)
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn hive broker");
+        self.child = Some(child);
+        let host = self.host_socket();
+        wait_for(Duration::from_secs(10), "the broker's host socket", || {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    panic!("broker exited early with {st}: {}", self.log());
+                }
+            }
+            Client::connect(&host).ok()
+        });
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("broker.log")).unwrap_or_default()
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        self.dir.path().join("r")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("s")
+    }
+
+    pub fn host_socket(&self) -> PathBuf {
+        self.run_dir().join("host.sock")
+    }
+
+    pub fn agent_socket(&self, name: &str) -> PathBuf {
+        self.run_dir().join("agents").join(name).join("mcp.sock")
+    }
+
+    pub fn agent(&self, name: &str) -> Client {
+        let c = Client::connect(&self.agent_socket(name)).expect("connect agent socket");
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        c
+    }
+
+    pub fn host(&self) -> Client {
+        let c = Client::connect(&self.host_socket()).expect("connect host socket");
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        c
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        wait_for(Duration::from_secs(10), "the broker to exit", || {
+            c.try_wait().ok().flatten()
+        })
+    }
+
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Sends a request and expects `ok:true`.
+pub fn ok(c: &mut Client, req: Request) -> Map<String, Value> {
+    let cmd = req.cmd();
+    match c.call(&req) {
+        Ok(m) => m,
+        Err(e) => panic!("{cmd} failed: {e}"),
+    }
+}
+
+/// Sends a request and expects `ok:false`; returns the error text.
+pub fn refused(c: &mut Client, req: Request) -> String {
+    let cmd = req.cmd();
+    match c.call(&req) {
+        Ok(m) => panic!("{cmd} unexpectedly succeeded: {m:?}"),
+        Err(hyperhive::wire::ClientError::Refused(e)) => e,
+        Err(e) => panic!("{cmd} failed without an answer: {e}"),
+    }
+}
+
+/// Runs `hive ARGS` with a timeout; returns (exit code, stdout, stderr).
+pub fn run_hive(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> (i32, String, String) {
+    use std::io::Write;
+    let mut cmd = Command::new(hive_bin());
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn hive");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let pid = child.id();
+    let guard = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(60));
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    });
+    drop(guard);
+    let out = child.wait_with_output().expect("wait hive");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
