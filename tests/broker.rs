@@ -120,7 +120,7 @@ fn transient_wake_is_delivered_but_not_stored() {
             to: None,
         },
     );
-    assert!(r.get("id").map_or(true, Value::is_null));
+    assert!(r.get("id").is_none_or(Value::is_null));
     let m = pop(&mut a);
     assert!(m.transient && m.id < 0);
     ok(&mut a, Request::AckTurn { id: m.id });
