@@ -1,0 +1,44 @@
+# hive — build, test, lint and benchmark. Installing toolchains and system
+# packages is not done here: see .ci/run and the README.
+
+CARGO ?= cargo
+MUSL_TARGET := x86_64-unknown-linux-musl
+MUSL_BIN := target/$(MUSL_TARGET)/release/hive
+export CC_x86_64_unknown_linux_musl ?= musl-gcc
+
+.PHONY: all build test lint musl musl-check bench clean
+
+all: build
+
+build:
+	$(CARGO) build --release
+
+## Every test: unit tests, integration tests against real hive processes.
+test:
+	$(CARGO) test --all-targets
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+musl-check:
+	@rustup target list --installed 2>/dev/null | grep -qx '$(MUSL_TARGET)' || { \
+	  echo "make musl: the Rust target $(MUSL_TARGET) is missing; install it with:"; \
+	  echo "    rustup target add $(MUSL_TARGET)"; exit 1; }
+	@command -v musl-gcc >/dev/null || { \
+	  echo "make musl: musl-gcc is missing (needed to build the bundled sqlite); install it with:"; \
+	  echo "    apt-get install musl-tools"; exit 1; }
+
+## A static x86_64 musl `hive` at $(MUSL_BIN).
+musl: musl-check
+	$(CARGO) build --release --target $(MUSL_TARGET) --bin hive
+	@ls -l $(MUSL_BIN)
+
+## Benchmarks, printed as ratios against baselines run side by side.
+bench: musl
+	$(CARGO) build --release --target $(MUSL_TARGET) --example empty
+	$(CARGO) bench --bench hive -- \
+	  --hive $(MUSL_BIN) --empty target/$(MUSL_TARGET)/release/examples/empty
+
+clean:
+	$(CARGO) clean

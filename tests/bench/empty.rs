@@ -1,0 +1,2 @@
+//! The baseline for process-start benchmarks: a Rust binary that only exits.
+fn main() {}
