@@ -9,8 +9,10 @@
 
 pub mod args;
 pub mod jsonrpc;
+mod server;
 
 pub use jsonrpc::RequestId;
+pub use server::{install_exit_signals, serve, ExitReason, SUPPORTED_PROTOCOL_VERSIONS};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use serde_json::Value;
