@@ -217,23 +217,8 @@ impl Server {
                 recv(events) -> event => {
                     // The loop holds a sender itself, so the channel cannot close.
                     let Ok(event) = event else { return Ok(ExitReason::Eof) };
-                    match event {
-                        Event::Incoming(Ok(msg)) => self.handle(msg),
-                        Event::Incoming(Err(reply)) => {
-                            warn!("bad input: {}", reply.error.as_ref().map_or("", |e| &e.message));
-                            self.send(reply, None);
-                        }
-                        Event::InputEnded(Ok(())) => {
-                            info!("stdin closed");
-                            return Ok(ExitReason::Eof);
-                        }
-                        Event::InputEnded(Err(e)) => {
-                            return Err(io::Error::new(e.kind(), format!("reading MCP input failed: {e}")));
-                        }
-                        Event::CallDone { id, serial, outcome } => self.finish_call(id, serial, outcome),
-                        Event::OutputFailed(e) => {
-                            return Err(io::Error::new(e.kind(), format!("writing MCP output failed: {e}")));
-                        }
+                    if let Some(exit) = self.on_event(event) {
+                        return exit;
                     }
                 }
                 recv(signals) -> sig => match sig {
@@ -242,6 +227,36 @@ impl Server {
                 },
             }
         }
+    }
+
+    /// Handles one event; `Some` ends the loop with that result.
+    fn on_event(&mut self, event: Event) -> Option<io::Result<ExitReason>> {
+        match event {
+            Event::Incoming(Ok(msg)) => self.handle(msg),
+            Event::Incoming(Err(reply)) => {
+                let why = reply.error.as_ref().map_or("", |e| &e.message);
+                warn!("bad input: {why}");
+                self.send(reply, None);
+            }
+            Event::InputEnded(Ok(())) => {
+                info!("stdin closed");
+                return Some(Ok(ExitReason::Eof));
+            }
+            Event::InputEnded(Err(e)) => {
+                let msg = format!("reading MCP input failed: {e}");
+                return Some(Err(io::Error::new(e.kind(), msg)));
+            }
+            Event::CallDone {
+                id,
+                serial,
+                outcome,
+            } => self.finish_call(id, serial, outcome),
+            Event::OutputFailed(e) => {
+                let msg = format!("writing MCP output failed: {e}");
+                return Some(Err(io::Error::new(e.kind(), msg)));
+            }
+        }
+        None
     }
 
     fn send(&self, response: Response, after: Option<AfterWrite>) {
