@@ -6,5 +6,6 @@ pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod groups;
+pub mod mcp;
 pub mod ops;
 pub mod wire;

@@ -1,0 +1,488 @@
+//! The MCP server loop and its threads. [`serve`] owns one loop that answers
+//! `initialize`, `ping` and `tools/list` inline, starts one thread per `tools/call`,
+//! routes `notifications/cancelled` to the call it names, and decides which call
+//! results reach the writer; a reader thread owns stdin and a writer thread owns
+//! stdout, running each result's post-write hook after its line is flushed. The
+//! loop ends on stdin EOF, on an exit signal (see [`install_exit_signals`]) or when
+//! stdout fails, without waiting for tool threads: their calls are cancelled.
+
+use super::jsonrpc::{Message, Notification, Request, RequestId, Response};
+use super::jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND};
+use super::{AfterWrite, CallCtx, ServerInfo, ToolOutcome, Tools};
+use crossbeam_channel::{never, select, Receiver, Sender};
+use log::{debug, error, info, warn};
+use serde_json::{json, Value};
+use std::any::Any;
+use std::collections::HashMap;
+use std::io::{self, BufRead, Write};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Protocol versions this server speaks, newest first. A client asking for one of
+/// them gets it; any other request gets the first.
+pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] =
+    &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// How long `serve` lets the writer flush already queued lines after stdin EOF.
+const FLUSH_GRACE: Duration = Duration::from_millis(200);
+
+/// Longest request or result text put in one debug log line.
+const LOG_CLIP: usize = 2000;
+
+/// Why [`serve`] returned normally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitReason {
+    /// Stdin reached end of file: the client is gone or done.
+    Eof,
+    /// An exit signal arrived on the `signals` channel.
+    Signal(i32),
+}
+
+impl ExitReason {
+    /// The process exit status to use: 0 after EOF, 128 + the signal number after a
+    /// signal, as a shell would report it.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ExitReason::Eof => 0,
+            ExitReason::Signal(sig) => 128 + sig,
+        }
+    }
+}
+
+/// Registers SIGINT, SIGTERM and SIGHUP and returns the channel [`serve`] takes as
+/// `signals`. Call it first in `main`, before any other thread starts. The first
+/// signal is forwarded, so `serve` returns [`ExitReason::Signal`] within
+/// milliseconds and the binary calls `std::process::exit`; a second signal, or a
+/// signal nobody receives any more, exits the process from the signal thread
+/// directly. Results not yet written when the process exits never run their hooks.
+pub fn install_exit_signals() -> io::Result<Receiver<i32>> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    let (tx, rx) = crossbeam_channel::unbounded();
+    thread::Builder::new()
+        .name("mcp-signals".into())
+        .spawn(move || {
+            let mut forwarded = false;
+            for sig in signals.forever() {
+                if !forwarded && tx.send(sig).is_ok() {
+                    info!("signal {sig}: shutting down");
+                    forwarded = true;
+                    continue;
+                }
+                info!("signal {sig} again: exiting now");
+                std::process::exit(128 + sig);
+            }
+        })?;
+    Ok(rx)
+}
+
+/// Serves MCP on `input` and `output` until EOF, a signal on `signals` (pass
+/// [`crossbeam_channel::never`] for none) or a failed write, which is the `Err`
+/// case, as is a failed read. `input` and `output` go to their own threads, which
+/// are not joined: a read blocked on stdin must not hold up the exit. Tool threads
+/// still running are cancelled and their results dropped.
+pub fn serve(
+    info: ServerInfo,
+    tools: Arc<dyn Tools>,
+    input: impl BufRead + Send + 'static,
+    output: impl Write + Send + 'static,
+    signals: Receiver<i32>,
+) -> io::Result<ExitReason> {
+    let (events_tx, events_rx) = crossbeam_channel::unbounded();
+    let closing = Arc::new(AtomicBool::new(false));
+
+    let reader_events = events_tx.clone();
+    thread::Builder::new()
+        .name("mcp-reader".into())
+        .spawn(move || read_loop(input, reader_events))?;
+
+    let (writer_tx, writer_rx) = crossbeam_channel::unbounded();
+    let (writer_done_tx, writer_done) = crossbeam_channel::bounded::<()>(0);
+    let writer_events = events_tx.clone();
+    let writer_closing = Arc::clone(&closing);
+    thread::Builder::new()
+        .name("mcp-writer".into())
+        .spawn(move || {
+            write_loop(output, writer_rx, writer_events, writer_closing);
+            drop(writer_done_tx);
+        })?;
+
+    let mut server = Server {
+        info,
+        tools,
+        writer: writer_tx,
+        events: events_tx,
+        inflight: HashMap::new(),
+        next_serial: 0,
+    };
+    let result = server.run(events_rx, signals);
+
+    // From here on no hook runs: a result still queued may never reach the client.
+    closing.store(true, Ordering::SeqCst);
+    if !server.inflight.is_empty() {
+        info!(
+            "exiting with {} call(s) running; cancelling them",
+            server.inflight.len()
+        );
+    }
+    // Dropping the loop drops every cancel sender and the writer's only sender.
+    drop(server);
+    if let Ok(ExitReason::Eof) = result {
+        let _ = writer_done.recv_timeout(FLUSH_GRACE);
+    }
+    result
+}
+
+/// Everything the loop sees, from the reader, the writer and the call threads.
+enum Event {
+    Incoming(Result<Message, Response>),
+    InputEnded(io::Result<()>),
+    CallDone {
+        id: RequestId,
+        serial: u64,
+        outcome: ToolOutcome,
+    },
+    OutputFailed(io::Error),
+}
+
+/// One line for the writer and the hook to run once it is flushed.
+struct Outgoing {
+    msg: Message,
+    after: Option<AfterWrite>,
+}
+
+fn read_loop(mut input: impl BufRead, events: Sender<Event>) {
+    loop {
+        let event = match Message::read(&mut input) {
+            Ok(Some(incoming)) => Event::Incoming(incoming),
+            Ok(None) => Event::InputEnded(Ok(())),
+            Err(e) => Event::InputEnded(Err(e)),
+        };
+        let last = matches!(event, Event::InputEnded(_));
+        if events.send(event).is_err() || last {
+            return;
+        }
+    }
+}
+
+fn write_loop(
+    mut output: impl Write,
+    outgoing: Receiver<Outgoing>,
+    events: Sender<Event>,
+    closing: Arc<AtomicBool>,
+) {
+    for Outgoing { msg, after } in outgoing {
+        if let Err(e) = msg.write(&mut output) {
+            // The hook, if any, is dropped unrun; so is everything still queued.
+            let _ = events.send(Event::OutputFailed(e));
+            return;
+        }
+        let Some(after) = after else { continue };
+        if closing.load(Ordering::SeqCst) {
+            debug!("not running a post-write hook: the server is exiting");
+        } else if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(after)) {
+            error!("a post-write hook panicked: {}", panic_text(&*payload));
+        }
+    }
+}
+
+/// A call thread that is running.
+struct Inflight {
+    serial: u64,
+    /// Held only to be dropped: that disconnects the call's `CallCtx::cancel`.
+    _cancel: Sender<()>,
+}
+
+struct Server {
+    info: ServerInfo,
+    tools: Arc<dyn Tools>,
+    writer: Sender<Outgoing>,
+    events: Sender<Event>,
+    inflight: HashMap<RequestId, Inflight>,
+    /// Tells a late result of a cancelled call from a new call reusing its id.
+    next_serial: u64,
+}
+
+impl Server {
+    fn run(
+        &mut self,
+        events: Receiver<Event>,
+        mut signals: Receiver<i32>,
+    ) -> io::Result<ExitReason> {
+        loop {
+            select! {
+                recv(events) -> event => {
+                    // The loop holds a sender itself, so the channel cannot close.
+                    let Ok(event) = event else { return Ok(ExitReason::Eof) };
+                    if let Some(exit) = self.on_event(event) {
+                        return exit;
+                    }
+                }
+                recv(signals) -> sig => match sig {
+                    Ok(sig) => return Ok(ExitReason::Signal(sig)),
+                    Err(_) => signals = never(),
+                },
+            }
+        }
+    }
+
+    /// Handles one event; `Some` ends the loop with that result.
+    fn on_event(&mut self, event: Event) -> Option<io::Result<ExitReason>> {
+        match event {
+            Event::Incoming(Ok(msg)) => self.handle(msg),
+            Event::Incoming(Err(reply)) => {
+                let why = reply.error.as_ref().map_or("", |e| &e.message);
+                warn!("bad input: {why}");
+                self.send(reply, None);
+            }
+            Event::InputEnded(Ok(())) => {
+                info!("stdin closed");
+                return Some(Ok(ExitReason::Eof));
+            }
+            Event::InputEnded(Err(e)) => {
+                let msg = format!("reading MCP input failed: {e}");
+                return Some(Err(io::Error::new(e.kind(), msg)));
+            }
+            Event::CallDone {
+                id,
+                serial,
+                outcome,
+            } => self.finish_call(id, serial, outcome),
+            Event::OutputFailed(e) => {
+                let msg = format!("writing MCP output failed: {e}");
+                return Some(Err(io::Error::new(e.kind(), msg)));
+            }
+        }
+        None
+    }
+
+    fn send(&self, response: Response, after: Option<AfterWrite>) {
+        let out = Outgoing {
+            msg: response.into(),
+            after,
+        };
+        if self.writer.send(out).is_err() {
+            debug!("the writer is gone; dropping a response");
+        }
+    }
+
+    fn handle(&mut self, msg: Message) {
+        match msg {
+            Message::Request(req) => self.handle_request(req),
+            Message::Notification(note) => self.handle_notification(note),
+            Message::Response(resp) => debug!("ignoring a response to id {:?}", resp.id),
+        }
+    }
+
+    fn handle_request(&mut self, req: Request) {
+        let Request { id, method, params } = req;
+        let result = match method.as_str() {
+            "initialize" => self.initialize(&params),
+            "ping" => json!({}),
+            "tools/list" => self.tools_list(),
+            "tools/call" => return self.start_call(id, params),
+            _ => {
+                let msg = format!("Method not found: {method}");
+                return self.send(Response::err(Some(id), METHOD_NOT_FOUND, msg), None);
+            }
+        };
+        self.send(Response::ok(id, result), None);
+    }
+
+    fn handle_notification(&mut self, note: Notification) {
+        match note.method.as_str() {
+            "notifications/initialized" => debug!("client initialized"),
+            "notifications/cancelled" => self.cancel(&note.params),
+            other => debug!("ignoring notification {other}"),
+        }
+    }
+
+    fn initialize(&self, params: &Value) -> Value {
+        let asked = params.get("protocolVersion").and_then(Value::as_str);
+        let version = negotiate(asked);
+        info!(
+            "initialize from {}: asked protocol {asked:?}, answering {version}",
+            params.get("clientInfo").unwrap_or(&Value::Null)
+        );
+        let mut result = json!({
+            "protocolVersion": version,
+            "capabilities": {"tools": {"listChanged": false}},
+            "serverInfo": {"name": self.info.name, "version": self.info.version},
+        });
+        if let Some(instructions) = &self.info.instructions {
+            result["instructions"] = Value::String(instructions.clone());
+        }
+        result
+    }
+
+    fn tools_list(&self) -> Value {
+        let tools: Vec<Value> = self
+            .tools
+            .list()
+            .into_iter()
+            .map(|t| {
+                json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema})
+            })
+            .collect();
+        json!({ "tools": tools })
+    }
+
+    fn start_call(&mut self, id: RequestId, params: Value) {
+        let invalid = |msg: String| Response::err(Some(id.clone()), INVALID_PARAMS, msg);
+        let (name, args) = match call_params(&params) {
+            Ok(parsed) => parsed,
+            Err(msg) => return self.send(invalid(msg), None),
+        };
+        if !self.tools.list().iter().any(|t| t.name == name) {
+            return self.send(invalid(format!("unknown tool: {name}")), None);
+        }
+        if self.inflight.contains_key(&id) {
+            let msg = format!("Invalid Request: id {id} is already used by a running call");
+            return self.send(Response::err(Some(id), INVALID_REQUEST, msg), None);
+        }
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let (ctx, cancel) = CallCtx::new(id.clone());
+        let tools = Arc::clone(&self.tools);
+        let events = self.events.clone();
+        let thread_name = format!("mcp-call-{name}");
+        let spawned = thread::Builder::new().name(thread_name).spawn(move || {
+            let outcome = run_tool(&*tools, &name, args, &ctx);
+            let id = ctx.id.clone();
+            // A closed channel means the server has exited; the result is dropped.
+            let _ = events.send(Event::CallDone {
+                id,
+                serial,
+                outcome,
+            });
+        });
+        match spawned {
+            Ok(_) => {
+                self.inflight.insert(
+                    id,
+                    Inflight {
+                        serial,
+                        _cancel: cancel,
+                    },
+                );
+            }
+            Err(e) => {
+                let msg = format!("could not start a thread for the call: {e}");
+                self.send(Response::err(Some(id), INTERNAL_ERROR, msg), None);
+            }
+        }
+    }
+
+    fn cancel(&mut self, params: &Value) {
+        let reason = params.get("reason").and_then(Value::as_str).unwrap_or("");
+        let Some(id) = params.get("requestId").and_then(RequestId::from_value) else {
+            warn!("ignoring notifications/cancelled without a usable requestId: {params}");
+            return;
+        };
+        match self.inflight.remove(&id) {
+            Some(_) => info!("call {id} cancelled by the client: {reason}"),
+            None => debug!("cancel for call {id}, which is not running: {reason}"),
+        }
+    }
+
+    fn finish_call(&mut self, id: RequestId, serial: u64, outcome: ToolOutcome) {
+        match self.inflight.get(&id) {
+            Some(call) if call.serial == serial => {
+                self.inflight.remove(&id);
+            }
+            _ => {
+                debug!("dropping the result of cancelled call {id}");
+                return;
+            }
+        }
+        let (result, after) = match outcome {
+            ToolOutcome::Ok(text) => (text_result(text, false), None),
+            ToolOutcome::OkThen(text, after) => (text_result(text, false), Some(after)),
+            ToolOutcome::Err(text) => (text_result(text, true), None),
+            ToolOutcome::InvalidParams(msg) => {
+                return self.send(Response::err(Some(id), INVALID_PARAMS, msg), None)
+            }
+        };
+        self.send(Response::ok(id, result), after);
+    }
+}
+
+/// The answer to an `initialize` asking for `asked`.
+fn negotiate(asked: Option<&str>) -> &'static str {
+    SUPPORTED_PROTOCOL_VERSIONS
+        .iter()
+        .find(|v| Some(**v) == asked)
+        .unwrap_or(&SUPPORTED_PROTOCOL_VERSIONS[0])
+}
+
+/// Reads `name` and `arguments` of a `tools/call`; absent or null arguments are `{}`.
+fn call_params(params: &Value) -> Result<(String, Value), String> {
+    let Some(params) = params.as_object() else {
+        return Err("tools/call params must be an object with \"name\" and \"arguments\"".into());
+    };
+    let name = match params.get("name") {
+        Some(Value::String(name)) => name.clone(),
+        None => return Err("tools/call is missing \"name\"".into()),
+        Some(_) => return Err("tools/call \"name\" must be a string".into()),
+    };
+    let args = match params.get("arguments") {
+        None | Some(Value::Null) => json!({}),
+        Some(args @ Value::Object(_)) => args.clone(),
+        Some(_) => return Err("tools/call \"arguments\" must be an object".into()),
+    };
+    Ok((name, args))
+}
+
+fn text_result(text: String, is_error: bool) -> Value {
+    let mut result = json!({ "content": [{"type": "text", "text": text}] });
+    if is_error {
+        result["isError"] = Value::Bool(true);
+    }
+    result
+}
+
+/// The envelope around every tool call: logs the request and the result and turns
+/// a panic into an error result the model can read.
+fn run_tool(tools: &dyn Tools, name: &str, args: Value, ctx: &CallCtx) -> ToolOutcome {
+    debug!("call {} {name} <- {}", ctx.id, clip(&args.to_string()));
+    let started = Instant::now();
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| tools.call(name, args, ctx)))
+        .unwrap_or_else(|payload| {
+            let what = panic_text(&*payload);
+            error!("tool {name} panicked in call {}: {what}", ctx.id);
+            ToolOutcome::Err(format!(
+                "tool \"{name}\" panicked: {what}. This is a bug in hive; the server is \
+                 still running, so other tools keep working."
+            ))
+        });
+    debug!(
+        "call {} {name} -> {} after {:?}",
+        ctx.id,
+        clip(&format!("{outcome:?}")),
+        started.elapsed()
+    );
+    outcome
+}
+
+fn panic_text(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".into()
+    }
+}
+
+fn clip(text: &str) -> &str {
+    match text.char_indices().nth(LOG_CLIP) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests;
