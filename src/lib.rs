@@ -2,4 +2,5 @@
 //! The library holds every subsystem; `src/main.rs` only parses the command line and
 //! dispatches here, so integration tests and fuzz targets reach the same code.
 
+pub mod harness;
 pub mod wire;
