@@ -6,6 +6,7 @@ pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod groups;
+pub mod harness;
 pub mod mcp;
 pub mod ops;
 pub mod wire;

@@ -1,0 +1,1356 @@
+//! The turn-outcome classifier: a [`TurnObserver`] is fed every stdout and stderr
+//! line of one `claude --print --output-format stream-json` process and, once the
+//! process has ended, turns what it saw plus how the process ended into a
+//! [`TurnReport`]: the [`TurnOutcome`] that drives the serve loop (ack, requeue and
+//! sleep, park for login, compact, report a failure), the context size that drives
+//! the watermarks, and the session and cost figures for the stats sink.
+//!
+//! The real CLI (2.1.197) prints every API error on stdout as JSON and leaves stderr
+//! empty, so the structured fields win: the `result` line's `is_error`,
+//! `api_error_status` and `terminal_reason`, the synthetic assistant line's `error`,
+//! `system/api_retry` and `rate_limit_event` lines. Text markers are only a fallback
+//! and are only looked for where text cannot come from the conversation: raw stderr
+//! lines and parsed `{"type":"error"}` events, never assistant text. Nothing here does
+//! I/O; the runner owns the child and calls in from its pump threads' channel.
+
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+/// What claude prints when the session no longer fits its context window.
+pub const PROMPT_TOO_LONG_MARKER: &str = "Prompt is too long";
+
+/// Stderr and error-event markers of a failed login, matched case-insensitively as
+/// words (so `401` in `:14010` or `req_4011` is not one).
+pub const AUTH_FAIL_MARKERS: &[&str] = &[
+    "authentication_failed",
+    "authentication_error",
+    "401",
+    "invalid api key",
+    "invalid x-api-key",
+    "invalid_api_key",
+    "oauth token has expired",
+    "failed to authenticate",
+    "not logged in",
+    "please run /login",
+];
+
+/// Stderr and error-event markers of a rate limit, matched case-insensitively as
+/// words (so the port `:14290` or the id `req_4291` is not one).
+pub const RATE_LIMIT_MARKERS: &[&str] = &[
+    "429",
+    "rate_limit",
+    "rate_limited",
+    "rate limit",
+    "rate limited",
+    "rate-limit",
+    "rate-limited",
+    "too many requests",
+];
+
+/// Texts of the CLI's own "the API could not be reached or is overloaded" results,
+/// matched case-insensitively as substrings of the result text.
+const API_UNAVAILABLE_MARKERS: &[&str] = &[
+    "request timed out",
+    "unable to connect",
+    "overloaded",
+    "repeated 529",
+    "internal server error",
+    "connection error",
+    "econnreset",
+    "service unavailable",
+];
+
+/// How many stderr lines are kept for the message of a crashed turn.
+const STDERR_TAIL_LINES: usize = 8;
+
+/// Longest stderr line kept, in bytes; the rest is cut.
+const STDERR_LINE_MAX: usize = 500;
+
+/// What one turn came to, for the serve loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnOutcome {
+    /// The turn ran to a successful `result`.
+    Ok,
+    /// The session was compacted: a `/compact` run that printed its
+    /// `compact_boundary`, or a turn during which the CLI compacted on its own.
+    Compacted,
+    /// The API refused for rate limiting; `resets_at` is epoch seconds when the CLI
+    /// said when the limit lifts.
+    RateLimited { resets_at: Option<i64> },
+    /// The credentials were refused (401/403) or are missing.
+    AuthFailed,
+    /// The session no longer fits the context window; `/compact` and retry.
+    PromptTooLong,
+    /// The API timed out, could not be reached or was overloaded; the text is the
+    /// CLI's message.
+    ApiUnavailable(String),
+    /// The turn was aborted mid-execution (`error_during_execution`,
+    /// `aborted_tools`).
+    Interrupted(String),
+    /// Anything else: a crash, a timeout, an error result nothing above explains.
+    Failed(String),
+}
+
+impl TurnOutcome {
+    /// True for the outcomes whose inflight message is acked.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, TurnOutcome::Ok | TurnOutcome::Compacted)
+    }
+}
+
+impl fmt::Display for TurnOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TurnOutcome::Ok => f.write_str("ok"),
+            TurnOutcome::Compacted => f.write_str("compacted"),
+            TurnOutcome::RateLimited { resets_at: Some(t) } => {
+                write!(f, "rate limited (resets at {t})")
+            }
+            TurnOutcome::RateLimited { resets_at: None } => f.write_str("rate limited"),
+            TurnOutcome::AuthFailed => f.write_str("authentication failed"),
+            TurnOutcome::PromptTooLong => f.write_str("prompt is too long"),
+            TurnOutcome::ApiUnavailable(m) => write!(f, "API unavailable: {m}"),
+            TurnOutcome::Interrupted(m) => write!(f, "interrupted: {m}"),
+            TurnOutcome::Failed(m) => write!(f, "failed: {m}"),
+        }
+    }
+}
+
+/// Something the runner may act on while the child is still running.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Signal {
+    /// The CLI is about to retry an API call (`system/api_retry`).
+    ApiRetry {
+        attempt: u64,
+        max_retries: u64,
+        error_status: Option<i64>,
+        error: Option<String>,
+        delay_ms: u64,
+    },
+    /// An `api_retry` for a 401: the CLI would retry a dead credential for minutes.
+    /// Kill the child and finish with `killed_early_for_auth`. Sent once.
+    KillEarlyAuth,
+    /// A hard rate-limit sign (a rejected `rate_limit_event`, an error event or a
+    /// stderr marker), for showing the badge early. Sent once.
+    RateLimited { resets_at: Option<i64> },
+}
+
+/// How the child ended, as the runner saw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExitInfo {
+    /// Exit code, when it exited.
+    pub code: Option<i32>,
+    /// Terminating signal, when it was killed.
+    pub signal: Option<i32>,
+    /// The runner killed it at its wall-clock limit.
+    pub timed_out: bool,
+    /// The runner killed it after [`Signal::KillEarlyAuth`].
+    pub killed_early_for_auth: bool,
+    /// How long it ran, for the timeout message.
+    pub elapsed: Option<Duration>,
+}
+
+impl ExitInfo {
+    /// A plain exit with `code`.
+    pub fn exited(code: i32) -> ExitInfo {
+        ExitInfo {
+            code: Some(code),
+            ..ExitInfo::default()
+        }
+    }
+
+    fn describe(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(c), _) => format!("claude exited with code {c}"),
+            (None, Some(s)) => format!("claude was killed by signal {s}"),
+            (None, None) => "claude ended".to_string(),
+        }
+    }
+}
+
+/// The numbers of a `system/compact_boundary` line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactStats {
+    /// `manual` for `/compact`, `auto` when the CLI compacted on its own.
+    pub trigger: Option<String>,
+    pub pre_tokens: Option<u64>,
+    pub post_tokens: Option<u64>,
+}
+
+/// Everything one process told us, once it has ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnReport {
+    pub outcome: TurnOutcome,
+    /// From `system/init`, overridden by the `result` line.
+    pub session_id: Option<String>,
+    /// The model `system/init` named.
+    pub model: Option<String>,
+    /// Context size after the turn: input + cache read + cache creation tokens of
+    /// the last main-session, non-synthetic assistant message; after a successful
+    /// compaction with no such message, the boundary's `post_tokens`.
+    pub context_tokens: Option<u64>,
+    /// The CLI-reported `modelUsage.<model>.contextWindow`.
+    pub context_window: Option<u64>,
+    /// The CLI-reported `modelUsage.<model>.maxOutputTokens`.
+    pub max_output_tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
+    /// Cumulative over the turn, from `result.usage` (for stats, not context).
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_creation_tokens: u64,
+    pub num_turns: Option<u64>,
+    /// The `result` line's text.
+    pub result_text: Option<String>,
+    /// Some assistant or result line was printed: the prompt is in the session's
+    /// history, so a retry must send a short note rather than the body again.
+    pub prompt_reached_session: bool,
+    /// How many `api_retry` lines the CLI printed.
+    pub api_retries: u32,
+    /// Set when a `compact_boundary` line was seen.
+    pub compact: Option<CompactStats>,
+    /// The last stderr lines, oldest first.
+    pub stderr_tail: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Mode {
+    #[default]
+    Turn,
+    Compaction,
+}
+
+/// The fields of a `result` line the classifier uses.
+#[derive(Debug, Clone, Default)]
+struct ResultLine {
+    subtype: String,
+    is_error: bool,
+    api_error_status: Option<i64>,
+    terminal_reason: Option<String>,
+    text: Option<String>,
+}
+
+impl ResultLine {
+    fn is_interrupted(&self) -> bool {
+        self.subtype == "error_during_execution"
+            || self.terminal_reason.as_deref() == Some("aborted_tools")
+    }
+
+    fn text_or(&self, fallback: &str) -> String {
+        match self.text.as_deref() {
+            Some(t) if !t.trim().is_empty() => t.to_string(),
+            _ => fallback.to_string(),
+        }
+    }
+}
+
+/// Error signs seen outside the `result` line, used when the result does not say.
+#[derive(Debug, Clone, Default)]
+struct Evidence {
+    rate_limited: bool,
+    auth_failed: bool,
+    prompt_too_long: bool,
+    api_unavailable: Option<String>,
+    /// The message of the last `{"type":"error"}` event.
+    error_message: Option<String>,
+}
+
+/// Watches one claude process; see the module docs.
+#[derive(Debug, Default)]
+pub struct TurnObserver {
+    mode: Mode,
+    session_id: Option<String>,
+    model: Option<String>,
+    reached_session: bool,
+    last_message_id: Option<String>,
+    context_tokens: Option<u64>,
+    result: Option<ResultLine>,
+    num_turns: Option<u64>,
+    cost_usd: Option<f64>,
+    usage: [u64; 4],
+    model_usage: Option<Value>,
+    synthetic_error: Option<String>,
+    synthetic_text: Option<String>,
+    evidence: Evidence,
+    resets_at: Option<i64>,
+    api_retries: u32,
+    sent_kill: bool,
+    sent_rate_limited: bool,
+    compact: Option<CompactStats>,
+    compact_failure: Option<String>,
+    stderr_tail: VecDeque<String>,
+}
+
+impl TurnObserver {
+    /// An observer for a normal turn.
+    pub fn new() -> TurnObserver {
+        TurnObserver::default()
+    }
+
+    /// An observer for a `/compact` run: success needs a `compact_boundary` line,
+    /// and a `system/status` line with `compact_result:"failed"` is a failure even
+    /// though the CLI exits 0.
+    pub fn compaction() -> TurnObserver {
+        TurnObserver {
+            mode: Mode::Compaction,
+            ..TurnObserver::default()
+        }
+    }
+
+    /// Takes one stdout line. Lines that are not JSON are ignored: stream-json
+    /// prints nothing else, and text is never classified.
+    pub fn on_stdout_line(&mut self, line: &str) -> Vec<Signal> {
+        let line = line.trim();
+        if line.is_empty() {
+            return Vec::new();
+        }
+        match serde_json::from_str::<Value>(line) {
+            Ok(value) => self.on_stdout_value(&value),
+            Err(_) => {
+                log::debug!("ignoring non-JSON stdout line from claude: {line}");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Takes one already-parsed stdout line, for a pump that parses once to forward
+    /// the value to the live bus as well.
+    pub fn on_stdout_value(&mut self, v: &Value) -> Vec<Signal> {
+        let mut signals = Vec::new();
+        match str_at(v, "type").unwrap_or("") {
+            "system" => self.on_system(v, &mut signals),
+            "assistant" => self.on_assistant(v),
+            "result" => self.on_result(v),
+            "rate_limit_event" => self.on_rate_limit_event(v, &mut signals),
+            "error" => self.on_error_event(v, &mut signals),
+            _ => {}
+        }
+        signals
+    }
+
+    /// Takes one stderr line: kept for a crash message and matched against the
+    /// rate-limit, auth and prompt-too-long markers.
+    pub fn on_stderr_line(&mut self, line: &str) -> Vec<Signal> {
+        let mut signals = Vec::new();
+        let line = line.trim_end();
+        if line.trim().is_empty() {
+            return signals;
+        }
+        if self.stderr_tail.len() == STDERR_TAIL_LINES {
+            self.stderr_tail.pop_front();
+        }
+        self.stderr_tail.push_back(cut(line, STDERR_LINE_MAX));
+        if stderr_rate_limited(line) {
+            self.evidence.rate_limited = true;
+            self.signal_rate_limited(&mut signals);
+        }
+        if stderr_auth_failed(line) {
+            self.evidence.auth_failed = true;
+        }
+        if is_prompt_too_long(line) {
+            self.evidence.prompt_too_long = true;
+        }
+        signals
+    }
+
+    /// Turns what was seen plus how the process ended into the report.
+    pub fn finish(self, exit: ExitInfo) -> TurnReport {
+        let outcome = self.outcome(&exit);
+        let (context_window, max_output_tokens) = self.cli_window();
+        let context_tokens = match (self.context_tokens, &self.compact) {
+            (Some(t), _) => Some(t),
+            (None, Some(c)) if outcome == TurnOutcome::Compacted => c.post_tokens,
+            (None, _) => None,
+        };
+        TurnReport {
+            outcome,
+            session_id: self.session_id,
+            model: self.model,
+            context_tokens,
+            context_window,
+            max_output_tokens,
+            cost_usd: self.cost_usd,
+            input_tokens: self.usage[0],
+            output_tokens: self.usage[1],
+            cache_read_tokens: self.usage[2],
+            cache_creation_tokens: self.usage[3],
+            num_turns: self.num_turns,
+            result_text: self.result.and_then(|r| r.text),
+            prompt_reached_session: self.reached_session,
+            api_retries: self.api_retries,
+            compact: self.compact,
+            stderr_tail: self.stderr_tail.into_iter().collect(),
+        }
+    }
+
+    fn on_system(&mut self, v: &Value, signals: &mut Vec<Signal>) {
+        match str_at(v, "subtype").unwrap_or("") {
+            "init" => {
+                if let Some(s) = str_at(v, "session_id") {
+                    self.session_id = Some(s.to_string());
+                }
+                if let Some(m) = str_at(v, "model") {
+                    self.model = Some(m.to_string());
+                }
+            }
+            "api_retry" => {
+                self.api_retries += 1;
+                let error_status = v.get("error_status").and_then(Value::as_i64);
+                signals.push(Signal::ApiRetry {
+                    attempt: u64_at(v, "attempt").unwrap_or(0),
+                    max_retries: u64_at(v, "max_retries").unwrap_or(0),
+                    error_status,
+                    error: str_at(v, "error").map(str::to_string),
+                    delay_ms: v
+                        .get("retry_delay_ms")
+                        .and_then(Value::as_f64)
+                        .map_or(0, |ms| ms.max(0.0) as u64),
+                });
+                if error_status == Some(401) && !self.sent_kill {
+                    self.sent_kill = true;
+                    signals.push(Signal::KillEarlyAuth);
+                }
+            }
+            "status" if str_at(v, "compact_result") == Some("failed") => {
+                let err = str_at(v, "compact_error").unwrap_or("compaction failed");
+                self.compact_failure = Some(err.to_string());
+            }
+            "compact_boundary" => {
+                let meta = v.get("compact_metadata");
+                let field = |k: &str| meta.and_then(|m| m.get(k));
+                self.compact = Some(CompactStats {
+                    trigger: field("trigger").and_then(Value::as_str).map(str::to_string),
+                    pre_tokens: field("pre_tokens").and_then(Value::as_u64),
+                    post_tokens: field("post_tokens").and_then(Value::as_u64),
+                });
+            }
+            _ => {}
+        }
+    }
+
+    fn on_assistant(&mut self, v: &Value) {
+        self.reached_session = true;
+        let Some(msg) = v.get("message") else {
+            return;
+        };
+        if str_at(msg, "model") == Some("<synthetic>") {
+            // The CLI's own error reply: all-zero usage, never sent to the API.
+            if let Some(e) = str_at(v, "error") {
+                self.synthetic_error = Some(e.to_string());
+            }
+            self.synthetic_text = first_text(msg);
+            return;
+        }
+        if v.get("parent_tool_use_id").is_some_and(|p| !p.is_null()) {
+            // A sub-agent's call: its usage is another context, not the session's.
+            return;
+        }
+        let id = str_at(msg, "id").map(str::to_string);
+        if id.is_some() && id == self.last_message_id {
+            // One API response prints one line per content block, same usage.
+            return;
+        }
+        if let Some(usage) = msg.get("usage") {
+            let tokens = [
+                "input_tokens",
+                "cache_read_input_tokens",
+                "cache_creation_input_tokens",
+            ]
+            .iter()
+            .map(|k| u64_at(usage, k).unwrap_or(0))
+            .sum();
+            self.context_tokens = Some(tokens);
+            self.last_message_id = id;
+        }
+    }
+
+    fn on_result(&mut self, v: &Value) {
+        self.reached_session = true;
+        if let Some(s) = str_at(v, "session_id") {
+            self.session_id = Some(s.to_string());
+        }
+        self.num_turns = u64_at(v, "num_turns");
+        self.cost_usd = v.get("total_cost_usd").and_then(Value::as_f64);
+        if let Some(u) = v.get("usage") {
+            self.usage = [
+                u64_at(u, "input_tokens").unwrap_or(0),
+                u64_at(u, "output_tokens").unwrap_or(0),
+                u64_at(u, "cache_read_input_tokens").unwrap_or(0),
+                u64_at(u, "cache_creation_input_tokens").unwrap_or(0),
+            ];
+        }
+        self.model_usage = v.get("modelUsage").cloned();
+        self.result = Some(ResultLine {
+            subtype: str_at(v, "subtype").unwrap_or("").to_string(),
+            is_error: v.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+            api_error_status: v.get("api_error_status").and_then(Value::as_i64),
+            terminal_reason: str_at(v, "terminal_reason").map(str::to_string),
+            text: str_at(v, "result").map(str::to_string),
+        });
+    }
+
+    fn on_rate_limit_event(&mut self, v: &Value, signals: &mut Vec<Signal>) {
+        let Some(info) = v.get("rate_limit_info") else {
+            return;
+        };
+        if let Some(t) = info.get("resetsAt").and_then(Value::as_i64) {
+            self.resets_at = Some(t);
+        }
+        if str_at(info, "status") == Some("rejected") {
+            self.evidence.rate_limited = true;
+            self.signal_rate_limited(signals);
+        }
+    }
+
+    fn on_error_event(&mut self, v: &Value, signals: &mut Vec<Signal>) {
+        let err = v.get("error");
+        let kind = err.and_then(|e| str_at(e, "type")).unwrap_or("");
+        let message = err
+            .and_then(|e| str_at(e, "message"))
+            .or_else(|| err.and_then(Value::as_str))
+            .or_else(|| str_at(v, "message"))
+            .unwrap_or(kind);
+        let text = v.to_string();
+        if stderr_rate_limited(&text) {
+            self.evidence.rate_limited = true;
+            self.signal_rate_limited(signals);
+        }
+        if stderr_auth_failed(&text) || kind == "permission_error" {
+            self.evidence.auth_failed = true;
+        }
+        if is_prompt_too_long(&text) {
+            self.evidence.prompt_too_long = true;
+        }
+        if matches!(kind, "overloaded_error" | "api_error" | "timeout_error")
+            || is_api_unavailable(message)
+        {
+            self.evidence.api_unavailable = Some(message.to_string());
+        }
+        self.evidence.error_message = Some(message.to_string());
+    }
+
+    fn signal_rate_limited(&mut self, signals: &mut Vec<Signal>) {
+        if !self.sent_rate_limited {
+            self.sent_rate_limited = true;
+            signals.push(Signal::RateLimited {
+                resets_at: self.resets_at,
+            });
+        }
+    }
+
+    fn outcome(&self, exit: &ExitInfo) -> TurnOutcome {
+        if exit.killed_early_for_auth {
+            return TurnOutcome::AuthFailed;
+        }
+        if exit.timed_out {
+            return TurnOutcome::Failed(match exit.elapsed {
+                Some(d) => format!("turn timed out after {}s", d.as_secs()),
+                None => "turn timed out".to_string(),
+            });
+        }
+        if self.mode == Mode::Compaction {
+            return self.compaction_outcome(exit);
+        }
+        match &self.result {
+            Some(r) if !r.is_error => {
+                if r.is_interrupted() {
+                    TurnOutcome::Interrupted(r.text_or("turn interrupted during execution"))
+                } else if r.subtype.starts_with("error") {
+                    TurnOutcome::Failed(r.text_or(&r.subtype))
+                } else if exit.code != Some(0) {
+                    TurnOutcome::Failed(format!("{} after reporting success", exit.describe()))
+                } else if self.compact.is_some() {
+                    TurnOutcome::Compacted
+                } else {
+                    TurnOutcome::Ok
+                }
+            }
+            Some(r) => self.error_outcome(Some(r)).unwrap_or_else(|| {
+                let fallback = self
+                    .synthetic_text
+                    .as_deref()
+                    .unwrap_or("claude reported an error");
+                TurnOutcome::Failed(r.text_or(fallback))
+            }),
+            None => self
+                .error_outcome(None)
+                .unwrap_or_else(|| TurnOutcome::Failed(self.crash_message(exit))),
+        }
+    }
+
+    fn compaction_outcome(&self, exit: &ExitInfo) -> TurnOutcome {
+        if let Some(err) = &self.compact_failure {
+            return if stderr_rate_limited(err) {
+                TurnOutcome::RateLimited {
+                    resets_at: self.resets_at,
+                }
+            } else if stderr_auth_failed(err) {
+                TurnOutcome::AuthFailed
+            } else {
+                TurnOutcome::Failed(format!("compaction failed: {err}"))
+            };
+        }
+        if self.compact.is_some() {
+            return TurnOutcome::Compacted;
+        }
+        match &self.result {
+            Some(r) if r.is_error => self.error_outcome(Some(r)).unwrap_or_else(|| {
+                TurnOutcome::Failed(format!(
+                    "compaction failed: {}",
+                    r.text_or("claude reported an error")
+                ))
+            }),
+            Some(r) => TurnOutcome::Failed(format!(
+                "compaction printed no compact_boundary: {}",
+                r.text_or("(empty result)")
+            )),
+            None => self
+                .error_outcome(None)
+                .unwrap_or_else(|| TurnOutcome::Failed(self.crash_message(exit))),
+        }
+    }
+
+    /// The error kind, from the most structured source that names one.
+    fn error_outcome(&self, result: Option<&ResultLine>) -> Option<TurnOutcome> {
+        let rate_limited = TurnOutcome::RateLimited {
+            resets_at: self.resets_at,
+        };
+        let text = result
+            .and_then(|r| r.text.clone())
+            .filter(|t| !t.trim().is_empty())
+            .or_else(|| self.synthetic_text.clone());
+        if let Some(r) = result {
+            match r.api_error_status {
+                Some(429) => return Some(rate_limited),
+                Some(401 | 403) => return Some(TurnOutcome::AuthFailed),
+                _ => {}
+            }
+            let ptl_reason = matches!(
+                r.terminal_reason.as_deref(),
+                Some("prompt_too_long" | "blocking_limit")
+            );
+            if ptl_reason || r.text.as_deref().is_some_and(is_prompt_too_long) {
+                return Some(TurnOutcome::PromptTooLong);
+            }
+        }
+        let unavailable = || TurnOutcome::ApiUnavailable(text.clone().unwrap_or_default());
+        match self.synthetic_error.as_deref() {
+            Some("rate_limit") => return Some(rate_limited),
+            Some("authentication_failed") => return Some(TurnOutcome::AuthFailed),
+            Some("invalid_request") if text.as_deref().is_some_and(is_prompt_too_long) => {
+                return Some(TurnOutcome::PromptTooLong)
+            }
+            Some("server_error") => return Some(unavailable()),
+            _ => {}
+        }
+        if let Some(r) = result {
+            let server_status = r.api_error_status.is_some_and(|s| s >= 500);
+            if server_status || text.as_deref().is_some_and(is_api_unavailable) {
+                return Some(unavailable());
+            }
+            if r.is_interrupted() {
+                return Some(TurnOutcome::Interrupted(
+                    r.text_or("turn interrupted during execution"),
+                ));
+            }
+        }
+        let ev = &self.evidence;
+        if ev.rate_limited {
+            Some(rate_limited)
+        } else if ev.auth_failed {
+            Some(TurnOutcome::AuthFailed)
+        } else if ev.prompt_too_long {
+            Some(TurnOutcome::PromptTooLong)
+        } else if let Some(m) = &ev.api_unavailable {
+            Some(TurnOutcome::ApiUnavailable(m.clone()))
+        } else if result.is_none() {
+            ev.error_message
+                .as_ref()
+                .map(|m| TurnOutcome::Failed(format!("claude reported an error: {m}")))
+        } else {
+            None
+        }
+    }
+
+    fn crash_message(&self, exit: &ExitInfo) -> String {
+        let mut msg = format!("{} without a result line", exit.describe());
+        if self.stderr_tail.is_empty() {
+            msg.push_str(" and printed nothing on stderr");
+        } else {
+            let start = self.stderr_tail.len().saturating_sub(3);
+            let tail: Vec<&str> = self
+                .stderr_tail
+                .iter()
+                .skip(start)
+                .map(String::as_str)
+                .collect();
+            msg.push_str("; stderr: ");
+            msg.push_str(&tail.join(" | "));
+        }
+        msg
+    }
+
+    /// The CLI-reported window and max output of the model `system/init` named, or
+    /// of the largest-window model in `modelUsage` when it did not name one there.
+    fn cli_window(&self) -> (Option<u64>, Option<u64>) {
+        let Some(Value::Object(models)) = &self.model_usage else {
+            return (None, None);
+        };
+        let pick = |m: &Value| (u64_at(m, "contextWindow"), u64_at(m, "maxOutputTokens"));
+        if let Some(m) = self.model.as_deref().and_then(|name| models.get(name)) {
+            return pick(m);
+        }
+        models
+            .values()
+            .map(pick)
+            .max_by_key(|(window, _)| *window)
+            .unwrap_or((None, None))
+    }
+}
+
+/// True when a raw stderr line carries a rate-limit marker as a word.
+pub fn stderr_rate_limited(line: &str) -> bool {
+    has_marker(line, RATE_LIMIT_MARKERS)
+}
+
+/// True when a raw stderr line carries an auth-failure marker as a word.
+pub fn stderr_auth_failed(line: &str) -> bool {
+    has_marker(line, AUTH_FAIL_MARKERS)
+}
+
+/// True when the text carries [`PROMPT_TOO_LONG_MARKER`], in any case (the CLI
+/// matches the API's lowercase "prompt is too long: N tokens > M" the same way).
+pub fn is_prompt_too_long(text: &str) -> bool {
+    text.to_lowercase()
+        .contains(&PROMPT_TOO_LONG_MARKER.to_lowercase())
+}
+
+fn is_api_unavailable(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    API_UNAVAILABLE_MARKERS.iter().any(|m| lower.contains(m))
+}
+
+fn has_marker(line: &str, markers: &[&str]) -> bool {
+    let lower = line.to_lowercase();
+    markers.iter().any(|m| contains_word(&lower, m))
+}
+
+/// True when `needle` occurs in `hay` with no ASCII letter or digit right before or
+/// after it.
+fn contains_word(hay: &str, needle: &str) -> bool {
+    let bytes = hay.as_bytes();
+    hay.match_indices(needle).any(|(at, _)| {
+        let end = at + needle.len();
+        let before = at == 0 || !bytes[at - 1].is_ascii_alphanumeric();
+        let after = end == bytes.len() || !bytes[end].is_ascii_alphanumeric();
+        before && after
+    })
+}
+
+fn str_at<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+fn u64_at(v: &Value, key: &str) -> Option<u64> {
+    v.get(key).and_then(Value::as_u64)
+}
+
+fn first_text(msg: &Value) -> Option<String> {
+    msg.get("content")?
+        .as_array()?
+        .iter()
+        .find(|block| str_at(block, "type") == Some("text"))
+        .and_then(|block| str_at(block, "text"))
+        .map(str::to_string)
+}
+
+fn cut(line: &str, max: usize) -> String {
+    if line.len() <= max {
+        return line.to_string();
+    }
+    let mut end = max;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &line[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Lines copied from reference/claude-cli-2.1.197.md; where the reference elides
+    // part of an object with "…", the elided part is dropped or filled with zeros
+    // so that the line parses.
+    const INIT: &str = r#"{"type":"system","subtype":"init","cwd":"w1","session_id":"9954aa9f-init","tools":["Edit","Read","mcp__hyperhive__send"],"mcp_servers":[{"name":"hyperhive","status":"connected"}],"model":"claude-sonnet-4-5","permissionMode":"default","slash_commands":["compact"],"apiKeySource":"ANTHROPIC_API_KEY","claude_code_version":"2.1.197","output_style":"default","agents":[],"skills":[],"plugins":[],"analytics_disabled":true,"product_feedback_disabled":true,"uuid":"u1","memory_paths":{"auto":"h1/.claude/projects/-tmp-probe-w1/memory/"},"fast_mode_state":"off"}"#;
+    const TOOL_USE: &str = r#"{"type":"assistant","message":{"id":"msg_fake_3","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"toolu_fake_3","name":"mcp__hyperhive__send","input":{"to":"operator","body":"hello from real claude"}}],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1200,"cache_read_input_tokens":3000,"cache_creation_input_tokens":500,"output_tokens":1},"context_management":null},"parent_tool_use_id":null,"session_id":"9954aa9f-init","uuid":"u2","request_id":"req_fake_3","tool_use_meta":[{"id":"toolu_fake_3","display_name":"Send","server_display_name":"fake"}]}"#;
+    const TOOL_RESULT: &str = r#"{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_fake_3","type":"tool_result","content":[{"type":"text","text":"sent"}]}]},"parent_tool_use_id":null,"session_id":"9954aa9f-init","uuid":"u3","timestamp":"2026-11-22T03:57:02.015Z","tool_use_result":[{"type":"text","text":"sent"}]}"#;
+    const DONE: &str = r#"{"type":"assistant","message":{"id":"msg_fake_4","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"done"}],"stop_reason":null,"usage":{"input_tokens":1300,"cache_read_input_tokens":3000,"cache_creation_input_tokens":500,"output_tokens":1}},"parent_tool_use_id":null,"session_id":"9954aa9f-init","request_id":"req_fake_4"}"#;
+    const RESULT_OK: &str = r#"{"type":"result","subtype":"success","is_error":false,"api_error_status":null,"duration_ms":107,"duration_api_ms":74,"ttft_ms":30,"ttft_stream_ms":25,"time_to_request_ms":20,"num_turns":2,"result":"done","stop_reason":"end_turn","session_id":"9954aa9f-result","total_cost_usd":0.01401,"usage":{"input_tokens":2400,"cache_creation_input_tokens":1000,"cache_read_input_tokens":6000,"output_tokens":84,"server_tool_use":{"web_search_requests":0,"web_fetch_requests":0},"service_tier":"standard","cache_creation":{"ephemeral_1h_input_tokens":0,"ephemeral_5m_input_tokens":0},"inference_geo":"","iterations":[],"speed":"standard"},"modelUsage":{"claude-sonnet-4-5":{"inputTokens":2400,"outputTokens":84,"cacheReadInputTokens":6000,"cacheCreationInputTokens":1000,"webSearchRequests":0,"costUSD":0.01401,"contextWindow":200000,"maxOutputTokens":32000}},"permission_denials":[],"terminal_reason":"completed","fast_mode_state":"off","uuid":"u5"}"#;
+
+    const RETRY_429: &str = r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":547.571881210828,"error_status":429,"error":"rate_limit","session_id":"da8c3ebd-x","uuid":"u"}"#;
+    const RETRY_401: &str = r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":507.46,"error_status":401,"error":"authentication_failed","session_id":"s","uuid":"u"}"#;
+    const RETRY_CLOSE: &str = r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":1,"retry_delay_ms":512.0,"error_status":null,"error":"unknown","session_id":"s","uuid":"u"}"#;
+
+    const SYN_429: &str = r#"{"type":"assistant","message":{"id":"681f698b-x","container":null,"model":"<synthetic>","role":"assistant","stop_details":null,"stop_reason":"stop_sequence","stop_sequence":"","type":"message","usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"content":[{"type":"text","text":"API Error: Request rejected (429) · Number of request tokens has exceeded your per-minute rate limit"}],"context_management":null},"parent_tool_use_id":null,"session_id":"47aac8c3-x","uuid":"u","error":"rate_limit","request_id":"req_fake_2"}"#;
+    const RESULT_429: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":429,"duration_ms":86,"duration_api_ms":0,"num_turns":1,"result":"API Error: Request rejected (429) · Number of request tokens has exceeded your per-minute rate limit","stop_reason":"stop_sequence","session_id":"47aac8c3-x","total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"modelUsage":{},"permission_denials":[],"terminal_reason":"completed","fast_mode_state":"off","uuid":"u"}"#;
+    const RLE_RESET: &str = r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1795323782,"rateLimitType":"five_hour","isUsingOverage":false},"session_id":"s","uuid":"u"}"#;
+    const RLE_NO_RESET: &str = r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","isUsingOverage":false},"session_id":"s","uuid":"u"}"#;
+    const RESULT_429_OAUTH: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":429,"num_turns":1,"result":"You've hit your session limit · resets 5:03am (UTC)","session_id":"s","total_cost_usd":0,"modelUsage":{},"terminal_reason":"completed"}"#;
+
+    const SYN_401: &str = r#"{"type":"assistant","message":{"id":"a1","model":"<synthetic>","role":"assistant","type":"message","usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"content":[{"type":"text","text":"Invalid API key · Fix external API key"}]},"parent_tool_use_id":null,"session_id":"s","error":"authentication_failed"}"#;
+    const RESULT_401: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":401,"num_turns":1,"result":"Invalid API key · Fix external API key","session_id":"s","total_cost_usd":0,"terminal_reason":"completed"}"#;
+    const RESULT_403: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":403,"num_turns":1,"result":"Failed to authenticate. API Error: 403 forbidden","session_id":"s","terminal_reason":"completed"}"#;
+
+    const SYN_PTL: &str = r#"{"type":"assistant","message":{"id":"f81e5d79-x","container":null,"model":"<synthetic>","role":"assistant","content":[{"type":"text","text":"Prompt is too long"}],"context_management":null},"parent_tool_use_id":null,"session_id":"0726fc52-x","uuid":"u","error":"invalid_request","request_id":"req_fake_2"}"#;
+    const RESULT_PTL: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":400,"duration_ms":83,"duration_api_ms":0,"num_turns":1,"result":"Prompt is too long","stop_reason":"stop_sequence","session_id":"0726fc52-x","total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0},"modelUsage":{},"permission_denials":[],"terminal_reason":"prompt_too_long","fast_mode_state":"off","uuid":"u"}"#;
+    const RESULT_BLOCKING: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":null,"num_turns":1,"result":"Prompt is too long","session_id":"s","terminal_reason":"blocking_limit"}"#;
+
+    const SYN_SERVER: &str = r#"{"type":"assistant","message":{"id":"a5","model":"<synthetic>","role":"assistant","content":[{"type":"text","text":"API Error: 500 Internal server error."}]},"parent_tool_use_id":null,"session_id":"s","error":"server_error"}"#;
+    const RESULT_500: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":500,"num_turns":1,"result":"API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:18804).","session_id":"s","terminal_reason":"completed"}"#;
+    const RESULT_529: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":529,"num_turns":1,"result":"API Error: 529 Overloaded. This is a server-side issue, usually temporary.","session_id":"s","terminal_reason":"completed"}"#;
+    const RESULT_REPEATED_529: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":null,"num_turns":1,"result":"API Error: Repeated 529 Overloaded errors. The API is at capacity — this is usually temporary. Try again in a moment. If it persists, check your inference gateway (127.0.0.1:18820).","session_id":"s","terminal_reason":"completed"}"#;
+    const RESULT_TIMEOUT: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":null,"num_turns":1,"result":"Request timed out","session_id":"s","terminal_reason":"completed"}"#;
+    const RESULT_ECONNRESET: &str = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":null,"num_turns":1,"result":"API Error: Unable to connect to API (ECONNRESET)","session_id":"s","terminal_reason":"completed"}"#;
+    const RESULT_EXEC_ERROR: &str = r#"{"type":"result","subtype":"error_during_execution","is_error":true,"api_error_status":null,"num_turns":3,"session_id":"s"}"#;
+    const RESULT_ABORTED_TOOLS: &str = r#"{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"","session_id":"s","terminal_reason":"aborted_tools"}"#;
+
+    const COMPACTING: &str = r#"{"type":"system","subtype":"status","status":"compacting","session_id":"7f1a4964-x","uuid":"u"}"#;
+    const COMPACT_OK_STATUS: &str = r#"{"type":"system","subtype":"status","status":null,"compact_result":"success","session_id":"7f1a4964-x","uuid":"u"}"#;
+    const BOUNDARY: &str = r#"{"type":"system","subtype":"compact_boundary","session_id":"7f1a4964-x","uuid":"u","compact_metadata":{"trigger":"manual","pre_tokens":191057,"post_tokens":183,"cumulative_dropped_tokens":190874,"duration_ms":38,"preserved_segment":{},"preserved_messages":{}}}"#;
+    const SUMMARY_USER: &str = r#"{"type":"user","message":{"role":"user","content":"This session is being continued from a previous conversation that ran out of context."},"isReplay":false,"isSynthetic":true}"#;
+    const COMPACTED_REPLAY: &str = r#"{"type":"user","message":{"role":"user","content":"<local-command-stdout>Compacted </local-command-stdout>"},"isReplay":true}"#;
+    const COMPACT_RESULT_OK: &str = r#"{"type":"result","subtype":"success","is_error":false,"duration_ms":48,"duration_api_ms":20,"num_turns":0,"result":"","stop_reason":null,"session_id":"7f1a4964-x","total_cost_usd":0.000375,"usage":{"input_tokens":0,"output_tokens":0},"modelUsage":{"claude-sonnet-4-5":{"inputTokens":100}},"permission_denials":[],"fast_mode_state":"off","uuid":"u"}"#;
+    const COMPACT_FAILED_STATUS: &str = r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"Compaction failed · conversation could not be reduced below the context limit","session_id":"s","uuid":"u"}"#;
+    const COMPACT_FAILED_SYN: &str = r#"{"type":"assistant","message":{"id":"a9","model":"<synthetic>","role":"assistant","content":[{"type":"text","text":"Compaction failed · conversation could not be reduced below the context limit"}]},"parent_tool_use_id":null,"session_id":"s"}"#;
+    const COMPACT_FAILED_RESULT: &str = r#"{"type":"result","subtype":"success","is_error":false,"num_turns":0,"result":"Compaction failed · conversation could not be reduced below the context limit","session_id":"s"}"#;
+    const COMPACT_429_STATUS: &str = r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"Error during compaction: API Error: Request rejected (429) · Number of request tokens has exceeded your per-minute rate limit","session_id":"s","uuid":"u"}"#;
+
+    fn run(lines: &[&str], stderr: &[&str], exit: ExitInfo) -> TurnReport {
+        observe(TurnObserver::new(), lines, stderr, exit)
+    }
+
+    fn observe(mut o: TurnObserver, lines: &[&str], stderr: &[&str], exit: ExitInfo) -> TurnReport {
+        for l in lines {
+            o.on_stdout_line(l);
+        }
+        for l in stderr {
+            o.on_stderr_line(l);
+        }
+        o.finish(exit)
+    }
+
+    fn rate_limited(resets_at: Option<i64>) -> TurnOutcome {
+        TurnOutcome::RateLimited { resets_at }
+    }
+
+    #[test]
+    fn a_normal_tool_using_turn_is_ok_with_its_numbers() {
+        let r = run(
+            &[INIT, TOOL_USE, TOOL_RESULT, DONE, RESULT_OK],
+            &[],
+            ExitInfo::exited(0),
+        );
+        assert_eq!(r.outcome, TurnOutcome::Ok);
+        assert_eq!(r.session_id.as_deref(), Some("9954aa9f-result"));
+        assert_eq!(r.model.as_deref(), Some("claude-sonnet-4-5"));
+        assert_eq!(r.context_tokens, Some(1300 + 3000 + 500));
+        assert_eq!(r.context_window, Some(200_000));
+        assert_eq!(r.max_output_tokens, Some(32_000));
+        assert_eq!(r.cost_usd, Some(0.01401));
+        assert_eq!((r.input_tokens, r.output_tokens), (2400, 84));
+        assert_eq!((r.cache_read_tokens, r.cache_creation_tokens), (6000, 1000));
+        assert_eq!(r.num_turns, Some(2));
+        assert_eq!(r.result_text.as_deref(), Some("done"));
+        assert!(r.prompt_reached_session);
+        assert_eq!(r.compact, None);
+    }
+
+    #[test]
+    fn the_table_of_error_results_from_the_reference() {
+        let cases: &[(&str, &[&str], TurnOutcome)] = &[
+            (
+                "429 api key",
+                &[INIT, SYN_429, RESULT_429],
+                rate_limited(None),
+            ),
+            (
+                "429 after retries",
+                &[INIT, RETRY_429, RETRY_429, SYN_429, RESULT_429],
+                rate_limited(None),
+            ),
+            (
+                "429 oauth",
+                &[INIT, RLE_NO_RESET, SYN_429, RESULT_429_OAUTH],
+                rate_limited(None),
+            ),
+            (
+                "429 oauth with reset",
+                &[INIT, RLE_RESET, SYN_429, RESULT_429_OAUTH],
+                rate_limited(Some(1_795_323_782)),
+            ),
+            ("401", &[INIT, SYN_401, RESULT_401], TurnOutcome::AuthFailed),
+            ("403", &[INIT, SYN_401, RESULT_403], TurnOutcome::AuthFailed),
+            (
+                "prompt too long",
+                &[INIT, SYN_PTL, RESULT_PTL],
+                TurnOutcome::PromptTooLong,
+            ),
+            (
+                "blocking limit",
+                &[INIT, SYN_PTL, RESULT_BLOCKING],
+                TurnOutcome::PromptTooLong,
+            ),
+            (
+                "500",
+                &[INIT, SYN_SERVER, RESULT_500],
+                TurnOutcome::ApiUnavailable(text_of(RESULT_500)),
+            ),
+            (
+                "529",
+                &[INIT, SYN_SERVER, RESULT_529],
+                TurnOutcome::ApiUnavailable(text_of(RESULT_529)),
+            ),
+            (
+                "repeated 529",
+                &[INIT, RESULT_REPEATED_529],
+                TurnOutcome::ApiUnavailable(text_of(RESULT_REPEATED_529)),
+            ),
+            (
+                "timeout",
+                &[INIT, SYN_SERVER, RESULT_TIMEOUT],
+                TurnOutcome::ApiUnavailable("Request timed out".into()),
+            ),
+            (
+                "connection reset",
+                &[INIT, RETRY_CLOSE, RESULT_ECONNRESET],
+                TurnOutcome::ApiUnavailable(text_of(RESULT_ECONNRESET)),
+            ),
+            (
+                "error during execution",
+                &[INIT, TOOL_USE, RESULT_EXEC_ERROR],
+                TurnOutcome::Interrupted("turn interrupted during execution".into()),
+            ),
+        ];
+        for (name, lines, want) in cases {
+            let r = run(lines, &[], ExitInfo::exited(1));
+            assert_eq!(&r.outcome, want, "{name}");
+            assert!(r.prompt_reached_session, "{name}");
+        }
+    }
+
+    fn text_of(result_line: &str) -> String {
+        let v: Value = serde_json::from_str(result_line).unwrap();
+        v["result"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn aborted_tools_is_interrupted_even_without_is_error() {
+        let r = run(
+            &[INIT, TOOL_USE, RESULT_ABORTED_TOOLS],
+            &[],
+            ExitInfo::exited(0),
+        );
+        assert_eq!(
+            r.outcome,
+            TurnOutcome::Interrupted("turn interrupted during execution".into())
+        );
+    }
+
+    #[test]
+    fn success_after_retries_is_ok() {
+        let r = run(
+            &[INIT, RETRY_429, RETRY_429, DONE, RESULT_OK],
+            &[],
+            ExitInfo::exited(0),
+        );
+        assert_eq!(r.outcome, TurnOutcome::Ok);
+        assert_eq!(r.api_retries, 2);
+    }
+
+    #[test]
+    fn api_retry_lines_become_signals_and_a_401_asks_for_one_early_kill() {
+        let mut o = TurnObserver::new();
+        assert_eq!(
+            o.on_stdout_line(RETRY_429),
+            vec![Signal::ApiRetry {
+                attempt: 1,
+                max_retries: 10,
+                error_status: Some(429),
+                error: Some("rate_limit".into()),
+                delay_ms: 547,
+            }]
+        );
+        let first = o.on_stdout_line(RETRY_401);
+        assert_eq!(first.last(), Some(&Signal::KillEarlyAuth));
+        let second = o.on_stdout_line(RETRY_401);
+        assert!(!second.contains(&Signal::KillEarlyAuth), "{second:?}");
+        let exit = ExitInfo {
+            signal: Some(9),
+            killed_early_for_auth: true,
+            ..ExitInfo::default()
+        };
+        let r = o.finish(exit);
+        assert_eq!(r.outcome, TurnOutcome::AuthFailed);
+        assert!(!r.prompt_reached_session);
+    }
+
+    #[test]
+    fn a_rejected_rate_limit_event_signals_once_with_its_reset() {
+        let mut o = TurnObserver::new();
+        assert_eq!(
+            o.on_stdout_line(RLE_RESET),
+            vec![Signal::RateLimited {
+                resets_at: Some(1_795_323_782)
+            }]
+        );
+        assert_eq!(o.on_stdout_line(RLE_RESET), vec![]);
+        let allowed = r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed","resetsAt":1,"isUsingOverage":false}}"#;
+        let mut o = TurnObserver::new();
+        assert_eq!(o.on_stdout_line(allowed), vec![]);
+        for l in [INIT, DONE, RESULT_OK] {
+            o.on_stdout_line(l);
+        }
+        assert_eq!(o.finish(ExitInfo::exited(0)).outcome, TurnOutcome::Ok);
+    }
+
+    #[test]
+    fn assistant_text_about_errors_never_classifies() {
+        let chatty = r#"{"type":"assistant","message":{"id":"msg_c","model":"claude-sonnet-4-5","content":[{"type":"text","text":"The API returned rate_limit_error (429), then 401 authentication_error: invalid api key. Prompt is too long. Request timed out."}],"usage":{"input_tokens":10,"cache_read_input_tokens":0,"cache_creation_input_tokens":0,"output_tokens":1}},"parent_tool_use_id":null,"session_id":"s"}"#;
+        let tool_result = r#"{"type":"user","message":{"role":"user","content":[{"tool_use_id":"t","type":"tool_result","content":"HTTP 429 Too Many Requests; rate_limit; 401"}]}}"#;
+        let r = run(
+            &[INIT, chatty, tool_result, RESULT_OK],
+            &[],
+            ExitInfo::exited(0),
+        );
+        assert_eq!(r.outcome, TurnOutcome::Ok);
+        // The same lines in a crashed turn do not turn the crash into a rate limit.
+        let r = run(&[INIT, chatty, tool_result], &[], ExitInfo::exited(3));
+        assert!(
+            matches!(r.outcome, TurnOutcome::Failed(_)),
+            "{:?}",
+            r.outcome
+        );
+    }
+
+    #[test]
+    fn stdout_error_events_classify_a_turn_without_result() {
+        let cases: &[(&str, TurnOutcome)] = &[
+            (
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#,
+                rate_limited(None),
+            ),
+            (
+                r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#,
+                TurnOutcome::AuthFailed,
+            ),
+            (
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+                TurnOutcome::PromptTooLong,
+            ),
+            (
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                TurnOutcome::ApiUnavailable("Overloaded".into()),
+            ),
+            (
+                r#"{"type":"error","error":{"type":"weird_error","message":"something odd"}}"#,
+                TurnOutcome::Failed("claude reported an error: something odd".into()),
+            ),
+        ];
+        for (line, want) in cases {
+            let r = run(&[INIT, line], &[], ExitInfo::exited(1));
+            assert_eq!(&r.outcome, want, "{line}");
+        }
+    }
+
+    #[test]
+    fn stderr_markers_classify_a_turn_without_result() {
+        let cases: &[(&str, TurnOutcome)] = &[
+            ("Error: 429 Too Many Requests", rate_limited(None)),
+            ("API error: rate_limit_error", rate_limited(None)),
+            ("you are being rate limited", rate_limited(None)),
+            ("Error: 401 Unauthorized", TurnOutcome::AuthFailed),
+            (
+                "OAuth token has expired. Please run /login",
+                TurnOutcome::AuthFailed,
+            ),
+            (
+                "Invalid API key · Please run /login",
+                TurnOutcome::AuthFailed,
+            ),
+            ("Error: Prompt is too long", TurnOutcome::PromptTooLong),
+        ];
+        for (line, want) in cases {
+            let r = run(&[], &[line], ExitInfo::exited(1));
+            assert_eq!(&r.outcome, want, "{line}");
+            assert!(!r.prompt_reached_session);
+        }
+    }
+
+    #[test]
+    fn a_stderr_rate_limit_signals_once() {
+        let mut o = TurnObserver::new();
+        assert_eq!(o.on_stderr_line("listening on :14290"), vec![]);
+        assert_eq!(
+            o.on_stderr_line("HTTP 429 Too Many Requests"),
+            vec![Signal::RateLimited { resets_at: None }]
+        );
+        assert_eq!(o.on_stderr_line("HTTP 429 again"), vec![]);
+    }
+
+    #[test]
+    fn stderr_marker_helpers_match_words_only() {
+        let rate = [
+            ("HTTP 429", true),
+            ("status=429;", true),
+            ("rate_limit_error", true),
+            ("Rate limit reached", true),
+            ("rate-limited by upstream", true),
+            ("connecting to 127.0.0.1:14290", false),
+            ("request req_4291 done", false),
+            ("took 1429ms", false),
+            ("generate_limits()", false),
+            ("", false),
+        ];
+        for (line, want) in rate {
+            assert_eq!(stderr_rate_limited(line), want, "{line:?}");
+        }
+        let auth = [
+            ("HTTP 401", true),
+            ("{\"type\":\"authentication_error\"}", true),
+            ("Invalid API key · Fix external API key", true),
+            (
+                "Failed to authenticate. API Error: 401 OAuth token has expired",
+                true,
+            ),
+            ("listening on :14010", false),
+            ("id=req_4011", false),
+            ("4401 items", false),
+        ];
+        for (line, want) in auth {
+            assert_eq!(stderr_auth_failed(line), want, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn a_crash_without_result_names_the_exit_and_the_last_stderr_lines() {
+        let stderr = [
+            "starting",
+            "loading",
+            "Error: boom",
+            "at foo.js:1",
+            "at bar.js:2",
+        ];
+        let r = run(&[INIT], &stderr, ExitInfo::exited(3));
+        assert_eq!(
+            r.outcome,
+            TurnOutcome::Failed(
+                "claude exited with code 3 without a result line; stderr: Error: boom | at foo.js:1 | at bar.js:2".into()
+            )
+        );
+        assert_eq!(r.stderr_tail, stderr.map(String::from).to_vec());
+        assert!(!r.prompt_reached_session);
+
+        let killed = ExitInfo {
+            signal: Some(9),
+            ..ExitInfo::default()
+        };
+        let r = run(&[], &[], killed);
+        assert_eq!(
+            r.outcome,
+            TurnOutcome::Failed(
+                "claude was killed by signal 9 without a result line and printed nothing on stderr"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn the_missing_settings_file_error_is_a_plain_failure() {
+        let r = run(
+            &[],
+            &["Error: Settings file not found: does_not_exist.json"],
+            ExitInfo::exited(1),
+        );
+        assert_eq!(
+            r.outcome,
+            TurnOutcome::Failed(
+                "claude exited with code 1 without a result line; stderr: Error: Settings file not found: does_not_exist.json".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_timeout_is_a_failure_naming_the_duration() {
+        let exit = ExitInfo {
+            signal: Some(9),
+            timed_out: true,
+            elapsed: Some(Duration::from_secs(600)),
+            ..ExitInfo::default()
+        };
+        let r = run(&[INIT, RETRY_429], &[], exit);
+        assert_eq!(
+            r.outcome,
+            TurnOutcome::Failed("turn timed out after 600s".into())
+        );
+    }
+
+    #[test]
+    fn a_clean_result_with_a_bad_exit_is_a_failure() {
+        let r = run(&[INIT, DONE, RESULT_OK], &[], ExitInfo::exited(2));
+        assert_eq!(
+            r.outcome,
+            TurnOutcome::Failed("claude exited with code 2 after reporting success".into())
+        );
+    }
+
+    #[test]
+    fn context_size_skips_synthetic_subagent_and_duplicate_lines() {
+        let text_block = r#"{"type":"assistant","message":{"id":"msg_fake_4","model":"claude-sonnet-4-5","content":[{"type":"text","text":"x"}],"usage":{"input_tokens":7,"cache_read_input_tokens":8,"cache_creation_input_tokens":9,"output_tokens":1}},"parent_tool_use_id":null}"#;
+        let tool_block = r#"{"type":"assistant","message":{"id":"msg_fake_4","model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"t","name":"Read","input":{}}],"usage":{"input_tokens":7,"cache_read_input_tokens":8,"cache_creation_input_tokens":9,"output_tokens":1}},"parent_tool_use_id":null}"#;
+        let subagent = r#"{"type":"assistant","message":{"id":"msg_sub","model":"claude-haiku-4-5","content":[{"type":"text","text":"sub"}],"usage":{"input_tokens":99999,"cache_read_input_tokens":0,"cache_creation_input_tokens":0,"output_tokens":1}},"parent_tool_use_id":"toolu_1"}"#;
+        let r = run(
+            &[
+                INIT, TOOL_USE, text_block, tool_block, subagent, SYN_429, RESULT_429,
+            ],
+            &[],
+            ExitInfo::exited(1),
+        );
+        assert_eq!(r.context_tokens, Some(24));
+        // result.usage is cumulative and never used for the context size.
+        let r = run(&[INIT, RESULT_OK], &[], ExitInfo::exited(0));
+        assert_eq!(r.context_tokens, None);
+    }
+
+    #[test]
+    fn the_cli_window_prefers_the_init_model_then_the_largest() {
+        let two = r#"{"type":"result","subtype":"success","is_error":false,"result":"ok","modelUsage":{"claude-haiku-4-5":{"contextWindow":200000,"maxOutputTokens":8000},"claude-sonnet-4-5":{"contextWindow":1000000,"maxOutputTokens":32000}}}"#;
+        let r = run(&[two], &[], ExitInfo::exited(0));
+        assert_eq!(
+            (r.context_window, r.max_output_tokens),
+            (Some(1_000_000), Some(32_000))
+        );
+        let init_haiku =
+            r#"{"type":"system","subtype":"init","session_id":"s","model":"claude-haiku-4-5"}"#;
+        let r = run(&[init_haiku, two], &[], ExitInfo::exited(0));
+        assert_eq!(
+            (r.context_window, r.max_output_tokens),
+            (Some(200_000), Some(8000))
+        );
+    }
+
+    #[test]
+    fn garbage_and_blank_stdout_lines_are_ignored() {
+        let r = run(
+            &[
+                "",
+                "not json",
+                "[1,2]",
+                "{\"type\":\"stream_event\",\"event\":{}}",
+                INIT,
+                DONE,
+                RESULT_OK,
+            ],
+            &["", "   "],
+            ExitInfo::exited(0),
+        );
+        assert_eq!(r.outcome, TurnOutcome::Ok);
+        assert!(r.stderr_tail.is_empty());
+    }
+
+    #[test]
+    fn only_assistant_or_result_lines_mean_the_prompt_reached_the_session() {
+        let r = run(&[COMPACTING, INIT, RETRY_429], &[], ExitInfo::exited(1));
+        assert!(!r.prompt_reached_session);
+        let r = run(&[INIT, RESULT_BLOCKING], &[], ExitInfo::exited(1));
+        assert!(r.prompt_reached_session);
+    }
+
+    #[test]
+    fn a_successful_compaction_reports_its_tokens() {
+        let r = observe(
+            TurnObserver::compaction(),
+            &[
+                COMPACTING,
+                COMPACT_OK_STATUS,
+                INIT,
+                BOUNDARY,
+                SUMMARY_USER,
+                COMPACTED_REPLAY,
+                COMPACT_RESULT_OK,
+            ],
+            &[],
+            ExitInfo::exited(0),
+        );
+        assert_eq!(r.outcome, TurnOutcome::Compacted);
+        assert_eq!(
+            r.compact,
+            Some(CompactStats {
+                trigger: Some("manual".into()),
+                pre_tokens: Some(191_057),
+                post_tokens: Some(183),
+            })
+        );
+        assert_eq!(r.context_tokens, Some(183));
+        assert_eq!(r.num_turns, Some(0));
+    }
+
+    #[test]
+    fn compaction_failures_exit_zero_but_are_failures() {
+        let cases: &[(&str, &[&str], TurnOutcome)] = &[
+            (
+                "could not reduce",
+                &[COMPACTING, COMPACT_FAILED_STATUS, INIT, COMPACT_FAILED_SYN, COMPACT_FAILED_RESULT],
+                TurnOutcome::Failed("compaction failed: Compaction failed · conversation could not be reduced below the context limit".into()),
+            ),
+            (
+                "429 during compaction",
+                &[COMPACTING, COMPACT_429_STATUS, INIT, COMPACT_FAILED_RESULT],
+                rate_limited(None),
+            ),
+            (
+                "no boundary",
+                &[INIT, COMPACT_FAILED_RESULT],
+                TurnOutcome::Failed("compaction printed no compact_boundary: Compaction failed · conversation could not be reduced below the context limit".into()),
+            ),
+            (
+                "not enough messages",
+                &[
+                    r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"Not enough messages to compact."}"#,
+                    r#"{"type":"result","subtype":"success","is_error":false,"num_turns":0,"result":"Not enough messages to compact."}"#,
+                ],
+                TurnOutcome::Failed("compaction failed: Not enough messages to compact.".into()),
+            ),
+        ];
+        for (name, lines, want) in cases {
+            let r = observe(TurnObserver::compaction(), lines, &[], ExitInfo::exited(0));
+            assert_eq!(&r.outcome, want, "{name}");
+            assert_eq!(r.compact, None, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_turn_the_cli_compacted_on_its_own_is_compacted() {
+        let auto = r#"{"type":"system","subtype":"compact_boundary","compact_metadata":{"trigger":"auto","pre_tokens":180000,"post_tokens":2000}}"#;
+        let r = run(
+            &[INIT, auto, SUMMARY_USER, DONE, RESULT_OK],
+            &[],
+            ExitInfo::exited(0),
+        );
+        assert_eq!(r.outcome, TurnOutcome::Compacted);
+        assert_eq!(r.context_tokens, Some(4800));
+        assert_eq!(r.compact.and_then(|c| c.trigger).as_deref(), Some("auto"));
+    }
+
+    #[test]
+    fn outcomes_display_for_notes() {
+        assert_eq!(
+            rate_limited(Some(5)).to_string(),
+            "rate limited (resets at 5)"
+        );
+        assert_eq!(TurnOutcome::Failed("x".into()).to_string(), "failed: x");
+        assert!(TurnOutcome::Compacted.is_ok() && !TurnOutcome::AuthFailed.is_ok());
+    }
+}
