@@ -177,8 +177,8 @@ impl Request {
     /// Parses one request line, turning serde's message into one that names the
     /// problem for a script author.
     pub fn parse(line: &str) -> Result<Request, String> {
-        let value: Value = serde_json::from_str(line)
-            .map_err(|e| format!("malformed JSON request line: {e}"))?;
+        let value: Value =
+            serde_json::from_str(line).map_err(|e| format!("malformed JSON request line: {e}"))?;
         let Some(obj) = value.as_object() else {
             return Err("request must be a JSON object with a \"cmd\" field".into());
         };
@@ -516,7 +516,9 @@ impl Client {
         let value: Value = serde_json::from_str(&answer)
             .map_err(|e| ClientError::Io(format!("malformed answer from broker: {e}")))?;
         let Value::Object(mut map) = value else {
-            return Err(ClientError::Io("answer from broker is not an object".into()));
+            return Err(ClientError::Io(
+                "answer from broker is not an object".into(),
+            ));
         };
         match map.remove("ok") {
             Some(Value::Bool(true)) => Ok(map),
