@@ -1,6 +1,7 @@
 //! Proves the test kit against the real Claude Code CLI: a plain turn, a
 //! `--continue` turn that carries history, a rate-limit failure and a manual
-//! `/compact` after the context overflowed, each against the fake API. Every test
+//! `/compact` after the context overflowed, a built-in tool call, a dropped
+//! connection and a hung request, each against the fake API. Every test
 //! skips loudly when the CLI is not installed (and fails under
 //! `HIVE_REQUIRE_REAL_CLAUDE=1`).
 
@@ -8,6 +9,7 @@ mod common;
 
 use common::claude_cli::{claude_env, require_real_claude, run_claude, CliRun, Sandbox};
 use common::fake_anthropic::{FakeAnthropic, RequestKind, Scenario, Step};
+use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
 
@@ -35,6 +37,11 @@ impl<'a> Session<'a> {
 
     /// Runs one turn the way the harness does, the prompt on stdin.
     fn turn(&self, prompt: &str, resume: bool) -> CliRun {
+        self.turn_with_env(prompt, resume, &[])
+    }
+
+    /// A turn with variables added to the hermetic environment.
+    fn turn_with_env(&self, prompt: &str, resume: bool, extra_env: &[(&str, &str)]) -> CliRun {
         let settings = self.sandbox.write("settings.json", SETTINGS);
         let settings = settings.to_str().expect("temp paths are UTF-8");
         let mut args = vec![
@@ -52,7 +59,12 @@ impl<'a> Session<'a> {
         if resume {
             args.push("--continue");
         }
-        let env = claude_env(&self.sandbox.home, &self.fake.base_url());
+        let mut env = claude_env(&self.sandbox.home, &self.fake.base_url());
+        env.extend(
+            extra_env
+                .iter()
+                .map(|(name, value)| (name.to_string(), value.to_string())),
+        );
         let run = run_claude(
             self.cli,
             &self.sandbox.cwd,
@@ -210,4 +222,68 @@ fn compact_after_prompt_too_long_writes_a_boundary() {
         !last.mentions("and MANGO"),
         "compaction dropped the old turns"
     );
+}
+
+#[test]
+fn tool_use_runs_the_tool_and_sends_its_result() {
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    let fake = FakeAnthropic::start(Scenario::new());
+    let session = Session::new(&cli, &fake, "tool-use");
+    let note = session.sandbox.cwd.join("note.txt");
+    std::fs::write(&note, "the note says KIWI\n").unwrap();
+    fake.set_scenario(Scenario::of([
+        Step::tool_use("Read", json!({"file_path": note})),
+        Step::text("read it"),
+    ]));
+
+    let run = session.turn("read note.txt\n", false);
+
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(run.result()["result"], "read it");
+    assert_eq!(run.result()["num_turns"], 2);
+    let posts = fake.posts();
+    assert_eq!(posts.len(), 2, "{posts:#?}");
+    let tool_result = posts[1]
+        .messages()
+        .iter()
+        .rev()
+        .flat_map(|message| message["content"].as_array().cloned().unwrap_or_default())
+        .find(|block| block["type"] == "tool_result")
+        .unwrap_or_else(|| panic!("no tool_result in {:#?}", posts[1].body));
+    assert_eq!(tool_result["tool_use_id"], "toolu_fake_1");
+    assert!(tool_result.to_string().contains("KIWI"), "{tool_result}");
+}
+
+#[test]
+fn dropped_connection_fails_the_turn() {
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    let fake = FakeAnthropic::start(Scenario::of([Step::close()]));
+    let session = Session::new(&cli, &fake, "close");
+
+    let run = session.turn("hello\n", false);
+
+    assert_eq!(run.code, Some(1), "{run}");
+    let result = run.result();
+    assert_eq!(result["is_error"], true, "{run}");
+    assert_eq!(result["api_error_status"], Value::Null, "{run}");
+    assert_eq!(fake.posts().len(), 1);
+}
+
+#[test]
+fn hung_request_times_out_with_api_timeout_ms() {
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    let fake = FakeAnthropic::start(Scenario::of([Step::hang()]));
+    let session = Session::new(&cli, &fake, "hang");
+
+    let run = session.turn_with_env("hello\n", false, &[("API_TIMEOUT_MS", "2000")]);
+
+    assert_eq!(run.code, Some(1), "{run}");
+    assert_eq!(run.result()["result"], "Request timed out", "{run}");
+    assert_eq!(fake.posts().len(), 1);
 }

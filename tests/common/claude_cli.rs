@@ -59,17 +59,21 @@ fn find_cli() -> &'static Result<PathBuf, String> {
             candidates
                 .push(Path::new(&home).join(".cache/hive-claude-cli/node_modules/.bin/claude"));
         }
-        let Some(path) = candidates.into_iter().find(|path| path.is_file()) else {
-            return Err("not installed".to_string());
+        let Some(path) = candidates.iter().find(|path| path.is_file()) else {
+            let looked: Vec<String> = candidates
+                .iter()
+                .map(|path| path.display().to_string())
+                .collect();
+            return Err(format!("looked for {}", looked.join(", ")));
         };
-        let version = cli_version(&path)?;
+        let version = cli_version(path)?;
         if version.split_whitespace().next() != Some(CLAUDE_CLI_VERSION) {
             return Err(format!(
                 "{} reports version {version:?}, the tests need {CLAUDE_CLI_VERSION}",
                 path.display()
             ));
         }
-        Ok(path)
+        Ok(path.clone())
     })
 }
 
@@ -103,7 +107,10 @@ pub fn require_real_claude() -> Option<PathBuf> {
             install_command()
         ),
         Err(reason) => {
-            eprintln!(
+            // Written to the stderr handle, not with eprintln!, so that the test
+            // harness does not capture the line and hide it.
+            let _ = writeln!(
+                std::io::stderr(),
                 "SKIPPED: real Claude Code CLI not installed ({reason}) (run: {})",
                 install_command()
             );

@@ -1,0 +1,4 @@
+.PHONY: test
+
+test:
+	cargo test --all-targets
