@@ -270,6 +270,11 @@ fn dropped_connection_fails_the_turn() {
     let result = run.result();
     assert_eq!(result["is_error"], true, "{run}");
     assert_eq!(result["api_error_status"], Value::Null, "{run}");
+    let message = result["result"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("API Error: Unable to connect to API"),
+        "{run}"
+    );
     assert_eq!(fake.posts().len(), 1);
 }
 
