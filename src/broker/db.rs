@@ -171,25 +171,23 @@ impl Db {
     }
 
     pub fn insert_message(&self, m: &NewMessage, now: i64) -> Res<i64> {
-        self.conn.execute(
-            "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
-            params![m.from, m.to, m.body, m.kind, m.in_reply_to, now],
-        )?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
+            )?
+            .execute(params![m.from, m.to, m.body, m.kind, m.in_reply_to, now])?;
         Ok(self.conn.last_insert_rowid())
     }
 
     /// The agent's inflight row, if any.
     pub fn inflight(&self, agent: &str) -> Res<Option<Message>> {
         self.conn
-            .query_row(
-                &format!(
-                    "SELECT {MSG_COLS} FROM messages WHERE recipient = ?1 AND state = 'inflight'
-                     ORDER BY id LIMIT 1"
-                ),
-                params![agent],
-                message_from_row,
-            )
+            .prepare_cached(&format!(
+                "SELECT {MSG_COLS} FROM messages WHERE recipient = ?1 AND state = 'inflight'
+                 ORDER BY id LIMIT 1"
+            ))?
+            .query_row(params![agent], message_from_row)
             .optional()
     }
 
@@ -204,11 +202,11 @@ impl Db {
     }
 
     pub fn count_queued(&self, recipient: &str) -> Res<u64> {
-        self.conn.query_row(
-            "SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued'",
-            params![recipient],
-            |r| r.get::<_, i64>(0).map(|n| n as u64),
-        )
+        self.conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued'",
+            )?
+            .query_row(params![recipient], |r| r.get::<_, i64>(0).map(|n| n as u64))
     }
 
     /// Moves one row between states; returns whether it was in `from_state`.
@@ -221,11 +219,13 @@ impl Db {
         now: i64,
     ) -> Res<bool> {
         let done_at = (to_state == "acked").then_some(now);
-        let n = self.conn.execute(
-            "UPDATE messages SET state = ?1, done_at = ?2
-             WHERE id = ?3 AND recipient = ?4 AND state = ?5",
-            params![to_state, done_at, id, recipient, from_state],
-        )?;
+        let n = self
+            .conn
+            .prepare_cached(
+                "UPDATE messages SET state = ?1, done_at = ?2
+                 WHERE id = ?3 AND recipient = ?4 AND state = ?5",
+            )?
+            .execute(params![to_state, done_at, id, recipient, from_state])?;
         Ok(n == 1)
     }
 

@@ -87,6 +87,9 @@ pub struct Hub {
     transient_inflight: HashMap<String, wire::Message>,
     next_transient_id: i64,
     harness_conns: HashMap<String, HashSet<ConnId>>,
+    /// When the next reminder or question expiry is due (unix s), kept in memory
+    /// so the hub's loop costs no query per request.
+    next_due: Option<i64>,
 }
 
 pub fn now() -> i64 {
@@ -126,12 +129,14 @@ impl Hub {
             transient_inflight: HashMap::new(),
             next_transient_id: -1,
             harness_conns: HashMap::new(),
+            next_due: None,
         }
     }
 
     /// Runs the hub until every sender of `rx` is gone.
     pub fn run(mut self, rx: Receiver<HubMsg>) {
         self.fire_due();
+        self.recompute_due();
         loop {
             let msg = match self.next_due_in() {
                 Some(wait) => match rx.recv_timeout(wait) {
@@ -163,18 +168,26 @@ impl Hub {
                 HubMsg::Closed { conn } => self.release(conn),
                 HubMsg::Shutdown => break,
             }
-            self.fire_due();
+            if self.next_due.is_some_and(|t| t <= now()) {
+                self.fire_due();
+            }
         }
         log::debug!("hub stopped");
     }
 
-    fn next_due_in(&self) -> Option<Duration> {
+    /// Re-reads when the next timer is due; called whenever reminders or
+    /// questions change.
+    fn recompute_due(&mut self) {
         let r = self.db.next_reminder().ok().flatten();
         let q = self.db.next_question_expiry().ok().flatten();
-        let due = match (r, q) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => a.or(b)?,
+        self.next_due = match (r, q) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
+    }
+
+    fn next_due_in(&self) -> Option<Duration> {
+        let due = self.next_due?;
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
@@ -219,6 +232,7 @@ impl Hub {
             }
             Err(e) => log::error!("cannot read expired questions: {e}"),
         }
+        self.recompute_due();
     }
 
     fn notify(&mut self, recipient: &str) {
@@ -414,6 +428,12 @@ impl Hub {
                 "{cmd} is an operator command; this is the socket of agent {a}"
             )),
         };
+        if matches!(
+            cmd,
+            "ask" | "answer" | "remind" | "cancel_loose_end" | "cancel_question"
+        ) {
+            self.recompute_due();
+        }
         self.answer(result)
     }
 

@@ -149,7 +149,11 @@ fn bench_cycles(a: &Args, durability: &str) {
     let path = PathBuf::from(format!("/tmp/hv-bench-bare-{}.db", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let db = rusqlite::Connection::open(&path).unwrap();
-    let sync = if durability == "full" { "FULL" } else { "NORMAL" };
+    let sync = if durability == "full" {
+        "FULL"
+    } else {
+        "NORMAL"
+    };
     db.execute_batch(&format!(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync};
          CREATE TABLE m (id INTEGER PRIMARY KEY AUTOINCREMENT, sender TEXT, recipient TEXT,
@@ -165,8 +169,10 @@ fn bench_cycles(a: &Args, durability: &str) {
         )
         .unwrap();
         let id = db.last_insert_rowid();
-        db.execute("UPDATE m SET state='inflight' WHERE id=?1", [id]).unwrap();
-        db.execute("UPDATE m SET state='acked', done_at=2 WHERE id=?1", [id]).unwrap();
+        db.execute("UPDATE m SET state='inflight' WHERE id=?1", [id])
+            .unwrap();
+        db.execute("UPDATE m SET state='acked', done_at=2 WHERE id=?1", [id])
+            .unwrap();
     }
     let bare_rate = n as f64 / start.elapsed().as_secs_f64();
     let _ = std::fs::remove_file(&path);
@@ -181,7 +187,10 @@ fn bench_cycles(a: &Args, durability: &str) {
 
 fn main() {
     let a = parse_args();
-    println!("hive bench — {} vs baselines, ratios are what to compare", a.hive.display());
+    println!(
+        "hive bench — {} vs baselines, ratios are what to compare",
+        a.hive.display()
+    );
     bench_wake(&a);
     bench_cycles(&a, "normal");
     bench_cycles(&a, "full");
