@@ -2,7 +2,7 @@
 //! Nothing else lives here.
 
 use hyperhive::cli::{self, Command};
-use hyperhive::{broker, ops};
+use hyperhive::{broker, harness, ops};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -34,6 +34,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Broker(a) => broker::run(a),
+        Command::Serve(a) => harness::serve::run(a),
         Command::Wake(a) => ops::wake(&a),
         Command::Send(a) => ops::send(&a),
         Command::Inbox(a) => ops::inbox(&a),

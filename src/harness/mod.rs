@@ -14,3 +14,8 @@ pub mod login;
 pub mod prompt;
 pub mod settings;
 pub mod stats;
+pub mod invocation;
+pub mod plugins;
+pub mod poller;
+pub mod runner;
+pub mod serve;
