@@ -40,7 +40,10 @@ pub fn hyperhive_tools(groups: &[ToolGroup]) -> Vec<String> {
 
 /// The built-ins for `--tools`.
 pub fn builtin_tools(groups: &[ToolGroup]) -> Vec<String> {
-    let mut out: Vec<String> = ALLOWED_BUILTIN_TOOLS.iter().map(|s| s.to_string()).collect();
+    let mut out: Vec<String> = ALLOWED_BUILTIN_TOOLS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     for g in groups {
         out.extend(g.builtin_tools().iter().map(|s| s.to_string()));
     }
@@ -113,18 +116,28 @@ pub fn extra_servers(raw: Option<&str>) -> Result<(Map<String, Value>, Vec<Strin
                 "HIVE_EXTRA_MCP_SERVERS: the server name {name:?} is taken by hive itself"
             ));
         }
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
             return Err(format!("HIVE_EXTRA_MCP_SERVERS: bad server name {name:?}"));
         }
         let Some(obj) = server.as_object_mut() else {
             return Err(format!("HIVE_EXTRA_MCP_SERVERS.{name} must be an object"));
         };
         if !obj.contains_key("command") && !obj.contains_key("url") {
-            return Err(format!("HIVE_EXTRA_MCP_SERVERS.{name} needs a command (or url)"));
+            return Err(format!(
+                "HIVE_EXTRA_MCP_SERVERS.{name} needs a command (or url)"
+            ));
         }
-        let tools = obj.remove("allowedTools").unwrap_or(Value::Array(Vec::new()));
+        let tools = obj
+            .remove("allowedTools")
+            .unwrap_or(Value::Array(Vec::new()));
         let Value::Array(tools) = tools else {
-            return Err(format!("HIVE_EXTRA_MCP_SERVERS.{name}.allowedTools must be a list"));
+            return Err(format!(
+                "HIVE_EXTRA_MCP_SERVERS.{name}.allowedTools must be a list"
+            ));
         };
         for t in tools {
             match t.as_str() {
@@ -144,8 +157,8 @@ pub fn extra_servers(raw: Option<&str>) -> Result<(Map<String, Value>, Vec<Strin
 
 /// Writes the three boot files; returns the tool lists for every invocation.
 pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
-    let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot find the running hive binary: {e}"))?;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the running hive binary: {e}"))?;
     let exe = exe.display().to_string();
     let groups: Vec<&str> = s.tool_groups.iter().map(|g| g.name()).collect();
     let (extra, extra_allowed) = extra_servers(s.extra_mcp_servers.as_deref())?;
@@ -187,8 +200,7 @@ pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
     write(&s.settings_path(), &settings)?;
     let back = std::fs::read_to_string(s.settings_path())
         .map_err(|e| format!("cannot read back {}: {e}", s.settings_path().display()))?;
-    validate_settings(&back)
-        .map_err(|e| format!("{}: {e}", s.settings_path().display()))?;
+    validate_settings(&back).map_err(|e| format!("{}: {e}", s.settings_path().display()))?;
 
     let vars = PromptVars::from_env(&s.label);
     write(
@@ -207,10 +219,16 @@ pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
 /// The argv after the binary: exactly the specification's invocation. The prompt
 /// goes on stdin: `--tools`, `--allowedTools` and `--mcp-config` are variadic.
 pub fn claude_args(s: &Settings, tools: &ToolLists, model: &str, resume: bool) -> Vec<String> {
-    let mut a: Vec<String> = ["--print", "--verbose", "--output-format", "stream-json", "--model"]
-        .iter()
-        .map(|x| x.to_string())
-        .collect();
+    let mut a: Vec<String> = [
+        "--print",
+        "--verbose",
+        "--output-format",
+        "stream-json",
+        "--model",
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
     a.push(model.to_string());
     if resume {
         a.push("--continue".into());
@@ -237,7 +255,9 @@ mod tests {
     fn settings_blob_is_valid_and_typos_are_caught() {
         validate_settings(&settings_json().to_string()).unwrap();
         let bad = r#"{"autoCompactEnabled":"no","autoMemoryEnabled":false,"effortLevel":"medium","permissions":{"deny":[]}}"#;
-        assert!(validate_settings(bad).unwrap_err().contains("autoCompactEnabled"));
+        assert!(validate_settings(bad)
+            .unwrap_err()
+            .contains("autoCompactEnabled"));
         assert!(validate_settings("{").is_err());
     }
 
@@ -252,7 +272,10 @@ mod tests {
         let h = hyperhive_tools(&groups);
         assert!(h.contains(&"mcp__hyperhive__send".to_string()));
         assert!(h.contains(&"mcp__hyperhive__request_next_turn".to_string()));
-        assert!(!h.iter().any(|t| t.ends_with("__run")), "no dead execution entries");
+        assert!(
+            !h.iter().any(|t| t.ends_with("__run")),
+            "no dead execution entries"
+        );
     }
 
     #[test]
@@ -263,7 +286,10 @@ mod tests {
         ))
         .unwrap();
         assert!(cfg["matrix"].get("allowedTools").is_none());
-        assert_eq!(allowed, ["mcp__matrix", "mcp__notes__read", "mcp__notes__write"]);
+        assert_eq!(
+            allowed,
+            ["mcp__matrix", "mcp__notes__read", "mcp__notes__write"]
+        );
         for bad in [
             r#"{"bash":{"command":"x"}}"#,
             r#"{"x":{"args":[]}}"#,

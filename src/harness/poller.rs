@@ -93,13 +93,19 @@ impl Poller {
         self.tx
             .send(ToPoller::Call { req, reply })
             .map_err(|_| "the poller has stopped".to_string())?;
-        rx.recv().unwrap_or_else(|_| Err("the poller has stopped".into()))
+        rx.recv()
+            .unwrap_or_else(|_| Err("the poller has stopped".into()))
     }
 
     /// Stops the thread, ending a parked long-poll at once.
     pub fn shutdown(&mut self) {
         self.stop.take();
-        if let Some(s) = self.stream.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        if let Some(s) = self
+            .stream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         if let Some(t) = self.thread.take() {

@@ -172,7 +172,11 @@ pub fn run(
 
     // Starts or advances the stop ladder.
     let escalate = |stop: &mut Stop, ladder: &mut Receiver<Instant>, quick: bool| {
-        let step = if quick { inv.grace.min(Duration::from_millis(500)) } else { inv.grace };
+        let step = if quick {
+            inv.grace.min(Duration::from_millis(500))
+        } else {
+            inv.grace
+        };
         *stop = match *stop {
             Stop::Running => {
                 signal(pid, libc::SIGINT);
@@ -187,7 +191,11 @@ pub fn run(
                 Stop::SentKill
             }
         };
-        *ladder = if *stop == Stop::SentKill { never() } else { after(step) };
+        *ladder = if *stop == Stop::SentKill {
+            never()
+        } else {
+            after(step)
+        };
     };
 
     loop {

@@ -98,7 +98,12 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let (last_context, last_turn_end) = stats
         .as_ref()
         .and_then(Stats::last)
-        .map(|r| (r.context_tokens, Some(r.started_at + (r.duration_ms / 1000) as i64)))
+        .map(|r| {
+            (
+                r.context_tokens,
+                Some(r.started_at + (r.duration_ms / 1000) as i64),
+            )
+        })
         .unwrap_or((None, None));
     if let Ok(text) = std::fs::read_to_string(s.status_file()) {
         bus.update(|st| st.status_text = text.trim().to_string());
@@ -246,7 +251,10 @@ impl TurnLoop {
     }
 
     fn to_parent(&self, body: &str) {
-        if let Err(e) = self.poller.call(Request::SendToParent { body: body.into() }) {
+        if let Err(e) = self
+            .poller
+            .call(Request::SendToParent { body: body.into() })
+        {
             log::error!("cannot tell the parent ({e}): {body}");
         }
     }
@@ -313,7 +321,14 @@ impl TurnLoop {
     }
 
     /// Runs one claude process and records it.
-    fn attempt(&mut self, prompt: &str, kind: &str, work: &Work, observer: TurnObserver, resume: bool) -> Attempt {
+    fn attempt(
+        &mut self,
+        prompt: &str,
+        kind: &str,
+        work: &Work,
+        observer: TurnObserver,
+        resume: bool,
+    ) -> Attempt {
         let model = self.model();
         let started = now();
         let inv = self.invocation(prompt, &model, resume);
@@ -350,7 +365,11 @@ impl TurnLoop {
                 tokens_out: rep.output_tokens,
                 cost_usd: rep.cost_usd.unwrap_or(0.0),
                 session_id: rep.session_id.clone(),
-                note: if r.interrupted { "interrupted by the operator".into() } else { String::new() },
+                note: if r.interrupted {
+                    "interrupted by the operator".into()
+                } else {
+                    String::new()
+                },
             };
             if let Err(e) = stats.record(&row) {
                 log::error!("{e}");
@@ -373,7 +392,13 @@ impl TurnLoop {
             body: "/compact".into(),
             redelivered: false,
         };
-        let a = self.attempt("/compact", "compact", &work, TurnObserver::compaction(), true);
+        let a = self.attempt(
+            "/compact",
+            "compact",
+            &work,
+            TurnObserver::compaction(),
+            true,
+        );
         let ok = a.report.outcome.is_ok();
         let detail = match &a.report.compact {
             Some(c) => format!(
@@ -402,8 +427,10 @@ impl TurnLoop {
         };
         let a = self.attempt(prompt, "checkpoint", &work, TurnObserver::new(), true);
         if !a.report.outcome.is_ok() {
-            self.bus
-                .note(format!("checkpoint turn failed ({}); going on", a.report.outcome));
+            self.bus.note(format!(
+                "checkpoint turn failed ({}); going on",
+                a.report.outcome
+            ));
         }
         a.terminated
     }
@@ -442,7 +469,10 @@ impl TurnLoop {
                 context::cache_ttl(&env),
             )
         {
-            if self.checkpoint(context::AUTO_RESET_CHECKPOINT_PROMPT, "the cache is cold; resetting the session") {
+            if self.checkpoint(
+                context::AUTO_RESET_CHECKPOINT_PROMPT,
+                "the cache is cold; resetting the session",
+            ) {
                 return self.stop_with(&work);
             }
             resume = false;
@@ -451,7 +481,8 @@ impl TurnLoop {
 
         let seen = work.id.is_some_and(|id| self.prompt_seen.contains(&id));
         if work.redelivered {
-            self.bus.note("this message was inflight when the harness last stopped; handling it again");
+            self.bus
+                .note("this message was inflight when the harness last stopped; handling it again");
         }
         let prompt = if seen {
             context::retry_note(&work.from)
@@ -464,7 +495,8 @@ impl TurnLoop {
         }
         match a.report.outcome {
             TurnOutcome::PromptTooLong => {
-                self.bus.note("the session is past its context window: compacting, then retrying once");
+                self.bus
+                    .note("the session is past its context window: compacting, then retrying once");
                 let (ok, stop) = self.compact("prompt too long");
                 if stop {
                     return self.stop_with(&work);
@@ -475,7 +507,8 @@ impl TurnLoop {
                 }
             }
             TurnOutcome::AuthFailed => {
-                self.bus.note("authentication failed: retrying once at once");
+                self.bus
+                    .note("authentication failed: retrying once at once");
                 let retry = if a.report.prompt_reached_session {
                     context::retry_note(&work.from)
                 } else {
@@ -594,7 +627,15 @@ impl TurnLoop {
                     s.rate_limited = true;
                     s.rate_limited_until = Some(until);
                 });
-                self.emit_end(false, format!("rate limited: {what} requeued; resuming in {}s", sleep.as_secs()), &outcome, started);
+                self.emit_end(
+                    false,
+                    format!(
+                        "rate limited: {what} requeued; resuming in {}s",
+                        sleep.as_secs()
+                    ),
+                    &outcome,
+                    started,
+                );
                 flow = self.pause(sleep);
                 self.bus.update(|s| {
                     s.rate_limited = false;
@@ -608,8 +649,9 @@ impl TurnLoop {
                     self.requeue(id);
                 }
                 let n = self.api_failures;
-                let backoff = (self.s.api_backoff_base * 2u32.saturating_pow(n.saturating_sub(1).min(16)))
-                    .min(self.s.api_backoff_max);
+                let backoff = (self.s.api_backoff_base
+                    * 2u32.saturating_pow(n.saturating_sub(1).min(16)))
+                .min(self.s.api_backoff_max);
                 if n == self.s.api_failures_before_notice {
                     self.to_parent(&format!(
                         "[system] {}: the Claude API has been unavailable for {n} turns in a row ({why}); {what} is kept and retried every {}s at most",
@@ -617,7 +659,15 @@ impl TurnLoop {
                         self.s.api_backoff_max.as_secs()
                     ));
                 }
-                self.emit_end(false, format!("API unavailable ({why}): {what} requeued; retrying in {}s", backoff.as_secs()), &outcome, started);
+                self.emit_end(
+                    false,
+                    format!(
+                        "API unavailable ({why}): {what} requeued; retrying in {}s",
+                        backoff.as_secs()
+                    ),
+                    &outcome,
+                    started,
+                );
                 return self.pause(backoff);
             }
             TurnOutcome::AuthFailed => {
@@ -640,7 +690,8 @@ impl TurnLoop {
                 format!("{what} failed: {why}")
             }
         };
-        self.bus.update(|s| s.last_outcome = Some(outcome.to_string()));
+        self.bus
+            .update(|s| s.last_outcome = Some(outcome.to_string()));
         self.emit_end(ok, note, &outcome, started);
         if flow == Flow::Stop {
             return flow;
