@@ -169,6 +169,7 @@ pub fn run(
     let never_pipe = never::<Pipe>();
     let never_ctl = never::<Control>();
     let never_term = never::<()>();
+    let never_exit = never::<std::io::Result<ExitStatus>>();
 
     // Starts or advances the stop ladder.
     let escalate = |stop: &mut Stop, ladder: &mut Receiver<Instant>, quick: bool| {
@@ -206,6 +207,7 @@ pub fn run(
         let err_rx = err.as_ref().unwrap_or(&never_pipe);
         let alive = status.is_none();
         let ctl = if alive { control } else { &never_ctl };
+        let exit_src = if alive { &exit_rx } else { &never_exit };
         let trm = if alive { term } else { &never_term };
         select! {
             recv(out_rx) -> ev => match ev {
@@ -241,7 +243,7 @@ pub fn run(
                 Ok(Pipe::TooLong) => bus.note("a stderr line too long to show was dropped"),
                 Ok(Pipe::Closed) | Err(_) => err = None,
             },
-            recv(exit_rx) -> st => {
+            recv(exit_src) -> st => {
                 status = Some(st.unwrap_or_else(|_| Err(std::io::Error::other("waiter thread gone"))));
                 // Whatever claude left in its group dies with the turn.
                 signal(-pid, libc::SIGKILL);
@@ -281,9 +283,14 @@ pub fn run(
     }
     let (code, sig) = match &status {
         Some(Ok(st)) => (st.code(), st.signal()),
-        _ => (None, None),
+        Some(Err(e)) => {
+            log::error!("cannot read how claude exited: {e}");
+            (None, None)
+        }
+        None => (None, None),
     };
     let elapsed = start.elapsed();
+    log::debug!("claude exited: {status:?} (timed out {timed_out}, early auth {early_auth})");
     let report = observer.finish(ExitInfo {
         code,
         signal: sig,
