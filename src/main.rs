@@ -33,7 +33,14 @@ fn main() -> ExitCode {
             );
             Ok(())
         }
-        Command::Broker(a) => broker::run(a),
+        Command::Broker(a) => match broker::run(a) {
+            Err(broker::BrokerError::Config(e)) => {
+                eprintln!("hive: {e}");
+                return ExitCode::from(2);
+            }
+            Err(broker::BrokerError::Run(e)) => Err(e),
+            Ok(()) => Ok(()),
+        },
         Command::Serve(a) => harness::serve::run(a),
         Command::Wake(a) => ops::wake(&a),
         Command::Send(a) => ops::send(&a),
