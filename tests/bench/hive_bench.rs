@@ -185,6 +185,164 @@ fn bench_cycles(a: &Args, durability: &str) {
     );
 }
 
+/// A claude stand-in that reads its prompt and exits at once with a result line;
+/// with `stamp`, it first appends its start time (ns) to that file.
+fn fast_fake(dir: &Path, stamp: Option<&Path>) -> PathBuf {
+    let p = dir.join("fast-claude");
+    let stamp_line = stamp
+        .map(|f| format!("date +%s%N >> {}\n", f.display()))
+        .unwrap_or_default();
+    std::fs::write(
+        &p,
+        format!(
+            "#!/bin/sh\n{stamp_line}cat >/dev/null\necho '{{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\",\"session_id\":\"s\",\"total_cost_usd\":0}}'\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn start_serve(a: &Args, b: &BrokerProc, claude: &Path) -> Child {
+    let d = &b.dir;
+    Command::new(&a.hive)
+        .arg("serve")
+        .arg("--state-dir")
+        .arg(d.join("state"))
+        .arg("--run-dir")
+        .arg(d.join("run"))
+        .env("HIVE_SOCKET", b.socket())
+        .env("HIVE_BASH_SOCKET", d.join("bash.sock"))
+        .env("HIVE_CLAUDE_BIN", claude)
+        .env("HIVE_LABEL", "bench")
+        .env("HIVE_PORT", "0")
+        .env("ANTHROPIC_API_KEY", "sk-bench")
+        .env("HOME", d)
+        .env("RUST_LOG", "warn")
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start hive serve")
+}
+
+fn unread_and_inflight(c: &mut Client) -> (u64, bool) {
+    let s = c.call(&Request::Status {}).unwrap();
+    (
+        s["unread"].as_u64().unwrap_or(0),
+        !s["inflight"].is_null(),
+    )
+}
+
+/// Turn overhead: N queued messages through `hive serve` with a claude that exits
+/// at once, per turn, against spawning that claude alone N times.
+fn bench_turns(a: &Args) {
+    let n = if a.quick { 20 } else { 200 };
+    let b = BrokerProc::start(&a.hive, "normal");
+    let fake = fast_fake(&b.dir, None);
+    let mut c = Client::connect(&b.socket()).unwrap();
+    // Boot (kick turn) first, so only steady-state turns are timed.
+    let mut serve = start_serve(a, &b, &fake);
+    let settle = |c: &mut Client| {
+        let end = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (u, i) = unread_and_inflight(c);
+            if u == 0 && !i {
+                break;
+            }
+            assert!(Instant::now() < end, "turns did not drain");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    settle(&mut c);
+    let start = Instant::now();
+    for i in 0..n {
+        c.call(&Request::Wake {
+            from: "bench".into(),
+            body: format!("turn {i}"),
+            transient: false,
+            to: None,
+        })
+        .unwrap();
+    }
+    settle(&mut c);
+    let per_turn = start.elapsed().as_secs_f64() * 1e3 / n as f64;
+    let _ = serve.kill();
+    let _ = serve.wait();
+
+    let mut alone = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        let mut child = Command::new(&fake)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"Message from bench").unwrap();
+        child.wait_with_output().unwrap();
+        alone.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let alone_mean = alone.iter().sum::<f64>() / n as f64;
+    println!(
+        "turns   hive serve {per_turn:.2} ms/turn | fake claude alone {alone_mean:.2} ms | ratio {:.2}x (goal <= 1.2x)",
+        per_turn / alone_mean
+    );
+}
+
+/// Wake → claude spawned: an idle harness, one message at a time.
+fn bench_wake_latency(a: &Args) {
+    let n = if a.quick { 10 } else { 60 };
+    let b = BrokerProc::start(&a.hive, "normal");
+    let stamps = b.dir.join("stamps");
+    let fake = fast_fake(&b.dir, Some(&stamps));
+    let mut c = Client::connect(&b.socket()).unwrap();
+    let mut serve = start_serve(a, &b, &fake);
+    let count = || {
+        std::fs::read_to_string(&stamps)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    let wait_count = |want: usize| {
+        let end = Instant::now() + Duration::from_secs(60);
+        while count() < want {
+            assert!(Instant::now() < end, "claude was not spawned");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    };
+    wait_count(1); // the kick turn
+    let mut lat = Vec::new();
+    for i in 0..n {
+        // Let the harness go back to its long-poll.
+        std::thread::sleep(Duration::from_millis(30));
+        while unread_and_inflight(&mut c).1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let sent = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i128;
+        c.call(&Request::Wake {
+            from: "bench".into(),
+            body: format!("ping {i}"),
+            transient: false,
+            to: None,
+        })
+        .unwrap();
+        wait_count(i + 2);
+        let text = std::fs::read_to_string(&stamps).unwrap();
+        let spawned: i128 = text.lines().last().unwrap().trim().parse().unwrap();
+        lat.push((spawned - sent) as f64 / 1e6);
+    }
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let mut sorted = lat.clone();
+    let med = median(&mut sorted);
+    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)];
+    println!("latency wake → claude spawned: median {med:.2} ms, p99 {p99:.2} ms ({n} samples)");
+}
+
 fn main() {
     let a = parse_args();
     println!(
@@ -194,4 +352,6 @@ fn main() {
     bench_wake(&a);
     bench_cycles(&a, "normal");
     bench_cycles(&a, "full");
+    bench_turns(&a);
+    bench_wake_latency(&a);
 }
