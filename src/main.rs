@@ -2,7 +2,7 @@
 //! Nothing else lives here.
 
 use hyperhive::cli::{self, Command};
-use hyperhive::{broker, ops};
+use hyperhive::{broker, mcp, ops};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -34,6 +34,10 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Broker(a) => broker::run(a),
+        Command::Mcp => match mcp::hyperhive::main() {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         Command::Wake(a) => ops::wake(&a),
         Command::Send(a) => ops::send(&a),
         Command::Inbox(a) => ops::inbox(&a),
