@@ -40,6 +40,18 @@ The agent socket comes from $HIVE_SOCKET (default /run/hive/mcp.sock); every oth
 setting is an environment variable listed in docs/env.md.",
     },
     CommandHelp {
+        name: "mcp",
+        summary: "the agent's hyperhive MCP server on stdin/stdout (claude starts it)",
+        usage: "hive mcp
+
+Speaks MCP (newline-delimited JSON-RPC) on stdin and stdout; logs go to stderr.
+The tools are described in docs/tools/mcp.md. Settings come from the environment:
+
+  HIVE_SOCKET         the agent socket (default /run/hive/mcp.sock)
+  HIVE_STATE_DIR      the agent's state dir, for request_next_turn and set_status
+  HIVE_TOOL_GROUPS    comma list of tool groups (default messaging,meta,inbox,execution)",
+    },
+    CommandHelp {
         name: "wake",
         summary: "push one message into the agent's own inbox (for scripts and daemons)",
         usage: "hive wake --from NAME --body TEXT [--transient] [--socket PATH]
@@ -166,6 +178,8 @@ pub enum Command {
     Version,
     Broker(BrokerArgs),
     Serve(ServeArgs),
+    /// `hive mcp`: its settings come from the environment.
+    Mcp,
     Wake(WakeArgs),
     Send(SendArgs),
     Inbox(InboxArgs),
@@ -229,6 +243,11 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
     match cmd {
         "broker" => parse_broker(&mut p),
         "serve" => parse_serve(&mut p),
+        "mcp" => match p.next().map_err(|e| lex(cmd, e))? {
+            None => Ok(Command::Mcp),
+            Some(Long("help") | Short('h')) => Ok(Command::Help(Some(cmd))),
+            Some(other) => Err(err(cmd, other.unexpected().to_string())),
+        },
         "wake" => parse_wake(&mut p),
         "send" => parse_send(&mut p),
         "inbox" => parse_inbox(&mut p),
@@ -457,6 +476,8 @@ mod tests {
             panic!("not answer")
         };
         assert_eq!((a.id, a.answer.len(), a.host.json), (4, 2, true));
+        assert_eq!(run(&["mcp"]).unwrap(), Command::Mcp);
+        assert_eq!(run(&["mcp", "-h"]).unwrap(), Command::Help(Some("mcp")));
         assert_eq!(
             run(&["cancel-question", "7"]).unwrap(),
             Command::CancelQuestion(HostArgs::default(), 7)
@@ -475,6 +496,7 @@ mod tests {
             (&["broker", "--durability", "max"], "normal or full"),
             (&["send", "--to", "a"], "missing TEXT"),
             (&["answer", "x", "y"], "must be a number"),
+            (&["mcp", "--socket", "x"], "--socket"),
         ];
         for (args, want) in cases {
             let e = run(args).unwrap_err();

@@ -2,7 +2,7 @@
 //! Nothing else lives here.
 
 use hyperhive::cli::{self, Command};
-use hyperhive::{broker, harness, ops};
+use hyperhive::{broker, harness, mcp, ops};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -42,6 +42,10 @@ fn main() -> ExitCode {
             Ok(()) => Ok(()),
         },
         Command::Serve(a) => harness::serve::run(a),
+        Command::Mcp => match mcp::hyperhive::main() {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         Command::Wake(a) => ops::wake(&a),
         Command::Send(a) => ops::send(&a),
         Command::Inbox(a) => ops::inbox(&a),

@@ -87,7 +87,8 @@ pub fn send(a: &SendArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn fmt_time(unix: i64) -> String {
+/// A unix time as `YYYY-MM-DD HH:MM:SSZ` (UTC).
+pub fn fmt_time(unix: i64) -> String {
     // UTC, from the civil-from-days algorithm, to avoid a time dependency.
     let days = unix.div_euclid(86400);
     let secs = unix.rem_euclid(86400);

@@ -29,13 +29,10 @@ pub struct ToolLists {
     pub allowed: Vec<String>,
 }
 
-/// The `mcp__hyperhive__*` tools of the enabled groups.
+/// The `mcp__hyperhive__*` tools of the enabled groups: the same list `hive mcp`
+/// shows in `tools/list`, from the one table in `crate::mcp::hyperhive`.
 pub fn hyperhive_tools(groups: &[ToolGroup]) -> Vec<String> {
-    groups
-        .iter()
-        .flat_map(|g| g.hyperhive_tools().iter())
-        .map(|t| format!("mcp__hyperhive__{t}"))
-        .collect()
+    crate::mcp::hyperhive::allowed_hyperhive_tools(groups)
 }
 
 /// The built-ins for `--tools`.

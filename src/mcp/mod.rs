@@ -8,6 +8,7 @@
 //! `args.rs`. The behaviour is documented in `docs/mcp-protocol.md`.
 
 pub mod args;
+pub mod hyperhive;
 pub mod jsonrpc;
 mod server;
 

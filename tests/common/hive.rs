@@ -108,15 +108,18 @@ impl Broker {
             .stderr(log)
             .spawn()
             .expect("spawn hive broker");
+        let ready_before = self.log().matches("broker ready:").count();
         self.child = Some(child);
-        let host = self.host_socket();
-        wait_for(Duration::from_secs(10), "the broker's host socket", || {
+        // The host socket is bound before the agent sockets, and after a restart
+        // the old agent socket files are still there; "broker ready" is logged
+        // once every socket listens.
+        wait_for(Duration::from_secs(10), "the broker to be ready", || {
             if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(st)) = c.try_wait() {
                     panic!("broker exited early with {st}: {}", self.log());
                 }
             }
-            Client::connect(&host).ok()
+            (self.log().matches("broker ready:").count() > ready_before).then_some(())
         });
     }
 

@@ -5,3 +5,4 @@
 pub mod claude_cli;
 pub mod fake_anthropic;
 pub mod hive;
+pub mod mcp;
