@@ -227,10 +227,7 @@ fn start_serve(a: &Args, b: &BrokerProc, claude: &Path) -> Child {
 
 fn unread_and_inflight(c: &mut Client) -> (u64, bool) {
     let s = c.call(&Request::Status {}).unwrap();
-    (
-        s["unread"].as_u64().unwrap_or(0),
-        !s["inflight"].is_null(),
-    )
+    (s["unread"].as_u64().unwrap_or(0), !s["inflight"].is_null())
 }
 
 /// Turn overhead: N queued messages through `hive serve` with a claude that exits
@@ -279,7 +276,12 @@ fn bench_turns(a: &Args) {
             .spawn()
             .unwrap();
         use std::io::Write;
-        child.stdin.take().unwrap().write_all(b"Message from bench").unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"Message from bench")
+            .unwrap();
         child.wait_with_output().unwrap();
         alone.push(t.elapsed().as_secs_f64() * 1e3);
     }

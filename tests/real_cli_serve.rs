@@ -1,0 +1,227 @@
+//! The whole loop with the real Claude Code CLI: `hive broker` + `hive serve`
+//! running the real CLI 2.1.197 against the fake Anthropic API on 127.0.0.1.
+//! `hive wake` → a turn → the model calls `mcp__hyperhive__send` → the message is
+//! in the operator inbox; the next turn's request carries the first turn's history
+//! (`--continue`); a prompt-too-long turn is compacted by the harness and retried.
+//! Skips loudly without the CLI; fails under `HIVE_REQUIRE_REAL_CLAUDE=1`.
+
+mod common;
+
+use common::claude_cli::require_real_claude;
+use common::fake_anthropic::{FakeAnthropic, RequestKind, Scenario, Step};
+use common::hive::*;
+use serde_json::json;
+use std::time::Duration;
+
+fn harness(b: &Broker, cli: &std::path::Path, api: &FakeAnthropic) -> Harness {
+    let cli = cli.display().to_string();
+    let base = api.base_url();
+    Harness::start(
+        b,
+        "ruth",
+        &[
+            ("HIVE_CLAUDE_BIN", &cli),
+            ("ANTHROPIC_BASE_URL", &base),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+            ("DISABLE_TELEMETRY", "1"),
+            ("HIVE_TURN_TIMEOUT_SECS", "90"),
+        ],
+    )
+}
+
+#[test]
+fn wake_turn_tool_call_and_continue_through_hive_serve() {
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    let b = Broker::start(&["ruth"]);
+    let api = FakeAnthropic::start(
+        Scenario::new()
+            // The boot kick turn.
+            .then(Step::text("noted the restart"))
+            // The woken turn: a tool call, then text.
+            .then(Step::tool_use(
+                "mcp__hyperhive__send",
+                json!({"to": "operator", "body": "hello from real claude"}),
+            ))
+            .then(Step::text("sent it"))
+            .otherwise(Step::text("second turn done")),
+    );
+    let h = harness(&b, &cli, &api);
+    wait_for(Duration::from_secs(60), "the kick turn", || {
+        (api.posts().len() >= 1 && agent_row(&b, "ruth").inflight.is_none()).then_some(())
+    });
+    wait_drained(&b, "ruth");
+    let sock = b.agent_socket("ruth");
+    let (code, _, err) = run_hive(
+        &["wake", "--from", "cron", "--body", "nightly report please"],
+        None,
+        &[("HIVE_SOCKET", sock.to_str().unwrap())],
+    );
+    assert_eq!(code, 0, "{err}");
+    let m = wait_for(Duration::from_secs(60), "the operator message", || {
+        operator_inbox(&b)
+            .into_iter()
+            .find(|m| m.body == "hello from real claude")
+    });
+    assert_eq!(m.from, "ruth");
+    wait_drained(&b, "ruth");
+
+    operator_send(&b, "ruth", "and now the summary");
+    wait_for(Duration::from_secs(60), "the second turn", || {
+        api.posts()
+            .iter()
+            .any(|r| r.mentions("and now the summary"))
+            .then_some(())
+    });
+    wait_drained(&b, "ruth");
+    let second = api
+        .posts()
+        .into_iter()
+        .find(|r| r.mentions("and now the summary"))
+        .unwrap();
+    assert!(
+        second.mentions("nightly report please") && second.mentions("sent it"),
+        "--continue carries the first turn's history"
+    );
+    let _ = h;
+}
+
+#[test]
+fn prompt_too_long_is_compacted_by_the_harness_and_retried() {
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    let b = Broker::start(&["ruth"]);
+    let api = FakeAnthropic::start(
+        Scenario::new()
+            .then(Step::text("noted the restart"))
+            .then(Step::prompt_too_long())
+            .auto_compact("COMPACT-SUMMARY: the agent restarted")
+            .otherwise(Step::text("handled after compaction")),
+    );
+    let h = harness(&b, &cli, &api);
+    wait_for(Duration::from_secs(60), "the kick turn", || {
+        (!api.posts().is_empty()).then_some(())
+    });
+    wait_drained(&b, "ruth");
+    operator_send(&b, "ruth", "a big job");
+    wait_for(Duration::from_secs(90), "the retried turn", || {
+        let posts = api.posts();
+        let compacted = posts.iter().any(|r| r.kind == RequestKind::Compact);
+        let retried = posts
+            .iter()
+            .filter(|r| r.kind == RequestKind::Messages && r.mentions("a big job"))
+            .count()
+            >= 2;
+        (compacted && retried).then_some(())
+    });
+    wait_drained(&b, "ruth");
+    let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
+    let kinds: Vec<(String, String)> = db
+        .prepare("SELECT kind, outcome FROM turns ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        kinds.iter().map(|k| k.0.as_str()).collect::<Vec<_>>(),
+        ["turn", "turn", "compact", "turn"],
+        "{kinds:?}"
+    );
+    assert_eq!(kinds[1].1, "prompt is too long");
+    assert_eq!(kinds[2].1, "compacted");
+    assert_eq!(kinds[3].1, "ok");
+}
+
+#[test]
+fn a_429_is_requeued_and_retried_after_the_pause() {
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    let b = Broker::start(&["ruth"]);
+    let api = FakeAnthropic::start(
+        Scenario::new()
+            .then(Step::text("noted the restart"))
+            .then(Step::rate_limited())
+            .otherwise(Step::text("done after the limit")),
+    );
+    let cli_s = cli.display().to_string();
+    let base = api.base_url();
+    let h = Harness::start(
+        &b,
+        "ruth",
+        &[
+            ("HIVE_CLAUDE_BIN", &cli_s),
+            ("ANTHROPIC_BASE_URL", &base),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+            ("HIVE_CLAUDE_MAX_RETRIES", "0"),
+            ("HIVE_RATE_LIMIT_SLEEP_SECS", "1"),
+        ],
+    );
+    wait_for(Duration::from_secs(60), "the kick turn", || {
+        (!api.posts().is_empty()).then_some(())
+    });
+    wait_drained(&b, "ruth");
+    operator_send(&b, "ruth", "limited job");
+    wait_for(Duration::from_secs(90), "the retry", || {
+        (api.posts().len() >= 3).then_some(())
+    });
+    wait_drained(&b, "ruth");
+    let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
+    let outcomes: Vec<String> = db
+        .prepare("SELECT outcome FROM turns ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(outcomes[1].starts_with("rate limited"), "{outcomes:?}");
+    assert_eq!(outcomes.last().unwrap(), "ok");
+    // The retry sent a note, not the prompt a second time.
+    let last = api.posts().pop().unwrap();
+    assert!(last.mentions("[system] Retry"), "the retry is a short note");
+}
+
+#[test]
+fn the_real_cli_honours_the_harness_settings_file() {
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    use common::claude_cli::{claude_env, run_claude, Sandbox};
+    // The CLI silently ignores a settings file with one badly typed value; the
+    // evidence that ours is read whole is that auto-memory is off (no
+    // `memory_paths` in system/init).
+    let api = FakeAnthropic::start(Scenario::new().otherwise(Step::text("ok")));
+    let sb = Sandbox::new("settings");
+    let settings = hyperhive::harness::invocation::settings_json().to_string();
+    let path = sb.write("settings.json", &settings);
+    let run = run_claude(
+        &cli,
+        &sb.cwd,
+        &claude_env(&sb.home, &api.base_url()),
+        &[
+            "--print",
+            "--verbose",
+            "--output-format",
+            "stream-json",
+            "--model",
+            "claude-sonnet-4-5",
+            "--settings",
+            path.to_str().unwrap(),
+            "--tools",
+            "Read",
+        ],
+        "hello",
+        Duration::from_secs(60),
+    );
+    let init = run.find("system", Some("init"));
+    assert_eq!(init.len(), 1, "{run:?}");
+    assert!(
+        init[0].get("memory_paths").is_none(),
+        "settings ignored: {}",
+        init[0]
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+}
