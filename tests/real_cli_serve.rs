@@ -49,7 +49,7 @@ fn wake_turn_tool_call_and_continue_through_hive_serve() {
     );
     let h = harness(&b, &cli, &api);
     wait_for(Duration::from_secs(60), "the kick turn", || {
-        (api.posts().len() >= 1 && agent_row(&b, "ruth").inflight.is_none()).then_some(())
+        (!api.posts().is_empty() && agent_row(&b, "ruth").inflight.is_none()).then_some(())
     });
     wait_drained(&b, "ruth");
     let sock = b.agent_socket("ruth");
