@@ -345,6 +345,59 @@ fn bench_wake_latency(a: &Args) {
     println!("latency wake → claude spawned: median {med:.2} ms, p99 {p99:.2} ms ({n} samples)");
 }
 
+/// `hive mcp` cold start: spawn → initialize → initialized → tools/list answered
+/// → stdin closed → exit, against the empty binary's whole run.
+fn bench_mcp_cold_start(a: &Args) {
+    use std::io::{BufRead, BufReader, Write};
+    let n = if a.quick { 20 } else { 100 };
+    let (mut mcp, mut listed, mut empty) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        empty.push(time_run(&mut Command::new(&a.empty)));
+        let t = Instant::now();
+        let mut child = Command::new(&a.hive)
+            .arg("mcp")
+            .env("HIVE_SOCKET", "/nonexistent/bench.sock")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(
+                concat!(
+                    r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#,
+                    "\n",
+                    r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                    "\n",
+                    r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+                    "\n"
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "hive mcp closed stdout early");
+            if line.contains(r#""id":1"#) {
+                break;
+            }
+        }
+        listed.push(t.elapsed().as_secs_f64() * 1e3);
+        drop(stdin);
+        child.wait().unwrap();
+        mcp.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (m, l, e) = (median(&mut mcp), median(&mut listed), median(&mut empty));
+    println!(
+        "mcp     tools/list answered {l:.3} ms, whole run {m:.3} ms | empty binary {e:.3} ms | ratio {:.2}x (goal: tools/list <= 1.5x)",
+        l / e
+    );
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --all-targets` (make test) runs
     // this binary without it, and the benchmark is not a test.
@@ -360,6 +413,7 @@ fn main() {
     bench_wake(&a);
     bench_cycles(&a, "normal");
     bench_cycles(&a, "full");
+    bench_mcp_cold_start(&a);
     bench_turns(&a);
     bench_wake_latency(&a);
 }
