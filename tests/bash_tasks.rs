@@ -300,6 +300,13 @@ fn a_slow_task_returns_an_id_then_wakes_the_agent() {
     let id = started_id(&text);
     let (text, _) = mcp.call("status", json!({"id": id}));
     assert!(text.contains(": running for"), "{text}");
+    // The CLI SIGINTs its MCP servers at the end of every turn; the task lives on.
+    unsafe { libc::kill(mcp.child.id() as i32, libc::SIGINT) };
+    let status = wait_for(Duration::from_secs(5), "bash-mcp to exit", || {
+        mcp.child.try_wait().ok().flatten()
+    });
+    assert_eq!(status.code(), Some(130));
+    let mut mcp = daemon.mcp();
     let mut agent = broker.agent("ana");
     let wake = next_wake(&mut agent, 20).expect("a completion wake");
     assert_eq!(wake.from, format!("bash-task-{id}"));
