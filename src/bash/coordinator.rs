@@ -382,11 +382,11 @@ impl Coordinator {
                 inline = true;
             }
         }
-        let rec = self.tasks.get_mut(id).expect("checked above");
+        let mut rec = record;
         rec.returned_inline = inline;
         rec.wake_pending = !inline;
-        let rec = rec.clone();
         self.save(&rec);
+        self.tasks.insert(id.to_string(), rec.clone());
         if rec.wake_pending {
             let _ = self.wakes.send(rec);
         }
