@@ -4,6 +4,7 @@
 
 use crate::broker::db::Durability;
 use crate::broker::BrokerArgs;
+use crate::harness::settings::ServeArgs;
 use lexopt::prelude::*;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -26,6 +27,17 @@ pub const COMMANDS: &[CommandHelp] = &[
   --agents a,b,...    agents to serve (root agents with default settings)
   --config FILE       the hive config (JSON, see docs/config.md)
   --durability MODE   normal (survives a crash of any process, default) or full (also power loss)",
+    },
+    CommandHelp {
+        name: "serve",
+        summary: "run the agent harness: the turn loop that drives claude for each inbox message",
+        usage: "hive serve [--state-dir DIR] [--run-dir DIR]
+
+  --state-dir DIR     the agent's durable state dir, claude's cwd (default /state)
+  --run-dir DIR       where the on-boot files are written (default /run/hive)
+
+The agent socket comes from $HIVE_SOCKET (default /run/hive/mcp.sock); every other
+setting is an environment variable listed in docs/env.md.",
     },
     CommandHelp {
         name: "wake",
@@ -183,6 +195,7 @@ pub enum Command {
     Help(Option<&'static str>),
     Version,
     Broker(BrokerArgs),
+    Serve(ServeArgs),
     Wake(WakeArgs),
     Send(SendArgs),
     Inbox(InboxArgs),
@@ -248,6 +261,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
     let cmd = entry.name;
     match cmd {
         "broker" => parse_broker(&mut p),
+        "serve" => parse_serve(&mut p),
         "wake" => parse_wake(&mut p),
         "send" => parse_send(&mut p),
         "inbox" => parse_inbox(&mut p),
@@ -338,6 +352,20 @@ fn parse_bash_daemon(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
         }
     }
     Ok(Command::BashDaemon(a))
+}
+
+fn parse_serve(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
+    let cmd = "serve";
+    let mut a = ServeArgs::default();
+    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+        match arg {
+            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
+            Long("state-dir") => a.state_dir = p.value().map_err(|e| lex(cmd, e))?.into(),
+            Long("run-dir") => a.run_dir = p.value().map_err(|e| lex(cmd, e))?.into(),
+            other => return Err(err(cmd, other.unexpected().to_string())),
+        }
+    }
+    Ok(Command::Serve(a))
 }
 
 fn parse_wake(p: &mut lexopt::Parser) -> Result<Command, UsageError> {

@@ -2,7 +2,7 @@
 //! Nothing else lives here.
 
 use hyperhive::cli::{self, Command};
-use hyperhive::{bash, broker, ops};
+use hyperhive::{bash, broker, harness, ops};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -33,7 +33,15 @@ fn main() -> ExitCode {
             );
             Ok(())
         }
-        Command::Broker(a) => broker::run(a),
+        Command::Broker(a) => match broker::run(a) {
+            Err(broker::BrokerError::Config(e)) => {
+                eprintln!("hive: {e}");
+                return ExitCode::from(2);
+            }
+            Err(broker::BrokerError::Run(e)) => Err(e),
+            Ok(()) => Ok(()),
+        },
+        Command::Serve(a) => harness::serve::run(a),
         Command::Wake(a) => ops::wake(&a),
         Command::Send(a) => ops::send(&a),
         Command::Inbox(a) => ops::inbox(&a),

@@ -762,3 +762,40 @@ fn reminders_fire_across_a_broker_restart_and_spill_big_payloads() {
     );
     assert!(!spill.exists());
 }
+
+#[test]
+fn a_bad_config_names_the_field_and_exits_2() {
+    let dir = TempDir::new("cfg");
+    let cfg = dir.path().join("hive.json");
+    let s = dir.path().join("s").display().to_string();
+    let r = dir.path().join("r").display().to_string();
+    for (text, want) in [
+        (
+            r#"{"agents":[{"name":"ruth"},{"name":"kid","parent":"rut"}]}"#,
+            "agents[1].parent",
+        ),
+        (
+            r#"{"agents":[{"name":"ruth","colour":"red"}]}"#,
+            "unknown field `colour`",
+        ),
+        (r#"{"agents":[]}"#, "no agents"),
+        ("{", "EOF"),
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        let (code, _, err) = run_hive(
+            &[
+                "broker",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--state-dir",
+                &s,
+                "--run-dir",
+                &r,
+            ],
+            None,
+            &[],
+        );
+        assert_eq!(code, 2, "{text}: {err}");
+        assert!(err.contains(want), "{text}: {err}");
+    }
+}

@@ -120,9 +120,24 @@ fn accept_loop(
     }
 }
 
+/// Why `hive broker` stopped with an error.
+#[derive(Debug)]
+pub enum BrokerError {
+    /// The config or `--agents` is wrong: a usage error (exit status 2).
+    Config(String),
+    /// Anything else: sockets, the store, threads (exit status 1).
+    Run(String),
+}
+
+impl From<String> for BrokerError {
+    fn from(s: String) -> BrokerError {
+        BrokerError::Run(s)
+    }
+}
+
 /// Runs the broker until SIGTERM, SIGINT or SIGHUP.
-pub fn run(args: BrokerArgs) -> Result<(), String> {
-    let cfg = load_config(&args)?;
+pub fn run(args: BrokerArgs) -> Result<(), BrokerError> {
+    let cfg = load_config(&args).map_err(BrokerError::Config)?;
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,

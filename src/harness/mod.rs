@@ -1,9 +1,21 @@
 //! The agent harness behind `hive serve`: everything between popping one inbox
-//! message and acking it. The pure parts live here so far: [`classify`] turns one
-//! claude process's stream-json into a turn outcome, [`prompt`] renders the system
-//! prompt template, and [`context`] resolves the context window, the compaction
-//! watermarks and the fixed prompts the turn loop sends.
+//! message and acking it. [`classify`] turns one claude process's stream-json into
+//! a turn outcome, [`prompt`] renders the system prompt, [`context`] resolves the
+//! context window, watermarks and fixed prompts, [`bus`] holds the live state and
+//! events, [`control`] is how the web UI asks things of the loop, [`login`] owns
+//! credentials and the login park, [`stats`] the turn-stats db and [`settings`]
+//! every flag and environment variable.
 
+pub mod bus;
 pub mod classify;
 pub mod context;
+pub mod control;
+pub mod invocation;
+pub mod login;
+pub mod plugins;
+pub mod poller;
 pub mod prompt;
+pub mod runner;
+pub mod serve;
+pub mod settings;
+pub mod stats;

@@ -238,3 +238,233 @@ pub fn run_hive(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> (i3
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A scenario directory for `tests/fake-claude/fake-claude`.
+pub struct FakeClaude {
+    pub dir: PathBuf,
+}
+
+impl FakeClaude {
+    pub fn new(root: &Path) -> FakeClaude {
+        let dir = root.join("fake");
+        std::fs::create_dir_all(&dir).unwrap();
+        FakeClaude { dir }
+    }
+
+    pub fn bin() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fake-claude/fake-claude")
+    }
+
+    /// What invocation `n` (1-based) does: a bash snippet using lib.sh.
+    pub fn step(&self, n: usize, script: &str) {
+        std::fs::write(self.dir.join(format!("step-{n}.sh")), script).unwrap();
+    }
+
+    /// What every invocation without its own step does.
+    pub fn default_step(&self, script: &str) {
+        std::fs::write(self.dir.join("default.sh"), script).unwrap();
+    }
+
+    pub fn count(&self) -> usize {
+        std::fs::read_to_string(self.dir.join("count"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn argv(&self, n: usize) -> Vec<String> {
+        let raw = std::fs::read(self.dir.join(format!("inv-{n}.argv"))).unwrap_or_default();
+        raw.split(|b| *b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect()
+    }
+
+    pub fn stdin(&self, n: usize) -> String {
+        std::fs::read_to_string(self.dir.join(format!("inv-{n}.stdin"))).unwrap_or_default()
+    }
+
+    /// Waits until at least `n` invocations have started.
+    pub fn wait_count(&self, n: usize) {
+        wait_for(
+            Duration::from_secs(30),
+            &format!("{n} claude invocations"),
+            || (self.count() >= n).then_some(()),
+        );
+    }
+}
+
+/// A running `hive serve` for one agent of a broker.
+pub struct Harness {
+    pub dir: TempDir,
+    pub fake: FakeClaude,
+    child: Option<Child>,
+    env: Vec<(String, String)>,
+    agent: String,
+}
+
+impl Harness {
+    /// Starts `hive serve` for `agent` with a fake claude; `env` overrides.
+    pub fn start(b: &Broker, agent: &str, env: &[(&str, &str)]) -> Harness {
+        let dir = TempDir::new("h");
+        let fake = FakeClaude::new(dir.path());
+        let claude_home = dir.path().join("home");
+        std::fs::create_dir_all(claude_home.join(".claude")).unwrap();
+        let mut all: Vec<(String, String)> = vec![
+            (
+                "HIVE_SOCKET".into(),
+                b.agent_socket(agent).display().to_string(),
+            ),
+            (
+                "HIVE_BASH_SOCKET".into(),
+                dir.path().join("bash.sock").display().to_string(),
+            ),
+            (
+                "HIVE_CLAUDE_BIN".into(),
+                FakeClaude::bin().display().to_string(),
+            ),
+            ("FAKE_CLAUDE_DIR".into(), fake.dir.display().to_string()),
+            ("HIVE_LABEL".into(), agent.into()),
+            ("HOME".into(), claude_home.display().to_string()),
+            (
+                "CLAUDE_CONFIG_DIR".into(),
+                claude_home.join(".claude").display().to_string(),
+            ),
+            ("ANTHROPIC_API_KEY".into(), "sk-test".into()),
+            ("HIVE_PORT".into(), "0".into()),
+            ("HIVE_POLL_MS".into(), "50".into()),
+            ("HIVE_LOGIN_POLL_MS".into(), "100".into()),
+            ("HIVE_KILL_GRACE_MS".into(), "300".into()),
+            ("HIVE_RECONNECT_MAX_MS".into(), "300".into()),
+            ("RUST_LOG".into(), "debug".into()),
+        ];
+        for (k, v) in env {
+            all.retain(|(key, _)| key != k);
+            if !v.is_empty() {
+                all.push((k.to_string(), v.to_string()));
+            }
+        }
+        let mut h = Harness {
+            dir,
+            fake,
+            child: None,
+            env: all,
+            agent: agent.into(),
+        };
+        h.spawn();
+        h
+    }
+
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("serve.log"))
+            .unwrap();
+        let mut cmd = Command::new(hive_bin());
+        cmd.arg("serve")
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .arg("--run-dir")
+            .arg(self.run_dir())
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        self.child = Some(cmd.spawn().expect("spawn hive serve"));
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        self.dir.path().join("run")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+    }
+
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        wait_for(Duration::from_secs(15), "hive serve to exit", || {
+            c.try_wait().ok().flatten()
+        })
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// The agent's row in `agents` on the host socket.
+pub fn agent_row(b: &Broker, name: &str) -> hyperhive::wire::AgentRow {
+    let r: hyperhive::wire::AgentsReply = b.host().call_as(&Request::Agents {}).unwrap();
+    r.agents
+        .into_iter()
+        .find(|a| a.name == name)
+        .expect("agent row")
+}
+
+/// Waits until the agent has nothing unread and nothing inflight.
+pub fn wait_drained(b: &Broker, name: &str) {
+    wait_for(Duration::from_secs(30), "the inbox to drain", || {
+        let r = agent_row(b, name);
+        (r.unread == 0 && r.inflight.is_none()).then_some(())
+    });
+}
+
+/// The operator's unread messages (marked read).
+pub fn operator_inbox(b: &Broker) -> Vec<hyperhive::wire::Message> {
+    let r: hyperhive::wire::MessagesReply = b
+        .host()
+        .call_as(&Request::Inbox {
+            wait_seconds: None,
+            peek: false,
+        })
+        .unwrap();
+    r.messages
+}
+
+/// Sends `body` to `to` as the operator.
+pub fn operator_send(b: &Broker, to: &str, body: &str) -> i64 {
+    let r = ok(
+        &mut b.host(),
+        Request::Send {
+            to: to.into(),
+            body: body.into(),
+            in_reply_to: None,
+        },
+    );
+    r["id"].as_i64().unwrap()
+}

@@ -1,0 +1,272 @@
+//! The event bus of one harness: the authoritative turn state (`Idle`, `Thinking`,
+//! `Compacting` with `since`, and the status flags), a bounded ring of recent
+//! [`LiveEvent`]s with increasing ids, and the fan-out of new events to
+//! subscribers (the SSE writers). The turn loop is the only writer of turn state;
+//! readers take snapshots. Publishing never blocks: each subscriber has a bounded
+//! queue and one that falls behind is dropped, so a slow web client can never
+//! slow a turn.
+
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// How many events the ring keeps for replay to new SSE clients.
+pub const HISTORY: usize = 2000;
+
+/// How many events may wait for one subscriber before it is dropped.
+pub const SUBSCRIBER_QUEUE: usize = 1024;
+
+/// What the harness is doing right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnState {
+    /// Sitting on `recv_next`, waiting for mail.
+    Idle,
+    /// `claude --print` is running a turn.
+    Thinking,
+    /// `/compact` is running.
+    Compacting,
+}
+
+/// One event on the live stream.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LiveEvent {
+    TurnStart {
+        from: String,
+        body: String,
+        unread: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message_id: Option<i64>,
+    },
+    /// One stdout JSON line of claude.
+    Stream { value: Value },
+    /// A stderr line of claude, or a note of the harness.
+    Note { text: String },
+    TurnEnd {
+        ok: bool,
+        note: String,
+        outcome: String,
+        duration_ms: u64,
+    },
+    /// The turn state or a status flag changed; carries the new state.
+    State { state: StateSnapshot },
+}
+
+/// An event with its position in the stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Numbered {
+    pub id: u64,
+    pub event: LiveEvent,
+}
+
+impl Numbered {
+    /// The event as one JSON object with its id, for SSE `data:`.
+    pub fn to_json(&self) -> String {
+        let mut v = serde_json::to_value(&self.event).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut v {
+            m.insert("id".into(), Value::from(self.id));
+        }
+        v.to_string()
+    }
+}
+
+/// Everything `/api/state` shows, kept current by the turn loop.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StateSnapshot {
+    pub label: String,
+    pub qualified_label: String,
+    pub turn_state: TurnState,
+    /// Unix seconds of the last turn-state change.
+    pub turn_state_since: i64,
+    /// The broker is reachable and the harness is serving.
+    pub online: bool,
+    pub rate_limited: bool,
+    pub rate_limited_until: Option<i64>,
+    pub needs_login: bool,
+    pub model: String,
+    pub context_window_tokens: u64,
+    pub context_tokens: Option<u64>,
+    pub context_percent: Option<f64>,
+    pub unread: u64,
+    pub inflight: Option<i64>,
+    pub status_text: String,
+    pub session_id: Option<String>,
+    pub last_outcome: Option<String>,
+}
+
+struct Inner {
+    next_id: u64,
+    history: VecDeque<Numbered>,
+    subscribers: Vec<Sender<Numbered>>,
+    state: StateSnapshot,
+}
+
+/// A cheap, cloneable handle on the bus.
+#[derive(Clone)]
+pub struct Bus {
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn now() -> i64 {
+    crate::broker::hub::now()
+}
+
+impl Bus {
+    pub fn new(label: &str, qualified_label: &str, model: &str, window: u64) -> Bus {
+        let state = StateSnapshot {
+            label: label.into(),
+            qualified_label: qualified_label.into(),
+            turn_state: TurnState::Idle,
+            turn_state_since: now(),
+            online: false,
+            rate_limited: false,
+            rate_limited_until: None,
+            needs_login: false,
+            model: model.into(),
+            context_window_tokens: window,
+            context_tokens: None,
+            context_percent: None,
+            unread: 0,
+            inflight: None,
+            status_text: String::new(),
+            session_id: None,
+            last_outcome: None,
+        };
+        Bus {
+            inner: Arc::new(Mutex::new(Inner {
+                next_id: 1,
+                history: VecDeque::new(),
+                subscribers: Vec::new(),
+                state,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind; keep serving it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Publishes an event: numbered, kept in the ring, offered to every
+    /// subscriber without waiting.
+    pub fn emit(&self, event: LiveEvent) {
+        let mut inner = self.lock();
+        let n = Numbered {
+            id: inner.next_id,
+            event,
+        };
+        inner.next_id += 1;
+        inner.subscribers.retain(|s| match s.try_send(n.clone()) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                log::info!("dropping an SSE subscriber that fell {SUBSCRIBER_QUEUE} events behind");
+                false
+            }
+            Err(TrySendError::Disconnected(_)) => false,
+        });
+        if inner.history.len() == HISTORY {
+            inner.history.pop_front();
+        }
+        inner.history.push_back(n);
+    }
+
+    pub fn note(&self, text: impl Into<String>) {
+        self.emit(LiveEvent::Note { text: text.into() });
+    }
+
+    /// Events after `last_id` still in the ring, and a receiver for every later
+    /// one — taken under one lock, so nothing falls between them.
+    pub fn subscribe(&self, last_id: Option<u64>) -> (Vec<Numbered>, Receiver<Numbered>) {
+        let (tx, rx) = bounded(SUBSCRIBER_QUEUE);
+        let mut inner = self.lock();
+        let replay = inner
+            .history
+            .iter()
+            .filter(|n| last_id.is_none_or(|l| n.id > l))
+            .cloned()
+            .collect();
+        inner.subscribers.push(tx);
+        (replay, rx)
+    }
+
+    pub fn subscriber_count(&self) -> usize {
+        self.lock().subscribers.len()
+    }
+
+    pub fn snapshot(&self) -> StateSnapshot {
+        self.lock().state.clone()
+    }
+
+    /// Changes the state with `f` and, when anything changed, publishes it.
+    pub fn update(&self, f: impl FnOnce(&mut StateSnapshot)) {
+        let changed = {
+            let mut inner = self.lock();
+            let before = inner.state.clone();
+            f(&mut inner.state);
+            let s = &mut inner.state;
+            s.context_percent = s
+                .context_tokens
+                .filter(|_| s.context_window_tokens > 0)
+                .map(|t| (t as f64 * 1000.0 / s.context_window_tokens as f64).round() / 10.0);
+            (inner.state != before).then(|| inner.state.clone())
+        };
+        if let Some(state) = changed {
+            self.emit(LiveEvent::State { state });
+        }
+    }
+
+    pub fn set_turn_state(&self, t: TurnState) {
+        self.update(|s| {
+            if s.turn_state != t {
+                s.turn_state = t;
+                s.turn_state_since = now();
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_then_live_without_gaps_or_duplicates() {
+        let bus = Bus::new("a", "a", "haiku", 200_000);
+        for i in 0..5 {
+            bus.note(format!("n{i}"));
+        }
+        let (replay, rx) = bus.subscribe(Some(3));
+        assert_eq!(replay.iter().map(|n| n.id).collect::<Vec<_>>(), [4, 5]);
+        bus.note("live");
+        assert_eq!(rx.try_recv().unwrap().id, 6);
+        assert!(replay[0].to_json().contains(r#""id":4"#));
+    }
+
+    #[test]
+    fn a_subscriber_that_never_reads_is_dropped_not_waited_on() {
+        let bus = Bus::new("a", "a", "haiku", 200_000);
+        let (_, slow) = bus.subscribe(None);
+        for i in 0..(SUBSCRIBER_QUEUE + 10) {
+            bus.note(format!("{i}"));
+        }
+        assert_eq!(bus.subscriber_count(), 0);
+        assert_eq!(slow.len(), SUBSCRIBER_QUEUE);
+    }
+
+    #[test]
+    fn state_changes_are_published_with_percent() {
+        let bus = Bus::new("a", "a", "haiku", 200_000);
+        let (_, rx) = bus.subscribe(None);
+        bus.update(|s| s.context_tokens = Some(50_000));
+        let ev = rx.try_recv().unwrap();
+        let LiveEvent::State { state } = ev.event else {
+            panic!("not a state event")
+        };
+        assert_eq!(state.context_percent, Some(25.0));
+        bus.update(|s| s.context_tokens = Some(50_000));
+        assert!(rx.try_recv().is_err(), "no event when nothing changed");
+    }
+}

@@ -1,0 +1,99 @@
+//! What the outside (the web UI, the signal thread) may ask of a running harness,
+//! and the shared handle it asks through. Requests that need the turn loop —
+//! compaction, interrupting a turn, a stored login — travel as [`Control`] on a
+//! channel the loop selects on, so they queue behind a running turn and never
+//! start a second claude process. The model and the one-shot new-session flag
+//! are plain shared values the loop reads at the start of each turn.
+
+use super::bus::Bus;
+use super::settings::Settings;
+use crossbeam_channel::Sender;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// A request for the turn loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    /// Run `/compact` on the session (after the running turn, if any).
+    Compact,
+    /// Stop the running turn: SIGINT to claude, then its process group.
+    Interrupt,
+    /// The operator stored credentials; end a login park.
+    LoginStored,
+}
+
+/// The handle the web UI holds.
+#[derive(Clone)]
+pub struct Shared {
+    pub bus: Bus,
+    pub control: Sender<Control>,
+    pub settings: Arc<Settings>,
+    skip_continue: Arc<AtomicBool>,
+}
+
+/// Checks a model name as given by an operator.
+pub fn check_model(name: &str) -> Result<String, String> {
+    let name = name.trim();
+    if name.is_empty()
+        || name.len() > 100
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:[]/@".contains(c))
+    {
+        return Err(format!(
+            "{name:?} is not a model name (letters, digits and -_.:[]/@ only, e.g. haiku, sonnet, claude-sonnet-4-5)"
+        ));
+    }
+    Ok(name.to_string())
+}
+
+impl Shared {
+    pub fn new(bus: Bus, control: Sender<Control>, settings: Arc<Settings>) -> Shared {
+        Shared {
+            bus,
+            control,
+            settings,
+            skip_continue: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The model for the next turn: the persisted choice, else the default.
+    pub fn model(&self) -> String {
+        std::fs::read_to_string(&self.settings.model_file)
+            .ok()
+            .and_then(|s| check_model(&s).ok())
+            .unwrap_or_else(|| self.settings.default_model.clone())
+    }
+
+    /// Persists the operator's model choice; the next turn picks it up.
+    pub fn set_model(&self, name: &str) -> Result<String, String> {
+        let name = check_model(name)?;
+        let path = &self.settings.model_file;
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        std::fs::write(path, format!("{name}\n"))
+            .map_err(|e| format!("cannot save the model to {}: {e}", path.display()))?;
+        self.bus.update(|s| s.model = name.clone());
+        self.bus
+            .note(format!("model set to {name} for the next turn"));
+        Ok(name)
+    }
+
+    /// Arms the one-shot flag: the next claude invocation drops `--continue`.
+    pub fn request_new_session(&self) {
+        self.skip_continue.store(true, Ordering::SeqCst);
+        self.bus
+            .note("the next turn starts a new session (no --continue)");
+    }
+
+    /// Takes the one-shot flag (true once per request).
+    pub fn take_skip_continue(&self) -> bool {
+        self.skip_continue.swap(false, Ordering::SeqCst)
+    }
+
+    /// Asks the turn loop for something; false when the loop is gone.
+    pub fn send(&self, c: Control) -> bool {
+        self.control.send(c).is_ok()
+    }
+}

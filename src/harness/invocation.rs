@@ -1,0 +1,302 @@
+//! The claude invocation and the on-boot files it points at. Written once at
+//! start next to the socket (under `--run-dir`): `claude-mcp-config.json` (this
+//! binary as `hive mcp` and `hive bash-mcp`, plus extra servers), the validated
+//! `claude-settings.json` and the rendered `claude-system-prompt.md`. This module
+//! also owns the tool whitelist: the built-ins in `--tools` and everything in
+//! `--allowedTools`.
+
+use super::prompt::{self, PromptVars};
+use super::settings::Settings;
+use crate::groups::ToolGroup;
+use serde_json::{json, Map, Value};
+use std::path::Path;
+
+/// Built-in claude tools every agent gets.
+pub const ALLOWED_BUILTIN_TOOLS: [&str; 5] = ["Edit", "Glob", "Grep", "Read", "Write"];
+
+/// Built-ins that are never offered: shell goes through `mcp__bash__run`.
+pub const DENIED_BUILTIN_TOOLS: [&str; 4] = ["Bash", "Task", "NotebookEdit", "TodoWrite"];
+
+/// The bash server's tools, on for every agent.
+pub const BASH_TOOLS: [&str; 2] = ["mcp__bash__run", "mcp__bash__status"];
+
+/// What the boot files decided about tools.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolLists {
+    /// For `--tools`.
+    pub builtins: Vec<String>,
+    /// For `--allowedTools`.
+    pub allowed: Vec<String>,
+}
+
+/// The `mcp__hyperhive__*` tools of the enabled groups.
+pub fn hyperhive_tools(groups: &[ToolGroup]) -> Vec<String> {
+    groups
+        .iter()
+        .flat_map(|g| g.hyperhive_tools().iter())
+        .map(|t| format!("mcp__hyperhive__{t}"))
+        .collect()
+}
+
+/// The built-ins for `--tools`.
+pub fn builtin_tools(groups: &[ToolGroup]) -> Vec<String> {
+    let mut out: Vec<String> = ALLOWED_BUILTIN_TOOLS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for g in groups {
+        out.extend(g.builtin_tools().iter().map(|s| s.to_string()));
+    }
+    out
+}
+
+/// The `--settings` blob: auto-compact and auto-memory off (hive owns
+/// compaction), medium effort, and the denied built-ins.
+pub fn settings_json() -> Value {
+    json!({
+        "autoCompactEnabled": false,
+        "autoMemoryEnabled": false,
+        "effortLevel": "medium",
+        "permissions": { "deny": DENIED_BUILTIN_TOOLS },
+    })
+}
+
+/// The CLI silently ignores a whole settings file with one badly typed value, so
+/// the written file is read back and checked before claude ever sees it.
+pub fn validate_settings(text: &str) -> Result<(), String> {
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| format!("settings are not valid JSON: {e}"))?;
+    for key in ["autoCompactEnabled", "autoMemoryEnabled"] {
+        if v.get(key) != Some(&Value::Bool(false)) {
+            return Err(format!("settings must set {key} to the boolean false"));
+        }
+    }
+    if !v.get("effortLevel").is_some_and(Value::is_string) {
+        return Err("settings effortLevel must be a string".into());
+    }
+    let deny = v
+        .pointer("/permissions/deny")
+        .and_then(Value::as_array)
+        .ok_or("settings permissions.deny must be a list")?;
+    if !deny.iter().all(Value::is_string) {
+        return Err("settings permissions.deny must list tool names".into());
+    }
+    Ok(())
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Parses `HIVE_EXTRA_MCP_SERVERS` (`{"name": {command, args?, env?,
+/// allowedTools: [...]}}` or the same under `mcpServers`) into config entries and
+/// the tools they add to `--allowedTools` (`["*"]` allows the whole server).
+pub fn extra_servers(raw: Option<&str>) -> Result<(Map<String, Value>, Vec<String>), String> {
+    let Some(raw) = raw else {
+        return Ok((Map::new(), Vec::new()));
+    };
+    let v: Value = serde_json::from_str(raw)
+        .map_err(|e| format!("HIVE_EXTRA_MCP_SERVERS is not valid JSON: {e}"))?;
+    let servers = match v.get("mcpServers") {
+        Some(s) => s.clone(),
+        None => v,
+    };
+    let Value::Object(servers) = servers else {
+        return Err("HIVE_EXTRA_MCP_SERVERS must be an object of servers by name".into());
+    };
+    let mut config = Map::new();
+    let mut allowed = Vec::new();
+    for (name, mut server) in servers {
+        if matches!(name.as_str(), "hyperhive" | "bash") {
+            return Err(format!(
+                "HIVE_EXTRA_MCP_SERVERS: the server name {name:?} is taken by hive itself"
+            ));
+        }
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(format!("HIVE_EXTRA_MCP_SERVERS: bad server name {name:?}"));
+        }
+        let Some(obj) = server.as_object_mut() else {
+            return Err(format!("HIVE_EXTRA_MCP_SERVERS.{name} must be an object"));
+        };
+        if !obj.contains_key("command") && !obj.contains_key("url") {
+            return Err(format!(
+                "HIVE_EXTRA_MCP_SERVERS.{name} needs a command (or url)"
+            ));
+        }
+        let tools = obj
+            .remove("allowedTools")
+            .unwrap_or(Value::Array(Vec::new()));
+        let Value::Array(tools) = tools else {
+            return Err(format!(
+                "HIVE_EXTRA_MCP_SERVERS.{name}.allowedTools must be a list"
+            ));
+        };
+        for t in tools {
+            match t.as_str() {
+                Some("*") => allowed.push(format!("mcp__{name}")),
+                Some(t) => allowed.push(format!("mcp__{name}__{t}")),
+                None => {
+                    return Err(format!(
+                        "HIVE_EXTRA_MCP_SERVERS.{name}.allowedTools must list tool names"
+                    ))
+                }
+            }
+        }
+        config.insert(name, server);
+    }
+    Ok((config, allowed))
+}
+
+/// Writes the three boot files; returns the tool lists for every invocation.
+pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the running hive binary: {e}"))?;
+    let exe = exe.display().to_string();
+    let groups: Vec<&str> = s.tool_groups.iter().map(|g| g.name()).collect();
+    let (extra, extra_allowed) = extra_servers(s.extra_mcp_servers.as_deref())?;
+    let mut servers = Map::new();
+    servers.insert(
+        "hyperhive".into(),
+        json!({
+            "command": exe,
+            "args": ["mcp"],
+            "env": {
+                "HIVE_SOCKET": s.socket.display().to_string(),
+                "HIVE_STATE_DIR": s.state_dir.display().to_string(),
+                "HIVE_BASH_SOCKET": s.bash_socket.display().to_string(),
+                "HIVE_TOOL_GROUPS": groups.join(","),
+                "HIVE_LABEL": s.label,
+                "RUST_LOG": "warn",
+            }
+        }),
+    );
+    servers.insert(
+        "bash".into(),
+        json!({
+            "command": exe,
+            "args": ["bash-mcp"],
+            "env": {
+                "HIVE_BASH_SOCKET": s.bash_socket.display().to_string(),
+                "RUST_LOG": "warn",
+            }
+        }),
+    );
+    servers.extend(extra);
+    let mcp = json!({ "mcpServers": servers });
+    write(
+        &s.mcp_config_path(),
+        &serde_json::to_string_pretty(&mcp).unwrap_or_default(),
+    )?;
+
+    let settings = serde_json::to_string_pretty(&settings_json()).unwrap_or_default();
+    write(&s.settings_path(), &settings)?;
+    let back = std::fs::read_to_string(s.settings_path())
+        .map_err(|e| format!("cannot read back {}: {e}", s.settings_path().display()))?;
+    validate_settings(&back).map_err(|e| format!("{}: {e}", s.settings_path().display()))?;
+
+    let vars = PromptVars::from_env(&s.label);
+    write(
+        &s.system_prompt_path(),
+        &prompt::render(prompt::SYSTEM_TEMPLATE, &vars),
+    )?;
+
+    let builtins = builtin_tools(&s.tool_groups);
+    let mut allowed = builtins.clone();
+    allowed.extend(hyperhive_tools(&s.tool_groups));
+    allowed.extend(BASH_TOOLS.iter().map(|t| t.to_string()));
+    allowed.extend(extra_allowed);
+    Ok(ToolLists { builtins, allowed })
+}
+
+/// The argv after the binary: exactly the specification's invocation. The prompt
+/// goes on stdin: `--tools`, `--allowedTools` and `--mcp-config` are variadic.
+pub fn claude_args(s: &Settings, tools: &ToolLists, model: &str, resume: bool) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--print",
+        "--verbose",
+        "--output-format",
+        "stream-json",
+        "--model",
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    a.push(model.to_string());
+    if resume {
+        a.push("--continue".into());
+    }
+    a.push("--settings".into());
+    a.push(s.settings_path().display().to_string());
+    a.push("--system-prompt-file".into());
+    a.push(s.system_prompt_path().display().to_string());
+    a.push("--mcp-config".into());
+    a.push(s.mcp_config_path().display().to_string());
+    a.push("--strict-mcp-config".into());
+    a.push("--tools".into());
+    a.push(tools.builtins.join(","));
+    a.push("--allowedTools".into());
+    a.push(tools.allowed.join(","));
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_blob_is_valid_and_typos_are_caught() {
+        validate_settings(&settings_json().to_string()).unwrap();
+        let bad = r#"{"autoCompactEnabled":"no","autoMemoryEnabled":false,"effortLevel":"medium","permissions":{"deny":[]}}"#;
+        assert!(validate_settings(bad)
+            .unwrap_err()
+            .contains("autoCompactEnabled"));
+        assert!(validate_settings("{").is_err());
+    }
+
+    #[test]
+    fn whitelist_follows_groups() {
+        let groups = crate::groups::parse_groups("").unwrap();
+        let b = builtin_tools(&groups);
+        assert_eq!(b, ["Edit", "Glob", "Grep", "Read", "Write"]);
+        assert!(!b.iter().any(|t| DENIED_BUILTIN_TOOLS.contains(&t.as_str())));
+        let web = crate::groups::parse_groups("messaging,web_tools").unwrap();
+        assert!(builtin_tools(&web).contains(&"WebFetch".to_string()));
+        let h = hyperhive_tools(&groups);
+        assert!(h.contains(&"mcp__hyperhive__send".to_string()));
+        assert!(h.contains(&"mcp__hyperhive__request_next_turn".to_string()));
+        assert!(
+            !h.iter().any(|t| t.ends_with("__run")),
+            "no dead execution entries"
+        );
+    }
+
+    #[test]
+    fn extra_servers_add_their_allowed_tools() {
+        let (cfg, allowed) = extra_servers(Some(
+            r#"{"matrix":{"command":"hive-matrix","allowedTools":["*"]},
+                "notes":{"command":"n","args":["x"],"allowedTools":["read","write"]}}"#,
+        ))
+        .unwrap();
+        assert!(cfg["matrix"].get("allowedTools").is_none());
+        assert_eq!(
+            allowed,
+            ["mcp__matrix", "mcp__notes__read", "mcp__notes__write"]
+        );
+        for bad in [
+            r#"{"bash":{"command":"x"}}"#,
+            r#"{"x":{"args":[]}}"#,
+            r#"{"x":{"command":"c","allowedTools":"*"}}"#,
+            "[1]",
+        ] {
+            assert!(extra_servers(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The poller thread: the harness's one connection to its agent socket. It
+//! long-polls `recv_next` when the turn loop asks for the next message and carries
+//! the loop's other broker requests (status, ack, requeue, counts, kick, notices to
+//! the parent). When the broker is gone it reconnects with capped backoff, says so
+//! in the log and flips `online` on the bus. Shutting it down closes the socket, so
+//! a parked long-poll returns at once.
+
+use super::bus::Bus;
+use crate::wire::{Client, ClientError, Message, RecvNextReply, Request};
+use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use serde_json::{Map, Value};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the turn loop asks of the poller.
+pub enum ToPoller {
+    /// Long-poll until the next message arrives.
+    Next,
+    /// One request; the answer goes back on `reply`.
+    Call {
+        req: Request,
+        reply: Sender<Result<Map<String, Value>, String>>,
+    },
+}
+
+/// What the poller hands the turn loop.
+#[derive(Debug)]
+pub enum FromPoller {
+    Message { message: Message, redelivered: bool },
+}
+
+/// The turn loop's handle.
+pub struct Poller {
+    tx: Sender<ToPoller>,
+    pub events: Receiver<FromPoller>,
+    stop: Option<Sender<()>>,
+    stream: Arc<Mutex<Option<UnixStream>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct State {
+    socket: PathBuf,
+    wait_secs: u64,
+    reconnect_max: Duration,
+    bus: Bus,
+    client: Option<Client>,
+    stream: Arc<Mutex<Option<UnixStream>>>,
+    stop: Receiver<()>,
+    events: Sender<FromPoller>,
+    backoff: Duration,
+}
+
+impl Poller {
+    pub fn start(socket: PathBuf, wait_secs: u64, reconnect_max: Duration, bus: Bus) -> Poller {
+        let (tx, rx) = unbounded::<ToPoller>();
+        let (ev_tx, ev_rx) = unbounded::<FromPoller>();
+        let (stop_tx, stop_rx) = unbounded::<()>();
+        let stream = Arc::new(Mutex::new(None));
+        let mut st = State {
+            socket,
+            wait_secs,
+            reconnect_max,
+            bus,
+            client: None,
+            stream: stream.clone(),
+            stop: stop_rx,
+            events: ev_tx,
+            backoff: Duration::from_millis(100),
+        };
+        let thread = std::thread::Builder::new()
+            .name("poller".into())
+            .spawn(move || st.run(rx))
+            .ok();
+        Poller {
+            tx,
+            events: ev_rx,
+            stop: Some(stop_tx),
+            stream,
+            thread,
+        }
+    }
+
+    /// Asks for the next message; it arrives on `events`.
+    pub fn request_next(&self) {
+        let _ = self.tx.send(ToPoller::Next);
+    }
+
+    /// One broker request, retried across reconnects until answered or stopped.
+    pub fn call(&self, req: Request) -> Result<Map<String, Value>, String> {
+        let (reply, rx) = crossbeam_channel::bounded(1);
+        self.tx
+            .send(ToPoller::Call { req, reply })
+            .map_err(|_| "the poller has stopped".to_string())?;
+        rx.recv()
+            .unwrap_or_else(|_| Err("the poller has stopped".into()))
+    }
+
+    /// Stops the thread, ending a parked long-poll at once.
+    pub fn shutdown(&mut self) {
+        self.stop.take();
+        if let Some(s) = self
+            .stream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl State {
+    fn stopped(&self) -> bool {
+        matches!(
+            self.stop.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        )
+    }
+
+    fn run(&mut self, rx: Receiver<ToPoller>) {
+        loop {
+            let cmd = select! {
+                recv(rx) -> c => match c { Ok(c) => c, Err(_) => return },
+                recv(self.stop) -> _ => return,
+            };
+            match cmd {
+                ToPoller::Next => {
+                    if let Some(ev) = self.next() {
+                        if self.events.send(ev).is_err() {
+                            return;
+                        }
+                    } else {
+                        return;
+                    }
+                }
+                ToPoller::Call { req, reply } => {
+                    let _ = reply.send(self.call(&req));
+                }
+            }
+        }
+    }
+
+    /// A connected client, reconnecting with capped backoff; None once stopped.
+    fn client(&mut self) -> Option<&mut Client> {
+        while self.client.is_none() {
+            if self.stopped() {
+                return None;
+            }
+            match Client::connect(&self.socket) {
+                Ok(c) => {
+                    if let Ok(s) = c.shutdown_handle() {
+                        *self.stream.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+                    }
+                    if self.backoff > Duration::from_millis(100) {
+                        log::info!("reconnected to the broker at {}", self.socket.display());
+                        self.bus.note("broker reachable again");
+                    }
+                    self.backoff = Duration::from_millis(100);
+                    self.bus.update(|s| s.online = true);
+                    self.client = Some(c);
+                }
+                Err(e) => {
+                    log::warn!("{e}; retrying in {:?}", self.backoff);
+                    if self.bus.snapshot().online {
+                        self.bus.note(format!("broker unreachable: {e}"));
+                    }
+                    self.bus.update(|s| s.online = false);
+                    let wait = crossbeam_channel::after(self.backoff);
+                    select! {
+                        recv(wait) -> _ => {},
+                        recv(self.stop) -> _ => return None,
+                    }
+                    self.backoff = (self.backoff * 2).min(self.reconnect_max);
+                }
+            }
+        }
+        self.client.as_mut()
+    }
+
+    fn lost(&mut self, e: &ClientError) {
+        log::warn!("lost the broker connection: {e}");
+        self.client = None;
+        self.bus.update(|s| s.online = false);
+    }
+
+    fn next(&mut self) -> Option<FromPoller> {
+        let wait = self.wait_secs;
+        loop {
+            let c = self.client()?;
+            let _ = c.set_read_timeout(Some(Duration::from_secs(wait + 30)));
+            let r: Result<RecvNextReply, ClientError> = c.call_as(&Request::RecvNext {
+                wait_seconds: Some(wait),
+            });
+            match r {
+                Ok(RecvNextReply {
+                    message: Some(message),
+                    redelivered,
+                }) => {
+                    return Some(FromPoller::Message {
+                        message,
+                        redelivered,
+                    })
+                }
+                Ok(_) => continue,
+                Err(ClientError::Refused(e)) => {
+                    log::error!("broker refused recv_next: {e}");
+                    self.bus.note(format!("broker refused recv_next: {e}"));
+                    let wait = crossbeam_channel::after(self.reconnect_max);
+                    select! {
+                        recv(wait) -> _ => {},
+                        recv(self.stop) -> _ => return None,
+                    }
+                }
+                Err(e) => {
+                    if self.stopped() {
+                        return None;
+                    }
+                    self.lost(&e);
+                }
+            }
+        }
+    }
+
+    fn call(&mut self, req: &Request) -> Result<Map<String, Value>, String> {
+        loop {
+            let Some(c) = self.client() else {
+                return Err("the harness is stopping".into());
+            };
+            let _ = c.set_read_timeout(Some(Duration::from_secs(60)));
+            match c.call(req) {
+                Ok(m) => return Ok(m),
+                Err(ClientError::Refused(e)) => return Err(e),
+                Err(e) => self.lost(&e),
+            }
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The settings of one `hive serve`: the command-line flags plus every environment
+//! variable the harness reads, each with its default, resolved once at start so the
+//! rest of the harness never touches the environment. `docs/env.md` lists them.
+
+use crate::groups::{self, ToolGroup};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Flags of `hive serve`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeArgs {
+    pub state_dir: PathBuf,
+    pub run_dir: PathBuf,
+}
+
+impl Default for ServeArgs {
+    fn default() -> ServeArgs {
+        ServeArgs {
+            state_dir: PathBuf::from("/state"),
+            run_dir: PathBuf::from("/run/hive"),
+        }
+    }
+}
+
+/// Everything the harness needs to know, from flags and environment.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub state_dir: PathBuf,
+    pub run_dir: PathBuf,
+    /// The agent's broker socket (`HIVE_SOCKET`).
+    pub socket: PathBuf,
+    /// The bash-task daemon's socket (`HIVE_BASH_SOCKET`).
+    pub bash_socket: PathBuf,
+    pub label: String,
+    pub claude_bin: String,
+    pub tool_groups: Vec<ToolGroup>,
+    /// Raw `HIVE_EXTRA_MCP_SERVERS` JSON, validated when the boot files are written.
+    pub extra_mcp_servers: Option<String>,
+    pub model_file: PathBuf,
+    pub default_model: String,
+    /// Value of `CLAUDE_CODE_MAX_RETRIES` for the child.
+    pub claude_max_retries: u32,
+    pub turn_timeout: Duration,
+    pub kill_grace: Duration,
+    pub poll_wait_secs: u64,
+    /// Pause after a failed turn, against tight loops.
+    pub fail_pause: Duration,
+    pub rate_limit_sleep: Duration,
+    pub rate_limit_max_sleep: Duration,
+    pub api_backoff_base: Duration,
+    pub api_backoff_max: Duration,
+    /// Consecutive API-unavailable turns before the parent is told.
+    pub api_failures_before_notice: u32,
+    pub login_poll: Duration,
+    pub reconnect_max: Duration,
+    pub claude_config_dir: PathBuf,
+    pub plugin_marketplaces: Vec<String>,
+    pub plugins: Vec<String>,
+    pub plugins_auto_update: bool,
+}
+
+fn env(key: &str) -> Option<String> {
+    std::env::var(key).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn env_num(key: &str, default: u64) -> Result<u64, String> {
+    match env(key) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("{key}={v:?} is not a whole number")),
+    }
+}
+
+fn env_secs(key: &str, default: u64) -> Result<Duration, String> {
+    env_num(key, default).map(Duration::from_secs)
+}
+
+fn env_millis(key: &str, default: u64) -> Result<Duration, String> {
+    env_num(key, default).map(Duration::from_millis)
+}
+
+fn env_list(key: &str) -> Vec<String> {
+    env(key)
+        .map(|v| {
+            v.split([',', '\n'])
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn env_bool(key: &str, default: bool) -> Result<bool, String> {
+    match env(key).as_deref().map(str::trim) {
+        None => Ok(default),
+        Some("1" | "true" | "yes" | "on") => Ok(true),
+        Some("0" | "false" | "no" | "off") => Ok(false),
+        Some(v) => Err(format!("{key}={v:?} must be true or false")),
+    }
+}
+
+/// The claude config dir the CLI uses: `CLAUDE_CONFIG_DIR`, else `~/.claude`.
+pub fn claude_config_dir() -> PathBuf {
+    if let Some(d) = env("CLAUDE_CONFIG_DIR") {
+        return PathBuf::from(d);
+    }
+    let home = env("HOME").unwrap_or_else(|| "/root".into());
+    Path::new(&home).join(".claude")
+}
+
+impl Settings {
+    /// Resolves flags and environment; a bad value is an error naming the variable.
+    pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
+        let model_file = match env("HYPERHIVE_MODEL_FILE") {
+            Some(f) => PathBuf::from(f),
+            None if Path::new("/harness").is_dir() => PathBuf::from("/harness/hyperhive-model"),
+            None => args.state_dir.join("hyperhive-model"),
+        };
+        let tool_groups = groups::parse_groups(&env("HIVE_TOOL_GROUPS").unwrap_or_default())
+            .map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
+        let label = env("HIVE_LABEL").unwrap_or_else(|| "hive".into());
+        Ok(Settings {
+            state_dir: args.state_dir.clone(),
+            run_dir: args.run_dir.clone(),
+            socket: PathBuf::from(
+                env("HIVE_SOCKET").unwrap_or_else(|| "/run/hive/mcp.sock".into()),
+            ),
+            bash_socket: PathBuf::from(
+                env("HIVE_BASH_SOCKET").unwrap_or_else(|| "/run/hive-bash/socket".into()),
+            ),
+            label,
+            claude_bin: env("HIVE_CLAUDE_BIN").unwrap_or_else(|| "claude".into()),
+            tool_groups,
+            extra_mcp_servers: env("HIVE_EXTRA_MCP_SERVERS"),
+            model_file,
+            default_model: env("HIVE_DEFAULT_MODEL").unwrap_or_else(|| "haiku".into()),
+            claude_max_retries: env_num("HIVE_CLAUDE_MAX_RETRIES", 2)? as u32,
+            turn_timeout: env_secs("HIVE_TURN_TIMEOUT_SECS", 3600)?,
+            kill_grace: env_millis("HIVE_KILL_GRACE_MS", 3000)?,
+            poll_wait_secs: env_num("HIVE_POLL_WAIT_SECS", 30)?.clamp(1, 180),
+            fail_pause: env_millis("HIVE_POLL_MS", 1000)?,
+            rate_limit_sleep: env_secs("HIVE_RATE_LIMIT_SLEEP_SECS", 300)?,
+            rate_limit_max_sleep: env_secs("HIVE_RATE_LIMIT_MAX_SLEEP_SECS", 6 * 3600)?,
+            api_backoff_base: env_secs("HIVE_API_BACKOFF_SECS", 15)?,
+            api_backoff_max: env_secs("HIVE_API_BACKOFF_MAX_SECS", 900)?,
+            api_failures_before_notice: env_num("HIVE_API_FAILURES_BEFORE_NOTICE", 3)? as u32,
+            login_poll: env_millis("HIVE_LOGIN_POLL_MS", 5000)?,
+            reconnect_max: env_millis("HIVE_RECONNECT_MAX_MS", 10_000)?,
+            claude_config_dir: claude_config_dir(),
+            plugin_marketplaces: env_list("HIVE_CLAUDE_MARKETPLACES"),
+            plugins: env_list("HIVE_CLAUDE_PLUGINS"),
+            plugins_auto_update: env_bool("HIVE_CLAUDE_PLUGINS_AUTO_UPDATE", false)?,
+        })
+    }
+
+    pub fn mcp_config_path(&self) -> PathBuf {
+        self.run_dir.join("claude-mcp-config.json")
+    }
+
+    pub fn settings_path(&self) -> PathBuf {
+        self.run_dir.join("claude-settings.json")
+    }
+
+    pub fn system_prompt_path(&self) -> PathBuf {
+        self.run_dir.join("claude-system-prompt.md")
+    }
+
+    /// Dropped by the `request_next_turn` tool, consumed after each turn.
+    pub fn continue_sentinel(&self) -> PathBuf {
+        self.state_dir.join("hyperhive-continue")
+    }
+
+    /// Present while the harness waits for the operator to log claude in.
+    pub fn needs_login_sentinel(&self) -> PathBuf {
+        self.state_dir.join("hyperhive-needs-login")
+    }
+
+    pub fn stats_db(&self) -> PathBuf {
+        self.state_dir.join("turn-stats.db")
+    }
+
+    pub fn status_file(&self) -> PathBuf {
+        self.state_dir.join("hyperhive-status")
+    }
+
+    /// A token stored through the web login flow (0600).
+    pub fn credentials_file(&self) -> PathBuf {
+        self.state_dir.join("hyperhive-credentials")
+    }
+}

@@ -1,0 +1,133 @@
+//! `turn-stats.db`: one row per claude process the harness ran (turns,
+//! checkpoint turns, compactions), written by the turn loop only. Readers such as
+//! the web UI open their own read-only connection per request.
+
+use rusqlite::{params, Connection, OpenFlags};
+use serde::Serialize;
+use std::path::Path;
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnRow {
+    pub id: i64,
+    /// Unix seconds when claude was spawned.
+    pub started_at: i64,
+    pub duration_ms: u64,
+    /// `turn`, `checkpoint`, `compact` or `continue`.
+    pub kind: String,
+    pub outcome: String,
+    pub model: String,
+    pub sender: String,
+    pub message_id: Option<i64>,
+    pub context_tokens: Option<u64>,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+    pub session_id: Option<String>,
+    pub note: String,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS turns (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    started_at INTEGER NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    model TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    message_id INTEGER,
+    context_tokens INTEGER,
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    session_id TEXT,
+    note TEXT NOT NULL DEFAULT ''
+);";
+
+/// The writer, owned by the turn loop.
+pub struct Stats {
+    conn: Connection,
+}
+
+impl Stats {
+    pub fn open(path: &Path) -> Result<Stats, String> {
+        let conn = Connection::open(path)
+            .and_then(|c| {
+                c.execute_batch(&format!(
+                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; {SCHEMA}"
+                ))?;
+                Ok(c)
+            })
+            .map_err(|e| format!("cannot open turn stats {}: {e}", path.display()))?;
+        Ok(Stats { conn })
+    }
+
+    pub fn record(&self, r: &TurnRow) -> Result<(), String> {
+        self.conn
+            .execute(
+                "INSERT INTO turns (started_at, duration_ms, kind, outcome, model, sender,
+                    message_id, context_tokens, tokens_in, tokens_out, cost_usd, session_id, note)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                params![
+                    r.started_at,
+                    r.duration_ms as i64,
+                    r.kind,
+                    r.outcome,
+                    r.model,
+                    r.sender,
+                    r.message_id,
+                    r.context_tokens.map(|t| t as i64),
+                    r.tokens_in as i64,
+                    r.tokens_out as i64,
+                    r.cost_usd,
+                    r.session_id,
+                    r.note
+                ],
+            )
+            .map(|_| ())
+            .map_err(|e| format!("cannot record turn stats: {e}"))
+    }
+
+    /// The newest row, to seed the context size and last-turn time at boot.
+    pub fn last(&self) -> Option<TurnRow> {
+        query(&self.conn, 1).ok()?.pop()
+    }
+}
+
+fn query(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<TurnRow>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, started_at, duration_ms, kind, outcome, model, sender, message_id,
+                context_tokens, tokens_in, tokens_out, cost_usd, session_id, note
+         FROM turns ORDER BY id DESC LIMIT ?1",
+    )?;
+    let rows = stmt.query_map(params![limit], |r| {
+        Ok(TurnRow {
+            id: r.get(0)?,
+            started_at: r.get(1)?,
+            duration_ms: r.get::<_, i64>(2)? as u64,
+            kind: r.get(3)?,
+            outcome: r.get(4)?,
+            model: r.get(5)?,
+            sender: r.get(6)?,
+            message_id: r.get(7)?,
+            context_tokens: r.get::<_, Option<i64>>(8)?.map(|t| t as u64),
+            tokens_in: r.get::<_, i64>(9)? as u64,
+            tokens_out: r.get::<_, i64>(10)? as u64,
+            cost_usd: r.get(11)?,
+            session_id: r.get(12)?,
+            note: r.get(13)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// The newest `limit` rows, newest first, through a read-only connection.
+pub fn recent(path: &Path, limit: u32) -> Result<Vec<TurnRow>, String> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| format!("cannot read turn stats {}: {e}", path.display()))?;
+    query(&conn, limit).map_err(|e| format!("cannot read turn stats: {e}"))
+}

@@ -1,0 +1,493 @@
+//! Integration tests of `hive serve`: a real broker, a real harness process and a
+//! scripted fake claude (`tests/fake-claude/`) that prints what the real CLI
+//! prints. Each test asserts what the broker, the state dir and the fake's
+//! recorded argv and stdin show afterwards. The harness's boot kick is always
+//! invocation 1.
+
+mod common;
+
+use common::hive::*;
+use std::time::Duration;
+
+fn start(agent: &str, env: &[(&str, &str)]) -> (Broker, Harness) {
+    let b = Broker::start(&[agent]);
+    let h = Harness::start(&b, agent, env);
+    (b, h)
+}
+
+/// Starts a harness and waits until its boot kick turn is acked.
+fn started(agent: &str, env: &[(&str, &str)]) -> (Broker, Harness) {
+    let (b, h) = start(agent, env);
+    h.fake.wait_count(1);
+    wait_drained(&b, agent);
+    (b, h)
+}
+
+fn stats_rows(h: &Harness) -> Vec<(String, String, String)> {
+    let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
+    let mut st = db
+        .prepare("SELECT kind, outcome, sender FROM turns ORDER BY id")
+        .unwrap();
+    st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn boot_kick_then_a_turn_with_the_exact_invocation() {
+    let (b, h) = start("ana", &[]);
+    h.fake.wait_count(1);
+    assert!(
+        h.fake.stdin(1).contains("you were just (re)started")
+            || h.fake.stdin(1).contains("You were just (re)started")
+    );
+    wait_drained(&b, "ana");
+    h.fake.step(
+        2,
+        r#"init; tool_use mcp__hyperhive__send '{"to":"operator","body":"hi"}'; say "all done"; result_ok "all done"; exit 0"#,
+    );
+    operator_send(&b, "ana", "please say hi");
+    h.fake.wait_count(2);
+    wait_drained(&b, "ana");
+    let argv = h.fake.argv(2);
+    let run = h.run_dir().display().to_string();
+    let want: Vec<String> = [
+        "--print",
+        "--verbose",
+        "--output-format",
+        "stream-json",
+        "--model",
+        "haiku",
+        "--continue",
+        "--settings",
+        &format!("{run}/claude-settings.json"),
+        "--system-prompt-file",
+        &format!("{run}/claude-system-prompt.md"),
+        "--mcp-config",
+        &format!("{run}/claude-mcp-config.json"),
+        "--strict-mcp-config",
+        "--tools",
+        "Edit,Glob,Grep,Read,Write",
+        "--allowedTools",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(argv[..want.len()], want[..], "{argv:?}");
+    let allowed = &argv[want.len()];
+    for t in [
+        "Edit",
+        "mcp__hyperhive__send",
+        "mcp__hyperhive__recv",
+        "mcp__bash__run",
+        "mcp__bash__status",
+    ] {
+        assert!(
+            allowed.split(',').any(|a| a == t),
+            "{t} missing from {allowed}"
+        );
+    }
+    assert!(!allowed.contains("Bash,") && !allowed.contains("TodoWrite"));
+    let stdin = h.fake.stdin(2);
+    assert!(
+        stdin.contains("operator") && stdin.contains("please say hi"),
+        "{stdin}"
+    );
+    let rows = stats_rows(&h);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        rows[1],
+        ("turn".into(), "ok".into(), "operator".into()),
+        "{}",
+        h.log()
+    );
+    // The boot files exist and the settings are the validated blob.
+    let settings = std::fs::read_to_string(h.run_dir().join("claude-settings.json")).unwrap();
+    assert!(settings.contains("\"autoCompactEnabled\": false"));
+    let mcp = std::fs::read_to_string(h.run_dir().join("claude-mcp-config.json")).unwrap();
+    assert!(
+        mcp.contains("\"bash-mcp\"") && mcp.contains("\"mcp\""),
+        "{mcp}"
+    );
+    let prompt = std::fs::read_to_string(h.run_dir().join("claude-system-prompt.md")).unwrap();
+    assert!(prompt.contains("ana"));
+    let row = agent_row(&b, "ana");
+    assert_eq!((row.turns, row.turns_ok), (2, 2));
+}
+
+#[test]
+fn unread_hint_in_the_wake_prompt() {
+    let (b, h) = started("ana", &[]);
+    h.fake.step(2, "sleep 0.5; ok_turn first");
+    operator_send(&b, "ana", "one");
+    h.fake.wait_count(2);
+    operator_send(&b, "ana", "two");
+    operator_send(&b, "ana", "three");
+    h.fake.wait_count(3);
+    let s = h.fake.stdin(3);
+    assert!(s.contains("two") && s.contains("1 more pending"), "{s}");
+    wait_drained(&b, "ana");
+}
+
+#[test]
+fn stderr_429_markers_rate_limit_then_retry() {
+    let (b, h) = started("ana", &[("HIVE_RATE_LIMIT_SLEEP_SECS", "1")]);
+    h.fake.step(
+        2,
+        "init; echo 'Error: 429 rate_limit_error: slow down' >&2; exit 1",
+    );
+    let id = operator_send(&b, "ana", "work");
+    h.fake.wait_count(2);
+    // Parked as rate limited with the message requeued.
+    wait_for(Duration::from_secs(10), "requeue", || {
+        let r = agent_row(&b, "ana");
+        (r.unread == 1 && r.inflight.is_none()).then_some(())
+    });
+    h.fake.wait_count(3);
+    wait_drained(&b, "ana");
+    assert!(h.fake.stdin(3).contains("work") || h.fake.stdin(3).contains("Retry"));
+    let rows = stats_rows(&h);
+    assert!(rows[1].1.starts_with("rate limited"), "{rows:?}");
+    let _ = id;
+}
+
+#[test]
+fn real_cli_429_uses_resets_at_and_a_retry_note() {
+    let (b, h) = started("ana", &[("HIVE_RATE_LIMIT_SLEEP_SECS", "300")]);
+    // The CLI said when the limit lifts: one second from now.
+    h.fake.step(
+        2,
+        r#"rate_limit_event $(( $(date +%s) + 1 )); api_error 429 rate_limit "You've hit your session limit · resets 5:03am (UTC)""#,
+    );
+    operator_send(&b, "ana", "report please");
+    h.fake.wait_count(3);
+    wait_drained(&b, "ana");
+    // The failed turn left its prompt in the session: the retry is a short note.
+    let retry = h.fake.stdin(3);
+    assert!(
+        retry.contains("[system] Retry") && !retry.contains("report please"),
+        "{retry}"
+    );
+}
+
+#[test]
+fn a_conversation_about_rate_limits_is_not_a_rate_limit() {
+    let (b, h) = started("ana", &[("HIVE_RATE_LIMIT_SLEEP_SECS", "300")]);
+    h.fake.step(
+        2,
+        r#"init; say "the API returned rate_limit_error 429 and 401 yesterday; Prompt is too long too"; result_ok fine; exit 0"#,
+    );
+    operator_send(&b, "ana", "explain the outage");
+    h.fake.wait_count(2);
+    wait_drained(&b, "ana");
+    assert_eq!(stats_rows(&h)[1].1, "ok");
+}
+
+#[test]
+fn auth_failure_once_retries_at_once() {
+    let (b, h) = started("ana", &[]);
+    h.fake.step(
+        2,
+        r#"api_error 401 authentication_failed "Invalid API key · Fix external API key""#,
+    );
+    operator_send(&b, "ana", "task");
+    h.fake.wait_count(3);
+    wait_drained(&b, "ana");
+    assert!(!h.state_dir().join("hyperhive-needs-login").exists());
+    assert_eq!(stats_rows(&h)[2].1, "ok");
+}
+
+#[test]
+fn auth_failure_twice_parks_until_the_config_dir_changes() {
+    let (b, h) = started("ana", &[]);
+    let fail = r#"api_error 401 authentication_failed "Invalid API key · Fix external API key""#;
+    h.fake.step(2, fail);
+    h.fake.step(3, fail);
+    operator_send(&b, "ana", "task");
+    h.fake.wait_count(3);
+    let sentinel = h.state_dir().join("hyperhive-needs-login");
+    wait_for(Duration::from_secs(10), "the needs-login sentinel", || {
+        sentinel.exists().then_some(())
+    });
+    wait_for(Duration::from_secs(10), "requeue", || {
+        let r = agent_row(&b, "ana");
+        (r.unread == 1 && r.inflight.is_none()).then_some(())
+    });
+    // Stale credentials do not resume: nothing runs while the dir is unchanged.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(h.fake.count(), 3);
+    // The operator logs in: the claude config dir changes.
+    std::fs::write(h.dir.path().join("home/.claude/.credentials.json"), "{}").unwrap();
+    h.fake.wait_count(4);
+    wait_drained(&b, "ana");
+    assert!(!sentinel.exists());
+}
+
+#[test]
+fn api_retry_401_kills_the_child_early() {
+    let (b, h) = started("ana", &[]);
+    // A CLI that would retry a dead key for minutes: the harness stops it.
+    h.fake.step(
+        2,
+        "init; api_retry 401 authentication_failed; sleep 60; ok_turn late",
+    );
+    operator_send(&b, "ana", "task");
+    h.fake.wait_count(3);
+    wait_drained(&b, "ana");
+}
+
+#[test]
+fn prompt_too_long_compacts_and_retries_once() {
+    let (b, h) = started("ana", &[]);
+    h.fake.step(
+        2,
+        r#"api_error 400 invalid_request "Prompt is too long" prompt_too_long"#,
+    );
+    h.fake.step(3, "compact_ok 191057 183");
+    operator_send(&b, "ana", "big job");
+    h.fake.wait_count(4);
+    wait_drained(&b, "ana");
+    assert_eq!(h.fake.stdin(3).trim(), "/compact");
+    assert!(h.fake.argv(3).contains(&"--continue".to_string()));
+    assert!(h.fake.stdin(4).contains("big job"));
+    let kinds: Vec<String> = stats_rows(&h).into_iter().map(|r| r.0).collect();
+    assert_eq!(kinds, ["turn", "turn", "compact", "turn"]);
+}
+
+#[test]
+fn compaction_failure_fails_the_turn_and_tells_the_parent() {
+    let (b, h) = started("ana", &[]);
+    h.fake.step(
+        2,
+        r#"api_error null invalid_request "Prompt is too long" blocking_limit"#,
+    );
+    h.fake.step(3, r#"compact_failed "Compaction failed · conversation could not be reduced below the context limit""#);
+    let id = operator_send(&b, "ana", "huge job");
+    h.fake.wait_count(3);
+    wait_drained(&b, "ana");
+    let inbox = operator_inbox(&b);
+    let notice = inbox
+        .iter()
+        .find(|m| m.body.contains("failed"))
+        .expect("parent notice");
+    assert!(notice.body.contains(&format!("#{id}")), "{}", notice.body);
+    assert_eq!(h.fake.count(), 3);
+}
+
+#[test]
+fn proactive_compaction_after_a_turn_past_the_watermark() {
+    let (b, h) = started("ana", &[]);
+    h.fake.step(2, "ok_turn big 160000");
+    h.fake.step(4, "compact_ok 160000 2000");
+    operator_send(&b, "ana", "grow");
+    h.fake.wait_count(4);
+    wait_drained(&b, "ana");
+    assert!(
+        h.fake.stdin(3).contains("Checkpoint"),
+        "{}",
+        h.fake.stdin(3)
+    );
+    assert_eq!(h.fake.stdin(4).trim(), "/compact");
+    // Disabled by HIVE_COMPACT_WATERMARK_TOKENS=0 (checked in another harness).
+    let (b2, h2) = started("bob", &[("HIVE_COMPACT_WATERMARK_TOKENS", "0")]);
+    h2.fake.step(2, "ok_turn big 190000");
+    operator_send(&b2, "bob", "grow");
+    h2.fake.wait_count(2);
+    wait_drained(&b2, "bob");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(h2.fake.count(), 2);
+}
+
+#[test]
+fn auto_reset_after_idle_drops_continue_for_the_real_turn() {
+    let (b, h) = started("ana", &[("HIVE_CACHE_TTL_SECS", "1")]);
+    h.fake.step(2, "ok_turn warm 120000");
+    operator_send(&b, "ana", "first");
+    h.fake.wait_count(2);
+    wait_drained(&b, "ana");
+    std::thread::sleep(Duration::from_millis(2100));
+    operator_send(&b, "ana", "second");
+    h.fake.wait_count(4);
+    wait_drained(&b, "ana");
+    assert!(
+        h.fake.stdin(3).contains("cache is cold"),
+        "{}",
+        h.fake.stdin(3)
+    );
+    assert!(h.fake.argv(3).contains(&"--continue".to_string()));
+    assert!(h.fake.stdin(4).contains("second"));
+    assert!(
+        !h.fake.argv(4).contains(&"--continue".to_string()),
+        "fresh session"
+    );
+}
+
+#[test]
+fn a_hung_claude_is_stopped_by_the_turn_timeout() {
+    let (b, h) = started("ana", &[("HIVE_TURN_TIMEOUT_SECS", "1")]);
+    h.fake.step(2, "init; sleep 60; ok_turn never");
+    let id = operator_send(&b, "ana", "hang");
+    h.fake.wait_count(2);
+    wait_drained(&b, "ana");
+    let notice = operator_inbox(&b);
+    assert!(
+        notice
+            .iter()
+            .any(|m| m.body.contains(&format!("#{id}")) && m.body.contains("timed out")),
+        "{notice:?}"
+    );
+}
+
+#[test]
+fn api_unavailable_requeues_with_backoff_then_succeeds() {
+    let (b, h) = started(
+        "ana",
+        &[
+            ("HIVE_API_BACKOFF_SECS", "1"),
+            ("HIVE_API_FAILURES_BEFORE_NOTICE", "2"),
+        ],
+    );
+    h.fake.step(
+        2,
+        r#"api_error 529 server_error "API Error: 529 Overloaded. This is a server-side issue""#,
+    );
+    h.fake.step(
+        3,
+        r#"api_error 500 server_error "API Error: 500 Internal server error""#,
+    );
+    operator_send(&b, "ana", "keep me");
+    h.fake.wait_count(4);
+    wait_drained(&b, "ana");
+    let inbox = operator_inbox(&b);
+    assert!(
+        inbox
+            .iter()
+            .any(|m| m.body.contains("unavailable for 2 turns")),
+        "{inbox:?}"
+    );
+    assert!(h.fake.stdin(4).contains("Retry") || h.fake.stdin(4).contains("keep me"));
+}
+
+#[test]
+fn a_crashing_claude_fails_the_turn_once_and_tells_the_parent() {
+    let (b, h) = started("ana", &[]);
+    h.fake.step(2, "echo 'panic: something broke' >&2; exit 3");
+    let id = operator_send(&b, "ana", "crash me");
+    h.fake.wait_count(2);
+    wait_drained(&b, "ana");
+    let inbox = operator_inbox(&b);
+    let m = inbox
+        .iter()
+        .find(|m| m.body.contains(&format!("#{id}")))
+        .expect("notice");
+    assert!(
+        m.body.contains("code 3") && m.body.contains("something broke"),
+        "{}",
+        m.body
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(h.fake.count(), 2, "a failed message is not looped");
+}
+
+#[test]
+fn a_grandchild_holding_the_pipes_does_not_hold_the_turn() {
+    let (b, h) = started("ana", &[]);
+    h.fake.step(
+        2,
+        "init; (sleep 60; echo late) & say done; result_ok done; exit 0",
+    );
+    operator_send(&b, "ana", "spawn");
+    h.fake.wait_count(2);
+    wait_drained(&b, "ana");
+    assert_eq!(stats_rows(&h)[1].1, "ok");
+}
+
+#[test]
+fn sigterm_during_a_long_poll_exits_promptly() {
+    let (_b, mut h) = started("ana", &[("HIVE_POLL_WAIT_SECS", "120")]);
+    std::thread::sleep(Duration::from_millis(200));
+    let st = h.terminate();
+    assert!(st.success(), "{st}: {}", h.log());
+}
+
+#[test]
+fn sigterm_during_a_turn_requeues_the_message() {
+    let (b, mut h) = started("ana", &[]);
+    h.fake.step(2, "init; sleep 60; ok_turn never");
+    operator_send(&b, "ana", "long job");
+    h.fake.wait_count(2);
+    std::thread::sleep(Duration::from_millis(200));
+    let st = h.terminate();
+    assert!(st.success(), "{st}: {}", h.log());
+    let r = agent_row(&b, "ana");
+    assert_eq!((r.unread, r.inflight), (1, None));
+}
+
+#[test]
+fn boot_without_credentials_parks_and_with_an_api_key_does_not() {
+    let (b, h) = start("ana", &[("ANTHROPIC_API_KEY", "")]);
+    let sentinel = h.state_dir().join("hyperhive-needs-login");
+    wait_for(Duration::from_secs(10), "the login park", || {
+        sentinel.exists().then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(h.fake.count(), 0, "no claude while parked");
+    assert_eq!(agent_row(&b, "ana").unread, 1, "the kick waits");
+    std::fs::write(h.dir.path().join("home/.claude/.credentials.json"), "{}").unwrap();
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    assert!(!sentinel.exists());
+}
+
+#[test]
+fn request_next_turn_continues_in_process_when_the_inbox_is_empty() {
+    let (b, h) = started("ana", &[]);
+    let state = h.state_dir();
+    h.fake.step(
+        2,
+        &format!(
+            "touch {}/hyperhive-continue; ok_turn again",
+            state.display()
+        ),
+    );
+    operator_send(&b, "ana", "start a loop");
+    h.fake.wait_count(3);
+    wait_drained(&b, "ana");
+    let s = h.fake.stdin(3);
+    assert!(s.contains("self") && s.contains("continue"), "{s}");
+    assert!(!state.join("hyperhive-continue").exists());
+    assert_eq!(stats_rows(&h)[2].2, "self");
+}
+
+#[test]
+fn an_aborted_tools_result_is_interrupted_and_not_retried() {
+    let (b, h) = started("ana", &[]);
+    h.fake.step(2, "init; aborted");
+    operator_send(&b, "ana", "slow tool");
+    h.fake.wait_count(2);
+    wait_drained(&b, "ana");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(h.fake.count(), 2);
+    assert!(
+        stats_rows(&h)[1].1.starts_with("interrupted"),
+        "{:?}",
+        stats_rows(&h)
+    );
+}
+
+#[test]
+fn a_missing_claude_binary_fails_the_turn_with_a_clear_message() {
+    let (b, _h) = start("ana", &[("HIVE_CLAUDE_BIN", "/nonexistent/claude")]);
+    let notice = wait_for(Duration::from_secs(20), "the parent notice", || {
+        operator_inbox(&b)
+            .into_iter()
+            .find(|m| m.body.contains("cannot start claude (/nonexistent/claude)"))
+    });
+    assert!(
+        notice.body.contains("will not be retried"),
+        "{}",
+        notice.body
+    );
+    wait_drained(&b, "ana");
+}
