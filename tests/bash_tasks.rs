@@ -258,17 +258,6 @@ fn next_wake(agent: &mut Client, secs: u64) -> Option<Message> {
     }
 }
 
-/// A client on the agent socket of `ana`, once the broker has bound it (it
-/// binds the host socket first, which is all `Broker::start` waits for).
-fn agent(broker: &Broker) -> Client {
-    let path = broker.agent_socket("ana");
-    let c = wait_for(Duration::from_secs(10), "the agent socket", || {
-        Client::connect(&path).ok()
-    });
-    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    c
-}
-
 fn group_gone(pgid: i32) -> bool {
     let rc = unsafe { libc::kill(-pgid, 0) };
     rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
@@ -283,7 +272,7 @@ fn a_fast_task_answers_inline_and_fires_no_wake() {
     assert!(!err, "{text}");
     assert!(text.starts_with("task 1: done, exit code 3"), "{text}");
     assert!(text.contains("hello") && text.contains("oops"), "{text}");
-    let mut agent = agent(&broker);
+    let mut agent = broker.agent("ana");
     assert_eq!(
         next_wake(&mut agent, 2),
         None,
@@ -318,7 +307,7 @@ fn a_slow_task_returns_an_id_then_wakes_the_agent() {
     });
     assert_eq!(status.code(), Some(130));
     let mut mcp = daemon.mcp();
-    let mut agent = agent(&broker);
+    let mut agent = broker.agent("ana");
     let wake = next_wake(&mut agent, 20).expect("a completion wake");
     assert_eq!(wake.from, format!("bash-task-{id}"));
     assert!(wake.transient, "{wake:?}");
@@ -365,7 +354,7 @@ fn a_timeout_kills_the_task_and_everything_it_started() {
     );
     let id = started_id(&text);
     let pgid = daemon.pgid(&id);
-    let mut agent = agent(&broker);
+    let mut agent = broker.agent("ana");
     let wake = next_wake(&mut agent, 20).expect("a wake after the timeout");
     assert_eq!(wake.from, format!("bash-task-{id}"));
     assert!(wake.body.contains("timed_out"), "{}", wake.body);
@@ -417,7 +406,7 @@ fn a_daemon_restart_mid_task_marks_it_interrupted_and_wakes() {
     daemon.kill9();
     assert!(!group_gone(pgid), "the task outlives a crashed daemon");
     daemon.spawn();
-    let mut agent = agent(&broker);
+    let mut agent = broker.agent("ana");
     let wake = next_wake(&mut agent, 20).expect("a wake for the interrupted task");
     assert_eq!(wake.from, format!("bash-task-{id}"));
     assert!(wake.body.contains("interrupted"), "{}", wake.body);
@@ -442,7 +431,7 @@ fn sigterm_kills_running_tasks_and_records_them_interrupted() {
     let (text, _) = mcp.call("run", json!({"cmd": "sleep 300", "wait_seconds": 0}));
     let id = started_id(&text);
     let pgid = daemon.pgid(&id);
-    let mut agent = agent(&broker);
+    let mut agent = broker.agent("ana");
     assert!(daemon.terminate().success(), "{}", daemon.log());
     wait_for(
         Duration::from_secs(5),
@@ -507,7 +496,7 @@ fn twenty_concurrent_tasks_all_complete_and_all_wake() {
         .map(|c| started_id(&text_of(&mcp.response(c)).0))
         .collect();
     assert_eq!(ids.len(), 20);
-    let mut agent = agent(&broker);
+    let mut agent = broker.agent("ana");
     let mut woken = HashSet::new();
     while woken.len() < 20 {
         let Some(wake) = next_wake(&mut agent, 30) else {
@@ -536,7 +525,7 @@ fn a_wake_missed_while_the_broker_is_down_arrives_when_it_is_back() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(daemon.record(&id)["wake_pending"], json!(true));
     broker.restart();
-    let mut agent = agent(&broker);
+    let mut agent = broker.agent("ana");
     let wake = next_wake(&mut agent, 30).expect("the wake once the broker is back");
     assert_eq!(wake.from, format!("bash-task-{id}"));
     assert!(wake.body.contains("while-you-were-out"), "{}", wake.body);
