@@ -108,6 +108,27 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
   --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)",
     },
     CommandHelp {
+        name: "bash-daemon",
+        summary: "run the background bash task daemon alone (hive serve embeds it)",
+        usage: "hive bash-daemon [--state-dir DIR] [--socket PATH] [--agent-socket PATH] [--bash-env FILE]
+
+  --state-dir DIR     tasks run here; records and output in DIR/harness/bash-tasks
+                      (default $HIVE_STATE_DIR or /state)
+  --socket PATH       where to listen (default $HIVE_BASH_SOCKET or /run/hive-bash/socket)
+  --agent-socket PATH the agent's broker socket for completion wakes
+                      (default $HIVE_SOCKET or /run/hive/mcp.sock)
+  --bash-env FILE     run tasks with bash and BASH_ENV=FILE when FILE exists
+                      (default $HIVE_BASH_ENV or /etc/hyperhive/bash-env.sh)
+  SIGTERM kills the running tasks, records them interrupted and exits.",
+    },
+    CommandHelp {
+        name: "bash-mcp",
+        summary: "stdio MCP server `bash` (tools run, status) for claude; forwards to the task daemon",
+        usage: "hive bash-mcp [--socket PATH]
+
+  --socket PATH       the task daemon's socket (default $HIVE_BASH_SOCKET or /run/hive-bash/socket)",
+    },
+    CommandHelp {
         name: "cancel-question",
         summary: "operator: withdraw a pending question (the asker gets [cancelled by operator])",
         usage: "hive cancel-question [--socket PATH] [--json] ID",
@@ -171,6 +192,15 @@ pub struct AnswerArgs {
     pub answer: Vec<String>,
 }
 
+/// `hive bash-daemon`; unset values come from the environment or defaults.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BashDaemonArgs {
+    pub state_dir: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub agent_socket: Option<PathBuf>,
+    pub bash_env: Option<PathBuf>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     /// `--help`, for the named command or the whole binary.
@@ -187,6 +217,9 @@ pub enum Command {
     Questions(HostArgs),
     Answer(AnswerArgs),
     CancelQuestion(HostArgs, i64),
+    BashDaemon(BashDaemonArgs),
+    /// `hive bash-mcp [--socket PATH]`.
+    BashMcp(Option<PathBuf>),
 }
 
 /// A command line that cannot be run: the message and the usage to print.
@@ -272,6 +305,18 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
             })
         }
         "answer" | "cancel-question" => parse_answer(cmd, &mut p),
+        "bash-daemon" => parse_bash_daemon(&mut p),
+        "bash-mcp" => {
+            let mut socket = None;
+            while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+                match arg {
+                    Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
+                    Long("socket") => socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+                    other => return Err(err(cmd, other.unexpected().to_string())),
+                }
+            }
+            Ok(Command::BashMcp(socket))
+        }
         _ => Err(err("", format!("unknown command {first:?}"))),
     }
 }
@@ -308,6 +353,24 @@ fn parse_broker(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
         }
     }
     Ok(Command::Broker(a))
+}
+
+fn parse_bash_daemon(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
+    let cmd = "bash-daemon";
+    let mut a = BashDaemonArgs::default();
+    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+        match arg {
+            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
+            Long("state-dir") => a.state_dir = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            Long("socket") => a.socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            Long("agent-socket") => {
+                a.agent_socket = Some(p.value().map_err(|e| lex(cmd, e))?.into())
+            }
+            Long("bash-env") => a.bash_env = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            other => return Err(err(cmd, other.unexpected().to_string())),
+        }
+    }
+    Ok(Command::BashDaemon(a))
 }
 
 fn parse_serve(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
@@ -482,6 +545,19 @@ mod tests {
             run(&["cancel-question", "7"]).unwrap(),
             Command::CancelQuestion(HostArgs::default(), 7)
         );
+        assert_eq!(
+            run(&["bash-daemon", "--state-dir", "s", "--socket", "b.sock"]).unwrap(),
+            Command::BashDaemon(BashDaemonArgs {
+                state_dir: Some("s".into()),
+                socket: Some("b.sock".into()),
+                ..BashDaemonArgs::default()
+            })
+        );
+        assert_eq!(
+            run(&["bash-mcp", "--socket", "b.sock"]).unwrap(),
+            Command::BashMcp(Some("b.sock".into()))
+        );
+        assert_eq!(run(&["bash-mcp"]).unwrap(), Command::BashMcp(None));
     }
 
     #[test]
@@ -497,6 +573,8 @@ mod tests {
             (&["send", "--to", "a"], "missing TEXT"),
             (&["answer", "x", "y"], "must be a number"),
             (&["mcp", "--socket", "x"], "--socket"),
+            (&["bash-mcp", "--state-dir", "x"], "--state-dir"),
+            (&["bash-daemon", "--socket"], "--socket"),
         ];
         for (args, want) in cases {
             let e = run(args).unwrap_err();

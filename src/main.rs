@@ -2,7 +2,7 @@
 //! Nothing else lives here.
 
 use hyperhive::cli::{self, Command};
-use hyperhive::{broker, harness, mcp, ops};
+use hyperhive::{bash, broker, harness, mcp, ops};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -53,6 +53,8 @@ fn main() -> ExitCode {
         Command::Questions(h) => ops::questions(&h),
         Command::Answer(a) => ops::answer(&a),
         Command::CancelQuestion(h, id) => ops::cancel_question(&h, id),
+        Command::BashDaemon(a) => bash::daemon::run_command(bash::daemon::settings_from_args(a)),
+        Command::BashMcp(socket) => bash::mcp::run_server(bash::daemon::socket_or_env(socket)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

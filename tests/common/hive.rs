@@ -143,8 +143,13 @@ impl Broker {
         self.run_dir().join("agents").join(name).join("mcp.sock")
     }
 
+    /// A client on `name`'s socket. `spawn` waits only for the host socket, which
+    /// the broker binds first, so this waits for the agent socket too.
     pub fn agent(&self, name: &str) -> Client {
-        let c = Client::connect(&self.agent_socket(name)).expect("connect agent socket");
+        let path = self.agent_socket(name);
+        let c = wait_for(Duration::from_secs(10), "the agent socket", || {
+            Client::connect(&path).ok()
+        });
         c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         c
     }

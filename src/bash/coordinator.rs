@@ -1,0 +1,482 @@
+//! The coordinator thread: the one owner of every task's state. Connection
+//! threads send it requests, waiter threads (one per running task, blocked in
+//! `wait`) send it exits, and the wake thread tells it which wakes got through;
+//! its single `select!` also fires on the nearest deadline — a task's timeout or
+//! the end of a caller's inline wait. It starts processes, kills process groups,
+//! persists records and decides which finished tasks owe their agent a wake.
+
+use super::proto::{Request, TaskStatus, DEFAULT_RUN_WAIT_SECS, MAX_WAIT_SECS};
+use super::spawn::{self, Launch};
+use super::store::{now_ms, Store, TaskRecord};
+use crossbeam_channel::{at, never, select, Receiver, Sender};
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long shutdown waits for killed tasks to be reaped.
+const REAP_GRACE: Duration = Duration::from_secs(3);
+
+/// Everything the coordinator reacts to.
+pub enum Event {
+    /// A request from a connection, answered on `reply`.
+    Call { req: Request, reply: Sender<Reply> },
+    /// The inline answer to `run` for task `id` did not reach its caller, so the
+    /// task owes a wake after all.
+    InlineLost(String),
+    /// Task `id`'s shell was reaped.
+    Exited {
+        id: String,
+        status: io::Result<ExitStatus>,
+    },
+    /// The wake of task `id` reached the broker (or was refused for good).
+    WakeDelivered(String),
+    /// Kill the running tasks, record them, and return.
+    Shutdown,
+}
+
+/// The answer to one [`Event::Call`].
+#[derive(Debug)]
+pub enum Reply {
+    /// `run` and `status`: the record now; `inline` when this `run` answer is the
+    /// task's result.
+    Task { record: TaskRecord, inline: bool },
+    /// `list`: the tasks still pending or running.
+    Tasks(Vec<TaskRecord>),
+    /// A request that cannot be served, with a message for the model.
+    Error(String),
+}
+
+/// Why a running task's group was killed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kill {
+    Timeout,
+    Shutdown,
+}
+
+/// A task whose shell has not been reaped yet.
+struct Running {
+    pgid: i32,
+    timeout_at: Option<Instant>,
+    killed: Option<Kill>,
+}
+
+/// A caller waiting for a task to end.
+struct Waiter {
+    id: String,
+    deadline: Instant,
+    /// A `run` call: its answer, when the task ended, is the task's result.
+    run: bool,
+    reply: Sender<Reply>,
+}
+
+/// What the coordinator needs besides its state.
+pub struct Coordinator {
+    store: Store,
+    cwd: PathBuf,
+    bash_env: Option<PathBuf>,
+    tasks: HashMap<String, TaskRecord>,
+    running: HashMap<String, Running>,
+    waiters: Vec<Waiter>,
+    events: Sender<Event>,
+    wakes: Sender<TaskRecord>,
+    /// The wake thread, which ends once `wakes` is dropped.
+    waker: Option<JoinHandle<()>>,
+}
+
+impl Coordinator {
+    /// Takes over `records`: tasks that were pending or running when the last
+    /// daemon stopped are killed if still alive and marked interrupted, and every
+    /// wake still pending is queued again.
+    pub fn new(
+        store: Store,
+        records: Vec<TaskRecord>,
+        cwd: PathBuf,
+        bash_env: Option<PathBuf>,
+        events: Sender<Event>,
+        wakes: Sender<TaskRecord>,
+        waker: JoinHandle<()>,
+    ) -> Coordinator {
+        let mut c = Coordinator {
+            store,
+            cwd,
+            bash_env,
+            tasks: HashMap::new(),
+            running: HashMap::new(),
+            waiters: Vec::new(),
+            events,
+            wakes,
+            waker: Some(waker),
+        };
+        let boot = spawn::boot_id();
+        for mut rec in records {
+            if !rec.status.is_finished() {
+                if let Some(pgid) = rec.pgid {
+                    if rec.boot_id.is_some() && rec.boot_id == boot {
+                        spawn::kill_group(pgid);
+                    }
+                }
+                log::warn!("task {} was still running; marking it interrupted", rec.id);
+                rec.status = TaskStatus::Interrupted;
+                rec.ended_at_ms = Some(now_ms());
+                rec.wake_pending = true;
+                rec.returned_inline = false;
+                c.save(&rec);
+            }
+            if rec.wake_pending {
+                let _ = c.wakes.send(rec.clone());
+            }
+            c.tasks.insert(rec.id.clone(), rec);
+        }
+        c
+    }
+
+    /// Serves events until [`Event::Shutdown`], then stops every running task.
+    pub fn run(mut self, events: Receiver<Event>) {
+        loop {
+            let timer = self.next_deadline().map_or_else(never, at);
+            select! {
+                recv(events) -> event => match event {
+                    Ok(Event::Shutdown) | Err(_) => break,
+                    Ok(event) => self.on_event(event),
+                },
+                recv(timer) -> _ => self.on_deadlines(Instant::now()),
+            }
+        }
+        self.shutdown(&events);
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let timeouts = self
+            .running
+            .values()
+            .filter(|r| r.killed.is_none())
+            .filter_map(|r| r.timeout_at);
+        let waits = self.waiters.iter().map(|w| w.deadline);
+        timeouts.chain(waits).min()
+    }
+
+    fn save(&self, rec: &TaskRecord) {
+        if let Err(e) = self.store.save(rec) {
+            log::error!("task {}: {e}", rec.id);
+        }
+    }
+
+    fn on_event(&mut self, event: Event) {
+        match event {
+            Event::Call { req, reply } => self.on_call(req, reply),
+            Event::InlineLost(id) => {
+                let Some(rec) = self.tasks.get_mut(&id) else {
+                    return;
+                };
+                if rec.returned_inline {
+                    log::info!("the inline result of task {id} was not delivered; waking instead");
+                    rec.returned_inline = false;
+                    rec.wake_pending = true;
+                    let rec = rec.clone();
+                    self.save(&rec);
+                    let _ = self.wakes.send(rec);
+                }
+            }
+            Event::Exited { id, status } => self.on_exited(&id, status),
+            Event::WakeDelivered(id) => {
+                if let Some(rec) = self.tasks.get_mut(&id) {
+                    rec.wake_pending = false;
+                    let rec = rec.clone();
+                    self.save(&rec);
+                }
+            }
+            Event::Shutdown => {}
+        }
+    }
+
+    fn on_call(&mut self, req: Request, reply: Sender<Reply>) {
+        match req {
+            Request::Run {
+                cmd,
+                timeout_secs,
+                wait_seconds,
+            } => {
+                let wait = wait_seconds.unwrap_or(DEFAULT_RUN_WAIT_SECS);
+                match self.start(cmd, timeout_secs) {
+                    Ok(id) => self.answer_or_wait(id, wait, true, reply),
+                    Err(e) => {
+                        let _ = reply.send(Reply::Error(e));
+                    }
+                }
+            }
+            Request::Status { id, wait_seconds } => {
+                if self.tasks.contains_key(&id) {
+                    self.answer_or_wait(id, wait_seconds.unwrap_or(0), false, reply);
+                } else {
+                    let _ = reply.send(Reply::Error(unknown_id(&id)));
+                }
+            }
+            Request::List {} => {
+                let mut live: Vec<TaskRecord> = self
+                    .tasks
+                    .values()
+                    .filter(|r| !r.status.is_finished())
+                    .cloned()
+                    .collect();
+                live.sort_by_key(|r| r.id.parse::<u64>().unwrap_or(0));
+                let _ = reply.send(Reply::Tasks(live));
+            }
+        }
+    }
+
+    /// Answers now when the task has ended or `wait_secs` is 0, else parks the
+    /// caller until the task ends or the (capped) wait is over.
+    fn answer_or_wait(&mut self, id: String, wait_secs: u64, run: bool, reply: Sender<Reply>) {
+        let Some(rec) = self.tasks.get_mut(&id) else {
+            return;
+        };
+        if rec.status.is_finished() {
+            // A `run` whose task is already over (it failed to start) carries its
+            // result, so it owes no wake.
+            let inline = run;
+            if run && !rec.returned_inline {
+                rec.returned_inline = true;
+                rec.wake_pending = false;
+                let rec = rec.clone();
+                self.save(&rec);
+            }
+            let record = self.tasks[&id].clone();
+            let _ = reply.send(Reply::Task { record, inline });
+            return;
+        }
+        let wait = Duration::from_secs(wait_secs.min(MAX_WAIT_SECS));
+        if wait.is_zero() {
+            let _ = reply.send(Reply::Task {
+                record: rec.clone(),
+                inline: false,
+            });
+            return;
+        }
+        self.waiters.push(Waiter {
+            id,
+            deadline: Instant::now() + wait,
+            run,
+            reply,
+        });
+    }
+
+    /// Records and starts a task; returns its id. A task that cannot be started
+    /// still gets an id and a record saying why.
+    fn start(&mut self, cmd: String, timeout_secs: Option<u64>) -> Result<String, String> {
+        if cmd.trim().is_empty() {
+            return Err("argument \"cmd\" is empty; give a shell command to run".into());
+        }
+        let id = self
+            .store
+            .allocate_id()
+            .map_err(|e| format!("cannot record a new task: {e}"))?;
+        let mut rec = TaskRecord::new(id.clone(), cmd, timeout_secs);
+        self.store
+            .save(&rec)
+            .map_err(|e| format!("cannot record a new task: {e}"))?;
+        let launch = Launch {
+            cwd: &self.cwd,
+            bash_env: self.bash_env.as_deref(),
+        };
+        let (out, err) = (self.store.out_path(&id), self.store.err_path(&id));
+        match spawn::spawn(&launch, &rec.cmd, &out, &err) {
+            Ok((child, shell)) => {
+                let pgid = child.id() as i32;
+                rec.status = TaskStatus::Running;
+                rec.pgid = Some(pgid);
+                rec.boot_id = spawn::boot_id();
+                rec.shell = shell.into();
+                self.save(&rec);
+                log::info!("task {id} started ({shell}, pgid {pgid}): {}", rec.cmd);
+                self.running.insert(
+                    id.clone(),
+                    Running {
+                        pgid,
+                        timeout_at: timeout_secs.map(|s| Instant::now() + Duration::from_secs(s)),
+                        killed: None,
+                    },
+                );
+                self.tasks.insert(id.clone(), rec);
+                self.watch(id.clone(), child);
+            }
+            Err(e) => {
+                log::warn!("task {id} failed to start: {e}");
+                rec.status = TaskStatus::Done;
+                rec.error = Some(format!("failed to start: {e}"));
+                rec.ended_at_ms = Some(now_ms());
+                rec.wake_pending = true;
+                self.save(&rec);
+                self.tasks.insert(id.clone(), rec);
+            }
+        }
+        Ok(id)
+    }
+
+    /// Starts the waiter thread of a task, which reaps its shell and reports.
+    fn watch(&mut self, id: String, mut child: std::process::Child) {
+        let events = self.events.clone();
+        let task = id.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("bash-task-{id}"))
+            .spawn(move || {
+                let status = child.wait();
+                let _ = events.send(Event::Exited { id: task, status });
+            });
+        if let Err(e) = spawned {
+            // The closure, and the child with it, is gone: kill the group so the
+            // task does not run unwatched. Its shell becomes a zombie of this
+            // process until it exits.
+            log::error!("cannot start a waiter thread for task {id}: {e}");
+            if let Some(r) = self.running.get(&id) {
+                spawn::kill_group(r.pgid);
+            }
+            let err = io::Error::other(format!("cannot watch the task: {e}"));
+            self.on_exited(&id, Err(err));
+        }
+    }
+
+    fn on_exited(&mut self, id: &str, status: io::Result<ExitStatus>) {
+        let Some(run) = self.running.remove(id) else {
+            return;
+        };
+        let Some(rec) = self.tasks.get_mut(id) else {
+            return;
+        };
+        rec.ended_at_ms = Some(now_ms());
+        rec.status = match run.killed {
+            Some(Kill::Timeout) => TaskStatus::TimedOut,
+            Some(Kill::Shutdown) => TaskStatus::Interrupted,
+            None => TaskStatus::Done,
+        };
+        match status {
+            Ok(st) => {
+                rec.exit_code = st.code();
+                rec.signal = st.signal();
+            }
+            Err(e) => rec.error = Some(format!("lost track of the process: {e}")),
+        }
+        log::info!(
+            "task {id} ended: {} (exit code {:?}, signal {:?})",
+            rec.status.as_str(),
+            rec.exit_code,
+            rec.signal
+        );
+        let record = rec.clone();
+        let mut inline = false;
+        let mut i = 0;
+        while i < self.waiters.len() {
+            if self.waiters[i].id != id {
+                i += 1;
+                continue;
+            }
+            let w = self.waiters.swap_remove(i);
+            let answer = Reply::Task {
+                record: record.clone(),
+                inline: w.run,
+            };
+            if w.reply.send(answer).is_ok() && w.run {
+                inline = true;
+            }
+        }
+        let mut rec = record;
+        rec.returned_inline = inline;
+        rec.wake_pending = !inline;
+        self.save(&rec);
+        self.tasks.insert(id.to_string(), rec.clone());
+        if rec.wake_pending {
+            let _ = self.wakes.send(rec);
+        }
+    }
+
+    fn on_deadlines(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.waiters.len() {
+            if self.waiters[i].deadline > now {
+                i += 1;
+                continue;
+            }
+            let w = self.waiters.swap_remove(i);
+            if let Some(rec) = self.tasks.get(&w.id) {
+                let _ = w.reply.send(Reply::Task {
+                    record: rec.clone(),
+                    inline: false,
+                });
+            }
+        }
+        for (id, r) in self.running.iter_mut() {
+            if r.killed.is_none() && r.timeout_at.is_some_and(|t| t <= now) {
+                log::info!("task {id} timed out; killing process group {}", r.pgid);
+                spawn::kill_group(r.pgid);
+                r.killed = Some(Kill::Timeout);
+            }
+        }
+    }
+
+    /// Kills every running task's group, waits a little for the reaps, and
+    /// records the tasks interrupted; their wakes go out now if the broker is
+    /// reachable, or from the next daemon.
+    fn shutdown(mut self, events: &Receiver<Event>) {
+        for (id, r) in self.running.iter_mut() {
+            log::info!("stopping: killing task {id} (process group {})", r.pgid);
+            spawn::kill_group(r.pgid);
+            r.killed = Some(Kill::Shutdown);
+        }
+        let end = Instant::now() + REAP_GRACE;
+        while !self.running.is_empty() {
+            match events.recv_deadline(end) {
+                Ok(Event::Exited { id, status }) => self.on_exited(&id, status),
+                Ok(Event::Call { reply, .. }) => {
+                    let _ = reply.send(Reply::Error(STOPPING.into()));
+                }
+                Ok(event) => self.on_event(event),
+                Err(_) => break,
+            }
+        }
+        let stuck: Vec<String> = self.running.keys().cloned().collect();
+        for id in stuck {
+            log::warn!("task {id} was not reaped in time; recording it interrupted");
+            let err = io::Error::other("not reaped before the daemon stopped");
+            self.on_exited(&id, Err(err));
+        }
+        for w in self.waiters.drain(..) {
+            let _ = w.reply.send(Reply::Error(STOPPING.into()));
+        }
+        // The wake thread tries what is queued once more and ends when its queue
+        // is gone; wakes it delivered meanwhile are recorded, the rest stay
+        // pending for the next daemon.
+        let Coordinator {
+            store,
+            mut tasks,
+            wakes,
+            waker,
+            ..
+        } = self;
+        drop(wakes);
+        if let Some(w) = waker {
+            let _ = w.join();
+        }
+        for event in events.try_iter() {
+            if let Event::WakeDelivered(id) = event {
+                if let Some(rec) = tasks.get_mut(&id) {
+                    rec.wake_pending = false;
+                    if let Err(e) = store.save(rec) {
+                        log::error!("task {id}: {e}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+const STOPPING: &str = "the bash task daemon is stopping; try again once it is back";
+
+fn unknown_id(id: &str) -> String {
+    format!(
+        "no task with id \"{id}\": ids are the numbers returned by run \
+         (\"task started: id=7\"); check the id and try again"
+    )
+}

@@ -1,0 +1,350 @@
+//! The task daemon's outside: [`start`] binds the socket (mode 0600), loads the
+//! task records and starts the coordinator, wake and accept threads; a
+//! connection thread per client reads request lines, hands each to the
+//! coordinator and writes its answer. [`DaemonHandle::shutdown`] stops it all.
+//! `hive serve` embeds the daemon through these two calls; `hive bash-daemon`
+//! ([`run_command`]) runs it alone until SIGTERM.
+
+use super::coordinator::{Coordinator, Event, Reply};
+use super::proto::{ListReply, Request, TaskReply};
+use super::report::view;
+use super::store::Store;
+use super::waker::Waker;
+use crate::wire::{self, Line};
+use crossbeam_channel::{unbounded, Sender};
+use std::io::{BufReader, Write};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// The daemon socket when `HIVE_BASH_SOCKET` is not set.
+pub const DEFAULT_SOCKET: &str = "/run/hive-bash/socket";
+/// The bash env file when `HIVE_BASH_ENV` is not set.
+pub const DEFAULT_BASH_ENV: &str = "/etc/hyperhive/bash-env.sh";
+/// The agent's broker socket when `HIVE_SOCKET` is not set.
+pub const DEFAULT_AGENT_SOCKET: &str = crate::ops::DEFAULT_AGENT_SOCKET;
+/// The state dir of `hive bash-daemon` when neither `--state-dir` nor
+/// `HIVE_STATE_DIR` is given.
+pub const DEFAULT_STATE_DIR: &str = "/state";
+
+/// Where the daemon listens, keeps its files and sends wakes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonSettings {
+    /// The socket `hive bash-mcp` connects to.
+    pub socket: PathBuf,
+    /// Tasks run here; records and output go to `harness/bash-tasks/` under it.
+    pub state_dir: PathBuf,
+    /// The agent's broker socket, for completion wakes.
+    pub agent_socket: PathBuf,
+    /// Run tasks with `bash` and this `BASH_ENV` when the file exists; `None`
+    /// always uses `sh`.
+    pub bash_env: Option<PathBuf>,
+}
+
+impl DaemonSettings {
+    /// Settings for `state_dir` with the rest from the environment:
+    /// `HIVE_BASH_SOCKET`, `HIVE_SOCKET` and `HIVE_BASH_ENV`, else the defaults.
+    pub fn from_env(state_dir: PathBuf) -> DaemonSettings {
+        DaemonSettings {
+            socket: env_path("HIVE_BASH_SOCKET", DEFAULT_SOCKET),
+            state_dir,
+            agent_socket: env_path("HIVE_SOCKET", DEFAULT_AGENT_SOCKET),
+            bash_env: Some(env_path("HIVE_BASH_ENV", DEFAULT_BASH_ENV)),
+        }
+    }
+}
+
+fn env_path(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(default))
+}
+
+/// The directory of task records and output under a state dir.
+pub fn tasks_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("harness").join("bash-tasks")
+}
+
+/// A running daemon. Dropping it shuts it down too.
+pub struct DaemonHandle {
+    socket: PathBuf,
+    events: Sender<Event>,
+    stop: Arc<AtomicBool>,
+    acceptor: Option<JoinHandle<()>>,
+    coordinator: Option<JoinHandle<()>>,
+}
+
+impl DaemonHandle {
+    /// The socket the daemon listens on.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Stops accepting, removes the socket, kills every running task's process
+    /// group and records those tasks `interrupted` (their wakes go out now when
+    /// the broker is reachable, else from the next daemon). Returns once done.
+    pub fn shutdown(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        let Some(coordinator) = self.coordinator.take() else {
+            return;
+        };
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(acceptor) = self.acceptor.take() {
+            // A connection wakes the accept thread, which then sees `stop`.
+            if UnixStream::connect(&self.socket).is_ok() {
+                let _ = acceptor.join();
+            }
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = self.events.send(Event::Shutdown);
+        let _ = coordinator.join();
+        log::info!("bash task daemon stopped");
+    }
+}
+
+impl Drop for DaemonHandle {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+/// Starts the daemon: binds `settings.socket` (refusing one a live daemon
+/// serves), takes over the records of earlier runs (tasks left running become
+/// `interrupted` and get a wake) and starts serving.
+pub fn start(settings: DaemonSettings) -> Result<DaemonHandle, String> {
+    let dir = tasks_dir(&settings.state_dir);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("cannot create the task directory {}: {e}", dir.display()))?;
+    let cwd = std::fs::canonicalize(&settings.state_dir).map_err(|e| {
+        format!(
+            "cannot resolve the state dir {}: {e}",
+            settings.state_dir.display()
+        )
+    })?;
+    let dir = tasks_dir(&cwd);
+    let (store, records) = Store::open(&dir)?;
+    let listener = bind(&settings.socket)?;
+
+    let (events_tx, events_rx) = unbounded();
+    let (wakes_tx, wakes_rx) = unbounded();
+    let waker = Waker {
+        agent_socket: settings.agent_socket.clone(),
+        tasks_dir: dir.clone(),
+        events: events_tx.clone(),
+    };
+    let waker = std::thread::Builder::new()
+        .name("bash-wakes".into())
+        .spawn(move || waker.run(wakes_rx))
+        .map_err(|e| format!("cannot start the wake thread: {e}"))?;
+    let coordinator = Coordinator::new(
+        store,
+        records,
+        cwd,
+        settings.bash_env.clone(),
+        events_tx.clone(),
+        wakes_tx,
+        waker,
+    );
+    let coordinator = std::thread::Builder::new()
+        .name("bash-tasks".into())
+        .spawn(move || coordinator.run(events_rx))
+        .map_err(|e| format!("cannot start the task coordinator thread: {e}"))?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (accept_stop, accept_events) = (stop.clone(), events_tx.clone());
+    let acceptor = std::thread::Builder::new()
+        .name("bash-accept".into())
+        .spawn(move || accept_loop(listener, accept_events, dir, accept_stop))
+        .map_err(|e| format!("cannot start the accept thread: {e}"))?;
+    log::info!(
+        "bash task daemon listening on {}",
+        settings.socket.display()
+    );
+    Ok(DaemonHandle {
+        socket: settings.socket,
+        events: events_tx,
+        stop,
+        acceptor: Some(acceptor),
+        coordinator: Some(coordinator),
+    })
+}
+
+/// Binds a socket only its owner may use, refusing to steal a live one.
+fn bind(path: &Path) -> Result<UnixListener, String> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|e| format!("cannot create directory {}: {e}", parent.display()))?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(format!(
+                "another bash task daemon is already listening on {}; stop it first",
+                path.display()
+            ));
+        }
+        std::fs::remove_file(path)
+            .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display()))?;
+    }
+    let listener = UnixListener::bind(path)
+        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("cannot set permissions of {}: {e}", path.display()))?;
+    Ok(listener)
+}
+
+fn accept_loop(listener: UnixListener, events: Sender<Event>, dir: PathBuf, stop: Arc<AtomicBool>) {
+    let mut n: u64 = 0;
+    for stream in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match stream {
+            Ok(stream) => {
+                n += 1;
+                let (events, dir) = (events.clone(), dir.clone());
+                let spawned = std::thread::Builder::new()
+                    .name(format!("bash-conn-{n}"))
+                    .spawn(move || serve_conn(stream, events, &dir));
+                if let Err(e) = spawned {
+                    log::error!("cannot start a connection thread: {e}");
+                }
+            }
+            Err(e) => {
+                log::warn!("accept on the bash task socket failed: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// Serves one client: a request line in, an answer line out, until EOF.
+fn serve_conn(stream: UnixStream, events: Sender<Event>, dir: &Path) {
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    loop {
+        let line = match wire::read_line(&mut reader, wire::MAX_LINE) {
+            Ok(Line::Text(s)) if s.trim().is_empty() => continue,
+            Ok(Line::Text(s)) => s,
+            Ok(Line::TooLong) => {
+                let _ = writeln!(writer, "{}", wire::err_line("request line too long"));
+                continue;
+            }
+            Ok(Line::NotUtf8) => {
+                let _ = writeln!(writer, "{}", wire::err_line("request is not UTF-8"));
+                continue;
+            }
+            Ok(Line::Eof) | Err(_) => return,
+        };
+        let (answer, inline_id) = match Request::parse(&line) {
+            Ok(req) => answer(req, &events, dir),
+            Err(e) => (wire::err_line(&e), None),
+        };
+        let written = writer
+            .write_all(format!("{answer}\n").as_bytes())
+            .and_then(|_| writer.flush());
+        if let Err(e) = written {
+            if let Some(id) = inline_id {
+                let _ = events.send(Event::InlineLost(id));
+            }
+            log::debug!("a bash task client went away: {e}");
+            return;
+        }
+    }
+}
+
+/// Asks the coordinator and renders its reply; the second value is the id of a
+/// task whose result this answer carries (so losing it must bring a wake back).
+fn answer(req: Request, events: &Sender<Event>, dir: &Path) -> (String, Option<String>) {
+    let op = req.op();
+    let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
+    let gone = || {
+        (
+            wire::err_line("the bash task daemon is stopping; try again once it is back"),
+            None,
+        )
+    };
+    if events
+        .send(Event::Call {
+            req,
+            reply: reply_tx,
+        })
+        .is_err()
+    {
+        return gone();
+    }
+    match reply_rx.recv() {
+        Ok(Reply::Task { record, inline }) => {
+            let id = inline.then(|| record.id.clone());
+            let task = view(&record, dir);
+            (wire::ok_line(&TaskReply { task, inline }), id)
+        }
+        Ok(Reply::Tasks(records)) => {
+            let tasks = records.iter().map(|r| r.summary()).collect();
+            (wire::ok_line(&ListReply { tasks }), None)
+        }
+        Ok(Reply::Error(e)) => {
+            log::debug!("{op} refused: {e}");
+            (wire::err_line(&e), None)
+        }
+        Err(_) => gone(),
+    }
+}
+
+/// `hive bash-daemon`: runs the daemon until SIGTERM, SIGINT or SIGHUP, then
+/// shuts it down (a second signal exits at once).
+pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let socket = settings.socket.clone();
+    let handle = start(settings)?;
+    eprintln!("hive bash-daemon: listening on {}", socket.display());
+    let sig = signals.forever().next();
+    log::info!("signal {sig:?}: stopping the bash task daemon");
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            std::process::exit(128 + sig);
+        }
+    });
+    handle.shutdown();
+    Ok(())
+}
+
+/// `--socket`, else `HIVE_BASH_SOCKET`, else [`DEFAULT_SOCKET`].
+pub fn socket_or_env(flag: Option<PathBuf>) -> PathBuf {
+    flag.unwrap_or_else(|| env_path("HIVE_BASH_SOCKET", DEFAULT_SOCKET))
+}
+
+/// The settings of `hive bash-daemon`: its flags, else the environment, else
+/// the defaults.
+pub fn settings_from_args(a: crate::cli::BashDaemonArgs) -> DaemonSettings {
+    let state_dir = a
+        .state_dir
+        .unwrap_or_else(|| env_path("HIVE_STATE_DIR", DEFAULT_STATE_DIR));
+    let mut s = DaemonSettings::from_env(state_dir);
+    if let Some(p) = a.socket {
+        s.socket = p;
+    }
+    if let Some(p) = a.agent_socket {
+        s.agent_socket = p;
+    }
+    if let Some(p) = a.bash_env {
+        s.bash_env = Some(p);
+    }
+    s
+}

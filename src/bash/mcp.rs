@@ -1,0 +1,259 @@
+//! `hive bash-mcp`: the stdio MCP server named `bash`, whose tools `run` and
+//! `status` reach claude as `mcp__bash__run` and `mcp__bash__status`. It is a
+//! thin bridge on the shared core in `crate::mcp` (same concurrency, EOF and
+//! signal behaviour): every call is forwarded to the task daemon's socket and the
+//! answer rendered as text. It starts no process itself, so tasks outlive it.
+
+use super::client::{self, CallError};
+use super::proto::{Request, TaskReply, TaskStatus, TaskView, DEFAULT_RUN_WAIT_SECS};
+use super::report::outcome_line;
+use crate::mcp::{self, args, CallCtx, ServerInfo, ToolDef, ToolOutcome, Tools};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+const RUN_DESCRIPTION: &str = "Run a shell command in the background (`sh -c CMD`; the working \
+directory is the agent's state dir, stdin is /dev/null so interactive commands fail). Stdout \
+and stderr are written to files as they come. The call first waits up to `wait_seconds` \
+(default 3, at most 30; 0 returns at once) for the command to finish: if it does, you get its \
+full status right away (exit code, run time, last 4 KiB of stdout and stderr) and nothing else \
+happens. Otherwise the answer is `task started: id=<id>` and the command keeps running, even \
+after this turn ends; when it finishes you are woken by a message from `bash-task-<id>` with \
+its exit code and last output lines, so end your turn instead of polling. `timeout_secs` kills \
+the command and every process it started after that many seconds (status `timed_out`); \
+without it the command runs until it exits.";
+
+const STATUS_DESCRIPTION: &str = "Show a task started with `run`: its status (`pending`, \
+`running`, `done`, `timed_out`, or `interrupted` when a harness restart killed it), the exit \
+code once done, the run time, the last 4 KiB of stdout and of stderr, and the paths of the \
+files holding the whole output (read them for more). `wait_seconds` (default 0, at most 30) \
+first waits that long for a running task to finish, which saves a call when it is about to.";
+
+/// The `bash` tool provider: forwards to the daemon at `socket`.
+pub struct BashTools {
+    pub socket: PathBuf,
+}
+
+impl Tools for BashTools {
+    fn list(&self) -> Vec<ToolDef> {
+        vec![
+            ToolDef {
+                name: "run",
+                description: RUN_DESCRIPTION.into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {
+                        "cmd": {"type": "string", "description": "The shell command line, run with sh -c."},
+                        "timeout_secs": {"type": "integer", "minimum": 1, "description": "Kill the command and its children after this many seconds. Omit for no limit."},
+                        "wait_seconds": {"type": "integer", "minimum": 0, "maximum": 30, "description": "How long to wait for the result inline (default 3, max 30, 0 = return at once)."}
+                    },
+                    "required": ["cmd"],
+                    "additionalProperties": false
+                }),
+            },
+            ToolDef {
+                name: "status",
+                description: STATUS_DESCRIPTION.into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string", "description": "The task id from run, e.g. \"7\"."},
+                        "wait_seconds": {"type": "integer", "minimum": 0, "maximum": 30, "description": "Wait up to this long for a running task to finish (default 0, max 30)."}
+                    },
+                    "required": ["id"],
+                    "additionalProperties": false
+                }),
+            },
+        ]
+    }
+
+    fn call(&self, name: &str, args: Value, ctx: &CallCtx) -> ToolOutcome {
+        match name {
+            "run" => self.run(&args, ctx).into(),
+            "status" => self.status(&args, ctx).into(),
+            other => ToolOutcome::InvalidParams(format!("unknown tool: {other}")),
+        }
+    }
+}
+
+impl BashTools {
+    fn run(&self, a: &Value, ctx: &CallCtx) -> Result<ToolOutcome, ToolOutcome> {
+        args::only(a, &["cmd", "timeout_secs", "wait_seconds"])?;
+        let cmd = args::req_str(a, "cmd")?;
+        if cmd.trim().is_empty() {
+            return Err(ToolOutcome::InvalidParams(
+                "argument \"cmd\" is empty; give a shell command to run".into(),
+            ));
+        }
+        let timeout_secs = args::opt_u64(a, "timeout_secs")?;
+        if timeout_secs == Some(0) {
+            return Err(ToolOutcome::InvalidParams(
+                "argument \"timeout_secs\" must be at least 1; omit it for no limit".into(),
+            ));
+        }
+        let wait_seconds = args::opt_u64(a, "wait_seconds")?.unwrap_or(DEFAULT_RUN_WAIT_SECS);
+        let req = Request::Run {
+            cmd,
+            timeout_secs,
+            wait_seconds: Some(wait_seconds),
+        };
+        let reply: TaskReply = client::call(&self.socket, &req, &ctx.cancel).map_err(failed)?;
+        if reply.inline {
+            return Ok(ToolOutcome::Ok(render(&reply.task)));
+        }
+        let id = &reply.task.id;
+        Ok(ToolOutcome::Ok(format!(
+            "task started: id={id}\nThe command is still running in the background. When it \
+             ends you will be woken by a message from bash-task-{id} with its exit code and \
+             last output lines; call status with id \"{id}\" to look earlier."
+        )))
+    }
+
+    fn status(&self, a: &Value, ctx: &CallCtx) -> Result<ToolOutcome, ToolOutcome> {
+        args::only(a, &["id", "wait_seconds"])?;
+        let id = task_id(a)?;
+        let wait_seconds = args::opt_u64(a, "wait_seconds")?;
+        let req = Request::Status { id, wait_seconds };
+        let reply: TaskReply = client::call(&self.socket, &req, &ctx.cancel).map_err(failed)?;
+        Ok(ToolOutcome::Ok(render(&reply.task)))
+    }
+}
+
+/// The `id` argument: a string, or an integer as models sometimes send it.
+fn task_id(a: &Value) -> Result<String, ToolOutcome> {
+    match a.get("id") {
+        None | Some(Value::Null) => Err(ToolOutcome::InvalidParams(
+            "missing required argument \"id\" (the task id returned by run, e.g. \"7\")".into(),
+        )),
+        Some(Value::String(s)) => Ok(s.trim().to_string()),
+        Some(Value::Number(n)) if n.is_u64() => Ok(n.to_string()),
+        Some(_) => Err(ToolOutcome::InvalidParams(
+            "argument \"id\" must be a string (the task id returned by run, e.g. \"7\")".into(),
+        )),
+    }
+}
+
+fn failed(e: CallError) -> ToolOutcome {
+    ToolOutcome::Err(e.to_string())
+}
+
+/// The status text a model reads.
+pub fn render(t: &TaskView) -> String {
+    let mut s = match t.status {
+        TaskStatus::Pending | TaskStatus::Running => {
+            let mut line = format!(
+                "task {}: {} for {:.1}s",
+                t.id,
+                t.status.as_str(),
+                t.duration_secs
+            );
+            if let Some(limit) = t.timeout_secs {
+                line.push_str(&format!(" (timeout {limit}s)"));
+            }
+            line
+        }
+        _ => format!("task {}: {}", t.id, outcome_line(t)),
+    };
+    s.push_str(&format!("\n$ {}\n", t.cmd));
+    for (name, tail, bytes, path) in [
+        ("stdout", &t.stdout_tail, t.stdout_bytes, &t.stdout_path),
+        ("stderr", &t.stderr_tail, t.stderr_bytes, &t.stderr_path),
+    ] {
+        if bytes == 0 {
+            s.push_str(&format!("{name}: empty ({path})\n"));
+        } else if tail.len() as u64 >= bytes {
+            s.push_str(&format!("{name} ({bytes} bytes, in {path}):\n{tail}"));
+            if !tail.ends_with('\n') {
+                s.push('\n');
+            }
+        } else {
+            s.push_str(&format!(
+                "{name} (last {} of {bytes} bytes; all of it in {path}):\n{tail}",
+                tail.len()
+            ));
+            if !tail.ends_with('\n') {
+                s.push('\n');
+            }
+        }
+    }
+    s.pop();
+    s
+}
+
+/// `hive bash-mcp`: serves MCP on stdin/stdout until EOF or a signal, then exits
+/// the process with the matching status.
+pub fn run_server(socket: PathBuf) -> Result<(), String> {
+    let signals =
+        mcp::install_exit_signals().map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let info = ServerInfo {
+        name: "bash".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        instructions: None,
+    };
+    let tools = Arc::new(BashTools { socket });
+    // `StdinLock` is not `Send`, so stdin goes in behind a `BufReader`.
+    let input = std::io::BufReader::new(std::io::stdin());
+    let reason =
+        mcp::serve(info, tools, input, std::io::stdout(), signals).map_err(|e| e.to_string())?;
+    std::process::exit(reason.exit_code());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(status: TaskStatus, out: &str, out_bytes: u64) -> TaskView {
+        TaskView {
+            id: "7".into(),
+            cmd: "make".into(),
+            status,
+            exit_code: (status == TaskStatus::Done).then_some(2),
+            signal: None,
+            error: None,
+            timeout_secs: Some(60),
+            started_at: 0,
+            duration_secs: 1.25,
+            stdout_path: "/s/7.out".into(),
+            stderr_path: "/s/7.err".into(),
+            stdout_bytes: out_bytes,
+            stderr_bytes: 0,
+            stdout_tail: out.into(),
+            stderr_tail: String::new(),
+        }
+    }
+
+    #[test]
+    fn renders_what_a_model_needs() {
+        let cases = [
+            (
+                view(TaskStatus::Done, "ok\n", 3),
+                "task 7: done, exit code 2, after 1.2s\n$ make\nstdout (3 bytes, in /s/7.out):\nok\nstderr: empty (/s/7.err)",
+            ),
+            (
+                view(TaskStatus::Running, "tail", 9000),
+                "task 7: running for 1.2s (timeout 60s)\n$ make\nstdout (last 4 of 9000 bytes; all of it in /s/7.out):\ntail\nstderr: empty (/s/7.err)",
+            ),
+            (
+                view(TaskStatus::TimedOut, "", 0),
+                "task 7: timed_out (limit 60s; its process group was killed), after 1.2s\n$ make\nstdout: empty (/s/7.out)\nstderr: empty (/s/7.err)",
+            ),
+        ];
+        for (v, want) in cases {
+            assert_eq!(render(&v), want);
+        }
+    }
+
+    #[test]
+    fn ids_may_be_strings_or_integers() {
+        assert_eq!(task_id(&json!({"id": " 7 "})).unwrap(), "7");
+        assert_eq!(task_id(&json!({"id": 7})).unwrap(), "7");
+        for bad in [
+            json!({}),
+            json!({"id": null}),
+            json!({"id": -1}),
+            json!({"id": []}),
+        ] {
+            assert!(matches!(task_id(&bad), Err(ToolOutcome::InvalidParams(_))));
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Background bash tasks. The task daemon (`daemon.rs`, embedded in `hive serve`
+//! or run alone as `hive bash-daemon`) owns every task process, its output files
+//! and its persisted record, and sends the agent a transient wake from
+//! `bash-task-<id>` when a task ends unless its result was returned inline.
+//! `hive bash-mcp` (`mcp.rs`) is the stdio MCP server `bash` that forwards the
+//! `run` and `status` tools to the daemon's socket. The socket protocol is in
+//! `proto.rs`, the client in `client.rs`, the coordinator thread that owns the
+//! task state in `coordinator.rs`, process start and kill in `spawn.rs`, the
+//! records on disk in `store.rs`, views and wake text in `report.rs` and wake
+//! delivery with retry in `waker.rs`. Documented in `docs/tools/bash.md`.
+
+pub mod client;
+mod coordinator;
+pub mod daemon;
+pub mod mcp;
+pub mod proto;
+mod report;
+mod spawn;
+pub mod store;
+mod waker;
+
+pub use client::running_tasks;
+pub use daemon::{start, DaemonHandle, DaemonSettings};
+pub use proto::{TaskStatus, TaskSummary};

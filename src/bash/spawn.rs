@@ -1,0 +1,87 @@
+//! Starting one task process and signalling process groups. A task runs as
+//! `sh -c CMD`, or `bash -c CMD` with `BASH_ENV` pointing at the bash env file
+//! when that file exists, in its own process group, with stdin from /dev/null,
+//! the state dir as its working directory and its stdout and stderr written
+//! straight into the task's `.out` and `.err` files by the kernel, so nothing has
+//! to be drained.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// Where and how tasks run.
+#[derive(Debug, Clone)]
+pub struct Launch<'a> {
+    /// The working directory of every task.
+    pub cwd: &'a Path,
+    /// The bash env file; used (with bash) only when it exists at start time.
+    pub bash_env: Option<&'a Path>,
+}
+
+fn output_file(path: &Path) -> Result<File, String> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot create the output file {}: {e}", path.display()))
+}
+
+/// Starts `cmd`; returns the child (its pid is the process group id) and the
+/// shell used.
+pub fn spawn(
+    launch: &Launch,
+    cmd: &str,
+    out: &Path,
+    err: &Path,
+) -> Result<(Child, &'static str), String> {
+    let (stdout, stderr) = (output_file(out)?, output_file(err)?);
+    let env_file = launch.bash_env.filter(|p| p.is_file());
+    let (shell, mut command) = match env_file {
+        Some(file) => {
+            let mut c = Command::new("bash");
+            c.env("BASH_ENV", file);
+            ("bash", c)
+        }
+        None => ("sh", Command::new("sh")),
+    };
+    command
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(launch.cwd)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0);
+    let child = command
+        .spawn()
+        .map_err(|e| format!("cannot start `{shell} -c`: {e}"))?;
+    Ok((child, shell))
+}
+
+/// SIGKILLs every process in group `pgid`. A group that is already gone is fine.
+pub fn kill_group(pgid: i32) {
+    if pgid <= 1 {
+        log::error!("refusing to signal process group {pgid}");
+        return;
+    }
+    // SAFETY: kill(2) has no memory effects; a negative pid names a group.
+    let rc = unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            log::warn!("cannot kill process group {pgid}: {e}");
+        }
+    }
+}
+
+/// The id of the running kernel boot, so a pgid recorded before a reboot is not
+/// mistaken for a live task.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
