@@ -85,7 +85,8 @@ pub fn render(
     rate_limited_secs: f64,
 ) -> String {
     let mut o = String::new();
-    let per_turn: [(&str, &str, fn(&Totals) -> f64); 5] = [
+    type Family = (&'static str, &'static str, fn(&Totals) -> f64);
+    let per_turn: [Family; 5] = [
         (
             "hive_turns_total",
             "Claude processes run, by kind and outcome.",
