@@ -620,3 +620,24 @@ fn a_stored_login_token_is_private_and_never_echoed() {
     assert!(!bad.body.contains("123456789"));
     let _: Value = bad.json();
 }
+
+#[test]
+fn shutdown_ends_the_streams_and_frees_the_port() {
+    let mut web = Web::start();
+    let mut sse = Sse::connect(web.port, "/events", &[]);
+    web.bus.note("before");
+    assert_eq!(sse.take(1, T)[0].id, Some(1));
+    let started = Instant::now();
+    web.handle.take().unwrap().shutdown();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    assert!(sse.next(T).is_none(), "the stream ends");
+    wait_for(T, "the port to close", || {
+        std::net::TcpStream::connect(("127.0.0.1", web.port))
+            .is_err()
+            .then_some(())
+    });
+}

@@ -228,6 +228,7 @@ pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
     let rate_clock = Arc::new(metrics::RateClock::default());
     let app = Arc::new(App {
         sse: sse::SseParams {
+            local_port: port,
             max_clients: cfg.sse_max_clients,
             ping: cfg.sse_ping,
             clients: Arc::new(AtomicUsize::new(0)),

@@ -9,6 +9,7 @@
 use crate::harness::bus::{Bus, Numbered};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::io::{self, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,6 +52,8 @@ impl Drop for Slot {
 }
 
 pub struct SseParams {
+    /// The server's port, to find a client's socket by its two ends.
+    pub local_port: u16,
     pub max_clients: usize,
     pub ping: Duration,
     pub clients: Arc<AtomicUsize>,
@@ -75,6 +78,7 @@ pub fn serve(bus: &Bus, p: &SseParams, req: Request, last_id: Option<u64>) {
     // A client that saw ids beyond ours saw an earlier run: start it afresh.
     let reset = last_id.is_some_and(|l| l > bus.last_id());
     let (replay, rx) = bus.subscribe(if reset { None } else { last_id });
+    let ends = req.remote_addr().copied().map(|peer| (p.local_port, peer));
     let writer = req.into_writer();
     let ping = p.ping;
     let stop = p.stop.clone();
@@ -85,6 +89,12 @@ pub fn serve(bus: &Bus, p: &SseParams, req: Request, last_id: Option<u64>) {
             match stream(writer, reset, replay, &rx, ping, &stop) {
                 Ok(()) => log::debug!("SSE client finished"),
                 Err(e) => log::debug!("SSE client dropped: {e}"),
+            }
+            // tiny_http keeps the socket for a next request the client will
+            // never send; close it so the client sees the end and reconnects.
+            // The writer is still alive here, so the connection's fds are too.
+            if let Some((port, peer)) = ends {
+                close_connection(port, peer);
             }
         });
     if let Err(e) = spawned {
@@ -136,6 +146,63 @@ fn stream(
     Ok(())
 }
 
+/// The address of one end of socket `fd` (`getsockname` or `getpeername`).
+fn socket_end(fd: i32, peer: bool) -> Option<SocketAddr> {
+    // SAFETY: the storage is zeroed, large enough for any address, and its
+    // length is passed; the fd may be anything, which the call reports.
+    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let sa = (&mut st as *mut libc::sockaddr_storage).cast::<libc::sockaddr>();
+    let rc = unsafe {
+        if peer {
+            libc::getpeername(fd, sa, &mut len)
+        } else {
+            libc::getsockname(fd, sa, &mut len)
+        }
+    };
+    if rc != 0 {
+        return None;
+    }
+    match i32::from(st.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says this is a sockaddr_in.
+            let a = unsafe { *(&st as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddr::new(ip.into(), u16::from_be(a.sin_port)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this is a sockaddr_in6.
+            let a = unsafe { *(&st as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(SocketAddr::new(ip.into(), u16::from_be(a.sin6_port)))
+        }
+        _ => None,
+    }
+}
+
+/// Shuts down (both ways) the TCP connection between our `port` and `peer`,
+/// found among this process's open fds.
+fn close_connection(port: u16, peer: SocketAddr) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let ours = socket_end(fd, false).is_some_and(|l| l.port() == port);
+        if ours && socket_end(fd, true) == Some(peer) {
+            // SAFETY: shutdown on a socket fd has no memory effects.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +219,20 @@ mod tests {
         let f = frame(&n);
         assert!(f.starts_with("id: 7\ndata: {"), "{f}");
         assert_eq!(f.matches('\n').count(), 3, "{f}");
+    }
+
+    #[test]
+    fn a_closed_stream_is_shut_down_for_the_client() {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (_server_side, peer) = l.accept().unwrap();
+        close_connection(port, peer);
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        assert_eq!(client.read(&mut [0; 8]).unwrap(), 0, "the client sees EOF");
     }
 
     #[test]
