@@ -10,4 +10,5 @@ pub mod groups;
 pub mod harness;
 pub mod mcp;
 pub mod ops;
+pub mod web;
 pub mod wire;

@@ -192,6 +192,12 @@ impl Bus {
         (replay, rx)
     }
 
+    /// The id of the newest event so far (0 before the first). A client that
+    /// claims a higher one saw an earlier run of the harness.
+    pub fn last_id(&self) -> u64 {
+        self.lock().next_id - 1
+    }
+
     pub fn subscriber_count(&self) -> usize {
         self.lock().subscribers.len()
     }

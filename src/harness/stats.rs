@@ -122,6 +122,47 @@ fn query(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<TurnRow>> {
     rows.collect()
 }
 
+/// Sums over every row of one kind and outcome, for `/metrics`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Totals {
+    pub kind: String,
+    pub outcome: String,
+    pub count: u64,
+    pub duration_ms: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+}
+
+/// Per-(kind, outcome) sums over the whole table, through a read-only connection.
+pub fn totals(path: &Path) -> Result<Vec<Totals>, String> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| format!("cannot read turn stats {}: {e}", path.display()))?;
+    let read = || -> rusqlite::Result<Vec<Totals>> {
+        let mut stmt = conn.prepare(
+            "SELECT kind, outcome, COUNT(*), SUM(duration_ms), SUM(tokens_in), SUM(tokens_out),
+                    SUM(cost_usd)
+             FROM turns GROUP BY kind, outcome ORDER BY kind, outcome",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(Totals {
+                kind: r.get(0)?,
+                outcome: r.get(1)?,
+                count: r.get::<_, i64>(2)? as u64,
+                duration_ms: r.get::<_, i64>(3)? as u64,
+                tokens_in: r.get::<_, i64>(4)? as u64,
+                tokens_out: r.get::<_, i64>(5)? as u64,
+                cost_usd: r.get(6)?,
+            })
+        })?;
+        rows.collect()
+    };
+    read().map_err(|e| format!("cannot read turn stats: {e}"))
+}
+
 /// The newest `limit` rows, newest first, through a read-only connection.
 pub fn recent(path: &Path, limit: u32) -> Result<Vec<TurnRow>, String> {
     if !path.exists() {

@@ -1,8 +1,10 @@
 //! Shared helpers for the integration tests: the hive process kit, the fake
-//! Anthropic API and the real Claude Code CLI kit. Each test binary uses a part.
+//! Anthropic API, the real Claude Code CLI kit and the in-process web UI kit.
+//! Each test binary uses a part.
 #![allow(dead_code)]
 
 pub mod claude_cli;
 pub mod fake_anthropic;
 pub mod hive;
 pub mod mcp;
+pub mod web;

@@ -1,0 +1,228 @@
+//! The JSON endpoints under `/api/`: each takes the shared harness handle and
+//! the request body and returns a [`Reply`]. Bodies are parsed by hand into the
+//! fields each endpoint wants, so a bad request gets a message naming the field
+//! and a rejected value (such as a login token) is never echoed back.
+
+use super::http::Reply;
+use crate::harness::control::{Control, Shared};
+use crate::harness::{login, stats};
+use crate::wire::{Client, ClientError, Request};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use std::time::Duration;
+
+/// The largest message body `POST /api/send` accepts.
+pub const MAX_MESSAGE: usize = 64 * 1024;
+
+/// The JSON object a POST carries.
+fn object(body: &[u8], example: &str) -> Result<Map<String, Value>, Reply> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        _ => Err(Reply::error(
+            400,
+            format!("the body must be a JSON object like {example}"),
+        )),
+    }
+}
+
+/// A non-empty string field.
+fn string_field(m: &Map<String, Value>, key: &str, example: &str) -> Result<String, Reply> {
+    match m.get(key) {
+        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
+        _ => Err(Reply::error(
+            400,
+            format!("field `{key}` must be a non-empty string, as in {example}"),
+        )),
+    }
+}
+
+pub fn state(shared: &Shared) -> Reply {
+    Reply::json(200, &shared.bus.snapshot())
+}
+
+pub fn model(shared: &Shared, body: &[u8]) -> Reply {
+    const EX: &str = r#"{"model":"sonnet"}"#;
+    let name = match object(body, EX).and_then(|m| string_field(&m, "model", EX)) {
+        Ok(n) => n,
+        Err(r) => return r,
+    };
+    match shared.set_model(&name) {
+        Ok(model) => Reply::json(200, &json!({ "ok": true, "model": model })),
+        Err(e) => Reply::error(400, e),
+    }
+}
+
+pub fn new_session(shared: &Shared) -> Reply {
+    shared.request_new_session();
+    Reply::ok()
+}
+
+/// Queues a request for the turn loop; 503 when the loop is gone.
+pub fn control(shared: &Shared, c: Control, what: &str) -> Reply {
+    if shared.send(c) {
+        Reply::json(200, &json!({ "ok": true, "queued": what }))
+    } else {
+        Reply::error(503, "the turn loop is not running")
+    }
+}
+
+/// `POST /api/send {body}`: a message to this agent from `operator`.
+pub fn send(shared: &Shared, body: &[u8]) -> Reply {
+    const EX: &str = r#"{"body":"hello"}"#;
+    let text = match object(body, EX).and_then(|m| string_field(&m, "body", EX)) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    if text.len() > MAX_MESSAGE {
+        return Reply::error(400, format!("field `body` is over {MAX_MESSAGE} bytes"));
+    }
+    let socket = &shared.settings.socket;
+    let call = || -> Result<Map<String, Value>, ClientError> {
+        let mut c = Client::connect(socket)?;
+        c.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| ClientError::Io(e.to_string()))?;
+        c.call(&Request::Wake {
+            from: "operator".into(),
+            body: text,
+            transient: false,
+            to: None,
+        })
+    };
+    match call() {
+        Ok(m) => Reply::json(200, &json!({ "ok": true, "id": m.get("id") })),
+        Err(ClientError::Refused(e)) => Reply::error(400, format!("the broker refused: {e}")),
+        Err(e) => Reply::error(502, e.to_string()),
+    }
+}
+
+pub fn turns(shared: &Shared, query: &str) -> Reply {
+    let limit = match super::http::form_value(query, "limit") {
+        None => 50,
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if (1..=1000).contains(&n) => n,
+            _ => return Reply::error(400, "limit must be a whole number from 1 to 1000"),
+        },
+    };
+    match stats::recent(&shared.settings.stats_db(), limit) {
+        Ok(rows) => Reply::json(200, &rows),
+        Err(e) => Reply::error(500, e),
+    }
+}
+
+/// One entry of `<state>/hyperhive-dashboard-links.json`.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct Link {
+    pub label: String,
+    pub url: String,
+    pub icon: String,
+}
+
+/// The well-formed http(s) links in the file's JSON; the rest are skipped.
+pub fn parse_links(text: &str) -> Vec<Link> {
+    let Ok(Value::Array(items)) = serde_json::from_str::<Value>(text) else {
+        log::warn!("hyperhive-dashboard-links.json is not a JSON array; showing no links");
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|v| {
+            let label = v.get("label")?.as_str()?.to_string();
+            let url = v.get("url")?.as_str()?.to_string();
+            let icon = v
+                .get("icon")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            (url.starts_with("http://") || url.starts_with("https://")).then_some(Link {
+                label,
+                url,
+                icon,
+            })
+        })
+        .collect()
+}
+
+pub fn dashboard_links(shared: &Shared) -> Reply {
+    let path = shared
+        .settings
+        .state_dir
+        .join("hyperhive-dashboard-links.json");
+    let links = std::fs::read_to_string(path)
+        .map(|t| parse_links(&t))
+        .unwrap_or_default();
+    Reply::json(200, &links)
+}
+
+pub fn login_state(shared: &Shared) -> Reply {
+    let s = &shared.settings;
+    Reply::json(
+        200,
+        &json!({
+            "needs_login": shared.bus.snapshot().needs_login,
+            "stored_token": login::stored_token(s).is_some(),
+            "credentials_available": login::credentials_available(s),
+        }),
+    )
+}
+
+/// `POST /api/login {token}`: stores it for the next claude run and ends a
+/// login park. The token is never logged or echoed.
+pub fn login(shared: &Shared, body: &[u8]) -> Reply {
+    const EX: &str = r#"{"token":"sk-ant-…"}"#;
+    let token = match object(body, EX).and_then(|m| string_field(&m, "token", EX)) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    if let Err(e) = login::store_token(&shared.settings, &token) {
+        return Reply::error(400, e);
+    }
+    log::info!("the operator stored claude credentials through the web page");
+    shared.bus.note("credentials stored through the web page");
+    shared.send(Control::LoginStored);
+    Reply::ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_keep_only_http_urls_with_labels() {
+        let text = r#"[
+            {"label":"Stats","icon":"📊","url":"http://localhost:9001/stats"},
+            {"label":"Pad","url":"https://pad"},
+            {"label":"Evil","url":"javascript:alert(1)"},
+            {"url":"http://nolabel"},
+            7
+        ]"#;
+        let links = parse_links(text);
+        assert_eq!(
+            links.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(),
+            ["Stats", "Pad"]
+        );
+        assert_eq!(links[1].icon, "");
+        assert!(parse_links("{}").is_empty());
+    }
+
+    #[test]
+    fn bad_bodies_name_the_field_and_never_echo() {
+        let Err(r) = object(b"not json", "{}") else {
+            panic!("accepted")
+        };
+        assert_eq!(r.status, 400);
+        let Ok(m) = object(br#"{"token": 12345}"#, "{}") else {
+            panic!("refused")
+        };
+        let Err(r) = string_field(&m, "token", "{}") else {
+            panic!("accepted")
+        };
+        let super::super::http::Body::Bytes(b) = r.body else {
+            panic!()
+        };
+        let text = String::from_utf8(b).unwrap();
+        assert!(
+            text.contains("`token`") && !text.contains("12345"),
+            "{text}"
+        );
+    }
+}

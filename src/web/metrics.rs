@@ -1,0 +1,242 @@
+//! `GET /metrics` in the Prometheus text format: turn counts, durations, tokens
+//! and cost per kind and outcome from the turn-stats db, the live gauges from the
+//! bus, the number of SSE clients, and the seconds spent rate-limited since this
+//! web server started (a [`RateClock`] fed by a thread that watches the bus).
+
+use crate::harness::bus::{Bus, LiveEvent, StateSnapshot, TurnState};
+use crate::harness::stats::Totals;
+use crossbeam_channel::RecvTimeoutError;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Time spent with `rate_limited` set.
+#[derive(Default)]
+pub struct RateClock {
+    inner: Mutex<(Option<Instant>, Duration)>,
+}
+
+impl RateClock {
+    pub fn observe(&self, rate_limited: bool) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match (g.0, rate_limited) {
+            (None, true) => g.0 = Some(Instant::now()),
+            (Some(since), false) => {
+                g.1 += since.elapsed();
+                g.0 = None;
+            }
+            _ => {}
+        }
+    }
+
+    pub fn seconds(&self) -> f64 {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        (g.1 + g.0.map(|s| s.elapsed()).unwrap_or_default()).as_secs_f64()
+    }
+}
+
+/// Feeds `clock` from the bus's state events until `stop` is set.
+pub fn watch(bus: Bus, clock: Arc<RateClock>, stop: Arc<AtomicBool>) {
+    clock.observe(bus.snapshot().rate_limited);
+    let mut last = bus.last_id();
+    let (_, mut rx) = bus.subscribe(Some(last));
+    while !stop.load(Ordering::Relaxed) {
+        match rx.recv_timeout(Duration::from_millis(250)) {
+            Ok(n) => {
+                last = n.id;
+                if let LiveEvent::State { state } = n.event {
+                    clock.observe(state.rate_limited);
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                // Dropped for falling behind: pick up from the ring.
+                let (replay, next) = bus.subscribe(Some(last));
+                for n in replay {
+                    last = n.id;
+                    if let LiveEvent::State { state } = n.event {
+                        clock.observe(state.rate_limited);
+                    }
+                }
+                rx = next;
+            }
+        }
+    }
+}
+
+/// Escapes a label value.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// The whole exposition.
+pub fn render(
+    totals: &[Totals],
+    state: &StateSnapshot,
+    sse_clients: usize,
+    rate_limited_secs: f64,
+) -> String {
+    let mut o = String::new();
+    type Family = (&'static str, &'static str, fn(&Totals) -> f64);
+    let per_turn: [Family; 5] = [
+        (
+            "hive_turns_total",
+            "Claude processes run, by kind and outcome.",
+            |t| t.count as f64,
+        ),
+        (
+            "hive_turn_duration_seconds_total",
+            "Wall-clock seconds of those processes.",
+            |t| t.duration_ms as f64 / 1000.0,
+        ),
+        ("hive_input_tokens_total", "Input tokens they used.", |t| {
+            t.tokens_in as f64
+        }),
+        (
+            "hive_output_tokens_total",
+            "Output tokens they used.",
+            |t| t.tokens_out as f64,
+        ),
+        (
+            "hive_cost_usd_total",
+            "Their cost in US dollars as claude reported it.",
+            |t| t.cost_usd,
+        ),
+    ];
+    for (name, help, get) in per_turn {
+        family(&mut o, name, "counter", help);
+        for t in totals {
+            let _ = writeln!(
+                o,
+                "{name}{{kind=\"{}\",outcome=\"{}\"}} {}",
+                label(&t.kind),
+                label(&t.outcome),
+                get(t)
+            );
+        }
+    }
+    family(
+        &mut o,
+        "hive_rate_limited_seconds_total",
+        "counter",
+        "Seconds spent parked on a rate limit since the web server started.",
+    );
+    let _ = writeln!(o, "hive_rate_limited_seconds_total {rate_limited_secs:.3}");
+    let gauges: [(&str, &str, f64); 7] = [
+        (
+            "hive_unread",
+            "Messages waiting in the inbox.",
+            state.unread as f64,
+        ),
+        (
+            "hive_inflight",
+            "1 while a message is handed out and not yet acked.",
+            f64::from(u8::from(state.inflight.is_some())),
+        ),
+        (
+            "hive_sse_clients",
+            "Connected live-stream clients.",
+            sse_clients as f64,
+        ),
+        (
+            "hive_rate_limited",
+            "1 while parked on a rate limit.",
+            f64::from(u8::from(state.rate_limited)),
+        ),
+        (
+            "hive_needs_login",
+            "1 while waiting for credentials.",
+            f64::from(u8::from(state.needs_login)),
+        ),
+        (
+            "hive_online",
+            "1 while serving with the broker reachable.",
+            f64::from(u8::from(state.online)),
+        ),
+        (
+            "hive_context_window_tokens",
+            "The context window of the current model.",
+            state.context_window_tokens as f64,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        family(&mut o, name, "gauge", help);
+        let _ = writeln!(o, "{name} {v}");
+    }
+    if let Some(t) = state.context_tokens {
+        family(
+            &mut o,
+            "hive_context_tokens",
+            "gauge",
+            "Context size after the last turn.",
+        );
+        let _ = writeln!(o, "hive_context_tokens {t}");
+    }
+    family(
+        &mut o,
+        "hive_turn_state",
+        "gauge",
+        "1 for the current turn state.",
+    );
+    for (s, name) in [
+        (TurnState::Idle, "idle"),
+        (TurnState::Thinking, "thinking"),
+        (TurnState::Compacting, "compacting"),
+    ] {
+        let _ = writeln!(
+            o,
+            "hive_turn_state{{state=\"{name}\"}} {}",
+            u8::from(state.turn_state == s)
+        );
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_families_with_escaped_labels() {
+        let bus = Bus::new("a", "a", "haiku", 200_000);
+        let totals = [Totals {
+            kind: "turn".into(),
+            outcome: "we\"ird\n".into(),
+            count: 2,
+            duration_ms: 1500,
+            tokens_in: 10,
+            tokens_out: 5,
+            cost_usd: 0.25,
+        }];
+        let text = render(&totals, &bus.snapshot(), 3, 0.0);
+        assert!(
+            text.contains("hive_turns_total{kind=\"turn\",outcome=\"we\\\"ird\\n\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "hive_turn_duration_seconds_total{kind=\"turn\",outcome=\"we\\\"ird\\n\"} 1.5\n"
+        ));
+        assert!(text.contains("hive_sse_clients 3\n"));
+        assert!(text.contains("hive_turn_state{state=\"idle\"} 1\n"));
+    }
+
+    #[test]
+    fn the_clock_adds_up_parked_time() {
+        let c = RateClock::default();
+        c.observe(true);
+        std::thread::sleep(Duration::from_millis(30));
+        c.observe(false);
+        let s = c.seconds();
+        assert!(s >= 0.03, "{s}");
+        std::thread::sleep(Duration::from_millis(10));
+        assert_eq!(c.seconds(), s);
+    }
+}

@@ -1,0 +1,283 @@
+//! Test kit for the web UI: `web::start` in-process on a free port with a bus the
+//! test drives itself, plus small HTTP clients (ureq for plain requests, raw TCP
+//! for paths ureq would normalise and for reading SSE). Every read has a timeout.
+
+use super::hive::TempDir;
+use crossbeam_channel::{unbounded, Receiver};
+use hyperhive::harness::bus::Bus;
+use hyperhive::harness::control::{Control, Shared};
+use hyperhive::harness::settings::{ServeArgs, Settings};
+use hyperhive::web::{self, WebConfig, WebHandle};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct Web {
+    pub dir: TempDir,
+    pub bus: Bus,
+    pub shared: Shared,
+    pub control: Receiver<Control>,
+    pub handle: Option<WebHandle>,
+    pub port: u16,
+}
+
+/// Settings on temp dirs, without reading anything a developer's shell set.
+pub fn settings(dir: &TempDir) -> Settings {
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let mut s = Settings::resolve(&ServeArgs {
+        state_dir: state.clone(),
+        run_dir: dir.path().join("run"),
+    })
+    .expect("settings");
+    s.label = "ana".into();
+    s.model_file = state.join("hyperhive-model");
+    s.socket = dir.path().join("no-broker.sock");
+    s.claude_config_dir = dir.path().join("claude");
+    s
+}
+
+impl Web {
+    pub fn start() -> Web {
+        Web::start_with(|_, _| {})
+    }
+
+    /// Starts with a test config (port 0, short timeouts) changed by `f`.
+    pub fn start_with(f: impl FnOnce(&mut WebConfig, &mut Settings)) -> Web {
+        let dir = TempDir::new("web");
+        let mut s = settings(&dir);
+        let mut cfg = WebConfig {
+            port: 0,
+            sse_ping: Duration::from_secs(1),
+            send_timeout: Duration::from_secs(2),
+            ..WebConfig::default()
+        };
+        f(&mut cfg, &mut s);
+        let bus = Bus::new("ana", "ana@hive", "haiku", 200_000);
+        let (tx, control) = unbounded();
+        let shared = Shared::new(bus.clone(), tx, Arc::new(s));
+        let handle = web::start(shared.clone(), cfg).expect("web::start");
+        let port = handle.port();
+        Web {
+            dir,
+            bus,
+            shared,
+            control,
+            handle: Some(handle),
+            port,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn state_dir(&self) -> std::path::PathBuf {
+        self.shared.settings.state_dir.clone()
+    }
+}
+
+/// One HTTP answer.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub body: String,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// A request with ureq; any status comes back as a [`Resp`].
+pub fn call(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str>) -> Resp {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(10))
+        .redirects(0)
+        .build();
+    let mut r = agent.request(method, url);
+    for (k, v) in headers {
+        r = r.set(k, v);
+    }
+    let res = match body {
+        Some(b) => r.send_string(b),
+        None => r.call(),
+    };
+    let resp = match res {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {url}: {e}"),
+    };
+    let status = resp.status();
+    let headers = resp
+        .headers_names()
+        .into_iter()
+        .map(|n| {
+            let v = resp.header(&n).unwrap_or("").to_string();
+            (n, v)
+        })
+        .collect();
+    let body = resp.into_string().unwrap_or_default();
+    Resp {
+        status,
+        body,
+        headers,
+    }
+}
+
+pub fn get(url: &str) -> Resp {
+    call("GET", url, &[], None)
+}
+
+pub fn post(url: &str, body: &str) -> Resp {
+    call(
+        "POST",
+        url,
+        &[("Content-Type", "application/json")],
+        Some(body),
+    )
+}
+
+/// A raw GET with the path sent exactly as given; returns (status, body).
+pub fn raw_get(port: u16, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// One parsed SSE event.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub id: Option<u64>,
+    pub name: Option<String>,
+    pub data: String,
+}
+
+impl Event {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.data).unwrap()
+    }
+}
+
+/// A raw SSE client.
+pub struct Sse {
+    pub status: u16,
+    reader: BufReader<TcpStream>,
+    pub pings: usize,
+}
+
+impl Sse {
+    pub fn connect(port: u16, path: &str, headers: &[(&str, &str)]) -> Sse {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut req =
+            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n");
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut reader = BufReader::new(s);
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("status line");
+        let status = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no status line: {line:?}"));
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+        }
+        Sse {
+            status,
+            reader,
+            pings: 0,
+        }
+    }
+
+    /// The next event (skipping comments and `retry:`), or None after `timeout`
+    /// or when the server closes.
+    pub fn next(&mut self, timeout: Duration) -> Option<Event> {
+        let end = Instant::now() + timeout;
+        let (mut id, mut name, mut data) = (None, None, None::<String>);
+        let mut line = String::new();
+        loop {
+            let left = end.checked_duration_since(Instant::now())?;
+            self.reader
+                .get_ref()
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .ok()?;
+            line.clear();
+            match self.reader.read_line(&mut line) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+            let l = line.trim_end_matches(['\r', '\n']);
+            if l.is_empty() {
+                if let Some(data) = data.take() {
+                    return Some(Event { id, name, data });
+                }
+                continue;
+            }
+            if l.starts_with(':') {
+                self.pings += 1;
+            } else if let Some(v) = l.strip_prefix("id: ") {
+                id = v.parse().ok();
+            } else if let Some(v) = l.strip_prefix("event: ") {
+                name = Some(v.to_string());
+            } else if let Some(v) = l.strip_prefix("data: ") {
+                data = Some(v.to_string());
+            }
+        }
+    }
+
+    /// The next `n` events, panicking when they do not come within `timeout`.
+    pub fn take(&mut self, n: usize, timeout: Duration) -> Vec<Event> {
+        let end = Instant::now() + timeout;
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let left = end
+                .checked_duration_since(Instant::now())
+                .unwrap_or_else(|| panic!("only {} of {n} events in {timeout:?}", out.len()));
+            match self.next(left) {
+                Some(e) => out.push(e),
+                None => panic!(
+                    "only {} of {n} events in {timeout:?}; last id {:?}",
+                    out.len(),
+                    out.last().and_then(|e: &Event| e.id)
+                ),
+            }
+        }
+        out
+    }
+}
