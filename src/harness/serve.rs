@@ -117,6 +117,21 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         s.socket.display(),
         s.claude_bin
     );
+    // The bash-task daemon runs inside the harness: tasks outlive turns, and a
+    // finished task wakes the agent through the broker.
+    let bash = match crate::bash::start(crate::bash::DaemonSettings::from_env(s.state_dir.clone()))
+    {
+        Ok(h) => Some(h),
+        Err(e) => {
+            log::error!("the bash-task daemon did not start: {e}");
+            bus.note(format!(
+                "the bash-task daemon did not start: {e}; mcp__bash__run will fail"
+            ));
+            None
+        }
+    };
+    let web =
+        crate::web::WebConfig::from_env().and_then(|cfg| crate::web::start(shared.clone(), cfg))?;
     let poller = Poller::start(
         s.socket.clone(),
         s.poll_wait_secs,
@@ -143,6 +158,11 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     lp.boot();
     let flow = lp.serve();
     lp.poller.shutdown();
+    // Running tasks are killed and marked interrupted; their wakes are sent.
+    if let Some(b) = bash {
+        b.shutdown();
+    }
+    drop(web);
     log::info!("hive serve stopped ({flow:?})");
     Ok(())
 }

@@ -85,6 +85,8 @@ pub struct Hyperhive {
     groups: Vec<ToolGroup>,
     socket: PathBuf,
     state_dir: Option<PathBuf>,
+    /// The bash-task daemon, whose running tasks are loose ends too.
+    bash_socket: Option<PathBuf>,
 }
 
 impl Hyperhive {
@@ -93,10 +95,21 @@ impl Hyperhive {
             groups,
             socket,
             state_dir,
+            bash_socket: None,
         }
     }
 
-    /// Reads `HIVE_TOOL_GROUPS`, `HIVE_SOCKET` and `HIVE_STATE_DIR`.
+    /// Lists the bash daemon's running tasks in `get_loose_ends`.
+    pub fn with_bash_socket(mut self, socket: Option<PathBuf>) -> Hyperhive {
+        self.bash_socket = socket;
+        self
+    }
+
+    pub fn bash_socket(&self) -> Option<&std::path::Path> {
+        self.bash_socket.as_deref()
+    }
+
+    /// Reads `HIVE_TOOL_GROUPS`, `HIVE_SOCKET`, `HIVE_STATE_DIR` and `HIVE_BASH_SOCKET`.
     pub fn from_env() -> Result<Hyperhive, String> {
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
         let list = std::env::var("HIVE_TOOL_GROUPS").unwrap_or_default();
@@ -104,11 +117,10 @@ impl Hyperhive {
         let socket = var("HIVE_SOCKET")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(crate::ops::DEFAULT_AGENT_SOCKET));
-        Ok(Hyperhive::new(
-            groups,
-            socket,
-            var("HIVE_STATE_DIR").map(PathBuf::from),
-        ))
+        Ok(
+            Hyperhive::new(groups, socket, var("HIVE_STATE_DIR").map(PathBuf::from))
+                .with_bash_socket(var("HIVE_BASH_SOCKET").map(PathBuf::from)),
+        )
     }
 
     pub fn info() -> ServerInfo {

@@ -381,7 +381,10 @@ fn bench_mcp_cold_start(a: &Args) {
         let mut line = String::new();
         loop {
             line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "hive mcp closed stdout early");
+            assert!(
+                out.read_line(&mut line).unwrap() > 0,
+                "hive mcp closed stdout early"
+            );
             if line.contains(r#""id":1"#) {
                 break;
             }

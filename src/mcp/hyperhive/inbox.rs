@@ -67,8 +67,26 @@ fn loose_ends_schema() -> Value {
 fn get_loose_ends(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
     args::only(a, &["agent"])?;
     let agent = args::opt_str(a, "agent")?;
+    let own = agent.is_none();
     let r: wire::LooseEndsReply = h.request(&Request::GetLooseEnds { agent }, ctx)?;
-    Ok(ToolOutcome::Ok(render_loose_ends(&r)))
+    let mut text = render_loose_ends(&r);
+    // Running background tasks are the agent's own loose ends, kept by its bash daemon.
+    if let (true, Some(sock)) = (own, h.bash_socket()) {
+        match crate::bash::client::running_tasks(sock) {
+            Ok(tasks) if tasks.is_empty() => {}
+            Ok(tasks) => {
+                text.push_str("\nrunning bash tasks:");
+                for t in tasks {
+                    text.push_str(&format!(
+                        "\nbash_task {} running {:.0}s: {}",
+                        t.id, t.running_secs, t.cmd
+                    ));
+                }
+            }
+            Err(e) => text.push_str(&format!("\n(bash tasks unavailable: {e})")),
+        }
+    }
+    Ok(ToolOutcome::Ok(text))
 }
 
 fn render_question(q: &wire::Question, who: String) -> String {
