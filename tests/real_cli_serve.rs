@@ -225,3 +225,48 @@ fn the_real_cli_honours_the_harness_settings_file() {
     );
     assert_eq!(run.code, Some(0), "{run:?}");
 }
+
+#[test]
+fn a_background_bash_task_wakes_the_agent_for_a_new_turn() {
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    let b = Broker::start(&["ruth"]);
+    let api = FakeAnthropic::start(
+        Scenario::new()
+            .then(Step::text("noted the restart"))
+            // The woken turn starts a slow task without waiting for it.
+            .then(Step::tool_use(
+                "mcp__bash__run",
+                json!({"cmd": "sleep 1; echo built-ok", "wait_seconds": 0}),
+            ))
+            .then(Step::text("started the build"))
+            .otherwise(Step::text("the build finished")),
+    );
+    let h = harness(&b, &cli, &api);
+    wait_for(Duration::from_secs(60), "the kick turn", || {
+        (!api.posts().is_empty()).then_some(())
+    });
+    wait_drained(&b, "ruth");
+    operator_send(&b, "ruth", "run the build");
+    // The tool answered `task started`, the turn ended, and the task's
+    // completion wake (from bash-task-N, transient) started another turn.
+    let woken = wait_for(Duration::from_secs(60), "the completion turn", || {
+        api.posts()
+            .into_iter()
+            .find(|r| r.mentions("bash-task-") && r.mentions("built-ok"))
+    });
+    let started = api
+        .posts()
+        .into_iter()
+        .find(|r| r.body.to_string().contains("task started: id="));
+    assert!(started.is_some(), "the run tool answered with the task id");
+    let _ = woken;
+    wait_drained(&b, "ruth");
+    let out = std::fs::read_dir(h.state_dir().join("harness/bash-tasks"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| e.path().extension().is_some_and(|x| x == "out"))
+        .expect("the task's output file");
+    assert_eq!(std::fs::read_to_string(out.path()).unwrap(), "built-ok\n");
+}

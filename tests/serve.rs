@@ -491,3 +491,35 @@ fn a_missing_claude_binary_fails_the_turn_with_a_clear_message() {
     );
     wait_drained(&b, "ana");
 }
+
+#[test]
+fn sigterm_kills_running_bash_tasks_and_marks_them_interrupted() {
+    use hyperhive::bash::client::call;
+    use hyperhive::bash::proto::{Request as BashRequest, TaskReply};
+    let (b, mut h) = started("ana", &[]);
+    let sock = h.dir.path().join("bash.sock");
+    let r: TaskReply = call(
+        &sock,
+        &BashRequest::Run {
+            cmd: "sleep 300".into(),
+            timeout_secs: None,
+            wait_seconds: Some(0),
+        },
+        &crossbeam_channel::never(),
+    )
+    .unwrap();
+    assert!(!r.inline);
+    let id = r.task.id.clone();
+    let st = h.terminate();
+    assert!(st.success(), "{st}: {}", h.log());
+    // The task's record says interrupted, and its best-effort wake went out.
+    let rec = std::fs::read_dir(h.state_dir().join("harness/bash-tasks"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .find(|t| t.contains("sleep 300") && t.contains(&format!("\"{id}\"")))
+        .expect("the task record");
+    assert!(rec.contains("interrupted"), "{rec}");
+    let pending = agent_row(&b, "ana").unread;
+    assert_eq!(pending, 1, "the interrupted task's wake is in the inbox");
+}
