@@ -337,3 +337,56 @@ fn the_page_follows_a_turn_live_takes_commands_and_fits_a_phone() {
     std::fs::write(&path, png).unwrap();
     let _ = writeln!(std::io::stderr(), "screenshot: {}", path.display());
 }
+
+#[test]
+fn a_hive_wake_makes_a_turn_appear_live_on_a_running_harness() {
+    let Some((chromium, chromedriver)) = browser() else {
+        return;
+    };
+    use common::hive::{run_hive, wait_drained, Broker, Harness};
+    let b = Broker::start(&["ana"]);
+    let h = Harness::start(&b, "ana", &[]);
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    let port: u16 = wait_for(T, "the port file", || {
+        std::fs::read_to_string(h.state_dir().join("hyperhive-port"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    });
+    h.fake.step(
+        2,
+        r#"init; say "The deploy finished without errors"; result_ok done; exit 0"#,
+    );
+    let d = Driver::start(&chromium, &chromedriver);
+    d.goto(&format!("http://127.0.0.1:{port}/"));
+    wait_for(T, "the page to connect", || {
+        (d.js("return document.body.dataset.live === '1'") == true).then_some(())
+    });
+    let sock = b.agent_socket("ana");
+    let (code, _, err) = run_hive(
+        &["wake", "--from", "deploybot", "--body", "deploy 41 is done"],
+        None,
+        &[("HIVE_SOCKET", sock.to_str().unwrap())],
+    );
+    assert_eq!(code, 0, "{err}");
+    wait_for(T, "the woken turn to appear live", || {
+        d.js("return document.getElementById('chat').innerText")
+            .as_str()
+            .is_some_and(|t| {
+                t.contains("deploy 41 is done") && t.contains("The deploy finished without errors")
+            })
+            .then_some(())
+    });
+    d.type_into("#input", "/model sonnet\u{E007}");
+    wait_for(T, "/model sonnet to reach the harness", || {
+        common::web::get(&format!("http://127.0.0.1:{port}/api/state"))
+            .json()
+            .get("model")
+            .filter(|m| *m == "sonnet")
+            .map(|_| ())
+    });
+    let png = d.screenshot();
+    std::fs::write(artifacts().join("serve-390px.png"), png).unwrap();
+}
