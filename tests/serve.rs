@@ -523,3 +523,30 @@ fn sigterm_kills_running_bash_tasks_and_marks_them_interrupted() {
     let pending = agent_row(&b, "ana").unread;
     assert_eq!(pending, 1, "the interrupted task's wake is in the inbox");
 }
+
+#[test]
+fn plugin_install_failures_reach_the_parent_and_do_not_stop_the_boot() {
+    let (b, h) = start(
+        "ana",
+        &[
+            ("HIVE_CLAUDE_MARKETPLACES", "acme/market"),
+            ("HIVE_CLAUDE_PLUGINS", "fmt@acme,lint@acme"),
+            ("FAKE_PLUGIN_EXIT", "1"),
+        ],
+    );
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    let log = std::fs::read_to_string(h.fake.dir.join("plugins.log")).unwrap();
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        [
+            "plugin marketplace add acme/market",
+            "plugin install fmt@acme",
+            "plugin install lint@acme"
+        ]
+    );
+    let inbox = operator_inbox(&b);
+    let notices: Vec<_> = inbox.iter().filter(|m| m.body.contains("plugin install")).collect();
+    assert_eq!(notices.len(), 3, "{inbox:?}");
+    assert!(notices[1].body.contains("claude plugin install fmt@acme failed"), "{}", notices[1].body);
+}
