@@ -546,7 +546,49 @@ fn plugin_install_failures_reach_the_parent_and_do_not_stop_the_boot() {
         ]
     );
     let inbox = operator_inbox(&b);
-    let notices: Vec<_> = inbox.iter().filter(|m| m.body.contains("plugin install")).collect();
+    let notices: Vec<_> = inbox
+        .iter()
+        .filter(|m| m.body.contains("plugin install"))
+        .collect();
     assert_eq!(notices.len(), 3, "{inbox:?}");
-    assert!(notices[1].body.contains("claude plugin install fmt@acme failed"), "{}", notices[1].body);
+    assert!(
+        notices[1]
+            .body
+            .contains("claude plugin install fmt@acme failed"),
+        "{}",
+        notices[1].body
+    );
+}
+
+#[test]
+fn running_bash_tasks_are_loose_ends_in_hive_mcp() {
+    use common::mcp::McpProc;
+    use hyperhive::bash::client::call;
+    use hyperhive::bash::proto::{Request as BashRequest, TaskReply};
+    let (b, h) = started("ana", &[]);
+    let bash = h.dir.path().join("bash.sock");
+    let r: TaskReply = call(
+        &bash,
+        &BashRequest::Run {
+            cmd: "sleep 30".into(),
+            timeout_secs: Some(20),
+            wait_seconds: Some(0),
+        },
+        &crossbeam_channel::never(),
+    )
+    .unwrap();
+    let sock = b.agent_socket("ana");
+    let mut mcp = McpProc::start(
+        &[
+            ("HIVE_SOCKET", sock.to_str().unwrap()),
+            ("HIVE_BASH_SOCKET", bash.to_str().unwrap()),
+        ],
+        &h.dir.path().join("mcp.log"),
+    );
+    mcp.initialize();
+    let text = mcp.ok(2, "get_loose_ends", serde_json::json!({}));
+    assert!(
+        text.contains(&format!("bash_task {} running", r.task.id)) && text.contains("sleep 30"),
+        "{text}"
+    );
 }

@@ -351,8 +351,12 @@ fn bench_mcp_cold_start(a: &Args) {
     use std::io::{BufRead, BufReader, Write};
     let n = if a.quick { 20 } else { 100 };
     let (mut mcp, mut listed, mut empty) = (Vec::new(), Vec::new(), Vec::new());
+    let mut version = Vec::new();
     for _ in 0..n {
         empty.push(time_run(&mut Command::new(&a.empty)));
+        version.push(time_run(
+            Command::new(&a.hive).arg("--version").stdout(Stdio::null()),
+        ));
         let t = Instant::now();
         let mut child = Command::new(&a.hive)
             .arg("mcp")
@@ -395,9 +399,11 @@ fn bench_mcp_cold_start(a: &Args) {
         mcp.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let (m, l, e) = (median(&mut mcp), median(&mut listed), median(&mut empty));
+    let v = median(&mut version);
     println!(
-        "mcp     tools/list answered {l:.3} ms, whole run {m:.3} ms | empty binary {e:.3} ms | ratio {:.2}x (goal: tools/list <= 1.5x)",
-        l / e
+        "mcp     tools/list answered {l:.3} ms, whole run {m:.3} ms | empty binary {e:.3} ms | ratio {:.2}x (goal: tools/list <= 1.5x); `hive --version` alone {v:.3} ms ({:.2}x)",
+        l / e,
+        v / e
     );
 }
 
