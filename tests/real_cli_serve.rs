@@ -13,20 +13,31 @@ use common::hive::*;
 use serde_json::json;
 use std::time::Duration;
 
-fn harness(b: &Broker, cli: &std::path::Path, api: &FakeAnthropic) -> Harness {
+/// A broker, the fake API answering `scenario` after the boot kick turn, and a
+/// harness running the real CLI against it, with the kick turn done.
+fn ready(
+    cli: &std::path::Path,
+    scenario: Scenario,
+    extra_env: &[(&str, &str)],
+) -> (Broker, FakeAnthropic, Harness) {
+    let b = Broker::start(&["ruth"]);
+    let api = FakeAnthropic::start(scenario.first(Step::text("noted the restart")));
     let cli = cli.display().to_string();
     let base = api.base_url();
-    Harness::start(
-        b,
-        "ruth",
-        &[
-            ("HIVE_CLAUDE_BIN", &cli),
-            ("ANTHROPIC_BASE_URL", &base),
-            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
-            ("DISABLE_TELEMETRY", "1"),
-            ("HIVE_TURN_TIMEOUT_SECS", "90"),
-        ],
-    )
+    let mut env = vec![
+        ("HIVE_CLAUDE_BIN", cli.as_str()),
+        ("ANTHROPIC_BASE_URL", base.as_str()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("DISABLE_TELEMETRY", "1"),
+        ("HIVE_TURN_TIMEOUT_SECS", "90"),
+    ];
+    env.extend_from_slice(extra_env);
+    let h = Harness::start(&b, "ruth", &env);
+    wait_for(Duration::from_secs(60), "the kick turn", || {
+        (!api.posts().is_empty() && agent_row(&b, "ruth").inflight.is_none()).then_some(())
+    });
+    wait_drained(&b, "ruth");
+    (b, api, h)
 }
 
 #[test]
@@ -34,11 +45,9 @@ fn wake_turn_tool_call_and_continue_through_hive_serve() {
     let Some(cli) = require_real_claude() else {
         return;
     };
-    let b = Broker::start(&["ruth"]);
-    let api = FakeAnthropic::start(
+    let (b, api, _h) = ready(
+        &cli,
         Scenario::new()
-            // The boot kick turn.
-            .then(Step::text("noted the restart"))
             // The woken turn: a tool call, then text.
             .then(Step::tool_use(
                 "mcp__hyperhive__send",
@@ -46,12 +55,8 @@ fn wake_turn_tool_call_and_continue_through_hive_serve() {
             ))
             .then(Step::text("sent it"))
             .otherwise(Step::text("second turn done")),
+        &[],
     );
-    let h = harness(&b, &cli, &api);
-    wait_for(Duration::from_secs(60), "the kick turn", || {
-        (!api.posts().is_empty() && agent_row(&b, "ruth").inflight.is_none()).then_some(())
-    });
-    wait_drained(&b, "ruth");
     let sock = b.agent_socket("ruth");
     let (code, _, err) = run_hive(
         &["wake", "--from", "cron", "--body", "nightly report please"],
@@ -84,7 +89,6 @@ fn wake_turn_tool_call_and_continue_through_hive_serve() {
         second.mentions("nightly report please") && second.mentions("sent it"),
         "--continue carries the first turn's history"
     );
-    let _ = h;
 }
 
 #[test]
@@ -92,19 +96,14 @@ fn prompt_too_long_is_compacted_by_the_harness_and_retried() {
     let Some(cli) = require_real_claude() else {
         return;
     };
-    let b = Broker::start(&["ruth"]);
-    let api = FakeAnthropic::start(
+    let (b, api, h) = ready(
+        &cli,
         Scenario::new()
-            .then(Step::text("noted the restart"))
             .then(Step::prompt_too_long())
             .auto_compact("COMPACT-SUMMARY: the agent restarted")
             .otherwise(Step::text("handled after compaction")),
+        &[],
     );
-    let h = harness(&b, &cli, &api);
-    wait_for(Duration::from_secs(60), "the kick turn", || {
-        (!api.posts().is_empty()).then_some(())
-    });
-    wait_drained(&b, "ruth");
     operator_send(&b, "ruth", "a big job");
     wait_for(Duration::from_secs(90), "the retried turn", || {
         let posts = api.posts();
@@ -140,30 +139,16 @@ fn a_429_is_requeued_and_retried_after_the_pause() {
     let Some(cli) = require_real_claude() else {
         return;
     };
-    let b = Broker::start(&["ruth"]);
-    let api = FakeAnthropic::start(
+    let (b, api, h) = ready(
+        &cli,
         Scenario::new()
-            .then(Step::text("noted the restart"))
             .then(Step::rate_limited())
             .otherwise(Step::text("done after the limit")),
-    );
-    let cli_s = cli.display().to_string();
-    let base = api.base_url();
-    let h = Harness::start(
-        &b,
-        "ruth",
         &[
-            ("HIVE_CLAUDE_BIN", &cli_s),
-            ("ANTHROPIC_BASE_URL", &base),
-            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
             ("HIVE_CLAUDE_MAX_RETRIES", "0"),
             ("HIVE_RATE_LIMIT_SLEEP_SECS", "1"),
         ],
     );
-    wait_for(Duration::from_secs(60), "the kick turn", || {
-        (!api.posts().is_empty()).then_some(())
-    });
-    wait_drained(&b, "ruth");
     operator_send(&b, "ruth", "limited job");
     wait_for(Duration::from_secs(90), "the retry", || {
         (api.posts().len() >= 3).then_some(())
@@ -231,10 +216,9 @@ fn a_background_bash_task_wakes_the_agent_for_a_new_turn() {
     let Some(cli) = require_real_claude() else {
         return;
     };
-    let b = Broker::start(&["ruth"]);
-    let api = FakeAnthropic::start(
+    let (b, api, h) = ready(
+        &cli,
         Scenario::new()
-            .then(Step::text("noted the restart"))
             // The woken turn starts a slow task without waiting for it.
             .then(Step::tool_use(
                 "mcp__bash__run",
@@ -242,12 +226,8 @@ fn a_background_bash_task_wakes_the_agent_for_a_new_turn() {
             ))
             .then(Step::text("started the build"))
             .otherwise(Step::text("the build finished")),
+        &[],
     );
-    let h = harness(&b, &cli, &api);
-    wait_for(Duration::from_secs(60), "the kick turn", || {
-        (!api.posts().is_empty()).then_some(())
-    });
-    wait_drained(&b, "ruth");
     operator_send(&b, "ruth", "run the build");
     // The tool answered `task started`, the turn ended, and the task's
     // completion wake (from bash-task-N, transient) started another turn.

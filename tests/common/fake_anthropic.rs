@@ -240,6 +240,12 @@ impl Scenario {
         self
     }
 
+    /// Puts a step in front of the queue.
+    pub fn first(mut self, step: impl Into<Step>) -> Scenario {
+        self.steps.push_front(step.into());
+        self
+    }
+
     /// The answer once the queue is empty.
     pub fn otherwise(mut self, step: impl Into<Step>) -> Scenario {
         self.otherwise = step.into();
