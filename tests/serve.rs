@@ -592,3 +592,21 @@ fn running_bash_tasks_are_loose_ends_in_hive_mcp() {
         "{text}"
     );
 }
+
+#[test]
+fn sigterm_while_the_broker_is_down_still_exits_and_loses_nothing() {
+    let (mut b, mut h) = started("ana", &[]);
+    h.fake
+        .step(2, "init; say slow; sleep 1; result_ok done; exit 0");
+    operator_send(&b, "ana", "ack me later");
+    h.fake.wait_count(2);
+    // The broker dies mid-turn: the harness cannot ack and keeps reconnecting.
+    b.kill9();
+    std::thread::sleep(Duration::from_millis(1500));
+    let st = h.terminate();
+    assert!(st.success(), "{st}: {}", h.log());
+    // The message was never acked: after a broker restart it is back in the inbox.
+    b.restart();
+    let r = agent_row(&b, "ana");
+    assert_eq!((r.unread, r.inflight), (1, None));
+}

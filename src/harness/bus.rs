@@ -15,6 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// How many events the ring keeps for replay to new SSE clients.
 pub const HISTORY: usize = 2000;
 
+/// How many bytes of events the ring keeps at most; the oldest go first.
+pub const HISTORY_BYTES: usize = 16 * 1024 * 1024;
+
 /// How many events may wait for one subscriber before it is dropped.
 pub const SUBSCRIBER_QUEUE: usize = 1024;
 
@@ -100,6 +103,9 @@ pub struct StateSnapshot {
 struct Inner {
     next_id: u64,
     history: VecDeque<Numbered>,
+    /// Serialized size of each event in `history`, and their sum.
+    sizes: VecDeque<usize>,
+    history_bytes: usize,
     subscribers: Vec<Sender<Numbered>>,
     state: StateSnapshot,
 }
@@ -139,6 +145,8 @@ impl Bus {
             inner: Arc::new(Mutex::new(Inner {
                 next_id: 1,
                 history: VecDeque::new(),
+                sizes: VecDeque::new(),
+                history_bytes: 0,
                 subscribers: Vec::new(),
                 state,
             })),
@@ -153,6 +161,10 @@ impl Bus {
     /// Publishes an event: numbered, kept in the ring, offered to every
     /// subscriber without waiting.
     pub fn emit(&self, event: LiveEvent) {
+        let size = match &event {
+            LiveEvent::Stream { value } => serde_json::to_string(value).map_or(0, |s| s.len()),
+            _ => 256,
+        };
         let mut inner = self.lock();
         let n = Numbered {
             id: inner.next_id,
@@ -167,10 +179,16 @@ impl Bus {
             }
             Err(TrySendError::Disconnected(_)) => false,
         });
-        if inner.history.len() == HISTORY {
-            inner.history.pop_front();
-        }
         inner.history.push_back(n);
+        inner.sizes.push_back(size);
+        inner.history_bytes += size;
+        while inner.history.len() > HISTORY
+            || (inner.history_bytes > HISTORY_BYTES && inner.history.len() > 1)
+        {
+            inner.history.pop_front();
+            let dropped = inner.sizes.pop_front().unwrap_or(0);
+            inner.history_bytes -= dropped;
+        }
     }
 
     pub fn note(&self, text: impl Into<String>) {
@@ -249,6 +267,22 @@ mod tests {
         bus.note("live");
         assert_eq!(rx.try_recv().unwrap().id, 6);
         assert!(replay[0].to_json().contains(r#""id":4"#));
+    }
+
+    #[test]
+    fn the_ring_is_bounded_by_bytes_as_well_as_count() {
+        let bus = Bus::new("a", "a", "haiku", 200_000);
+        let big = Value::String("x".repeat(1024 * 1024));
+        for _ in 0..40 {
+            bus.emit(LiveEvent::Stream { value: big.clone() });
+        }
+        let (replay, _) = bus.subscribe(None);
+        assert!(
+            replay.len() <= HISTORY_BYTES / (1024 * 1024) + 1,
+            "{}",
+            replay.len()
+        );
+        assert_eq!(replay.last().unwrap().id, 40, "the newest are kept");
     }
 
     #[test]

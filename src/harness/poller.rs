@@ -87,14 +87,17 @@ impl Poller {
         let _ = self.tx.send(ToPoller::Next);
     }
 
-    /// One broker request, retried across reconnects until answered or stopped.
-    pub fn call(&self, req: Request) -> Result<Map<String, Value>, String> {
+    /// One broker request, retried across reconnects until answered; gives up
+    /// when `stop` closes (the harness is shutting down).
+    pub fn call(&self, req: Request, stop: &Receiver<()>) -> Result<Map<String, Value>, String> {
         let (reply, rx) = crossbeam_channel::bounded(1);
         self.tx
             .send(ToPoller::Call { req, reply })
             .map_err(|_| "the poller has stopped".to_string())?;
-        rx.recv()
-            .unwrap_or_else(|_| Err("the poller has stopped".into()))
+        select! {
+            recv(rx) -> r => r.unwrap_or_else(|_| Err("the poller has stopped".into())),
+            recv(stop) -> _ => Err("the harness is stopping".into()),
+        }
     }
 
     /// Stops the thread, ending a parked long-poll at once.

@@ -21,6 +21,10 @@ use std::time::{Duration, Instant};
 /// Longest stdout line parsed; longer ones are dropped with a note.
 pub const MAX_STDOUT_LINE: usize = 16 * 1024 * 1024;
 
+/// Largest stdout line put on the bus whole; a bigger one is classified in full
+/// but shown as a summary, so one huge tool result cannot fill the history.
+pub const MAX_EVENT_BYTES: usize = 256 * 1024;
+
 /// How long pipes may stay open after claude exited (a grandchild that left the
 /// group can hold them) before the turn ends without them.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
@@ -208,7 +212,12 @@ pub fn run(
         let alive = status.is_none();
         let ctl = if alive { control } else { &never_ctl };
         let exit_src = if alive { &exit_rx } else { &never_exit };
-        let trm = if alive { term } else { &never_term };
+        // The stop channel stays ready once closed: watch it only until acted on.
+        let trm = if alive && !terminated {
+            term
+        } else {
+            &never_term
+        };
         select! {
             recv(out_rx) -> ev => match ev {
                 Ok(Pipe::Line(line)) => {
@@ -224,7 +233,15 @@ pub fn run(
                                     escalate(&mut stop, &mut ladder, true);
                                 }
                             }
-                            bus.emit(LiveEvent::Stream { value: v });
+                            if line.len() > MAX_EVENT_BYTES {
+                                let ty = v.get("type").cloned().unwrap_or_default();
+                                bus.emit(LiveEvent::Stream {
+                                    value: serde_json::json!({"type": ty, "hive_truncated": true, "bytes": line.len()}),
+                                });
+                                bus.note(format!("a {} byte stdout line is not shown in full", line.len()));
+                            } else {
+                                bus.emit(LiveEvent::Stream { value: v });
+                            }
                         }
                         Err(_) => {
                             observer.on_stdout_line(&line);

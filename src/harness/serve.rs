@@ -167,7 +167,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// SIGTERM/SIGINT/SIGHUP become one event for the loop; a second one exits at once.
+/// SIGTERM/SIGINT/SIGHUP close the returned channel, which every `select!` of the
+/// harness watches (a closed channel stays ready, so no one can miss it); a
+/// second signal exits at once.
 fn install_signals() -> Result<Receiver<()>, String> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
@@ -176,15 +178,13 @@ fn install_signals() -> Result<Receiver<()>, String> {
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            let mut seen = false;
+            let mut tx = Some(tx);
             for sig in signals.forever() {
-                if seen {
+                if tx.take().is_none() {
                     log::warn!("second signal {sig}: exiting at once");
                     std::process::exit(128 + sig);
                 }
-                seen = true;
                 log::info!("signal {sig}: finishing up (send it again to exit at once)");
-                let _ = tx.send(());
             }
         })
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;
@@ -193,9 +193,12 @@ fn install_signals() -> Result<Receiver<()>, String> {
 
 impl TurnLoop {
     fn boot(&mut self) {
-        let kick = self.poller.call(Request::Kick {
-            hyperhive_rev: Some(crate::broker::HYPERHIVE_REV.into()),
-        });
+        let kick = self.poller.call(
+            Request::Kick {
+                hyperhive_rev: Some(crate::broker::HYPERHIVE_REV.into()),
+            },
+            &self.term,
+        );
         if let Err(e) = kick {
             log::warn!("kick refused: {e}");
         }
@@ -261,7 +264,7 @@ impl TurnLoop {
 
     fn status(&self) -> StatusReply {
         self.poller
-            .call(Request::Status {})
+            .call(Request::Status {}, &self.term)
             .ok()
             .and_then(|m| serde_json::from_value(serde_json::Value::Object(m)).ok())
             .unwrap_or(StatusReply {
@@ -273,7 +276,7 @@ impl TurnLoop {
     fn to_parent(&self, body: &str) {
         if let Err(e) = self
             .poller
-            .call(Request::SendToParent { body: body.into() })
+            .call(Request::SendToParent { body: body.into() }, &self.term)
         {
             log::error!("cannot tell the parent ({e}): {body}");
         }
@@ -565,7 +568,7 @@ impl TurnLoop {
     }
 
     fn ack(&self, id: i64) {
-        if let Err(e) = self.poller.call(Request::AckTurn { id }) {
+        if let Err(e) = self.poller.call(Request::AckTurn { id }, &self.term) {
             log::error!("ack of message {id} refused: {e}");
             self.bus.note(format!("ack of message {id} refused: {e}"));
         }
@@ -605,14 +608,17 @@ impl TurnLoop {
             rep.outcome.clone()
         };
         let ok = outcome.is_ok();
-        let _ = self.poller.call(Request::PostTurnCounts {
-            turns: 1,
-            ok: u64::from(ok),
-            failed: u64::from(!ok),
-            tokens_in: rep.input_tokens,
-            tokens_out: rep.output_tokens,
-            cost_usd: rep.cost_usd.unwrap_or(0.0),
-        });
+        let _ = self.poller.call(
+            Request::PostTurnCounts {
+                turns: 1,
+                ok: u64::from(ok),
+                failed: u64::from(!ok),
+                tokens_in: rep.input_tokens,
+                tokens_out: rep.output_tokens,
+                cost_usd: rep.cost_usd.unwrap_or(0.0),
+            },
+            &self.term,
+        );
         let what = match work.id {
             Some(id) => format!("message #{id} from {}", work.from),
             None => format!("the {} turn", work.from),
