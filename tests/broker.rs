@@ -799,3 +799,27 @@ fn a_bad_config_names_the_field_and_exits_2() {
         assert!(err.contains(want), "{text}: {err}");
     }
 }
+
+#[test]
+fn an_agent_socket_can_be_given_to_the_agents_user() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if unsafe { libc::geteuid() } != 0 {
+        let _ = writeln_skip("giving sockets away needs root");
+        return;
+    }
+    let b = Broker::start_config(
+        r#"{"operator_gid":65534,"agents":[{"name":"ana","socket_uid":65534,"socket_gid":65534},{"name":"bob"}]}"#,
+    );
+    let meta = std::fs::metadata(b.agent_socket("ana")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    let host = std::fs::metadata(b.host_socket()).unwrap();
+    assert_eq!((host.gid(), host.permissions().mode() & 0o777), (65534, 0o660));
+    let bob = std::fs::metadata(b.agent_socket("bob")).unwrap();
+    assert_eq!(bob.permissions().mode() & 0o777, 0o600);
+}
+
+fn writeln_skip(why: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    writeln!(std::io::stderr(), "SKIPPED: {why}")
+}
