@@ -814,7 +814,10 @@ fn an_agent_socket_can_be_given_to_the_agents_user() {
     assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
     assert_eq!(meta.permissions().mode() & 0o777, 0o660);
     let host = std::fs::metadata(b.host_socket()).unwrap();
-    assert_eq!((host.gid(), host.permissions().mode() & 0o777), (65534, 0o660));
+    assert_eq!(
+        (host.gid(), host.permissions().mode() & 0o777),
+        (65534, 0o660)
+    );
     let bob = std::fs::metadata(b.agent_socket("bob")).unwrap();
     assert_eq!(bob.permissions().mode() & 0o777, 0o600);
 }
