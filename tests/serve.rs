@@ -457,7 +457,15 @@ fn request_next_turn_continues_in_process_when_the_inbox_is_empty() {
     let s = h.fake.stdin(3);
     assert!(s.contains("self") && s.contains("continue"), "{s}");
     assert!(!state.join("hyperhive-continue").exists());
-    assert_eq!(stats_rows(&h)[2].2, "self");
+    let rows = wait_for(
+        Duration::from_secs(10),
+        "the continue turn's stats row",
+        || {
+            let rows = stats_rows(&h);
+            (rows.len() >= 3).then_some(rows)
+        },
+    );
+    assert_eq!(rows[2].2, "self");
 }
 
 #[test]

@@ -1,21 +1,17 @@
-//! One client connection: a reader thread that turns the socket into line events,
-//! and the connection thread that parses each request, asks the hub, and writes the
-//! answer. Long-polls (`recv_next`, `recv`, `inbox` with a wait) park here, on one
-//! `select!` over the hub's wake-up, the client hanging up, the broker stopping and
-//! the deadline — never in the hub, and never in a sleep loop.
+//! One client connection, served by one thread: it reads a request line, asks
+//! the hub, writes the answer, and reads the next. Long-polls (`recv_next`,
+//! `recv`, `inbox` with a wait) park here, on one `select!` over the hub's
+//! wake-up, the client hanging up, the broker stopping and the deadline — never in
+//! the hub, and never in a sleep loop. Hang-ups during a wait are noticed by a
+//! watcher thread that exists only while the wait lasts and sleeps in `poll(2)`.
 
 use super::hub::{ConnId, HubMsg, Identity, Outcome};
 use crate::wire::{self, Line, Request};
-use crossbeam_channel::{after, bounded, select, unbounded, Receiver, Sender};
-use std::collections::VecDeque;
+use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use std::io::{BufReader, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
-
-enum LineEvent {
-    Line(Line),
-    Error(String),
-}
 
 /// Serves one connection until the client hangs up or the broker stops.
 pub fn serve(
@@ -25,41 +21,20 @@ pub fn serve(
     hub: Sender<HubMsg>,
     stop: Receiver<()>,
 ) {
-    let (line_tx, line_rx) = unbounded::<LineEvent>();
-    let reader_stream = match stream.try_clone() {
+    let out = match stream.try_clone() {
         Ok(s) => s,
         Err(e) => {
             log::warn!("connection {conn}: cannot clone stream: {e}");
             return;
         }
     };
-    let reader = std::thread::Builder::new()
-        .name(format!("conn-{conn}-read"))
-        .spawn(move || {
-            let mut r = BufReader::new(reader_stream);
-            loop {
-                let ev = match wire::read_line(&mut r, wire::MAX_LINE) {
-                    Ok(line) => LineEvent::Line(line),
-                    Err(e) => LineEvent::Error(e.to_string()),
-                };
-                let done = matches!(ev, LineEvent::Line(Line::Eof) | LineEvent::Error(_));
-                if line_tx.send(ev).is_err() || done {
-                    break;
-                }
-            }
-        });
-    if let Err(e) = reader {
-        log::warn!("connection {conn}: cannot start reader: {e}");
-        return;
-    }
     let mut c = Conn {
         who,
         conn,
         hub,
         stop,
-        lines: line_rx,
-        stash: VecDeque::new(),
-        out: stream,
+        input: BufReader::new(stream),
+        out,
     };
     c.run();
     let _ = c.out.shutdown(std::net::Shutdown::Both);
@@ -71,9 +46,7 @@ struct Conn {
     conn: ConnId,
     hub: Sender<HubMsg>,
     stop: Receiver<()>,
-    lines: Receiver<LineEvent>,
-    /// Lines that arrived while a long-poll was parked.
-    stash: VecDeque<LineEvent>,
+    input: BufReader<UnixStream>,
     out: UnixStream,
 }
 
@@ -83,32 +56,84 @@ enum Abort {
     Stopping,
 }
 
-impl Conn {
-    fn next_event(&mut self) -> Option<LineEvent> {
-        if let Some(ev) = self.stash.pop_front() {
-            return Some(ev);
-        }
-        select! {
-            recv(self.lines) -> ev => ev.ok(),
-            recv(self.stop) -> _ => None,
-        }
-    }
+/// A watcher for the peer hanging up, alive while a long-poll waits. Dropping it
+/// closes the pipe the watcher also polls, which ends the watcher at once.
+struct HangupWatch {
+    hung_up: Receiver<()>,
+    _cancel: OwnedFd,
+}
 
+fn watch_hangup(sock: RawFd) -> std::io::Result<HangupWatch> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 fills two fresh descriptors, which are owned right after.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let (read_end, cancel) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // The watcher polls its own duplicate, so a closed and reused descriptor
+    // number can never be watched by mistake.
+    let dup = unsafe { libc::fcntl(sock, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let sock = unsafe { OwnedFd::from_raw_fd(dup) };
+    let (tx, hung_up) = bounded::<()>(1);
+    std::thread::Builder::new()
+        .name("conn-watch".into())
+        .spawn(move || {
+            let mut fds = [
+                libc::pollfd {
+                    fd: sock.as_raw_fd(),
+                    events: libc::POLLRDHUP,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: read_end.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            loop {
+                // SAFETY: fds points at two initialised pollfd structs.
+                let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+                if n < 0 {
+                    if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return;
+                }
+                if fds[1].revents != 0 {
+                    return; // the wait is over
+                }
+                if fds[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
+                    let _ = tx.send(());
+                    return;
+                }
+            }
+        })?;
+    Ok(HangupWatch {
+        hung_up,
+        _cancel: cancel,
+    })
+}
+
+impl Conn {
     fn run(&mut self) {
-        while let Some(ev) = self.next_event() {
-            let answer = match ev {
-                LineEvent::Line(Line::Eof) => return,
-                LineEvent::Error(e) => {
+        loop {
+            let answer = match wire::read_line(&mut self.input, wire::MAX_LINE) {
+                Ok(Line::Eof) => return,
+                Err(e) => {
                     log::debug!("connection {}: read error: {e}", self.conn);
                     return;
                 }
-                LineEvent::Line(Line::TooLong) => wire::err_line(&format!(
+                Ok(Line::TooLong) => wire::err_line(&format!(
                     "request line longer than {} bytes refused",
                     wire::MAX_LINE
                 )),
-                LineEvent::Line(Line::NotUtf8) => wire::err_line("request line is not valid UTF-8"),
-                LineEvent::Line(Line::Text(t)) if t.trim().is_empty() => continue,
-                LineEvent::Line(Line::Text(t)) => match Request::parse(&t) {
+                Ok(Line::NotUtf8) => wire::err_line("request line is not valid UTF-8"),
+                Ok(Line::Text(t)) if t.trim().is_empty() => continue,
+                Ok(Line::Text(t)) => match Request::parse(&t) {
                     Err(e) => wire::err_line(&e),
                     Ok(req) => match self.call(req) {
                         Ok(a) => a,
@@ -139,6 +164,7 @@ impl Conn {
         let wait = Self::wait_of(&req).unwrap_or(0).min(wire::MAX_WAIT_SECS);
         let deadline = Instant::now() + Duration::from_secs(wait);
         let mut can_wait = wait > 0;
+        let mut watch: Option<HangupWatch> = None;
         loop {
             let (waiter, woken) = bounded::<()>(1);
             let (reply_tx, reply_rx) = bounded::<Outcome>(1);
@@ -158,19 +184,20 @@ impl Conn {
                 Ok(Outcome::Wait) => {}
                 Err(_) => return Err(Abort::Stopping),
             }
-            let timeout = after(deadline.saturating_duration_since(Instant::now()));
-            loop {
-                select! {
-                    recv(woken) -> _ => break,
-                    recv(timeout) -> _ => { can_wait = false; break; }
-                    recv(self.stop) -> _ => return Err(Abort::Stopping),
-                    recv(self.lines) -> ev => match ev {
-                        Ok(LineEvent::Line(Line::Eof)) | Ok(LineEvent::Error(_)) | Err(_) => {
-                            return Err(Abort::Hangup)
-                        }
-                        Ok(other) => self.stash.push_back(other),
-                    },
+            if watch.is_none() {
+                match watch_hangup(self.out.as_raw_fd()) {
+                    Ok(w) => watch = Some(w),
+                    Err(e) => log::warn!("connection {}: cannot watch for hang-up: {e}", self.conn),
                 }
+            }
+            let never = crossbeam_channel::never();
+            let hung_up = watch.as_ref().map_or(&never, |w| &w.hung_up);
+            let timeout = after(deadline.saturating_duration_since(Instant::now()));
+            select! {
+                recv(woken) -> _ => {},
+                recv(timeout) -> _ => can_wait = false,
+                recv(self.stop) -> _ => return Err(Abort::Stopping),
+                recv(hung_up) -> _ => return Err(Abort::Hangup),
             }
         }
     }
