@@ -24,6 +24,8 @@ enum Answer {
 struct State {
     unread: Vec<Value>,
     script: Vec<Answer>,
+    /// PATCH requests to refuse with a 500 before accepting them.
+    patch_failures: u32,
     /// (method, url, authorization) of every request.
     seen: Vec<(String, String, String)>,
 }
@@ -42,6 +44,7 @@ impl FakeForge {
         let state = Arc::new(Mutex::new(State {
             unread,
             script,
+            patch_failures: 0,
             seen: Vec::new(),
         }));
         let (srv, st) = (server.clone(), state.clone());
@@ -67,6 +70,15 @@ impl FakeForge {
 
     fn seen(&self) -> Vec<(String, String, String)> {
         self.state.lock().unwrap().seen.clone()
+    }
+
+    fn fail_patches(&self, n: u32) {
+        self.state.lock().unwrap().patch_failures = n;
+    }
+
+    fn patches(&self) -> usize {
+        let st = self.state.lock().unwrap();
+        st.seen.iter().filter(|r| r.0 == "PATCH").count()
     }
 
     fn push(&self, thread: Value) {
@@ -97,6 +109,9 @@ fn answer(req: tiny_http::Request, st: &Mutex<State>) {
         s.seen.push((method.clone(), url.clone(), auth));
         if method == "GET" && !s.script.is_empty() {
             Some(s.script.remove(0))
+        } else if method == "PATCH" && s.patch_failures > 0 {
+            s.patch_failures -= 1;
+            Some(Answer::Status(500))
         } else {
             None
         }
@@ -345,4 +360,23 @@ fn a_stalled_forge_times_out_retries_and_does_not_hold_up_shutdown() {
         "shutdown took {:?}",
         t.elapsed()
     );
+}
+
+#[test]
+fn a_notification_that_cannot_be_marked_read_is_announced_once() {
+    let su = Setup::new();
+    let fake = FakeForge::start(vec![thread(4, "sticky")], vec![]);
+    fake.fail_patches(2);
+    let h = forge::start(su.settings(&fake)).unwrap();
+    wait_for(Duration::from_secs(10), "the third mark-read", || {
+        (fake.patches() >= 3).then_some(())
+    });
+    // Still listed while the PATCHes failed, but only one wake.
+    let mut c = su.client();
+    let got = drain(&mut c, 1);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].body.contains("sticky"));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(drain(&mut c, 0).is_empty());
+    drop(h);
 }

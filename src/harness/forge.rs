@@ -95,6 +95,7 @@ impl ForgeHandle {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
+    /// Stops and joins the thread, the same as dropping the handle.
     pub fn shutdown(self) {}
 }
 
