@@ -53,7 +53,7 @@ let
       dist =
         if cfg.frontend.dist == null then null
         else if hasExtra then merged
-        else cfg.frontend.dist;
+        else "${cfg.frontend.dist}";
     };
   };
 
