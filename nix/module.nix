@@ -207,6 +207,13 @@ in
       bind = mkOption { type = types.str; default = d.web.bind; description = "HIVE_BIND."; };
     };
 
+    extraPackages = mkOption {
+      type = types.listOf types.package;
+      default = [ ];
+      example = literalExpression "[ pkgs.claude-code pkgs.cargo ]";
+      description = "Packages on the unit's PATH besides bash, coreutils and git; the Claude Code CLI goes here (or set HIVE_CLAUDE_BIN in extraEnv).";
+    };
+
     extraEnv = mkOption {
       type = types.attrsOf types.str;
       default = d.extraEnv;
@@ -267,7 +274,7 @@ in
       wantedBy = [ "multi-user.target" ];
       after = [ "network-online.target" ];
       wants = [ "network-online.target" ];
-      path = [ pkgs.bash pkgs.coreutils pkgs.git ];
+      path = [ pkgs.bash pkgs.coreutils pkgs.git ] ++ cfg.extraPackages;
       environment = env.agentEnv envCfg // { HOME = cfg.stateDir; };
       serviceConfig = {
         ExecStart = "${cfg.package}/bin/hive serve --state-dir ${cfg.stateDir} --run-dir /run/hyperhive-agent";
