@@ -380,3 +380,51 @@ fn a_notification_that_cannot_be_marked_read_is_announced_once() {
     assert!(drain(&mut c, 0).is_empty());
     drop(h);
 }
+
+/// The wiring in `hive serve`: with a token in the state dir, a notification
+/// becomes a turn of the agent, and the tea login is in the harness's HOME.
+#[test]
+fn hive_serve_starts_forge_notifications_when_a_token_exists() {
+    use common::hive::Harness;
+    let b = Broker::start(&["ana"]);
+    let fake = FakeForge::start(vec![thread(11, "deploy failed")], vec![]);
+    let url = fake.url.clone();
+    let mut h = Harness::start(
+        &b,
+        "ana",
+        &[("HIVE_FORGE_URL", &url), ("HIVE_FORGE_POLL_SECS", "1")],
+    );
+    // The boot kick; no token yet, so nothing polled.
+    h.fake.wait_count(1);
+    assert_eq!(fake.gets(), 0);
+    h.terminate();
+    std::fs::write(h.state_dir().join("forge-token"), "t0ken").unwrap();
+    h.spawn();
+    wait_for(
+        Duration::from_secs(20),
+        "a turn for the notification",
+        || {
+            (1..=h.fake.count())
+                .any(|n| h.fake.stdin(n).contains("deploy failed"))
+                .then_some(())
+        },
+    );
+    let n = (1..=h.fake.count())
+        .find(|n| h.fake.stdin(*n).contains("deploy failed"))
+        .unwrap();
+    assert!(
+        h.fake
+            .stdin(n)
+            .contains("Issue in ana/hive (open): deploy failed http://forge/ana/hive/issues/11"),
+        "{}",
+        h.fake.stdin(n)
+    );
+    let tea = std::fs::read_to_string(h.dir.path().join("home/.config/tea/config.yml")).unwrap();
+    assert!(tea.contains("token: \"t0ken\""), "{tea}");
+    assert!(
+        h.log().contains("forge notifications: polling"),
+        "{}",
+        h.log()
+    );
+    h.terminate();
+}
