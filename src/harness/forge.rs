@@ -35,7 +35,7 @@ pub struct ForgeSettings {
     pub agent_socket: PathBuf,
     /// Pause between two polls.
     pub poll: Duration,
-    /// Connect and read timeout of one HTTP request.
+    /// Timeout of one HTTP request, connecting and reading included.
     pub timeout: Duration,
     /// Cap on the pause after failed polls.
     pub backoff_max: Duration,
@@ -287,6 +287,8 @@ impl Poller {
             .timeout_connect(s.timeout)
             .timeout_read(s.timeout)
             .timeout_write(s.timeout)
+            // A server that trickles bytes still ends within this.
+            .timeout(s.timeout)
             .user_agent(concat!("hive/", env!("CARGO_PKG_VERSION")))
             .build();
         Poller {
