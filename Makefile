@@ -6,16 +6,22 @@ MUSL_TARGET := x86_64-unknown-linux-musl
 MUSL_BIN := target/$(MUSL_TARGET)/release/hive
 export CC_x86_64_unknown_linux_musl ?= musl-gcc
 
-.PHONY: all build test lint musl musl-check bench clean
+.PHONY: all build test lint musl musl-check musl-if-available bench clean
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-## Every test: unit tests, integration tests against real hive processes.
-test:
+## Every test: unit tests, integration tests against real hive processes. The
+## static musl binary is built first when its toolchain is installed, so
+## tests/release.rs runs it alone in an empty root.
+test: musl-if-available
 	$(CARGO) test --all-targets
+
+musl-if-available:
+	@if $(MAKE) -s musl-check >/dev/null 2>&1; then $(MAKE) --no-print-directory musl; \
+	else echo "make test: no musl toolchain, tests/release.rs will skip (see make musl-check)"; fi
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -129,6 +129,16 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
   --socket PATH       the task daemon's socket (default $HIVE_BASH_SOCKET or /run/hive-bash/socket)",
     },
     CommandHelp {
+        name: "env-script",
+        summary: "print the bash environment script for /etc/hyperhive/bash-env.sh (cargo short messages)",
+        usage: "hive env-script
+
+Prints the script that bash tasks source through BASH_ENV (install it as
+/etc/hyperhive/bash-env.sh, or wherever $HIVE_BASH_ENV points). It defines a
+`cargo` function that adds `--message-format short` to build, check, clippy, test,
+run, doc, bench, install, rustc and fix; see docs/deploy.md.",
+    },
+    CommandHelp {
         name: "cancel-question",
         summary: "operator: withdraw a pending question (the asker gets [cancelled by operator])",
         usage: "hive cancel-question [--socket PATH] [--json] ID",
@@ -220,6 +230,8 @@ pub enum Command {
     BashDaemon(BashDaemonArgs),
     /// `hive bash-mcp [--socket PATH]`.
     BashMcp(Option<PathBuf>),
+    /// `hive env-script`: print the bash environment script.
+    EnvScript,
 }
 
 /// A command line that cannot be run: the message and the usage to print.
@@ -282,6 +294,11 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
             Some(other) => Err(err(cmd, other.unexpected().to_string())),
         },
         "wake" => parse_wake(&mut p),
+        "env-script" => match p.next().map_err(|e| lex(cmd, e))? {
+            None => Ok(Command::EnvScript),
+            Some(Long("help") | Short('h')) => Ok(Command::Help(Some(cmd))),
+            Some(other) => Err(err(cmd, other.unexpected().to_string())),
+        },
         "send" => parse_send(&mut p),
         "inbox" => parse_inbox(&mut p),
         "agents" | "questions" => {
@@ -558,6 +575,7 @@ mod tests {
             Command::BashMcp(Some("b.sock".into()))
         );
         assert_eq!(run(&["bash-mcp"]).unwrap(), Command::BashMcp(None));
+        assert_eq!(run(&["env-script"]).unwrap(), Command::EnvScript);
     }
 
     #[test]
@@ -575,6 +593,7 @@ mod tests {
             (&["mcp", "--socket", "x"], "--socket"),
             (&["bash-mcp", "--state-dir", "x"], "--state-dir"),
             (&["bash-daemon", "--socket"], "--socket"),
+            (&["env-script", "x"], "x"),
         ];
         for (args, want) in cases {
             let e = run(args).unwrap_err();

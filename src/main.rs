@@ -55,6 +55,10 @@ fn main() -> ExitCode {
         Command::CancelQuestion(h, id) => ops::cancel_question(&h, id),
         Command::BashDaemon(a) => bash::daemon::run_command(bash::daemon::settings_from_args(a)),
         Command::BashMcp(socket) => bash::mcp::run_server(bash::daemon::socket_or_env(socket)),
+        Command::EnvScript => {
+            print!("{}", bash::env_script::SCRIPT);
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,11 +7,13 @@
 //! `proto.rs`, the client in `client.rs`, the coordinator thread that owns the
 //! task state in `coordinator.rs`, process start and kill in `spawn.rs`, the
 //! records on disk in `store.rs`, views and wake text in `report.rs` and wake
-//! delivery with retry in `waker.rs`. Documented in `docs/tools/bash.md`.
+//! delivery with retry in `waker.rs`. `env_script.rs` holds the `BASH_ENV`
+//! script (`hive env-script`). Documented in `docs/tools/bash.md`.
 
 pub mod client;
 mod coordinator;
 pub mod daemon;
+pub mod env_script;
 pub mod mcp;
 pub mod proto;
 mod report;

@@ -132,6 +132,8 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     };
     let web =
         crate::web::WebConfig::from_env().and_then(|cfg| crate::web::start(shared.clone(), cfg))?;
+    let _forge = super::forge::ForgeSettings::from_env(&s.state_dir, &s.socket, &s.label)
+        .map(super::forge::start)?;
     let poller = Poller::start(
         s.socket.clone(),
         s.poll_wait_secs,

@@ -176,8 +176,8 @@ fn bind(cfg: &WebConfig) -> Result<TcpListener, String> {
         format!("cannot listen on {addr} for the web UI: {e} (set HIVE_PORT to a free port, or 0)")
     })?;
     let tv = libc::timeval {
-        tv_sec: cfg.send_timeout.as_secs() as libc::time_t,
-        tv_usec: cfg.send_timeout.subsec_micros() as libc::suseconds_t,
+        tv_sec: cfg.send_timeout.as_secs() as _,
+        tv_usec: cfg.send_timeout.subsec_micros() as _,
     };
     // SAFETY: a valid fd and a timeval of the size passed.
     let rc = unsafe {

@@ -1,0 +1,130 @@
+# Wiring checks of module.nix and host.nix without nixpkgs, run by tests/nix.rs:
+#   nix-instantiate --eval --strict --json nix/tests-modules.nix
+# evaluates to the list of failures. The NixOS module system is replaced by a
+# stub lib that returns option declarations as written and a stub pkgs whose
+# derivations are fixed store paths; the modules' `config` is then evaluated
+# for given option values. This checks what the modules do with the values
+# (environment, unit, users, files), not nixpkgs itself.
+let
+  env = import ./env.nix;
+
+  lib = {
+    mkOption = o: o;
+    mkEnableOption = d: { default = false; description = d; };
+    mkIf = cond: content: if cond then content else { };
+    literalExpression = x: x;
+    types =
+      let t = name: { inherit name; }; in
+      {
+        bool = t "bool"; str = t "str"; int = t "int"; port = t "port";
+        path = t "path"; package = t "package"; attrs = t "attrs";
+        nullOr = _: t "nullOr"; listOf = _: t "listOf"; attrsOf = _: t "attrsOf";
+        submodule = _: t "submodule"; enum = _: t "enum";
+      };
+    mapAttrsToList = f: a: map (n: f n a.${n}) (builtins.attrNames a);
+    mapAttrs = builtins.mapAttrs;
+    filterAttrs = p: a: builtins.listToAttrs (builtins.concatMap
+      (n: if p n a.${n} then [ { name = n; value = a.${n}; } ] else [ ])
+      (builtins.attrNames a));
+    optionalString = c: s: if c then s else "";
+    concatMapStrings = f: l: builtins.concatStringsSep "" (map f l);
+    optional = c: x: if c then [ x ] else [ ];
+    removePrefix = p: s:
+      let n = builtins.stringLength p; in
+      if builtins.substring 0 n s == p then builtins.substring n (-1) s else s;
+  };
+
+  drv = name: { outPath = "/nix/store/stub-${name}"; inherit name; };
+  pkgs = {
+    runCommand = name: _: _: drv name;
+    writeText = name: _: drv name;
+    callPackage = _: _: drv "hive";
+    bash = drv "bash"; coreutils = drv "coreutils"; git = drv "git";
+    bashInteractive = drv "bash-interactive"; claude-code = drv "claude-code";
+  };
+
+  check = name: got: want:
+    if got == want then [ ] else [ "${name}: got ${builtins.toJSON got}, want ${builtins.toJSON want}" ];
+
+  agentCfg = over: env.defaults // {
+    enable = true;
+    label = "ana";
+    parent = "ruth";
+    package = drv "hive";
+    stateDir = "/var/lib/hyperhive/ana";
+    extraPackages = [ pkgs.claude-code ];
+    user = { name = "hive-ana"; uid = 1001; gid = 1001; passwordlessSudo = true; };
+  } // over;
+  agent = cfg: (import ./module.nix {
+    inherit lib pkgs;
+    config.hyperhive = cfg;
+  }).config;
+
+  a = agent (agentCfg {
+    model = "sonnet";
+    icon = "/src/icon.svg";
+    frontend = { dist = null; extraFiles."games/bb" = { source = "/src/bb"; target = null; }; };
+  });
+  unit = a.systemd.services.hyperhive-agent;
+
+  plain = agent (agentCfg { cargo.shortMessages = false; user = { name = "hive-ana"; uid = null; gid = null; passwordlessSudo = false; }; });
+
+  host = (import ./host.nix {
+    inherit lib pkgs;
+    config.services.hyperhive = {
+      enable = true;
+      package = drv "hive";
+      stateDir = "/var/lib/hyperhive";
+      runDir = "/run/hyperhive";
+      hiveName = "pr1ma"; swarmName = null; operatorGid = null;
+      durability = "normal";
+      agents.ana = a.hyperhive.brokerEntry;
+    };
+  }).config;
+in
+check "agent env" unit.environment {
+  HOME = "/var/lib/hyperhive/ana";
+  HIVE_LABEL = "ana";
+  HIVE_SOCKET = "/run/hive/mcp.sock";
+  HIVE_BASH_SOCKET = "/run/hive-bash/socket";
+  HIVE_DEFAULT_MODEL = "sonnet";
+  HIVE_AUTO_COMPACT = "true";
+  HIVE_ICON = "/src/icon.svg";
+  HIVE_STATIC_DIR = "/nix/store/stub-hyperhive-ana-static";
+  HIVE_TOOL_GROUPS = "messaging,meta,inbox,execution";
+  HIVE_PORT = "7700";
+  HIVE_BIND = "127.0.0.1";
+  HIVE_CLAUDE_MARKETPLACES = "anthropics/claude-plugins-official";
+  HIVE_CLAUDE_PLUGINS = "";
+  HIVE_CLAUDE_PLUGINS_AUTO_UPDATE = "false";
+  HIVE_FORGE_URL = "http://localhost:3000";
+  HIVE_MATRIX_URL = "http://localhost:8008";
+  HIVE_BASH_ENV = "/etc/hyperhive/bash-env.sh";
+}
+++ check "exec" unit.serviceConfig.ExecStart
+  "/nix/store/stub-hive/bin/hive serve --state-dir /var/lib/hyperhive/ana --run-dir /run/hyperhive-agent"
+++ check "user" [ unit.serviceConfig.User a.users.users.hive-ana.uid a.users.groups.hive-ana.gid ] [ "hive-ana" 1001 1001 ]
+++ check "path" (map (p: p.name) unit.path) [ "bash" "coreutils" "git" "claude-code" ]
+++ check "sudo" a.security.sudo.extraRules [ { users = [ "hive-ana" ]; commands = [ { command = "ALL"; options = [ "NOPASSWD" ]; } ]; } ]
+++ check "sudo keeps NoNewPrivileges off" unit.serviceConfig.NoNewPrivileges false
+++ check "no sudo" [ plain.security.sudo.extraRules plain.systemd.services.hyperhive-agent.serviceConfig.NoNewPrivileges ] [ [ ] true ]
+++ check "bash-env installed" a.environment.etc."hyperhive/bash-env.sh".source.name "hyperhive-bash-env.sh"
+++ check "bash-env off" [ plain.environment.etc."hyperhive/bash-env.sh" (plain.systemd.services.hyperhive-agent.environment ? HIVE_BASH_ENV) ] [ { } false ]
+++ check "links file" a.systemd.tmpfiles.rules [
+  "d /var/lib/hyperhive/ana 0750 hive-ana hive-ana -"
+  "L+ /var/lib/hyperhive/ana/hyperhive-dashboard-links.json - - - - /nix/store/stub-hyperhive-dashboard-links.json"
+]
+++ check "assertions hold" (builtins.filter (x: !x.assertion) a.assertions) [ ]
+++ check "bad target asserted" (map (x: x.assertion)
+  (builtins.filter (x: !x.assertion) (agent (agentCfg {
+    frontend = { dist = null; extraFiles.x = { source = "/s"; target = "../x"; }; };
+  })).assertions)) [ false ]
+++ check "broker entry" a.hyperhive.brokerEntry {
+  parent = "ruth"; model = "sonnet"; allowedRecipients = [ ];
+  toolGroups = [ "messaging" "meta" "inbox" "execution" ];
+  socketUid = 1001; socketGid = 1001;
+}
+++ check "broker exec" host.systemd.services.hyperhive-broker.serviceConfig.ExecStart
+  "/nix/store/stub-hive/bin/hive broker --state-dir /var/lib/hyperhive --run-dir /run/hyperhive --config /nix/store/stub-hive.json --durability normal"
+++ check "broker state dir" host.systemd.services.hyperhive-broker.serviceConfig.StateDirectory "hyperhive"
+++ check "host socket" host.environment.variables.HIVE_HOST_SOCKET "/run/hyperhive/host.sock"
