@@ -241,15 +241,6 @@ pub fn cancel_question(h: &HostArgs, id: i64) -> Result<(), String> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn formats_utc_times() {
-        assert_eq!(super::fmt_time(0), "1970-01-01 00:00:00Z");
-        assert_eq!(super::fmt_time(1_795_323_782), "2026-11-22 05:03:02Z");
-    }
-}
-
 pub fn approvals(h: &HostArgs) -> Result<(), String> {
     let mut c = host_client(h)?;
     let r: wire::ApprovalsReply = c
@@ -306,4 +297,13 @@ pub fn deny(a: &DenyArgs) -> Result<(), String> {
         println!("denied #{}", a.id);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn formats_utc_times() {
+        assert_eq!(super::fmt_time(0), "1970-01-01 00:00:00Z");
+        assert_eq!(super::fmt_time(1_795_323_782), "2026-11-22 05:03:02Z");
+    }
 }

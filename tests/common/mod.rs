@@ -7,4 +7,5 @@ pub mod claude_cli;
 pub mod fake_anthropic;
 pub mod hive;
 pub mod mcp;
+pub mod up;
 pub mod web;

@@ -236,7 +236,12 @@ fn request_apply_commit(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
 fn schedule_prompt(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
     args::only(
         a,
-        &["body", "at_unix_timestamp", "delay_seconds", "every_seconds"],
+        &[
+            "body",
+            "at_unix_timestamp",
+            "delay_seconds",
+            "every_seconds",
+        ],
     )?;
     let req = Request::SchedulePrompt {
         body: args::req_str(a, "body")?,

@@ -1,0 +1,165 @@
+//! Test kit for `hive up`: a whole hive from a fleet file on a temp data dir,
+//! with the scripted fake claude per agent (each agent's `env` in the fleet file
+//! names its own `FAKE_CLAUDE_DIR`). Every wait has a timeout.
+
+use super::hive::{hive_bin, wait_for, FakeClaude, TempDir};
+use hyperhive::wire::{Client, Request};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct Up {
+    pub dir: TempDir,
+    child: Option<Child>,
+}
+
+impl Up {
+    /// Starts `hive up` with `fleet` (JSON; `@FAKE(name)` is replaced by that
+    /// agent's fake-claude dir) and waits until every agent of it runs.
+    pub fn start(fleet: &str, agents: &[&str]) -> Up {
+        let dir = TempDir::new("up");
+        let mut text = fleet.to_string();
+        for a in agents {
+            let fake = dir.path().join(format!("fake-{a}"));
+            std::fs::create_dir_all(&fake).unwrap();
+            text = text.replace(&format!("@FAKE({a})"), &fake.display().to_string());
+        }
+        let shared = dir.path().join("fake-shared");
+        std::fs::create_dir_all(&shared).unwrap();
+        std::fs::write(dir.path().join("hive.json"), text).unwrap();
+        let log = std::fs::File::create(dir.path().join("up.log")).unwrap();
+        let child = Command::new(hive_bin())
+            .arg("up")
+            .arg("--config")
+            .arg(dir.path().join("hive.json"))
+            .arg("--data")
+            .arg(dir.path().join("d"))
+            .env("HIVE_CLAUDE_BIN", FakeClaude::bin())
+            .env("FAKE_CLAUDE_DIR", &shared)
+            .env("ANTHROPIC_API_KEY", "sk-test")
+            .env("HIVE_UP_RESTART_BASE_MS", "100")
+            .env("HIVE_UP_WATCH_MS", "100")
+            .env("HIVE_UP_STOP_GRACE_MS", "3000")
+            .env("HIVE_POLL_MS", "50")
+            .env("HIVE_KILL_GRACE_MS", "300")
+            .env("HIVE_RECONNECT_MAX_MS", "300")
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn hive up");
+        let up = Up {
+            dir,
+            child: Some(child),
+        };
+        for a in agents {
+            up.wait_running(a);
+        }
+        up
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("up.log")).unwrap_or_default()
+    }
+
+    pub fn fleet_file(&self) -> PathBuf {
+        self.dir.path().join("hive.json")
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("d")
+    }
+
+    pub fn fake(&self, agent: &str) -> FakeClaude {
+        FakeClaude {
+            dir: self.dir.path().join(format!("fake-{agent}")),
+        }
+    }
+
+    pub fn host(&self) -> Client {
+        let path = self.data().join("run/host.sock");
+        let c = wait_for(Duration::from_secs(10), "the host socket", || {
+            Client::connect(&path).ok()
+        });
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        c
+    }
+
+    pub fn agent(&self, name: &str) -> Client {
+        let path = self.data().join("run/agents").join(name).join("mcp.sock");
+        let c = wait_for(Duration::from_secs(10), "the agent socket", || {
+            Client::connect(&path).ok()
+        });
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        c
+    }
+
+    pub fn states(&self) -> Vec<hyperhive::up::supervisor::AgentState> {
+        let r: hyperhive::wire::SupervisionReply =
+            self.host().call_as(&Request::Supervision {}).unwrap();
+        r.agents
+    }
+
+    pub fn state(&self, name: &str) -> Option<hyperhive::up::supervisor::AgentState> {
+        self.states().into_iter().find(|s| s.name == name)
+    }
+
+    /// Waits until the supervisor runs `name` and its harness is connected.
+    pub fn wait_running(&self, name: &str) -> u32 {
+        wait_for(Duration::from_secs(30), &format!("{name} to run"), || {
+            let s = self.state(name)?;
+            let row: hyperhive::wire::AgentsReply =
+                self.host().call_as(&Request::Agents {}).ok()?;
+            let connected = row.agents.iter().any(|r| r.name == name && r.running);
+            (s.state == "running" && connected).then_some(s.pid?)
+        })
+    }
+
+    /// How many claude invocations of `agent` had `needle` in their prompt.
+    pub fn prompts_with(&self, agent: &str, needle: &str) -> usize {
+        let fake = self.fake(agent);
+        (1..=fake.count())
+            .filter(|n| fake.stdin(*n).contains(needle))
+            .count()
+    }
+
+    pub fn wait_prompt(&self, agent: &str, needle: &str, n: usize) {
+        wait_for(
+            Duration::from_secs(30),
+            &format!("{n} prompt(s) of {agent} with {needle:?}"),
+            || (self.prompts_with(agent, needle) >= n).then_some(()),
+        );
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        wait_for(Duration::from_secs(20), "hive up to exit", || {
+            c.try_wait().ok().flatten()
+        })
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = wait_for_exit(&mut c, Duration::from_secs(10));
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wait_for_exit(c: &mut Child, t: Duration) -> Option<std::process::ExitStatus> {
+    let end = std::time::Instant::now() + t;
+    while std::time::Instant::now() < end {
+        if let Ok(Some(s)) = c.try_wait() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}

@@ -1,0 +1,359 @@
+//! `hive up` end to end with the fake claude: a manager (`boss`) with two
+//! children and an unrelated root agent (`pal`). Supervision (kill -9 → restart
+//! with exactly one kick, nothing lost), a spawn through an approval, lifecycle
+//! refusals, crash_watch's needs_update/rebuilt, scheduling, logs and the
+//! lifecycle error under plain `hive broker`.
+
+mod common;
+
+use common::hive::{ok, refused, run_hive, wait_for, Broker};
+use common::up::Up;
+use hyperhive::wire::{self, Request};
+use std::time::Duration;
+
+const KICK: &str = "You were just (re)started";
+
+const FLEET: &str = r#"{
+  "hive_name": "testhive",
+  "agents": [
+    {"name": "boss",
+     "tool_groups": ["messaging", "meta", "inbox", "lifecycle", "approvals", "scheduling", "diagnostics"],
+     "env": {"FAKE_CLAUDE_DIR": "@FAKE(boss)"}},
+    {"name": "kid1", "parent": "boss", "env": {"FAKE_CLAUDE_DIR": "@FAKE(kid1)"}},
+    {"name": "kid2", "parent": "boss", "env": {"FAKE_CLAUDE_DIR": "@FAKE(kid2)"}},
+    {"name": "pal", "env": {"FAKE_CLAUDE_DIR": "@FAKE(pal)"}}
+  ]
+}"#;
+
+const AGENTS: [&str; 4] = ["boss", "kid1", "kid2", "pal"];
+
+fn up() -> Up {
+    let up = Up::start(FLEET, &AGENTS);
+    for a in AGENTS {
+        up.wait_prompt(a, KICK, 1);
+    }
+    up
+}
+
+#[test]
+fn a_killed_harness_is_restarted_with_one_kick_and_nothing_lost() {
+    let up = up();
+    let pid = up.wait_running("kid1");
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    // While kid1 is down, the operator writes to it.
+    ok(
+        &mut up.host(),
+        Request::Send {
+            to: "kid1".into(),
+            body: "while you were down".into(),
+            in_reply_to: None,
+        },
+    );
+    let new_pid = wait_for(Duration::from_secs(30), "kid1 to come back", || {
+        let s = up.state("kid1")?;
+        (s.state == "running" && s.pid != Some(pid) && s.restarts >= 1).then_some(s.pid?)
+    });
+    assert_ne!(new_pid, pid);
+    up.wait_prompt("kid1", "while you were down", 1);
+    up.wait_prompt("kid1", KICK, 2);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(up.prompts_with("kid1", KICK), 2, "one kick per (re)start");
+    assert_eq!(up.prompts_with("kid1", "while you were down"), 1);
+    // The others were not touched.
+    assert_eq!(up.prompts_with("kid2", KICK), 1);
+}
+
+#[test]
+fn a_spawn_request_runs_after_the_operator_approves() {
+    let up = up();
+    let r = ok(
+        &mut up.agent("boss"),
+        Request::RequestSpawn {
+            name: "kid3".into(),
+        },
+    );
+    let id = r["id"].as_i64().unwrap();
+    assert!(up.state("kid3").is_none(), "nothing runs before approval");
+    let socket = up.data().join("run/host.sock");
+    let socket = socket.to_str().unwrap();
+    let (code, out, err) = run_hive(&["approvals", "--socket", socket], None, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("#{id} spawn of kid3 requested by boss")),
+        "{out}"
+    );
+    let (code, out, err) = run_hive(&["approve", "--socket", socket, &id.to_string()], None, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("kid3 spawned"), "{out}");
+    up.wait_running("kid3");
+    let fleet = std::fs::read_to_string(up.fleet_file()).unwrap();
+    let cfg = hyperhive::config::HiveConfig::parse(&fleet).unwrap();
+    assert_eq!(cfg.parent_of("kid3"), "boss", "{fleet}");
+    // boss hears about the decision; a second spawn of the name is refused.
+    up.wait_prompt("boss", &format!("[approval #{id} approved]"), 1);
+    let e = refused(
+        &mut up.agent("boss"),
+        Request::RequestSpawn {
+            name: "kid3".into(),
+        },
+    );
+    assert!(e.contains("already exists"), "{e}");
+    let e = refused(
+        &mut up.agent("boss"),
+        Request::RequestSpawn {
+            name: "muchtoolong".into(),
+        },
+    );
+    assert!(e.contains("1 to 9"), "{e}");
+    // A denied request is told why.
+    let r = ok(
+        &mut up.agent("boss"),
+        Request::RequestSpawn {
+            name: "kid4".into(),
+        },
+    );
+    let id = r["id"].as_i64().unwrap();
+    let (code, _, err) = run_hive(
+        &[
+            "deny",
+            "--socket",
+            socket,
+            "--why",
+            "not today",
+            &id.to_string(),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    up.wait_prompt("boss", "not today", 1);
+    assert!(up.state("kid4").is_none());
+}
+
+#[test]
+fn lifecycle_acts_on_own_children_only() {
+    let up = up();
+    let e = refused(&mut up.agent("boss"), Request::Kill { name: "pal".into() });
+    assert!(e.contains("not a child of boss"), "{e}");
+    let e = refused(&mut up.agent("boss"), Request::Start { name: "pal".into() });
+    assert!(e.contains("not a child of boss"), "{e}");
+    let e = refused(
+        &mut up.agent("kid1"),
+        Request::Kill {
+            name: "kid2".into(),
+        },
+    );
+    assert!(e.contains("lifecycle tool group"), "{e}");
+    // Its own child: kill keeps it stopped, start brings it back.
+    ok(
+        &mut up.agent("boss"),
+        Request::Kill {
+            name: "kid2".into(),
+        },
+    );
+    wait_for(Duration::from_secs(20), "kid2 to stop", || {
+        (up.state("kid2")?.state == "stopped").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        up.state("kid2").unwrap().state,
+        "stopped",
+        "no restart after kill"
+    );
+    ok(
+        &mut up.agent("boss"),
+        Request::Start {
+            name: "kid2".into(),
+        },
+    );
+    up.wait_running("kid2");
+    up.wait_prompt("kid2", KICK, 2);
+    // pal was never touched.
+    assert_eq!(up.state("pal").unwrap().restarts, 0);
+}
+
+#[test]
+fn a_changed_fleet_entry_fires_needs_update_and_update_rebuilds() {
+    let up = up();
+    // Let crash_watch seed before the change.
+    std::thread::sleep(Duration::from_millis(500));
+    let fleet = std::fs::read_to_string(up.fleet_file()).unwrap();
+    let changed = fleet.replace(
+        r#""name": "kid2", "parent": "boss","#,
+        r#""name": "kid2", "parent": "boss", "model": "sonnet","#,
+    );
+    assert_ne!(fleet, changed);
+    std::fs::write(up.fleet_file(), changed).unwrap();
+    up.wait_prompt("boss", "[needs_update] kid2", 1);
+    assert!(!up.state("kid2").unwrap().up_to_date);
+    ok(
+        &mut up.agent("boss"),
+        Request::Update {
+            name: "kid2".into(),
+        },
+    );
+    up.wait_prompt("boss", "[rebuilt] kid2", 1);
+    let s = up.state("kid2").unwrap();
+    assert!(s.up_to_date);
+    assert_eq!(s.applied.model.as_deref(), Some("sonnet"));
+    assert_eq!(up.prompts_with("boss", "[needs_update] kid1"), 0);
+    // Updating again is harmless.
+    ok(
+        &mut up.agent("boss"),
+        Request::Update {
+            name: "kid2".into(),
+        },
+    );
+    up.wait_running("kid2");
+}
+
+#[test]
+fn scheduling_logs_and_apply_commit() {
+    let up = up();
+    let mut boss = up.agent("boss");
+    let r = ok(
+        &mut boss,
+        Request::SchedulePrompt {
+            body: "check the oven".into(),
+            at_unix_timestamp: None,
+            delay_seconds: Some(1),
+            every_seconds: None,
+        },
+    );
+    assert!(r["id"].as_i64().is_some());
+    let r = ok(
+        &mut boss,
+        Request::SchedulePrompt {
+            body: "daily digest".into(),
+            at_unix_timestamp: None,
+            delay_seconds: Some(3600),
+            every_seconds: Some(86400),
+        },
+    );
+    let daily = r["id"].as_i64().unwrap();
+    let ends: wire::LooseEndsReply = boss
+        .call_as(&Request::GetLooseEnds { agent: None })
+        .unwrap();
+    assert!(ends.scheduled.iter().any(|s| s.id == daily), "{ends:?}");
+    up.wait_prompt("boss", "check the oven", 1);
+    let list: wire::ScheduledReply = boss.call_as(&Request::ListScheduled {}).unwrap();
+    assert_eq!(list.scheduled.len(), 1, "the one-shot is gone: {list:?}");
+    ok(&mut boss, Request::CancelScheduled { id: daily });
+    let e = refused(&mut boss, Request::CancelScheduled { id: daily });
+    assert!(e.contains("no scheduled prompt"), "{e}");
+    let e = refused(
+        &mut up.agent("pal"),
+        Request::SchedulePrompt {
+            body: "x".into(),
+            at_unix_timestamp: None,
+            delay_seconds: Some(1),
+            every_seconds: None,
+        },
+    );
+    assert!(e.contains("scheduling tool group"), "{e}");
+
+    // Logs: own child yes, a stranger no.
+    let logs: wire::TextReply = boss
+        .call_as(&Request::GetLogs {
+            agent: Some("kid1".into()),
+            lines: Some(50),
+        })
+        .unwrap();
+    assert!(logs.text.contains("hive serve kid1"), "{}", logs.text);
+    let e = refused(
+        &mut boss,
+        Request::GetLogs {
+            agent: Some("pal".into()),
+            lines: None,
+        },
+    );
+    assert!(e.contains("query_agent_state"), "{e}");
+    let e = refused(
+        &mut boss,
+        Request::GetHostJournal {
+            unit: None,
+            lines: None,
+        },
+    );
+    assert!(e.contains("read_host_journal"), "{e}");
+
+    // A fleet-entry change through an approval.
+    let r = ok(
+        &mut boss,
+        Request::RequestApplyCommit {
+            agent: "kid1".into(),
+            commit_ref: r#"{"model":"opus","env":{"EXTRA":"1"}}"#.into(),
+        },
+    );
+    let id = r["id"].as_i64().unwrap();
+    let e = refused(
+        &mut boss,
+        Request::RequestApplyCommit {
+            agent: "pal".into(),
+            commit_ref: "{}".into(),
+        },
+    );
+    assert!(e.contains("neither you nor one of your children"), "{e}");
+    ok(&mut up.host(), Request::Approve { id });
+    wait_for(Duration::from_secs(20), "kid1 to run its new entry", || {
+        let s = up.state("kid1")?;
+        (s.state == "running" && s.applied.model.as_deref() == Some("opus")).then_some(())
+    });
+    let cfg = hyperhive::config::HiveConfig::load(&up.fleet_file()).unwrap();
+    let kid1 = cfg.agent("kid1").unwrap();
+    assert_eq!(kid1.env.get("EXTRA").map(String::as_str), Some("1"));
+    assert!(
+        kid1.env.contains_key("FAKE_CLAUDE_DIR"),
+        "merge keeps the rest"
+    );
+}
+
+#[test]
+fn sigterm_stops_agents_then_the_broker() {
+    let mut up = up();
+    let pids: Vec<u32> = up.states().iter().filter_map(|s| s.pid).collect();
+    assert_eq!(pids.len(), AGENTS.len());
+    let status = up.terminate();
+    assert!(status.success(), "{status}: {}", up.log());
+    for pid in pids {
+        let alive = unsafe { libc::kill(pid as i32, 0) } == 0;
+        assert!(!alive, "agent {pid} still runs");
+    }
+    assert!(!up.data().join("run/host.sock").exists());
+}
+
+#[test]
+fn plain_broker_answers_lifecycle_with_a_clear_error_and_keeps_schedules() {
+    let mut b = Broker::start_config(
+        r#"{"agents":[{"name":"boss","tool_groups":["lifecycle","scheduling","diagnostics"]},
+                      {"name":"kid","parent":"boss"}]}"#,
+    );
+    let e = refused(&mut b.agent("boss"), Request::Kill { name: "kid".into() });
+    assert!(e.contains("without a supervisor"), "{e}");
+    let e = refused(
+        &mut b.agent("boss"),
+        Request::GetLogs {
+            agent: None,
+            lines: None,
+        },
+    );
+    assert!(e.contains("without a supervisor"), "{e}");
+    ok(
+        &mut b.agent("boss"),
+        Request::SchedulePrompt {
+            body: "later".into(),
+            at_unix_timestamp: None,
+            delay_seconds: Some(3600),
+            every_seconds: None,
+        },
+    );
+    b.restart();
+    let list: wire::ScheduledReply = b.agent("boss").call_as(&Request::ListScheduled {}).unwrap();
+    assert_eq!(
+        list.scheduled.len(),
+        1,
+        "scheduled prompts survive a restart"
+    );
+    let e = refused(&mut b.host(), Request::Supervision {});
+    assert!(e.contains("without a supervisor"), "{e}");
+}
