@@ -195,6 +195,13 @@ pub enum Request {
     },
     /// Operator: the supervisor's view of every agent (`hive up` only).
     Supervision {},
+    /// Operator: sets an agent's tool groups and capabilities; the fleet file is
+    /// rewritten and the agent restarts with them.
+    SetPermissions {
+        agent: String,
+        tool_groups: Vec<String>,
+        capabilities: Vec<String>,
+    },
 }
 
 impl Request {
@@ -239,6 +246,7 @@ impl Request {
             Request::Approve { .. } => "approve",
             Request::Deny { .. } => "deny",
             Request::Supervision {} => "supervision",
+            Request::SetPermissions { .. } => "set_permissions",
         }
     }
 

@@ -481,6 +481,14 @@ impl Hub {
             (Identity::Operator, Request::Approve { id }) => self.approve(id),
             (Identity::Operator, Request::Deny { id, why }) => self.deny(id, why, "operator"),
             (Identity::Operator, Request::Supervision {}) => self.supervision(),
+            (
+                Identity::Operator,
+                Request::SetPermissions {
+                    agent,
+                    tool_groups,
+                    capabilities,
+                },
+            ) => self.set_permissions(&agent, tool_groups, capabilities),
             (Identity::Operator, _) => Err(format!(
                 "{cmd} is an agent command; the host socket speaks for the operator"
             )),

@@ -6,6 +6,7 @@
 //! `DATA/run/` (sockets), `DATA/agents/NAME/{state,run,claude}` and
 //! `DATA/logs/NAME.log`. Documented in `docs/fleet.md`.
 
+pub mod dashboard;
 pub mod logfile;
 pub mod supervisor;
 pub mod watch;
@@ -122,6 +123,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     }
     let config = Some(config_path);
     let settings = UpSettings::from_env(data.clone(), config.clone())?;
+    let dash_cfg = dashboard::DashConfig::from_env()?;
     let (sup_tx, sup_rx) = unbounded::<SupCmd>();
     let broker = broker::start(
         &BrokerArgs {
@@ -149,6 +151,12 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         data.display(),
         broker::host_socket(&settings.run_dir).display()
     );
+    let dash = dashboard::start(broker::host_socket(&settings.run_dir), dash_cfg)?;
+    let port_file = data.join("dashboard-port");
+    if let Err(e) = std::fs::write(&port_file, format!("{}\n", dash.port)) {
+        log::warn!("cannot write {}: {e}", port_file.display());
+    }
+    println!("dashboard: http://127.0.0.1:{}/", dash.port);
     print_pages(&sup_tx);
 
     let sig = signals.forever().next();
@@ -164,6 +172,8 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     }
     drop(sup_tx);
     let _ = sup_thread.join();
+    drop(dash);
+    let _ = std::fs::remove_file(&port_file);
     broker.stop();
     eprintln!("hive up: stopped");
     Ok(())

@@ -309,6 +309,29 @@ impl Hub {
         Ok(wire::ok_line(&wire::TextReply { text }))
     }
 
+    /// The operator's permissions tab: new groups and capabilities for `agent`,
+    /// written to the fleet file; the agent restarts with them.
+    pub(super) fn set_permissions(
+        &mut self,
+        agent: &str,
+        tool_groups: Vec<String>,
+        capabilities: Vec<String>,
+    ) -> HubResult {
+        let patch = json!({ "tool_groups": tool_groups, "capabilities": capabilities });
+        let (cfg, entry) = self.patched(agent, &patch)?;
+        let started = self.supervisor_call(|reply| SupCmd::Apply {
+            agent: entry.clone(),
+            reply,
+        });
+        self.cfg = cfg;
+        self.write_fleet_file()?;
+        let text = match started {
+            Ok(_) => format!("{agent} restarts with its new permissions"),
+            Err(e) => format!("the fleet entry of {agent} changed; restart it: {e}"),
+        };
+        Ok(wire::ok_line(&wire::TextReply { text }))
+    }
+
     pub(super) fn deny(&mut self, id: i64, why: Option<String>, by: &str) -> HubResult {
         let a = self.pending_approval(id)?;
         let state = if by == "operator" {
