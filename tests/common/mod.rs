@@ -3,6 +3,7 @@
 //! Each test binary uses a part.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod claude_cli;
 pub mod fake_anthropic;
 pub mod hive;
