@@ -267,14 +267,23 @@ impl Supervisor {
     }
 
     fn update(&mut self, name: &str) -> Result<String, String> {
+        let bin_now = bin_id(&self.s.exe);
         let a = self.agent(name)?;
         if a.rebuilding {
             return Ok(format!("{name} is already being rebuilt"));
+        }
+        let current =
+            a.desired.is_none() && (a.bin_at_start.is_none() || a.bin_at_start == bin_now);
+        if current && matches!(a.phase, Phase::Running(_)) {
+            return Ok(format!(
+                "{name} already runs the current binary and config; nothing to do"
+            ));
         }
         if let Some(d) = a.desired.take() {
             a.applied = d;
         }
         let cfg = a.applied.clone();
+        self.set_hive_entry(&cfg);
         let _ = self.hub.send(HubMsg::ApplyAgent(cfg));
         self.stop(name, Then::Start { rebuild: true })?;
         Ok(format!(
@@ -284,16 +293,12 @@ impl Supervisor {
 
     fn apply(&mut self, agent: AgentConfig) -> Result<String, String> {
         let name = agent.name.clone();
+        self.set_hive_entry(&agent);
         if let Some(a) = self.agents.get_mut(&name) {
             a.applied = agent;
             a.desired = None;
             self.stop(&name, Then::Start { rebuild: true })?;
             return Ok(format!("{name} restarts with its new config"));
-        }
-        if let Some(i) = self.hive.agents.iter().position(|a| a.name == name) {
-            self.hive.agents[i] = agent.clone();
-        } else {
-            self.hive.agents.push(agent.clone());
         }
         self.agents.insert(
             name.clone(),
@@ -311,6 +316,14 @@ impl Supervisor {
         );
         self.spawn(&name)?;
         Ok(format!("{name} started"))
+    }
+
+    /// Keeps the supervisor's copy of the topology (for `manager_of`) in step.
+    fn set_hive_entry(&mut self, agent: &AgentConfig) {
+        match self.hive.agents.iter_mut().find(|a| a.name == agent.name) {
+            Some(slot) => *slot = agent.clone(),
+            None => self.hive.agents.push(agent.clone()),
+        }
     }
 
     fn agent_dir(&self, name: &str) -> PathBuf {
@@ -375,6 +388,14 @@ impl Supervisor {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        // SAFETY: prctl is async-signal-safe; it only asks the kernel to send the
+        // child SIGTERM if this thread (the supervisor) dies without stopping it.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
         if let Some(m) = &cfg.model {
             cmd.env("HIVE_DEFAULT_MODEL", m);
         }
@@ -526,6 +547,15 @@ impl Supervisor {
                 return;
             }
         };
+        for entry in &cfg.agents {
+            if !self.agents.contains_key(&entry.name) {
+                log::warn!(
+                    "{} is in the fleet file but not supervised: new agents start through an \
+                     approved request_spawn or a restart of hive up",
+                    entry.name
+                );
+            }
+        }
         for (name, a) in self.agents.iter_mut() {
             match cfg.agent(name) {
                 Some(entry) if *entry != a.applied => a.desired = Some(entry.clone()),
