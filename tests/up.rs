@@ -168,8 +168,58 @@ fn lifecycle_acts_on_own_children_only() {
     );
     up.wait_running("kid2");
     up.wait_prompt("kid2", KICK, 2);
+    // restart: a new harness, one more kick.
+    let pid = up.wait_running("kid1");
+    ok(
+        &mut up.agent("boss"),
+        Request::Restart {
+            name: "kid1".into(),
+        },
+    );
+    wait_for(Duration::from_secs(20), "kid1 to restart", || {
+        let s = up.state("kid1")?;
+        (s.state == "running" && s.pid != Some(pid)).then_some(())
+    });
+    up.wait_prompt("kid1", KICK, 2);
     // pal was never touched.
     assert_eq!(up.state("pal").unwrap().restarts, 0);
+    assert_eq!(up.prompts_with("pal", KICK), 1);
+}
+
+#[test]
+fn a_root_agent_withdraws_a_pending_approval() {
+    let up = up();
+    let r = ok(
+        &mut up.agent("boss"),
+        Request::RequestSpawn {
+            name: "kid9".into(),
+        },
+    );
+    let id = r["id"].as_i64().unwrap();
+    let ends: wire::LooseEndsReply = up
+        .agent("boss")
+        .call_as(&Request::GetLooseEnds { agent: None })
+        .unwrap();
+    assert_eq!(ends.approvals.len(), 1, "{ends:?}");
+    let e = refused(
+        &mut up.agent("pal"),
+        Request::CancelLooseEnd {
+            kind: "approval".into(),
+            id,
+        },
+    );
+    assert!(e.contains("may cancel"), "{e}");
+    ok(
+        &mut up.agent("boss"),
+        Request::CancelLooseEnd {
+            kind: "approval".into(),
+            id,
+        },
+    );
+    let pending: wire::ApprovalsReply = up.host().call_as(&Request::Approvals {}).unwrap();
+    assert!(pending.approvals.is_empty(), "{pending:?}");
+    let e = refused(&mut up.host(), Request::Approve { id });
+    assert!(e.contains("no pending approval"), "{e}");
 }
 
 #[test]
@@ -356,4 +406,40 @@ fn plain_broker_answers_lifecycle_with_a_clear_error_and_keeps_schedules() {
     );
     let e = refused(&mut b.host(), Request::Supervision {});
     assert!(e.contains("without a supervisor"), "{e}");
+}
+
+#[test]
+fn the_host_journal_needs_its_capability_and_says_when_there_is_none() {
+    let b = Broker::start_config(
+        r#"{"agents":[{"name":"ops","tool_groups":["diagnostics"],"capabilities":["read_host_journal"]},
+                      {"name":"dev","tool_groups":["diagnostics"]}]}"#,
+    );
+    let e = refused(
+        &mut b.agent("dev"),
+        Request::GetHostJournal {
+            unit: None,
+            lines: None,
+        },
+    );
+    assert!(e.contains("read_host_journal capability"), "{e}");
+    let r = b.agent("ops").call(&Request::GetHostJournal {
+        unit: Some("hive-test-nonexistent.service".into()),
+        lines: Some(5),
+    });
+    match r {
+        Ok(m) => assert!(m["text"].is_string(), "{m:?}"),
+        Err(wire::ClientError::Refused(e)) => assert!(
+            e.contains("journalctl is not available") || e.contains("journalctl failed"),
+            "{e}"
+        ),
+        Err(e) => panic!("{e}"),
+    }
+    let e = refused(
+        &mut b.agent("ops"),
+        Request::GetHostJournal {
+            unit: Some("--all".into()),
+            lines: None,
+        },
+    );
+    assert!(e.contains("not a unit name"), "{e}");
 }
