@@ -443,3 +443,66 @@ fn the_host_journal_needs_its_capability_and_says_when_there_is_none() {
     );
     assert!(e.contains("not a unit name"), "{e}");
 }
+
+#[test]
+fn hive_mcp_lists_privileged_tools_but_the_broker_decides() {
+    use common::mcp::McpProc;
+    use serde_json::json;
+    let up = up();
+    let socket = |a: &str| {
+        up.data()
+            .join("run/agents")
+            .join(a)
+            .join("mcp.sock")
+            .display()
+            .to_string()
+    };
+    let boss_sock = socket("boss");
+    let mut boss = McpProc::start(
+        &[
+            ("HIVE_SOCKET", boss_sock.as_str()),
+            ("HIVE_TOOL_GROUPS", "messaging,lifecycle,scheduling"),
+        ],
+        &up.dir.path().join("mcp-boss.log"),
+    );
+    boss.initialize();
+    let list = boss.request(1, "tools/list", json!({}));
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for want in [
+        "request_spawn",
+        "kill",
+        "update",
+        "schedule_prompt",
+        "cancel_scheduled",
+    ] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    assert!(!names.contains(&"get_logs"), "diagnostics is not enabled");
+    let text = boss.ok(
+        2,
+        "schedule_prompt",
+        json!({"body": "tea", "delay_seconds": 3600}),
+    );
+    assert!(text.contains("fire_at"), "{text}");
+    let text = boss.tool_error(3, "kill", json!({"name": "pal"}));
+    assert!(text.starts_with("refused by the broker:"), "{text}");
+
+    // kid1's fleet entry has no lifecycle group: listing it does not grant it.
+    let kid_sock = socket("kid1");
+    let mut kid = McpProc::start(
+        &[
+            ("HIVE_SOCKET", kid_sock.as_str()),
+            ("HIVE_TOOL_GROUPS", "messaging,lifecycle"),
+        ],
+        &up.dir.path().join("mcp-kid1.log"),
+    );
+    kid.initialize();
+    let text = kid.tool_error(1, "kill", json!({"name": "kid2"}));
+    assert!(text.contains("lifecycle tool group"), "{text}");
+    assert_eq!(up.state("kid2").unwrap().state, "running");
+}
