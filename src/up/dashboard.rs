@@ -151,7 +151,7 @@ fn handle(app: &Arc<App>, mut req: tiny_http::Request) {
     let method = req.method().as_str().to_ascii_uppercase();
     let token = app.cfg.token.as_deref();
     if path != "/login" && !auth::authorized(token, &req) {
-        let reply = auth::refuse(&req, &path);
+        let reply = refuse(&req, &path);
         let _ = req.respond(reply.into_response());
         return;
     }
@@ -174,6 +174,21 @@ fn handle(app: &Arc<App>, mut req: tiny_http::Request) {
     if let Err(e) = req.respond(reply.into_response()) {
         log::debug!("dashboard: {method} {path}: the client went away: {e}");
     }
+}
+
+/// A request without the token: a browser asking for the page goes to the login
+/// page, anything else gets a 401 saying what to send.
+fn refuse(req: &tiny_http::Request, path: &str) -> Reply {
+    let wants_html = http::header_value(req, "Accept").is_some_and(|a| a.contains("text/html"));
+    if wants_html && req.method().as_str() == "GET" && !path.starts_with("/api/") {
+        return Reply::redirect("/login");
+    }
+    Reply::error(
+        401,
+        "the operator dashboard wants its token: send `Authorization: Bearer \
+         <HIVE_DASHBOARD_TOKEN>` or `X-Hive-Token`, or log in at /login",
+    )
+    .header("WWW-Authenticate", "Bearer")
 }
 
 fn route(app: &App, method: &str, path: &str, body: &[u8]) -> Reply {
@@ -313,9 +328,12 @@ fn snapshot(app: &App) -> Value {
         card["supervision"] = s.clone();
         if let Some(port) = s["port"].as_u64() {
             let base = format!("http://127.0.0.1:{port}");
+            // The agent's own token, else the one every agent inherits from hive up.
             let token = s["applied"]["env"]["HIVE_WEB_TOKEN"]
                 .as_str()
-                .map(str::to_string);
+                .map(str::to_string)
+                .or_else(|| std::env::var("HIVE_WEB_TOKEN").ok())
+                .filter(|t| !t.trim().is_empty());
             let fetch = |path: &str| -> Value {
                 let mut r = app.http.get(&format!("{base}{path}"));
                 if let Some(t) = &token {
@@ -405,6 +423,45 @@ mod tests {
         assert!(
             !PAGE.contains("http://") && !PAGE.contains("https://"),
             "no CDN"
+        );
+    }
+
+    #[test]
+    fn a_token_guards_every_endpoint_but_login() {
+        let cfg = DashConfig {
+            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 0,
+            token: Some("s3cret".into()),
+            poll: Duration::from_millis(100),
+        };
+        let d = start(PathBuf::from("/nonexistent/host.sock"), cfg).unwrap();
+        let url = format!("http://127.0.0.1:{}", d.port);
+        let status = |r: Result<ureq::Response, ureq::Error>| match r {
+            Ok(r) => r.status(),
+            Err(ureq::Error::Status(c, _)) => c,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(status(ureq::get(&format!("{url}/api/hive")).call()), 401);
+        let ok = ureq::get(&format!("{url}/api/hive"))
+            .set("Authorization", "Bearer s3cret")
+            .call()
+            .unwrap();
+        let v: Value = ok.into_json().unwrap();
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains("/nonexistent/host.sock"),
+            "{v}"
+        );
+        assert_eq!(status(ureq::get(&format!("{url}/login")).call()), 200);
+        assert_eq!(
+            status(
+                ureq::post(&format!("{url}/api/hive"))
+                    .set("X-Hive-Token", "s3cret")
+                    .call()
+            ),
+            405
         );
     }
 
