@@ -157,8 +157,10 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
         println!("{}", wire::ok_line(&r));
         return Ok(());
     }
+    // Under `hive up` the supervisor's view replaces the bare yes/no.
+    let sup: Option<wire::SupervisionReply> = c.call_as(&Request::Supervision {}).ok();
     println!(
-        "{:<10} {:<10} {:>6} {:>9} {:<8} STATUS",
+        "{:<10} {:<10} {:>6} {:>9} {:<10} STATUS",
         "NAME", "PARENT", "UNREAD", "INFLIGHT", "RUNNING"
     );
     for a in r.agents {
@@ -166,14 +168,20 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
             .inflight
             .map(|i| format!("#{i}"))
             .unwrap_or_else(|| "-".into());
+        let state = sup
+            .as_ref()
+            .and_then(|s| s.agents.iter().find(|x| x.name == a.name))
+            .map(|s| {
+                let mut t = s.state.clone();
+                if !s.up_to_date {
+                    t.push('*');
+                }
+                t
+            });
+        let running = state.unwrap_or_else(|| if a.running { "yes" } else { "no" }.into());
         println!(
-            "{:<10} {:<10} {:>6} {:>9} {:<8} {}",
-            a.name,
-            a.parent,
-            a.unread,
-            inflight,
-            if a.running { "yes" } else { "no" },
-            a.status_text
+            "{:<10} {:<10} {:>6} {:>9} {:<10} {}",
+            a.name, a.parent, a.unread, inflight, running, a.status_text
         );
     }
     Ok(())

@@ -86,6 +86,9 @@ fn a_spawn_request_runs_after_the_operator_approves() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("kid3 spawned"), "{out}");
     up.wait_running("kid3");
+    let (_, out, _) = run_hive(&["agents", "--socket", socket], None, &[]);
+    let row = out.lines().find(|l| l.starts_with("kid3")).unwrap_or_default();
+    assert!(row.contains("boss") && row.contains("running"), "{out}");
     let fleet = std::fs::read_to_string(up.fleet_file()).unwrap();
     let cfg = hyperhive::config::HiveConfig::parse(&fleet).unwrap();
     assert_eq!(cfg.parent_of("kid3"), "boss", "{fleet}");

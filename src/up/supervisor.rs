@@ -431,9 +431,7 @@ impl Supervisor {
 
     fn backoff(&self, name: &str) -> Duration {
         let failures = self.agents.get(name).map_or(0, |a| a.failures);
-        let base = self.s.restart_base.as_millis() as u64;
-        let ms = base.saturating_mul(1u64 << failures.min(20));
-        Duration::from_millis(ms.min(self.s.restart_max.as_millis() as u64))
+        backoff(self.s.restart_base, self.s.restart_max, failures)
     }
 
     /// Reaps exited children, escalates stops past their grace and restarts
@@ -456,11 +454,7 @@ impl Supervisor {
                             a.failures = 0;
                         }
                         a.restarts += 1;
-                        let wait = {
-                            let base = self.s.restart_base.as_millis() as u64;
-                            let ms = base.saturating_mul(1u64 << a.failures.min(20));
-                            Duration::from_millis(ms.min(self.s.restart_max.as_millis() as u64))
-                        };
+                        let wait = backoff(self.s.restart_base, self.s.restart_max, a.failures);
                         a.failures += 1;
                         log::warn!("{name} exited ({status}) after {up:?}; restarting in {wait:?}");
                         Phase::Backoff(Instant::now() + wait)
@@ -668,6 +662,26 @@ impl Supervisor {
     }
 }
 
+/// The restart delay after `failures` consecutive crashes: `base` doubled per
+/// crash, capped at `max`.
+pub fn backoff(base: Duration, max: Duration, failures: u32) -> Duration {
+    let ms = (base.as_millis() as u64).saturating_mul(1u64 << failures.min(20));
+    Duration::from_millis(ms).min(max)
+}
+
 fn mtime(p: &std::path::Path) -> Option<SystemTime> {
     std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_backoff_doubles_and_is_capped() {
+        let (base, max) = (Duration::from_secs(1), Duration::from_secs(60));
+        let waits: Vec<u64> = (0..9).map(|f| backoff(base, max, f).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(backoff(base, max, u32::MAX), max);
+    }
 }
