@@ -87,7 +87,10 @@ fn a_spawn_request_runs_after_the_operator_approves() {
     assert!(out.contains("kid3 spawned"), "{out}");
     up.wait_running("kid3");
     let (_, out, _) = run_hive(&["agents", "--socket", socket], None, &[]);
-    let row = out.lines().find(|l| l.starts_with("kid3")).unwrap_or_default();
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("kid3"))
+        .unwrap_or_default();
     assert!(row.contains("boss") && row.contains("running"), "{out}");
     let fleet = std::fs::read_to_string(up.fleet_file()).unwrap();
     let cfg = hyperhive::config::HiveConfig::parse(&fleet).unwrap();
@@ -508,4 +511,71 @@ fn hive_mcp_lists_privileged_tools_but_the_broker_decides() {
     let text = kid.tool_error(1, "kill", json!({"name": "kid2"}));
     assert!(text.contains("lifecycle tool group"), "{text}");
     assert_eq!(up.state("kid2").unwrap().state, "running");
+}
+
+#[test]
+fn hive_up_without_a_config_runs_ruth_in_hive_data_and_prints_the_pages() {
+    use common::hive::{hive_bin, FakeClaude, TempDir};
+    use std::io::BufRead;
+    let dir = TempDir::new("up0");
+    let fake = dir.path().join("fake");
+    std::fs::create_dir_all(&fake).unwrap();
+    let mut child = std::process::Command::new(hive_bin())
+        .arg("up")
+        .current_dir(dir.path())
+        .env("HIVE_CLAUDE_BIN", FakeClaude::bin())
+        .env("FAKE_CLAUDE_DIR", &fake)
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("HIVE_UP_STOP_GRACE_MS", "3000")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l.starts_with("ruth: ")) {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(l) => lines.push(l),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("no page printed: {lines:?}");
+            }
+        }
+    }
+    let ruth = lines.iter().find(|l| l.starts_with("ruth: ")).unwrap();
+    assert!(ruth.starts_with("ruth: http://127.0.0.1:"), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("dashboard: http://127.0.0.1:")),
+        "{lines:?}"
+    );
+    let data = dir.path().join("hive-data");
+    let cfg = hyperhive::config::HiveConfig::load(&data.join("hive.json")).unwrap();
+    assert_eq!(cfg.agents.len(), 1);
+    assert_eq!(cfg.agents[0].name, "ruth");
+    // The operator commands find ./hive-data/run/host.sock by themselves.
+    let out = std::process::Command::new(hive_bin())
+        .arg("agents")
+        .current_dir(dir.path())
+        .env_remove("HIVE_HOST_SOCKET")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ruth"), "{text}");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = wait_for(Duration::from_secs(20), "hive up to stop", || {
+        child.try_wait().ok().flatten()
+    });
+    assert!(status.success(), "{status}");
 }
