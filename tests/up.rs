@@ -579,3 +579,29 @@ fn hive_up_without_a_config_runs_ruth_in_hive_data_and_prints_the_pages() {
     });
     assert!(status.success(), "{status}");
 }
+
+#[test]
+fn sigterm_requeues_an_inflight_turn_and_the_next_hive_up_finishes_it() {
+    let mut up = up();
+    let fake = up.fake("pal");
+    let next = fake.count() + 1;
+    fake.step(next, "sleep 30; ok_turn slow");
+    ok(
+        &mut up.host(),
+        Request::Send {
+            to: "pal".into(),
+            body: "a long job".into(),
+            in_reply_to: None,
+        },
+    );
+    fake.wait_count(next);
+    let status = up.terminate();
+    assert!(status.success(), "{status}");
+    up.restart(&AGENTS);
+    up.wait_prompt("pal", "a long job", 2);
+    wait_for(Duration::from_secs(30), "pal's inbox to drain", || {
+        let r: wire::AgentsReply = up.host().call_as(&Request::Agents {}).ok()?;
+        let pal = r.agents.into_iter().find(|a| a.name == "pal")?;
+        (pal.unread == 0 && pal.inflight.is_none()).then_some(())
+    });
+}

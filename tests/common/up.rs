@@ -27,28 +27,7 @@ impl Up {
         let shared = dir.path().join("fake-shared");
         std::fs::create_dir_all(&shared).unwrap();
         std::fs::write(dir.path().join("hive.json"), text).unwrap();
-        let log = std::fs::File::create(dir.path().join("up.log")).unwrap();
-        let child = Command::new(hive_bin())
-            .arg("up")
-            .arg("--config")
-            .arg(dir.path().join("hive.json"))
-            .arg("--data")
-            .arg(dir.path().join("d"))
-            .env("HIVE_CLAUDE_BIN", FakeClaude::bin())
-            .env("FAKE_CLAUDE_DIR", &shared)
-            .env("ANTHROPIC_API_KEY", "sk-test")
-            .env("HIVE_UP_RESTART_BASE_MS", "100")
-            .env("HIVE_UP_WATCH_MS", "100")
-            .env("HIVE_UP_STOP_GRACE_MS", "3000")
-            .env("HIVE_POLL_MS", "50")
-            .env("HIVE_KILL_GRACE_MS", "300")
-            .env("HIVE_RECONNECT_MAX_MS", "300")
-            .env("RUST_LOG", "debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn hive up");
+        let child = spawn(dir.path());
         let up = Up {
             dir,
             child: Some(child),
@@ -140,6 +119,47 @@ impl Up {
             c.try_wait().ok().flatten()
         })
     }
+}
+
+impl Up {
+    /// Starts `hive up` again on the same fleet file and data dir (after
+    /// [`Up::terminate`]).
+    pub fn restart(&mut self, agents: &[&str]) {
+        assert!(self.child.is_none(), "terminate first");
+        self.child = Some(spawn(self.dir.path()));
+        for a in agents {
+            self.wait_running(a);
+        }
+    }
+}
+
+fn spawn(dir: &std::path::Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("up.log"))
+        .unwrap();
+    Command::new(hive_bin())
+        .arg("up")
+        .arg("--config")
+        .arg(dir.join("hive.json"))
+        .arg("--data")
+        .arg(dir.join("d"))
+        .env("HIVE_CLAUDE_BIN", FakeClaude::bin())
+        .env("FAKE_CLAUDE_DIR", dir.join("fake-shared"))
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("HIVE_UP_RESTART_BASE_MS", "100")
+        .env("HIVE_UP_WATCH_MS", "100")
+        .env("HIVE_UP_STOP_GRACE_MS", "3000")
+        .env("HIVE_POLL_MS", "50")
+        .env("HIVE_KILL_GRACE_MS", "300")
+        .env("HIVE_RECONNECT_MAX_MS", "300")
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn hive up")
 }
 
 impl Drop for Up {
