@@ -260,9 +260,8 @@ impl Supervisor {
                 Then::Start { .. } => Phase::Backoff(Instant::now()),
             },
         };
-        if let Then::Start { rebuild: true } = then {
-            a.rebuilding = true;
-        }
+        // A later kill or restart supersedes a rebuild in flight.
+        a.rebuilding = then == (Then::Start { rebuild: true });
         Ok(())
     }
 
