@@ -605,3 +605,46 @@ fn sigterm_requeues_an_inflight_turn_and_the_next_hive_up_finishes_it() {
         (pal.unread == 0 && pal.inflight.is_none()).then_some(())
     });
 }
+
+#[test]
+fn a_rebuilt_binary_makes_every_agent_stale_until_updated() {
+    let up = Up::start_with(FLEET, &AGENTS, true);
+    for a in AGENTS {
+        up.wait_prompt(a, KICK, 1);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    up.rebuild_binary();
+    // boss hears about its children; pal (a root) is the operator's.
+    up.wait_prompt("boss", "[needs_update] kid1", 1);
+    up.wait_prompt("boss", "[needs_update] kid2", 1);
+    wait_for(
+        Duration::from_secs(20),
+        "the operator to hear about pal",
+        || {
+            let r: wire::MessagesReply = up
+                .host()
+                .call_as(&Request::Inbox {
+                    wait_seconds: None,
+                    peek: true,
+                })
+                .ok()?;
+            r.messages
+                .iter()
+                .any(|m| m.kind == "needs_update" && m.body.contains("pal"))
+                .then_some(())
+        },
+    );
+    ok(
+        &mut up.agent("boss"),
+        Request::Update {
+            name: "kid1".into(),
+        },
+    );
+    up.wait_prompt("boss", "[rebuilt] kid1", 1);
+    assert!(up.state("kid1").unwrap().up_to_date);
+    assert!(
+        !up.state("kid2").unwrap().up_to_date,
+        "kid2 was not updated"
+    );
+    assert_eq!(up.prompts_with("boss", "[rebuilt] kid2"), 0);
+}

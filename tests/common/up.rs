@@ -17,7 +17,16 @@ impl Up {
     /// Starts `hive up` with `fleet` (JSON; `@FAKE(name)` is replaced by that
     /// agent's fake-claude dir) and waits until every agent of it runs.
     pub fn start(fleet: &str, agents: &[&str]) -> Up {
+        Up::start_with(fleet, agents, false)
+    }
+
+    /// Like [`Up::start`]; with `own_binary` it runs a copy of `hive` at
+    /// `DIR/hive`, which a test may replace to look like a rebuild.
+    pub fn start_with(fleet: &str, agents: &[&str], own_binary: bool) -> Up {
         let dir = TempDir::new("up");
+        if own_binary {
+            std::fs::copy(hive_bin(), dir.path().join("hive")).unwrap();
+        }
         let mut text = fleet.to_string();
         for a in agents {
             let fake = dir.path().join(format!("fake-{a}"));
@@ -40,6 +49,18 @@ impl Up {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("up.log")).unwrap_or_default()
+    }
+
+    /// Replaces `DIR/hive` with a new file (a rebuild, as far as crash_watch
+    /// can tell); only after `start_with(.., true)`.
+    pub fn rebuild_binary(&self) {
+        let bin = self.dir.path().join("hive");
+        let tmp = self.dir.path().join("hive.new");
+        std::fs::copy(&bin, &tmp).unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&tmp).unwrap();
+        std::io::Write::write_all(&mut f, b"\0").unwrap();
+        drop(f);
+        std::fs::rename(&tmp, &bin).unwrap();
     }
 
     pub fn fleet_file(&self) -> PathBuf {
@@ -139,7 +160,9 @@ fn spawn(dir: &std::path::Path) -> Child {
         .append(true)
         .open(dir.join("up.log"))
         .unwrap();
-    Command::new(hive_bin())
+    let own = dir.join("hive");
+    let bin = if own.exists() { own } else { hive_bin() };
+    Command::new(bin)
         .arg("up")
         .arg("--config")
         .arg(dir.join("hive.json"))
