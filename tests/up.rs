@@ -648,3 +648,25 @@ fn a_rebuilt_binary_makes_every_agent_stale_until_updated() {
     );
     assert_eq!(up.prompts_with("boss", "[rebuilt] kid2"), 0);
 }
+
+#[test]
+fn credentials_appearing_and_going_are_reported_to_the_manager() {
+    let fleet = r#"{"agents": [
+      {"name": "boss", "env": {"FAKE_CLAUDE_DIR": "@FAKE(boss)", "ANTHROPIC_API_KEY": "sk-test"}},
+      {"name": "kid", "parent": "boss", "env": {"FAKE_CLAUDE_DIR": "@FAKE(kid)"}}
+    ]}"#;
+    let up = Up::start_opts(fleet, &["boss", "kid"], false, false);
+    up.wait_prompt("boss", KICK, 1);
+    assert!(!up.state("kid").unwrap().logged_in);
+    // Seeded as logged out: nothing fires for that at boot.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(up.prompts_with("boss", "[needs_login] kid"), 0);
+    let creds = up.data().join("agents/kid/claude/.credentials.json");
+    std::fs::write(&creds, "{}").unwrap();
+    up.wait_prompt("boss", "[logged_in] kid", 1);
+    // The harness resumes from its login park and runs its kick turn.
+    up.wait_prompt("kid", KICK, 1);
+    std::fs::remove_file(&creds).unwrap();
+    up.wait_prompt("boss", "[needs_login] kid", 1);
+    assert_eq!(up.prompts_with("boss", "[logged_in] kid"), 1);
+}

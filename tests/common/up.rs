@@ -23,7 +23,17 @@ impl Up {
     /// Like [`Up::start`]; with `own_binary` it runs a copy of `hive` at
     /// `DIR/hive`, which a test may replace to look like a rebuild.
     pub fn start_with(fleet: &str, agents: &[&str], own_binary: bool) -> Up {
+        Up::start_opts(fleet, agents, own_binary, true)
+    }
+
+    /// With `api_key: false`, `hive up` itself has no `ANTHROPIC_API_KEY`: each
+    /// agent has credentials only if its fleet entry's `env` gives it some.
+    /// Agents are only waited for as far as the supervisor running them.
+    pub fn start_opts(fleet: &str, agents: &[&str], own_binary: bool, api_key: bool) -> Up {
         let dir = TempDir::new("up");
+        if !api_key {
+            std::fs::write(dir.path().join("no-key"), "").unwrap();
+        }
         if own_binary {
             std::fs::copy(hive_bin(), dir.path().join("hive")).unwrap();
         }
@@ -42,7 +52,13 @@ impl Up {
             child: Some(child),
         };
         for a in agents {
-            up.wait_running(a);
+            if api_key {
+                up.wait_running(a);
+            } else {
+                wait_for(Duration::from_secs(30), "the supervisor to run it", || {
+                    (up.state(a)?.state == "running").then_some(())
+                });
+            }
         }
         up
     }
@@ -162,21 +178,29 @@ fn spawn(dir: &std::path::Path) -> Child {
         .unwrap();
     let own = dir.join("hive");
     let bin = if own.exists() { own } else { hive_bin() };
-    Command::new(bin)
-        .arg("up")
+    let mut cmd = Command::new(bin);
+    // A test that wants an agent without credentials marks it with `no-key`;
+    // the others get their key from the fleet file then.
+    if !dir.join("no-key").exists() {
+        cmd.env("ANTHROPIC_API_KEY", "sk-test");
+    } else {
+        cmd.env_remove("ANTHROPIC_API_KEY");
+    }
+    cmd.arg("up")
         .arg("--config")
         .arg(dir.join("hive.json"))
         .arg("--data")
         .arg(dir.join("d"))
         .env("HIVE_CLAUDE_BIN", FakeClaude::bin())
         .env("FAKE_CLAUDE_DIR", dir.join("fake-shared"))
-        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
         .env("HIVE_UP_RESTART_BASE_MS", "100")
         .env("HIVE_UP_WATCH_MS", "100")
         .env("HIVE_UP_STOP_GRACE_MS", "3000")
         .env("HIVE_POLL_MS", "50")
         .env("HIVE_KILL_GRACE_MS", "300")
         .env("HIVE_RECONNECT_MAX_MS", "300")
+        .env("HIVE_LOGIN_POLL_MS", "100")
         .env("RUST_LOG", "debug")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
