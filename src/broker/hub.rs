@@ -63,12 +63,27 @@ pub enum HubMsg {
     Shutdown,
 }
 
+/// Work the hub has authorised but that would block it (running a command):
+/// the connection thread runs it and sends the answer line it returns.
+pub type Job = Box<dyn FnOnce() -> String + Send>;
+
 /// The hub's answer to a call.
-#[derive(Debug)]
 pub enum Outcome {
     Answer(String),
     /// Nothing yet; the waiter is registered and will be signalled.
     Wait,
+    /// Authorised; the caller's connection thread computes the answer.
+    Offload(Job),
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Answer(line) => f.debug_tuple("Answer").field(line).finish(),
+            Outcome::Wait => f.write_str("Wait"),
+            Outcome::Offload(_) => f.write_str("Offload(..)"),
+        }
+    }
 }
 
 /// Payloads longer than this spill from a reminder row to a file.
@@ -475,7 +490,10 @@ impl Hub {
                 self.get_logs(a, agent, lines)
             }
             (Identity::Agent(a), Request::GetHostJournal { unit, lines }) => {
-                self.get_host_journal(a, unit, lines)
+                match self.host_journal_job(a, unit, lines) {
+                    Ok(job) => return Outcome::Offload(job),
+                    Err(e) => Err(e),
+                }
             }
             (Identity::Operator, Request::Approvals {}) => self.approvals(),
             (Identity::Operator, Request::Approve { id }) => self.approve(id),

@@ -510,12 +510,15 @@ impl Hub {
         Ok(wire::ok_line(&wire::TextReply { text }))
     }
 
-    pub(super) fn get_host_journal(
+    /// Checks the `read_host_journal` capability and the arguments; the
+    /// returned job runs journalctl on the caller's connection thread, so a slow
+    /// journal never holds up the hub.
+    pub(super) fn host_journal_job(
         &self,
         caller: &str,
         unit: Option<String>,
         lines: Option<u64>,
-    ) -> HubResult {
+    ) -> Result<super::Job, String> {
         let cap = self
             .cfg
             .agent(caller)
@@ -525,44 +528,16 @@ impl Hub {
                 "get_host_journal needs the read_host_journal capability, which {caller} is not granted"
             ));
         }
-        let n = lines.unwrap_or(100).clamp(1, MAX_LINES);
-        let mut cmd = std::process::Command::new("journalctl");
-        cmd.args(["--no-pager", "-q", "-n", &n.to_string()]);
         if let Some(u) = &unit {
             if u.is_empty() || u.starts_with('-') || u.contains(char::is_whitespace) {
                 return Err(format!("unit {u:?} is not a unit name"));
             }
-            cmd.args(["-u", u]);
         }
-        cmd.stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let child = cmd.spawn().map_err(|e| {
-            format!(
-                "journalctl is not available on this host ({e}); there is no host journal to read"
-            )
-        })?;
-        let pid = child.id();
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Ok(out)) if out.status.success() => Ok(wire::ok_line(&wire::TextReply {
-                text: String::from_utf8_lossy(&out.stdout).into_owned(),
-            })),
-            Ok(Ok(out)) => Err(format!(
-                "journalctl failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )),
-            Ok(Err(e)) => Err(format!("journalctl failed: {e}")),
-            Err(_) => {
-                // SAFETY: kill(2) on the journalctl we spawned.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-                Err("journalctl did not answer within 10 s".into())
-            }
-        }
+        let n = lines.unwrap_or(100).clamp(1, MAX_LINES);
+        Ok(Box::new(move || match read_journal(unit.as_deref(), n) {
+            Ok(text) => wire::ok_line(&wire::TextReply { text }),
+            Err(e) => wire::err_line(&e),
+        }))
     }
 
     /// The supervisor applied `a`: the hub's rules follow.
@@ -589,6 +564,42 @@ impl Hub {
             .recv_timeout(SUPERVISOR_TIMEOUT)
             .map_err(|_| "the supervisor did not answer in time".to_string())?;
         Ok(wire::ok_line(&wire::SupervisionReply { agents }))
+    }
+}
+
+/// `journalctl --no-pager -q -n N [-u UNIT]`, with a wall-clock limit.
+fn read_journal(unit: Option<&str>, n: u64) -> Result<String, String> {
+    let mut cmd = std::process::Command::new("journalctl");
+    cmd.args(["--no-pager", "-q", "-n", &n.to_string()]);
+    if let Some(u) = unit {
+        cmd.args(["-u", u]);
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().map_err(|e| {
+        format!("journalctl is not available on this host ({e}); there is no host journal to read")
+    })?;
+    let pid = child.id();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(Ok(out)) if out.status.success() => {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+        Ok(Ok(out)) => Err(format!(
+            "journalctl failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Ok(Err(e)) => Err(format!("journalctl failed: {e}")),
+        Err(_) => {
+            // SAFETY: kill(2) on the journalctl we spawned.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            Err("journalctl did not answer within 10 s".into())
+        }
     }
 }
 
