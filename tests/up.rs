@@ -561,6 +561,19 @@ fn hive_up_without_a_config_runs_ruth_in_hive_data_and_prints_the_pages() {
         "{lines:?}"
     );
     let data = dir.path().join("hive-data");
+    // The agent runs with the umask hive up was started with, not the broker's 077.
+    let umask = unsafe {
+        let old = libc::umask(0o022);
+        libc::umask(old);
+        old as u32
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(data.join("agents/ruth/state/hyperhive-port"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o666 & !umask, "umask {umask:o}");
     let cfg = hyperhive::config::HiveConfig::load(&data.join("hive.json")).unwrap();
     assert_eq!(cfg.agents.len(), 1);
     assert_eq!(cfg.agents[0].name, "ruth");

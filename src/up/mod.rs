@@ -44,6 +44,9 @@ pub struct UpSettings {
     pub watch_interval: Duration,
     pub log_max_bytes: u64,
     pub log_keep: u32,
+    /// The umask `hive up` was started with; the agents get it back (the broker
+    /// part of this process runs with 077).
+    pub child_umask: u32,
 }
 
 fn env_num(key: &str, default: u64) -> Result<u64, String> {
@@ -72,7 +75,18 @@ impl UpSettings {
             watch_interval: Duration::from_millis(env_num("HIVE_UP_WATCH_MS", 2000)?.max(50)),
             log_max_bytes: env_num("HIVE_UP_LOG_MAX_BYTES", 10 * 1024 * 1024)?,
             log_keep: env_num("HIVE_UP_LOG_KEEP", 3)? as u32,
+            child_umask: current_umask(),
         })
+    }
+}
+
+/// The process umask (read by setting it and putting it back).
+fn current_umask() -> u32 {
+    // SAFETY: umask(2) cannot fail; the old value is restored at once.
+    unsafe {
+        let old = libc::umask(0o022);
+        libc::umask(old);
+        old as u32
     }
 }
 

@@ -387,11 +387,14 @@ impl Supervisor {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        // SAFETY: prctl is async-signal-safe; it only asks the kernel to send the
-        // child SIGTERM if this thread (the supervisor) dies without stopping it.
+        let umask = self.s.child_umask as libc::mode_t;
+        // SAFETY: prctl and umask are async-signal-safe. PDEATHSIG asks the kernel
+        // to send the child SIGTERM if this thread (the supervisor) dies without
+        // stopping it; the umask is the one hive up was started with.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                libc::umask(umask);
                 Ok(())
             });
         }
