@@ -350,6 +350,30 @@ fn scheduling_logs_and_apply_commit() {
         },
     );
     assert!(e.contains("neither you nor one of your children"), "{e}");
+    // A patch file must be in the requester's own dir (relative to its state dir).
+    let state = up.data().join("agents/boss/state");
+    std::fs::write(state.join("kid2.json"), r#"{"model":"haiku"}"#).unwrap();
+    let r = ok(
+        &mut boss,
+        Request::RequestApplyCommit {
+            agent: "kid2".into(),
+            commit_ref: "kid2.json".into(),
+        },
+    );
+    assert!(r["id"].as_i64().is_some());
+    for outside in ["/etc/hostname", "../../kid1/state/x.json"] {
+        let e = refused(
+            &mut boss,
+            Request::RequestApplyCommit {
+                agent: "kid2".into(),
+                commit_ref: outside.into(),
+            },
+        );
+        assert!(
+            e.contains("outside your own dir") || e.contains("neither a JSON object"),
+            "{outside}: {e}"
+        );
+    }
     ok(&mut up.host(), Request::Approve { id });
     wait_for(Duration::from_secs(20), "kid1 to run its new entry", || {
         let s = up.state("kid1")?;

@@ -153,16 +153,31 @@ impl Hub {
         })))
     }
 
-    /// Reads `commit_ref`: an inline JSON object, or the path of a file holding one.
-    fn read_patch(commit_ref: &str) -> Result<Value, String> {
+    /// Reads `commit_ref`: an inline JSON object, or the path of a file holding
+    /// one. A file must lie inside the caller's own dir `STATE/agents/CALLER/`
+    /// (under `hive up` that holds its state dir, claude's cwd, against which a
+    /// relative path is resolved), so the broker never reads a file for an
+    /// agent that the agent could not have written.
+    fn read_patch(&self, caller: &str, commit_ref: &str) -> Result<Value, String> {
         let text = if commit_ref.trim_start().starts_with('{') {
             commit_ref.to_string()
         } else {
-            std::fs::read_to_string(commit_ref).map_err(|e| {
+            let own = self.settings.state_dir.join("agents").join(caller);
+            let path = own.join("state").join(commit_ref);
+            let not_readable = |e: std::io::Error| {
                 format!(
-                    "commit_ref {commit_ref:?} is neither a JSON object nor a readable file: {e}"
+                    "commit_ref {commit_ref:?} is neither a JSON object nor a readable file in your state dir: {e}"
                 )
-            })?
+            };
+            let real = path.canonicalize().map_err(not_readable)?;
+            let own = own.canonicalize().map_err(not_readable)?;
+            if !real.starts_with(&own) {
+                return Err(format!(
+                    "commit_ref {commit_ref:?} is outside your own dir {}; write the patch into your state dir, or pass it inline",
+                    own.display()
+                ));
+            }
+            std::fs::read_to_string(&real).map_err(not_readable)?
         };
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| format!("commit_ref is not valid JSON: {e}"))?;
@@ -209,7 +224,7 @@ impl Hub {
                 "request_apply_commit: {agent} is neither you nor one of your children"
             ));
         }
-        let patch = Self::read_patch(commit_ref)?;
+        let patch = self.read_patch(caller, commit_ref)?;
         self.patched(agent, &patch)?;
         let id = self
             .db
