@@ -18,6 +18,20 @@ pub struct CommandHelp {
 
 pub const COMMANDS: &[CommandHelp] = &[
     CommandHelp {
+        name: "up",
+        summary: "run a whole hive: the broker and one supervised `hive serve` per agent",
+        usage: "hive up [--config FILE] [--data DIR]
+
+  --config FILE       the fleet file (JSON, see docs/fleet.md); without it a one-agent
+                      hive (`ruth`) whose fleet file is DIR/hive.json
+  --data DIR          where everything lives: broker.db, run/ (sockets), agents/NAME/,
+                      logs/NAME.log (default ./hive-data)
+
+Prints each agent's page. Ctrl-C or SIGTERM stops every agent (inflight messages
+are requeued), then the broker. Operator commands find DIR/run/host.sock through
+--socket or HIVE_HOST_SOCKET (./hive-data/run/host.sock is found by itself).",
+    },
+    CommandHelp {
         name: "broker",
         summary: "run the host-side message broker (sqlite store, one socket per agent)",
         usage: "hive broker [--state-dir DIR] [--run-dir DIR] [--agents a,b,...] [--config FILE] [--durability normal|full]
@@ -139,6 +153,21 @@ Prints the script that bash tasks source through BASH_ENV (install it as
 run, doc, bench, install, rustc and fix; see docs/deploy.md.",
     },
     CommandHelp {
+        name: "approvals",
+        summary: "operator: list pending approvals (spawns and fleet-entry changes)",
+        usage: "hive approvals [--socket PATH] [--json]",
+    },
+    CommandHelp {
+        name: "approve",
+        summary: "operator: approve and carry out a pending approval",
+        usage: "hive approve [--socket PATH] [--json] ID",
+    },
+    CommandHelp {
+        name: "deny",
+        summary: "operator: deny a pending approval; the requester is told why",
+        usage: "hive deny [--socket PATH] [--json] [--why TEXT] ID",
+    },
+    CommandHelp {
         name: "cancel-question",
         summary: "operator: withdraw a pending question (the asker gets [cancelled by operator])",
         usage: "hive cancel-question [--socket PATH] [--json] ID",
@@ -196,6 +225,13 @@ pub struct InboxArgs {
 }
 
 #[derive(Debug, Clone, PartialEq)]
+pub struct DenyArgs {
+    pub host: HostArgs,
+    pub id: i64,
+    pub why: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct AnswerArgs {
     pub host: HostArgs,
     pub id: i64,
@@ -217,6 +253,10 @@ pub enum Command {
     Help(Option<&'static str>),
     Version,
     Broker(BrokerArgs),
+    Up(crate::up::UpArgs),
+    Approvals(HostArgs),
+    Approve(HostArgs, i64),
+    Deny(DenyArgs),
     Serve(ServeArgs),
     /// `hive mcp`: its settings come from the environment.
     Mcp,
@@ -287,6 +327,19 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
     let cmd = entry.name;
     match cmd {
         "broker" => parse_broker(&mut p),
+        "up" => {
+            let mut a = crate::up::UpArgs::default();
+            while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+                match arg {
+                    Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
+                    Long("config") => a.config = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+                    Long("data") => a.data = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+                    other => return Err(err(cmd, other.unexpected().to_string())),
+                }
+            }
+            Ok(Command::Up(a))
+        }
+        "approvals" | "approve" | "deny" => parse_approval(cmd, &mut p),
         "serve" => parse_serve(&mut p),
         "mcp" => match p.next().map_err(|e| lex(cmd, e))? {
             None => Ok(Command::Mcp),
@@ -477,6 +530,39 @@ fn parse_inbox(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
     Ok(Command::Inbox(a))
 }
 
+fn parse_approval(cmd: &'static str, p: &mut lexopt::Parser) -> Result<Command, UsageError> {
+    let mut host = HostArgs::default();
+    let (mut id, mut why) = (None, None);
+    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+        match arg {
+            Long("socket") => host.socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            Long("json") => host.json = true,
+            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
+            Long("why") if cmd == "deny" => {
+                why = Some(string(cmd, p.value().map_err(|e| lex(cmd, e))?)?)
+            }
+            Value(v) if cmd != "approvals" && id.is_none() => {
+                let v = string(cmd, v)?;
+                id = Some(
+                    v.trim_start_matches('#')
+                        .parse::<i64>()
+                        .map_err(|_| err(cmd, format!("ID must be a number, got {v:?}")))?,
+                );
+            }
+            other => return Err(err(cmd, other.unexpected().to_string())),
+        }
+    }
+    if cmd == "approvals" {
+        return Ok(Command::Approvals(host));
+    }
+    let id = id.ok_or_else(|| err(cmd, "missing ID"))?;
+    Ok(if cmd == "approve" {
+        Command::Approve(host, id)
+    } else {
+        Command::Deny(DenyArgs { host, id, why })
+    })
+}
+
 fn parse_answer(cmd: &'static str, p: &mut lexopt::Parser) -> Result<Command, UsageError> {
     let mut host = HostArgs::default();
     let mut values = Vec::new();
@@ -576,6 +662,25 @@ mod tests {
         );
         assert_eq!(run(&["bash-mcp"]).unwrap(), Command::BashMcp(None));
         assert_eq!(run(&["env-script"]).unwrap(), Command::EnvScript);
+        assert_eq!(
+            run(&["up", "--config", "h.json", "--data", "d"]).unwrap(),
+            Command::Up(crate::up::UpArgs {
+                config: Some("h.json".into()),
+                data: Some("d".into())
+            })
+        );
+        assert_eq!(
+            run(&["approve", "#3"]).unwrap(),
+            Command::Approve(HostArgs::default(), 3)
+        );
+        assert_eq!(
+            run(&["deny", "4", "--why", "not now"]).unwrap(),
+            Command::Deny(DenyArgs {
+                host: HostArgs::default(),
+                id: 4,
+                why: Some("not now".into())
+            })
+        );
     }
 
     #[test]
@@ -594,6 +699,9 @@ mod tests {
             (&["bash-mcp", "--state-dir", "x"], "--state-dir"),
             (&["bash-daemon", "--socket"], "--socket"),
             (&["env-script", "x"], "x"),
+            (&["approve"], "missing ID"),
+            (&["deny", "x"], "must be a number"),
+            (&["up", "--agents", "a"], "--agents"),
         ];
         for (args, want) in cases {
             let e = run(args).unwrap_err();

@@ -20,14 +20,14 @@ pub const RESERVED_NAMES: [&str; 5] = ["operator", "system", "self", "parent", "
 #[serde(deny_unknown_fields)]
 pub struct HiveConfig {
     /// Shown as `on hive `NAME`` in prompts and returned by `get_agent_meta`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hive_name: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub swarm_name: Option<String>,
     /// Group id given to the host (operator) socket, which is then mode 0660.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_gid: Option<u32>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agents: Vec<AgentConfig>,
 }
 
@@ -38,26 +38,26 @@ pub struct AgentConfig {
     /// At most 9 characters of `[a-z0-9-]`.
     pub name: String,
     /// Another agent's name; absent means a root agent whose parent is the operator.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
     /// When non-empty, the only recipients `send` accepts (the parent always is).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_recipients: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Tool group names; absent or empty means the default preset.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_groups: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capabilities: Vec<String>,
     /// Owner of the agent's socket, so a harness running as that user connects.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket_uid: Option<u32>,
     /// Group of the agent's socket; when set the socket is mode 0660.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket_gid: Option<u32>,
     /// Extra environment for the agent's harness (`hive up` passes it on).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
 }
 

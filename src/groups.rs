@@ -83,7 +83,9 @@ impl ToolGroup {
             ToolGroup::Lifecycle => &["request_spawn", "kill", "start", "restart", "update"],
             ToolGroup::Approvals => &["request_apply_commit"],
             ToolGroup::Scheduling => &["schedule_prompt", "list_scheduled", "cancel_scheduled"],
-            ToolGroup::Diagnostics => &["get_logs"],
+            // Listed with the group; the broker also wants the read_host_journal
+            // capability for get_host_journal.
+            ToolGroup::Diagnostics => &["get_logs", "get_host_journal"],
         }
     }
 

@@ -10,5 +10,6 @@ pub mod groups;
 pub mod harness;
 pub mod mcp;
 pub mod ops;
+pub mod up;
 pub mod web;
 pub mod wire;

@@ -41,6 +41,10 @@ fn main() -> ExitCode {
             Err(broker::BrokerError::Run(e)) => Err(e),
             Ok(()) => Ok(()),
         },
+        Command::Up(a) => hyperhive::up::run(a),
+        Command::Approvals(h) => ops::approvals(&h),
+        Command::Approve(h, id) => ops::approve(&h, id),
+        Command::Deny(a) => ops::deny(&a),
         Command::Serve(a) => harness::serve::run(a),
         Command::Mcp => match mcp::hyperhive::main() {
             Ok(code) => std::process::exit(code),

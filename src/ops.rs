@@ -1,10 +1,11 @@
 //! The client commands: `hive wake` for scripts inside an agent's container and
 //! the operator commands (`send`, `inbox`, `agents`, `questions`, `answer`,
-//! `cancel-question`) on the host socket. Each is one or two requests over
+//! `cancel-question`, `approvals`,
+//! `approve`, `deny`) on the host socket. Each is one or two requests over
 //! [`crate::wire::Client`], printed as plain text for people or `--json` for
 //! scripts.
 
-use crate::cli::{AnswerArgs, HostArgs, InboxArgs, SendArgs, WakeArgs};
+use crate::cli::{AnswerArgs, DenyArgs, HostArgs, InboxArgs, SendArgs, WakeArgs};
 use crate::wire::{self, Client, Request};
 use serde_json::Value;
 use std::io::Read;
@@ -26,8 +27,18 @@ pub fn socket_path(flag: &Option<PathBuf>, env: &str, default: &str) -> PathBuf 
         .unwrap_or_else(|| PathBuf::from(default))
 }
 
+/// Where `hive up` with the default data dir puts the host socket, relative to
+/// the directory it was started in; operator commands use it when it exists and
+/// neither `--socket` nor `HIVE_HOST_SOCKET` says otherwise.
+pub const UP_HOST_SOCKET: &str = "hive-data/run/host.sock";
+
 fn host_client(h: &HostArgs) -> Result<Client, String> {
-    let path = socket_path(&h.socket, "HIVE_HOST_SOCKET", DEFAULT_HOST_SOCKET);
+    let fallback = if std::path::Path::new(UP_HOST_SOCKET).exists() {
+        UP_HOST_SOCKET
+    } else {
+        DEFAULT_HOST_SOCKET
+    };
+    let path = socket_path(&h.socket, "HIVE_HOST_SOCKET", fallback);
     Client::connect(&path).map_err(|e| e.to_string())
 }
 
@@ -146,8 +157,10 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
         println!("{}", wire::ok_line(&r));
         return Ok(());
     }
+    // Under `hive up` the supervisor's view replaces the bare yes/no.
+    let sup: Option<wire::SupervisionReply> = c.call_as(&Request::Supervision {}).ok();
     println!(
-        "{:<10} {:<10} {:>6} {:>9} {:<8} STATUS",
+        "{:<10} {:<10} {:>6} {:>9} {:<10} STATUS",
         "NAME", "PARENT", "UNREAD", "INFLIGHT", "RUNNING"
     );
     for a in r.agents {
@@ -155,14 +168,20 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
             .inflight
             .map(|i| format!("#{i}"))
             .unwrap_or_else(|| "-".into());
+        let state = sup
+            .as_ref()
+            .and_then(|s| s.agents.iter().find(|x| x.name == a.name))
+            .map(|s| {
+                let mut t = s.state.clone();
+                if !s.up_to_date {
+                    t.push('*');
+                }
+                t
+            });
+        let running = state.unwrap_or_else(|| if a.running { "yes" } else { "no" }.into());
         println!(
-            "{:<10} {:<10} {:>6} {:>9} {:<8} {}",
-            a.name,
-            a.parent,
-            a.unread,
-            inflight,
-            if a.running { "yes" } else { "no" },
-            a.status_text
+            "{:<10} {:<10} {:>6} {:>9} {:<10} {}",
+            a.name, a.parent, a.unread, inflight, running, a.status_text
         );
     }
     Ok(())
@@ -226,6 +245,64 @@ pub fn cancel_question(h: &HostArgs, id: i64) -> Result<(), String> {
         print_json(r);
     } else {
         println!("cancelled #{id}");
+    }
+    Ok(())
+}
+
+pub fn approvals(h: &HostArgs) -> Result<(), String> {
+    let mut c = host_client(h)?;
+    let r: wire::ApprovalsReply = c
+        .call_as(&Request::Approvals {})
+        .map_err(|e| e.to_string())?;
+    if h.json {
+        println!("{}", wire::ok_line(&r));
+        return Ok(());
+    }
+    if r.approvals.is_empty() {
+        println!("no pending approvals");
+    }
+    for a in r.approvals {
+        println!(
+            "#{} {} of {} requested by {} at {}:\n  {}",
+            a.id,
+            a.kind,
+            a.agent,
+            a.requester,
+            fmt_time(a.created_at),
+            a.payload
+        );
+    }
+    Ok(())
+}
+
+pub fn approve(h: &HostArgs, id: i64) -> Result<(), String> {
+    let mut c = host_client(h)?;
+    let r = c
+        .call(&Request::Approve { id })
+        .map_err(|e| e.to_string())?;
+    if h.json {
+        print_json(r);
+    } else {
+        println!(
+            "approved #{id}: {}",
+            r.get("text").and_then(Value::as_str).unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+pub fn deny(a: &DenyArgs) -> Result<(), String> {
+    let mut c = host_client(&a.host)?;
+    let r = c
+        .call(&Request::Deny {
+            id: a.id,
+            why: a.why.clone(),
+        })
+        .map_err(|e| e.to_string())?;
+    if a.host.json {
+        print_json(r);
+    } else {
+        println!("denied #{}", a.id);
     }
     Ok(())
 }

@@ -142,6 +142,66 @@ pub enum Request {
     Questions {},
     /// Operator: withdraws a pending question with `[cancelled by operator]`.
     CancelQuestion { id: i64 },
+    /// Lifecycle: asks the operator to approve a new child agent `name`.
+    RequestSpawn { name: String },
+    /// Lifecycle: stops one of the caller's children (it stays stopped).
+    Kill { name: String },
+    /// Lifecycle: starts one of the caller's stopped children.
+    Start { name: String },
+    /// Lifecycle: stops and starts one of the caller's children.
+    Restart { name: String },
+    /// Lifecycle: restarts a child onto the current binary and fleet-file entry.
+    Update { name: String },
+    /// Approvals: proposes a change to an agent's fleet-file entry (a JSON merge
+    /// patch, inline or in a file), applied once the operator approves.
+    RequestApplyCommit { agent: String, commit_ref: String },
+    /// Scheduling: a message into the caller's own inbox, once or repeatedly.
+    SchedulePrompt {
+        body: String,
+        #[serde(default)]
+        at_unix_timestamp: Option<i64>,
+        #[serde(default)]
+        delay_seconds: Option<u64>,
+        #[serde(default)]
+        every_seconds: Option<u64>,
+    },
+    /// Scheduling: the caller's scheduled prompts.
+    ListScheduled {},
+    /// Scheduling: deletes one of the caller's scheduled prompts.
+    CancelScheduled { id: i64 },
+    /// Diagnostics: the tail of an agent's supervised log.
+    GetLogs {
+        #[serde(default)]
+        agent: Option<String>,
+        #[serde(default)]
+        lines: Option<u64>,
+    },
+    /// Capability `read_host_journal`: the tail of the host's journal.
+    GetHostJournal {
+        #[serde(default)]
+        unit: Option<String>,
+        #[serde(default)]
+        lines: Option<u64>,
+    },
+    /// Operator: pending approvals.
+    Approvals {},
+    /// Operator: approves and carries out a pending approval.
+    Approve { id: i64 },
+    /// Operator: denies a pending approval; the requester is told why.
+    Deny {
+        id: i64,
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// Operator: the supervisor's view of every agent (`hive up` only).
+    Supervision {},
+    /// Operator: sets an agent's tool groups and capabilities; the fleet file is
+    /// rewritten and the agent restarts with them.
+    SetPermissions {
+        agent: String,
+        tool_groups: Vec<String>,
+        capabilities: Vec<String>,
+    },
 }
 
 impl Request {
@@ -171,6 +231,22 @@ impl Request {
             Request::Agents {} => "agents",
             Request::Questions {} => "questions",
             Request::CancelQuestion { .. } => "cancel_question",
+            Request::RequestSpawn { .. } => "request_spawn",
+            Request::Kill { .. } => "kill",
+            Request::Start { .. } => "start",
+            Request::Restart { .. } => "restart",
+            Request::Update { .. } => "update",
+            Request::RequestApplyCommit { .. } => "request_apply_commit",
+            Request::SchedulePrompt { .. } => "schedule_prompt",
+            Request::ListScheduled {} => "list_scheduled",
+            Request::CancelScheduled { .. } => "cancel_scheduled",
+            Request::GetLogs { .. } => "get_logs",
+            Request::GetHostJournal { .. } => "get_host_journal",
+            Request::Approvals {} => "approvals",
+            Request::Approve { .. } => "approve",
+            Request::Deny { .. } => "deny",
+            Request::Supervision {} => "supervision",
+            Request::SetPermissions { .. } => "set_permissions",
         }
     }
 
@@ -345,6 +421,66 @@ pub struct LooseEndsReply {
     /// Questions addressed to this agent that it has not answered.
     pub owed: Vec<Question>,
     pub reminders: Vec<Reminder>,
+    /// Prompts this agent scheduled (`schedule_prompt`).
+    #[serde(default)]
+    pub scheduled: Vec<Scheduled>,
+    /// Pending approvals: those the agent requested, and for a root agent every
+    /// pending approval of its tree.
+    #[serde(default)]
+    pub approvals: Vec<Approval>,
+}
+
+/// A scheduled prompt (`schedule_prompt`, `list_scheduled`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Scheduled {
+    pub id: i64,
+    pub agent: String,
+    pub body: String,
+    /// Unix seconds of the next delivery.
+    pub fire_at: i64,
+    /// Repeats every this many seconds; absent for a one-shot.
+    #[serde(default)]
+    pub every_seconds: Option<u64>,
+}
+
+/// Answer to `list_scheduled`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduledReply {
+    pub scheduled: Vec<Scheduled>,
+}
+
+/// A change waiting for the operator (`request_spawn`, `request_apply_commit`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    pub id: i64,
+    /// `spawn` or `apply_commit`.
+    pub kind: String,
+    pub requester: String,
+    /// The agent the change is about.
+    pub agent: String,
+    /// For `spawn`, the new entry; for `apply_commit`, the merge patch.
+    pub payload: Value,
+    /// `pending`, `approved`, `denied` or `cancelled`.
+    pub state: String,
+    pub created_at: i64,
+}
+
+/// Answer to `approvals`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalsReply {
+    pub approvals: Vec<Approval>,
+}
+
+/// Answer to `get_logs` and `get_host_journal`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TextReply {
+    pub text: String,
+}
+
+/// Answer to `supervision`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SupervisionReply {
+    pub agents: Vec<crate::up::supervisor::AgentState>,
 }
 
 /// Builds the `{"ok":true,...}` line for a typed answer.

@@ -181,6 +181,7 @@ impl Conn {
             }
             match reply_rx.recv() {
                 Ok(Outcome::Answer(line)) => return Ok(line),
+                Ok(Outcome::Offload(job)) => return Ok(job()),
                 Ok(Outcome::Wait) => {}
                 Err(_) => return Err(Abort::Stopping),
             }

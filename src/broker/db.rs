@@ -3,7 +3,7 @@
 //! each method is one short transaction, so an answer the broker sends after a
 //! write is an answer about committed data.
 
-use crate::wire::{Message, Question, Reminder};
+use crate::wire::{Approval, Message, Question, Reminder, Scheduled};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
@@ -59,6 +59,25 @@ CREATE TABLE IF NOT EXISTS reminders (
     spill_file TEXT,
     fire_at INTEGER NOT NULL,
     created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS scheduled (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent TEXT NOT NULL,
+    body TEXT NOT NULL,
+    fire_at INTEGER NOT NULL,
+    every_seconds INTEGER,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS approvals (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    requester TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    created_at INTEGER NOT NULL,
+    decided_at INTEGER,
+    why TEXT
 );
 CREATE TABLE IF NOT EXISTS agents (
     name TEXT PRIMARY KEY,
@@ -517,6 +536,131 @@ impl Db {
             )?;
         }
         Ok(spill)
+    }
+}
+
+impl Db {
+    pub fn insert_scheduled(
+        &self,
+        agent: &str,
+        body: &str,
+        fire_at: i64,
+        every: Option<u64>,
+        now: i64,
+    ) -> Res<i64> {
+        self.conn.execute(
+            "INSERT INTO scheduled (agent, body, fire_at, every_seconds, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![agent, body, fire_at, every.map(|e| e as i64), now],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    fn scheduled_where(&self, cond: &str, p: impl rusqlite::Params) -> Res<Vec<Scheduled>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT id, agent, body, fire_at, every_seconds FROM scheduled WHERE {cond}
+             ORDER BY fire_at, id"
+        ))?;
+        let rows = stmt.query_map(p, |r| {
+            Ok(Scheduled {
+                id: r.get(0)?,
+                agent: r.get(1)?,
+                body: r.get(2)?,
+                fire_at: r.get(3)?,
+                every_seconds: r.get::<_, Option<i64>>(4)?.map(|e| e as u64),
+            })
+        })?;
+        rows.collect()
+    }
+
+    pub fn scheduled_of(&self, agent: &str) -> Res<Vec<Scheduled>> {
+        self.scheduled_where("agent = ?1", params![agent])
+    }
+
+    pub fn due_scheduled(&self, now: i64) -> Res<Vec<Scheduled>> {
+        self.scheduled_where("fire_at <= ?1", params![now])
+    }
+
+    pub fn next_scheduled(&self) -> Res<Option<i64>> {
+        self.conn
+            .query_row("SELECT MIN(fire_at) FROM scheduled", [], |r| r.get(0))
+    }
+
+    /// Delivers a due scheduled prompt and moves it on (or deletes a one-shot),
+    /// atomically.
+    pub fn fire_scheduled(
+        &mut self,
+        s: &Scheduled,
+        next: Option<i64>,
+        msg: &NewMessage,
+        now: i64,
+    ) -> Res<()> {
+        let tx = self.conn.transaction()?;
+        match next {
+            Some(at) => tx.execute(
+                "UPDATE scheduled SET fire_at = ?1 WHERE id = ?2",
+                params![at, s.id],
+            )?,
+            None => tx.execute("DELETE FROM scheduled WHERE id = ?1", params![s.id])?,
+        };
+        tx.execute(
+            "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
+            params![msg.from, msg.to, msg.body, msg.kind, msg.in_reply_to, now],
+        )?;
+        tx.commit()
+    }
+
+    pub fn delete_scheduled(&self, agent: &str, id: i64) -> Res<bool> {
+        Ok(self.conn.execute(
+            "DELETE FROM scheduled WHERE id = ?1 AND agent = ?2",
+            params![id, agent],
+        )? == 1)
+    }
+
+    pub fn insert_approval(
+        &self,
+        kind: &str,
+        requester: &str,
+        agent: &str,
+        payload: &str,
+        now: i64,
+    ) -> Res<i64> {
+        self.conn.execute(
+            "INSERT INTO approvals (kind, requester, agent, payload, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![kind, requester, agent, payload, now],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    pub fn pending_approvals(&self) -> Res<Vec<Approval>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, kind, requester, agent, payload, state, created_at FROM approvals
+             WHERE state = 'pending' ORDER BY id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            let payload: String = r.get(4)?;
+            Ok(Approval {
+                id: r.get(0)?,
+                kind: r.get(1)?,
+                requester: r.get(2)?,
+                agent: r.get(3)?,
+                payload: serde_json::from_str(&payload).unwrap_or_default(),
+                state: r.get(5)?,
+                created_at: r.get(6)?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    /// Moves a pending approval to `state`; false when it was not pending.
+    pub fn decide_approval(&self, id: i64, state: &str, why: Option<&str>, now: i64) -> Res<bool> {
+        Ok(self.conn.execute(
+            "UPDATE approvals SET state = ?1, why = ?2, decided_at = ?3
+             WHERE id = ?4 AND state = 'pending'",
+            params![state, why, now, id],
+        )? == 1)
     }
 }
 

@@ -4,8 +4,13 @@
 //! [`HubMsg`] and get a finished answer line back, so every rule about who may do
 //! what lives in [`Hub::handle`] and no lock is ever shared.
 
+mod privileged;
+
+pub use privileged::merge_patch;
+
 use super::db::{Db, NewMessage};
 use crate::config::HiveConfig;
+use crate::up::supervisor::SupCmd;
 use crate::wire::{self, Request};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -44,16 +49,41 @@ pub enum HubMsg {
     },
     /// The connection is gone: release what it held.
     Closed { conn: ConnId },
+    /// A system event for an agent's (or the operator's) inbox, from the
+    /// supervisor's crash_watch.
+    System {
+        to: String,
+        kind: String,
+        body: String,
+    },
+    /// The supervisor (re)started an agent with this config: the hub's rules
+    /// follow it.
+    ApplyAgent(crate::config::AgentConfig),
     /// The broker is stopping: return and close the store.
     Shutdown,
 }
 
+/// Work the hub has authorised but that would block it (running a command):
+/// the connection thread runs it and sends the answer line it returns.
+pub type Job = Box<dyn FnOnce() -> String + Send>;
+
 /// The hub's answer to a call.
-#[derive(Debug)]
 pub enum Outcome {
     Answer(String),
     /// Nothing yet; the waiter is registered and will be signalled.
     Wait,
+    /// Authorised; the caller's connection thread computes the answer.
+    Offload(Job),
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Answer(line) => f.debug_tuple("Answer").field(line).finish(),
+            Outcome::Wait => f.write_str("Wait"),
+            Outcome::Offload(_) => f.write_str("Offload(..)"),
+        }
+    }
 }
 
 /// Payloads longer than this spill from a reminder row to a file.
@@ -70,6 +100,14 @@ pub struct HubSettings {
     pub state_dir: PathBuf,
     pub hyperhive_rev: String,
     pub remind_max_pending: u64,
+    /// The supervisor of `hive up`; `None` under plain `hive broker`.
+    pub supervisor: Option<Sender<SupCmd>>,
+    /// The fleet file that approved changes are written to.
+    pub config_path: Option<PathBuf>,
+    /// Where `hive up` keeps the agents' logs.
+    pub logs_dir: Option<PathBuf>,
+    /// Binds the socket of an agent spawned at run time.
+    pub listeners: Option<std::sync::Arc<super::Listeners>>,
 }
 
 enum Held {
@@ -166,6 +204,12 @@ impl Hub {
                     let _ = reply.send(out);
                 }
                 HubMsg::Closed { conn } => self.release(conn),
+                HubMsg::System { to, kind, body } => {
+                    if let Err(e) = self.deliver("system", &to, &body, &kind, None) {
+                        log::error!("cannot deliver a {kind} event to {to}: {e}");
+                    }
+                }
+                HubMsg::ApplyAgent(a) => self.apply_agent(a),
                 HubMsg::Shutdown => break,
             }
             if self.next_due.is_some_and(|t| t <= now()) {
@@ -180,10 +224,8 @@ impl Hub {
     fn recompute_due(&mut self) {
         let r = self.db.next_reminder().ok().flatten();
         let q = self.db.next_question_expiry().ok().flatten();
-        self.next_due = match (r, q) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let s = self.db.next_scheduled().ok().flatten();
+        self.next_due = [r, q, s].into_iter().flatten().min();
     }
 
     fn next_due_in(&self) -> Option<Duration> {
@@ -232,6 +274,7 @@ impl Hub {
             }
             Err(e) => log::error!("cannot read expired questions: {e}"),
         }
+        self.fire_scheduled(t);
         self.recompute_due();
     }
 
@@ -421,6 +464,49 @@ impl Hub {
             (Identity::Operator, Request::CancelQuestion { id }) => {
                 self.cancel_question("operator", id, true)
             }
+            (
+                Identity::Agent(a),
+                req @ (Request::RequestSpawn { .. }
+                | Request::Kill { .. }
+                | Request::Start { .. }
+                | Request::Restart { .. }
+                | Request::Update { .. }),
+            ) => self.lifecycle(a, req),
+            (Identity::Agent(a), Request::RequestApplyCommit { agent, commit_ref }) => {
+                self.request_apply_commit(a, &agent, &commit_ref)
+            }
+            (
+                Identity::Agent(a),
+                Request::SchedulePrompt {
+                    body,
+                    at_unix_timestamp,
+                    delay_seconds,
+                    every_seconds,
+                },
+            ) => self.schedule_prompt(a, &body, at_unix_timestamp, delay_seconds, every_seconds),
+            (Identity::Agent(a), Request::ListScheduled {}) => self.list_scheduled(a),
+            (Identity::Agent(a), Request::CancelScheduled { id }) => self.cancel_scheduled(a, id),
+            (Identity::Agent(a), Request::GetLogs { agent, lines }) => {
+                self.get_logs(a, agent, lines)
+            }
+            (Identity::Agent(a), Request::GetHostJournal { unit, lines }) => {
+                match self.host_journal_job(a, unit, lines) {
+                    Ok(job) => return Outcome::Offload(job),
+                    Err(e) => Err(e),
+                }
+            }
+            (Identity::Operator, Request::Approvals {}) => self.approvals(),
+            (Identity::Operator, Request::Approve { id }) => self.approve(id),
+            (Identity::Operator, Request::Deny { id, why }) => self.deny(id, why, "operator"),
+            (Identity::Operator, Request::Supervision {}) => self.supervision(),
+            (
+                Identity::Operator,
+                Request::SetPermissions {
+                    agent,
+                    tool_groups,
+                    capabilities,
+                },
+            ) => self.set_permissions(&agent, tool_groups, capabilities),
             (Identity::Operator, _) => Err(format!(
                 "{cmd} is an agent command; the host socket speaks for the operator"
             )),
@@ -430,7 +516,13 @@ impl Hub {
         };
         if matches!(
             cmd,
-            "ask" | "answer" | "remind" | "cancel_loose_end" | "cancel_question"
+            "ask"
+                | "answer"
+                | "remind"
+                | "cancel_loose_end"
+                | "cancel_question"
+                | "schedule_prompt"
+                | "cancel_scheduled"
         ) {
             self.recompute_due();
         }
@@ -919,6 +1011,8 @@ impl Hub {
             asked: self.db.questions_where("asker", &target).map_err(db_err)?,
             owed: self.db.questions_where("target", &target).map_err(db_err)?,
             reminders: self.db.reminders_of(&target).map_err(db_err)?,
+            scheduled: self.db.scheduled_of(&target).map_err(db_err)?,
+            approvals: self.approvals_of(&target)?,
             agent: target,
         }))
     }
@@ -935,9 +1029,7 @@ impl Hub {
                     Ok(wire::ok_line(&serde_json::json!({})))
                 }
             },
-            "approval" => Err(
-                "approval loose ends belong to the root agent's approvals tools, which this hive does not enable".into(),
-            ),
+            "approval" => self.cancel_approval(agent, id),
             other => Err(format!(
                 "unknown loose-end kind {other:?}; use question, reminder or approval"
             )),

@@ -135,6 +135,159 @@ impl From<String> for BrokerError {
     }
 }
 
+/// What the hub may ask of whoever runs the broker besides the store: binding a
+/// socket for an agent spawned at run time, and the supervisor of `hive up`.
+pub struct Extras {
+    /// The supervisor of `hive up`; `None` under plain `hive broker`, where the
+    /// lifecycle tools answer an error.
+    pub supervisor: Option<Sender<crate::up::supervisor::SupCmd>>,
+    /// The fleet file approvals write to.
+    pub config_path: Option<PathBuf>,
+    /// Where `hive up` keeps each agent's rotated log (`get_logs`).
+    pub logs_dir: Option<PathBuf>,
+}
+
+/// A running broker: its hub thread and sockets. [`BrokerHandle::stop`] removes
+/// the sockets, ends every parked long-poll and stops the hub.
+pub struct BrokerHandle {
+    hub_tx: Sender<HubMsg>,
+    hub_thread: Option<std::thread::JoinHandle<()>>,
+    stop_tx: Option<Sender<()>>,
+    listeners: Arc<Listeners>,
+}
+
+/// Binds agent sockets and starts their accept threads; shared with the hub so a
+/// spawned agent gets its socket without a broker restart.
+pub struct Listeners {
+    run_dir: PathBuf,
+    hub_tx: Sender<HubMsg>,
+    stop_rx: Receiver<()>,
+    ids: Arc<AtomicU64>,
+    paths: std::sync::Mutex<Vec<PathBuf>>,
+}
+
+impl Listeners {
+    fn listen(&self, listener: UnixListener, who: Identity, path: PathBuf) -> Result<(), String> {
+        let (hub, stop, ids) = (self.hub_tx.clone(), self.stop_rx.clone(), self.ids.clone());
+        std::thread::Builder::new()
+            .name(format!("accept-{}", who.name()))
+            .spawn(move || accept_loop(listener, who, hub, stop, ids))
+            .map_err(|e| format!("cannot start an accept thread: {e}"))?;
+        if let Ok(mut p) = self.paths.lock() {
+            p.push(path);
+        }
+        Ok(())
+    }
+
+    /// Binds the socket of an agent and starts serving it.
+    pub fn add_agent(&self, a: &crate::config::AgentConfig) -> Result<(), String> {
+        let path = agent_socket(&self.run_dir, &a.name);
+        let dir = path.parent().unwrap_or(&self.run_dir).to_path_buf();
+        create_dir(&dir, 0o755)?;
+        let l = bind(&path, a.socket_uid, a.socket_gid)?;
+        self.listen(l, Identity::Agent(a.name.clone()), path)
+    }
+}
+
+impl BrokerHandle {
+    /// The hub's channel, for in-process senders (the supervisor's events).
+    pub fn hub(&self) -> Sender<HubMsg> {
+        self.hub_tx.clone()
+    }
+
+    /// Removes the sockets, ends the long-polls, stops the hub and waits for it.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Ok(paths) = self.listeners.paths.lock() {
+            for p in paths.iter() {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        drop(self.stop_tx.take());
+        // Accept threads hold hub senders until the process exits, so the hub is
+        // told to stop explicitly; it closes the store as it returns.
+        let _ = self.hub_tx.send(HubMsg::Shutdown);
+        if let Some(t) = self.hub_thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for BrokerHandle {
+    fn drop(&mut self) {
+        if self.hub_thread.is_some() {
+            self.shutdown();
+        }
+    }
+}
+
+/// Starts the broker in this process: store, sockets, hub and accept threads.
+/// The caller owns signals and calls [`BrokerHandle::stop`].
+pub fn start(args: &BrokerArgs, cfg: HiveConfig, extras: Extras) -> Result<BrokerHandle, String> {
+    // Everything the broker creates (store, reminder files, sockets) is private
+    // unless a group is configured for a socket.
+    unsafe { libc::umask(0o077) };
+    create_dir(&args.state_dir, 0o700)?;
+    create_dir(&args.run_dir, 0o755)?;
+    let db = Db::open(&args.state_dir.join("broker.db"), args.durability)?;
+
+    let host = host_socket(&args.run_dir);
+    let host_listener = bind(&host, None, cfg.operator_gid)?;
+    let remind_max_pending = std::env::var("HIVE_REMIND_MAX_PENDING_PER_AGENT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let names: Vec<String> = cfg.agents.iter().map(|a| a.name.clone()).collect();
+    let agents = cfg.agents.clone();
+    let (hub_tx, hub_rx) = unbounded::<HubMsg>();
+    // Dropping `stop_tx` ends every parked long-poll at once.
+    let (stop_tx, stop_rx) = unbounded::<()>();
+    let listeners = Arc::new(Listeners {
+        run_dir: args.run_dir.clone(),
+        hub_tx: hub_tx.clone(),
+        stop_rx,
+        ids: Arc::new(AtomicU64::new(1)),
+        paths: std::sync::Mutex::new(Vec::new()),
+    });
+    let hub = Hub::new(
+        db,
+        cfg,
+        HubSettings {
+            state_dir: args.state_dir.clone(),
+            hyperhive_rev: HYPERHIVE_REV.into(),
+            remind_max_pending,
+            supervisor: extras.supervisor,
+            config_path: extras.config_path,
+            logs_dir: extras.logs_dir,
+            listeners: Some(listeners.clone()),
+        },
+    );
+    let hub_thread = std::thread::Builder::new()
+        .name("hub".into())
+        .spawn(move || hub.run(hub_rx))
+        .map_err(|e| format!("cannot start the hub thread: {e}"))?;
+    let handle = BrokerHandle {
+        hub_tx,
+        hub_thread: Some(hub_thread),
+        stop_tx: Some(stop_tx),
+        listeners: listeners.clone(),
+    };
+    listeners.listen(host_listener, Identity::Operator, host.clone())?;
+    for a in &agents {
+        listeners.add_agent(a)?;
+    }
+    log::info!(
+        "broker ready: host socket {}, agents {} under {}",
+        host.display(),
+        names.join(","),
+        args.run_dir.join("agents").display()
+    );
+    Ok(handle)
+}
+
 /// Runs the broker until SIGTERM, SIGINT or SIGHUP.
 pub fn run(args: BrokerArgs) -> Result<(), BrokerError> {
     let cfg = load_config(&args).map_err(BrokerError::Config)?;
@@ -144,69 +297,16 @@ pub fn run(args: BrokerArgs) -> Result<(), BrokerError> {
         signal_hook::consts::SIGHUP,
     ])
     .map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    // Everything the broker creates (store, reminder files, sockets) is private
-    // unless a group is configured for a socket.
-    unsafe { libc::umask(0o077) };
-    create_dir(&args.state_dir, 0o700)?;
-    create_dir(&args.run_dir, 0o755)?;
-    let db = Db::open(&args.state_dir.join("broker.db"), args.durability)?;
-
-    let mut listeners = Vec::new();
-    let host = host_socket(&args.run_dir);
-    listeners.push((
-        bind(&host, None, cfg.operator_gid)?,
-        Identity::Operator,
-        host,
-    ));
-    for a in &cfg.agents {
-        let path = agent_socket(&args.run_dir, &a.name);
-        let dir = path.parent().unwrap_or(&args.run_dir).to_path_buf();
-        create_dir(&dir, 0o755)?;
-        listeners.push((
-            bind(&path, a.socket_uid, a.socket_gid)?,
-            Identity::Agent(a.name.clone()),
-            path,
-        ));
-    }
-
-    let remind_max_pending = std::env::var("HIVE_REMIND_MAX_PENDING_PER_AGENT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
     let names: Vec<String> = cfg.agents.iter().map(|a| a.name.clone()).collect();
-    let hub = Hub::new(
-        db,
+    let handle = start(
+        &args,
         cfg,
-        HubSettings {
-            state_dir: args.state_dir.clone(),
-            hyperhive_rev: HYPERHIVE_REV.into(),
-            remind_max_pending,
+        Extras {
+            supervisor: None,
+            config_path: args.config.clone(),
+            logs_dir: None,
         },
-    );
-    let (hub_tx, hub_rx) = unbounded::<HubMsg>();
-    let hub_thread = std::thread::Builder::new()
-        .name("hub".into())
-        .spawn(move || hub.run(hub_rx))
-        .map_err(|e| format!("cannot start the hub thread: {e}"))?;
-
-    // Dropping `stop_tx` ends every parked long-poll at once.
-    let (stop_tx, stop_rx) = unbounded::<()>();
-    let ids = Arc::new(AtomicU64::new(1));
-    let mut paths = Vec::new();
-    for (listener, who, path) in listeners {
-        let (hub, stop, ids) = (hub_tx.clone(), stop_rx.clone(), ids.clone());
-        std::thread::Builder::new()
-            .name(format!("accept-{}", who.name()))
-            .spawn(move || accept_loop(listener, who, hub, stop, ids))
-            .map_err(|e| format!("cannot start an accept thread: {e}"))?;
-        paths.push(path);
-    }
-    log::info!(
-        "broker ready: host socket {}, agents {} under {}",
-        host_socket(&args.run_dir).display(),
-        names.join(","),
-        args.run_dir.join("agents").display()
-    );
+    )?;
     eprintln!(
         "hive broker: serving {} agent(s) [{}]; host socket {}",
         names.len(),
@@ -222,13 +322,6 @@ pub fn run(args: BrokerArgs) -> Result<(), BrokerError> {
             std::process::exit(130);
         }
     });
-    for p in &paths {
-        let _ = std::fs::remove_file(p);
-    }
-    drop(stop_tx);
-    // Accept threads hold hub senders until the process exits, so the hub is told
-    // to stop explicitly; it closes the store as it returns.
-    let _ = hub_tx.send(HubMsg::Shutdown);
-    let _ = hub_thread.join();
+    handle.stop();
     Ok(())
 }

@@ -3,8 +3,10 @@
 //! Each test binary uses a part.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod claude_cli;
 pub mod fake_anthropic;
 pub mod hive;
 pub mod mcp;
+pub mod up;
 pub mod web;

@@ -1,0 +1,223 @@
+//! `hive up`: a whole hive in one command. Runs the broker in this process and a
+//! supervisor thread (`supervisor.rs`) that keeps one `hive serve` child per
+//! agent of the fleet file alive, with crash_watch (`watch.rs`) and rotated logs
+//! (`logfile.rs`). The data dir holds everything: `DATA/broker.db` (the broker's
+//! state dir is DATA, so reminder spill files land in `DATA/agents/NAME/reminders`),
+//! `DATA/run/` (sockets), `DATA/agents/NAME/{state,run,claude}` and
+//! `DATA/logs/NAME.log`. Documented in `docs/fleet.md`.
+
+pub mod dashboard;
+pub mod logfile;
+pub mod supervisor;
+pub mod watch;
+
+use crate::broker::{self, db::Durability, BrokerArgs, Extras};
+use crate::config::{AgentConfig, HiveConfig};
+use crossbeam_channel::unbounded;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use supervisor::{SupCmd, Supervisor};
+
+/// The flags of `hive up`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UpArgs {
+    pub config: Option<PathBuf>,
+    pub data: Option<PathBuf>,
+}
+
+/// The agent `hive up` runs when no fleet file is given.
+pub const DEFAULT_AGENT: &str = "ruth";
+
+/// Everything the supervisor needs, resolved once at start.
+#[derive(Debug, Clone)]
+pub struct UpSettings {
+    pub data: PathBuf,
+    pub run_dir: PathBuf,
+    pub config: Option<PathBuf>,
+    /// The `hive` binary the agents run (this one).
+    pub exe: PathBuf,
+    pub restart_base: Duration,
+    pub restart_max: Duration,
+    /// Uptime after which a restarted agent's backoff starts over.
+    pub stable: Duration,
+    pub stop_grace: Duration,
+    pub watch_interval: Duration,
+    pub log_max_bytes: u64,
+    pub log_keep: u32,
+    /// The umask `hive up` was started with; the agents get it back (the broker
+    /// part of this process runs with 077).
+    pub child_umask: u32,
+}
+
+fn env_num(key: &str, default: u64) -> Result<u64, String> {
+    match std::env::var(key) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("{key}={v:?} is not a whole number")),
+        _ => Ok(default),
+    }
+}
+
+impl UpSettings {
+    pub fn from_env(data: PathBuf, config: Option<PathBuf>) -> Result<UpSettings, String> {
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("cannot find the hive binary to run the agents: {e}"))?;
+        Ok(UpSettings {
+            run_dir: data.join("run"),
+            data,
+            config,
+            exe,
+            restart_base: Duration::from_millis(env_num("HIVE_UP_RESTART_BASE_MS", 1000)?),
+            restart_max: Duration::from_millis(env_num("HIVE_UP_RESTART_MAX_MS", 60_000)?),
+            stable: Duration::from_secs(env_num("HIVE_UP_STABLE_SECS", 60)?),
+            stop_grace: Duration::from_millis(env_num("HIVE_UP_STOP_GRACE_MS", 10_000)?),
+            watch_interval: Duration::from_millis(env_num("HIVE_UP_WATCH_MS", 2000)?.max(50)),
+            log_max_bytes: env_num("HIVE_UP_LOG_MAX_BYTES", 10 * 1024 * 1024)?,
+            log_keep: env_num("HIVE_UP_LOG_KEEP", 3)? as u32,
+            child_umask: current_umask(),
+        })
+    }
+}
+
+/// The process umask (read by setting it and putting it back).
+fn current_umask() -> u32 {
+    // SAFETY: umask(2) cannot fail; the old value is restored at once.
+    unsafe {
+        let old = libc::umask(0o022);
+        libc::umask(old);
+        old as u32
+    }
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+    p.canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", p.display()))
+}
+
+/// Runs a hive until SIGTERM or SIGINT: the broker, then the agents; on the
+/// signal the agents stop first (each requeues its inflight message), then the
+/// broker.
+pub fn run(args: UpArgs) -> Result<(), String> {
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ])
+    .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let data = absolute(args.data.as_deref().unwrap_or(Path::new("hive-data")))?;
+    // Without --config the hive's fleet file is DATA/hive.json, written with one
+    // agent the first time, so approvals and the permissions tab have a file.
+    let config_path = match &args.config {
+        Some(p) => p.clone(),
+        None => {
+            let p = data.join("hive.json");
+            if !p.exists() {
+                let cfg = HiveConfig {
+                    agents: vec![AgentConfig::named(DEFAULT_AGENT)],
+                    ..HiveConfig::default()
+                };
+                let text = serde_json::to_string_pretty(&cfg).map_err(|e| e.to_string())?;
+                std::fs::write(&p, format!("{text}\n"))
+                    .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+            }
+            p
+        }
+    };
+    let config_path = config_path
+        .canonicalize()
+        .map_err(|e| format!("cannot read the fleet file {}: {e}", config_path.display()))?;
+    let cfg = HiveConfig::load(&config_path)?;
+    if cfg.agents.is_empty() {
+        return Err(format!(
+            "the fleet file {} lists no agents; add one to \"agents\"",
+            config_path.display()
+        ));
+    }
+    let config = Some(config_path);
+    let settings = UpSettings::from_env(data.clone(), config.clone())?;
+    let dash_cfg = dashboard::DashConfig::from_env()?;
+    let (sup_tx, sup_rx) = unbounded::<SupCmd>();
+    let broker = broker::start(
+        &BrokerArgs {
+            state_dir: data.clone(),
+            run_dir: settings.run_dir.clone(),
+            agents: Vec::new(),
+            config: config.clone(),
+            durability: Durability::Normal,
+        },
+        cfg.clone(),
+        Extras {
+            supervisor: Some(sup_tx.clone()),
+            config_path: config,
+            logs_dir: Some(data.join("logs")),
+        },
+    )?;
+    let sup = Supervisor::new(settings.clone(), cfg.clone(), broker.hub());
+    let sup_thread = std::thread::Builder::new()
+        .name("supervisor".into())
+        .spawn(move || sup.run(sup_rx))
+        .map_err(|e| format!("cannot start the supervisor thread: {e}"))?;
+    eprintln!(
+        "hive up: {} agent(s) in {}; operator socket {}",
+        cfg.agents.len(),
+        data.display(),
+        broker::host_socket(&settings.run_dir).display()
+    );
+    let dash = dashboard::start(broker::host_socket(&settings.run_dir), dash_cfg)?;
+    let port_file = data.join("dashboard-port");
+    if let Err(e) = std::fs::write(&port_file, format!("{}\n", dash.port)) {
+        log::warn!("cannot write {}: {e}", port_file.display());
+    }
+    println!("dashboard: http://127.0.0.1:{}/", dash.port);
+    print_pages(&sup_tx);
+
+    let sig = signals.forever().next();
+    log::info!("signal {sig:?}: stopping the agents, then the broker");
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            std::process::exit(130);
+        }
+    });
+    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+    if sup_tx.send(SupCmd::Shutdown { reply: done_tx }).is_ok() {
+        let _ = done_rx.recv_timeout(settings.stop_grace + Duration::from_secs(5));
+    }
+    drop(sup_tx);
+    let _ = sup_thread.join();
+    drop(dash);
+    let _ = std::fs::remove_file(&port_file);
+    broker.stop();
+    eprintln!("hive up: stopped");
+    Ok(())
+}
+
+/// Prints each agent's page once its port file appears (at most a few seconds).
+fn print_pages(sup: &crossbeam_channel::Sender<SupCmd>) {
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut printed = std::collections::BTreeSet::new();
+    loop {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if sup.send(SupCmd::States { reply: tx }).is_err() {
+            return;
+        }
+        let Ok(states) = rx.recv_timeout(Duration::from_secs(5)) else {
+            return;
+        };
+        for s in &states {
+            if let Some(port) = s.port {
+                if printed.insert(s.name.clone()) {
+                    println!("{}: http://127.0.0.1:{port}/", s.name);
+                }
+            }
+        }
+        if printed.len() == states.len() || Instant::now() > end {
+            for s in states.iter().filter(|s| !printed.contains(&s.name)) {
+                println!("{}: no page yet (see its log)", s.name);
+            }
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,689 @@
+//! The supervisor of `hive up`: one thread that owns every agent's `hive serve`
+//! child. It starts them (own process group, explicit stdio, output pumped into
+//! rotated logs), restarts a crashed one with capped exponential backoff, carries
+//! out the lifecycle commands the hub forwards ([`SupCmd`]), runs crash_watch on
+//! every watch tick and notices the fleet file changing on disk. It never waits
+//! on the hub: events go to the hub as one-way [`HubMsg::System`] messages, so
+//! the hub may call it synchronously.
+
+use super::logfile::{self, LogFile};
+use super::watch::{Axes, Watch};
+use super::UpSettings;
+use crate::broker::hub::HubMsg;
+use crate::config::{AgentConfig, HiveConfig};
+use crossbeam_channel::{select, tick, Receiver, Sender};
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// A reply from the supervisor: a confirmation for the caller, or why not.
+pub type Reply = Sender<Result<String, String>>;
+
+/// What the hub (or `hive up`'s main) asks of the supervisor.
+pub enum SupCmd {
+    /// Start a stopped agent now (also ends a crash backoff).
+    Start { name: String, reply: Reply },
+    /// Stop an agent and keep it stopped.
+    Kill { name: String, reply: Reply },
+    /// Stop and start again with the config it runs.
+    Restart { name: String, reply: Reply },
+    /// Restart onto the current binary and the fleet file's entry.
+    Update { name: String, reply: Reply },
+    /// Supervise a new or changed agent (an approved spawn or config change):
+    /// start it, or restart it onto `agent` when it runs.
+    Apply { agent: AgentConfig, reply: Reply },
+    /// Every agent's supervision state.
+    States { reply: Sender<Vec<AgentState>> },
+    /// Stop every agent (SIGTERM, then SIGKILL after the grace) and return.
+    Shutdown { reply: Sender<()> },
+}
+
+/// One agent as the supervisor sees it (the dashboard and `hive agents` show it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AgentState {
+    pub name: String,
+    /// `running`, `stopping`, `stopped`, `restarting` (crash backoff) or `rebuilding`.
+    pub state: String,
+    pub pid: Option<u32>,
+    pub restarts: u32,
+    pub logged_in: bool,
+    pub up_to_date: bool,
+    /// The port of the agent's web page, once it wrote its port file.
+    pub port: Option<u16>,
+    /// The config the running agent was started with.
+    pub applied: AgentConfig,
+}
+
+/// What happens when a stopping child has exited.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Then {
+    Stay,
+    Start { rebuild: bool },
+}
+
+enum Phase {
+    Running(Child),
+    Stopping {
+        child: Child,
+        then: Then,
+        kill_at: Instant,
+    },
+    Stopped,
+    Backoff(Instant),
+}
+
+struct Agent {
+    /// The config the current child was started with.
+    applied: AgentConfig,
+    /// The fleet file's entry, when it differs (read on the watch tick).
+    desired: Option<AgentConfig>,
+    phase: Phase,
+    started: Option<Instant>,
+    failures: u32,
+    restarts: u32,
+    bin_at_start: Option<BinId>,
+    watch: Watch,
+    rebuilding: bool,
+}
+
+/// Identity of the `hive` binary on disk: a rebuild changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BinId {
+    modified: Option<SystemTime>,
+    len: u64,
+}
+
+fn bin_id(path: &std::path::Path) -> Option<BinId> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(BinId {
+        modified: m.modified().ok(),
+        len: m.len(),
+    })
+}
+
+pub struct Supervisor {
+    s: UpSettings,
+    hive: HiveConfig,
+    agents: BTreeMap<String, Agent>,
+    hub: Sender<HubMsg>,
+    config_mtime: Option<SystemTime>,
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on a pid we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as i32, sig) };
+}
+
+fn signal_group(child: &Child, sig: i32) {
+    // SAFETY: the child leads its own process group (process_group(0)).
+    unsafe { libc::kill(-(child.id() as i32), sig) };
+}
+
+impl Supervisor {
+    pub fn new(s: UpSettings, hive: HiveConfig, hub: Sender<HubMsg>) -> Supervisor {
+        let agents = hive
+            .agents
+            .iter()
+            .map(|a| {
+                (
+                    a.name.clone(),
+                    Agent {
+                        applied: a.clone(),
+                        desired: None,
+                        phase: Phase::Backoff(Instant::now()),
+                        started: None,
+                        failures: 0,
+                        restarts: 0,
+                        bin_at_start: None,
+                        watch: Watch::default(),
+                        rebuilding: false,
+                    },
+                )
+            })
+            .collect();
+        let config_mtime = s.config.as_ref().and_then(|p| mtime(p));
+        Supervisor {
+            s,
+            hive,
+            agents,
+            hub,
+            config_mtime,
+        }
+    }
+
+    /// Runs until `Shutdown` or until every sender is gone (then stops the agents).
+    pub fn run(mut self, rx: Receiver<SupCmd>) {
+        self.reap_and_restart();
+        let ticker = tick(Duration::from_millis(100));
+        let watch = tick(self.s.watch_interval);
+        loop {
+            select! {
+                recv(rx) -> cmd => match cmd {
+                    Ok(SupCmd::Shutdown { reply }) => {
+                        self.stop_all();
+                        let _ = reply.send(());
+                        return;
+                    }
+                    Ok(cmd) => self.handle(cmd),
+                    Err(_) => {
+                        self.stop_all();
+                        return;
+                    }
+                },
+                recv(ticker) -> _ => self.reap_and_restart(),
+                recv(watch) -> _ => {
+                    self.check_config_file();
+                    self.crash_watch();
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, cmd: SupCmd) {
+        match cmd {
+            SupCmd::Start { name, reply } => {
+                let r = self.start_cmd(&name);
+                let _ = reply.send(r);
+            }
+            SupCmd::Kill { name, reply } => {
+                let r = self.stop(&name, Then::Stay);
+                let _ = reply.send(r.map(|_| format!("{name} is stopping and stays stopped")));
+            }
+            SupCmd::Restart { name, reply } => {
+                let r = self.stop(&name, Then::Start { rebuild: false });
+                let _ = reply.send(r.map(|_| format!("{name} is restarting")));
+            }
+            SupCmd::Update { name, reply } => {
+                let r = self.update(&name);
+                let _ = reply.send(r);
+            }
+            SupCmd::Apply { agent, reply } => {
+                let r = self.apply(agent);
+                let _ = reply.send(r);
+            }
+            SupCmd::States { reply } => {
+                let _ = reply.send(self.states());
+            }
+            SupCmd::Shutdown { .. } => {}
+        }
+    }
+
+    fn agent(&mut self, name: &str) -> Result<&mut Agent, String> {
+        self.agents
+            .get_mut(name)
+            .ok_or_else(|| format!("{name} is not supervised by this hive"))
+    }
+
+    fn start_cmd(&mut self, name: &str) -> Result<String, String> {
+        let a = self.agent(name)?;
+        match a.phase {
+            Phase::Running(_) => Ok(format!("{name} is already running")),
+            Phase::Stopping { ref mut then, .. } => {
+                *then = Then::Start { rebuild: false };
+                Ok(format!(
+                    "{name} is stopping; it starts again once it has exited"
+                ))
+            }
+            Phase::Stopped | Phase::Backoff(_) => {
+                a.failures = 0;
+                self.spawn(name)?;
+                Ok(format!("{name} started"))
+            }
+        }
+    }
+
+    /// Asks a running agent to stop (SIGTERM: it requeues its inflight message).
+    fn stop(&mut self, name: &str, then: Then) -> Result<(), String> {
+        let grace = self.s.stop_grace;
+        let a = self.agent(name)?;
+        let phase = std::mem::replace(&mut a.phase, Phase::Stopped);
+        a.phase = match phase {
+            Phase::Running(child) => {
+                signal(&child, libc::SIGTERM);
+                Phase::Stopping {
+                    child,
+                    then,
+                    kill_at: Instant::now() + grace,
+                }
+            }
+            Phase::Stopping { child, kill_at, .. } => Phase::Stopping {
+                child,
+                then,
+                kill_at,
+            },
+            Phase::Stopped | Phase::Backoff(_) => match then {
+                Then::Stay => Phase::Stopped,
+                // Start on the next tick.
+                Then::Start { .. } => Phase::Backoff(Instant::now()),
+            },
+        };
+        // A later kill or restart supersedes a rebuild in flight.
+        a.rebuilding = then == (Then::Start { rebuild: true });
+        Ok(())
+    }
+
+    fn update(&mut self, name: &str) -> Result<String, String> {
+        let bin_now = bin_id(&self.s.exe);
+        let a = self.agent(name)?;
+        if a.rebuilding {
+            return Ok(format!("{name} is already being rebuilt"));
+        }
+        let current =
+            a.desired.is_none() && (a.bin_at_start.is_none() || a.bin_at_start == bin_now);
+        if current && matches!(a.phase, Phase::Running(_)) {
+            return Ok(format!(
+                "{name} already runs the current binary and config; nothing to do"
+            ));
+        }
+        if let Some(d) = a.desired.take() {
+            a.applied = d;
+        }
+        let cfg = a.applied.clone();
+        self.set_hive_entry(&cfg);
+        let _ = self.hub.send(HubMsg::ApplyAgent(cfg));
+        self.stop(name, Then::Start { rebuild: true })?;
+        Ok(format!(
+            "{name} is rebuilding: it restarts onto the current binary and config"
+        ))
+    }
+
+    fn apply(&mut self, agent: AgentConfig) -> Result<String, String> {
+        let name = agent.name.clone();
+        self.set_hive_entry(&agent);
+        if let Some(a) = self.agents.get_mut(&name) {
+            a.applied = agent;
+            a.desired = None;
+            self.stop(&name, Then::Start { rebuild: true })?;
+            return Ok(format!("{name} restarts with its new config"));
+        }
+        self.agents.insert(
+            name.clone(),
+            Agent {
+                applied: agent,
+                desired: None,
+                phase: Phase::Stopped,
+                started: None,
+                failures: 0,
+                restarts: 0,
+                bin_at_start: None,
+                watch: Watch::default(),
+                rebuilding: false,
+            },
+        );
+        self.spawn(&name)?;
+        Ok(format!("{name} started"))
+    }
+
+    /// Keeps the supervisor's copy of the topology (for `manager_of`) in step.
+    fn set_hive_entry(&mut self, agent: &AgentConfig) {
+        match self.hive.agents.iter_mut().find(|a| a.name == agent.name) {
+            Some(slot) => *slot = agent.clone(),
+            None => self.hive.agents.push(agent.clone()),
+        }
+    }
+
+    fn agent_dir(&self, name: &str) -> PathBuf {
+        self.s.data.join("agents").join(name)
+    }
+
+    /// Starts `name`'s harness; on failure the agent goes into crash backoff.
+    fn spawn(&mut self, name: &str) -> Result<(), String> {
+        let result = self.spawn_child(name);
+        let backoff = self.backoff(name);
+        let a = self.agent(name)?;
+        match result {
+            Ok(child) => {
+                log::info!("started {name} (pid {})", child.id());
+                a.phase = Phase::Running(child);
+                a.started = Some(Instant::now());
+                a.rebuilding = false;
+                Ok(())
+            }
+            Err(e) => {
+                a.failures += 1;
+                a.phase = Phase::Backoff(Instant::now() + backoff);
+                log::error!("cannot start {name}: {e}");
+                Err(e)
+            }
+        }
+    }
+
+    fn spawn_child(&mut self, name: &str) -> Result<Child, String> {
+        let dir = self.agent_dir(name);
+        let state = dir.join("state");
+        let run = dir.join("run");
+        let claude = dir.join("claude");
+        for d in [&state, &run, &claude, &self.s.data.join("logs")] {
+            std::fs::create_dir_all(d)
+                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        }
+        // A fresh port file is written by this start.
+        let _ = std::fs::remove_file(state.join("hyperhive-port"));
+        let cfg = self
+            .agents
+            .get(name)
+            .map(|a| a.applied.clone())
+            .ok_or_else(|| format!("{name} is not supervised"))?;
+        let socket = crate::broker::agent_socket(&self.s.run_dir, name);
+        let mut cmd = Command::new(&self.s.exe);
+        cmd.arg("serve")
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--run-dir")
+            .arg(&run)
+            .env("HIVE_SOCKET", &socket)
+            .env("HIVE_BASH_SOCKET", run.join("bash.sock"))
+            .env("HIVE_LABEL", name)
+            .env("HIVE_PORT", "0")
+            .env("CLAUDE_CONFIG_DIR", &claude)
+            .env("HIVE_TOOL_GROUPS", {
+                let g: Vec<&str> = cfg.groups().iter().map(|g| g.name()).collect();
+                g.join(",")
+            })
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let umask = self.s.child_umask as libc::mode_t;
+        // SAFETY: prctl and umask are async-signal-safe. PDEATHSIG asks the kernel
+        // to send the child SIGTERM if this thread (the supervisor) dies without
+        // stopping it; the umask is the one hive up was started with.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                libc::umask(umask);
+                Ok(())
+            });
+        }
+        if let Some(m) = &cfg.model {
+            cmd.env("HIVE_DEFAULT_MODEL", m);
+        }
+        if let Some(h) = &self.hive.hive_name {
+            cmd.env("HIVE_HIVE_NAME", h);
+        }
+        if let Some(h) = &self.hive.swarm_name {
+            cmd.env("HIVE_SWARM_NAME", h);
+        }
+        for (k, v) in &cfg.env {
+            cmd.env(k, v);
+        }
+        let bin = bin_id(&self.s.exe);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run {} serve: {e}", self.s.exe.display()))?;
+        let log = Arc::new(Mutex::new(LogFile::open(
+            self.s.data.join("logs").join(format!("{name}.log")),
+            self.s.log_max_bytes,
+            self.s.log_keep,
+        )));
+        if let Some(out) = child.stdout.take() {
+            logfile::pump(format!("log-{name}-out"), out, log.clone());
+        }
+        if let Some(err) = child.stderr.take() {
+            logfile::pump(format!("log-{name}-err"), err, log);
+        }
+        if let Some(a) = self.agents.get_mut(name) {
+            a.bin_at_start = bin;
+        }
+        Ok(child)
+    }
+
+    fn backoff(&self, name: &str) -> Duration {
+        let failures = self.agents.get(name).map_or(0, |a| a.failures);
+        backoff(self.s.restart_base, self.s.restart_max, failures)
+    }
+
+    /// Reaps exited children, escalates stops past their grace and restarts
+    /// crashed agents whose backoff ran out.
+    fn reap_and_restart(&mut self) {
+        let names: Vec<String> = self.agents.keys().cloned().collect();
+        for name in names {
+            let stable = self.s.stable;
+            let Some(a) = self.agents.get_mut(&name) else {
+                continue;
+            };
+            let phase = std::mem::replace(&mut a.phase, Phase::Stopped);
+            let mut start_now = false;
+            a.phase = match phase {
+                Phase::Running(mut child) => match child.try_wait() {
+                    Ok(Some(status)) => {
+                        signal_group(&child, libc::SIGKILL);
+                        let up = a.started.map_or(Duration::ZERO, |t| t.elapsed());
+                        if up >= stable {
+                            a.failures = 0;
+                        }
+                        a.restarts += 1;
+                        let wait = backoff(self.s.restart_base, self.s.restart_max, a.failures);
+                        a.failures += 1;
+                        log::warn!("{name} exited ({status}) after {up:?}; restarting in {wait:?}");
+                        Phase::Backoff(Instant::now() + wait)
+                    }
+                    _ => Phase::Running(child),
+                },
+                Phase::Stopping {
+                    mut child,
+                    then,
+                    kill_at,
+                } => match child.try_wait() {
+                    Ok(Some(_)) => {
+                        signal_group(&child, libc::SIGKILL);
+                        match then {
+                            Then::Stay => Phase::Stopped,
+                            Then::Start { .. } => {
+                                start_now = true;
+                                Phase::Stopped
+                            }
+                        }
+                    }
+                    _ => {
+                        if Instant::now() >= kill_at {
+                            log::warn!("{name} did not stop within its grace; SIGKILL");
+                            signal_group(&child, libc::SIGKILL);
+                            signal(&child, libc::SIGKILL);
+                        }
+                        Phase::Stopping {
+                            child,
+                            then,
+                            kill_at,
+                        }
+                    }
+                },
+                Phase::Backoff(at) if Instant::now() >= at => {
+                    start_now = true;
+                    Phase::Stopped
+                }
+                other => other,
+            };
+            if start_now {
+                let _ = self.spawn(&name);
+            }
+        }
+    }
+
+    /// SIGTERM to every agent (each requeues its inflight message), then SIGKILL
+    /// to whatever is left after the grace.
+    fn stop_all(&mut self) {
+        let names: Vec<String> = self.agents.keys().cloned().collect();
+        for name in &names {
+            let _ = self.stop(name, Then::Stay);
+        }
+        let end = Instant::now() + self.s.stop_grace + Duration::from_secs(1);
+        loop {
+            self.reap_and_restart();
+            let left = self
+                .agents
+                .values()
+                .filter(|a| matches!(a.phase, Phase::Stopping { .. }))
+                .count();
+            if left == 0 || Instant::now() > end {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Re-reads the fleet file when its mtime moved; entries that differ from
+    /// what an agent runs become its `desired` config (and make it stale).
+    fn check_config_file(&mut self) {
+        let Some(path) = self.s.config.clone() else {
+            return;
+        };
+        let m = mtime(&path);
+        if m == self.config_mtime {
+            return;
+        }
+        self.config_mtime = m;
+        let cfg = match HiveConfig::load(&path) {
+            Ok(c) => c,
+            Err(e) => {
+                log::warn!("the fleet file changed but does not load, ignoring it: {e}");
+                return;
+            }
+        };
+        for entry in &cfg.agents {
+            if !self.agents.contains_key(&entry.name) {
+                log::warn!(
+                    "{} is in the fleet file but not supervised: new agents start through an \
+                     approved request_spawn or a restart of hive up",
+                    entry.name
+                );
+            }
+        }
+        for (name, a) in self.agents.iter_mut() {
+            match cfg.agent(name) {
+                Some(entry) if *entry != a.applied => a.desired = Some(entry.clone()),
+                _ => a.desired = None,
+            }
+        }
+    }
+
+    fn logged_in(&self, a: &AgentConfig) -> bool {
+        let key_in = |k: &str| {
+            a.env.get(k).is_some_and(|v| !v.trim().is_empty())
+                || std::env::var(k).is_ok_and(|v| !v.trim().is_empty())
+        };
+        if key_in("ANTHROPIC_API_KEY") || key_in("CLAUDE_CODE_OAUTH_TOKEN") {
+            return true;
+        }
+        let dir = self.agent_dir(&a.name);
+        let claude = a
+            .env
+            .get("CLAUDE_CONFIG_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| dir.join("claude"));
+        claude.join(".credentials.json").exists()
+            || dir.join("state").join("hyperhive-credentials").exists()
+    }
+
+    fn axes(&self, a: &Agent) -> Axes {
+        let bin_now = bin_id(&self.s.exe);
+        Axes {
+            running: matches!(a.phase, Phase::Running(_)),
+            logged_in: self.logged_in(&a.applied),
+            up_to_date: a.desired.is_none()
+                && (a.bin_at_start.is_none() || a.bin_at_start == bin_now),
+        }
+    }
+
+    /// The agent that hears about `name`: its topmost ancestor, or the operator
+    /// for a root agent.
+    fn manager_of(&self, name: &str) -> String {
+        let mut cur = name.to_string();
+        for _ in 0..=self.hive.agents.len() {
+            let parent = self.hive.parent_of(&cur);
+            if parent == "operator" {
+                break;
+            }
+            cur = parent;
+        }
+        if cur == name {
+            "operator".into()
+        } else {
+            cur
+        }
+    }
+
+    fn crash_watch(&mut self) {
+        let names: Vec<String> = self.agents.keys().cloned().collect();
+        for name in names {
+            let axes = match self.agents.get(&name) {
+                Some(a) => self.axes(a),
+                None => continue,
+            };
+            let events = match self.agents.get_mut(&name) {
+                Some(a) => a.watch.observe(axes),
+                None => continue,
+            };
+            for e in events {
+                let to = self.manager_of(&name);
+                log::info!("crash_watch: {name}: {} → {to}", e.kind());
+                let _ = self.hub.send(HubMsg::System {
+                    to,
+                    kind: e.kind().into(),
+                    body: e.body(&name),
+                });
+            }
+        }
+    }
+
+    fn states(&self) -> Vec<AgentState> {
+        self.agents
+            .iter()
+            .map(|(name, a)| {
+                let axes = a.watch.last().unwrap_or_else(|| self.axes(a));
+                let (state, pid) = match &a.phase {
+                    Phase::Running(c) => ("running", Some(c.id())),
+                    Phase::Stopping { child, .. } if a.rebuilding => {
+                        ("rebuilding", Some(child.id()))
+                    }
+                    Phase::Stopping { child, .. } => ("stopping", Some(child.id())),
+                    Phase::Stopped => ("stopped", None),
+                    Phase::Backoff(_) if a.rebuilding => ("rebuilding", None),
+                    Phase::Backoff(_) => ("restarting", None),
+                };
+                let port = std::fs::read_to_string(
+                    self.agent_dir(name).join("state").join("hyperhive-port"),
+                )
+                .ok()
+                .and_then(|p| p.trim().parse().ok());
+                AgentState {
+                    name: name.clone(),
+                    state: state.into(),
+                    pid,
+                    restarts: a.restarts,
+                    logged_in: axes.logged_in,
+                    up_to_date: axes.up_to_date,
+                    port,
+                    applied: a.applied.clone(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The restart delay after `failures` consecutive crashes: `base` doubled per
+/// crash, capped at `max`.
+pub fn backoff(base: Duration, max: Duration, failures: u32) -> Duration {
+    let ms = (base.as_millis() as u64).saturating_mul(1u64 << failures.min(20));
+    Duration::from_millis(ms).min(max)
+}
+
+fn mtime(p: &std::path::Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_backoff_doubles_and_is_capped() {
+        let (base, max) = (Duration::from_secs(1), Duration::from_secs(60));
+        let waits: Vec<u64> = (0..9).map(|f| backoff(base, max, f).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(backoff(base, max, u32::MAX), max);
+    }
+}

@@ -1,0 +1,232 @@
+//! Test kit for `hive up`: a whole hive from a fleet file on a temp data dir,
+//! with the scripted fake claude per agent (each agent's `env` in the fleet file
+//! names its own `FAKE_CLAUDE_DIR`). Every wait has a timeout.
+
+use super::hive::{hive_bin, wait_for, FakeClaude, TempDir};
+use hyperhive::wire::{Client, Request};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct Up {
+    pub dir: TempDir,
+    child: Option<Child>,
+}
+
+impl Up {
+    /// Starts `hive up` with `fleet` (JSON; `@FAKE(name)` is replaced by that
+    /// agent's fake-claude dir) and waits until every agent of it runs.
+    pub fn start(fleet: &str, agents: &[&str]) -> Up {
+        Up::start_with(fleet, agents, false)
+    }
+
+    /// Like [`Up::start`]; with `own_binary` it runs a copy of `hive` at
+    /// `DIR/hive`, which a test may replace to look like a rebuild.
+    pub fn start_with(fleet: &str, agents: &[&str], own_binary: bool) -> Up {
+        Up::start_opts(fleet, agents, own_binary, true)
+    }
+
+    /// With `api_key: false`, `hive up` itself has no `ANTHROPIC_API_KEY`: each
+    /// agent has credentials only if its fleet entry's `env` gives it some.
+    /// Agents are only waited for as far as the supervisor running them.
+    pub fn start_opts(fleet: &str, agents: &[&str], own_binary: bool, api_key: bool) -> Up {
+        let dir = TempDir::new("up");
+        if !api_key {
+            std::fs::write(dir.path().join("no-key"), "").unwrap();
+        }
+        if own_binary {
+            std::fs::copy(hive_bin(), dir.path().join("hive")).unwrap();
+        }
+        let mut text = fleet.to_string();
+        for a in agents {
+            let fake = dir.path().join(format!("fake-{a}"));
+            std::fs::create_dir_all(&fake).unwrap();
+            text = text.replace(&format!("@FAKE({a})"), &fake.display().to_string());
+        }
+        let shared = dir.path().join("fake-shared");
+        std::fs::create_dir_all(&shared).unwrap();
+        std::fs::write(dir.path().join("hive.json"), text).unwrap();
+        let child = spawn(dir.path());
+        let up = Up {
+            dir,
+            child: Some(child),
+        };
+        for a in agents {
+            if api_key {
+                up.wait_running(a);
+            } else {
+                wait_for(Duration::from_secs(30), "the supervisor to run it", || {
+                    (up.state(a)?.state == "running").then_some(())
+                });
+            }
+        }
+        up
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("up.log")).unwrap_or_default()
+    }
+
+    /// Replaces `DIR/hive` with a new file (a rebuild, as far as crash_watch
+    /// can tell); only after `start_with(.., true)`.
+    pub fn rebuild_binary(&self) {
+        let bin = self.dir.path().join("hive");
+        let tmp = self.dir.path().join("hive.new");
+        std::fs::copy(&bin, &tmp).unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&tmp).unwrap();
+        std::io::Write::write_all(&mut f, b"\0").unwrap();
+        drop(f);
+        std::fs::rename(&tmp, &bin).unwrap();
+    }
+
+    pub fn fleet_file(&self) -> PathBuf {
+        self.dir.path().join("hive.json")
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("d")
+    }
+
+    pub fn fake(&self, agent: &str) -> FakeClaude {
+        FakeClaude {
+            dir: self.dir.path().join(format!("fake-{agent}")),
+        }
+    }
+
+    pub fn host(&self) -> Client {
+        let path = self.data().join("run/host.sock");
+        let c = wait_for(Duration::from_secs(10), "the host socket", || {
+            Client::connect(&path).ok()
+        });
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        c
+    }
+
+    pub fn agent(&self, name: &str) -> Client {
+        let path = self.data().join("run/agents").join(name).join("mcp.sock");
+        let c = wait_for(Duration::from_secs(10), "the agent socket", || {
+            Client::connect(&path).ok()
+        });
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        c
+    }
+
+    pub fn states(&self) -> Vec<hyperhive::up::supervisor::AgentState> {
+        let r: hyperhive::wire::SupervisionReply =
+            self.host().call_as(&Request::Supervision {}).unwrap();
+        r.agents
+    }
+
+    pub fn state(&self, name: &str) -> Option<hyperhive::up::supervisor::AgentState> {
+        self.states().into_iter().find(|s| s.name == name)
+    }
+
+    /// Waits until the supervisor runs `name` and its harness is connected.
+    pub fn wait_running(&self, name: &str) -> u32 {
+        wait_for(Duration::from_secs(30), &format!("{name} to run"), || {
+            let s = self.state(name)?;
+            let row: hyperhive::wire::AgentsReply =
+                self.host().call_as(&Request::Agents {}).ok()?;
+            let connected = row.agents.iter().any(|r| r.name == name && r.running);
+            (s.state == "running" && connected).then_some(s.pid?)
+        })
+    }
+
+    /// How many claude invocations of `agent` had `needle` in their prompt.
+    pub fn prompts_with(&self, agent: &str, needle: &str) -> usize {
+        let fake = self.fake(agent);
+        (1..=fake.count())
+            .filter(|n| fake.stdin(*n).contains(needle))
+            .count()
+    }
+
+    pub fn wait_prompt(&self, agent: &str, needle: &str, n: usize) {
+        wait_for(
+            Duration::from_secs(30),
+            &format!("{n} prompt(s) of {agent} with {needle:?}"),
+            || (self.prompts_with(agent, needle) >= n).then_some(()),
+        );
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        wait_for(Duration::from_secs(20), "hive up to exit", || {
+            c.try_wait().ok().flatten()
+        })
+    }
+}
+
+impl Up {
+    /// Starts `hive up` again on the same fleet file and data dir (after
+    /// [`Up::terminate`]).
+    pub fn restart(&mut self, agents: &[&str]) {
+        assert!(self.child.is_none(), "terminate first");
+        self.child = Some(spawn(self.dir.path()));
+        for a in agents {
+            self.wait_running(a);
+        }
+    }
+}
+
+fn spawn(dir: &std::path::Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("up.log"))
+        .unwrap();
+    let own = dir.join("hive");
+    let bin = if own.exists() { own } else { hive_bin() };
+    let mut cmd = Command::new(bin);
+    // A test that wants an agent without credentials marks it with `no-key`;
+    // the others get their key from the fleet file then.
+    if !dir.join("no-key").exists() {
+        cmd.env("ANTHROPIC_API_KEY", "sk-test");
+    } else {
+        cmd.env_remove("ANTHROPIC_API_KEY");
+    }
+    cmd.arg("up")
+        .arg("--config")
+        .arg(dir.join("hive.json"))
+        .arg("--data")
+        .arg(dir.join("d"))
+        .env("HIVE_CLAUDE_BIN", FakeClaude::bin())
+        .env("FAKE_CLAUDE_DIR", dir.join("fake-shared"))
+        .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
+        .env("HIVE_UP_RESTART_BASE_MS", "100")
+        .env("HIVE_UP_WATCH_MS", "100")
+        .env("HIVE_UP_STOP_GRACE_MS", "3000")
+        .env("HIVE_POLL_MS", "50")
+        .env("HIVE_KILL_GRACE_MS", "300")
+        .env("HIVE_RECONNECT_MAX_MS", "300")
+        .env("HIVE_LOGIN_POLL_MS", "100")
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn hive up")
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = wait_for_exit(&mut c, Duration::from_secs(10));
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wait_for_exit(c: &mut Child, t: Duration) -> Option<std::process::ExitStatus> {
+    let end = std::time::Instant::now() + t;
+    while std::time::Instant::now() < end {
+        if let Ok(Some(s)) = c.try_wait() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
