@@ -6,7 +6,7 @@ MUSL_TARGET := x86_64-unknown-linux-musl
 MUSL_BIN := target/$(MUSL_TARGET)/release/hive
 export CC_x86_64_unknown_linux_musl ?= musl-gcc
 
-.PHONY: all build test lint musl musl-check bench clean
+.PHONY: all build test lint musl musl-check bench soak fuzz clean
 
 all: build
 
@@ -16,6 +16,13 @@ build:
 ## Every test: unit tests, integration tests against real hive processes.
 test:
 	$(CARGO) test --all-targets
+
+## The crash-loop suite at length: HIVE_SOAK_CYCLES kill cycles (default 1000);
+## HIVE_SOAK_SEED=N replays a run. Prints the summary table.
+HIVE_SOAK_CYCLES ?= 1000
+soak:
+	HIVE_SOAK_CYCLES=$(HIVE_SOAK_CYCLES) $(CARGO) test --release --test soak -- --nocapture 2>&1 \
+	  | grep -v '^\[\|^hive broker'
 
 lint:
 	$(CARGO) fmt --all -- --check
