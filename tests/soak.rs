@@ -179,15 +179,20 @@ fn crash_loop_loses_no_accepted_message() {
 
     // `hive wake` processes into ana's or bob's inbox; exit 0 means ok:true.
     let socks = sockets.clone();
-    threads.push(sender("wake", stop.clone(), ledger.clone(), move |tok, n| {
-        let sock = socks[(n % 2) as usize].display().to_string();
-        let (code, _, _) = run_hive(
-            &["wake", "--from", "cron", "--body", tok, "--socket", &sock],
-            None,
-            &[],
-        );
-        code == 0
-    }));
+    threads.push(sender(
+        "wake",
+        stop.clone(),
+        ledger.clone(),
+        move |tok, n| {
+            let sock = socks[(n % 2) as usize].display().to_string();
+            let (code, _, _) = run_hive(
+                &["wake", "--from", "cron", "--body", tok, "--socket", &sock],
+                None,
+                &[],
+            );
+            code == 0
+        },
+    ));
     // The operator's `send` on the host socket.
     let mut slot = None;
     threads.push(sender("op", stop.clone(), ledger.clone(), move |tok, n| {
@@ -202,29 +207,39 @@ fn crash_loop_loses_no_accepted_message() {
     // ana's `send` to bob, on ana's agent socket (what `hive mcp` forwards).
     let mut slot = None;
     let ana = sockets[0].clone();
-    threads.push(sender("peer", stop.clone(), ledger.clone(), move |tok, _| {
-        let req = Request::Send {
-            to: "bob".into(),
-            body: tok.into(),
-            in_reply_to: None,
-        };
-        call_on(&mut slot, &ana, &req)
-    }));
+    threads.push(sender(
+        "peer",
+        stop.clone(),
+        ledger.clone(),
+        move |tok, _| {
+            let req = Request::Send {
+                to: "bob".into(),
+                body: tok.into(),
+                in_reply_to: None,
+            };
+            call_on(&mut slot, &ana, &req)
+        },
+    ));
     // Bash tasks in ana's harness: the token is in the command, which the
     // completion wake repeats, so it is there even for an interrupted task.
-    threads.push(sender("bash", stop.clone(), ledger.clone(), move |tok, _| {
-        let req = hyperhive::bash::proto::Request::Run {
-            cmd: format!("echo {tok}; sleep 0.3"),
-            timeout_secs: Some(20),
-            wait_seconds: Some(0),
-        };
-        hyperhive::bash::client::call::<serde_json::Value>(
-            &bash_socket,
-            &req,
-            &crossbeam_channel::never(),
-        )
-        .is_ok()
-    }));
+    threads.push(sender(
+        "bash",
+        stop.clone(),
+        ledger.clone(),
+        move |tok, _| {
+            let req = hyperhive::bash::proto::Request::Run {
+                cmd: format!("echo {tok}; sleep 0.3"),
+                timeout_secs: Some(20),
+                wait_seconds: Some(0),
+            };
+            hyperhive::bash::client::call::<serde_json::Value>(
+                &bash_socket,
+                &req,
+                &crossbeam_channel::never(),
+            )
+            .is_ok()
+        },
+    ));
 
     let started = Instant::now();
     let mut kills = [0u32; 3];
@@ -295,7 +310,10 @@ fn crash_loop_loses_no_accepted_message() {
             .iter()
             .map(|k| {
                 let p = format!("tok-{k}-");
-                let n = accepted.iter().filter(|t| t.starts_with(&p) && pred(t)).count();
+                let n = accepted
+                    .iter()
+                    .filter(|t| t.starts_with(&p) && pred(t))
+                    .count();
                 format!("{k} {n}")
             })
             .collect::<Vec<_>>()
