@@ -115,6 +115,9 @@ impl Broker {
             .append(true)
             .open(self.dir.path().join("broker.log"))
             .unwrap();
+        // Counted before the spawn: a fast broker can log "ready" before the
+        // parent reads the log, and counting after would then wait forever.
+        let ready_before = self.log().matches("broker ready:").count();
         let child = Command::new(hive_bin())
             .args(&self.args)
             .env("RUST_LOG", "debug")
@@ -123,7 +126,6 @@ impl Broker {
             .stderr(log)
             .spawn()
             .expect("spawn hive broker");
-        let ready_before = self.log().matches("broker ready:").count();
         self.child = Some(child);
         // The host socket is bound before the agent sockets, and after a restart
         // the old agent socket files are still there; "broker ready" is logged
