@@ -24,6 +24,19 @@ soak:
 	HIVE_SOAK_CYCLES=$(HIVE_SOAK_CYCLES) $(CARGO) test --release --test soak -- --nocapture 2>&1 \
 	  | grep -v '^\[\|^hive broker'
 
+## Each cargo-fuzz target for FUZZ_SECS seconds (nightly, `cargo install
+## cargo-fuzz`). The corpus grows in tests/fuzz/corpus (only seed-* is committed);
+## a crash lands in tests/fuzz/artifacts: copy it to tests/fuzz/regressions/TARGET/.
+FUZZ_SECS ?= 60
+FUZZ_TARGETS := wire jsonrpc classify prompt web
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+	  echo "== fuzz $$t for $(FUZZ_SECS)s"; \
+	  (cd tests/fuzz && cargo +nightly fuzz run --fuzz-dir . $$t -- \
+	    -max_total_time=$(FUZZ_SECS) -print_final_stats=1 2>&1 \
+	    | grep -E 'stat::number_of_executed_units|SUMMARY|panicked|ERROR') || exit 1; \
+	done
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
