@@ -84,8 +84,8 @@ fn an_agent_socket_acts_only_for_its_own_agent() {
         &mut ana,
         json!({"cmd":"wake","to":"bob","from":"x","body":"sneaky"}),
     );
-    if r.is_ok() {
-        assert_eq!(r.unwrap()["to"], "ana");
+    if let Ok(m) = r {
+        assert_eq!(m["to"], "ana");
     }
     let st = must(&mut bob, json!({"cmd":"status"}));
     assert_eq!(

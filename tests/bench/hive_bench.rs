@@ -532,7 +532,11 @@ fn bench_sse_fanout(a: &Args) {
     let mut idle_streams = Vec::new();
     for i in 0..clients {
         let mut st = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        write!(st, "GET /events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n").unwrap();
+        write!(
+            st,
+            "GET /events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
+        )
+        .unwrap();
         if i < slow {
             idle_streams.push(st);
             continue;
@@ -611,7 +615,11 @@ fn bench_sse_fanout(a: &Args) {
         lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
         lat.get(lat.len() * 99 / 100).copied().unwrap_or(0.0)
     };
-    let med = if lat.is_empty() { 0.0 } else { median(&mut lat) };
+    let med = if lat.is_empty() {
+        0.0
+    } else {
+        median(&mut lat)
+    };
     println!(
         "sse     {clients} clients ({slow} never read), {total} events at {rate}/s published in \
          {publish:.2} s: reading clients got {sum} of {} (min {min}/client) | slow clients \
