@@ -14,6 +14,9 @@ struct Args {
     hive: PathBuf,
     empty: PathBuf,
     quick: bool,
+    /// `--only NAME`: run one benchmark (wake, cycles, mcp, turns, latency,
+    /// memory, sse).
+    only: Option<String>,
 }
 
 fn parse_args() -> Args {
@@ -21,6 +24,7 @@ fn parse_args() -> Args {
         hive: PathBuf::from("target/release/hive"),
         empty: PathBuf::from("target/release/examples/empty"),
         quick: false,
+        only: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -28,6 +32,7 @@ fn parse_args() -> Args {
             "--hive" => a.hive = it.next().expect("--hive PATH").into(),
             "--empty" => a.empty = it.next().expect("--empty PATH").into(),
             "--quick" => a.quick = true,
+            "--only" => a.only = it.next(),
             // cargo bench passes --bench; ignore what is not ours.
             _ => {}
         }
@@ -413,14 +418,29 @@ fn main() {
         "hive bench — {} vs baselines, ratios are what to compare",
         a.hive.display()
     );
-    bench_wake(&a);
-    bench_cycles(&a, "normal");
-    bench_cycles(&a, "full");
-    bench_mcp_cold_start(&a);
-    bench_turns(&a);
-    bench_wake_latency(&a);
-    bench_memory_and_idle_cpu(&a);
-    bench_sse_fanout(&a);
+    let run = |name: &str| a.only.as_deref().is_none_or(|o| o == name);
+    if run("wake") {
+        bench_wake(&a);
+    }
+    if run("cycles") {
+        bench_cycles(&a, "normal");
+        bench_cycles(&a, "full");
+    }
+    if run("mcp") {
+        bench_mcp_cold_start(&a);
+    }
+    if run("turns") {
+        bench_turns(&a);
+    }
+    if run("latency") {
+        bench_wake_latency(&a);
+    }
+    if run("memory") {
+        bench_memory_and_idle_cpu(&a);
+    }
+    if run("sse") {
+        bench_sse_fanout(&a);
+    }
 }
 
 /// A field of /proc/PID/status in kB (`VmRSS`, `VmHWM`).
@@ -501,8 +521,9 @@ fn bench_memory_and_idle_cpu(a: &Args) {
 }
 
 /// SSE fan-out: 50 clients on an in-process `web::start`, 1000 events/s for 5 s
-/// (2 s with --quick); two of the clients never read. Delivered events per
-/// reading client, slow clients dropped, and publish → read latency.
+/// (2 s with --quick); two of the clients never read, and a write that makes no
+/// progress for 2 s drops its client. Delivered events per reading client, slow
+/// clients dropped, and publish → read latency.
 fn bench_sse_fanout(a: &Args) {
     use hyperhive::harness::settings::{ServeArgs, Settings};
     use std::io::{BufRead, BufReader, Write};
@@ -523,6 +544,7 @@ fn bench_sse_fanout(a: &Args) {
     let cfg = hyperhive::web::WebConfig {
         port: 0,
         sse_max_clients: 64,
+        send_timeout: Duration::from_secs(2),
         ..hyperhive::web::WebConfig::default()
     };
     let web = hyperhive::web::start(shared, cfg).expect("web::start");
@@ -577,7 +599,8 @@ fn bench_sse_fanout(a: &Args) {
         bus.note(format!("bench-t={}", epoch.elapsed().as_nanos()));
     }
     let publish = start.elapsed().as_secs_f64();
-    std::thread::sleep(Duration::from_millis(500));
+    // Past the 2 s send timeout, so a writer stuck on a full socket has given up.
+    std::thread::sleep(Duration::from_secs(3));
     // Slow clients: read what they were sent; a dropped one ends before all.
     let mut dropped = 0;
     for st in idle_streams {
@@ -610,6 +633,8 @@ fn bench_sse_fanout(a: &Args) {
         lat.extend(l);
     }
     let min = per_client.iter().copied().min().unwrap_or(0);
+    let full = per_client.iter().filter(|&&n| n == total).count();
+    let none = per_client.iter().filter(|&&n| n == 0).count();
     let sum: u64 = per_client.iter().sum();
     let p99 = {
         lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -622,7 +647,7 @@ fn bench_sse_fanout(a: &Args) {
     };
     println!(
         "sse     {clients} clients ({slow} never read), {total} events at {rate}/s published in \
-         {publish:.2} s: reading clients got {sum} of {} (min {min}/client) | slow clients \
+         {publish:.2} s: reading clients got {sum} of {} (min {min}/client; {full} got all, {none} got none) | slow clients \
          dropped {dropped}/{slow} | latency median {med:.2} ms, p99 {p99:.2} ms",
         total * (clients - slow) as u64
     );
