@@ -32,7 +32,7 @@ FUZZ_TARGETS := wire jsonrpc classify prompt web
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  echo "== fuzz $$t for $(FUZZ_SECS)s"; \
-	  (cd tests/fuzz && cargo +nightly fuzz run --fuzz-dir . $$t -- \
+	  (cd tests/fuzz && ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0 cargo +nightly fuzz run --fuzz-dir . $$t -- \
 	    -max_total_time=$(FUZZ_SECS) -detect_leaks=0 -print_final_stats=1 2>&1 \
 	    | grep -E 'stat::number_of_executed_units|SUMMARY|panicked|ERROR') || exit 1; \
 	done
