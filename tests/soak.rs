@@ -304,6 +304,16 @@ fn crash_loop_loses_no_accepted_message() {
         .iter()
         .filter(|t| counts.get(*t).copied().unwrap_or(0) > 1)
         .count();
+    let compactions: usize = delivered
+        .iter()
+        .map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .split("\n=== end of prompt ===\n")
+                .filter(|p| p.starts_with("/compact"))
+                .count()
+        })
+        .sum();
     let kinds = ["wake", "op", "peer", "bash"];
     let per_kind = |pred: &dyn Fn(&String) -> bool| -> String {
         kinds
@@ -326,7 +336,8 @@ fn crash_loop_loses_no_accepted_message() {
          | {cycles} | {} | {} | {} | {} | {duplicated} | {} | {} |\n\
          accepted by sender: {}\n\
          duplicated by sender: {}\n\
-         lost by sender: {}",
+         lost by sender: {}\n\
+         /compact runs started: {compactions}",
         kill_phase.as_secs_f64(),
         started.elapsed().as_secs_f64(),
         kills[0],
