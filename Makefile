@@ -6,7 +6,7 @@ MUSL_TARGET := x86_64-unknown-linux-musl
 MUSL_BIN := target/$(MUSL_TARGET)/release/hive
 export CC_x86_64_unknown_linux_musl ?= musl-gcc
 
-.PHONY: all build test lint musl musl-check musl-if-available bench clean
+.PHONY: all build test lint musl musl-check musl-if-available bench soak fuzz clean
 
 all: build
 
@@ -22,6 +22,26 @@ test: musl-if-available
 musl-if-available:
 	@if $(MAKE) -s musl-check >/dev/null 2>&1; then $(MAKE) --no-print-directory musl; \
 	else echo "make test: no musl toolchain, tests/release.rs will skip (see make musl-check)"; fi
+
+## The crash-loop suite at length: HIVE_SOAK_CYCLES kill cycles (default 1000);
+## HIVE_SOAK_SEED=N replays a run. Prints the summary table.
+HIVE_SOAK_CYCLES ?= 1000
+soak:
+	HIVE_SOAK_CYCLES=$(HIVE_SOAK_CYCLES) $(CARGO) test --release --test soak -- --nocapture 2>&1 \
+	  | grep -v '^\[\|^hive broker'
+
+## Each cargo-fuzz target for FUZZ_SECS seconds (nightly, `cargo install
+## cargo-fuzz`). The corpus grows in tests/fuzz/corpus (only seed-* is committed);
+## a crash lands in tests/fuzz/artifacts: copy it to tests/fuzz/regressions/TARGET/.
+FUZZ_SECS ?= 60
+FUZZ_TARGETS := wire jsonrpc classify prompt web
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+	  echo "== fuzz $$t for $(FUZZ_SECS)s"; \
+	  (cd tests/fuzz && ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0 cargo +nightly fuzz run --fuzz-dir . $$t -- \
+	    -max_total_time=$(FUZZ_SECS) -detect_leaks=0 -print_final_stats=1 2>&1 \
+	    | grep -E 'stat::number_of_executed_units|SUMMARY|panicked|ERROR') || exit 1; \
+	done
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -310,7 +310,8 @@ fn a_slow_task_returns_an_id_then_wakes_the_agent() {
     let mut agent = broker.agent("ana");
     let wake = next_wake(&mut agent, 20).expect("a completion wake");
     assert_eq!(wake.from, format!("bash-task-{id}"));
-    assert!(wake.transient, "{wake:?}");
+    // Durable, so a broker restart or a harness killed mid-turn cannot lose it.
+    assert!(!wake.transient && wake.id > 0, "{wake:?}");
     assert!(wake.body.contains("done, exit code 0"), "{}", wake.body);
     assert!(wake.body.contains("finished-ok"), "{}", wake.body);
     let (text, _) = mcp.call("status", json!({"id": id.parse::<u64>().unwrap()}));

@@ -1,6 +1,6 @@
 //! Background bash tasks. The task daemon (`daemon.rs`, embedded in `hive serve`
 //! or run alone as `hive bash-daemon`) owns every task process, its output files
-//! and its persisted record, and sends the agent a transient wake from
+//! and its persisted record, and sends the agent a durable wake from
 //! `bash-task-<id>` when a task ends unless its result was returned inline.
 //! `hive bash-mcp` (`mcp.rs`) is the stdio MCP server `bash` that forwards the
 //! `run` and `status` tools to the daemon's socket. The socket protocol is in

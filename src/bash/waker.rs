@@ -1,5 +1,7 @@
 //! The wake thread: delivers each finished task's completion wake to the agent's
-//! broker socket as a transient `wake` from `bash-task-<id>`, in order. When the
+//! broker socket as a durable `wake` from `bash-task-<id>`, in order. Durable, so
+//! a wake the broker accepted survives a broker restart and a harness killed
+//! mid-turn gets it again (a transient wake would be lost in both cases). When the
 //! broker cannot be reached the wake stays queued and the thread retries after a
 //! backoff that doubles up to [`MAX_BACKOFF`]; with nothing queued it just blocks
 //! on its channel. A delivered wake is reported back to the coordinator, which
@@ -106,7 +108,7 @@ impl Waker {
         let req = Request::Wake {
             from: format!("bash-task-{}", rec.id),
             body: wake_body(rec, &self.tasks_dir),
-            transient: true,
+            transient: false,
             to: None,
         };
         match client.call(&req) {

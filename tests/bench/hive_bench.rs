@@ -14,6 +14,9 @@ struct Args {
     hive: PathBuf,
     empty: PathBuf,
     quick: bool,
+    /// `--only NAME`: run one benchmark (wake, cycles, mcp, turns, latency,
+    /// memory, sse).
+    only: Option<String>,
 }
 
 fn parse_args() -> Args {
@@ -21,6 +24,7 @@ fn parse_args() -> Args {
         hive: PathBuf::from("target/release/hive"),
         empty: PathBuf::from("target/release/examples/empty"),
         quick: false,
+        only: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -28,6 +32,7 @@ fn parse_args() -> Args {
             "--hive" => a.hive = it.next().expect("--hive PATH").into(),
             "--empty" => a.empty = it.next().expect("--empty PATH").into(),
             "--quick" => a.quick = true,
+            "--only" => a.only = it.next(),
             // cargo bench passes --bench; ignore what is not ours.
             _ => {}
         }
@@ -419,10 +424,238 @@ fn main() {
         "hive bench — {} vs baselines, ratios are what to compare",
         a.hive.display()
     );
-    bench_wake(&a);
-    bench_cycles(&a, "normal");
-    bench_cycles(&a, "full");
-    bench_mcp_cold_start(&a);
-    bench_turns(&a);
-    bench_wake_latency(&a);
+    let run = |name: &str| a.only.as_deref().is_none_or(|o| o == name);
+    if run("wake") {
+        bench_wake(&a);
+    }
+    if run("cycles") {
+        bench_cycles(&a, "normal");
+        bench_cycles(&a, "full");
+    }
+    if run("mcp") {
+        bench_mcp_cold_start(&a);
+    }
+    if run("turns") {
+        bench_turns(&a);
+    }
+    if run("latency") {
+        bench_wake_latency(&a);
+    }
+    if run("memory") {
+        bench_memory_and_idle_cpu(&a);
+    }
+    if run("sse") {
+        bench_sse_fanout(&a);
+    }
+}
+
+/// A field of /proc/PID/status in kB (`VmRSS`, `VmHWM`).
+fn proc_kb(pid: u32, key: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// utime + stime of a process, in clock ticks, from /proc/PID/stat.
+fn cpu_ticks(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name may hold spaces; fields are counted after its ')'.
+    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    get(11) + get(12)
+}
+
+/// RSS of the broker and the harness at rest and under load, and the idle CPU
+/// of both over 60 s (10 s with --quick): absolute figures from /proc.
+fn bench_memory_and_idle_cpu(a: &Args) {
+    let idle_secs = if a.quick { 10 } else { 60 };
+    let b = BrokerProc::start(&a.hive, "normal");
+    let fake = fast_fake(&b.dir, None);
+    let mut serve = start_serve(a, &b, &fake);
+    let mut c = Client::connect(&b.socket()).unwrap();
+    let settle = |c: &mut Client| {
+        let end = Instant::now() + Duration::from_secs(300);
+        loop {
+            let (u, i) = unread_and_inflight(c);
+            if u == 0 && !i {
+                break;
+            }
+            assert!(Instant::now() < end, "turns did not drain");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    settle(&mut c);
+    std::thread::sleep(Duration::from_secs(1));
+    let (bp, sp) = (b.child.id(), serve.id());
+    let rest = (proc_kb(bp, "VmRSS"), proc_kb(sp, "VmRSS"));
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let (b0, s0) = (cpu_ticks(bp), cpu_ticks(sp));
+    std::thread::sleep(Duration::from_secs(idle_secs));
+    let (b1, s1) = (cpu_ticks(bp), cpu_ticks(sp));
+    let n = if a.quick { 200 } else { 2000 };
+    for i in 0..n {
+        c.call(&Request::Wake {
+            from: "bench".into(),
+            body: format!("load {i} {}", "x".repeat(2000)),
+            transient: false,
+            to: None,
+        })
+        .unwrap();
+    }
+    settle(&mut c);
+    let load = (proc_kb(bp, "VmHWM"), proc_kb(sp, "VmHWM"));
+    let after = (proc_kb(bp, "VmRSS"), proc_kb(sp, "VmRSS"));
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let pct = |t: u64| (t as f64 / ticks) / idle_secs as f64 * 100.0;
+    println!(
+        "idle    over {idle_secs} s: hive serve {:.2} s CPU ({:.3} %), hive broker {:.2} s CPU ({:.3} %)",
+        (s1 - s0) as f64 / ticks,
+        pct(s1 - s0),
+        (b1 - b0) as f64 / ticks,
+        pct(b1 - b0)
+    );
+    println!(
+        "memory  at rest: broker {} kB, serve {} kB | peak over {n} queued 2 KB messages \
+         (VmHWM): broker {} kB, serve {} kB | after: broker {} kB, serve {} kB",
+        rest.0, rest.1, load.0, load.1, after.0, after.1
+    );
+}
+
+/// SSE fan-out: 50 clients on an in-process `web::start`, 1000 events/s for 5 s
+/// (2 s with --quick); two of the clients never read, and a write that makes no
+/// progress for 2 s drops its client. Delivered events per reading client, slow
+/// clients dropped, and publish → read latency.
+fn bench_sse_fanout(a: &Args) {
+    use hyperhive::harness::settings::{ServeArgs, Settings};
+    use std::io::{BufRead, BufReader, Write};
+    let secs = if a.quick { 2 } else { 5 };
+    let (clients, slow, rate) = (50usize, 2usize, 1000u64);
+    let dir = PathBuf::from(format!("/tmp/hv-bench-sse-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    let mut s = Settings::resolve(&ServeArgs {
+        state_dir: dir.join("state"),
+        run_dir: dir.join("run"),
+    })
+    .expect("settings");
+    s.socket = dir.join("no-broker.sock");
+    let bus = hyperhive::harness::bus::Bus::new("bench", "bench", "haiku", 200_000);
+    let (tx, _rx) = crossbeam_channel::unbounded();
+    let shared = hyperhive::harness::control::Shared::new(bus.clone(), tx, std::sync::Arc::new(s));
+    let cfg = hyperhive::web::WebConfig {
+        port: 0,
+        sse_max_clients: 64,
+        send_timeout: Duration::from_secs(2),
+        ..hyperhive::web::WebConfig::default()
+    };
+    let web = hyperhive::web::start(shared, cfg).expect("web::start");
+    let port = web.port();
+    let epoch = Instant::now();
+    let mut readers = Vec::new();
+    let mut idle_streams = Vec::new();
+    for i in 0..clients {
+        let mut st = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(
+            st,
+            "GET /events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
+        )
+        .unwrap();
+        if i < slow {
+            idle_streams.push(st);
+            continue;
+        }
+        st.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        readers.push(std::thread::spawn(move || {
+            let mut r = BufReader::new(st);
+            let (mut got, mut lat) = (0u64, Vec::new());
+            let mut line = String::new();
+            loop {
+                line.clear();
+                match r.read_line(&mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                if let Some(i) = line.find("bench-t=") {
+                    let ns: u128 = line[i + 8..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect::<String>()
+                        .parse()
+                        .unwrap_or(0);
+                    got += 1;
+                    lat.push((epoch.elapsed().as_nanos() - ns) as f64 / 1e6);
+                }
+            }
+            (got, lat)
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let total = rate * secs;
+    let start = Instant::now();
+    for k in 0..total {
+        let due = start + Duration::from_micros(k * 1_000_000 / rate);
+        if let Some(d) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
+        bus.note(format!("bench-t={}", epoch.elapsed().as_nanos()));
+    }
+    let publish = start.elapsed().as_secs_f64();
+    // Past the 2 s send timeout, so a writer stuck on a full socket has given up.
+    std::thread::sleep(Duration::from_secs(3));
+    // Slow clients: read what they were sent; a dropped one ends before all.
+    let mut dropped = 0;
+    for st in idle_streams {
+        st.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut r = BufReader::new(st);
+        let mut n = 0u64;
+        let mut line = String::new();
+        let mut closed = false;
+        loop {
+            line.clear();
+            match r.read_line(&mut line) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Err(_) => break,
+                Ok(_) => n += u64::from(line.contains("bench-t=")),
+            }
+        }
+        if closed && n < total {
+            dropped += 1;
+        }
+    }
+    drop(web);
+    let mut per_client = Vec::new();
+    let mut lat = Vec::new();
+    for t in readers {
+        let (got, l) = t.join().unwrap();
+        per_client.push(got);
+        lat.extend(l);
+    }
+    let min = per_client.iter().copied().min().unwrap_or(0);
+    let full = per_client.iter().filter(|&&n| n == total).count();
+    let none = per_client.iter().filter(|&&n| n == 0).count();
+    let sum: u64 = per_client.iter().sum();
+    let p99 = {
+        lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        lat.get(lat.len() * 99 / 100).copied().unwrap_or(0.0)
+    };
+    let med = if lat.is_empty() {
+        0.0
+    } else {
+        median(&mut lat)
+    };
+    println!(
+        "sse     {clients} clients ({slow} never read), {total} events at {rate}/s published in \
+         {publish:.2} s: reading clients got {sum} of {} (min {min}/client; {full} got all, {none} got none) | slow clients \
+         dropped {dropped}/{slow} | latency median {med:.2} ms, p99 {p99:.2} ms",
+        total * (clients - slow) as u64
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

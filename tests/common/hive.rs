@@ -69,12 +69,27 @@ impl Broker {
         Broker::start_with(&[], Some(config))
     }
 
+    /// Starts a broker serving root agents `names` with its state in `state`
+    /// (for tests that put it on a filesystem of their own).
+    pub fn start_in(names: &[&str], state: &Path) -> Broker {
+        Broker::start_at(
+            &["--agents".to_string(), names.join(",")],
+            None,
+            Some(state),
+        )
+    }
+
     fn start_with(extra: &[String], config: Option<&str>) -> Broker {
+        Broker::start_at(extra, config, None)
+    }
+
+    fn start_at(extra: &[String], config: Option<&str>, state: Option<&Path>) -> Broker {
         let dir = TempDir::new("b");
+        let state = state.map_or_else(|| dir.path().join("s"), Path::to_path_buf);
         let mut args = vec![
             "broker".to_string(),
             "--state-dir".into(),
-            dir.path().join("s").display().to_string(),
+            state.display().to_string(),
             "--run-dir".into(),
             dir.path().join("r").display().to_string(),
         ];
@@ -100,6 +115,9 @@ impl Broker {
             .append(true)
             .open(self.dir.path().join("broker.log"))
             .unwrap();
+        // Counted before the spawn: a fast broker can log "ready" before the
+        // parent reads the log, and counting after would then wait forever.
+        let ready_before = self.log().matches("broker ready:").count();
         let child = Command::new(hive_bin())
             .args(&self.args)
             .env("RUST_LOG", "debug")
@@ -108,7 +126,6 @@ impl Broker {
             .stderr(log)
             .spawn()
             .expect("spawn hive broker");
-        let ready_before = self.log().matches("broker ready:").count();
         self.child = Some(child);
         // The host socket is bound before the agent sockets, and after a restart
         // the old agent socket files are still there; "broker ready" is logged
@@ -132,7 +149,8 @@ impl Broker {
     }
 
     pub fn state_dir(&self) -> PathBuf {
-        self.dir.path().join("s")
+        let i = self.args.iter().position(|a| a == "--state-dir").unwrap();
+        PathBuf::from(&self.args[i + 1])
     }
 
     pub fn host_socket(&self) -> PathBuf {

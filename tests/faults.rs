@@ -1,0 +1,247 @@
+//! Resource faults against real processes: the broker going away under a running
+//! harness, a missing claude binary, a claude that floods its stdout, and the
+//! broker's state dir on a full filesystem (a small tmpfs, mounted when the test
+//! runs as root; otherwise the test says loudly that it skipped).
+
+mod common;
+
+use common::hive::*;
+use hyperhive::wire::{ClientError, Request};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+fn web_port(h: &Harness) -> u16 {
+    let p = h.state_dir().join("hyperhive-port");
+    wait_for(Duration::from_secs(10), "the web port file", || {
+        std::fs::read_to_string(&p).ok()?.trim().parse().ok()
+    })
+}
+
+fn online(port: u16) -> bool {
+    let r = common::web::get(&format!("http://127.0.0.1:{port}/api/state"));
+    r.json()["online"].as_bool().expect("online in /api/state")
+}
+
+/// A value in kB from /proc/PID/status (`VmHWM`, `VmRSS`).
+fn proc_kb(pid: u32, key: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+}
+
+#[test]
+fn the_harness_reconnects_when_the_broker_socket_goes_away() {
+    let mut b = Broker::start(&["ana"]);
+    let h = Harness::start(&b, "ana", &[("HIVE_RECONNECT_MAX_MS", "400")]);
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    let port = web_port(&h);
+    assert!(online(port));
+    // SIGTERM removes the socket files; the harness is left with nothing to
+    // connect to.
+    b.terminate();
+    assert!(!b.agent_socket("ana").exists());
+    wait_for(Duration::from_secs(10), "online to turn false", || {
+        (!online(port)).then_some(())
+    });
+    wait_for(Duration::from_secs(10), "the backoff in the log", || {
+        h.log().contains("retrying in").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let log = h.log();
+    let retries = log.matches("retrying in").count();
+    assert!(
+        (2..=20).contains(&retries),
+        "{retries} reconnect attempts in 2 s is not a capped backoff:\n{log}"
+    );
+    b.restart();
+    wait_for(Duration::from_secs(10), "online to turn true", || {
+        online(port).then_some(())
+    });
+    assert!(h.log().contains("reconnected to the broker"), "{}", h.log());
+    operator_send(&b, "ana", "after the outage");
+    wait_for(Duration::from_secs(20), "the turn after the outage", || {
+        (1..=h.fake.count())
+            .any(|n| h.fake.stdin(n).contains("after the outage"))
+            .then_some(())
+    });
+    wait_drained(&b, "ana");
+}
+
+#[test]
+fn a_missing_claude_binary_is_a_clear_failure_not_a_crash_loop() {
+    let b = Broker::start(&["ana"]);
+    let mut h = Harness::start(&b, "ana", &[("HIVE_CLAUDE_BIN", "/nonexistent/claude")]);
+    // The boot kick fails; the parent hears about it and the inbox drains.
+    let notice = wait_for(Duration::from_secs(20), "a notice to the operator", || {
+        operator_inbox(&b)
+            .into_iter()
+            .find(|m| m.from == "ana" && m.body.contains("/nonexistent/claude"))
+    });
+    assert!(notice.body.starts_with("[system]"), "{}", notice.body);
+    wait_drained(&b, "ana");
+    operator_send(&b, "ana", "hello?");
+    wait_drained(&b, "ana");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(h.exited().is_none(), "hive serve exited: {}", h.log());
+    // One failed turn per message, not a loop.
+    let row = agent_row(&b, "ana");
+    assert_eq!((row.turns, row.turns_failed), (2, 2), "{row:?}");
+    let r = common::web::get(&format!("http://127.0.0.1:{}/api/state", web_port(&h)));
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn a_claude_flooding_100_mb_of_stdout_stays_within_a_memory_bound() {
+    let b = Broker::start(&["ana"]);
+    let h = Harness::start(&b, "ana", &[]);
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    // 50 MB of ordinary assistant lines, then one 50 MB line without JSON.
+    h.fake.step(
+        2,
+        r#"init
+line=$(say "flood flood flood flood flood flood flood flood")
+yes "$line" | head -c 50000000
+head -c 50000000 /dev/zero | tr '\0' 'x'
+printf '\n'
+result_ok "survived"
+exit 0"#,
+    );
+    let before = proc_kb(h.pid(), "VmRSS");
+    operator_send(&b, "ana", "flood");
+    h.fake.wait_count(2);
+    wait_for(Duration::from_secs(120), "the flood turn to end", || {
+        let r = agent_row(&b, "ana");
+        (r.unread == 0 && r.inflight.is_none()).then_some(())
+    });
+    let hwm = proc_kb(h.pid(), "VmHWM");
+    let rss = proc_kb(h.pid(), "VmRSS");
+    eprintln!("flood: harness VmRSS before {before} kB, peak {hwm} kB, after {rss} kB");
+    assert!(hwm < 128 * 1024, "peak RSS {hwm} kB over the 128 MiB bound");
+    let row = agent_row(&b, "ana");
+    assert_eq!(row.turns_ok, 2, "{row:?}\n{}", h.log());
+}
+
+/// A tmpfs of `size` mounted at a fresh dir, unmounted on drop.
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn mount(size: &str) -> Option<SmallFs> {
+        let p = PathBuf::from(format!("/tmp/hv-full-{}", std::process::id()));
+        std::fs::create_dir_all(&p).ok()?;
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&p)
+            .status()
+            .ok()?;
+        st.success().then_some(SmallFs(p))
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// Writes a filler file until the filesystem is full.
+fn fill(path: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap();
+    let chunk = vec![0u8; 4096];
+    while f.write_all(&chunk).is_ok() {}
+    let _ = f.sync_all();
+}
+
+#[test]
+fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
+    let Some(fs) = SmallFs::mount("4m") else {
+        eprintln!(
+            "SKIPPED a_full_state_filesystem_gives_clear_errors_and_recovers: cannot mount a \
+             tmpfs (needs root); see docs/reliability.md for the manual method"
+        );
+        return;
+    };
+    let state = fs.0.join("state");
+    let b = Broker::start_in(&["ana"], &state);
+    let mut host = b.host();
+    let mut accepted = Vec::new();
+    for i in 0..20 {
+        let body = format!("before-{i}");
+        ok(
+            &mut host,
+            Request::Send {
+                to: "ana".into(),
+                body: body.clone(),
+                in_reply_to: None,
+            },
+        );
+        accepted.push(body);
+    }
+    fill(&fs.0.join("filler"));
+    // Keep sending bodies big enough to need new pages until one is refused.
+    let mut refusal = None;
+    for i in 0..400 {
+        let body = format!("full-{i}-{}", "y".repeat(8000));
+        match host.call(&Request::Send {
+            to: "ana".into(),
+            body: body.clone(),
+            in_reply_to: None,
+        }) {
+            Ok(_) => accepted.push(body),
+            Err(ClientError::Refused(e)) => {
+                refusal = Some(e);
+                break;
+            }
+            Err(e) => panic!("the broker did not answer on a full disk: {e}\n{}", b.log()),
+        }
+    }
+    let e = refusal.expect("no send was refused on a full filesystem");
+    eprintln!("full filesystem: send refused with: {e}");
+    assert!(
+        e.contains("full") || e.contains("disk") || e.contains("space"),
+        "the error does not say the disk is full: {e}"
+    );
+    // Space returns: sends work again, nothing accepted was lost or damaged.
+    std::fs::remove_file(fs.0.join("filler")).unwrap();
+    let mut host = b.host();
+    ok(
+        &mut host,
+        Request::Send {
+            to: "ana".into(),
+            body: "after".into(),
+            in_reply_to: None,
+        },
+    );
+    accepted.push("after".into());
+    let mut ana = b.agent("ana");
+    let mut got = Vec::new();
+    while got.len() < accepted.len() {
+        let r: hyperhive::wire::RecvNextReply = ana
+            .call_as(&Request::RecvNext {
+                wait_seconds: Some(2),
+            })
+            .unwrap();
+        let Some(m) = r.message else { break };
+        ok(&mut ana, Request::AckTurn { id: m.id });
+        got.push(m.body);
+    }
+    assert_eq!(got, accepted);
+    let db = std::fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "db"))
+        .expect("the broker's sqlite file");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
