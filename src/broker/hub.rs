@@ -130,6 +130,19 @@ pub struct Hub {
     next_due: Option<i64>,
 }
 
+/// The unprivileged tool group a broker command serves, for the commands behind
+/// `hive mcp` tools. Harness plumbing (`recv_next`, `ack_turn`, `kick`, …) and
+/// `wake` belong to no group.
+fn core_group_of(cmd: &str) -> Option<crate::groups::ToolGroup> {
+    use crate::groups::ToolGroup;
+    match cmd {
+        "send" | "recv" | "recv_ack" | "ask" | "answer" => Some(ToolGroup::Messaging),
+        "set_status" | "get_agent_meta" => Some(ToolGroup::Meta),
+        "get_loose_ends" | "cancel_loose_end" | "remind" => Some(ToolGroup::Inbox),
+        _ => None,
+    }
+}
+
 pub fn now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -340,6 +353,15 @@ impl Hub {
         waiter: &Sender<()>,
     ) -> Outcome {
         let cmd = req.cmd();
+        // The socket is the privilege boundary: an agent's tool groups decide
+        // which tool-backed commands it may use, whoever speaks on its socket.
+        if let Identity::Agent(a) = who {
+            if let Some(g) = core_group_of(cmd) {
+                if let Err(e) = self.require_group(a, g, cmd) {
+                    return self.answer(Err(e));
+                }
+            }
+        }
         let result = match (who, req) {
             (_, Request::Hello { version }) => self.hello(who, version),
             (

@@ -42,7 +42,12 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 }
 
 impl Hub {
-    fn require_group(&self, agent: &str, g: ToolGroup, tool: &str) -> Result<(), String> {
+    pub(super) fn require_group(
+        &self,
+        agent: &str,
+        g: ToolGroup,
+        tool: &str,
+    ) -> Result<(), String> {
         let has = self
             .cfg
             .agent(agent)
