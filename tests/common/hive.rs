@@ -130,7 +130,7 @@ impl Broker {
         // The host socket is bound before the agent sockets, and after a restart
         // the old agent socket files are still there; "broker ready" is logged
         // once every socket listens.
-        wait_for(Duration::from_secs(10), "the broker to be ready", || {
+        wait_for(Duration::from_secs(30), "the broker to be ready", || {
             if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(st)) = c.try_wait() {
                     panic!("broker exited early with {st}: {}", self.log());
