@@ -165,7 +165,7 @@ impl Broker {
     /// the broker binds first, so this waits for the agent socket too.
     pub fn agent(&self, name: &str) -> Client {
         let path = self.agent_socket(name);
-        let c = wait_for(Duration::from_secs(10), "the agent socket", || {
+        let c = wait_for(Duration::from_secs(30), "the agent socket", || {
             Client::connect(&path).ok()
         });
         c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
