@@ -149,13 +149,30 @@ pub fn post(url: &str, body: &str) -> Resp {
 
 /// A raw GET with the path sent exactly as given; returns (status, body).
 pub fn raw_get(port: u16, path: &str) -> (u16, String) {
+    raw_request(port, "GET", path, &[], "")
+}
+
+/// One HTTP/1.1 request written by hand (the path exactly as given, any headers
+/// and body), on a fresh connection; returns (status, body).
+pub fn raw_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
     let mut buf = Vec::new();
     let _ = s.read_to_end(&mut buf);
     let text = String::from_utf8_lossy(&buf).into_owned();
@@ -163,7 +180,7 @@ pub fn raw_get(port: u16, path: &str) -> (u16, String) {
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status line: {text:?}"));
+        .unwrap_or_else(|| panic!("no status line for {method} {path}: {text:?}"));
     let body = text
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
