@@ -23,6 +23,14 @@ fn started(agent: &str, env: &[(&str, &str)]) -> (Broker, Harness) {
     (b, h)
 }
 
+/// Waits for an operator-inbox message matching `pred` (the parent notice is sent
+/// after the ack, so a drained inbox does not mean it is there yet).
+fn wait_notice(b: &Broker, what: &str, pred: impl Fn(&str) -> bool) -> hyperhive::wire::Message {
+    wait_for(Duration::from_secs(20), what, || {
+        operator_inbox(b).into_iter().find(|m| pred(&m.body))
+    })
+}
+
 fn stats_rows(h: &Harness) -> Vec<(String, String, String)> {
     let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
     let mut st = db
@@ -266,11 +274,7 @@ fn compaction_failure_fails_the_turn_and_tells_the_parent() {
     let id = operator_send(&b, "ana", "huge job");
     h.fake.wait_count(3);
     wait_drained(&b, "ana");
-    let inbox = operator_inbox(&b);
-    let notice = inbox
-        .iter()
-        .find(|m| m.body.contains("failed"))
-        .expect("parent notice");
+    let notice = wait_notice(&b, "the parent notice", |t| t.contains("failed"));
     assert!(notice.body.contains(&format!("#{id}")), "{}", notice.body);
     assert_eq!(h.fake.count(), 3);
 }
@@ -330,13 +334,9 @@ fn a_hung_claude_is_stopped_by_the_turn_timeout() {
     let id = operator_send(&b, "ana", "hang");
     h.fake.wait_count(2);
     wait_drained(&b, "ana");
-    let notice = operator_inbox(&b);
-    assert!(
-        notice
-            .iter()
-            .any(|m| m.body.contains(&format!("#{id}")) && m.body.contains("timed out")),
-        "{notice:?}"
-    );
+    wait_notice(&b, "the timeout notice", |t| {
+        t.contains(&format!("#{id}")) && t.contains("timed out")
+    });
 }
 
 #[test]
@@ -376,11 +376,7 @@ fn a_crashing_claude_fails_the_turn_once_and_tells_the_parent() {
     let id = operator_send(&b, "ana", "crash me");
     h.fake.wait_count(2);
     wait_drained(&b, "ana");
-    let inbox = operator_inbox(&b);
-    let m = inbox
-        .iter()
-        .find(|m| m.body.contains(&format!("#{id}")))
-        .expect("notice");
+    let m = wait_notice(&b, "the crash notice", |t| t.contains(&format!("#{id}")));
     assert!(
         m.body.contains("code 3") && m.body.contains("something broke"),
         "{}",
