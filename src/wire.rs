@@ -329,6 +329,9 @@ pub struct RecvNextReply {
     /// True when this row was already inflight (a harness restarted mid-turn).
     #[serde(default)]
     pub redelivered: bool,
+    /// Rows still queued after this pop (absent when `message` is null).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unread: Option<u64>,
 }
 
 /// Answer to `status`.

@@ -397,6 +397,7 @@ impl Hub {
                     Ok(None) => Ok(wire::ok_line(&wire::RecvNextReply {
                         message: None,
                         redelivered: false,
+                        unread: None,
                     })),
                     Err(e) => Err(e),
                 }
@@ -675,21 +676,30 @@ impl Hub {
     }
 
     fn recv_next(&mut self, agent: &str) -> Result<Option<String>, String> {
-        let reply = |message: wire::Message, redelivered: bool| {
-            Some(wire::ok_line(&wire::RecvNextReply {
-                message: Some(message),
-                redelivered,
-            }))
+        let Some((message, redelivered)) = self.pop_next(agent)? else {
+            return Ok(None);
         };
+        // The unread count after the pop, so the harness needs no `status` call.
+        let transient = self.transient.get(agent).map_or(0, |q| q.len() as u64);
+        let unread = self.db.count_queued(agent).map_err(db_err)? + transient;
+        Ok(Some(wire::ok_line(&wire::RecvNextReply {
+            message: Some(message),
+            redelivered,
+            unread: Some(unread),
+        })))
+    }
+
+    /// The inflight row again, or the next row made inflight.
+    fn pop_next(&mut self, agent: &str) -> Result<Option<(wire::Message, bool)>, String> {
         if let Some(m) = self.transient_inflight.get(agent) {
-            return Ok(reply(m.clone(), true));
+            return Ok(Some((m.clone(), true)));
         }
         if let Some(m) = self.db.inflight(agent).map_err(db_err)? {
-            return Ok(reply(m, true));
+            return Ok(Some((m, true)));
         }
         if let Some(m) = self.transient.get_mut(agent).and_then(VecDeque::pop_front) {
             self.transient_inflight.insert(agent.to_string(), m.clone());
-            return Ok(reply(m, false));
+            return Ok(Some((m, false)));
         }
         let Some(m) = self.db.queued(agent, 1).map_err(db_err)?.pop() else {
             return Ok(None);
@@ -701,7 +711,7 @@ impl Hub {
         {
             return Err("message changed state while being popped; try again".into());
         }
-        Ok(reply(m, false))
+        Ok(Some((m, false)))
     }
 
     fn drain(&mut self, agent: &str, conn: ConnId, max: u32) -> Result<Vec<wire::Message>, String> {

@@ -23,12 +23,20 @@ pub enum ToPoller {
         req: Request,
         reply: Sender<Result<Map<String, Value>, String>>,
     },
+    /// One request nobody waits for (its failure is logged), kept in order with
+    /// the calls around it.
+    Tell { req: Request },
 }
 
 /// What the poller hands the turn loop.
 #[derive(Debug)]
 pub enum FromPoller {
-    Message { message: Message, redelivered: bool },
+    /// `unread` is the queue depth after the pop, when the broker said.
+    Message {
+        message: Message,
+        redelivered: bool,
+        unread: Option<u64>,
+    },
 }
 
 /// The turn loop's handle.
@@ -100,6 +108,11 @@ impl Poller {
         }
     }
 
+    /// A request whose answer the caller does not wait for.
+    pub fn tell(&self, req: Request) {
+        let _ = self.tx.send(ToPoller::Tell { req });
+    }
+
     /// Stops the thread, ending a parked long-poll at once.
     pub fn shutdown(&mut self) {
         self.stop.take();
@@ -149,6 +162,11 @@ impl State {
                 }
                 ToPoller::Call { req, reply } => {
                     let _ = reply.send(self.call(&req));
+                }
+                ToPoller::Tell { req } => {
+                    if let Err(e) = self.call(&req) {
+                        log::warn!("{} refused: {e}", req.cmd());
+                    }
                 }
             }
         }
@@ -209,10 +227,12 @@ impl State {
                 Ok(RecvNextReply {
                     message: Some(message),
                     redelivered,
+                    unread,
                 }) => {
                     return Some(FromPoller::Message {
                         message,
                         redelivered,
+                        unread,
                     })
                 }
                 Ok(_) => continue,

@@ -25,6 +25,10 @@ pub const MAX_STDOUT_LINE: usize = 16 * 1024 * 1024;
 /// but shown as a summary, so one huge tool result cannot fill the history.
 pub const MAX_EVENT_BYTES: usize = 256 * 1024;
 
+/// Prompts up to this size are written without a thread: every pipe holds at
+/// least one page, even under the per-user pipe limits, so the write cannot block.
+const SMALL_PROMPT: usize = 4096;
+
 /// How long pipes may stay open after claude exited (a grandchild that left the
 /// group can hold them) before the turn ends without them.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
@@ -145,13 +149,19 @@ pub fn run(
     };
     let pid = child.id() as i32;
     if let Some(mut stdin) = child.stdin.take() {
-        let prompt = inv.stdin.clone();
-        let _ = std::thread::Builder::new()
-            .name("claude-stdin".into())
-            .spawn(move || {
-                // A child that exits without reading is normal; ignore EPIPE.
-                let _ = stdin.write_all(prompt.as_bytes());
-            });
+        // A child that exits without reading is normal; EPIPE is ignored. A
+        // prompt that fits the pipe buffer is written at once; a bigger one from
+        // a thread, so a child that reads slowly never blocks the loop.
+        if inv.stdin.len() <= SMALL_PROMPT {
+            let _ = stdin.write_all(inv.stdin.as_bytes());
+        } else {
+            let prompt = inv.stdin.clone();
+            let _ = std::thread::Builder::new()
+                .name("claude-stdin".into())
+                .spawn(move || {
+                    let _ = stdin.write_all(prompt.as_bytes());
+                });
+        }
     }
     let mut out = child.stdout.take().map(|s| pump("stdout", s));
     let mut err = child.stderr.take().map(|s| pump("stderr", s));

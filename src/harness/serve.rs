@@ -44,6 +44,8 @@ struct Work {
     from: String,
     body: String,
     redelivered: bool,
+    /// The queue depth behind this message, when already known.
+    unread: Option<u64>,
 }
 
 struct TurnLoop {
@@ -229,9 +231,9 @@ impl TurnLoop {
             self.bus.set_turn_state(TurnState::Idle);
             let flow = select! {
                 recv(self.poller.events) -> ev => match ev {
-                    Ok(FromPoller::Message { message, redelivered }) => {
+                    Ok(FromPoller::Message { message, redelivered, unread }) => {
                         self.next_requested = false;
-                        self.handle_message(message, redelivered)
+                        self.handle_message(message, redelivered, unread)
                     }
                     Err(_) => Flow::Stop,
                 },
@@ -284,12 +286,13 @@ impl TurnLoop {
         }
     }
 
-    fn handle_message(&mut self, m: Message, redelivered: bool) -> Flow {
+    fn handle_message(&mut self, m: Message, redelivered: bool, unread: Option<u64>) -> Flow {
         let work = Work {
             id: Some(m.id),
             from: m.from,
             body: m.body,
             redelivered,
+            unread,
         };
         let mut flow = self.turn(work);
         // Self-continue: requested, not auth-failed, and nothing real waiting.
@@ -305,6 +308,7 @@ impl TurnLoop {
                 from: "self".into(),
                 body: "continue".into(),
                 redelivered: false,
+                unread: Some(0),
             });
         }
         flow
@@ -416,6 +420,7 @@ impl TurnLoop {
             from: "harness".into(),
             body: "/compact".into(),
             redelivered: false,
+            unread: None,
         };
         let a = self.attempt(
             "/compact",
@@ -449,6 +454,7 @@ impl TurnLoop {
             from: "harness".into(),
             body: prompt.into(),
             redelivered: false,
+            unread: None,
         };
         let a = self.attempt(prompt, "checkpoint", &work, TurnObserver::new(), true);
         if !a.report.outcome.is_ok() {
@@ -463,15 +469,18 @@ impl TurnLoop {
     /// One message, start to finish.
     fn turn(&mut self, work: Work) -> Flow {
         let started = Instant::now();
-        let st = self.status();
+        let unread = match work.unread {
+            Some(n) => n,
+            None => self.status().unread,
+        };
         self.bus.update(|s| {
-            s.unread = st.unread;
+            s.unread = unread;
             s.inflight = work.id;
         });
         self.bus.emit(LiveEvent::TurnStart {
             from: work.from.clone(),
             body: work.body.clone(),
-            unread: st.unread,
+            unread,
             message_id: work.id,
         });
         self.bus.set_turn_state(TurnState::Thinking);
@@ -512,7 +521,7 @@ impl TurnLoop {
         let prompt = if seen {
             context::retry_note(&work.from)
         } else {
-            context::wake_prompt(&work.from, &work.body, st.unread)
+            context::wake_prompt(&work.from, &work.body, unread)
         };
         let mut a = self.attempt(&prompt, "turn", &work, TurnObserver::new(), resume);
         if a.terminated {
@@ -527,7 +536,7 @@ impl TurnLoop {
                     return self.stop_with(&work);
                 }
                 if ok {
-                    let full = context::wake_prompt(&work.from, &work.body, st.unread);
+                    let full = context::wake_prompt(&work.from, &work.body, unread);
                     a = self.attempt(&full, "turn", &work, TurnObserver::new(), true);
                 }
             }
@@ -610,17 +619,15 @@ impl TurnLoop {
             rep.outcome.clone()
         };
         let ok = outcome.is_ok();
-        let _ = self.poller.call(
-            Request::PostTurnCounts {
-                turns: 1,
-                ok: u64::from(ok),
-                failed: u64::from(!ok),
-                tokens_in: rep.input_tokens,
-                tokens_out: rep.output_tokens,
-                cost_usd: rep.cost_usd.unwrap_or(0.0),
-            },
-            &self.term,
-        );
+        // Counters are not worth waiting for; the poller keeps them in order.
+        self.poller.tell(Request::PostTurnCounts {
+            turns: 1,
+            ok: u64::from(ok),
+            failed: u64::from(!ok),
+            tokens_in: rep.input_tokens,
+            tokens_out: rep.output_tokens,
+            cost_usd: rep.cost_usd.unwrap_or(0.0),
+        });
         let what = match work.id {
             Some(id) => format!("message #{id} from {}", work.from),
             None => format!("the {} turn", work.from),
