@@ -159,16 +159,12 @@ fn handle(app: &Arc<App>, mut req: tiny_http::Request) {
         events(app, req);
         return;
     }
-    let body = if method == "POST" {
-        match http::read_body(&mut req) {
-            Ok(b) => b,
-            Err(r) => {
-                let _ = req.respond(r.into_response());
-                return;
-            }
+    let body = match http::post_body(&mut req, &method) {
+        Ok(b) => b,
+        Err(r) => {
+            let _ = req.respond(r.into_response());
+            return;
         }
-    } else {
-        Vec::new()
     };
     let reply = route(app, &method, &path, &body);
     if let Err(e) = req.respond(reply.into_response()) {

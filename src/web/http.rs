@@ -99,6 +99,15 @@ pub fn header_value<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
 }
 
 /// Reads the body, refusing more than [`MAX_BODY`] bytes.
+/// The body of a POST (bounded), or nothing for any other method.
+pub fn post_body(req: &mut Request, method: &str) -> Result<Vec<u8>, Reply> {
+    if method == "POST" {
+        read_body(req)
+    } else {
+        Ok(Vec::new())
+    }
+}
+
 pub fn read_body(req: &mut Request) -> Result<Vec<u8>, Reply> {
     let mut buf = Vec::new();
     req.as_reader()

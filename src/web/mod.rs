@@ -307,16 +307,12 @@ fn handle(app: &App, mut req: Request) {
             return;
         }
         Some(_) => {
-            let body = if method == "POST" {
-                match http::read_body(&mut req) {
-                    Ok(b) => b,
-                    Err(r) => {
-                        let _ = req.respond(r.into_response());
-                        return;
-                    }
+            let body = match http::post_body(&mut req, &method) {
+                Ok(b) => b,
+                Err(r) => {
+                    let _ = req.respond(r.into_response());
+                    return;
                 }
-            } else {
-                Vec::new()
             };
             route(app, &method, path, query, &body)
         }
