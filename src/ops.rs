@@ -9,6 +9,7 @@ use crate::cli::{AnswerArgs, DenyArgs, HostArgs, InboxArgs, SendArgs, WakeArgs};
 use crate::wire::{self, Client, Request};
 use serde_json::Value;
 use std::io::Read;
+use std::io::Write;
 use std::path::PathBuf;
 
 /// The default agent socket inside a container.
@@ -120,32 +121,56 @@ pub fn fmt_time(unix: i64) -> String {
     )
 }
 
+/// Prints the operator's unread messages page by page; each page is acked only
+/// after it was written and flushed, so `hive inbox | head` or a broken pipe
+/// leaves what was not shown unread (`--peek` acks nothing).
 pub fn inbox(a: &InboxArgs) -> Result<(), String> {
     let mut c = host_client(&a.host)?;
-    let req = Request::Inbox {
-        wait_seconds: Some(a.wait),
-        peek: a.peek,
-    };
-    let r: wire::MessagesReply = c.call_as(&req).map_err(|e| e.to_string())?;
-    if a.host.json {
-        println!("{}", wire::ok_line(&r));
-        return Ok(());
+    let mut after = None;
+    let mut wait = Some(a.wait);
+    let mut shown = 0usize;
+    loop {
+        let req = Request::Inbox {
+            wait_seconds: wait.take(),
+            peek: a.peek,
+            after,
+        };
+        let r: wire::MessagesReply = c.call_as(&req).map_err(|e| e.to_string())?;
+        let ids: Vec<i64> = r.messages.iter().map(|m| m.id).collect();
+        let mut out = std::io::stdout().lock();
+        let written = if a.host.json {
+            writeln!(out, "{}", wire::ok_line(&r))
+        } else {
+            r.messages.iter().try_for_each(|m| {
+                let reply = m
+                    .in_reply_to
+                    .map(|i| format!(" (re #{i})"))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "#{} {} from {}{reply}:\n{}\n",
+                    m.id,
+                    fmt_time(m.sent_at),
+                    m.from,
+                    m.body
+                )
+            })
+        };
+        written
+            .and_then(|_| out.flush())
+            .map_err(|e| format!("cannot write the inbox: {e} (nothing was marked read)"))?;
+        shown += ids.len();
+        if !a.peek && !ids.is_empty() {
+            c.call(&Request::InboxAck { ids: ids.clone() })
+                .map_err(|e| e.to_string())?;
+        }
+        after = ids.last().copied().or(after);
+        if !r.more {
+            break;
+        }
     }
-    if r.messages.is_empty() {
+    if shown == 0 && !a.host.json {
         println!("no unread messages");
-    }
-    for m in r.messages {
-        let reply = m
-            .in_reply_to
-            .map(|i| format!(" (re #{i})"))
-            .unwrap_or_default();
-        println!(
-            "#{} {} from {}{reply}:\n{}\n",
-            m.id,
-            fmt_time(m.sent_at),
-            m.from,
-            m.body
-        );
     }
     Ok(())
 }

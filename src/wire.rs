@@ -21,6 +21,16 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Longest request or response line accepted, newline excluded.
 pub const MAX_LINE: usize = 1024 * 1024;
 
+/// Longest message body any path that creates a message accepts (`send`, `wake`,
+/// `send_to_parent`, reminders, scheduled prompts, the MCP tools, the web page
+/// and the dashboard), in bytes of UTF-8. Even fully JSON-escaped (six bytes a
+/// byte) a body this long leaves room for any envelope under [`MAX_LINE`].
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The byte budget of one `inbox` or `recv` answer: rows are handed out until
+/// the next one would pass it (at least one row always goes out).
+pub const PAGE_BYTES: usize = 512 * 1024;
+
 /// Longest `recv_next` / `recv` / `inbox` wait the broker honours, in seconds.
 pub const MAX_WAIT_SECS: u64 = 180;
 
@@ -129,13 +139,21 @@ pub enum Request {
         #[serde(default)]
         at_unix_timestamp: Option<i64>,
     },
-    /// Operator: unread operator messages (marked read unless `peek`).
+    /// Operator: one page of unread operator messages, oldest first, with ids
+    /// above `after` (when given). Nothing is marked read: the client acks the
+    /// ids it showed with `inbox_ack` (at-least-once). `peek` is accepted for
+    /// older clients and changes nothing.
     Inbox {
         #[serde(default)]
         wait_seconds: Option<u64>,
         #[serde(default)]
         peek: bool,
+        #[serde(default)]
+        after: Option<i64>,
     },
+    /// Operator: marks these operator messages read (ids that are not unread
+    /// operator messages are skipped).
+    InboxAck { ids: Vec<i64> },
     /// Operator: every agent with its queue and status.
     Agents {},
     /// Operator: pending questions addressed to the operator.
@@ -228,6 +246,7 @@ impl Request {
             Request::CancelLooseEnd { .. } => "cancel_loose_end",
             Request::Remind { .. } => "remind",
             Request::Inbox { .. } => "inbox",
+            Request::InboxAck { .. } => "inbox_ack",
             Request::Agents {} => "agents",
             Request::Questions {} => "questions",
             Request::CancelQuestion { .. } => "cancel_question",
@@ -320,6 +339,16 @@ pub struct SentReply {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MessagesReply {
     pub messages: Vec<Message>,
+    /// True when more rows are waiting than fitted in this answer's byte budget
+    /// ([`PAGE_BYTES`]): ask again (with `after` the last id, for `inbox`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub more: bool,
+}
+
+/// Answer to `inbox_ack`: how many rows were marked read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AckedReply {
+    pub acked: u64,
 }
 
 /// Answer to `recv_next`: `message` is null when the wait ended empty.

@@ -259,6 +259,7 @@ fn an_agent_socket_acts_only_as_that_agent() {
         Request::Inbox {
             wait_seconds: None,
             peek: true,
+            after: None,
         },
         Request::Agents {},
         Request::Questions {},
@@ -332,6 +333,7 @@ fn parent_sentinel_and_allowed_recipients() {
         .call_as(&Request::Inbox {
             wait_seconds: None,
             peek: false,
+            after: None,
         })
         .unwrap();
     assert_eq!(inbox.messages.len(), 1);

@@ -110,6 +110,7 @@ fn the_python_sdk_initializes_lists_and_calls_every_tool() {
         Request::Inbox {
             wait_seconds: Some(0),
             peek: false,
+            after: None,
         },
     );
     let inbox: MessagesReply = serde_json::from_value(Value::Object(inbox)).unwrap();

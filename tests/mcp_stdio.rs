@@ -78,11 +78,15 @@ impl Hive {
             Request::Inbox {
                 wait_seconds: Some(0),
                 peek: false,
+                after: None,
             },
         );
-        serde_json::from_value::<MessagesReply>(Value::Object(r))
+        let messages = serde_json::from_value::<MessagesReply>(Value::Object(r))
             .unwrap()
-            .messages
+            .messages;
+        let ids = messages.iter().map(|m| m.id).collect();
+        ok(&mut self.broker.host(), Request::InboxAck { ids });
+        messages
     }
 
     /// The stored state of message `id`: queued, inflight, held or acked.

@@ -162,6 +162,7 @@ fn the_model_sends_to_the_operator() {
         Request::Inbox {
             wait_seconds: Some(0),
             peek: false,
+            after: None,
         },
         true,
     );

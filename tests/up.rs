@@ -663,6 +663,7 @@ fn a_rebuilt_binary_makes_every_agent_stale_until_updated() {
                 .call_as(&Request::Inbox {
                     wait_seconds: None,
                     peek: true,
+                    after: None,
                 })
                 .ok()?;
             r.messages

@@ -220,6 +220,16 @@ impl Db {
         rows.collect()
     }
 
+    /// Queued rows of `recipient` with ids above `after`, oldest first.
+    pub fn queued_after(&self, recipient: &str, after: i64, limit: u32) -> Res<Vec<Message>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {MSG_COLS} FROM messages WHERE recipient = ?1 AND state = 'queued' AND id > ?2
+             ORDER BY id LIMIT ?3"
+        ))?;
+        let rows = stmt.query_map(params![recipient, after, limit], message_from_row)?;
+        rows.collect()
+    }
+
     pub fn count_queued(&self, recipient: &str) -> Res<u64> {
         self.conn
             .prepare_cached(

@@ -168,6 +168,30 @@ fn one_line(field: &str, s: &str, max: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Most rows one `inbox` answer looks at.
+const INBOX_ROWS: u32 = 1000;
+
+/// Cuts `rows` to what fits in one answer ([`wire::PAGE_BYTES`]); at least one
+/// row always goes out, and `more` says whether any was left behind.
+fn page(mut rows: Vec<wire::Message>) -> wire::MessagesReply {
+    let mut used = 0;
+    let mut keep = 0;
+    for m in &rows {
+        let size = serde_json::to_string(m).map_or(0, |s| s.len()) + 1;
+        if keep > 0 && used + size > wire::PAGE_BYTES {
+            break;
+        }
+        used += size;
+        keep += 1;
+    }
+    let more = keep < rows.len() || rows.len() >= INBOX_ROWS as usize;
+    rows.truncate(keep);
+    wire::MessagesReply {
+        messages: rows,
+        more,
+    }
+}
+
 impl Hub {
     pub fn new(db: Db, cfg: HiveConfig, settings: HubSettings) -> Hub {
         Hub {
@@ -409,7 +433,10 @@ impl Hub {
                         self.wait_for(&a.clone(), waiter);
                         return Outcome::Wait;
                     }
-                    Ok(messages) => Ok(wire::ok_line(&wire::MessagesReply { messages })),
+                    Ok(messages) => Ok(wire::ok_line(&wire::MessagesReply {
+                        messages,
+                        more: false,
+                    })),
                     Err(e) => Err(e),
                 }
             }
@@ -468,16 +495,28 @@ impl Hub {
                     at_unix_timestamp,
                 },
             ) => self.remind(a, &message, delay_seconds, at_unix_timestamp),
-            (Identity::Operator, Request::Inbox { wait_seconds, peek }) => {
-                match self.operator_inbox(peek) {
-                    Ok(msgs) if msgs.is_empty() && can_wait && wait_seconds.unwrap_or(0) > 0 => {
-                        self.wait_for("operator", waiter);
-                        return Outcome::Wait;
-                    }
-                    Ok(messages) => Ok(wire::ok_line(&wire::MessagesReply { messages })),
-                    Err(e) => Err(e),
+            (
+                Identity::Operator,
+                Request::Inbox {
+                    wait_seconds,
+                    after,
+                    ..
+                },
+            ) => match self.operator_inbox(after) {
+                Ok(page)
+                    if page.messages.is_empty() && can_wait && wait_seconds.unwrap_or(0) > 0 =>
+                {
+                    self.wait_for("operator", waiter);
+                    return Outcome::Wait;
                 }
-            }
+                Ok(page) => Ok(wire::ok_line(&page)),
+                Err(e) => Err(e),
+            },
+            (Identity::Operator, Request::InboxAck { ids }) => self
+                .db
+                .transition_many(&ids, "operator", "queued", "acked", now())
+                .map(|n| wire::ok_line(&wire::AckedReply { acked: n as u64 }))
+                .map_err(db_err),
             (Identity::Operator, Request::Agents {}) => self.agents(),
             (Identity::Operator, Request::Questions {}) => self
                 .db
@@ -893,15 +932,15 @@ impl Hub {
         Ok(wire::ok_line(&wire::AgentsReply { agents }))
     }
 
-    fn operator_inbox(&mut self, peek: bool) -> Result<Vec<wire::Message>, String> {
-        let rows = self.db.queued("operator", 1000).map_err(db_err)?;
-        if !peek {
-            let ids: Vec<i64> = rows.iter().map(|m| m.id).collect();
-            self.db
-                .transition_many(&ids, "operator", "queued", "acked", now())
-                .map_err(db_err)?;
-        }
-        Ok(rows)
+    /// One page of unread operator messages above `after`, within the answer's
+    /// byte budget. Nothing is marked read here: `inbox_ack` does that once the
+    /// client has shown them.
+    fn operator_inbox(&mut self, after: Option<i64>) -> Result<wire::MessagesReply, String> {
+        let rows = self
+            .db
+            .queued_after("operator", after.unwrap_or(0), INBOX_ROWS)
+            .map_err(db_err)?;
+        Ok(page(rows))
     }
 
     fn ask(

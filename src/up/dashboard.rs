@@ -218,11 +218,13 @@ fn route(app: &App, method: &str, path: &str, body: &[u8]) -> Reply {
                 why: v.get("why").and_then(Value::as_str).map(str::to_string),
             })
         }),
-        ("POST", "/api/read") => call(app, b"{}", |_| {
-            Ok(Request::Inbox {
-                wait_seconds: None,
-                peek: false,
-            })
+        ("POST", "/api/read") => call(app, body, |v| {
+            let ids = v
+                .get("ids")
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().map(Value::as_i64).collect::<Option<Vec<i64>>>())
+                .ok_or("send the ids of the messages the page showed: {\"ids\":[1,2]}")?;
+            Ok(Request::InboxAck { ids })
         }),
         ("POST", "/api/permissions") => call(app, body, |v| {
             Ok(Request::SetPermissions {
@@ -310,6 +312,7 @@ fn snapshot(app: &App) -> Value {
     let inbox = get(Request::Inbox {
         wait_seconds: None,
         peek: true,
+        after: None,
     });
     let sup_rows = sup["agents"].as_array().cloned().unwrap_or_default();
     let mut cards = Vec::new();

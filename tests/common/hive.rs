@@ -470,15 +470,18 @@ pub fn wait_drained(b: &Broker, name: &str) {
     });
 }
 
-/// The operator's unread messages (marked read).
+/// The operator's unread messages (then marked read, as `hive inbox` does).
 pub fn operator_inbox(b: &Broker) -> Vec<hyperhive::wire::Message> {
-    let r: hyperhive::wire::MessagesReply = b
-        .host()
+    let mut host = b.host();
+    let r: hyperhive::wire::MessagesReply = host
         .call_as(&Request::Inbox {
             wait_seconds: None,
             peek: false,
+            after: None,
         })
         .unwrap();
+    let ids = r.messages.iter().map(|m| m.id).collect();
+    host.call(&Request::InboxAck { ids }).unwrap();
     r.messages
 }
 
