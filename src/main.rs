@@ -87,7 +87,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("hive: {e}");
+            // Errors may quote what an agent or the broker said.
+            eprintln!("hive: {}", ops::printable(&e, true));
             ExitCode::FAILURE
         }
     }
