@@ -71,8 +71,10 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
         summary: "push one message into the agent's own inbox (for scripts and daemons)",
         usage: "hive wake --from NAME --body TEXT [--transient] [--socket PATH]
 
-  --from NAME         who the message is from (shown to the agent)
-  --body TEXT         the message; `-` reads it from stdin
+  --from NAME         who the message is from (shown to the agent); not one of the
+                      names the broker speaks as (operator, system, self, parent,
+                      broker, reminder, scheduler), no control characters
+  --body TEXT         the message, at most 64 KiB; `-` reads it from stdin
   --transient         deliver without storing it (lost if the broker restarts)
   --socket PATH       the agent socket (default $HIVE_SOCKET or /run/hive/mcp.sock)",
     },
@@ -85,7 +87,7 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
   --reply-to ID       the message id this answers
   --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
   --json              print the broker's answer as JSON
-  TEXT                the message; `-` reads it from stdin",
+  TEXT                the message, at most 64 KiB; `-` reads it from stdin",
     },
     CommandHelp {
         name: "inbox",
@@ -95,7 +97,11 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
   --wait SECONDS      wait up to this long for a message when none is unread
   --peek              leave the messages unread
   --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
-  --json              print JSON for scripts",
+  --json              print JSON for scripts
+
+Messages come in pages; each page is marked read only after it was printed, so
+`hive inbox | head` or a broken connection loses nothing. Control characters
+in a message are printed as visible escapes (\\x1b, \\u{202e}).",
     },
     CommandHelp {
         name: "agents",
