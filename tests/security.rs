@@ -622,6 +622,20 @@ fn duplicate_keys_are_refused_and_errors_echo_a_short_prefix() {
             e
         );
     }
+    let mut ana = b.agent("ana");
+    for req in [
+        json!({"cmd":"send","to":name,"body":"x"}),
+        json!({"cmd":"wake","to":name,"from":"cron","body":"x"}),
+        json!({"cmd":"cancel_loose_end","kind":name,"id":1}),
+    ] {
+        let e = must_not(&mut ana, req.clone());
+        assert!(
+            e.len() < 2048 && e.contains('…'),
+            "{}: {:.300}",
+            req["cmd"],
+            e
+        );
+    }
     use std::os::unix::ffi::OsStrExt;
     let bad = std::ffi::OsStr::from_bytes(&[b'\xff'; 4096]);
     let out = std::process::Command::new(hive_bin())
