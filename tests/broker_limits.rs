@@ -615,3 +615,43 @@ fn a_fifo_or_a_huge_patch_file_is_refused_and_the_hub_keeps_answering() {
     assert_eq!(pending.approvals.len(), 1);
     assert_eq!(pending.approvals[0].payload, json!({"model":"opus"}));
 }
+
+/// `hive mcp`'s `recv` tool takes what fits in one answer and tells the model
+/// that more is waiting; every message arrives once over the calls.
+#[test]
+fn the_mcp_recv_tool_says_when_more_messages_are_waiting() {
+    let b = Broker::start(&["ana"]);
+    for i in 0..20 {
+        operator_send(&b, "ana", &format!("m{i:02} {}", "r".repeat(60_000)));
+    }
+    let socket = b.agent_socket("ana");
+    let log = b.dir.path().join("mcp.log");
+    let mut mcp = common::mcp::McpProc::start(&[("HIVE_SOCKET", socket.to_str().unwrap())], &log);
+    mcp.initialize();
+    let mut seen = Vec::new();
+    for call in 1..=20 {
+        let text = mcp.ok(call, "recv", json!({"max":32}));
+        let ids: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with('#'))
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect();
+        assert!(ids.len() < 20, "one page, not everything");
+        seen.extend(ids);
+        if !text.ends_with("(more messages are waiting: call recv again)") {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 20, "{seen:?}");
+    let db = rusqlite::Connection::open(b.state_dir().join("broker.db")).unwrap();
+    wait_for(T, "every page to be confirmed", || {
+        let acked: i64 = db
+            .query_row(
+                "SELECT COUNT(*) FROM messages WHERE recipient = 'ana' AND state = 'acked'",
+                [],
+                |r| r.get(0),
+            )
+            .ok()?;
+        (acked == 20).then_some(())
+    });
+}
