@@ -72,6 +72,8 @@ in
         StateDirectory = lib.removePrefix "/var/lib/" cfg.stateDir;
         Restart = "always";
         RestartSec = 1;
+        # hive raises its soft descriptor limit to this hard limit at start.
+        LimitNOFILE = 65536;
         NoNewPrivileges = true;
         ProtectSystem = "strict";
         ProtectHome = true;

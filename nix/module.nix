@@ -286,6 +286,8 @@ in
         RestartSec = 2;
         KillMode = "mixed";
         TimeoutStopSec = 30;
+        # hive raises its soft descriptor limit to this hard limit at start.
+        LimitNOFILE = 65536;
         # Hardening that leaves claude's shell tools working: sudo needs
         # setuid, so NoNewPrivileges follows passwordlessSudo.
         NoNewPrivileges = !cfg.user.passwordlessSudo;

@@ -5,6 +5,7 @@
 use crate::broker::db::Durability;
 use crate::broker::BrokerArgs;
 use crate::harness::settings::ServeArgs;
+use crate::wire::excerpt;
 use lexopt::prelude::*;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -70,8 +71,10 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
         summary: "push one message into the agent's own inbox (for scripts and daemons)",
         usage: "hive wake --from NAME --body TEXT [--transient] [--socket PATH]
 
-  --from NAME         who the message is from (shown to the agent)
-  --body TEXT         the message; `-` reads it from stdin
+  --from NAME         who the message is from (shown to the agent); not one of the
+                      names the broker speaks as (operator, system, self, parent,
+                      broker, reminder, scheduler), no control characters
+  --body TEXT         the message, at most 64 KiB; `-` reads it from stdin
   --transient         deliver without storing it (lost if the broker restarts)
   --socket PATH       the agent socket (default $HIVE_SOCKET or /run/hive/mcp.sock)",
     },
@@ -84,7 +87,7 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
   --reply-to ID       the message id this answers
   --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
   --json              print the broker's answer as JSON
-  TEXT                the message; `-` reads it from stdin",
+  TEXT                the message, at most 64 KiB; `-` reads it from stdin",
     },
     CommandHelp {
         name: "inbox",
@@ -94,7 +97,11 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
   --wait SECONDS      wait up to this long for a message when none is unread
   --peek              leave the messages unread
   --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
-  --json              print JSON for scripts",
+  --json              print JSON for scripts
+
+Messages come in pages; each page is marked read only after it was printed, so
+`hive inbox | head` or a broken connection loses nothing. Control characters
+in a message are printed as visible escapes (\\x1b, \\u{202e}).",
     },
     CommandHelp {
         name: "agents",
@@ -281,9 +288,18 @@ pub struct UsageError {
     pub usage: String,
 }
 
+/// Longest usage error, in characters: a message that quotes a huge argument
+/// (lexopt's do) is cut.
+const MAX_MESSAGE_CHARS: usize = 200;
+
 fn err(cmd: &str, message: impl Into<String>) -> UsageError {
+    let mut message = message.into();
+    if let Some((i, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        message.truncate(i);
+        message.push('…');
+    }
     UsageError {
-        message: message.into(),
+        message,
         usage: usage_of(cmd),
     }
 }
@@ -293,14 +309,16 @@ fn lex(cmd: &str, e: lexopt::Error) -> UsageError {
 }
 
 fn string(cmd: &str, v: OsString) -> Result<String, UsageError> {
-    v.into_string()
-        .map_err(|v| err(cmd, format!("argument {v:?} is not valid UTF-8")))
+    v.into_string().map_err(|v| {
+        let shown = excerpt(&v.to_string_lossy());
+        err(cmd, format!("argument {shown} is not valid UTF-8"))
+    })
 }
 
 fn number<T: std::str::FromStr>(cmd: &str, flag: &str, v: OsString) -> Result<T, UsageError> {
     let s = string(cmd, v)?;
     s.parse()
-        .map_err(|_| err(cmd, format!("{flag} needs a number, got {s:?}")))
+        .map_err(|_| err(cmd, format!("{flag} needs a number, got {}", excerpt(&s))))
 }
 
 /// Parses the arguments after the program name.
@@ -322,7 +340,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
         return Ok(Command::Help(found));
     }
     let Some(entry) = COMMANDS.iter().find(|c| c.name == first) else {
-        return Err(err("", format!("unknown command {first:?}")));
+        return Err(err("", format!("unknown command {}", excerpt(&first))));
     };
     let cmd = entry.name;
     match cmd {
@@ -387,7 +405,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
             }
             Ok(Command::BashMcp(socket))
         }
-        _ => Err(err("", format!("unknown command {first:?}"))),
+        _ => Err(err("", format!("unknown command {}", excerpt(&first)))),
     }
 }
 
@@ -543,11 +561,10 @@ fn parse_approval(cmd: &'static str, p: &mut lexopt::Parser) -> Result<Command, 
             }
             Value(v) if cmd != "approvals" && id.is_none() => {
                 let v = string(cmd, v)?;
-                id = Some(
-                    v.trim_start_matches('#')
-                        .parse::<i64>()
-                        .map_err(|_| err(cmd, format!("ID must be a number, got {v:?}")))?,
-                );
+                id =
+                    Some(v.trim_start_matches('#').parse::<i64>().map_err(|_| {
+                        err(cmd, format!("ID must be a number, got {}", excerpt(&v)))
+                    })?);
             }
             other => return Err(err(cmd, other.unexpected().to_string())),
         }
@@ -580,10 +597,10 @@ fn parse_answer(cmd: &'static str, p: &mut lexopt::Parser) -> Result<Command, Us
     let id: i64 = id
         .trim_start_matches('#')
         .parse()
-        .map_err(|_| err(cmd, format!("ID must be a number, got {id:?}")))?;
+        .map_err(|_| err(cmd, format!("ID must be a number, got {}", excerpt(&id))))?;
     if cmd == "cancel-question" {
         if let Some(extra) = values.next() {
-            return Err(err(cmd, format!("unexpected argument {extra:?}")));
+            return Err(err(cmd, format!("unexpected argument {}", excerpt(&extra))));
         }
         return Ok(Command::CancelQuestion(host, id));
     }
@@ -707,6 +724,30 @@ mod tests {
             let e = run(args).unwrap_err();
             assert!(e.message.contains(want), "{args:?}: {}", e.message);
             assert!(e.usage.contains("Usage"), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn errors_quote_a_short_prefix_of_a_huge_argument() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = OsString::from_vec([b"x\xff".repeat(2048), b"tail".to_vec()].concat());
+        let cases = [
+            vec![OsString::from("send"), OsString::from("--to"), bad.clone()],
+            vec![
+                OsString::from("wake"),
+                OsString::from(format!("--{}", "y".repeat(4096))),
+            ],
+            vec![OsString::from("z".repeat(4096))],
+            vec![
+                OsString::from("inbox"),
+                OsString::from("--wait"),
+                OsString::from("9".repeat(4096) + "x"),
+            ],
+        ];
+        for args in cases {
+            let e = parse(args).unwrap_err();
+            assert!(e.message.chars().count() <= 201, "{}", e.message);
+            assert!(e.message.contains('…'), "{}", e.message);
         }
     }
 }

@@ -5,6 +5,7 @@
 //! `docs/config.md`.
 
 use crate::groups::{self, ToolGroup};
+use crate::wire::excerpt;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -84,7 +85,8 @@ impl AgentConfig {
 pub fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(format!(
-            "agent name {name:?} must be 1 to {MAX_NAME_LEN} characters"
+            "agent name {} must be 1 to {MAX_NAME_LEN} characters",
+            excerpt(name)
         ));
     }
     if !name
@@ -92,7 +94,8 @@ pub fn check_name(name: &str) -> Result<(), String> {
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
     {
         return Err(format!(
-            "agent name {name:?} may only contain lowercase letters, digits and '-'"
+            "agent name {} may only contain lowercase letters, digits and '-'",
+            excerpt(name)
         ));
     }
     if RESERVED_NAMES.contains(&name) {
@@ -152,14 +155,15 @@ impl HiveConfig {
             for c in &a.capabilities {
                 if !groups::CAPABILITIES.contains(&c.as_str()) {
                     return Err(format!(
-                        "{at}.capabilities: unknown capability {c:?}; known: {}",
+                        "{at}.capabilities: unknown capability {}; known: {}",
+                        excerpt(c),
                         groups::CAPABILITIES.join(", ")
                     ));
                 }
             }
             if let Some(m) = &a.model {
                 if m.trim().is_empty() || m.contains(char::is_whitespace) {
-                    return Err(format!("{at}.model: {m:?} is not a model name"));
+                    return Err(format!("{at}.model: {} is not a model name", excerpt(m)));
                 }
             }
         }
@@ -167,7 +171,10 @@ impl HiveConfig {
             let at = format!("agents[{i}]");
             if let Some(p) = &a.parent {
                 if p != "operator" && !seen.contains(p.as_str()) {
-                    return Err(format!("{at}.parent: no agent named {p:?} in this config"));
+                    return Err(format!(
+                        "{at}.parent: no agent named {} in this config",
+                        excerpt(p)
+                    ));
                 }
                 if p == &a.name {
                     return Err(format!("{at}.parent: an agent cannot be its own parent"));
@@ -176,7 +183,8 @@ impl HiveConfig {
             for r in &a.allowed_recipients {
                 if r != "operator" && !seen.contains(r.as_str()) {
                     return Err(format!(
-                        "{at}.allowed_recipients: no agent named {r:?} in this config"
+                        "{at}.allowed_recipients: no agent named {} in this config",
+                        excerpt(r)
                     ));
                 }
             }
@@ -228,7 +236,8 @@ impl HiveConfig {
     pub fn may_send(&self, from: &str, to: &str) -> Result<(), String> {
         if to != "operator" && self.agent(to).is_none() {
             return Err(format!(
-                "unknown recipient {to:?}; known: operator, <parent>, {}",
+                "unknown recipient {}; known: operator, <parent>, {}",
+                excerpt(to),
                 self.agents
                     .iter()
                     .map(|a| a.name.as_str())
@@ -246,7 +255,8 @@ impl HiveConfig {
             return Ok(());
         }
         Err(format!(
-            "{from} may not send to {to:?}: allowed recipients are {} and the parent ({})",
+            "{from} may not send to {}: allowed recipients are {} and the parent ({})",
+            excerpt(to),
             a.allowed_recipients.join(", "),
             self.parent_of(from)
         ))

@@ -104,7 +104,8 @@ pub fn parse_groups(list: &str) -> Result<Vec<ToolGroup>, String> {
     for part in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let g = ToolGroup::from_name(part).ok_or_else(|| {
             format!(
-                "unknown tool group {part:?}; known groups: {}",
+                "unknown tool group {}; known groups: {}",
+                crate::wire::excerpt(part),
                 ToolGroup::ALL.map(|g| g.name()).join(", ")
             )
         })?;

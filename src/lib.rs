@@ -10,6 +10,7 @@ pub mod groups;
 pub mod harness;
 pub mod mcp;
 pub mod ops;
+pub mod sys;
 pub mod up;
 pub mod web;
 pub mod wire;

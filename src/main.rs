@@ -2,8 +2,22 @@
 //! Nothing else lives here.
 
 use hyperhive::cli::{self, Command};
-use hyperhive::{bash, broker, harness, mcp, ops};
+use hyperhive::{bash, broker, harness, mcp, ops, sys};
 use std::process::ExitCode;
+
+/// Whether `command` runs until stopped: those get every descriptor the hard
+/// limit allows.
+fn long_running(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Broker(_)
+            | Command::Up(_)
+            | Command::Serve(_)
+            | Command::Mcp
+            | Command::BashMcp(_)
+            | Command::BashDaemon(_)
+    )
+}
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
@@ -16,6 +30,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if long_running(&command) {
+        match sys::raise_nofile_limit() {
+            Ok(n) => log::debug!("descriptor limit: {n}"),
+            Err(e) => log::warn!("cannot raise the descriptor limit: {e}"),
+        }
+    }
     let result = match command {
         Command::Help(None) => {
             print!("{}", cli::main_usage());
@@ -67,7 +87,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("hive: {e}");
+            // Errors may quote what an agent or the broker said.
+            eprintln!("hive: {}", ops::printable(&e, true));
             ExitCode::FAILURE
         }
     }

@@ -3,13 +3,16 @@
 //! `cancel-question`, `approvals`,
 //! `approve`, `deny`) on the host socket. Each is one or two requests over
 //! [`crate::wire::Client`], printed as plain text for people or `--json` for
-//! scripts.
+//! scripts. Every text an agent could have written goes through
+//! [`printable`] before it reaches the operator's terminal, and a message is
+//! checked against [`wire::MAX_BODY`] before it is sent.
 
 use crate::cli::{AnswerArgs, DenyArgs, HostArgs, InboxArgs, SendArgs, WakeArgs};
 use crate::wire::{self, Client, Request};
 use serde_json::Value;
-use std::io::Read;
-use std::io::Write;
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 
 /// The default agent socket inside a container.
@@ -43,14 +46,76 @@ fn host_client(h: &HostArgs) -> Result<Client, String> {
     Client::connect(&path).map_err(|e| e.to_string())
 }
 
+/// `s` made safe for a terminal: control and bidi characters (ESC and the
+/// CSI/OSC sequences it starts, C1 controls, DEL, bidi overrides and isolates)
+/// are shown as visible escapes (`\x1b`, `\u{202e}`). Newlines stay when
+/// `keep_newlines` (message bodies); tabs always stay.
+pub fn printable(s: &str, keep_newlines: bool) -> Cow<'_, str> {
+    let escape = |c: char| match c {
+        '\n' => !keep_newlines,
+        '\t' => false,
+        c => wire::is_control_or_bidi(c),
+    };
+    if !s.chars().any(escape) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if !escape(c) {
+            out.push(c);
+        } else if (c as u32) < 0x100 {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else {
+            let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// One line of text for a terminal (names, statuses, options).
+fn line(s: &str) -> Cow<'_, str> {
+    printable(s, false)
+}
+
+/// A message is refused here, before anything is sent, when the broker would
+/// refuse it: blank, or longer than [`wire::MAX_BODY`].
+fn check_message(body: &str) -> Result<(), String> {
+    if body.trim().is_empty() {
+        return Err("the message is empty; nothing was sent".into());
+    }
+    if body.len() > wire::MAX_BODY {
+        return Err(too_big(body.len() as u64));
+    }
+    Ok(())
+}
+
+fn too_big(size: u64) -> String {
+    format!(
+        "the message is {size} bytes; the limit is {} bytes (64 KiB), so nothing was sent. \
+         Send a shorter text, or write it to a file and send its path",
+        wire::MAX_BODY
+    )
+}
+
+/// The argument itself, or stdin for `-` (read up to just past the body
+/// limit; the rest is counted, not kept, to say how big it was).
 fn read_text(arg: &str, what: &str) -> Result<String, String> {
     if arg != "-" {
         return Ok(arg.to_string());
     }
-    let mut s = String::new();
-    std::io::stdin()
-        .read_to_string(&mut s)
-        .map_err(|e| format!("cannot read {what} from stdin: {e}"))?;
+    let cannot = |e: std::io::Error| format!("cannot read {what} from stdin: {e}");
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = Vec::new();
+    (&mut stdin)
+        .take(wire::MAX_BODY as u64 + 2)
+        .read_to_end(&mut buf)
+        .map_err(cannot)?;
+    if buf.len() > wire::MAX_BODY + 1 {
+        let rest = std::io::copy(&mut stdin, &mut std::io::sink()).map_err(cannot)?;
+        return Err(too_big(buf.len() as u64 + rest));
+    }
+    let mut s = String::from_utf8(buf)
+        .map_err(|_| format!("cannot read {what} from stdin: it is not valid UTF-8 text"))?;
     if s.ends_with('\n') {
         s.pop();
     }
@@ -68,6 +133,7 @@ pub fn wake(a: &WakeArgs) -> Result<(), String> {
     if body.trim().is_empty() {
         return Err("the body is empty; nothing to wake the agent with".into());
     }
+    check_message(&body)?;
     let path = socket_path(&a.socket, "HIVE_SOCKET", DEFAULT_AGENT_SOCKET);
     let mut c = Client::connect(&path).map_err(|e| e.to_string())?;
     c.call(&Request::Wake {
@@ -82,6 +148,7 @@ pub fn wake(a: &WakeArgs) -> Result<(), String> {
 
 pub fn send(a: &SendArgs) -> Result<(), String> {
     let body = read_text(&a.text, "the message")?;
+    check_message(&body)?;
     let mut c = host_client(&a.host)?;
     let r = c
         .call(&Request::Send {
@@ -94,7 +161,7 @@ pub fn send(a: &SendArgs) -> Result<(), String> {
         print_json(r);
     } else {
         let id = r.get("id").and_then(Value::as_i64).unwrap_or_default();
-        println!("sent #{id} to {}", a.to);
+        println!("sent #{id} to {}", line(&a.to));
     }
     Ok(())
 }
@@ -151,8 +218,8 @@ pub fn inbox(a: &InboxArgs) -> Result<(), String> {
                     "#{} {} from {}{reply}:\n{}\n",
                     m.id,
                     fmt_time(m.sent_at),
-                    m.from,
-                    m.body
+                    line(&m.from),
+                    printable(&m.body, true)
                 )
             })
         };
@@ -206,9 +273,15 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
         let running = state.unwrap_or_else(|| if a.running { "yes" } else { "no" }.into());
         println!(
             "{:<10} {:<10} {:>6} {:>9} {:<10} {}",
-            a.name, a.parent, a.unread, inflight, running, a.status_text
+            line(&a.name),
+            line(&a.parent),
+            a.unread,
+            inflight,
+            line(&running),
+            line(&a.status_text)
         );
     }
+    left_off(r.left_off, "agents");
     Ok(())
 }
 
@@ -232,15 +305,16 @@ pub fn questions(h: &HostArgs) -> Result<(), String> {
         println!(
             "#{} from {} at {}{expires}:\n  {}",
             q.id,
-            q.asker,
+            line(&q.asker),
             fmt_time(q.asked_at),
-            q.question
+            printable(&q.question, true)
         );
         if !q.options.is_empty() {
             let how = if q.multi { "choose any" } else { "choose one" };
-            println!("  options ({how}): {}", q.options.join(" | "));
+            println!("  options ({how}): {}", line(&q.options.join(" | ")));
         }
     }
+    left_off(r.left_off, "questions");
     Ok(())
 }
 
@@ -256,7 +330,7 @@ pub fn answer(a: &AnswerArgs) -> Result<(), String> {
     if a.host.json {
         print_json(r);
     } else {
-        println!("answered #{}: {answer}", a.id);
+        println!("answered #{}: {}", a.id, line(&answer));
     }
     Ok(())
 }
@@ -290,13 +364,14 @@ pub fn approvals(h: &HostArgs) -> Result<(), String> {
         println!(
             "#{} {} of {} requested by {} at {}:\n  {}",
             a.id,
-            a.kind,
-            a.agent,
-            a.requester,
+            line(&a.kind),
+            line(&a.agent),
+            line(&a.requester),
             fmt_time(a.created_at),
-            a.payload
+            line(&a.payload.to_string())
         );
     }
+    left_off(r.left_off, "approvals");
     Ok(())
 }
 
@@ -310,7 +385,7 @@ pub fn approve(h: &HostArgs, id: i64) -> Result<(), String> {
     } else {
         println!(
             "approved #{id}: {}",
-            r.get("text").and_then(Value::as_str).unwrap_or("")
+            line(r.get("text").and_then(Value::as_str).unwrap_or(""))
         );
     }
     Ok(())
@@ -332,8 +407,29 @@ pub fn deny(a: &DenyArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Says that an answer was cut to the broker's size limit.
+fn left_off(n: u64, what: &str) {
+    if n > 0 {
+        println!("… and {n} more {what} not shown: the broker's answer has a size limit");
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn control_and_bidi_characters_become_visible() {
+        let hostile = "done \u{1b}]0;PWNED\u{7}\u{1b}[2J\u{9b}x \u{202e}evil\nnext\tcol";
+        assert_eq!(
+            super::printable(hostile, true),
+            "done \\x1b]0;PWNED\\x07\\x1b[2J\\x9bx \\u{202e}evil\nnext\tcol"
+        );
+        assert_eq!(super::printable("a\nb", false), "a\\x0ab");
+        assert!(matches!(
+            super::printable("plain text", true),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
     #[test]
     fn formats_utc_times() {
         assert_eq!(super::fmt_time(0), "1970-01-01 00:00:00Z");

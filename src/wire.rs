@@ -6,7 +6,7 @@
 //! operator commands, `hive serve` and `hive mcp` all use. It is documented for
 //! script authors in `docs/wire-protocol.md`.
 
-use serde::de::DeserializeOwned;
+use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::io::{self, BufRead, BufReader, Write};
@@ -33,6 +33,37 @@ pub const PAGE_BYTES: usize = 512 * 1024;
 
 /// Longest `recv_next` / `recv` / `inbox` wait the broker honours, in seconds.
 pub const MAX_WAIT_SECS: u64 = 180;
+
+/// Most options an `ask` may offer, and the longest option in characters.
+pub const MAX_OPTIONS: usize = 32;
+pub const MAX_OPTION_CHARS: usize = 200;
+
+/// How many characters of an input an error message echoes (then `…`).
+pub const ECHO_CHARS: usize = 80;
+
+/// Longest error text an `ok:false` line carries; longer ones are cut.
+pub const MAX_ERROR_BYTES: usize = 4096;
+
+/// At most the first [`ECHO_CHARS`] characters of `s`, quoted and escaped, with
+/// `…` when cut: how every error echoes its input, so a huge or hostile value
+/// never comes back whole.
+pub fn excerpt(s: &str) -> String {
+    match s.char_indices().nth(ECHO_CHARS) {
+        None => format!("{s:?}"),
+        Some((i, _)) => format!("{:?}…", &s[..i]),
+    }
+}
+
+/// True for characters that can rewrite a terminal or reorder the text around
+/// them: C0 and C1 controls, DEL, and the Unicode bidi marks, embeddings,
+/// overrides and isolates.
+pub fn is_control_or_bidi(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
 
 /// A request, as one JSON object per line with a `cmd` tag.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -270,10 +301,21 @@ impl Request {
     }
 
     /// Parses one request line, turning serde's message into one that names the
-    /// problem for a script author.
+    /// problem for a script author. A key given twice is refused (JSON parsers
+    /// disagree on which one wins), and an error quotes at most a short prefix
+    /// of any value it echoes.
     pub fn parse(line: &str) -> Result<Request, String> {
-        let value: Value =
-            serde_json::from_str(line).map_err(|e| format!("malformed JSON request line: {e}"))?;
+        let value = match serde_json::from_str::<Strict>(line) {
+            Ok(Strict(v)) => v,
+            Err(e) => {
+                let msg = shorten_quoted(&e.to_string());
+                return Err(if msg.starts_with(DUPLICATE_KEY) {
+                    format!("bad request: {msg}")
+                } else {
+                    format!("malformed JSON request line: {msg}")
+                });
+            }
+        };
         let Some(obj) = value.as_object() else {
             return Err("request must be a JSON object with a \"cmd\" field".into());
         };
@@ -283,7 +325,7 @@ impl Request {
             Some(_) => return Err("\"cmd\" must be a string".into()),
         }
         serde_json::from_value(value).map_err(|e| {
-            let msg = e.to_string();
+            let msg = shorten_quoted(&e.to_string());
             if msg.starts_with("unknown variant") {
                 format!("unknown cmd: {msg}")
             } else {
@@ -291,6 +333,115 @@ impl Request {
             }
         })
     }
+}
+
+const DUPLICATE_KEY: &str = "duplicate key";
+
+/// A JSON value read with one rule more than serde_json's: no object may
+/// repeat a key.
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Strict, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Strict::deserialize(d).map(|s| s.0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format!(
+                    "{DUPLICATE_KEY} {}; give each field once",
+                    excerpt(&key)
+                )));
+            }
+            let Strict(v) = map.next_value()?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// Cuts every quoted (`"…"`) or backquoted run of a message after
+/// [`ECHO_CHARS`] characters: serde's messages quote the offending value whole.
+fn shorten_quoted(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len().min(1024));
+    let mut chars = msg.chars();
+    let mut open: Option<char> = None;
+    let mut inside = 0usize;
+    while let Some(c) = chars.next() {
+        match open {
+            None => {
+                if c == '"' || c == '`' {
+                    open = Some(c);
+                    inside = 0;
+                }
+                out.push(c);
+            }
+            Some(q) if c == q => {
+                if inside > ECHO_CHARS {
+                    out.push('…');
+                }
+                open = None;
+                out.push(c);
+            }
+            Some(_) => {
+                inside += 1;
+                let escaped = if c == '\\' { chars.next() } else { None };
+                if inside <= ECHO_CHARS {
+                    out.push(c);
+                    out.extend(escaped);
+                }
+            }
+        }
+    }
+    if open.is_some() && inside > ECHO_CHARS {
+        out.push('…');
+    }
+    out
 }
 
 /// One inbox row as handed to a reader.
@@ -405,6 +556,13 @@ pub struct AgentRow {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentsReply {
     pub agents: Vec<AgentRow>,
+    /// Rows that did not fit in the answer's byte budget ([`PAGE_BYTES`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub left_off: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A question as listed by `questions` and `get_loose_ends`.
@@ -424,6 +582,9 @@ pub struct Question {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QuestionsReply {
     pub questions: Vec<Question>,
+    /// Questions that did not fit in the answer's byte budget ([`PAGE_BYTES`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub left_off: u64,
 }
 
 /// Answer to `ask` and `remind`.
@@ -460,6 +621,10 @@ pub struct LooseEndsReply {
     /// pending approval of its tree.
     #[serde(default)]
     pub approvals: Vec<Approval>,
+    /// Entries (of any list) that did not fit in the answer's byte budget
+    /// ([`PAGE_BYTES`]); the lists are filled in the order above.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub left_off: u64,
 }
 
 /// A scheduled prompt (`schedule_prompt`, `list_scheduled`).
@@ -479,6 +644,9 @@ pub struct Scheduled {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScheduledReply {
     pub scheduled: Vec<Scheduled>,
+    /// Prompts that did not fit in the answer's byte budget ([`PAGE_BYTES`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub left_off: u64,
 }
 
 /// A change waiting for the operator (`request_spawn`, `request_apply_commit`).
@@ -501,6 +669,9 @@ pub struct Approval {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalsReply {
     pub approvals: Vec<Approval>,
+    /// Approvals that did not fit in the answer's byte budget ([`PAGE_BYTES`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub left_off: u64,
 }
 
 /// Answer to `get_logs` and `get_host_journal`.
@@ -531,9 +702,19 @@ pub fn ok_line<T: Serialize>(payload: &T) -> String {
     }
 }
 
-/// Builds the `{"ok":false,"error":...}` line.
+/// Builds the `{"ok":false,"error":...}` line; an error longer than
+/// [`MAX_ERROR_BYTES`] is cut.
 pub fn err_line(error: &str) -> String {
-    format!(r#"{{"ok":false,"error":{}}}"#, Value::String(error.into()))
+    let error = if error.len() > MAX_ERROR_BYTES {
+        let mut end = MAX_ERROR_BYTES;
+        while !error.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &error[..end])
+    } else {
+        error.to_string()
+    };
+    format!(r#"{{"ok":false,"error":{}}}"#, Value::String(error))
 }
 
 /// What reading one line produced.
@@ -601,6 +782,8 @@ pub fn read_line(reader: &mut dyn BufRead, max: usize) -> io::Result<Line> {
 pub enum ClientError {
     /// The socket is missing or nobody listens on it.
     NoBroker { path: PathBuf, detail: String },
+    /// The socket is there but this user may not connect to it.
+    PermissionDenied { path: PathBuf },
     /// The broker answered `ok:false`.
     Refused(String),
     /// The connection broke or the answer was unreadable.
@@ -613,6 +796,13 @@ impl std::fmt::Display for ClientError {
             ClientError::NoBroker { path, detail } => write!(
                 f,
                 "no broker at {} — is hive broker running? ({detail})",
+                path.display()
+            ),
+            ClientError::PermissionDenied { path } => write!(
+                f,
+                "permission denied on {}: run as the agent's user (the socket's owner or \
+                 group), or have the operator give the socket to your user with \
+                 socket_uid/socket_gid (operator_gid for the host socket) in the hive config",
                 path.display()
             ),
             ClientError::Refused(e) => write!(f, "broker refused: {e}"),
@@ -634,9 +824,14 @@ pub struct Client {
 impl Client {
     /// Connects to the socket at `path`.
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
-        let stream = UnixStream::connect(path).map_err(|e| ClientError::NoBroker {
-            path: path.to_path_buf(),
-            detail: e.to_string(),
+        let stream = UnixStream::connect(path).map_err(|e| match e.kind() {
+            io::ErrorKind::PermissionDenied => ClientError::PermissionDenied {
+                path: path.to_path_buf(),
+            },
+            _ => ClientError::NoBroker {
+                path: path.to_path_buf(),
+                detail: e.to_string(),
+            },
         })?;
         let writer = stream
             .try_clone()
@@ -663,42 +858,54 @@ impl Client {
     /// broker's error.
     pub fn call(&mut self, req: &Request) -> Result<Map<String, Value>, ClientError> {
         let line = serde_json::to_string(req).map_err(|e| ClientError::Io(e.to_string()))?;
-        self.call_raw(&line)
+        self.call_line(&line, req.cmd())
     }
 
     /// Sends one already-encoded request line.
     pub fn call_raw(&mut self, line: &str) -> Result<Map<String, Value>, ClientError> {
+        self.call_line(line, "the request")
+    }
+
+    fn call_line(&mut self, line: &str, cmd: &str) -> Result<Map<String, Value>, ClientError> {
         let io = |e: io::Error| ClientError::Io(e.to_string());
         let mut out = Vec::with_capacity(line.len() + 1);
         out.extend_from_slice(line.as_bytes());
         out.push(b'\n');
-        self.writer.write_all(&out).map_err(io)?;
-        self.writer.flush().map_err(io)?;
+        let sent = self
+            .writer
+            .write_all(&out)
+            .and_then(|_| self.writer.flush());
+        if let Err(e) = sent {
+            // A broker that refuses a connection (too many on its socket) says
+            // why in one line and closes: that line is the better error.
+            if !matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ) {
+                return Err(io(e));
+            }
+            return match read_line(&mut self.reader, MAX_LINE) {
+                Ok(Line::Text(s)) if s.starts_with('{') => parse_answer(&s),
+                _ => Err(io(e)),
+            };
+        }
         let answer = match read_line(&mut self.reader, MAX_LINE).map_err(io)? {
             Line::Text(s) => s,
             Line::Eof => return Err(ClientError::Io("broker closed the connection".into())),
-            Line::TooLong | Line::NotUtf8 => {
-                return Err(ClientError::Io("unreadable answer from broker".into()))
+            Line::TooLong => {
+                return Err(ClientError::Io(format!(
+                    "the broker's answer to {cmd} is longer than {MAX_LINE} bytes, more than \
+                     this client reads, and was skipped (a broker older than this client, or \
+                     a bug: please report it)"
+                )))
+            }
+            Line::NotUtf8 => {
+                return Err(ClientError::Io(format!(
+                    "the broker's answer to {cmd} is not UTF-8 and was skipped"
+                )))
             }
         };
-        let value: Value = serde_json::from_str(&answer)
-            .map_err(|e| ClientError::Io(format!("malformed answer from broker: {e}")))?;
-        let Value::Object(mut map) = value else {
-            return Err(ClientError::Io(
-                "answer from broker is not an object".into(),
-            ));
-        };
-        match map.remove("ok") {
-            Some(Value::Bool(true)) => Ok(map),
-            _ => {
-                let err = map
-                    .get("error")
-                    .and_then(Value::as_str)
-                    .unwrap_or("unknown error")
-                    .to_string();
-                Err(ClientError::Refused(err))
-            }
-        }
+        parse_answer(&answer)
     }
 
     /// Sends a request and decodes the answer as `T`.
@@ -711,6 +918,28 @@ impl Client {
     /// Sets the read timeout for answers (None blocks forever).
     pub fn set_read_timeout(&self, dur: Option<Duration>) -> io::Result<()> {
         self.reader.get_ref().set_read_timeout(dur)
+    }
+}
+
+/// Decodes one answer line: the fields of an `ok:true` answer, or the error.
+fn parse_answer(answer: &str) -> Result<Map<String, Value>, ClientError> {
+    let value: Value = serde_json::from_str(answer)
+        .map_err(|e| ClientError::Io(format!("malformed answer from broker: {e}")))?;
+    let Value::Object(mut map) = value else {
+        return Err(ClientError::Io(
+            "answer from broker is not an object".into(),
+        ));
+    };
+    match map.remove("ok") {
+        Some(Value::Bool(true)) => Ok(map),
+        _ => {
+            let err = map
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown error")
+                .to_string();
+            Err(ClientError::Refused(err))
+        }
     }
 }
 
@@ -748,6 +977,38 @@ mod tests {
             let err = Request::parse(line).unwrap_err();
             assert!(err.contains(want), "{line}: {err}");
         }
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused() {
+        for line in [
+            r#"{"cmd":"hello","cmd":"agents"}"#,
+            r#"{"cmd":"wake","from":"a","from":"operator","body":"x"}"#,
+            r#"{"cmd":"recv_ack","ids":[1],"x":{"a":1,"a":2}}"#,
+        ] {
+            let err = Request::parse(line).unwrap_err();
+            assert!(err.contains("duplicate key"), "{line}: {err}");
+        }
+        assert!(Request::parse(r#"{"cmd":"ask","question":"q","options":["a","a"]}"#).is_ok());
+    }
+
+    #[test]
+    fn errors_echo_only_a_short_prefix_of_the_input() {
+        let long = "v".repeat(1 << 20);
+        for line in [
+            format!(r#"{{"cmd":"{long}"}}"#),
+            format!(r#"{{"cmd":"ack_turn","id":"{long}"}}"#),
+            format!(r#"{{"cmd":"status","{long}":1}}"#),
+            format!(r#"{{"cmd":"hello","{long}":1,"{long}":2}}"#),
+        ] {
+            let err = Request::parse(&line).unwrap_err();
+            assert!(err.len() < 2000, "{}", &err[..200]);
+            assert!(err.contains("vvvv…") || err.contains("vvvv\"…"), "{err}");
+        }
+        assert_eq!(excerpt("short"), "\"short\"");
+        assert_eq!(excerpt(&"é".repeat(100)), format!("{:?}…", "é".repeat(80)));
+        let huge = err_line(&"e".repeat(100_000));
+        assert!(huge.len() < MAX_ERROR_BYTES + 100);
     }
 
     #[test]

@@ -439,3 +439,256 @@ fn tool_groups_hold_on_the_socket() {
         assert!(r.is_ok(), "{line}: {r:?}");
     }
 }
+
+/// The documented `socket_uid` deployment: `hive wake` run as the agent's own
+/// uid reaches its socket through `RUN/agents` (the broker, as root, creates it
+/// 0755 whatever its umask), while another agent's socket tells that uid it is
+/// not allowed — not that there is no broker.
+#[test]
+fn hive_wake_works_as_the_agents_uid_with_socket_uid() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: running as another uid needs root");
+        return;
+    }
+    let b =
+        Broker::start_config(r#"{"agents":[{"name":"ana","socket_uid":65534},{"name":"bob"}]}"#);
+    let _ = b.agent("ana");
+    assert_eq!(mode(&b.run_dir().join("agents")), 0o755);
+    let as_nobody = |socket: &Path| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(hive_bin())
+            .args(["wake", "--from", "cron", "--body", "as the agent's user"])
+            .env("HIVE_SOCKET", socket)
+            .output()
+            .expect("run setpriv")
+    };
+    let out = as_nobody(&b.agent_socket("ana"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: hyperhive::wire::RecvNextReply = b
+        .agent("ana")
+        .call_as(&hyperhive::wire::Request::RecvNext {
+            wait_seconds: Some(5),
+        })
+        .unwrap();
+    assert_eq!(r.message.unwrap().body, "as the agent's user");
+    let out = as_nobody(&b.agent_socket("bob"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("permission denied on") && !err.contains("is hive broker running"),
+        "{err}"
+    );
+}
+
+/// `wake` cannot speak as the operator, the broker or a name with control or
+/// bidi characters, on an agent's socket or on the host socket; `hive wake`
+/// says so.
+#[test]
+fn reserved_and_control_character_senders_are_refused_on_every_socket() {
+    let b = Broker::start(&["ana"]);
+    let (mut ana, mut host) = (b.agent("ana"), b.host());
+    for from in [
+        "operator",
+        "Operator",
+        "system",
+        "self",
+        "parent",
+        "broker",
+        "reminder",
+        "a\u{0}b",
+        "\u{202e}evil",
+        "x\u{1b}[2J",
+    ] {
+        let e = must_not(&mut ana, json!({"cmd":"wake","from":from,"body":"spoof"}));
+        assert!(
+            e.contains("reserved") || e.contains("control"),
+            "{from:?}: {e}"
+        );
+        let e = must_not(
+            &mut host,
+            json!({"cmd":"wake","to":"ana","from":from,"body":"spoof"}),
+        );
+        assert!(
+            e.contains("reserved") || e.contains("control"),
+            "{from:?}: {e}"
+        );
+    }
+    let sock = b.agent_socket("ana");
+    let (code, _, err) = run_hive(
+        &["wake", "--from", "operator", "--body", "x"],
+        None,
+        &[("HIVE_SOCKET", sock.to_str().unwrap())],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("reserved"), "{err}");
+    assert_eq!(agent_row(&b, "ana").unread, 0, "nothing spoofed was stored");
+    must(&mut ana, json!({"cmd":"wake","from":"cron","body":"real"}));
+}
+
+/// Turn counters must be one turn's worth: finite, not negative, bounded; the
+/// totals stay intact after refused posts.
+#[test]
+fn turn_counters_are_validated() {
+    let b = Broker::start(&["bob"]);
+    let mut bob = b.agent("bob");
+    must(
+        &mut bob,
+        json!({"cmd":"post_turn_counts","turns":1,"ok":1,"tokens_in":2400,"tokens_out":84,"cost_usd":0.014}),
+    );
+    for bad in [
+        json!({"cmd":"post_turn_counts","turns":18446744073709551615u64,"ok":1}),
+        json!({"cmd":"post_turn_counts","turns":1,"tokens_in":9223372036854775807u64}),
+        json!({"cmd":"post_turn_counts","turns":1,"cost_usd":1.7976931348623157e308}),
+        json!({"cmd":"post_turn_counts","turns":1,"cost_usd":-3.0}),
+    ] {
+        let e = must_not(&mut bob, bad.clone());
+        assert!(e.contains("post_turn_counts"), "{bad}: {e}");
+    }
+    let row = agent_row(&b, "bob");
+    assert_eq!(
+        (row.turns, row.turns_ok, row.tokens_in, row.tokens_out),
+        (1, 1, 2400, 84)
+    );
+    assert!((row.cost_usd - 0.014).abs() < 1e-9, "{}", row.cost_usd);
+}
+
+/// An agent's message with terminal escapes (OSC title, clear screen, OSC 52
+/// clipboard, C1, a bidi override) reaches the operator's terminal as visible
+/// text, newlines kept.
+#[test]
+fn hive_inbox_and_questions_show_control_characters_as_text() {
+    let b = Broker::start(&["bob"]);
+    let mut bob = b.agent("bob");
+    let hostile = "report done \u{1b}]0;PWNED\u{7}\u{1b}[2J\u{1b}[31mfake prompt\u{1b}[0m \
+                   \u{1b}]52;c;ZWNobyBwd25lZA==\u{7} \u{9b}1m \u{202e}txt.exe\nsecond line";
+    must(
+        &mut bob,
+        json!({"cmd":"send","to":"operator","body":hostile}),
+    );
+    must(
+        &mut bob,
+        json!({"cmd":"ask","question":hostile,"options":["\u{1b}[2Jyes","no"]}),
+    );
+    must(
+        &mut bob,
+        json!({"cmd":"set_status","text":"busy \u{1b}]0;x\u{7}"}),
+    );
+    let host = b.host_socket();
+    let env = [("HIVE_HOST_SOCKET", host.to_str().unwrap())];
+    let (_, out, _) = run_hive(&["inbox", "--peek"], None, &env);
+    assert!(out.contains("\\u{202e}txt.exe\nsecond line"), "{out}");
+    assert!(out.contains("\\x9b1m"), "{out}");
+    for cmd in ["inbox", "questions", "agents"] {
+        let (code, out, err) = run_hive(&[cmd], None, &env);
+        assert_eq!(code, 0, "{cmd}: {err}");
+        assert!(
+            !out.chars()
+                .any(|c| c != '\n' && hyperhive::wire::is_control_or_bidi(c)),
+            "{cmd} printed a raw control character: {out:?}"
+        );
+        assert!(out.contains("\\x1b]0;"), "{cmd}: {out}");
+    }
+}
+
+/// A key given twice is refused, and an error quotes at most a short prefix
+/// of a huge input, on the socket and in the CLI.
+#[test]
+fn duplicate_keys_are_refused_and_errors_echo_a_short_prefix() {
+    let b = Broker::start(&["ana"]);
+    let mut host = b.host();
+    let e = match host.call_raw(r#"{"cmd":"hello","cmd":"agents"}"#) {
+        Err(ClientError::Refused(e)) => e,
+        other => panic!("{other:?}"),
+    };
+    assert!(e.contains("duplicate key \"cmd\""), "{e}");
+    let name = "n".repeat(1 << 19);
+    for req in [
+        json!({"cmd":"send","to":name,"body":"x"}),
+        json!({"cmd":"wake","to":name,"from":"cron","body":"x"}),
+        json!({"cmd":"get_agent_meta","name":name}),
+        json!({"cmd":name}),
+        json!({"cmd":"answer","id":name,"answer":"x"}),
+    ] {
+        let e = must_not(&mut host, req.clone());
+        assert!(
+            e.len() < 2048 && e.contains('…'),
+            "{}: {:.300}",
+            req["cmd"],
+            e
+        );
+    }
+    let mut ana = b.agent("ana");
+    for req in [
+        json!({"cmd":"send","to":name,"body":"x"}),
+        json!({"cmd":"wake","to":name,"from":"cron","body":"x"}),
+        json!({"cmd":"cancel_loose_end","kind":name,"id":1}),
+    ] {
+        let e = must_not(&mut ana, req.clone());
+        assert!(
+            e.len() < 2048 && e.contains('…'),
+            "{}: {:.300}",
+            req["cmd"],
+            e
+        );
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(&[b'\xff'; 4096]);
+    let out = std::process::Command::new(hive_bin())
+        .args([
+            std::ffi::OsStr::new("send"),
+            std::ffi::OsStr::new("--to"),
+            bad,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let first = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        first.contains("not valid UTF-8") && first.len() < 600,
+        "{first}"
+    );
+}
+
+/// The broker's state dir and files are private whatever umask it starts with.
+#[test]
+fn broker_state_is_private_whatever_the_umask() {
+    let b = Broker::start_process(
+        &["ana"],
+        None,
+        Process {
+            umask: Some(0),
+            ..Process::default()
+        },
+    );
+    let mut ana = b.agent("ana");
+    let big = "r".repeat(5000);
+    let id = must(
+        &mut ana,
+        json!({"cmd":"remind","message":big,"delay_seconds":600}),
+    )["id"]
+        .as_i64()
+        .unwrap();
+    let s = b.state_dir();
+    assert_eq!(mode(&s), 0o700);
+    for f in ["broker.db", "broker.db-wal", "broker.db-shm"] {
+        assert_eq!(mode(&s.join(f)), 0o600, "{f}");
+    }
+    for d in ["agents", "agents/ana", "agents/ana/reminders"] {
+        assert_eq!(mode(&s.join(d)), 0o700, "{d}");
+    }
+    assert_eq!(
+        mode(&s.join(format!("agents/ana/reminders/{id}.md"))),
+        0o600
+    );
+    assert_eq!(mode(&b.host_socket()), 0o600);
+    assert_eq!(mode(&b.run_dir().join("agents")), 0o755);
+}

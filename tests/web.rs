@@ -165,7 +165,7 @@ fn send_goes_to_the_agent_inbox_through_the_broker() {
     let m = got.message.expect("a message");
     assert_eq!(
         (m.id, m.from.as_str(), m.body.as_str()),
-        (id, "operator", "ship it")
+        (id, "web-ui", "ship it")
     );
 
     drop(broker);

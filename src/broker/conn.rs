@@ -4,41 +4,69 @@
 //! wake-up, the client hanging up, the broker stopping and the deadline — never in
 //! the hub, and never in a sleep loop. Hang-ups during a wait are noticed by a
 //! watcher thread that exists only while the wait lasts and sleeps in `poll(2)`.
+//! A connection that sends no request for the idle timeout, or does not read
+//! its answer for as long, is closed; a parked one is not idle. No answer
+//! longer than [`wire::MAX_LINE`] ever leaves: it becomes an error line.
 
 use super::hub::{ConnId, HubMsg, Identity, Outcome};
 use crate::wire::{self, Line, Request};
 use crossbeam_channel::{after, bounded, select, Receiver, Sender};
-use std::io::{BufReader, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-/// Serves one connection until the client hangs up or the broker stops.
+/// Serves one connection until the client hangs up, stays idle for `idle`, or
+/// the broker stops.
 pub fn serve(
     stream: UnixStream,
     who: Identity,
     conn: ConnId,
     hub: Sender<HubMsg>,
     stop: Receiver<()>,
+    idle: Duration,
 ) {
-    let out = match stream.try_clone() {
-        Ok(s) => s,
-        Err(e) => {
-            log::warn!("connection {conn}: cannot clone stream: {e}");
-            return;
-        }
-    };
+    if let Err(e) = stream.set_write_timeout(Some(idle)) {
+        log::warn!("connection {conn}: cannot set a write timeout: {e}");
+        return;
+    }
     let mut c = Conn {
         who,
         conn,
         hub,
         stop,
-        input: BufReader::new(stream),
-        out,
+        input: BufReader::new(IdleReader {
+            stream,
+            idle,
+            deadline: Instant::now() + idle,
+        }),
     };
     c.run();
-    let _ = c.out.shutdown(std::net::Shutdown::Both);
+    let _ = c.stream().shutdown(std::net::Shutdown::Both);
     let _ = c.hub.send(HubMsg::Closed { conn });
+}
+
+/// The connection's stream as read between requests: a read fails with
+/// `TimedOut` once the deadline set at the last answer has passed, however
+/// the bytes trickle in.
+struct IdleReader {
+    stream: UnixStream,
+    idle: Duration,
+    deadline: Instant,
+}
+
+impl Read for IdleReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        match self.stream.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(io::ErrorKind::TimedOut.into()),
+            r => r,
+        }
+    }
 }
 
 struct Conn {
@@ -46,8 +74,7 @@ struct Conn {
     conn: ConnId,
     hub: Sender<HubMsg>,
     stop: Receiver<()>,
-    input: BufReader<UnixStream>,
-    out: UnixStream,
+    input: BufReader<IdleReader>,
 }
 
 /// Why a parked call stopped waiting without an answer.
@@ -57,10 +84,22 @@ enum Abort {
 }
 
 /// A watcher for the peer hanging up, alive while a long-poll waits. Dropping it
-/// closes the pipe the watcher also polls, which ends the watcher at once.
+/// closes the pipe the watcher also polls, which ends the watcher at once, and
+/// joins it: the socket it polls is still open until then, so its descriptor
+/// number can never be reused under it.
 struct HangupWatch {
     hung_up: Receiver<()>,
-    _cancel: OwnedFd,
+    cancel: Option<OwnedFd>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for HangupWatch {
+    fn drop(&mut self) {
+        drop(self.cancel.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 fn watch_hangup(sock: RawFd) -> std::io::Result<HangupWatch> {
@@ -71,20 +110,13 @@ fn watch_hangup(sock: RawFd) -> std::io::Result<HangupWatch> {
     }
     let (read_end, cancel) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // The watcher polls its own duplicate, so a closed and reused descriptor
-    // number can never be watched by mistake.
-    let dup = unsafe { libc::fcntl(sock, libc::F_DUPFD_CLOEXEC, 0) };
-    if dup < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let sock = unsafe { OwnedFd::from_raw_fd(dup) };
     let (tx, hung_up) = bounded::<()>(1);
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("conn-watch".into())
         .spawn(move || {
             let mut fds = [
                 libc::pollfd {
-                    fd: sock.as_raw_fd(),
+                    fd: sock,
                     events: libc::POLLRDHUP,
                     revents: 0,
                 },
@@ -114,15 +146,32 @@ fn watch_hangup(sock: RawFd) -> std::io::Result<HangupWatch> {
         })?;
     Ok(HangupWatch {
         hung_up,
-        _cancel: cancel,
+        cancel: Some(cancel),
+        thread: Some(thread),
     })
 }
 
 impl Conn {
+    fn stream(&self) -> &UnixStream {
+        &self.input.get_ref().stream
+    }
+
     fn run(&mut self) {
         loop {
+            let idle = self.input.get_ref().idle;
+            self.input.get_mut().deadline = Instant::now() + idle;
+            let mut cmd = "request";
             let answer = match wire::read_line(&mut self.input, wire::MAX_LINE) {
                 Ok(Line::Eof) => return,
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    log::debug!(
+                        "connection {} of {}: idle for {} s, closed",
+                        self.conn,
+                        self.who.name(),
+                        idle.as_secs()
+                    );
+                    return;
+                }
                 Err(e) => {
                     log::debug!("connection {}: read error: {e}", self.conn);
                     return;
@@ -135,16 +184,37 @@ impl Conn {
                 Ok(Line::Text(t)) if t.trim().is_empty() => continue,
                 Ok(Line::Text(t)) => match Request::parse(&t) {
                     Err(e) => wire::err_line(&e),
-                    Ok(req) => match self.call(req) {
-                        Ok(a) => a,
-                        Err(Abort::Hangup) => return,
-                        Err(Abort::Stopping) => wire::err_line("broker is stopping"),
-                    },
+                    Ok(req) => {
+                        cmd = req.cmd();
+                        match self.call(req) {
+                            Ok(a) => a,
+                            Err(Abort::Hangup) => return,
+                            Err(Abort::Stopping) => wire::err_line("broker is stopping"),
+                        }
+                    }
                 },
+            };
+            // The last line of defence: no reader accepts a longer line, so a
+            // longer answer (a bug) becomes an error the client can read.
+            let answer = if answer.len() > wire::MAX_LINE {
+                log::error!(
+                    "connection {}: the answer to {cmd} is {} bytes, over the line limit; sent an error instead",
+                    self.conn,
+                    answer.len()
+                );
+                wire::err_line(&format!(
+                    "the answer to {cmd} would be {} bytes, over the {}-byte line limit, and was not sent (a broker bug: please report it)",
+                    answer.len(),
+                    wire::MAX_LINE
+                ))
+            } else {
+                answer
             };
             let mut bytes = answer.into_bytes();
             bytes.push(b'\n');
-            if self.out.write_all(&bytes).is_err() {
+            let mut out: &UnixStream = self.stream();
+            if let Err(e) = out.write_all(&bytes) {
+                log::debug!("connection {}: cannot write the answer: {e}", self.conn);
                 return;
             }
         }
@@ -181,12 +251,12 @@ impl Conn {
             }
             match reply_rx.recv() {
                 Ok(Outcome::Answer(line)) => return Ok(line),
-                Ok(Outcome::Offload(job)) => return Ok(job()),
+                Ok(Outcome::Offload(job)) => return Ok(job(&self.hub)),
                 Ok(Outcome::Wait) => {}
                 Err(_) => return Err(Abort::Stopping),
             }
             if watch.is_none() {
-                match watch_hangup(self.out.as_raw_fd()) {
+                match watch_hangup(self.stream().as_raw_fd()) {
                     Ok(w) => watch = Some(w),
                     Err(e) => log::warn!("connection {}: cannot watch for hang-up: {e}", self.conn),
                 }

@@ -4,9 +4,10 @@
 //! [`HubMsg`] and get a finished answer line back, so every rule about who may do
 //! what lives in [`Hub::handle`] and no lock is ever shared.
 
+mod limits;
 mod privileged;
 
-pub use privileged::merge_patch;
+pub use privileged::{merge_patch, MAX_PATCH_BYTES};
 
 use super::db::{Db, NewMessage};
 use crate::config::HiveConfig;
@@ -59,13 +60,31 @@ pub enum HubMsg {
     /// The supervisor (re)started an agent with this config: the hub's rules
     /// follow it.
     ApplyAgent(crate::config::AgentConfig),
+    /// The second half of an offloaded request: the connection thread did the
+    /// blocking part and the hub now decides and changes its state.
+    Followup {
+        who: Identity,
+        followup: Followup,
+        reply: Sender<String>,
+    },
     /// The broker is stopping: return and close the store.
     Shutdown,
 }
 
-/// Work the hub has authorised but that would block it (running a command):
-/// the connection thread runs it and sends the answer line it returns.
-pub type Job = Box<dyn FnOnce() -> String + Send>;
+/// Work the hub has authorised but that would block it (running a command,
+/// reading a file): the connection thread runs it and sends the answer line it
+/// returns. A job that must change the hub's state sends a
+/// [`HubMsg::Followup`] on the channel it is given and waits for its answer.
+pub type Job = Box<dyn FnOnce(&Sender<HubMsg>) -> String + Send>;
+
+/// What an offloaded job hands back to the hub.
+pub enum Followup {
+    /// `request_apply_commit` with the patch read from the caller's file.
+    ApplyCommit {
+        agent: String,
+        patch: serde_json::Value,
+    },
+}
 
 /// The hub's answer to a call.
 pub enum Outcome {
@@ -91,6 +110,9 @@ pub const REMINDER_SPILL_BYTES: usize = 4096;
 
 /// Longest status line.
 pub const MAX_STATUS_CHARS: usize = 200;
+
+/// Longest revision a harness reports with `kick`.
+const MAX_REV_CHARS: usize = 100;
 
 pub const KICK_BODY: &str = "You were just (re)started. Check your state dir for your notes; \
 your --continue session is intact.";
@@ -156,41 +178,8 @@ fn db_err(e: rusqlite::Error) -> String {
     format!("message store error: {e}")
 }
 
-fn one_line(field: &str, s: &str, max: usize) -> Result<(), String> {
-    if s.trim().is_empty() {
-        return Err(format!("{field} must not be empty"));
-    }
-    if s.contains('\n') || s.chars().count() > max {
-        return Err(format!(
-            "{field} must be one line of at most {max} characters"
-        ));
-    }
-    Ok(())
-}
-
 /// Most rows one `inbox` answer looks at.
 const INBOX_ROWS: u32 = 1000;
-
-/// Cuts `rows` to what fits in one answer ([`wire::PAGE_BYTES`]); at least one
-/// row always goes out, and `more` says whether any was left behind.
-fn page(mut rows: Vec<wire::Message>) -> wire::MessagesReply {
-    let mut used = 0;
-    let mut keep = 0;
-    for m in &rows {
-        let size = serde_json::to_string(m).map_or(0, |s| s.len()) + 1;
-        if keep > 0 && used + size > wire::PAGE_BYTES {
-            break;
-        }
-        used += size;
-        keep += 1;
-    }
-    let more = keep < rows.len() || rows.len() >= INBOX_ROWS as usize;
-    rows.truncate(keep);
-    wire::MessagesReply {
-        messages: rows,
-        more,
-    }
-}
 
 impl Hub {
     pub fn new(db: Db, cfg: HiveConfig, settings: HubSettings) -> Hub {
@@ -247,6 +236,17 @@ impl Hub {
                     }
                 }
                 HubMsg::ApplyAgent(a) => self.apply_agent(a),
+                HubMsg::Followup {
+                    who,
+                    followup,
+                    reply,
+                } => {
+                    let line = match self.followup(&who, followup) {
+                        Ok(line) => line,
+                        Err(e) => wire::err_line(&e),
+                    };
+                    let _ = reply.send(line);
+                }
                 HubMsg::Shutdown => break,
             }
             if self.next_due.is_some_and(|t| t <= now()) {
@@ -360,6 +360,21 @@ impl Hub {
         self.notify(&agent);
     }
 
+    /// Finishes an offloaded request.
+    fn followup(&mut self, who: &Identity, f: Followup) -> HubResult {
+        match (who, f) {
+            (Identity::Agent(caller), Followup::ApplyCommit { agent, patch }) => {
+                // Rights are checked again: the config may have changed while
+                // the file was read.
+                self.check_apply_commit(caller, &agent)?;
+                self.queue_apply_commit(caller, &agent, &patch)
+            }
+            (Identity::Operator, Followup::ApplyCommit { .. }) => {
+                Err("request_apply_commit is an agent command".into())
+            }
+        }
+    }
+
     fn answer(&mut self, r: HubResult) -> Outcome {
         Outcome::Answer(match r {
             Ok(line) => line,
@@ -429,14 +444,15 @@ impl Hub {
             (Identity::Agent(a), Request::Recv { wait_seconds, max }) => {
                 let max = max.unwrap_or(1).clamp(1, 32);
                 match self.drain(a, conn, max) {
-                    Ok(msgs) if msgs.is_empty() && can_wait && wait_seconds.unwrap_or(0) > 0 => {
+                    Ok(page)
+                        if page.messages.is_empty()
+                            && can_wait
+                            && wait_seconds.unwrap_or(0) > 0 =>
+                    {
                         self.wait_for(&a.clone(), waiter);
                         return Outcome::Wait;
                     }
-                    Ok(messages) => Ok(wire::ok_line(&wire::MessagesReply {
-                        messages,
-                        more: false,
-                    })),
+                    Ok(page) => Ok(wire::ok_line(&page)),
                     Err(e) => Err(e),
                 }
             }
@@ -456,11 +472,14 @@ impl Hub {
                     tokens_out,
                     cost_usd,
                 },
-            ) => self
-                .db
-                .add_counts(a, turns, ok, failed, tokens_in, tokens_out, cost_usd)
-                .map(|_| wire::ok_line(&serde_json::json!({})))
-                .map_err(db_err),
+            ) => limits::check_counts(turns, ok, failed, tokens_in, tokens_out, cost_usd).and_then(
+                |_| {
+                    self.db
+                        .add_counts(a, turns, ok, failed, tokens_in, tokens_out, cost_usd)
+                        .map(|_| wire::ok_line(&serde_json::json!({})))
+                        .map_err(db_err)
+                },
+            ),
             (Identity::Agent(a), Request::Kick { hyperhive_rev }) => {
                 self.harness_conns
                     .entry(a.clone())
@@ -469,8 +488,10 @@ impl Hub {
                 self.kick(a, hyperhive_rev)
             }
             (Identity::Agent(a), Request::SendToParent { body }) => {
-                let parent = self.cfg.parent_of(a);
-                self.deliver(a, &parent, &body, "message", None)
+                limits::check_body("body", &body).and_then(|_| {
+                    let parent = self.cfg.parent_of(a);
+                    self.deliver(a, &parent, &body, "message", None)
+                })
             }
             (Identity::Agent(a), Request::SetStatus { text }) => self.set_status(a, &text),
             (
@@ -521,7 +542,14 @@ impl Hub {
             (Identity::Operator, Request::Questions {}) => self
                 .db
                 .questions_where("target", "operator")
-                .map(|questions| wire::ok_line(&wire::QuestionsReply { questions }))
+                .map(|questions| {
+                    let mut budget = limits::Budget::new();
+                    let questions = budget.fit(questions);
+                    wire::ok_line(&wire::QuestionsReply {
+                        questions,
+                        left_off: budget.left_off,
+                    })
+                })
                 .map_err(db_err),
             (Identity::Operator, Request::CancelQuestion { id }) => {
                 self.cancel_question("operator", id, true)
@@ -535,7 +563,10 @@ impl Hub {
                 | Request::Update { .. }),
             ) => self.lifecycle(a, req),
             (Identity::Agent(a), Request::RequestApplyCommit { agent, commit_ref }) => {
-                self.request_apply_commit(a, &agent, &commit_ref)
+                match self.request_apply_commit(a, agent, commit_ref) {
+                    Ok(out) => return out,
+                    Err(e) => Err(e),
+                }
             }
             (
                 Identity::Agent(a),
@@ -559,7 +590,12 @@ impl Hub {
             }
             (Identity::Operator, Request::Approvals {}) => self.approvals(),
             (Identity::Operator, Request::Approve { id }) => self.approve(id),
-            (Identity::Operator, Request::Deny { id, why }) => self.deny(id, why, "operator"),
+            (Identity::Operator, Request::Deny { id, why }) => {
+                match why.as_deref().map(|w| limits::check_body("why", w)) {
+                    Some(Err(e)) => Err(e),
+                    _ => self.deny(id, why, "operator"),
+                }
+            }
             (Identity::Operator, Request::Supervision {}) => self.supervision(),
             (
                 Identity::Operator,
@@ -611,7 +647,7 @@ impl Hub {
         if self.cfg.agent(name).is_some() {
             Ok(())
         } else {
-            Err(format!("unknown agent {name:?}"))
+            Err(format!("unknown agent {}", wire::excerpt(name)))
         }
     }
 
@@ -647,13 +683,15 @@ impl Hub {
         transient: bool,
         to: Option<String>,
     ) -> HubResult {
-        one_line("from", from, 64)?;
+        limits::check_sender(from)?;
+        limits::check_body("body", body)?;
         let target = match (who, to) {
             (Identity::Agent(a), None) => a.clone(),
             (Identity::Agent(a), Some(t)) if &t == a => t,
             (Identity::Agent(a), Some(t)) => {
                 return Err(format!(
-                    "wake on the socket of {a} can only wake {a}, not {t:?}; use send to message another agent"
+                    "wake on the socket of {a} can only wake {a}, not {}; use send to message another agent",
+                    wire::excerpt(&t)
                 ))
             }
             (Identity::Operator, Some(t)) => {
@@ -690,6 +728,7 @@ impl Hub {
     }
 
     fn send(&mut self, from: &str, to: &str, body: &str, in_reply_to: Option<i64>) -> HubResult {
+        limits::check_body("body", body)?;
         let to = if to == "<parent>" {
             if from == "operator" {
                 return Err("the operator has no parent".into());
@@ -722,7 +761,7 @@ impl Hub {
         let transient = self.transient.get(agent).map_or(0, |q| q.len() as u64);
         let unread = self.db.count_queued(agent).map_err(db_err)? + transient;
         Ok(Some(wire::ok_line(&wire::RecvNextReply {
-            message: Some(message),
+            message: Some(limits::fit_message(message)),
             redelivered,
             unread: Some(unread),
         })))
@@ -753,27 +792,49 @@ impl Hub {
         Ok(Some((m, false)))
     }
 
-    fn drain(&mut self, agent: &str, conn: ConnId, max: u32) -> Result<Vec<wire::Message>, String> {
+    /// Hands out up to `max` rows, oldest first, within one answer's byte
+    /// budget, and holds them for `conn` until `recv_ack`.
+    fn drain(
+        &mut self,
+        agent: &str,
+        conn: ConnId,
+        max: u32,
+    ) -> Result<wire::MessagesReply, String> {
         let mut out = Vec::new();
         let mut held = Vec::new();
+        let mut used = 0;
+        let mut more = false;
         if let Some(q) = self.transient.get_mut(agent) {
             while out.len() < max as usize {
-                let Some(m) = q.pop_front() else { break };
-                held.push(Held::Transient(m.clone()));
+                let Some(m) = q.front() else { break };
+                let m = limits::fit_message(m.clone());
+                if !limits::take_into_page(&m, &mut used, out.len()) {
+                    more = true;
+                    break;
+                }
+                if let Some(raw) = q.pop_front() {
+                    held.push(Held::Transient(raw));
+                }
                 out.push(m);
             }
         }
         let room = max - out.len() as u32;
-        if room > 0 {
+        if room > 0 && !more {
             let rows = self.db.queued(agent, room).map_err(db_err)?;
-            let ids: Vec<i64> = rows.iter().map(|m| m.id).collect();
-            self.db
-                .transition_many(&ids, agent, "queued", "held", now())
-                .map_err(db_err)?;
+            let mut ids = Vec::new();
             for m in rows {
+                let m = limits::fit_message(m);
+                if !limits::take_into_page(&m, &mut used, out.len()) {
+                    more = true;
+                    break;
+                }
+                ids.push(m.id);
                 held.push(Held::Stored(m.id));
                 out.push(m);
             }
+            self.db
+                .transition_many(&ids, agent, "queued", "held", now())
+                .map_err(db_err)?;
         }
         if !held.is_empty() {
             self.held
@@ -782,7 +843,10 @@ impl Hub {
                 .1
                 .extend(held);
         }
-        Ok(out)
+        Ok(wire::MessagesReply {
+            messages: out,
+            more,
+        })
     }
 
     fn recv_ack(&mut self, agent: &str, conn: ConnId, ids: &[i64]) -> HubResult {
@@ -865,6 +929,12 @@ impl Hub {
 
     fn kick(&mut self, agent: &str, rev: Option<String>) -> HubResult {
         if let Some(rev) = rev {
+            if rev.len() > MAX_REV_CHARS || rev.chars().any(wire::is_control_or_bidi) {
+                return Err(format!(
+                    "kick: hyperhive_rev {} must be one line of at most {MAX_REV_CHARS} characters",
+                    wire::excerpt(&rev)
+                ));
+            }
             self.db.set_rev(agent, &rev).map_err(db_err)?;
         }
         self.deliver("system", agent, KICK_BODY, "kick", None)
@@ -906,7 +976,7 @@ impl Hub {
     }
 
     fn agents(&self) -> HubResult {
-        let mut agents = Vec::new();
+        let mut rows = Vec::new();
         for a in &self.cfg.agents {
             let s = self.db.stats(&a.name).map_err(db_err)?;
             let transient = self.transient.get(&a.name).map_or(0, |q| q.len() as u64);
@@ -914,7 +984,7 @@ impl Hub {
                 Some(m) => Some(m.id),
                 None => self.db.inflight(&a.name).map_err(db_err)?.map(|m| m.id),
             };
-            agents.push(wire::AgentRow {
+            rows.push(wire::AgentRow {
                 name: a.name.clone(),
                 parent: self.cfg.parent_of(&a.name),
                 unread: self.db.count_queued(&a.name).map_err(db_err)? + transient,
@@ -929,7 +999,12 @@ impl Hub {
                 cost_usd: s.cost_usd,
             });
         }
-        Ok(wire::ok_line(&wire::AgentsReply { agents }))
+        let mut budget = limits::Budget::new();
+        let agents = budget.fit(rows);
+        Ok(wire::ok_line(&wire::AgentsReply {
+            agents,
+            left_off: budget.left_off,
+        }))
     }
 
     /// One page of unread operator messages above `after`, within the answer's
@@ -940,7 +1015,8 @@ impl Hub {
             .db
             .queued_after("operator", after.unwrap_or(0), INBOX_ROWS)
             .map_err(db_err)?;
-        Ok(page(rows))
+        let had_more = rows.len() >= INBOX_ROWS as usize;
+        Ok(limits::page(rows, had_more))
     }
 
     fn ask(
@@ -952,9 +1028,7 @@ impl Hub {
         ttl: Option<u64>,
         to: Option<String>,
     ) -> HubResult {
-        if question.trim().is_empty() {
-            return Err("question must not be empty".into());
-        }
+        limits::check_question(question, options)?;
         let target = to.unwrap_or_else(|| "operator".into());
         let target = if target == "<parent>" {
             self.cfg.parent_of(asker)
@@ -992,7 +1066,8 @@ impl Hub {
     fn close_question(&mut self, q: &wire::Question, answer: &str, by: &str) -> Result<(), String> {
         let body = format!(
             "[answer to question #{}] {:?} — {by} answered: {answer}",
-            q.id, q.question
+            q.id,
+            limits::preview(&q.question, 200)
         );
         let notice = NewMessage {
             from: "system",
@@ -1012,9 +1087,7 @@ impl Hub {
     }
 
     fn answer_question(&mut self, who: &str, id: i64, answer: &str) -> HubResult {
-        if answer.trim().is_empty() {
-            return Err("answer must not be empty".into());
-        }
+        limits::check_body("answer", answer)?;
         let q = self
             .db
             .open_question(id)
@@ -1078,12 +1151,14 @@ impl Hub {
                 a
             }
         };
+        let mut budget = limits::Budget::new();
         Ok(wire::ok_line(&wire::LooseEndsReply {
-            asked: self.db.questions_where("asker", &target).map_err(db_err)?,
-            owed: self.db.questions_where("target", &target).map_err(db_err)?,
-            reminders: self.db.reminders_of(&target).map_err(db_err)?,
-            scheduled: self.db.scheduled_of(&target).map_err(db_err)?,
-            approvals: self.approvals_of(&target)?,
+            asked: budget.fit(self.db.questions_where("asker", &target).map_err(db_err)?),
+            owed: budget.fit(self.db.questions_where("target", &target).map_err(db_err)?),
+            reminders: budget.fit(self.db.reminders_of(&target).map_err(db_err)?),
+            scheduled: budget.fit(self.db.scheduled_of(&target).map_err(db_err)?),
+            approvals: budget.fit(self.approvals_of(&target)?),
+            left_off: budget.left_off,
             agent: target,
         }))
     }
@@ -1102,7 +1177,8 @@ impl Hub {
             },
             "approval" => self.cancel_approval(agent, id),
             other => Err(format!(
-                "unknown loose-end kind {other:?}; use question, reminder or approval"
+                "unknown loose-end kind {}; use question, reminder or approval",
+                wire::excerpt(other)
             )),
         }
     }
@@ -1114,9 +1190,7 @@ impl Hub {
         delay: Option<u64>,
         at: Option<i64>,
     ) -> HubResult {
-        if message.trim().is_empty() {
-            return Err("message must not be empty".into());
-        }
+        limits::check_body("message", message)?;
         let t = now();
         let fire_at = match (delay, at) {
             (Some(d), None) => t + d.min(10 * 365 * 86400) as i64,
@@ -1146,8 +1220,8 @@ impl Hub {
                 .join(agent)
                 .join("reminders");
             let file = dir.join(format!("{id}.md"));
-            let written =
-                std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&file, message));
+            let written = super::create_dirs(&dir, 0o700)
+                .and_then(|_| super::write_private(&file, message.as_bytes()));
             if let Err(e) = written {
                 let _ = self.db.delete_reminder(agent, id);
                 return Err(format!(

@@ -1,21 +1,25 @@
 //! `hive broker`: the host-side message broker. This module owns start-up and
-//! shutdown — config, the store, the sockets with their permissions, the accept
-//! threads and the signal thread — and hands every request to the hub thread
-//! (`hub.rs`) through the connection threads (`conn.rs`). The sqlite statements
-//! live in `db.rs`.
+//! shutdown — config, the store, the directories and sockets with their
+//! permissions, and the signal thread — and hands every request to the hub
+//! thread (`hub.rs`) through the accept threads (`accept.rs`, which also cap
+//! the connections) and the connection threads (`conn.rs`). The sqlite
+//! statements live in `db.rs`.
 
+pub mod accept;
 pub mod conn;
 pub mod db;
 pub mod hub;
 
 use crate::config::HiveConfig;
+use accept::{AcceptCtx, Caps, ConnLimits};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use db::{Db, Durability};
 use hub::{Hub, HubMsg, HubSettings, Identity};
-use std::os::unix::fs::PermissionsExt;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 
 /// Everything `hive broker` is told on its command line.
@@ -59,8 +63,38 @@ pub fn load_config(args: &BrokerArgs) -> Result<HiveConfig, String> {
     Ok(cfg)
 }
 
+/// Creates `path` and its missing parents with `mode`, whatever the umask;
+/// directories that exist already keep theirs.
+pub(crate) fn create_dirs(path: &Path, mode: u32) -> std::io::Result<()> {
+    if path.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dirs(parent, mode)?;
+    }
+    match std::fs::DirBuilder::new().mode(mode).create(path) {
+        Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes a file only its owner can read, whatever the umask.
+pub(crate) fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(data)
+}
+
+/// Creates a directory the broker owns (with missing parents) and gives it
+/// `mode`, whether it was there or not.
 fn create_dir(path: &Path, mode: u32) -> Result<(), String> {
-    std::fs::create_dir_all(path)
+    create_dirs(path, mode)
         .and_then(|_| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)))
         .map_err(|e| format!("cannot create directory {}: {e}", path.display()))
 }
@@ -91,33 +125,6 @@ fn bind(path: &Path, uid: Option<u32>, gid: Option<u32>) -> Result<UnixListener,
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(|e| format!("cannot set permissions of {}: {e}", path.display()))?;
     Ok(listener)
-}
-
-fn accept_loop(
-    listener: UnixListener,
-    who: Identity,
-    hub: Sender<HubMsg>,
-    stop: Receiver<()>,
-    ids: Arc<AtomicU64>,
-) {
-    for stream in listener.incoming() {
-        match stream {
-            Ok(stream) => {
-                let conn = ids.fetch_add(1, Ordering::Relaxed);
-                let (who, hub, stop) = (who.clone(), hub.clone(), stop.clone());
-                let spawned = std::thread::Builder::new()
-                    .name(format!("conn-{conn}"))
-                    .spawn(move || conn::serve(stream, who, conn, hub, stop));
-                if let Err(e) = spawned {
-                    log::error!("cannot start a connection thread: {e}");
-                }
-            }
-            Err(e) => {
-                log::warn!("accept on the socket of {} failed: {e}", who.name());
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-        }
-    }
 }
 
 /// Why `hive broker` stopped with an error.
@@ -164,14 +171,28 @@ pub struct Listeners {
     stop_rx: Receiver<()>,
     ids: Arc<AtomicU64>,
     paths: std::sync::Mutex<Vec<PathBuf>>,
+    limits: ConnLimits,
+    /// Open connections on every agent socket together.
+    agents_open: Arc<AtomicUsize>,
 }
 
 impl Listeners {
     fn listen(&self, listener: UnixListener, who: Identity, path: PathBuf) -> Result<(), String> {
-        let (hub, stop, ids) = (self.hub_tx.clone(), self.stop_rx.clone(), self.ids.clone());
+        let caps = match who {
+            Identity::Operator => Caps::host(&self.limits),
+            Identity::Agent(_) => Caps::agent(&self.limits, &self.agents_open),
+        };
+        let ctx = AcceptCtx {
+            who: who.clone(),
+            caps,
+            idle: self.limits.idle,
+            hub: self.hub_tx.clone(),
+            stop: self.stop_rx.clone(),
+            ids: self.ids.clone(),
+        };
         std::thread::Builder::new()
             .name(format!("accept-{}", who.name()))
-            .spawn(move || accept_loop(listener, who, hub, stop, ids))
+            .spawn(move || accept::accept_loop(listener, ctx))
             .map_err(|e| format!("cannot start an accept thread: {e}"))?;
         if let Ok(mut p) = self.paths.lock() {
             p.push(path);
@@ -179,10 +200,14 @@ impl Listeners {
         Ok(())
     }
 
-    /// Binds the socket of an agent and starts serving it.
+    /// Binds the socket of an agent and starts serving it. `RUN/agents` and
+    /// `RUN/agents/NAME` let everyone through (0755), so a harness running as
+    /// the socket's `socket_uid` reaches it; the socket's own mode decides who
+    /// may connect.
     pub fn add_agent(&self, a: &crate::config::AgentConfig) -> Result<(), String> {
         let path = agent_socket(&self.run_dir, &a.name);
         let dir = path.parent().unwrap_or(&self.run_dir).to_path_buf();
+        create_dir(&self.run_dir.join("agents"), 0o755)?;
         create_dir(&dir, 0o755)?;
         let l = bind(&path, a.socket_uid, a.socket_gid)?;
         self.listen(l, Identity::Agent(a.name.clone()), path)
@@ -232,7 +257,22 @@ pub fn start(args: &BrokerArgs, cfg: HiveConfig, extras: Extras) -> Result<Broke
     unsafe { libc::umask(0o077) };
     create_dir(&args.state_dir, 0o700)?;
     create_dir(&args.run_dir, 0o755)?;
-    let db = Db::open(&args.state_dir.join("broker.db"), args.durability)?;
+    let db_path = args.state_dir.join("broker.db");
+    let db = Db::open(&db_path, args.durability)?;
+    // The store and its journal are private whatever the umask was.
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = db_path.clone().into_os_string();
+        p.push(suffix);
+        let p = PathBuf::from(p);
+        if p.exists() {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| format!("cannot make {} private: {e}", p.display()))?;
+        }
+    }
+    let nofile = crate::sys::nofile_limit()
+        .map(|(soft, _)| soft)
+        .map_err(|e| format!("cannot read the descriptor limit: {e}"))?;
+    let limits = ConnLimits::from_env(nofile, cfg.agents.len())?;
 
     let host = host_socket(&args.run_dir);
     let host_listener = bind(&host, None, cfg.operator_gid)?;
@@ -251,6 +291,8 @@ pub fn start(args: &BrokerArgs, cfg: HiveConfig, extras: Extras) -> Result<Broke
         stop_rx,
         ids: Arc::new(AtomicU64::new(1)),
         paths: std::sync::Mutex::new(Vec::new()),
+        limits,
+        agents_open: Arc::new(AtomicUsize::new(0)),
     });
     let hub = Hub::new(
         db,
@@ -279,6 +321,14 @@ pub fn start(args: &BrokerArgs, cfg: HiveConfig, extras: Extras) -> Result<Broke
     for a in &agents {
         listeners.add_agent(a)?;
     }
+    log::info!(
+        "connection limits: {} per agent socket, {} on all agent sockets, {} on the host socket \
+         (descriptor limit {nofile}); connections idle for {} s are closed",
+        limits.per_agent,
+        limits.agents,
+        limits.host,
+        limits.idle.as_secs()
+    );
     log::info!(
         "broker ready: host socket {}, agents {} under {}",
         host.display(),

@@ -234,6 +234,7 @@ fn broker_error(e: ClientError) -> ToolOutcome {
             "{e}. Nothing was done; hive's broker is down or restarting. Try again in a \
              little while, and tell the operator if it persists."
         ),
+        ClientError::PermissionDenied { .. } => format!("{e}. Nothing was done."),
         ClientError::Refused(reason) => format!("refused by the broker: {reason}"),
         ClientError::Io(_) => format!("{e}. The request may not have been carried out."),
     })

@@ -81,8 +81,10 @@ pub fn send(shared: &Shared, body: &[u8]) -> Reply {
         let mut c = Client::connect(socket)?;
         c.set_read_timeout(Some(Duration::from_secs(10)))
             .map_err(|e| ClientError::Io(e.to_string()))?;
+        // The agent socket is the agent's own: the broker refuses the
+        // operator's name there, since any script of the agent could use it.
         c.call(&Request::Wake {
-            from: "operator".into(),
+            from: "web-ui".into(),
             body: text,
             transient: false,
             to: None,

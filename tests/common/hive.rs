@@ -56,6 +56,18 @@ pub struct Broker {
     pub dir: TempDir,
     pub args: Vec<String>,
     child: Option<Child>,
+    process: Process,
+}
+
+/// How the broker process is started besides its arguments.
+#[derive(Debug, Clone, Default)]
+pub struct Process {
+    /// Extra environment (e.g. `HIVE_BROKER_IDLE_SECS`).
+    pub env: Vec<(String, String)>,
+    /// Soft and hard `RLIMIT_NOFILE`, as `ulimit -n N` would set them.
+    pub nofile: Option<u64>,
+    /// The umask the broker starts with.
+    pub umask: Option<u32>,
 }
 
 impl Broker {
@@ -79,11 +91,31 @@ impl Broker {
         )
     }
 
+    /// Starts a broker serving root agents `names` (or the hive of `config`
+    /// when given), as `process` says.
+    pub fn start_process(names: &[&str], config: Option<&str>, process: Process) -> Broker {
+        let extra = if names.is_empty() {
+            Vec::new()
+        } else {
+            vec!["--agents".to_string(), names.join(",")]
+        };
+        Broker::start_full(&extra, config, None, process)
+    }
+
     fn start_with(extra: &[String], config: Option<&str>) -> Broker {
         Broker::start_at(extra, config, None)
     }
 
     fn start_at(extra: &[String], config: Option<&str>, state: Option<&Path>) -> Broker {
+        Broker::start_full(extra, config, state, Process::default())
+    }
+
+    fn start_full(
+        extra: &[String],
+        config: Option<&str>,
+        state: Option<&Path>,
+        process: Process,
+    ) -> Broker {
         let dir = TempDir::new("b");
         let state = state.map_or_else(|| dir.path().join("s"), Path::to_path_buf);
         let mut args = vec![
@@ -104,6 +136,7 @@ impl Broker {
             dir,
             args,
             child: None,
+            process,
         };
         b.spawn();
         b
@@ -118,14 +151,36 @@ impl Broker {
         // Counted before the spawn: a fast broker can log "ready" before the
         // parent reads the log, and counting after would then wait forever.
         let ready_before = self.log().matches("broker ready:").count();
-        let child = Command::new(hive_bin())
-            .args(&self.args)
+        let mut cmd = Command::new(hive_bin());
+        cmd.args(&self.args)
             .env("RUST_LOG", "debug")
+            .envs(self.process.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn hive broker");
+            .stderr(log);
+        let (nofile, umask) = (self.process.nofile, self.process.umask);
+        if nofile.is_some() || umask.is_some() {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit and umask are async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if let Some(n) = nofile {
+                        let lim = libc::rlimit {
+                            rlim_cur: n as libc::rlim_t,
+                            rlim_max: n as libc::rlim_t,
+                        };
+                        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    if let Some(m) = umask {
+                        libc::umask(m as libc::mode_t);
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn().expect("spawn hive broker");
         self.child = Some(child);
         // The host socket is bound before the agent sockets, and after a restart
         // the old agent socket files are still there; "broker ready" is logged

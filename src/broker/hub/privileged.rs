@@ -6,13 +6,17 @@
 //! Lifecycle work is forwarded to the supervisor of `hive up`; under plain
 //! `hive broker` there is none and those tools answer an error.
 
-use super::{db_err, now, Hub, HubResult};
+use super::{db_err, limits, now, Followup, Hub, HubMsg, HubResult, Identity, Outcome};
 use crate::broker::db::NewMessage;
 use crate::config::{check_name, AgentConfig, HiveConfig};
 use crate::groups::ToolGroup;
 use crate::up::supervisor::{Reply, SupCmd};
 use crate::wire;
+use crossbeam_channel::Sender;
 use serde_json::{json, Value};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How long the hub waits for the supervisor to confirm a lifecycle command.
@@ -20,6 +24,10 @@ const SUPERVISOR_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Most lines `get_logs` and `get_host_journal` return.
 const MAX_LINES: u64 = 2000;
+
+/// Most bytes of a merge patch `request_apply_commit` accepts, inline or in a
+/// file.
+pub const MAX_PATCH_BYTES: usize = wire::MAX_BODY;
 
 /// RFC 7396 JSON merge patch: objects merge, `null` removes, anything else replaces.
 pub fn merge_patch(target: &mut Value, patch: &Value) {
@@ -158,45 +166,6 @@ impl Hub {
         })))
     }
 
-    /// Reads `commit_ref`: an inline JSON object, or the path of a file holding
-    /// one. A file must lie inside the caller's own dir `STATE/agents/CALLER/`
-    /// (under `hive up` that holds its state dir, claude's cwd, against which a
-    /// relative path is resolved), so the broker never reads a file for an
-    /// agent that the agent could not have written.
-    fn read_patch(&self, caller: &str, commit_ref: &str) -> Result<Value, String> {
-        let text = if commit_ref.trim_start().starts_with('{') {
-            commit_ref.to_string()
-        } else {
-            let own = self.settings.state_dir.join("agents").join(caller);
-            let path = own.join("state").join(commit_ref);
-            let not_readable = |e: std::io::Error| {
-                format!(
-                    "commit_ref {commit_ref:?} is neither a JSON object nor a readable file in your state dir: {e}"
-                )
-            };
-            let real = path.canonicalize().map_err(not_readable)?;
-            let own = own.canonicalize().map_err(not_readable)?;
-            if !real.starts_with(&own) {
-                return Err(format!(
-                    "commit_ref {commit_ref:?} is outside your own dir {}; write the patch into your state dir, or pass it inline",
-                    own.display()
-                ));
-            }
-            std::fs::read_to_string(&real).map_err(not_readable)?
-        };
-        let v: Value = serde_json::from_str(&text)
-            .map_err(|e| format!("commit_ref is not valid JSON: {e}"))?;
-        if !v.is_object() {
-            return Err(
-                "commit_ref must be a JSON object (a merge patch of the agent's entry)".into(),
-            );
-        }
-        if v.get("name").is_some_and(|n| n != &Value::Null) {
-            return Err("commit_ref cannot rename an agent (drop \"name\" from the patch)".into());
-        }
-        Ok(v)
-    }
-
     /// The fleet config with `patch` merged into `agent`'s entry, validated.
     fn patched(&self, agent: &str, patch: &Value) -> Result<(HiveConfig, AgentConfig), String> {
         let current = self
@@ -216,12 +185,8 @@ impl Hub {
         Ok((cfg, entry))
     }
 
-    pub(super) fn request_apply_commit(
-        &mut self,
-        caller: &str,
-        agent: &str,
-        commit_ref: &str,
-    ) -> HubResult {
+    /// May `caller` propose a change to `agent`'s entry?
+    pub(super) fn check_apply_commit(&self, caller: &str, agent: &str) -> Result<(), String> {
         self.require_group(caller, ToolGroup::Approvals, "request_apply_commit")?;
         self.check_agent(agent)?;
         if agent != caller && self.cfg.parent_of(agent) != caller {
@@ -229,15 +194,72 @@ impl Hub {
                 "request_apply_commit: {agent} is neither you nor one of your children"
             ));
         }
-        let patch = self.read_patch(caller, commit_ref)?;
-        self.patched(agent, &patch)?;
+        Ok(())
+    }
+
+    /// `request_apply_commit`: `commit_ref` is an inline JSON object, or the
+    /// path of a file holding one. The file is read off the hub, on the
+    /// caller's connection thread (it may be slow, huge or a FIFO); the hub
+    /// then gets the patch back as a [`Followup`].
+    pub(super) fn request_apply_commit(
+        &mut self,
+        caller: &str,
+        agent: String,
+        commit_ref: String,
+    ) -> Result<Outcome, String> {
+        self.check_apply_commit(caller, &agent)?;
+        if commit_ref.trim_start().starts_with('{') {
+            if commit_ref.len() > MAX_PATCH_BYTES {
+                return Err(format!(
+                    "commit_ref is {} bytes; a patch may be at most {MAX_PATCH_BYTES} bytes",
+                    commit_ref.len()
+                ));
+            }
+            let patch = parse_patch(&commit_ref)?;
+            return self
+                .queue_apply_commit(caller, &agent, &patch)
+                .map(Outcome::Answer);
+        }
+        let own = self.settings.state_dir.join("agents").join(caller);
+        let who = Identity::Agent(caller.to_string());
+        Ok(Outcome::Offload(Box::new(move |hub: &Sender<HubMsg>| {
+            let patch = match read_patch_file(&own, &commit_ref) {
+                Ok(p) => p,
+                Err(e) => return wire::err_line(&e),
+            };
+            let (reply, answer) = crossbeam_channel::bounded(1);
+            let msg = HubMsg::Followup {
+                who,
+                followup: Followup::ApplyCommit { agent, patch },
+                reply,
+            };
+            if hub.send(msg).is_err() {
+                return wire::err_line("broker is stopping");
+            }
+            answer
+                .recv()
+                .unwrap_or_else(|_| wire::err_line("broker is stopping"))
+        })))
+    }
+
+    /// Validates `patch` against the fleet and queues it for the operator.
+    pub(super) fn queue_apply_commit(
+        &mut self,
+        caller: &str,
+        agent: &str,
+        patch: &Value,
+    ) -> HubResult {
+        self.patched(agent, patch)?;
         let id = self
             .db
             .insert_approval("apply_commit", caller, agent, &patch.to_string(), now())
             .map_err(db_err)?;
         self.announce_approval(
             id,
-            &format!("{caller} proposes a change to the fleet entry of {agent}: {patch}"),
+            &format!(
+                "{caller} proposes a change to the fleet entry of {agent}: {}",
+                limits::preview(&patch.to_string(), 2000)
+            ),
         )?;
         Ok(wire::ok_line(&json!({
             "id": id,
@@ -246,8 +268,12 @@ impl Hub {
     }
 
     pub(super) fn approvals(&self) -> HubResult {
-        let approvals = self.db.pending_approvals().map_err(db_err)?;
-        Ok(wire::ok_line(&wire::ApprovalsReply { approvals }))
+        let mut budget = limits::Budget::new();
+        let approvals = budget.fit(self.db.pending_approvals().map_err(db_err)?);
+        Ok(wire::ok_line(&wire::ApprovalsReply {
+            approvals,
+            left_off: budget.left_off,
+        }))
     }
 
     fn pending_approval(&self, id: i64) -> Result<wire::Approval, String> {
@@ -420,9 +446,7 @@ impl Hub {
         every: Option<u64>,
     ) -> HubResult {
         self.require_group(agent, ToolGroup::Scheduling, "schedule_prompt")?;
-        if body.trim().is_empty() {
-            return Err("body must not be empty".into());
-        }
+        limits::check_body("body", body)?;
         if every.is_some_and(|e| e < 60) {
             return Err("every_seconds must be at least 60".into());
         }
@@ -457,8 +481,12 @@ impl Hub {
 
     pub(super) fn list_scheduled(&self, agent: &str) -> HubResult {
         self.require_group(agent, ToolGroup::Scheduling, "list_scheduled")?;
-        let scheduled = self.db.scheduled_of(agent).map_err(db_err)?;
-        Ok(wire::ok_line(&wire::ScheduledReply { scheduled }))
+        let mut budget = limits::Budget::new();
+        let scheduled = budget.fit(self.db.scheduled_of(agent).map_err(db_err)?);
+        Ok(wire::ok_line(&wire::ScheduledReply {
+            scheduled,
+            left_off: budget.left_off,
+        }))
     }
 
     pub(super) fn cancel_scheduled(&mut self, agent: &str, id: i64) -> HubResult {
@@ -527,7 +555,9 @@ impl Hub {
         };
         let n = lines.unwrap_or(100).clamp(1, MAX_LINES) as usize;
         let text = crate::up::logfile::tail(&dir.join(format!("{target}.log")), n)?;
-        Ok(wire::ok_line(&wire::TextReply { text }))
+        Ok(wire::ok_line(&wire::TextReply {
+            text: limits::fit_text_tail(text),
+        }))
     }
 
     /// Checks the `read_host_journal` capability and the arguments; the
@@ -549,14 +579,23 @@ impl Hub {
             ));
         }
         if let Some(u) = &unit {
-            if u.is_empty() || u.starts_with('-') || u.contains(char::is_whitespace) {
-                return Err(format!("unit {u:?} is not a unit name"));
+            if u.is_empty()
+                || u.starts_with('-')
+                || u.len() > 256
+                || u.contains(char::is_whitespace)
+                || u.chars().any(wire::is_control_or_bidi)
+            {
+                return Err(format!("unit {} is not a unit name", wire::excerpt(u)));
             }
         }
         let n = lines.unwrap_or(100).clamp(1, MAX_LINES);
-        Ok(Box::new(move || match read_journal(unit.as_deref(), n) {
-            Ok(text) => wire::ok_line(&wire::TextReply { text }),
-            Err(e) => wire::err_line(&e),
+        Ok(Box::new(move |_: &Sender<HubMsg>| {
+            match read_journal(unit.as_deref(), n) {
+                Ok(text) => wire::ok_line(&wire::TextReply {
+                    text: limits::fit_text_tail(text),
+                }),
+                Err(e) => wire::err_line(&e),
+            }
         }))
     }
 
@@ -585,6 +624,80 @@ impl Hub {
             .map_err(|_| "the supervisor did not answer in time".to_string())?;
         Ok(wire::ok_line(&wire::SupervisionReply { agents }))
     }
+}
+
+/// Parses a merge patch: a JSON object that does not rename the agent.
+fn parse_patch(text: &str) -> Result<Value, String> {
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| format!("commit_ref is not valid JSON: {e}"))?;
+    if !v.is_object() {
+        return Err("commit_ref must be a JSON object (a merge patch of the agent's entry)".into());
+    }
+    if v.get("name").is_some_and(|n| n != &Value::Null) {
+        return Err("commit_ref cannot rename an agent (drop \"name\" from the patch)".into());
+    }
+    Ok(v)
+}
+
+/// Reads the patch file `commit_ref`, on a connection thread. The file must lie
+/// inside the caller's own dir `own` = `STATE/agents/CALLER/` (under `hive up`
+/// that holds its state dir, claude's cwd, against which a relative path is
+/// resolved), so the broker never reads a file for an agent that the agent
+/// could not have written; it must be a regular file (opened without blocking,
+/// so a FIFO is refused rather than waited on) of at most [`MAX_PATCH_BYTES`].
+fn read_patch_file(own: &Path, commit_ref: &str) -> Result<Value, String> {
+    let shown = wire::excerpt(commit_ref);
+    let not_readable = |e: std::io::Error| {
+        format!(
+            "commit_ref {shown} is neither a JSON object nor a readable file in your state dir: {e}"
+        )
+    };
+    let path: PathBuf = own.join("state").join(commit_ref);
+    let real = path.canonicalize().map_err(not_readable)?;
+    let own = own.canonicalize().map_err(not_readable)?;
+    if !real.starts_with(&own) {
+        return Err(format!(
+            "commit_ref {shown} is outside your own dir {}; write the patch into your state dir, or pass it inline",
+            own.display()
+        ));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(&real)
+        .map_err(not_readable)?;
+    let meta = file.metadata().map_err(not_readable)?;
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        let kind = if ft.is_dir() {
+            "a directory"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "a device"
+        };
+        return Err(format!(
+            "commit_ref {shown} is {kind}, not a regular file; write the patch into a regular file in your state dir, or pass it inline"
+        ));
+    }
+    if meta.len() > MAX_PATCH_BYTES as u64 {
+        return Err(format!(
+            "commit_ref {shown} is {} bytes; a patch file may be at most {MAX_PATCH_BYTES} bytes",
+            meta.len()
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_PATCH_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(not_readable)?;
+    if text.len() > MAX_PATCH_BYTES {
+        return Err(format!(
+            "commit_ref {shown} grew past {MAX_PATCH_BYTES} bytes while it was read"
+        ));
+    }
+    parse_patch(&text)
 }
 
 /// `journalctl --no-pager -q -n N [-u UNIT]`, with a wall-clock limit.

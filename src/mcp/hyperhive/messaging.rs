@@ -136,7 +136,11 @@ fn recv(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
         };
         return Ok(ToolOutcome::Ok(text));
     }
-    let text = render(&reply.messages);
+    let mut text = render(&reply.messages);
+    if reply.more {
+        // The broker cut the answer to its size budget.
+        text.push_str("\n\n(more messages are waiting: call recv again)");
+    }
     let ids: Vec<i64> = reply.messages.iter().map(|m| m.id).collect();
     // The rows stay held for this connection until this hook confirms them, which
     // happens only once the result is on stdout.
