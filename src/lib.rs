@@ -2,6 +2,7 @@
 //! The library holds every subsystem; `src/main.rs` only parses the command line and
 //! dispatches here, so integration tests and fuzz targets reach the same code.
 
+pub mod agent_proc;
 pub mod bash;
 pub mod broker;
 pub mod cli;

@@ -71,26 +71,59 @@ fn the_harness_reconnects_when_the_broker_socket_goes_away() {
 }
 
 #[test]
-fn a_missing_claude_binary_is_a_clear_failure_not_a_crash_loop() {
+fn a_missing_claude_binary_keeps_every_message_until_it_appears() {
+    // Issue 12 changed this on purpose: the turn used to fail and its message
+    // was acked (lost); now the message waits for the binary.
     let b = Broker::start(&["ana"]);
-    let mut h = Harness::start(&b, "ana", &[("HIVE_CLAUDE_BIN", "/nonexistent/claude")]);
-    // The boot kick fails; the parent hears about it and the inbox drains.
+    let bin_dir = TempDir::new("bin");
+    let bin = bin_dir.path().join("claude");
+    let mut h = Harness::start(
+        &b,
+        "ana",
+        &[
+            ("HIVE_CLAUDE_BIN", bin.to_str().unwrap()),
+            ("HIVE_START_BACKOFF_MAX_MS", "300"),
+        ],
+    );
+    // The boot kick cannot run; the parent hears about it once.
     let notice = wait_for(Duration::from_secs(20), "a notice to the operator", || {
         operator_inbox(&b)
             .into_iter()
-            .find(|m| m.from == "ana" && m.body.contains("/nonexistent/claude"))
+            .find(|m| m.from == "ana" && m.body.contains(bin.to_str().unwrap()))
     });
     assert!(notice.body.starts_with("[system]"), "{}", notice.body);
-    wait_drained(&b, "ana");
+    assert!(notice.body.contains("is kept"), "{}", notice.body);
     operator_send(&b, "ana", "hello?");
-    wait_drained(&b, "ana");
-    std::thread::sleep(Duration::from_secs(1));
+    wait_for(Duration::from_secs(20), "several more attempts", || {
+        h.log().contains("(5 in a row)").then_some(())
+    });
     assert!(h.exited().is_none(), "hive serve exited: {}", h.log());
-    // One failed turn per message, not a loop.
     let row = agent_row(&b, "ana");
-    assert_eq!((row.turns, row.turns_failed), (2, 2), "{row:?}");
+    assert_eq!(
+        row.unread + row.inflight.map_or(0, |_| 1),
+        2,
+        "the kick and the message are both kept: {row:?}"
+    );
+    assert_eq!((row.turns, row.turns_failed), (0, 0), "{row:?}");
+    assert!(operator_inbox(&b).is_empty(), "one notice for the burst");
     let r = common::web::get(&format!("http://127.0.0.1:{}/api/state", web_port(&h)));
     assert_eq!(r.status, 200);
+
+    // The binary appears (whole, by a rename): both messages run, in order.
+    let tmp = bin_dir.path().join("claude.tmp");
+    std::fs::write(
+        &tmp,
+        format!("#!/bin/sh\nexec {} \"$@\"\n", FakeClaude::bin().display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::rename(&tmp, &bin).unwrap();
+    wait_drained(&b, "ana");
+    assert_eq!(h.fake.count(), 2, "{}", h.log());
+    assert!(h.fake.stdin(2).contains("hello?"), "{}", h.fake.stdin(2));
+    let row = agent_row(&b, "ana");
+    assert_eq!((row.turns_ok, row.turns_failed), (2, 0), "{row:?}");
+    assert!(h.log().contains("claude starts again"), "{}", h.log());
 }
 
 #[test]

@@ -481,19 +481,29 @@ fn an_aborted_tools_result_is_interrupted_and_not_retried() {
 }
 
 #[test]
-fn a_missing_claude_binary_fails_the_turn_with_a_clear_message() {
-    let (b, _h) = start("ana", &[("HIVE_CLAUDE_BIN", "/nonexistent/claude")]);
+fn a_missing_claude_binary_keeps_the_message_and_says_what_to_fix() {
+    // A claude that cannot be started is the harness's fault, not the
+    // message's: the message stays queued (issue 12 changed this from "failed
+    // and will not be retried").
+    let (b, h) = start("ana", &[("HIVE_CLAUDE_BIN", "/nonexistent/claude")]);
     let notice = wait_for(Duration::from_secs(20), "the parent notice", || {
         operator_inbox(&b)
             .into_iter()
             .find(|m| m.body.contains("cannot start claude (/nonexistent/claude)"))
     });
-    assert!(
-        notice.body.contains("will not be retried"),
-        "{}",
-        notice.body
-    );
-    wait_drained(&b, "ana");
+    for what in [
+        "could not be started",
+        "HIVE_CLAUDE_BIN",
+        "is kept and retried",
+    ] {
+        assert!(notice.body.contains(what), "{what}: {}", notice.body);
+    }
+    wait_for(Duration::from_secs(20), "a few more attempts", || {
+        h.log().contains("(2 in a row)").then_some(())
+    });
+    let row = agent_row(&b, "ana");
+    assert_eq!(row.unread + row.inflight.map_or(0, |_| 1), 1, "{row:?}");
+    assert_eq!((row.turns, row.turns_failed), (0, 0), "{row:?}");
 }
 
 #[test]

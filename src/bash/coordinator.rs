@@ -7,7 +7,8 @@
 
 use super::proto::{Request, TaskStatus, DEFAULT_RUN_WAIT_SECS, MAX_WAIT_SECS};
 use super::spawn::{self, Launch};
-use super::store::{now_ms, Store, TaskRecord};
+use super::store::{now_ms, Store, StoreError, TaskRecord};
+use crate::agent_proc::StartFault;
 use crossbeam_channel::{at, never, select, Receiver, Sender};
 use std::collections::HashMap;
 use std::io;
@@ -265,19 +266,16 @@ impl Coordinator {
     }
 
     /// Records and starts a task; returns its id. A task that cannot be started
-    /// still gets an id and a record saying why.
+    /// still gets an id and a record saying why; when the reason is a passing
+    /// shortage (descriptors, memory, processes) the caller gets an error to try
+    /// again, and no wake is owed.
     fn start(&mut self, cmd: String, timeout_secs: Option<u64>) -> Result<String, String> {
         if cmd.trim().is_empty() {
             return Err("argument \"cmd\" is empty; give a shell command to run".into());
         }
-        let id = self
-            .store
-            .allocate_id()
-            .map_err(|e| format!("cannot record a new task: {e}"))?;
+        let id = self.store.allocate_id().map_err(|e| not_recorded(&e))?;
         let mut rec = TaskRecord::new(id.clone(), cmd, timeout_secs);
-        self.store
-            .save(&rec)
-            .map_err(|e| format!("cannot record a new task: {e}"))?;
+        self.store.save(&rec).map_err(|e| not_recorded(&e))?;
         let launch = Launch {
             cwd: &self.cwd,
             bash_env: self.bash_env.as_deref(),
@@ -302,6 +300,18 @@ impl Coordinator {
                 );
                 self.tasks.insert(id.clone(), rec);
                 self.watch(id.clone(), child);
+            }
+            Err(e) if e.fault() == StartFault::Resources => {
+                log::warn!("task {id} not started: {e}");
+                rec.status = TaskStatus::Done;
+                rec.error = Some(format!("not started: {e}"));
+                rec.ended_at_ms = Some(now_ms());
+                rec.returned_inline = true;
+                self.save(&rec);
+                self.tasks.insert(id, rec);
+                return Err(format!(
+                    "the task was not started: {e}. Nothing ran: {SHORTAGE}"
+                ));
             }
             Err(e) => {
                 log::warn!("task {id} failed to start: {e}");
@@ -469,6 +479,17 @@ impl Coordinator {
                 }
             }
         }
+    }
+}
+
+const SHORTAGE: &str = "the host is short of file descriptors, memory or processes \
+     for the moment; run it again in a little while";
+
+/// The error for a task that could not even be recorded.
+fn not_recorded(e: &StoreError) -> String {
+    match StartFault::of(&e.source) {
+        StartFault::Resources => format!("cannot record a new task ({e}). Nothing ran: {SHORTAGE}"),
+        StartFault::Setup => format!("cannot record a new task: {e}"),
     }
 }
 

@@ -1,7 +1,9 @@
 //! The task daemon's outside: [`start`] binds the socket (mode 0600), loads the
 //! task records and starts the coordinator, wake and accept threads; a
 //! connection thread per client reads request lines, hands each to the
-//! coordinator and writes its answer. [`DaemonHandle::shutdown`] stops it all.
+//! coordinator and writes its answer; the accept loop outlives descriptor
+//! exhaustion (it backs off and keeps the listener). [`DaemonHandle::shutdown`]
+//! stops it all.
 //! `hive serve` embeds the daemon through these two calls; `hive bash-daemon`
 //! ([`run_command`]) runs it alone until SIGTERM.
 
@@ -19,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// The daemon socket when `HIVE_BASH_SOCKET` is not set.
 pub const DEFAULT_SOCKET: &str = "/run/hive-bash/socket";
@@ -205,26 +208,53 @@ fn bind(path: &Path) -> Result<UnixListener, String> {
     Ok(listener)
 }
 
+/// The first pause after a failed accept; it doubles per failure in a row.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(50);
+/// The cap on that pause.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Accepts clients until `stop`, one thread each. A failed accept or a thread
+/// that cannot be started (out of descriptors, memory or threads) never ends
+/// the loop or drops the listener: it pauses with a doubling, capped backoff
+/// and logs the first failure of each burst and the recovery.
 fn accept_loop(listener: UnixListener, events: Sender<Event>, dir: PathBuf, stop: Arc<AtomicBool>) {
     let mut n: u64 = 0;
+    let mut failures: u64 = 0;
+    let mut backoff = ACCEPT_BACKOFF_MIN;
     for stream in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        match stream {
+        let failed = match stream {
             Ok(stream) => {
                 n += 1;
                 let (events, dir) = (events.clone(), dir.clone());
-                let spawned = std::thread::Builder::new()
+                std::thread::Builder::new()
                     .name(format!("bash-conn-{n}"))
-                    .spawn(move || serve_conn(stream, events, &dir));
-                if let Err(e) = spawned {
-                    log::error!("cannot start a connection thread: {e}");
-                }
+                    .spawn(move || serve_conn(stream, events, &dir))
+                    .err()
+                    .map(|e| format!("cannot start a connection thread: {e}"))
             }
-            Err(e) => {
-                log::warn!("accept on the bash task socket failed: {e}");
-                std::thread::sleep(std::time::Duration::from_millis(50));
+            Err(e) => Some(format!("accept on the bash task socket failed: {e}")),
+        };
+        match failed {
+            None if failures > 0 => {
+                log::info!("the bash task socket accepts again after {failures} failures");
+                failures = 0;
+                backoff = ACCEPT_BACKOFF_MIN;
+            }
+            None => {}
+            Some(e) => {
+                failures += 1;
+                if failures == 1 {
+                    log::warn!(
+                        "{e}; the socket stays open, retrying with a backoff up to {ACCEPT_BACKOFF_MAX:?}"
+                    );
+                } else {
+                    log::debug!("{e} ({failures} in a row)");
+                }
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
             }
         }
     }
@@ -233,6 +263,10 @@ fn accept_loop(listener: UnixListener, events: Sender<Event>, dir: PathBuf, stop
 /// Serves one client: a request line in, an answer line out, until EOF.
 fn serve_conn(stream: UnixStream, events: Sender<Event>, dir: &Path) {
     let Ok(mut writer) = stream.try_clone() else {
+        // Out of descriptors: say so instead of hanging up without a word.
+        let busy = "the bash task daemon is short of file descriptors for the moment; \
+                    nothing was done, try again in a little while";
+        let _ = writeln!(&stream, "{}", wire::err_line(busy));
         return;
     };
     let mut reader = BufReader::new(stream);

@@ -1,11 +1,16 @@
 //! Starting one task process and signalling process groups. A task runs as
 //! `sh -c CMD`, or `bash -c CMD` with `BASH_ENV` pointing at the bash env file
 //! when that file exists, in its own process group, with stdin from /dev/null,
-//! the state dir as its working directory and its stdout and stderr written
+//! the state dir as its working directory, the daemon's environment without the
+//! operator's variables (`crate::agent_proc`), and its stdout and stderr written
 //! straight into the task's `.out` and `.err` files by the kernel, so nothing has
-//! to be drained.
+//! to be drained. A start that fails says whether it was a passing shortage of
+//! resources ([`StartFault`]).
 
+use crate::agent_proc::{self, StartFault};
+use std::fmt;
 use std::fs::{File, OpenOptions};
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -20,14 +25,37 @@ pub struct Launch<'a> {
     pub bash_env: Option<&'a Path>,
 }
 
-fn output_file(path: &Path) -> Result<File, String> {
+/// Why a task could not be started.
+#[derive(Debug)]
+pub struct SpawnError {
+    /// What was being done, for the message.
+    pub what: String,
+    pub source: io::Error,
+}
+
+impl SpawnError {
+    pub fn fault(&self) -> StartFault {
+        StartFault::of(&self.source)
+    }
+}
+
+impl fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.source)
+    }
+}
+
+fn output_file(path: &Path) -> Result<File, SpawnError> {
     OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| format!("cannot create the output file {}: {e}", path.display()))
+        .map_err(|source| SpawnError {
+            what: format!("cannot create the output file {}", path.display()),
+            source,
+        })
 }
 
 /// Starts `cmd`; returns the child (its pid is the process group id) and the
@@ -37,7 +65,7 @@ pub fn spawn(
     cmd: &str,
     out: &Path,
     err: &Path,
-) -> Result<(Child, &'static str), String> {
+) -> Result<(Child, &'static str), SpawnError> {
     let (stdout, stderr) = (output_file(out)?, output_file(err)?);
     let env_file = launch.bash_env.filter(|p| p.is_file());
     let (shell, mut command) = match env_file {
@@ -56,9 +84,11 @@ pub fn spawn(
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0);
-    let child = command
-        .spawn()
-        .map_err(|e| format!("cannot start `{shell} -c`: {e}"))?;
+    agent_proc::scrub_operator_env(&mut command);
+    let child = command.spawn().map_err(|source| SpawnError {
+        what: format!("cannot start `{shell} -c`"),
+        source,
+    })?;
     Ok((child, shell))
 }
 

@@ -7,7 +7,7 @@
 use super::proto::{TaskStatus, TaskSummary};
 use serde::{Deserialize, Serialize};
 use std::fs;
-use std::io::Write;
+use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -94,6 +94,19 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// A record or the id counter could not be written.
+#[derive(Debug)]
+pub struct StoreError {
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot write {}: {}", self.path.display(), self.source)
+    }
+}
+
 /// The task directory and the id counter.
 #[derive(Debug)]
 pub struct Store {
@@ -147,7 +160,7 @@ impl Store {
     }
 
     /// A fresh id; the counter is persisted before the id is handed out.
-    pub fn allocate_id(&mut self) -> Result<String, String> {
+    pub fn allocate_id(&mut self) -> Result<String, StoreError> {
         let id = self.next_id;
         write_atomic(
             &self.dir.join("next-id"),
@@ -157,9 +170,13 @@ impl Store {
         Ok(id.to_string())
     }
 
-    pub fn save(&self, rec: &TaskRecord) -> Result<(), String> {
-        let text = serde_json::to_vec_pretty(rec).map_err(|e| e.to_string())?;
-        write_atomic(&self.dir.join(format!("{}.json", rec.id)), &text)
+    pub fn save(&self, rec: &TaskRecord) -> Result<(), StoreError> {
+        let path = self.dir.join(format!("{}.json", rec.id));
+        let text = serde_json::to_vec_pretty(rec).map_err(|e| StoreError {
+            path: path.clone(),
+            source: io::Error::other(e),
+        })?;
+        write_atomic(&path, &text)
     }
 
     pub fn out_path(&self, id: &str) -> PathBuf {
@@ -181,7 +198,7 @@ pub fn err_path(dir: &Path, id: &str) -> PathBuf {
     dir.join(format!("{id}.err"))
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let tmp = path.with_extension("tmp");
     let write = || -> std::io::Result<()> {
         let mut f = fs::OpenOptions::new()
@@ -193,7 +210,10 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
         f.write_all(bytes)?;
         fs::rename(&tmp, path)
     };
-    write().map_err(|e| format!("cannot write {}: {e}", path.display()))
+    write().map_err(|source| StoreError {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -62,6 +62,16 @@ const API_UNAVAILABLE_MARKERS: &[&str] = &[
     "service unavailable",
 ];
 
+/// The most tokens one turn can report in any one count. A `result` or usage
+/// figure past it (or a negative, fractional or missing one) is garbage from a
+/// broken or hostile stream and is dropped, so the counters the harness posts
+/// and records stay finite, non-negative and bounded.
+pub const MAX_TURN_TOKENS: u64 = 1_000_000_000_000;
+
+/// The most one turn can cost, in dollars; a `total_cost_usd` past it, negative
+/// or not finite is dropped like [`MAX_TURN_TOKENS`].
+pub const MAX_TURN_COST_USD: f64 = 1_000_000.0;
+
 /// How many stderr lines are kept for the message of a crashed turn.
 const STDERR_TAIL_LINES: usize = 8;
 
@@ -91,6 +101,10 @@ pub enum TurnOutcome {
     Interrupted(String),
     /// Anything else: a crash, a timeout, an error result nothing above explains.
     Failed(String),
+    /// Claude was never started (no descriptors, memory, processes or threads, or
+    /// a missing binary): nothing ran, so the message is not at fault. Set by the
+    /// runner, never by the observer.
+    NotStarted(String),
 }
 
 impl TurnOutcome {
@@ -114,6 +128,7 @@ impl fmt::Display for TurnOutcome {
             TurnOutcome::ApiUnavailable(m) => write!(f, "API unavailable: {m}"),
             TurnOutcome::Interrupted(m) => write!(f, "interrupted: {m}"),
             TurnOutcome::Failed(m) => write!(f, "failed: {m}"),
+            TurnOutcome::NotStarted(m) => write!(f, "not started: {m}"),
         }
     }
 }
@@ -422,8 +437,8 @@ impl TurnObserver {
                 let field = |k: &str| meta.and_then(|m| m.get(k));
                 self.compact = Some(CompactStats {
                     trigger: field("trigger").and_then(Value::as_str).map(str::to_string),
-                    pre_tokens: field("pre_tokens").and_then(Value::as_u64),
-                    post_tokens: field("post_tokens").and_then(Value::as_u64),
+                    pre_tokens: meta.and_then(|m| tokens_at(m, "pre_tokens")),
+                    post_tokens: meta.and_then(|m| tokens_at(m, "post_tokens")),
                 });
             }
             _ => {}
@@ -459,7 +474,7 @@ impl TurnObserver {
                 "cache_creation_input_tokens",
             ]
             .iter()
-            .map(|k| u64_at(usage, k).unwrap_or(0))
+            .map(|k| tokens_at(usage, k).unwrap_or(0))
             .sum();
             self.context_tokens = Some(tokens);
             self.last_message_id = id;
@@ -472,13 +487,16 @@ impl TurnObserver {
             self.session_id = Some(s.to_string());
         }
         self.num_turns = u64_at(v, "num_turns");
-        self.cost_usd = v.get("total_cost_usd").and_then(Value::as_f64);
+        self.cost_usd = v
+            .get("total_cost_usd")
+            .and_then(Value::as_f64)
+            .filter(|c| c.is_finite() && (0.0..=MAX_TURN_COST_USD).contains(c));
         if let Some(u) = v.get("usage") {
             self.usage = [
-                u64_at(u, "input_tokens").unwrap_or(0),
-                u64_at(u, "output_tokens").unwrap_or(0),
-                u64_at(u, "cache_read_input_tokens").unwrap_or(0),
-                u64_at(u, "cache_creation_input_tokens").unwrap_or(0),
+                tokens_at(u, "input_tokens").unwrap_or(0),
+                tokens_at(u, "output_tokens").unwrap_or(0),
+                tokens_at(u, "cache_read_input_tokens").unwrap_or(0),
+                tokens_at(u, "cache_creation_input_tokens").unwrap_or(0),
             ];
         }
         self.model_usage = v.get("modelUsage").cloned();
@@ -698,7 +716,12 @@ impl TurnObserver {
         let Some(Value::Object(models)) = &self.model_usage else {
             return (None, None);
         };
-        let pick = |m: &Value| (u64_at(m, "contextWindow"), u64_at(m, "maxOutputTokens"));
+        let pick = |m: &Value| {
+            (
+                tokens_at(m, "contextWindow"),
+                tokens_at(m, "maxOutputTokens"),
+            )
+        };
         if let Some(m) = self.model.as_deref().and_then(|name| models.get(name)) {
             return pick(m);
         }
@@ -755,6 +778,11 @@ fn str_at<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 
 fn u64_at(v: &Value, key: &str) -> Option<u64> {
     v.get(key).and_then(Value::as_u64)
+}
+
+/// A token count, or None when it is missing or past [`MAX_TURN_TOKENS`].
+fn tokens_at(v: &Value, key: &str) -> Option<u64> {
+    u64_at(v, key).filter(|t| *t <= MAX_TURN_TOKENS)
 }
 
 fn first_text(msg: &Value) -> Option<String> {
@@ -866,6 +894,27 @@ mod tests {
         assert_eq!(r.result_text.as_deref(), Some("done"));
         assert!(r.prompt_reached_session);
         assert_eq!(r.compact, None);
+    }
+
+    #[test]
+    fn absurd_counts_in_a_result_line_are_dropped_not_posted() {
+        let huge_usage = r#"{"type":"assistant","message":{"id":"m1","role":"assistant","content":[{"type":"text","text":"x"}],"usage":{"input_tokens":18446744073709551615,"cache_read_input_tokens":18446744073709551615,"cache_creation_input_tokens":1}},"parent_tool_use_id":null}"#;
+        let cases = [
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"x","total_cost_usd":1.7976931348623157e308,"usage":{"input_tokens":18446744073709551615,"output_tokens":-5}}"#,
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"x","total_cost_usd":-0.5,"usage":{"input_tokens":1e300,"output_tokens":2.5}}"#,
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"x","total_cost_usd":"NaN","usage":{"input_tokens":"inf","output_tokens":null}}"#,
+        ];
+        for result in cases {
+            let r = run(&[INIT, huge_usage, result], &[], ExitInfo::exited(0));
+            assert_eq!(r.outcome, TurnOutcome::Ok, "{result}");
+            assert_eq!(r.cost_usd, None, "{result}");
+            assert_eq!((r.input_tokens, r.output_tokens), (0, 0), "{result}");
+            assert_eq!(r.context_tokens, Some(1), "{result}");
+        }
+        let fine = r#"{"type":"result","subtype":"success","is_error":false,"result":"x","total_cost_usd":0.25,"usage":{"input_tokens":1000000000000,"output_tokens":7}}"#;
+        let r = run(&[INIT, fine], &[], ExitInfo::exited(0));
+        assert_eq!(r.cost_usd, Some(0.25));
+        assert_eq!((r.input_tokens, r.output_tokens), (MAX_TURN_TOKENS, 7));
     }
 
     #[test]

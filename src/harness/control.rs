@@ -6,7 +6,8 @@
 //! are plain shared values the loop reads at the start of each turn.
 
 use super::bus::Bus;
-use super::settings::Settings;
+use super::files;
+use super::settings::{check_model, Settings};
 use crossbeam_channel::Sender;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,22 +32,6 @@ pub struct Shared {
     skip_continue: Arc<AtomicBool>,
 }
 
-/// Checks a model name as given by an operator.
-pub fn check_model(name: &str) -> Result<String, String> {
-    let name = name.trim();
-    if name.is_empty()
-        || name.len() > 100
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.:[]/@".contains(c))
-    {
-        return Err(format!(
-            "{name:?} is not a model name (letters, digits and -_.:[]/@ only, e.g. haiku, sonnet, claude-sonnet-4-5)"
-        ));
-    }
-    Ok(name.to_string())
-}
-
 impl Shared {
     pub fn new(bus: Bus, control: Sender<Control>, settings: Arc<Settings>) -> Shared {
         Shared {
@@ -69,10 +54,7 @@ impl Shared {
     pub fn set_model(&self, name: &str) -> Result<String, String> {
         let name = check_model(name)?;
         let path = &self.settings.model_file;
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        std::fs::write(path, format!("{name}\n"))
+        files::write_private(path, format!("{name}\n").as_bytes())
             .map_err(|e| format!("cannot save the model to {}: {e}", path.display()))?;
         self.bus.update(|s| s.model = name.clone());
         self.bus

@@ -1,7 +1,9 @@
 //! The claude invocation and the on-boot files it points at. Written once at
 //! start next to the socket (under `--run-dir`): `claude-mcp-config.json` (this
 //! binary as `hive mcp` and `hive bash-mcp`, plus extra servers), the validated
-//! `claude-settings.json` and the rendered `claude-system-prompt.md`. This module
+//! `claude-settings.json` and the rendered `claude-system-prompt.md`, all 0600.
+//! The MCP servers get only the variables named in their entries on top of
+//! claude's environment, which has no operator variables. This module
 //! also owns the tool whitelist: the built-ins in `--tools` and everything in
 //! `--allowedTools`.
 
@@ -81,12 +83,10 @@ pub fn validate_settings(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Boot files are the harness's own: 0600 in a 0700 run dir.
 fn write(path: &Path, text: &str) -> Result<(), String> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    super::files::write_private(path, text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// Parses `HIVE_EXTRA_MCP_SERVERS` (`{"name": {command, args?, env?,

@@ -3,14 +3,15 @@
 //! a turn outcome, [`prompt`] renders the system prompt, [`context`] resolves the
 //! context window, watermarks and fixed prompts, [`bus`] holds the live state and
 //! events, [`control`] is how the web UI asks things of the loop, [`login`] owns
-//! credentials and the login park, [`stats`] the turn-stats db, [`forge`] the
-//! Forgejo notification poller and [`settings`] every flag and environment
-//! variable.
+//! credentials and the login park, [`stats`] the turn-stats db, [`files`] the
+//! private modes of the harness's own files, [`forge`] the Forgejo notification
+//! poller and [`settings`] every flag and environment variable.
 
 pub mod bus;
 pub mod classify;
 pub mod context;
 pub mod control;
+pub mod files;
 pub mod forge;
 pub mod invocation;
 pub mod login;

@@ -2,8 +2,12 @@
 //! long-polls `recv_next` when the turn loop asks for the next message and carries
 //! the loop's other broker requests (status, ack, requeue, counts, kick, notices to
 //! the parent). When the broker is gone it reconnects with capped backoff, says so
-//! in the log and flips `online` on the bus. Shutting it down closes the socket, so
-//! a parked long-poll returns at once.
+//! in the log and flips `online` on the bus. An answer it cannot use (too long,
+//! not UTF-8, malformed) or a connection that breaks is treated the same way:
+//! the next connection waits out a backoff that doubles up to the cap and is
+//! reset only by a good answer, and the first failure of a burst is logged, so
+//! whatever the broker sends, the poller never spins. Shutting it down closes the
+//! socket, so a parked long-poll returns at once.
 
 use super::bus::Bus;
 use crate::wire::{Client, ClientError, Message, RecvNextReply, Request};
@@ -12,7 +16,10 @@ use serde_json::{Map, Value};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The first pause before reconnecting; it doubles per failure up to the cap.
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
 
 /// What the turn loop asks of the poller.
 pub enum ToPoller {
@@ -57,7 +64,14 @@ struct State {
     stream: Arc<Mutex<Option<UnixStream>>>,
     stop: Receiver<()>,
     events: Sender<FromPoller>,
+    /// The next pause before reconnecting; reset by a good answer.
     backoff: Duration,
+    /// The last connection attempt failed (the broker is unreachable).
+    unreachable: bool,
+    /// Unusable answers and broken connections since the last good answer.
+    failures: u32,
+    /// No new connection before this, after an unusable answer.
+    retry_at: Option<Instant>,
 }
 
 impl Poller {
@@ -75,7 +89,10 @@ impl Poller {
             stream: stream.clone(),
             stop: stop_rx,
             events: ev_tx,
-            backoff: Duration::from_millis(100),
+            backoff: MIN_BACKOFF,
+            unreachable: false,
+            failures: 0,
+            retry_at: None,
         };
         let thread = std::thread::Builder::new()
             .name("poller".into())
@@ -178,16 +195,23 @@ impl State {
             if self.stopped() {
                 return None;
             }
+            if let Some(at) = self.retry_at.take() {
+                let wait = crossbeam_channel::at(at);
+                select! {
+                    recv(wait) -> _ => {},
+                    recv(self.stop) -> _ => return None,
+                }
+            }
             match Client::connect(&self.socket) {
                 Ok(c) => {
                     if let Ok(s) = c.shutdown_handle() {
                         *self.stream.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
                     }
-                    if self.backoff > Duration::from_millis(100) {
+                    if self.unreachable {
                         log::info!("reconnected to the broker at {}", self.socket.display());
                         self.bus.note("broker reachable again");
+                        self.unreachable = false;
                     }
-                    self.backoff = Duration::from_millis(100);
                     self.bus.update(|s| s.online = true);
                     self.client = Some(c);
                 }
@@ -197,6 +221,7 @@ impl State {
                         self.bus.note(format!("broker unreachable: {e}"));
                     }
                     self.bus.update(|s| s.online = false);
+                    self.unreachable = true;
                     let wait = crossbeam_channel::after(self.backoff);
                     select! {
                         recv(wait) -> _ => {},
@@ -209,10 +234,40 @@ impl State {
         self.client.as_mut()
     }
 
+    /// The connection broke or gave an answer that cannot be used: drop it and
+    /// wait out the backoff before the next one.
     fn lost(&mut self, e: &ClientError) {
-        log::warn!("lost the broker connection: {e}");
         self.client = None;
         self.bus.update(|s| s.online = false);
+        self.failures += 1;
+        if self.failures == 1 {
+            log::warn!(
+                "lost the broker connection: {e}; reconnecting in {:?}, backing off up to {:?} while it lasts",
+                self.backoff,
+                self.reconnect_max
+            );
+            self.bus.note(format!("lost the broker connection: {e}"));
+        } else {
+            log::debug!(
+                "lost the broker connection ({} in a row): {e}; reconnecting in {:?}",
+                self.failures,
+                self.backoff
+            );
+        }
+        self.retry_at = Some(Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(self.reconnect_max.max(MIN_BACKOFF));
+    }
+
+    /// The broker gave a well-formed answer: the backoff starts over.
+    fn answered(&mut self) {
+        if self.failures > 0 {
+            log::info!(
+                "the broker answers again after {} unusable answers or broken connections",
+                self.failures
+            );
+            self.failures = 0;
+        }
+        self.backoff = MIN_BACKOFF;
     }
 
     fn next(&mut self) -> Option<FromPoller> {
@@ -223,6 +278,9 @@ impl State {
             let r: Result<RecvNextReply, ClientError> = c.call_as(&Request::RecvNext {
                 wait_seconds: Some(wait),
             });
+            if matches!(r, Ok(_) | Err(ClientError::Refused(_))) {
+                self.answered();
+            }
             match r {
                 Ok(RecvNextReply {
                     message: Some(message),
@@ -262,9 +320,20 @@ impl State {
             };
             let _ = c.set_read_timeout(Some(Duration::from_secs(60)));
             match c.call(req) {
-                Ok(m) => return Ok(m),
-                Err(ClientError::Refused(e)) => return Err(e),
-                Err(e) => self.lost(&e),
+                Ok(m) => {
+                    self.answered();
+                    return Ok(m);
+                }
+                Err(ClientError::Refused(e)) => {
+                    self.answered();
+                    return Err(e);
+                }
+                Err(e) => {
+                    if self.stopped() {
+                        return Err("the harness is stopping".into());
+                    }
+                    self.lost(&e);
+                }
             }
         }
     }

@@ -1,21 +1,26 @@
 //! Runs one claude process and watches it to the end. The child gets explicit
-//! stdio, its own process group, the prompt on stdin from a writer thread, and one
-//! pump thread per output pipe, so a full pipe never blocks it; the caller's thread
-//! runs one `select!` over the pumps, the child's exit, operator control, the
-//! harness's own shutdown and the wall-clock limit. Stopping a child is a ladder:
-//! SIGINT to claude (it then aborts its tools and stops its MCP servers), SIGTERM
-//! and finally SIGKILL to the whole group. Once claude exits, whatever is left in
-//! its group is killed, so no grandchild outlives the turn.
+//! stdio, its own process group, an environment without the operator's variables,
+//! the prompt on stdin (from a writer thread when it is big), and one pump thread
+//! per output pipe, so a full pipe never blocks it; the caller's thread runs one
+//! `select!` over the pumps, the child's exit, operator control, the harness's own
+//! shutdown and the wall-clock limit. Every helper thread exists before claude is
+//! started, so a claude that cannot be given its threads is never started at all:
+//! that, like a failed spawn, is [`TurnOutcome::NotStarted`] and not the
+//! message's fault. Stopping a child is a ladder: SIGINT to claude (it then
+//! aborts its tools and stops its MCP servers), SIGTERM and finally SIGKILL to
+//! the whole group. Once claude exits, whatever is left in its group is killed,
+//! so no grandchild outlives the turn.
 
 use super::bus::{Bus, LiveEvent};
-use super::classify::{ExitInfo, Signal, TurnObserver, TurnReport};
+use super::classify::{ExitInfo, Signal, TurnObserver, TurnOutcome, TurnReport};
 use super::control::Control;
+use crate::agent_proc::{self, StartFault};
 use crate::wire::{self, Line};
-use crossbeam_channel::{after, bounded, never, select, Receiver};
-use std::io::{BufReader, Read, Write};
+use crossbeam_channel::{after, bounded, never, select, Receiver, Sender};
+use std::io::{self, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Longest stdout line parsed; longer ones are dropped with a note.
@@ -33,8 +38,9 @@ const SMALL_PROMPT: usize = 4096;
 /// group can hold them) before the turn ends without them.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
-/// One claude process to run.
-#[derive(Debug, Clone)]
+/// One claude process to run. Its `Debug` shows the names of the extra
+/// environment variables but never their values (a stored token is one).
+#[derive(Clone)]
 pub struct Invocation {
     pub bin: String,
     pub args: Vec<String>,
@@ -44,6 +50,21 @@ pub struct Invocation {
     pub timeout: Duration,
     /// Time between the steps of the stop ladder.
     pub grace: Duration,
+}
+
+impl std::fmt::Debug for Invocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("Invocation")
+            .field("bin", &self.bin)
+            .field("args", &self.args)
+            .field("stdin_bytes", &self.stdin.len())
+            .field("env", &env)
+            .field("cwd", &self.cwd)
+            .field("timeout", &self.timeout)
+            .field("grace", &self.grace)
+            .finish()
+    }
 }
 
 /// What happened besides the report.
@@ -65,31 +86,127 @@ enum Pipe {
     Closed,
 }
 
-fn pump(name: &str, stream: impl Read + Send + 'static) -> Receiver<Pipe> {
-    let (tx, rx) = bounded::<Pipe>(256);
-    let spawned = std::thread::Builder::new()
-        .name(format!("claude-{name}"))
+/// A thread started ahead of the thing it works on, which it gets through the
+/// returned sender; dropping the sender unused ends the thread.
+fn worker<T: Send + 'static>(
+    name: &str,
+    job: impl FnOnce(T) + Send + 'static,
+) -> io::Result<Sender<T>> {
+    let (tx, rx) = bounded::<T>(1);
+    std::thread::Builder::new()
+        .name(name.into())
         .spawn(move || {
-            let mut r = BufReader::with_capacity(64 * 1024, stream);
-            loop {
-                let ev = match wire::read_line(&mut r, MAX_STDOUT_LINE) {
-                    Ok(Line::Text(s)) => Pipe::Line(s),
-                    Ok(Line::NotUtf8) => Pipe::Line("(a line that is not UTF-8)".into()),
-                    Ok(Line::TooLong) => Pipe::TooLong,
-                    Ok(Line::Eof) | Err(_) => {
-                        let _ = tx.send(Pipe::Closed);
-                        return;
-                    }
-                };
-                if tx.send(ev).is_err() {
+            if let Ok(x) = rx.recv() {
+                job(x);
+            }
+        })?;
+    Ok(tx)
+}
+
+/// A reader thread for one output pipe, waiting for the pipe.
+fn pump<R: Read + Send + 'static>(name: &str) -> io::Result<(Sender<R>, Receiver<Pipe>)> {
+    let (tx, rx) = bounded::<Pipe>(256);
+    let input = worker(&format!("claude-{name}"), move |stream: R| {
+        let mut r = BufReader::with_capacity(64 * 1024, stream);
+        loop {
+            let ev = match wire::read_line(&mut r, MAX_STDOUT_LINE) {
+                Ok(Line::Text(s)) => Pipe::Line(s),
+                Ok(Line::NotUtf8) => Pipe::Line("(a line that is not UTF-8)".into()),
+                Ok(Line::TooLong) => Pipe::TooLong,
+                Ok(Line::Eof) | Err(_) => {
+                    let _ = tx.send(Pipe::Closed);
                     return;
                 }
+            };
+            if tx.send(ev).is_err() {
+                return;
             }
-        });
-    if let Err(e) = spawned {
-        log::error!("cannot start the {name} pump: {e}");
+        }
+    })?;
+    Ok((input, rx))
+}
+
+/// A started claude: its pid and what its helper threads report.
+struct Started {
+    pid: i32,
+    out: Receiver<Pipe>,
+    err: Receiver<Pipe>,
+    exit: Receiver<io::Result<ExitStatus>>,
+}
+
+/// Starts the helper threads, then claude, then hands each thread its part. A
+/// thread, pipe or process that cannot be created leaves nothing running and
+/// returns why, with what to do about it.
+fn start(inv: &Invocation) -> Result<Started, String> {
+    let fault = |what: &str, e: io::Error| match StartFault::of(&e) {
+        StartFault::Resources => {
+            format!("{what}: {e} (the host is short of file descriptors, memory or processes)")
+        }
+        StartFault::Setup => format!(
+            "{what}: {e} (HIVE_CLAUDE_BIN must name the Claude Code CLI, executable, and \
+             the state dir must exist)"
+        ),
+    };
+    let thread = |e| fault("cannot start a thread for claude", e);
+    let (out_tx, out) = pump::<ChildStdout>("stdout").map_err(thread)?;
+    let (err_tx, err) = pump::<ChildStderr>("stderr").map_err(thread)?;
+    let (exit_tx, exit) = bounded::<io::Result<ExitStatus>>(1);
+    let waiter = worker("claude-wait", move |mut child: Child| {
+        let _ = exit_tx.send(child.wait());
+    })
+    .map_err(thread)?;
+    // A prompt that fits the pipe buffer is written at once; a bigger one from
+    // a thread, so a child that reads slowly never blocks the loop.
+    let writer = if inv.stdin.len() > SMALL_PROMPT {
+        let prompt = inv.stdin.clone();
+        let w = worker("claude-stdin", move |mut stdin: ChildStdin| {
+            let _ = stdin.write_all(prompt.as_bytes());
+        })
+        .map_err(thread)?;
+        Some(w)
+    } else {
+        None
+    };
+
+    let mut cmd = Command::new(&inv.bin);
+    cmd.args(&inv.args)
+        .current_dir(&inv.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for (k, v) in &inv.env {
+        cmd.env(k, v);
     }
-    rx
+    agent_proc::scrub_operator_env(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| fault(&format!("cannot start claude ({})", inv.bin), e))?;
+    let pid = child.id() as i32;
+    // A child that exits without reading is normal; EPIPE is ignored.
+    if let Some(mut stdin) = child.stdin.take() {
+        match writer {
+            Some(w) => {
+                let _ = w.send(stdin);
+            }
+            None => {
+                let _ = stdin.write_all(inv.stdin.as_bytes());
+            }
+        }
+    }
+    if let Some(s) = child.stdout.take() {
+        let _ = out_tx.send(s);
+    }
+    if let Some(s) = child.stderr.take() {
+        let _ = err_tx.send(s);
+    }
+    let _ = waiter.send(child);
+    Ok(Started {
+        pid,
+        out,
+        err,
+        exit,
+    })
 }
 
 /// Sends `sig` to one process, or to a whole group when `pid` is negative.
@@ -118,26 +235,15 @@ pub fn run(
     term: &Receiver<()>,
 ) -> RunResult {
     let start = Instant::now();
-    let mut cmd = Command::new(&inv.bin);
-    cmd.args(&inv.args)
-        .current_dir(&inv.cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    for (k, v) in &inv.env {
-        cmd.env(k, v);
-    }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            let msg = format!("cannot start claude ({}): {e}", inv.bin);
-            bus.note(msg.clone());
-            observer.on_stderr_line(&msg);
-            let report = observer.finish(ExitInfo {
+    let started = match self::start(inv) {
+        Ok(s) => s,
+        Err(why) => {
+            bus.note(why.clone());
+            let mut report = observer.finish(ExitInfo {
                 code: Some(127),
                 ..ExitInfo::default()
             });
+            report.outcome = TurnOutcome::NotStarted(why);
             return RunResult {
                 report,
                 terminated: false,
@@ -147,30 +253,10 @@ pub fn run(
             };
         }
     };
-    let pid = child.id() as i32;
-    if let Some(mut stdin) = child.stdin.take() {
-        // A child that exits without reading is normal; EPIPE is ignored. A
-        // prompt that fits the pipe buffer is written at once; a bigger one from
-        // a thread, so a child that reads slowly never blocks the loop.
-        if inv.stdin.len() <= SMALL_PROMPT {
-            let _ = stdin.write_all(inv.stdin.as_bytes());
-        } else {
-            let prompt = inv.stdin.clone();
-            let _ = std::thread::Builder::new()
-                .name("claude-stdin".into())
-                .spawn(move || {
-                    let _ = stdin.write_all(prompt.as_bytes());
-                });
-        }
-    }
-    let mut out = child.stdout.take().map(|s| pump("stdout", s));
-    let mut err = child.stderr.take().map(|s| pump("stderr", s));
-    let (exit_tx, exit_rx) = bounded::<std::io::Result<ExitStatus>>(1);
-    let _ = std::thread::Builder::new()
-        .name("claude-wait".into())
-        .spawn(move || {
-            let _ = exit_tx.send(child.wait());
-        });
+    let pid = started.pid;
+    let exit_rx = started.exit;
+    let mut out = Some(started.out);
+    let mut err = Some(started.err);
 
     let deadline = after(inv.timeout);
     let mut ladder = never();

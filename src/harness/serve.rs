@@ -66,6 +66,8 @@ struct TurnLoop {
     last_context: Option<u64>,
     last_turn_end: Option<i64>,
     api_failures: u32,
+    /// Turns in a row whose claude could not be started.
+    start_failures: u32,
 }
 
 /// Runs the harness until SIGTERM.
@@ -73,7 +75,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let term = install_signals()?;
     let s = Arc::new(Settings::resolve(&args)?);
     for dir in [&s.state_dir, &s.run_dir] {
-        std::fs::create_dir_all(dir)
+        super::files::create_private_dir(dir)
             .map_err(|e| format!("cannot create directory {}: {e}", dir.display()))?;
     }
     let tools = invocation::write_boot_files(&s)?;
@@ -158,6 +160,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         last_context,
         last_turn_end,
         api_failures: 0,
+        start_failures: 0,
     };
     lp.boot();
     let flow = lp.serve();
@@ -252,8 +255,8 @@ impl TurnLoop {
     fn handle_control(&mut self, c: Control) -> Flow {
         match c {
             Control::Compact => {
-                let (ok, stop) = self.compact("operator request");
-                if !ok {
+                let (outcome, stop) = self.compact("operator request");
+                if !outcome.is_ok() {
                     self.bus.note("compaction requested by the operator failed");
                 }
                 if stop {
@@ -363,6 +366,22 @@ impl TurnLoop {
         let inv = self.invocation(prompt, &model, resume);
         let r = runner::run(&inv, observer, &self.bus, &self.control, &self.term);
         self.pending.extend(r.deferred);
+        if let TurnOutcome::NotStarted(_) = r.report.outcome {
+            // Nothing ran: no stats row, and `finish` keeps the message.
+            return Attempt {
+                report: r.report,
+                terminated: false,
+                interrupted: false,
+            };
+        }
+        if self.start_failures > 0 {
+            log::info!(
+                "claude starts again after {} failed starts",
+                self.start_failures
+            );
+            self.bus.note("claude starts again");
+            self.start_failures = 0;
+        }
         let rep = &r.report;
         if let (Some(m), Some(w)) = (&rep.model, rep.context_window) {
             self.cli_windows.insert(m.clone(), w);
@@ -411,8 +430,8 @@ impl TurnLoop {
         }
     }
 
-    /// Runs `/compact` on the session; (succeeded, harness stopping).
-    fn compact(&mut self, why: &str) -> (bool, bool) {
+    /// Runs `/compact` on the session; (its outcome, harness stopping).
+    fn compact(&mut self, why: &str) -> (TurnOutcome, bool) {
         self.bus.set_turn_state(TurnState::Compacting);
         self.bus.note(format!("compacting the session ({why})"));
         let work = Work {
@@ -443,7 +462,7 @@ impl TurnLoop {
             if ok { "done" } else { "failed" }
         ));
         self.bus.set_turn_state(TurnState::Thinking);
-        (ok, a.terminated)
+        (a.report.outcome, a.terminated)
     }
 
     /// A best-effort notes turn before compaction or a session reset.
@@ -531,13 +550,16 @@ impl TurnLoop {
             TurnOutcome::PromptTooLong => {
                 self.bus
                     .note("the session is past its context window: compacting, then retrying once");
-                let (ok, stop) = self.compact("prompt too long");
+                let (compacted, stop) = self.compact("prompt too long");
                 if stop {
                     return self.stop_with(&work);
                 }
-                if ok {
+                if compacted.is_ok() {
                     let full = context::wake_prompt(&work.from, &work.body, unread);
                     a = self.attempt(&full, "turn", &work, TurnObserver::new(), true);
+                } else if let TurnOutcome::NotStarted(_) = compacted {
+                    // The message is not at fault when claude cannot start.
+                    a.report.outcome = compacted;
                 }
             }
             TurnOutcome::AuthFailed => {
@@ -560,7 +582,9 @@ impl TurnLoop {
                 self.prompt_seen.insert(id);
             }
         }
-        self.last_turn_end = Some(now());
+        if !matches!(a.report.outcome, TurnOutcome::NotStarted(_)) {
+            self.last_turn_end = Some(now());
+        }
         self.finish(work, a, started)
     }
 
@@ -586,10 +610,24 @@ impl TurnLoop {
     }
 
     fn requeue(&self, id: i64) {
-        // The poller may be parked or gone at shutdown; a fresh connection works
-        // either way, and a broker restart requeues inflight rows by itself.
-        let r = crate::wire::Client::connect(&self.s.socket)
-            .and_then(|mut c| c.call(&Request::RequeueInflight { id }));
+        // The poller's connection first: it needs no new descriptor, which
+        // matters when requeueing because the process ran out of them. At
+        // shutdown the poller may be parked or gone; a fresh connection works
+        // then, and a broker restart requeues inflight rows by itself.
+        let req = Request::RequeueInflight { id };
+        let stopping = matches!(
+            self.term.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        );
+        match self.poller.call(req.clone(), &self.term) {
+            Ok(_) => return,
+            Err(e) if !stopping => {
+                log::warn!("requeue of message {id} failed: {e}");
+                return;
+            }
+            Err(_) => {}
+        }
+        let r = crate::wire::Client::connect(&self.s.socket).and_then(|mut c| c.call(&req));
         if let Err(e) = r {
             log::warn!("requeue of message {id} failed: {e}");
         }
@@ -619,15 +657,19 @@ impl TurnLoop {
             rep.outcome.clone()
         };
         let ok = outcome.is_ok();
-        // Counters are not worth waiting for; the poller keeps them in order.
-        self.poller.tell(Request::PostTurnCounts {
-            turns: 1,
-            ok: u64::from(ok),
-            failed: u64::from(!ok),
-            tokens_in: rep.input_tokens,
-            tokens_out: rep.output_tokens,
-            cost_usd: rep.cost_usd.unwrap_or(0.0),
-        });
+        // Counters are not worth waiting for; the poller keeps them in order. A
+        // claude that never started ran no turn. The classifier has already
+        // dropped figures that are not finite, negative or absurd.
+        if !matches!(outcome, TurnOutcome::NotStarted(_)) {
+            self.poller.tell(Request::PostTurnCounts {
+                turns: 1,
+                ok: u64::from(ok),
+                failed: u64::from(!ok),
+                tokens_in: rep.input_tokens,
+                tokens_out: rep.output_tokens,
+                cost_usd: rep.cost_usd.unwrap_or(0.0),
+            });
+        }
         let what = match work.id {
             Some(id) => format!("message #{id} from {}", work.from),
             None => format!("the {} turn", work.from),
@@ -712,6 +754,37 @@ impl TurnLoop {
                 self.emit_end(false, format!("authentication failed twice: {what} requeued until claude is logged in again"), &outcome, started);
                 return self.wait_for_login();
             }
+            TurnOutcome::NotStarted(why) => {
+                if let Some(id) = work.id {
+                    self.requeue(id);
+                }
+                self.start_failures += 1;
+                let n = self.start_failures;
+                let max = self.s.start_backoff_max;
+                let backoff =
+                    (self.s.fail_pause * 2u32.saturating_pow(n.saturating_sub(1).min(16))).min(max);
+                // One log line and one parent notice per burst of failures.
+                if n == 1 {
+                    log::error!(
+                        "claude could not be started: {why}; {what} requeued, retrying with a backoff up to {max:?}"
+                    );
+                    self.to_parent(&format!(
+                        "[system] {}: claude could not be started ({why}); {what} is kept and retried every {max:?} at most",
+                        self.s.label
+                    ));
+                } else {
+                    log::debug!("claude could not be started ({n} in a row): {why}");
+                }
+                self.emit_end(
+                    false,
+                    format!(
+                        "claude could not be started: {what} requeued; retrying in {backoff:?}"
+                    ),
+                    &outcome,
+                    started,
+                );
+                return self.pause(backoff);
+            }
             TurnOutcome::PromptTooLong | TurnOutcome::Failed(_) => {
                 if let Some(id) = work.id {
                     self.ack(id);
@@ -774,7 +847,7 @@ impl TurnLoop {
     /// Parks until the claude config dir changes or the operator stores a token.
     fn wait_for_login(&mut self) -> Flow {
         let sentinel = self.s.needs_login_sentinel();
-        if let Err(e) = std::fs::write(&sentinel, format!("{}\n", now())) {
+        if let Err(e) = super::files::write_private(&sentinel, format!("{}\n", now()).as_bytes()) {
             log::error!("cannot write {}: {e}", sentinel.display());
         }
         self.bus.set_turn_state(TurnState::Idle);

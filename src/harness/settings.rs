@@ -53,6 +53,9 @@ pub struct Settings {
     pub api_failures_before_notice: u32,
     pub login_poll: Duration,
     pub reconnect_max: Duration,
+    /// Cap on the pause after claude could not be started (it doubles from
+    /// `fail_pause` per failure in a row).
+    pub start_backoff_max: Duration,
     pub claude_config_dir: PathBuf,
     pub plugin_marketplaces: Vec<String>,
     pub plugins: Vec<String>,
@@ -111,6 +114,33 @@ pub fn claude_config_dir() -> PathBuf {
     Path::new(&home).join(".claude")
 }
 
+/// The longest model name accepted.
+const MAX_MODEL_NAME: usize = 100;
+
+/// Checks a model name as given by the operator (`HIVE_DEFAULT_MODEL`, the
+/// page's model endpoint, the persisted choice): letters, digits and `-_.:[]/@`
+/// only, not starting with `-` (claude would read it as an option), at most 100
+/// bytes. Surrounding whitespace is trimmed. The error echoes at most a short
+/// prefix of what was given.
+pub fn check_model(name: &str) -> Result<String, String> {
+    let name = name.trim();
+    let ok = !name.is_empty()
+        && name.len() <= MAX_MODEL_NAME
+        && !name.starts_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:[]/@".contains(c));
+    if ok {
+        return Ok(name.to_string());
+    }
+    let shown: String = name.chars().take(40).collect();
+    let cut = if shown.len() < name.len() { "…" } else { "" };
+    Err(format!(
+        "{shown:?}{cut} is not a model name (letters, digits and -_.:[]/@ only, not starting \
+         with -, at most {MAX_MODEL_NAME} bytes; e.g. haiku, sonnet, claude-sonnet-4-5)"
+    ))
+}
+
 impl Settings {
     /// Resolves flags and environment; a bad value is an error naming the variable.
     pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
@@ -136,7 +166,10 @@ impl Settings {
             tool_groups,
             extra_mcp_servers: env("HIVE_EXTRA_MCP_SERVERS"),
             model_file,
-            default_model: env("HIVE_DEFAULT_MODEL").unwrap_or_else(|| "haiku".into()),
+            default_model: match env("HIVE_DEFAULT_MODEL") {
+                Some(m) => check_model(&m).map_err(|e| format!("HIVE_DEFAULT_MODEL: {e}"))?,
+                None => "haiku".into(),
+            },
             claude_max_retries: env_num("HIVE_CLAUDE_MAX_RETRIES", 2)? as u32,
             turn_timeout: env_secs("HIVE_TURN_TIMEOUT_SECS", 3600)?,
             kill_grace: env_millis("HIVE_KILL_GRACE_MS", 3000)?,
@@ -149,6 +182,7 @@ impl Settings {
             api_failures_before_notice: env_num("HIVE_API_FAILURES_BEFORE_NOTICE", 3)? as u32,
             login_poll: env_millis("HIVE_LOGIN_POLL_MS", 5000)?,
             reconnect_max: env_millis("HIVE_RECONNECT_MAX_MS", 10_000)?,
+            start_backoff_max: env_millis("HIVE_START_BACKOFF_MAX_MS", 60_000)?,
             claude_config_dir: claude_config_dir(),
             plugin_marketplaces: env_list("HIVE_CLAUDE_MARKETPLACES"),
             plugins: env_list("HIVE_CLAUDE_PLUGINS"),
@@ -189,5 +223,47 @@ impl Settings {
     /// A token stored through the web login flow (0600).
     pub fn credentials_file(&self) -> PathBuf {
         self.state_dir.join("hyperhive-credentials")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_names_that_could_be_options_or_garbage_are_refused() {
+        for good in [
+            "haiku",
+            " sonnet\n",
+            "claude-sonnet-4-5",
+            "opus[1m]",
+            "a/b@c:d_e.f",
+        ] {
+            assert_eq!(check_model(good).unwrap(), good.trim(), "{good:?}");
+        }
+        for bad in [
+            "",
+            "   ",
+            "-x",
+            "--model",
+            "--foo",
+            "has space",
+            "tab\there",
+            "nul\0",
+            "esc\u{1b}[2J",
+            "bidi\u{202e}",
+            "é",
+        ] {
+            let e = check_model(bad).unwrap_err();
+            assert!(e.contains("is not a model name"), "{bad:?}: {e}");
+        }
+        let long = "m".repeat(1 << 20);
+        let e = check_model(&long).unwrap_err();
+        assert!(
+            e.len() < 300,
+            "the error echoes only a prefix: {} bytes",
+            e.len()
+        );
+        assert!(e.contains('…'), "{e}");
     }
 }

@@ -51,7 +51,11 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Opens (creating) the db, 0600 whatever the umask; sqlite gives its `-wal`
+    /// and `-shm` files the db file's mode.
     pub fn open(path: &Path) -> Result<Stats, String> {
+        super::files::ensure_private_file(path)
+            .map_err(|e| format!("cannot open turn stats {}: {e}", path.display()))?;
         let conn = Connection::open(path)
             .and_then(|c| {
                 c.execute_batch(&format!(

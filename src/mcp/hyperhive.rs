@@ -240,13 +240,22 @@ fn broker_error(e: ClientError) -> ToolOutcome {
     })
 }
 
-/// Writes `text` to `path` through a temporary file and a rename.
+/// Writes `text` to `path` through a temporary file and a rename, mode 0600
+/// whatever the umask (it is a harness state file).
 fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(text.as_bytes())?;
     std::fs::rename(&tmp, path)
 }
 
