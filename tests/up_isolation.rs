@@ -260,6 +260,54 @@ fn an_unprivileged_hive_up_confines_its_agents_with_user_namespaces() {
     );
     assert_eq!(succeeded(&up, "ana", "id -u").trim(), "65534");
     ana_is_confined(&up);
+    // Supervision works through the sandbox: SIGKILL to it takes the whole
+    // namespace down and the agent comes back; SIGTERM to hive up stops all.
+    let mut up = up;
+    let pid = up.wait_running("ana");
+    wait_for(
+        Duration::from_secs(10),
+        "the sandbox, its PID 1 and hive serve (and nothing else) with ana's state dir",
+        || (sandbox_processes(&up, "ana") == 3).then_some(()),
+    );
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    wait_for(Duration::from_secs(30), "ana to come back", || {
+        let s = up.state("ana")?;
+        (s.state == "running" && s.pid != Some(pid) && s.restarts == 1).then_some(())
+    });
+    up.wait_running("ana");
+    wait_for(
+        Duration::from_secs(10),
+        "the old sandbox to be gone",
+        || (sandbox_processes(&up, "ana") == 3).then_some(()),
+    );
+    let pids: Vec<u32> = up.states().iter().filter_map(|s| s.pid).collect();
+    let status = up.terminate();
+    assert!(status.success(), "{status}: {}", up.log());
+    for pid in pids {
+        assert!(
+            unsafe { libc::kill(pid as i32, 0) } != 0,
+            "{pid} still runs"
+        );
+    }
+    wait_for(
+        Duration::from_secs(10),
+        "ana's processes to be gone",
+        || (sandbox_processes(&up, "ana") == 0).then_some(()),
+    );
+}
+
+/// Processes whose command line names `agent`'s state dir: its sandbox's
+/// outer process and PID 1, and its `hive serve`.
+fn sandbox_processes(up: &Up, agent: &str) -> usize {
+    let needle = up.data().join("agents").join(agent).join("state");
+    let needle = needle.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains(&needle))
+        .count()
 }
 
 #[test]
