@@ -175,6 +175,15 @@ print(s.recv(4096))' {}"#,
     );
     assert!(!t.stdout_tail.contains("SECRETMARKER"), "{t:?}");
 
+    // Kernel settings are read-only, even to a root hive's uid 0 (the test
+    // writes back the value it read, so a failure changes nothing).
+    refused(
+        up,
+        "ana",
+        "v=$(cat /proc/sys/kernel/core_pattern) && printf '%s\\n' \"$v\" > /proc/sys/kernel/core_pattern",
+        "SECRETMARKER",
+    );
+
     // What is ana's still works: its state dir, its socket, its page.
     let port = up.state("ana").unwrap().port.expect("ana's page port");
     let own = succeeded(

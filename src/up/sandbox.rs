@@ -245,7 +245,8 @@ fn outside(spec: &Spec) -> Result<libc::c_int, String> {
     }
     drop((status_w, alive_r));
     let own = wait_forwarding(pid, &set, false);
-    // `alive_w` stays open until here: PID 1 sees it close if this process dies.
+    // `alive_w` stayed open until PID 1 ended: had this process died before PID 1
+    // armed its death signal, PID 1 would have seen the pipe close.
     drop(alive_w);
     let mut buf = [0u8; 4];
     let mut f = File::from(status_r);
@@ -430,6 +431,34 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     }
 }
 
+/// Parts of `/proc` the agent may read but not write.
+const PROC_READ_ONLY: [&str; 5] = [
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+];
+
+/// Binds `path` over itself read-only.
+fn read_only(path: &Path) -> Result<(), String> {
+    let src = cpath(path)?;
+    mount(&src, path, None, libc::MS_BIND | libc::MS_REC, None, "bind")?;
+    mount(
+        c"none",
+        path,
+        None,
+        libc::MS_REMOUNT
+            | libc::MS_BIND
+            | libc::MS_RDONLY
+            | libc::MS_NOSUID
+            | libc::MS_NODEV
+            | libc::MS_NOEXEC,
+        None,
+        "make read-only",
+    )
+}
+
 /// PID 1 of the sandbox: mounts `/proc`, starts the agent, forwards signals to
 /// it, reaps every orphan, and writes the agent's wait status to `status` once it
 /// exits. Returns the exit code for itself.
@@ -460,6 +489,13 @@ fn pid_one(
         None,
         "mount a fresh proc on",
     )?;
+    // The kernel's settings stay read-only: a `hive up` run as root makes its
+    // agents uid 0, which may write them without any capability.
+    for p in PROC_READ_ONLY.iter().map(Path::new) {
+        if p.exists() {
+            read_only(p)?;
+        }
+    }
     if spec.check {
         // SAFETY: getpid has no arguments.
         let pid = unsafe { libc::getpid() };
