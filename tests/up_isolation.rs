@@ -5,7 +5,8 @@
 //! socket, the dashboard token, the fleet file, bob's dirs, the supervisor's
 //! environment. As root (the mount and PID namespaces), as an unprivileged uid
 //! (user namespaces too), with `HIVE_ISOLATION=off`, and where the kernel
-//! refuses namespaces.
+//! refuses namespaces. On a machine that cannot isolate at all, the isolated
+//! cases skip loudly (they fail under `HIVE_REQUIRE_REAL_CLAUDE=1`, as in CI).
 
 mod common;
 
@@ -225,12 +226,28 @@ fn an_agents_bash_task_cannot_reach_the_operator_or_the_other_agents() {
             ..Launch::default()
         },
     );
-    assert!(
-        up.log().contains("hive up: agents are isolated ("),
-        "{}",
-        up.log()
-    );
+    if !isolated(&up, "hive up: agents are isolated (") {
+        return;
+    }
     ana_is_confined(&up);
+}
+
+/// Whether `hive up` says `line`; where this kernel refuses every sandbox the
+/// test skips loudly (and fails under `HIVE_REQUIRE_REAL_CLAUDE=1`, as in CI).
+fn isolated(up: &Up, line: &str) -> bool {
+    let log = up.log();
+    if log.contains(line) {
+        return true;
+    }
+    let refused = "hive up: agents are NOT isolated (the kernel refused a sandbox";
+    let why = log.lines().find(|l| l.starts_with(refused));
+    match why {
+        Some(why) if std::env::var("HIVE_REQUIRE_REAL_CLAUDE").as_deref() != Ok("1") => {
+            eprintln!("SKIPPED: this machine cannot isolate agents: {why}");
+            false
+        }
+        _ => panic!("no {line:?} in the log: {log}"),
+    }
 }
 
 fn is_root() -> bool {
@@ -261,12 +278,12 @@ fn an_unprivileged_hive_up_confines_its_agents_with_user_namespaces() {
             ..Launch::default()
         },
     );
-    assert!(
-        up.log()
-            .contains("hive up: agents are isolated (user, mount and PID namespaces)"),
-        "{}",
-        up.log()
-    );
+    if !isolated(
+        &up,
+        "hive up: agents are isolated (user, mount and PID namespaces)",
+    ) {
+        return;
+    }
     assert_eq!(succeeded(&up, "ana", "id -u").trim(), "65534");
     ana_is_confined(&up);
     // Supervision works through the sandbox: SIGKILL to it takes the whole
