@@ -130,8 +130,7 @@ pub fn decide(
         Ok(c) => c,
         Err(why) => return fail(why),
     };
-    // SAFETY: geteuid has no arguments and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = super::sandbox::is_root();
     // Root needs no user namespace (and one would make /proc harder to mount
     // under a hardened service); anyone else does.
     let tries: &[bool] = if root { &[false, true] } else { &[true] };

@@ -114,6 +114,12 @@ impl Spec {
     }
 }
 
+/// Whether this process runs as root (then no user namespace is needed).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// The exit code when the sandbox itself could not be set up (like `env`'s 125).
 const SETUP_FAILED: i32 = 125;
 
