@@ -20,6 +20,14 @@ fn long_running(command: &Command) -> bool {
 }
 
 fn main() -> ExitCode {
+    // `hive up`'s re-exec into an agent's sandbox: hidden, and single-threaded.
+    let mut args = std::env::args_os().skip(1);
+    if args
+        .next()
+        .is_some_and(|a| a == hyperhive::up::sandbox::SUBCOMMAND)
+    {
+        hyperhive::up::sandbox::run_command(args.collect());
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .target(env_logger::Target::Stderr)
         .init();

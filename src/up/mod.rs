@@ -4,10 +4,13 @@
 //! (`logfile.rs`). The data dir holds everything: `DATA/broker.db` (the broker's
 //! state dir is DATA, so reminder spill files land in `DATA/agents/NAME/reminders`),
 //! `DATA/run/` (sockets), `DATA/agents/NAME/{state,run,claude}` and
-//! `DATA/logs/NAME.log`. Documented in `docs/fleet.md`.
+//! `DATA/logs/NAME.log`. Each agent runs in a sandbox that hides all of that but
+//! its own dirs (`isolation.rs`, `sandbox.rs`). Documented in `docs/fleet.md`.
 
 pub mod dashboard;
+pub mod isolation;
 pub mod logfile;
+pub mod sandbox;
 pub mod supervisor;
 pub mod watch;
 
@@ -47,6 +50,8 @@ pub struct UpSettings {
     /// The umask `hive up` was started with; the agents get it back (the broker
     /// part of this process runs with 077).
     pub child_umask: u32,
+    /// How agents are sandboxed; `None` when they run unisolated.
+    pub isolation: Option<isolation::Isolation>,
 }
 
 fn env_num(key: &str, default: u64) -> Result<u64, String> {
@@ -76,6 +81,7 @@ impl UpSettings {
             log_max_bytes: env_num("HIVE_UP_LOG_MAX_BYTES", 10 * 1024 * 1024)?,
             log_keep: env_num("HIVE_UP_LOG_KEEP", 3)? as u32,
             child_umask: current_umask(),
+            isolation: None,
         })
     }
 }
@@ -135,8 +141,9 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             config_path.display()
         ));
     }
+    let mut settings = UpSettings::from_env(data.clone(), Some(config_path.clone()))?;
+    settings.isolation = isolation::at_start(&settings.exe, &data, &config_path)?;
     let config = Some(config_path);
-    let settings = UpSettings::from_env(data.clone(), config.clone())?;
     let dash_cfg = dashboard::DashConfig::from_env()?;
     let (sup_tx, sup_rx) = unbounded::<SupCmd>();
     let broker = broker::start(

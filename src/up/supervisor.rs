@@ -1,6 +1,7 @@
 //! The supervisor of `hive up`: one thread that owns every agent's `hive serve`
 //! child. It starts them (own process group, explicit stdio, output pumped into
-//! rotated logs), restarts a crashed one with capped exponential backoff, carries
+//! rotated logs, none of the operator's variables, each in its sandbox when
+//! agents are isolated: `isolation.rs`), restarts a crashed one with capped exponential backoff, carries
 //! out the lifecycle commands the hub forwards ([`SupCmd`]), runs crash_watch on
 //! every watch tick and notices the fleet file changing on disk. It never waits
 //! on the hub: events go to the hub as one-way [`HubMsg::System`] messages, so
@@ -13,6 +14,7 @@ use crate::broker::hub::HubMsg;
 use crate::config::{AgentConfig, HiveConfig};
 use crossbeam_channel::{select, tick, Receiver, Sender};
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -110,6 +112,18 @@ pub struct Supervisor {
     agents: BTreeMap<String, Agent>,
     hub: Sender<HubMsg>,
     config_mtime: Option<SystemTime>,
+}
+
+/// Variables of `hive up`'s own environment that no agent gets: the operator's
+/// socket, the dashboard's settings and token, `hive up`'s own settings, and a
+/// page token (each agent's page has its own: its fleet entry's `HIVE_WEB_TOKEN`,
+/// or the one it makes).
+pub fn operator_only(key: &str) -> bool {
+    matches!(
+        key,
+        "HIVE_HOST_SOCKET" | "HIVE_WEB_TOKEN" | "HIVE_ISOLATION"
+    ) || key.starts_with("HIVE_DASHBOARD_")
+        || key.starts_with("HIVE_UP_")
 }
 
 fn signal(child: &Child, sig: i32) {
@@ -368,13 +382,42 @@ impl Supervisor {
             .map(|a| a.applied.clone())
             .ok_or_else(|| format!("{name} is not supervised"))?;
         let socket = crate::broker::agent_socket(&self.s.run_dir, name);
-        let mut cmd = Command::new(&self.s.exe);
-        cmd.arg("serve")
-            .arg("--state-dir")
-            .arg(&state)
-            .arg("--run-dir")
-            .arg(&run)
-            .env("HIVE_SOCKET", &socket)
+        let socket_dir = socket.parent().unwrap_or(&self.s.run_dir).to_path_buf();
+        std::fs::create_dir_all(&socket_dir)
+            .map_err(|e| format!("cannot create {}: {e}", socket_dir.display()))?;
+        let serve: Vec<OsString> = vec![
+            self.s.exe.clone().into(),
+            "serve".into(),
+            "--state-dir".into(),
+            state.clone().into(),
+            "--run-dir".into(),
+            run.clone().into(),
+        ];
+        let mut cmd = match &self.s.isolation {
+            Some(iso) => {
+                let mut own = vec![dir.clone(), socket_dir, self.s.exe.clone()];
+                // A claude config dir the fleet entry names stays the agent's own.
+                if let Some(c) = cfg.env.get("CLAUDE_CONFIG_DIR").map(PathBuf::from) {
+                    if c.is_absolute() {
+                        std::fs::create_dir_all(&c)
+                            .map_err(|e| format!("cannot create {}: {e}", c.display()))?;
+                        own.push(c);
+                    }
+                }
+                iso.spec(&own, serve).command(&self.s.exe)
+            }
+            None => {
+                let mut c = Command::new(&self.s.exe);
+                c.args(&serve[1..]);
+                c
+            }
+        };
+        for (key, _) in std::env::vars_os() {
+            if key.to_str().is_some_and(operator_only) {
+                cmd.env_remove(&key);
+            }
+        }
+        cmd.env("HIVE_SOCKET", &socket)
             .env("HIVE_BASH_SOCKET", run.join("bash.sock"))
             .env("HIVE_LABEL", name)
             .env("HIVE_PORT", "0")
@@ -644,11 +687,9 @@ impl Supervisor {
                     Phase::Backoff(_) if a.rebuilding => ("rebuilding", None),
                     Phase::Backoff(_) => ("restarting", None),
                 };
-                let port = std::fs::read_to_string(
-                    self.agent_dir(name).join("state").join("hyperhive-port"),
-                )
-                .ok()
-                .and_then(|p| p.trim().parse().ok());
+                let port =
+                    read_agent_file(&self.agent_dir(name).join("state").join("hyperhive-port"))
+                        .and_then(|p| p.trim().parse().ok());
                 AgentState {
                     name: name.clone(),
                     state: state.into(),
@@ -671,6 +712,25 @@ pub fn backoff(base: Duration, max: Duration, failures: u32) -> Duration {
     Duration::from_millis(ms).min(max)
 }
 
+/// Reads a small file an agent writes (it can replace it with anything): a
+/// regular file only, never following a symlink, never blocking on a FIFO, at
+/// most 4 KiB.
+fn read_agent_file(path: &std::path::Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    f.take(4096).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
 fn mtime(p: &std::path::Path) -> Option<SystemTime> {
     std::fs::metadata(p).and_then(|m| m.modified()).ok()
 }
@@ -678,6 +738,51 @@ fn mtime(p: &std::path::Path) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn operator_variables_are_told_from_agent_ones() {
+        for key in [
+            "HIVE_DASHBOARD_TOKEN",
+            "HIVE_DASHBOARD_BIND",
+            "HIVE_HOST_SOCKET",
+            "HIVE_WEB_TOKEN",
+            "HIVE_UP_STOP_GRACE_MS",
+            "HIVE_ISOLATION",
+        ] {
+            assert!(operator_only(key), "{key}");
+        }
+        for key in [
+            "ANTHROPIC_API_KEY",
+            "HIVE_POLL_MS",
+            "HIVE_SOCKET",
+            "PATH",
+            "HIVE_WEB_HOSTS",
+        ] {
+            assert!(!operator_only(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn an_agents_file_is_read_only_when_it_is_a_small_regular_file() {
+        let dir = std::env::temp_dir().join(format!("hive-agentfile-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (file, fifo, link) = (dir.join("port"), dir.join("fifo"), dir.join("link"));
+        std::fs::write(&file, "4242\n").unwrap();
+        assert_eq!(read_agent_file(&file).as_deref(), Some("4242\n"));
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(
+            read_agent_file(&fifo),
+            None,
+            "a FIFO is not read (nor waited on)"
+        );
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(read_agent_file(&link), None, "a symlink is not followed");
+        assert_eq!(read_agent_file(&dir), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn restart_backoff_doubles_and_is_capped() {

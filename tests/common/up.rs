@@ -10,14 +10,36 @@ use std::time::Duration;
 
 pub struct Up {
     pub dir: TempDir,
+    launch: Launch,
     child: Option<Child>,
+}
+
+/// How a test starts `hive up`, beyond its fleet.
+#[derive(Debug, Clone, Default)]
+pub struct Launch {
+    /// Run a copy of `hive` at `DIR/hive`, which a test may replace to look
+    /// like a rebuild.
+    pub own_binary: bool,
+    /// `hive up` itself has no `ANTHROPIC_API_KEY`: each agent has credentials
+    /// only if its fleet entry's `env` gives it some. Agents are then only
+    /// waited for as far as the supervisor running them.
+    pub no_api_key: bool,
+    /// More environment for `hive up`.
+    pub env: Vec<(String, String)>,
+    /// A command that runs `hive up` as its last arguments (`setpriv …`).
+    pub wrapper: Vec<String>,
+    /// The uid (and gid) the temp dir is given to, for a wrapper that changes
+    /// user.
+    pub owner: Option<u32>,
+    /// Do not wait for the agents (for a `hive up` expected to refuse to start).
+    pub no_wait: bool,
 }
 
 impl Up {
     /// Starts `hive up` with `fleet` (JSON; `@FAKE(name)` is replaced by that
     /// agent's fake-claude dir) and waits until every agent of it runs.
     pub fn start(fleet: &str, agents: &[&str]) -> Up {
-        Up::start_with(fleet, agents, false)
+        Up::launch(fleet, agents, Launch::default())
     }
 
     /// Like [`Up::start`]; with `own_binary` it runs a copy of `hive` at
@@ -26,15 +48,21 @@ impl Up {
         Up::start_opts(fleet, agents, own_binary, true)
     }
 
-    /// With `api_key: false`, `hive up` itself has no `ANTHROPIC_API_KEY`: each
-    /// agent has credentials only if its fleet entry's `env` gives it some.
-    /// Agents are only waited for as far as the supervisor running them.
+    /// With `api_key: false`, `hive up` itself has no `ANTHROPIC_API_KEY` (see
+    /// [`Launch::no_api_key`]).
     pub fn start_opts(fleet: &str, agents: &[&str], own_binary: bool, api_key: bool) -> Up {
+        let launch = Launch {
+            own_binary,
+            no_api_key: !api_key,
+            ..Launch::default()
+        };
+        Up::launch(fleet, agents, launch)
+    }
+
+    /// Starts `hive up` as `launch` says.
+    pub fn launch(fleet: &str, agents: &[&str], launch: Launch) -> Up {
         let dir = TempDir::new("up");
-        if !api_key {
-            std::fs::write(dir.path().join("no-key"), "").unwrap();
-        }
-        if own_binary {
+        if launch.own_binary {
             std::fs::copy(hive_bin(), dir.path().join("hive")).unwrap();
         }
         let mut text = fleet.to_string();
@@ -45,14 +73,30 @@ impl Up {
         }
         let shared = dir.path().join("fake-shared");
         std::fs::create_dir_all(&shared).unwrap();
-        std::fs::write(dir.path().join("hive.json"), text).unwrap();
-        let child = spawn(dir.path());
+        // The fleet file sits in a directory of its own: with isolation, that
+        // directory is hidden from the agents (the fake dirs next to it are not).
+        std::fs::create_dir_all(dir.path().join("fleet")).unwrap();
+        std::fs::write(fleet_path(dir.path()), text).unwrap();
+        if let Some(uid) = launch.owner {
+            let out = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{uid}:{uid}"))
+                .arg(dir.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "chown: {out:?}");
+        }
+        let child = spawn(dir.path(), &launch);
         let up = Up {
             dir,
+            launch,
             child: Some(child),
         };
+        if up.launch.no_wait {
+            return up;
+        }
         for a in agents {
-            if api_key {
+            if !up.launch.no_api_key {
                 up.wait_running(a);
             } else {
                 wait_for(Duration::from_secs(30), "the supervisor to run it", || {
@@ -61,6 +105,21 @@ impl Up {
             }
         }
         up
+    }
+
+    /// The pid of `hive up` (the supervisor's process).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Waits for `hive up` to exit by itself.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        let status = wait_for_exit(&mut c, Duration::from_secs(20));
+        self.child = Some(c);
+        let status = status.unwrap_or_else(|| panic!("hive up still runs: {}", self.log()));
+        self.child = None;
+        status
     }
 
     pub fn log(&self) -> String {
@@ -80,7 +139,7 @@ impl Up {
     }
 
     pub fn fleet_file(&self) -> PathBuf {
-        self.dir.path().join("hive.json")
+        fleet_path(self.dir.path())
     }
 
     pub fn data(&self) -> PathBuf {
@@ -163,14 +222,18 @@ impl Up {
     /// [`Up::terminate`]).
     pub fn restart(&mut self, agents: &[&str]) {
         assert!(self.child.is_none(), "terminate first");
-        self.child = Some(spawn(self.dir.path()));
+        self.child = Some(spawn(self.dir.path(), &self.launch));
         for a in agents {
             self.wait_running(a);
         }
     }
 }
 
-fn spawn(dir: &std::path::Path) -> Child {
+fn fleet_path(dir: &std::path::Path) -> PathBuf {
+    dir.join("fleet").join("hive.json")
+}
+
+fn spawn(dir: &std::path::Path, launch: &Launch) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -178,17 +241,24 @@ fn spawn(dir: &std::path::Path) -> Child {
         .unwrap();
     let own = dir.join("hive");
     let bin = if own.exists() { own } else { hive_bin() };
-    let mut cmd = Command::new(bin);
-    // A test that wants an agent without credentials marks it with `no-key`;
-    // the others get their key from the fleet file then.
-    if !dir.join("no-key").exists() {
+    let mut cmd = match launch.wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    // A test that wants an agent without credentials says so; the others get
+    // their key from the fleet file then.
+    if !launch.no_api_key {
         cmd.env("ANTHROPIC_API_KEY", "sk-test");
     } else {
         cmd.env_remove("ANTHROPIC_API_KEY");
     }
     cmd.arg("up")
         .arg("--config")
-        .arg(dir.join("hive.json"))
+        .arg(fleet_path(dir))
         .arg("--data")
         .arg(dir.join("d"))
         .env("HIVE_CLAUDE_BIN", FakeClaude::bin())
@@ -202,6 +272,7 @@ fn spawn(dir: &std::path::Path) -> Child {
         .env("HIVE_RECONNECT_MAX_MS", "300")
         .env("HIVE_LOGIN_POLL_MS", "100")
         .env("RUST_LOG", "debug")
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)

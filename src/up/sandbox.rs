@@ -1,0 +1,659 @@
+//! `hive __sandbox`: the process `hive up` runs in place of an agent's `hive
+//! serve` when agents are isolated (the policy is `isolation.rs`). It gives the
+//! agent its own view of the machine and runs it there:
+//!
+//! - a **mount namespace** in which every `--cover` directory is an empty,
+//!   read-only tmpfs with only the `--keep` paths bound back at the same absolute
+//!   paths (opened before anything is covered);
+//! - a **PID namespace** with a fresh `/proc`, so no process outside it (the
+//!   supervisor, the other agents) can be seen, signalled or read;
+//! - with `--userns`, for a `hive up` without root, a **user namespace** mapping
+//!   its own uid and gid to themselves (the kernel allows that to any user where
+//!   user namespaces are enabled). As root the mount and PID namespaces need none.
+//!
+//! Three processes: this one stays outside the PID namespace, forwards the
+//! supervisor's signals to PID 1 and exits with the agent's status; PID 1 mounts
+//! `/proc`, forwards signals to the agent, reaps orphans and reports the agent's
+//! status (when it exits the kernel kills what is left in the namespace); the
+//! agent runs with no capabilities, so it cannot unmount what hides the rest. This
+//! file holds all of hive's namespace, mount and capability `unsafe`; it runs
+//! single-threaded, as `unshare(CLONE_NEWUSER)` requires.
+
+use std::ffi::{CStr, CString, OsString};
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The hidden subcommand: `hive __sandbox [--userns] [--cover DIR]… [--keep
+/// PATH]… (--check | -- PROGRAM ARGS…)`. Not a user command.
+pub const SUBCOMMAND: &str = "__sandbox";
+
+/// What one sandbox hides and shows, and what it runs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Spec {
+    /// Create a user namespace (needed without root).
+    pub userns: bool,
+    /// Directories replaced by an empty read-only tmpfs.
+    pub covers: Vec<PathBuf>,
+    /// Paths under a cover that stay visible (bound back at the same path).
+    pub keeps: Vec<PathBuf>,
+    /// Set everything up, then exit 0 instead of running a program (the probe).
+    pub check: bool,
+    /// The program and its arguments.
+    pub command: Vec<OsString>,
+}
+
+impl Spec {
+    /// The command line after the subcommand; [`Spec::parse`] reads it back.
+    pub fn args(&self) -> Vec<OsString> {
+        let mut a: Vec<OsString> = Vec::new();
+        if self.userns {
+            a.push("--userns".into());
+        }
+        for c in &self.covers {
+            a.push("--cover".into());
+            a.push(c.into());
+        }
+        for k in &self.keeps {
+            a.push("--keep".into());
+            a.push(k.into());
+        }
+        if self.check {
+            a.push("--check".into());
+        } else {
+            a.push("--".into());
+            a.extend(self.command.iter().cloned());
+        }
+        a
+    }
+
+    pub fn parse(args: Vec<OsString>) -> Result<Spec, String> {
+        use lexopt::prelude::*;
+        let mut s = Spec::default();
+        let mut p = lexopt::Parser::from_args(args);
+        let absolute = |v: OsString| {
+            let p = PathBuf::from(v);
+            if p.is_absolute() {
+                Ok(p)
+            } else {
+                Err(format!("{} is not an absolute path", p.display()))
+            }
+        };
+        while let Some(arg) = p.next().map_err(|e| e.to_string())? {
+            match arg {
+                Long("userns") => s.userns = true,
+                Long("check") => s.check = true,
+                Long("cover") => s
+                    .covers
+                    .push(absolute(p.value().map_err(|e| e.to_string())?)?),
+                Long("keep") => s
+                    .keeps
+                    .push(absolute(p.value().map_err(|e| e.to_string())?)?),
+                Value(v) => {
+                    s.command.push(v);
+                    s.command.extend(p.raw_args().map_err(|e| e.to_string())?);
+                }
+                other => return Err(other.unexpected().to_string()),
+            }
+        }
+        if s.check != s.command.is_empty() {
+            return Err("give either --check or `-- PROGRAM ARGS…`".into());
+        }
+        Ok(s)
+    }
+
+    /// `exe __sandbox ARGS`: the command the supervisor (or the probe) runs.
+    pub fn command(&self, exe: &Path) -> Command {
+        let mut c = Command::new(exe);
+        c.arg(SUBCOMMAND).args(self.args());
+        c
+    }
+}
+
+/// Whether this process runs as root (then no user namespace is needed).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The exit code when the sandbox itself could not be set up (like `env`'s 125).
+const SETUP_FAILED: i32 = 125;
+
+/// Signals passed on to the agent; SIGCHLD is waited for as well.
+const FORWARDED: [libc::c_int; 6] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// `hive __sandbox …`: runs the agent in its sandbox and exits as it did.
+pub fn run_command(args: Vec<OsString>) -> ! {
+    let spec = match Spec::parse(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("hive {SUBCOMMAND}: {e}");
+            std::process::exit(2);
+        }
+    };
+    match outside(&spec) {
+        Ok(status) => exit_like(status),
+        Err(e) => {
+            eprintln!("hive {SUBCOMMAND}: {e}");
+            std::process::exit(SETUP_FAILED);
+        }
+    }
+}
+
+fn os_err(what: impl std::fmt::Display) -> String {
+    format!("{what}: {}", std::io::Error::last_os_error())
+}
+
+fn cpath(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{} contains a NUL", p.display()))
+}
+
+/// mount(2) with an error naming the target.
+fn mount(
+    src: &CStr,
+    target: &Path,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+    what: &str,
+) -> Result<(), String> {
+    let t = cpath(target)?;
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call, or null.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            t.as_ptr(),
+            fstype.map_or(std::ptr::null(), CStr::as_ptr),
+            flags,
+            data.map_or(std::ptr::null(), |d| d.as_ptr().cast()),
+        )
+    };
+    if rc == -1 {
+        return Err(os_err(format!("cannot {what} {}", target.display())));
+    }
+    Ok(())
+}
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set before sigaddset uses it.
+    unsafe {
+        let mut set = std::mem::zeroed::<libc::sigset_t>();
+        libc::sigemptyset(&mut set);
+        for s in FORWARDED.iter().chain(&[libc::SIGCHLD]) {
+            libc::sigaddset(&mut set, *s);
+        }
+        set
+    }
+}
+
+fn set_mask(how: libc::c_int, set: &libc::sigset_t) {
+    // SAFETY: `set` is an initialised sigset; this process has one thread.
+    unsafe { libc::sigprocmask(how, set, std::ptr::null_mut()) };
+}
+
+/// The first process, outside the PID namespace: creates the namespaces and the
+/// view, starts PID 1 and forwards signals to it until it exits. Returns the
+/// agent's wait status.
+fn outside(spec: &Spec) -> Result<libc::c_int, String> {
+    // Signals are blocked from the start and taken with sigtimedwait, so none is
+    // lost before PID 1 exists and no handler runs in a forked child.
+    let set = signal_set();
+    set_mask(libc::SIG_BLOCK, &set);
+    // SAFETY: plain syscalls without pointers.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    if spec.userns {
+        flags |= libc::CLONE_NEWUSER;
+    }
+    // SAFETY: unshare(2) changes only this process's namespaces.
+    if unsafe { libc::unshare(flags) } == -1 {
+        let kind = if spec.userns {
+            "user, mount and PID namespaces"
+        } else {
+            "mount and PID namespaces"
+        };
+        return Err(os_err(format!("cannot create {kind} (unshare)")));
+    }
+    if spec.userns {
+        map_ids(uid, gid)?;
+    }
+    build_view(spec)?;
+    drop_bounding_set()?;
+    let (status_r, status_w) = pipe()?;
+    let (alive_r, alive_w) = pipe()?;
+    // SAFETY: this process is single-threaded, so the child may do anything.
+    let pid = unsafe { libc::fork() };
+    if pid == -1 {
+        return Err(os_err("cannot fork PID 1 of the sandbox"));
+    }
+    if pid == 0 {
+        drop((status_r, alive_w));
+        let code = match pid_one(spec, &set, status_w, alive_r) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("hive {SUBCOMMAND}: {e}");
+                SETUP_FAILED
+            }
+        };
+        // SAFETY: leaving the forked child without running the parent's exit hooks.
+        unsafe { libc::_exit(code) };
+    }
+    drop((status_w, alive_r));
+    let own = wait_forwarding(pid, &set, false);
+    // `alive_w` stayed open until PID 1 ended: had this process died before PID 1
+    // armed its death signal, PID 1 would have seen the pipe close.
+    drop(alive_w);
+    let mut buf = [0u8; 4];
+    let mut f = File::from(status_r);
+    match f.read_exact(&mut buf) {
+        Ok(()) => Ok(libc::c_int::from_ne_bytes(buf)),
+        Err(_) => Ok(own),
+    }
+}
+
+/// Maps this user's uid and gid to themselves in the new user namespace.
+fn map_ids(uid: libc::uid_t, gid: libc::gid_t) -> Result<(), String> {
+    let write = |file: &str, text: String| {
+        std::fs::write(file, text).map_err(|e| format!("cannot write {file}: {e}"))
+    };
+    // Without CAP_SETGID outside, the kernel wants setgroups denied before gid_map.
+    match std::fs::write("/proc/self/setgroups", "deny") {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("cannot write /proc/self/setgroups: {e}"))
+        }
+        _ => {}
+    }
+    write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))?;
+    write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))
+}
+
+/// Covers each `--cover` with a tmpfs and binds each `--keep` back.
+fn build_view(spec: &Spec) -> Result<(), String> {
+    // Nothing mounted here propagates back to the host.
+    mount(
+        c"none",
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_SLAVE,
+        None,
+        "make private the mounts under",
+    )?;
+    // What stays visible is opened before anything is covered, in this namespace
+    // (a bind mount's source must be a mount of the caller's namespace).
+    let mut keeps = Vec::new();
+    for k in &spec.keeps {
+        if !spec.covers.iter().any(|c| k.starts_with(c)) {
+            continue;
+        }
+        let c = cpath(k)?;
+        // SAFETY: `c` is NUL-terminated; the new descriptor is owned below.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        if fd == -1 {
+            return Err(os_err(format!("cannot open {} to keep it", k.display())));
+        }
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let is_dir = std::fs::metadata(k).map(|m| m.is_dir()).unwrap_or(true);
+        keeps.push((k, fd, is_dir));
+    }
+    let mut covers: Vec<&PathBuf> = spec.covers.iter().collect();
+    covers.sort_by_key(|c| c.components().count());
+    for c in &covers {
+        mountpoint(c, true, &spec.covers)?;
+        mount(
+            c"hive-sandbox",
+            c,
+            Some(c"tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some(c"mode=0755,size=1m"),
+            "mount an empty tmpfs over",
+        )?;
+    }
+    for (path, fd, is_dir) in &keeps {
+        mountpoint(path, *is_dir, &spec.covers)?;
+        let src =
+            CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(|e| e.to_string())?;
+        mount(
+            &src,
+            path,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+            "bind back",
+        )?;
+    }
+    for c in &covers {
+        mount(
+            c"none",
+            c,
+            None,
+            libc::MS_REMOUNT
+                | libc::MS_BIND
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | libc::MS_NOEXEC,
+            None,
+            "make read-only the tmpfs over",
+        )?;
+    }
+    Ok(())
+}
+
+/// Makes sure `path` exists to mount on; only ever creates inside a cover.
+fn mountpoint(path: &Path, dir: bool, covers: &[PathBuf]) -> Result<(), String> {
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Ok(());
+    }
+    if !covers.iter().any(|c| path.starts_with(c) && path != c) {
+        return Err(format!("{} does not exist", path.display()));
+    }
+    let made = match (dir, path.parent()) {
+        (true, _) => std::fs::create_dir_all(path),
+        (false, Some(parent)) => {
+            std::fs::create_dir_all(parent).and_then(|_| File::create(path).map(drop))
+        }
+        (false, None) => Ok(()),
+    };
+    made.map_err(|e| format!("cannot create {} in the sandbox: {e}", path.display()))
+}
+
+/// Empties the capability bounding set: no program this sandbox runs can gain a
+/// capability again (for root, exec would otherwise grant them all).
+fn drop_bounding_set() -> Result<(), String> {
+    for cap in 0..64 {
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } == -1 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+                break; // past the last capability this kernel knows
+            }
+            return Err(os_err(format!("cannot drop capability {cap}")));
+        }
+    }
+    Ok(())
+}
+
+/// Clears this process's capabilities (effective, permitted, inheritable,
+/// ambient) before it runs the agent.
+fn clear_capabilities() -> Result<(), String> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: prctl with integer arguments; capset(2) reads a version-3 header and
+    // two data structs, which live until it returns.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) == -1 {
+            return Err(os_err("cannot clear the capabilities"));
+        }
+    }
+    Ok(())
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills both slots on success; each is then owned once.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) == -1 {
+            return Err(os_err("cannot create a pipe"));
+        }
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
+
+/// Parts of `/proc` the agent may read but not write.
+const PROC_READ_ONLY: [&str; 5] = [
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+];
+
+/// Binds `path` over itself read-only.
+fn read_only(path: &Path) -> Result<(), String> {
+    let src = cpath(path)?;
+    mount(&src, path, None, libc::MS_BIND | libc::MS_REC, None, "bind")?;
+    mount(
+        c"none",
+        path,
+        None,
+        libc::MS_REMOUNT
+            | libc::MS_BIND
+            | libc::MS_RDONLY
+            | libc::MS_NOSUID
+            | libc::MS_NODEV
+            | libc::MS_NOEXEC,
+        None,
+        "make read-only",
+    )
+}
+
+/// PID 1 of the sandbox: mounts `/proc`, starts the agent, forwards signals to
+/// it, reaps every orphan, and writes the agent's wait status to `status` once it
+/// exits. Returns the exit code for itself.
+fn pid_one(
+    spec: &Spec,
+    set: &libc::sigset_t,
+    status: OwnedFd,
+    alive: OwnedFd,
+) -> Result<i32, String> {
+    // SAFETY: prctl and poll with integer arguments and a local pollfd.
+    unsafe {
+        // If the outer process dies (even by SIGKILL), so does the namespace.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        let mut p = libc::pollfd {
+            fd: alive.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        if libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLHUP != 0 {
+            return Ok(1); // it died before the death signal was armed
+        }
+    }
+    mount(
+        c"proc",
+        Path::new("/proc"),
+        Some(c"proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+        "mount a fresh proc on",
+    )?;
+    // The kernel's settings stay read-only: a `hive up` run as root makes its
+    // agents uid 0, which may write them without any capability.
+    for p in PROC_READ_ONLY.iter().map(Path::new) {
+        if p.exists() {
+            read_only(p)?;
+        }
+    }
+    if spec.check {
+        // SAFETY: getpid has no arguments.
+        let pid = unsafe { libc::getpid() };
+        return if pid == 1 {
+            Ok(0)
+        } else {
+            Err(format!("the sandbox's first process is pid {pid}, not 1"))
+        };
+    }
+    // SAFETY: this process is single-threaded, so the child may do anything.
+    let agent = unsafe { libc::fork() };
+    if agent == -1 {
+        return Err(os_err("cannot fork the agent"));
+    }
+    if agent == 0 {
+        drop((status, alive));
+        exec_agent(spec);
+    }
+    let st = wait_forwarding(agent, set, true);
+    let mut f = File::from(status);
+    let _ = std::io::Write::write_all(&mut f, &st.to_ne_bytes());
+    Ok(exit_code(st))
+}
+
+/// In the agent's process: unblocks signals, gives up every capability and
+/// execs the program. Never returns.
+fn exec_agent(spec: &Spec) -> ! {
+    set_mask(libc::SIG_SETMASK, &{
+        // SAFETY: an empty set is initialised by sigemptyset.
+        unsafe {
+            let mut empty = std::mem::zeroed::<libc::sigset_t>();
+            libc::sigemptyset(&mut empty);
+            empty
+        }
+    });
+    if let Err(e) = clear_capabilities() {
+        eprintln!("hive {SUBCOMMAND}: {e}");
+        // SAFETY: leaving the forked child.
+        unsafe { libc::_exit(SETUP_FAILED) };
+    }
+    let e = Command::new(&spec.command[0])
+        .args(&spec.command[1..])
+        .exec();
+    eprintln!(
+        "hive {SUBCOMMAND}: cannot run {}: {e}",
+        Path::new(&spec.command[0]).display()
+    );
+    // SAFETY: leaving the forked child.
+    unsafe { libc::_exit(127) }
+}
+
+/// Waits for `child`, passing every forwarded signal on to it; with `reap_all`
+/// (PID 1) every other child that exits is reaped too. Returns its wait status.
+fn wait_forwarding(child: libc::pid_t, set: &libc::sigset_t, reap_all: bool) -> libc::c_int {
+    let timeout = libc::timespec {
+        tv_sec: 1,
+        tv_nsec: 0,
+    };
+    loop {
+        // SAFETY: `set` is initialised and blocked; a null siginfo is allowed.
+        let sig = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &timeout) };
+        if sig > 0 && sig != libc::SIGCHLD {
+            // SAFETY: kill(2) on our own child, which is not reaped yet.
+            unsafe { libc::kill(child, sig) };
+        }
+        loop {
+            let mut st = 0;
+            let which = if reap_all { -1 } else { child };
+            // SAFETY: waitpid writes the status into a local.
+            let pid = unsafe { libc::waitpid(which, &mut st, libc::WNOHANG) };
+            if pid == child {
+                return st;
+            }
+            if pid == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+                // Cannot happen while `child` is unreaped; do not spin if it does.
+                return 1 << 8;
+            }
+            if pid <= 0 {
+                break;
+            }
+        }
+    }
+}
+
+/// The shell's exit code for a wait status: the code, or 128 + the signal.
+fn exit_code(st: libc::c_int) -> i32 {
+    if libc::WIFSIGNALED(st) {
+        128 + libc::WTERMSIG(st)
+    } else {
+        libc::WEXITSTATUS(st)
+    }
+}
+
+/// Ends this process the way the agent ended: the same exit code, or killed by
+/// the same signal.
+fn exit_like(st: libc::c_int) -> ! {
+    if libc::WIFSIGNALED(st) {
+        let sig = libc::WTERMSIG(st);
+        // SAFETY: restoring the default action and unblocking `sig` so raising it
+        // ends this process as it ended the agent.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            let mut one = std::mem::zeroed::<libc::sigset_t>();
+            libc::sigemptyset(&mut one);
+            libc::sigaddset(&mut one, sig);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+    }
+    std::process::exit(exit_code(st))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_round_trips_and_bad_ones_say_why() {
+        let spec = Spec {
+            userns: true,
+            covers: vec!["/d".into(), "/etc/hive".into()],
+            keeps: vec!["/d/agents/a".into(), "/d/run/agents/a".into()],
+            check: false,
+            command: vec![
+                "/bin/hive".into(),
+                "serve".into(),
+                "--state-dir".into(),
+                "/x".into(),
+            ],
+        };
+        assert_eq!(Spec::parse(spec.args()).unwrap(), spec);
+        let check = Spec {
+            check: true,
+            command: Vec::new(),
+            ..spec
+        };
+        assert_eq!(Spec::parse(check.args()).unwrap(), check);
+        let cases: &[(&[&str], &str)] = &[
+            (&["--cover", "rel"], "not an absolute path"),
+            (&["--cover", "/d"], "either --check"),
+            (&["--check", "--", "/bin/true"], "either --check"),
+            (&["--bogus"], "--bogus"),
+        ];
+        for (args, want) in cases {
+            let e = Spec::parse(args.iter().map(OsString::from).collect()).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn exit_codes_follow_the_shell() {
+        assert_eq!(exit_code(3 << 8), 3);
+        assert_eq!(exit_code(libc::SIGKILL), 128 + 9);
+    }
+}

@@ -1,0 +1,428 @@
+//! Agents under `hive up` cannot act as the operator or as each other. A real
+//! `hive up` with two agents (`ana`, `bob`) under the fake claude; the test drives
+//! ana's bash-task daemon (`DATA/agents/ana/run/bash.sock`) to run, as an agent
+//! task, what a prompt-injected agent would try: operator commands on the host
+//! socket, the dashboard token, the fleet file, bob's dirs, the supervisor's
+//! environment. As root (the mount and PID namespaces), as an unprivileged uid
+//! (user namespaces too), with `HIVE_ISOLATION=off`, and where the kernel
+//! refuses namespaces. On a machine that cannot isolate at all, the isolated
+//! cases skip loudly (they fail under `HIVE_REQUIRE_REAL_CLAUDE=1`, as in CI).
+
+mod common;
+
+use common::hive::{hive_bin, wait_for};
+use common::up::{Launch, Up};
+use hyperhive::bash::client::call;
+use hyperhive::bash::proto::{Request as BashRequest, TaskReply, TaskView};
+use std::time::Duration;
+
+const FLEET: &str = r#"{"agents": [
+  {"name": "ana", "env": {"FAKE_CLAUDE_DIR": "@FAKE(ana)"}},
+  {"name": "bob", "env": {"FAKE_CLAUDE_DIR": "@FAKE(bob)", "BOB_KEY": "bob-SECRETMARKER"}}
+]}"#;
+
+const AGENTS: [&str; 2] = ["ana", "bob"];
+
+/// The operator's secrets in `hive up`'s environment.
+fn secrets() -> Vec<(String, String)> {
+    vec![
+        ("HIVE_DASHBOARD_TOKEN".into(), "dash-SECRETMARKER".into()),
+        ("HIVE_WEB_TOKEN".into(), "web-SECRETMARKER".into()),
+    ]
+}
+
+/// Runs `cmd` as a bash task of `agent` and returns it once it has ended.
+fn task(up: &Up, agent: &str, cmd: &str) -> TaskView {
+    let sock = up.data().join("agents").join(agent).join("run/bash.sock");
+    let never = crossbeam_channel::never();
+    let r: TaskReply = wait_for(Duration::from_secs(20), "the bash socket", || {
+        call(
+            &sock,
+            &BashRequest::Run {
+                cmd: cmd.into(),
+                timeout_secs: Some(60),
+                wait_seconds: Some(25),
+            },
+            &never,
+        )
+        .ok()
+    });
+    let mut t = r.task;
+    for _ in 0..3 {
+        if t.status.is_finished() {
+            return t;
+        }
+        let r: TaskReply = call(
+            &sock,
+            &BashRequest::Status {
+                id: t.id.clone(),
+                wait_seconds: Some(25),
+            },
+            &never,
+        )
+        .unwrap();
+        t = r.task;
+    }
+    panic!("task {cmd:?} did not end: {t:?}");
+}
+
+/// A task that must fail, with nothing of `leak` in what it printed.
+fn refused(up: &Up, agent: &str, cmd: &str, leak: &str) -> TaskView {
+    let t = task(up, agent, cmd);
+    assert_ne!(t.exit_code, Some(0), "{cmd} worked: {t:?}");
+    let out = format!("{}{}", t.stdout_tail, t.stderr_tail);
+    assert!(!out.contains(leak), "{cmd} printed {leak:?}: {out}");
+    t
+}
+
+fn succeeded(up: &Up, agent: &str, cmd: &str) -> String {
+    let t = task(up, agent, cmd);
+    assert_eq!(t.exit_code, Some(0), "{cmd} failed: {t:?}");
+    t.stdout_tail
+}
+
+/// The checks every isolated hive passes: ana cannot reach the operator, bob or
+/// the supervisor, and still has its own dirs, socket and page.
+fn ana_is_confined(up: &Up) {
+    let data = up.data();
+    let d = data.display();
+    let hive = hive_bin();
+    let hive = hive.display();
+    let host = data.join("run/host.sock");
+    assert!(host.exists(), "the host socket is there, outside");
+    // The dashboard token file (written by hive up) is there outside; if this
+    // build does not write one, the test puts one there to look for.
+    let token = data.join("dashboard-token");
+    if !token.exists() {
+        std::fs::write(&token, "dash-SECRETMARKER\n").unwrap();
+    }
+
+    // Operator commands on the host socket.
+    let t = refused(
+        up,
+        "ana",
+        &format!("{hive} agents --socket {}", host.display()),
+        "bob",
+    );
+    assert!(t.stderr_tail.contains("host.sock"), "{t:?}");
+    let fleet = up.fleet_file();
+    let before = std::fs::read(&fleet).unwrap();
+    refused(
+        up,
+        "ana",
+        &format!(
+            r#"python3 -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"{{\"cmd\":\"set_permissions\",\"agent\":\"ana\",\"tool_groups\":[\"messaging\",\"lifecycle\",\"approvals\",\"diagnostics\",\"web_tools\"],\"capabilities\":[\"query_agent_state\",\"read_host_journal\"]}}\n")
+print(s.recv(4096))' {}"#,
+            host.display()
+        ),
+        "ok",
+    );
+    assert_eq!(
+        std::fs::read(&fleet).unwrap(),
+        before,
+        "the fleet file is unchanged"
+    );
+    assert_eq!(
+        up.state("ana").unwrap().restarts,
+        0,
+        "ana was not restarted"
+    );
+
+    // The operator's and the other agent's files.
+    for cmd in [
+        format!("cat {d}/dashboard-token"),
+        format!("cat {}", fleet.display()),
+        format!("cat {d}/hive.json"),
+        format!("ls {d}/agents/bob"),
+        format!("ls {d}/run/agents/bob"),
+        format!("cat {d}/agents/bob/state/hyperhive-port"),
+        format!("ls {d}/logs"),
+        format!("cat {d}/broker.db"),
+    ] {
+        refused(up, "ana", &cmd, "SECRETMARKER");
+    }
+    // The fleet file's directory is there, but empty.
+    let fleet_dir = fleet.parent().unwrap();
+    assert!(fleet_dir.read_dir().unwrap().count() > 0);
+    let ls = format!("ls -A {}", fleet_dir.display());
+    assert_eq!(succeeded(up, "ana", &ls), "");
+    // Only ana's own paths are left of DATA.
+    assert_eq!(succeeded(up, "ana", &format!("ls {d}")), "agents\nrun\n");
+    assert_eq!(succeeded(up, "ana", &format!("ls {d}/agents")), "ana\n");
+    assert_eq!(succeeded(up, "ana", &format!("ls {d}/run/agents")), "ana\n");
+
+    // The supervisor's environment and every other process are out of sight:
+    // ana's processes live in a PID namespace whose PID 1 is its sandbox.
+    refused(
+        up,
+        "ana",
+        &format!("cat /proc/{}/environ", up.pid()),
+        "SECRETMARKER",
+    );
+    let pid1 = succeeded(up, "ana", "tr '\\0' ' ' < /proc/1/cmdline");
+    assert!(pid1.contains("__sandbox"), "{pid1}");
+    let all = succeeded(up, "ana", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '");
+    assert!(
+        !all.contains(" up ") && !all.contains("agents/bob"),
+        "ana sees other processes: {all}"
+    );
+    let t = task(
+        up,
+        "ana",
+        "env; grep -l SECRETMARKER /proc/[0-9]*/environ 2>/dev/null",
+    );
+    assert!(!t.stdout_tail.contains("SECRETMARKER"), "{t:?}");
+
+    // Kernel settings are read-only, even to a root hive's uid 0 (the test
+    // writes back the value it read, so a failure changes nothing).
+    refused(
+        up,
+        "ana",
+        "v=$(cat /proc/sys/kernel/core_pattern) && printf '%s\\n' \"$v\" > /proc/sys/kernel/core_pattern",
+        "SECRETMARKER",
+    );
+
+    // What is ana's still works: its state dir, its socket, its page.
+    let port = up.state("ana").unwrap().port.expect("ana's page port");
+    let own = succeeded(
+        up,
+        "ana",
+        &format!("cat {d}/agents/ana/state/hyperhive-port"),
+    );
+    assert_eq!(own.trim(), port.to_string());
+    let sock = data.join("run/agents/ana/mcp.sock");
+    succeeded(
+        up,
+        "ana",
+        &format!(
+            "{hive} wake --from cron --body isolation-wake-ok --socket {}",
+            sock.display()
+        ),
+    );
+    up.wait_prompt("ana", "isolation-wake-ok", 1);
+    let page = std::net::TcpStream::connect(("127.0.0.1", port));
+    assert!(page.is_ok(), "ana's page answers on 127.0.0.1:{port}");
+    // bob was never touched.
+    let bob = up.state("bob").unwrap();
+    assert_eq!((bob.state.as_str(), bob.restarts), ("running", 0));
+    // What ana can still write, its own dir, cannot stall the supervisor that
+    // reads its port file from there.
+    let port_file = format!("{d}/agents/ana/state/hyperhive-port");
+    succeeded(up, "ana", &format!("rm {port_file} && mkfifo {port_file}"));
+    let ana = up.state("ana").unwrap();
+    assert_eq!((ana.state.as_str(), ana.port), ("running", None));
+}
+
+#[test]
+fn an_agents_bash_task_cannot_reach_the_operator_or_the_other_agents() {
+    let up = Up::launch(
+        FLEET,
+        &AGENTS,
+        Launch {
+            env: secrets(),
+            ..Launch::default()
+        },
+    );
+    if !isolated(&up, "hive up: agents are isolated (") {
+        return;
+    }
+    ana_is_confined(&up);
+}
+
+/// Whether `hive up` says `line`; where this kernel refuses every sandbox the
+/// test skips loudly (and fails under `HIVE_REQUIRE_REAL_CLAUDE=1`, as in CI).
+fn isolated(up: &Up, line: &str) -> bool {
+    let log = up.log();
+    if log.contains(line) {
+        return true;
+    }
+    let refused = "hive up: agents are NOT isolated (the kernel refused a sandbox";
+    let why = log.lines().find(|l| l.starts_with(refused));
+    match why {
+        Some(why) if std::env::var("HIVE_REQUIRE_REAL_CLAUDE").as_deref() != Ok("1") => {
+            eprintln!("SKIPPED: this machine cannot isolate agents: {why}");
+            false
+        }
+        _ => panic!("no {line:?} in the log: {log}"),
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no arguments.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn an_unprivileged_hive_up_confines_its_agents_with_user_namespaces() {
+    if !is_root() {
+        eprintln!("SKIPPED: changing to uid 65534 needs root");
+        return;
+    }
+    let up = Up::launch(
+        FLEET,
+        &AGENTS,
+        Launch {
+            env: secrets(),
+            wrapper: [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ]
+            .map(String::from)
+            .to_vec(),
+            owner: Some(65534),
+            ..Launch::default()
+        },
+    );
+    if !isolated(
+        &up,
+        "hive up: agents are isolated (user, mount and PID namespaces)",
+    ) {
+        return;
+    }
+    assert_eq!(succeeded(&up, "ana", "id -u").trim(), "65534");
+    ana_is_confined(&up);
+    // Supervision works through the sandbox: SIGKILL to it takes the whole
+    // namespace down and the agent comes back; SIGTERM to hive up stops all.
+    let mut up = up;
+    let pid = up.wait_running("ana");
+    wait_for(
+        Duration::from_secs(10),
+        "the sandbox, its PID 1 and hive serve (and nothing else) with ana's state dir",
+        || (sandbox_processes(&up, "ana") == 3).then_some(()),
+    );
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    wait_for(Duration::from_secs(30), "ana to come back", || {
+        let s = up.state("ana")?;
+        (s.state == "running" && s.pid != Some(pid) && s.restarts == 1).then_some(())
+    });
+    up.wait_running("ana");
+    wait_for(
+        Duration::from_secs(10),
+        "the old sandbox to be gone",
+        || (sandbox_processes(&up, "ana") == 3).then_some(()),
+    );
+    let pids: Vec<u32> = up.states().iter().filter_map(|s| s.pid).collect();
+    let status = up.terminate();
+    assert!(status.success(), "{status}: {}", up.log());
+    for pid in pids {
+        assert!(
+            unsafe { libc::kill(pid as i32, 0) } != 0,
+            "{pid} still runs"
+        );
+    }
+    wait_for(
+        Duration::from_secs(10),
+        "ana's processes to be gone",
+        || (sandbox_processes(&up, "ana") == 0).then_some(()),
+    );
+}
+
+/// Processes whose command line names `agent`'s state dir: its sandbox's
+/// outer process and PID 1, and its `hive serve`.
+fn sandbox_processes(up: &Up, agent: &str) -> usize {
+    let needle = up.data().join("agents").join(agent).join("state");
+    let needle = needle.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains(&needle))
+        .count()
+}
+
+#[test]
+fn with_isolation_off_hive_up_says_so_and_agents_still_lack_the_operators_secrets() {
+    let up = Up::launch(
+        FLEET,
+        &AGENTS,
+        Launch {
+            env: [secrets(), vec![("HIVE_ISOLATION".into(), "off".into())]].concat(),
+            ..Launch::default()
+        },
+    );
+    let log = up.log();
+    let notice = log
+        .lines()
+        .find(|l| l.starts_with("hive up: agents are NOT isolated (HIVE_ISOLATION=off)"))
+        .unwrap_or_else(|| panic!("no notice: {log}"));
+    assert!(
+        notice.contains("operator socket") && notice.contains("HIVE_ISOLATION=required"),
+        "{notice}"
+    );
+    // Unisolated, the host socket is in reach (what the notice warns about) …
+    let host = up.data().join("run/host.sock");
+    succeeded(&up, "ana", &format!("test -S {}", host.display()));
+    // … but the operator's variables never reach an agent.
+    let env = succeeded(&up, "ana", "env");
+    assert!(!env.contains("SECRETMARKER"), "{env}");
+    assert!(env.contains("HIVE_LABEL=ana"), "{env}");
+}
+
+/// `hive up` as uid 0 without capabilities in a user namespace where no further
+/// user namespace may be created: the kernel refuses every sandbox.
+fn no_namespaces() -> Vec<String> {
+    [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "sh",
+        "-c",
+        "echo 0 > /proc/sys/user/max_user_namespaces && \
+         exec setpriv --bounding-set=-all --inh-caps=-all \"$@\"",
+        "sh",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+#[test]
+fn where_the_kernel_refuses_namespaces_hive_up_says_so_or_refuses_to_start() {
+    if !is_root() {
+        eprintln!("SKIPPED: the restricted user namespace is made as root");
+        return;
+    }
+    let up = Up::launch(
+        FLEET,
+        &AGENTS,
+        Launch {
+            wrapper: no_namespaces(),
+            ..Launch::default()
+        },
+    );
+    let log = up.log();
+    assert!(
+        log.lines()
+            .any(|l| l
+                .starts_with("hive up: agents are NOT isolated (the kernel refused a sandbox: ")),
+        "{log}"
+    );
+    let host = up.data().join("run/host.sock");
+    succeeded(&up, "ana", &format!("test -S {}", host.display()));
+    drop(up);
+
+    let mut up = Up::launch(
+        FLEET,
+        &AGENTS,
+        Launch {
+            wrapper: no_namespaces(),
+            env: vec![("HIVE_ISOLATION".into(), "required".into())],
+            no_wait: true,
+            ..Launch::default()
+        },
+    );
+    let status = up.wait_exit();
+    assert!(!status.success(), "{status}");
+    let log = up.log();
+    assert!(
+        log.contains("hive: HIVE_ISOLATION=required, but agents cannot be isolated: the kernel refused a sandbox"),
+        "{log}"
+    );
+    assert!(!up.data().join("run/host.sock").exists(), "nothing started");
+    assert!(!up.data().join("agents").exists(), "no agent ran");
+}
