@@ -91,9 +91,6 @@
 #![deny(rust_2018_idioms)]
 #![allow(clippy::match_like_matches_macro)]
 
-#[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-use zeroize::Zeroizing;
-
 use std::error::Error;
 use std::io::Error as IoError;
 use std::io::ErrorKind as IoErrorKind;
@@ -101,7 +98,6 @@ use std::io::Result as IoResult;
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -110,6 +106,7 @@ use client::ClientConnection;
 use connection::Connection;
 use util::MessagesQueue;
 
+pub use client::Limits;
 pub use common::{HTTPVersion, Header, HeaderField, Method, StatusCode};
 pub use connection::{ConfigListenAddr, ListenAddr, Listener};
 pub use request::{ReadWrite, Request};
@@ -121,7 +118,6 @@ mod common;
 mod connection;
 mod request;
 mod response;
-mod ssl;
 mod test;
 mod util;
 
@@ -161,6 +157,7 @@ impl From<Request> for Message {
 
 // this trait is to make sure that Server implements Share and Send
 #[doc(hidden)]
+#[allow(dead_code)]
 trait MustBeShareDummy: Sync + Send {}
 #[doc(hidden)]
 impl MustBeShareDummy for Server {}
@@ -201,22 +198,6 @@ impl Server {
         })
     }
 
-    /// Shortcut for an HTTPS server on a specific address.
-    #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-    #[inline]
-    pub fn https<A>(
-        addr: A,
-        config: SslConfig,
-    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>>
-    where
-        A: ToSocketAddrs,
-    {
-        Server::new(ServerConfig {
-            addr: ConfigListenAddr::from_socket_addrs(addr)?,
-            ssl: Some(config),
-        })
-    }
-
     #[cfg(unix)]
     #[inline]
     /// Shortcut for a UNIX socket server at a specific path
@@ -243,6 +224,19 @@ impl Server {
         listener: L,
         ssl_config: Option<SslConfig>,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Self::from_listener_with_limits(listener, ssl_config, Limits::default())
+    }
+
+    /// Like [`Server::from_listener`], with explicit bounds on what a client may
+    /// send before its request reaches `recv()` (patched in for hive).
+    pub fn from_listener_with_limits<L: Into<Listener>>(
+        listener: L,
+        ssl_config: Option<SslConfig>,
+        limits: Limits,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        if ssl_config.is_some() {
+            return Err("this copy of tiny-http is built without TLS support".into());
+        }
         let listener = listener.into();
         // building the "close" variable
         let close_trigger = Arc::new(AtomicBool::new(false));
@@ -254,99 +248,50 @@ impl Server {
             (listener, local_addr)
         };
 
-        // building the SSL capabilities
-        #[cfg(all(feature = "ssl-openssl", feature = "ssl-rustls"))]
-        compile_error!(
-            "Features 'ssl-openssl' and 'ssl-rustls' must not be enabled at the same time"
-        );
-        #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-        type SslContext = ();
-        #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-        type SslContext = crate::ssl::SslContextImpl;
-        let ssl: Option<SslContext> = {
-            match ssl_config {
-                #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                Some(config) => Some(SslContext::from_pem(
-                    config.certificate,
-                    Zeroizing::new(config.private_key),
-                )?),
-                #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                Some(_) => return Err(
-                    "Building a server with SSL requires enabling the `ssl` feature in tiny-http"
-                        .into(),
-                ),
-                None => None,
-            }
-        };
-
         // creating a task where server.accept() is continuously called
         // and ClientConnection objects are pushed in the messages queue
         let messages = MessagesQueue::with_capacity(8);
 
         let inside_close_trigger = close_trigger.clone();
         let inside_messages = messages.clone();
-        thread::spawn(move || {
-            // a tasks pool is used to dispatch the connections into threads
-            let tasks_pool = util::TaskPool::new();
+        thread::Builder::new()
+            .name("http-accept".into())
+            .spawn(move || {
+                // a tasks pool is used to dispatch the connections into threads
+                let tasks_pool = util::TaskPool::new();
+                let mut backoff = AcceptBackoff::default();
 
-            log::debug!("Running accept thread");
-            while !inside_close_trigger.load(Relaxed) {
-                let new_client = match server.accept() {
-                    Ok((sock, _)) => {
-                        use util::RefinedTcpStream;
-                        let (read_closable, write_closable) = match ssl {
-                            None => RefinedTcpStream::new(sock),
-                            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                            Some(ref ssl) => {
-                                // trying to apply SSL over the connection
-                                // if an error occurs, we just close the socket and resume listening
-                                let sock = match ssl.accept(sock) {
-                                    Ok(s) => s,
-                                    Err(_) => continue,
-                                };
-
-                                RefinedTcpStream::new(sock)
+                log::debug!("Running accept thread");
+                while !inside_close_trigger.load(Relaxed) {
+                    let client = server.accept().and_then(|(sock, _)| {
+                        let (read_closable, write_closable) = util::RefinedTcpStream::new(sock)?;
+                        ClientConnection::new(write_closable, read_closable, limits)
+                    });
+                    let client = match client {
+                        Ok(client) => {
+                            backoff.succeeded();
+                            client
+                        }
+                        Err(e) => {
+                            // Out of descriptors, memory or buffers (or any other
+                            // failure): the listener is kept and accepting resumes
+                            // after a pause, so the server outlives the burst.
+                            thread::sleep(backoff.failed(&e));
+                            continue;
+                        }
+                    };
+                    let messages = inside_messages.clone();
+                    let mut client = Some(client);
+                    tasks_pool.spawn(Box::new(move || {
+                        if let Some(client) = client.take() {
+                            for rq in client {
+                                messages.push(rq.into());
                             }
-                            #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                            Some(ref _ssl) => unreachable!(),
-                        };
-
-                        Ok(ClientConnection::new(write_closable, read_closable))
-                    }
-                    Err(e) => Err(e),
-                };
-
-                match new_client {
-                    Ok(client) => {
-                        let messages = inside_messages.clone();
-                        let mut client = Some(client);
-                        tasks_pool.spawn(Box::new(move || {
-                            if let Some(client) = client.take() {
-                                // Synchronization is needed for HTTPS requests to avoid a deadlock
-                                if client.secure() {
-                                    let (sender, receiver) = mpsc::channel();
-                                    for rq in client {
-                                        messages.push(rq.with_notify_sender(sender.clone()).into());
-                                        receiver.recv().unwrap();
-                                    }
-                                } else {
-                                    for rq in client {
-                                        messages.push(rq.into());
-                                    }
-                                }
-                            }
-                        }));
-                    }
-
-                    Err(e) => {
-                        log::error!("Error accepting new client: {}", e);
-                        inside_messages.push(e.into());
-                        break;
-                    }
+                        }
+                    }));
                 }
-            }
-            log::debug!("Terminating accept thread");
-        });
+                log::debug!("Terminating accept thread");
+            })?;
 
         // result
         Ok(Server {
@@ -408,6 +353,52 @@ impl Server {
     /// This method allows graceful shutdown of server.
     pub fn unblock(&self) {
         self.messages.unblock();
+    }
+}
+
+/// The accept loop's pause after a failed `accept()` (patched in for hive).
+/// While descriptors, memory or buffers run out the pause doubles from 10 ms to
+/// 1 s, and such a burst is logged once when it starts and once when it ends;
+/// any other failure (a client that gave up before it was accepted) is logged
+/// at debug level and retried after the shortest pause.
+#[derive(Default)]
+struct AcceptBackoff {
+    failures: u32,
+}
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const MAX: Duration = Duration::from_secs(1);
+
+    fn failed(&mut self, e: &IoError) -> Duration {
+        let exhausted = matches!(
+            e.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+        );
+        if !exhausted {
+            log::debug!("accept failed: {}", e);
+            return Self::FIRST;
+        }
+        if self.failures == 0 {
+            log::warn!(
+                "cannot accept a client: {}; accepting again after a pause (the listener stays open)",
+                e
+            );
+        }
+        self.failures = self.failures.saturating_add(1);
+        Self::FIRST
+            .saturating_mul(1 << self.failures.min(7))
+            .min(Self::MAX)
+    }
+
+    fn succeeded(&mut self) {
+        if self.failures > 0 {
+            log::warn!(
+                "accepting clients again after {} failed accepts",
+                self.failures
+            );
+            self.failures = 0;
+        }
     }
 }
 

@@ -5,7 +5,10 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
 
+use std::os::unix::io::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 
 use crate::util::{EqualReader, FusedReader};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
@@ -74,6 +77,41 @@ pub struct Request {
 
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
+
+    // true while the body is still on the socket (not buffered by `new_request`)
+    body_on_socket: bool,
+
+    // the descriptor of the connection's writing half (see `socket_fd`)
+    socket_fd: Option<RawFd>,
+}
+
+/// A body still on the socket (patched in for hive). Dropped before its end,
+/// it marks the connection poisoned instead of reading the rest: the
+/// connection's thread then closes the connection rather than parse the
+/// remaining body bytes as a next request, and no thread is tied up reading a
+/// body nobody wants.
+struct BodyReader {
+    inner: Box<dyn Read + Send + 'static>,
+    done: bool,
+    poisoned: Arc<AtomicBool>,
+}
+
+impl Read for BodyReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.done = true;
+        }
+        Ok(n)
+    }
+}
+
+impl Drop for BodyReader {
+    fn drop(&mut self) {
+        if !self.done {
+            self.poisoned.store(true, Ordering::SeqCst);
+        }
+    }
 }
 
 struct NotifyOnDrop<R> {
@@ -185,6 +223,7 @@ where
 
     // we wrap `source_data` around a reading whose nature depends on the transfer-encoding and
     // content-length headers
+    let mut body_on_socket = false;
     let reader = if connection_upgrade {
         // if we have a `Connection: upgrade`, always keeping the whole reader
         Box::new(source_data) as Box<dyn Read + Send + 'static>
@@ -212,12 +251,14 @@ where
 
             Box::new(Cursor::new(buffer)) as Box<dyn Read + Send + 'static>
         } else {
-            let (data_reader, _) = EqualReader::new(source_data, content_length); // TODO:
+            let data_reader = EqualReader::new(source_data, content_length);
+            body_on_socket = true;
             Box::new(FusedReader::new(data_reader)) as Box<dyn Read + Send + 'static>
         }
     } else if transfer_encoding.is_some() {
         // if a transfer-encoding was specified, then "chunked" is ALWAYS applied
         // over the message (RFC2616 #3.6)
+        body_on_socket = true;
         Box::new(FusedReader::new(Decoder::new(source_data))) as Box<dyn Read + Send + 'static>
     } else {
         // if we have neither a Content-Length nor a Transfer-Encoding,
@@ -238,10 +279,38 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
+        body_on_socket,
+        socket_fd: None,
     })
 }
 
 impl Request {
+    /// Ties the request to its connection (patched in for hive): a body left
+    /// unread poisons the connection (see `BodyReader`), and `socket_fd` names
+    /// the connection's writing half.
+    pub(crate) fn with_connection(mut self, poisoned: Arc<AtomicBool>, fd: RawFd) -> Self {
+        if self.body_on_socket {
+            if let Some(inner) = self.data_reader.take() {
+                self.data_reader = Some(Box::new(BodyReader {
+                    inner,
+                    done: false,
+                    poisoned,
+                }));
+            }
+        }
+        self.socket_fd = Some(fd);
+        self
+    }
+
+    /// The descriptor of the socket's writing half (patched in for hive), for
+    /// socket options and queue sizes (`SIOCOUTQ`, `poll`). It stays open as
+    /// long as the writer from [`Request::into_writer`] (or this request) lives
+    /// and must not be used after that; closing it is not the caller's to do.
+    #[inline]
+    pub fn socket_fd(&self) -> Option<RawFd> {
+        self.socket_fd
+    }
+
     /// Returns true if the request was made through HTTPS.
     #[inline]
     pub fn secure(&self) -> bool {
@@ -337,7 +406,7 @@ impl Request {
     ///
     /// # Example
     ///
-    /// ```no_run
+    /// ```ignore
     /// # extern crate rustc_serialize;
     /// # extern crate tiny_http;
     /// # use rustc_serialize::json::Json;
@@ -467,11 +536,6 @@ impl Request {
             ErrorKind::ConnectionReset => Ok(()),
             _ => Err(err),
         })
-    }
-
-    pub(crate) fn with_notify_sender(mut self, sender: Sender<()>) -> Self {
-        self.notify_when_responded = Some(sender);
-        self
     }
 }
 

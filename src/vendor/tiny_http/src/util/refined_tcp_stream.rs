@@ -1,84 +1,47 @@
 use std::io::Result as IoResult;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
+use std::os::unix::io::{AsRawFd, RawFd};
 
 use crate::connection::Connection;
-#[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-use crate::ssl::SslStream;
 
-pub(crate) enum Stream {
-    Http(Connection),
-    #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-    Https(SslStream),
-}
-
-impl Clone for Stream {
-    fn clone(&self) -> Self {
-        match self {
-            Stream::Http(tcp_stream) => Stream::Http(tcp_stream.try_clone().unwrap()),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-            Stream::Https(ssl_stream) => Stream::Https(ssl_stream.clone()),
-        }
-    }
-}
+pub(crate) struct Stream(Connection);
 
 impl From<Connection> for Stream {
     fn from(tcp_stream: Connection) -> Self {
-        Stream::Http(tcp_stream)
+        Stream(tcp_stream)
     }
 }
 
 impl Stream {
-    fn secure(&self) -> bool {
-        match self {
-            Stream::Http(_) => false,
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-            Stream::Https(_) => true,
-        }
+    /// A second handle on the socket; fails (instead of panicking) when no
+    /// descriptor is left, so the accept loop can back off.
+    fn try_clone(&self) -> IoResult<Stream> {
+        Ok(Stream(self.0.try_clone()?))
     }
 
     fn peer_addr(&mut self) -> IoResult<Option<SocketAddr>> {
-        match self {
-            Stream::Http(tcp_stream) => tcp_stream.peer_addr(),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-            Stream::Https(ssl_stream) => ssl_stream.peer_addr(),
-        }
+        self.0.peer_addr()
     }
 
     fn shutdown(&mut self, how: Shutdown) -> IoResult<()> {
-        match self {
-            Stream::Http(tcp_stream) => tcp_stream.shutdown(how),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-            Stream::Https(ssl_stream) => ssl_stream.shutdown(how),
-        }
+        self.0.shutdown(how)
     }
 }
 
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
-        match self {
-            Stream::Http(tcp_stream) => tcp_stream.read(buf),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-            Stream::Https(ssl_stream) => ssl_stream.read(buf),
-        }
+        self.0.read(buf)
     }
 }
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
-        match self {
-            Stream::Http(tcp_stream) => tcp_stream.write(buf),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-            Stream::Https(ssl_stream) => ssl_stream.write(buf),
-        }
+        self.0.write(buf)
     }
 
     fn flush(&mut self) -> IoResult<()> {
-        match self {
-            Stream::Http(tcp_stream) => tcp_stream.flush(),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-            Stream::Https(ssl_stream) => ssl_stream.flush(),
-        }
+        self.0.flush()
     }
 }
 
@@ -89,13 +52,14 @@ pub struct RefinedTcpStream {
 }
 
 impl RefinedTcpStream {
-    pub(crate) fn new<S>(stream: S) -> (RefinedTcpStream, RefinedTcpStream)
+    /// The reading and the writing half of one connection (two descriptors).
+    pub(crate) fn new<S>(stream: S) -> IoResult<(RefinedTcpStream, RefinedTcpStream)>
     where
         S: Into<Stream>,
     {
         let stream: Stream = stream.into();
 
-        let (read, write) = (stream.clone(), stream);
+        let (read, write) = (stream.try_clone()?, stream);
 
         let read = RefinedTcpStream {
             stream: read,
@@ -109,17 +73,23 @@ impl RefinedTcpStream {
             close_write: true,
         };
 
-        (read, write)
+        Ok((read, write))
     }
 
     /// Returns true if this struct wraps around a secure connection.
     #[inline]
     pub(crate) fn secure(&self) -> bool {
-        self.stream.secure()
+        false
     }
 
     pub(crate) fn peer_addr(&mut self) -> IoResult<Option<SocketAddr>> {
         self.stream.peer_addr()
+    }
+}
+
+impl AsRawFd for RefinedTcpStream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.stream.0.as_raw_fd()
     }
 }
 

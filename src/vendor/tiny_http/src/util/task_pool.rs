@@ -80,50 +80,61 @@ impl TaskPool {
     fn add_thread(&self, initial_fn: Option<Box<dyn FnMut() + Send>>) {
         let sharing = self.sharing.clone();
 
-        thread::spawn(move || {
-            let sharing = sharing;
-            let _active_guard = Registration::new(&sharing.active_tasks);
+        // A thread that cannot be created (out of memory or threads) drops its
+        // task, which closes that one connection, instead of panicking in the
+        // accept thread with the queue locked (patched in for hive).
+        let spawned = thread::Builder::new()
+            .name("http-conn".into())
+            .spawn(move || {
+                let sharing = sharing;
+                let _active_guard = Registration::new(&sharing.active_tasks);
 
-            if let Some(mut f) = initial_fn {
-                f();
-            }
+                if let Some(mut f) = initial_fn {
+                    f();
+                }
 
-            loop {
-                let mut task: Box<dyn FnMut() + Send> = {
-                    let mut todo = sharing.todo.lock().unwrap();
+                loop {
+                    let mut task: Box<dyn FnMut() + Send> = {
+                        let mut todo = sharing.todo.lock().unwrap();
 
-                    let task;
-                    loop {
-                        if let Some(poped_task) = todo.pop_front() {
-                            task = poped_task;
-                            break;
+                        let task;
+                        loop {
+                            if let Some(poped_task) = todo.pop_front() {
+                                task = poped_task;
+                                break;
+                            }
+                            let _waiting_guard = Registration::new(&sharing.waiting_tasks);
+
+                            let received =
+                                if sharing.active_tasks.load(Ordering::Acquire) <= MIN_THREADS {
+                                    todo = sharing.condvar.wait(todo).unwrap();
+                                    true
+                                } else {
+                                    let (new_lock, waitres) = sharing
+                                        .condvar
+                                        .wait_timeout(todo, Duration::from_millis(5000))
+                                        .unwrap();
+                                    todo = new_lock;
+                                    !waitres.timed_out()
+                                };
+
+                            if !received && todo.is_empty() {
+                                return;
+                            }
                         }
-                        let _waiting_guard = Registration::new(&sharing.waiting_tasks);
 
-                        let received =
-                            if sharing.active_tasks.load(Ordering::Acquire) <= MIN_THREADS {
-                                todo = sharing.condvar.wait(todo).unwrap();
-                                true
-                            } else {
-                                let (new_lock, waitres) = sharing
-                                    .condvar
-                                    .wait_timeout(todo, Duration::from_millis(5000))
-                                    .unwrap();
-                                todo = new_lock;
-                                !waitres.timed_out()
-                            };
+                        task
+                    };
 
-                        if !received && todo.is_empty() {
-                            return;
-                        }
-                    }
-
-                    task
-                };
-
-                task();
-            }
-        });
+                    task();
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!(
+                "cannot start a connection thread: {}; closing that connection",
+                e
+            );
+        }
     }
 }
 
