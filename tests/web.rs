@@ -640,3 +640,25 @@ fn shutdown_ends_the_streams_and_frees_the_port() {
             .then_some(())
     });
 }
+
+#[test]
+fn a_live_stream_outlives_the_read_timeout_and_a_closed_one_frees_its_slot_at_once() {
+    let web = Web::start_with(|c, _| {
+        c.timeouts.read = Duration::from_secs(1);
+        c.sse_ping = Duration::from_secs(30);
+        c.sse_max_clients = 1;
+    });
+    let mut s = web.sse("/events", &[]);
+    assert_eq!(s.status, 200);
+    // Past the read timeout the connection's reading side gives up on a next
+    // request; the stream must go on.
+    std::thread::sleep(Duration::from_millis(2500));
+    web.bus.note("still here");
+    let e = s.take(1, T);
+    assert!(e[0].data.contains("still here"), "{:?}", e[0]);
+    // A client that hangs up frees its slot long before the next ping (30 s).
+    drop(s);
+    wait_for(Duration::from_secs(5), "the slot to be freed", || {
+        (web.sse("/events", &[]).status == 200).then_some(())
+    });
+}

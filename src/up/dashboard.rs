@@ -877,6 +877,96 @@ mod tests {
         std::fs::remove_dir_all(&data).unwrap();
     }
 
+    /// A broker stand-in on a unix socket: an empty hive whose operator inbox
+    /// holds one 100 kB message; counts the `inbox` requests.
+    fn fake_broker(path: &FsPath) -> Arc<std::sync::atomic::AtomicUsize> {
+        use std::io::{BufRead, BufReader, Write};
+        let inboxes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let l = std::os::unix::net::UnixListener::bind(path).unwrap();
+        let n = inboxes.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming().flatten() {
+                let n = n.clone();
+                std::thread::spawn(move || {
+                    let mut w = conn.try_clone().unwrap();
+                    for line in BufReader::new(conn).lines().map_while(Result::ok) {
+                        let cmd: Value = serde_json::from_str(&line).unwrap();
+                        let answer = match cmd["cmd"].as_str().unwrap() {
+                            "inbox" => {
+                                n.fetch_add(1, Ordering::SeqCst);
+                                json!({"ok": true, "messages": [{"id": 7, "from": "kid",
+                                    "to": "operator", "body": "r".repeat(100_000), "sent_at": 1}]})
+                            }
+                            "questions" => json!({"ok": true, "questions": []}),
+                            "approvals" => json!({"ok": true, "approvals": []}),
+                            _ => json!({"ok": true, "agents": []}),
+                        };
+                        if writeln!(w, "{answer}").is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        inboxes
+    }
+
+    #[test]
+    fn live_clients_share_one_bounded_snapshot_per_tick() {
+        let data = std::env::temp_dir().join(format!("hive-dash-feed-{}", std::process::id()));
+        std::fs::create_dir_all(&data).unwrap();
+        let sock = data.join("host.sock");
+        let _ = std::fs::remove_file(&sock);
+        let inboxes = fake_broker(&sock);
+        let cfg = DashConfig {
+            auth: false,
+            poll: Duration::from_millis(100),
+            ..cfg(&[]).unwrap()
+        };
+        let d = start(&data, sock, cfg).unwrap();
+        let frames: Vec<_> = (0..8)
+            .map(|_| {
+                let port = d.port;
+                std::thread::spawn(move || {
+                    use std::io::{BufRead, BufReader, Write};
+                    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    write!(s, "GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").unwrap();
+                    let mut r = BufReader::new(s);
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        r.read_line(&mut line).unwrap();
+                        if line.starts_with("data: ") {
+                            break line;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let frames: Vec<String> = frames.into_iter().map(|t| t.join().unwrap()).collect();
+        assert!(
+            frames.iter().all(|f| *f == frames[0]),
+            "clients got different snapshots"
+        );
+        let v: Value = serde_json::from_str(frames[0].trim_start_matches("data: ")).unwrap();
+        assert_eq!(v["inbox"][0]["cut"], true);
+        assert!(frames[0].len() < 20_000, "{} bytes", frames[0].len());
+        // Eight clients at one tick per 100 ms: one snapshot (one inbox read)
+        // per tick, not one per client per tick.
+        let (before, t0) = (inboxes.load(Ordering::SeqCst), std::time::Instant::now());
+        std::thread::sleep(Duration::from_secs(1));
+        let ticks = inboxes.load(Ordering::SeqCst) - before;
+        let at_most = t0.elapsed().as_millis() as usize / 100 + 2;
+        assert!(
+            ticks <= at_most,
+            "{ticks} inbox reads in {:?}",
+            t0.elapsed()
+        );
+        drop(d);
+        std::fs::remove_dir_all(&data).unwrap();
+    }
+
     #[test]
     fn long_texts_are_cut_with_a_marker() {
         let mut s = "é".repeat(CUT_BYTES);

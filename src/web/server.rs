@@ -216,12 +216,10 @@ pub fn dispatch<A>(site: &Site<A>, mut req: Request) {
     let (path, query) = http::split_url(&url);
     let method = req.method().as_str().to_ascii_uppercase();
     let guard = &site.guard;
-    let has_body = req.body_length().is_some_and(|n| n > 0)
-        || http::header_value(&req, "Transfer-Encoding").is_some();
 
     let host = match guard.host(&req) {
         Ok(h) => h,
-        Err(r) => return respond(req, r, has_body),
+        Err(r) => return respond(req, r),
     };
     // A path a route names is that route's alone; `Path::Any` takes the rest.
     let named: Vec<&Route<A>> = site
@@ -240,7 +238,7 @@ pub fn dispatch<A>(site: &Site<A>, mut req: Request) {
     let login = on_path.iter().any(|r| r.access == Access::Login);
     if !login && !guard.authorized(&req) {
         let r = guard.unauthorized(&req, path);
-        return respond(req, r, has_body);
+        return respond(req, r);
     }
     let wanted = match method.as_str() {
         "GET" | "HEAD" => Some(Method::Get),
@@ -261,24 +259,24 @@ pub fn dispatch<A>(site: &Site<A>, mut req: Request) {
             allowed.dedup();
             Reply::method_not_allowed(&allowed)
         };
-        return respond(req, r, has_body);
+        return respond(req, r);
     };
     let post = route.method == Method::Post;
     if post {
         if let Err(r) = guard.same_origin(&req, &host, login) {
-            return respond(req, r, has_body);
+            return respond(req, r);
         }
     }
     if login && (post || !query.is_empty()) {
         if let Err(r) = guard.login_attempt(req.remote_addr().map(|a| a.ip())) {
-            return respond(req, r, has_body);
+            return respond(req, r);
         }
     }
     let body = if post {
         let max = if login { LOGIN_BODY } else { http::MAX_BODY };
         match http::read_body(&mut req, max, Instant::now() + site.body_time) {
             Ok(b) => b,
-            Err(r) => return respond(req, r, has_body),
+            Err(r) => return respond(req, r),
         }
     } else {
         Vec::new()
@@ -295,25 +293,20 @@ pub fn dispatch<A>(site: &Site<A>, mut req: Request) {
     match route.handler {
         Handler::Reply(f) => {
             let r = f(&site.app, &ctx);
-            respond(req, r, has_body && !post)
+            respond(req, r)
         }
         Handler::Stream(_) if ctx.head => {
             let r = Reply::new(200, "text/event-stream; charset=utf-8", "")
                 .header("Cache-Control", "no-store");
-            respond(req, r, has_body)
+            respond(req, r)
         }
         Handler::Stream(f) => f(&site.app, req, &ctx),
     }
 }
 
-/// Sends `reply`. A body left unread closes the connection after the answer
-/// (see the vendored tiny_http), so the answer says so.
-fn respond(req: Request, reply: Reply, body_unread: bool) {
-    let reply = if body_unread {
-        reply.header("Connection", "close")
-    } else {
-        reply
-    };
+/// Sends `reply`. (A body left unread closes the connection after the answer,
+/// which then says `Connection: close`: see the vendored tiny_http.)
+fn respond(req: Request, reply: Reply) {
     let (method, url) = (req.method().to_string(), req.url().to_string());
     if let Err(e) = req.respond(reply.into_response()) {
         let path = http::split_url(&url).0;

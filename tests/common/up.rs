@@ -30,7 +30,25 @@ impl Up {
     /// agent has credentials only if its fleet entry's `env` gives it some.
     /// Agents are only waited for as far as the supervisor running them.
     pub fn start_opts(fleet: &str, agents: &[&str], own_binary: bool, api_key: bool) -> Up {
+        Up::start_full(fleet, agents, own_binary, api_key, &[])
+    }
+
+    /// Like [`Up::start`], with more variables for `hive up` (kept in
+    /// `DIR/up.env`, so a restart has them too).
+    pub fn start_env(fleet: &str, agents: &[&str], env: &[(&str, &str)]) -> Up {
+        Up::start_full(fleet, agents, false, true, env)
+    }
+
+    fn start_full(
+        fleet: &str,
+        agents: &[&str],
+        own_binary: bool,
+        api_key: bool,
+        env: &[(&str, &str)],
+    ) -> Up {
         let dir = TempDir::new("up");
+        let lines: String = env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        std::fs::write(dir.path().join("up.env"), lines).unwrap();
         if !api_key {
             std::fs::write(dir.path().join("no-key"), "").unwrap();
         }
@@ -302,9 +320,12 @@ fn spawn(dir: &std::path::Path) -> Child {
         .env("RUST_LOG", "debug")
         .stdin(Stdio::null())
         .stdout(out)
-        .stderr(log)
-        .spawn()
-        .expect("spawn hive up")
+        .stderr(log);
+    let extra = std::fs::read_to_string(dir.join("up.env")).unwrap_or_default();
+    for (k, v) in extra.lines().filter_map(|l| l.split_once('=')) {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("spawn hive up")
 }
 
 impl Drop for Up {

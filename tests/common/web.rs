@@ -187,6 +187,11 @@ impl Page {
         self.call("GET", path, &[], None)
     }
 
+    /// A GET that may fail to connect (a page out of descriptors).
+    pub fn try_get(&self, path: &str) -> Option<Resp> {
+        try_call("GET", &self.url(path), &self.with_token(&[]), None).ok()
+    }
+
     /// A POST with a JSON body, as the page's own script sends it.
     pub fn post(&self, path: &str, body: &str) -> Resp {
         self.call(
@@ -249,6 +254,16 @@ impl Resp {
 
 /// A request with ureq; any status comes back as a [`Resp`].
 pub fn call(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str>) -> Resp {
+    try_call(method, url, headers, body).unwrap_or_else(|e| panic!("{method} {url}: {e}"))
+}
+
+/// Like [`call`]; a connection that fails is an error, not a panic.
+pub fn try_call(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Result<Resp, String> {
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(10))
         .redirects(0)
@@ -264,7 +279,7 @@ pub fn call(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str
     let resp = match res {
         Ok(r) => r,
         Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{method} {url}: {e}"),
+        Err(e) => return Err(e.to_string()),
     };
     let status = resp.status();
     let headers = resp
@@ -276,11 +291,11 @@ pub fn call(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str
         })
         .collect();
     let body = resp.into_string().unwrap_or_default();
-    Resp {
+    Ok(Resp {
         status,
         body,
         headers,
-    }
+    })
 }
 
 pub fn get(url: &str) -> Resp {

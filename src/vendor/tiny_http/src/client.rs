@@ -2,7 +2,7 @@ use ascii::AsciiString;
 
 use std::io::Error as IoError;
 use std::io::Result as IoResult;
-use std::io::{BufReader, BufWriter, ErrorKind, Read};
+use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 
 use std::net::SocketAddr;
 use std::os::unix::io::{AsRawFd, RawFd};
@@ -316,6 +316,15 @@ impl ClientConnection {
         response.raw_print(writer, version, &[], false, None).ok();
     }
 
+    /// Waits until every response handed out on this connection is finished
+    /// (a live stream may hold its writer for hours), so the connection is
+    /// not shut under it.
+    fn finish_responses(&mut self) {
+        if let Some(mut w) = self.sink.next() {
+            let _ = w.flush();
+        }
+    }
+
     /// Reads and throws away what the client still sends, for at most
     /// [`LINGER`], through a fixed buffer.
     fn linger(&mut self) {
@@ -404,7 +413,16 @@ impl Iterator for ClientConnection {
                     return None;
                 }
 
-                Err(ReadError::Idle | ReadError::Poisoned) => return None,
+                Err(ReadError::Idle) => {
+                    self.finish_responses();
+                    return None;
+                }
+
+                Err(ReadError::Poisoned) => {
+                    self.linger();
+                    self.finish_responses();
+                    return None;
+                }
 
                 Ok(rq) => rq,
             };

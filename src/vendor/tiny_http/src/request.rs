@@ -83,6 +83,9 @@ pub struct Request {
 
     // the descriptor of the connection's writing half (see `socket_fd`)
     socket_fd: Option<RawFd>,
+
+    // set by the `BodyReader` when the body was read to its end
+    body_done: Option<Arc<AtomicBool>>,
 }
 
 /// A body still on the socket (patched in for hive). Dropped before its end,
@@ -92,7 +95,7 @@ pub struct Request {
 /// body nobody wants.
 struct BodyReader {
     inner: Box<dyn Read + Send + 'static>,
-    done: bool,
+    done: Arc<AtomicBool>,
     poisoned: Arc<AtomicBool>,
 }
 
@@ -100,7 +103,7 @@ impl Read for BodyReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         if n == 0 && !buf.is_empty() {
-            self.done = true;
+            self.done.store(true, Ordering::SeqCst);
         }
         Ok(n)
     }
@@ -108,7 +111,7 @@ impl Read for BodyReader {
 
 impl Drop for BodyReader {
     fn drop(&mut self) {
-        if !self.done {
+        if !self.done.load(Ordering::SeqCst) {
             self.poisoned.store(true, Ordering::SeqCst);
         }
     }
@@ -281,6 +284,7 @@ where
         notify_when_responded: None,
         body_on_socket,
         socket_fd: None,
+        body_done: None,
     })
 }
 
@@ -291,9 +295,11 @@ impl Request {
     pub(crate) fn with_connection(mut self, poisoned: Arc<AtomicBool>, fd: RawFd) -> Self {
         if self.body_on_socket {
             if let Some(inner) = self.data_reader.take() {
+                let done = Arc::new(AtomicBool::new(false));
+                self.body_done = Some(done.clone());
                 self.data_reader = Some(Box::new(BodyReader {
                     inner,
-                    done: false,
+                    done,
                     poisoned,
                 }));
             }
@@ -516,6 +522,12 @@ impl Request {
         let mut writer = self.extract_writer_impl();
 
         let do_not_send_body = self.method == Method::Head;
+
+        // A body left unread closes the connection after this response.
+        let response = match &self.body_done {
+            Some(done) if !done.load(Ordering::SeqCst) => response.with_connection_close(),
+            _ => response,
+        };
 
         Self::ignore_client_closing_errors(response.raw_print(
             writer.by_ref(),

@@ -248,6 +248,16 @@ where
 
     /// Adds a header to the list.
     /// Does all the checks.
+    /// Adds `Connection: close`, which `add_header` refuses (patched in for
+    /// hive: a response to a request whose body was left unread says that
+    /// the connection ends with it).
+    pub(crate) fn with_connection_close(mut self) -> Self {
+        if let Ok(h) = Header::from_bytes(&b"Connection"[..], &b"close"[..]) {
+            self.headers.push(h);
+        }
+        self
+    }
+
     pub fn add_header<H>(&mut self, header: H)
     where
         H: Into<Header>,

@@ -69,7 +69,12 @@ impl TaskPool {
     pub fn spawn(&self, code: Box<dyn FnMut() + Send>) {
         let mut queue = self.sharing.todo.lock().unwrap();
 
-        if self.sharing.waiting_tasks.load(Ordering::Acquire) == 0 {
+        // Each waiting thread takes one queued task; a task beyond them gets a
+        // thread of its own. (Upstream compared the waiting count with zero,
+        // so a burst of connections queued behind threads that were notified
+        // but had not woken yet, and behind long-lived connections such as
+        // live streams, those tasks waited for ever; patched for hive.)
+        if self.sharing.waiting_tasks.load(Ordering::Acquire) <= queue.len() {
             self.add_thread(Some(code));
         } else {
             queue.push_back(code);
