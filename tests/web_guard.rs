@@ -509,19 +509,21 @@ fn stalled_bodies_do_not_freeze_the_page() {
     }
     // With the token: each worker gives up on its body after the read timeout.
     let held = stall(true);
+    // Let the four reach the four workers first.
+    std::thread::sleep(Duration::from_millis(300));
     let started = Instant::now();
     let r = wait_for(T, "the page to answer beside 4 stalled POSTs", || {
         p.try_get("/api/state").filter(|r| r.status == 200)
     });
     assert_eq!(r.json()["label"], "ana");
-    for s in held {
-        let a = answer(s);
-        assert_eq!(status_of(&a), 408, "{a}");
-    }
     eprintln!(
         "answered after {:?} beside 4 stalled bodies",
         started.elapsed()
     );
+    for s in held {
+        let a = answer(s);
+        assert_eq!(status_of(&a), 408, "{a}");
+    }
     assert_eq!(agent_row(&b, "ana").unread, 0, "a stalled body was sent");
 }
 
