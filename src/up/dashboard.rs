@@ -198,6 +198,8 @@ impl Dashboard {
 impl Drop for Dashboard {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        // The producer may be waiting out a long poll interval.
+        let _ = self.site.app.wake.send(FeedCmd::Wake);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
