@@ -30,6 +30,9 @@ fn main() -> ExitCode {
     }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .target(env_logger::Target::Stderr)
+        // ureq's debug lines print request headers, tokens included: never.
+        .filter_module("ureq", log::LevelFilter::Info)
+        .filter_module("ureq::unit", log::LevelFilter::Info)
         .init();
     let command = match cli::parse(std::env::args_os().skip(1).collect()) {
         Ok(c) => c,

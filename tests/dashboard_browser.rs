@@ -18,15 +18,6 @@ const FLEET: &str = r#"{"agents": [
   {"name": "kid", "parent": "boss", "env": {"FAKE_CLAUDE_DIR": "@FAKE(kid)"}}
 ]}"#;
 
-fn dashboard_url(up: &Up) -> String {
-    let port = wait_for(T, "the dashboard port file", || {
-        std::fs::read_to_string(up.data().join("dashboard-port"))
-            .ok()
-            .and_then(|p| p.trim().parse::<u16>().ok())
-    });
-    format!("http://127.0.0.1:{port}")
-}
-
 fn ask(up: &Up, question: &str, options: &[&str], multi: bool) -> i64 {
     let r = ok(
         &mut up.agent("boss"),
@@ -47,12 +38,12 @@ fn a_question_is_answered_by_clicking_an_option() {
         return;
     };
     let up = Up::start(FLEET, &["boss", "kid"]);
-    let base = dashboard_url(&up);
     let one = ask(&up, "Which colour for the logo?", &["red", "blue"], false);
     let many = ask(&up, "Which days?", &["mon", "tue", "wed"], true);
 
+    // The one-time link hive up printed logs the browser in.
     let d = Driver::start(&chromium, &chromedriver);
-    d.goto(&format!("{base}/"));
+    d.goto(&up.login_link());
     wait_for(T, "the dashboard to go live", || {
         (d.js("return document.body.dataset.live === '1'") == true).then_some(())
     });
@@ -100,25 +91,32 @@ fn a_question_is_answered_by_clicking_an_option() {
     let path = artifacts().join("dashboard-390px.png");
     std::fs::write(&path, png).unwrap();
     let _ = writeln!(std::io::stderr(), "screenshot: {}", path.display());
-}
 
-fn get(url: &str) -> Value {
-    ureq::get(url).call().unwrap().into_json().unwrap()
-}
-
-fn post(url: &str, body: Value) -> Result<Value, (u16, String)> {
-    match ureq::post(url).send_json(body) {
-        Ok(r) => Ok(r.into_json().unwrap()),
-        Err(ureq::Error::Status(code, r)) => Err((code, r.into_string().unwrap_or_default())),
-        Err(e) => panic!("{url}: {e}"),
-    }
+    // A card's page link goes through the dashboard, which logs the browser in
+    // to the agent's own page (its cookie for this host) and sends it there.
+    let kid_port = up.state("kid").unwrap().port.unwrap();
+    let link = d.js(
+        "return document.querySelector('.card.agent[data-agent=kid] a[href^=\"/agent/\"]').getAttribute('href')",
+    );
+    assert_eq!(link, "/agent/kid/open");
+    d.goto(&format!(
+        "{}{}",
+        up.dashboard().base,
+        link.as_str().unwrap()
+    ));
+    wait_for(T, "kid's page to load logged in and go live", || {
+        let v = d.js("return location.port + ' ' + (document.body.dataset.live === '1')");
+        (v == format!("{kid_port} true").as_str()).then_some(())
+    });
 }
 
 #[test]
 fn the_json_api_shows_the_hive_and_acts_as_the_operator() {
     let up = Up::start(FLEET, &["boss", "kid"]);
-    let base = dashboard_url(&up);
-    let h = get(&format!("{base}/api/hive"));
+    let dash = up.dashboard();
+    let get = |path: &str| dash.get(path).unwrap();
+    let post = |path: &str, body: Value| dash.post(path, body);
+    let h = get("/api/hive");
     let names: Vec<&str> = h["agents"]
         .as_array()
         .unwrap()
@@ -142,18 +140,14 @@ fn the_json_api_shows_the_hive_and_acts_as_the_operator() {
         },
     );
     let id = r["id"].as_i64().unwrap();
-    let h = get(&format!("{base}/api/hive"));
+    let h = get("/api/hive");
     assert_eq!(h["approvals"][0]["id"], id);
-    post(
-        &format!("{base}/api/approve"),
-        serde_json::json!({ "id": id }),
-    )
-    .unwrap();
+    post("/api/approve", serde_json::json!({ "id": id })).unwrap();
     up.wait_running("kid2");
 
     // The permissions tab: a change is written and the agent restarts.
     post(
-        &format!("{base}/api/permissions"),
+        "/api/permissions",
         serde_json::json!({"agent": "kid", "tool_groups": ["messaging", "scheduling"], "capabilities": []}),
     )
     .unwrap();
@@ -167,7 +161,7 @@ fn the_json_api_shows_the_hive_and_acts_as_the_operator() {
         ["messaging", "scheduling"]
     );
     let e = post(
-        &format!("{base}/api/permissions"),
+        "/api/permissions",
         serde_json::json!({"agent": "kid", "tool_groups": ["root"], "capabilities": []}),
     )
     .unwrap_err();
@@ -176,9 +170,33 @@ fn the_json_api_shows_the_hive_and_acts_as_the_operator() {
 
     // The inbox with a reply.
     post(
-        &format!("{base}/api/send"),
+        "/api/send",
         serde_json::json!({"to": "kid", "body": "hello from the dashboard"}),
     )
     .unwrap();
     up.wait_prompt("kid", "hello from the dashboard", 1);
+
+    // A blank or over-long message is refused with the reason, and nothing is sent.
+    let e = post("/api/send", serde_json::json!({"to": "kid", "body": "  "})).unwrap_err();
+    assert_eq!(e.0, 400);
+    assert!(e.1.contains("empty"), "{}", e.1);
+    let long = "x".repeat(hyperhive::wire::MAX_BODY + 1);
+    let e = post("/api/send", serde_json::json!({"to": "kid", "body": long})).unwrap_err();
+    assert!(
+        e.1.contains(&hyperhive::wire::MAX_BODY.to_string()),
+        "{}",
+        e.1
+    );
+
+    // Agent icons come through the dashboard (with the agent's token), and may
+    // not run anything in the dashboard's origin.
+    let icon = ureq::get(&format!("{}/agent/kid/icon", dash.base))
+        .set("X-Hive-Token", &dash.token)
+        .call()
+        .unwrap();
+    assert_eq!(icon.content_type(), "image/svg+xml");
+    assert!(icon
+        .header("Content-Security-Policy")
+        .is_some_and(|c| c.contains("sandbox")));
+    assert!(icon.into_string().unwrap().starts_with("<svg"));
 }

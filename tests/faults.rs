@@ -10,15 +10,13 @@ use hyperhive::wire::{ClientError, Request};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-fn web_port(h: &Harness) -> u16 {
-    let p = h.state_dir().join("hyperhive-port");
-    wait_for(Duration::from_secs(10), "the web port file", || {
-        std::fs::read_to_string(&p).ok()?.trim().parse().ok()
-    })
+/// The harness's page (its port and token, from the state dir).
+fn web_port(h: &Harness) -> common::web::Page {
+    common::web::Page::of(&h.state_dir())
 }
 
-fn online(port: u16) -> bool {
-    let r = common::web::get(&format!("http://127.0.0.1:{port}/api/state"));
+fn online(page: &common::web::Page) -> bool {
+    let r = page.get("/api/state");
     r.json()["online"].as_bool().expect("online in /api/state")
 }
 
@@ -38,13 +36,13 @@ fn the_harness_reconnects_when_the_broker_socket_goes_away() {
     h.fake.wait_count(1);
     wait_drained(&b, "ana");
     let port = web_port(&h);
-    assert!(online(port));
+    assert!(online(&port));
     // SIGTERM removes the socket files; the harness is left with nothing to
     // connect to.
     b.terminate();
     assert!(!b.agent_socket("ana").exists());
     wait_for(Duration::from_secs(10), "online to turn false", || {
-        (!online(port)).then_some(())
+        (!online(&port)).then_some(())
     });
     wait_for(Duration::from_secs(10), "the backoff in the log", || {
         h.log().contains("retrying in").then_some(())
@@ -58,7 +56,7 @@ fn the_harness_reconnects_when_the_broker_socket_goes_away() {
     );
     b.restart();
     wait_for(Duration::from_secs(10), "online to turn true", || {
-        online(port).then_some(())
+        online(&port).then_some(())
     });
     assert!(h.log().contains("reconnected to the broker"), "{}", h.log());
     operator_send(&b, "ana", "after the outage");
@@ -106,7 +104,7 @@ fn a_missing_claude_binary_keeps_every_message_until_it_appears() {
     );
     assert_eq!((row.turns, row.turns_failed), (0, 0), "{row:?}");
     assert!(operator_inbox(&b).is_empty(), "one notice for the burst");
-    let r = common::web::get(&format!("http://127.0.0.1:{}/api/state", web_port(&h)));
+    let r = web_port(&h).get("/api/state");
     assert_eq!(r.status, 200);
 
     // The binary appears (whole, by a rename): both messages run, in order.

@@ -353,7 +353,8 @@ fn a_running_harness_guards_every_request_and_never_leaks_a_secret() {
 
     // A body over 1 MiB is refused with 413 and a reason.
     let huge = json!({ "body": "b".repeat(1024 * 1024 + 1) }).to_string();
-    let (status, text) = http(port, "POST", "/api/send", &auth, &huge);
+    let json_auth = [auth[0], ("Content-Type", "application/json")];
+    let (status, text) = http(port, "POST", "/api/send", &json_auth, &huge);
     assert_eq!(status, 413, "{text}");
     assert!(text.contains("error"), "{text}");
 

@@ -592,12 +592,17 @@ fn hive_up_without_a_config_runs_ruth_in_hive_data_and_prints_the_pages() {
         old as u32
     };
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(data.join("agents/ruth/state/hyperhive-port"))
-        .unwrap()
-        .permissions()
-        .mode()
-        & 0o777;
+    // A file claude writes (the fake's invocation counter); hive's own state
+    // files are 0600 whatever the umask.
+    let count = fake.join("count");
+    wait_for(Duration::from_secs(20), "ruth's first turn", || {
+        count.exists().then_some(())
+    });
+    let mode = std::fs::metadata(&count).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o666 & !umask, "umask {umask:o}");
+    let port_file = data.join("agents/ruth/state/hyperhive-port");
+    let mode = std::fs::metadata(port_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
     let cfg = hyperhive::config::HiveConfig::load(&data.join("hive.json")).unwrap();
     assert_eq!(cfg.agents.len(), 1);
     assert_eq!(cfg.agents[0].name, "ruth");

@@ -4,7 +4,7 @@
 mod common;
 
 use common::hive::{wait_for, Broker};
-use common::web::{call, get, post, raw_get, Sse, Web};
+use common::web::{call, get, post, Sse, Web};
 use hyperhive::harness::bus::{LiveEvent, TurnState};
 use hyperhive::harness::control::Control;
 use hyperhive::harness::stats::{Stats, TurnRow};
@@ -58,7 +58,7 @@ fn state_shows_exactly_the_documented_keys_and_follows_the_bus() {
     let port_file = std::fs::read_to_string(web.state_dir().join("hyperhive-port")).unwrap();
     assert_eq!(port_file.trim(), web.port.to_string());
 
-    let s = get(&web.url("/api/state")).json();
+    let s = web.get("/api/state").json();
     let mut keys: Vec<&str> = s.as_object().unwrap().keys().map(String::as_str).collect();
     keys.sort_unstable();
     let mut want = vec![
@@ -90,33 +90,30 @@ fn state_shows_exactly_the_documented_keys_and_follows_the_bus() {
         s.rate_limited = true;
         s.rate_limited_until = Some(1_900_000_000);
     });
-    let s = get(&web.url("/api/state")).json();
+    let s = web.get("/api/state").json();
     assert_eq!(s["turn_state"], "thinking");
     assert_eq!(s["context_percent"], 25.0);
     assert_eq!(s["rate_limited_until"], 1_900_000_000);
     web.bus.set_turn_state(TurnState::Compacting);
-    assert_eq!(
-        get(&web.url("/api/state")).json()["turn_state"],
-        "compacting"
-    );
+    assert_eq!(web.get("/api/state").json()["turn_state"], "compacting");
 }
 
 #[test]
 fn control_endpoints_reach_the_loop_and_bad_requests_are_explained() {
     let web = Web::start();
-    let r = post(&web.url("/api/model"), r#"{"model":"sonnet"}"#);
+    let r = web.post("/api/model", r#"{"model":"sonnet"}"#);
     assert_eq!(
         (r.status, r.json()["model"].clone()),
         (200, json!("sonnet"))
     );
-    assert_eq!(get(&web.url("/api/state")).json()["model"], "sonnet");
+    assert_eq!(web.get("/api/state").json()["model"], "sonnet");
     assert_eq!(web.shared.model(), "sonnet", "persisted for the next turn");
 
-    assert_eq!(post(&web.url("/api/new-session"), "").status, 200);
+    assert_eq!(web.post("/api/new-session", "").status, 200);
     assert!(web.shared.take_skip_continue());
-    assert_eq!(post(&web.url("/api/compact"), "").status, 200);
+    assert_eq!(web.post("/api/compact", "").status, 200);
     assert_eq!(web.control.recv_timeout(T).unwrap(), Control::Compact);
-    assert_eq!(post(&web.url("/api/interrupt"), "").status, 200);
+    assert_eq!(web.post("/api/interrupt", "").status, 200);
     assert_eq!(web.control.recv_timeout(T).unwrap(), Control::Interrupt);
 
     let cases: &[(&str, &str, Option<&str>, u16, &str)] = &[
@@ -141,7 +138,7 @@ fn control_endpoints_reach_the_loop_and_bad_requests_are_explained() {
         ("POST", "/", Some("{}"), 405, "GET"),
     ];
     for (method, path, body, status, says) in cases {
-        let r = call(method, &web.url(path), &[], *body);
+        let r = web.call(method, path, &[("Content-Type", "application/json")], *body);
         assert_eq!(r.status, *status, "{method} {path}: {}", r.body);
         let err = r.json()["error"].as_str().unwrap_or_default().to_string();
         assert!(err.contains(says), "{method} {path}: {err}");
@@ -153,7 +150,7 @@ fn send_goes_to_the_agent_inbox_through_the_broker() {
     let broker = Broker::start(&["ana"]);
     let sock = broker.agent_socket("ana");
     let web = Web::start_with(|_, s| s.socket = sock);
-    let r = post(&web.url("/api/send"), r#"{"body":"ship it"}"#);
+    let r = web.post("/api/send", r#"{"body":"ship it"}"#);
     assert_eq!(r.status, 200, "{}", r.body);
     let id = r.json()["id"].as_i64().expect("the stored id");
     let mut a = broker.agent("ana");
@@ -169,7 +166,7 @@ fn send_goes_to_the_agent_inbox_through_the_broker() {
     );
 
     drop(broker);
-    let r = post(&web.url("/api/send"), r#"{"body":"anyone?"}"#);
+    let r = web.post("/api/send", r#"{"body":"anyone?"}"#);
     assert_eq!(r.status, 502, "{}", r.body);
     assert!(r.body.contains("no broker"), "{}", r.body);
 }
@@ -184,29 +181,29 @@ fn turns_links_and_icon() {
     for i in 0..3 {
         stats.record(&row("ok", 1000 + i)).unwrap();
     }
-    let rows = get(&web.url("/api/turns?limit=2")).json();
+    let rows = web.get("/api/turns?limit=2").json();
     assert_eq!(rows.as_array().unwrap().len(), 2);
     assert_eq!(rows[0]["duration_ms"], 1002, "newest first");
 
-    assert_eq!(get(&web.url("/api/dashboard-links")).json(), json!([]));
+    assert_eq!(web.get("/api/dashboard-links").json(), json!([]));
     std::fs::write(
         web.state_dir().join("hyperhive-dashboard-links.json"),
         r#"[{"label":"Stats","icon":"📊","url":"http://localhost:9001/stats"},{"label":"x","url":"javascript:1"}]"#,
     )
     .unwrap();
-    let links = get(&web.url("/api/dashboard-links")).json();
+    let links = web.get("/api/dashboard-links").json();
     assert_eq!(
         links,
         json!([{"label":"Stats","icon":"📊","url":"http://localhost:9001/stats"}])
     );
 
-    let r = get(&web.url("/icon"));
+    let r = web.get("/icon");
     assert_eq!(r.header("content-type"), Some("image/svg+xml"));
     assert!(r.body.starts_with("<svg"));
     let mine = Web::start_with(|c, _| c.icon = Some(icon));
-    assert_eq!(get(&mine.url("/icon")).body, "<svg id=\"mine\"/>");
+    assert_eq!(mine.get("/icon").body, "<svg id=\"mine\"/>");
 
-    let page = get(&web.url("/"));
+    let page = web.get("/");
     assert_eq!(page.status, 200);
     assert!(page.body.contains("EventSource"));
 }
@@ -215,7 +212,7 @@ fn turns_links_and_icon() {
 fn sse_delivers_in_order_and_resumes_without_gaps_or_duplicates() {
     let web = Web::start();
     turn(&web, "hello", "hi there");
-    let mut a = Sse::connect(web.port, "/events", &[]);
+    let mut a = web.sse("/events", &[]);
     assert_eq!(a.status, 200);
     let evs = a.take(3, T);
     let kinds: Vec<String> = evs
@@ -234,7 +231,7 @@ fn sse_delivers_in_order_and_resumes_without_gaps_or_duplicates() {
     assert_eq!(a.take(1, T)[0].id, Some(4));
 
     // Resume by header and by query.
-    let mut b = Sse::connect(web.port, "/events", &[("Last-Event-ID", "2")]);
+    let mut b = web.sse("/events", &[("Last-Event-ID", "2")]);
     assert_eq!(
         b.take(2, T)
             .iter()
@@ -242,11 +239,11 @@ fn sse_delivers_in_order_and_resumes_without_gaps_or_duplicates() {
             .collect::<Vec<_>>(),
         [3, 4]
     );
-    let mut c = Sse::connect(web.port, "/events?last_event_id=3", &[]);
+    let mut c = web.sse("/events?last_event_id=3", &[]);
     assert_eq!(c.take(1, T)[0].id, Some(4));
 
     // A client from an earlier run (ids beyond ours) is told to start afresh.
-    let mut d = Sse::connect(web.port, "/events", &[("Last-Event-ID", "999")]);
+    let mut d = web.sse("/events", &[("Last-Event-ID", "999")]);
     let first = d.take(2, T);
     assert_eq!(first[0].name.as_deref(), Some("reset"));
     assert_eq!(first[1].id, Some(1));
@@ -280,7 +277,7 @@ fn a_reconnect_while_events_flow_misses_nothing_and_repeats_nothing() {
         let hdr = last.map(|l| l.to_string());
         let headers: Vec<(&str, &str)> =
             hdr.iter().map(|l| ("Last-Event-ID", l.as_str())).collect();
-        let mut s = Sse::connect(web.port, "/events", &headers);
+        let mut s = web.sse("/events", &headers);
         let want = (400 - seen.len()).min(150);
         for e in s.take(want, T) {
             seen.push(e.id.unwrap());
@@ -295,8 +292,8 @@ fn a_reconnect_while_events_flow_misses_nothing_and_repeats_nothing() {
 fn a_client_that_never_reads_slows_neither_a_fast_one_nor_the_bus() {
     let web = Web::start();
     // Connects and never reads a byte.
-    let stalled = Sse::connect(web.port, "/events", &[]);
-    let mut fast = Sse::connect(web.port, "/events", &[]);
+    let stalled = web.sse("/events", &[]);
+    let mut fast = web.sse("/events", &[]);
     wait_for(T, "both clients subscribed", || {
         (web.bus.subscriber_count() >= 3).then_some(())
     });
@@ -328,7 +325,7 @@ fn a_client_that_never_reads_slows_neither_a_fast_one_nor_the_bus() {
         Duration::from_secs(15),
         "the stalled client to be dropped",
         || {
-            let m = get(&web.url("/metrics")).body;
+            let m = web.get("/metrics").body;
             m.contains("\nhive_sse_clients 1\n").then_some(())
         },
     );
@@ -338,15 +335,15 @@ fn a_client_that_never_reads_slows_neither_a_fast_one_nor_the_bus() {
 #[test]
 fn clients_beyond_the_cap_get_a_503() {
     let web = Web::start_with(|c, _| c.sse_max_clients = 2);
-    let a = Sse::connect(web.port, "/events", &[]);
-    let _b = Sse::connect(web.port, "/events", &[]);
+    let a = web.sse("/events", &[]);
+    let _b = web.sse("/events", &[]);
     assert_eq!(a.status, 200);
-    let c = Sse::connect(web.port, "/events", &[]);
+    let c = web.sse("/events", &[]);
     assert_eq!(c.status, 503);
     drop(a);
     // The freed slot is noticed at the next write (a ping within 1 s).
     wait_for(T, "a slot to free up", || {
-        let d = Sse::connect(web.port, "/events", &[]);
+        let d = web.sse("/events", &[]);
         (d.status == 200).then_some(())
     });
 }
@@ -397,6 +394,11 @@ fn the_token_guards_every_endpoint_and_the_login_page_sets_a_cookie() {
         .next()
         .unwrap()
         .to_string();
+    // Cookies are per host, not per port: each page's carries its port.
+    assert!(
+        cookie.starts_with(&format!("hive_token_{}=", web.port)),
+        "{cookie}"
+    );
     assert_eq!(with(("Cookie", &cookie)), 200);
     let sse = Sse::connect(web.port, "/events", &[("Cookie", &cookie)]);
     assert_eq!(sse.status, 200, "EventSource works with the cookie");
@@ -433,10 +435,10 @@ fn static_paths_cannot_escape_their_root() {
     let r2 = root.clone();
     let web = Web::start_with(move |c, _| c.static_dir = Some(r2));
 
-    assert_eq!(raw_get(web.port, "/my-page.html"), (200, "mine".into()));
-    assert_eq!(raw_get(web.port, "/games/bb/").1, "<p>bitburner</p>");
+    assert_eq!(web.raw_get("/my-page.html"), (200, "mine".into()));
+    assert_eq!(web.raw_get("/games/bb/").1, "<p>bitburner</p>");
     assert!(
-        raw_get(web.port, "/").1.contains("EventSource"),
+        web.raw_get("/").1.contains("EventSource"),
         "the page wins at /"
     );
     for path in [
@@ -450,7 +452,7 @@ fn static_paths_cannot_escape_their_root() {
         "/up/secret.txt",
         "/..%5csecret.txt",
     ] {
-        let (status, body) = raw_get(web.port, path);
+        let (status, body) = web.raw_get(path);
         assert!(status == 400 || status == 404, "{path}: {status} {body}");
         assert!(!body.contains("TOPSECRET"), "{path} leaked");
     }
@@ -460,7 +462,7 @@ fn static_paths_cannot_escape_their_root() {
     std::fs::create_dir_all(&dist).unwrap();
     std::fs::write(dist.join("index.html"), "custom ui").unwrap();
     let web = Web::start_with(move |c, _| c.dist = Some(dist));
-    assert_eq!(raw_get(web.port, "/"), (200, "custom ui".into()));
+    assert_eq!(web.raw_get("/"), (200, "custom ui".into()));
 }
 
 /// Checks the Prometheus text format: HELP/TYPE comments before their samples,
@@ -533,14 +535,14 @@ fn metrics_parse_as_prometheus_text() {
         s.unread = 4;
         s.inflight = Some(9);
     });
-    let _sse = Sse::connect(web.port, "/events", &[]);
+    let _sse = web.sse("/events", &[]);
     wait_for(T, "the SSE client to count", || {
-        get(&web.url("/metrics"))
+        web.get("/metrics")
             .body
             .contains("hive_sse_clients 1\n")
             .then_some(())
     });
-    let r = get(&web.url("/metrics"));
+    let r = web.get("/metrics");
     assert!(r
         .header("content-type")
         .unwrap()
@@ -574,7 +576,7 @@ fn metrics_parse_as_prometheus_text() {
     std::thread::sleep(Duration::from_millis(300));
     web.bus.update(|s| s.rate_limited = false);
     let secs = wait_for(T, "rate-limited seconds", || {
-        let s = parse_prometheus(&get(&web.url("/metrics")).body);
+        let s = parse_prometheus(&web.get("/metrics").body);
         let x = s
             .iter()
             .find(|(k, _)| k == "hive_rate_limited_seconds_total")?
@@ -588,12 +590,9 @@ fn metrics_parse_as_prometheus_text() {
 fn a_stored_login_token_is_private_and_never_echoed() {
     let web = Web::start();
     let secret = "sk-ant-api03-VERYSECRETTOKEN";
-    let before = get(&web.url("/api/login")).json();
+    let before = web.get("/api/login").json();
     assert_eq!(before["stored_token"], false);
-    let r = post(
-        &web.url("/api/login"),
-        &json!({ "token": secret }).to_string(),
-    );
+    let r = web.post("/api/login", &json!({ "token": secret }).to_string());
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(!r.body.contains("VERYSECRET"));
     assert_eq!(web.control.recv_timeout(T).unwrap(), Control::LoginStored);
@@ -603,19 +602,19 @@ fn a_stored_login_token_is_private_and_never_echoed() {
     let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 
-    let after = get(&web.url("/api/login"));
+    let after = web.get("/api/login");
     assert_eq!(after.json()["stored_token"], true);
     for path in ["/api/login", "/api/state", "/metrics"] {
-        assert!(!get(&web.url(path)).body.contains("VERYSECRET"), "{path}");
+        assert!(!web.get(path).body.contains("VERYSECRET"), "{path}");
     }
-    let mut sse = Sse::connect(web.port, "/events", &[]);
+    let mut sse = web.sse("/events", &[]);
     let events = sse.take(1, T);
     assert!(events.iter().all(|e| !e.data.contains("VERYSECRET")));
 
-    let bad = post(&web.url("/api/login"), r#"{"token":"two words"}"#);
+    let bad = web.post("/api/login", r#"{"token":"two words"}"#);
     assert_eq!(bad.status, 400);
     assert!(!bad.body.contains("two words"));
-    let bad = post(&web.url("/api/login"), r#"{"token":123456789}"#);
+    let bad = web.post("/api/login", r#"{"token":123456789}"#);
     assert_eq!(bad.status, 400);
     assert!(!bad.body.contains("123456789"));
     let _: Value = bad.json();
@@ -624,7 +623,7 @@ fn a_stored_login_token_is_private_and_never_echoed() {
 #[test]
 fn shutdown_ends_the_streams_and_frees_the_port() {
     let mut web = Web::start();
-    let mut sse = Sse::connect(web.port, "/events", &[]);
+    let mut sse = web.sse("/events", &[]);
     web.bus.note("before");
     assert_eq!(sse.take(1, T)[0].id, Some(1));
     let started = Instant::now();
@@ -639,5 +638,27 @@ fn shutdown_ends_the_streams_and_frees_the_port() {
         std::net::TcpStream::connect(("127.0.0.1", web.port))
             .is_err()
             .then_some(())
+    });
+}
+
+#[test]
+fn a_live_stream_outlives_the_read_timeout_and_a_closed_one_frees_its_slot_at_once() {
+    let web = Web::start_with(|c, _| {
+        c.timeouts.read = Duration::from_secs(1);
+        c.sse_ping = Duration::from_secs(30);
+        c.sse_max_clients = 1;
+    });
+    let mut s = web.sse("/events", &[]);
+    assert_eq!(s.status, 200);
+    // Past the read timeout the connection's reading side gives up on a next
+    // request; the stream must go on.
+    std::thread::sleep(Duration::from_millis(2500));
+    web.bus.note("still here");
+    let e = s.take(1, T);
+    assert!(e[0].data.contains("still here"), "{:?}", e[0]);
+    // A client that hangs up frees its slot long before the next ping (30 s).
+    drop(s);
+    wait_for(Duration::from_secs(5), "the slot to be freed", || {
+        (web.sse("/events", &[]).status == 200).then_some(())
     });
 }

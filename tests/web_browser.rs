@@ -76,7 +76,7 @@ fn the_page_follows_a_turn_live_takes_commands_and_fits_a_phone() {
     .unwrap();
     web.bus.note("harness started");
     let d = Driver::start(&chromium, &chromedriver);
-    d.goto(&web.url("/"));
+    common::web::browser_login(&d, &web.page());
     wait_for(T, "the page to connect to /events", || {
         (d.js("return document.body.dataset.live === '1'") == true).then_some(())
     });
@@ -157,19 +157,13 @@ fn a_hive_wake_makes_a_turn_appear_live_on_a_running_harness() {
     let h = Harness::start(&b, "ana", &[]);
     h.fake.wait_count(1);
     wait_drained(&b, "ana");
-    let port: u16 = wait_for(T, "the port file", || {
-        std::fs::read_to_string(h.state_dir().join("hyperhive-port"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    });
+    let page = common::web::Page::of(&h.state_dir());
     h.fake.step(
         2,
         r#"init; say "The deploy finished without errors"; result_ok done; exit 0"#,
     );
     let d = Driver::start(&chromium, &chromedriver);
-    d.goto(&format!("http://127.0.0.1:{port}/"));
+    common::web::browser_login(&d, &page);
     wait_for(T, "the page to connect", || {
         (d.js("return document.body.dataset.live === '1'") == true).then_some(())
     });
@@ -190,7 +184,7 @@ fn a_hive_wake_makes_a_turn_appear_live_on_a_running_harness() {
     });
     d.type_into("#input", "/model sonnet\u{E007}");
     wait_for(T, "/model sonnet to reach the harness", || {
-        common::web::get(&format!("http://127.0.0.1:{port}/api/state"))
+        page.get("/api/state")
             .json()
             .get("model")
             .filter(|m| *m == "sonnet")

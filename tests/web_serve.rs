@@ -6,45 +6,37 @@
 mod common;
 
 use common::hive::*;
-use common::web::{get, post, Sse};
+use common::web::Page;
 use serde_json::Value;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(20);
 
-fn port(h: &Harness) -> u16 {
-    let f = h.state_dir().join("hyperhive-port");
-    wait_for(T, "the port file", || {
-        std::fs::read_to_string(&f).ok()?.trim().parse().ok()
-    })
+fn state(p: &Page) -> Value {
+    p.get("/api/state").json()
 }
 
-fn url(port: u16, path: &str) -> String {
-    format!("http://127.0.0.1:{port}{path}")
-}
-
-fn state(port: u16) -> Value {
-    get(&url(port, "/api/state")).json()
-}
-
-fn started(agent: &str) -> (Broker, Harness, u16) {
+/// A harness whose page is found as a script finds it: the port and the
+/// generated token from its state dir.
+fn started(agent: &str) -> (Broker, Harness, Page) {
     let b = Broker::start(&[agent]);
     let h = Harness::start(&b, agent, &[]);
     h.fake.wait_count(1);
     wait_drained(&b, agent);
-    let p = port(&h);
+    let p = Page::of(&h.state_dir());
+    assert!(p.token.is_some(), "hive serve wrote no web-token");
     (b, h, p)
 }
 
 #[test]
 fn state_follows_the_turn_loop() {
     let (b, h, p) = started("ana");
-    let s = state(p);
+    let s = state(&p);
     assert_eq!(s["label"], "ana");
     assert_eq!(s["model"], "haiku");
     assert_eq!(s["online"], true);
     wait_for(T, "idle", || {
-        (state(p)["turn_state"] == "idle").then_some(())
+        (state(&p)["turn_state"] == "idle").then_some(())
     });
     h.fake.step(
         2,
@@ -52,14 +44,14 @@ fn state_follows_the_turn_loop() {
     );
     operator_send(&b, "ana", "think hard");
     wait_for(T, "thinking", || {
-        let s = state(p);
+        let s = state(&p);
         (s["turn_state"] == "thinking" && s["inflight"].is_number()).then_some(())
     });
     wait_for(T, "idle again", || {
-        let s = state(p);
+        let s = state(&p);
         (s["turn_state"] == "idle" && s["last_outcome"] == "ok").then_some(s)
     });
-    let s = state(p);
+    let s = state(&p);
     assert_eq!(s["context_tokens"], 50000);
     assert_eq!(s["context_window_tokens"], 200000);
     assert_eq!(s["context_percent"], 25.0);
@@ -69,7 +61,7 @@ fn state_follows_the_turn_loop() {
 #[test]
 fn sse_carries_a_turn_in_order() {
     let (b, h, p) = started("ana");
-    let mut sse = Sse::connect(p, "/events", &[]);
+    let mut sse = p.sse("/events", &[]);
     assert_eq!(sse.status, 200);
     // The replayed history (the kick turn) is skipped until our turn starts.
     h.fake
@@ -114,17 +106,17 @@ fn sse_carries_a_turn_in_order() {
 fn control_endpoints_reach_the_loop() {
     let (b, h, p) = started("ana");
     // send: a message from the operator through the broker.
-    let r = post(&url(p, "/api/send"), r#"{"body":"from the page"}"#);
+    let r = p.post("/api/send", r#"{"body":"from the page"}"#);
     assert_eq!(r.status, 200, "{}", r.body);
     h.fake.wait_count(2);
     wait_drained(&b, "ana");
     assert!(h.fake.stdin(2).contains("from the page"));
     // model: the next turn uses it.
-    let r = post(&url(p, "/api/model"), r#"{"model":"sonnet"}"#);
+    let r = p.post("/api/model", r#"{"model":"sonnet"}"#);
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(state(p)["model"], "sonnet");
+    assert_eq!(state(&p)["model"], "sonnet");
     // new-session: the next invocation drops --continue, the one after resumes.
-    assert_eq!(post(&url(p, "/api/new-session"), "{}").status, 200);
+    assert_eq!(p.post("/api/new-session", "{}").status, 200);
     operator_send(&b, "ana", "fresh");
     h.fake.wait_count(3);
     wait_drained(&b, "ana");
@@ -148,12 +140,12 @@ fn compact_is_queued_behind_a_running_turn_and_interrupt_stops_one() {
     h.fake.step(3, "compact_ok 50000 1000");
     operator_send(&b, "ana", "slow one");
     h.fake.wait_count(2);
-    assert_eq!(post(&url(p, "/api/compact"), "{}").status, 200);
+    assert_eq!(p.post("/api/compact", "{}").status, 200);
     // The compaction waits for the turn: never two claude processes at once.
     h.fake.wait_count(3);
     assert_eq!(h.fake.stdin(3).trim(), "/compact");
     wait_for(T, "idle", || {
-        (state(p)["turn_state"] == "idle").then_some(())
+        (state(&p)["turn_state"] == "idle").then_some(())
     });
 
     // Interrupt: SIGINT reaches claude, which reports aborted_tools.
@@ -161,13 +153,13 @@ fn compact_is_queued_behind_a_running_turn_and_interrupt_stops_one() {
     operator_send(&b, "ana", "stop me");
     h.fake.wait_count(4);
     wait_for(T, "thinking", || {
-        (state(p)["turn_state"] == "thinking").then_some(())
+        (state(&p)["turn_state"] == "thinking").then_some(())
     });
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(post(&url(p, "/api/interrupt"), "{}").status, 200);
+    assert_eq!(p.post("/api/interrupt", "{}").status, 200);
     wait_drained(&b, "ana");
     let s = wait_for(T, "the interrupted outcome", || {
-        let s = state(p);
+        let s = state(&p);
         s["last_outcome"]
             .as_str()
             .is_some_and(|o| o.starts_with("interrupted"))

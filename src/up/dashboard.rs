@@ -1,28 +1,48 @@
 //! The operator dashboard of `hive up`: one embedded page (`dashboard.html`, no
-//! build step, no CDN) and a small JSON API on tiny_http, bound to 127.0.0.1 by
-//! default and guarded by a token when exposed (the agent page's `auth` logic).
-//! It speaks to the broker as the operator, over the host socket, like the
-//! operator commands do, and reads each agent's own page for its live badges.
-//! `GET /events` streams the whole hive snapshot whenever it changes (SSE,
-//! headers written by hand, one writer thread per client, capped). Documented
-//! in `docs/fleet.md`.
+//! build step, no CDN) and a small JSON API, as a route table on the web
+//! servers' shared core (`web::server`: bounded tiny_http, socket timeouts, the
+//! guard before every route). It is bound to 127.0.0.1 by default and wants a
+//! token: `HIVE_DASHBOARD_TOKEN`, else one generated into `DATA/dashboard-token`;
+//! `hive up` prints a one-time login link instead of the token. It speaks to
+//! the broker as the operator, over the host socket, like the operator
+//! commands do, and reads each agent's own page with that agent's token for
+//! its live badges; its agent links log the browser in to the agent page.
+//! One producer thread builds the hive snapshot once per tick while live
+//! clients are connected and every `GET /events` stream sends that same
+//! string (bounded in size: long texts are cut with a marker). Documented in
+//! `docs/fleet.md`.
 
-use crate::web::auth;
+use crate::web::auth::{self, OneTimeCodes};
+use crate::web::guard::{Guard, Names};
 use crate::web::http::{self, Reply};
-use crate::wire::{Client, Request};
+use crate::web::server::{self, Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
+use crate::web::{auth_switch, host_list, sse};
+use crate::wire::{self, Client, Request};
+use crossbeam_channel::{select, Receiver, Sender};
 use serde_json::{json, Value};
-use std::io::Write;
+use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
-use tiny_http::Server;
+use std::time::Duration;
 
 const PAGE: &str = include_str!("dashboard.html");
 const WORKERS: usize = 4;
 const MAX_SSE_CLIENTS: usize = 16;
+const MAX_SSE_PER_PEER: usize = 8;
+/// The file the generated token is kept in, under DATA.
+pub const TOKEN_FILE: &str = "dashboard-token";
+/// How long a printed login link works.
+pub const LINK_TTL: Duration = Duration::from_secs(10 * 60);
+/// Texts in the snapshot longer than this are cut (the whole message is one
+/// `GET /api/message?id=N` away).
+const CUT_BYTES: usize = 16 * 1024;
+/// Entries of a list in the snapshot (questions, approvals).
+const LIST_MAX: usize = 200;
+/// The largest agent icon the dashboard passes on.
+const ICON_BYTES: u64 = 256 * 1024;
 
 /// The dashboard's settings (`HIVE_DASHBOARD_*`).
 #[derive(Debug, Clone, PartialEq)]
@@ -30,217 +50,373 @@ pub struct DashConfig {
     pub bind: IpAddr,
     /// 0 picks a free port; the bound one is written to `DATA/dashboard-port`.
     pub port: u16,
+    /// `HIVE_DASHBOARD_TOKEN`; without it one is generated into
+    /// `DATA/dashboard-token`.
     pub token: Option<String>,
-    /// How often a live client's snapshot is re-read.
+    /// `HIVE_DASHBOARD_AUTH=off` sets this to false: no token at all.
+    pub auth: bool,
+    /// `HIVE_DASHBOARD_HOSTS`: more names the dashboard answers to.
+    pub hosts: Vec<String>,
+    /// How often the live snapshot is rebuilt while clients watch.
     pub poll: Duration,
+    /// The web servers' socket timeouts (`HIVE_WEB_READ_TIMEOUT_SECS`,
+    /// `HIVE_WEB_SEND_TIMEOUT_SECS`).
+    pub timeouts: Timeouts,
 }
 
 impl DashConfig {
     pub fn from_env() -> Result<DashConfig, String> {
-        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        DashConfig::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the variables through `get`; a bad value is an error naming it.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<DashConfig, String> {
+        let get = |k: &str| {
+            get(k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         let bind = match get("HIVE_DASHBOARD_BIND") {
             None => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            Some(b) => b.trim().parse().map_err(|_| {
+            Some(b) => b.parse().map_err(|_| {
                 format!("HIVE_DASHBOARD_BIND={b:?} is not an IP address (e.g. 127.0.0.1)")
             })?,
         };
         let port = match get("HIVE_DASHBOARD_PORT") {
             None => 0,
             Some(p) => p
-                .trim()
                 .parse()
                 .map_err(|_| format!("HIVE_DASHBOARD_PORT={p:?} is not a port"))?,
         };
         let poll = match get("HIVE_DASHBOARD_POLL_MS") {
             None => 1000,
             Some(p) => p
-                .trim()
                 .parse::<u64>()
                 .map_err(|_| format!("HIVE_DASHBOARD_POLL_MS={p:?} is not a whole number"))?
                 .max(50),
         };
-        let token = get("HIVE_DASHBOARD_TOKEN");
-        if !bind.is_loopback() && token.is_none() {
-            return Err(format!(
-                "HIVE_DASHBOARD_BIND={bind} exposes the operator dashboard beyond this host; \
-                 set HIVE_DASHBOARD_TOKEN to a secret, or bind to 127.0.0.1"
-            ));
-        }
-        Ok(DashConfig {
+        let cfg = DashConfig {
             bind,
             port,
-            token,
+            token: get("HIVE_DASHBOARD_TOKEN"),
+            auth: auth_switch("HIVE_DASHBOARD_AUTH", get("HIVE_DASHBOARD_AUTH"))?,
+            hosts: host_list(get("HIVE_DASHBOARD_HOSTS")),
             poll: Duration::from_millis(poll),
-        })
+            timeouts: Timeouts::from_lookup(&get)?,
+        };
+        cfg.check()?;
+        Ok(cfg)
     }
+
+    /// Refuses an exposed bind without the operator's token, and a token
+    /// together with `HIVE_DASHBOARD_AUTH=off`.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.auth && self.token.is_some() {
+            return Err(
+                "HIVE_DASHBOARD_AUTH=off and HIVE_DASHBOARD_TOKEN are both set; unset one of them"
+                    .into(),
+            );
+        }
+        if !self.bind.is_loopback() && (self.token.is_none() || !self.auth) {
+            return Err(format!(
+                "HIVE_DASHBOARD_BIND={} exposes the operator dashboard beyond this host; \
+                 set HIVE_DASHBOARD_TOKEN to a secret (and leave HIVE_DASHBOARD_AUTH on), \
+                 or bind to 127.0.0.1",
+                self.bind
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The latest snapshot, as the frame every live client sends.
+#[derive(Default)]
+struct Feed {
+    latest: Mutex<Option<(u64, Arc<str>)>>,
+    changed: Condvar,
+}
+
+/// What a new live client tells the producer.
+enum FeedCmd {
+    /// Build a snapshot now (there may be none yet).
+    Wake,
 }
 
 struct App {
     host_socket: PathBuf,
+    data: PathBuf,
     cfg: DashConfig,
-    stop: Arc<AtomicBool>,
-    clients: Arc<AtomicUsize>,
+    codes: OneTimeCodes,
+    stream: sse::Params,
+    feed: Arc<Feed>,
+    wake: Sender<FeedCmd>,
     http: ureq::Agent,
 }
 
 /// The running dashboard; dropping it stops the workers.
 pub struct Dashboard {
     pub port: u16,
+    site: Arc<Site<App>>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+}
+
+impl Dashboard {
+    /// A one-time login link for the operator (None with authentication off).
+    pub fn login_link(&self) -> Result<Option<String>, String> {
+        let base = self.base_url();
+        if self.site.guard.token().is_none() {
+            return Ok(None);
+        }
+        let code = self.site.app.codes.issue()?;
+        Ok(Some(format!("{base}login?code={code}")))
+    }
+
+    /// `http://ADDR:PORT/`, with a loopback address for a wildcard bind.
+    pub fn base_url(&self) -> String {
+        let ip = match self.site.app.cfg.bind {
+            b if b.is_unspecified() || b.is_loopback() => match b {
+                IpAddr::V6(_) if !b.is_unspecified() => "[::1]".to_string(),
+                _ => "127.0.0.1".to_string(),
+            },
+            IpAddr::V6(v6) => format!("[{v6}]"),
+            IpAddr::V4(v4) => v4.to_string(),
+        };
+        format!("http://{ip}:{}/", self.port)
+    }
+
+    /// Where the token is, for the operator.
+    pub fn token_hint(&self) -> String {
+        match (&self.site.app.cfg.token, self.site.guard.token()) {
+            (_, None) => "no token: HIVE_DASHBOARD_AUTH=off".into(),
+            (Some(_), Some(_)) => "HIVE_DASHBOARD_TOKEN".into(),
+            (None, Some(_)) => self.site.app.data.join(TOKEN_FILE).display().to_string(),
+        }
+    }
 }
 
 impl Drop for Dashboard {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        // The producer may be waiting out a long poll interval.
+        let _ = self.site.app.wake.send(FeedCmd::Wake);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
 }
 
-/// Binds the dashboard and starts its workers.
-pub fn start(host_socket: PathBuf, cfg: DashConfig) -> Result<Dashboard, String> {
-    let addr = SocketAddr::new(cfg.bind, cfg.port);
-    let server = Arc::new(Server::http(addr).map_err(|e| {
-        format!("cannot listen on {addr} for the dashboard: {e} (set HIVE_DASHBOARD_PORT)")
-    })?);
-    let port = server
-        .server_addr()
-        .to_ip()
-        .map(|a| a.port())
-        .ok_or("the dashboard is not on an IP socket")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let app = Arc::new(App {
-        host_socket,
-        cfg,
-        stop: stop.clone(),
-        clients: Arc::new(AtomicUsize::new(0)),
-        http: ureq::AgentBuilder::new()
-            .timeout(Duration::from_millis(500))
-            .build(),
-    });
-    let mut threads = Vec::new();
-    for i in 0..WORKERS {
-        let (server, app) = (server.clone(), app.clone());
-        let t = std::thread::Builder::new()
-            .name(format!("dashboard-{i}"))
-            .spawn(move || {
-                while !app.stop.load(Ordering::Relaxed) {
-                    match server.recv_timeout(Duration::from_millis(200)) {
-                        Ok(Some(req)) => handle(&app, req),
-                        Ok(None) => {}
-                        Err(e) => log::debug!("dashboard: a connection failed: {e}"),
-                    }
-                }
-            })
-            .map_err(|e| format!("cannot start a dashboard thread: {e}"))?;
-        threads.push(t);
+/// The dashboard's token: the operator's, none with auth off, else the one in
+/// `DATA/dashboard-token` (generated at first start).
+fn resolve_token(cfg: &DashConfig, data: &FsPath) -> Result<Option<String>, String> {
+    let file = data.join(TOKEN_FILE);
+    if cfg.token.is_none() && cfg.auth {
+        return auth::load_or_create(&file).map(Some);
     }
+    if std::fs::remove_file(&file).is_ok() {
+        log::info!(
+            "removed {}: the dashboard's token comes from the environment",
+            file.display()
+        );
+    }
+    Ok(cfg.token.clone().filter(|_| cfg.auth))
+}
+
+/// Binds the dashboard and starts its workers and its snapshot producer.
+/// `data` is `hive up`'s data dir (the token file, the agents' state dirs).
+pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Dashboard, String> {
+    cfg.check()?;
+    let listener = server::bind(
+        SocketAddr::new(cfg.bind, cfg.port),
+        cfg.timeouts,
+        "the dashboard",
+        "set HIVE_DASHBOARD_PORT",
+    )?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the dashboard's address: {e}"))?
+        .port();
+    let token = resolve_token(&cfg, data)?;
+    let guard = Guard::new(
+        Names {
+            what: "the operator dashboard",
+            token_hint: "HIVE_DASHBOARD_TOKEN, or DATA/dashboard-token",
+            hosts_var: "HIVE_DASHBOARD_HOSTS",
+        },
+        cfg.bind,
+        port,
+        &cfg.hosts,
+        token,
+        format!("hive_dashboard_{port}"),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let (wake, woken) = crossbeam_channel::unbounded();
+    let body_time = cfg.timeouts.read;
+    let site = Arc::new(Site {
+        app: App {
+            host_socket,
+            data: data.to_path_buf(),
+            codes: OneTimeCodes::new(LINK_TTL),
+            stream: sse::Params {
+                slots: sse::Slots::new(
+                    MAX_SSE_CLIENTS,
+                    MAX_SSE_PER_PEER,
+                    ("the dashboard's 16", "the dashboard's 8 per address"),
+                ),
+                ping: Duration::from_secs(15),
+                stop: stop.clone(),
+            },
+            feed: Arc::new(Feed::default()),
+            wake,
+            http: ureq::AgentBuilder::new()
+                .timeout(Duration::from_millis(500))
+                .redirects(0)
+                .build(),
+            cfg,
+        },
+        guard,
+        routes: ROUTES,
+        body_time,
+    });
+    let mut threads = server::start("dashboard", listener, site.clone(), WORKERS, &stop)?;
+    let (s, st) = (site.clone(), stop.clone());
+    let t = std::thread::Builder::new()
+        .name("dashboard-feed".into())
+        .spawn(move || produce(&s.app, &woken, &st))
+        .map_err(|e| format!("cannot start the dashboard's snapshot thread: {e}"))?;
+    threads.push(t);
     Ok(Dashboard {
         port,
+        site,
         stop,
         threads,
     })
 }
 
-fn handle(app: &Arc<App>, mut req: tiny_http::Request) {
-    let url = req.url().to_string();
-    let (path, _query) = http::split_url(&url);
-    let path = path.to_string();
-    let method = req.method().as_str().to_ascii_uppercase();
-    let token = app.cfg.token.as_deref();
-    if path != "/login" && !auth::authorized(token, &req) {
-        let reply = refuse(&req, &path);
-        let _ = req.respond(reply.into_response());
-        return;
-    }
-    if path == "/events" && method == "GET" {
-        events(app, req);
-        return;
-    }
-    let body = match http::post_body(&mut req, &method) {
-        Ok(b) => b,
-        Err(r) => {
-            let _ = req.respond(r.into_response());
-            return;
-        }
-    };
-    let reply = route(app, &method, &path, &body);
-    if let Err(e) = req.respond(reply.into_response()) {
-        log::debug!("dashboard: {method} {path}: the client went away: {e}");
-    }
-}
-
-/// A request without the token: a browser asking for the page goes to the login
-/// page, anything else gets a 401 saying what to send.
-fn refuse(req: &tiny_http::Request, path: &str) -> Reply {
-    let wants_html = http::header_value(req, "Accept").is_some_and(|a| a.contains("text/html"));
-    if wants_html && req.method().as_str() == "GET" && !path.starts_with("/api/") {
-        return Reply::redirect("/login");
-    }
-    Reply::error(
-        401,
-        "the operator dashboard wants its token: send `Authorization: Bearer \
-         <HIVE_DASHBOARD_TOKEN>` or `X-Hive-Token`, or log in at /login",
-    )
-    .header("WWW-Authenticate", "Bearer")
-}
-
-fn route(app: &App, method: &str, path: &str, body: &[u8]) -> Reply {
-    match (method, path) {
-        ("GET", "/") | ("GET", "/index.html") => {
-            Reply::new(200, "text/html; charset=utf-8", PAGE).header("Cache-Control", "no-store")
-        }
-        (_, "/login") => auth::login(app.cfg.token.as_deref(), method, body),
-        ("GET", "/api/hive") => Reply::json(200, &snapshot(app)),
-        ("POST", "/api/send") => call(app, body, |v| {
+/// Every endpoint of the dashboard. The guard runs before any of them
+/// ([`server::dispatch`]); `docs/fleet.md` documents each.
+static ROUTES: &[Route<App>] = &[
+    get("/", |_, _| page()),
+    get("/index.html", |_, _| page()),
+    Route {
+        method: Method::Get,
+        path: Path::Exact("/login"),
+        access: Access::Login,
+        handler: Handler::Reply(|a, c| {
+            auth::login(c.guard, Some(&a.codes), false, c.query, &c.body)
+        }),
+    },
+    Route {
+        method: Method::Post,
+        path: Path::Exact("/login"),
+        access: Access::Login,
+        handler: Handler::Reply(|a, c| {
+            auth::login(c.guard, Some(&a.codes), true, c.query, &c.body)
+        }),
+    },
+    get("/api/hive", |a, _| hive(a)),
+    get("/api/message", message),
+    Route {
+        method: Method::Get,
+        path: Path::Exact("/events"),
+        access: Access::Token,
+        handler: Handler::Stream(events),
+    },
+    Route {
+        method: Method::Get,
+        path: Path::Prefix("/agent/"),
+        access: Access::Token,
+        handler: Handler::Reply(agent_link),
+    },
+    post("/api/send", |a, c| {
+        call(a, &c.body, |v| {
+            let body = str_field(v, "body")?;
+            if body.trim().is_empty() {
+                return Err("field \"body\" is empty; write a message".into());
+            }
+            if body.len() > wire::MAX_BODY {
+                return Err(format!(
+                    "field \"body\" is {} bytes; a message may have at most {} bytes",
+                    body.len(),
+                    wire::MAX_BODY
+                ));
+            }
             Ok(Request::Send {
                 to: str_field(v, "to")?,
-                body: str_field(v, "body")?,
+                body,
                 in_reply_to: v.get("in_reply_to").and_then(Value::as_i64),
             })
-        }),
-        ("POST", "/api/answer") => call(app, body, |v| {
+        })
+    }),
+    post("/api/answer", |a, c| {
+        call(a, &c.body, |v| {
             Ok(Request::Answer {
                 id: int_field(v, "id")?,
                 answer: str_field(v, "answer")?,
             })
-        }),
-        ("POST", "/api/approve") => call(app, body, |v| {
+        })
+    }),
+    post("/api/approve", |a, c| {
+        call(a, &c.body, |v| {
             Ok(Request::Approve {
                 id: int_field(v, "id")?,
             })
-        }),
-        ("POST", "/api/deny") => call(app, body, |v| {
+        })
+    }),
+    post("/api/deny", |a, c| {
+        call(a, &c.body, |v| {
             Ok(Request::Deny {
                 id: int_field(v, "id")?,
                 why: v.get("why").and_then(Value::as_str).map(str::to_string),
             })
-        }),
-        ("POST", "/api/read") => call(app, body, |v| {
+        })
+    }),
+    post("/api/read", |a, c| {
+        call(a, &c.body, |v| {
             let ids = v
                 .get("ids")
                 .and_then(Value::as_array)
                 .and_then(|a| a.iter().map(Value::as_i64).collect::<Option<Vec<i64>>>())
                 .ok_or("send the ids of the messages the page showed: {\"ids\":[1,2]}")?;
             Ok(Request::InboxAck { ids })
-        }),
-        ("POST", "/api/permissions") => call(app, body, |v| {
+        })
+    }),
+    post("/api/permissions", |a, c| {
+        call(a, &c.body, |v| {
             Ok(Request::SetPermissions {
                 agent: str_field(v, "agent")?,
                 tool_groups: list_field(v, "tool_groups")?,
                 capabilities: list_field(v, "capabilities")?,
             })
-        }),
-        (_, "/" | "/api/hive" | "/events") => Reply::method_not_allowed(&["GET"]),
-        (
-            _,
-            "/api/send" | "/api/answer" | "/api/approve" | "/api/deny" | "/api/read"
-            | "/api/permissions",
-        ) => Reply::method_not_allowed(&["POST"]),
-        _ => Reply::not_found(),
+        })
+    }),
+];
+
+const fn get(path: &'static str, f: fn(&App, &Ctx<'_>) -> Reply) -> Route<App> {
+    Route {
+        method: Method::Get,
+        path: Path::Exact(path),
+        access: Access::Token,
+        handler: Handler::Reply(f),
     }
+}
+
+const fn post(path: &'static str, f: fn(&App, &Ctx<'_>) -> Reply) -> Route<App> {
+    Route {
+        method: Method::Post,
+        path: Path::Exact(path),
+        access: Access::Token,
+        handler: Handler::Reply(f),
+    }
+}
+
+fn page() -> Reply {
+    Reply::new(200, "text/html; charset=utf-8", PAGE).header("Cache-Control", "no-store")
+}
+
+/// `GET /api/hive`: a fresh snapshot.
+fn hive(app: &App) -> Reply {
+    Reply::json(200, &snapshot(app))
 }
 
 fn str_field(v: &Value, k: &str) -> Result<String, String> {
@@ -268,9 +444,10 @@ fn list_field(v: &Value, k: &str) -> Result<Vec<String>, String> {
         .ok_or_else(|| format!("missing array field {k:?}"))
 }
 
-/// Parses the JSON body, builds the request and forwards it as the operator.
+/// Parses the JSON body (a key twice is refused), builds the request and
+/// forwards it as the operator; the broker's refusal is shown as it is.
 fn call(app: &App, body: &[u8], make: impl FnOnce(&Value) -> Result<Request, String>) -> Reply {
-    let v: Value = match serde_json::from_slice(body) {
+    let v = match http::strict_json(body) {
         Ok(v) => v,
         Err(e) => return Reply::error(400, format!("the body must be JSON: {e}")),
     };
@@ -294,7 +471,167 @@ fn host(app: &App) -> Result<Client, String> {
     Ok(c)
 }
 
-/// The whole hive as the page draws it.
+/// True for a name that can be a directory under `DATA/agents`.
+fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+/// The token of `name`'s page: its fleet entry's `HIVE_WEB_TOKEN`, else the
+/// one its harness generated (`DATA/agents/NAME/state/web-token`), else the
+/// one every agent inherits from `hive up`.
+fn agent_token(app: &App, name: &str, supervision: &Value) -> Option<String> {
+    let nonblank = |t: String| (!t.trim().is_empty()).then(|| t.trim().to_string());
+    supervision["applied"]["env"]["HIVE_WEB_TOKEN"]
+        .as_str()
+        .map(str::to_string)
+        .and_then(nonblank)
+        .or_else(|| {
+            plain_name(name)
+                .then(|| app.data.join("agents").join(name).join("state"))
+                .and_then(|d| std::fs::read_to_string(d.join(crate::web::TOKEN_FILE)).ok())
+                .and_then(nonblank)
+        })
+        .or_else(|| std::env::var("HIVE_WEB_TOKEN").ok().and_then(nonblank))
+}
+
+/// The supervision row of `name`.
+fn supervision_of(app: &App, name: &str) -> Result<Value, String> {
+    let mut c = host(app)?;
+    let sup = c
+        .call(&Request::Supervision {})
+        .map_err(|e| e.to_string())?;
+    sup.get("agents")
+        .and_then(Value::as_array)
+        .and_then(|rows| rows.iter().find(|s| s["name"] == name).cloned())
+        .ok_or_else(|| format!("no agent {:?} in this hive", http::prefix(name)))
+}
+
+/// `GET /agent/NAME/open` logs the browser in to NAME's page (its cookie for
+/// this host: cookies are per host, not per port) and goes there;
+/// `GET /agent/NAME/icon` passes NAME's icon on.
+fn agent_link(app: &App, c: &Ctx<'_>) -> Reply {
+    let rest = c.path.trim_start_matches("/agent/");
+    let Some((name, what)) = rest.split_once('/') else {
+        return Reply::not_found();
+    };
+    if what != "open" && what != "icon" {
+        return Reply::not_found();
+    }
+    let sup = match supervision_of(app, name) {
+        Ok(s) => s,
+        Err(e) => return Reply::error(404, e),
+    };
+    let Some(port) = sup["port"].as_u64().and_then(|p| u16::try_from(p).ok()) else {
+        return Reply::error(
+            404,
+            format!("{name} has no page yet (see DATA/logs/{name}.log)"),
+        );
+    };
+    let token = agent_token(app, name, &sup);
+    if what == "icon" {
+        return agent_icon(app, port, token.as_deref());
+    }
+    let host_name = match c.host.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => c.host,
+    };
+    let reply = Reply::redirect(&format!("http://{host_name}:{port}/"));
+    match token {
+        Some(t) => reply.header(
+            "Set-Cookie",
+            auth::cookie_header(&format!("hive_token_{port}"), &t),
+        ),
+        None => reply,
+    }
+}
+
+fn agent_icon(app: &App, port: u16, token: Option<&str>) -> Reply {
+    let mut r = app.http.get(&format!("http://127.0.0.1:{port}/icon"));
+    if let Some(t) = token {
+        r = r.set("X-Hive-Token", t);
+    }
+    let mut svg = Vec::new();
+    let read = r.call().map_err(|e| e.to_string()).and_then(|resp| {
+        resp.into_reader()
+            .take(ICON_BYTES)
+            .read_to_end(&mut svg)
+            .map_err(|e| e.to_string())
+    });
+    if let Err(e) = read {
+        return Reply::error(502, format!("cannot read the agent's icon: {e}"));
+    }
+    // The SVG is the agent's: it may not run anything in the dashboard's origin.
+    Reply::new(200, "image/svg+xml", svg)
+        .header(
+            "Content-Security-Policy",
+            "default-src 'none'; style-src 'unsafe-inline'; sandbox",
+        )
+        .header("Cache-Control", "max-age=300")
+}
+
+/// `GET /api/message?id=N`: one unread operator message whole (the snapshot
+/// cuts long ones).
+fn message(app: &App, c: &Ctx<'_>) -> Reply {
+    let Some(id) = http::form_value(c.query, "id").and_then(|v| v.parse::<i64>().ok()) else {
+        return Reply::error(400, "give the message's id: /api/message?id=N");
+    };
+    let page = host(app).and_then(|mut h| {
+        h.call(&Request::Inbox {
+            wait_seconds: None,
+            peek: true,
+            after: Some(id.saturating_sub(1)),
+        })
+        .map_err(|e| e.to_string())
+    });
+    match page {
+        Err(e) => Reply::error(502, e),
+        Ok(p) => match p
+            .get("messages")
+            .and_then(Value::as_array)
+            .and_then(|m| m.iter().find(|m| m["id"] == id))
+        {
+            Some(m) => Reply::json(200, m),
+            None => Reply::error(404, format!("no unread operator message #{id}")),
+        },
+    }
+}
+
+/// Cuts `s` to [`CUT_BYTES`] (on a character boundary) with a marker; true when
+/// it did.
+fn cut(s: &mut String) -> bool {
+    if s.len() <= CUT_BYTES {
+        return false;
+    }
+    let mut end = CUT_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let rest = s.len() - end;
+    s.truncate(end);
+    s.push_str(&format!("… [cut: {rest} more bytes]"));
+    true
+}
+
+/// Cuts every long text in `v`.
+fn bound(v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            cut(s);
+        }
+        Value::Array(a) => a.iter_mut().for_each(bound),
+        Value::Object(m) => m.values_mut().for_each(bound),
+        _ => {}
+    }
+}
+
+/// The whole hive as the page draws it, bounded in size: the inbox is one page
+/// of the broker's (`wire::PAGE_BYTES`), long texts are cut (a cut message is
+/// marked `cut`), lists keep [`LIST_MAX`] entries.
 fn snapshot(app: &App) -> Value {
     let mut c = match host(app) {
         Ok(c) => c,
@@ -327,12 +664,7 @@ fn snapshot(app: &App) -> Value {
         card["supervision"] = s.clone();
         if let Some(port) = s["port"].as_u64() {
             let base = format!("http://127.0.0.1:{port}");
-            // The agent's own token, else the one every agent inherits from hive up.
-            let token = s["applied"]["env"]["HIVE_WEB_TOKEN"]
-                .as_str()
-                .map(str::to_string)
-                .or_else(|| std::env::var("HIVE_WEB_TOKEN").ok())
-                .filter(|t| !t.trim().is_empty());
+            let token = agent_token(app, &name, &s);
             let fetch = |path: &str| -> Value {
                 let mut r = app.http.get(&format!("{base}{path}"));
                 if let Some(t) = &token {
@@ -346,70 +678,113 @@ fn snapshot(app: &App) -> Value {
             card["live"] = fetch("/api/state");
             card["links"] = fetch("/api/dashboard-links");
             card["url"] = json!(format!("{base}/"));
+            card["open"] = json!(format!("/agent/{name}/open"));
+            card["icon"] = json!(format!("/agent/{name}/icon"));
         }
         cards.push(card);
     }
-    json!({
+    let mut messages = inbox["messages"].clone();
+    if let Some(list) = messages.as_array_mut() {
+        for m in list {
+            if let Some(Value::String(body)) = m.get_mut("body") {
+                if cut(body) {
+                    m["cut"] = json!(true);
+                }
+            }
+        }
+    }
+    let capped = |v: &Value| -> (Value, usize) {
+        match v.as_array() {
+            Some(a) if a.len() > LIST_MAX => (json!(a[..LIST_MAX]), a.len() - LIST_MAX),
+            _ => (v.clone(), 0),
+        }
+    };
+    let (questions, questions_more) = capped(&questions["questions"]);
+    let (approvals, approvals_more) = capped(&approvals["approvals"]);
+    let mut snap = json!({
         "agents": cards,
-        "questions": questions["questions"],
-        "approvals": approvals["approvals"],
-        "inbox": inbox["messages"],
+        "questions": questions,
+        "questions_more": questions_more,
+        "approvals": approvals,
+        "approvals_more": approvals_more,
+        "inbox": messages,
+        "inbox_more": inbox["more"].as_bool().unwrap_or(false),
         "groups": crate::groups::ToolGroup::ALL.map(|g| g.name()),
         "capabilities": crate::groups::CAPABILITIES,
-    })
+    });
+    bound(&mut snap);
+    snap
+}
+
+/// The snapshot producer: while live clients are connected, one snapshot per
+/// tick, published to all of them when it changed; nothing while none are.
+fn produce(app: &App, woken: &Receiver<FeedCmd>, stop: &AtomicBool) {
+    let mut version = 0u64;
+    let mut last: Option<Arc<str>> = None;
+    while !stop.load(Ordering::Relaxed) {
+        if app.stream.slots.count() == 0 {
+            // Nobody watches: drop the old one, so a new client never starts
+            // from a stale snapshot.
+            if last.take().is_some() {
+                *app.feed.latest.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+        } else {
+            let frame: Arc<str> = Arc::from(format!("data: {}\n\n", snapshot(app)));
+            if last.as_deref() != Some(&*frame) {
+                version += 1;
+                *app.feed.latest.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((version, frame.clone()));
+                app.feed.changed.notify_all();
+                last = Some(frame);
+            }
+        }
+        select! {
+            recv(woken) -> cmd => match cmd {
+                Ok(FeedCmd::Wake) => {}
+                Err(_) => return,
+            },
+            default(app.cfg.poll) => {}
+        }
+    }
+}
+
+/// A live client's frames: each new snapshot the producer publishes.
+struct SnapshotFeed {
+    feed: Arc<Feed>,
+    seen: u64,
+}
+
+impl sse::Source for SnapshotFeed {
+    fn next(&mut self, wait: Duration) -> Result<Option<Arc<str>>, String> {
+        let mut latest = self.feed.latest.lock().unwrap_or_else(|p| p.into_inner());
+        for waited in [false, true] {
+            if let Some((v, frame)) = latest.as_ref() {
+                if *v > self.seen {
+                    self.seen = *v;
+                    return Ok(Some(frame.clone()));
+                }
+            }
+            if !waited {
+                latest = self
+                    .feed
+                    .changed
+                    .wait_timeout(latest, wait)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// `GET /events`: the snapshot, again whenever it changes, with pings between.
-fn events(app: &Arc<App>, req: tiny_http::Request) {
-    let taken = app
-        .clients
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            (n < MAX_SSE_CLIENTS).then_some(n + 1)
-        })
-        .is_ok();
-    if !taken {
-        let r = Reply::error(
-            503,
-            "too many live dashboard clients; close a tab and retry",
-        );
-        let _ = req.respond(r.into_response());
-        return;
-    }
-    let app = app.clone();
-    let mut w = req.into_writer();
-    let spawned = std::thread::Builder::new()
-        .name("dashboard-sse".into())
-        .spawn(move || {
-            let result = (|| -> std::io::Result<()> {
-                w.write_all(crate::web::sse::HEAD.as_bytes())?;
-                w.write_all(b"retry: 2000\n\n")?;
-                w.flush()?;
-                let mut last = String::new();
-                let mut last_write = Instant::now();
-                while !app.stop.load(Ordering::Relaxed) {
-                    let now = snapshot(&app).to_string();
-                    if now != last {
-                        w.write_all(format!("data: {now}\n\n").as_bytes())?;
-                        w.flush()?;
-                        last = now;
-                        last_write = Instant::now();
-                    } else if last_write.elapsed() > Duration::from_secs(15) {
-                        w.write_all(b": ping\n\n")?;
-                        w.flush()?;
-                        last_write = Instant::now();
-                    }
-                    std::thread::sleep(app.cfg.poll);
-                }
-                Ok(())
-            })();
-            if let Err(e) = result {
-                log::debug!("dashboard SSE client dropped: {e}");
-            }
-            app.clients.fetch_sub(1, Ordering::SeqCst);
-        });
-    if let Err(e) = spawned {
-        log::warn!("cannot start a dashboard SSE thread: {e}");
-    }
+fn events(app: &App, req: tiny_http::Request, _: &Ctx<'_>) {
+    let _ = app.wake.send(FeedCmd::Wake);
+    let feed = SnapshotFeed {
+        feed: app.feed.clone(),
+        seen: 0,
+    };
+    sse::start(req, &app.stream, "dashboard-sse", feed);
 }
 
 #[cfg(test)]
@@ -425,15 +800,49 @@ mod tests {
         );
     }
 
+    fn cfg(vars: &[(&str, &str)]) -> Result<DashConfig, String> {
+        let m: std::collections::HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        DashConfig::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn settings_and_their_refusals() {
+        let d = cfg(&[]).unwrap();
+        assert!(d.auth && d.token.is_none() && d.bind.is_loopback());
+        assert!(cfg(&[("HIVE_DASHBOARD_BIND", "0.0.0.0")])
+            .unwrap_err()
+            .contains("HIVE_DASHBOARD_TOKEN"));
+        assert!(cfg(&[
+            ("HIVE_DASHBOARD_BIND", "0.0.0.0"),
+            ("HIVE_DASHBOARD_AUTH", "off")
+        ])
+        .is_err());
+        assert!(cfg(&[
+            ("HIVE_DASHBOARD_AUTH", "off"),
+            ("HIVE_DASHBOARD_TOKEN", "t")
+        ])
+        .unwrap_err()
+        .contains("both"));
+        assert!(cfg(&[("HIVE_DASHBOARD_AUTH", "nah")])
+            .unwrap_err()
+            .contains("HIVE_DASHBOARD_AUTH"));
+        let h = cfg(&[("HIVE_DASHBOARD_HOSTS", "hive.lan")]).unwrap();
+        assert_eq!(h.hosts, ["hive.lan"]);
+    }
+
     #[test]
     fn a_token_guards_every_endpoint_but_login() {
+        let data = std::env::temp_dir().join(format!("hive-dash-{}", std::process::id()));
+        std::fs::create_dir_all(&data).unwrap();
         let cfg = DashConfig {
-            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            port: 0,
             token: Some("s3cret".into()),
             poll: Duration::from_millis(100),
+            ..cfg(&[]).unwrap()
         };
-        let d = start(PathBuf::from("/nonexistent/host.sock"), cfg).unwrap();
+        let d = start(&data, PathBuf::from("/nonexistent/host.sock"), cfg).unwrap();
         let url = format!("http://127.0.0.1:{}", d.port);
         let status = |r: Result<ureq::Response, ureq::Error>| match r {
             Ok(r) => r.status(),
@@ -462,6 +871,119 @@ mod tests {
             ),
             405
         );
+        assert!(
+            !data.join(TOKEN_FILE).exists(),
+            "the operator's token is not stored"
+        );
+        drop(d);
+        std::fs::remove_dir_all(&data).unwrap();
+    }
+
+    /// A broker stand-in on a unix socket: an empty hive whose operator inbox
+    /// holds one 100 kB message; counts the `inbox` requests.
+    fn fake_broker(path: &FsPath) -> Arc<std::sync::atomic::AtomicUsize> {
+        use std::io::{BufRead, BufReader, Write};
+        let inboxes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let l = std::os::unix::net::UnixListener::bind(path).unwrap();
+        let n = inboxes.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming().flatten() {
+                let n = n.clone();
+                std::thread::spawn(move || {
+                    let mut w = conn.try_clone().unwrap();
+                    for line in BufReader::new(conn).lines().map_while(Result::ok) {
+                        let cmd: Value = serde_json::from_str(&line).unwrap();
+                        let answer = match cmd["cmd"].as_str().unwrap() {
+                            "inbox" => {
+                                n.fetch_add(1, Ordering::SeqCst);
+                                json!({"ok": true, "messages": [{"id": 7, "from": "kid",
+                                    "to": "operator", "body": "r".repeat(100_000), "sent_at": 1}]})
+                            }
+                            "questions" => json!({"ok": true, "questions": []}),
+                            "approvals" => json!({"ok": true, "approvals": []}),
+                            _ => json!({"ok": true, "agents": []}),
+                        };
+                        if writeln!(w, "{answer}").is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        inboxes
+    }
+
+    #[test]
+    fn live_clients_share_one_bounded_snapshot_per_tick() {
+        let data = std::env::temp_dir().join(format!("hive-dash-feed-{}", std::process::id()));
+        std::fs::create_dir_all(&data).unwrap();
+        let sock = data.join("host.sock");
+        let _ = std::fs::remove_file(&sock);
+        let inboxes = fake_broker(&sock);
+        let cfg = DashConfig {
+            auth: false,
+            poll: Duration::from_millis(100),
+            ..cfg(&[]).unwrap()
+        };
+        let d = start(&data, sock, cfg).unwrap();
+        let frames: Vec<_> = (0..8)
+            .map(|_| {
+                let port = d.port;
+                std::thread::spawn(move || {
+                    use std::io::{BufRead, BufReader, Write};
+                    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    write!(s, "GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").unwrap();
+                    let mut r = BufReader::new(s);
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        r.read_line(&mut line).unwrap();
+                        if line.starts_with("data: ") {
+                            break line;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let frames: Vec<String> = frames.into_iter().map(|t| t.join().unwrap()).collect();
+        assert!(
+            frames.iter().all(|f| *f == frames[0]),
+            "clients got different snapshots"
+        );
+        let v: Value = serde_json::from_str(frames[0].trim_start_matches("data: ")).unwrap();
+        assert_eq!(v["inbox"][0]["cut"], true);
+        assert!(frames[0].len() < 20_000, "{} bytes", frames[0].len());
+        // Eight clients at one tick per 100 ms: one snapshot (one inbox read)
+        // per tick, not one per client per tick.
+        let (before, t0) = (inboxes.load(Ordering::SeqCst), std::time::Instant::now());
+        std::thread::sleep(Duration::from_secs(1));
+        let ticks = inboxes.load(Ordering::SeqCst) - before;
+        let at_most = t0.elapsed().as_millis() as usize / 100 + 2;
+        assert!(
+            ticks <= at_most,
+            "{ticks} inbox reads in {:?}",
+            t0.elapsed()
+        );
+        drop(d);
+        std::fs::remove_dir_all(&data).unwrap();
+    }
+
+    #[test]
+    fn long_texts_are_cut_with_a_marker() {
+        let mut s = "é".repeat(CUT_BYTES);
+        assert!(cut(&mut s));
+        assert!(s.len() < CUT_BYTES + 64, "{}", s.len());
+        assert!(
+            s.ends_with(&format!("… [cut: {} more bytes]", CUT_BYTES)),
+            "{}",
+            &s[s.len() - 40..]
+        );
+        let mut short = "ok".to_string();
+        assert!(!cut(&mut short));
+        let mut v = json!({"a": ["x".repeat(CUT_BYTES + 1)]});
+        bound(&mut v);
+        assert!(v["a"][0].as_str().unwrap().contains("[cut: 1 more bytes]"));
     }
 
     #[test]
@@ -472,5 +994,6 @@ mod tests {
             list_field(&json!({"g": ["a", "b"]}), "g").unwrap(),
             vec!["a", "b"]
         );
+        assert!(plain_name("kid-2") && !plain_name("..") && !plain_name("a/b"));
     }
 }

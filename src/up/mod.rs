@@ -172,12 +172,19 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         data.display(),
         broker::host_socket(&settings.run_dir).display()
     );
-    let dash = dashboard::start(broker::host_socket(&settings.run_dir), dash_cfg)?;
+    let dash = dashboard::start(&data, broker::host_socket(&settings.run_dir), dash_cfg)?;
     let port_file = data.join("dashboard-port");
-    if let Err(e) = std::fs::write(&port_file, format!("{}\n", dash.port)) {
+    if let Err(e) = crate::web::auth::write_private(&port_file, &format!("{}\n", dash.port)) {
         log::warn!("cannot write {}: {e}", port_file.display());
     }
-    println!("dashboard: http://127.0.0.1:{}/", dash.port);
+    match dash.login_link()? {
+        Some(link) => println!(
+            "dashboard: {link} (a one-time login link for {} minutes; then log in with the token: {})",
+            dashboard::LINK_TTL.as_secs() / 60,
+            dash.token_hint()
+        ),
+        None => println!("dashboard: {} ({})", dash.base_url(), dash.token_hint()),
+    }
     print_pages(&sup_tx);
 
     let sig = signals.forever().next();
@@ -215,7 +222,10 @@ fn print_pages(sup: &crossbeam_channel::Sender<SupCmd>) {
         for s in &states {
             if let Some(port) = s.port {
                 if printed.insert(s.name.clone()) {
-                    println!("{}: http://127.0.0.1:{port}/", s.name);
+                    println!(
+                        "{}: http://127.0.0.1:{port}/ (open it from the dashboard, which logs you in)",
+                        s.name
+                    );
                 }
             }
         }

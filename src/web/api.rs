@@ -1,23 +1,28 @@
 //! The JSON endpoints under `/api/`: each takes the shared harness handle and
 //! the request body and returns a [`Reply`]. Bodies are parsed by hand into the
-//! fields each endpoint wants, so a bad request gets a message naming the field
-//! and a rejected value (such as a login token) is never echoed back.
+//! fields each endpoint wants (a key given twice is refused), so a bad request
+//! gets a message naming the field, and a rejected value is never echoed back
+//! whole (a login token not at all).
 
-use super::http::Reply;
+use super::http::{self, Reply};
 use crate::harness::control::{Control, Shared};
 use crate::harness::{login, stats};
-use crate::wire::{Client, ClientError, Request};
+use crate::wire::{self, Client, ClientError, Request};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
 
-/// The largest message body `POST /api/send` accepts.
-pub const MAX_MESSAGE: usize = 64 * 1024;
+/// The longest model name `POST /api/model` considers.
+const MAX_MODEL: usize = 100;
 
 /// The JSON object a POST carries.
 fn object(body: &[u8], example: &str) -> Result<Map<String, Value>, Reply> {
-    match serde_json::from_slice::<Value>(body) {
+    match http::strict_json(body) {
         Ok(Value::Object(m)) => Ok(m),
+        Err(e) if e.contains("appears twice") => Err(Reply::error(
+            400,
+            format!("{e}; send each field once, as in {example}"),
+        )),
         _ => Err(Reply::error(
             400,
             format!("the body must be a JSON object like {example}"),
@@ -46,6 +51,16 @@ pub fn model(shared: &Shared, body: &[u8]) -> Reply {
         Ok(n) => n,
         Err(r) => return r,
     };
+    if name.len() > MAX_MODEL {
+        return Reply::error(
+            400,
+            format!(
+                "{} is not a model name: it is {} bytes long (at most {MAX_MODEL})",
+                http::prefix(&name),
+                name.len()
+            ),
+        );
+    }
     match shared.set_model(&name) {
         Ok(model) => Reply::json(200, &json!({ "ok": true, "model": model })),
         Err(e) => Reply::error(400, e),
@@ -73,8 +88,15 @@ pub fn send(shared: &Shared, body: &[u8]) -> Reply {
         Ok(t) => t,
         Err(r) => return r,
     };
-    if text.len() > MAX_MESSAGE {
-        return Reply::error(400, format!("field `body` is over {MAX_MESSAGE} bytes"));
+    if text.len() > wire::MAX_BODY {
+        return Reply::error(
+            400,
+            format!(
+                "field `body` is {} bytes; a message may have at most {} bytes",
+                text.len(),
+                wire::MAX_BODY
+            ),
+        );
     }
     let socket = &shared.settings.socket;
     let call = || -> Result<Map<String, Value>, ClientError> {

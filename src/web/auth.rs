@@ -1,12 +1,19 @@
-//! The web token guard: when `HIVE_WEB_TOKEN` is set every endpoint but the
-//! login page wants it, as `Authorization: Bearer T`, `X-Hive-Token: T` or the
-//! `hive_token` cookie the login page sets (so `EventSource`, which cannot send
-//! headers, works). Comparison is constant-time in the token's content.
+//! Tokens of the web servers: where a server's token comes from (the operator's
+//! variable, else a random one generated at first start into a 0600 file), how
+//! a request presents it (`Authorization: Bearer T`, `X-Hive-Token: T` or the
+//! server's own `HttpOnly; SameSite=Strict` cookie, which lets `EventSource`
+//! in), the login page that sets that cookie, and the dashboard's one-time
+//! login links. Cookies are per host, not per port, so each server's cookie
+//! carries its port in its name. Comparisons are constant-time.
 
+use super::guard::Guard;
 use super::http::{cookie, form_value, header_value, percent_decode, percent_encode, Reply};
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use tiny_http::Request;
-
-pub const COOKIE: &str = "hive_token";
 
 /// Equality whose time depends only on the lengths, not on where bytes differ.
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
@@ -19,8 +26,8 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// The token a request presents, from header or cookie.
-fn presented(req: &Request) -> Option<String> {
+/// The token a request presents, from a header or the cookie `cookie_name`.
+pub fn presented(req: &Request, cookie_name: &str) -> Option<String> {
     if let Some(auth) = header_value(req, "Authorization") {
         if let Some(t) = auth.strip_prefix("Bearer ") {
             return Some(t.trim().to_string());
@@ -29,56 +36,170 @@ fn presented(req: &Request) -> Option<String> {
     if let Some(t) = header_value(req, "X-Hive-Token") {
         return Some(t.trim().to_string());
     }
-    let c = header_value(req, "Cookie")?;
-    percent_decode(cookie(c, COOKIE)?, false)
+    req.headers()
+        .iter()
+        .filter(|h| h.field.as_str().as_str().eq_ignore_ascii_case("Cookie"))
+        .find_map(|h| cookie(h.value.as_str(), cookie_name))
+        .and_then(|v| percent_decode(v, false))
 }
 
-/// Does `req` carry the token (always true when no token is configured)?
-pub fn authorized(token: Option<&str>, req: &Request) -> bool {
-    match token {
-        None => true,
-        Some(want) => presented(req).is_some_and(|got| ct_eq(got.as_bytes(), want.as_bytes())),
-    }
-}
-
-/// The answer to a request without the token: browsers asking for a page go to
-/// the login page, everything else gets a 401 that says what to send.
-pub fn refuse(req: &Request, path: &str) -> Reply {
-    let wants_html = header_value(req, "Accept").is_some_and(|a| a.contains("text/html"));
-    if wants_html && req.method().as_str() == "GET" && !path.starts_with("/api/") {
-        return Reply::redirect("/login");
-    }
-    Reply::error(
-        401,
-        "this agent's web UI wants its token: send `Authorization: Bearer <HIVE_WEB_TOKEN>` \
-         or `X-Hive-Token`, or log in at /login",
+/// The `Set-Cookie` value that logs a browser in to the server whose cookie is
+/// `name`.
+pub fn cookie_header(name: &str, token: &str) -> String {
+    format!(
+        "{name}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=31536000",
+        percent_encode(token)
     )
-    .header("WWW-Authenticate", "Bearer")
 }
 
-/// `GET /login` and `POST /login` (form field `token`).
-pub fn login(token: Option<&str>, method: &str, body: &[u8]) -> Reply {
-    let Some(want) = token else {
+/// 32 random bytes from the kernel, as 64 hex digits.
+pub fn random_hex() -> Result<String, String> {
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("cannot read /dev/urandom for a token: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The token stored at `path`, or a new random one written there (mode 0600,
+/// whatever the umask). An existing file is made 0600 too.
+pub fn load_or_create(path: &Path) -> Result<String, String> {
+    let shown = path.display();
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let token = text.trim().to_string();
+            if token.is_empty() {
+                return Err(format!(
+                    "{shown} is empty; delete it and a new token is generated at the next start"
+                ));
+            }
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| format!("cannot make {shown} private (0600): {e}"))?;
+            return Ok(token);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot read the token file {shown}: {e}")),
+    }
+    let token = random_hex()?;
+    let mut f = match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(f) => f,
+        // Another process wrote it first: use theirs.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return load_or_create(path),
+        Err(e) => return Err(format!("cannot create the token file {shown}: {e}")),
+    };
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| f.write_all(format!("{token}\n").as_bytes()))
+        .and_then(|()| f.sync_all())
+        .map_err(|e| format!("cannot write the token file {shown}: {e}"))?;
+    Ok(token)
+}
+
+/// Writes a small file only its owner can read (0600 whatever the umask).
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(text.as_bytes())
+}
+
+/// Single-use login codes that expire: `hive up` prints one in a link, so the
+/// token itself never appears in a URL.
+pub struct OneTimeCodes {
+    ttl: Duration,
+    codes: Mutex<Vec<(String, Instant)>>,
+}
+
+impl OneTimeCodes {
+    pub fn new(ttl: Duration) -> OneTimeCodes {
+        OneTimeCodes {
+            ttl,
+            codes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A new code, valid once until the time-to-live passes.
+    pub fn issue(&self) -> Result<String, String> {
+        let code = random_hex()?;
+        let mut codes = self.codes.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        codes.retain(|(_, until)| *until > now);
+        codes.push((code.clone(), now + self.ttl));
+        Ok(code)
+    }
+
+    /// True (once) for a live code; the code is then used up.
+    pub fn redeem(&self, code: &str) -> bool {
+        let mut codes = self.codes.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        codes.retain(|(_, until)| *until > now);
+        match codes
+            .iter()
+            .position(|(c, _)| ct_eq(c.as_bytes(), code.as_bytes()))
+        {
+            Some(i) => {
+                codes.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// `GET /login` (the form; with `?code=` a one-time link when `codes` is given)
+/// and `POST /login` (form field `token`). Both set the server's cookie and go
+/// to `/` on success.
+pub fn login(
+    guard: &Guard,
+    codes: Option<&OneTimeCodes>,
+    post: bool,
+    query: &str,
+    body: &[u8],
+) -> Reply {
+    let Some(want) = guard.token() else {
         return Reply::redirect("/");
     };
-    if method == "GET" {
-        return Reply::new(200, "text/html; charset=utf-8", login_page(""));
+    let logged_in =
+        || Reply::redirect("/").header("Set-Cookie", cookie_header(guard.cookie(), want));
+    let page = |status: u16, message: &str| {
+        Reply::new(
+            status,
+            "text/html; charset=utf-8",
+            login_page(guard, message),
+        )
+        .header("Cache-Control", "no-store")
+    };
+    if !post {
+        return match (form_value(query, "code"), codes) {
+            (Some(code), Some(codes)) if codes.redeem(code.trim()) => logged_in(),
+            (Some(_), _) => page(
+                401,
+                "That login link was used already or has expired. Log in with the token.",
+            ),
+            (None, _) => page(200, ""),
+        };
     }
     let form = String::from_utf8_lossy(body);
     let got = form_value(&form, "token").unwrap_or_default();
     if !ct_eq(got.trim().as_bytes(), want.as_bytes()) {
-        return Reply::new(401, "text/html; charset=utf-8", login_page("Wrong token."));
+        return page(401, "Wrong token.");
     }
-    Reply::redirect("/").header(
-        "Set-Cookie",
-        format!(
-            "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=31536000",
-            percent_encode(want)
-        ),
-    )
+    logged_in()
 }
 
-fn login_page(message: &str) -> String {
+fn login_page(guard: &Guard, message: &str) -> String {
+    let names = guard.names();
+    let what = names.what;
+    let hint = names.token_hint;
+    let message = message.replace('<', "&lt;");
     format!(
         r#"<!doctype html><html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -93,8 +214,8 @@ button{{font:inherit;padding:10px 16px;border:0;border-radius:8px;background:#2f
 p.err{{color:#b3261e;margin:0}}
 </style></head><body>
 <form method="post" action="/login">
-<h1 style="font-size:20px;margin:0 0 8px">hive web UI</h1>
-<p style="margin:0;color:#5b6673">This page needs the agent's web token (<code>HIVE_WEB_TOKEN</code>).</p>
+<h1 style="font-size:20px;margin:0 0 8px">hive · log in</h1>
+<p style="margin:0;color:#5b6673">Log in to {what} with its token ({hint}).</p>
 <input type="password" name="token" autocomplete="current-password" placeholder="token" autofocus>
 <p class="err">{message}</p>
 <button type="submit">Log in</button>
@@ -105,6 +226,7 @@ p.err{{color:#b3261e;margin:0}}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::web::guard::Names;
 
     #[test]
     fn constant_time_equality() {
@@ -117,16 +239,63 @@ mod tests {
         assert!(!ct_eq(&[0; 256], b""));
     }
 
+    fn guard(token: Option<&str>) -> Guard {
+        let names = Names {
+            what: "the test page",
+            token_hint: "T",
+            hosts_var: "H",
+        };
+        let bind = std::net::IpAddr::from([127, 0, 0, 1]);
+        Guard::new(names, bind, 1, &[], token.map(str::to_string), "c_1".into())
+    }
+
     #[test]
     fn login_sets_the_cookie_only_for_the_right_token() {
-        let ok = login(Some("t0k;en"), "POST", b"token=t0k%3Ben");
+        let g = guard(Some("t0k;en"));
+        let ok = login(&g, None, true, "", b"token=t0k%3Ben");
         assert_eq!(ok.status, 303);
         let cookie = &ok.headers.iter().find(|h| h.0 == "Set-Cookie").unwrap().1;
-        assert!(cookie.starts_with("hive_token=t0k%3Ben;"), "{cookie}");
-        assert!(cookie.contains("HttpOnly"));
-        let bad = login(Some("t0k;en"), "POST", b"token=nope");
+        assert!(cookie.starts_with("c_1=t0k%3Ben;"), "{cookie}");
+        assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+        let bad = login(&g, None, true, "", b"token=nope");
         assert_eq!(bad.status, 401);
-        assert!(bad.headers.is_empty());
-        assert_eq!(login(None, "GET", b"").status, 303);
+        assert!(bad.headers.iter().all(|h| h.0 != "Set-Cookie"));
+        assert_eq!(login(&guard(None), None, false, "", b"").status, 303);
+    }
+
+    #[test]
+    fn a_one_time_code_works_once_and_expires() {
+        let g = guard(Some("tok"));
+        let codes = OneTimeCodes::new(Duration::from_secs(60));
+        let code = codes.issue().unwrap();
+        assert_eq!(code.len(), 64);
+        let q = format!("code={code}");
+        let first = login(&g, Some(&codes), false, &q, b"");
+        assert_eq!(first.status, 303);
+        assert!(first.headers.iter().any(|h| h.0 == "Set-Cookie"));
+        let again = login(&g, Some(&codes), false, &q, b"");
+        assert_eq!(again.status, 401);
+        assert!(again.headers.iter().all(|h| h.0 != "Set-Cookie"));
+        let short = OneTimeCodes::new(Duration::ZERO);
+        let code = short.issue().unwrap();
+        assert!(!short.redeem(&code), "expired");
+    }
+
+    #[test]
+    fn a_token_file_is_created_private_and_reused() {
+        let dir = std::env::temp_dir().join(format!("hive-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("web-token");
+        let _ = std::fs::remove_file(&path);
+        let t = load_or_create(&path).unwrap();
+        assert_eq!(t.len(), 64);
+        assert!(t.bytes().all(|b| b.is_ascii_hexdigit()));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(load_or_create(&path).unwrap(), t);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "made private again");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,14 +1,22 @@
-//! The small HTTP vocabulary the web UI needs on top of tiny_http: a [`Reply`]
-//! value every handler returns, percent-decoding, query strings, cookies and
-//! bounded request bodies. Pure functions, tested here with literal input.
+//! The small HTTP vocabulary both web servers need on top of tiny_http: a
+//! [`Reply`] value every handler returns, request bodies read under a size and a
+//! time bound, JSON bodies that refuse duplicate keys, percent-decoding, query
+//! strings and cookies. Pure functions, tested here with literal input.
 
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Serialize;
+use serde_json::{Map, Value};
+use std::fmt;
 use std::fs::File;
-use std::io::{Cursor, Read};
+use std::io::{Cursor, ErrorKind, Read};
+use std::time::Instant;
 use tiny_http::{Header, Request, Response, StatusCode};
 
 /// The largest request body any endpoint accepts.
 pub const MAX_BODY: usize = 1 << 20;
+
+/// How much of a rejected input an error message quotes.
+pub const ECHO_CHARS: usize = 80;
 
 /// What a handler answers.
 pub enum Body {
@@ -21,6 +29,15 @@ pub struct Reply {
     pub content_type: &'static str,
     pub body: Body,
     pub headers: Vec<(&'static str, String)>,
+}
+
+impl fmt::Debug for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reply")
+            .field("status", &self.status)
+            .field("content_type", &self.content_type)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Reply {
@@ -98,29 +115,132 @@ pub fn header_value<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
         .map(|h| h.value.as_str())
 }
 
-/// Reads the body, refusing more than [`MAX_BODY`] bytes.
-/// The body of a POST (bounded), or nothing for any other method.
-pub fn post_body(req: &mut Request, method: &str) -> Result<Vec<u8>, Reply> {
-    if method == "POST" {
-        read_body(req)
-    } else {
-        Ok(Vec::new())
+/// Reads a request body of at most `max` bytes that must arrive by `deadline`
+/// (each read also ends after the socket's read timeout): `413` past the size,
+/// `408` past the time, so a client that stalls its body holds a worker no
+/// longer than that. A body refused here is left on the socket, which closes
+/// the connection after the answer (see the vendored tiny_http's PATCHES.md).
+pub fn read_body(req: &mut Request, max: usize, deadline: Instant) -> Result<Vec<u8>, Reply> {
+    if req.body_length().is_some_and(|n| n > max) {
+        return Err(too_large(max));
+    }
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    let reader = req.as_reader();
+    loop {
+        if Instant::now() > deadline {
+            return Err(body_timeout());
+        }
+        match reader.read(&mut chunk) {
+            Ok(0) => return Ok(buf),
+            Ok(n) if buf.len() + n > max => return Err(too_large(max)),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(body_timeout())
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(Reply::error(
+                    400,
+                    format!("cannot read the request body: {e}"),
+                ))
+            }
+        }
     }
 }
 
-pub fn read_body(req: &mut Request) -> Result<Vec<u8>, Reply> {
-    let mut buf = Vec::new();
-    req.as_reader()
-        .take(MAX_BODY as u64 + 1)
-        .read_to_end(&mut buf)
-        .map_err(|e| Reply::error(400, format!("cannot read the request body: {e}")))?;
-    if buf.len() > MAX_BODY {
-        return Err(Reply::error(
-            413,
-            format!("request body over {MAX_BODY} bytes"),
-        ));
+fn too_large(max: usize) -> Reply {
+    Reply::error(413, format!("request body over {max} bytes"))
+}
+
+fn body_timeout() -> Reply {
+    Reply::error(
+        408,
+        "the request body did not arrive in time; send it whole",
+    )
+}
+
+/// At most [`ECHO_CHARS`] characters of `s`, marked when cut, for quoting a
+/// rejected input in an error.
+pub fn prefix(s: &str) -> String {
+    match s.char_indices().nth(ECHO_CHARS) {
+        None => s.to_string(),
+        Some((i, _)) => format!("{}… ({} bytes)", &s[..i], s.len()),
     }
-    Ok(buf)
+}
+
+/// Parses a JSON body, refusing a key that appears twice in one object (which
+/// serde_json would otherwise resolve silently, last one wins).
+pub fn strict_json(body: &[u8]) -> Result<Value, String> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let v = StrictValue
+        .deserialize(&mut de)
+        .map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
+/// Builds a [`Value`] like serde_json does, failing on a duplicate key.
+struct StrictValue;
+
+impl<'de> DeserializeSeed<'de> for StrictValue {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StrictValue {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(StrictValue)? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key `{}` appears twice",
+                    prefix(&key)
+                )));
+            }
+            let v = map.next_value_seed(StrictValue)?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 /// Decodes `%XX` escapes (and `+` as space when `plus` is set); None when an
@@ -211,6 +331,33 @@ mod tests {
     fn encode_round_trips() {
         let s = "sk-ant; x=y/é";
         assert_eq!(percent_decode(&percent_encode(s), false).unwrap(), s);
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_at_any_depth() {
+        assert_eq!(
+            strict_json(br#"{"a":1,"b":[{"c":true}],"d":null}"#).unwrap(),
+            serde_json::json!({"a":1,"b":[{"c":true}],"d":null})
+        );
+        for bad in [
+            &br#"{"body":"x","body":"y"}"#[..],
+            br#"{"a":{"k":1,"k":2}}"#,
+            br#"[{"k":1,"k":1}]"#,
+        ] {
+            let e = strict_json(bad).unwrap_err();
+            assert!(e.contains("appears twice"), "{e}");
+        }
+        assert!(strict_json(b"{} x").is_err(), "trailing input");
+        assert!(strict_json(b"1e999").is_err());
+    }
+
+    #[test]
+    fn echoes_are_short() {
+        assert_eq!(prefix("sonnet"), "sonnet");
+        let long = "é".repeat(1000);
+        let p = prefix(&long);
+        assert!(p.starts_with(&"é".repeat(ECHO_CHARS)), "{p}");
+        assert!(p.ends_with("… (2000 bytes)"), "{p}");
     }
 
     #[test]

@@ -1,34 +1,45 @@
-//! The per-agent web UI that `hive serve` runs next to its turn loop: a tiny_http
-//! server with a few named worker threads that route requests ([`api`] for the
-//! JSON endpoints, [`sse`] for the live stream, [`files`] for the page, the
-//! overlay and the icon, [`metrics`] for Prometheus, [`auth`] for the token
-//! guard). It reads the harness only through [`Shared`], so it never blocks a
-//! turn. [`start`] binds and returns a [`WebHandle`] that stops it on drop.
-//! `docs/web.md` lists every endpoint and variable.
+//! The per-agent web UI that `hive serve` runs next to its turn loop: a route
+//! table on the shared HTTP core ([`server`]: bounded tiny_http, named worker
+//! threads, the [`guard`] before every route), with [`api`] for the JSON
+//! endpoints, [`sse`] for the live stream, [`files`] for the page, the overlay
+//! and the icon, [`metrics`] for Prometheus and [`auth`] for the token, which
+//! is generated into `STATE/web-token` unless the operator sets one. It reads
+//! the harness only through [`Shared`], so it never blocks a turn. [`start`]
+//! binds and returns a [`WebHandle`] that stops it on drop. `docs/web.md` lists
+//! every endpoint and variable.
 
 pub mod api;
 pub mod auth;
 pub mod files;
+pub mod guard;
 pub mod http;
 pub mod metrics;
+pub mod server;
 pub mod sse;
 
+use crate::harness::bus::Numbered;
 use crate::harness::control::{Control, Shared};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use guard::{Guard, Names};
 use http::Reply;
-use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::os::fd::AsRawFd;
+use server::{Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tiny_http::{Request, Server};
+use tiny_http::Request;
 
 /// `HIVE_PORT` when unset.
 pub const DEFAULT_PORT: u16 = 7700;
 
 /// How many threads answer requests (SSE streams have their own threads).
 const WORKERS: usize = 4;
+
+/// The file `hive serve` keeps its generated token in, under the state dir.
+pub const TOKEN_FILE: &str = "web-token";
 
 /// The web UI's settings, from the environment.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,8 +48,13 @@ pub struct WebConfig {
     pub port: u16,
     /// `HIVE_BIND`.
     pub bind: IpAddr,
-    /// `HIVE_WEB_TOKEN`: when set, every endpoint but `/login` wants it.
+    /// `HIVE_WEB_TOKEN`: the token every endpoint but `/login` wants; without
+    /// it one is generated into `STATE/web-token`.
     pub token: Option<String>,
+    /// `HIVE_WEB_AUTH=off` sets this to false: no token at all.
+    pub auth: bool,
+    /// `HIVE_WEB_HOSTS`: more names the page answers to (comma-separated).
+    pub hosts: Vec<String>,
     /// `HIVE_STATIC_DIR`: files served under their own paths.
     pub static_dir: Option<PathBuf>,
     /// `HIVE_ICON`: an SVG served at `/icon`.
@@ -47,11 +63,12 @@ pub struct WebConfig {
     pub dist: Option<PathBuf>,
     /// `HIVE_SSE_MAX_CLIENTS`.
     pub sse_max_clients: usize,
+    /// `HIVE_SSE_MAX_PER_PEER`: live clients from one address.
+    pub sse_max_per_peer: usize,
     /// `HIVE_SSE_PING_SECS`.
     pub sse_ping: Duration,
-    /// `HIVE_WEB_SEND_TIMEOUT_SECS`: a write to a client that makes no progress
-    /// for this long fails, which drops that client.
-    pub send_timeout: Duration,
+    /// `HIVE_WEB_READ_TIMEOUT_SECS`, `HIVE_WEB_SEND_TIMEOUT_SECS`.
+    pub timeouts: Timeouts,
 }
 
 impl Default for WebConfig {
@@ -60,14 +77,37 @@ impl Default for WebConfig {
             port: DEFAULT_PORT,
             bind: IpAddr::from([127, 0, 0, 1]),
             token: None,
+            auth: true,
+            hosts: Vec::new(),
             static_dir: None,
             icon: None,
             dist: None,
             sse_max_clients: 32,
+            sse_max_per_peer: 8,
             sse_ping: Duration::from_secs(15),
-            send_timeout: Duration::from_secs(30),
+            timeouts: Timeouts::default(),
         }
     }
+}
+
+/// `on` or `off` of an `…_AUTH` variable.
+pub fn auth_switch(var: &str, value: Option<String>) -> Result<bool, String> {
+    match value.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(v) => Err(format!("{var}={:?} is neither on nor off", http::prefix(v))),
+    }
+}
+
+/// A comma-separated list of host names.
+pub fn host_list(value: Option<String>) -> Vec<String> {
+    value
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 impl WebConfig {
@@ -101,27 +141,39 @@ impl WebConfig {
         if max == 0 {
             return Err("HIVE_SSE_MAX_CLIENTS must be at least 1".into());
         }
+        let per_peer = num("HIVE_SSE_MAX_PER_PEER", d.sse_max_per_peer as u64)?;
+        if per_peer == 0 {
+            return Err("HIVE_SSE_MAX_PER_PEER must be at least 1".into());
+        }
         let ping = num("HIVE_SSE_PING_SECS", d.sse_ping.as_secs())?.max(1);
-        let send = num("HIVE_WEB_SEND_TIMEOUT_SECS", d.send_timeout.as_secs())?.max(1);
         Ok(WebConfig {
             port,
             bind,
             token: get("HIVE_WEB_TOKEN"),
+            auth: auth_switch("HIVE_WEB_AUTH", get("HIVE_WEB_AUTH"))?,
+            hosts: host_list(get("HIVE_WEB_HOSTS")),
             static_dir: get("HIVE_STATIC_DIR").map(PathBuf::from),
             icon: get("HIVE_ICON").map(PathBuf::from),
             dist: get("HIVE_WEB_DIST").map(PathBuf::from),
             sse_max_clients: max as usize,
+            sse_max_per_peer: per_peer as usize,
             sse_ping: Duration::from_secs(ping),
-            send_timeout: Duration::from_secs(send),
+            timeouts: Timeouts::from_lookup(&get)?,
         })
     }
 
-    /// Refuses an exposed bind without a token.
+    /// Refuses an exposed bind without a token of the operator's, and a token
+    /// together with `HIVE_WEB_AUTH=off`.
     pub fn check(&self) -> Result<(), String> {
-        if !self.bind.is_loopback() && self.token.is_none() {
+        if !self.auth && self.token.is_some() {
+            return Err(
+                "HIVE_WEB_AUTH=off and HIVE_WEB_TOKEN are both set; unset one of them".into(),
+            );
+        }
+        if !self.bind.is_loopback() && (self.token.is_none() || !self.auth) {
             return Err(format!(
                 "HIVE_BIND={} exposes the transcript beyond this host; set HIVE_WEB_TOKEN \
-                 to a secret, or bind to 127.0.0.1",
+                 to a secret (and leave HIVE_WEB_AUTH on), or bind to 127.0.0.1",
                 self.bind
             ));
         }
@@ -133,7 +185,7 @@ impl WebConfig {
 struct App {
     shared: Shared,
     cfg: WebConfig,
-    sse: sse::SseParams,
+    stream: sse::Params,
     rate_clock: Arc<metrics::RateClock>,
 }
 
@@ -168,91 +220,101 @@ impl Drop for WebHandle {
     }
 }
 
-/// Binds with a send timeout that accepted connections inherit (Linux copies
-/// socket options to accepted sockets), since tiny_http sets none.
-fn bind(cfg: &WebConfig) -> Result<TcpListener, String> {
-    let addr = SocketAddr::new(cfg.bind, cfg.port);
-    let l = TcpListener::bind(addr).map_err(|e| {
-        format!("cannot listen on {addr} for the web UI: {e} (set HIVE_PORT to a free port, or 0)")
-    })?;
-    let tv = libc::timeval {
-        tv_sec: cfg.send_timeout.as_secs() as _,
-        tv_usec: cfg.send_timeout.subsec_micros() as _,
-    };
-    // SAFETY: a valid fd and a timeval of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            l.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        log::warn!(
-            "cannot set a send timeout on the web socket: {}; a stuck client may hold a thread",
-            std::io::Error::last_os_error()
-        );
+/// The page's token: the operator's, none with auth off, else the one in
+/// `STATE/web-token` (generated at first start). A generated file that no
+/// longer names the page's token is removed, so the file never misleads the
+/// dashboard or a script.
+fn resolve_token(cfg: &WebConfig, state_dir: &std::path::Path) -> Result<Option<String>, String> {
+    let file = state_dir.join(TOKEN_FILE);
+    if cfg.token.is_none() && cfg.auth {
+        return auth::load_or_create(&file).map(Some);
     }
-    Ok(l)
+    match std::fs::remove_file(&file) {
+        Ok(()) => log::info!(
+            "removed {}: this page's token comes from {}",
+            file.display(),
+            if cfg.auth {
+                "HIVE_WEB_TOKEN"
+            } else {
+                "nowhere (HIVE_WEB_AUTH=off)"
+            }
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => log::warn!("cannot remove the stale {}: {e}", file.display()),
+    }
+    Ok(cfg.token.clone().filter(|_| cfg.auth))
 }
 
 /// Starts the web UI. The bound port is logged and written to
-/// `<state>/hyperhive-port`.
+/// `<state>/hyperhive-port` (0600).
 pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
     cfg.check()?;
-    let listener = bind(&cfg)?;
+    let listener = server::bind(
+        SocketAddr::new(cfg.bind, cfg.port),
+        cfg.timeouts,
+        "the web UI",
+        "set HIVE_PORT to a free port, or 0",
+    )?;
     let port = listener
         .local_addr()
         .map_err(|e| format!("cannot read the web UI's address: {e}"))?
         .port();
-    let server = Arc::new(
-        Server::from_listener(listener, None)
-            .map_err(|e| format!("cannot start the web server: {e}"))?,
-    );
-    let port_file = shared.settings.state_dir.join("hyperhive-port");
-    if let Err(e) = std::fs::write(&port_file, format!("{port}\n")) {
+    let state_dir = shared.settings.state_dir.clone();
+    let token = resolve_token(&cfg, &state_dir)?;
+    let port_file = state_dir.join("hyperhive-port");
+    if let Err(e) = auth::write_private(&port_file, &format!("{port}\n")) {
         log::warn!("cannot write {}: {e}", port_file.display());
     }
     log::info!(
         "web UI on http://{}{}",
         SocketAddr::new(cfg.bind, port),
-        if cfg.token.is_some() {
-            " (token required)"
-        } else {
-            ""
+        match (&token, &cfg.token) {
+            (None, _) => " (no token: HIVE_WEB_AUTH=off)",
+            (Some(_), Some(_)) => " (token: HIVE_WEB_TOKEN)",
+            (Some(_), None) => " (token in the state dir's web-token)",
         }
+    );
+    let guard = Guard::new(
+        Names {
+            what: "this agent's web page",
+            token_hint: "HIVE_WEB_TOKEN, or the state dir's web-token",
+            hosts_var: "HIVE_WEB_HOSTS",
+        },
+        cfg.bind,
+        port,
+        &cfg.hosts,
+        token,
+        format!("hive_token_{port}"),
     );
     let stop = Arc::new(AtomicBool::new(false));
     let rate_clock = Arc::new(metrics::RateClock::default());
-    let app = Arc::new(App {
-        sse: sse::SseParams {
-            local_port: port,
-            max_clients: cfg.sse_max_clients,
-            ping: cfg.sse_ping,
-            clients: Arc::new(AtomicUsize::new(0)),
-            stop: stop.clone(),
+    let body_time = cfg.timeouts.read;
+    let site = Arc::new(Site {
+        app: App {
+            stream: sse::Params {
+                slots: sse::Slots::new(
+                    cfg.sse_max_clients,
+                    cfg.sse_max_per_peer,
+                    ("HIVE_SSE_MAX_CLIENTS", "HIVE_SSE_MAX_PER_PEER"),
+                ),
+                ping: cfg.sse_ping,
+                stop: stop.clone(),
+            },
+            shared,
+            cfg,
+            rate_clock: rate_clock.clone(),
         },
-        shared,
-        cfg,
-        rate_clock: rate_clock.clone(),
+        guard,
+        routes: ROUTES,
+        body_time,
     });
-    let mut threads = Vec::new();
-    let spawn_err = |e: std::io::Error| format!("cannot start a web thread: {e}");
-    for i in 0..WORKERS {
-        let (server, app, stop) = (server.clone(), app.clone(), stop.clone());
-        let t = std::thread::Builder::new()
-            .name(format!("web-{i}"))
-            .spawn(move || worker(&server, &app, &stop))
-            .map_err(spawn_err)?;
-        threads.push(t);
-    }
-    let (bus, stop2) = (app.shared.bus.clone(), stop.clone());
+    let bus = site.app.shared.bus.clone();
+    let mut threads = server::start("web", listener, site, WORKERS, &stop)?;
+    let stop2 = stop.clone();
     let t = std::thread::Builder::new()
         .name("web-rate-clock".into())
         .spawn(move || metrics::watch(bus, rate_clock, stop2))
-        .map_err(spawn_err)?;
+        .map_err(|e| format!("cannot start a web thread: {e}"))?;
     threads.push(t);
     Ok(WebHandle {
         port,
@@ -261,109 +323,158 @@ pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
     })
 }
 
-fn worker(server: &Server, app: &App, stop: &AtomicBool) {
-    while !stop.load(Ordering::Relaxed) {
-        match server.recv_timeout(Duration::from_millis(200)) {
-            Ok(Some(req)) => handle(app, req),
-            Ok(None) => {}
-            Err(e) => log::debug!("web: a connection failed: {e}"),
-        }
-    }
-}
-
-/// Methods each known path answers.
-fn allowed(path: &str) -> Option<&'static [&'static str]> {
-    const GET: &[&str] = &["GET"];
-    const POST: &[&str] = &["POST"];
-    const BOTH: &[&str] = &["GET", "POST"];
-    Some(match path {
-        "/events" | "/api/state" | "/api/turns" | "/api/dashboard-links" | "/icon" | "/metrics" => {
-            GET
-        }
-        "/api/model" | "/api/new-session" | "/api/compact" | "/api/send" | "/api/interrupt" => POST,
-        "/api/login" | "/login" => BOTH,
-        _ => return None,
-    })
-}
-
-fn handle(app: &App, mut req: Request) {
-    let url = req.url().to_string();
-    let (path, query) = http::split_url(&url);
-    let method = req.method().as_str().to_ascii_uppercase();
-    let token = app.cfg.token.as_deref();
-    if path != "/login" && !auth::authorized(token, &req) {
-        let reply = auth::refuse(&req, path);
-        let _ = req.respond(reply.into_response());
-        return;
-    }
-    let reply = match allowed(path) {
-        Some(methods) if !methods.contains(&method.as_str()) => Reply::method_not_allowed(methods),
-        Some(_) if path == "/events" => {
-            let last_id = http::header_value(&req, "Last-Event-ID")
-                .map(str::to_string)
-                .or_else(|| http::form_value(query, "last_event_id"))
-                .and_then(|v| v.trim().parse().ok());
-            sse::serve(&app.shared.bus, &app.sse, req, last_id);
-            return;
-        }
-        Some(_) => {
-            let body = match http::post_body(&mut req, &method) {
-                Ok(b) => b,
-                Err(r) => {
-                    let _ = req.respond(r.into_response());
-                    return;
-                }
-            };
-            route(app, &method, path, query, &body)
-        }
-        None if method == "GET" || method == "HEAD" => {
-            files::serve(app.cfg.dist.as_deref(), app.cfg.static_dir.as_deref(), path)
+/// Every endpoint of the page. The guard runs before any of them
+/// ([`server::dispatch`]); `docs/web.md` documents each.
+static ROUTES: &[Route<App>] = &[
+    route(Method::Get, "/events", Handler::Stream(events)),
+    route(
+        Method::Get,
+        "/api/state",
+        Handler::Reply(|a, _| api::state(&a.shared)),
+    ),
+    route(
+        Method::Get,
+        "/api/turns",
+        Handler::Reply(|a, c| api::turns(&a.shared, c.query)),
+    ),
+    route(
+        Method::Get,
+        "/api/dashboard-links",
+        Handler::Reply(|a, _| api::dashboard_links(&a.shared)),
+    ),
+    route(
+        Method::Get,
+        "/api/login",
+        Handler::Reply(|a, _| api::login_state(&a.shared)),
+    ),
+    route(
+        Method::Get,
+        "/icon",
+        Handler::Reply(|a, _| files::icon(a.cfg.icon.as_deref())),
+    ),
+    route(Method::Get, "/metrics", Handler::Reply(metrics_reply)),
+    route(
+        Method::Post,
+        "/api/model",
+        Handler::Reply(|a, c| api::model(&a.shared, &c.body)),
+    ),
+    route(
+        Method::Post,
+        "/api/new-session",
+        Handler::Reply(|a, _| api::new_session(&a.shared)),
+    ),
+    route(
+        Method::Post,
+        "/api/compact",
+        Handler::Reply(|a, _| api::control(&a.shared, Control::Compact, "compact")),
+    ),
+    route(
+        Method::Post,
+        "/api/interrupt",
+        Handler::Reply(|a, _| api::control(&a.shared, Control::Interrupt, "interrupt")),
+    ),
+    route(
+        Method::Post,
+        "/api/send",
+        Handler::Reply(|a, c| api::send(&a.shared, &c.body)),
+    ),
+    route(
+        Method::Post,
+        "/api/login",
+        Handler::Reply(|a, c| api::login(&a.shared, &c.body)),
+    ),
+    Route {
+        method: Method::Get,
+        path: Path::Exact("/login"),
+        access: Access::Login,
+        handler: Handler::Reply(|_, c| login(c, false)),
+    },
+    Route {
+        method: Method::Post,
+        path: Path::Exact("/login"),
+        access: Access::Login,
+        handler: Handler::Reply(|_, c| login(c, true)),
+    },
+    Route {
+        method: Method::Get,
+        path: Path::Any,
+        access: Access::Token,
+        handler: Handler::Reply(|a, c| {
+            files::serve(a.cfg.dist.as_deref(), a.cfg.static_dir.as_deref(), c.path)
                 .unwrap_or_else(Reply::not_found)
-        }
-        None => {
-            let known = files::serve(app.cfg.dist.as_deref(), app.cfg.static_dir.as_deref(), path)
-                .is_some_and(|r| r.status == 200);
-            if known {
-                Reply::method_not_allowed(&["GET"])
-            } else {
-                Reply::not_found()
-            }
-        }
-    };
-    if let Err(e) = req.respond(reply.into_response()) {
-        log::debug!("web: {method} {path}: the client went away: {e}");
+        }),
+    },
+];
+
+/// A route on an exact path that wants the token.
+const fn route(method: Method, path: &'static str, handler: Handler<App>) -> Route<App> {
+    Route {
+        method,
+        path: Path::Exact(path),
+        access: Access::Token,
+        handler,
     }
 }
 
-fn route(app: &App, method: &str, path: &str, query: &str, body: &[u8]) -> Reply {
+/// `GET /login` and `POST /login`.
+fn login(c: &Ctx<'_>, post: bool) -> Reply {
+    auth::login(c.guard, None, post, c.query, &c.body)
+}
+
+fn metrics_reply(app: &App, _: &Ctx<'_>) -> Reply {
     let s = &app.shared;
-    match (method, path) {
-        (_, "/login") => auth::login(app.cfg.token.as_deref(), method, body),
-        ("GET", "/api/state") => api::state(s),
-        ("GET", "/api/turns") => api::turns(s, query),
-        ("GET", "/api/dashboard-links") => api::dashboard_links(s),
-        ("GET", "/api/login") => api::login_state(s),
-        ("GET", "/icon") => files::icon(app.cfg.icon.as_deref()),
-        ("GET", "/metrics") => {
-            let totals = match crate::harness::stats::totals(&s.settings.stats_db()) {
-                Ok(t) => t,
-                Err(e) => return Reply::error(500, e),
-            };
-            let text = metrics::render(
-                &totals,
-                &s.bus.snapshot(),
-                app.sse.clients.load(Ordering::SeqCst),
-                app.rate_clock.seconds(),
-            );
-            Reply::new(200, "text/plain; version=0.0.4; charset=utf-8", text)
+    let totals = match crate::harness::stats::totals(&s.settings.stats_db()) {
+        Ok(t) => t,
+        Err(e) => return Reply::error(500, e),
+    };
+    let text = metrics::render(
+        &totals,
+        &s.bus.snapshot(),
+        app.stream.slots.count(),
+        app.rate_clock.seconds(),
+    );
+    Reply::new(200, "text/plain; version=0.0.4; charset=utf-8", text)
+}
+
+/// `GET /events`: the bus's ring from `Last-Event-ID` (or `?last_event_id=`),
+/// then every event live.
+fn events(app: &App, req: Request, c: &Ctx<'_>) {
+    let last_id = http::header_value(&req, "Last-Event-ID")
+        .map(str::to_string)
+        .or_else(|| http::form_value(c.query, "last_event_id"))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let bus = &app.shared.bus;
+    // A client that saw ids beyond ours saw an earlier run: start it afresh.
+    let reset = last_id.is_some_and(|l| l > bus.last_id());
+    let (replay, rx) = bus.subscribe(if reset { None } else { last_id });
+    let mut pending: VecDeque<Arc<str>> = replay.iter().map(|n| Arc::from(frame(n))).collect();
+    if reset {
+        pending.push_front(Arc::from("event: reset\ndata: {}\n\n"));
+    }
+    sse::start(req, &app.stream, "web-sse", BusFeed { pending, rx });
+}
+
+/// One SSE frame for a numbered bus event.
+pub fn frame(n: &Numbered) -> String {
+    format!("id: {}\ndata: {}\n\n", n.id, n.to_json())
+}
+
+/// A page client's frames: the replayed ring, then the live subscription.
+struct BusFeed {
+    pending: VecDeque<Arc<str>>,
+    rx: Receiver<Numbered>,
+}
+
+impl sse::Source for BusFeed {
+    fn next(&mut self, wait: Duration) -> Result<Option<Arc<str>>, String> {
+        if let Some(f) = self.pending.pop_front() {
+            return Ok(Some(f));
         }
-        ("POST", "/api/model") => api::model(s, body),
-        ("POST", "/api/new-session") => api::new_session(s),
-        ("POST", "/api/compact") => api::control(s, Control::Compact, "compact"),
-        ("POST", "/api/interrupt") => api::control(s, Control::Interrupt, "interrupt"),
-        ("POST", "/api/send") => api::send(s, body),
-        ("POST", "/api/login") => api::login(s, body),
-        _ => Reply::not_found(),
+        match self.rx.recv_timeout(wait) {
+            Ok(n) => Ok(Some(Arc::from(frame(&n)))),
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => Err("it fell too far behind the bus".into()),
+        }
     }
 }
 
@@ -390,12 +501,19 @@ mod tests {
             ("HIVE_SSE_MAX_CLIENTS", "3"),
             ("HIVE_SSE_PING_SECS", "2"),
             ("HIVE_WEB_DIST", "/d"),
+            ("HIVE_WEB_HOSTS", " hive.lan, box:8080 ,"),
+            ("HIVE_SSE_MAX_PER_PEER", "2"),
+            ("HIVE_WEB_READ_TIMEOUT_SECS", "3"),
         ])
         .unwrap();
-        assert_eq!((c.port, c.sse_max_clients), (0, 3));
+        assert_eq!((c.port, c.sse_max_clients, c.sse_max_per_peer), (0, 3, 2));
         assert_eq!(c.sse_ping, Duration::from_secs(2));
         assert_eq!(c.dist, Some(PathBuf::from("/d")));
+        assert_eq!(c.hosts, ["hive.lan", "box:8080"]);
+        assert_eq!(c.timeouts.read, Duration::from_secs(3));
+        assert!(c.auth);
         assert!(c.check().is_ok());
+        assert!(!cfg(&[("HIVE_WEB_AUTH", "OFF")]).unwrap().auth);
     }
 
     #[test]
@@ -405,6 +523,9 @@ mod tests {
             ("HIVE_PORT", "x"),
             ("HIVE_BIND", "localhost"),
             ("HIVE_SSE_MAX_CLIENTS", "0"),
+            ("HIVE_SSE_MAX_PER_PEER", "0"),
+            ("HIVE_WEB_AUTH", "maybe"),
+            ("HIVE_WEB_READ_TIMEOUT_SECS", "soon"),
         ] {
             let e = cfg(&[(k, v)]).unwrap_err();
             assert!(e.contains(k), "{e}");
@@ -419,5 +540,12 @@ mod tests {
             .unwrap_err();
         assert!(e.contains("HIVE_WEB_TOKEN"), "{e}");
         assert!(cfg(&[("HIVE_BIND", "::1")]).unwrap().check().is_ok());
+        // Turning authentication off is for loopback only, and not with a token.
+        let off = cfg(&[("HIVE_WEB_AUTH", "off")]).unwrap();
+        assert!(off.check().is_ok());
+        let exposed = cfg(&[("HIVE_BIND", "0.0.0.0"), ("HIVE_WEB_AUTH", "off")]).unwrap();
+        assert!(exposed.check().unwrap_err().contains("HIVE_WEB_AUTH"));
+        let both = cfg(&[("HIVE_WEB_TOKEN", "t"), ("HIVE_WEB_AUTH", "off")]).unwrap();
+        assert!(both.check().unwrap_err().contains("both"));
     }
 }

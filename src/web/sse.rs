@@ -1,26 +1,31 @@
-//! `GET /events`: Server-Sent Events from the bus. Each client gets one named
-//! writer thread that owns the raw connection (headers written by hand, a flush
-//! after every event, since a streamed tiny_http body stalls in 8 KiB chunks)
-//! and the bounded bus subscription that feeds it. The bus drops a subscription
-//! that falls behind, and a write that makes no progress for the send timeout
-//! fails, so a slow or gone client ends its own thread and never holds up the
-//! turn loop or another client. The number of clients is capped.
-
-use crate::harness::bus::{Bus, Numbered};
-use crossbeam_channel::{Receiver, RecvTimeoutError};
-use std::io::{self, Write};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tiny_http::Request;
+//! Live streams (Server-Sent Events) for both web servers: the agent page's
+//! `/events` (the harness's bus) and the dashboard's (the shared hive
+//! snapshot). Each client gets one named writer thread that owns the raw
+//! connection (headers written by hand, a flush after every frame, since a
+//! streamed tiny_http body stalls in 8 KiB chunks) and pulls its frames from a
+//! [`Source`]. A client holds one of a server's [`Slots`] (a cap in all and a
+//! cap per peer address) and gives it back as soon as it goes:
+//!
+//! - it hung up: the socket shows `POLLRDHUP` (checked every 250 ms);
+//! - it stopped reading: at every ping interval the bytes it acknowledged
+//!   (written minus the socket's unsent queue, `SIOCOUTQ`) did not grow while
+//!   some were still waiting;
+//! - a write made no progress for the send timeout;
+//! - its source ended (the bus dropped a subscription that fell behind) or the
+//!   server stops.
+//!
+//! So a client that never reads cannot keep a slot once data waits for it, and
+//! never holds up the turn loop or another client.
 
 use super::http::Reply;
-
-/// One SSE frame for a numbered event.
-pub fn frame(n: &Numbered) -> String {
-    format!("id: {}\ndata: {}\n\n", n.id, n.to_json())
-}
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::net::IpAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tiny_http::Request;
 
 /// The header block written by hand before the stream.
 pub const HEAD: &str = "HTTP/1.1 200 OK\r\n\
@@ -30,218 +35,301 @@ pub const HEAD: &str = "HTTP/1.1 200 OK\r\n\
     X-Accel-Buffering: no\r\n\
     X-Content-Type-Options: nosniff\r\n\r\n";
 
-/// Holds one client slot; frees it on drop, whichever way the writer ends.
-pub struct Slot(Arc<AtomicUsize>);
+/// How often a stream looks for a client that hung up.
+const TICK: Duration = Duration::from_millis(250);
 
-impl Slot {
-    /// Takes a slot, or None when `max` clients are already connected.
-    pub fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
-        count
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Slot(count.clone()))
+/// The live-stream places of one server.
+#[derive(Debug)]
+pub struct Slots {
+    max: usize,
+    per_peer: usize,
+    /// Variable names for the 503's advice.
+    vars: (&'static str, &'static str),
+    held: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One client's place; given back on drop, whichever way its writer ends.
+#[derive(Debug)]
+pub struct Slot {
+    slots: Arc<Slots>,
+    peer: IpAddr,
+}
+
+impl Slots {
+    /// `max` clients in all, `per_peer` from one address; `vars` name the
+    /// settings (for the 503's advice).
+    pub fn new(max: usize, per_peer: usize, vars: (&'static str, &'static str)) -> Arc<Slots> {
+        Arc::new(Slots {
+            max,
+            per_peer: per_peer.min(max),
+            vars,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Clients connected now.
+    pub fn count(&self) -> usize {
+        self.lock().values().sum()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place for a client from `peer`, or the 503 that says why not.
+    pub fn take(self: &Arc<Slots>, peer: IpAddr) -> Result<Slot, Reply> {
+        let mut held = self.lock();
+        let total: usize = held.values().sum();
+        let mine = held.get(&peer).copied().unwrap_or(0);
+        let why = if total >= self.max {
+            format!("too many live clients ({}={})", self.vars.0, self.max)
+        } else if mine >= self.per_peer {
+            format!(
+                "too many live clients from {peer} ({}={})",
+                self.vars.1, self.per_peer
+            )
+        } else {
+            held.insert(peer, mine + 1);
+            return Ok(Slot {
+                slots: self.clone(),
+                peer,
+            });
+        };
+        Err(
+            Reply::error(503, format!("{why}; close another tab and retry"))
+                .header("Retry-After", "10"),
+        )
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        let mut held = self.slots.lock();
+        if let Some(n) = held.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.peer);
+            }
+        }
     }
 }
 
-pub struct SseParams {
-    /// The server's port, to find a client's socket by its two ends.
-    pub local_port: u16,
-    pub max_clients: usize,
+/// Where a stream's frames come from.
+pub trait Source: Send + 'static {
+    /// The next frame (whole `id:`/`event:`/`data:` lines and the blank line),
+    /// `None` when nothing came within `wait`, or why the stream must end.
+    fn next(&mut self, wait: Duration) -> Result<Option<Arc<str>>, String>;
+}
+
+/// Settings every stream of a server shares.
+pub struct Params {
+    pub slots: Arc<Slots>,
+    /// Time between `: ping` comments on an idle stream, and between two checks
+    /// that the client still reads.
     pub ping: Duration,
-    pub clients: Arc<AtomicUsize>,
     pub stop: Arc<AtomicBool>,
 }
 
-/// Answers `GET /events`: a 503 beyond the cap, else hands the connection to a
-/// writer thread and returns at once.
-pub fn serve(bus: &Bus, p: &SseParams, req: Request, last_id: Option<u64>) {
-    let Some(slot) = Slot::take(&p.clients, p.max_clients) else {
-        let reply = Reply::error(
-            503,
-            format!(
-                "too many live clients (HIVE_SSE_MAX_CLIENTS={}); close another tab and retry",
-                p.max_clients
-            ),
-        )
-        .header("Retry-After", "10");
-        let _ = req.respond(reply.into_response());
-        return;
+/// Answers a stream request: a 503 without a free slot, else hands the
+/// connection to a writer thread named `thread` and returns at once.
+pub fn start(req: Request, p: &Params, thread: &str, source: impl Source) {
+    let peer = req
+        .remote_addr()
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let slot = match p.slots.take(peer) {
+        Ok(s) => s,
+        Err(reply) => {
+            let _ = req.respond(reply.into_response());
+            return;
+        }
     };
-    // A client that saw ids beyond ours saw an earlier run: start it afresh.
-    let reset = last_id.is_some_and(|l| l > bus.last_id());
-    let (replay, rx) = bus.subscribe(if reset { None } else { last_id });
-    let ends = req.remote_addr().copied().map(|peer| (p.local_port, peer));
+    let fd = req.socket_fd();
     let writer = req.into_writer();
-    let ping = p.ping;
-    let stop = p.stop.clone();
+    let (ping, stop) = (p.ping, p.stop.clone());
     let spawned = std::thread::Builder::new()
-        .name("web-sse".into())
+        .name(thread.into())
         .spawn(move || {
             let _slot = slot;
-            match stream(writer, reset, replay, &rx, ping, &stop) {
-                Ok(()) => log::debug!("SSE client finished"),
-                Err(e) => log::debug!("SSE client dropped: {e}"),
+            let mut writer = writer;
+            let mut source = source;
+            match pump(&mut writer, fd, &mut source, ping, &stop) {
+                Ok(()) => log::debug!("live client {peer}: the server stops"),
+                Err(e) => log::debug!("live client {peer} dropped: {e}"),
             }
-            // tiny_http keeps the socket for a next request the client will
-            // never send; close it so the client sees the end and reconnects.
-            // The writer is still alive here, so the connection's fds are too.
-            if let Some((port, peer)) = ends {
-                close_connection(port, peer);
+            // tiny_http would keep the socket for a next request the client
+            // never sends; end it so the client sees the end (and reconnects).
+            // The writer is still alive here, so the descriptor is too.
+            if let Some(fd) = fd {
+                // SAFETY: shutdown on a socket fd has no memory effects.
+                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
             }
         });
     if let Err(e) = spawned {
-        log::warn!("cannot start an SSE writer thread: {e}");
+        log::warn!("cannot start a live-stream writer thread: {e}");
     }
 }
 
-/// Writes the stream until the client goes, the bus drops the subscription or
-/// the server stops.
-fn stream(
-    mut w: Box<dyn Write + Send>,
-    reset: bool,
-    replay: Vec<Numbered>,
-    rx: &Receiver<Numbered>,
+/// Writes the stream until the client goes, the source ends or the server
+/// stops.
+fn pump(
+    w: &mut dyn Write,
+    fd: Option<RawFd>,
+    source: &mut dyn Source,
     ping: Duration,
     stop: &AtomicBool,
 ) -> io::Result<()> {
-    w.write_all(HEAD.as_bytes())?;
-    w.write_all(b"retry: 2000\n\n")?;
-    if reset {
-        w.write_all(b"event: reset\ndata: {}\n\n")?;
-    }
-    w.flush()?;
-    for n in &replay {
-        w.write_all(frame(n).as_bytes())?;
-        w.flush()?;
-    }
-    let tick = ping.min(Duration::from_millis(250));
+    let mut out = Out { w, written: 0 };
+    out.send(HEAD.as_bytes())?;
+    out.send(b"retry: 2000\n\n")?;
+    let mut watch = fd.map(Watch::new);
     let mut last_write = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        match rx.recv_timeout(tick) {
-            Ok(n) => {
-                w.write_all(frame(&n).as_bytes())?;
-                w.flush()?;
+        if let Some(w) = &watch {
+            if w.peer_gone() {
+                return Err(io::Error::other("the client hung up"));
+            }
+        }
+        match source.next(ping.min(TICK)) {
+            Ok(Some(frame)) => {
+                out.send(frame.as_bytes())?;
                 last_write = Instant::now();
             }
-            Err(RecvTimeoutError::Timeout) => {
-                if last_write.elapsed() >= ping {
-                    w.write_all(b": ping\n\n")?;
-                    w.flush()?;
-                    last_write = Instant::now();
-                }
+            Ok(None) if last_write.elapsed() >= ping => {
+                out.send(b": ping\n\n")?;
+                last_write = Instant::now();
             }
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(io::Error::other("fell too far behind the bus"))
+            Ok(None) => {}
+            Err(e) => return Err(io::Error::other(e)),
+        }
+        if let Some(watch) = &mut watch {
+            if watch.stalled(out.written, ping) {
+                return Err(io::Error::other(
+                    "it stopped reading (nothing acknowledged for a whole ping interval)",
+                ));
             }
         }
     }
     Ok(())
 }
 
-/// The address of one end of socket `fd` (`getsockname` or `getpeername`).
-fn socket_end(fd: i32, peer: bool) -> Option<SocketAddr> {
-    // SAFETY: the storage is zeroed, large enough for any address, and its
-    // length is passed; the fd may be anything, which the call reports.
-    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    let sa = (&mut st as *mut libc::sockaddr_storage).cast::<libc::sockaddr>();
-    let rc = unsafe {
-        if peer {
-            libc::getpeername(fd, sa, &mut len)
-        } else {
-            libc::getsockname(fd, sa, &mut len)
-        }
-    };
-    if rc != 0 {
-        return None;
-    }
-    match i32::from(st.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says this is a sockaddr_in.
-            let a = unsafe { *(&st as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-            Some(SocketAddr::new(ip.into(), u16::from_be(a.sin_port)))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says this is a sockaddr_in6.
-            let a = unsafe { *(&st as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
-            Some(SocketAddr::new(ip.into(), u16::from_be(a.sin6_port)))
-        }
-        _ => None,
+/// The stream's writer and the bytes handed to the kernel so far.
+struct Out<'a> {
+    w: &'a mut dyn Write,
+    written: u64,
+}
+
+impl Out<'_> {
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.w.write_all(bytes)?;
+        self.w.flush()?;
+        self.written += bytes.len() as u64;
+        Ok(())
     }
 }
 
-/// Shuts down (both ways) the TCP connection between our `port` and `peer`,
-/// found among this process's open fds.
-fn close_connection(port: u16, peer: SocketAddr) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    for entry in dir.flatten() {
-        let Some(fd) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let ours = socket_end(fd, false).is_some_and(|l| l.port() == port);
-        if ours && socket_end(fd, true) == Some(peer) {
-            // SAFETY: shutdown on a socket fd has no memory effects.
-            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
-            return;
+/// What a stream knows of its socket, to tell a client that left or stopped
+/// reading.
+struct Watch {
+    fd: RawFd,
+    acked: u64,
+    checked: Instant,
+}
+
+impl Watch {
+    fn new(fd: RawFd) -> Watch {
+        Watch {
+            fd,
+            acked: 0,
+            checked: Instant::now(),
         }
     }
+
+    /// The client closed its end (or the connection broke).
+    fn peer_gone(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+    }
+
+    /// Once per `every`: true when bytes are waiting for the client and it
+    /// acknowledged none since the last check.
+    fn stalled(&mut self, written: u64, every: Duration) -> bool {
+        if self.checked.elapsed() < every {
+            return false;
+        }
+        self.checked = Instant::now();
+        let Some(queued) = unsent(self.fd) else {
+            return false;
+        };
+        let acked = written.saturating_sub(queued);
+        let stalled = queued > 0 && acked <= self.acked;
+        self.acked = acked;
+        stalled
+    }
+}
+
+/// Bytes written to the socket that the peer has not acknowledged (`SIOCOUTQ`).
+fn unsent(fd: RawFd) -> Option<u64> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int through the pointer.
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ as _, &mut n) };
+    (rc == 0).then(|| n.max(0) as u64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::bus::LiveEvent;
 
     #[test]
-    fn frames_carry_the_id_and_one_data_line() {
-        let n = Numbered {
-            id: 7,
-            event: LiveEvent::Note {
-                text: "two\nlines".into(),
-            },
-        };
-        let f = frame(&n);
-        assert!(f.starts_with("id: 7\ndata: {"), "{f}");
-        assert_eq!(f.matches('\n').count(), 3, "{f}");
+    fn slots_are_capped_in_all_and_per_peer_and_freed() {
+        let slots = Slots::new(3, 2, ("MAX", "PER_PEER"));
+        let a = IpAddr::from([127, 0, 0, 1]);
+        let b = IpAddr::from([127, 0, 0, 2]);
+        let a1 = slots.take(a).unwrap();
+        let _a2 = slots.take(a).unwrap();
+        let e = slots.take(a).unwrap_err();
+        assert_eq!(e.status, 503);
+        let _b1 = slots.take(b).unwrap();
+        assert_eq!(slots.count(), 3);
+        assert!(slots.take(b).is_err(), "the total cap");
+        drop(a1);
+        assert_eq!(slots.count(), 2);
+        assert!(slots.take(b).is_ok());
     }
 
     #[test]
-    fn a_closed_stream_is_shut_down_for_the_client() {
+    fn a_socket_that_is_not_read_shows_unacknowledged_bytes_or_a_hang_up() {
         use std::io::Read;
+        use std::os::fd::AsRawFd;
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        let (_server_side, peer) = l.accept().unwrap();
-        close_connection(port, peer);
-        client
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        assert_eq!(client.read(&mut [0; 8]).unwrap(), 0, "the client sees EOF");
-    }
-
-    #[test]
-    fn slots_are_capped_and_freed() {
-        let count = Arc::new(AtomicUsize::new(0));
-        let a = Slot::take(&count, 2).unwrap();
-        let _b = Slot::take(&count, 2).unwrap();
-        assert!(Slot::take(&count, 2).is_none());
-        drop(a);
-        assert!(Slot::take(&count, 2).is_some());
+        let mut client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut server, _) = l.accept().unwrap();
+        let mut watch = Watch::new(server.as_raw_fd());
+        assert!(!watch.peer_gone());
+        server.write_all(b"hello").unwrap();
+        let mut buf = [0; 5];
+        client.read_exact(&mut buf).unwrap();
+        assert!(!watch.stalled(5, Duration::ZERO), "read and acknowledged");
+        // Fill the client's receive window and the send queue: then the queue
+        // stays and nothing more is acknowledged.
+        server.set_nonblocking(true).unwrap();
+        let mut written = 5u64;
+        let chunk = [b'x'; 65536];
+        while let Ok(n) = server.write(&chunk) {
+            written += n as u64;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(unsent(server.as_raw_fd()).unwrap() > 0);
+        watch.stalled(written, Duration::ZERO);
+        assert!(watch.stalled(written, Duration::ZERO), "no progress");
+        drop(client);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(watch.peer_gone());
     }
 }

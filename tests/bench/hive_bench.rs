@@ -547,10 +547,17 @@ fn bench_sse_fanout(a: &Args) {
     let bus = hyperhive::harness::bus::Bus::new("bench", "bench", "haiku", 200_000);
     let (tx, _rx) = crossbeam_channel::unbounded();
     let shared = hyperhive::harness::control::Shared::new(bus.clone(), tx, std::sync::Arc::new(s));
+    // All clients come from one address and say `Host: x`, without a token.
     let cfg = hyperhive::web::WebConfig {
         port: 0,
+        auth: false,
+        hosts: vec!["x".into()],
         sse_max_clients: 64,
-        send_timeout: Duration::from_secs(2),
+        sse_max_per_peer: 64,
+        timeouts: hyperhive::web::server::Timeouts {
+            send: Duration::from_secs(2),
+            ..Default::default()
+        },
         ..hyperhive::web::WebConfig::default()
     };
     let web = hyperhive::web::start(shared, cfg).expect("web::start");

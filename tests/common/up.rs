@@ -59,6 +59,19 @@ impl Up {
         Up::launch(fleet, agents, launch)
     }
 
+    /// Like [`Up::start`], with more variables for `hive up` (a restart has
+    /// them too).
+    pub fn start_env(fleet: &str, agents: &[&str], env: &[(&str, &str)]) -> Up {
+        let launch = Launch {
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Launch::default()
+        };
+        Up::launch(fleet, agents, launch)
+    }
+
     /// Starts `hive up` as `launch` says.
     pub fn launch(fleet: &str, agents: &[&str], launch: Launch) -> Up {
         let dir = TempDir::new("up");
@@ -233,11 +246,109 @@ fn fleet_path(dir: &std::path::Path) -> PathBuf {
     dir.join("fleet").join("hive.json")
 }
 
+/// The dashboard of a running `hive up` as a script finds it: the port from
+/// `DATA/dashboard-port`, the token from `DATA/dashboard-token`.
+pub struct Dash {
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    pub port: u16,
+    pub token: String,
+}
+
+impl Up {
+    pub fn dashboard(&self) -> Dash {
+        let data = self.data();
+        let port = wait_for(Duration::from_secs(30), "the dashboard port file", || {
+            std::fs::read_to_string(data.join("dashboard-port"))
+                .ok()?
+                .trim()
+                .parse::<u16>()
+                .ok()
+        });
+        let token = std::fs::read_to_string(data.join("dashboard-token"))
+            .expect("DATA/dashboard-token")
+            .trim()
+            .to_string();
+        Dash {
+            base: format!("http://127.0.0.1:{port}"),
+            port,
+            token,
+        }
+    }
+
+    /// What `hive up` printed to stdout so far.
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("up.out")).unwrap_or_default()
+    }
+
+    /// The one-time login link `hive up` printed last.
+    pub fn login_link(&self) -> String {
+        wait_for(
+            Duration::from_secs(30),
+            "the dashboard's login link",
+            || {
+                self.stdout()
+                    .lines()
+                    .rev()
+                    .find_map(|l| l.strip_prefix("dashboard: "))
+                    .and_then(|l| l.split_whitespace().next())
+                    .filter(|u| u.contains("/login?code="))
+                    .map(str::to_string)
+            },
+        )
+    }
+}
+
+impl Dash {
+    fn agent() -> ureq::Agent {
+        ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(30))
+            .redirects(0)
+            .build()
+    }
+
+    /// `GET PATH` with the token; the JSON answer, or the status and body.
+    pub fn get(&self, path: &str) -> Result<serde_json::Value, (u16, String)> {
+        let r = Dash::agent()
+            .get(&format!("{}{path}", self.base))
+            .set("X-Hive-Token", &self.token)
+            .call();
+        answer(r)
+    }
+
+    /// `POST PATH` with a JSON body and the token, as the page sends it.
+    pub fn post(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+    ) -> Result<serde_json::Value, (u16, String)> {
+        let r = Dash::agent()
+            .post(&format!("{}{path}", self.base))
+            .set("X-Hive-Token", &self.token)
+            .send_json(body);
+        answer(r)
+    }
+}
+
+fn answer(r: Result<ureq::Response, ureq::Error>) -> Result<serde_json::Value, (u16, String)> {
+    match r {
+        Ok(r) => Ok(r.into_json().expect("a JSON answer")),
+        Err(ureq::Error::Status(code, r)) => Err((code, r.into_string().unwrap_or_default())),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 fn spawn(dir: &std::path::Path, launch: &Launch) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("up.log"))
+        .unwrap();
+    // What hive up prints (the dashboard's one-time login link).
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("up.out"))
         .unwrap();
     let own = dir.join("hive");
     let bin = if own.exists() { own } else { hive_bin() };
@@ -274,10 +385,9 @@ fn spawn(dir: &std::path::Path, launch: &Launch) -> Child {
         .env("RUST_LOG", "debug")
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn hive up")
+        .stdout(out)
+        .stderr(log);
+    cmd.spawn().expect("spawn hive up")
 }
 
 impl Drop for Up {

@@ -1,15 +1,20 @@
 //! Test kit for the web UI: `web::start` in-process on a free port with a bus the
-//! test drives itself, plus small HTTP clients (ureq for plain requests, raw TCP
-//! for paths ureq would normalise and for reading SSE). Every read has a timeout.
+//! test drives itself, [`Page`] for any running page (its port and token, read
+//! from the state dir like a script would), plus small HTTP clients (ureq for
+//! plain requests, raw TCP for paths ureq would normalise and for reading SSE).
+//! The free functions send no token; the methods of [`Web`] and [`Page`] send
+//! the page's. Every read has a timeout.
 
 use super::hive::TempDir;
 use crossbeam_channel::{unbounded, Receiver};
 use hyperhive::harness::bus::Bus;
 use hyperhive::harness::control::{Control, Shared};
 use hyperhive::harness::settings::{ServeArgs, Settings};
+use hyperhive::web::server::Timeouts;
 use hyperhive::web::{self, WebConfig, WebHandle};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +25,8 @@ pub struct Web {
     pub control: Receiver<Control>,
     pub handle: Option<WebHandle>,
     pub port: u16,
+    /// The page's token (None with `auth` off).
+    pub token: Option<String>,
 }
 
 /// Settings on temp dirs, without reading anything a developer's shell set.
@@ -50,15 +57,20 @@ impl Web {
         let mut cfg = WebConfig {
             port: 0,
             sse_ping: Duration::from_secs(1),
-            send_timeout: Duration::from_secs(2),
+            timeouts: Timeouts {
+                read: Duration::from_secs(5),
+                send: Duration::from_secs(2),
+            },
             ..WebConfig::default()
         };
         f(&mut cfg, &mut s);
         let bus = Bus::new("ana", "ana@hive", "haiku", 200_000);
         let (tx, control) = unbounded();
         let shared = Shared::new(bus.clone(), tx, Arc::new(s));
+        let explicit = cfg.token.clone().filter(|_| cfg.auth);
         let handle = web::start(shared.clone(), cfg).expect("web::start");
         let port = handle.port();
+        let token = explicit.or_else(|| read_token(&shared.settings.state_dir));
         Web {
             dir,
             bus,
@@ -66,6 +78,7 @@ impl Web {
             control,
             handle: Some(handle),
             port,
+            token,
         }
     }
 
@@ -75,6 +88,147 @@ impl Web {
 
     pub fn state_dir(&self) -> std::path::PathBuf {
         self.shared.settings.state_dir.clone()
+    }
+
+    /// The page as a client sees it.
+    pub fn page(&self) -> Page {
+        Page {
+            port: self.port,
+            token: self.token.clone(),
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.page().get(path)
+    }
+
+    pub fn post(&self, path: &str, body: &str) -> Resp {
+        self.page().post(path, body)
+    }
+
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> Resp {
+        self.page().call(method, path, headers, body)
+    }
+
+    pub fn sse(&self, path: &str, headers: &[(&str, &str)]) -> Sse {
+        self.page().sse(path, headers)
+    }
+
+    pub fn raw_get(&self, path: &str) -> (u16, String) {
+        self.page().raw(path)
+    }
+}
+
+/// Logs a browser in to `page` through its login form (typing the token as a
+/// user would) and waits until it shows the page.
+pub fn browser_login(d: &super::browser::Driver, page: &Page) {
+    d.goto(&page.url("/login"));
+    let token = page.token.as_deref().expect("the page's token");
+    d.type_into("input[name=token]", &format!("{token}\u{E007}"));
+    super::hive::wait_for(
+        Duration::from_secs(20),
+        "the login to reach the page",
+        || {
+            let path = d.js("return location.pathname");
+            (path == "/").then_some(())
+        },
+    );
+}
+
+/// The token a page generated into its state dir, if any.
+pub fn read_token(state_dir: &Path) -> Option<String> {
+    std::fs::read_to_string(state_dir.join(web::TOKEN_FILE))
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+}
+
+/// A running page as a script finds it: the port from `STATE/hyperhive-port`,
+/// the token from `STATE/web-token` (or the one given).
+#[derive(Debug, Clone)]
+pub struct Page {
+    pub port: u16,
+    pub token: Option<String>,
+}
+
+impl Page {
+    /// Waits for the page of the harness whose state dir is `state_dir`.
+    pub fn of(state_dir: &Path) -> Page {
+        let f = state_dir.join("hyperhive-port");
+        let port = super::hive::wait_for(Duration::from_secs(20), "the web port file", || {
+            std::fs::read_to_string(&f).ok()?.trim().parse().ok()
+        });
+        Page {
+            port,
+            token: read_token(state_dir),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// `headers` plus the token header.
+    fn with_token<'a>(&'a self, headers: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut h = headers.to_vec();
+        if let Some(t) = &self.token {
+            h.push(("X-Hive-Token", t.as_str()));
+        }
+        h
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.call("GET", path, &[], None)
+    }
+
+    /// A GET that may fail to connect (a page out of descriptors).
+    pub fn try_get(&self, path: &str) -> Option<Resp> {
+        try_call("GET", &self.url(path), &self.with_token(&[]), None).ok()
+    }
+
+    /// A POST with a JSON body, as the page's own script sends it.
+    pub fn post(&self, path: &str, body: &str) -> Resp {
+        self.call(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            Some(body),
+        )
+    }
+
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> Resp {
+        call(method, &self.url(path), &self.with_token(headers), body)
+    }
+
+    pub fn sse(&self, path: &str, headers: &[(&str, &str)]) -> Sse {
+        Sse::connect(self.port, path, &self.with_token(headers))
+    }
+
+    /// A raw GET with the path exactly as given.
+    pub fn raw(&self, path: &str) -> (u16, String) {
+        raw_request(self.port, "GET", path, &self.with_token(&[]), "")
+    }
+
+    pub fn raw_request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (u16, String) {
+        raw_request(self.port, method, path, &self.with_token(headers), body)
     }
 }
 
@@ -100,6 +254,16 @@ impl Resp {
 
 /// A request with ureq; any status comes back as a [`Resp`].
 pub fn call(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str>) -> Resp {
+    try_call(method, url, headers, body).unwrap_or_else(|e| panic!("{method} {url}: {e}"))
+}
+
+/// Like [`call`]; a connection that fails is an error, not a panic.
+pub fn try_call(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Result<Resp, String> {
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(10))
         .redirects(0)
@@ -115,7 +279,7 @@ pub fn call(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str
     let resp = match res {
         Ok(r) => r,
         Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{method} {url}: {e}"),
+        Err(e) => return Err(e.to_string()),
     };
     let status = resp.status();
     let headers = resp
@@ -127,11 +291,11 @@ pub fn call(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str
         })
         .collect();
     let body = resp.into_string().unwrap_or_default();
-    Resp {
+    Ok(Resp {
         status,
         body,
         headers,
-    }
+    })
 }
 
 pub fn get(url: &str) -> Resp {
@@ -164,7 +328,7 @@ pub fn raw_request(
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
     for (k, v) in headers {
@@ -212,8 +376,9 @@ pub struct Sse {
 impl Sse {
     pub fn connect(port: u16, path: &str, headers: &[(&str, &str)]) -> Sse {
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        let mut req =
-            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n");
+        let mut req = format!(
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
+        );
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }

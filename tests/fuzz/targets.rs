@@ -130,7 +130,8 @@ pub fn prompt(data: &[u8]) {
 const OUTSIDE: &str = "OUTSIDE-THE-STATIC-ROOT";
 const TOKEN: &str = "fuzz-token";
 
-/// Two in-process web servers (no token; token `fuzz-token`), started once.
+/// Two in-process web servers (authentication off; token `fuzz-token`),
+/// started once.
 fn web_ports() -> (u16, u16) {
     static PORTS: OnceLock<(u16, u16)> = OnceLock::new();
     *PORTS.get_or_init(|| {
@@ -159,12 +160,18 @@ fn web_ports() -> (u16, u16) {
             let (tx, rx) = crossbeam_channel::unbounded();
             std::thread::spawn(move || for _ in rx {});
             let shared = hyperhive::harness::control::Shared::new(bus, tx, Arc::new(s));
+            // The seeds say `Host: x`; the open server has authentication off.
             let cfg = hyperhive::web::WebConfig {
                 port: 0,
                 token: token.map(str::to_string),
+                auth: token.is_some(),
+                hosts: vec!["x".into()],
                 static_dir: Some(root),
                 sse_ping: Duration::from_millis(200),
-                send_timeout: Duration::from_millis(500),
+                timeouts: hyperhive::web::server::Timeouts {
+                    read: Duration::from_millis(500),
+                    send: Duration::from_millis(500),
+                },
                 ..hyperhive::web::WebConfig::default()
             };
             let handle = hyperhive::web::start(shared, cfg).expect("web::start");

@@ -1,0 +1,315 @@
+//! The HTTP core both of hive's web servers share — the agent page of
+//! `hive serve` ([`super::start`]) and the operator dashboard of `hive up`
+//! (`up::dashboard`): the listening socket with its read and send timeouts, the
+//! patched tiny_http server with bounded request heads, the named worker
+//! threads, and [`dispatch`], the one function every request goes through. A
+//! server is a [`Site`]: its state, its [`Guard`] and one static route table.
+//! A handler is reachable only through a route, and `dispatch` runs the guard
+//! (host, token, same-origin) before it looks at a route's handler, so an
+//! endpoint added to a table cannot skip the guard. `HEAD` is answered
+//! wherever `GET` is, without the body.
+
+use super::guard::Guard;
+use super::http::{self, Reply};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tiny_http::{Limits, Request, Server};
+
+/// Socket timeouts of a server; accepted connections inherit them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timeouts {
+    /// `HIVE_WEB_READ_TIMEOUT_SECS`: a read that waits this long fails. An idle
+    /// keep-alive connection is closed after it, a request whose head or body
+    /// stalls is refused; the whole body must also arrive within it.
+    pub read: Duration,
+    /// `HIVE_WEB_SEND_TIMEOUT_SECS`: a write to a client that makes no progress
+    /// for this long fails, which drops that client.
+    pub send: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            read: Duration::from_secs(10),
+            send: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Timeouts {
+    /// Reads the variables through `get` (trimmed, empty is unset).
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Timeouts, String> {
+        let d = Timeouts::default();
+        let secs = |k: &str, default: Duration| -> Result<Duration, String> {
+            match get(k) {
+                None => Ok(default),
+                Some(v) => v
+                    .parse::<u64>()
+                    .map(|s| Duration::from_secs(s.max(1)))
+                    .map_err(|_| format!("{k}={v:?} is not a whole number of seconds")),
+            }
+        };
+        Ok(Timeouts {
+            read: secs("HIVE_WEB_READ_TIMEOUT_SECS", d.read)?,
+            send: secs("HIVE_WEB_SEND_TIMEOUT_SECS", d.send)?,
+        })
+    }
+}
+
+/// Binds `addr` with both socket timeouts set on the listener: Linux copies
+/// socket options to accepted sockets, and tiny_http sets none. `what` names
+/// the server and `hint` says how to pick another port, for the error.
+pub fn bind(addr: SocketAddr, t: Timeouts, what: &str, hint: &str) -> Result<TcpListener, String> {
+    let l = TcpListener::bind(addr)
+        .map_err(|e| format!("cannot listen on {addr} for {what}: {e} ({hint})"))?;
+    for (opt, d, name) in [
+        (libc::SO_SNDTIMEO, t.send, "send"),
+        (libc::SO_RCVTIMEO, t.read, "read"),
+    ] {
+        let tv = libc::timeval {
+            tv_sec: d.as_secs() as _,
+            tv_usec: d.subsec_micros() as _,
+        };
+        // SAFETY: a valid fd and a timeval of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                l.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(format!(
+                "cannot set a {name} timeout on the socket of {what}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(l)
+}
+
+/// The methods a route answers (`Get` answers `HEAD` too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+}
+
+/// Which request paths a route takes.
+#[derive(Debug, Clone, Copy)]
+pub enum Path {
+    Exact(&'static str),
+    /// Every path that starts with this.
+    Prefix(&'static str),
+    /// Every path (the agent page's static files); list it last.
+    Any,
+}
+
+impl Path {
+    fn matches(&self, path: &str) -> bool {
+        match self {
+            Path::Exact(p) => path == *p,
+            Path::Prefix(p) => path.starts_with(p),
+            Path::Any => true,
+        }
+    }
+}
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Only a request with the server's token (unless the operator turned it
+    /// off).
+    Token,
+    /// Anyone: the login page. Its form post is the one that need not be JSON,
+    /// and its attempts are throttled per peer.
+    Login,
+}
+
+/// What a request gets once the guard let it through.
+pub struct Ctx<'a> {
+    /// The server's guard (the login page compares its token).
+    pub guard: &'a Guard,
+    pub path: &'a str,
+    pub query: &'a str,
+    /// The `Host` header as sent (it names this server).
+    pub host: &'a str,
+    pub peer: Option<SocketAddr>,
+    /// The request is a `HEAD`: the answer's body is not sent.
+    pub head: bool,
+    /// The body of a POST (JSON, or the login form), read whole; empty for GET.
+    pub body: Vec<u8>,
+}
+
+/// A route's code.
+pub enum Handler<A: 'static> {
+    /// Answers with a reply.
+    Reply(fn(&A, &Ctx<'_>) -> Reply),
+    /// Takes the connection (the live streams); a `HEAD` gets the stream's
+    /// headers instead.
+    Stream(fn(&A, Request, &Ctx<'_>)),
+}
+
+pub struct Route<A: 'static> {
+    pub method: Method,
+    pub path: Path,
+    pub access: Access,
+    pub handler: Handler<A>,
+}
+
+/// One server: its state, its guard and its route table.
+pub struct Site<A: 'static> {
+    pub app: A,
+    pub guard: Guard,
+    pub routes: &'static [Route<A>],
+    /// The time a whole request body may take to arrive.
+    pub body_time: Duration,
+}
+
+/// The largest body the login form may have.
+const LOGIN_BODY: usize = 4096;
+
+/// Starts `workers` threads named `NAME-i` that answer `site`'s requests until
+/// `stop` is set. The tiny_http server (and its listener) goes with the last
+/// of them.
+pub fn start<A: Send + Sync + 'static>(
+    name: &str,
+    listener: TcpListener,
+    site: Arc<Site<A>>,
+    workers: usize,
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<JoinHandle<()>>, String> {
+    let server = Arc::new(
+        Server::from_listener_with_limits(listener, None, Limits::default())
+            .map_err(|e| format!("cannot start the {name} server: {e}"))?,
+    );
+    let mut threads = Vec::with_capacity(workers);
+    for i in 0..workers {
+        let (server, site, stop) = (server.clone(), site.clone(), stop.clone());
+        let name = name.to_string();
+        let t = std::thread::Builder::new()
+            .name(format!("{name}-{i}"))
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match server.recv_timeout(Duration::from_millis(200)) {
+                        Ok(Some(req)) => dispatch(&site, req),
+                        Ok(None) => {}
+                        Err(e) => log::debug!("{name}: a connection failed: {e}"),
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start a web server thread: {e}"))?;
+        threads.push(t);
+    }
+    Ok(threads)
+}
+
+/// Answers one request: the guard, then the route table, then the handler.
+pub fn dispatch<A>(site: &Site<A>, mut req: Request) {
+    let url = req.url().to_string();
+    let (path, query) = http::split_url(&url);
+    let method = req.method().as_str().to_ascii_uppercase();
+    let guard = &site.guard;
+
+    let host = match guard.host(&req) {
+        Ok(h) => h,
+        Err(r) => return respond(req, r),
+    };
+    // A path a route names is that route's alone; `Path::Any` takes the rest.
+    let named: Vec<&Route<A>> = site
+        .routes
+        .iter()
+        .filter(|r| !matches!(r.path, Path::Any) && r.path.matches(path))
+        .collect();
+    let on_path = if named.is_empty() {
+        site.routes
+            .iter()
+            .filter(|r| matches!(r.path, Path::Any))
+            .collect()
+    } else {
+        named
+    };
+    let login = on_path.iter().any(|r| r.access == Access::Login);
+    if !login && !guard.authorized(&req) {
+        let r = guard.unauthorized(&req, path);
+        return respond(req, r);
+    }
+    let wanted = match method.as_str() {
+        "GET" | "HEAD" => Some(Method::Get),
+        "POST" => Some(Method::Post),
+        _ => None,
+    };
+    let Some(route) = on_path.iter().find(|r| Some(r.method) == wanted) else {
+        let r = if on_path.is_empty() {
+            Reply::not_found()
+        } else {
+            let mut allowed = Vec::new();
+            for r in &on_path {
+                match r.method {
+                    Method::Get => allowed.extend(["GET", "HEAD"]),
+                    Method::Post => allowed.push("POST"),
+                }
+            }
+            allowed.dedup();
+            Reply::method_not_allowed(&allowed)
+        };
+        return respond(req, r);
+    };
+    let post = route.method == Method::Post;
+    if post {
+        if let Err(r) = guard.same_origin(&req, &host, login) {
+            return respond(req, r);
+        }
+    }
+    if login && (post || !query.is_empty()) {
+        if let Err(r) = guard.login_attempt(req.remote_addr().map(|a| a.ip())) {
+            return respond(req, r);
+        }
+    }
+    let body = if post {
+        let max = if login { LOGIN_BODY } else { http::MAX_BODY };
+        match http::read_body(&mut req, max, Instant::now() + site.body_time) {
+            Ok(b) => b,
+            Err(r) => return respond(req, r),
+        }
+    } else {
+        Vec::new()
+    };
+    let ctx = Ctx {
+        guard,
+        path,
+        query,
+        host: &host,
+        peer: req.remote_addr().copied(),
+        head: method == "HEAD",
+        body,
+    };
+    match route.handler {
+        Handler::Reply(f) => {
+            let r = f(&site.app, &ctx);
+            respond(req, r)
+        }
+        Handler::Stream(_) if ctx.head => {
+            let r = Reply::new(200, "text/event-stream; charset=utf-8", "")
+                .header("Cache-Control", "no-store");
+            respond(req, r)
+        }
+        Handler::Stream(f) => f(&site.app, req, &ctx),
+    }
+}
+
+/// Sends `reply`. (A body left unread closes the connection after the answer,
+/// which then says `Connection: close`: see the vendored tiny_http.)
+fn respond(req: Request, reply: Reply) {
+    let (method, url) = (req.method().to_string(), req.url().to_string());
+    if let Err(e) = req.respond(reply.into_response()) {
+        let path = http::split_url(&url).0;
+        log::debug!("{method} {path}: the client went away: {e}");
+    }
+}
