@@ -75,8 +75,20 @@ impl Up {
     /// Starts `hive up` as `launch` says.
     pub fn launch(fleet: &str, agents: &[&str], launch: Launch) -> Up {
         let dir = TempDir::new("up");
-        if launch.own_binary {
+        // A hive up that runs as another user may not be able to reach the
+        // checkout (a clone in a 0700 directory): it gets its own copies of the
+        // binary and of the fake claude.
+        if launch.own_binary || launch.owner.is_some() {
             std::fs::copy(hive_bin(), dir.path().join("hive")).unwrap();
+        }
+        if launch.owner.is_some() {
+            let bin = dir.path().join("fake-claude-bin");
+            std::fs::create_dir_all(&bin).unwrap();
+            let src = FakeClaude::bin();
+            let src_dir = src.parent().expect("the fake claude's dir");
+            for f in ["fake-claude", "lib.sh"] {
+                std::fs::copy(src_dir.join(f), bin.join(f)).unwrap();
+            }
         }
         let mut text = fleet.to_string();
         for a in agents {
@@ -372,7 +384,14 @@ fn spawn(dir: &std::path::Path, launch: &Launch) -> Child {
         .arg(fleet_path(dir))
         .arg("--data")
         .arg(dir.join("d"))
-        .env("HIVE_CLAUDE_BIN", FakeClaude::bin())
+        .env("HIVE_CLAUDE_BIN", {
+            let own = dir.join("fake-claude-bin/fake-claude");
+            if own.exists() {
+                own
+            } else {
+                FakeClaude::bin()
+            }
+        })
         .env("FAKE_CLAUDE_DIR", dir.join("fake-shared"))
         .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
         .env("HIVE_UP_RESTART_BASE_MS", "100")
