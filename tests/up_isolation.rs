@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::hive::{hive_bin, wait_for};
+use common::hive::wait_for;
 use common::up::{Launch, Up};
 use hyperhive::bash::client::call;
 use hyperhive::bash::proto::{Request as BashRequest, TaskReply, TaskView};
@@ -86,7 +86,7 @@ fn succeeded(up: &Up, agent: &str, cmd: &str) -> String {
 fn ana_is_confined(up: &Up) {
     let data = up.data();
     let d = data.display();
-    let hive = hive_bin();
+    let hive = up.binary();
     let hive = hive.display();
     let host = data.join("run/host.sock");
     assert!(host.exists(), "the host socket is there, outside");

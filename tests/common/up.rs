@@ -163,6 +163,16 @@ impl Up {
         std::fs::rename(&tmp, &bin).unwrap();
     }
 
+    /// The `hive` binary this hive runs: its own copy when it has one.
+    pub fn binary(&self) -> PathBuf {
+        let own = self.dir.path().join("hive");
+        if own.exists() {
+            own
+        } else {
+            hive_bin()
+        }
+    }
+
     pub fn fleet_file(&self) -> PathBuf {
         fleet_path(self.dir.path())
     }
