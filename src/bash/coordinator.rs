@@ -117,7 +117,7 @@ impl Coordinator {
             if !rec.status.is_finished() {
                 if let Some(pgid) = rec.pgid {
                     if rec.boot_id.is_some() && rec.boot_id == boot {
-                        spawn::kill_group(pgid);
+                        spawn::kill_stale_group(pgid, rec.leader_start);
                     }
                 }
                 log::warn!("task {} was still running; marking it interrupted", rec.id);
@@ -287,6 +287,7 @@ impl Coordinator {
                 rec.status = TaskStatus::Running;
                 rec.pgid = Some(pgid);
                 rec.boot_id = spawn::boot_id();
+                rec.leader_start = spawn::start_time(pgid);
                 rec.shell = shell.into();
                 self.save(&rec);
                 log::info!("task {id} started ({shell}, pgid {pgid}): {}", rec.cmd);

@@ -108,10 +108,62 @@ pub fn kill_group(pgid: i32) {
     }
 }
 
+/// When process `pid` started, in clock ticks since boot (`/proc/PID/stat`
+/// field 22); None when there is no such process.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: the fields
+    // after it start past the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// SIGKILLs what is left of a task's group recorded by an earlier run of the
+/// daemon, unless the number now belongs to someone else. While any member of
+/// the old group lives, the kernel gives its number to no new process; so a
+/// live process with that pid is either the old leader (same start time) or a
+/// stranger that got the number after the whole group was gone (left alone).
+/// Without a recorded start time (a record from an older daemon) a live
+/// process with that pid cannot be told apart and is left alone.
+pub fn kill_stale_group(pgid: i32, leader_start: Option<u64>) {
+    match (start_time(pgid), leader_start) {
+        (None, _) => kill_group(pgid),
+        (Some(now), Some(then)) if now == then => kill_group(pgid),
+        (Some(_), _) => log::info!(
+            "process group {pgid} of an earlier run is gone; its number belongs to another \
+             process now, which is left alone"
+        ),
+    }
+}
+
 /// The id of the running kernel boot, so a pgid recorded before a reboot is not
 /// mistaken for a live task.
 pub fn boot_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .ok()
         .map(|s| s.trim().to_string())
+}
+
+#[cfg(test)]
+mod stale_tests {
+    use super::*;
+
+    #[test]
+    fn a_reused_group_number_is_never_signalled() {
+        let mut c = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = c.id() as i32;
+        let start = start_time(pid).expect("a live process has a start time");
+        // Another start time: the number "belongs to someone else" and lives on.
+        kill_stale_group(pid, Some(start + 1));
+        kill_stale_group(pid, None);
+        assert!(c.try_wait().unwrap().is_none(), "left alone");
+        kill_stale_group(pid, Some(start));
+        let status = c.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+    }
 }

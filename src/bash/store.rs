@@ -37,6 +37,11 @@ pub struct TaskRecord {
     /// signalled.
     #[serde(default)]
     pub boot_id: Option<String>,
+    /// When the group's leader started (`/proc/PID/stat` field 22, clock ticks
+    /// since boot): a pgid from an earlier run is signalled only while it still
+    /// names this task, never a process that got the number since.
+    #[serde(default)]
+    pub leader_start: Option<u64>,
     /// `sh`, or `bash` when the bash env file was used.
     #[serde(default)]
     pub shell: String,
@@ -55,6 +60,7 @@ impl TaskRecord {
             cmd,
             status: TaskStatus::Pending,
             exit_code: None,
+            leader_start: None,
             signal: None,
             error: None,
             timeout_secs,

@@ -306,13 +306,22 @@ pub fn run_hive(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> (i3
             .unwrap();
     }
     drop(child.stdin.take());
+    // A hung command is killed after 60 s; the guard stands down as soon as the
+    // child is reaped, so it never signals a pid the kernel has handed out since.
     let pid = child.id();
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
     let guard = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(60));
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+            done_rx.recv_timeout(Duration::from_secs(60))
+        {
+            // SAFETY: kill(2); the child is not reaped yet (the sender lives).
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
     });
-    drop(guard);
-    let out = child.wait_with_output().expect("wait hive");
+    let out = child.wait_with_output();
+    drop(done_tx);
+    let _ = guard.join();
+    let out = out.expect("wait hive");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
