@@ -1,29 +1,27 @@
 //! A blocking client for the Matrix client-server API (`/_matrix/client/v3`),
-//! the part the bridge needs: password login with a fixed device id and a kept
-//! access token, `whoami`, joining a room by id or alias, sending
+//! the part the bridge needs: `whoami`, joining a room by id or alias, sending
 //! `m.room.message` events under a transaction id, long-polling `/sync`, and
-//! back-paginating `/messages` after a `limited` timeline. It owns one
-//! `ureq::Agent` (TLS through rustls, so `https://` homeservers work; no
-//! redirects, so a token never follows one) and the session's access token,
-//! which travels only in the `Authorization` header: no URL built here holds a
-//! secret. Each call makes one request and returns an [`Error`] whose kind says
-//! whether to stop, wait or retry; retrying is the caller's, with
-//! [`super::error::Backoff`].
+//! back-paginating `/messages` after a `limited` timeline (logging in is in
+//! [`super::login`]). It owns one `ureq::Agent` (TLS through rustls, so
+//! `https://` homeservers work; no redirects, so a token never follows one)
+//! and the session's access token, which travels only in the `Authorization`
+//! header: no URL built here holds a secret. Each call makes one request and
+//! returns an [`Error`] whose kind says whether to stop, wait or retry;
+//! retrying is the caller's, with [`super::error::Backoff`].
 
 use super::api::{
-    Direction, LoginAnswer, Messages, RoomEvent, RoomFilter, RoomIdAnswer, SendAnswer,
-    SyncResponse, Whoami,
+    Direction, Messages, RoomEvent, RoomFilter, RoomIdAnswer, SendAnswer, SyncResponse, Whoami,
 };
 use super::content;
 use super::error::{classify, Endpoint, Error, ErrorKind};
-use super::secret::{Secret, StoredToken, TokenFile};
+use super::secret::Secret;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::time::Duration;
 
 /// The path prefix of every client-server API call.
-const API: &str = "/_matrix/client/v3";
+pub(super) const API: &str = "/_matrix/client/v3";
 
 /// Largest answer read: a sync of 100 events at the 64 KiB cap is 6.5 MiB.
 const MAX_BODY: u64 = 32 << 20;
@@ -38,24 +36,13 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Timeout of the TCP (and TLS) connect alone.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Where the access token in use came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenSource {
-    /// Reused from the token file: no new token was minted.
-    TokenFile,
-    /// Minted by a password login (and stored in the token file, if any).
-    PasswordLogin,
-    /// Given by the operator (`access_token_file`).
-    Given,
-}
-
 /// Who the client is logged in as.
 #[derive(Debug, Clone)]
 pub struct Session {
     /// As the homeserver spells it (it may canonicalise the login's case).
     pub user_id: String,
     pub device_id: String,
-    token: Secret,
+    pub(super) token: Secret,
 }
 
 /// One page of `/messages`.
@@ -77,10 +64,10 @@ pub struct MessagesRequest<'a> {
 #[derive(Debug, Clone)]
 pub struct Client {
     /// The homeserver base URL, without a trailing slash.
-    base: String,
+    pub(super) base: String,
     http: ureq::Agent,
-    timeout: Duration,
-    session: Option<Session>,
+    pub(super) timeout: Duration,
+    pub(super) session: Option<Session>,
 }
 
 impl Client {
@@ -139,186 +126,6 @@ impl Client {
         self.session.as_ref()
     }
 
-    /// Logs in as `user_id` with `password` on the fixed `device_id`
-    /// (transaction ids are deduplicated per device, so a re-login must keep
-    /// it). With a `token_file`, the token stored there by an earlier login of
-    /// the same user and device on this homeserver is reused if `whoami`
-    /// accepts it; otherwise a password login mints a new one, which is stored
-    /// there. A refused password is an [`ErrorKind::Auth`] error.
-    pub fn login_password(
-        &mut self,
-        user_id: &str,
-        password: &Secret,
-        device_id: &str,
-        token_file: Option<&TokenFile>,
-    ) -> Result<TokenSource, Error> {
-        check_user_id(user_id)?;
-        check_device_id(device_id)?;
-        if let Some(file) = token_file {
-            if self.reuse_stored_token(file, user_id, device_id)? {
-                return Ok(TokenSource::TokenFile);
-            }
-        }
-        let body = json!({
-            "type": "m.login.password",
-            "identifier": { "type": "m.id.user", "user": user_id },
-            "password": password.expose(),
-            "device_id": device_id,
-            "initial_device_display_name": "hive matrix bridge",
-        });
-        let answer: LoginAnswer = self
-            .call(
-                "POST",
-                &format!("{API}/login"),
-                &[],
-                Some(&body),
-                self.timeout,
-                Endpoint::Login,
-            )
-            .map_err(|e| login_error(e, user_id, device_id))?;
-        if answer.access_token.is_empty() {
-            return Err(Error::new(
-                ErrorKind::Unavailable,
-                format!("the Matrix login of {user_id} was answered without an access token"),
-            ));
-        }
-        if answer.device_id != device_id {
-            return Err(Error::new(
-                ErrorKind::Refused {
-                    status: 200,
-                    errcode: None,
-                },
-                format!(
-                    "the homeserver logged {user_id} in on device {:?} instead of the fixed \
-                     device {device_id:?}; transaction ids would not be deduplicated",
-                    answer.device_id
-                ),
-            ));
-        }
-        let user_id = if answer.user_id.is_empty() {
-            user_id.to_string()
-        } else {
-            answer.user_id
-        };
-        let token = Secret::new(answer.access_token);
-        log::info!("matrix: logged in as {user_id} (device {device_id}) with the password");
-        self.session = Some(Session {
-            user_id: user_id.clone(),
-            device_id: device_id.to_string(),
-            token: token.clone(),
-        });
-        if let Some(file) = token_file {
-            file.store(&StoredToken {
-                homeserver: self.base.clone(),
-                user_id,
-                device_id: device_id.to_string(),
-                access_token: token,
-            })?;
-        }
-        Ok(TokenSource::PasswordLogin)
-    }
-
-    /// Uses the stored token if it is for this homeserver, user and device and
-    /// `whoami` accepts it. Any other error than a refused token is returned:
-    /// a homeserver that is down is no reason to mint a new token.
-    fn reuse_stored_token(
-        &mut self,
-        file: &TokenFile,
-        user_id: &str,
-        device_id: &str,
-    ) -> Result<bool, Error> {
-        let Some(stored) = file.load()? else {
-            return Ok(false);
-        };
-        if stored.homeserver != self.base
-            || !stored.user_id.eq_ignore_ascii_case(user_id)
-            || stored.device_id != device_id
-        {
-            log::info!(
-                "matrix: {} holds a token for {} (device {}) on {}; logging in with the password",
-                file.path().display(),
-                stored.user_id,
-                stored.device_id,
-                stored.homeserver
-            );
-            return Ok(false);
-        }
-        self.session = Some(Session {
-            user_id: stored.user_id,
-            device_id: stored.device_id,
-            token: stored.access_token,
-        });
-        match self.whoami() {
-            Ok(who)
-                if who.user_id.eq_ignore_ascii_case(user_id)
-                    && who.device_id.as_deref() == Some(device_id) =>
-            {
-                log::info!("matrix: reusing the access token of {user_id} (device {device_id})");
-                if let Some(session) = self.session.as_mut() {
-                    session.user_id = who.user_id;
-                }
-                Ok(true)
-            }
-            Ok(who) => {
-                log::info!(
-                    "matrix: the stored token is {}'s on device {:?}; logging in with the password",
-                    who.user_id,
-                    who.device_id
-                );
-                self.session = None;
-                Ok(false)
-            }
-            Err(e) if e.is_auth() => {
-                log::info!(
-                    "matrix: the stored token was refused ({e}); logging in with the password"
-                );
-                self.session = None;
-                Ok(false)
-            }
-            Err(e) => {
-                self.session = None;
-                Err(e)
-            }
-        }
-    }
-
-    /// Uses an access token given by the operator (`access_token_file`) and
-    /// checks with `whoami` that it is `user_id`'s.
-    pub fn use_access_token(&mut self, user_id: &str, token: Secret) -> Result<(), Error> {
-        check_user_id(user_id)?;
-        self.session = Some(Session {
-            user_id: user_id.to_string(),
-            device_id: String::new(),
-            token,
-        });
-        let checked = self.whoami().and_then(|who| {
-            if !who.user_id.eq_ignore_ascii_case(user_id) {
-                return Err(Error::new(
-                    ErrorKind::Auth,
-                    format!(
-                        "the Matrix access token is {}'s, not {user_id}'s",
-                        who.user_id
-                    ),
-                ));
-            }
-            Ok(who)
-        });
-        match checked {
-            Ok(who) => {
-                self.session = Some(Session {
-                    user_id: who.user_id,
-                    device_id: who.device_id.unwrap_or_default(),
-                    token: self.session.take().expect("set above").token,
-                });
-                Ok(())
-            }
-            Err(e) => {
-                self.session = None;
-                Err(e.context(format_args!("the Matrix access token of {user_id}")))
-            }
-        }
-    }
-
     /// Whose token the session holds: a cheap check that it is still valid.
     pub fn whoami(&self) -> Result<Whoami, Error> {
         self.call(
@@ -374,8 +181,9 @@ impl Client {
     /// Sends an `m.room.message` event with `content` to `room_id` and returns
     /// its event id. The homeserver keeps `txn_id` per (room, user, device)
     /// for about a day: sending again with the same id returns the first
-    /// event's id and posts nothing. Content over the event cap or outside
-    /// canonical JSON is refused here, before anything is sent.
+    /// event's id and posts nothing. Content over the event cap, outside
+    /// canonical JSON or without a string `msgtype` and `body` is refused
+    /// here, before anything is sent.
     pub fn send(&self, room_id: &str, txn_id: &str, content: &Value) -> Result<String, Error> {
         check_room_id(room_id)?;
         if txn_id.is_empty() {
@@ -384,7 +192,7 @@ impl Client {
                 "an event needs a transaction id",
             ));
         }
-        content::check(content).map_err(|why| {
+        content::check_message(content).map_err(|why| {
             Error::new(
                 ErrorKind::Invalid,
                 format!("not sent to {room_id} (transaction {txn_id}): {why}"),
@@ -507,7 +315,7 @@ impl Client {
 
     /// Makes one request and reads its JSON answer. `path` is already
     /// percent-encoded; `query` values are encoded here.
-    fn call<T: DeserializeOwned>(
+    pub(super) fn call<T: DeserializeOwned>(
         &self,
         method: &str,
         path: &str,
@@ -623,17 +431,6 @@ pub fn encode(s: &str) -> String {
     out
 }
 
-fn login_error(e: Error, user_id: &str, device_id: &str) -> Error {
-    if e.is_auth() {
-        e.context(format_args!(
-            "the homeserver refused the Matrix login of {user_id} (device {device_id}); \
-             check the user id and the password"
-        ))
-    } else {
-        e.context(format_args!("the Matrix login of {user_id} failed"))
-    }
-}
-
 fn non_empty_room_id(answer: RoomIdAnswer, asked: &str) -> Result<String, Error> {
     if answer.room_id.is_empty() {
         return Err(Error::new(
@@ -642,36 +439,6 @@ fn non_empty_room_id(answer: RoomIdAnswer, asked: &str) -> Result<String, Error>
         ));
     }
     Ok(answer.room_id)
-}
-
-fn check_user_id(user_id: &str) -> Result<(), Error> {
-    let ok = user_id.len() <= 255
-        && user_id
-            .strip_prefix('@')
-            .and_then(|rest| rest.split_once(':'))
-            .is_some_and(|(local, server)| !local.is_empty() && !server.is_empty());
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::new(
-            ErrorKind::Invalid,
-            format!("{user_id:?} is not a Matrix user id (@name:server)"),
-        ))
-    }
-}
-
-fn check_device_id(device_id: &str) -> Result<(), Error> {
-    if device_id.is_empty()
-        || device_id
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control())
-    {
-        return Err(Error::new(
-            ErrorKind::Invalid,
-            format!("{device_id:?} is not a usable device id (non-empty, no spaces)"),
-        ));
-    }
-    Ok(())
 }
 
 fn check_room_id(room_id: &str) -> Result<(), Error> {
@@ -749,6 +516,11 @@ mod tests {
         let e = c.send("!r", "t1", &json!({"n": 0.5})).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Invalid);
         assert!(e.message.contains("not sent to !r (transaction t1)"), "{e}");
+        let e = c
+            .send("!r", "t1", &json!({"body": "no msgtype"}))
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Invalid);
+        assert!(e.message.contains(r#"needs a string "msgtype""#), "{e}");
         // Without a session nothing authenticated is sent.
         let e = c.whoami().unwrap_err();
         assert!(e.is_auth() && e.message.contains("not logged in"), "{e}");

@@ -1,6 +1,7 @@
 //! The rules an event's content must pass before it is sent, so that a message
 //! the homeserver would refuse is refused here with a clear error instead: the
-//! content is a JSON object; it holds no float and no integer outside
+//! content is a JSON object (with the string `msgtype` and `body` of an
+//! `m.room.message`); it holds no float and no integer outside
 //! ±(2^53−1) (Matrix canonical JSON, which Synapse enforces with
 //! `400 M_BAD_JSON`); and its canonical encoding stays under [`CONTENT_CAP`],
 //! which leaves room for the envelope (ids, hashes, signatures) inside the
@@ -43,6 +44,22 @@ pub fn check(content: &Value) -> Result<usize, String> {
              cap (a Matrix event is at most {EVENT_CAP} bytes, envelope included): \
              send a shorter message"
         ));
+    }
+    Ok(size)
+}
+
+/// Checks the content of an `m.room.message` event: [`check`], and the
+/// string `msgtype` and `body` a homeserver requires of one (Synapse answers
+/// `400` without them).
+pub fn check_message(content: &Value) -> Result<usize, String> {
+    let size = check(content)?;
+    for key in ["msgtype", "body"] {
+        if !content.get(key).is_some_and(Value::is_string) {
+            return Err(format!(
+                "an m.room.message needs a string {key:?} in its content (e.g. \
+                 \"msgtype\": \"m.text\", \"body\": the readable text)"
+            ));
+        }
     }
     Ok(size)
 }
@@ -150,6 +167,25 @@ mod tests {
         }
         let err = check(&json!({"a": 0.25})).unwrap_err();
         assert!(err.contains("send the number as a string"), "{err}");
+    }
+
+    #[test]
+    fn a_message_needs_a_string_msgtype_and_body() {
+        assert!(check_message(&json!({"msgtype": "m.text", "body": "hi"})).is_ok());
+        for content in [
+            json!({"body": "hi"}),
+            json!({"msgtype": "m.text"}),
+            json!({"msgtype": "m.text", "body": 7}),
+        ] {
+            let err = check_message(&content).unwrap_err();
+            assert!(
+                err.contains("an m.room.message needs a string"),
+                "{content}: {err}"
+            );
+        }
+        // The canonical JSON rules come first.
+        let err = check_message(&json!({"body": 0.5})).unwrap_err();
+        assert!(err.contains("float"), "{err}");
     }
 
     #[test]
