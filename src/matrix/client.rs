@@ -58,9 +58,9 @@ pub struct MessagesRequest<'a> {
     pub filter: Option<&'a RoomFilter>,
 }
 
-/// A client of one homeserver. Clones share the connection pool and start
-/// with the same session; a new password login with the same device revokes
-/// the token the other clones hold.
+/// A client of one homeserver. Clones share the connection pool and keep the
+/// session they were cloned with (a later login of one clone mints a token of
+/// its own; the others' stays valid until it is logged out).
 #[derive(Debug, Clone)]
 pub struct Client {
     /// The homeserver base URL, without a trailing slash.
@@ -281,6 +281,8 @@ impl Client {
     /// The events a `limited` timeline left out: pages `/messages` backwards
     /// from the timeline's `prev_batch` to `since` (the token the sync was
     /// made with), `page` events at a time, and returns them oldest first.
+    /// A homeserver that ignores `to` pages back to the room's start: the
+    /// caller's deduplication keeps that correct, only slower.
     pub fn fill_gap(
         &self,
         room_id: &str,
