@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod groups;
 pub mod harness;
+pub mod matrix;
 pub mod mcp;
 pub mod ops;
 pub mod sys;

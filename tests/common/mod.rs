@@ -1,5 +1,6 @@
 //! Shared helpers for the integration tests: the hive process kit, the fake
-//! Anthropic API, the real Claude Code CLI kit and the in-process web UI kit.
+//! Anthropic API, the real Claude Code CLI kit, the in-process web UI kit and a
+//! real Matrix homeserver (Synapse).
 //! Each test binary uses a part.
 #![allow(dead_code)]
 
@@ -8,5 +9,6 @@ pub mod claude_cli;
 pub mod fake_anthropic;
 pub mod hive;
 pub mod mcp;
+pub mod synapse;
 pub mod up;
 pub mod web;
