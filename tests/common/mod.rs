@@ -1,8 +1,10 @@
 //! Shared helpers for the integration tests: the hive process kit, the fake
-//! Anthropic API, the real Claude Code CLI kit and the in-process web UI kit.
+//! Anthropic API, the real Claude Code CLI kit, the in-process web UI kit and
+//! the agent page of a running harness.
 //! Each test binary uses a part.
 #![allow(dead_code)]
 
+pub mod agent_page;
 pub mod browser;
 pub mod claude_cli;
 pub mod fake_anthropic;
