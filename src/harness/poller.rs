@@ -453,3 +453,18 @@ impl Conn {
         Err("the broker did not answer".into())
     }
 }
+
+/// A teller whose requests a test reads back instead of a broker.
+#[cfg(test)]
+pub(crate) fn test_teller() -> (Teller, impl Fn() -> Vec<Request>) {
+    let (tx, rx) = unbounded::<ToCalls>();
+    let read = move || {
+        rx.try_iter()
+            .filter_map(|c| match c {
+                ToCalls::Tell(r) => Some(r),
+                ToCalls::Ask(_) => None,
+            })
+            .collect()
+    };
+    (Teller { tx }, read)
+}

@@ -194,6 +194,48 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::harness::poller::test_teller;
+
+    #[test]
+    fn the_guard_requeues_on_every_way_out_but_the_three_acks() {
+        let (teller, sent) = test_teller();
+        let key = WorkKey::Message(7);
+        // Dropped: a return, an error, a signal.
+        drop(Inflight::new(key, teller.clone()));
+        assert_eq!(sent(), [Request::RequeueInflight { id: 7 }]);
+        Inflight::new(key, teller.clone()).requeue();
+        assert_eq!(sent(), [Request::RequeueInflight { id: 7 }]);
+        // A panic while it is held.
+        let t = teller.clone();
+        let r = std::panic::catch_unwind(move || {
+            let _g = Inflight::new(key, t);
+            panic!("the loop broke");
+        });
+        assert!(r.is_err());
+        assert_eq!(sent(), [Request::RequeueInflight { id: 7 }]);
+        // The acks let it go, once.
+        Inflight::new(key, teller.clone()).ack(Ack::Completed);
+        Inflight::new(key, teller.clone()).ack(Ack::Interrupted);
+        assert_eq!(
+            sent(),
+            [Request::AckTurn { id: 7 }, Request::AckTurn { id: 7 }]
+        );
+        // Stage 1's dead letter: the notice, then the ack.
+        Inflight::new(key, teller.clone()).dead_letter("gone".into());
+        assert_eq!(
+            sent(),
+            [
+                Request::SendToParent {
+                    body: "gone".into()
+                },
+                Request::AckTurn { id: 7 }
+            ]
+        );
+        // A continue has no row: nothing to requeue or ack.
+        drop(Inflight::new(WorkKey::Continue, teller.clone()));
+        Inflight::new(WorkKey::Continue, teller).ack(Ack::Completed);
+        assert!(sent().is_empty());
+    }
 
     #[test]
     fn the_ledger_is_bounded_and_forgets() {
