@@ -47,8 +47,9 @@ pub const MCP_FAILURES_BEFORE_BACKOFF: u32 = 3;
 pub enum Event {
     /// A message, a peek's answer or a reachability change from the poller.
     Broker(FromPoller),
-    /// The poller's threads are gone.
-    BrokerGone,
+    /// A source that should outlive the loop closed (the poller's threads,
+    /// the control channel): the harness stops rather than spin.
+    SourceGone(&'static str),
     /// An operator request.
     Control(Control),
     /// A line, the end of the pipes, or the exit of the running claude.
@@ -283,11 +284,11 @@ impl TurnLoop {
             &self.signals
         };
         select! {
-            recv(self.poller.events) -> e => e.map_or(Event::BrokerGone, Event::Broker),
+            recv(self.poller.events) -> e => e.map_or(Event::SourceGone("the poller"), Event::Broker),
             recv(self.control) -> c => match c {
                 Ok(c) => Event::Control(c),
-                // The loop's own handle keeps a sender; never closed.
-                Err(_) => Event::Timer,
+                // Never closed: the loop's own `shared` holds a sender.
+                Err(_) => Event::SourceGone("the control channel"),
             },
             recv(output) -> o => Event::Claude(o.map_or(ClaudeEvent::PipesGone, ClaudeEvent::Output)),
             recv(exit) -> x => Event::Claude(ClaudeEvent::Exited(
@@ -349,8 +350,8 @@ impl TurnLoop {
                 }
             }
             Event::Broker(FromPoller::Online(online)) => self.bus.update(|s| s.online = online),
-            Event::BrokerGone => {
-                log::error!("the poller stopped; the harness stops");
+            Event::SourceGone(what) => {
+                log::error!("{what} is gone; the harness stops");
                 self.stop();
             }
             Event::Control(c) => self.on_control(c),
@@ -1191,10 +1192,6 @@ impl TurnLoop {
             }
             // The guard requeues a broker row as it goes.
             w.guard.requeue();
-        }
-        if e.outcome == Outcome::NotStarted && !e.resumed {
-            // The fresh session never began.
-            self.session.force_fresh = true;
         }
         let (pause, reason, detail) = match wait {
             Wait::Brief => (self.s.fail_pause, None, String::new()),
