@@ -1,8 +1,9 @@
 //! The agent page of a running `hive serve`, reached the way a script would:
-//! the port from `STATE/hyperhive-port`. The turn-loop tests read `/api/state`,
-//! `/metrics` and post to the page only through here, so how a test reaches a
-//! page (and with which credentials) is decided in this one place. Every wait
-//! has a timeout.
+//! the port from `STATE/hyperhive-port` and, when the page generated one, the
+//! token from `STATE/web-token` (sent as `X-Hive-Token`). The turn-loop tests
+//! read `/api/state`, `/metrics` and post to the page only through here, so how
+//! a test reaches a page (and with which credentials) is decided in this one
+//! place. Every wait has a timeout.
 
 use super::hive::{wait_for, Harness};
 use super::web::{call, Resp};
@@ -14,6 +15,7 @@ const T: Duration = Duration::from_secs(20);
 
 pub struct AgentPage {
     pub port: u16,
+    pub token: Option<String>,
 }
 
 impl AgentPage {
@@ -23,7 +25,20 @@ impl AgentPage {
         let port = wait_for(T, "the agent page's port file", || {
             std::fs::read_to_string(&f).ok()?.trim().parse().ok()
         });
-        AgentPage { port }
+        let token = std::fs::read_to_string(h.state_dir().join("web-token"))
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty());
+        AgentPage { port, token }
+    }
+
+    /// `headers` plus the page's token, when it has one.
+    fn headers<'a>(&'a self, headers: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut h = headers.to_vec();
+        if let Some(t) = &self.token {
+            h.push(("X-Hive-Token", t.as_str()));
+        }
+        h
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -31,16 +46,12 @@ impl AgentPage {
     }
 
     pub fn get(&self, path: &str) -> Resp {
-        call("GET", &self.url(path), &[], None)
+        call("GET", &self.url(path), &self.headers(&[]), None)
     }
 
     pub fn post(&self, path: &str, body: &str) -> Resp {
-        call(
-            "POST",
-            &self.url(path),
-            &[("Content-Type", "application/json")],
-            Some(body),
-        )
+        let headers = self.headers(&[("Content-Type", "application/json")]);
+        call("POST", &self.url(path), &headers, Some(body))
     }
 
     /// `/api/state`.
