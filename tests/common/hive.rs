@@ -307,12 +307,20 @@ pub fn run_hive(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> (i3
     }
     drop(child.stdin.take());
     let pid = child.id();
+    // The guard kills the child only while it has not been waited for: once
+    // it has, its pid may already belong to another process (or to a thread
+    // of this test), so the guard must not fire after that.
+    let (waited, done) = crossbeam_channel::bounded::<()>(0);
     let guard = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(60));
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        if done.recv_timeout(Duration::from_secs(60))
+            == Err(crossbeam_channel::RecvTimeoutError::Timeout)
+        {
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
     });
-    drop(guard);
     let out = child.wait_with_output().expect("wait hive");
+    drop(waited);
+    let _ = guard.join();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
