@@ -422,8 +422,15 @@ mod tests {
 
     #[test]
     fn the_ladder_interrupts_first_and_dropping_kills_the_group() {
-        // The shell ignores SIGINT; its child sleeps in the same group.
-        let mut run = ClaudeRun::start(&sh("trap '' INT; sleep 60 & wait")).unwrap();
+        // The shell ignores SIGINT (once it says so); its child sleeps in the
+        // same group.
+        let mut run = ClaudeRun::start(&sh("trap '' INT; echo ready; sleep 60 & wait")).unwrap();
+        let first = run
+            .output()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(first, Output::Stdout(Pipe::Line("ready".into())));
         run.stop(false);
         assert!(run.stopping());
         let due = run.ladder_due().expect("a next step");
