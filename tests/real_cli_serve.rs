@@ -2,7 +2,9 @@
 //! running the real CLI 2.1.197 against the fake Anthropic API on 127.0.0.1.
 //! `hive wake` → a turn → the model calls `mcp__hyperhive__send` → the message is
 //! in the operator inbox; the next turn's request carries the first turn's history
-//! (`--continue`); a prompt-too-long turn is compacted by the harness and retried.
+//! (`--continue`); a prompt-too-long turn is compacted by the harness and retried;
+//! a compaction that hits a rate limit keeps the message and compacts again; a
+//! session `/compact` cannot shrink is replaced by a fresh one.
 //! Skips loudly without the CLI; fails under `HIVE_REQUIRE_REAL_CLAUDE=1`.
 
 mod common;
@@ -132,6 +134,118 @@ fn prompt_too_long_is_compacted_by_the_harness_and_retried() {
     assert_eq!(kinds[1].1, "prompt is too long");
     assert_eq!(kinds[2].1, "compacted");
     assert_eq!(kinds[3].1, "ok");
+}
+
+fn stats(h: &Harness) -> Vec<(String, String)> {
+    let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
+    let rows: Vec<(String, String)> = db
+        .prepare("SELECT kind, outcome FROM turns ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    rows
+}
+
+#[test]
+fn a_rate_limited_compaction_keeps_the_message_then_compacts_again_and_retries() {
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    let (b, api, h) = ready(
+        &cli,
+        Scenario::new()
+            .then(Step::prompt_too_long())
+            // The first /compact's request is refused (and not retried: the
+            // CLI may not retry), the second one is summarised.
+            .then(Step::rate_limited())
+            .then(Step::compact("COMPACT-SUMMARY: a big job is pending"))
+            .otherwise(Step::text("handled after compaction")),
+        &[
+            ("HIVE_CLAUDE_MAX_RETRIES", "0"),
+            ("HIVE_RATE_LIMIT_SLEEP_SECS", "1"),
+        ],
+    );
+    let id = operator_send(&b, "ruth", "a big job");
+    wait_for(Duration::from_secs(90), "the retried turn", || {
+        (stats(&h).len() >= 5).then_some(())
+    });
+    wait_drained(&b, "ruth");
+    let rows = stats(&h);
+    let kinds: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["turn", "turn", "compact", "compact", "turn"],
+        "{rows:?}"
+    );
+    assert_eq!(rows[1].1, "prompt is too long", "{rows:?}");
+    assert!(rows[2].1.starts_with("rate limited"), "{rows:?}");
+    assert_eq!(
+        (rows[3].1.as_str(), rows[4].1.as_str()),
+        ("compacted", "ok")
+    );
+    let posts = api.posts();
+    let compacts = posts
+        .iter()
+        .filter(|r| r.kind == RequestKind::Compact)
+        .count();
+    assert_eq!(compacts, 2, "compacted again after the pause");
+    let last = posts.last().unwrap();
+    assert_eq!(last.kind, RequestKind::Messages);
+    assert!(
+        last.mentions("a big job") && last.mentions("COMPACT-SUMMARY"),
+        "the whole message, in the compacted session"
+    );
+    assert!(
+        !operator_inbox(&b)
+            .iter()
+            .any(|m| m.body.contains(&format!("#{id}"))),
+        "nothing was dropped, so no one is told"
+    );
+}
+
+#[test]
+fn a_session_compaction_cannot_shrink_is_replaced_by_a_fresh_one() {
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    let (b, api, h) = ready(
+        &cli,
+        Scenario::new()
+            .then(Step::prompt_too_long())
+            // Every compaction request is too long too: after trimming and
+            // retrying, the CLI prints "Compaction failed · conversation could
+            // not be reduced below the context limit".
+            .compact_always(Step::prompt_too_long())
+            .otherwise(Step::text("handled in a fresh session")),
+        &[],
+    );
+    let id = operator_send(&b, "ruth", "a big job");
+    let notice = wait_for(Duration::from_secs(90), "the parent notice", || {
+        operator_inbox(&b)
+            .into_iter()
+            .find(|m| m.body.contains("fresh session"))
+    });
+    assert!(notice.body.contains(&format!("#{id}")), "{}", notice.body);
+    wait_drained(&b, "ruth");
+    let rows = stats(&h);
+    let kinds: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(kinds, ["turn", "turn", "compact", "turn"], "{rows:?}");
+    assert!(
+        rows[2]
+            .1
+            .contains("could not be reduced below the context limit"),
+        "{rows:?}"
+    );
+    assert_eq!(rows[3].1, "ok");
+    let last = api.posts().pop().unwrap();
+    assert_eq!(last.kind, RequestKind::Messages);
+    assert!(last.mentions("a big job"), "the whole message");
+    assert!(
+        !last.mentions("noted the restart"),
+        "a fresh session: the old history is gone"
+    );
 }
 
 #[test]

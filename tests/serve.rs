@@ -118,6 +118,13 @@ fn boot_kick_then_a_turn_with_the_exact_invocation() {
         mcp.contains("\"bash-mcp\"") && mcp.contains("\"mcp\""),
         "{mcp}"
     );
+    let cfg: serde_json::Value = serde_json::from_str(&mcp).unwrap();
+    for server in ["hyperhive", "bash"] {
+        assert_eq!(
+            cfg["mcpServers"][server]["alwaysLoad"], true,
+            "the CLI waits for {server}: {mcp}"
+        );
+    }
     let prompt = std::fs::read_to_string(h.run_dir().join("claude-system-prompt.md")).unwrap();
     assert!(prompt.contains("ana"));
     let row = agent_row(&b, "ana");
@@ -168,15 +175,21 @@ fn real_cli_429_uses_resets_at_and_a_retry_note() {
         2,
         r#"rate_limit_event $(( $(date +%s) + 1 )); api_error 429 rate_limit "You've hit your session limit · resets 5:03am (UTC)""#,
     );
-    operator_send(&b, "ana", "report please");
+    let id = operator_send(&b, "ana", "report please");
     h.fake.wait_count(3);
     wait_drained(&b, "ana");
-    // The failed turn left its prompt in the session: the retry is a short note.
+    // The failed turn left its prompt in the session it resumes: the retry is
+    // a short note naming the message and its sender.
     let retry = h.fake.stdin(3);
     assert!(
         retry.contains("[system] Retry") && !retry.contains("report please"),
         "{retry}"
     );
+    assert!(
+        retry.contains(&format!("message #{id} from operator")),
+        "{retry}"
+    );
+    assert!(h.fake.argv(3).contains(&"--continue".to_string()));
 }
 
 #[test]
@@ -264,7 +277,9 @@ fn prompt_too_long_compacts_and_retries_once() {
 }
 
 #[test]
-fn compaction_failure_fails_the_turn_and_tells_the_parent() {
+fn a_session_compaction_cannot_shrink_is_dropped_and_the_message_runs_fresh() {
+    // Issue 14 changed this on purpose: the message used to be acked as failed
+    // (and every later one after it); now the session is dropped instead.
     let (b, h) = started("ana", &[]);
     h.fake.step(
         2,
@@ -272,11 +287,24 @@ fn compaction_failure_fails_the_turn_and_tells_the_parent() {
     );
     h.fake.step(3, r#"compact_failed "Compaction failed · conversation could not be reduced below the context limit""#);
     let id = operator_send(&b, "ana", "huge job");
-    h.fake.wait_count(3);
+    h.fake.wait_count(4);
     wait_drained(&b, "ana");
-    let notice = wait_notice(&b, "the parent notice", |t| t.contains("failed"));
+    let notice = wait_notice(&b, "the parent notice", |t| t.contains("fresh session"));
     assert!(notice.body.contains(&format!("#{id}")), "{}", notice.body);
-    assert_eq!(h.fake.count(), 3);
+    assert!(
+        notice.body.contains("could not be compacted"),
+        "{}",
+        notice.body
+    );
+    assert!(h.fake.stdin(4).contains("huge job"), "the whole message");
+    assert!(
+        !h.fake.argv(4).contains(&"--continue".to_string()),
+        "a fresh session: {:?}",
+        h.fake.argv(4)
+    );
+    assert_eq!(h.fake.count(), 4);
+    let row = agent_row(&b, "ana");
+    assert_eq!((row.turns_ok, row.turns_failed), (2, 1), "{row:?}");
 }
 
 #[test]
@@ -328,15 +356,19 @@ fn auto_reset_after_idle_drops_continue_for_the_real_turn() {
 }
 
 #[test]
-fn a_hung_claude_is_stopped_by_the_turn_timeout() {
+fn a_hung_claude_is_stopped_by_the_turn_timeout_and_retried() {
+    // Issue 14 changed this on purpose: a timed-out turn used to be acked as
+    // failed; now it counts toward the attempt limit and is retried.
     let (b, h) = started("ana", &[("HIVE_TURN_TIMEOUT_SECS", "1")]);
     h.fake.step(2, "init; sleep 60; ok_turn never");
-    let id = operator_send(&b, "ana", "hang");
-    h.fake.wait_count(2);
+    operator_send(&b, "ana", "hang");
+    h.fake.wait_count(3);
     wait_drained(&b, "ana");
-    wait_notice(&b, "the timeout notice", |t| {
-        t.contains(&format!("#{id}")) && t.contains("timed out")
-    });
+    // It never printed an assistant line: the retry carries the whole body.
+    assert!(h.fake.stdin(3).contains("hang"), "{}", h.fake.stdin(3));
+    let rows = stats_rows(&h);
+    assert!(rows[1].1.contains("timed out"), "{rows:?}");
+    assert_eq!(rows[2].1, "ok", "{rows:?}");
 }
 
 #[test]
@@ -370,20 +402,32 @@ fn api_unavailable_requeues_with_backoff_then_succeeds() {
 }
 
 #[test]
-fn a_crashing_claude_fails_the_turn_once_and_tells_the_parent() {
-    let (b, h) = started("ana", &[]);
+fn a_crashing_claude_is_retried_then_dead_lettered_with_one_notice() {
+    // Issue 14 changed this on purpose: a crash used to ack the message after
+    // one try; now it is retried up to HIVE_TURN_MAX_ATTEMPTS and then
+    // dead-lettered (stage 1: acked with a notice naming it dead-lettered).
+    let (b, h) = started("ana", &[("HIVE_TURN_MAX_ATTEMPTS", "2")]);
     h.fake.step(2, "echo 'panic: something broke' >&2; exit 3");
+    h.fake.step(3, "echo 'panic: something broke' >&2; exit 3");
     let id = operator_send(&b, "ana", "crash me");
-    h.fake.wait_count(2);
+    h.fake.wait_count(3);
     wait_drained(&b, "ana");
-    let m = wait_notice(&b, "the crash notice", |t| t.contains(&format!("#{id}")));
-    assert!(
-        m.body.contains("code 3") && m.body.contains("something broke"),
-        "{}",
-        m.body
-    );
+    let m = wait_notice(&b, "the dead-letter notice", |t| {
+        t.contains(&format!("#{id}"))
+    });
+    for what in [
+        "dead-lettered",
+        "from operator",
+        "2 failed attempts",
+        "code 3",
+        "something broke",
+    ] {
+        assert!(m.body.contains(what), "{what}: {}", m.body);
+    }
+    assert!(h.fake.stdin(3).contains("crash me"), "{}", h.fake.stdin(3));
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(h.fake.count(), 2, "a failed message is not looped");
+    assert_eq!(h.fake.count(), 3, "a dead-lettered message is not looped");
+    assert!(operator_inbox(&b).is_empty(), "one notice");
 }
 
 #[test]
@@ -465,19 +509,25 @@ fn request_next_turn_continues_in_process_when_the_inbox_is_empty() {
 }
 
 #[test]
-fn an_aborted_tools_result_is_interrupted_and_not_retried() {
+fn an_aborted_turn_nobody_interrupted_is_retried() {
+    // Issue 14 changed this on purpose: only an operator interrupt acks an
+    // aborted turn; a CLI that aborts on its own fails the attempt, which is
+    // retried like a crash.
     let (b, h) = started("ana", &[]);
     h.fake.step(2, "init; aborted");
-    operator_send(&b, "ana", "slow tool");
-    h.fake.wait_count(2);
+    let id = operator_send(&b, "ana", "slow tool");
+    h.fake.wait_count(3);
     wait_drained(&b, "ana");
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(h.fake.count(), 2);
+    // The aborted turn's result line shows its prompt is in the session the
+    // retry resumes: a note, not the body again.
+    let retry = h.fake.stdin(3);
     assert!(
-        stats_rows(&h)[1].1.starts_with("interrupted"),
-        "{:?}",
-        stats_rows(&h)
+        retry.contains(&format!("message #{id} from operator")) && !retry.contains("slow tool"),
+        "{retry}"
     );
+    let rows = stats_rows(&h);
+    assert!(rows[1].1.starts_with("interrupted"), "{rows:?}");
+    assert_eq!(rows[2].1, "ok", "{rows:?}");
 }
 
 #[test]

@@ -70,6 +70,8 @@ fn state_shows_exactly_the_documented_keys_and_follows_the_bus() {
         "rate_limited",
         "rate_limited_until",
         "needs_login",
+        "paused",
+        "retrying",
         "model",
         "context_window_tokens",
         "context_tokens",
@@ -106,7 +108,11 @@ fn control_endpoints_reach_the_loop_and_bad_requests_are_explained() {
         (r.status, r.json()["model"].clone()),
         (200, json!("sonnet"))
     );
-    assert_eq!(web.get("/api/state").json()["model"], "sonnet");
+    // The turn loop is the one writer of the state: the page tells it.
+    assert_eq!(
+        web.control.recv_timeout(T).unwrap(),
+        Control::Model("sonnet".into())
+    );
     assert_eq!(web.shared.model(), "sonnet", "persisted for the next turn");
 
     assert_eq!(web.post("/api/new-session", "").status, 200);

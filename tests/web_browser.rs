@@ -11,6 +11,7 @@ use common::browser::{artifacts, browser, Driver, T};
 use common::hive::wait_for;
 use common::web::Web;
 use hyperhive::harness::bus::{LiveEvent, TurnState};
+use hyperhive::harness::control::Control;
 use serde_json::json;
 use std::io::Write;
 
@@ -113,9 +114,14 @@ fn the_page_follows_a_turn_live_takes_commands_and_fits_a_phone() {
     );
 
     d.type_into("#input", "/model sonnet\u{E007}");
-    wait_for(T, "/model sonnet to reach /api/state", || {
-        (web.bus.snapshot().model == "sonnet").then_some(())
-    });
+    // The page tells the turn loop; here the test plays the loop, the one
+    // writer of the bus state.
+    let c = web
+        .control
+        .recv_timeout(T)
+        .expect("/model sonnet to reach the loop");
+    assert_eq!(c, Control::Model("sonnet".into()));
+    web.bus.update(|s| s.model = "sonnet".into());
     wait_for(T, "the header to show the model", || {
         d.js("return document.getElementById('model').textContent")
             .as_str()

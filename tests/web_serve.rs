@@ -114,7 +114,9 @@ fn control_endpoints_reach_the_loop() {
     // model: the next turn uses it.
     let r = p.post("/api/model", r#"{"model":"sonnet"}"#);
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(state(&p)["model"], "sonnet");
+    wait_for(T, "the loop to show the model", || {
+        (state(&p)["model"] == "sonnet").then_some(())
+    });
     // new-session: the next invocation drops --continue, the one after resumes.
     assert_eq!(p.post("/api/new-session", "{}").status, 200);
     operator_send(&b, "ana", "fresh");

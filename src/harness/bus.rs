@@ -1,15 +1,15 @@
 //! The event bus of one harness: the authoritative turn state (`Idle`, `Thinking`,
-//! `Compacting` with `since`, and the status flags), a bounded ring of recent
-//! [`LiveEvent`]s with increasing ids, and the fan-out of new events to
-//! subscribers (the SSE writers). The turn loop is the only writer of turn state;
-//! readers take snapshots. Publishing never blocks: each subscriber has a bounded
-//! queue and one that falls behind is dropped, so a slow web client can never
-//! slow a turn.
+//! `Compacting` with `since`, the status flags and the pause), a bounded ring of
+//! recent [`LiveEvent`]s with increasing ids, and the fan-out of new events to
+//! subscribers (the SSE writers). The turn loop is the only writer of the state
+//! ([`Bus::update`]); other threads only publish notes, and readers take
+//! snapshots. Publishing never blocks: each subscriber has a bounded queue and
+//! one that falls behind is dropped, so a slow web client can never slow a turn.
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// How many events the ring keeps for replay to new SSE clients.
@@ -55,7 +55,7 @@ pub enum LiveEvent {
         duration_ms: u64,
     },
     /// The turn state or a status flag changed; carries the new state.
-    State { state: StateSnapshot },
+    State { state: Box<StateSnapshot> },
 }
 
 /// An event with its position in the stream.
@@ -76,6 +76,31 @@ impl Numbered {
     }
 }
 
+/// Why and until when the loop waits before the next message runs
+/// (`/api/state`'s `paused`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Paused {
+    /// `rate_limit`, `api_backoff`, `login`, `mcp_start` or `start_failed`.
+    pub reason: &'static str,
+    /// Unix seconds when the loop goes on by itself; null for the login park.
+    pub until: Option<i64>,
+    /// One line saying what happened.
+    pub detail: String,
+}
+
+/// The CLI is retrying an API call inside the running turn (`system/api_retry`
+/// lines, a rejected `rate_limit_event`): the page shows "rate limited,
+/// retrying" before the turn ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Retrying {
+    /// `rate_limit` or `api_error`.
+    pub reason: &'static str,
+    /// The CLI's attempt number and its limit, when it said.
+    pub attempt: Option<u64>,
+    pub max_retries: Option<u64>,
+    pub error_status: Option<i64>,
+}
+
 /// Everything `/api/state` shows, kept current by the turn loop.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StateSnapshot {
@@ -86,9 +111,14 @@ pub struct StateSnapshot {
     pub turn_state_since: i64,
     /// The broker is reachable and the harness is serving.
     pub online: bool,
+    /// Kept for clients of the first `/api/state`; `paused` says more.
     pub rate_limited: bool,
     pub rate_limited_until: Option<i64>,
     pub needs_login: bool,
+    /// Null while the loop is not waiting out a pause or a login park.
+    pub paused: Option<Paused>,
+    /// Set while the CLI retries an API call inside the running turn.
+    pub retrying: Option<Retrying>,
     pub model: String,
     pub context_window_tokens: u64,
     pub context_tokens: Option<u64>,
@@ -98,6 +128,11 @@ pub struct StateSnapshot {
     pub status_text: String,
     pub session_id: Option<String>,
     pub last_outcome: Option<String>,
+    /// Turns stopped because one of hive's MCP servers was not connected, by
+    /// server, for `/metrics` (`hive_mcp_start_failures_total`); not in
+    /// `/api/state`.
+    #[serde(skip)]
+    pub mcp_start_failures: BTreeMap<String, u64>,
 }
 
 struct Inner {
@@ -131,6 +166,8 @@ impl Bus {
             rate_limited: false,
             rate_limited_until: None,
             needs_login: false,
+            paused: None,
+            retrying: None,
             model: model.into(),
             context_window_tokens: window,
             context_tokens: None,
@@ -140,6 +177,7 @@ impl Bus {
             status_text: String::new(),
             session_id: None,
             last_outcome: None,
+            mcp_start_failures: BTreeMap::new(),
         };
         Bus {
             inner: Arc::new(Mutex::new(Inner {
@@ -235,7 +273,7 @@ impl Bus {
                 .context_tokens
                 .filter(|_| s.context_window_tokens > 0)
                 .map(|t| (t as f64 * 1000.0 / s.context_window_tokens as f64).round() / 10.0);
-            (inner.state != before).then(|| inner.state.clone())
+            (inner.state != before).then(|| Box::new(inner.state.clone()))
         };
         if let Some(state) = changed {
             self.emit(LiveEvent::State { state });

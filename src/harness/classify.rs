@@ -105,6 +105,17 @@ pub enum TurnOutcome {
     /// a missing binary): nothing ran, so the message is not at fault. Set by the
     /// runner, never by the observer.
     NotStarted(String),
+    /// `/compact` ran but could not shrink the session ("could not be reduced
+    /// below the context limit", "Not enough messages to compact."); the text
+    /// is the CLI's.
+    CannotCompact(String),
+    /// The run printed nothing for `HIVE_TURN_IDLE_SECS` while no tool call was
+    /// open, and the harness stopped it. Set by the loop.
+    Hung(String),
+    /// An MCP server of hive's own was not `connected` in the `system/init`
+    /// line, and the harness stopped the run; the text names them. Set by the
+    /// loop.
+    McpNotConnected(String),
 }
 
 impl TurnOutcome {
@@ -129,6 +140,9 @@ impl fmt::Display for TurnOutcome {
             TurnOutcome::Interrupted(m) => write!(f, "interrupted: {m}"),
             TurnOutcome::Failed(m) => write!(f, "failed: {m}"),
             TurnOutcome::NotStarted(m) => write!(f, "not started: {m}"),
+            TurnOutcome::CannotCompact(m) => write!(f, "compaction cannot shrink the session: {m}"),
+            TurnOutcome::Hung(m) => write!(f, "hung: {m}"),
+            TurnOutcome::McpNotConnected(m) => write!(f, "MCP servers not connected: {m}"),
         }
     }
 }
@@ -150,7 +164,15 @@ pub enum Signal {
     /// A hard rate-limit sign (a rejected `rate_limit_event`, an error event or a
     /// stderr marker), for showing the badge early. Sent once.
     RateLimited { resets_at: Option<i64> },
+    /// The `system/init` line lists one of hive's own MCP servers
+    /// ([`CORE_MCP_SERVERS`]) as not `connected` (`failed`, `pending`): the turn
+    /// would run without its tools. `(name, status)` pairs. Sent once.
+    McpNotConnected(Vec<(String, String)>),
 }
+
+/// The MCP servers of the harness's own config whose tools every turn needs;
+/// servers from `HIVE_EXTRA_MCP_SERVERS` are never checked.
+pub const CORE_MCP_SERVERS: [&str; 2] = ["hyperhive", "bash"];
 
 /// How the child ended, as the runner saw it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -293,9 +315,12 @@ pub struct TurnObserver {
     api_retries: u32,
     sent_kill: bool,
     sent_rate_limited: bool,
+    sent_mcp: bool,
     compact: Option<CompactStats>,
     compact_failure: Option<String>,
     stderr_tail: VecDeque<String>,
+    /// `tool_use` ids printed with no `tool_result` line yet.
+    open_tools: Vec<String>,
 }
 
 impl TurnObserver {
@@ -337,6 +362,7 @@ impl TurnObserver {
         match str_at(v, "type").unwrap_or("") {
             "system" => self.on_system(v, &mut signals),
             "assistant" => self.on_assistant(v),
+            "user" => self.on_user(v),
             "result" => self.on_result(v),
             "rate_limit_event" => self.on_rate_limit_event(v, &mut signals),
             "error" => self.on_error_event(v, &mut signals),
@@ -409,6 +435,11 @@ impl TurnObserver {
                 if let Some(m) = str_at(v, "model") {
                     self.model = Some(m.to_string());
                 }
+                let missing = mcp_not_connected(v);
+                if !missing.is_empty() && !self.sent_mcp {
+                    self.sent_mcp = true;
+                    signals.push(Signal::McpNotConnected(missing));
+                }
             }
             "api_retry" => {
                 self.api_retries += 1;
@@ -445,8 +476,35 @@ impl TurnObserver {
         }
     }
 
+    /// Tool calls printed and not answered yet; while there is one, a silent
+    /// run is waiting for a tool, not hung.
+    pub fn open_tool_calls(&self) -> usize {
+        self.open_tools.len()
+    }
+
+    /// A `user` line: the `tool_result` blocks close their tool calls.
+    fn on_user(&mut self, v: &Value) {
+        for block in content_blocks(v) {
+            if str_at(block, "type") == Some("tool_result") {
+                if let Some(id) = str_at(block, "tool_use_id") {
+                    self.open_tools.retain(|t| t != id);
+                }
+            }
+        }
+    }
+
     fn on_assistant(&mut self, v: &Value) {
         self.reached_session = true;
+        for block in content_blocks(v) {
+            if str_at(block, "type") == Some("tool_use") {
+                if let Some(id) = str_at(block, "id") {
+                    // A bound, so a broken stream cannot grow it without limit.
+                    if !self.open_tools.iter().any(|t| t == id) && self.open_tools.len() < 1024 {
+                        self.open_tools.push(id.to_string());
+                    }
+                }
+            }
+        }
         let Some(msg) = v.get("message") else {
             return;
         };
@@ -600,12 +658,21 @@ impl TurnObserver {
 
     fn compaction_outcome(&self, exit: &ExitInfo) -> TurnOutcome {
         if let Some(err) = &self.compact_failure {
+            // What the CLI 2.1.197 prints (`compact_error`): "Compaction failed ·
+            // conversation could not be reduced below the context limit", "Not
+            // enough messages to compact.", and "Error during compaction: API
+            // Error: …" / "Error during compaction: Invalid API key · …" for
+            // the API's refusals.
             return if stderr_rate_limited(err) {
                 TurnOutcome::RateLimited {
                     resets_at: self.resets_at,
                 }
             } else if stderr_auth_failed(err) {
                 TurnOutcome::AuthFailed
+            } else if is_api_unavailable(err) {
+                TurnOutcome::ApiUnavailable(err.clone())
+            } else if cannot_compact(err) {
+                TurnOutcome::CannotCompact(err.clone())
             } else {
                 TurnOutcome::Failed(format!("compaction failed: {err}"))
             };
@@ -750,6 +817,38 @@ pub fn is_prompt_too_long(text: &str) -> bool {
         .contains(&PROMPT_TOO_LONG_MARKER.to_lowercase())
 }
 
+/// True for the CLI's texts of a compaction that ran but cannot make the
+/// session smaller.
+fn cannot_compact(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    lower.contains("could not be reduced") || lower.contains("not enough messages to compact")
+}
+
+/// hive's own MCP servers that the `system/init` line lists as not
+/// `connected`, as `(name, status)`.
+fn mcp_not_connected(init: &Value) -> Vec<(String, String)> {
+    let Some(servers) = init.get("mcp_servers").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    servers
+        .iter()
+        .filter_map(|s| {
+            let name = str_at(s, "name")?;
+            let status = str_at(s, "status").unwrap_or("unknown");
+            (CORE_MCP_SERVERS.contains(&name) && status != "connected")
+                .then(|| (name.to_string(), status.to_string()))
+        })
+        .collect()
+}
+
+/// The content blocks of an `assistant` or `user` line's message.
+fn content_blocks(v: &Value) -> &[Value] {
+    v.get("message")
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
 fn is_api_unavailable(text: &str) -> bool {
     let lower = text.to_lowercase();
     API_UNAVAILABLE_MARKERS.iter().any(|m| lower.contains(m))
@@ -854,6 +953,10 @@ mod tests {
     const COMPACT_FAILED_STATUS: &str = r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"Compaction failed · conversation could not be reduced below the context limit","session_id":"s","uuid":"u"}"#;
     const COMPACT_FAILED_SYN: &str = r#"{"type":"assistant","message":{"id":"a9","model":"<synthetic>","role":"assistant","content":[{"type":"text","text":"Compaction failed · conversation could not be reduced below the context limit"}]},"parent_tool_use_id":null,"session_id":"s"}"#;
     const COMPACT_FAILED_RESULT: &str = r#"{"type":"result","subtype":"success","is_error":false,"num_turns":0,"result":"Compaction failed · conversation could not be reduced below the context limit","session_id":"s"}"#;
+    // Printed by the real CLI against the fake API (500 and 401 during /compact).
+    const COMPACT_500_ERROR: &str = "Error during compaction: API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:46419).";
+    const COMPACT_500_STATUS: &str = r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"Error during compaction: API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:46419).","session_id":"s","uuid":"u"}"#;
+    const COMPACT_401_STATUS: &str = r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"Error during compaction: Invalid API key · Fix external API key","session_id":"s","uuid":"u"}"#;
     const COMPACT_429_STATUS: &str = r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"Error during compaction: API Error: Request rejected (429) · Number of request tokens has exceeded your per-minute rate limit","session_id":"s","uuid":"u"}"#;
 
     fn run(lines: &[&str], stderr: &[&str], exit: ExitInfo) -> TurnReport {
@@ -1139,6 +1242,72 @@ mod tests {
     }
 
     #[test]
+    fn an_init_line_without_our_mcp_servers_connected_signals_once() {
+        // What the real CLI prints with `"alwaysLoad": true`: `failed` when the
+        // server exits, `pending` when it did not answer within the connect
+        // timeout. Extra servers are never our business.
+        let init = |servers: &str| {
+            format!(
+                r#"{{"type":"system","subtype":"init","session_id":"s","model":"m","mcp_servers":{servers}}}"#
+            )
+        };
+        let cases: &[(&str, Vec<(String, String)>)] = &[
+            (
+                r#"[{"name":"hyperhive","status":"connected"},{"name":"bash","status":"connected"}]"#,
+                vec![],
+            ),
+            (
+                r#"[{"name":"hyperhive","status":"connected"},{"name":"matrix","status":"failed"}]"#,
+                vec![],
+            ),
+            (r#"[]"#, vec![]),
+            (
+                r#"[{"name":"hyperhive","status":"failed"},{"name":"bash","status":"connected"}]"#,
+                vec![("hyperhive".into(), "failed".into())],
+            ),
+            (
+                r#"[{"name":"hyperhive","status":"pending"},{"name":"bash","status":"failed"}]"#,
+                vec![
+                    ("hyperhive".into(), "pending".into()),
+                    ("bash".into(), "failed".into()),
+                ],
+            ),
+        ];
+        for (servers, want) in cases {
+            let mut o = TurnObserver::new();
+            let line = init(servers);
+            let signals = o.on_stdout_line(&line);
+            let got: Vec<_> = signals
+                .into_iter()
+                .filter_map(|s| match s {
+                    Signal::McpNotConnected(v) => Some(v),
+                    _ => None,
+                })
+                .collect();
+            if want.is_empty() {
+                assert!(got.is_empty(), "{servers}: {got:?}");
+            } else {
+                assert_eq!(got, std::slice::from_ref(want), "{servers}");
+                assert!(o.on_stdout_line(&line).is_empty(), "sent once");
+            }
+        }
+    }
+
+    #[test]
+    fn open_tool_calls_are_counted_until_their_results() {
+        let mut o = TurnObserver::new();
+        o.on_stdout_line(INIT);
+        assert_eq!(o.open_tool_calls(), 0);
+        o.on_stdout_line(TOOL_USE);
+        o.on_stdout_line(TOOL_USE);
+        assert_eq!(o.open_tool_calls(), 1, "one id, printed twice");
+        o.on_stdout_line(TOOL_RESULT);
+        assert_eq!(o.open_tool_calls(), 0);
+        o.on_stdout_line(DONE);
+        assert_eq!(o.open_tool_calls(), 0);
+    }
+
+    #[test]
     fn a_stderr_rate_limit_signals_once() {
         let mut o = TurnObserver::new();
         assert_eq!(o.on_stderr_line("listening on :14290"), vec![]);
@@ -1352,7 +1521,7 @@ mod tests {
             (
                 "could not reduce",
                 &[COMPACTING, COMPACT_FAILED_STATUS, INIT, COMPACT_FAILED_SYN, COMPACT_FAILED_RESULT],
-                TurnOutcome::Failed("compaction failed: Compaction failed · conversation could not be reduced below the context limit".into()),
+                TurnOutcome::CannotCompact("Compaction failed · conversation could not be reduced below the context limit".into()),
             ),
             (
                 "429 during compaction",
@@ -1370,7 +1539,22 @@ mod tests {
                     r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"Not enough messages to compact."}"#,
                     r#"{"type":"result","subtype":"success","is_error":false,"num_turns":0,"result":"Not enough messages to compact."}"#,
                 ],
-                TurnOutcome::Failed("compaction failed: Not enough messages to compact.".into()),
+                TurnOutcome::CannotCompact("Not enough messages to compact.".into()),
+            ),
+            (
+                "500 during compaction",
+                &[COMPACTING, COMPACT_500_STATUS, INIT, COMPACT_FAILED_RESULT],
+                TurnOutcome::ApiUnavailable(COMPACT_500_ERROR.into()),
+            ),
+            (
+                "401 during compaction",
+                &[COMPACTING, COMPACT_401_STATUS, INIT, COMPACT_FAILED_RESULT],
+                TurnOutcome::AuthFailed,
+            ),
+            (
+                "a crash during compaction",
+                &[COMPACTING, r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"Error during compaction: something odd"}"#],
+                TurnOutcome::Failed("compaction failed: Error during compaction: something odd".into()),
             ),
         ];
         for (name, lines, want) in cases {
@@ -1400,6 +1584,7 @@ mod tests {
             "rate limited (resets at 5)"
         );
         assert_eq!(TurnOutcome::Failed("x".into()).to_string(), "failed: x");
+        assert_eq!(TurnOutcome::Hung("x".into()).to_string(), "hung: x");
         assert!(TurnOutcome::Compacted.is_ok() && !TurnOutcome::AuthFailed.is_ok());
     }
 }

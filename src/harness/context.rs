@@ -224,15 +224,16 @@ pub fn wake_prompt(from: &str, body: &str, unread: u64) -> String {
     prompt
 }
 
-/// What is sent instead of the whole body when a turn is retried after its prompt
-/// already reached the session: repeating the body would put it in the history
-/// twice.
-pub fn retry_note(from: &str) -> String {
+/// What is sent instead of the whole body when a turn is retried in the very
+/// session whose history already holds its prompt: repeating the body would put
+/// it there twice. `what` names the message and its sender (`message #12 from
+/// operator`). Any other retry — a fresh session, after a compaction, after an
+/// early kill — carries the whole body instead.
+pub fn retry_note(what: &str) -> String {
     format!(
-        "[system] Retry: the previous attempt at the message from {from} ended before it \
-         finished (an API error, a rate limit or a restart). That message is already above \
-         in this conversation. Check what you already did, do not repeat sends, and finish \
-         handling it."
+        "[system] Retry: the previous attempt at {what} ended before it finished (an API \
+         error, a rate limit or a restart). That message is already above in this \
+         conversation. Check what you already did, do not repeat sends, and finish handling it."
     )
 }
 
@@ -420,8 +421,8 @@ mod tests {
             wake_prompt("self", "continue", 3),
             "Message from self:\n\ncontinue\n\n(3 more pending — drain via mcp__hyperhive__recv)"
         );
-        let note = retry_note("matrix");
-        assert!(note.contains("from matrix"), "{note}");
+        let note = retry_note("message #12 from matrix");
+        assert!(note.contains("message #12 from matrix"), "{note}");
         assert!(note.len() < 300, "{note}");
         assert!(CHECKPOINT_PROMPT
             .contains("context is filling up, flush durable state into your state dir now"));

@@ -1,9 +1,11 @@
-//! What the outside (the web UI, the signal thread) may ask of a running harness,
-//! and the shared handle it asks through. Requests that need the turn loop —
-//! compaction, interrupting a turn, a stored login — travel as [`Control`] on a
-//! channel the loop selects on, so they queue behind a running turn and never
-//! start a second claude process. The model and the one-shot new-session flag
-//! are plain shared values the loop reads at the start of each turn.
+//! What the outside (the web UI) may ask of a running harness, and the shared
+//! handle it asks through. Everything that touches the turn loop's state —
+//! compaction, interrupting a turn, a stored login, a new model — travels as
+//! [`Control`] on a channel the loop selects on in every phase, so the loop
+//! stays the only writer of turn state and a compaction queues behind a
+//! running turn instead of starting a second claude process. The persisted
+//! model choice and the one-shot new-session flag are plain shared values the
+//! loop reads when it starts a run.
 
 use super::bus::Bus;
 use super::files;
@@ -21,6 +23,16 @@ pub enum Control {
     Interrupt,
     /// The operator stored credentials; end a login park.
     LoginStored,
+    /// The operator chose this model (already persisted) for the next turn.
+    Model(String),
+}
+
+/// The model for the next turn: the persisted choice, else the default.
+pub fn model(settings: &Settings) -> String {
+    std::fs::read_to_string(&settings.model_file)
+        .ok()
+        .and_then(|s| check_model(&s).ok())
+        .unwrap_or_else(|| settings.default_model.clone())
 }
 
 /// The handle the web UI holds.
@@ -44,21 +56,17 @@ impl Shared {
 
     /// The model for the next turn: the persisted choice, else the default.
     pub fn model(&self) -> String {
-        std::fs::read_to_string(&self.settings.model_file)
-            .ok()
-            .and_then(|s| check_model(&s).ok())
-            .unwrap_or_else(|| self.settings.default_model.clone())
+        model(&self.settings)
     }
 
-    /// Persists the operator's model choice; the next turn picks it up.
+    /// Persists the operator's model choice and tells the loop, which shows it
+    /// and uses it from the next turn on.
     pub fn set_model(&self, name: &str) -> Result<String, String> {
         let name = check_model(name)?;
         let path = &self.settings.model_file;
         files::write_private(path, format!("{name}\n").as_bytes())
             .map_err(|e| format!("cannot save the model to {}: {e}", path.display()))?;
-        self.bus.update(|s| s.model = name.clone());
-        self.bus
-            .note(format!("model set to {name} for the next turn"));
+        self.send(Control::Model(name.clone()));
         Ok(name)
     }
 

@@ -3,7 +3,9 @@
 //! binary as `hive mcp` and `hive bash-mcp`, plus extra servers), the validated
 //! `claude-settings.json` and the rendered `claude-system-prompt.md`, all 0600.
 //! The MCP servers get only the variables named in their entries on top of
-//! claude's environment, which has no operator variables. This module
+//! claude's environment, which has no operator variables; hive's own two are
+//! `"alwaysLoad": true`, so the CLI waits for them to connect before the turn
+//! instead of going on without their tools after 2 s. This module
 //! also owns the tool whitelist: the built-ins in `--tools` and everything in
 //! `--allowedTools`.
 
@@ -165,6 +167,7 @@ pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
         json!({
             "command": exe,
             "args": ["mcp"],
+            "alwaysLoad": true,
             "env": {
                 "HIVE_SOCKET": s.socket.display().to_string(),
                 "HIVE_STATE_DIR": s.state_dir.display().to_string(),
@@ -180,6 +183,7 @@ pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
         json!({
             "command": exe,
             "args": ["bash-mcp"],
+            "alwaysLoad": true,
             "env": {
                 "HIVE_BASH_SOCKET": s.bash_socket.display().to_string(),
                 "RUST_LOG": "warn",

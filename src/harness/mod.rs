@@ -1,14 +1,21 @@
 //! The agent harness behind `hive serve`: everything between popping one inbox
-//! message and acking it. [`classify`] turns one claude process's stream-json into
-//! a turn outcome, [`prompt`] renders the system prompt, [`context`] resolves the
-//! context window, watermarks and fixed prompts, [`bus`] holds the live state and
-//! events, [`control`] is how the web UI asks things of the loop, [`login`] owns
-//! credentials and the login park, [`stats`] the turn-stats db, [`files`] the
-//! private modes of the harness's own files, [`forge`] the Forgejo notification
-//! poller and [`settings`] every flag and environment variable.
+//! message and acking it. [`serve`] wires the parts together at boot;
+//! [`turn_loop`] is the one loop (one `select!`, the phase as data) that runs
+//! claude for each message through the [`claude`] actor and carries out what
+//! the pure [`policy`] decides; [`work`] holds the message in flight (its
+//! requeue-on-drop guard) and what retries need; [`poller`] owns the two
+//! broker connections. [`classify`] turns one claude process's stream-json
+//! into an outcome, [`prompt`] renders the system prompt, [`context`] resolves
+//! the context window, watermarks and fixed prompts, [`bus`] holds the live
+//! state and events, [`control`] is how the web UI asks things of the loop,
+//! [`login`] owns credentials and the login park, [`stats`] the turn-stats db,
+//! [`files`] the private modes of the harness's own files, [`forge`] the
+//! Forgejo notification poller and [`settings`] every flag and environment
+//! variable.
 
 pub mod bus;
 pub mod classify;
+pub mod claude;
 pub mod context;
 pub mod control;
 pub mod files;
@@ -16,9 +23,11 @@ pub mod forge;
 pub mod invocation;
 pub mod login;
 pub mod plugins;
+pub mod policy;
 pub mod poller;
 pub mod prompt;
-pub mod runner;
 pub mod serve;
 pub mod settings;
 pub mod stats;
+pub mod turn_loop;
+pub mod work;

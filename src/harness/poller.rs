@@ -1,39 +1,37 @@
-//! The poller thread: the harness's one connection to its agent socket. It
-//! long-polls `recv_next` when the turn loop asks for the next message and carries
-//! the loop's other broker requests (status, ack, requeue, counts, kick, notices to
-//! the parent). When the broker is gone it reconnects with capped backoff, says so
-//! in the log and flips `online` on the bus. An answer it cannot use (too long,
-//! not UTF-8, malformed) or a connection that breaks is treated the same way:
-//! the next connection waits out a backoff that doubles up to the cap and is
-//! reset only by a good answer, and the first failure of a burst is logged, so
-//! whatever the broker sends, the poller never spins. Shutting it down closes the
-//! socket, so a parked long-poll returns at once.
+//! The harness's two connections to its agent socket, each owned by a thread:
+//! `poller` long-polls `recv_next` when the turn loop asks for the next
+//! message (or peeks once, without waiting, before a requested continue), and
+//! `broker-calls` carries the loop's other requests (kick, ack, requeue,
+//! counters, notices to the parent) in the order they were sent. Nothing the
+//! loop sends waits for an answer: a refusal is logged. An ask for the next
+//! message goes through the calls thread too, so it reaches the long-poll only
+//! after every earlier request was answered — an ack always lands before the
+//! next `recv_next`, and while the broker is unreachable the loop simply gets
+//! no message, using up no attempt.
+//!
+//! When the broker is gone each connection reconnects with a backoff that
+//! doubles up to `HIVE_RECONNECT_MAX_MS`. An answer it cannot use (too long,
+//! not UTF-8, malformed) or a connection that breaks is treated the same way,
+//! and the first failure of a burst is logged, so whatever the broker sends,
+//! the poller never spins. Reachability goes to the loop as
+//! [`FromPoller::Online`]; the loop is the one writer of the bus state.
+//! Shutting the poller down closes the long-poll socket, so a parked poll
+//! returns at once, and gives each request still queued one last try.
 
 use super::bus::Bus;
 use crate::wire::{Client, ClientError, Message, RecvNextReply, Request};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
-use serde_json::{Map, Value};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The first pause before reconnecting; it doubles per failure up to the cap.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 
-/// What the turn loop asks of the poller.
-pub enum ToPoller {
-    /// Long-poll until the next message arrives.
-    Next,
-    /// One request; the answer goes back on `reply`.
-    Call {
-        req: Request,
-        reply: Sender<Result<Map<String, Value>, String>>,
-    },
-    /// One request nobody waits for (its failure is logged), kept in order with
-    /// the calls around it.
-    Tell { req: Request },
-}
+/// How long one broker call may take to answer.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the poller hands the turn loop.
 #[derive(Debug)]
@@ -44,26 +42,73 @@ pub enum FromPoller {
         redelivered: bool,
         unread: Option<u64>,
     },
+    /// A peek found the inbox empty and nothing inflight.
+    Empty,
+    /// The broker became reachable (true) or unreachable (false).
+    Online(bool),
 }
 
-/// The turn loop's handle.
+/// What the long-poll thread is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    /// Long-poll until a message arrives.
+    Next,
+    /// One `recv_next` that does not wait.
+    Peek,
+}
+
+/// What the calls thread is sent.
+enum ToCalls {
+    Tell(Request),
+    Ask(Ask),
+}
+
+/// A handle that sends broker requests in order; cheap to clone (the
+/// inflight guard holds one).
+#[derive(Clone)]
+pub struct Teller {
+    tx: Sender<ToCalls>,
+}
+
+impl Teller {
+    /// Sends `req`; its answer is not waited for (a refusal is logged).
+    pub fn tell(&self, req: Request) {
+        let _ = self.tx.send(ToCalls::Tell(req));
+    }
+
+    /// Tells the broker to dead-letter the inflight message `id`: keep it, in
+    /// the `failed` state, and tell its parent and sender.
+    ///
+    /// STAGE 1 (interim): the broker has no dead-letter state yet, so the
+    /// harness sends `notice` to the parent itself and acks the message; the
+    /// broker-side dead letter (kept, `hive failed`, `hive retry`) replaces this
+    /// body over the wire in stage 2. This is the only place that does it.
+    pub fn dead_letter(&self, id: i64, notice: String) {
+        self.tell(Request::SendToParent { body: notice });
+        self.tell(Request::AckTurn { id });
+    }
+}
+
+/// The turn loop's handle on the two connections.
 pub struct Poller {
-    tx: Sender<ToPoller>,
+    teller: Teller,
     pub events: Receiver<FromPoller>,
     stop: Option<Sender<()>>,
-    stream: Arc<Mutex<Option<UnixStream>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The long-poll connection, shut down to end a parked poll.
+    poll_stream: Arc<Mutex<Option<UnixStream>>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
-struct State {
+/// One connection to the agent socket and its reconnect state.
+struct Conn {
+    what: &'static str,
     socket: PathBuf,
-    wait_secs: u64,
     reconnect_max: Duration,
     bus: Bus,
+    events: Sender<FromPoller>,
     client: Option<Client>,
     stream: Arc<Mutex<Option<UnixStream>>>,
     stop: Receiver<()>,
-    events: Sender<FromPoller>,
     /// The next pause before reconnecting; reset by a good answer.
     backoff: Duration,
     /// The last connection attempt failed (the broker is unreachable).
@@ -76,72 +121,85 @@ struct State {
 
 impl Poller {
     pub fn start(socket: PathBuf, wait_secs: u64, reconnect_max: Duration, bus: Bus) -> Poller {
-        let (tx, rx) = unbounded::<ToPoller>();
+        let (calls_tx, calls_rx) = unbounded::<ToCalls>();
+        let (asks_tx, asks_rx) = unbounded::<Ask>();
         let (ev_tx, ev_rx) = unbounded::<FromPoller>();
         let (stop_tx, stop_rx) = unbounded::<()>();
-        let stream = Arc::new(Mutex::new(None));
-        let mut st = State {
-            socket,
-            wait_secs,
+        let poll_stream = Arc::new(Mutex::new(None));
+        let conn = |what, stream| Conn {
+            what,
+            socket: socket.clone(),
             reconnect_max,
-            bus,
+            bus: bus.clone(),
+            events: ev_tx.clone(),
             client: None,
-            stream: stream.clone(),
-            stop: stop_rx,
-            events: ev_tx,
+            stream,
+            stop: stop_rx.clone(),
             backoff: MIN_BACKOFF,
             unreachable: false,
             failures: 0,
             retry_at: None,
         };
-        let thread = std::thread::Builder::new()
+        let mut poll = conn("long-poll", poll_stream.clone());
+        let mut calls = conn("calls", Arc::new(Mutex::new(None)));
+        let mut threads = Vec::new();
+        let spawned = std::thread::Builder::new()
             .name("poller".into())
-            .spawn(move || st.run(rx))
-            .ok();
+            .spawn(move || poll.run_polls(asks_rx, wait_secs));
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(e) => log::error!("cannot start the poller thread: {e}"),
+        }
+        let spawned = std::thread::Builder::new()
+            .name("broker-calls".into())
+            .spawn(move || calls.run_calls(calls_rx, asks_tx));
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(e) => log::error!("cannot start the broker-calls thread: {e}"),
+        }
         Poller {
-            tx,
+            teller: Teller { tx: calls_tx },
             events: ev_rx,
             stop: Some(stop_tx),
-            stream,
-            thread,
+            poll_stream,
+            threads,
         }
     }
 
-    /// Asks for the next message; it arrives on `events`.
-    pub fn request_next(&self) {
-        let _ = self.tx.send(ToPoller::Next);
+    /// Asks for the next message (after every request sent before); it arrives
+    /// on `events`.
+    pub fn next(&self) {
+        let _ = self.teller.tx.send(ToCalls::Ask(Ask::Next));
     }
 
-    /// One broker request, retried across reconnects until answered; gives up
-    /// when `stop` closes (the harness is shutting down).
-    pub fn call(&self, req: Request, stop: &Receiver<()>) -> Result<Map<String, Value>, String> {
-        let (reply, rx) = crossbeam_channel::bounded(1);
-        self.tx
-            .send(ToPoller::Call { req, reply })
-            .map_err(|_| "the poller has stopped".to_string())?;
-        select! {
-            recv(rx) -> r => r.unwrap_or_else(|_| Err("the poller has stopped".into())),
-            recv(stop) -> _ => Err("the harness is stopping".into()),
-        }
+    /// Asks, without waiting, whether anything is queued or inflight: a
+    /// [`FromPoller::Message`] (now inflight) or [`FromPoller::Empty`].
+    pub fn peek(&self) {
+        let _ = self.teller.tx.send(ToCalls::Ask(Ask::Peek));
     }
 
-    /// A request whose answer the caller does not wait for.
+    /// Sends `req` in order with the others; nobody waits for the answer.
     pub fn tell(&self, req: Request) {
-        let _ = self.tx.send(ToPoller::Tell { req });
+        self.teller.tell(req);
     }
 
-    /// Stops the thread, ending a parked long-poll at once.
+    pub fn teller(&self) -> Teller {
+        self.teller.clone()
+    }
+
+    /// Stops both threads: a parked long-poll returns at once, and every
+    /// request still queued gets one last try.
     pub fn shutdown(&mut self) {
         self.stop.take();
         if let Some(s) = self
-            .stream
+            .poll_stream
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
         {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -153,7 +211,7 @@ impl Drop for Poller {
     }
 }
 
-impl State {
+impl Conn {
     fn stopped(&self) -> bool {
         matches!(
             self.stop.try_recv(),
@@ -161,29 +219,51 @@ impl State {
         )
     }
 
-    fn run(&mut self, rx: Receiver<ToPoller>) {
+    fn set_online(&self, online: bool) {
+        let _ = self.events.send(FromPoller::Online(online));
+    }
+
+    /// The long-poll thread: one ask at a time, each answered on `events`.
+    fn run_polls(&mut self, asks: Receiver<Ask>, wait_secs: u64) {
+        loop {
+            let ask = select! {
+                recv(asks) -> a => match a { Ok(a) => a, Err(_) => return },
+                recv(self.stop) -> _ => return,
+            };
+            let Some(ev) = self.poll(ask, wait_secs) else {
+                return;
+            };
+            if self.events.send(ev).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The calls thread: requests in order; an ask is passed to the long-poll
+    /// thread once everything before it was answered.
+    fn run_calls(&mut self, rx: Receiver<ToCalls>, asks: Sender<Ask>) {
         loop {
             let cmd = select! {
                 recv(rx) -> c => match c { Ok(c) => c, Err(_) => return },
-                recv(self.stop) -> _ => return,
+                recv(self.stop) -> _ => break,
             };
             match cmd {
-                ToPoller::Next => {
-                    if let Some(ev) = self.next() {
-                        if self.events.send(ev).is_err() {
-                            return;
-                        }
-                    } else {
-                        return;
-                    }
-                }
-                ToPoller::Call { req, reply } => {
-                    let _ = reply.send(self.call(&req));
-                }
-                ToPoller::Tell { req } => {
+                ToCalls::Tell(req) => {
                     if let Err(e) = self.call(&req) {
                         log::warn!("{} refused: {e}", req.cmd());
                     }
+                }
+                ToCalls::Ask(a) => {
+                    let _ = asks.send(a);
+                }
+            }
+        }
+        // Stopping: whatever is still queued (a requeue from the inflight
+        // guard, typically) gets one try, without waiting out a backoff.
+        while let Ok(cmd) = rx.try_recv() {
+            if let ToCalls::Tell(req) = cmd {
+                if let Err(e) = self.last_try(&req) {
+                    log::warn!("{} not sent while stopping: {e}", req.cmd());
                 }
             }
         }
@@ -212,15 +292,15 @@ impl State {
                         self.bus.note("broker reachable again");
                         self.unreachable = false;
                     }
-                    self.bus.update(|s| s.online = true);
+                    self.set_online(true);
                     self.client = Some(c);
                 }
                 Err(e) => {
                     log::warn!("{e}; retrying in {:?}", self.backoff);
-                    if self.bus.snapshot().online {
+                    if !self.unreachable {
                         self.bus.note(format!("broker unreachable: {e}"));
                     }
-                    self.bus.update(|s| s.online = false);
+                    self.set_online(false);
                     self.unreachable = true;
                     let wait = crossbeam_channel::after(self.backoff);
                     select! {
@@ -238,18 +318,20 @@ impl State {
     /// wait out the backoff before the next one.
     fn lost(&mut self, e: &ClientError) {
         self.client = None;
-        self.bus.update(|s| s.online = false);
+        self.set_online(false);
         self.failures += 1;
         if self.failures == 1 {
             log::warn!(
-                "lost the broker connection: {e}; reconnecting in {:?}, backing off up to {:?} while it lasts",
+                "lost the broker connection ({}): {e}; reconnecting in {:?}, backing off up to {:?} while it lasts",
+                self.what,
                 self.backoff,
                 self.reconnect_max
             );
             self.bus.note(format!("lost the broker connection: {e}"));
         } else {
             log::debug!(
-                "lost the broker connection ({} in a row): {e}; reconnecting in {:?}",
+                "lost the broker connection ({}, {} in a row): {e}; reconnecting in {:?}",
+                self.what,
                 self.failures,
                 self.backoff
             );
@@ -270,8 +352,9 @@ impl State {
         self.backoff = MIN_BACKOFF;
     }
 
-    fn next(&mut self) -> Option<FromPoller> {
-        let wait = self.wait_secs;
+    /// One `recv_next`: the message, or (for a peek) `Empty`; None once stopped.
+    fn poll(&mut self, ask: Ask, wait_secs: u64) -> Option<FromPoller> {
+        let wait = if ask == Ask::Peek { 0 } else { wait_secs };
         loop {
             let c = self.client()?;
             let _ = c.set_read_timeout(Some(Duration::from_secs(wait + 30)));
@@ -293,6 +376,7 @@ impl State {
                         unread,
                     })
                 }
+                Ok(_) if ask == Ask::Peek => return Some(FromPoller::Empty),
                 Ok(_) => continue,
                 Err(ClientError::Refused(e)) => {
                     log::error!("broker refused recv_next: {e}");
@@ -313,16 +397,21 @@ impl State {
         }
     }
 
-    fn call(&mut self, req: &Request) -> Result<Map<String, Value>, String> {
+    /// One request, retried across reconnects until answered; gives up only
+    /// when the harness stops. A connection the broker closed while it sat
+    /// unused (`HIVE_BROKER_IDLE_SECS`) is reopened at once, without counting
+    /// as a failure.
+    fn call(&mut self, req: &Request) -> Result<(), String> {
+        let mut fresh = self.client.is_none();
         loop {
             let Some(c) = self.client() else {
                 return Err("the harness is stopping".into());
             };
-            let _ = c.set_read_timeout(Some(Duration::from_secs(60)));
+            let _ = c.set_read_timeout(Some(CALL_TIMEOUT));
             match c.call(req) {
-                Ok(m) => {
+                Ok(_) => {
                     self.answered();
-                    return Ok(m);
+                    return Ok(());
                 }
                 Err(ClientError::Refused(e)) => {
                     self.answered();
@@ -332,9 +421,50 @@ impl State {
                     if self.stopped() {
                         return Err("the harness is stopping".into());
                     }
+                    if !fresh {
+                        log::debug!("reopening the broker connection ({}): {e}", self.what);
+                        self.client = None;
+                        fresh = true;
+                        continue;
+                    }
                     self.lost(&e);
                 }
             }
         }
     }
+
+    /// One try while stopping, on the open connection or one fresh one.
+    fn last_try(&mut self, req: &Request) -> Result<(), String> {
+        for _ in 0..2 {
+            let c = match self.client.as_mut() {
+                Some(c) => c,
+                None => {
+                    let c = Client::connect(&self.socket).map_err(|e| e.to_string())?;
+                    self.client.insert(c)
+                }
+            };
+            let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
+            match c.call(req) {
+                Ok(_) => return Ok(()),
+                Err(ClientError::Refused(e)) => return Err(e),
+                Err(_) => self.client = None,
+            }
+        }
+        Err("the broker did not answer".into())
+    }
+}
+
+/// A teller whose requests a test reads back instead of a broker.
+#[cfg(test)]
+pub(crate) fn test_teller() -> (Teller, impl Fn() -> Vec<Request>) {
+    let (tx, rx) = unbounded::<ToCalls>();
+    let read = move || {
+        rx.try_iter()
+            .filter_map(|c| match c {
+                ToCalls::Tell(r) => Some(r),
+                ToCalls::Ask(_) => None,
+            })
+            .collect()
+    };
+    (Teller { tx }, read)
 }

@@ -41,6 +41,12 @@ pub struct Settings {
     /// Value of `CLAUDE_CODE_MAX_RETRIES` for the child.
     pub claude_max_retries: u32,
     pub turn_timeout: Duration,
+    /// A run that prints nothing this long with no tool call open is hung
+    /// (`HIVE_TURN_IDLE_SECS`; `None` when 0).
+    pub turn_idle: Option<Duration>,
+    /// Failures of one message, for reasons of its own, before it is
+    /// dead-lettered (`HIVE_TURN_MAX_ATTEMPTS`, at least 1).
+    pub max_attempts: u32,
     pub kill_grace: Duration,
     pub poll_wait_secs: u64,
     /// Pause after a failed turn, against tight loops.
@@ -172,6 +178,9 @@ impl Settings {
             },
             claude_max_retries: env_num("HIVE_CLAUDE_MAX_RETRIES", 2)? as u32,
             turn_timeout: env_secs("HIVE_TURN_TIMEOUT_SECS", 3600)?,
+            turn_idle: Some(env_secs("HIVE_TURN_IDLE_SECS", 900)?).filter(|d| !d.is_zero()),
+            max_attempts: env_num("HIVE_TURN_MAX_ATTEMPTS", 5)?.clamp(1, u64::from(u32::MAX))
+                as u32,
             kill_grace: env_millis("HIVE_KILL_GRACE_MS", 3000)?,
             poll_wait_secs: env_num("HIVE_POLL_WAIT_SECS", 30)?.clamp(1, 180),
             fail_pause: env_millis("HIVE_POLL_MS", 1000)?,

@@ -1,7 +1,8 @@
 //! `GET /metrics` in the Prometheus text format: turn counts, durations, tokens
 //! and cost per kind and outcome from the turn-stats db, the live gauges from the
-//! bus, the number of SSE clients, and the seconds spent rate-limited since this
-//! web server started (a [`RateClock`] fed by a thread that watches the bus).
+//! bus, the number of SSE clients, the turns stopped because one of hive's MCP
+//! servers did not start, and the seconds spent rate-limited since this web
+//! server started (a [`RateClock`] fed by a thread that watches the bus).
 
 use crate::harness::bus::{Bus, LiveEvent, StateSnapshot, TurnState};
 use crate::harness::stats::Totals;
@@ -130,6 +131,19 @@ pub fn render(
         "Seconds spent parked on a rate limit since the web server started.",
     );
     let _ = writeln!(o, "hive_rate_limited_seconds_total {rate_limited_secs:.3}");
+    family(
+        &mut o,
+        "hive_mcp_start_failures_total",
+        "counter",
+        "Turns stopped because one of hive's MCP servers was not connected at start.",
+    );
+    for server in crate::harness::classify::CORE_MCP_SERVERS {
+        let n = state.mcp_start_failures.get(server).copied().unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "hive_mcp_start_failures_total{{server=\"{server}\"}} {n}"
+        );
+    }
     let gauges: [(&str, &str, f64); 7] = [
         (
             "hive_unread",
@@ -225,6 +239,15 @@ mod tests {
             "hive_turn_duration_seconds_total{kind=\"turn\",outcome=\"we\\\"ird\\n\"} 1.5\n"
         ));
         assert!(text.contains("hive_sse_clients 3\n"));
+        assert!(text.contains("hive_mcp_start_failures_total{server=\"bash\"} 0\n"));
+        bus.update(|s| {
+            s.mcp_start_failures.insert("hyperhive".into(), 2);
+        });
+        let text = render(&totals, &bus.snapshot(), 3, 0.0);
+        assert!(
+            text.contains("hive_mcp_start_failures_total{server=\"hyperhive\"} 2\n"),
+            "{text}"
+        );
         assert!(text.contains("hive_turn_state{state=\"idle\"} 1\n"));
     }
 

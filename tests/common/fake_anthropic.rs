@@ -205,7 +205,7 @@ impl From<Reply> for Step {
 pub struct Scenario {
     steps: VecDeque<Step>,
     otherwise: Step,
-    auto_compact: Option<String>,
+    auto_compact: Option<Step>,
 }
 
 impl Default for Scenario {
@@ -255,7 +255,14 @@ impl Scenario {
     /// Answers every compaction request with this summary, without consuming a
     /// queued step; other requests still take the queue in order.
     pub fn auto_compact(mut self, summary: impl Into<String>) -> Scenario {
-        self.auto_compact = Some(summary.into());
+        self.auto_compact = Some(Step::compact(summary));
+        self
+    }
+
+    /// Answers every compaction request with `step` (an error, typically),
+    /// without consuming a queued one.
+    pub fn compact_always(mut self, step: impl Into<Step>) -> Scenario {
+        self.auto_compact = Some(step.into());
         self
     }
 
@@ -263,8 +270,8 @@ impl Scenario {
     /// automatic compaction answer applies.
     fn next_step(&mut self, kind: RequestKind) -> Step {
         if kind == RequestKind::Compact {
-            if let Some(summary) = &self.auto_compact {
-                return Step::compact(summary.clone());
+            if let Some(step) = &self.auto_compact {
+                return step.clone();
             }
         }
         self.steps

@@ -1,9 +1,10 @@
 //! Shared helpers for the integration tests: the hive process kit, the fake
-//! Anthropic API, the real Claude Code CLI kit, the in-process web UI kit and a
-//! real Matrix homeserver (Synapse).
+//! Anthropic API, the real Claude Code CLI kit, the in-process web UI kit, the
+//! agent page of a running harness and a real Matrix homeserver (Synapse).
 //! Each test binary uses a part.
 #![allow(dead_code)]
 
+pub mod agent_page;
 pub mod browser;
 pub mod claude_cli;
 pub mod fake_anthropic;

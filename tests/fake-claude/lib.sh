@@ -5,7 +5,14 @@ SESSION="${FAKE_SESSION:-9954aa9f-0000-4000-8000-000000000001}"
 MODEL="${FAKE_MODEL:-claude-sonnet-4-5}"
 
 init() {
-    printf '{"type":"system","subtype":"init","cwd":"%s","session_id":"%s","tools":["Edit","Read"],"mcp_servers":[{"name":"hyperhive","status":"connected"}],"model":"%s","permissionMode":"default","apiKeySource":"ANTHROPIC_API_KEY","claude_code_version":"2.1.197","uuid":"u-init"}\n' "$PWD" "$SESSION" "$MODEL"
+    init_mcp connected connected
+}
+
+# init_mcp HYPERHIVE BASH: the init line with these MCP server statuses
+# (`connected`, `failed` when a server exits, `pending` when it did not answer
+# in time); the real CLI lists every server of its config.
+init_mcp() {
+    printf '{"type":"system","subtype":"init","cwd":"%s","session_id":"%s","tools":["Edit","Read"],"mcp_servers":[{"name":"hyperhive","status":"%s"},{"name":"bash","status":"%s"}],"model":"%s","permissionMode":"default","apiKeySource":"ANTHROPIC_API_KEY","claude_code_version":"2.1.197","uuid":"u-init"}\n' "$PWD" "$SESSION" "$1" "$2" "$MODEL"
 }
 
 # usage_json CTX: a usage object whose context size is CTX.
@@ -23,6 +30,17 @@ say() {
 tool_use() {
     printf '{"type":"assistant","message":{"id":"msg_tool_%s","type":"message","role":"assistant","model":"%s","content":[{"type":"tool_use","id":"toolu_fake_1","name":"%s","input":%s}],"stop_reason":null,"usage":%s,"context_management":null},"parent_tool_use_id":null,"session_id":"%s","uuid":"u-t"}\n' "${FAKE_N:-0}" "$MODEL" "$1" "$2" "$(usage_json "${3:-1500}")" "$SESSION"
     printf '{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_fake_1","type":"tool_result","content":[{"type":"text","text":"sent"}]}]},"parent_tool_use_id":null,"session_id":"%s","uuid":"u-r"}\n' "$SESSION"
+}
+
+# tool_call NAME INPUT_JSON [CTX]: a tool_use line alone; the call stays open
+# (as while a tool runs) until tool_done prints its result.
+tool_call() {
+    printf '{"type":"assistant","message":{"id":"msg_call_%s","type":"message","role":"assistant","model":"%s","content":[{"type":"tool_use","id":"toolu_fake_open","name":"%s","input":%s}],"stop_reason":null,"usage":%s,"context_management":null},"parent_tool_use_id":null,"session_id":"%s","uuid":"u-tc"}\n' "${FAKE_N:-0}" "$MODEL" "$1" "$2" "$(usage_json "${3:-1500}")" "$SESSION"
+}
+
+# tool_done: the result of the call tool_call opened.
+tool_done() {
+    printf '{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_fake_open","type":"tool_result","content":[{"type":"text","text":"done"}]}]},"parent_tool_use_id":null,"session_id":"%s","uuid":"u-td"}\n' "$SESSION"
 }
 
 # result_ok TEXT

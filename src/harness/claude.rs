@@ -1,0 +1,467 @@
+//! The claude actor: one running claude process, owned by a [`ClaudeRun`]
+//! that the turn loop holds in its phase. The child gets explicit stdio, its
+//! own process group, an environment without the operator's variables, the
+//! prompt on stdin (from a writer thread when it is big), and one pump thread
+//! per output pipe, so a full pipe never blocks it. The pumps feed one bounded
+//! channel of lines and the waiter a one-shot exit channel; the loop selects
+//! on both next to everything else it waits for, so a running turn is a phase
+//! of the loop, not a call it is stuck in. Every helper thread exists before
+//! claude is started, so a claude that cannot be given its threads is never
+//! started at all: that, like a failed spawn, is `NotStarted` and not the
+//! message's fault. Stopping a child is a ladder the loop drives from its
+//! timer: SIGINT to claude (it then aborts its tools and stops its MCP
+//! servers), SIGTERM and finally SIGKILL to the whole group. Once claude
+//! exits, whatever is left in its group is killed, so no grandchild outlives
+//! the turn; dropping a `ClaudeRun` kills the group and waits for the reap.
+
+use crate::agent_proc::{self, StartFault};
+use crate::wire::{self, Line};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use std::io::{self, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest stdout line parsed; longer ones are dropped with a note.
+pub const MAX_STDOUT_LINE: usize = 16 * 1024 * 1024;
+
+/// Largest stdout line put on the bus whole; a bigger one is classified in full
+/// but shown as a summary, so one huge tool result cannot fill the history.
+pub const MAX_EVENT_BYTES: usize = 256 * 1024;
+
+/// Prompts up to this size are written without a thread: every pipe holds at
+/// least one page, even under the per-user pipe limits, so the write cannot block.
+const SMALL_PROMPT: usize = 4096;
+
+/// How long pipes may stay open after claude exited (a grandchild that left the
+/// group can hold them) before the turn ends without them.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// How long dropping a run waits for the killed child to be reaped.
+const REAP_WAIT: Duration = Duration::from_secs(5);
+
+/// One claude process to run. Its `Debug` shows the names of the extra
+/// environment variables but never their values (a stored token is one).
+#[derive(Clone)]
+pub struct Invocation {
+    pub bin: String,
+    pub args: Vec<String>,
+    pub stdin: String,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub timeout: Duration,
+    /// Time between the steps of the stop ladder.
+    pub grace: Duration,
+}
+
+impl std::fmt::Debug for Invocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("Invocation")
+            .field("bin", &self.bin)
+            .field("args", &self.args)
+            .field("stdin_bytes", &self.stdin.len())
+            .field("env", &env)
+            .field("cwd", &self.cwd)
+            .field("timeout", &self.timeout)
+            .field("grace", &self.grace)
+            .finish()
+    }
+}
+
+/// One thing a pump read from an output pipe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pipe {
+    Line(String),
+    /// A line over [`MAX_STDOUT_LINE`], dropped.
+    TooLong,
+    /// End of the pipe.
+    Closed,
+}
+
+/// What the pumps hand the loop, tagged with the pipe it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    Stdout(Pipe),
+    Stderr(Pipe),
+}
+
+/// A thread started ahead of the thing it works on, which it gets through the
+/// returned sender; dropping the sender unused ends the thread.
+fn worker<T: Send + 'static>(
+    name: &str,
+    job: impl FnOnce(T) + Send + 'static,
+) -> io::Result<Sender<T>> {
+    let (tx, rx) = bounded::<T>(1);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            if let Ok(x) = rx.recv() {
+                job(x);
+            }
+        })?;
+    Ok(tx)
+}
+
+/// A reader thread for one output pipe, waiting for the pipe; what it reads
+/// goes on `tx`, tagged by `tag`.
+fn pump<R: Read + Send + 'static>(
+    name: &str,
+    tx: Sender<Output>,
+    tag: fn(Pipe) -> Output,
+) -> io::Result<Sender<R>> {
+    worker(&format!("claude-{name}"), move |stream: R| {
+        let mut r = BufReader::with_capacity(64 * 1024, stream);
+        loop {
+            let ev = match wire::read_line(&mut r, MAX_STDOUT_LINE) {
+                Ok(Line::Text(s)) => Pipe::Line(s),
+                Ok(Line::NotUtf8) => Pipe::Line("(a line that is not UTF-8)".into()),
+                Ok(Line::TooLong) => Pipe::TooLong,
+                Ok(Line::Eof) | Err(_) => {
+                    let _ = tx.send(tag(Pipe::Closed));
+                    return;
+                }
+            };
+            if tx.send(tag(ev)).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// Starts the helper threads, then claude, then hands each thread its part. A
+/// thread, pipe or process that cannot be created leaves nothing running and
+/// returns why, with what to do about it.
+fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
+    let fault = |what: &str, e: io::Error| match StartFault::of(&e) {
+        StartFault::Resources => {
+            format!("{what}: {e} (the host is short of file descriptors, memory or processes)")
+        }
+        StartFault::Setup => format!(
+            "{what}: {e} (HIVE_CLAUDE_BIN must name the Claude Code CLI, executable, and \
+             the state dir must exist)"
+        ),
+    };
+    let thread = |e| fault("cannot start a thread for claude", e);
+    // Bulk output is bounded: a claude that prints faster than the loop reads
+    // waits on its pipe.
+    let (lines_tx, output) = bounded::<Output>(256);
+    let out_tx = pump::<ChildStdout>("stdout", lines_tx.clone(), Output::Stdout).map_err(thread)?;
+    let err_tx = pump::<ChildStderr>("stderr", lines_tx, Output::Stderr).map_err(thread)?;
+    let (exit_tx, exit) = bounded::<io::Result<ExitStatus>>(1);
+    let waiter = worker("claude-wait", move |mut child: Child| {
+        let _ = exit_tx.send(child.wait());
+    })
+    .map_err(thread)?;
+    // A prompt that fits the pipe buffer is written at once; a bigger one from
+    // a thread, so a child that reads slowly never blocks the loop.
+    let writer = if inv.stdin.len() > SMALL_PROMPT {
+        let prompt = inv.stdin.clone();
+        let w = worker("claude-stdin", move |mut stdin: ChildStdin| {
+            let _ = stdin.write_all(prompt.as_bytes());
+        })
+        .map_err(thread)?;
+        Some(w)
+    } else {
+        None
+    };
+
+    let mut cmd = Command::new(&inv.bin);
+    cmd.args(&inv.args)
+        .current_dir(&inv.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for (k, v) in &inv.env {
+        cmd.env(k, v);
+    }
+    agent_proc::scrub_operator_env(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| fault(&format!("cannot start claude ({})", inv.bin), e))?;
+    let pid = child.id() as i32;
+    // A child that exits without reading is normal; EPIPE is ignored.
+    if let Some(mut stdin) = child.stdin.take() {
+        match writer {
+            Some(w) => {
+                let _ = w.send(stdin);
+            }
+            None => {
+                let _ = stdin.write_all(inv.stdin.as_bytes());
+            }
+        }
+    }
+    if let Some(s) = child.stdout.take() {
+        let _ = out_tx.send(s);
+    }
+    if let Some(s) = child.stderr.take() {
+        let _ = err_tx.send(s);
+    }
+    let _ = waiter.send(child);
+    Ok(ClaudeRun {
+        pid,
+        output,
+        exit,
+        open_pipes: 2,
+        exited: false,
+        stop: Stop::Running,
+        ladder_at: None,
+        grace: inv.grace,
+        quick: false,
+    })
+}
+
+/// Sends `sig` to one process, or to a whole group when `pid` is negative.
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) with a pid or negated process-group id has no memory effects.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// Where the stop ladder is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Running,
+    SentInt,
+    SentTerm,
+    SentKill,
+}
+
+/// One running claude. The loop selects on [`ClaudeRun::output`] and
+/// [`ClaudeRun::exit`] while they are open, calls [`ClaudeRun::stop`] to start
+/// the stop ladder and [`ClaudeRun::step`] when [`ClaudeRun::ladder_due`]
+/// passes. Dropping it kills the whole group and waits for the reap.
+pub struct ClaudeRun {
+    pid: i32,
+    output: Receiver<Output>,
+    exit: Receiver<io::Result<ExitStatus>>,
+    open_pipes: u8,
+    exited: bool,
+    stop: Stop,
+    ladder_at: Option<Instant>,
+    grace: Duration,
+    /// The ladder runs at the quick pace (a stop of the harness, a dead
+    /// credential, MCP servers that did not start).
+    quick: bool,
+}
+
+impl ClaudeRun {
+    /// Starts claude as `inv` says, or says why it could not be started.
+    pub fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
+        start(inv)
+    }
+
+    /// The lines of both pipes, while either is open.
+    pub fn output(&self) -> Option<&Receiver<Output>> {
+        (self.open_pipes > 0).then_some(&self.output)
+    }
+
+    /// The exit status, until it came.
+    pub fn exit(&self) -> Option<&Receiver<io::Result<ExitStatus>>> {
+        (!self.exited).then_some(&self.exit)
+    }
+
+    /// Notes a pipe that closed (the output channel stays open while the
+    /// other pump runs).
+    pub fn on_output(&mut self, o: &Output) {
+        if matches!(
+            o,
+            Output::Stdout(Pipe::Closed) | Output::Stderr(Pipe::Closed)
+        ) {
+            self.open_pipes = self.open_pipes.saturating_sub(1);
+        }
+    }
+
+    /// Both pumps are gone (their channel disconnected).
+    pub fn pipes_gone(&mut self) {
+        self.open_pipes = 0;
+    }
+
+    /// claude exited: whatever it left in its group dies with the turn.
+    pub fn on_exit(&mut self) {
+        self.exited = true;
+        signal(-self.pid, libc::SIGKILL);
+        self.ladder_at = None;
+    }
+
+    pub fn has_exited(&self) -> bool {
+        self.exited
+    }
+
+    pub fn pipes_open(&self) -> bool {
+        self.open_pipes > 0
+    }
+
+    /// Starts the stop ladder (SIGINT to claude first); at `quick` pace each
+    /// step waits at most half a second. A second call can only quicken it.
+    pub fn stop(&mut self, quick: bool) {
+        if self.exited {
+            return;
+        }
+        if quick && !self.quick {
+            self.quick = true;
+            if let Some(at) = self.ladder_at {
+                self.ladder_at = Some(at.min(Instant::now() + self.step_pause()));
+            }
+        }
+        if self.stop == Stop::Running {
+            self.step();
+        }
+    }
+
+    /// The stop ladder has begun.
+    pub fn stopping(&self) -> bool {
+        self.stop != Stop::Running
+    }
+
+    /// When the ladder takes its next step.
+    pub fn ladder_due(&self) -> Option<Instant> {
+        self.ladder_at
+    }
+
+    fn step_pause(&self) -> Duration {
+        if self.quick {
+            self.grace.min(Duration::from_millis(500))
+        } else {
+            self.grace
+        }
+    }
+
+    /// The next step of the ladder: SIGINT to claude, SIGTERM to its group,
+    /// SIGKILL to its group.
+    pub fn step(&mut self) {
+        if self.exited {
+            return;
+        }
+        self.stop = match self.stop {
+            Stop::Running => {
+                signal(self.pid, libc::SIGINT);
+                Stop::SentInt
+            }
+            Stop::SentInt => {
+                signal(-self.pid, libc::SIGTERM);
+                Stop::SentTerm
+            }
+            Stop::SentTerm | Stop::SentKill => {
+                signal(-self.pid, libc::SIGKILL);
+                Stop::SentKill
+            }
+        };
+        self.ladder_at = (self.stop != Stop::SentKill).then(|| Instant::now() + self.step_pause());
+    }
+}
+
+impl Drop for ClaudeRun {
+    /// Nothing claude started outlives its run, and the child is reaped (by its
+    /// waiter thread) before the handle is gone.
+    fn drop(&mut self) {
+        if !self.exited {
+            signal(-self.pid, libc::SIGKILL);
+            if self.exit.recv_timeout(REAP_WAIT).is_err() {
+                log::error!(
+                    "claude (pid {}) was killed but not reaped in {REAP_WAIT:?}",
+                    self.pid
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn sh(script: &str) -> Invocation {
+        Invocation {
+            bin: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            stdin: String::new(),
+            env: Vec::new(),
+            cwd: std::env::temp_dir(),
+            timeout: Duration::from_secs(60),
+            grace: Duration::from_millis(200),
+        }
+    }
+
+    fn lines(run: &mut ClaudeRun) -> Vec<Output> {
+        let mut out = Vec::new();
+        while let Some(rx) = run.output() {
+            let o = rx.recv_timeout(Duration::from_secs(10)).expect("a line");
+            run.on_output(&o);
+            out.push(o);
+        }
+        out
+    }
+
+    #[test]
+    fn both_pipes_reach_one_channel_and_the_exit_its_own() {
+        let mut run = ClaudeRun::start(&sh("echo out; echo err >&2; exit 3")).unwrap();
+        let got = lines(&mut run);
+        assert!(
+            got.contains(&Output::Stdout(Pipe::Line("out".into()))),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&Output::Stderr(Pipe::Line("err".into()))),
+            "{got:?}"
+        );
+        let st = run
+            .exit()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .unwrap();
+        run.on_exit();
+        assert_eq!(st.code(), Some(3));
+        assert!(run.exit().is_none() && run.output().is_none());
+    }
+
+    #[test]
+    fn the_ladder_interrupts_first_and_dropping_kills_the_group() {
+        // The shell ignores SIGINT (once it says so); its child sleeps in the
+        // same group.
+        let mut run = ClaudeRun::start(&sh("trap '' INT; echo ready; sleep 60 & wait")).unwrap();
+        let first = run
+            .output()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(first, Output::Stdout(Pipe::Line("ready".into())));
+        run.stop(false);
+        assert!(run.stopping());
+        let due = run.ladder_due().expect("a next step");
+        assert!(due > Instant::now());
+        run.step(); // SIGTERM to the group
+        let st = run
+            .exit()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .unwrap();
+        assert_eq!(st.signal(), Some(libc::SIGTERM));
+        run.on_exit();
+        assert_eq!(run.ladder_due(), None);
+
+        let run = ClaudeRun::start(&sh("sleep 60")).unwrap();
+        let pid = run.pid;
+        drop(run);
+        // SAFETY: signal 0 only checks that the process exists.
+        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        assert!(!alive, "dropped and reaped");
+    }
+
+    #[test]
+    fn a_missing_binary_is_an_error_that_says_what_to_fix() {
+        let mut inv = sh("");
+        inv.bin = "/nonexistent/claude".into();
+        let e = ClaudeRun::start(&inv).err().unwrap();
+        assert!(
+            e.contains("HIVE_CLAUDE_BIN") && e.contains("/nonexistent/claude"),
+            "{e}"
+        );
+    }
+}

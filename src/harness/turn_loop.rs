@@ -1,0 +1,1455 @@
+//! The turn loop: one thread, one [`Event`] enum, one `select!`, and the
+//! loop's [`Phase`] as data — idle (waiting for mail), running one claude
+//! process (a turn, a `/compact` or a checkpoint), paused until a time for a
+//! reason, or parked until claude is logged in again. Every trigger — a
+//! message, an operator request, a line or the exit of claude, a timer, a
+//! signal — arrives as one event and is handled by one function, whatever the
+//! phase; sources that do not apply in a phase are `never()`. The loop is the
+//! only writer of turn state (the bus state, the turn-stats db, the ledger).
+//!
+//! What to do when a run ends is [`policy::decide`]'s; this module carries it
+//! out. The message being handled is a [`Work`] whose [`Inflight`] guard
+//! requeues it on every way out unless it was acked, and the [`Ledger`]
+//! remembers across hand-outs what a retry needs (attempts, the session that
+//! saw the prompt, where to start again). Broker requests are sent through the
+//! poller without waiting for their answers.
+
+use super::bus::{Bus, LiveEvent, Paused, Retrying, TurnState};
+use super::classify::{ExitInfo, Signal, TurnObserver, TurnOutcome, TurnReport};
+use super::claude::{
+    ClaudeRun, Invocation, Output, Pipe, DRAIN_GRACE, MAX_EVENT_BYTES, MAX_STDOUT_LINE,
+};
+use super::context;
+use super::control::{Control, Shared};
+use super::invocation::{self, ToolLists};
+use super::login::{self, DirSnapshot};
+use super::policy::{self, Decision, Facts, Outcome, PauseReason, Resume, Running, Wait};
+use super::poller::{FromPoller, Poller};
+use super::settings::Settings;
+use super::stats::{Stats, TurnRow};
+use super::work::{Ack, Inflight, Ledger, Work, WorkKey};
+use crate::broker::hub::now;
+use crate::wire::Request;
+use crossbeam_channel::{at, never, select, Receiver};
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// MCP start failures in a row after which the loop backs off and tells the
+/// parent.
+pub const MCP_FAILURES_BEFORE_BACKOFF: u32 = 3;
+
+/// Everything that can wake the loop.
+#[derive(Debug)]
+pub enum Event {
+    /// A message, a peek's answer or a reachability change from the poller.
+    Broker(FromPoller),
+    /// A source that should outlive the loop closed (the poller's threads,
+    /// the control channel): the harness stops rather than spin.
+    SourceGone(&'static str),
+    /// An operator request.
+    Control(Control),
+    /// A line, the end of the pipes, or the exit of the running claude.
+    Claude(ClaudeEvent),
+    /// The phase's next deadline passed.
+    Timer,
+    /// SIGTERM, SIGINT or SIGHUP.
+    Signal,
+}
+
+#[derive(Debug)]
+pub enum ClaudeEvent {
+    Output(Output),
+    /// Both pumps ended (their channel closed).
+    PipesGone,
+    Exited(io::Result<ExitStatus>),
+}
+
+/// What the loop is doing.
+enum Phase {
+    /// No claude running and no pause: waiting for mail (or for a peek's
+    /// answer), or about to start something.
+    Idle,
+    Running(Box<Run>),
+    /// Waiting until `until` (the reason, if any, is on the bus).
+    Paused {
+        until: Instant,
+    },
+    /// Parked until the claude config dir changes or a token is stored.
+    Login {
+        snapshot: DirSnapshot,
+        check_at: Instant,
+    },
+}
+
+/// Why the loop is stopping the running claude.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cause {
+    Interrupt,
+    TimedOut,
+    Hung,
+    /// The text names the servers that did not connect.
+    Mcp(String),
+    /// A 401 the CLI would retry for minutes.
+    EarlyAuth,
+    /// The harness is shutting down.
+    Stopping,
+}
+
+/// One running claude process and what the loop knows about it.
+struct Run {
+    running: Running,
+    claude: ClaudeRun,
+    observer: TurnObserver,
+    resumed: bool,
+    epoch: u64,
+    model: String,
+    started: Instant,
+    started_at: i64,
+    deadline: Instant,
+    last_output: Instant,
+    cause: Option<Cause>,
+    exit: Option<io::Result<ExitStatus>>,
+    drain_until: Option<Instant>,
+}
+
+/// How a run ended, for [`TurnLoop::conclude`].
+struct Ended {
+    running: Running,
+    report: TurnReport,
+    outcome: Outcome,
+    /// claude ran (false for `NotStarted`).
+    started: bool,
+    resumed: bool,
+    epoch: u64,
+    model: String,
+    started_at: i64,
+    elapsed: Duration,
+}
+
+/// Facts about the claude session that outlive a run.
+#[derive(Default)]
+struct Session {
+    /// Bumped when a run starts a fresh session and when a `/compact` succeeds:
+    /// a prompt seen in an older epoch is not verbatim in the history any more.
+    epoch: u64,
+    /// The next run starts a fresh session (an operator new-session request,
+    /// an auto reset, the fresh-session fallback); cleared once one started.
+    force_fresh: bool,
+    last_context: Option<u64>,
+    last_turn_end: Option<i64>,
+    /// Context windows the CLI reported, by model.
+    cli_windows: HashMap<String, u64>,
+}
+
+/// Counters of failures in a row, for backoffs and one notice per burst.
+#[derive(Default)]
+struct Streaks {
+    api: u32,
+    start: u32,
+    mcp: u32,
+}
+
+pub struct TurnLoop {
+    // Drop order matters: the work (and its guard's requeue) goes before the
+    // poller, whose shutdown gives queued requests their last try.
+    work: Option<Work>,
+    /// A message the poller handed over while something else ran.
+    arrived: Option<Work>,
+    phase: Phase,
+    s: Arc<Settings>,
+    shared: Shared,
+    bus: Bus,
+    stats: Option<Stats>,
+    tools: ToolLists,
+    poller: Poller,
+    control: Receiver<Control>,
+    signals: Receiver<()>,
+    ledger: Ledger,
+    session: Session,
+    streaks: Streaks,
+    /// Turns completed since start, for the API-outage rule.
+    completed_turns: u64,
+    /// A `recv_next` (long-poll or peek) is outstanding.
+    asked: bool,
+    /// The operator asked for `/compact`; it runs once the loop is free.
+    compact_requested: bool,
+    /// A continue was requested and waits its turn, like a requeued message.
+    continue_requested: bool,
+    stopping: bool,
+}
+
+impl TurnLoop {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        s: Arc<Settings>,
+        shared: Shared,
+        stats: Option<Stats>,
+        tools: ToolLists,
+        poller: Poller,
+        control: Receiver<Control>,
+        signals: Receiver<()>,
+        last: (Option<u64>, Option<i64>),
+    ) -> TurnLoop {
+        let bus = shared.bus.clone();
+        TurnLoop {
+            work: None,
+            arrived: None,
+            phase: Phase::Idle,
+            s,
+            shared,
+            bus,
+            stats,
+            tools,
+            poller,
+            control,
+            signals,
+            ledger: Ledger::default(),
+            session: Session {
+                last_context: last.0,
+                last_turn_end: last.1,
+                ..Session::default()
+            },
+            streaks: Streaks::default(),
+            completed_turns: 0,
+            asked: false,
+            compact_requested: false,
+            continue_requested: false,
+            stopping: false,
+        }
+    }
+
+    /// Runs until a signal, then stops the running claude, requeues what is
+    /// inflight and shuts the poller down.
+    pub fn run(mut self) {
+        self.boot();
+        while !self.stopping || matches!(self.phase, Phase::Running(_)) {
+            let ev = self.next_event();
+            self.handle(ev);
+        }
+        for w in [self.work.take(), self.arrived.take()]
+            .into_iter()
+            .flatten()
+        {
+            if w.key.id().is_some() {
+                self.bus.emit(LiveEvent::TurnEnd {
+                    ok: false,
+                    note: "the harness is stopping; the message was requeued".into(),
+                    outcome: "stopped".into(),
+                    duration_ms: 0,
+                });
+            }
+            drop(w);
+        }
+        self.poller.shutdown();
+    }
+
+    fn boot(&mut self) {
+        self.poller.tell(Request::Kick {
+            hyperhive_rev: Some(crate::broker::HYPERHIVE_REV.into()),
+        });
+        for f in super::plugins::install(&self.s, &self.bus) {
+            self.to_parent(format!("[system] {} plugin install: {f}", self.s.label));
+        }
+        let must_park =
+            self.s.needs_login_sentinel().exists() || !login::credentials_available(&self.s);
+        if must_park {
+            self.enter_login();
+        } else {
+            self.advance();
+        }
+    }
+
+    // ---- the one select -------------------------------------------------
+
+    fn next_event(&self) -> Event {
+        let no_output = never::<Output>();
+        let no_exit = never::<io::Result<ExitStatus>>();
+        let no_signal = never::<()>();
+        let (output, exit) = match &self.phase {
+            Phase::Running(r) => (
+                r.claude.output().unwrap_or(&no_output),
+                r.claude.exit().unwrap_or(&no_exit),
+            ),
+            _ => (&no_output, &no_exit),
+        };
+        let timer = self.next_deadline().map_or_else(never, at);
+        // A closed signal channel stays ready: watch it until acted on.
+        let signals = if self.stopping {
+            &no_signal
+        } else {
+            &self.signals
+        };
+        select! {
+            recv(self.poller.events) -> e => e.map_or(Event::SourceGone("the poller"), Event::Broker),
+            recv(self.control) -> c => match c {
+                Ok(c) => Event::Control(c),
+                // Never closed: the loop's own `shared` holds a sender.
+                Err(_) => Event::SourceGone("the control channel"),
+            },
+            recv(output) -> o => Event::Claude(o.map_or(ClaudeEvent::PipesGone, ClaudeEvent::Output)),
+            recv(exit) -> x => Event::Claude(ClaudeEvent::Exited(
+                x.unwrap_or_else(|_| Err(io::Error::other("the waiter thread is gone"))),
+            )),
+            recv(timer) -> _ => Event::Timer,
+            recv(signals) -> _ => Event::Signal,
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Broker(FromPoller::Message {
+                message,
+                redelivered,
+                unread,
+            }) => {
+                self.asked = false;
+                let key = WorkKey::Message(message.id);
+                let work = Work {
+                    key,
+                    from: message.from,
+                    body: message.body,
+                    unread: unread.unwrap_or(0),
+                    redelivered,
+                    auth_retried: false,
+                    guard: Inflight::new(key, self.poller.teller()),
+                };
+                if self.continue_requested {
+                    // Mail drives the next turn; the continue is dropped.
+                    self.continue_requested = false;
+                    self.ledger.forget(WorkKey::Continue);
+                    self.bus.note(
+                        "continue requested, but messages are waiting: they drive the next turn",
+                    );
+                }
+                if self.free() {
+                    self.start_work(work);
+                } else {
+                    self.arrived = Some(work);
+                }
+            }
+            Event::Broker(FromPoller::Empty) => {
+                self.asked = false;
+                if self.free() && self.continue_requested {
+                    self.continue_requested = false;
+                    let key = WorkKey::Continue;
+                    self.start_work(Work {
+                        key,
+                        from: "self".into(),
+                        body: "continue".into(),
+                        unread: 0,
+                        redelivered: false,
+                        auth_retried: false,
+                        guard: Inflight::new(key, self.poller.teller()),
+                    });
+                } else if self.free() {
+                    self.advance();
+                }
+            }
+            Event::Broker(FromPoller::Online(online)) => self.bus.update(|s| s.online = online),
+            Event::SourceGone(what) => {
+                log::error!("{what} is gone; the harness stops");
+                self.stop();
+            }
+            Event::Control(c) => self.on_control(c),
+            Event::Claude(c) => self.on_claude(c),
+            Event::Timer => self.on_timer(),
+            Event::Signal => self.stop(),
+        }
+    }
+
+    /// Nothing runs, nothing is paused and no message is in hand.
+    fn free(&self) -> bool {
+        matches!(self.phase, Phase::Idle) && self.work.is_none() && self.arrived.is_none()
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Idle => None,
+            Phase::Paused { until } => Some(*until),
+            Phase::Login { check_at, .. } => Some(*check_at),
+            Phase::Running(r) => {
+                let mut next = r.drain_until;
+                let mut consider = |t: Option<Instant>| {
+                    if let Some(t) = t {
+                        next = Some(next.map_or(t, |n| n.min(t)));
+                    }
+                };
+                consider(r.claude.ladder_due());
+                if r.exit.is_none() && r.cause.is_none() {
+                    consider(Some(r.deadline));
+                    consider(self.idle_deadline(r));
+                }
+                next
+            }
+        }
+    }
+
+    /// When a silent run counts as hung: only while no tool call is open.
+    fn idle_deadline(&self, r: &Run) -> Option<Instant> {
+        let idle = self.s.turn_idle?;
+        (r.observer.open_tool_calls() == 0).then(|| r.last_output + idle)
+    }
+
+    // ---- operator controls: one rule in every phase ---------------------
+
+    fn on_control(&mut self, c: Control) {
+        match c {
+            Control::Interrupt => match &mut self.phase {
+                Phase::Running(r) if r.exit.is_none() && r.cause.is_none() => {
+                    self.bus.note("interrupt requested: stopping claude");
+                    r.cause = Some(Cause::Interrupt);
+                    r.claude.stop(false);
+                }
+                Phase::Running(_) => self.bus.note("claude is already being stopped"),
+                _ => self.bus.note("nothing to interrupt: no turn is running"),
+            },
+            Control::Compact => {
+                if self.free() {
+                    self.start_compaction(Running::OperatorCompact, "operator request");
+                } else {
+                    self.compact_requested = true;
+                    self.bus
+                        .note("compaction queued: it runs when the loop is free");
+                }
+            }
+            Control::LoginStored => {
+                if matches!(self.phase, Phase::Login { .. }) {
+                    self.leave_login();
+                }
+            }
+            Control::Model(name) => {
+                self.bus.update(|s| s.model = name.clone());
+                self.bus
+                    .note(format!("model set to {name} for the next turn"));
+            }
+        }
+    }
+
+    // ---- what comes next -------------------------------------------------
+
+    /// The loop is free: an arrived message, a queued compaction, a waiting
+    /// continue (after a peek), or the next message, in that order.
+    fn advance(&mut self) {
+        self.phase = Phase::Idle;
+        self.bus.set_turn_state(TurnState::Idle);
+        if self.stopping {
+            return;
+        }
+        if let Some(w) = self.arrived.take() {
+            return self.start_work(w);
+        }
+        if self.compact_requested {
+            self.compact_requested = false;
+            return self.start_compaction(Running::OperatorCompact, "operator request");
+        }
+        if self.asked {
+            return;
+        }
+        self.asked = true;
+        if self.continue_requested {
+            self.poller.peek();
+        } else {
+            self.poller.next();
+        }
+    }
+
+    fn start_work(&mut self, work: Work) {
+        self.bus.update(|s| {
+            s.unread = work.unread;
+            s.inflight = work.key.id();
+        });
+        self.bus.emit(LiveEvent::TurnStart {
+            from: work.from.clone(),
+            body: work.body.clone(),
+            unread: work.unread,
+            message_id: work.key.id(),
+        });
+        if work.redelivered {
+            self.bus
+                .note("this message was inflight when the harness last stopped; handling it again");
+        }
+        let resume = self.ledger.get(work.key).resume;
+        self.work = Some(work);
+        match resume {
+            Resume::CompactThenTurn => self.start_compaction(
+                Running::ReactiveCompact,
+                "compacting again before the retry",
+            ),
+            Resume::Turn => self.start_turn_checked(),
+        }
+    }
+
+    /// The auto session-reset check, then the turn: a big context and a cold
+    /// cache make a fresh session cheaper than resuming.
+    fn start_turn_checked(&mut self) {
+        if self.shared.take_skip_continue() {
+            self.session.force_fresh = true;
+        }
+        let model = self.shared.model();
+        let window = self.window(&model);
+        let env = |k: &str| context::process_env(k);
+        let since = self
+            .session
+            .last_turn_end
+            .map(|t| Duration::from_secs((now() - t).max(0) as u64))
+            .unwrap_or_default();
+        let reset = !self.session.force_fresh
+            && context::needs_auto_reset(
+                self.session.last_context,
+                context::auto_reset_watermark(window, &env),
+                since,
+                context::cache_ttl(&env),
+            );
+        if reset {
+            self.bus
+                .note("checkpoint turn: the cache is cold; resetting the session");
+            self.start_run(
+                Running::ResetCheckpoint,
+                context::AUTO_RESET_CHECKPOINT_PROMPT.into(),
+                true,
+            );
+        } else {
+            self.start_turn();
+        }
+    }
+
+    /// The work's turn: the whole message, or a short note when this very
+    /// session already holds its prompt.
+    fn start_turn(&mut self) {
+        let Some(w) = &self.work else {
+            return self.advance();
+        };
+        let resume = !self.session.force_fresh;
+        let seen = self.ledger.get(w.key).seen_epoch == Some(self.session.epoch);
+        let prompt = if resume && seen {
+            context::retry_note(&w.what())
+        } else {
+            context::wake_prompt(&w.from, &w.body, w.unread)
+        };
+        self.bus.set_turn_state(TurnState::Thinking);
+        self.start_run(Running::Turn, prompt, resume);
+    }
+
+    fn start_compaction(&mut self, running: Running, why: &str) {
+        self.bus.note(format!("compacting the session ({why})"));
+        self.start_run(running, "/compact".into(), true);
+    }
+
+    fn window(&self, model: &str) -> u64 {
+        context::context_window_tokens(
+            model,
+            self.session.cli_windows.get(model).copied(),
+            context::process_env_pairs(),
+        )
+    }
+
+    fn invocation(&self, prompt: String, model: &str, resume: bool) -> Invocation {
+        let mut env = vec![(
+            "CLAUDE_CODE_MAX_RETRIES".to_string(),
+            self.s.claude_max_retries.to_string(),
+        )];
+        env.extend(login::token_env(&self.s));
+        Invocation {
+            bin: self.s.claude_bin.clone(),
+            args: invocation::claude_args(&self.s, &self.tools, model, resume),
+            stdin: prompt,
+            env,
+            cwd: self.s.state_dir.clone(),
+            timeout: self.s.turn_timeout,
+            grace: self.s.kill_grace,
+        }
+    }
+
+    /// Starts one claude process; one that cannot be started ends at once as
+    /// `NotStarted`.
+    fn start_run(&mut self, running: Running, prompt: String, resume: bool) {
+        self.bus.set_turn_state(if running.is_compaction() {
+            TurnState::Compacting
+        } else {
+            TurnState::Thinking
+        });
+        let model = self.shared.model();
+        let inv = self.invocation(prompt, &model, resume);
+        let started_at = now();
+        let started = Instant::now();
+        let observer = if running.is_compaction() {
+            TurnObserver::compaction()
+        } else {
+            TurnObserver::new()
+        };
+        match ClaudeRun::start(&inv) {
+            Err(why) => {
+                self.bus.note(why.clone());
+                let mut report = observer.finish(ExitInfo {
+                    code: Some(127),
+                    ..ExitInfo::default()
+                });
+                report.outcome = TurnOutcome::NotStarted(why);
+                self.conclude(Ended {
+                    running,
+                    report,
+                    outcome: Outcome::NotStarted,
+                    started: false,
+                    resumed: resume,
+                    epoch: self.session.epoch,
+                    model,
+                    started_at,
+                    elapsed: started.elapsed(),
+                });
+            }
+            Ok(claude) => {
+                if self.streaks.start > 0 {
+                    log::info!(
+                        "claude starts again after {} failed starts",
+                        self.streaks.start
+                    );
+                    self.bus.note("claude starts again");
+                    self.streaks.start = 0;
+                }
+                if !resume {
+                    self.session.epoch += 1;
+                    self.session.force_fresh = false;
+                }
+                self.phase = Phase::Running(Box::new(Run {
+                    running,
+                    claude,
+                    observer,
+                    resumed: resume,
+                    epoch: self.session.epoch,
+                    model,
+                    started,
+                    started_at,
+                    deadline: started + inv.timeout,
+                    last_output: started,
+                    cause: None,
+                    exit: None,
+                    drain_until: None,
+                }));
+            }
+        }
+    }
+
+    // ---- a running claude ------------------------------------------------
+
+    fn on_claude(&mut self, ev: ClaudeEvent) {
+        let Phase::Running(r) = &mut self.phase else {
+            return;
+        };
+        let mut signals = Vec::new();
+        match ev {
+            ClaudeEvent::Output(o) => {
+                r.claude.on_output(&o);
+                r.last_output = Instant::now();
+                match o {
+                    Output::Stdout(Pipe::Line(line)) => {
+                        if line.trim().is_empty() {
+                            return;
+                        }
+                        match serde_json::from_str::<serde_json::Value>(&line) {
+                            Ok(v) => {
+                                signals = r.observer.on_stdout_value(&v);
+                                if line.len() > MAX_EVENT_BYTES {
+                                    let ty = v.get("type").cloned().unwrap_or_default();
+                                    self.bus.emit(LiveEvent::Stream {
+                                        value: serde_json::json!({"type": ty, "hive_truncated": true, "bytes": line.len()}),
+                                    });
+                                    self.bus.note(format!(
+                                        "a {} byte stdout line is not shown in full",
+                                        line.len()
+                                    ));
+                                } else {
+                                    self.bus.emit(LiveEvent::Stream { value: v });
+                                }
+                            }
+                            Err(_) => self.bus.note(format!("stdout: {line}")),
+                        }
+                    }
+                    Output::Stdout(Pipe::TooLong) => self.bus.note(format!(
+                        "a stdout line over {MAX_STDOUT_LINE} bytes was dropped"
+                    )),
+                    Output::Stderr(Pipe::Line(line)) => {
+                        signals = r.observer.on_stderr_line(&line);
+                        self.bus.note(line);
+                    }
+                    Output::Stderr(Pipe::TooLong) => {
+                        self.bus.note("a stderr line too long to show was dropped")
+                    }
+                    Output::Stdout(Pipe::Closed) | Output::Stderr(Pipe::Closed) => {}
+                }
+            }
+            ClaudeEvent::PipesGone => r.claude.pipes_gone(),
+            ClaudeEvent::Exited(st) => {
+                r.exit = Some(st);
+                r.claude.on_exit();
+                r.drain_until = Some(Instant::now() + DRAIN_GRACE);
+            }
+        }
+        for s in signals {
+            self.on_signal(s);
+        }
+        if let Phase::Running(r) = &self.phase {
+            if r.exit.is_some() && !r.claude.pipes_open() {
+                self.finish_run();
+            }
+        }
+    }
+
+    /// What the classifier noticed while claude runs.
+    fn on_signal(&mut self, sig: Signal) {
+        let Phase::Running(r) = &mut self.phase else {
+            return;
+        };
+        let alive = r.exit.is_none();
+        match sig {
+            Signal::KillEarlyAuth => {
+                if alive && r.cause.is_none() {
+                    self.bus
+                        .note("claude is retrying a refused credential (401): stopping it early");
+                    r.cause = Some(Cause::EarlyAuth);
+                    r.claude.stop(true);
+                }
+            }
+            Signal::McpNotConnected(servers) => {
+                if r.running != Running::Turn || !alive || r.cause.is_some() {
+                    return;
+                }
+                let text = servers
+                    .iter()
+                    .map(|(n, st)| format!("{n} {st}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                self.bus.note(format!(
+                    "the MCP servers of this turn did not start ({text}): stopping claude, the message is kept"
+                ));
+                r.cause = Some(Cause::Mcp(text));
+                r.claude.stop(true);
+                self.bus.update(|s| {
+                    for (name, _) in &servers {
+                        *s.mcp_start_failures.entry(name.clone()).or_default() += 1;
+                    }
+                });
+            }
+            Signal::RateLimited { .. } => self.bus.update(|s| {
+                s.retrying = Some(Retrying {
+                    reason: "rate_limit",
+                    attempt: None,
+                    max_retries: None,
+                    error_status: Some(429),
+                })
+            }),
+            Signal::ApiRetry {
+                attempt,
+                max_retries,
+                error_status,
+                error,
+                ..
+            } => {
+                let rate = error_status == Some(429) || error.as_deref() == Some("rate_limit");
+                self.bus.update(|s| {
+                    s.retrying = Some(Retrying {
+                        reason: if rate { "rate_limit" } else { "api_error" },
+                        attempt: Some(attempt),
+                        max_retries: Some(max_retries),
+                        error_status,
+                    })
+                });
+            }
+        }
+    }
+
+    fn on_timer(&mut self) {
+        let now_i = Instant::now();
+        match &mut self.phase {
+            Phase::Idle => {}
+            Phase::Paused { until } => {
+                if now_i >= *until {
+                    self.bus.update(|s| {
+                        s.paused = None;
+                        s.rate_limited = false;
+                        s.rate_limited_until = None;
+                    });
+                    self.advance();
+                }
+            }
+            Phase::Login { snapshot, check_at } => {
+                if now_i >= *check_at {
+                    if DirSnapshot::take(&self.s.claude_config_dir).advanced_from(snapshot) {
+                        self.leave_login();
+                    } else {
+                        *check_at = now_i + self.s.login_poll;
+                    }
+                }
+            }
+            Phase::Running(r) => {
+                if r.exit.is_none() && r.cause.is_none() {
+                    if now_i >= r.deadline {
+                        self.bus.note(format!(
+                            "turn timed out after {:?}: stopping claude",
+                            self.s.turn_timeout
+                        ));
+                        r.cause = Some(Cause::TimedOut);
+                        r.claude.stop(false);
+                    } else if let Some(idle) = self.s.turn_idle {
+                        if r.observer.open_tool_calls() == 0 && now_i >= r.last_output + idle {
+                            self.bus.note(format!(
+                                "claude printed nothing for {}s with no tool call open: stopping it",
+                                idle.as_secs()
+                            ));
+                            r.cause = Some(Cause::Hung);
+                            r.claude.stop(false);
+                        }
+                    }
+                }
+                if r.claude.ladder_due().is_some_and(|t| now_i >= t) {
+                    r.claude.step();
+                }
+                if r.drain_until.is_some_and(|t| now_i >= t) {
+                    self.bus.note(
+                        "claude exited but something still holds its output pipes; not waiting for them",
+                    );
+                    self.finish_run();
+                }
+            }
+        }
+    }
+
+    fn stop(&mut self) {
+        if !self.stopping {
+            log::info!("stopping: the running claude is stopped and inflight work requeued");
+        }
+        self.stopping = true;
+        if let Phase::Running(r) = &mut self.phase {
+            if r.cause.is_none() {
+                r.cause = Some(Cause::Stopping);
+            }
+            r.claude.stop(true);
+        }
+    }
+
+    /// claude exited and its pipes are drained (or the drain grace passed).
+    fn finish_run(&mut self) {
+        let Phase::Running(run) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            return;
+        };
+        let run = *run;
+        let (code, signal) = match &run.exit {
+            Some(Ok(st)) => (st.code(), st.signal()),
+            Some(Err(e)) => {
+                log::error!("cannot read how claude exited: {e}");
+                (None, None)
+            }
+            None => (None, None),
+        };
+        let elapsed = run.started.elapsed();
+        log::debug!(
+            "claude exited: {:?} ({:?}, stopped for {:?})",
+            run.exit,
+            run.running,
+            run.cause
+        );
+        let mut report = run.observer.finish(ExitInfo {
+            code,
+            signal,
+            timed_out: run.cause == Some(Cause::TimedOut),
+            killed_early_for_auth: run.cause == Some(Cause::EarlyAuth),
+            elapsed: Some(elapsed),
+        });
+        let ok = report.outcome.is_ok();
+        let outcome = match &run.cause {
+            Some(Cause::Interrupt) if !ok => {
+                report.outcome = TurnOutcome::Interrupted("interrupted by the operator".into());
+                Outcome::Interrupted
+            }
+            Some(Cause::Hung) if !ok => {
+                let idle = self.s.turn_idle.unwrap_or_default().as_secs();
+                report.outcome = TurnOutcome::Hung(format!(
+                    "no output for {idle}s with no tool call open; stopped"
+                ));
+                Outcome::Hung
+            }
+            Some(Cause::Mcp(text)) => {
+                report.outcome = TurnOutcome::McpNotConnected(text.clone());
+                Outcome::McpNotConnected
+            }
+            Some(Cause::TimedOut) if !ok => Outcome::TimedOut,
+            _ => outcome_of(&report.outcome),
+        };
+        drop(run.claude);
+        self.bus.update(|s| s.retrying = None);
+        self.conclude(Ended {
+            running: run.running,
+            report,
+            outcome,
+            started: true,
+            resumed: run.resumed,
+            epoch: run.epoch,
+            model: run.model,
+            started_at: run.started_at,
+            elapsed,
+        });
+    }
+
+    // ---- after a run: bookkeeping, then the policy -----------------------
+
+    fn conclude(&mut self, e: Ended) {
+        if e.started {
+            self.record(&e);
+        }
+        if self.stopping {
+            return;
+        }
+        let key = self.work.as_ref().map(|w| w.key);
+        if e.running == Running::Turn {
+            if e.started {
+                self.session.last_turn_end = Some(now());
+            }
+            if self.take_continue() {
+                self.continue_requested = true;
+            }
+        }
+        if let Some(key) = key {
+            // A turn's prompt is the message (a checkpoint's is not).
+            if e.report.prompt_reached_session && e.running == Running::Turn {
+                self.ledger.update(key, |r| r.seen_epoch = Some(e.epoch));
+            }
+        }
+        if e.running.is_compaction() {
+            let ok = e.outcome == Outcome::Completed;
+            let detail = match e.report.compact.as_ref().filter(|_| ok) {
+                Some(c) => format!(
+                    "{} → {} tokens",
+                    c.pre_tokens.map_or("?".into(), |t| t.to_string()),
+                    c.post_tokens.map_or("?".into(), |t| t.to_string())
+                ),
+                None => e.report.outcome.to_string(),
+            };
+            self.bus.note(format!(
+                "compaction {}: {detail}",
+                if ok { "done" } else { "failed" }
+            ));
+            if ok {
+                // The history is a summary now: no prompt is in it verbatim.
+                self.session.epoch += 1;
+                self.session.last_context = e.report.context_tokens;
+            }
+        }
+        let rec = key.map(|k| self.ledger.get(k)).unwrap_or_default();
+        let facts = Facts {
+            attempts: rec.attempts,
+            max_attempts: self.s.max_attempts,
+            resumed: e.resumed,
+            compacted: rec.compacted_epoch == Some(self.session.epoch),
+            auth_retried: self.work.as_ref().is_some_and(|w| w.auth_retried),
+            succeeded_since_failure: rec.failed_at.is_some_and(|n| self.completed_turns > n),
+        };
+        let decision = if key.is_none() && e.running.for_work() {
+            // Nothing is at stake (cannot happen: work phases run for a work).
+            Decision::GoOn
+        } else {
+            policy::decide(e.outcome, e.running, &facts)
+        };
+        log::debug!(
+            "{:?} during {:?} with {facts:?}: {decision:?}",
+            e.outcome,
+            e.running
+        );
+        self.apply(decision, e, facts);
+    }
+
+    /// The stats row, the counters and the bus figures of a run that started.
+    fn record(&mut self, e: &Ended) {
+        let rep = &e.report;
+        if let (Some(m), Some(w)) = (&rep.model, rep.context_window) {
+            self.session.cli_windows.insert(m.clone(), w);
+        }
+        if let Some(ctx) = rep.context_tokens {
+            self.session.last_context = Some(ctx);
+        }
+        let window = self.window(&e.model);
+        self.bus.update(|s| {
+            s.model = e.model.clone();
+            s.context_window_tokens = window;
+            s.context_tokens = rep.context_tokens.or(s.context_tokens);
+            if rep.session_id.is_some() {
+                s.session_id = rep.session_id.clone();
+            }
+        });
+        let work = self.work.as_ref();
+        let kind = match e.running {
+            Running::Turn if work.is_some_and(|w| w.key == WorkKey::Continue) => "continue",
+            Running::Turn => "turn",
+            Running::ReactiveCompact | Running::ProactiveCompact | Running::OperatorCompact => {
+                "compact"
+            }
+            Running::ResetCheckpoint | Running::ProactiveCheckpoint => "checkpoint",
+        };
+        if let Some(stats) = &self.stats {
+            let row = TurnRow {
+                id: 0,
+                started_at: e.started_at,
+                duration_ms: e.elapsed.as_millis() as u64,
+                kind: kind.into(),
+                outcome: rep.outcome.to_string(),
+                model: e.model.clone(),
+                sender: work.map_or_else(|| "harness".into(), |w| w.from.clone()),
+                message_id: work.and_then(|w| w.key.id()),
+                context_tokens: rep.context_tokens,
+                tokens_in: rep.input_tokens,
+                tokens_out: rep.output_tokens,
+                cost_usd: rep.cost_usd.unwrap_or(0.0),
+                session_id: rep.session_id.clone(),
+                note: if e.outcome == Outcome::Interrupted {
+                    "interrupted by the operator".into()
+                } else {
+                    String::new()
+                },
+            };
+            if let Err(err) = stats.record(&row) {
+                log::error!("{err}");
+            }
+        }
+        if e.running == Running::Turn {
+            // Not worth waiting for; the poller keeps them in order. The
+            // classifier has already dropped figures that are not finite,
+            // negative or absurd.
+            let ok = rep.outcome.is_ok();
+            self.poller.tell(Request::PostTurnCounts {
+                turns: 1,
+                ok: u64::from(ok),
+                failed: u64::from(!ok),
+                tokens_in: rep.input_tokens,
+                tokens_out: rep.output_tokens,
+                cost_usd: rep.cost_usd.unwrap_or(0.0),
+            });
+        }
+    }
+
+    fn apply(&mut self, d: Decision, e: Ended, facts: Facts) {
+        let text = e.report.outcome.to_string();
+        match d {
+            Decision::Complete => {
+                self.completed_turns += 1;
+                self.streaks.api = 0;
+                self.streaks.mcp = 0;
+                if let Some(w) = self.work.take() {
+                    self.ledger.forget(w.key);
+                    w.guard.ack(Ack::Completed);
+                }
+                self.end_work(true, String::new(), &text, &e);
+                let model = self.shared.model();
+                let window = self.window(&model);
+                let env = |k: &str| context::process_env(k);
+                let wm = context::compact_watermark(window, &env);
+                if context::needs_proactive_compact(e.report.context_tokens, wm) {
+                    self.bus.note("checkpoint turn: context is filling up");
+                    self.start_run(
+                        Running::ProactiveCheckpoint,
+                        context::CHECKPOINT_PROMPT.into(),
+                        true,
+                    );
+                } else {
+                    self.advance();
+                }
+            }
+            Decision::AckInterrupted => {
+                let what = self.work.as_ref().map(Work::what).unwrap_or_default();
+                if let Some(w) = self.work.take() {
+                    self.ledger.forget(w.key);
+                    w.guard.ack(Ack::Interrupted);
+                }
+                self.end_work(
+                    false,
+                    format!("{what} was interrupted by the operator; it will not be retried"),
+                    &text,
+                    &e,
+                );
+                self.advance();
+            }
+            Decision::DeadLetter => {
+                if let Some(w) = self.work.take() {
+                    let n = facts.attempts + 1;
+                    let notice = format!(
+                        "[system] {}: {} is dead-lettered after {n} failed attempts; last error: {text}",
+                        self.s.label,
+                        w.what()
+                    );
+                    log::warn!("{notice}");
+                    self.ledger.forget(w.key);
+                    let what = w.what();
+                    w.guard.dead_letter(notice);
+                    self.end_work(
+                        false,
+                        format!("{what} failed {n} times and is dead-lettered: {text}"),
+                        &text,
+                        &e,
+                    );
+                }
+                self.advance();
+            }
+            Decision::Proceed => match e.running {
+                Running::ReactiveCompact => {
+                    if let Some(w) = &self.work {
+                        let epoch = self.session.epoch;
+                        self.ledger.update(w.key, |r| {
+                            r.compacted_epoch = Some(epoch);
+                            r.resume = Resume::Turn;
+                        });
+                    }
+                    self.start_turn();
+                }
+                Running::ResetCheckpoint => {
+                    if e.outcome != Outcome::Completed {
+                        self.bus
+                            .note(format!("checkpoint turn failed ({text}); going on"));
+                    }
+                    self.session.force_fresh = true;
+                    self.session.last_context = None;
+                    self.start_turn();
+                }
+                Running::ProactiveCheckpoint => {
+                    if e.outcome != Outcome::Completed {
+                        self.bus
+                            .note(format!("checkpoint turn failed ({text}); going on"));
+                    }
+                    self.start_compaction(Running::ProactiveCompact, "context watermark reached");
+                }
+                _ => self.advance(),
+            },
+            Decision::GoOn => {
+                if e.outcome != Outcome::Completed {
+                    self.bus
+                        .note(format!("{} failed ({text}); going on", e.running.name()));
+                }
+                self.advance();
+            }
+            Decision::RetryNow => {
+                self.bus
+                    .note("authentication failed: retrying once at once");
+                if let Some(w) = &mut self.work {
+                    w.auth_retried = true;
+                }
+                match e.running {
+                    Running::ReactiveCompact => self.start_compaction(
+                        Running::ReactiveCompact,
+                        "retry after a refused credential",
+                    ),
+                    Running::ResetCheckpoint => self.start_run(
+                        Running::ResetCheckpoint,
+                        context::AUTO_RESET_CHECKPOINT_PROMPT.into(),
+                        true,
+                    ),
+                    _ => self.start_turn(),
+                }
+            }
+            Decision::CompactThenRetry => {
+                self.bus
+                    .note("the session is past its context window: compacting, then retrying");
+                self.start_compaction(Running::ReactiveCompact, "prompt too long");
+            }
+            Decision::FreshSessionThenRetry => {
+                let what = self.work.as_ref().map(Work::what).unwrap_or_default();
+                self.to_parent(format!(
+                    "[system] {}: the session could not be compacted below the context window ({text}); it was dropped and {what} runs again in a fresh session",
+                    self.s.label
+                ));
+                self.bus
+                    .note("the session cannot be compacted: starting a fresh one for this message");
+                if let Some(w) = &self.work {
+                    self.ledger.update(w.key, |r| r.resume = Resume::Turn);
+                }
+                self.session.force_fresh = true;
+                self.session.last_context = None;
+                self.start_turn();
+            }
+            Decision::Keep {
+                wait,
+                counted,
+                then,
+            } => self.keep(wait, counted, then, e),
+        }
+    }
+
+    /// Keeps the work (requeued, or the continue held) and waits.
+    fn keep(&mut self, wait: Wait, counted: bool, then: Resume, e: Ended) {
+        let text = e.report.outcome.to_string();
+        let completed = self.completed_turns;
+        let what = self.work.as_ref().map(Work::what).unwrap_or_default();
+        if let Some(w) = self.work.take() {
+            self.ledger.update(w.key, |r| {
+                if counted {
+                    r.attempts += 1;
+                }
+                r.last_error = text.clone();
+                r.resume = then;
+                r.failed_at = Some(completed);
+            });
+            if w.key == WorkKey::Continue {
+                self.continue_requested = true;
+            }
+            // The guard requeues a broker row as it goes.
+            w.guard.requeue();
+        }
+        let (pause, reason, detail) = match wait {
+            Wait::Brief => (self.s.fail_pause, None, String::new()),
+            Wait::For(PauseReason::Login) => {
+                self.end_work(
+                    false,
+                    format!("authentication failed twice: {what} requeued until claude is logged in again"),
+                    &text,
+                    &e,
+                );
+                return self.enter_login();
+            }
+            Wait::For(PauseReason::RateLimit) => {
+                let t = now();
+                let resets_at = match e.report.outcome {
+                    TurnOutcome::RateLimited { resets_at } => resets_at,
+                    _ => None,
+                };
+                let sleep = match resets_at {
+                    Some(at) if at > t => Duration::from_secs((at - t) as u64),
+                    _ => self.s.rate_limit_sleep,
+                }
+                .min(self.s.rate_limit_max_sleep);
+                (
+                    sleep,
+                    Some(PauseReason::RateLimit),
+                    format!("rate limited: {what} requeued"),
+                )
+            }
+            Wait::For(PauseReason::ApiBackoff) => {
+                self.streaks.api += 1;
+                let n = self.streaks.api;
+                if n == self.s.api_failures_before_notice {
+                    self.to_parent(format!(
+                        "[system] {}: the Claude API has been unavailable for {n} turns in a row ({text}); {what} is kept and retried every {}s at most",
+                        self.s.label,
+                        self.s.api_backoff_max.as_secs()
+                    ));
+                }
+                (
+                    backoff(self.s.api_backoff_base, self.s.api_backoff_max, n),
+                    Some(PauseReason::ApiBackoff),
+                    format!("API unavailable ({text}): {what} requeued"),
+                )
+            }
+            Wait::For(PauseReason::StartFailed) => {
+                self.streaks.start += 1;
+                let n = self.streaks.start;
+                let max = self.s.start_backoff_max;
+                // One log line and one parent notice per burst of failures.
+                if n == 1 {
+                    log::error!(
+                        "claude could not be started: {text}; {what} requeued, retrying with a backoff up to {max:?}"
+                    );
+                    self.to_parent(format!(
+                        "[system] {}: claude could not be started ({}); {what} is kept and retried every {max:?} at most",
+                        self.s.label,
+                        text.trim_start_matches("not started: ")
+                    ));
+                } else {
+                    log::debug!("claude could not be started ({n} in a row): {text}");
+                }
+                (
+                    backoff(self.s.fail_pause, max, n),
+                    Some(PauseReason::StartFailed),
+                    format!("claude could not be started: {what} requeued"),
+                )
+            }
+            Wait::For(PauseReason::McpStart) => {
+                self.streaks.mcp += 1;
+                let n = self.streaks.mcp;
+                let max = self.s.start_backoff_max;
+                if n == MCP_FAILURES_BEFORE_BACKOFF {
+                    log::error!("the MCP servers did not start for {n} turns in a row: {text}");
+                    self.to_parent(format!(
+                        "[system] {}: the MCP servers did not start for {n} turns in a row ({text}); {what} is kept and retried with a backoff up to {max:?}",
+                        self.s.label
+                    ));
+                }
+                // Short pauses first, then doubling from twice the short one.
+                let pause = if n < MCP_FAILURES_BEFORE_BACKOFF {
+                    self.s.fail_pause
+                } else {
+                    backoff(self.s.fail_pause, max, n - MCP_FAILURES_BEFORE_BACKOFF + 2)
+                };
+                (
+                    pause,
+                    Some(PauseReason::McpStart),
+                    format!("MCP servers did not start ({text}): {what} requeued"),
+                )
+            }
+        };
+        let note = if detail.is_empty() {
+            format!(
+                "{what} failed ({text}){}; retrying in {pause:?}",
+                if counted {
+                    ", counted toward the attempt limit"
+                } else {
+                    ""
+                }
+            )
+        } else {
+            format!("{detail}; resuming in {}s", pause.as_secs())
+        };
+        if !what.is_empty() {
+            self.end_work(false, note, &text, &e);
+        } else {
+            self.bus.note(note);
+        }
+        self.pause(pause, reason, detail);
+    }
+
+    fn pause(&mut self, d: Duration, reason: Option<PauseReason>, detail: String) {
+        let until = now() + d.as_secs() as i64;
+        self.bus.set_turn_state(TurnState::Idle);
+        self.bus.update(|s| {
+            s.paused = reason.map(|r| Paused {
+                reason: r.as_str(),
+                until: Some(until),
+                detail: detail.clone(),
+            });
+            if reason == Some(PauseReason::RateLimit) {
+                s.rate_limited = true;
+                s.rate_limited_until = Some(until);
+            }
+        });
+        self.phase = Phase::Paused {
+            until: Instant::now() + d,
+        };
+    }
+
+    /// `TurnEnd` on the bus, for a work whose handling ends here (for now).
+    fn end_work(&self, ok: bool, note: String, outcome: &str, e: &Ended) {
+        self.bus.update(|s| {
+            s.last_outcome = Some(outcome.to_string());
+            s.inflight = None;
+        });
+        self.bus.emit(LiveEvent::TurnEnd {
+            ok,
+            note,
+            outcome: outcome.to_string(),
+            duration_ms: e.elapsed.as_millis() as u64,
+        });
+    }
+
+    fn to_parent(&self, body: String) {
+        self.poller.tell(Request::SendToParent { body });
+    }
+
+    /// Consumes the `hyperhive-continue` sentinel; true when it was there.
+    fn take_continue(&self) -> bool {
+        let p = self.s.continue_sentinel();
+        p.exists() && std::fs::remove_file(&p).is_ok()
+    }
+
+    // ---- the login park --------------------------------------------------
+
+    fn enter_login(&mut self) {
+        let sentinel = self.s.needs_login_sentinel();
+        if let Err(e) = super::files::write_private(&sentinel, format!("{}\n", now()).as_bytes()) {
+            log::error!("cannot write {}: {e}", sentinel.display());
+        }
+        self.bus.set_turn_state(TurnState::Idle);
+        self.bus.update(|s| {
+            s.needs_login = true;
+            s.paused = Some(Paused {
+                reason: PauseReason::Login.as_str(),
+                until: None,
+                detail: "claude needs a login".into(),
+            });
+        });
+        self.bus.note(format!(
+            "claude needs a login: log in (claude /login with CLAUDE_CONFIG_DIR={}) or store a token on this page",
+            self.s.claude_config_dir.display()
+        ));
+        self.phase = Phase::Login {
+            snapshot: DirSnapshot::take(&self.s.claude_config_dir),
+            check_at: Instant::now() + self.s.login_poll,
+        };
+    }
+
+    fn leave_login(&mut self) {
+        let _ = std::fs::remove_file(self.s.needs_login_sentinel());
+        self.bus.update(|s| {
+            s.needs_login = false;
+            s.paused = None;
+        });
+        self.bus.note("login detected: resuming");
+        self.advance();
+    }
+}
+
+/// The classifier's outcome as the policy sees it.
+fn outcome_of(o: &TurnOutcome) -> Outcome {
+    match o {
+        TurnOutcome::Ok | TurnOutcome::Compacted => Outcome::Completed,
+        TurnOutcome::RateLimited { .. } => Outcome::RateLimited,
+        TurnOutcome::AuthFailed => Outcome::AuthFailed,
+        TurnOutcome::PromptTooLong => Outcome::PromptTooLong,
+        TurnOutcome::ApiUnavailable(_) => Outcome::ApiUnavailable,
+        TurnOutcome::Interrupted(_) => Outcome::Aborted,
+        TurnOutcome::Failed(_) => Outcome::Crashed,
+        TurnOutcome::NotStarted(_) => Outcome::NotStarted,
+        TurnOutcome::CannotCompact(_) => Outcome::CannotCompact,
+        TurnOutcome::Hung(_) => Outcome::Hung,
+        TurnOutcome::McpNotConnected(_) => Outcome::McpNotConnected,
+    }
+}
+
+/// `base` doubled per failure after the first (`n` ≥ 1), capped at `max`.
+pub fn backoff(base: Duration, max: Duration, n: u32) -> Duration {
+    (base * 2u32.saturating_pow(n.saturating_sub(1).min(16))).min(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_the_base_to_the_cap() {
+        let s = Duration::from_secs;
+        let got: Vec<u64> = (1..=6)
+            .map(|n| backoff(s(15), s(100), n).as_secs())
+            .collect();
+        assert_eq!(got, [15, 30, 60, 100, 100, 100]);
+        assert_eq!(backoff(s(1), s(60), u32::MAX), s(60));
+    }
+
+    #[test]
+    fn every_classifier_outcome_maps_to_a_policy_outcome() {
+        let cases = [
+            (TurnOutcome::Ok, Outcome::Completed),
+            (TurnOutcome::Compacted, Outcome::Completed),
+            (
+                TurnOutcome::RateLimited { resets_at: None },
+                Outcome::RateLimited,
+            ),
+            (TurnOutcome::AuthFailed, Outcome::AuthFailed),
+            (TurnOutcome::PromptTooLong, Outcome::PromptTooLong),
+            (
+                TurnOutcome::ApiUnavailable("x".into()),
+                Outcome::ApiUnavailable,
+            ),
+            (TurnOutcome::Interrupted("x".into()), Outcome::Aborted),
+            (TurnOutcome::Failed("x".into()), Outcome::Crashed),
+            (TurnOutcome::NotStarted("x".into()), Outcome::NotStarted),
+            (
+                TurnOutcome::CannotCompact("x".into()),
+                Outcome::CannotCompact,
+            ),
+            (TurnOutcome::Hung("x".into()), Outcome::Hung),
+            (
+                TurnOutcome::McpNotConnected("x".into()),
+                Outcome::McpNotConnected,
+            ),
+        ];
+        for (o, want) in cases {
+            assert_eq!(outcome_of(&o), want, "{o}");
+        }
+    }
+}
