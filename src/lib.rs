@@ -11,6 +11,7 @@ pub mod groups;
 pub mod harness;
 pub mod mcp;
 pub mod ops;
+pub mod proto;
 pub mod sys;
 pub mod up;
 pub mod web;

@@ -129,7 +129,7 @@ fn prompt_too_long_is_compacted_by_the_harness_and_retried() {
         ["turn", "turn", "compact", "turn"],
         "{kinds:?}"
     );
-    assert_eq!(kinds[1].1, "prompt is too long");
+    assert_eq!(kinds[1].1, "prompt_too_long");
     assert_eq!(kinds[2].1, "compacted");
     assert_eq!(kinds[3].1, "ok");
 }
@@ -162,7 +162,7 @@ fn a_429_is_requeued_and_retried_after_the_pause() {
         .unwrap()
         .map(Result::unwrap)
         .collect();
-    assert!(outcomes[1].starts_with("rate limited"), "{outcomes:?}");
+    assert_eq!(outcomes[1], "rate_limited", "{outcomes:?}");
     assert_eq!(outcomes.last().unwrap(), "ok");
     // The retry sent a note, not the prompt a second time.
     let last = api.posts().pop().unwrap();

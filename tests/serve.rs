@@ -156,7 +156,7 @@ fn stderr_429_markers_rate_limit_then_retry() {
     wait_drained(&b, "ana");
     assert!(h.fake.stdin(3).contains("work") || h.fake.stdin(3).contains("Retry"));
     let rows = stats_rows(&h);
-    assert!(rows[1].1.starts_with("rate limited"), "{rows:?}");
+    assert_eq!(rows[1].1, "rate_limited", "{rows:?}");
     let _ = id;
 }
 

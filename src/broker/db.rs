@@ -1,8 +1,10 @@
-//! The broker's sqlite store: schema, pragmas and every statement the broker runs.
-//! A `Db` is owned by the hub thread alone (the connection never crosses threads);
-//! each method is one short transaction, so an answer the broker sends after a
-//! write is an answer about committed data.
+//! The broker's sqlite store: schema versions, pragmas and every statement the
+//! broker runs. A `Db` is owned by the hub thread alone (the connection never
+//! crosses threads); each method is one short transaction, so an answer the
+//! broker sends after a write is an answer about committed data. The schema is
+//! the ordered list [`MIGRATIONS`] (`PRAGMA user_version`, `proto::schema`).
 
+use crate::proto::schema::{self, Step};
 use crate::wire::{Approval, Message, Question, Reminder, Scheduled};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
@@ -26,7 +28,20 @@ impl Durability {
     }
 }
 
-const SCHEMA: &str = "
+/// The file's name in the broker's state dir.
+pub const FILE: &str = "broker.db";
+
+/// Every version of the schema, oldest first. Version 1 is the schema of the
+/// releases before schema versions (their files are at `user_version` 0 and
+/// already hold these tables). A change appends a step; a shipped step never
+/// changes.
+pub const MIGRATIONS: &[Step] = &[Step {
+    version: 1,
+    what: "messages, questions, reminders, scheduled prompts, approvals, agents",
+    apply: |tx| tx.execute_batch(SCHEMA_V1),
+}];
+
+const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     sender TEXT NOT NULL,
@@ -167,7 +182,7 @@ impl Db {
     /// Opens (creating when needed) the store at `path`, and puts rows that were
     /// inflight or held when the last broker died back into their inboxes.
     pub fn open(path: &Path, durability: Durability) -> Result<Db, String> {
-        let conn = Connection::open(path)
+        let mut conn = Connection::open(path)
             .map_err(|e| format!("cannot open message store {}: {e}", path.display()))?;
         let sync = match durability {
             Durability::Normal => "NORMAL",
@@ -175,10 +190,11 @@ impl Db {
         };
         let setup = format!(
             "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA busy_timeout=5000; \
-             PRAGMA foreign_keys=ON; {SCHEMA}"
+             PRAGMA foreign_keys=ON;"
         );
         conn.execute_batch(&setup)
             .map_err(|e| format!("cannot prepare message store {}: {e}", path.display()))?;
+        schema::migrate(&mut conn, &path.display().to_string(), MIGRATIONS)?;
         let db = Db { conn };
         db.conn
             .execute(
@@ -686,6 +702,11 @@ mod tests {
             kind: "message",
             in_reply_to: None,
         }
+    }
+
+    #[test]
+    fn the_migrations_are_numbered() {
+        assert!(schema::well_numbered(MIGRATIONS));
     }
 
     #[test]
