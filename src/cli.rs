@@ -5,7 +5,7 @@
 use crate::broker::db::Durability;
 use crate::broker::BrokerArgs;
 use crate::harness::settings::ServeArgs;
-use crate::wire::excerpt;
+use crate::proto::text::excerpt;
 use lexopt::prelude::*;
 use std::ffi::OsString;
 use std::path::PathBuf;

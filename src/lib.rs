@@ -15,4 +15,3 @@ pub mod proto;
 pub mod sys;
 pub mod up;
 pub mod web;
-pub mod wire;

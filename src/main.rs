@@ -60,7 +60,7 @@ fn main() -> ExitCode {
             println!(
                 "hive {} ({})",
                 env!("CARGO_PKG_VERSION"),
-                broker::HYPERHIVE_REV
+                hyperhive::proto::HYPERHIVE_REV
             );
             Ok(())
         }

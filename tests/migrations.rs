@@ -9,8 +9,8 @@ mod common;
 use common::hive::{agent_row, ok, operator_inbox, Broker, TempDir};
 use hyperhive::broker::db::{self, Db, Durability};
 use hyperhive::harness::stats::{self, Stats};
+use hyperhive::proto::cmd::{Approvals, Questions, RecvNext, RecvNextReply};
 use hyperhive::proto::{schema, turnstats};
-use hyperhive::wire::{RecvNextReply, Request};
 use rusqlite::types::Value;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
@@ -78,6 +78,8 @@ fn an_old_broker_store_migrates_with_every_row() {
         }
         assert_eq!(&new, old, "{table}");
     }
+    // Step 2 added the table of running bash tasks, empty.
+    assert!(rows(&path, "running_tasks").is_empty());
     // Opening again changes nothing.
     drop(Db::open(&path, Durability::Full).unwrap());
     assert_eq!(rows(&path, "approvals"), before[4]);
@@ -97,7 +99,10 @@ fn a_real_broker_serves_an_old_store() {
     // ruth's inflight kick comes back first, as after any broker crash.
     let r: RecvNextReply = b
         .agent("ruth")
-        .call_as(&Request::RecvNext { wait_seconds: None })
+        .call(&RecvNext {
+            wait_seconds: None,
+            seen: None,
+        })
         .unwrap();
     let m = r.message.unwrap();
     assert_eq!(
@@ -108,9 +113,9 @@ fn a_real_broker_serves_an_old_store() {
     let inbox = operator_inbox(&b);
     let ids: Vec<i64> = inbox.iter().map(|m| m.id).collect();
     assert_eq!(ids, [7, 17, 18, 20, 22], "the unread operator messages");
-    let q = ok(&mut b.host(), Request::Questions {});
+    let q = ok(&mut b.host(), Questions {});
     assert_eq!(q["questions"].as_array().unwrap().len(), 1, "{q:?}");
-    let a = ok(&mut b.host(), Request::Approvals {});
+    let a = ok(&mut b.host(), Approvals {});
     assert_eq!(a["approvals"][0]["agent"], "newkid", "{a:?}");
 }
 

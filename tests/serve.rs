@@ -25,7 +25,7 @@ fn started(agent: &str, env: &[(&str, &str)]) -> (Broker, Harness) {
 
 /// Waits for an operator-inbox message matching `pred` (the parent notice is sent
 /// after the ack, so a drained inbox does not mean it is there yet).
-fn wait_notice(b: &Broker, what: &str, pred: impl Fn(&str) -> bool) -> hyperhive::wire::Message {
+fn wait_notice(b: &Broker, what: &str, pred: impl Fn(&str) -> bool) -> hyperhive::proto::Message {
     wait_for(Duration::from_secs(20), what, || {
         operator_inbox(b).into_iter().find(|m| pred(&m.body))
     })

@@ -10,9 +10,10 @@
 //! socket, so a parked long-poll returns at once.
 
 use super::bus::Bus;
-use crate::wire::{Client, ClientError, Message, RecvNextReply, Request};
+use crate::proto::client::decode;
+use crate::proto::cmd::{RecvNext, RecvNextReply};
+use crate::proto::{Client, ClientError, Command, Message, Request};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
-use serde_json::{Map, Value};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -25,10 +26,10 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 pub enum ToPoller {
     /// Long-poll until the next message arrives.
     Next,
-    /// One request; the answer goes back on `reply`.
+    /// One request; its answer line (or the refusal) goes back on `reply`.
     Call {
         req: Request,
-        reply: Sender<Result<Map<String, Value>, String>>,
+        reply: Sender<Result<String, String>>,
     },
     /// One request nobody waits for (its failure is logged), kept in order with
     /// the calls around it.
@@ -112,22 +113,29 @@ impl Poller {
         let _ = self.tx.send(ToPoller::Next);
     }
 
-    /// One broker request, retried across reconnects until answered; gives up
+    /// One broker command, retried across reconnects until answered; gives up
     /// when `stop` closes (the harness is shutting down).
-    pub fn call(&self, req: Request, stop: &Receiver<()>) -> Result<Map<String, Value>, String> {
+    pub fn call<C: Command>(&self, cmd: C, stop: &Receiver<()>) -> Result<C::Reply, String> {
         let (reply, rx) = crossbeam_channel::bounded(1);
         self.tx
-            .send(ToPoller::Call { req, reply })
+            .send(ToPoller::Call {
+                req: cmd.into(),
+                reply,
+            })
             .map_err(|_| "the poller has stopped".to_string())?;
-        select! {
+        let line = select! {
             recv(rx) -> r => r.unwrap_or_else(|_| Err("the poller has stopped".into())),
             recv(stop) -> _ => Err("the harness is stopping".into()),
-        }
+        }?;
+        decode::<C>(&line).map_err(|e| match e {
+            ClientError::Refused(e) => e,
+            e => e.to_string(),
+        })
     }
 
-    /// A request whose answer the caller does not wait for.
-    pub fn tell(&self, req: Request) {
-        let _ = self.tx.send(ToPoller::Tell { req });
+    /// A command whose answer the caller does not wait for.
+    pub fn tell(&self, cmd: impl Into<Request>) {
+        let _ = self.tx.send(ToPoller::Tell { req: cmd.into() });
     }
 
     /// Stops the thread, ending a parked long-poll at once.
@@ -275,8 +283,9 @@ impl State {
         loop {
             let c = self.client()?;
             let _ = c.set_read_timeout(Some(Duration::from_secs(wait + 30)));
-            let r: Result<RecvNextReply, ClientError> = c.call_as(&Request::RecvNext {
+            let r: Result<RecvNextReply, ClientError> = c.call(&RecvNext {
                 wait_seconds: Some(wait),
+                seen: None,
             });
             if matches!(r, Ok(_) | Err(ClientError::Refused(_))) {
                 self.answered();
@@ -286,6 +295,7 @@ impl State {
                     message: Some(message),
                     redelivered,
                     unread,
+                    ..
                 }) => {
                     return Some(FromPoller::Message {
                         message,
@@ -313,13 +323,25 @@ impl State {
         }
     }
 
-    fn call(&mut self, req: &Request) -> Result<Map<String, Value>, String> {
+    /// The answer line of `req` (its caller decodes it), or the refusal.
+    fn call(&mut self, req: &Request) -> Result<String, String> {
         loop {
             let Some(c) = self.client() else {
                 return Err("the harness is stopping".into());
             };
             let _ = c.set_read_timeout(Some(Duration::from_secs(60)));
-            match c.call(req) {
+            let answer = c.request(req).and_then(|line| {
+                // Only the refusal is read here; the caller decodes the rest.
+                match crate::proto::lines::decode::<serde::de::IgnoredAny>(
+                    &line,
+                    "the broker",
+                    req.cmd(),
+                ) {
+                    Err(crate::proto::lines::CallError::Refused(e)) => Err(ClientError::Refused(e)),
+                    _ => Ok(line),
+                }
+            });
+            match answer {
                 Ok(m) => {
                     self.answered();
                     return Ok(m);

@@ -15,7 +15,7 @@ use super::bus::{Bus, LiveEvent};
 use super::classify::{ExitInfo, Signal, TurnObserver, TurnOutcome, TurnReport};
 use super::control::Control;
 use crate::agent_proc::{self, StartFault};
-use crate::wire::{self, Line};
+use crate::proto::lines::{self as wire, Line};
 use crossbeam_channel::{after, bounded, never, select, Receiver, Sender};
 use std::io::{self, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};

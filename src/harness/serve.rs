@@ -16,8 +16,10 @@ use super::prompt::PromptVars;
 use super::runner::{self, Invocation};
 use super::settings::{ServeArgs, Settings};
 use super::stats::{Stats, TurnRow};
-use crate::broker::hub::now;
-use crate::wire::{Message, Request, StatusReply};
+use crate::proto::cmd::{
+    AckTurn, HarnessStarted, PostTurnCounts, RequeueInflight, SendToParent, Status, StatusReply,
+};
+use crate::proto::{now, Message, HYPERHIVE_REV};
 use crossbeam_channel::{after, select, unbounded, Receiver};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -116,7 +118,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     log::info!(
         "hive serve {} ({}): state {}, socket {}, claude {}",
         s.label,
-        crate::broker::HYPERHIVE_REV,
+        HYPERHIVE_REV,
         s.state_dir.display(),
         s.socket.display(),
         s.claude_bin
@@ -201,8 +203,8 @@ fn install_signals() -> Result<Receiver<()>, String> {
 impl TurnLoop {
     fn boot(&mut self) {
         let kick = self.poller.call(
-            Request::Kick {
-                hyperhive_rev: Some(crate::broker::HYPERHIVE_REV.into()),
+            HarnessStarted {
+                hyperhive_rev: Some(HYPERHIVE_REV.into()),
             },
             &self.term,
         );
@@ -271,9 +273,7 @@ impl TurnLoop {
 
     fn status(&self) -> StatusReply {
         self.poller
-            .call(Request::Status {}, &self.term)
-            .ok()
-            .and_then(|m| serde_json::from_value(serde_json::Value::Object(m)).ok())
+            .call(Status {}, &self.term)
             .unwrap_or(StatusReply {
                 unread: 0,
                 inflight: None,
@@ -283,7 +283,7 @@ impl TurnLoop {
     fn to_parent(&self, body: &str) {
         if let Err(e) = self
             .poller
-            .call(Request::SendToParent { body: body.into() }, &self.term)
+            .call(SendToParent { body: body.into() }, &self.term)
         {
             log::error!("cannot tell the parent ({e}): {body}");
         }
@@ -292,7 +292,7 @@ impl TurnLoop {
     fn handle_message(&mut self, m: Message, redelivered: bool, unread: Option<u64>) -> Flow {
         let work = Work {
             id: Some(m.id),
-            from: m.from,
+            from: m.from.to_string(),
             body: m.body,
             redelivered,
             unread,
@@ -603,7 +603,7 @@ impl TurnLoop {
     }
 
     fn ack(&self, id: i64) {
-        if let Err(e) = self.poller.call(Request::AckTurn { id }, &self.term) {
+        if let Err(e) = self.poller.call(AckTurn { id }, &self.term) {
             log::error!("ack of message {id} refused: {e}");
             self.bus.note(format!("ack of message {id} refused: {e}"));
         }
@@ -614,7 +614,7 @@ impl TurnLoop {
         // matters when requeueing because the process ran out of them. At
         // shutdown the poller may be parked or gone; a fresh connection works
         // then, and a broker restart requeues inflight rows by itself.
-        let req = Request::RequeueInflight { id };
+        let req = RequeueInflight { id };
         let stopping = matches!(
             self.term.try_recv(),
             Err(crossbeam_channel::TryRecvError::Disconnected)
@@ -627,7 +627,7 @@ impl TurnLoop {
             }
             Err(_) => {}
         }
-        let r = crate::wire::Client::connect(&self.s.socket).and_then(|mut c| c.call(&req));
+        let r = crate::proto::Client::connect(&self.s.socket).and_then(|mut c| c.call(&req));
         if let Err(e) = r {
             log::warn!("requeue of message {id} failed: {e}");
         }
@@ -661,7 +661,7 @@ impl TurnLoop {
         // claude that never started ran no turn. The classifier has already
         // dropped figures that are not finite, negative or absurd.
         if !matches!(outcome, TurnOutcome::NotStarted(_)) {
-            self.poller.tell(Request::PostTurnCounts {
+            self.poller.tell(PostTurnCounts {
                 turns: 1,
                 ok: u64::from(ok),
                 failed: u64::from(!ok),

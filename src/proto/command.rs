@@ -20,6 +20,8 @@ pub enum Invalid {
     /// One argument is wrong; `problem` reads after its name
     /// (`body` + `must not be empty`).
     Arg { arg: &'static str, problem: String },
+    /// Exactly one of two arguments must be given.
+    OneOf(&'static str, &'static str),
     /// The arguments do not fit together, or the message names them itself.
     Whole(String),
 }
@@ -37,6 +39,9 @@ impl Invalid {
     pub fn for_tool(&self) -> String {
         match self {
             Invalid::Arg { arg, problem } => format!("argument \"{arg}\" {problem}"),
+            Invalid::OneOf(a, b) => {
+                format!("give exactly one of the arguments \"{a}\" and \"{b}\"")
+            }
             Invalid::Whole(text) => text.clone(),
         }
     }
@@ -48,6 +53,7 @@ impl fmt::Display for Invalid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Invalid::Arg { arg, problem } => write!(f, "{arg} {problem}"),
+            Invalid::OneOf(a, b) => write!(f, "give exactly one of {a} or {b}"),
             Invalid::Whole(text) => f.write_str(text),
         }
     }

@@ -161,6 +161,12 @@ impl PartialEq<&str> for Peer {
     }
 }
 
+impl PartialEq<String> for Peer {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
 impl serde::Serialize for Peer {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())

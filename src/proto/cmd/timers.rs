@@ -50,10 +50,7 @@ impl Command for Remind {
     type Reply = RemindReply;
     fn validate(&self) -> Result<(), Invalid> {
         if self.delay_seconds.is_some() == self.at_unix_timestamp.is_some() {
-            return Err(Invalid::Whole(
-                "give exactly one of the arguments \"delay_seconds\" and \"at_unix_timestamp\""
-                    .into(),
-            ));
+            return Err(Invalid::OneOf("delay_seconds", "at_unix_timestamp"));
         }
         check_text("message", &self.message)
     }
