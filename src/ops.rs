@@ -11,13 +11,13 @@
 use crate::cli::{AnswerArgs, DenyArgs, HostArgs, InboxArgs, SendArgs, WakeArgs};
 use crate::proto::cmd::{
     self, Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Inbox, InboxAck, Questions,
-    Supervision, SupervisionReply, Wake,
+    Supervision, SupervisionReply, Version, Wake,
 };
 use crate::proto::limits::MAX_BODY;
 use crate::proto::lines::ok_line;
 use crate::proto::paths::{DEFAULT_AGENT_SOCKET, DEFAULT_HOST_SOCKET, UP_HOST_SOCKET};
 use crate::proto::text::{fmt_time, is_control_or_bidi};
-use crate::proto::{Client, Command};
+use crate::proto::{Client, Command, HYPERHIVE_REV};
 use serde::Serialize;
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -249,6 +249,24 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
         );
     }
     left_off(r.left_off, "agents");
+    Ok(())
+}
+
+/// `hive version`: this binary's version and revision, and the broker's.
+pub fn versions(h: &HostArgs) -> Result<(), String> {
+    let mut c = host_client(h)?;
+    let r = call(&mut c, &Version {})?;
+    if h.json {
+        print_json(&r);
+        return Ok(());
+    }
+    println!("hive {} ({})", env!("CARGO_PKG_VERSION"), HYPERHIVE_REV);
+    println!(
+        "broker {} ({}), protocol {}",
+        line(&r.version),
+        line(&r.hyperhive_rev),
+        r.protocol
+    );
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use common::hive::*;
 use hyperhive::proto::cmd::{
     AckTurn, Agents, Answer, Ask, CancelLooseEnd, GetAgentMeta, GetLooseEnds, Inbox, Questions,
     Recv, RecvAck, RecvNext, RecvNextReply, Remind, RequeueInflight, Send, SendToParent, SetStatus,
-    Status, StatusReply, Wake,
+    Status, StatusReply, Version, Wake,
 };
 use hyperhive::proto::{Client, LooseEndKind, Message, MessagesReply, Request};
 use serde_json::Value;
@@ -835,4 +835,39 @@ fn an_agent_socket_can_be_given_to_the_agents_user() {
 fn writeln_skip(why: &str) -> std::io::Result<()> {
     use std::io::Write;
     writeln!(std::io::stderr(), "SKIPPED: {why}")
+}
+
+#[test]
+fn hive_version_asks_the_broker_over_the_host_socket() {
+    let b = Broker::start(&["ana"]);
+    let sock = b.host_socket();
+    let (code, out, err) = run_hive(&["version", "--socket", sock.to_str().unwrap()], None, &[]);
+    assert_eq!(code, 0, "{err}");
+    let rev = hyperhive::proto::HYPERHIVE_REV;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!("hive {} ({rev})", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(
+        lines[1],
+        format!("broker {} ({rev}), protocol 1", env!("CARGO_PKG_VERSION"))
+    );
+    let (code, out, _) = run_hive(
+        &["version", "--json", "--socket", sock.to_str().unwrap()],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (v["ok"].clone(), v["protocol"].clone()),
+        (Value::Bool(true), 1.into())
+    );
+    // It is the operator's: an agent's socket refuses it.
+    let e = refused(&mut b.agent("ana"), Version {});
+    assert_eq!(
+        e,
+        "version is an operator command; this is the socket of agent ana"
+    );
 }

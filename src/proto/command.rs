@@ -207,6 +207,7 @@ commands! {
     "deny"                 => Deny:              Operator;
     "supervision"          => Supervision:       Operator;
     "set_permissions"      => SetPermissions:    Operator;
+    "version"              => Version:           Operator;
 }
 
 impl Request {

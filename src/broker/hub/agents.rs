@@ -11,7 +11,7 @@ use crate::broker::db::Side;
 use crate::proto::access::Capability;
 use crate::proto::cmd::{
     AgentMeta, AgentsReply, CancelLooseEnd, GetAgentMeta, GetLooseEnds, HarnessStarted, Hello,
-    HelloReply, LooseEndsReply, PostTurnCounts, ReportTasks, SetStatus,
+    HelloReply, LooseEndsReply, PostTurnCounts, ReportTasks, SetStatus, VersionReply,
 };
 use crate::proto::{now, AgentRow, Empty, LooseEndKind, MsgKind, SentReply, PROTOCOL_VERSION};
 
@@ -30,6 +30,14 @@ impl Hub {
             version: PROTOCOL_VERSION,
             identity: who.name().to_string(),
             hyperhive_rev: self.settings.hyperhive_rev.clone(),
+        })
+    }
+
+    pub(super) fn version(&self) -> Result<VersionReply, String> {
+        Ok(VersionReply {
+            version: env!("CARGO_PKG_VERSION").into(),
+            hyperhive_rev: self.settings.hyperhive_rev.clone(),
+            protocol: PROTOCOL_VERSION,
         })
     }
 

@@ -395,6 +395,7 @@ impl Hub {
             Request::SetStatus(c) => self.now(c, |h, c| h.set_status(agent, c)),
             Request::GetAgentMeta(c) => self.now(c, |h, c| h.meta(ctx.who, c)),
             Request::Agents(c) => self.now(c, |h, _| h.agents()),
+            Request::Version(c) => self.now(c, |h, _| h.version()),
             Request::GetLooseEnds(c) => self.now(c, |h, c| h.loose_ends(agent, c)),
             Request::CancelLooseEnd(c) => self.now(c, |h, c| h.cancel_loose_end(agent, c)),
             Request::ReportTasks(c) => self.now(c, |h, c| h.report_tasks(agent, c)),

@@ -36,6 +36,24 @@ impl Command for Hello {
     type Reply = HelloReply;
 }
 
+/// Operator: the broker's version, revision and protocol (`hive version`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Version {}
+
+/// Answer to `version`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionReply {
+    /// The release (`Cargo.toml`'s version).
+    pub version: String,
+    pub hyperhive_rev: String,
+    pub protocol: u32,
+}
+
+impl Command for Version {
+    type Reply = VersionReply;
+}
+
 /// The harness at start (`kick` on the wire): records its revision and drops
 /// the "you were just (re)started" system message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -283,6 +301,11 @@ mod samples {
     impl Sample for Hello {
         fn sample() -> Self {
             Hello { version: Some(1) }
+        }
+    }
+    impl Sample for Version {
+        fn sample() -> Self {
+            Version {}
         }
     }
     impl Sample for HarnessStarted {
