@@ -110,6 +110,25 @@ pub enum Access {
     Both(Gate),
 }
 
+/// The row as the docs print it: `operator, agents with `messaging``.
+impl std::fmt::Display for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let agents = |f: &mut std::fmt::Formatter<'_>, g: &Gate| match g {
+            Gate::Open => f.write_str("agents"),
+            Gate::Group(g) => write!(f, "agents with `{g}`"),
+            Gate::Capability(g, c) => write!(f, "agents with `{g}` and the `{c}` capability"),
+        };
+        match self {
+            Access::Operator => f.write_str("operator"),
+            Access::Agent(g) => agents(f, g),
+            Access::Both(g) => {
+                f.write_str("operator, ")?;
+                agents(f, g)
+            }
+        }
+    }
+}
+
 /// Who sends a request, as the privilege gate needs to know it.
 #[derive(Debug, Clone, Copy)]
 pub enum Caller<'a> {

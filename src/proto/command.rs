@@ -450,6 +450,24 @@ mod tests {
         assert!(huge.len() < MAX_ERROR_BYTES + 100);
     }
 
+    /// `docs/wire-protocol.md` prints the privilege table; it says what the
+    /// code does, row by row.
+    #[test]
+    fn the_documented_privilege_table_is_the_codes() {
+        let doc = include_str!("../../docs/wire-protocol.md");
+        let rows: Vec<&str> = doc
+            .lines()
+            .skip_while(|l| *l != "| cmd | who may send it |")
+            .skip(2)
+            .take_while(|l| l.starts_with("| `"))
+            .collect();
+        let want: Vec<String> = PRIVILEGES
+            .iter()
+            .map(|(cmd, access)| format!("| `{cmd}` | {access} |"))
+            .collect();
+        assert_eq!(rows, want);
+    }
+
     #[test]
     fn invalid_reads_in_each_idiom() {
         let e = Invalid::arg("body", "must not be empty");
