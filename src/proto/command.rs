@@ -250,7 +250,7 @@ const DUPLICATE_KEY: &str = "duplicate key";
 
 /// A JSON value read with one rule more than serde_json's: no object may
 /// repeat a key.
-pub struct Strict(pub Value);
+struct Strict(Value);
 
 impl<'de> Deserialize<'de> for Strict {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Strict, D::Error> {
