@@ -5,7 +5,7 @@
 use crate::broker::db::Durability;
 use crate::broker::BrokerArgs;
 use crate::harness::settings::ServeArgs;
-use crate::wire::excerpt;
+use crate::proto::text::excerpt;
 use lexopt::prelude::*;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -110,6 +110,14 @@ in a message are printed as visible escapes (\\x1b, \\u{202e}).",
 
   --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
   --json              print JSON for scripts",
+    },
+    CommandHelp {
+        name: "version",
+        summary: "operator: this binary's version and revision, and the broker's",
+        usage: "hive version [--socket PATH] [--json]
+
+  --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
+  --json              print the broker's answer as JSON",
     },
     CommandHelp {
         name: "questions",
@@ -272,6 +280,8 @@ pub enum Command {
     Inbox(InboxArgs),
     Agents(HostArgs),
     Questions(HostArgs),
+    /// `hive version`: this binary's version and the broker's.
+    Versions(HostArgs),
     Answer(AnswerArgs),
     CancelQuestion(HostArgs, i64),
     BashDaemon(BashDaemonArgs),
@@ -372,7 +382,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
         },
         "send" => parse_send(&mut p),
         "inbox" => parse_inbox(&mut p),
-        "agents" | "questions" => {
+        "agents" | "questions" | "version" => {
             let mut host = HostArgs::default();
             while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
                 if matches!(arg, Long("help") | Short('h')) {
@@ -386,10 +396,10 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
                     other => return Err(err(cmd, other.unexpected().to_string())),
                 }
             }
-            Ok(if cmd == "agents" {
-                Command::Agents(host)
-            } else {
-                Command::Questions(host)
+            Ok(match cmd {
+                "agents" => Command::Agents(host),
+                "version" => Command::Versions(host),
+                _ => Command::Questions(host),
             })
         }
         "answer" | "cancel-question" => parse_answer(cmd, &mut p),
@@ -622,6 +632,13 @@ mod tests {
     #[test]
     fn parses_every_command() {
         assert_eq!(run(&["--version"]).unwrap(), Command::Version);
+        assert_eq!(
+            run(&["version", "--json"]).unwrap(),
+            Command::Versions(HostArgs {
+                socket: None,
+                json: true
+            })
+        );
         assert_eq!(
             run(&["wake", "--help"]).unwrap(),
             Command::Help(Some("wake"))

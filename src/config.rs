@@ -1,20 +1,18 @@
 //! The hive config file: the one JSON schema for a whole hive, read by `hive
 //! broker --config` and (extended, never forked) by `hive up`. This module owns
 //! parsing, validation with errors that name the field, and the topology questions
-//! answered from it (an agent's parent, whom it may message). Documented in
+//! answered from it (an agent's parent, its root, whom it may message). One
+//! agent's entry is the contract's (`proto::fleet`). Documented in
 //! `docs/config.md`.
 
-use crate::groups::{self, ToolGroup};
-use crate::wire::excerpt;
+use crate::proto::access::{Capability, ToolGroup};
+use crate::proto::ident::check_name;
+use crate::proto::text::excerpt;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use serde_json::Value;
 use std::path::Path;
 
-/// Longest agent name.
-pub const MAX_NAME_LEN: usize = 9;
-
-/// Names that address something other than an agent.
-pub const RESERVED_NAMES: [&str; 5] = ["operator", "system", "self", "parent", "broker"];
+pub use crate::proto::fleet::AgentConfig;
 
 /// The whole hive.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -32,78 +30,6 @@ pub struct HiveConfig {
     pub agents: Vec<AgentConfig>,
 }
 
-/// One agent of the hive.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AgentConfig {
-    /// At most 9 characters of `[a-z0-9-]`.
-    pub name: String,
-    /// Another agent's name; absent means a root agent whose parent is the operator.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<String>,
-    /// When non-empty, the only recipients `send` accepts (the parent always is).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub allowed_recipients: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// Tool group names; absent or empty means the default preset.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_groups: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub capabilities: Vec<String>,
-    /// Owner of the agent's socket, so a harness running as that user connects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket_uid: Option<u32>,
-    /// Group of the agent's socket; when set the socket is mode 0660.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket_gid: Option<u32>,
-    /// Extra environment for the agent's harness (`hive up` passes it on).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-}
-
-impl AgentConfig {
-    /// A root agent with every default, as `hive broker --agents` makes them.
-    pub fn named(name: &str) -> AgentConfig {
-        AgentConfig {
-            name: name.to_string(),
-            ..AgentConfig::default()
-        }
-    }
-
-    /// The agent's tool groups, the default preset when none are configured.
-    pub fn groups(&self) -> Vec<ToolGroup> {
-        groups::parse_groups(&self.tool_groups.join(",")).unwrap_or_default()
-    }
-
-    pub fn has_capability(&self, cap: &str) -> bool {
-        self.capabilities.iter().any(|c| c == cap)
-    }
-}
-
-/// Checks an agent name, saying what is wrong with it.
-pub fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > MAX_NAME_LEN {
-        return Err(format!(
-            "agent name {} must be 1 to {MAX_NAME_LEN} characters",
-            excerpt(name)
-        ));
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
-        return Err(format!(
-            "agent name {} may only contain lowercase letters, digits and '-'",
-            excerpt(name)
-        ));
-    }
-    if RESERVED_NAMES.contains(&name) {
-        return Err(format!("agent name {name:?} is reserved"));
-    }
-    Ok(())
-}
-
 impl HiveConfig {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<HiveConfig, String> {
@@ -112,19 +38,12 @@ impl HiveConfig {
         HiveConfig::parse(&text).map_err(|e| format!("config {}: {e}", path.display()))
     }
 
-    /// Parses and validates config text.
+    /// Parses and validates config text. Tool groups and capabilities are
+    /// checked before the text becomes a config, so their errors name the field.
     pub fn parse(text: &str) -> Result<HiveConfig, String> {
-        let cfg: HiveConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        cfg.validate()?;
-        Ok(cfg)
-    }
-
-    /// A hive of root agents with default settings.
-    pub fn from_names(names: &[String]) -> Result<HiveConfig, String> {
-        let cfg = HiveConfig {
-            agents: names.iter().map(|n| AgentConfig::named(n)).collect(),
-            ..HiveConfig::default()
-        };
+        let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        check_grants(&v)?;
+        let cfg: HiveConfig = serde_json::from_value(v).map_err(|e| e.to_string())?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -149,17 +68,6 @@ impl HiveConfig {
             check_name(&a.name).map_err(|e| format!("{at}.name: {e}"))?;
             if !seen.insert(a.name.as_str()) {
                 return Err(format!("{at}.name: duplicate agent name {:?}", a.name));
-            }
-            groups::parse_groups(&a.tool_groups.join(","))
-                .map_err(|e| format!("{at}.tool_groups: {e}"))?;
-            for c in &a.capabilities {
-                if !groups::CAPABILITIES.contains(&c.as_str()) {
-                    return Err(format!(
-                        "{at}.capabilities: unknown capability {}; known: {}",
-                        excerpt(c),
-                        groups::CAPABILITIES.join(", ")
-                    ));
-                }
             }
             if let Some(m) = &a.model {
                 if m.trim().is_empty() || m.contains(char::is_whitespace) {
@@ -223,13 +131,18 @@ impl HiveConfig {
         }
     }
 
-    /// The agents whose parent is `name`.
-    pub fn children_of(&self, name: &str) -> Vec<String> {
-        self.agents
-            .iter()
-            .filter(|a| a.parent.as_deref() == Some(name))
-            .map(|a| a.name.clone())
-            .collect()
+    /// The root of `agent`'s tree: the ancestor whose parent is the operator
+    /// (the agent itself for a root agent).
+    pub fn root_of(&self, agent: &str) -> String {
+        let mut cur = agent.to_string();
+        for _ in 0..=self.agents.len() {
+            let p = self.parent_of(&cur);
+            if p == "operator" {
+                break;
+            }
+            cur = p;
+        }
+        cur
     }
 
     /// May `from` send to `to` (`to` already resolved from `<parent>`)?
@@ -261,6 +174,30 @@ impl HiveConfig {
             self.parent_of(from)
         ))
     }
+}
+
+/// The `tool_groups` and `capabilities` of every agent in a config not yet
+/// read, each error naming its field (`agents[2].tool_groups: unknown tool
+/// group "x"; known groups: …`).
+fn check_grants(v: &Value) -> Result<(), String> {
+    let agents = v.get("agents").and_then(Value::as_array);
+    for (i, a) in agents.into_iter().flatten().enumerate() {
+        let names = |field: &str| -> Vec<String> {
+            a.get(field)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str().map(str::to_string))
+                .collect()
+        };
+        for g in names("tool_groups") {
+            ToolGroup::parse(&g).map_err(|e| format!("agents[{i}].tool_groups: {e}"))?;
+        }
+        for c in names("capabilities") {
+            Capability::parse(&c).map_err(|e| format!("agents[{i}].capabilities: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -321,7 +258,10 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.parent_of("ruth"), "operator");
         assert_eq!(cfg.parent_of("kid"), "ruth");
-        assert_eq!(cfg.children_of("ruth"), vec!["kid".to_string()]);
+        assert_eq!(
+            (cfg.root_of("kid"), cfg.root_of("ruth")),
+            ("ruth".into(), "ruth".into())
+        );
         assert!(cfg.may_send("kid", "operator").is_ok());
         assert!(cfg.may_send("kid", "ruth").is_ok(), "parent always allowed");
         assert!(cfg

@@ -12,7 +12,7 @@ pub mod harness;
 pub mod matrix;
 pub mod mcp;
 pub mod ops;
+pub mod proto;
 pub mod sys;
 pub mod up;
 pub mod web;
-pub mod wire;

@@ -60,7 +60,7 @@ fn main() -> ExitCode {
             println!(
                 "hive {} ({})",
                 env!("CARGO_PKG_VERSION"),
-                broker::HYPERHIVE_REV
+                hyperhive::proto::HYPERHIVE_REV
             );
             Ok(())
         }
@@ -86,6 +86,7 @@ fn main() -> ExitCode {
         Command::Inbox(a) => ops::inbox(&a),
         Command::Agents(h) => ops::agents(&h),
         Command::Questions(h) => ops::questions(&h),
+        Command::Versions(h) => ops::versions(&h),
         Command::Answer(a) => ops::answer(&a),
         Command::CancelQuestion(h, id) => ops::cancel_question(&h, id),
         Command::BashDaemon(a) => bash::daemon::run_command(bash::daemon::settings_from_args(a)),

@@ -1,24 +1,28 @@
 //! The client commands: `hive wake` for scripts inside an agent's container and
 //! the operator commands (`send`, `inbox`, `agents`, `questions`, `answer`,
-//! `cancel-question`, `approvals`,
-//! `approve`, `deny`) on the host socket. Each is one or two requests over
-//! [`crate::wire::Client`], printed as plain text for people or `--json` for
-//! scripts. Every text an agent could have written goes through
-//! [`printable`] before it reaches the operator's terminal, and a message is
-//! checked against [`wire::MAX_BODY`] before it is sent.
+//! `cancel-question`, `approvals`, `approve`, `deny`) on the host socket. Each
+//! builds the contract's command and sends it with the typed client
+//! ([`crate::proto::Client`]), printed as plain text for people or `--json`
+//! (the answer as the broker sent it) for scripts. A command is checked by its
+//! own rules before it is sent, so nothing the broker would refuse leaves, and
+//! every text an agent could have written goes through [`printable`] before it
+//! reaches the operator's terminal.
 
 use crate::cli::{AnswerArgs, DenyArgs, HostArgs, InboxArgs, SendArgs, WakeArgs};
-use crate::wire::{self, Client, Request};
-use serde_json::Value;
+use crate::proto::cmd::{
+    self, Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Inbox, InboxAck, Questions,
+    Supervision, SupervisionReply, Version, Wake,
+};
+use crate::proto::limits::MAX_BODY;
+use crate::proto::lines::ok_line;
+use crate::proto::paths::{DEFAULT_AGENT_SOCKET, DEFAULT_HOST_SOCKET, UP_HOST_SOCKET};
+use crate::proto::text::{fmt_time, is_control_or_bidi};
+use crate::proto::{Client, Command, HYPERHIVE_REV};
+use serde::Serialize;
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::path::PathBuf;
-
-/// The default agent socket inside a container.
-pub const DEFAULT_AGENT_SOCKET: &str = "/run/hive/mcp.sock";
-/// The default operator socket.
-pub const DEFAULT_HOST_SOCKET: &str = "/run/hive/host.sock";
 
 /// `--socket`, else the environment variable, else the default.
 pub fn socket_path(flag: &Option<PathBuf>, env: &str, default: &str) -> PathBuf {
@@ -30,11 +34,6 @@ pub fn socket_path(flag: &Option<PathBuf>, env: &str, default: &str) -> PathBuf 
         })
         .unwrap_or_else(|| PathBuf::from(default))
 }
-
-/// Where `hive up` with the default data dir puts the host socket, relative to
-/// the directory it was started in; operator commands use it when it exists and
-/// neither `--socket` nor `HIVE_HOST_SOCKET` says otherwise.
-pub const UP_HOST_SOCKET: &str = "hive-data/run/host.sock";
 
 fn host_client(h: &HostArgs) -> Result<Client, String> {
     let fallback = if std::path::Path::new(UP_HOST_SOCKET).exists() {
@@ -54,7 +53,7 @@ pub fn printable(s: &str, keep_newlines: bool) -> Cow<'_, str> {
     let escape = |c: char| match c {
         '\n' => !keep_newlines,
         '\t' => false,
-        c => wire::is_control_or_bidi(c),
+        c => is_control_or_bidi(c),
     };
     if !s.chars().any(escape) {
         return Cow::Borrowed(s);
@@ -77,24 +76,29 @@ fn line(s: &str) -> Cow<'_, str> {
     printable(s, false)
 }
 
-/// A message is refused here, before anything is sent, when the broker would
-/// refuse it: blank, or longer than [`wire::MAX_BODY`].
-fn check_message(body: &str) -> Result<(), String> {
-    if body.trim().is_empty() {
-        return Err("the message is empty; nothing was sent".into());
-    }
-    if body.len() > wire::MAX_BODY {
-        return Err(too_big(body.len() as u64));
-    }
-    Ok(())
+/// A command is refused here, before anything is sent, when the broker would
+/// refuse it for its own fields.
+fn checked<C: Command>(cmd: C) -> Result<C, String> {
+    cmd.validate()
+        .map_err(|e| format!("{e}; nothing was sent"))?;
+    Ok(cmd)
 }
 
 fn too_big(size: u64) -> String {
     format!(
-        "the message is {size} bytes; the limit is {} bytes (64 KiB), so nothing was sent. \
-         Send a shorter text, or write it to a file and send its path",
-        wire::MAX_BODY
+        "the message is {size} bytes; the limit is {MAX_BODY} bytes (64 KiB), so nothing was sent. \
+         Send a shorter text, or write it to a file and send its path"
     )
+}
+
+/// Sends `cmd` on `c` and returns its answer, the broker's refusal as text.
+fn call<C: Command>(c: &mut Client, cmd: &C) -> Result<C::Reply, String> {
+    c.call(cmd).map_err(|e| e.to_string())
+}
+
+/// Prints an answer as `--json` shows it: the broker's `ok:true` line.
+fn print_json<T: Serialize>(reply: &T) {
+    println!("{}", ok_line(reply));
 }
 
 /// The argument itself, or stdin for `-` (read up to just past the body
@@ -107,10 +111,10 @@ fn read_text(arg: &str, what: &str) -> Result<String, String> {
     let mut stdin = std::io::stdin().lock();
     let mut buf = Vec::new();
     (&mut stdin)
-        .take(wire::MAX_BODY as u64 + 2)
+        .take(MAX_BODY as u64 + 2)
         .read_to_end(&mut buf)
         .map_err(cannot)?;
-    if buf.len() > wire::MAX_BODY + 1 {
+    if buf.len() > MAX_BODY + 1 {
         let rest = std::io::copy(&mut stdin, &mut std::io::sink()).map_err(cannot)?;
         return Err(too_big(buf.len() as u64 + rest));
     }
@@ -122,72 +126,36 @@ fn read_text(arg: &str, what: &str) -> Result<String, String> {
     Ok(s)
 }
 
-fn print_json(map: serde_json::Map<String, Value>) {
-    let mut map = map;
-    map.insert("ok".into(), Value::Bool(true));
-    println!("{}", Value::Object(map));
-}
-
 pub fn wake(a: &WakeArgs) -> Result<(), String> {
     let body = read_text(&a.body, "the body")?;
-    if body.trim().is_empty() {
-        return Err("the body is empty; nothing to wake the agent with".into());
-    }
-    check_message(&body)?;
-    let path = socket_path(&a.socket, "HIVE_SOCKET", DEFAULT_AGENT_SOCKET);
-    let mut c = Client::connect(&path).map_err(|e| e.to_string())?;
-    c.call(&Request::Wake {
+    let wake = checked(Wake {
         from: a.from.clone(),
         body,
         transient: a.transient,
         to: None,
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
+    let path = socket_path(&a.socket, "HIVE_SOCKET", DEFAULT_AGENT_SOCKET);
+    let mut c = Client::connect(&path).map_err(|e| e.to_string())?;
+    call(&mut c, &wake)?;
     Ok(())
 }
 
 pub fn send(a: &SendArgs) -> Result<(), String> {
     let body = read_text(&a.text, "the message")?;
-    check_message(&body)?;
+    let send = checked(cmd::Send {
+        to: a.to.clone(),
+        body,
+        in_reply_to: a.reply_to,
+    })?;
     let mut c = host_client(&a.host)?;
-    let r = c
-        .call(&Request::Send {
-            to: a.to.clone(),
-            body,
-            in_reply_to: a.reply_to,
-        })
-        .map_err(|e| e.to_string())?;
+    let r = call(&mut c, &send)?;
     if a.host.json {
-        print_json(r);
+        print_json(&r);
     } else {
-        let id = r.get("id").and_then(Value::as_i64).unwrap_or_default();
-        println!("sent #{id} to {}", line(&a.to));
+        println!("sent #{} to {}", r.id.unwrap_or_default(), line(&a.to));
     }
     Ok(())
 }
-
-/// A unix time as `YYYY-MM-DD HH:MM:SSZ` (UTC).
-pub fn fmt_time(unix: i64) -> String {
-    // UTC, from the civil-from-days algorithm, to avoid a time dependency.
-    let days = unix.div_euclid(86400);
-    let secs = unix.rem_euclid(86400);
-    let z = days + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
-}
-
 /// Prints the operator's unread messages page by page; each page is acked only
 /// after it was written and flushed, so `hive inbox | head` or a broken pipe
 /// leaves what was not shown unread (`--peek` acks nothing).
@@ -197,16 +165,16 @@ pub fn inbox(a: &InboxArgs) -> Result<(), String> {
     let mut wait = Some(a.wait);
     let mut shown = 0usize;
     loop {
-        let req = Request::Inbox {
+        let req = Inbox {
             wait_seconds: wait.take(),
             peek: a.peek,
             after,
         };
-        let r: wire::MessagesReply = c.call_as(&req).map_err(|e| e.to_string())?;
+        let r = call(&mut c, &req)?;
         let ids: Vec<i64> = r.messages.iter().map(|m| m.id).collect();
         let mut out = std::io::stdout().lock();
         let written = if a.host.json {
-            writeln!(out, "{}", wire::ok_line(&r))
+            writeln!(out, "{}", ok_line(&r))
         } else {
             r.messages.iter().try_for_each(|m| {
                 let reply = m
@@ -218,7 +186,7 @@ pub fn inbox(a: &InboxArgs) -> Result<(), String> {
                     "#{} {} from {}{reply}:\n{}\n",
                     m.id,
                     fmt_time(m.sent_at),
-                    line(&m.from),
+                    line(m.from.as_str()),
                     printable(&m.body, true)
                 )
             })
@@ -228,8 +196,7 @@ pub fn inbox(a: &InboxArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot write the inbox: {e} (nothing was marked read)"))?;
         shown += ids.len();
         if !a.peek && !ids.is_empty() {
-            c.call(&Request::InboxAck { ids: ids.clone() })
-                .map_err(|e| e.to_string())?;
+            call(&mut c, &InboxAck { ids: ids.clone() })?;
         }
         after = ids.last().copied().or(after);
         if !r.more {
@@ -244,13 +211,13 @@ pub fn inbox(a: &InboxArgs) -> Result<(), String> {
 
 pub fn agents(h: &HostArgs) -> Result<(), String> {
     let mut c = host_client(h)?;
-    let r: wire::AgentsReply = c.call_as(&Request::Agents {}).map_err(|e| e.to_string())?;
+    let r = call(&mut c, &Agents {})?;
     if h.json {
-        println!("{}", wire::ok_line(&r));
+        print_json(&r);
         return Ok(());
     }
     // Under `hive up` the supervisor's view replaces the bare yes/no.
-    let sup: Option<wire::SupervisionReply> = c.call_as(&Request::Supervision {}).ok();
+    let sup: Option<SupervisionReply> = c.call(&Supervision {}).ok();
     println!(
         "{:<10} {:<10} {:>6} {:>9} {:<10} STATUS",
         "NAME", "PARENT", "UNREAD", "INFLIGHT", "RUNNING"
@@ -264,7 +231,7 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
             .as_ref()
             .and_then(|s| s.agents.iter().find(|x| x.name == a.name))
             .map(|s| {
-                let mut t = s.state.clone();
+                let mut t = s.state.to_string();
                 if !s.up_to_date {
                     t.push('*');
                 }
@@ -285,13 +252,29 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `hive version`: this binary's version and revision, and the broker's.
+pub fn versions(h: &HostArgs) -> Result<(), String> {
+    let mut c = host_client(h)?;
+    let r = call(&mut c, &Version {})?;
+    if h.json {
+        print_json(&r);
+        return Ok(());
+    }
+    println!("hive {} ({})", env!("CARGO_PKG_VERSION"), HYPERHIVE_REV);
+    println!(
+        "broker {} ({}), protocol {}",
+        line(&r.version),
+        line(&r.hyperhive_rev),
+        r.protocol
+    );
+    Ok(())
+}
+
 pub fn questions(h: &HostArgs) -> Result<(), String> {
     let mut c = host_client(h)?;
-    let r: wire::QuestionsReply = c
-        .call_as(&Request::Questions {})
-        .map_err(|e| e.to_string())?;
+    let r = call(&mut c, &Questions {})?;
     if h.json {
-        println!("{}", wire::ok_line(&r));
+        print_json(&r);
         return Ok(());
     }
     if r.questions.is_empty() {
@@ -305,13 +288,12 @@ pub fn questions(h: &HostArgs) -> Result<(), String> {
         println!(
             "#{} from {} at {}{expires}:\n  {}",
             q.id,
-            line(&q.asker),
+            line(q.asker.as_str()),
             fmt_time(q.asked_at),
             printable(&q.question, true)
         );
-        if !q.options.is_empty() {
-            let how = if q.multi { "choose any" } else { "choose one" };
-            println!("  options ({how}): {}", line(&q.options.join(" | ")));
+        if let Some(options) = q.options_line() {
+            println!("  {}", line(&options));
         }
     }
     left_off(r.left_off, "questions");
@@ -320,28 +302,24 @@ pub fn questions(h: &HostArgs) -> Result<(), String> {
 
 pub fn answer(a: &AnswerArgs) -> Result<(), String> {
     let mut c = host_client(&a.host)?;
-    let answer = a.answer.join(", ");
-    let r = c
-        .call(&Request::Answer {
-            id: a.id,
-            answer: answer.clone(),
-        })
-        .map_err(|e| e.to_string())?;
+    let answer = checked(Answer {
+        id: a.id,
+        answer: a.answer.join(", "),
+    })?;
+    let r = call(&mut c, &answer)?;
     if a.host.json {
-        print_json(r);
+        print_json(&r);
     } else {
-        println!("answered #{}: {}", a.id, line(&answer));
+        println!("answered #{}: {}", a.id, line(&answer.answer));
     }
     Ok(())
 }
 
 pub fn cancel_question(h: &HostArgs, id: i64) -> Result<(), String> {
     let mut c = host_client(h)?;
-    let r = c
-        .call(&Request::CancelQuestion { id })
-        .map_err(|e| e.to_string())?;
+    let r = call(&mut c, &CancelQuestion { id })?;
     if h.json {
-        print_json(r);
+        print_json(&r);
     } else {
         println!("cancelled #{id}");
     }
@@ -350,11 +328,9 @@ pub fn cancel_question(h: &HostArgs, id: i64) -> Result<(), String> {
 
 pub fn approvals(h: &HostArgs) -> Result<(), String> {
     let mut c = host_client(h)?;
-    let r: wire::ApprovalsReply = c
-        .call_as(&Request::Approvals {})
-        .map_err(|e| e.to_string())?;
+    let r = call(&mut c, &Approvals {})?;
     if h.json {
-        println!("{}", wire::ok_line(&r));
+        print_json(&r);
         return Ok(());
     }
     if r.approvals.is_empty() {
@@ -364,7 +340,7 @@ pub fn approvals(h: &HostArgs) -> Result<(), String> {
         println!(
             "#{} {} of {} requested by {} at {}:\n  {}",
             a.id,
-            line(&a.kind),
+            line(a.kind.as_str()),
             line(&a.agent),
             line(&a.requester),
             fmt_time(a.created_at),
@@ -377,30 +353,24 @@ pub fn approvals(h: &HostArgs) -> Result<(), String> {
 
 pub fn approve(h: &HostArgs, id: i64) -> Result<(), String> {
     let mut c = host_client(h)?;
-    let r = c
-        .call(&Request::Approve { id })
-        .map_err(|e| e.to_string())?;
+    let r = call(&mut c, &Approve { id })?;
     if h.json {
-        print_json(r);
+        print_json(&r);
     } else {
-        println!(
-            "approved #{id}: {}",
-            line(r.get("text").and_then(Value::as_str).unwrap_or(""))
-        );
+        println!("approved #{id}: {}", line(&r.text));
     }
     Ok(())
 }
 
 pub fn deny(a: &DenyArgs) -> Result<(), String> {
     let mut c = host_client(&a.host)?;
-    let r = c
-        .call(&Request::Deny {
-            id: a.id,
-            why: a.why.clone(),
-        })
-        .map_err(|e| e.to_string())?;
+    let deny = checked(Deny {
+        id: a.id,
+        why: a.why.clone(),
+    })?;
+    let r = call(&mut c, &deny)?;
     if a.host.json {
-        print_json(r);
+        print_json(&r);
     } else {
         println!("denied #{}", a.id);
     }
@@ -428,11 +398,5 @@ mod tests {
             super::printable("plain text", true),
             std::borrow::Cow::Borrowed(_)
         ));
-    }
-
-    #[test]
-    fn formats_utc_times() {
-        assert_eq!(super::fmt_time(0), "1970-01-01 00:00:00Z");
-        assert_eq!(super::fmt_time(1_795_323_782), "2026-11-22 05:03:02Z");
     }
 }

@@ -6,7 +6,8 @@ mod common;
 
 use common::hive::{hive_bin, wait_for, Broker, TempDir};
 use crossbeam_channel::Receiver;
-use hyperhive::wire::{Client, Message, Request};
+use hyperhive::proto::cmd::{AckTurn, RecvNext};
+use hyperhive::proto::{Client, Message};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
@@ -241,15 +242,14 @@ fn next_wake(agent: &mut Client, secs: u64) -> Option<Message> {
     let end = Instant::now() + Duration::from_secs(secs);
     loop {
         let left = end.saturating_duration_since(Instant::now()).as_secs();
-        let r: hyperhive::wire::RecvNextReply = agent
-            .call_as(&Request::RecvNext {
+        let r: hyperhive::proto::cmd::RecvNextReply = agent
+            .call(&RecvNext {
                 wait_seconds: Some(left.max(1)),
+                seen: None,
             })
             .expect("recv_next");
         if let Some(m) = r.message {
-            agent
-                .call(&Request::AckTurn { id: m.id })
-                .expect("ack_turn");
+            agent.call(&AckTurn { id: m.id }).expect("ack_turn");
             return Some(m);
         }
         if Instant::now() >= end {
@@ -504,7 +504,12 @@ fn twenty_concurrent_tasks_all_complete_and_all_wake() {
             panic!("only {} of 20 wakes arrived: {woken:?}", woken.len());
         };
         assert!(wake.body.contains("done, exit code 0"), "{}", wake.body);
-        woken.insert(wake.from.trim_start_matches("bash-task-").to_string());
+        woken.insert(
+            wake.from
+                .as_str()
+                .trim_start_matches("bash-task-")
+                .to_string(),
+        );
     }
     assert_eq!(woken, ids);
     assert_eq!(next_wake(&mut agent, 1), None, "one wake per task");

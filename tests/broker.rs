@@ -4,7 +4,12 @@
 mod common;
 
 use common::hive::*;
-use hyperhive::wire::{self, Client, Message, MessagesReply, RecvNextReply, Request, StatusReply};
+use hyperhive::proto::cmd::{
+    AckTurn, Agents, Answer, Ask, CancelLooseEnd, GetAgentMeta, GetLooseEnds, Inbox, Questions,
+    Recv, RecvAck, RecvNext, RecvNextReply, Remind, RequeueInflight, Send, SendToParent, SetStatus,
+    Status, StatusReply, Version, Wake,
+};
+use hyperhive::proto::{Client, LooseEndKind, Message, MessagesReply, Request};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -13,7 +18,7 @@ use std::time::{Duration, Instant};
 fn wake(c: &mut Client, from: &str, body: &str) -> i64 {
     let r = ok(
         c,
-        Request::Wake {
+        Wake {
             from: from.into(),
             body: body.into(),
             transient: false,
@@ -24,8 +29,9 @@ fn wake(c: &mut Client, from: &str, body: &str) -> i64 {
 }
 
 fn recv_next(c: &mut Client, wait: u64) -> RecvNextReply {
-    c.call_as(&Request::RecvNext {
+    c.call(&RecvNext {
         wait_seconds: Some(wait),
+        seen: None,
     })
     .expect("recv_next")
 }
@@ -35,7 +41,7 @@ fn pop(c: &mut Client) -> Message {
 }
 
 fn status(c: &mut Client) -> StatusReply {
-    c.call_as(&Request::Status {}).expect("status")
+    c.call(&Status {}).expect("status")
 }
 
 #[test]
@@ -49,7 +55,7 @@ fn wake_then_recv_next_then_ack() {
         (id, "cron", "nightly build done")
     );
     assert_eq!(status(&mut a).inflight, Some(id));
-    ok(&mut a, Request::AckTurn { id });
+    ok(&mut a, AckTurn { id });
     let s = status(&mut a);
     assert_eq!((s.unread, s.inflight), (0, None));
     assert!(recv_next(&mut a, 0).message.is_none());
@@ -66,7 +72,7 @@ fn requeue_puts_the_message_back_first_and_one_inflight_at_a_time() {
     let again = recv_next(&mut a, 0);
     assert_eq!(again.message.unwrap().id, first);
     assert!(again.redelivered);
-    ok(&mut a, Request::RequeueInflight { id: first });
+    ok(&mut a, RequeueInflight { id: first });
     assert_eq!(
         status(&mut a),
         StatusReply {
@@ -113,7 +119,7 @@ fn transient_wake_is_delivered_but_not_stored() {
     let mut a = b.agent("ana");
     let r = ok(
         &mut a,
-        Request::Wake {
+        Wake {
             from: "bash-task-7".into(),
             body: "exit 0".into(),
             transient: true,
@@ -123,10 +129,10 @@ fn transient_wake_is_delivered_but_not_stored() {
     assert!(r.get("id").is_none_or(Value::is_null));
     let m = pop(&mut a);
     assert!(m.transient && m.id < 0);
-    ok(&mut a, Request::AckTurn { id: m.id });
+    ok(&mut a, AckTurn { id: m.id });
     ok(
         &mut a,
-        Request::Wake {
+        Wake {
             from: "bash-task-8".into(),
             body: "pending".into(),
             transient: true,
@@ -166,7 +172,7 @@ fn kill_9_keeps_every_accepted_message_in_order() {
     for (i, id) in ids.iter().enumerate() {
         let m = pop(&mut a);
         assert_eq!((m.id, m.body.clone()), (*id, format!("m{i}")));
-        ok(&mut a, Request::AckTurn { id: m.id });
+        ok(&mut a, AckTurn { id: m.id });
     }
 }
 
@@ -209,18 +215,18 @@ fn ack_with_a_stale_or_foreign_id_is_refused() {
     let mut bob = b.agent("bob");
     let first = wake(&mut a, "x", "one");
     assert_eq!(pop(&mut a).id, first);
-    ok(&mut a, Request::AckTurn { id: first });
-    let e = refused(&mut a, Request::AckTurn { id: first });
+    ok(&mut a, AckTurn { id: first });
+    let e = refused(&mut a, AckTurn { id: first });
     assert!(e.contains("no inflight"), "{e}");
     let second = wake(&mut a, "x", "two");
     assert_eq!(pop(&mut a).id, second);
-    let e = refused(&mut a, Request::AckTurn { id: second + 100 });
+    let e = refused(&mut a, AckTurn { id: second + 100 });
     assert!(e.contains("not the inflight"), "{e}");
     // Another agent's socket cannot ack or requeue this row.
-    let e = refused(&mut bob, Request::AckTurn { id: second });
+    let e = refused(&mut bob, AckTurn { id: second });
     assert!(e.contains("bob has no inflight"), "{e}");
-    refused(&mut bob, Request::RequeueInflight { id: second });
-    ok(&mut a, Request::AckTurn { id: second });
+    refused(&mut bob, RequeueInflight { id: second });
+    ok(&mut a, AckTurn { id: second });
 }
 
 #[test]
@@ -231,7 +237,7 @@ fn an_agent_socket_acts_only_as_that_agent() {
     let mut host = b.host();
     ok(
         &mut host,
-        Request::Send {
+        Send {
             to: "bob".into(),
             body: "for bob only".into(),
             in_reply_to: None,
@@ -239,7 +245,7 @@ fn an_agent_socket_acts_only_as_that_agent() {
     );
     assert!(recv_next(&mut ana, 0).message.is_none());
     let drained: MessagesReply = ana
-        .call_as(&Request::Recv {
+        .call(&Recv {
             wait_seconds: None,
             max: Some(32),
         })
@@ -247,7 +253,7 @@ fn an_agent_socket_acts_only_as_that_agent() {
     assert!(drained.messages.is_empty());
     let e = refused(
         &mut ana,
-        Request::Wake {
+        Wake {
             from: "x".into(),
             body: "y".into(),
             transient: false,
@@ -255,19 +261,21 @@ fn an_agent_socket_acts_only_as_that_agent() {
         },
     );
     assert!(e.contains("can only wake ana"), "{e}");
-    for req in [
-        Request::Inbox {
+    let reqs: [Request; 3] = [
+        Inbox {
             wait_seconds: None,
             peek: true,
             after: None,
-        },
-        Request::Agents {},
-        Request::Questions {},
-    ] {
+        }
+        .into(),
+        Agents {}.into(),
+        Questions {}.into(),
+    ];
+    for req in reqs {
         let e = refused(&mut ana, req);
         assert!(e.contains("operator command"), "{e}");
     }
-    let e = refused(&mut host, Request::Status {});
+    let e = refused(&mut host, Status {});
     assert!(e.contains("agent command"), "{e}");
     assert_eq!(pop(&mut bob).body, "for bob only");
 }
@@ -284,7 +292,7 @@ fn parent_sentinel_and_allowed_recipients() {
     let mut ruth = b.agent("ruth");
     let r = ok(
         &mut kid,
-        Request::Send {
+        Send {
             to: "<parent>".into(),
             body: "done".into(),
             in_reply_to: None,
@@ -296,7 +304,7 @@ fn parent_sentinel_and_allowed_recipients() {
     // A root agent's parent is the operator.
     let r = ok(
         &mut ruth,
-        Request::Send {
+        Send {
             to: "<parent>".into(),
             body: "hi boss".into(),
             in_reply_to: Some(m.id),
@@ -305,7 +313,7 @@ fn parent_sentinel_and_allowed_recipients() {
     assert_eq!(r["to"], "operator");
     let e = refused(
         &mut kid,
-        Request::Send {
+        Send {
             to: "pal".into(),
             body: "psst".into(),
             in_reply_to: None,
@@ -314,7 +322,7 @@ fn parent_sentinel_and_allowed_recipients() {
     assert!(e.contains("may not send"), "{e}");
     let e = refused(
         &mut kid,
-        Request::Send {
+        Send {
             to: "nobody".into(),
             body: "x".into(),
             in_reply_to: None,
@@ -323,14 +331,14 @@ fn parent_sentinel_and_allowed_recipients() {
     assert!(e.contains("unknown recipient"), "{e}");
     ok(
         &mut kid,
-        Request::SendToParent {
+        SendToParent {
             body: "[system] hello".into(),
         },
     );
     assert_eq!(pop_after_ack(&mut ruth, m.id).body, "[system] hello");
     let mut host = b.host();
     let inbox: MessagesReply = host
-        .call_as(&Request::Inbox {
+        .call(&Inbox {
             wait_seconds: None,
             peek: false,
             after: None,
@@ -338,12 +346,12 @@ fn parent_sentinel_and_allowed_recipients() {
         .unwrap();
     assert_eq!(inbox.messages.len(), 1);
     assert_eq!(inbox.messages[0].in_reply_to, Some(m.id));
-    let meta = ok(&mut kid, Request::GetAgentMeta { name: None });
+    let meta = ok(&mut kid, GetAgentMeta { name: None });
     assert_eq!(meta["hive_name"], "pr1ma");
 }
 
 fn pop_after_ack(c: &mut Client, id: i64) -> Message {
-    ok(c, Request::AckTurn { id });
+    ok(c, AckTurn { id });
     pop(c)
 }
 
@@ -358,7 +366,7 @@ fn malformed_input_gets_ok_false_and_the_broker_keeps_serving() {
     let mut r = BufReader::new(stream);
     let huge = format!(
         r#"{{"cmd":"wake","from":"x","body":"{}"}}"#,
-        "a".repeat(wire::MAX_LINE + 10)
+        "a".repeat(hyperhive::proto::limits::MAX_LINE + 10)
     );
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"{not json".to_vec(), "malformed JSON"),
@@ -419,7 +427,7 @@ fn recv_holds_rows_until_confirmed_and_returns_them_in_order_on_hangup() {
         .collect();
     let mut mcp = b.agent("ana");
     let got: MessagesReply = mcp
-        .call_as(&Request::Recv {
+        .call(&Recv {
             wait_seconds: None,
             max: Some(2),
         })
@@ -435,13 +443,13 @@ fn recv_holds_rows_until_confirmed_and_returns_them_in_order_on_hangup() {
     });
     let mut mcp = b.agent("ana");
     let got: MessagesReply = mcp
-        .call_as(&Request::Recv {
+        .call(&Recv {
             wait_seconds: Some(5),
             max: Some(32),
         })
         .unwrap();
     assert_eq!(got.messages.iter().map(|m| m.id).collect::<Vec<_>>(), ids);
-    let r = ok(&mut mcp, Request::RecvAck { ids: ids.clone() });
+    let r = ok(&mut mcp, RecvAck { ids: ids.clone() });
     assert_eq!(r["acked"], 3);
     drop(mcp);
     std::thread::sleep(Duration::from_millis(100));
@@ -456,13 +464,11 @@ fn sigterm_stops_cleanly_and_removes_sockets_even_mid_long_poll() {
         let mut c = Client::connect(&sock).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         let start = Instant::now();
-        let r = c.call(&Request::RecvNext {
+        let r = c.call(&RecvNext {
             wait_seconds: Some(120),
+            seen: None,
         });
-        (
-            start.elapsed(),
-            r.is_err() || r.unwrap().get("message") == Some(&Value::Null),
-        )
+        (start.elapsed(), r.is_err() || r.unwrap().message.is_none())
     });
     std::thread::sleep(Duration::from_millis(300));
     let st = b.terminate();
@@ -566,13 +572,13 @@ fn operator_commands_over_the_host_socket() {
     let mut ruth = b.agent("ruth");
     ok(
         &mut ruth,
-        Request::SetStatus {
+        SetStatus {
             text: "reviewing".into(),
         },
     );
     ok(
         &mut ruth,
-        Request::Send {
+        Send {
             to: "operator".into(),
             body: "looks good".into(),
             in_reply_to: None,
@@ -594,7 +600,7 @@ fn operator_commands_over_the_host_socket() {
     // Questions: asked by an agent, listed and answered by the operator.
     let q = ok(
         &mut ruth,
-        Request::Ask {
+        Ask {
             question: "ship it?".into(),
             options: vec!["yes".into(), "no".into()],
             multi: false,
@@ -614,7 +620,7 @@ fn operator_commands_over_the_host_socket() {
     assert_ne!(code, 0);
     assert!(err.contains("no open question"), "{err}");
     let first = pop(&mut ruth); // the operator's message
-    ok(&mut ruth, Request::AckTurn { id: first.id });
+    ok(&mut ruth, AckTurn { id: first.id });
     let m = pop(&mut ruth);
     assert_eq!(m.kind, "question_answered");
     assert!(
@@ -635,7 +641,7 @@ fn questions_between_agents_ttl_and_cancel() {
     let mut bob = b.agent("bob");
     let q = ok(
         &mut ana,
-        Request::Ask {
+        Ask {
             question: "which branch?".into(),
             options: vec!["main".into(), "dev".into()],
             multi: true,
@@ -647,32 +653,33 @@ fn questions_between_agents_ttl_and_cancel() {
     let asked = pop(&mut bob);
     assert_eq!(asked.kind, "question_asked");
     assert!(asked.body.contains("which branch?") && asked.body.contains("main | dev"));
-    ok(&mut bob, Request::AckTurn { id: asked.id });
+    ok(&mut bob, AckTurn { id: asked.id });
     let e = refused(
         &mut ana,
-        Request::Answer {
+        Answer {
             id: qid,
             answer: "main".into(),
         },
     );
     assert!(e.contains("only they may answer"), "{e}");
-    let ends: wire::LooseEndsReply = bob.call_as(&Request::GetLooseEnds { agent: None }).unwrap();
+    let ends: hyperhive::proto::cmd::LooseEndsReply =
+        bob.call(&GetLooseEnds { agent: None }).unwrap();
     assert_eq!(ends.owed.len(), 1);
     ok(
         &mut bob,
-        Request::Answer {
+        Answer {
             id: qid,
             answer: "main, dev".into(),
         },
     );
     let ans = pop(&mut ana);
     assert!(ans.body.contains("main, dev"), "{}", ans.body);
-    ok(&mut ana, Request::AckTurn { id: ans.id });
+    ok(&mut ana, AckTurn { id: ans.id });
 
     // TTL expiry answers [expired].
     ok(
         &mut ana,
-        Request::Ask {
+        Ask {
             question: "quick?".into(),
             options: vec![],
             multi: false,
@@ -682,12 +689,12 @@ fn questions_between_agents_ttl_and_cancel() {
     );
     let exp = recv_next(&mut ana, 10).message.expect("expiry notice");
     assert!(exp.body.contains("[expired]"), "{}", exp.body);
-    ok(&mut ana, Request::AckTurn { id: exp.id });
+    ok(&mut ana, AckTurn { id: exp.id });
 
     // The asker may withdraw; nobody else may.
     let q = ok(
         &mut ana,
-        Request::Ask {
+        Ask {
             question: "later?".into(),
             options: vec![],
             multi: false,
@@ -698,23 +705,23 @@ fn questions_between_agents_ttl_and_cancel() {
     let qid = q["id"].as_i64().unwrap();
     let e = refused(
         &mut bob,
-        Request::CancelLooseEnd {
-            kind: "question".into(),
+        CancelLooseEnd {
+            kind: LooseEndKind::Question,
             id: qid,
         },
     );
     assert!(e.contains("not yours"), "{e}");
     ok(
         &mut ana,
-        Request::CancelLooseEnd {
-            kind: "question".into(),
+        CancelLooseEnd {
+            kind: LooseEndKind::Question,
             id: qid,
         },
     );
     let e = refused(
         &mut ana,
-        Request::CancelLooseEnd {
-            kind: "approval".into(),
+        CancelLooseEnd {
+            kind: LooseEndKind::Approval,
             id: 1,
         },
     );
@@ -728,7 +735,7 @@ fn reminders_fire_across_a_broker_restart_and_spill_big_payloads() {
     let big = "x".repeat(5000);
     let r = ok(
         &mut a,
-        Request::Remind {
+        Remind {
             message: big.clone(),
             delay_seconds: Some(3600),
             at_unix_timestamp: None,
@@ -742,13 +749,14 @@ fn reminders_fire_across_a_broker_restart_and_spill_big_payloads() {
     assert_eq!(std::fs::read_to_string(&spill).unwrap(), big);
     ok(
         &mut a,
-        Request::Remind {
+        Remind {
             message: "check the deploy".into(),
             delay_seconds: Some(1),
             at_unix_timestamp: None,
         },
     );
-    let ends: wire::LooseEndsReply = a.call_as(&Request::GetLooseEnds { agent: None }).unwrap();
+    let ends: hyperhive::proto::cmd::LooseEndsReply =
+        a.call(&GetLooseEnds { agent: None }).unwrap();
     assert_eq!(ends.reminders.len(), 2);
     b.restart();
     let mut a = b.agent("ana");
@@ -757,8 +765,8 @@ fn reminders_fire_across_a_broker_restart_and_spill_big_payloads() {
     assert!(m.body.contains("check the deploy"));
     ok(
         &mut a,
-        Request::CancelLooseEnd {
-            kind: "reminder".into(),
+        CancelLooseEnd {
+            kind: LooseEndKind::Reminder,
             id: big_id,
         },
     );
@@ -827,4 +835,39 @@ fn an_agent_socket_can_be_given_to_the_agents_user() {
 fn writeln_skip(why: &str) -> std::io::Result<()> {
     use std::io::Write;
     writeln!(std::io::stderr(), "SKIPPED: {why}")
+}
+
+#[test]
+fn hive_version_asks_the_broker_over_the_host_socket() {
+    let b = Broker::start(&["ana"]);
+    let sock = b.host_socket();
+    let (code, out, err) = run_hive(&["version", "--socket", sock.to_str().unwrap()], None, &[]);
+    assert_eq!(code, 0, "{err}");
+    let rev = hyperhive::proto::HYPERHIVE_REV;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!("hive {} ({rev})", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(
+        lines[1],
+        format!("broker {} ({rev}), protocol 1", env!("CARGO_PKG_VERSION"))
+    );
+    let (code, out, _) = run_hive(
+        &["version", "--json", "--socket", sock.to_str().unwrap()],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (v["ok"].clone(), v["protocol"].clone()),
+        (Value::Bool(true), 1.into())
+    );
+    // It is the operator's: an agent's socket refuses it.
+    let e = refused(&mut b.agent("ana"), Version {});
+    assert_eq!(
+        e,
+        "version is an operator command; this is the socket of agent ana"
+    );
 }

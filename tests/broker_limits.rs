@@ -1,15 +1,18 @@
 //! The broker's limits against a real `hive broker` process, from the probe's
 //! reproducers (`docs/reliability.md`, "Broker limits"): descriptors (a low
 //! `ulimit -n`, a flood of connections on one agent's socket, `EMFILE` in the
-//! accept loop, idle connections), sizes end to end (`wire::MAX_BODY` on every
-//! path that creates a message, answers cut to `wire::PAGE_BYTES`, the
+//! accept loop, idle connections), sizes end to end (`hyperhive::proto::limits::MAX_BODY` on every
+//! path that creates a message, answers cut to `hyperhive::proto::limits::PAGE_BYTES`, the
 //! operator inbox under `hive inbox | head`), and `request_apply_commit` on a
 //! FIFO or a huge file.
 
 mod common;
 
 use common::hive::*;
-use hyperhive::wire::{self, Client, ClientError, RecvNextReply, Request};
+use hyperhive::proto::cmd::{
+    AckTurn, Approvals, Ask, Hello, RecvNext, RecvNextReply, RequestApplyCommit, Send, Status,
+};
+use hyperhive::proto::{Client, ClientError};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -50,7 +53,7 @@ fn raw_conn(path: &std::path::Path) -> BufReader<UnixStream> {
 }
 
 fn hello(c: &mut Client) -> String {
-    ok(c, Request::Hello { version: None })["identity"]
+    ok(c, Hello { version: None })["identity"]
         .as_str()
         .unwrap()
         .to_string()
@@ -123,7 +126,7 @@ fn three_hundred_connections_on_one_agent_socket_lock_out_nobody_under_ulimit_25
     let meanwhile = operator_send(&b, "ana", "sent meanwhile");
     ok(
         &mut bob,
-        Request::Send {
+        Send {
             to: "ana".into(),
             body: "from bob meanwhile".into(),
             in_reply_to: None,
@@ -136,19 +139,21 @@ fn three_hundred_connections_on_one_agent_socket_lock_out_nobody_under_ulimit_25
     let mut ana = wait_for(T, "ana's socket to serve again", || {
         let mut c = Client::connect(&sock).ok()?;
         c.set_read_timeout(Some(T)).ok()?;
-        c.call(&Request::Hello { version: None }).ok().map(|_| c)
+        c.call(&Hello { version: None }).ok().map(|_| c)
     });
     let first: RecvNextReply = ana
-        .call_as(&Request::RecvNext {
+        .call(&RecvNext {
             wait_seconds: Some(5),
+            seen: None,
         })
         .unwrap();
     let m = first.message.expect("the message sent meanwhile");
     assert_eq!((m.id, m.body.as_str()), (meanwhile, "sent meanwhile"));
-    ok(&mut ana, Request::AckTurn { id: m.id });
+    ok(&mut ana, AckTurn { id: m.id });
     let second: RecvNextReply = ana
-        .call_as(&Request::RecvNext {
+        .call(&RecvNext {
             wait_seconds: Some(5),
+            seen: None,
         })
         .unwrap();
     assert_eq!(second.message.unwrap().body, "from bob meanwhile");
@@ -229,16 +234,17 @@ fn idle_connections_are_closed_and_parked_ones_are_not() {
     slow.write_all(b"{\"cmd\":").unwrap();
     let mut parked = b.agent("ana");
     let mut client = b.agent("ana");
-    ok(&mut client, Request::Status {});
+    ok(&mut client, Status {});
 
     // A long-poll longer than the idle timeout is answered, not cut off.
     let r: RecvNextReply = parked
-        .call_as(&Request::RecvNext {
+        .call(&RecvNext {
             wait_seconds: Some(3),
+            seen: None,
         })
         .unwrap();
     assert!(r.message.is_none());
-    ok(&mut parked, Request::Status {});
+    ok(&mut parked, Status {});
 
     let mut buf = [0u8; 64];
     assert_eq!(
@@ -253,7 +259,7 @@ fn idle_connections_are_closed_and_parked_ones_are_not() {
     );
     // A client on a connection closed for idleness gets an I/O error (so it
     // reconnects), never a refusal.
-    match client.call(&Request::Status {}) {
+    match client.call(&Status {}) {
         Err(ClientError::Io(_)) => {}
         other => panic!("expected an I/O error, got {other:?}"),
     }
@@ -267,7 +273,7 @@ fn a_body_of_the_old_wedging_size_is_refused_and_the_agent_keeps_working() {
     let mut bob = b.agent("bob");
     let e = refused(
         &mut bob,
-        Request::Send {
+        Send {
             to: "ana".into(),
             body: big.clone(),
             in_reply_to: None,
@@ -298,8 +304,9 @@ fn a_body_of_the_old_wedging_size_is_refused_and_the_agent_keeps_working() {
     let id = operator_send(&b, "ana", "follow-up");
     let mut ana = b.agent("ana");
     let r: RecvNextReply = ana
-        .call_as(&Request::RecvNext {
+        .call(&RecvNext {
             wait_seconds: Some(5),
+            seen: None,
         })
         .unwrap();
     let m = r.message.expect("the follow-up");
@@ -317,7 +324,7 @@ fn every_path_that_creates_a_message_checks_its_size_and_refuses_blank_text() {
     let (mut ana, mut bob, mut host) = (b.agent("ana"), b.agent("bob"), b.host());
     let to_ana = ok(
         &mut bob,
-        Request::Ask {
+        Ask {
             question: "for ana".into(),
             options: vec![],
             multi: false,
@@ -329,7 +336,7 @@ fn every_path_that_creates_a_message_checks_its_size_and_refuses_blank_text() {
         .unwrap();
     let to_op = ok(
         &mut ana,
-        Request::Ask {
+        Ask {
             question: "for the operator".into(),
             options: vec![],
             multi: false,
@@ -381,11 +388,11 @@ fn every_path_that_creates_a_message_checks_its_size_and_refuses_blank_text() {
             Box::new(move |t| json!({"cmd":"answer","id":to_op,"answer":t})),
         ),
     ];
-    let over = "x".repeat(wire::MAX_BODY + 1);
+    let over = "x".repeat(hyperhive::proto::limits::MAX_BODY + 1);
     for (client, cases) in [(&mut ana, on_ana), (&mut host, on_host)] {
         for (name, make) in cases {
             for (text, want) in [(over.as_str(), "65537 bytes"), ("  \n\t ", "empty")] {
-                let e = match client.call_raw(&make(text).to_string()) {
+                let e = match call_raw(client, &make(text).to_string()) {
                     Err(ClientError::Refused(e)) => e,
                     other => panic!("{name} with {want}: {other:?}"),
                 };
@@ -403,7 +410,7 @@ fn every_path_that_creates_a_message_checks_its_size_and_refuses_blank_text() {
     ] {
         let e = refused(
             &mut ana,
-            Request::Ask {
+            Ask {
                 question: "pick".into(),
                 options,
                 multi: false,
@@ -416,9 +423,9 @@ fn every_path_that_creates_a_message_checks_its_size_and_refuses_blank_text() {
     // Exactly the limit goes through, and nothing over it was stored.
     ok(
         &mut host,
-        Request::Send {
+        Send {
             to: "ana".into(),
-            body: "y".repeat(wire::MAX_BODY),
+            body: "y".repeat(hyperhive::proto::limits::MAX_BODY),
             in_reply_to: None,
         },
     );
@@ -445,7 +452,10 @@ fn recv_and_every_list_answer_fit_in_one_line() {
     let mut got = Vec::new();
     loop {
         let (size, v) = sized_call(&mut ana, &json!({"cmd":"recv","max":32}));
-        assert!(size <= wire::PAGE_BYTES + 70_000, "{size}");
+        assert!(
+            size <= hyperhive::proto::limits::PAGE_BYTES + 70_000,
+            "{size}"
+        );
         let msgs = v["messages"].as_array().unwrap().clone();
         if msgs.is_empty() {
             break;
@@ -490,7 +500,10 @@ fn recv_and_every_list_answer_fit_in_one_line() {
     for (on_host, req, list, all) in checks {
         let conn = if on_host { &mut host } else { &mut ana };
         let (size, v) = sized_call(conn, &req);
-        assert!(size <= wire::PAGE_BYTES + 1024, "{req}: {size}");
+        assert!(
+            size <= hyperhive::proto::limits::PAGE_BYTES + 1024,
+            "{req}: {size}"
+        );
         let shown = v[list].as_array().unwrap().len() as u64;
         let left = v["left_off"].as_u64().unwrap_or(0);
         assert!(
@@ -518,7 +531,7 @@ fn hive_inbox_prints_twenty_big_messages_and_a_hang_up_or_head_loses_none() {
     for i in 0..20 {
         ok(
             &mut bob,
-            Request::Send {
+            Send {
                 to: "operator".into(),
                 body: format!("report {i}: {}", "r".repeat(60_000)),
                 in_reply_to: None,
@@ -576,7 +589,7 @@ fn a_fifo_or_a_huge_patch_file_is_refused_and_the_hub_keeps_answering() {
     let asker = std::thread::spawn(move || {
         let mut ana = Client::connect(&sock).unwrap();
         ana.set_read_timeout(Some(T)).unwrap();
-        let req = Request::RequestApplyCommit {
+        let req = RequestApplyCommit {
             agent: "ana".into(),
             commit_ref: "patch.json".into(),
         };
@@ -596,7 +609,7 @@ fn a_fifo_or_a_huge_patch_file_is_refused_and_the_hub_keeps_answering() {
     ] {
         let e = refused(
             &mut ana,
-            Request::RequestApplyCommit {
+            RequestApplyCommit {
                 agent: "ana".into(),
                 commit_ref: commit_ref.into(),
             },
@@ -605,13 +618,13 @@ fn a_fifo_or_a_huge_patch_file_is_refused_and_the_hub_keeps_answering() {
     }
     let r = ok(
         &mut ana,
-        Request::RequestApplyCommit {
+        RequestApplyCommit {
             agent: "ana".into(),
             commit_ref: "ok.json".into(),
         },
     );
     assert!(r["id"].as_i64().is_some(), "{r:?}");
-    let pending: wire::ApprovalsReply = b.host().call_as(&Request::Approvals {}).unwrap();
+    let pending: hyperhive::proto::cmd::ApprovalsReply = b.host().call(&Approvals {}).unwrap();
     assert_eq!(pending.approvals.len(), 1);
     assert_eq!(pending.approvals[0].payload, json!({"model":"opus"}));
 }

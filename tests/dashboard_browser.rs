@@ -8,7 +8,7 @@ mod common;
 use common::browser::{artifacts, browser, Driver, T};
 use common::hive::{ok, wait_for};
 use common::up::Up;
-use hyperhive::wire::Request;
+use hyperhive::proto::cmd::{Ask, RequestSpawn};
 use serde_json::Value;
 use std::io::Write;
 
@@ -21,7 +21,7 @@ const FLEET: &str = r#"{"agents": [
 fn ask(up: &Up, question: &str, options: &[&str], multi: bool) -> i64 {
     let r = ok(
         &mut up.agent("boss"),
-        Request::Ask {
+        Ask {
             question: question.into(),
             options: options.iter().map(|o| o.to_string()).collect(),
             multi,
@@ -135,7 +135,7 @@ fn the_json_api_shows_the_hive_and_acts_as_the_operator() {
     // An approval through the API.
     let r = ok(
         &mut up.agent("boss"),
-        Request::RequestSpawn {
+        RequestSpawn {
             name: "kid2".into(),
         },
     );
@@ -180,10 +180,10 @@ fn the_json_api_shows_the_hive_and_acts_as_the_operator() {
     let e = post("/api/send", serde_json::json!({"to": "kid", "body": "  "})).unwrap_err();
     assert_eq!(e.0, 400);
     assert!(e.1.contains("empty"), "{}", e.1);
-    let long = "x".repeat(hyperhive::wire::MAX_BODY + 1);
+    let long = "x".repeat(hyperhive::proto::limits::MAX_BODY + 1);
     let e = post("/api/send", serde_json::json!({"to": "kid", "body": long})).unwrap_err();
     assert!(
-        e.1.contains(&hyperhive::wire::MAX_BODY.to_string()),
+        e.1.contains(&hyperhive::proto::limits::MAX_BODY.to_string()),
         "{}",
         e.1
     );

@@ -6,7 +6,8 @@
 mod common;
 
 use common::hive::*;
-use hyperhive::wire::{ClientError, Request};
+use hyperhive::proto::cmd::{AckTurn, RecvNext, Send};
+use hyperhive::proto::ClientError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -208,7 +209,7 @@ fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
         let body = format!("before-{i}");
         ok(
             &mut host,
-            Request::Send {
+            Send {
                 to: "ana".into(),
                 body: body.clone(),
                 in_reply_to: None,
@@ -221,7 +222,7 @@ fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
     let mut refusal = None;
     for i in 0..400 {
         let body = format!("full-{i}-{}", "y".repeat(8000));
-        match host.call(&Request::Send {
+        match host.call(&Send {
             to: "ana".into(),
             body: body.clone(),
             in_reply_to: None,
@@ -245,7 +246,7 @@ fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
     let mut host = b.host();
     ok(
         &mut host,
-        Request::Send {
+        Send {
             to: "ana".into(),
             body: "after".into(),
             in_reply_to: None,
@@ -255,13 +256,14 @@ fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
     let mut ana = b.agent("ana");
     let mut got = Vec::new();
     while got.len() < accepted.len() {
-        let r: hyperhive::wire::RecvNextReply = ana
-            .call_as(&Request::RecvNext {
+        let r: hyperhive::proto::cmd::RecvNextReply = ana
+            .call(&RecvNext {
                 wait_seconds: Some(2),
+                seen: None,
             })
             .unwrap();
         let Some(m) = r.message else { break };
-        ok(&mut ana, Request::AckTurn { id: m.id });
+        ok(&mut ana, AckTurn { id: m.id });
         got.push(m.body);
     }
     assert_eq!(got, accepted);

@@ -7,7 +7,8 @@ mod common;
 
 use common::hive::{wait_for, Broker, TempDir};
 use hyperhive::harness::forge::{self, ForgeSettings};
-use hyperhive::wire::{Client, Message, MessagesReply, Request};
+use hyperhive::proto::cmd::Recv;
+use hyperhive::proto::{Client, Message, MessagesReply};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -191,7 +192,7 @@ impl Setup {
 /// Every message in the inbox now (waits up to `wait` for the first).
 fn drain(c: &mut Client, wait: u64) -> Vec<Message> {
     let r: MessagesReply = c
-        .call_as(&Request::Recv {
+        .call(&Recv {
             wait_seconds: Some(wait),
             max: Some(32),
         })

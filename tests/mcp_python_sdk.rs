@@ -7,7 +7,8 @@
 mod common;
 
 use common::hive::{hive_bin, ok, Broker, TempDir};
-use hyperhive::wire::{MessagesReply, Request};
+use hyperhive::proto::cmd::{Inbox, Send as SendMsg};
+use hyperhive::proto::MessagesReply;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -87,7 +88,7 @@ fn the_python_sdk_initializes_lists_and_calls_every_tool() {
     let state = TempDir::new("pysdk");
     let queued = ok(
         &mut broker.host(),
-        Request::Send {
+        SendMsg {
             to: "ruth".into(),
             body: "queued for python".into(),
             in_reply_to: None,
@@ -107,7 +108,7 @@ fn the_python_sdk_initializes_lists_and_calls_every_tool() {
     assert!(out.ends_with("ALL OK\n"), "{out}");
     let inbox = ok(
         &mut broker.host(),
-        Request::Inbox {
+        Inbox {
             wait_seconds: Some(0),
             peek: false,
             after: None,

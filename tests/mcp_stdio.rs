@@ -9,7 +9,8 @@ use common::hive::{ok, run_hive, wait_for, Broker, TempDir};
 use common::mcp::{McpProc, ANSWER_WAIT};
 use hyperhive::groups::ToolGroup;
 use hyperhive::mcp::hyperhive::allowed_hyperhive_tools;
-use hyperhive::wire::{MessagesReply, Request};
+use hyperhive::proto::cmd::{Inbox, InboxAck, Send};
+use hyperhive::proto::MessagesReply;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -62,7 +63,7 @@ impl Hive {
     fn operator_sends(&self, agent: &str, body: &str) -> i64 {
         let r = ok(
             &mut self.broker.host(),
-            Request::Send {
+            Send {
                 to: agent.into(),
                 body: body.into(),
                 in_reply_to: None,
@@ -72,10 +73,10 @@ impl Hive {
     }
 
     /// The operator's unread messages (marked read).
-    fn operator_inbox(&self) -> Vec<hyperhive::wire::Message> {
+    fn operator_inbox(&self) -> Vec<hyperhive::proto::Message> {
         let r = ok(
             &mut self.broker.host(),
-            Request::Inbox {
+            Inbox {
                 wait_seconds: Some(0),
                 peek: false,
                 after: None,
@@ -85,7 +86,7 @@ impl Hive {
             .unwrap()
             .messages;
         let ids = messages.iter().map(|m| m.id).collect();
-        ok(&mut self.broker.host(), Request::InboxAck { ids });
+        ok(&mut self.broker.host(), InboxAck { ids });
         messages
     }
 

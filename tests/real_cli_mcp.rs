@@ -12,7 +12,8 @@ use common::fake_anthropic::{FakeAnthropic, Scenario, Step};
 use common::hive::{hive_bin, ok, run_hive, wait_for, Broker, TempDir};
 use hyperhive::groups::ToolGroup;
 use hyperhive::mcp::hyperhive::allowed_hyperhive_tools;
-use hyperhive::wire::{MessagesReply, QuestionsReply, Request};
+use hyperhive::proto::cmd::{Inbox, QuestionsReply, Recv, Send};
+use hyperhive::proto::{MessagesReply, Request};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -92,7 +93,7 @@ impl Agent {
         (run, fake)
     }
 
-    fn inbox(&self, req: Request, host: bool) -> Vec<hyperhive::wire::Message> {
+    fn inbox(&self, req: impl Into<Request>, host: bool) -> Vec<hyperhive::proto::Message> {
         let mut c = if host {
             self.broker.host()
         } else {
@@ -159,7 +160,7 @@ fn the_model_sends_to_the_operator() {
         "the model got the result: {second}"
     );
     let inbox = agent.inbox(
-        Request::Inbox {
+        Inbox {
             wait_seconds: Some(0),
             peek: false,
             after: None,
@@ -181,7 +182,7 @@ fn the_model_receives_a_queued_message_which_is_then_confirmed() {
     let agent = Agent::new("cli-recv");
     let id = ok(
         &mut agent.broker.host(),
-        Request::Send {
+        Send {
             to: "ruth".into(),
             body: "queued for claude".into(),
             in_reply_to: None,
@@ -254,7 +255,7 @@ fn the_model_asks_and_the_operator_answers() {
     );
     assert_eq!(code, 0, "{err}");
     let got = agent.inbox(
-        Request::Recv {
+        Recv {
             wait_seconds: Some(10),
             max: Some(1),
         },
@@ -285,7 +286,7 @@ fn the_model_sets_a_reminder_that_reaches_the_inbox() {
     assert!(text.starts_with("reminder #"), "{text}");
     let started = Instant::now();
     let got = agent.inbox(
-        Request::Recv {
+        Recv {
             wait_seconds: Some(10),
             max: Some(1),
         },

@@ -131,7 +131,7 @@ fn prompt_too_long_is_compacted_by_the_harness_and_retried() {
         ["turn", "turn", "compact", "turn"],
         "{kinds:?}"
     );
-    assert_eq!(kinds[1].1, "prompt is too long");
+    assert_eq!(kinds[1].1, "prompt_too_long");
     assert_eq!(kinds[2].1, "compacted");
     assert_eq!(kinds[3].1, "ok");
 }
@@ -179,8 +179,8 @@ fn a_rate_limited_compaction_keeps_the_message_then_compacts_again_and_retries()
         ["turn", "turn", "compact", "compact", "turn"],
         "{rows:?}"
     );
-    assert_eq!(rows[1].1, "prompt is too long", "{rows:?}");
-    assert!(rows[2].1.starts_with("rate limited"), "{rows:?}");
+    assert_eq!(rows[1].1, "prompt_too_long", "{rows:?}");
+    assert_eq!(rows[2].1, "rate_limited", "{rows:?}");
     assert_eq!(
         (rows[3].1.as_str(), rows[4].1.as_str()),
         ("compacted", "ok")
@@ -232,11 +232,19 @@ fn a_session_compaction_cannot_shrink_is_replaced_by_a_fresh_one() {
     let rows = stats(&h);
     let kinds: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(kinds, ["turn", "turn", "compact", "turn"], "{rows:?}");
+    // The kind is closed; the CLI's words are kept in the note.
+    assert_eq!(rows[2].1, "prompt_too_long", "{rows:?}");
+    let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
+    let note: String = db
+        .query_row(
+            "SELECT note FROM turns WHERE kind = 'compact' ORDER BY id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
     assert!(
-        rows[2]
-            .1
-            .contains("could not be reduced below the context limit"),
-        "{rows:?}"
+        note.contains("could not be reduced below the context limit"),
+        "{note}"
     );
     assert_eq!(rows[3].1, "ok");
     let last = api.posts().pop().unwrap();
@@ -276,7 +284,7 @@ fn a_429_is_requeued_and_retried_after_the_pause() {
         .unwrap()
         .map(Result::unwrap)
         .collect();
-    assert!(outcomes[1].starts_with("rate limited"), "{outcomes:?}");
+    assert_eq!(outcomes[1], "rate_limited", "{outcomes:?}");
     assert_eq!(outcomes.last().unwrap(), "ok");
     // The retry sent a note, not the prompt a second time.
     let last = api.posts().pop().unwrap();

@@ -9,7 +9,8 @@
 mod common;
 
 use common::hive::{hive_bin, wait_for, TempDir};
-use hyperhive::wire::{Client, MessagesReply, Request};
+use hyperhive::proto::cmd::Recv;
+use hyperhive::proto::{Client, MessagesReply};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -179,7 +180,7 @@ fn the_static_binary_runs_alone_in_an_empty_root() {
     });
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let r: MessagesReply = c
-        .call_as(&Request::Recv {
+        .call(&Recv {
             wait_seconds: Some(5),
             max: Some(8),
         })

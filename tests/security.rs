@@ -9,7 +9,8 @@
 mod common;
 
 use common::hive::*;
-use hyperhive::wire::{Client, ClientError};
+use hyperhive::proto::cmd::RecvNext;
+use hyperhive::proto::{Client, ClientError};
 use serde_json::{json, Map, Value};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -17,7 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn raw(c: &mut Client, v: Value) -> Result<Map<String, Value>, String> {
-    match c.call_raw(&v.to_string()) {
+    match call_raw(c, &v.to_string()) {
         Ok(m) => Ok(m),
         Err(ClientError::Refused(e)) => Err(e),
         Err(e) => panic!("{v}: no answer: {e}"),
@@ -169,7 +170,7 @@ fn oversized_lines_are_refused_clearly_and_the_connection_goes_on() {
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let big = format!(
         "{{\"cmd\":\"wake\",\"from\":\"x\",\"body\":\"{}\"}}\n",
-        "a".repeat(hyperhive::wire::MAX_LINE + 10)
+        "a".repeat(hyperhive::proto::limits::MAX_LINE + 10)
     );
     s.write_all(big.as_bytes()).unwrap();
     s.write_all(b"{\"cmd\":\"status\"}\n").unwrap();
@@ -436,7 +437,7 @@ fn tool_groups_hold_on_the_socket() {
         json!({"cmd":"kick"}),
     ] {
         let line = req.to_string();
-        let r = ana.call_raw(&line);
+        let r = call_raw(&mut ana, &line);
         assert!(r.is_ok(), "{line}: {r:?}");
     }
 }
@@ -470,10 +471,11 @@ fn hive_wake_works_as_the_agents_uid_with_socket_uid() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let r: hyperhive::wire::RecvNextReply = b
+    let r: hyperhive::proto::cmd::RecvNextReply = b
         .agent("ana")
-        .call_as(&hyperhive::wire::Request::RecvNext {
+        .call(&RecvNext {
             wait_seconds: Some(5),
+            seen: None,
         })
         .unwrap();
     assert_eq!(r.message.unwrap().body, "as the agent's user");
@@ -589,7 +591,7 @@ fn hive_inbox_and_questions_show_control_characters_as_text() {
         assert_eq!(code, 0, "{cmd}: {err}");
         assert!(
             !out.chars()
-                .any(|c| c != '\n' && hyperhive::wire::is_control_or_bidi(c)),
+                .any(|c| c != '\n' && hyperhive::proto::text::is_control_or_bidi(c)),
             "{cmd} printed a raw control character: {out:?}"
         );
         assert!(out.contains("\\x1b]0;"), "{cmd}: {out}");
@@ -602,7 +604,7 @@ fn hive_inbox_and_questions_show_control_characters_as_text() {
 fn duplicate_keys_are_refused_and_errors_echo_a_short_prefix() {
     let b = Broker::start(&["ana"]);
     let mut host = b.host();
-    let e = match host.call_raw(r#"{"cmd":"hello","cmd":"agents"}"#) {
+    let e = match call_raw(&mut host, r#"{"cmd":"hello","cmd":"agents"}"#) {
         Err(ClientError::Refused(e)) => e,
         other => panic!("{other:?}"),
     };

@@ -25,7 +25,7 @@ fn started(agent: &str, env: &[(&str, &str)]) -> (Broker, Harness) {
 
 /// Waits for an operator-inbox message matching `pred` (the parent notice is sent
 /// after the ack, so a drained inbox does not mean it is there yet).
-fn wait_notice(b: &Broker, what: &str, pred: impl Fn(&str) -> bool) -> hyperhive::wire::Message {
+fn wait_notice(b: &Broker, what: &str, pred: impl Fn(&str) -> bool) -> hyperhive::proto::Message {
     wait_for(Duration::from_secs(20), what, || {
         operator_inbox(b).into_iter().find(|m| pred(&m.body))
     })
@@ -163,7 +163,7 @@ fn stderr_429_markers_rate_limit_then_retry() {
     wait_drained(&b, "ana");
     assert!(h.fake.stdin(3).contains("work") || h.fake.stdin(3).contains("Retry"));
     let rows = stats_rows(&h);
-    assert!(rows[1].1.starts_with("rate limited"), "{rows:?}");
+    assert_eq!(rows[1].1, "rate_limited", "{rows:?}");
     let _ = id;
 }
 
@@ -367,7 +367,7 @@ fn a_hung_claude_is_stopped_by_the_turn_timeout_and_retried() {
     // It never printed an assistant line: the retry carries the whole body.
     assert!(h.fake.stdin(3).contains("hang"), "{}", h.fake.stdin(3));
     let rows = stats_rows(&h);
-    assert!(rows[1].1.contains("timed out"), "{rows:?}");
+    assert_eq!(rows[1].1, "timed_out", "{rows:?}");
     assert_eq!(rows[2].1, "ok", "{rows:?}");
 }
 

@@ -16,7 +16,8 @@
 mod common;
 
 use common::hive::*;
-use hyperhive::wire::{Client, Request};
+use hyperhive::proto::cmd::Send as SendMsg;
+use hyperhive::proto::Client;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -91,7 +92,7 @@ fn sender(
 
 /// A wire call on a cached connection; any failure drops the connection and
 /// counts as not accepted (the sender did not get `ok:true`).
-fn call_on(slot: &mut Option<Client>, path: &Path, req: &Request) -> bool {
+fn call_on(slot: &mut Option<Client>, path: &Path, req: &SendMsg) -> bool {
     if slot.is_none() {
         *slot = Client::connect(path).ok();
         if let Some(c) = slot.as_ref() {
@@ -103,7 +104,7 @@ fn call_on(slot: &mut Option<Client>, path: &Path, req: &Request) -> bool {
     };
     match c.call(req) {
         Ok(_) => true,
-        Err(hyperhive::wire::ClientError::Refused(_)) => false,
+        Err(hyperhive::proto::ClientError::Refused(_)) => false,
         Err(_) => {
             *slot = None;
             false
@@ -197,7 +198,7 @@ fn crash_loop_loses_no_accepted_message() {
     let mut slot = None;
     threads.push(sender("op", stop.clone(), ledger.clone(), move |tok, n| {
         let to = if n % 2 == 0 { "ana" } else { "bob" };
-        let req = Request::Send {
+        let req = SendMsg {
             to: to.into(),
             body: tok.into(),
             in_reply_to: None,
@@ -212,7 +213,7 @@ fn crash_loop_loses_no_accepted_message() {
         stop.clone(),
         ledger.clone(),
         move |tok, _| {
-            let req = Request::Send {
+            let req = SendMsg {
                 to: "bob".into(),
                 body: tok.into(),
                 in_reply_to: None,

@@ -68,7 +68,7 @@ fn a_rate_limited_continue_waits_out_the_pause_then_runs() {
     });
     let kinds: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(kinds, ["turn", "turn", "continue", "continue"], "{rows:?}");
-    assert!(rows[2].1.starts_with("rate limited"), "{rows:?}");
+    assert_eq!(rows[2].1, "rate_limited", "{rows:?}");
     assert_eq!((rows[3].1.as_str(), rows[3].2.as_str()), ("ok", "self"));
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(h.fake.count(), 4, "one continue, not two");

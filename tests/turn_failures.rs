@@ -41,7 +41,7 @@ fn resumed(h: &Harness, n: usize) -> bool {
 }
 
 /// Waits for an operator-inbox message matching `pred`.
-fn wait_notice(b: &Broker, what: &str, pred: impl Fn(&str) -> bool) -> hyperhive::wire::Message {
+fn wait_notice(b: &Broker, what: &str, pred: impl Fn(&str) -> bool) -> hyperhive::proto::Message {
     wait_for(T, what, || {
         operator_inbox(b).into_iter().find(|m| pred(&m.body))
     })
@@ -84,7 +84,7 @@ fn a_rate_limited_compaction_keeps_the_message_and_compacts_again_before_the_ret
         ["turn", "turn", "compact", "compact", "turn"],
         "{rows:?}"
     );
-    assert!(rows[2].1.starts_with("rate limited"), "{rows:?}");
+    assert_eq!(rows[2].1, "rate_limited", "{rows:?}");
     assert_eq!(
         (rows[3].1.as_str(), rows[4].1.as_str()),
         ("compacted", "ok")

@@ -22,9 +22,15 @@ fn started(agent: &str, env: &[(&str, &str)]) -> (Broker, Harness) {
     (b, h)
 }
 
+/// Each run's outcome kind and note, as `kind: note`.
 fn outcomes(h: &Harness) -> Vec<String> {
     let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
-    let mut st = db.prepare("SELECT outcome FROM turns ORDER BY id").unwrap();
+    let mut st = db
+        .prepare(
+            "SELECT CASE note WHEN '' THEN outcome ELSE outcome || ': ' || note END
+             FROM turns ORDER BY id",
+        )
+        .unwrap();
     st.query_map([], |r| r.get(0))
         .unwrap()
         .map(Result::unwrap)

@@ -6,9 +6,14 @@
 
 mod common;
 
-use common::hive::{ok, refused, run_hive, wait_for, Broker};
+use common::hive::{call_raw, ok, refused, run_hive, wait_for, Broker};
 use common::up::Up;
-use hyperhive::wire::{self, Request};
+use hyperhive::proto::cmd::{
+    Agents, Approvals, Approve, CancelLooseEnd, CancelScheduled, GetHostJournal, GetLogs,
+    GetLooseEnds, Inbox, Kill, ListScheduled, RequestApplyCommit, RequestSpawn, Restart,
+    SchedulePrompt, Send, Start, Supervision, Update,
+};
+use hyperhive::proto::{LooseEndKind, Request};
 use std::time::Duration;
 
 const KICK: &str = "You were just (re)started";
@@ -43,7 +48,7 @@ fn a_killed_harness_is_restarted_with_one_kick_and_nothing_lost() {
     // While kid1 is down, the operator writes to it.
     ok(
         &mut up.host(),
-        Request::Send {
+        Send {
             to: "kid1".into(),
             body: "while you were down".into(),
             in_reply_to: None,
@@ -68,7 +73,7 @@ fn a_spawn_request_runs_after_the_operator_approves() {
     let up = up();
     let r = ok(
         &mut up.agent("boss"),
-        Request::RequestSpawn {
+        RequestSpawn {
             name: "kid3".into(),
         },
     );
@@ -99,14 +104,14 @@ fn a_spawn_request_runs_after_the_operator_approves() {
     up.wait_prompt("boss", &format!("[approval #{id} approved]"), 1);
     let e = refused(
         &mut up.agent("boss"),
-        Request::RequestSpawn {
+        RequestSpawn {
             name: "kid3".into(),
         },
     );
     assert!(e.contains("already exists"), "{e}");
     let e = refused(
         &mut up.agent("boss"),
-        Request::RequestSpawn {
+        RequestSpawn {
             name: "muchtoolong".into(),
         },
     );
@@ -114,7 +119,7 @@ fn a_spawn_request_runs_after_the_operator_approves() {
     // A denied request is told why.
     let r = ok(
         &mut up.agent("boss"),
-        Request::RequestSpawn {
+        RequestSpawn {
             name: "kid4".into(),
         },
     );
@@ -139,13 +144,13 @@ fn a_spawn_request_runs_after_the_operator_approves() {
 #[test]
 fn lifecycle_acts_on_own_children_only() {
     let up = up();
-    let e = refused(&mut up.agent("boss"), Request::Kill { name: "pal".into() });
+    let e = refused(&mut up.agent("boss"), Kill { name: "pal".into() });
     assert!(e.contains("not a child of boss"), "{e}");
-    let e = refused(&mut up.agent("boss"), Request::Start { name: "pal".into() });
+    let e = refused(&mut up.agent("boss"), Start { name: "pal".into() });
     assert!(e.contains("not a child of boss"), "{e}");
     let e = refused(
         &mut up.agent("kid1"),
-        Request::Kill {
+        Kill {
             name: "kid2".into(),
         },
     );
@@ -153,7 +158,7 @@ fn lifecycle_acts_on_own_children_only() {
     // Its own child: kill keeps it stopped, start brings it back.
     ok(
         &mut up.agent("boss"),
-        Request::Kill {
+        Kill {
             name: "kid2".into(),
         },
     );
@@ -168,7 +173,7 @@ fn lifecycle_acts_on_own_children_only() {
     );
     ok(
         &mut up.agent("boss"),
-        Request::Start {
+        Start {
             name: "kid2".into(),
         },
     );
@@ -178,7 +183,7 @@ fn lifecycle_acts_on_own_children_only() {
     let pid = up.wait_running("kid1");
     ok(
         &mut up.agent("boss"),
-        Request::Restart {
+        Restart {
             name: "kid1".into(),
         },
     );
@@ -197,34 +202,34 @@ fn a_root_agent_withdraws_a_pending_approval() {
     let up = up();
     let r = ok(
         &mut up.agent("boss"),
-        Request::RequestSpawn {
+        RequestSpawn {
             name: "kid9".into(),
         },
     );
     let id = r["id"].as_i64().unwrap();
-    let ends: wire::LooseEndsReply = up
+    let ends: hyperhive::proto::cmd::LooseEndsReply = up
         .agent("boss")
-        .call_as(&Request::GetLooseEnds { agent: None })
+        .call(&GetLooseEnds { agent: None })
         .unwrap();
     assert_eq!(ends.approvals.len(), 1, "{ends:?}");
     let e = refused(
         &mut up.agent("pal"),
-        Request::CancelLooseEnd {
-            kind: "approval".into(),
+        CancelLooseEnd {
+            kind: LooseEndKind::Approval,
             id,
         },
     );
     assert!(e.contains("may cancel"), "{e}");
     ok(
         &mut up.agent("boss"),
-        Request::CancelLooseEnd {
-            kind: "approval".into(),
+        CancelLooseEnd {
+            kind: LooseEndKind::Approval,
             id,
         },
     );
-    let pending: wire::ApprovalsReply = up.host().call_as(&Request::Approvals {}).unwrap();
+    let pending: hyperhive::proto::cmd::ApprovalsReply = up.host().call(&Approvals {}).unwrap();
     assert!(pending.approvals.is_empty(), "{pending:?}");
-    let e = refused(&mut up.host(), Request::Approve { id });
+    let e = refused(&mut up.host(), Approve { id });
     assert!(e.contains("no pending approval"), "{e}");
 }
 
@@ -244,7 +249,7 @@ fn a_changed_fleet_entry_fires_needs_update_and_update_rebuilds() {
     assert!(!up.state("kid2").unwrap().up_to_date);
     ok(
         &mut up.agent("boss"),
-        Request::Update {
+        Update {
             name: "kid2".into(),
         },
     );
@@ -256,7 +261,7 @@ fn a_changed_fleet_entry_fires_needs_update_and_update_rebuilds() {
     // Updating again is harmless.
     ok(
         &mut up.agent("boss"),
-        Request::Update {
+        Update {
             name: "kid2".into(),
         },
     );
@@ -269,7 +274,7 @@ fn scheduling_logs_and_apply_commit() {
     let mut boss = up.agent("boss");
     let r = ok(
         &mut boss,
-        Request::SchedulePrompt {
+        SchedulePrompt {
             body: "check the oven".into(),
             at_unix_timestamp: None,
             delay_seconds: Some(1),
@@ -279,7 +284,7 @@ fn scheduling_logs_and_apply_commit() {
     assert!(r["id"].as_i64().is_some());
     let r = ok(
         &mut boss,
-        Request::SchedulePrompt {
+        SchedulePrompt {
             body: "daily digest".into(),
             at_unix_timestamp: None,
             delay_seconds: Some(3600),
@@ -287,19 +292,18 @@ fn scheduling_logs_and_apply_commit() {
         },
     );
     let daily = r["id"].as_i64().unwrap();
-    let ends: wire::LooseEndsReply = boss
-        .call_as(&Request::GetLooseEnds { agent: None })
-        .unwrap();
+    let ends: hyperhive::proto::cmd::LooseEndsReply =
+        boss.call(&GetLooseEnds { agent: None }).unwrap();
     assert!(ends.scheduled.iter().any(|s| s.id == daily), "{ends:?}");
     up.wait_prompt("boss", "check the oven", 1);
-    let list: wire::ScheduledReply = boss.call_as(&Request::ListScheduled {}).unwrap();
+    let list: hyperhive::proto::cmd::ScheduledReply = boss.call(&ListScheduled {}).unwrap();
     assert_eq!(list.scheduled.len(), 1, "the one-shot is gone: {list:?}");
-    ok(&mut boss, Request::CancelScheduled { id: daily });
-    let e = refused(&mut boss, Request::CancelScheduled { id: daily });
+    ok(&mut boss, CancelScheduled { id: daily });
+    let e = refused(&mut boss, CancelScheduled { id: daily });
     assert!(e.contains("no scheduled prompt"), "{e}");
     let e = refused(
         &mut up.agent("pal"),
-        Request::SchedulePrompt {
+        SchedulePrompt {
             body: "x".into(),
             at_unix_timestamp: None,
             delay_seconds: Some(1),
@@ -309,8 +313,8 @@ fn scheduling_logs_and_apply_commit() {
     assert!(e.contains("scheduling tool group"), "{e}");
 
     // Logs: own child yes, a stranger no.
-    let logs: wire::TextReply = boss
-        .call_as(&Request::GetLogs {
+    let logs: hyperhive::proto::TextReply = boss
+        .call(&GetLogs {
             agent: Some("kid1".into()),
             lines: Some(50),
         })
@@ -318,7 +322,7 @@ fn scheduling_logs_and_apply_commit() {
     assert!(logs.text.contains("hive serve kid1"), "{}", logs.text);
     let e = refused(
         &mut boss,
-        Request::GetLogs {
+        GetLogs {
             agent: Some("pal".into()),
             lines: None,
         },
@@ -326,7 +330,7 @@ fn scheduling_logs_and_apply_commit() {
     assert!(e.contains("query_agent_state"), "{e}");
     let e = refused(
         &mut boss,
-        Request::GetHostJournal {
+        GetHostJournal {
             unit: None,
             lines: None,
         },
@@ -336,7 +340,7 @@ fn scheduling_logs_and_apply_commit() {
     // A fleet-entry change through an approval.
     let r = ok(
         &mut boss,
-        Request::RequestApplyCommit {
+        RequestApplyCommit {
             agent: "kid1".into(),
             commit_ref: r#"{"model":"opus","env":{"EXTRA":"1"}}"#.into(),
         },
@@ -344,7 +348,7 @@ fn scheduling_logs_and_apply_commit() {
     let id = r["id"].as_i64().unwrap();
     let e = refused(
         &mut boss,
-        Request::RequestApplyCommit {
+        RequestApplyCommit {
             agent: "pal".into(),
             commit_ref: "{}".into(),
         },
@@ -355,7 +359,7 @@ fn scheduling_logs_and_apply_commit() {
     std::fs::write(state.join("kid2.json"), r#"{"model":"haiku"}"#).unwrap();
     let r = ok(
         &mut boss,
-        Request::RequestApplyCommit {
+        RequestApplyCommit {
             agent: "kid2".into(),
             commit_ref: "kid2.json".into(),
         },
@@ -364,7 +368,7 @@ fn scheduling_logs_and_apply_commit() {
     for outside in ["/etc/hostname", "../../kid1/state/x.json"] {
         let e = refused(
             &mut boss,
-            Request::RequestApplyCommit {
+            RequestApplyCommit {
                 agent: "kid2".into(),
                 commit_ref: outside.into(),
             },
@@ -374,7 +378,7 @@ fn scheduling_logs_and_apply_commit() {
             "{outside}: {e}"
         );
     }
-    ok(&mut up.host(), Request::Approve { id });
+    ok(&mut up.host(), Approve { id });
     wait_for(Duration::from_secs(20), "kid1 to run its new entry", || {
         let s = up.state("kid1")?;
         (s.state == "running" && s.applied.model.as_deref() == Some("opus")).then_some(())
@@ -408,11 +412,11 @@ fn plain_broker_answers_lifecycle_with_a_clear_error_and_keeps_schedules() {
         r#"{"agents":[{"name":"boss","tool_groups":["lifecycle","scheduling","diagnostics"]},
                       {"name":"kid","parent":"boss"}]}"#,
     );
-    let e = refused(&mut b.agent("boss"), Request::Kill { name: "kid".into() });
+    let e = refused(&mut b.agent("boss"), Kill { name: "kid".into() });
     assert!(e.contains("without a supervisor"), "{e}");
     let e = refused(
         &mut b.agent("boss"),
-        Request::GetLogs {
+        GetLogs {
             agent: None,
             lines: None,
         },
@@ -420,7 +424,7 @@ fn plain_broker_answers_lifecycle_with_a_clear_error_and_keeps_schedules() {
     assert!(e.contains("without a supervisor"), "{e}");
     ok(
         &mut b.agent("boss"),
-        Request::SchedulePrompt {
+        SchedulePrompt {
             body: "later".into(),
             at_unix_timestamp: None,
             delay_seconds: Some(3600),
@@ -428,13 +432,14 @@ fn plain_broker_answers_lifecycle_with_a_clear_error_and_keeps_schedules() {
         },
     );
     b.restart();
-    let list: wire::ScheduledReply = b.agent("boss").call_as(&Request::ListScheduled {}).unwrap();
+    let list: hyperhive::proto::cmd::ScheduledReply =
+        b.agent("boss").call(&ListScheduled {}).unwrap();
     assert_eq!(
         list.scheduled.len(),
         1,
         "scheduled prompts survive a restart"
     );
-    let e = refused(&mut b.host(), Request::Supervision {});
+    let e = refused(&mut b.host(), Supervision {});
     assert!(e.contains("without a supervisor"), "{e}");
 }
 
@@ -446,19 +451,23 @@ fn the_host_journal_needs_its_capability_and_says_when_there_is_none() {
     );
     let e = refused(
         &mut b.agent("dev"),
-        Request::GetHostJournal {
+        GetHostJournal {
             unit: None,
             lines: None,
         },
     );
     assert!(e.contains("read_host_journal capability"), "{e}");
-    let r = b.agent("ops").call(&Request::GetHostJournal {
+    let journal = Request::from(GetHostJournal {
         unit: Some("hive-test-nonexistent.service".into()),
         lines: Some(5),
     });
+    let r = call_raw(
+        &mut b.agent("ops"),
+        &serde_json::to_string(&journal).unwrap(),
+    );
     match r {
         Ok(m) => assert!(m["text"].is_string(), "{m:?}"),
-        Err(wire::ClientError::Refused(e)) => assert!(
+        Err(hyperhive::proto::ClientError::Refused(e)) => assert!(
             e.contains("journalctl is not available") || e.contains("journalctl failed"),
             "{e}"
         ),
@@ -466,7 +475,7 @@ fn the_host_journal_needs_its_capability_and_says_when_there_is_none() {
     }
     let e = refused(
         &mut b.agent("ops"),
-        Request::GetHostJournal {
+        GetHostJournal {
             unit: Some("--all".into()),
             lines: None,
         },
@@ -630,7 +639,7 @@ fn sigterm_requeues_an_inflight_turn_and_the_next_hive_up_finishes_it() {
     fake.step(next, "sleep 30; ok_turn slow");
     ok(
         &mut up.host(),
-        Request::Send {
+        Send {
             to: "pal".into(),
             body: "a long job".into(),
             in_reply_to: None,
@@ -642,7 +651,7 @@ fn sigterm_requeues_an_inflight_turn_and_the_next_hive_up_finishes_it() {
     up.restart(&AGENTS);
     up.wait_prompt("pal", "a long job", 2);
     wait_for(Duration::from_secs(30), "pal's inbox to drain", || {
-        let r: wire::AgentsReply = up.host().call_as(&Request::Agents {}).ok()?;
+        let r: hyperhive::proto::cmd::AgentsReply = up.host().call(&Agents {}).ok()?;
         let pal = r.agents.into_iter().find(|a| a.name == "pal")?;
         (pal.unread == 0 && pal.inflight.is_none()).then_some(())
     });
@@ -663,9 +672,9 @@ fn a_rebuilt_binary_makes_every_agent_stale_until_updated() {
         Duration::from_secs(20),
         "the operator to hear about pal",
         || {
-            let r: wire::MessagesReply = up
+            let r: hyperhive::proto::MessagesReply = up
                 .host()
-                .call_as(&Request::Inbox {
+                .call(&Inbox {
                     wait_seconds: None,
                     peek: true,
                     after: None,
@@ -679,7 +688,7 @@ fn a_rebuilt_binary_makes_every_agent_stale_until_updated() {
     );
     ok(
         &mut up.agent("boss"),
-        Request::Update {
+        Update {
             name: "kid1".into(),
         },
     );

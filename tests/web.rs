@@ -8,7 +8,7 @@ use common::web::{call, get, post, Sse, Web};
 use hyperhive::harness::bus::{LiveEvent, TurnState};
 use hyperhive::harness::control::Control;
 use hyperhive::harness::stats::{Stats, TurnRow};
-use hyperhive::wire::{RecvNextReply, Request};
+use hyperhive::proto::cmd::{RecvNext, RecvNextReply};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
@@ -161,8 +161,9 @@ fn send_goes_to_the_agent_inbox_through_the_broker() {
     let id = r.json()["id"].as_i64().expect("the stored id");
     let mut a = broker.agent("ana");
     let got: RecvNextReply = a
-        .call_as(&Request::RecvNext {
+        .call(&RecvNext {
             wait_seconds: Some(5),
+            seen: None,
         })
         .unwrap();
     let m = got.message.expect("a message");

@@ -12,7 +12,7 @@ mod common;
 use common::hive::*;
 use common::up::Up;
 use common::web::Page;
-use hyperhive::wire::Request;
+use hyperhive::proto::cmd::{Approvals, Ask, Inbox, Questions, RequestSpawn, Send};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -177,14 +177,14 @@ fn cross_site_changes_to_the_dashboard_are_refused_and_change_nothing() {
     let mut boss = up.agent("boss");
     let spawn = ok(
         &mut boss,
-        Request::RequestSpawn {
+        RequestSpawn {
             name: "evil".into(),
         },
     );
     let approval = spawn["id"].as_i64().unwrap();
     let asked = ok(
         &mut boss,
-        Request::Ask {
+        Ask {
             question: "deploy?".into(),
             options: vec!["yes".into(), "no".into()],
             multi: false,
@@ -195,7 +195,7 @@ fn cross_site_changes_to_the_dashboard_are_refused_and_change_nothing() {
     let question = asked["id"].as_i64().unwrap();
     let sent = ok(
         &mut up.agent("kid"),
-        Request::Send {
+        Send {
             to: "operator".into(),
             body: "a report".into(),
             in_reply_to: None,
@@ -229,13 +229,13 @@ fn cross_site_changes_to_the_dashboard_are_refused_and_change_nothing() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(std::fs::read(up.fleet_file()).unwrap(), fleet, "fleet file");
     let mut host = up.host();
-    let a = ok(&mut host, Request::Approvals {});
+    let a = ok(&mut host, Approvals {});
     assert_eq!(a["approvals"][0]["id"], approval, "{a:?}");
-    let q = ok(&mut host, Request::Questions {});
+    let q = ok(&mut host, Questions {});
     assert_eq!(q["questions"][0]["id"], question, "{q:?}");
     let inbox = ok(
         &mut host,
-        Request::Inbox {
+        Inbox {
             wait_seconds: None,
             peek: true,
             after: None,
@@ -817,11 +817,12 @@ fn duplicate_keys_and_long_inputs_are_refused_briefly() {
     assert!(r.body.len() < 1024, "echoed {} bytes", r.body.len());
     let r = p.post(
         "/api/send",
-        &json!({ "body": "x".repeat(hyperhive::wire::MAX_BODY + 1) }).to_string(),
+        &json!({ "body": "x".repeat(hyperhive::proto::limits::MAX_BODY + 1) }).to_string(),
     );
     assert_eq!(r.status, 400);
     assert!(
-        r.body.contains(&hyperhive::wire::MAX_BODY.to_string()),
+        r.body
+            .contains(&hyperhive::proto::limits::MAX_BODY.to_string()),
         "{}",
         r.body
     );

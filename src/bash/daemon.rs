@@ -1,9 +1,12 @@
 //! The task daemon's outside: [`start`] binds the socket (mode 0600), loads the
 //! task records and starts the coordinator, wake and accept threads; a
 //! connection thread per client reads request lines, hands each to the
-//! coordinator and writes its answer; the accept loop outlives descriptor
-//! exhaustion (it backs off and keeps the listener). [`DaemonHandle::shutdown`]
-//! stops it all.
+//! coordinator and writes its answer. The accept loop and the connection loop
+//! are the transport's (`proto::lines`: the accept loop outlives descriptor
+//! exhaustion, backing off and keeping the listener). A task that starts in the
+//! background makes the wake thread report the running tasks to the broker
+//! (`report_tasks`), where `get_loose_ends` lists them.
+//! [`DaemonHandle::shutdown`] stops it all.
 //! `hive serve` embeds the daemon through these two calls; `hive bash-daemon`
 //! ([`run_command`]) runs it alone until SIGTERM.
 
@@ -12,23 +15,21 @@ use super::proto::{ListReply, Request, TaskReply};
 use super::report::view;
 use super::store::Store;
 use super::waker::Waker;
-use crate::wire::{self, Line};
+use crate::proto::lines::{err_line, ok_line, serve_conn, Acceptor};
 use crossbeam_channel::{unbounded, Sender};
-use std::io::{BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 /// The daemon socket when `HIVE_BASH_SOCKET` is not set.
-pub const DEFAULT_SOCKET: &str = "/run/hive-bash/socket";
+pub const DEFAULT_SOCKET: &str = crate::proto::paths::DEFAULT_BASH_SOCKET;
 /// The bash env file when `HIVE_BASH_ENV` is not set.
 pub const DEFAULT_BASH_ENV: &str = "/etc/hyperhive/bash-env.sh";
 /// The agent's broker socket when `HIVE_SOCKET` is not set.
-pub const DEFAULT_AGENT_SOCKET: &str = crate::ops::DEFAULT_AGENT_SOCKET;
+pub const DEFAULT_AGENT_SOCKET: &str = crate::proto::paths::DEFAULT_AGENT_SOCKET;
 /// The state dir of `hive bash-daemon` when neither `--state-dir` nor
 /// `HIVE_STATE_DIR` is given.
 pub const DEFAULT_STATE_DIR: &str = "/state";
@@ -140,10 +141,12 @@ pub fn start(settings: DaemonSettings) -> Result<DaemonHandle, String> {
 
     let (events_tx, events_rx) = unbounded();
     let (wakes_tx, wakes_rx) = unbounded();
+    let (report_tx, report_rx) = unbounded();
     let waker = Waker {
         agent_socket: settings.agent_socket.clone(),
         tasks_dir: dir.clone(),
         events: events_tx.clone(),
+        report: report_rx,
     };
     let waker = std::thread::Builder::new()
         .name("bash-wakes".into())
@@ -164,10 +167,32 @@ pub fn start(settings: DaemonSettings) -> Result<DaemonHandle, String> {
         .map_err(|e| format!("cannot start the task coordinator thread: {e}"))?;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let (accept_stop, accept_events) = (stop.clone(), events_tx.clone());
+    let acceptor = Acceptor {
+        what: "the bash task socket".into(),
+        thread: "bash-conn",
+        ids: Arc::new(AtomicU64::new(1)),
+        stop: Some(stop.clone()),
+    };
+    let events = events_tx.clone();
     let acceptor = std::thread::Builder::new()
         .name("bash-accept".into())
-        .spawn(move || accept_loop(listener, accept_events, dir, accept_stop))
+        .spawn(move || {
+            acceptor.run(
+                listener,
+                || Ok(()),
+                move |stream, _, ()| {
+                    let (events, report) = (events.clone(), report_tx.clone());
+                    serve_conn(
+                        stream,
+                        BUSY,
+                        |line| answer(line, &events, &report, &dir),
+                        |id| {
+                            let _ = events.send(Event::InlineLost(id));
+                        },
+                    )
+                },
+            )
+        })
         .map_err(|e| format!("cannot start the accept thread: {e}"))?;
     log::info!(
         "bash task daemon listening on {}",
@@ -208,107 +233,29 @@ fn bind(path: &Path) -> Result<UnixListener, String> {
     Ok(listener)
 }
 
-/// The first pause after a failed accept; it doubles per failure in a row.
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(50);
-/// The cap on that pause.
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(2);
-
-/// Accepts clients until `stop`, one thread each. A failed accept or a thread
-/// that cannot be started (out of descriptors, memory or threads) never ends
-/// the loop or drops the listener: it pauses with a doubling, capped backoff
-/// and logs the first failure of each burst and the recovery.
-fn accept_loop(listener: UnixListener, events: Sender<Event>, dir: PathBuf, stop: Arc<AtomicBool>) {
-    let mut n: u64 = 0;
-    let mut failures: u64 = 0;
-    let mut backoff = ACCEPT_BACKOFF_MIN;
-    for stream in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            return;
-        }
-        let failed = match stream {
-            Ok(stream) => {
-                n += 1;
-                let (events, dir) = (events.clone(), dir.clone());
-                std::thread::Builder::new()
-                    .name(format!("bash-conn-{n}"))
-                    .spawn(move || serve_conn(stream, events, &dir))
-                    .err()
-                    .map(|e| format!("cannot start a connection thread: {e}"))
-            }
-            Err(e) => Some(format!("accept on the bash task socket failed: {e}")),
-        };
-        match failed {
-            None if failures > 0 => {
-                log::info!("the bash task socket accepts again after {failures} failures");
-                failures = 0;
-                backoff = ACCEPT_BACKOFF_MIN;
-            }
-            None => {}
-            Some(e) => {
-                failures += 1;
-                if failures == 1 {
-                    log::warn!(
-                        "{e}; the socket stays open, retrying with a backoff up to {ACCEPT_BACKOFF_MAX:?}"
-                    );
-                } else {
-                    log::debug!("{e} ({failures} in a row)");
-                }
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-            }
-        }
-    }
-}
-
-/// Serves one client: a request line in, an answer line out, until EOF.
-fn serve_conn(stream: UnixStream, events: Sender<Event>, dir: &Path) {
-    let Ok(mut writer) = stream.try_clone() else {
-        // Out of descriptors: say so instead of hanging up without a word.
-        let busy = "the bash task daemon is short of file descriptors for the moment; \
+/// What a client hears when its connection cannot get a second descriptor.
+const BUSY: &str = "the bash task daemon is short of file descriptors for the moment; \
                     nothing was done, try again in a little while";
-        let _ = writeln!(&stream, "{}", wire::err_line(busy));
-        return;
-    };
-    let mut reader = BufReader::new(stream);
-    loop {
-        let line = match wire::read_line(&mut reader, wire::MAX_LINE) {
-            Ok(Line::Text(s)) if s.trim().is_empty() => continue,
-            Ok(Line::Text(s)) => s,
-            Ok(Line::TooLong) => {
-                let _ = writeln!(writer, "{}", wire::err_line("request line too long"));
-                continue;
-            }
-            Ok(Line::NotUtf8) => {
-                let _ = writeln!(writer, "{}", wire::err_line("request is not UTF-8"));
-                continue;
-            }
-            Ok(Line::Eof) | Err(_) => return,
-        };
-        let (answer, inline_id) = match Request::parse(&line) {
-            Ok(req) => answer(req, &events, dir),
-            Err(e) => (wire::err_line(&e), None),
-        };
-        let written = writer
-            .write_all(format!("{answer}\n").as_bytes())
-            .and_then(|_| writer.flush());
-        if let Err(e) = written {
-            if let Some(id) = inline_id {
-                let _ = events.send(Event::InlineLost(id));
-            }
-            log::debug!("a bash task client went away: {e}");
-            return;
-        }
-    }
-}
 
 /// Asks the coordinator and renders its reply; the second value is the id of a
 /// task whose result this answer carries (so losing it must bring a wake back).
-fn answer(req: Request, events: &Sender<Event>, dir: &Path) -> (String, Option<String>) {
+/// A task left running in the background makes the wake thread report the
+/// running tasks to the broker.
+fn answer(
+    line: &str,
+    events: &Sender<Event>,
+    report: &Sender<()>,
+    dir: &Path,
+) -> (String, Option<String>) {
+    let req = match Request::parse(line) {
+        Ok(req) => req,
+        Err(e) => return (err_line(&e), None),
+    };
     let op = req.op();
     let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
     let gone = || {
         (
-            wire::err_line("the bash task daemon is stopping; try again once it is back"),
+            err_line("the bash task daemon is stopping; try again once it is back"),
             None,
         )
     };
@@ -323,17 +270,20 @@ fn answer(req: Request, events: &Sender<Event>, dir: &Path) -> (String, Option<S
     }
     match reply_rx.recv() {
         Ok(Reply::Task { record, inline }) => {
+            if op == "run" && !inline {
+                let _ = report.send(());
+            }
             let id = inline.then(|| record.id.clone());
             let task = view(&record, dir);
-            (wire::ok_line(&TaskReply { task, inline }), id)
+            (ok_line(&TaskReply { task, inline }), id)
         }
         Ok(Reply::Tasks(records)) => {
             let tasks = records.iter().map(|r| r.summary()).collect();
-            (wire::ok_line(&ListReply { tasks }), None)
+            (ok_line(&ListReply { tasks }), None)
         }
         Ok(Reply::Error(e)) => {
             log::debug!("{op} refused: {e}");
-            (wire::err_line(&e), None)
+            (err_line(&e), None)
         }
         Err(_) => gone(),
     }

@@ -7,8 +7,10 @@
 use super::client::{self, CallError};
 use super::proto::{Request, TaskReply, TaskStatus, TaskView, DEFAULT_RUN_WAIT_SECS};
 use super::report::outcome_line;
-use crate::mcp::{self, args, CallCtx, ServerInfo, ToolDef, ToolOutcome, Tools};
-use serde_json::{json, Value};
+use crate::mcp::schema::{self, Arg, Ty};
+use crate::mcp::{self, CallCtx, ServerInfo, ToolDef, ToolOutcome, Tools};
+use serde::Deserialize;
+use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -34,68 +36,92 @@ pub struct BashTools {
     pub socket: PathBuf,
 }
 
+const RUN_ARGS: &[Arg] = &[
+    Arg::req("cmd", Ty::Str, "The shell command line, run with sh -c."),
+    Arg::opt(
+        "timeout_secs",
+        Ty::Uint { min: 1, max: None },
+        "Kill the command and its children after this many seconds. Omit for no limit.",
+    ),
+    Arg::opt(
+        "wait_seconds",
+        Ty::Uint {
+            min: 0,
+            max: Some(30),
+        },
+        "How long to wait for the result inline (default 3, max 30, 0 = return at once).",
+    ),
+];
+
+const STATUS_ARGS: &[Arg] = &[
+    Arg::req("id", Ty::Id, "The task id from run, e.g. \"7\"."),
+    Arg::opt(
+        "wait_seconds",
+        Ty::Uint {
+            min: 0,
+            max: Some(30),
+        },
+        "Wait up to this long for a running task to finish (default 0, max 30).",
+    ),
+];
+
+/// The arguments of `run`.
+#[derive(Deserialize)]
+struct RunArgs {
+    cmd: String,
+    timeout_secs: Option<u64>,
+    wait_seconds: Option<u64>,
+}
+
+/// The arguments of `status`.
+#[derive(Deserialize)]
+struct StatusArgs {
+    id: String,
+    wait_seconds: Option<u64>,
+}
+
 impl Tools for BashTools {
     fn list(&self) -> Vec<ToolDef> {
         vec![
             ToolDef {
                 name: "run",
                 description: RUN_DESCRIPTION.into(),
-                input_schema: json!({
-                    "type": "object",
-                    "properties": {
-                        "cmd": {"type": "string", "description": "The shell command line, run with sh -c."},
-                        "timeout_secs": {"type": "integer", "minimum": 1, "description": "Kill the command and its children after this many seconds. Omit for no limit."},
-                        "wait_seconds": {"type": "integer", "minimum": 0, "maximum": 30, "description": "How long to wait for the result inline (default 3, max 30, 0 = return at once)."}
-                    },
-                    "required": ["cmd"],
-                    "additionalProperties": false
-                }),
+                input_schema: schema::schema(RUN_ARGS),
             },
             ToolDef {
                 name: "status",
                 description: STATUS_DESCRIPTION.into(),
-                input_schema: json!({
-                    "type": "object",
-                    "properties": {
-                        "id": {"type": "string", "description": "The task id from run, e.g. \"7\"."},
-                        "wait_seconds": {"type": "integer", "minimum": 0, "maximum": 30, "description": "Wait up to this long for a running task to finish (default 0, max 30)."}
-                    },
-                    "required": ["id"],
-                    "additionalProperties": false
-                }),
+                input_schema: schema::schema(STATUS_ARGS),
             },
         ]
     }
 
     fn call(&self, name: &str, args: Value, ctx: &CallCtx) -> ToolOutcome {
         match name {
-            "run" => self.run(&args, ctx).into(),
-            "status" => self.status(&args, ctx).into(),
+            "run" => self.run(args, ctx).into(),
+            "status" => self.status(args, ctx).into(),
             other => ToolOutcome::InvalidParams(format!("unknown tool: {other}")),
         }
     }
 }
 
 impl BashTools {
-    fn run(&self, a: &Value, ctx: &CallCtx) -> Result<ToolOutcome, ToolOutcome> {
-        args::only(a, &["cmd", "timeout_secs", "wait_seconds"])?;
-        let cmd = args::req_str(a, "cmd")?;
-        if cmd.trim().is_empty() {
+    fn run(&self, a: Value, ctx: &CallCtx) -> Result<ToolOutcome, ToolOutcome> {
+        let a: RunArgs = schema::decode(RUN_ARGS, a)?;
+        if a.cmd.trim().is_empty() {
             return Err(ToolOutcome::InvalidParams(
                 "argument \"cmd\" is empty; give a shell command to run".into(),
             ));
         }
-        let timeout_secs = args::opt_u64(a, "timeout_secs")?;
-        if timeout_secs == Some(0) {
+        if a.timeout_secs == Some(0) {
             return Err(ToolOutcome::InvalidParams(
                 "argument \"timeout_secs\" must be at least 1; omit it for no limit".into(),
             ));
         }
-        let wait_seconds = args::opt_u64(a, "wait_seconds")?.unwrap_or(DEFAULT_RUN_WAIT_SECS);
         let req = Request::Run {
-            cmd,
-            timeout_secs,
-            wait_seconds: Some(wait_seconds),
+            cmd: a.cmd,
+            timeout_secs: a.timeout_secs,
+            wait_seconds: Some(a.wait_seconds.unwrap_or(DEFAULT_RUN_WAIT_SECS)),
         };
         let reply: TaskReply = client::call(&self.socket, &req, &ctx.cancel).map_err(failed)?;
         if reply.inline {
@@ -109,27 +135,14 @@ impl BashTools {
         )))
     }
 
-    fn status(&self, a: &Value, ctx: &CallCtx) -> Result<ToolOutcome, ToolOutcome> {
-        args::only(a, &["id", "wait_seconds"])?;
-        let id = task_id(a)?;
-        let wait_seconds = args::opt_u64(a, "wait_seconds")?;
-        let req = Request::Status { id, wait_seconds };
+    fn status(&self, a: Value, ctx: &CallCtx) -> Result<ToolOutcome, ToolOutcome> {
+        let a: StatusArgs = schema::decode(STATUS_ARGS, a)?;
+        let req = Request::Status {
+            id: a.id.trim().to_string(),
+            wait_seconds: a.wait_seconds,
+        };
         let reply: TaskReply = client::call(&self.socket, &req, &ctx.cancel).map_err(failed)?;
         Ok(ToolOutcome::Ok(render(&reply.task)))
-    }
-}
-
-/// The `id` argument: a string, or an integer as models sometimes send it.
-fn task_id(a: &Value) -> Result<String, ToolOutcome> {
-    match a.get("id") {
-        None | Some(Value::Null) => Err(ToolOutcome::InvalidParams(
-            "missing required argument \"id\" (the task id returned by run, e.g. \"7\")".into(),
-        )),
-        Some(Value::String(s)) => Ok(s.trim().to_string()),
-        Some(Value::Number(n)) if n.is_u64() => Ok(n.to_string()),
-        Some(_) => Err(ToolOutcome::InvalidParams(
-            "argument \"id\" must be a string (the task id returned by run, e.g. \"7\")".into(),
-        )),
     }
 }
 
@@ -201,6 +214,7 @@ pub fn run_server(socket: PathBuf) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn view(status: TaskStatus, out: &str, out_bytes: u64) -> TaskView {
         TaskView {
@@ -245,15 +259,18 @@ mod tests {
 
     #[test]
     fn ids_may_be_strings_or_integers() {
-        assert_eq!(task_id(&json!({"id": " 7 "})).unwrap(), "7");
-        assert_eq!(task_id(&json!({"id": 7})).unwrap(), "7");
+        let id = |v: serde_json::Value| {
+            schema::decode::<StatusArgs>(STATUS_ARGS, v).map(|a| a.id.trim().to_string())
+        };
+        assert_eq!(id(json!({"id": " 7 "})).unwrap(), "7");
+        assert_eq!(id(json!({"id": 7})).unwrap(), "7");
         for bad in [
             json!({}),
             json!({"id": null}),
             json!({"id": -1}),
             json!({"id": []}),
         ] {
-            assert!(matches!(task_id(&bad), Err(ToolOutcome::InvalidParams(_))));
+            assert!(matches!(id(bad), Err(ToolOutcome::InvalidParams(_))));
         }
     }
 }

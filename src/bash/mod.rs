@@ -4,10 +4,11 @@
 //! `bash-task-<id>` when a task ends unless its result was returned inline.
 //! `hive bash-mcp` (`mcp.rs`) is the stdio MCP server `bash` that forwards the
 //! `run` and `status` tools to the daemon's socket. The socket protocol is in
-//! `proto.rs`, the client in `client.rs`, the coordinator thread that owns the
-//! task state in `coordinator.rs`, process start and kill in `spawn.rs`, the
-//! records on disk in `store.rs`, views and wake text in `report.rs` and wake
-//! delivery with retry in `waker.rs`. `env_script.rs` holds the `BASH_ENV`
+//! `proto.rs` (on the crate's JSON-lines transport, `proto::lines`), the client
+//! in `client.rs`, the coordinator thread that owns the task state in
+//! `coordinator.rs`, process start and kill in `spawn.rs`, the records on disk
+//! in `store.rs`, views and wake text in `report.rs`, and wake delivery with
+//! retry and the running tasks reported to the broker in `waker.rs`. `env_script.rs` holds the `BASH_ENV`
 //! script (`hive env-script`). Documented in `docs/tools/bash.md`.
 
 pub mod client;
@@ -21,6 +22,5 @@ mod spawn;
 pub mod store;
 mod waker;
 
-pub use client::running_tasks;
 pub use daemon::{start, DaemonHandle, DaemonSettings};
 pub use proto::{TaskStatus, TaskSummary};

@@ -1,8 +1,8 @@
 //! The task daemon's socket protocol: JSON lines over a unix socket, one request
 //! line answered by one response line, many per connection. This file owns the
 //! closed request enum (tagged by `op`), the task status enum and the typed answer
-//! payloads shared by the daemon, `hive bash-mcp` and the loose-ends client. The
-//! framing is the broker's (`wire::read_line`, `wire::ok_line`, `wire::err_line`).
+//! payloads shared by the daemon and `hive bash-mcp`. The framing is the
+//! crate's JSON-lines transport (`proto::lines`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -37,7 +37,7 @@ pub enum Request {
         #[serde(default)]
         wait_seconds: Option<u64>,
     },
-    /// The tasks still pending or running, for `get_loose_ends`.
+    /// The tasks still pending or running.
     List {},
 }
 

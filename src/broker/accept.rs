@@ -1,17 +1,18 @@
-//! The accept threads, one per socket. Each hands a new connection to its own
-//! connection thread (`conn.rs`) unless the socket is at its cap; a refused
-//! client gets one `ok:false` line saying why and is closed. The caps
-//! ([`ConnLimits`]) keep the connections of every agent together well below the
-//! process's descriptor limit, keep one agent from taking all of them, and keep
-//! a share for the operator's host socket, so no agent can lock out the operator
-//! or the other agents. An `accept` that fails (out of descriptors, say) backs
-//! off and tries again, logging once per burst; the listener is never dropped.
+//! The accept threads, one per socket, on the transport's accept loop
+//! (`proto::lines::Acceptor`: a failed accept backs off and tries again,
+//! logging once per burst, and the listener is never dropped). Each hands a new
+//! connection to its own connection thread (`conn.rs`) unless the socket is at
+//! its cap; a refused client gets one `ok:false` line saying why and is closed.
+//! The caps ([`ConnLimits`]) keep the connections of every agent together well
+//! below the process's descriptor limit, keep one agent from taking all of
+//! them, and keep a share for the operator's host socket, so no agent can lock
+//! out the operator or the other agents.
 
 use super::conn;
 use super::hub::{HubMsg, Identity};
+use crate::proto::lines::Acceptor;
 use crossbeam_channel::{Receiver, Sender};
-use std::io::Write;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,9 +32,6 @@ pub const DEFAULT_CONNS_PER_AGENT: usize = 64;
 /// A connection that sends no request for this long is closed, unless it is
 /// parked in a long-poll (`HIVE_BROKER_IDLE_SECS`).
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
-
-/// Longest pause between two failed accepts.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// How many connections the broker keeps open, derived from the descriptor
 /// limit: at most half of what is left after [`RESERVED_FDS`] goes to
@@ -72,7 +70,7 @@ impl ConnLimits {
                     Ok(n) if n >= 1 => Ok(n),
                     _ => Err(format!(
                         "{name} must be a whole number of at least 1, got {}",
-                        crate::wire::excerpt(&v)
+                        crate::proto::text::excerpt(&v)
                     )),
                 },
             }
@@ -168,22 +166,13 @@ impl Caps {
 
 /// One connection's place in its counters, given back when dropped.
 #[derive(Debug)]
-struct Slot(Vec<Arc<AtomicUsize>>);
+pub struct Slot(Vec<Arc<AtomicUsize>>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
         for c in &self.0 {
             c.fetch_sub(1, Ordering::AcqRel);
         }
-    }
-}
-
-/// Tells a refused client why, without ever blocking the accept thread.
-fn refuse(stream: UnixStream, why: &str) {
-    let mut line = crate::wire::err_line(why).into_bytes();
-    line.push(b'\n');
-    if stream.set_nonblocking(true).is_ok() {
-        let _ = (&stream).write_all(&line);
     }
 }
 
@@ -197,61 +186,32 @@ pub struct AcceptCtx {
     pub ids: Arc<AtomicU64>,
 }
 
-/// Accepts connections on `listener` for as long as the process runs.
-pub fn accept_loop(listener: UnixListener, ctx: AcceptCtx) {
-    let name = ctx.who.name().to_string();
-    let mut failed: u64 = 0;
-    let mut refused: u64 = 0;
-    let mut backoff = Duration::from_millis(10);
-    loop {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) => {
-                if failed == 0 {
-                    log::warn!(
-                        "accept on the socket of {name} failed: {e}; retrying with a backoff until it works again"
-                    );
-                }
-                failed += 1;
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
-        };
-        if failed > 0 {
-            log::info!("accepting on the socket of {name} again after {failed} failed accepts");
-            failed = 0;
-            backoff = Duration::from_millis(10);
-        }
-        let slot = match ctx.caps.take(&ctx.who) {
-            Ok(slot) => slot,
-            Err(why) => {
-                if refused == 0 {
-                    log::warn!("refusing connections: {why}");
-                }
-                refused += 1;
-                refuse(stream, &why);
-                continue;
-            }
-        };
-        if refused > 0 {
-            log::info!(
-                "accepting on the socket of {name} again after refusing {refused} connections"
-            );
-            refused = 0;
-        }
-        let conn = ctx.ids.fetch_add(1, Ordering::Relaxed);
-        let (who, hub, stop, idle) = (ctx.who.clone(), ctx.hub.clone(), ctx.stop.clone(), ctx.idle);
-        let spawned = std::thread::Builder::new()
-            .name(format!("conn-{conn}"))
-            .spawn(move || {
-                let _slot = slot;
-                conn::serve(stream, who, conn, hub, stop, idle);
-            });
-        if let Err(e) = spawned {
-            log::error!("cannot start a connection thread for the socket of {name}: {e}");
-        }
-    }
+/// Serves `listener` for as long as the process runs: each admitted client on
+/// its own connection thread (`conn-N`).
+pub fn serve_socket(listener: UnixListener, ctx: AcceptCtx) {
+    let acceptor = Acceptor {
+        what: format!("the socket of {}", ctx.who.name()),
+        thread: "conn",
+        ids: ctx.ids.clone(),
+        stop: None,
+    };
+    let AcceptCtx {
+        who,
+        caps,
+        idle,
+        hub,
+        stop,
+        ..
+    } = ctx;
+    let admit_who = who.clone();
+    acceptor.run(
+        listener,
+        move || caps.take(&admit_who),
+        move |stream, conn, slot| {
+            let _slot = slot;
+            conn::serve(stream, who.clone(), conn, hub.clone(), stop.clone(), idle);
+        },
+    );
 }
 
 #[cfg(test)]

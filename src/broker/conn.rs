@@ -6,10 +6,13 @@
 //! watcher thread that exists only while the wait lasts and sleeps in `poll(2)`.
 //! A connection that sends no request for the idle timeout, or does not read
 //! its answer for as long, is closed; a parked one is not idle. No answer
-//! longer than [`wire::MAX_LINE`] ever leaves: it becomes an error line.
+//! longer than [`MAX_LINE`] ever leaves: it becomes an error line. The framing
+//! is the transport's (`proto::lines`); this file adds the long-poll parking.
 
 use super::hub::{ConnId, HubMsg, Identity, Outcome};
-use crate::wire::{self, Line, Request};
+use crate::proto::limits::{MAX_LINE, MAX_WAIT_SECS};
+use crate::proto::lines::{err_line, read_line, Line};
+use crate::proto::Request;
 use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use std::io::{self, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -161,7 +164,7 @@ impl Conn {
             let idle = self.input.get_ref().idle;
             self.input.get_mut().deadline = Instant::now() + idle;
             let mut cmd = "request";
-            let answer = match wire::read_line(&mut self.input, wire::MAX_LINE) {
+            let answer = match read_line(&mut self.input, MAX_LINE) {
                 Ok(Line::Eof) => return,
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                     log::debug!(
@@ -176,36 +179,36 @@ impl Conn {
                     log::debug!("connection {}: read error: {e}", self.conn);
                     return;
                 }
-                Ok(Line::TooLong) => wire::err_line(&format!(
+                Ok(Line::TooLong) => err_line(&format!(
                     "request line longer than {} bytes refused",
-                    wire::MAX_LINE
+                    MAX_LINE
                 )),
-                Ok(Line::NotUtf8) => wire::err_line("request line is not valid UTF-8"),
+                Ok(Line::NotUtf8) => err_line("request line is not valid UTF-8"),
                 Ok(Line::Text(t)) if t.trim().is_empty() => continue,
                 Ok(Line::Text(t)) => match Request::parse(&t) {
-                    Err(e) => wire::err_line(&e),
+                    Err(e) => err_line(&e),
                     Ok(req) => {
                         cmd = req.cmd();
                         match self.call(req) {
                             Ok(a) => a,
                             Err(Abort::Hangup) => return,
-                            Err(Abort::Stopping) => wire::err_line("broker is stopping"),
+                            Err(Abort::Stopping) => err_line("broker is stopping"),
                         }
                     }
                 },
             };
             // The last line of defence: no reader accepts a longer line, so a
             // longer answer (a bug) becomes an error the client can read.
-            let answer = if answer.len() > wire::MAX_LINE {
+            let answer = if answer.len() > MAX_LINE {
                 log::error!(
                     "connection {}: the answer to {cmd} is {} bytes, over the line limit; sent an error instead",
                     self.conn,
                     answer.len()
                 );
-                wire::err_line(&format!(
+                err_line(&format!(
                     "the answer to {cmd} would be {} bytes, over the {}-byte line limit, and was not sent (a broker bug: please report it)",
                     answer.len(),
-                    wire::MAX_LINE
+                    MAX_LINE
                 ))
             } else {
                 answer
@@ -220,18 +223,9 @@ impl Conn {
         }
     }
 
-    fn wait_of(req: &Request) -> Option<u64> {
-        match req {
-            Request::RecvNext { wait_seconds }
-            | Request::Recv { wait_seconds, .. }
-            | Request::Inbox { wait_seconds, .. } => *wait_seconds,
-            _ => None,
-        }
-    }
-
     /// Asks the hub until it answers, parking between wake-ups for long-polls.
     fn call(&mut self, req: Request) -> Result<String, Abort> {
-        let wait = Self::wait_of(&req).unwrap_or(0).min(wire::MAX_WAIT_SECS);
+        let wait = req.wait_seconds().unwrap_or(0).min(MAX_WAIT_SECS);
         let deadline = Instant::now() + Duration::from_secs(wait);
         let mut can_wait = wait > 0;
         let mut watch: Option<HangupWatch> = None;

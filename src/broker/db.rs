@@ -1,9 +1,15 @@
-//! The broker's sqlite store: schema, pragmas and every statement the broker runs.
-//! A `Db` is owned by the hub thread alone (the connection never crosses threads);
-//! each method is one short transaction, so an answer the broker sends after a
-//! write is an answer about committed data.
+//! The broker's sqlite store: schema versions, pragmas and every statement the
+//! broker runs. A `Db` is owned by the hub thread alone (the connection never
+//! crosses threads); each method is one short transaction, so an answer the
+//! broker sends after a write is an answer about committed data. The schema is
+//! the ordered list [`MIGRATIONS`] (`PRAGMA user_version`, `proto::schema`).
 
-use crate::wire::{Approval, Message, Question, Reminder, Scheduled};
+use crate::proto::cmd::PostTurnCounts;
+use crate::proto::schema::{self, Step};
+use crate::proto::{
+    Approval, ApprovalKind, ApprovalState, Message, MsgKind, MsgState, Peer, Question, Reminder,
+    RunningTask, Scheduled,
+};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
@@ -26,7 +32,38 @@ impl Durability {
     }
 }
 
-const SCHEMA: &str = "
+/// The file's name in the broker's state dir.
+pub const FILE: &str = "broker.db";
+
+/// Every version of the schema, oldest first. Version 1 is the schema of the
+/// releases before schema versions (their files are at `user_version` 0 and
+/// already hold these tables). A change appends a step; a shipped step never
+/// changes.
+pub const MIGRATIONS: &[Step] = &[
+    Step {
+        version: 1,
+        what: "messages, questions, reminders, scheduled prompts, approvals, agents",
+        apply: |tx| tx.execute_batch(SCHEMA_V1),
+    },
+    Step {
+        version: 2,
+        what: "running bash tasks, as each agent's task daemon reports them",
+        apply: |tx| {
+            tx.execute_batch(
+                "CREATE TABLE running_tasks (
+                    agent TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    cmd TEXT NOT NULL,
+                    started_at INTEGER NOT NULL,
+                    timeout_secs INTEGER,
+                    PRIMARY KEY (agent, id)
+                );",
+            )
+        },
+    },
+];
+
+const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     sender TEXT NOT NULL,
@@ -109,11 +146,25 @@ pub struct AgentStats {
 
 /// A new row for the messages table.
 pub struct NewMessage<'a> {
-    pub from: &'a str,
+    pub from: &'a Peer,
     pub to: &'a str,
     pub body: &'a str,
-    pub kind: &'a str,
+    pub kind: &'a MsgKind,
     pub in_reply_to: Option<i64>,
+}
+
+/// Which side of a question an agent is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Asker,
+    Target,
+}
+
+/// A reminder that was deleted; its payload file, when it had spilled, is the
+/// caller's to remove.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemovedReminder {
+    pub spill_file: Option<String>,
 }
 
 pub struct Db {
@@ -167,7 +218,7 @@ impl Db {
     /// Opens (creating when needed) the store at `path`, and puts rows that were
     /// inflight or held when the last broker died back into their inboxes.
     pub fn open(path: &Path, durability: Durability) -> Result<Db, String> {
-        let conn = Connection::open(path)
+        let mut conn = Connection::open(path)
             .map_err(|e| format!("cannot open message store {}: {e}", path.display()))?;
         let sync = match durability {
             Durability::Normal => "NORMAL",
@@ -175,10 +226,11 @@ impl Db {
         };
         let setup = format!(
             "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA busy_timeout=5000; \
-             PRAGMA foreign_keys=ON; {SCHEMA}"
+             PRAGMA foreign_keys=ON;"
         );
         conn.execute_batch(&setup)
             .map_err(|e| format!("cannot prepare message store {}: {e}", path.display()))?;
+        schema::migrate(&mut conn, &path.display().to_string(), MIGRATIONS)?;
         let db = Db { conn };
         db.conn
             .execute(
@@ -243,11 +295,11 @@ impl Db {
         &self,
         id: i64,
         recipient: &str,
-        from_state: &str,
-        to_state: &str,
+        from_state: &MsgState,
+        to_state: &MsgState,
         now: i64,
     ) -> Res<bool> {
-        let done_at = (to_state == "acked").then_some(now);
+        let done_at = (*to_state == MsgState::Acked).then_some(now);
         let n = self
             .conn
             .prepare_cached(
@@ -263,14 +315,14 @@ impl Db {
         &mut self,
         ids: &[i64],
         recipient: &str,
-        from_state: &str,
-        to_state: &str,
+        from_state: &MsgState,
+        to_state: &MsgState,
         now: i64,
     ) -> Res<usize> {
         let tx = self.conn.transaction()?;
         let mut n = 0;
         {
-            let done_at = (to_state == "acked").then_some(now);
+            let done_at = (*to_state == MsgState::Acked).then_some(now);
             let mut stmt = tx.prepare_cached(
                 "UPDATE messages SET state = ?1, done_at = ?2
                  WHERE id = ?3 AND recipient = ?4 AND state = ?5",
@@ -335,29 +387,19 @@ impl Db {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn add_counts(
-        &self,
-        agent: &str,
-        turns: u64,
-        ok: u64,
-        failed: u64,
-        tokens_in: u64,
-        tokens_out: u64,
-        cost: f64,
-    ) -> Res<()> {
+    pub fn add_counts(&self, agent: &str, c: &PostTurnCounts) -> Res<()> {
         self.ensure_agent(agent)?;
         self.conn.execute(
             "UPDATE agents SET turns = turns + ?1, turns_ok = turns_ok + ?2,
                 turns_failed = turns_failed + ?3, tokens_in = tokens_in + ?4,
                 tokens_out = tokens_out + ?5, cost_usd = cost_usd + ?6 WHERE name = ?7",
             params![
-                turns as i64,
-                ok as i64,
-                failed as i64,
-                tokens_in as i64,
-                tokens_out as i64,
-                cost,
+                c.turns as i64,
+                c.ok as i64,
+                c.failed as i64,
+                c.tokens_in as i64,
+                c.tokens_out as i64,
+                c.cost_usd,
                 agent
             ],
         )?;
@@ -368,7 +410,7 @@ impl Db {
     pub fn insert_question(
         &self,
         asker: &str,
-        target: &str,
+        target: &Peer,
         question: &str,
         options: &[String],
         multi: bool,
@@ -403,8 +445,12 @@ impl Db {
             .optional()
     }
 
-    pub fn questions_where(&self, column: &str, who: &str) -> Res<Vec<Question>> {
-        let col = if column == "asker" { "asker" } else { "target" };
+    /// The open questions `who` asked, or that are addressed to `who`.
+    pub fn questions_where(&self, side: Side, who: &str) -> Res<Vec<Question>> {
+        let col = match side {
+            Side::Asker => "asker",
+            Side::Target => "target",
+        };
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {Q_COLS} FROM questions WHERE {col} = ?1 AND answer IS NULL ORDER BY id"
         ))?;
@@ -426,7 +472,7 @@ impl Db {
         &mut self,
         id: i64,
         answer: &str,
-        by: &str,
+        by: &Peer,
         now: i64,
         notice: Option<&NewMessage>,
     ) -> Res<bool> {
@@ -529,8 +575,8 @@ impl Db {
         Ok(new_id)
     }
 
-    /// Deletes a reminder the agent owns; returns its spill file when it had one.
-    pub fn delete_reminder(&self, agent: &str, id: i64) -> Res<Option<Option<String>>> {
+    /// Deletes a reminder the agent owns; None when it has no such reminder.
+    pub fn delete_reminder(&self, agent: &str, id: i64) -> Res<Option<RemovedReminder>> {
         let spill: Option<Option<String>> = self
             .conn
             .query_row(
@@ -545,7 +591,7 @@ impl Db {
                 params![id, agent],
             )?;
         }
-        Ok(spill)
+        Ok(spill.map(|spill_file| RemovedReminder { spill_file }))
     }
 }
 
@@ -630,7 +676,7 @@ impl Db {
 
     pub fn insert_approval(
         &self,
-        kind: &str,
+        kind: &ApprovalKind,
         requester: &str,
         agent: &str,
         payload: &str,
@@ -665,12 +711,59 @@ impl Db {
     }
 
     /// Moves a pending approval to `state`; false when it was not pending.
-    pub fn decide_approval(&self, id: i64, state: &str, why: Option<&str>, now: i64) -> Res<bool> {
+    pub fn decide_approval(
+        &self,
+        id: i64,
+        state: &ApprovalState,
+        why: Option<&str>,
+        now: i64,
+    ) -> Res<bool> {
         Ok(self.conn.execute(
             "UPDATE approvals SET state = ?1, why = ?2, decided_at = ?3
              WHERE id = ?4 AND state = 'pending'",
             params![state, why, now, id],
         )? == 1)
+    }
+}
+
+impl Db {
+    /// Replaces the running bash tasks of `agent` with `tasks`.
+    pub fn set_tasks(&mut self, agent: &str, tasks: &[RunningTask]) -> Res<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute("DELETE FROM running_tasks WHERE agent = ?1", params![agent])?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO running_tasks (agent, id, cmd, started_at, timeout_secs)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for t in tasks {
+                stmt.execute(params![
+                    agent,
+                    t.id,
+                    t.cmd,
+                    t.started_at,
+                    t.timeout_secs.map(|s| s as i64)
+                ])?;
+            }
+        }
+        tx.commit()
+    }
+
+    /// The running bash tasks `agent`'s daemon last reported, oldest first.
+    pub fn tasks_of(&self, agent: &str) -> Res<Vec<RunningTask>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, cmd, started_at, timeout_secs FROM running_tasks WHERE agent = ?1
+             ORDER BY started_at, id",
+        )?;
+        let rows = stmt.query_map(params![agent], |r| {
+            Ok(RunningTask {
+                id: r.get(0)?,
+                cmd: r.get(1)?,
+                started_at: r.get(2)?,
+                timeout_secs: r.get::<_, Option<i64>>(3)?.map(|s| s as u64),
+            })
+        })?;
+        rows.collect()
     }
 }
 
@@ -680,12 +773,17 @@ mod tests {
 
     fn msg<'a>(to: &'a str, body: &'a str) -> NewMessage<'a> {
         NewMessage {
-            from: "t",
+            from: &Peer::System,
             to,
             body,
-            kind: "message",
+            kind: &MsgKind::Message,
             in_reply_to: None,
         }
+    }
+
+    #[test]
+    fn the_migrations_are_numbered() {
+        assert!(schema::well_numbered(MIGRATIONS));
     }
 
     #[test]
@@ -698,9 +796,10 @@ mod tests {
             let db = Db::open(&path, Durability::Normal).unwrap();
             let a = db.insert_message(&msg("a", "1"), 1).unwrap();
             let b = db.insert_message(&msg("a", "2"), 1).unwrap();
-            assert!(db.transition(a, "a", "queued", "inflight", 2).unwrap());
-            assert!(db.transition(b, "a", "queued", "held", 2).unwrap());
-            assert!(!db.transition(b, "zz", "held", "acked", 2).unwrap());
+            use MsgState::{Acked, Held, Inflight, Queued};
+            assert!(db.transition(a, "a", &Queued, &Inflight, 2).unwrap());
+            assert!(db.transition(b, "a", &Queued, &Held, 2).unwrap());
+            assert!(!db.transition(b, "zz", &Held, &Acked, 2).unwrap());
         }
         let db = Db::open(&path, Durability::Full).unwrap();
         let q = db.queued("a", 10).unwrap();

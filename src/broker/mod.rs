@@ -1,14 +1,18 @@
 //! `hive broker`: the host-side message broker. This module owns start-up and
 //! shutdown — config, the store, the directories and sockets with their
 //! permissions, and the signal thread — and hands every request to the hub
-//! thread (`hub.rs`) through the accept threads (`accept.rs`, which also cap
+//! thread (`hub/`) through the accept threads (`accept.rs`, which also cap
 //! the connections) and the connection threads (`conn.rs`). The sqlite
-//! statements live in `db.rs`.
+//! statements and schema versions live in `db.rs`, the port the supervisor of
+//! `hive up` implements in `lifecycle.rs`. The wire contract is `proto`.
 
 pub mod accept;
 pub mod conn;
 pub mod db;
 pub mod hub;
+pub mod lifecycle;
+
+pub use crate::proto::paths::{agent_socket, host_socket};
 
 use crate::config::HiveConfig;
 use accept::{AcceptCtx, Caps, ConnLimits};
@@ -30,19 +34,6 @@ pub struct BrokerArgs {
     pub agents: Vec<String>,
     pub config: Option<PathBuf>,
     pub durability: Durability,
-}
-
-/// The revision this binary was built from.
-pub const HYPERHIVE_REV: &str = env!("HYPERHIVE_REV");
-
-/// Where the socket of `agent` lives under `run_dir`.
-pub fn agent_socket(run_dir: &Path, agent: &str) -> PathBuf {
-    run_dir.join("agents").join(agent).join("mcp.sock")
-}
-
-/// Where the operator's socket lives under `run_dir`.
-pub fn host_socket(run_dir: &Path) -> PathBuf {
-    run_dir.join("host.sock")
 }
 
 /// Builds the hive's config from `--config` and `--agents`.
@@ -142,17 +133,21 @@ impl From<String> for BrokerError {
     }
 }
 
-/// What the hub may ask of whoever runs the broker besides the store: binding a
-/// socket for an agent spawned at run time, and the supervisor of `hive up`.
-pub struct Extras {
-    /// The supervisor of `hive up`; `None` under plain `hive broker`, where the
-    /// lifecycle tools answer an error.
-    pub supervisor: Option<Sender<crate::up::supervisor::SupCmd>>,
+/// What whoever runs the broker gives it besides its arguments: the lifecycle
+/// port of `hive up` (its supervisor and the agents' logs) and the fleet file
+/// approvals write to. Plain `hive broker` has no supervisor and no logs, and
+/// the lifecycle and log tools answer an error saying so.
+pub struct BrokerDeps {
+    /// The supervisor's channel (`lifecycle::LifecycleCmd`).
+    pub lifecycle: Option<Sender<lifecycle::LifecycleCmd>>,
     /// The fleet file approvals write to.
     pub config_path: Option<PathBuf>,
-    /// Where `hive up` keeps each agent's rotated log (`get_logs`).
-    pub logs_dir: Option<PathBuf>,
+    /// The agents' supervised logs (`get_logs`).
+    pub logs: Option<Arc<dyn lifecycle::LogTail>>,
 }
+
+/// How long a lifecycle call waits for the supervisor.
+pub const SUPERVISOR_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A running broker: its hub thread and sockets. [`BrokerHandle::stop`] removes
 /// the sockets, ends every parked long-poll and stops the hub.
@@ -192,7 +187,7 @@ impl Listeners {
         };
         std::thread::Builder::new()
             .name(format!("accept-{}", who.name()))
-            .spawn(move || accept::accept_loop(listener, ctx))
+            .spawn(move || accept::serve_socket(listener, ctx))
             .map_err(|e| format!("cannot start an accept thread: {e}"))?;
         if let Ok(mut p) = self.paths.lock() {
             p.push(path);
@@ -251,13 +246,13 @@ impl Drop for BrokerHandle {
 
 /// Starts the broker in this process: store, sockets, hub and accept threads.
 /// The caller owns signals and calls [`BrokerHandle::stop`].
-pub fn start(args: &BrokerArgs, cfg: HiveConfig, extras: Extras) -> Result<BrokerHandle, String> {
+pub fn start(args: &BrokerArgs, cfg: HiveConfig, deps: BrokerDeps) -> Result<BrokerHandle, String> {
     // Everything the broker creates (store, reminder files, sockets) is private
     // unless a group is configured for a socket.
     unsafe { libc::umask(0o077) };
     create_dir(&args.state_dir, 0o700)?;
     create_dir(&args.run_dir, 0o755)?;
-    let db_path = args.state_dir.join("broker.db");
+    let db_path = args.state_dir.join(db::FILE);
     let db = Db::open(&db_path, args.durability)?;
     // The store and its journal are private whatever the umask was.
     for suffix in ["", "-wal", "-shm"] {
@@ -276,10 +271,10 @@ pub fn start(args: &BrokerArgs, cfg: HiveConfig, extras: Extras) -> Result<Broke
 
     let host = host_socket(&args.run_dir);
     let host_listener = bind(&host, None, cfg.operator_gid)?;
-    let remind_max_pending = std::env::var("HIVE_REMIND_MAX_PENDING_PER_AGENT")
+    let max_pending_timers = std::env::var("HIVE_REMIND_MAX_PENDING_PER_AGENT")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
+        .unwrap_or(crate::proto::limits::DEFAULT_MAX_PENDING_TIMERS);
     let names: Vec<String> = cfg.agents.iter().map(|a| a.name.clone()).collect();
     let agents = cfg.agents.clone();
     let (hub_tx, hub_rx) = unbounded::<HubMsg>();
@@ -299,11 +294,12 @@ pub fn start(args: &BrokerArgs, cfg: HiveConfig, extras: Extras) -> Result<Broke
         cfg,
         HubSettings {
             state_dir: args.state_dir.clone(),
-            hyperhive_rev: HYPERHIVE_REV.into(),
-            remind_max_pending,
-            supervisor: extras.supervisor,
-            config_path: extras.config_path,
-            logs_dir: extras.logs_dir,
+            hyperhive_rev: crate::proto::HYPERHIVE_REV.into(),
+            max_pending_timers,
+            lifecycle: deps.lifecycle,
+            supervisor_timeout: SUPERVISOR_TIMEOUT,
+            config_path: deps.config_path,
+            logs: deps.logs,
             listeners: Some(listeners.clone()),
         },
     );
@@ -351,10 +347,10 @@ pub fn run(args: BrokerArgs) -> Result<(), BrokerError> {
     let handle = start(
         &args,
         cfg,
-        Extras {
-            supervisor: None,
+        BrokerDeps {
+            lifecycle: None,
             config_path: args.config.clone(),
-            logs_dir: None,
+            logs: None,
         },
     )?;
     eprintln!(

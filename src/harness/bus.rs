@@ -152,7 +152,7 @@ pub struct Bus {
 }
 
 fn now() -> i64 {
-    crate::broker::hub::now()
+    crate::proto::now()
 }
 
 impl Bus {

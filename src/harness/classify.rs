@@ -13,6 +13,7 @@
 //! lines and parsed `{"type":"error"}` events, never assistant text. Nothing here does
 //! I/O; the runner owns the child and calls in from its pump threads' channel.
 
+use crate::proto::TurnOutcomeKind;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::fmt;
@@ -119,6 +120,45 @@ pub enum TurnOutcome {
 }
 
 impl TurnOutcome {
+    /// The closed kind stored in turn-stats and used as the `/metrics` label;
+    /// the free text, if any, is [`TurnOutcome::detail`].
+    pub fn kind(&self) -> TurnOutcomeKind {
+        match self {
+            TurnOutcome::Ok => TurnOutcomeKind::Ok,
+            TurnOutcome::Compacted => TurnOutcomeKind::Compacted,
+            TurnOutcome::RateLimited { .. } => TurnOutcomeKind::RateLimited,
+            TurnOutcome::AuthFailed => TurnOutcomeKind::AuthFailed,
+            TurnOutcome::PromptTooLong | TurnOutcome::CannotCompact(_) => {
+                TurnOutcomeKind::PromptTooLong
+            }
+            TurnOutcome::ApiUnavailable(_) => TurnOutcomeKind::ApiUnavailable,
+            TurnOutcome::Interrupted(_) => TurnOutcomeKind::Interrupted,
+            TurnOutcome::Failed(m) if m.starts_with("turn timed out") => TurnOutcomeKind::TimedOut,
+            TurnOutcome::Failed(_) => TurnOutcomeKind::Failed,
+            TurnOutcome::NotStarted(_) => TurnOutcomeKind::NotStarted,
+            TurnOutcome::Hung(_) => TurnOutcomeKind::Hung,
+            TurnOutcome::McpNotConnected(_) => TurnOutcomeKind::McpStartFailed,
+        }
+    }
+
+    /// What the kind alone does not say: the CLI's message, the reset time.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            TurnOutcome::RateLimited { resets_at: Some(t) } => Some(format!("resets at {t}")),
+            TurnOutcome::CannotCompact(m) => {
+                Some(format!("compaction cannot shrink the session: {m}"))
+            }
+            TurnOutcome::ApiUnavailable(m)
+            | TurnOutcome::Interrupted(m)
+            | TurnOutcome::Failed(m)
+            | TurnOutcome::NotStarted(m)
+            | TurnOutcome::Hung(m)
+            | TurnOutcome::McpNotConnected(m) => Some(m.clone()),
+            _ => None,
+        }
+        .filter(|d| !d.trim().is_empty())
+    }
+
     /// True for the outcomes whose inflight message is acked.
     pub fn is_ok(&self) -> bool {
         matches!(self, TurnOutcome::Ok | TurnOutcome::Compacted)

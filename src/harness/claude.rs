@@ -15,7 +15,7 @@
 //! the turn; dropping a `ClaudeRun` kills the group and waits for the reap.
 
 use crate::agent_proc::{self, StartFault};
-use crate::wire::{self, Line};
+use crate::proto::lines::{self as wire, Line};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::io::{self, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;

@@ -9,7 +9,8 @@
 //! token and URL (the specification's `tea-login` unit). Nothing runs without a
 //! token file.
 
-use crate::wire::{Client, ClientError, Request};
+use crate::proto::cmd::Wake;
+use crate::proto::{Client, ClientError};
 use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -380,7 +381,7 @@ impl Poller {
         c.set_read_timeout(Some(WAKE_TIMEOUT))
             .map_err(|e| format!("broker socket: {e}"))?;
         let body = summary(t);
-        match c.call(&Request::Wake {
+        match c.call(&Wake {
             from: "forge".into(),
             body: body.clone(),
             transient: false,

@@ -19,7 +19,8 @@
 //! returns at once, and gives each request still queued one last try.
 
 use super::bus::Bus;
-use crate::wire::{Client, ClientError, Message, RecvNextReply, Request};
+use crate::proto::cmd::{self, RecvNext, RecvNextReply};
+use crate::proto::{Client, ClientError, Message, Request};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -84,8 +85,8 @@ impl Teller {
     /// broker-side dead letter (kept, `hive failed`, `hive retry`) replaces this
     /// body over the wire in stage 2. This is the only place that does it.
     pub fn dead_letter(&self, id: i64, notice: String) {
-        self.tell(Request::SendToParent { body: notice });
-        self.tell(Request::AckTurn { id });
+        self.tell(Request::from(cmd::SendToParent { body: notice }));
+        self.tell(Request::from(cmd::AckTurn { id }));
     }
 }
 
@@ -358,8 +359,9 @@ impl Conn {
         loop {
             let c = self.client()?;
             let _ = c.set_read_timeout(Some(Duration::from_secs(wait + 30)));
-            let r: Result<RecvNextReply, ClientError> = c.call_as(&Request::RecvNext {
+            let r: Result<RecvNextReply, ClientError> = c.call(&RecvNext {
                 wait_seconds: Some(wait),
+                seen: None,
             });
             if matches!(r, Ok(_) | Err(ClientError::Refused(_))) {
                 self.answered();
@@ -369,6 +371,7 @@ impl Conn {
                     message: Some(message),
                     redelivered,
                     unread,
+                    ..
                 }) => {
                     return Some(FromPoller::Message {
                         message,
@@ -408,7 +411,7 @@ impl Conn {
                 return Err("the harness is stopping".into());
             };
             let _ = c.set_read_timeout(Some(CALL_TIMEOUT));
-            match c.call(req) {
+            match c.request(req).and_then(|line| refusal(req, &line)) {
                 Ok(_) => {
                     self.answered();
                     return Ok(());
@@ -444,13 +447,22 @@ impl Conn {
                 }
             };
             let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
-            match c.call(req) {
+            match c.request(req).and_then(|line| refusal(req, &line)) {
                 Ok(_) => return Ok(()),
                 Err(ClientError::Refused(e)) => return Err(e),
                 Err(_) => self.client = None,
             }
         }
         Err("the broker did not answer".into())
+    }
+}
+
+/// The broker's refusal in an answer line, if it is one; the answer itself is
+/// not needed by anyone who only tells.
+fn refusal(req: &Request, line: &str) -> Result<(), ClientError> {
+    match crate::proto::lines::decode::<serde::de::IgnoredAny>(line, "the broker", req.cmd()) {
+        Err(crate::proto::lines::CallError::Refused(e)) => Err(ClientError::Refused(e)),
+        _ => Ok(()),
     }
 }
 

@@ -56,7 +56,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     log::info!(
         "hive serve {} ({}): state {}, socket {}, claude {}",
         s.label,
-        crate::broker::HYPERHIVE_REV,
+        crate::proto::HYPERHIVE_REV,
         s.state_dir.display(),
         s.socket.display(),
         s.claude_bin

@@ -2,6 +2,7 @@
 //! checkpoint turns, compactions), written by the turn loop only. Readers such as
 //! the web UI open their own read-only connection per request.
 
+use crate::proto::turnstats;
 use rusqlite::{params, Connection, OpenFlags};
 use serde::Serialize;
 use std::path::Path;
@@ -27,24 +28,6 @@ pub struct TurnRow {
     pub note: String,
 }
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS turns (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    started_at INTEGER NOT NULL,
-    duration_ms INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    model TEXT NOT NULL,
-    sender TEXT NOT NULL,
-    message_id INTEGER,
-    context_tokens INTEGER,
-    tokens_in INTEGER NOT NULL DEFAULT 0,
-    tokens_out INTEGER NOT NULL DEFAULT 0,
-    cost_usd REAL NOT NULL DEFAULT 0,
-    session_id TEXT,
-    note TEXT NOT NULL DEFAULT ''
-);";
-
 /// The writer, owned by the turn loop.
 pub struct Stats {
     conn: Connection,
@@ -56,18 +39,18 @@ impl Stats {
     pub fn open(path: &Path) -> Result<Stats, String> {
         super::files::ensure_private_file(path)
             .map_err(|e| format!("cannot open turn stats {}: {e}", path.display()))?;
-        let conn = Connection::open(path)
+        let mut conn = Connection::open(path)
             .and_then(|c| {
-                c.execute_batch(&format!(
-                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; {SCHEMA}"
-                ))?;
+                c.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")?;
                 Ok(c)
             })
             .map_err(|e| format!("cannot open turn stats {}: {e}", path.display()))?;
+        turnstats::migrate(&mut conn)?;
         Ok(Stats { conn })
     }
 
     pub fn record(&self, r: &TurnRow) -> Result<(), String> {
+        let (outcome, note) = turnstats::stored_outcome(&r.outcome, &r.note);
         self.conn
             .execute(
                 "INSERT INTO turns (started_at, duration_ms, kind, outcome, model, sender,
@@ -77,7 +60,7 @@ impl Stats {
                     r.started_at,
                     r.duration_ms as i64,
                     r.kind,
-                    r.outcome,
+                    outcome,
                     r.model,
                     r.sender,
                     r.message_id,
@@ -86,7 +69,7 @@ impl Stats {
                     r.tokens_out as i64,
                     r.cost_usd,
                     r.session_id,
-                    r.note
+                    note
                 ],
             )
             .map(|_| ())

@@ -28,8 +28,8 @@ use super::poller::{FromPoller, Poller};
 use super::settings::Settings;
 use super::stats::{Stats, TurnRow};
 use super::work::{Ack, Inflight, Ledger, Work, WorkKey};
-use crate::broker::hub::now;
-use crate::wire::Request;
+use crate::proto::now;
+use crate::proto::{cmd, Request};
 use crossbeam_channel::{at, never, select, Receiver};
 use std::collections::HashMap;
 use std::io;
@@ -248,9 +248,9 @@ impl TurnLoop {
     }
 
     fn boot(&mut self) {
-        self.poller.tell(Request::Kick {
-            hyperhive_rev: Some(crate::broker::HYPERHIVE_REV.into()),
-        });
+        self.poller.tell(Request::from(cmd::HarnessStarted {
+            hyperhive_rev: Some(crate::proto::HYPERHIVE_REV.into()),
+        }));
         for f in super::plugins::install(&self.s, &self.bus) {
             self.to_parent(format!("[system] {} plugin install: {f}", self.s.label));
         }
@@ -310,7 +310,7 @@ impl TurnLoop {
                 let key = WorkKey::Message(message.id);
                 let work = Work {
                     key,
-                    from: message.from,
+                    from: message.from.to_string(),
                     body: message.body,
                     unread: unread.unwrap_or(0),
                     redelivered,
@@ -993,7 +993,7 @@ impl TurnLoop {
                 started_at: e.started_at,
                 duration_ms: e.elapsed.as_millis() as u64,
                 kind: kind.into(),
-                outcome: rep.outcome.to_string(),
+                outcome: rep.outcome.kind().as_str().to_string(),
                 model: e.model.clone(),
                 sender: work.map_or_else(|| "harness".into(), |w| w.from.clone()),
                 message_id: work.and_then(|w| w.key.id()),
@@ -1002,10 +1002,10 @@ impl TurnLoop {
                 tokens_out: rep.output_tokens,
                 cost_usd: rep.cost_usd.unwrap_or(0.0),
                 session_id: rep.session_id.clone(),
-                note: if e.outcome == Outcome::Interrupted {
-                    "interrupted by the operator".into()
-                } else {
-                    String::new()
+                note: match (e.outcome == Outcome::Interrupted, rep.outcome.detail()) {
+                    (true, Some(d)) => format!("interrupted by the operator; {d}"),
+                    (true, None) => "interrupted by the operator".into(),
+                    (false, d) => d.unwrap_or_default(),
                 },
             };
             if let Err(err) = stats.record(&row) {
@@ -1017,14 +1017,14 @@ impl TurnLoop {
             // classifier has already dropped figures that are not finite,
             // negative or absurd.
             let ok = rep.outcome.is_ok();
-            self.poller.tell(Request::PostTurnCounts {
+            self.poller.tell(Request::from(cmd::PostTurnCounts {
                 turns: 1,
                 ok: u64::from(ok),
                 failed: u64::from(!ok),
                 tokens_in: rep.input_tokens,
                 tokens_out: rep.output_tokens,
                 cost_usd: rep.cost_usd.unwrap_or(0.0),
-            });
+            }));
         }
     }
 
@@ -1338,7 +1338,7 @@ impl TurnLoop {
     }
 
     fn to_parent(&self, body: String) {
-        self.poller.tell(Request::SendToParent { body });
+        self.poller.tell(Request::from(cmd::SendToParent { body }));
     }
 
     /// Consumes the `hyperhive-continue` sentinel; true when it was there.

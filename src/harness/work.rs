@@ -15,7 +15,7 @@
 
 use super::policy::Resume;
 use super::poller::Teller;
-use crate::wire::Request;
+use crate::proto::{cmd, Request};
 use std::collections::{HashMap, VecDeque};
 
 /// Which message: a broker row, or the in-process continue.
@@ -64,7 +64,7 @@ impl Inflight {
     pub fn ack(mut self, why: Ack) {
         log::debug!("ack of {:?} ({why:?})", self.id);
         if let Some(id) = self.id {
-            self.teller.tell(Request::AckTurn { id });
+            self.teller.tell(Request::from(cmd::AckTurn { id }));
         }
         self.settled = true;
     }
@@ -73,7 +73,9 @@ impl Inflight {
     pub fn dead_letter(mut self, notice: String) {
         match self.id {
             Some(id) => self.teller.dead_letter(id, notice),
-            None => self.teller.tell(Request::SendToParent { body: notice }),
+            None => self
+                .teller
+                .tell(Request::from(cmd::SendToParent { body: notice })),
         }
         self.settled = true;
     }
@@ -90,7 +92,7 @@ impl Drop for Inflight {
             return;
         }
         if let Some(id) = self.id {
-            self.teller.tell(Request::RequeueInflight { id });
+            self.teller.tell(Request::from(cmd::RequeueInflight { id }));
         }
     }
 }
@@ -202,9 +204,9 @@ mod tests {
         let key = WorkKey::Message(7);
         // Dropped: a return, an error, a signal.
         drop(Inflight::new(key, teller.clone()));
-        assert_eq!(sent(), [Request::RequeueInflight { id: 7 }]);
+        assert_eq!(sent(), [Request::from(cmd::RequeueInflight { id: 7 })]);
         Inflight::new(key, teller.clone()).requeue();
-        assert_eq!(sent(), [Request::RequeueInflight { id: 7 }]);
+        assert_eq!(sent(), [Request::from(cmd::RequeueInflight { id: 7 })]);
         // A panic while it is held.
         let t = teller.clone();
         let r = std::panic::catch_unwind(move || {
@@ -212,23 +214,26 @@ mod tests {
             panic!("the loop broke");
         });
         assert!(r.is_err());
-        assert_eq!(sent(), [Request::RequeueInflight { id: 7 }]);
+        assert_eq!(sent(), [Request::from(cmd::RequeueInflight { id: 7 })]);
         // The acks let it go, once.
         Inflight::new(key, teller.clone()).ack(Ack::Completed);
         Inflight::new(key, teller.clone()).ack(Ack::Interrupted);
         assert_eq!(
             sent(),
-            [Request::AckTurn { id: 7 }, Request::AckTurn { id: 7 }]
+            [
+                Request::from(cmd::AckTurn { id: 7 }),
+                Request::from(cmd::AckTurn { id: 7 })
+            ]
         );
         // Stage 1's dead letter: the notice, then the ack.
         Inflight::new(key, teller.clone()).dead_letter("gone".into());
         assert_eq!(
             sent(),
             [
-                Request::SendToParent {
+                Request::from(cmd::SendToParent {
                     body: "gone".into()
-                },
-                Request::AckTurn { id: 7 }
+                }),
+                Request::from(cmd::AckTurn { id: 7 })
             ]
         );
         // A continue has no row: nothing to requeue or ack.

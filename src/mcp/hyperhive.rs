@@ -1,21 +1,28 @@
-//! The `hyperhive` MCP server that `hive mcp` runs for one agent: the tool table,
-//! which tools the enabled groups show, the broker connection each call makes,
-//! and the `--allowedTools` names the harness hands claude. The tools themselves
-//! live one file per group under `hyperhive/`; what an agent may do is decided by
-//! the broker on the agent's socket, and `tools/list` only mirrors it. Documented
-//! for users in `docs/tools/mcp.md`.
+//! The `hyperhive` MCP server that `hive mcp` runs for one agent: a table of
+//! tools (one file per group under `hyperhive/`), each a broker command of the
+//! contract with what the model reads about it, its arguments (`schema.rs`:
+//! the JSON Schema and the check that names a bad argument) and how its answer
+//! reads. A call's arguments become the command's struct (serde), pass the
+//! command's own `validate` (a -32602 error when they do not), go to the
+//! agent's socket through the typed client, and the typed answer is rendered.
+//! Which tools an agent sees comes from the command's row of the privilege
+//! table (its group), which is also what the broker enforces and what
+//! `--allowedTools` says: [`allowed_hyperhive_tools`]. Documented for users in
+//! `docs/tools/mcp.md`.
 
 mod inbox;
 mod messaging;
 mod meta;
 mod privileged;
 
+use super::schema::{self, Arg};
 use super::{CallCtx, ServerInfo, ToolDef, ToolOutcome, Tools};
 use crate::groups::{self, ToolGroup};
-use crate::wire::{Client, ClientError, Request};
-use crossbeam_channel::{bounded, select};
-use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use crate::proto::command::Row;
+use crate::proto::paths::DEFAULT_AGENT_SOCKET;
+use crate::proto::{Access, Client, ClientError, Command};
+use serde::Serialize;
+use serde_json::Value;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,53 +31,64 @@ use std::time::Duration;
 /// The server name; claude calls the tools `mcp__hyperhive__<tool>`.
 pub const SERVER_NAME: &str = "hyperhive";
 
-/// The sentinel `request_next_turn` drops in the state dir for `hive serve`.
-pub const CONTINUE_FILE: &str = "hyperhive-continue";
-
-/// Where `set_status` keeps the agent's status line in the state dir.
-pub const STATUS_FILE: &str = "hyperhive-status";
-
 /// How long a quick broker request may take before the call gives up.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What a handler returns: `Err` carries an outcome too, so `?` works on the
-/// argument helpers and on broker calls.
+/// What a tool's code returns: `Err` carries an outcome too, so `?` works on
+/// argument checks and broker calls.
 type Handled = Result<ToolOutcome, ToolOutcome>;
 
-/// One implemented tool: its name, what the model reads, its schema and its code.
-struct Spec {
+/// One tool: its name, who may use it, what the model reads, its arguments and
+/// its code.
+pub(super) struct Tool {
     name: &'static str,
+    /// The command's row of the privilege table (a local tool declares its own).
+    access: Access,
     description: &'static str,
-    schema: fn() -> Value,
-    run: fn(&Hyperhive, &Value, &CallCtx) -> Handled,
+    args: &'static [Arg],
+    run: fn(&HyperhiveTools, Value, &CallCtx) -> ToolOutcome,
 }
 
-/// Every implemented tool. Which ones an agent sees comes from its groups
-/// ([`ToolGroup::hyperhive_tools`]); a group tool missing here is neither
-/// listed nor allowed.
-fn specs() -> impl Iterator<Item = &'static Spec> {
+/// The tool of broker command `C`: its name and access are the command's.
+const fn tool<C: Row>(
+    description: &'static str,
+    args: &'static [Arg],
+    run: fn(&HyperhiveTools, Value, &CallCtx) -> ToolOutcome,
+) -> Tool {
+    Tool {
+        name: C::CMD,
+        access: C::ACCESS,
+        description,
+        args,
+        run,
+    }
+}
+
+/// Every tool, by group.
+fn tools() -> impl Iterator<Item = &'static Tool> {
     messaging::TOOLS
         .iter()
-        .chain(inbox::TOOLS)
         .chain(meta::TOOLS)
+        .chain(inbox::TOOLS)
         .chain(privileged::TOOLS)
 }
 
-fn spec(name: &str) -> Option<&'static Spec> {
-    specs().find(|s| s.name == name)
+fn find(name: &str) -> Option<&'static Tool> {
+    tools().find(|t| t.name == name)
 }
 
-/// The bare names of the implemented tools of `groups`, in group order.
-pub fn tool_names(groups: &[ToolGroup]) -> Vec<&'static str> {
-    let mut names = Vec::new();
-    for group in groups {
-        for name in group.hyperhive_tools() {
-            if spec(name).is_some() && !names.contains(name) {
-                names.push(*name);
-            }
-        }
+/// The tools of `groups`, in group order.
+fn tools_of(groups: &[ToolGroup]) -> Vec<&'static Tool> {
+    let mut out = Vec::new();
+    for g in groups {
+        out.extend(tools().filter(|t| t.access.group() == Some(*g)));
     }
-    names
+    out
+}
+
+/// The bare names of the tools of `groups`, in group order.
+pub fn tool_names(groups: &[ToolGroup]) -> Vec<&'static str> {
+    tools_of(groups).into_iter().map(|t| t.name).collect()
 }
 
 /// The `mcp__hyperhive__<tool>` names for claude's `--allowedTools`: exactly the
@@ -83,46 +101,38 @@ pub fn allowed_hyperhive_tools(groups: &[ToolGroup]) -> Vec<String> {
 }
 
 /// The provider: one agent's groups, its broker socket and its state dir.
-pub struct Hyperhive {
+pub struct HyperhiveTools {
     groups: Vec<ToolGroup>,
     socket: PathBuf,
     state_dir: Option<PathBuf>,
-    /// The bash-task daemon, whose running tasks are loose ends too.
-    bash_socket: Option<PathBuf>,
 }
 
-impl Hyperhive {
-    pub fn new(groups: Vec<ToolGroup>, socket: PathBuf, state_dir: Option<PathBuf>) -> Hyperhive {
-        Hyperhive {
+impl HyperhiveTools {
+    pub fn new(
+        groups: Vec<ToolGroup>,
+        socket: PathBuf,
+        state_dir: Option<PathBuf>,
+    ) -> HyperhiveTools {
+        HyperhiveTools {
             groups,
             socket,
             state_dir,
-            bash_socket: None,
         }
     }
 
-    /// Lists the bash daemon's running tasks in `get_loose_ends`.
-    pub fn with_bash_socket(mut self, socket: Option<PathBuf>) -> Hyperhive {
-        self.bash_socket = socket;
-        self
-    }
-
-    pub fn bash_socket(&self) -> Option<&std::path::Path> {
-        self.bash_socket.as_deref()
-    }
-
-    /// Reads `HIVE_TOOL_GROUPS`, `HIVE_SOCKET`, `HIVE_STATE_DIR` and `HIVE_BASH_SOCKET`.
-    pub fn from_env() -> Result<Hyperhive, String> {
+    /// Reads `HIVE_TOOL_GROUPS`, `HIVE_SOCKET` and `HIVE_STATE_DIR`.
+    pub fn from_env() -> Result<HyperhiveTools, String> {
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
         let list = std::env::var("HIVE_TOOL_GROUPS").unwrap_or_default();
         let groups = groups::parse_groups(&list).map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
         let socket = var("HIVE_SOCKET")
             .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(crate::ops::DEFAULT_AGENT_SOCKET));
-        Ok(
-            Hyperhive::new(groups, socket, var("HIVE_STATE_DIR").map(PathBuf::from))
-                .with_bash_socket(var("HIVE_BASH_SOCKET").map(PathBuf::from)),
-        )
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_AGENT_SOCKET));
+        Ok(HyperhiveTools::new(
+            groups,
+            socket,
+            var("HIVE_STATE_DIR").map(PathBuf::from),
+        ))
     }
 
     pub fn info() -> ServerInfo {
@@ -138,19 +148,39 @@ impl Hyperhive {
     }
 
     /// A fresh connection to the agent's broker socket.
-    fn connect(&self) -> Result<Client, ToolOutcome> {
+    fn connect(&self, timeout: Duration) -> Result<Client, ToolOutcome> {
         let client = Client::connect(&self.socket).map_err(broker_error)?;
         client
-            .set_read_timeout(Some(BROKER_TIMEOUT))
+            .set_read_timeout(Some(timeout))
             .map_err(|e| ToolOutcome::Err(format!("broker connection failed: {e}")))?;
         Ok(client)
     }
 
-    /// One request on a fresh connection, decoded as `T`.
-    fn request<T: DeserializeOwned>(&self, req: &Request, ctx: &CallCtx) -> Result<T, ToolOutcome> {
-        let mut client = self.connect()?;
-        let map = call_cancellable(&mut client, req, ctx)?;
-        decode(req, map)
+    /// One command on a fresh connection, abandoned when the call is cancelled.
+    fn request<C: Command>(&self, cmd: &C, ctx: &CallCtx) -> Result<C::Reply, ToolOutcome> {
+        self.connect(BROKER_TIMEOUT)?
+            .call_cancellable(cmd, &ctx.cancel)
+            .map_err(broker_error)
+    }
+
+    /// Runs the tool of command `C`: the arguments become the command (checked
+    /// against the tool's list first, so an error names the argument), the
+    /// command's own rules apply, then `f` sends it and renders the answer.
+    fn run<C: Command>(
+        &self,
+        args: Value,
+        ctx: &CallCtx,
+        f: fn(&HyperhiveTools, C, &CallCtx) -> Handled,
+    ) -> ToolOutcome {
+        let spec = find(C::CMD).map_or(&[][..], |t| t.args);
+        let cmd: C = match schema::decode(spec, args) {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
+        if let Err(e) = cmd.validate() {
+            return ToolOutcome::InvalidParams(e.for_tool());
+        }
+        f(self, cmd, ctx).unwrap_or_else(|e| e)
     }
 
     /// The state dir, or an error saying the harness should have set it.
@@ -165,66 +195,38 @@ impl Hyperhive {
     }
 }
 
-impl Tools for Hyperhive {
+impl Tools for HyperhiveTools {
     fn list(&self) -> Vec<ToolDef> {
-        tool_names(&self.groups)
+        tools_of(&self.groups)
             .into_iter()
-            .filter_map(spec)
-            .map(|s| ToolDef {
-                name: s.name,
-                description: s.description.to_string(),
-                input_schema: (s.schema)(),
+            .map(|t| ToolDef {
+                name: t.name,
+                description: t.description.to_string(),
+                input_schema: schema::schema(t.args),
             })
             .collect()
     }
 
     fn call(&self, name: &str, args: Value, ctx: &CallCtx) -> ToolOutcome {
-        match spec(name) {
-            Some(s) => (s.run)(self, &args, ctx).into(),
+        match find(name) {
+            Some(t) => (t.run)(self, args, ctx),
             None => ToolOutcome::InvalidParams(format!("unknown tool: {name}")),
         }
     }
 }
 
-/// Sends `req` on `client`; the call ends at once when `ctx` is cancelled,
-/// because a watcher shuts the stream down.
-fn call_cancellable(
-    client: &mut Client,
-    req: &Request,
-    ctx: &CallCtx,
-) -> Result<Map<String, Value>, ToolOutcome> {
-    let handle = client
-        .shutdown_handle()
-        .map_err(|e| ToolOutcome::Err(format!("broker connection failed: {e}")))?;
-    let (done_tx, done_rx) = bounded::<()>(0);
-    let cancel = ctx.cancel.clone();
-    let watcher = std::thread::Builder::new()
-        .name("mcp-call-watch".into())
-        .spawn(move || {
-            select! {
-                recv(cancel) -> _ => {
-                    let _ = handle.shutdown(std::net::Shutdown::Both);
-                }
-                recv(done_rx) -> _ => {}
-            }
-        })
-        .map_err(|e| ToolOutcome::Err(format!("could not start a thread for the call: {e}")))?;
-    let result = client.call(req);
-    drop(done_tx);
-    let _ = watcher.join();
-    if ctx.is_cancelled() {
-        return Err(ToolOutcome::Err("the call was cancelled".into()));
+/// An answer as the model reads it when the tool has no words of its own: its
+/// `text` when that is all it says, `CMD done` when it says nothing, else the
+/// answer as JSON.
+fn text_or_json<R: Serialize>(cmd: &str, reply: &R) -> String {
+    match serde_json::to_value(reply) {
+        Ok(Value::Object(map)) if map.is_empty() => format!("{cmd} done"),
+        Ok(Value::Object(map)) if map.len() == 1 && map["text"].is_string() => {
+            map["text"].as_str().unwrap_or_default().to_string()
+        }
+        Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
+        Err(e) => format!("cannot render the broker's answer: {e}"),
     }
-    result.map_err(broker_error)
-}
-
-fn decode<T: DeserializeOwned>(req: &Request, map: Map<String, Value>) -> Result<T, ToolOutcome> {
-    serde_json::from_value(Value::Object(map)).map_err(|e| {
-        ToolOutcome::Err(format!(
-            "unexpected answer from the broker to {}: {e}",
-            req.cmd()
-        ))
-    })
 }
 
 /// A broker failure as text the model can act on.
@@ -237,6 +239,7 @@ fn broker_error(e: ClientError) -> ToolOutcome {
         ClientError::PermissionDenied { .. } => format!("{e}. Nothing was done."),
         ClientError::Refused(reason) => format!("refused by the broker: {reason}"),
         ClientError::Io(_) => format!("{e}. The request may not have been carried out."),
+        ClientError::Cancelled => e.to_string(),
     })
 }
 
@@ -264,7 +267,7 @@ fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
 pub fn main() -> Result<i32, String> {
     let signals = super::install_exit_signals()
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    let tools = Hyperhive::from_env()?;
+    let tools = HyperhiveTools::from_env()?;
     log::info!(
         "hive mcp: socket {}, groups {}, tools {}",
         tools.socket.display(),
@@ -278,7 +281,7 @@ pub fn main() -> Result<i32, String> {
     );
     let input = io::BufReader::new(io::stdin());
     let reason = super::serve(
-        Hyperhive::info(),
+        HyperhiveTools::info(),
         Arc::new(tools),
         input,
         io::stdout(),
@@ -291,9 +294,11 @@ pub fn main() -> Result<i32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::access::{Caller, Capability, Gate};
+    use crate::proto::PRIVILEGES;
 
-    fn provider(groups: &[ToolGroup]) -> Hyperhive {
-        Hyperhive::new(
+    fn provider(groups: &[ToolGroup]) -> HyperhiveTools {
+        HyperhiveTools::new(
             groups.to_vec(),
             PathBuf::from("/nonexistent/mcp.sock"),
             None,
@@ -314,8 +319,13 @@ mod tests {
             .collect()
     }
 
+    /// The privilege table, `tools/list`, `--allowedTools` and enforcement
+    /// agree for every command and every set of groups: a tool is listed and
+    /// allowed exactly when the broker admits its command from an agent with
+    /// those groups (and every capability: capabilities narrow a listed tool,
+    /// they never list one).
     #[test]
-    fn allowed_tools_equal_the_listed_tools_for_every_group_set() {
+    fn listing_allowed_tools_and_enforcement_agree_for_every_command() {
         for groups in all_group_sets() {
             let listed: Vec<String> = provider(&groups)
                 .list()
@@ -323,6 +333,53 @@ mod tests {
                 .map(|t| format!("mcp__hyperhive__{}", t.name))
                 .collect();
             assert_eq!(listed, allowed_hyperhive_tools(&groups), "{groups:?}");
+            for (cmd, access) in PRIVILEGES {
+                let admitted = access
+                    .admits(
+                        cmd,
+                        Caller::Agent {
+                            name: "ana",
+                            groups: &groups,
+                            capabilities: &Capability::ALL,
+                        },
+                    )
+                    .is_ok();
+                let name = format!("mcp__hyperhive__{cmd}");
+                if listed.contains(&name) {
+                    assert!(admitted, "{cmd} is listed for {groups:?} but refused");
+                }
+                if let Some(g) = access.group() {
+                    assert_eq!(admitted, groups.contains(&g), "{cmd} for {groups:?}");
+                    if find(cmd).is_some() {
+                        assert_eq!(listed.contains(&name), admitted, "{cmd} for {groups:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_tool_is_a_command_of_its_group_or_a_declared_local_tool() {
+        for t in tools() {
+            match PRIVILEGES.iter().find(|(cmd, _)| *cmd == t.name) {
+                Some((_, access)) => assert_eq!(*access, t.access, "{}", t.name),
+                None => assert_eq!(t.name, "request_next_turn", "an unknown local tool"),
+            }
+            assert!(t.access.group().is_some(), "{} is behind a group", t.name);
+            let owners = ToolGroup::ALL
+                .iter()
+                .filter(|g| tool_names(&[**g]).contains(&t.name))
+                .count();
+            assert_eq!(owners, 1, "{} belongs to exactly one group", t.name);
+        }
+        // Every group-gated command an agent can send has its tool, but
+        // recv_ack, which the recv tool sends itself.
+        for (cmd, access) in PRIVILEGES {
+            if matches!(access.gate(), Some(Gate::Group(_) | Gate::Capability(..)))
+                && *cmd != "recv_ack"
+            {
+                assert!(find(cmd).is_some(), "{cmd} has no tool");
+            }
         }
     }
 
@@ -346,40 +403,50 @@ mod tests {
         );
     }
 
+    /// Each tool's arguments are exactly its command's fields: a sample with
+    /// every argument becomes the command, and the command refuses any other.
     #[test]
-    fn every_group_tool_is_implemented() {
-        for group in ToolGroup::ALL {
-            for name in group.hyperhive_tools() {
-                assert!(spec(name).is_some(), "{name}");
-            }
-        }
-        for s in specs() {
-            let owners = ToolGroup::ALL
-                .iter()
-                .filter(|g| g.hyperhive_tools().contains(&s.name))
-                .count();
-            assert_eq!(owners, 1, "{} belongs to exactly one group", s.name);
-        }
-    }
-
-    #[test]
-    fn schemas_are_closed_objects_whose_required_members_exist() {
-        for s in specs() {
-            let schema = (s.schema)();
-            assert_eq!(schema["type"], "object", "{}", s.name);
-            assert_eq!(schema["additionalProperties"], false, "{}", s.name);
-            let props = schema["properties"].as_object().expect("properties");
-            for req in schema["required"].as_array().into_iter().flatten() {
-                assert!(props.contains_key(req.as_str().unwrap()), "{}", s.name);
-            }
-            for (key, prop) in props {
-                assert!(prop["description"].is_string(), "{}.{key}", s.name);
+    fn tool_arguments_are_the_commands_fields() {
+        for t in tools() {
+            let schema = schema::schema(t.args);
+            assert_eq!(schema["type"], "object", "{}", t.name);
+            assert_eq!(schema["additionalProperties"], false, "{}", t.name);
+            for (key, prop) in schema["properties"].as_object().unwrap() {
+                assert!(prop["description"].is_string(), "{}.{key}", t.name);
             }
             assert!(
-                s.description.len() > 60,
+                t.description.len() > 60,
                 "{} needs a real description",
-                s.name
+                t.name
             );
+            let sample: serde_json::Map<String, Value> = t
+                .args
+                .iter()
+                .map(|a| {
+                    let v = match a.ty {
+                        schema::Ty::Str | schema::Ty::StrMax(_) | schema::Ty::Id => json!("x"),
+                        schema::Ty::Enum(values) => json!(values[0]),
+                        schema::Ty::Int => json!(1),
+                        schema::Ty::Uint { min, .. } => json!(min.max(1)),
+                        schema::Ty::Bool => json!(true),
+                        schema::Ty::StrList => json!(["x"]),
+                    };
+                    (a.name.to_string(), v)
+                })
+                .collect();
+            if let Some((cmd, _)) = PRIVILEGES.iter().find(|(cmd, _)| *cmd == t.name) {
+                let mut line = sample.clone();
+                line.insert("cmd".into(), json!(cmd));
+                let line = Value::Object(line).to_string();
+                assert!(
+                    crate::proto::Request::parse(&line).is_ok(),
+                    "{}: {line}",
+                    t.name
+                );
+                let mut extra = serde_json::from_str::<Value>(&line).unwrap();
+                extra["not_an_argument"] = json!(1);
+                assert!(crate::proto::Request::parse(&extra.to_string()).is_err());
+            }
         }
     }
 
@@ -387,7 +454,7 @@ mod tests {
     fn an_unreachable_broker_is_a_tool_error_naming_the_socket() {
         let p = provider(&ToolGroup::AGENT_DEFAULT);
         let (ctx, _cancel) = CallCtx::new(crate::mcp::RequestId::from(1));
-        let out = p.call("get_agent_meta", serde_json::json!({}), &ctx);
+        let out = p.call("get_agent_meta", json!({}), &ctx);
         let ToolOutcome::Err(text) = out else {
             panic!("expected a tool error, got {out:?}");
         };
@@ -396,4 +463,6 @@ mod tests {
             "{text}"
         );
     }
+
+    use serde_json::json;
 }

@@ -5,7 +5,7 @@
 //! [`Message::write`] puts one message on one line and flushes. It knows nothing
 //! about MCP methods; `server.rs` gives them meaning.
 
-use crate::wire::{self, Line};
+use crate::proto::lines::{self as wire, Line};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fmt;

@@ -4,12 +4,13 @@
 //! a [`CallCtx`] whose cancel channel fires when the client cancels or the server
 //! exits, and it answers with a [`ToolOutcome`], which may carry a hook that runs
 //! only once the result has been written to stdout. The framing lives in
-//! `jsonrpc.rs`, the threads and the MCP methods in `server.rs`, argument checks in
-//! `args.rs`. The behaviour is documented in `docs/mcp-protocol.md`.
+//! `jsonrpc.rs`, the threads and the MCP methods in `server.rs`, a tool's
+//! declared arguments (its schema and the check that names a bad one) in
+//! `schema.rs`. The behaviour is documented in `docs/mcp-protocol.md`.
 
-pub mod args;
 pub mod hyperhive;
 pub mod jsonrpc;
+pub mod schema;
 mod server;
 
 pub use jsonrpc::RequestId;
@@ -69,7 +70,7 @@ impl fmt::Debug for ToolOutcome {
 }
 
 /// Lets a handler written as `fn(..) -> Result<ToolOutcome, ToolOutcome>` use `?`
-/// on the [`args`] helpers and still answer with `.into()`.
+/// on its argument checks and still answer with `.into()`.
 impl From<Result<ToolOutcome, ToolOutcome>> for ToolOutcome {
     fn from(result: Result<ToolOutcome, ToolOutcome>) -> ToolOutcome {
         result.unwrap_or_else(|e| e)

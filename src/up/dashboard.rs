@@ -12,12 +12,16 @@
 //! string (bounded in size: long texts are cut with a marker). Documented in
 //! `docs/fleet.md`.
 
+use crate::proto::cmd::{
+    Agents, Answer, Approvals, Approve, Deny, Inbox, InboxAck, Questions, SetPermissions,
+    Supervision,
+};
+use crate::proto::{cmd, AgentState, Client, Command};
 use crate::web::auth::{self, OneTimeCodes};
 use crate::web::guard::{Guard, Names};
 use crate::web::http::{self, Reply};
 use crate::web::server::{self, Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
 use crate::web::{auth_switch, host_list, sse};
-use crate::wire::{self, Client, Request};
 use crossbeam_channel::{select, Receiver, Sender};
 use serde_json::{json, Value};
 use std::io::Read;
@@ -328,67 +332,13 @@ static ROUTES: &[Route<App>] = &[
         access: Access::Token,
         handler: Handler::Reply(agent_link),
     },
-    post("/api/send", |a, c| {
-        call(a, &c.body, |v| {
-            let body = str_field(v, "body")?;
-            if body.trim().is_empty() {
-                return Err("field \"body\" is empty; write a message".into());
-            }
-            if body.len() > wire::MAX_BODY {
-                return Err(format!(
-                    "field \"body\" is {} bytes; a message may have at most {} bytes",
-                    body.len(),
-                    wire::MAX_BODY
-                ));
-            }
-            Ok(Request::Send {
-                to: str_field(v, "to")?,
-                body,
-                in_reply_to: v.get("in_reply_to").and_then(Value::as_i64),
-            })
-        })
-    }),
-    post("/api/answer", |a, c| {
-        call(a, &c.body, |v| {
-            Ok(Request::Answer {
-                id: int_field(v, "id")?,
-                answer: str_field(v, "answer")?,
-            })
-        })
-    }),
-    post("/api/approve", |a, c| {
-        call(a, &c.body, |v| {
-            Ok(Request::Approve {
-                id: int_field(v, "id")?,
-            })
-        })
-    }),
-    post("/api/deny", |a, c| {
-        call(a, &c.body, |v| {
-            Ok(Request::Deny {
-                id: int_field(v, "id")?,
-                why: v.get("why").and_then(Value::as_str).map(str::to_string),
-            })
-        })
-    }),
-    post("/api/read", |a, c| {
-        call(a, &c.body, |v| {
-            let ids = v
-                .get("ids")
-                .and_then(Value::as_array)
-                .and_then(|a| a.iter().map(Value::as_i64).collect::<Option<Vec<i64>>>())
-                .ok_or("send the ids of the messages the page showed: {\"ids\":[1,2]}")?;
-            Ok(Request::InboxAck { ids })
-        })
-    }),
+    post("/api/send", |a, c| call::<cmd::Send>(a, &c.body)),
+    post("/api/answer", |a, c| call::<Answer>(a, &c.body)),
+    post("/api/approve", |a, c| call::<Approve>(a, &c.body)),
+    post("/api/deny", |a, c| call::<Deny>(a, &c.body)),
+    post("/api/read", |a, c| call::<InboxAck>(a, &c.body)),
     post("/api/permissions", |a, c| {
-        call(a, &c.body, |v| {
-            Ok(Request::SetPermissions {
-                agent: str_field(v, "agent")?,
-                tool_groups: list_field(v, "tool_groups")?,
-                capabilities: list_field(v, "capabilities")?,
-            })
-        })
+        call::<SetPermissions>(a, &c.body)
     }),
 ];
 
@@ -419,49 +369,37 @@ fn hive(app: &App) -> Reply {
     Reply::json(200, &snapshot(app))
 }
 
-fn str_field(v: &Value, k: &str) -> Result<String, String> {
-    v.get(k)
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| format!("missing string field {k:?}"))
-}
-
-fn int_field(v: &Value, k: &str) -> Result<i64, String> {
-    v.get(k)
-        .and_then(Value::as_i64)
-        .ok_or_else(|| format!("missing integer field {k:?}"))
-}
-
-fn list_field(v: &Value, k: &str) -> Result<Vec<String>, String> {
-    v.get(k)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .ok_or_else(|| format!("missing array field {k:?}"))
-}
-
-/// Parses the JSON body (a key twice is refused), builds the request and
-/// forwards it as the operator; the broker's refusal is shown as it is.
-fn call(app: &App, body: &[u8], make: impl FnOnce(&Value) -> Result<Request, String>) -> Reply {
-    let v = match http::strict_json(body) {
-        Ok(v) => v,
-        Err(e) => return Reply::error(400, format!("the body must be JSON: {e}")),
-    };
-    let req = match make(&v) {
-        Ok(r) => r,
+/// A POST body as command `C` (the same struct every client builds; a key
+/// given twice is refused), checked by the command's own rules and forwarded as
+/// the operator; the broker's refusal is shown as it is. The answer is the
+/// broker's, with `ok`.
+fn call<C: Command>(app: &App, body: &[u8]) -> Reply {
+    let cmd = match command::<C>(body) {
+        Ok(c) => c,
         Err(e) => return Reply::error(400, e),
     };
-    match host(app).and_then(|mut c| c.call(&req).map_err(|e| e.to_string())) {
-        Ok(mut map) => {
-            map.insert("ok".into(), Value::Bool(true));
-            Reply::json(200, &Value::Object(map))
+    match host(app).and_then(|mut c| c.call(&cmd).map_err(|e| e.to_string())) {
+        Ok(reply) => {
+            let mut v = serde_json::to_value(&reply).unwrap_or_else(|_| json!({}));
+            v["ok"] = json!(true);
+            Reply::json(200, &v)
         }
         Err(e) => Reply::error(400, e),
     }
+}
+
+/// A POST body as command `C`, or why it is not one.
+fn command<C: Command>(body: &[u8]) -> Result<C, String> {
+    let v = http::strict_json(body).map_err(|e| format!("the body must be JSON: {e}"))?;
+    let cmd: C = serde_json::from_value(v).map_err(|e| {
+        format!(
+            "the body does not fit {}: {}",
+            C::CMD,
+            http::prefix(&e.to_string())
+        )
+    })?;
+    cmd.validate().map_err(|e| e.to_string())?;
+    Ok(cmd)
 }
 
 fn host(app: &App) -> Result<Client, String> {
@@ -484,11 +422,10 @@ fn plain_name(name: &str) -> bool {
 /// The token of `name`'s page: its fleet entry's `HIVE_WEB_TOKEN`, else the
 /// one its harness generated (`DATA/agents/NAME/state/web-token`), else the
 /// one every agent inherits from `hive up`.
-fn agent_token(app: &App, name: &str, supervision: &Value) -> Option<String> {
+fn agent_token(app: &App, name: &str, supervision: Option<&AgentState>) -> Option<String> {
     let nonblank = |t: String| (!t.trim().is_empty()).then(|| t.trim().to_string());
-    supervision["applied"]["env"]["HIVE_WEB_TOKEN"]
-        .as_str()
-        .map(str::to_string)
+    supervision
+        .and_then(|s| s.applied.env.get("HIVE_WEB_TOKEN").cloned())
         .and_then(nonblank)
         .or_else(|| {
             plain_name(name)
@@ -500,14 +437,12 @@ fn agent_token(app: &App, name: &str, supervision: &Value) -> Option<String> {
 }
 
 /// The supervision row of `name`.
-fn supervision_of(app: &App, name: &str) -> Result<Value, String> {
+fn supervision_of(app: &App, name: &str) -> Result<AgentState, String> {
     let mut c = host(app)?;
-    let sup = c
-        .call(&Request::Supervision {})
-        .map_err(|e| e.to_string())?;
-    sup.get("agents")
-        .and_then(Value::as_array)
-        .and_then(|rows| rows.iter().find(|s| s["name"] == name).cloned())
+    let sup = c.call(&Supervision {}).map_err(|e| e.to_string())?;
+    sup.agents
+        .into_iter()
+        .find(|s| s.name == name)
         .ok_or_else(|| format!("no agent {:?} in this hive", http::prefix(name)))
 }
 
@@ -526,13 +461,13 @@ fn agent_link(app: &App, c: &Ctx<'_>) -> Reply {
         Ok(s) => s,
         Err(e) => return Reply::error(404, e),
     };
-    let Some(port) = sup["port"].as_u64().and_then(|p| u16::try_from(p).ok()) else {
+    let Some(port) = sup.port else {
         return Reply::error(
             404,
             format!("{name} has no page yet (see DATA/logs/{name}.log)"),
         );
     };
-    let token = agent_token(app, name, &sup);
+    let token = agent_token(app, name, Some(&sup));
     if what == "icon" {
         return agent_icon(app, port, token.as_deref());
     }
@@ -581,7 +516,7 @@ fn message(app: &App, c: &Ctx<'_>) -> Reply {
         return Reply::error(400, "give the message's id: /api/message?id=N");
     };
     let page = host(app).and_then(|mut h| {
-        h.call(&Request::Inbox {
+        h.call(&Inbox {
             wait_seconds: None,
             peek: true,
             after: Some(id.saturating_sub(1)),
@@ -590,11 +525,7 @@ fn message(app: &App, c: &Ctx<'_>) -> Reply {
     });
     match page {
         Err(e) => Reply::error(502, e),
-        Ok(p) => match p
-            .get("messages")
-            .and_then(Value::as_array)
-            .and_then(|m| m.iter().find(|m| m["id"] == id))
-        {
+        Ok(p) => match p.messages.iter().find(|m| m.id == id) {
             Some(m) => Reply::json(200, m),
             None => Reply::error(404, format!("no unread operator message #{id}")),
         },
@@ -630,41 +561,42 @@ fn bound(v: &mut Value) {
 }
 
 /// The whole hive as the page draws it, bounded in size: the inbox is one page
-/// of the broker's (`wire::PAGE_BYTES`), long texts are cut (a cut message is
+/// of the broker's (`PAGE_BYTES`), long texts are cut (a cut message is
 /// marked `cut`), lists keep [`LIST_MAX`] entries.
 fn snapshot(app: &App) -> Value {
     let mut c = match host(app) {
         Ok(c) => c,
         Err(e) => return json!({ "error": e }),
     };
-    let mut get = |req: Request| -> Value {
-        c.call(&req)
-            .map(Value::Object)
+    fn get<C: Command>(c: &mut Client, cmd: C) -> Value {
+        c.call(&cmd)
+            .map(|r| serde_json::to_value(r).unwrap_or_default())
             .unwrap_or_else(|e| json!({ "error": e.to_string() }))
-    };
-    let agents = get(Request::Agents {});
-    let sup = get(Request::Supervision {});
-    let questions = get(Request::Questions {});
-    let approvals = get(Request::Approvals {});
-    let inbox = get(Request::Inbox {
-        wait_seconds: None,
-        peek: true,
-        after: None,
-    });
-    let sup_rows = sup["agents"].as_array().cloned().unwrap_or_default();
+    }
+    let agents = get(&mut c, Agents {});
+    let sup_rows: Vec<AgentState> = c
+        .call(&Supervision {})
+        .map(|s| s.agents)
+        .unwrap_or_default();
+    let questions = get(&mut c, Questions {});
+    let approvals = get(&mut c, Approvals {});
+    let inbox = get(
+        &mut c,
+        Inbox {
+            wait_seconds: None,
+            peek: true,
+            after: None,
+        },
+    );
     let mut cards = Vec::new();
     for row in agents["agents"].as_array().cloned().unwrap_or_default() {
         let name = row["name"].as_str().unwrap_or_default().to_string();
-        let s = sup_rows
-            .iter()
-            .find(|s| s["name"] == name.as_str())
-            .cloned()
-            .unwrap_or(Value::Null);
+        let s = sup_rows.iter().find(|s| s.name == name);
         let mut card = row.clone();
-        card["supervision"] = s.clone();
-        if let Some(port) = s["port"].as_u64() {
+        card["supervision"] = serde_json::to_value(s).unwrap_or(Value::Null);
+        if let Some(port) = s.and_then(|s| s.port) {
             let base = format!("http://127.0.0.1:{port}");
-            let token = agent_token(app, &name, &s);
+            let token = agent_token(app, &name, s);
             let fetch = |path: &str| -> Value {
                 let mut r = app.http.get(&format!("{base}{path}"));
                 if let Some(t) = &token {
@@ -987,13 +919,21 @@ mod tests {
     }
 
     #[test]
-    fn bodies_need_their_fields() {
-        assert!(str_field(&json!({"to": 1}), "to").is_err());
-        assert_eq!(int_field(&json!({"id": 3}), "id"), Ok(3));
-        assert_eq!(
-            list_field(&json!({"g": ["a", "b"]}), "g").unwrap(),
-            vec!["a", "b"]
-        );
+    fn bodies_are_the_commands_and_names_are_plain() {
+        for (body, want) in [
+            (
+                r#"{"to":1,"body":"x"}"#,
+                "the body does not fit send: invalid type",
+            ),
+            (r#"{"to":"kid","body":"  "}"#, "body must not be empty"),
+            (r#"{"to":"kid","body":"x","cc":"y"}"#, "unknown field `cc`"),
+            ("nope", "the body must be JSON"),
+        ] {
+            let e = command::<cmd::Send>(body.as_bytes()).unwrap_err();
+            assert!(e.contains(want), "{body}: {e}");
+        }
+        let ok = command::<cmd::Send>(br#"{"to":"kid","body":"hi","in_reply_to":3}"#).unwrap();
+        assert_eq!(ok.in_reply_to, Some(3));
         assert!(plain_name("kid-2") && !plain_name("..") && !plain_name("a/b"));
     }
 }

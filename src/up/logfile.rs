@@ -89,6 +89,24 @@ pub fn pump(name: String, pipe: impl Read + Send + 'static, log: Arc<Mutex<LogFi
     }
 }
 
+/// The agents' logs under one directory (`NAME.log`), as the broker reads them
+/// for `get_logs` (the lifecycle port's [`LogTail`]).
+pub struct AgentLogs {
+    dir: PathBuf,
+}
+
+impl AgentLogs {
+    pub fn new(dir: PathBuf) -> AgentLogs {
+        AgentLogs { dir }
+    }
+}
+
+impl crate::broker::lifecycle::LogTail for AgentLogs {
+    fn tail(&self, agent: &str, lines: usize) -> Result<String, String> {
+        tail(&self.dir.join(format!("{agent}.log")), lines)
+    }
+}
+
 /// The last `lines` lines of an agent's log, reading the rotated file before it
 /// when the current one is short.
 pub fn tail(path: &Path, lines: usize) -> Result<String, String> {

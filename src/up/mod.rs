@@ -14,12 +14,13 @@ pub mod sandbox;
 pub mod supervisor;
 pub mod watch;
 
-use crate::broker::{self, db::Durability, BrokerArgs, Extras};
+use crate::broker::lifecycle::LifecycleCmd;
+use crate::broker::{self, db::Durability, BrokerArgs, BrokerDeps};
 use crate::config::{AgentConfig, HiveConfig};
 use crossbeam_channel::unbounded;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use supervisor::{SupCmd, Supervisor};
+use supervisor::Supervisor;
 
 /// The flags of `hive up`.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -145,7 +146,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     settings.isolation = isolation::at_start(&settings.exe, &data, &config_path)?;
     let config = Some(config_path);
     let dash_cfg = dashboard::DashConfig::from_env()?;
-    let (sup_tx, sup_rx) = unbounded::<SupCmd>();
+    let (sup_tx, sup_rx) = unbounded::<LifecycleCmd>();
     let broker = broker::start(
         &BrokerArgs {
             state_dir: data.clone(),
@@ -155,10 +156,12 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             durability: Durability::Normal,
         },
         cfg.clone(),
-        Extras {
-            supervisor: Some(sup_tx.clone()),
+        BrokerDeps {
+            lifecycle: Some(sup_tx.clone()),
             config_path: config,
-            logs_dir: Some(data.join("logs")),
+            logs: Some(std::sync::Arc::new(logfile::AgentLogs::new(
+                data.join("logs"),
+            ))),
         },
     )?;
     let sup = Supervisor::new(settings.clone(), cfg.clone(), broker.hub());
@@ -195,7 +198,10 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         }
     });
     let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-    if sup_tx.send(SupCmd::Shutdown { reply: done_tx }).is_ok() {
+    if sup_tx
+        .send(LifecycleCmd::Shutdown { reply: done_tx })
+        .is_ok()
+    {
         let _ = done_rx.recv_timeout(settings.stop_grace + Duration::from_secs(5));
     }
     drop(sup_tx);
@@ -208,12 +214,12 @@ pub fn run(args: UpArgs) -> Result<(), String> {
 }
 
 /// Prints each agent's page once its port file appears (at most a few seconds).
-fn print_pages(sup: &crossbeam_channel::Sender<SupCmd>) {
+fn print_pages(sup: &crossbeam_channel::Sender<LifecycleCmd>) {
     let end = Instant::now() + Duration::from_secs(10);
     let mut printed = std::collections::BTreeSet::new();
     loop {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        if sup.send(SupCmd::States { reply: tx }).is_err() {
+        if sup.send(LifecycleCmd::States { reply: tx }).is_err() {
             return;
         }
         let Ok(states) = rx.recv_timeout(Duration::from_secs(5)) else {

@@ -2,7 +2,8 @@
 //! child. It starts them (own process group, explicit stdio, output pumped into
 //! rotated logs, none of the operator's variables, each in its sandbox when
 //! agents are isolated: `isolation.rs`), restarts a crashed one with capped exponential backoff, carries
-//! out the lifecycle commands the hub forwards ([`SupCmd`]), runs crash_watch on
+//! out the lifecycle commands the hub forwards (the broker's lifecycle port,
+//! [`LifecycleCmd`]), runs crash_watch on
 //! every watch tick and notices the fleet file changing on disk. It never waits
 //! on the hub: events go to the hub as one-way [`HubMsg::System`] messages, so
 //! the hub may call it synchronously.
@@ -11,6 +12,7 @@ use super::logfile::{self, LogFile};
 use super::watch::{Axes, Watch};
 use super::UpSettings;
 use crate::broker::hub::HubMsg;
+use crate::broker::lifecycle::LifecycleCmd;
 use crate::config::{AgentConfig, HiveConfig};
 use crossbeam_channel::{select, tick, Receiver, Sender};
 use std::collections::BTreeMap;
@@ -21,43 +23,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-/// A reply from the supervisor: a confirmation for the caller, or why not.
-pub type Reply = Sender<Result<String, String>>;
-
-/// What the hub (or `hive up`'s main) asks of the supervisor.
-pub enum SupCmd {
-    /// Start a stopped agent now (also ends a crash backoff).
-    Start { name: String, reply: Reply },
-    /// Stop an agent and keep it stopped.
-    Kill { name: String, reply: Reply },
-    /// Stop and start again with the config it runs.
-    Restart { name: String, reply: Reply },
-    /// Restart onto the current binary and the fleet file's entry.
-    Update { name: String, reply: Reply },
-    /// Supervise a new or changed agent (an approved spawn or config change):
-    /// start it, or restart it onto `agent` when it runs.
-    Apply { agent: AgentConfig, reply: Reply },
-    /// Every agent's supervision state.
-    States { reply: Sender<Vec<AgentState>> },
-    /// Stop every agent (SIGTERM, then SIGKILL after the grace) and return.
-    Shutdown { reply: Sender<()> },
-}
-
-/// One agent as the supervisor sees it (the dashboard and `hive agents` show it).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct AgentState {
-    pub name: String,
-    /// `running`, `stopping`, `stopped`, `restarting` (crash backoff) or `rebuilding`.
-    pub state: String,
-    pub pid: Option<u32>,
-    pub restarts: u32,
-    pub logged_in: bool,
-    pub up_to_date: bool,
-    /// The port of the agent's web page, once it wrote its port file.
-    pub port: Option<u16>,
-    /// The config the running agent was started with.
-    pub applied: AgentConfig,
-}
+pub use crate::proto::AgentState;
 
 /// What happens when a stopping child has exited.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -169,14 +135,14 @@ impl Supervisor {
     }
 
     /// Runs until `Shutdown` or until every sender is gone (then stops the agents).
-    pub fn run(mut self, rx: Receiver<SupCmd>) {
+    pub fn run(mut self, rx: Receiver<LifecycleCmd>) {
         self.reap_and_restart();
         let ticker = tick(Duration::from_millis(100));
         let watch = tick(self.s.watch_interval);
         loop {
             select! {
                 recv(rx) -> cmd => match cmd {
-                    Ok(SupCmd::Shutdown { reply }) => {
+                    Ok(LifecycleCmd::Shutdown { reply }) => {
                         self.stop_all();
                         let _ = reply.send(());
                         return;
@@ -196,32 +162,32 @@ impl Supervisor {
         }
     }
 
-    fn handle(&mut self, cmd: SupCmd) {
+    fn handle(&mut self, cmd: LifecycleCmd) {
         match cmd {
-            SupCmd::Start { name, reply } => {
+            LifecycleCmd::Start { name, reply } => {
                 let r = self.start_cmd(&name);
                 let _ = reply.send(r);
             }
-            SupCmd::Kill { name, reply } => {
+            LifecycleCmd::Kill { name, reply } => {
                 let r = self.stop(&name, Then::Stay);
                 let _ = reply.send(r.map(|_| format!("{name} is stopping and stays stopped")));
             }
-            SupCmd::Restart { name, reply } => {
+            LifecycleCmd::Restart { name, reply } => {
                 let r = self.stop(&name, Then::Start { rebuild: false });
                 let _ = reply.send(r.map(|_| format!("{name} is restarting")));
             }
-            SupCmd::Update { name, reply } => {
+            LifecycleCmd::Update { name, reply } => {
                 let r = self.update(&name);
                 let _ = reply.send(r);
             }
-            SupCmd::Apply { agent, reply } => {
+            LifecycleCmd::Apply { agent, reply } => {
                 let r = self.apply(agent);
                 let _ = reply.send(r);
             }
-            SupCmd::States { reply } => {
+            LifecycleCmd::States { reply } => {
                 let _ = reply.send(self.states());
             }
-            SupCmd::Shutdown { .. } => {}
+            LifecycleCmd::Shutdown { .. } => {}
         }
     }
 

@@ -7,7 +7,8 @@
 use super::http::{self, Reply};
 use crate::harness::control::{Control, Shared};
 use crate::harness::{login, stats};
-use crate::wire::{self, Client, ClientError, Request};
+use crate::proto::cmd::Wake;
+use crate::proto::{Client, ClientError, Command, SentReply};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -88,32 +89,26 @@ pub fn send(shared: &Shared, body: &[u8]) -> Reply {
         Ok(t) => t,
         Err(r) => return r,
     };
-    if text.len() > wire::MAX_BODY {
-        return Reply::error(
-            400,
-            format!(
-                "field `body` is {} bytes; a message may have at most {} bytes",
-                text.len(),
-                wire::MAX_BODY
-            ),
-        );
+    // The agent socket is the agent's own: the broker refuses the operator's
+    // name there, since any script of the agent could use it.
+    let wake = Wake {
+        from: "web-ui".into(),
+        body: text,
+        transient: false,
+        to: None,
+    };
+    if let Err(e) = wake.validate() {
+        return Reply::error(400, format!("field {e}"));
     }
     let socket = &shared.settings.socket;
-    let call = || -> Result<Map<String, Value>, ClientError> {
+    let call = || -> Result<SentReply, ClientError> {
         let mut c = Client::connect(socket)?;
         c.set_read_timeout(Some(Duration::from_secs(10)))
             .map_err(|e| ClientError::Io(e.to_string()))?;
-        // The agent socket is the agent's own: the broker refuses the
-        // operator's name there, since any script of the agent could use it.
-        c.call(&Request::Wake {
-            from: "web-ui".into(),
-            body: text,
-            transient: false,
-            to: None,
-        })
+        c.call(&wake)
     };
     match call() {
-        Ok(m) => Reply::json(200, &json!({ "ok": true, "id": m.get("id") })),
+        Ok(sent) => Reply::json(200, &json!({ "ok": true, "id": sent.id })),
         Err(ClientError::Refused(e)) => Reply::error(400, format!("the broker refused: {e}")),
         Err(e) => Reply::error(502, e.to_string()),
     }

@@ -1,11 +1,14 @@
 //! `GET /metrics` in the Prometheus text format: turn counts, durations, tokens
-//! and cost per kind and outcome from the turn-stats db, the live gauges from the
-//! bus, the number of SSE clients, the turns stopped because one of hive's MCP
-//! servers did not start, and the seconds spent rate-limited since this web
-//! server started (a [`RateClock`] fed by a thread that watches the bus).
+//! and cost per kind and outcome from the turn-stats db (the outcome label is
+//! always one of the closed [`TurnOutcomeKind`]s, whatever the db holds), the
+//! live gauges from the bus, the number of SSE clients, the turns stopped
+//! because one of hive's MCP servers did not start, and the seconds spent
+//! rate-limited since this web server started (a [`RateClock`] fed by a thread
+//! that watches the bus).
 
 use crate::harness::bus::{Bus, LiveEvent, StateSnapshot, TurnState};
 use crate::harness::stats::Totals;
+use crate::proto::TurnOutcomeKind;
 use crossbeam_channel::RecvTimeoutError;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,6 +81,33 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
+/// The totals with each outcome read as its closed kind, rows that come to the
+/// same (kind, outcome kind) added up: a db an older harness wrote holds free
+/// text there, and no such text may become a label.
+fn by_outcome_kind(totals: &[Totals]) -> Vec<Totals> {
+    let mut out: Vec<Totals> = Vec::new();
+    for t in totals {
+        let outcome = TurnOutcomeKind::from_stored(&t.outcome).0.as_str();
+        match out
+            .iter_mut()
+            .find(|o| o.kind == t.kind && o.outcome == outcome)
+        {
+            Some(o) => {
+                o.count += t.count;
+                o.duration_ms += t.duration_ms;
+                o.tokens_in += t.tokens_in;
+                o.tokens_out += t.tokens_out;
+                o.cost_usd += t.cost_usd;
+            }
+            None => out.push(Totals {
+                outcome: outcome.to_string(),
+                ..t.clone()
+            }),
+        }
+    }
+    out
+}
+
 /// The whole exposition.
 pub fn render(
     totals: &[Totals],
@@ -112,9 +142,10 @@ pub fn render(
             |t| t.cost_usd,
         ),
     ];
+    let totals = by_outcome_kind(totals);
     for (name, help, get) in per_turn {
         family(&mut o, name, "counter", help);
-        for t in totals {
+        for t in &totals {
             let _ = writeln!(
                 o,
                 "{name}{{kind=\"{}\",outcome=\"{}\"}} {}",
@@ -222,7 +253,7 @@ mod tests {
     fn renders_families_with_escaped_labels() {
         let bus = Bus::new("a", "a", "haiku", 200_000);
         let totals = [Totals {
-            kind: "turn".into(),
+            kind: "we\"ird\n".into(),
             outcome: "we\"ird\n".into(),
             count: 2,
             duration_ms: 1500,
@@ -232,11 +263,11 @@ mod tests {
         }];
         let text = render(&totals, &bus.snapshot(), 3, 0.0);
         assert!(
-            text.contains("hive_turns_total{kind=\"turn\",outcome=\"we\\\"ird\\n\"} 2\n"),
+            text.contains("hive_turns_total{kind=\"we\\\"ird\\n\",outcome=\"other\"} 2\n"),
             "{text}"
         );
         assert!(text.contains(
-            "hive_turn_duration_seconds_total{kind=\"turn\",outcome=\"we\\\"ird\\n\"} 1.5\n"
+            "hive_turn_duration_seconds_total{kind=\"we\\\"ird\\n\",outcome=\"other\"} 1.5\n"
         ));
         assert!(text.contains("hive_sse_clients 3\n"));
         assert!(text.contains("hive_mcp_start_failures_total{server=\"bash\"} 0\n"));
@@ -249,6 +280,42 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("hive_turn_state{state=\"idle\"} 1\n"));
+    }
+
+    #[test]
+    fn outcome_labels_are_closed_kinds_whatever_the_db_holds() {
+        let bus = Bus::new("a", "a", "haiku", 200_000);
+        let row = |outcome: &str, count| Totals {
+            kind: "turn".into(),
+            outcome: outcome.into(),
+            count,
+            duration_ms: 1000,
+            tokens_in: 1,
+            tokens_out: 1,
+            cost_usd: 0.0,
+        };
+        let totals = [
+            row("failed", 1),
+            row("failed: claude exited with code 1 without a result line", 2),
+            row(
+                "failed: claude was killed by signal 9 without a result line",
+                3,
+            ),
+            row("rate limited (resets at 1795323782)", 4),
+            row("rate_limited", 5),
+        ];
+        let text = render(&totals, &bus.snapshot(), 0, 0.0);
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("hive_turns_total{"))
+            .collect();
+        assert_eq!(
+            series,
+            [
+                "hive_turns_total{kind=\"turn\",outcome=\"failed\"} 6",
+                "hive_turns_total{kind=\"turn\",outcome=\"rate_limited\"} 9",
+            ]
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! Arguments: `--hive PATH` (the binary to measure, the musl build under `make
 //! bench`), `--empty PATH` (a binary that only exits), `--quick` (fewer rounds).
 
-use hyperhive::wire::{Client, Request};
+use hyperhive::proto::cmd::{AckTurn, Recv, RecvNext, Status, Wake};
+use hyperhive::proto::Client;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -113,7 +114,7 @@ fn bench_wake(a: &Args) {
                 .env("RUST_LOG", "warn"),
         ));
         // Keep the inbox short so every wake does the same work.
-        let _ = drain.call(&Request::Recv {
+        let _ = drain.call(&Recv {
             wait_seconds: None,
             max: Some(32),
         });
@@ -133,7 +134,7 @@ fn bench_cycles(a: &Args, durability: &str) {
     let mut c = Client::connect(&b.socket()).unwrap();
     let start = Instant::now();
     for i in 0..n {
-        c.call(&Request::Wake {
+        c.call(&Wake {
             from: "bench".into(),
             body: format!("cycle {i}"),
             transient: false,
@@ -141,12 +142,13 @@ fn bench_cycles(a: &Args, durability: &str) {
         })
         .unwrap();
         let m = c
-            .call(&Request::RecvNext {
+            .call(&RecvNext {
                 wait_seconds: Some(0),
+                seen: None,
             })
             .unwrap();
-        let id = m["message"]["id"].as_i64().unwrap();
-        c.call(&Request::AckTurn { id }).unwrap();
+        let id = m.message.expect("the message just woken").id;
+        c.call(&AckTurn { id }).unwrap();
     }
     let hive_rate = n as f64 / start.elapsed().as_secs_f64();
     drop(b);
@@ -231,8 +233,8 @@ fn start_serve(a: &Args, b: &BrokerProc, claude: &Path) -> Child {
 }
 
 fn unread_and_inflight(c: &mut Client) -> (u64, bool) {
-    let s = c.call(&Request::Status {}).unwrap();
-    (s["unread"].as_u64().unwrap_or(0), !s["inflight"].is_null())
+    let s = c.call(&Status {}).unwrap();
+    (s.unread, s.inflight.is_some())
 }
 
 /// Turn overhead: N queued messages through `hive serve` with a claude that exits
@@ -259,7 +261,7 @@ fn bench_turns(a: &Args) {
     settle(&mut c);
     let start = Instant::now();
     for i in 0..n {
-        c.call(&Request::Wake {
+        c.call(&Wake {
             from: "bench".into(),
             body: format!("turn {i}"),
             transient: false,
@@ -329,7 +331,7 @@ fn bench_wake_latency(a: &Args) {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos() as i128;
-        c.call(&Request::Wake {
+        c.call(&Wake {
             from: "bench".into(),
             body: format!("ping {i}"),
             transient: false,
@@ -498,7 +500,7 @@ fn bench_memory_and_idle_cpu(a: &Args) {
     let (b1, s1) = (cpu_ticks(bp), cpu_ticks(sp));
     let n = if a.quick { 200 } else { 2000 };
     for i in 0..n {
-        c.call(&Request::Wake {
+        c.call(&Wake {
             from: "bench".into(),
             body: format!("load {i} {}", "x".repeat(2000)),
             transient: false,

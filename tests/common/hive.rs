@@ -2,7 +2,8 @@
 //! to 108 bytes), a real `hive broker` process with kill/restart, and clients on
 //! its real sockets. Every wait here has a timeout, so no test can hang.
 
-use hyperhive::wire::{Client, Request};
+use hyperhive::proto::cmd::{Agents, Inbox, InboxAck, Send};
+use hyperhive::proto::{Client, ClientError, Request};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -266,22 +267,40 @@ impl Drop for Broker {
     }
 }
 
-/// Sends a request and expects `ok:true`.
-pub fn ok(c: &mut Client, req: Request) -> Map<String, Value> {
-    let cmd = req.cmd();
-    match c.call(&req) {
-        Ok(m) => m,
-        Err(e) => panic!("{cmd} failed: {e}"),
+/// Sends one line as it is: the answer's fields for `ok:true`, the broker's
+/// error as [`ClientError::Refused`] for `ok:false` (tests read answers as
+/// JSON, whatever the typed client would make of them).
+pub fn call_raw(c: &mut Client, line: &str) -> Result<Map<String, Value>, ClientError> {
+    let answer = c.call_line(line)?;
+    let mut map: Map<String, Value> = serde_json::from_str(&answer)
+        .unwrap_or_else(|e| panic!("the broker's answer is not a JSON object ({e}): {answer}"));
+    match map.remove("ok") {
+        Some(Value::Bool(true)) => Ok(map),
+        _ => Err(ClientError::Refused(
+            map.get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown error")
+                .to_string(),
+        )),
     }
 }
 
-/// Sends a request and expects `ok:false`; returns the error text.
-pub fn refused(c: &mut Client, req: Request) -> String {
-    let cmd = req.cmd();
-    match c.call(&req) {
-        Ok(m) => panic!("{cmd} unexpectedly succeeded: {m:?}"),
-        Err(hyperhive::wire::ClientError::Refused(e)) => e,
-        Err(e) => panic!("{cmd} failed without an answer: {e}"),
+/// Sends a command and expects `ok:true`; returns the answer's fields.
+pub fn ok(c: &mut Client, cmd: impl Into<Request>) -> Map<String, Value> {
+    let req: Request = cmd.into();
+    match call_raw(c, &serde_json::to_string(&req).unwrap()) {
+        Ok(m) => m,
+        Err(e) => panic!("{} failed: {e}", req.cmd()),
+    }
+}
+
+/// Sends a command and expects `ok:false`; returns the error text.
+pub fn refused(c: &mut Client, cmd: impl Into<Request>) -> String {
+    let req: Request = cmd.into();
+    match call_raw(c, &serde_json::to_string(&req).unwrap()) {
+        Ok(m) => panic!("{} unexpectedly succeeded: {m:?}", req.cmd()),
+        Err(ClientError::Refused(e)) => e,
+        Err(e) => panic!("{} failed without an answer: {e}", req.cmd()),
     }
 }
 
@@ -518,8 +537,8 @@ impl Drop for Harness {
 }
 
 /// The agent's row in `agents` on the host socket.
-pub fn agent_row(b: &Broker, name: &str) -> hyperhive::wire::AgentRow {
-    let r: hyperhive::wire::AgentsReply = b.host().call_as(&Request::Agents {}).unwrap();
+pub fn agent_row(b: &Broker, name: &str) -> hyperhive::proto::AgentRow {
+    let r: hyperhive::proto::cmd::AgentsReply = b.host().call(&Agents {}).unwrap();
     r.agents
         .into_iter()
         .find(|a| a.name == name)
@@ -535,17 +554,17 @@ pub fn wait_drained(b: &Broker, name: &str) {
 }
 
 /// The operator's unread messages (then marked read, as `hive inbox` does).
-pub fn operator_inbox(b: &Broker) -> Vec<hyperhive::wire::Message> {
+pub fn operator_inbox(b: &Broker) -> Vec<hyperhive::proto::Message> {
     let mut host = b.host();
-    let r: hyperhive::wire::MessagesReply = host
-        .call_as(&Request::Inbox {
+    let r: hyperhive::proto::MessagesReply = host
+        .call(&Inbox {
             wait_seconds: None,
             peek: false,
             after: None,
         })
         .unwrap();
     let ids = r.messages.iter().map(|m| m.id).collect();
-    host.call(&Request::InboxAck { ids }).unwrap();
+    host.call(&InboxAck { ids }).unwrap();
     r.messages
 }
 
@@ -553,7 +572,7 @@ pub fn operator_inbox(b: &Broker) -> Vec<hyperhive::wire::Message> {
 pub fn operator_send(b: &Broker, to: &str, body: &str) -> i64 {
     let r = ok(
         &mut b.host(),
-        Request::Send {
+        Send {
             to: to.into(),
             body: body.into(),
             in_reply_to: None,

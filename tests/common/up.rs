@@ -3,7 +3,8 @@
 //! names its own `FAKE_CLAUDE_DIR`). Every wait has a timeout.
 
 use super::hive::{hive_bin, wait_for, FakeClaude, TempDir};
-use hyperhive::wire::{Client, Request};
+use hyperhive::proto::cmd::{Agents, Supervision};
+use hyperhive::proto::Client;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -206,8 +207,7 @@ impl Up {
     }
 
     pub fn states(&self) -> Vec<hyperhive::up::supervisor::AgentState> {
-        let r: hyperhive::wire::SupervisionReply =
-            self.host().call_as(&Request::Supervision {}).unwrap();
+        let r: hyperhive::proto::cmd::SupervisionReply = self.host().call(&Supervision {}).unwrap();
         r.agents
     }
 
@@ -219,8 +219,7 @@ impl Up {
     pub fn wait_running(&self, name: &str) -> u32 {
         wait_for(Duration::from_secs(30), &format!("{name} to run"), || {
             let s = self.state(name)?;
-            let row: hyperhive::wire::AgentsReply =
-                self.host().call_as(&Request::Agents {}).ok()?;
+            let row: hyperhive::proto::cmd::AgentsReply = self.host().call(&Agents {}).ok()?;
             let connected = row.agents.iter().any(|r| r.name == name && r.running);
             (s.state == "running" && connected).then_some(s.pid?)
         })

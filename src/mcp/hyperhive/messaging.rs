@@ -4,131 +4,109 @@
 //! stdout; if `hive mcp` dies first the connection closes and the broker puts the
 //! rows back in the inbox, in order.
 
-use super::{call_cancellable, decode, Handled, Hyperhive, Spec, BROKER_TIMEOUT};
-use crate::mcp::{args, CallCtx, ToolOutcome};
-use crate::wire::{self, Request};
-use serde_json::{json, Value};
+use super::{broker_error, tool, Handled, HyperhiveTools, Tool, BROKER_TIMEOUT};
+use crate::mcp::schema::{Arg, Ty};
+use crate::mcp::{CallCtx, ToolOutcome};
+use crate::proto::cmd::{self, Answer, Ask, Recv, RecvAck};
+use crate::proto::limits::{MAX_WAIT_SECS, RECV_MAX};
+use crate::proto::Message;
 use std::time::Duration;
 
-/// Most rows one `recv` hands out.
-pub const RECV_MAX: u64 = 32;
-
-pub(super) const TOOLS: &[Spec] = &[
-    Spec {
-        name: "send",
-        description: "Send a message to another agent, to your parent or to the human operator. \
+pub(super) const TOOLS: &[Tool] = &[
+    tool::<cmd::Send>(
+        "Send a message to another agent, to your parent or to the human operator. \
 `to` is an agent name, \"<parent>\" for your parent in the hive (always allowed), or \
 \"operator\". Your hive config may restrict which names you can reach; a refused recipient \
 comes back as an error naming the ones you may use. `in_reply_to` links the message to the id \
 of one you received. Returns the id of the stored message and who got it. The recipient reads \
 it in its own inbox; this does not wait for a reply.",
-        schema: send_schema,
-        run: send,
-    },
-    Spec {
-        name: "recv",
-        description: "Read messages from your inbox: messages from agents and the operator, \
+        &[
+            Arg::req("to", Ty::Str, "An agent name, \"<parent>\" or \"operator\"."),
+            Arg::req("body", Ty::Str, "The message text."),
+            Arg::opt("in_reply_to", Ty::Int, "Id of the message this answers."),
+        ],
+        |h, a, ctx| h.run(a, ctx, send),
+    ),
+    tool::<Recv>(
+        "Read messages from your inbox: messages from agents and the operator, \
 answers to your questions, questions for you, fired reminders. Without `wait_seconds` (or with \
 0) it returns at once; with a positive value it waits up to that many seconds (at most 180) for \
 the first message and returns as soon as one arrives. `max` (default 1, at most 32) is how many \
 messages to take. Each message comes back as `#ID from SENDER (KIND): BODY`; KIND is `message` \
 for ordinary mail or an event such as `question_asked`, `question_answered` or `reminder`. \
 Returns \"no messages\" when the inbox is empty. Messages you read are removed from the inbox.",
-        schema: recv_schema,
-        run: recv,
-    },
-    Spec {
-        name: "ask",
-        description: "Ask the operator (default) or another agent (`to`) a question. It does not \
+        &[
+            Arg::opt(
+                "wait_seconds",
+                Ty::Uint {
+                    min: 0,
+                    max: Some(MAX_WAIT_SECS),
+                },
+                "How long to wait for the first message; 0 or absent returns at once. Capped at 180.",
+            ),
+            Arg::opt(
+                "max",
+                Ty::Uint {
+                    min: 1,
+                    max: Some(RECV_MAX as u64),
+                },
+                "How many messages to take at most (default 1, capped at 32).",
+            ),
+        ],
+        |h, a, ctx| h.run(a, ctx, recv),
+    ),
+    tool::<Ask>(
+        "Ask the operator (default) or another agent (`to`) a question. It does not \
 block: it returns the question id at once, and the answer arrives later in your inbox as a \
 `question_answered` message (read it with recv). `options` are suggested answers (the operator \
 may still answer freely); `multi: true` allows choosing several. With `ttl_seconds` the \
 question expires after that long and you get the answer `[expired]`. Withdraw a question with \
 cancel_loose_end(kind=\"question\", id).",
-        schema: ask_schema,
-        run: ask,
-    },
-    Spec {
-        name: "answer",
-        description: "Answer a question another agent asked you: the `question_asked` message in \
+        &[
+            Arg::req("question", Ty::Str, "The question."),
+            Arg::opt("options", Ty::StrList, "Suggested answers to choose from."),
+            Arg::opt("multi", Ty::Bool, "Allow choosing several options (default false)."),
+            Arg::opt(
+                "ttl_seconds",
+                Ty::Uint { min: 1, max: None },
+                "Expire the question after this many seconds; the answer is then [expired].",
+            ),
+            Arg::opt(
+                "to",
+                Ty::Str,
+                "\"operator\" (default), \"<parent>\" or an agent name.",
+            ),
+        ],
+        |h, a, ctx| h.run(a, ctx, ask),
+    ),
+    tool::<Answer>(
+        "Answer a question another agent asked you: the `question_asked` message in \
 your inbox gives its id. Only the agent the question was addressed to may answer it, and only \
 once. The asker gets your answer as a `question_answered` message. Returns a confirmation.",
-        schema: answer_schema,
-        run: answer,
-    },
+        &[
+            Arg::req("id", Ty::Int, "The question id from the question_asked message."),
+            Arg::req("answer", Ty::Str, "Your answer."),
+        ],
+        |h, a, ctx| h.run(a, ctx, answer),
+    ),
 ];
 
-fn send_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "to": {"type": "string", "description": "An agent name, \"<parent>\" or \"operator\"."},
-            "body": {"type": "string", "description": "The message text."},
-            "in_reply_to": {"type": "integer", "description": "Id of the message this answers."}
-        },
-        "required": ["to", "body"],
-        "additionalProperties": false
-    })
-}
-
-fn send(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
-    args::only(a, &["to", "body", "in_reply_to"])?;
-    let to = args::req_str(a, "to")?;
-    let body = args::req_str(a, "body")?;
-    let in_reply_to = args::opt_i64(a, "in_reply_to")?;
-    if to.trim().is_empty() {
-        return Err(ToolOutcome::InvalidParams(
-            "argument \"to\" must not be empty".into(),
-        ));
-    }
-    if body.trim().is_empty() {
-        return Err(ToolOutcome::InvalidParams(
-            "argument \"body\" must not be empty".into(),
-        ));
-    }
-    let req = Request::Send {
-        to,
-        body,
-        in_reply_to,
-    };
-    let sent: wire::SentReply = h.request(&req, ctx)?;
+fn send(h: &HyperhiveTools, c: cmd::Send, ctx: &CallCtx) -> Handled {
+    let sent = h.request(&c, ctx)?;
     let id = sent.id.map(|i| format!(" #{i}")).unwrap_or_default();
     Ok(ToolOutcome::Ok(format!("sent message{id} to {}", sent.to)))
 }
 
-fn recv_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "wait_seconds": {
-                "type": "integer", "minimum": 0, "maximum": wire::MAX_WAIT_SECS,
-                "description": "How long to wait for the first message; 0 or absent returns at once. Capped at 180."
-            },
-            "max": {
-                "type": "integer", "minimum": 1, "maximum": RECV_MAX,
-                "description": "How many messages to take at most (default 1, capped at 32)."
-            }
-        },
-        "additionalProperties": false
-    })
-}
-
-fn recv(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
-    args::only(a, &["wait_seconds", "max"])?;
-    let wait = args::opt_u64(a, "wait_seconds")?
-        .unwrap_or(0)
-        .min(wire::MAX_WAIT_SECS);
-    let max = args::opt_u64(a, "max")?.unwrap_or(1).clamp(1, RECV_MAX) as u32;
-    let mut client = h.connect()?;
-    let limit = Duration::from_secs(wait) + BROKER_TIMEOUT;
-    client
-        .set_read_timeout(Some(limit))
-        .map_err(|e| ToolOutcome::Err(format!("broker connection failed: {e}")))?;
-    let req = Request::Recv {
+fn recv(h: &HyperhiveTools, c: Recv, ctx: &CallCtx) -> Handled {
+    let wait = c.wait_seconds.unwrap_or(0).min(MAX_WAIT_SECS);
+    let c = Recv {
         wait_seconds: Some(wait),
-        max: Some(max),
+        max: Some(c.max.unwrap_or(1).clamp(1, RECV_MAX as u64)),
     };
-    let reply: wire::MessagesReply = decode(&req, call_cancellable(&mut client, &req, ctx)?)?;
+    let mut client = h.connect(Duration::from_secs(wait) + BROKER_TIMEOUT)?;
+    let reply = client
+        .call_cancellable(&c, &ctx.cancel)
+        .map_err(broker_error)?;
     if reply.messages.is_empty() {
         let text = match wait {
             0 => "no messages".to_string(),
@@ -146,7 +124,7 @@ fn recv(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
     // happens only once the result is on stdout.
     let confirm = move || {
         let _ = client.set_read_timeout(Some(Duration::from_secs(5)));
-        match client.call(&Request::RecvAck { ids: ids.clone() }) {
+        match client.call(&RecvAck { ids: ids.clone() }) {
             Ok(_) => log::debug!("recv: confirmed {ids:?}"),
             Err(e) => {
                 log::warn!("recv: confirming {ids:?} failed ({e}); they will be delivered again")
@@ -157,7 +135,7 @@ fn recv(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
 }
 
 /// Messages as the model reads them, one `#ID from SENDER (KIND): BODY` each.
-pub fn render(messages: &[wire::Message]) -> String {
+pub fn render(messages: &[Message]) -> String {
     messages
         .iter()
         .map(|m| {
@@ -171,52 +149,11 @@ pub fn render(messages: &[wire::Message]) -> String {
         .join("\n")
 }
 
-fn ask_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "question": {"type": "string", "description": "The question."},
-            "options": {
-                "type": "array", "items": {"type": "string"},
-                "description": "Suggested answers to choose from."
-            },
-            "multi": {"type": "boolean", "description": "Allow choosing several options (default false)."},
-            "ttl_seconds": {
-                "type": "integer", "minimum": 1,
-                "description": "Expire the question after this many seconds; the answer is then [expired]."
-            },
-            "to": {
-                "type": "string",
-                "description": "\"operator\" (default), \"<parent>\" or an agent name."
-            }
-        },
-        "required": ["question"],
-        "additionalProperties": false
-    })
-}
-
-fn ask(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
-    args::only(a, &["question", "options", "multi", "ttl_seconds", "to"])?;
-    let question = args::req_str(a, "question")?;
-    let options = args::opt_str_list(a, "options")?.unwrap_or_default();
-    let multi = args::opt_bool(a, "multi")?.unwrap_or(false);
-    let ttl_seconds = args::opt_u64(a, "ttl_seconds")?;
-    let to = args::opt_str(a, "to")?;
-    if question.trim().is_empty() {
-        return Err(ToolOutcome::InvalidParams(
-            "argument \"question\" must not be empty".into(),
-        ));
-    }
-    let target = to.clone().unwrap_or_else(|| "operator".into());
-    let req = Request::Ask {
-        question,
-        options,
-        multi,
-        ttl_seconds,
-        to,
-    };
-    let asked: wire::IdReply = h.request(&req, ctx)?;
-    let expiry = ttl_seconds
+fn ask(h: &HyperhiveTools, c: Ask, ctx: &CallCtx) -> Handled {
+    let target = c.to.clone().unwrap_or_else(|| "operator".into());
+    let ttl = c.ttl_seconds;
+    let asked = h.request(&c, ctx)?;
+    let expiry = ttl
         .filter(|s| *s > 0)
         .map(|s| format!(" If nobody answers within {s} s the answer is [expired]."))
         .unwrap_or_default();
@@ -227,23 +164,9 @@ fn ask(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
     )))
 }
 
-fn answer_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "id": {"type": "integer", "description": "The question id from the question_asked message."},
-            "answer": {"type": "string", "description": "Your answer."}
-        },
-        "required": ["id", "answer"],
-        "additionalProperties": false
-    })
-}
-
-fn answer(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
-    args::only(a, &["id", "answer"])?;
-    let id = args::req_i64(a, "id")?;
-    let answer = args::req_str(a, "answer")?;
-    let _: Value = h.request(&Request::Answer { id, answer }, ctx)?;
+fn answer(h: &HyperhiveTools, c: Answer, ctx: &CallCtx) -> Handled {
+    let id = c.id;
+    h.request(&c, ctx)?;
     Ok(ToolOutcome::Ok(format!(
         "answered question #{id}; the asker gets your answer in its inbox"
     )))

@@ -1,62 +1,48 @@
-//! The `meta` group: `set_status`, which the dashboard shows and which is kept
-//! both by the broker and in `{state}/hyperhive-status`, and `get_agent_meta`.
+//! The `meta` group: `set_status`, which the broker keeps (and pushes to the
+//! agent's page) and which is also written to `{state}/hyperhive-status`, and
+//! `get_agent_meta`.
 
-use super::{write_atomic, Handled, Hyperhive, Spec, STATUS_FILE};
-use crate::broker::hub::MAX_STATUS_CHARS;
-use crate::mcp::{args, CallCtx, ToolOutcome};
-use crate::wire::{self, Request};
-use serde_json::{json, Value};
+use super::{tool, write_atomic, Handled, HyperhiveTools, Tool};
+use crate::mcp::schema::{Arg, Ty};
+use crate::mcp::{CallCtx, ToolOutcome};
+use crate::proto::cmd::{GetAgentMeta, SetStatus};
+use crate::proto::limits::MAX_STATUS_CHARS;
+use crate::proto::paths::state;
 
-pub(super) const TOOLS: &[Spec] = &[
-    Spec {
-        name: "set_status",
-        description: "Set your status line: one line of at most 200 characters saying what \
+pub(super) const TOOLS: &[Tool] = &[
+    tool::<SetStatus>(
+        "Set your status line: one line of at most 200 characters saying what \
 you are doing, shown to the operator on the dashboard and to agents that call get_agent_meta. \
 It stays until you change it; pass \"\" to clear it. Returns a confirmation.",
-        schema: set_status_schema,
-        run: set_status,
-    },
-    Spec {
-        name: "get_agent_meta",
-        description: "Look up an agent's identity and status: name, whether its harness is \
+        &[Arg::req(
+            "text",
+            Ty::StrMax(MAX_STATUS_CHARS as u64),
+            "One line, at most 200 characters; \"\" clears.",
+        )],
+        |h, a, ctx| h.run(a, ctx, set_status),
+    ),
+    tool::<GetAgentMeta>(
+        "Look up an agent's identity and status: name, whether its harness is \
 running, its status line and when it was set, the hive revision it runs, and the hive and swarm \
 names. Omit `name` for yourself. Returns a JSON object {name, hyperhive_rev, running, \
 status_text, status_set_at, hive_name?, swarm_name?}; an unknown name is an error.",
-        schema: meta_schema,
-        run: get_agent_meta,
-    },
+        &[Arg::opt(
+            "name",
+            Ty::Str,
+            "The agent to look up; omit for yourself.",
+        )],
+        |h, a, ctx| h.run(a, ctx, get_agent_meta),
+    ),
 ];
 
-fn set_status_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "text": {
-                "type": "string", "maxLength": MAX_STATUS_CHARS,
-                "description": "One line, at most 200 characters; \"\" clears."
-            }
-        },
-        "required": ["text"],
-        "additionalProperties": false
-    })
-}
-
-fn set_status(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
-    args::only(a, &["text"])?;
-    let text = args::req_str(a, "text")?;
-    if text.contains(['\n', '\r']) || text.chars().count() > MAX_STATUS_CHARS {
-        return Err(ToolOutcome::InvalidParams(format!(
-            "argument \"text\" must be one line of at most {MAX_STATUS_CHARS} characters, \
-             got {} characters",
-            text.chars().count()
-        )));
-    }
-    let _: Value = h.request(&Request::SetStatus { text: text.clone() }, ctx)?;
+fn set_status(h: &HyperhiveTools, c: SetStatus, ctx: &CallCtx) -> Handled {
+    h.request(&c, ctx)?;
+    let text = c.text;
     let Ok(dir) = h.state_dir() else {
         log::warn!("set_status: HIVE_STATE_DIR is not set; the status is only in the broker");
         return Ok(ToolOutcome::Ok(confirmation(&text)));
     };
-    let path = dir.join(STATUS_FILE);
+    let path = dir.join(state::STATUS);
     let written = if text.is_empty() {
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
@@ -82,20 +68,8 @@ fn confirmation(text: &str) -> String {
     }
 }
 
-fn meta_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "description": "The agent to look up; omit for yourself."}
-        },
-        "additionalProperties": false
-    })
-}
-
-fn get_agent_meta(h: &Hyperhive, a: &Value, ctx: &CallCtx) -> Handled {
-    args::only(a, &["name"])?;
-    let name = args::opt_str(a, "name")?;
-    let meta: wire::AgentMeta = h.request(&Request::GetAgentMeta { name }, ctx)?;
+fn get_agent_meta(h: &HyperhiveTools, c: GetAgentMeta, ctx: &CallCtx) -> Handled {
+    let meta = h.request(&c, ctx)?;
     let text = serde_json::to_string_pretty(&meta)
         .map_err(|e| ToolOutcome::Err(format!("cannot render the agent's metadata: {e}")))?;
     Ok(ToolOutcome::Ok(text))

@@ -2,7 +2,8 @@
 //! stdin, lines come out of a channel-backed stdout, and every wait has a timeout.
 
 use super::*;
-use crate::mcp::{args, ToolDef};
+use crate::mcp::schema::{self, Arg, Ty};
+use crate::mcp::ToolDef;
 use crossbeam_channel::{after, unbounded, RecvTimeoutError};
 use std::io::Read;
 
@@ -113,7 +114,13 @@ impl Tools for TestTools {
 
     fn call(&self, name: &str, args: Value, ctx: &CallCtx) -> ToolOutcome {
         match name {
-            "echo" => args::req_str(&args, "text").map(ToolOutcome::Ok).into(),
+            "echo" => {
+                let spec = [Arg::req("text", Ty::Str, "what to echo")];
+                match schema::check(&spec, args) {
+                    Ok(v) => ToolOutcome::Ok(v["text"].as_str().unwrap_or_default().into()),
+                    Err(e) => ToolOutcome::InvalidParams(e),
+                }
+            }
             "boom" => panic!("boom!"),
             "fail" => ToolOutcome::Err("the fail tool failed".into()),
             "hooked" => ToolOutcome::OkThen("hooked result".into(), self.hook("hook ran")),

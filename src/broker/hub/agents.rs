@@ -1,0 +1,190 @@
+//! What the hub keeps and tells per agent: `hello`, the harness's start (its
+//! revision and the "you were just (re)started" message), its turn counters,
+//! the status line (pushed to a parked `recv_next` that said what it had seen),
+//! `get_agent_meta`, the operator's `agents`, and the loose ends: open
+//! questions, reminders, scheduled prompts, approvals and the running bash
+//! tasks its task daemon reports (`report_tasks`), and `cancel_loose_end`.
+
+use super::limits::Budget;
+use super::{db_err, ConnId, Hub, Identity};
+use crate::broker::db::Side;
+use crate::proto::access::Capability;
+use crate::proto::cmd::{
+    AgentMeta, AgentsReply, CancelLooseEnd, GetAgentMeta, GetLooseEnds, HarnessStarted, Hello,
+    HelloReply, LooseEndsReply, PostTurnCounts, ReportTasks, SetStatus, VersionReply,
+};
+use crate::proto::{now, AgentRow, Empty, LooseEndKind, MsgKind, SentReply, PROTOCOL_VERSION};
+
+/// The first message of every harness start.
+pub const KICK_BODY: &str = "You were just (re)started. Check your state dir for your notes; \
+your --continue session is intact.";
+
+impl Hub {
+    pub(super) fn hello(&self, who: &Identity, c: Hello) -> Result<HelloReply, String> {
+        if let Some(v) = c.version.filter(|v| *v != PROTOCOL_VERSION) {
+            return Err(format!(
+                "protocol version {v} is not supported; this broker speaks version {PROTOCOL_VERSION}"
+            ));
+        }
+        Ok(HelloReply {
+            version: PROTOCOL_VERSION,
+            identity: who.name().to_string(),
+            hyperhive_rev: self.settings.hyperhive_rev.clone(),
+        })
+    }
+
+    pub(super) fn version(&self) -> Result<VersionReply, String> {
+        Ok(VersionReply {
+            version: env!("CARGO_PKG_VERSION").into(),
+            hyperhive_rev: self.settings.hyperhive_rev.clone(),
+            protocol: PROTOCOL_VERSION,
+        })
+    }
+
+    /// True while a harness of `agent` holds a connection it started or polls on.
+    pub(super) fn running(&self, agent: &str) -> bool {
+        self.harness_conns.get(agent).is_some_and(|s| !s.is_empty())
+    }
+
+    pub(super) fn harness_started(
+        &mut self,
+        conn: ConnId,
+        agent: &str,
+        c: HarnessStarted,
+    ) -> Result<SentReply, String> {
+        self.harness_conns
+            .entry(agent.to_string())
+            .or_default()
+            .insert(conn);
+        if let Some(rev) = c.hyperhive_rev {
+            self.db.set_rev(agent, &rev).map_err(db_err)?;
+        }
+        self.tell(agent, MsgKind::Kick, KICK_BODY)
+    }
+
+    pub(super) fn post_turn_counts(
+        &mut self,
+        agent: &str,
+        c: PostTurnCounts,
+    ) -> Result<Empty, String> {
+        self.db.add_counts(agent, &c).map_err(db_err)?;
+        Ok(Empty {})
+    }
+
+    pub(super) fn set_status(&mut self, agent: &str, c: SetStatus) -> Result<Empty, String> {
+        self.db.set_status(agent, &c.text, now()).map_err(db_err)?;
+        // A harness parked in `recv_next` with what it had seen learns it now.
+        self.notify(agent);
+        Ok(Empty {})
+    }
+
+    pub(super) fn meta(&self, who: &Identity, c: GetAgentMeta) -> Result<AgentMeta, String> {
+        let name = match (c.name, who) {
+            (Some(n), _) => n,
+            (None, Identity::Agent(a)) => a.clone(),
+            (None, Identity::Operator) => {
+                return Err("get_agent_meta on the host socket needs \"name\"".into())
+            }
+        };
+        self.check_agent(&name)?;
+        let stats = self.db.stats(&name).map_err(db_err)?;
+        Ok(AgentMeta {
+            running: self.running(&name),
+            name,
+            hyperhive_rev: stats.hyperhive_rev,
+            status_text: stats.status_text,
+            status_set_at: stats.status_set_at,
+            hive_name: self.cfg.hive_name.clone(),
+            swarm_name: self.cfg.swarm_name.clone(),
+        })
+    }
+
+    pub(super) fn agents(&self) -> Result<AgentsReply, String> {
+        let mut rows = Vec::new();
+        for a in &self.cfg.agents {
+            let s = self.db.stats(&a.name).map_err(db_err)?;
+            rows.push(AgentRow {
+                name: a.name.clone(),
+                parent: self.cfg.parent_of(&a.name),
+                unread: self.unread(&a.name)?,
+                inflight: self.inflight_id(&a.name)?,
+                running: self.running(&a.name),
+                status_text: s.status_text,
+                turns: s.turns,
+                turns_ok: s.turns_ok,
+                turns_failed: s.turns_failed,
+                tokens_in: s.tokens_in,
+                tokens_out: s.tokens_out,
+                cost_usd: s.cost_usd,
+            });
+        }
+        let mut budget = Budget::new();
+        let agents = budget.fit(rows);
+        Ok(AgentsReply {
+            agents,
+            left_off: budget.left_off,
+        })
+    }
+
+    /// May `caller` read what the hub keeps about `target`: itself, a direct
+    /// child, or anyone with the `query_agent_state` capability.
+    pub(super) fn may_inspect(&self, caller: &str, target: &str) -> bool {
+        target == caller
+            || self.cfg.parent_of(target) == caller
+            || self
+                .cfg
+                .agent(caller)
+                .is_some_and(|c| c.has_capability(Capability::QueryAgentState))
+    }
+
+    pub(super) fn loose_ends(
+        &self,
+        caller: &str,
+        c: GetLooseEnds,
+    ) -> Result<LooseEndsReply, String> {
+        let target = match c.agent {
+            None => caller.to_string(),
+            Some(a) if a == "*" => {
+                return Err("the hive-wide \"*\" query is not available on an agent socket".into())
+            }
+            Some(a) => {
+                self.check_agent(&a)?;
+                if !self.may_inspect(caller, &a) {
+                    return Err(format!(
+                        "{a} is not a direct child of {caller}; reading its loose ends needs the query_agent_state capability"
+                    ));
+                }
+                a
+            }
+        };
+        let mut budget = Budget::new();
+        let db = &self.db;
+        Ok(LooseEndsReply {
+            asked: budget.fit(db.questions_where(Side::Asker, &target).map_err(db_err)?),
+            owed: budget.fit(db.questions_where(Side::Target, &target).map_err(db_err)?),
+            reminders: budget.fit(db.reminders_of(&target).map_err(db_err)?),
+            scheduled: budget.fit(db.scheduled_of(&target).map_err(db_err)?),
+            approvals: budget.fit(self.approvals_of(&target)?),
+            tasks: budget.fit(db.tasks_of(&target).map_err(db_err)?),
+            left_off: budget.left_off,
+            agent: target,
+        })
+    }
+
+    pub(super) fn cancel_loose_end(
+        &mut self,
+        agent: &str,
+        c: CancelLooseEnd,
+    ) -> Result<Empty, String> {
+        match c.kind {
+            LooseEndKind::Question => self.withdraw_question(agent, c.id),
+            LooseEndKind::Reminder => self.cancel_reminder(agent, c.id),
+            LooseEndKind::Approval => self.cancel_approval(agent, c.id),
+        }
+    }
+
+    pub(super) fn report_tasks(&mut self, agent: &str, c: ReportTasks) -> Result<Empty, String> {
+        self.db.set_tasks(agent, &c.tasks).map_err(db_err)?;
+        Ok(Empty {})
+    }
+}

@@ -1,0 +1,84 @@
+//! Diagnostics: the tail of an agent's supervised log (`get_logs`, through the
+//! lifecycle port's [`LogTail`](crate::broker::lifecycle::LogTail)) and of the
+//! host's journal (`get_host_journal`). Both read on the caller's connection
+//! thread, so a slow disk or journal never holds up the hub; both answers are
+//! cut to the answer budget from the start, keeping the newest lines.
+
+use super::limits::fit_text_tail;
+use super::{Done, Handled, Hub};
+use crate::proto::cmd::{log_lines, GetHostJournal, GetLogs};
+use crate::proto::TextReply;
+use std::time::Duration;
+
+/// How long `journalctl` may run.
+const JOURNAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Hub {
+    pub(super) fn get_logs(&mut self, caller: &str, c: GetLogs) -> Handled<TextReply> {
+        let target = c.agent.unwrap_or_else(|| caller.to_string());
+        self.check_agent(&target)?;
+        if !self.may_inspect(caller, &target) {
+            return Err(format!(
+                "get_logs: {target} is not a child of {caller}; other agents' logs need the query_agent_state capability"
+            ));
+        }
+        let Some(logs) = self.settings.logs.clone() else {
+            return Err("this broker runs without a supervisor (plain `hive broker`), so it keeps no agent logs; run the hive with `hive up`".into());
+        };
+        let n = log_lines(c.lines) as usize;
+        Ok(Done::Offload(Box::new(move |_| {
+            let text = logs.tail(&target, n)?;
+            Ok(TextReply {
+                text: fit_text_tail(text),
+            })
+        })))
+    }
+
+    /// The capability and the unit were checked by the gate and the command;
+    /// journalctl runs on the caller's connection thread.
+    pub(super) fn host_journal(&mut self, c: GetHostJournal) -> Handled<TextReply> {
+        let n = log_lines(c.lines);
+        Ok(Done::Offload(Box::new(move |_| {
+            let text = read_journal(c.unit.as_deref(), n)?;
+            Ok(TextReply {
+                text: fit_text_tail(text),
+            })
+        })))
+    }
+}
+
+/// `journalctl --no-pager -q -n N [-u UNIT]`, with a wall-clock limit.
+fn read_journal(unit: Option<&str>, n: u64) -> Result<String, String> {
+    let mut cmd = std::process::Command::new("journalctl");
+    cmd.args(["--no-pager", "-q", "-n", &n.to_string()]);
+    if let Some(u) = unit {
+        cmd.args(["-u", u]);
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().map_err(|e| {
+        format!("journalctl is not available on this host ({e}); there is no host journal to read")
+    })?;
+    let pid = child.id();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(JOURNAL_TIMEOUT) {
+        Ok(Ok(out)) if out.status.success() => {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+        Ok(Ok(out)) => Err(format!(
+            "journalctl failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Ok(Err(e)) => Err(format!("journalctl failed: {e}")),
+        Err(_) => {
+            // SAFETY: kill(2) on the journalctl we spawned.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            Err("journalctl did not answer within 10 s".into())
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Lifecycle: `request_spawn` (an approval for the operator) and the tools that
+//! stop and start an agent's own children (`kill`, `start`, `restart`,
+//! `update`), the operator's `supervision`, and the supervisor's `ApplyAgent`.
+//! The hub checks the rights; the wait for the supervisor (at most
+//! [`HubSettings::supervisor_timeout`](super::HubSettings)) runs on the caller's
+//! connection thread, so a stuck supervisor holds up that caller only.
+
+use super::{db_err, fmt_wait, Done, Handled, Hub, Work};
+use crate::broker::lifecycle::{LifecycleCmd, Reply};
+use crate::config::AgentConfig;
+use crate::proto::cmd::{Kill, RequestSpawn, Restart, Start, SupervisionReply, Update};
+use crate::proto::{now, ApprovalKind, QueuedReply, TextReply};
+use crossbeam_channel::Sender;
+use std::time::Duration;
+
+const NO_SUPERVISOR: &str = "this broker runs without a supervisor (plain `hive broker`), so \
+agents cannot be started or stopped from here; run the hive with `hive up`";
+
+/// Sends one command to the supervisor and waits for its answer; run on a
+/// connection thread.
+pub(super) fn ask_supervisor(
+    sup: &Option<Sender<LifecycleCmd>>,
+    timeout: Duration,
+    make: impl FnOnce(Reply) -> LifecycleCmd,
+) -> Result<String, String> {
+    let Some(sup) = sup else {
+        return Err(NO_SUPERVISOR.into());
+    };
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    sup.send(make(tx))
+        .map_err(|_| "the supervisor has stopped (the hive is shutting down)".to_string())?;
+    match rx.recv_timeout(timeout) {
+        Ok(answer) => answer,
+        Err(_) => Err(format!(
+            "the supervisor did not answer in {}",
+            fmt_wait(timeout)
+        )),
+    }
+}
+
+impl Hub {
+    /// Work that asks the supervisor on the caller's thread.
+    pub(super) fn supervisor_work(
+        &self,
+        make: impl FnOnce(Reply) -> LifecycleCmd + std::marker::Send + 'static,
+    ) -> Work<String> {
+        let sup = self.settings.lifecycle.clone();
+        let timeout = self.settings.supervisor_timeout;
+        Box::new(move |_| ask_supervisor(&sup, timeout, make))
+    }
+
+    fn require_child(&self, caller: &str, target: &str, tool: &str) -> Result<(), String> {
+        self.check_agent(target)?;
+        if self.cfg.parent_of(target) == caller {
+            Ok(())
+        } else {
+            Err(format!(
+                "{tool}: {target} is not a child of {caller}; lifecycle tools act on your own children only"
+            ))
+        }
+    }
+
+    /// One of the tools on a child: rights here, the supervisor off the hub.
+    fn on_child(
+        &self,
+        caller: &str,
+        name: String,
+        tool: &str,
+        make: fn(String, Reply) -> LifecycleCmd,
+    ) -> Handled<TextReply> {
+        self.require_child(caller, &name, tool)?;
+        let work = self.supervisor_work(move |reply| make(name, reply));
+        Ok(Done::Offload(Box::new(move |hub| {
+            work(hub).map(|text| TextReply { text })
+        })))
+    }
+
+    pub(super) fn kill(&mut self, caller: &str, c: Kill) -> Handled<TextReply> {
+        self.on_child(caller, c.name, "kill", |name, reply| LifecycleCmd::Kill {
+            name,
+            reply,
+        })
+    }
+
+    pub(super) fn start(&mut self, caller: &str, c: Start) -> Handled<TextReply> {
+        self.on_child(caller, c.name, "start", |name, reply| LifecycleCmd::Start {
+            name,
+            reply,
+        })
+    }
+
+    pub(super) fn restart(&mut self, caller: &str, c: Restart) -> Handled<TextReply> {
+        self.on_child(caller, c.name, "restart", |name, reply| {
+            LifecycleCmd::Restart { name, reply }
+        })
+    }
+
+    pub(super) fn update(&mut self, caller: &str, c: Update) -> Handled<TextReply> {
+        self.on_child(caller, c.name, "update", |name, reply| {
+            LifecycleCmd::Update { name, reply }
+        })
+    }
+
+    pub(super) fn supervision(&mut self) -> Handled<SupervisionReply> {
+        let Some(sup) = self.settings.lifecycle.clone() else {
+            return Err("this broker runs without a supervisor (plain `hive broker`)".into());
+        };
+        let timeout = self.settings.supervisor_timeout;
+        Ok(Done::Offload(Box::new(move |_| {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            sup.send(LifecycleCmd::States { reply: tx })
+                .map_err(|_| "the supervisor has stopped".to_string())?;
+            let agents = rx
+                .recv_timeout(timeout)
+                .map_err(|_| format!("the supervisor did not answer in {}", fmt_wait(timeout)))?;
+            Ok(SupervisionReply { agents })
+        })))
+    }
+
+    /// Tells the operator (inbox) that an approval waits.
+    pub(super) fn announce_approval(&mut self, id: i64, what: &str) -> Result<(), String> {
+        let body = format!(
+            "[approval #{id}] {what}. Approve with `hive approve {id}` or deny with `hive deny {id} --why TEXT` (or on the dashboard)."
+        );
+        self.tell("operator", crate::proto::MsgKind::ApprovalRequested, &body)
+            .map(|_| ())
+    }
+
+    pub(super) fn request_spawn(
+        &mut self,
+        caller: &str,
+        c: RequestSpawn,
+    ) -> Result<QueuedReply, String> {
+        let name = c.name;
+        if self.cfg.agent(&name).is_some() {
+            return Err(format!(
+                "request_spawn: an agent named {name:?} already exists"
+            ));
+        }
+        let pending = self.db.pending_approvals().map_err(db_err)?;
+        if let Some(p) = pending
+            .iter()
+            .find(|p| p.kind == ApprovalKind::Spawn && p.agent == name)
+        {
+            return Err(format!(
+                "request_spawn: approval #{} for {name:?} is already pending",
+                p.id
+            ));
+        }
+        let entry = AgentConfig {
+            name: name.clone(),
+            parent: Some(caller.into()),
+            ..AgentConfig::default()
+        };
+        let payload = serde_json::to_string(&entry).map_err(|e| e.to_string())?;
+        let id = self
+            .db
+            .insert_approval(&ApprovalKind::Spawn, caller, &name, &payload, now())
+            .map_err(db_err)?;
+        self.announce_approval(
+            id,
+            &format!("{caller} asks to spawn a child agent {name:?}"),
+        )?;
+        Ok(QueuedReply {
+            id,
+            text: format!(
+                "approval #{id} queued: the operator decides; you get a message either way"
+            ),
+        })
+    }
+
+    /// The supervisor applied `a`: the hub's rules follow.
+    pub(super) fn apply_agent(&mut self, a: AgentConfig) {
+        let mut cfg = self.cfg.clone();
+        match cfg.agents.iter_mut().find(|x| x.name == a.name) {
+            Some(slot) => *slot = a,
+            None => cfg.agents.push(a),
+        }
+        match cfg.validate() {
+            Ok(()) => self.cfg = cfg,
+            Err(e) => log::warn!("ignoring an agent config the supervisor applied: {e}"),
+        }
+    }
+}

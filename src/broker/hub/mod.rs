@@ -1,0 +1,504 @@
+//! The hub: the one thread that owns the broker's state — the sqlite store, the
+//! config, the long-poll waiters, rows held by `recv` connections, transient
+//! wakes and the timers. Connection threads send it a [`HubMsg`] and get an
+//! [`Outcome`] back. Every request passes one gate here, in this order: its row
+//! of the privilege table (`proto::command`, checked with [`Access::admits`] on
+//! the socket it came in on), its own validation (`Command::validate`), then
+//! its handler, one per command, in the file of its concern:
+//!
+//! - `inbox.rs`: delivery and consumption (`wake`, `send`, `recv_next`, `recv`,
+//!   the operator's inbox, …);
+//! - `questions.rs`: `ask`, `answer` and the operator's questions;
+//! - `timers.rs`: reminders and scheduled prompts, and firing them;
+//! - `agents.rs`: what the hub keeps per agent (status, counters, meta,
+//!   loose ends, running bash tasks);
+//! - `lifecycle.rs`: the lifecycle tools, carried out by the supervisor;
+//! - `approvals.rs`: approvals and permissions;
+//! - `diagnostics.rs`: logs and the host journal.
+//!
+//! The hub never blocks on another actor or on slow I/O: such work is an
+//! [`Outcome::Offload`] run on the caller's connection thread, and whatever it
+//! changes comes back as a [`HubMsg::Followup`]. Answers are typed: a handler
+//! returns its command's `Reply`, serialized here once.
+
+mod agents;
+mod approvals;
+mod diagnostics;
+mod inbox;
+mod lifecycle;
+mod limits;
+mod questions;
+mod timers;
+
+#[cfg(test)]
+mod tests;
+
+use super::db::Db;
+use super::lifecycle::{LifecycleCmd, LogTail};
+use crate::config::HiveConfig;
+use crate::proto::access::{Access, Caller};
+use crate::proto::cmd::RequestApplyCommit;
+use crate::proto::command::Row;
+use crate::proto::lines::{err_line, ok_line};
+use crate::proto::text::excerpt;
+use crate::proto::{Command, Message, Request};
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use approvals::merge_patch;
+
+/// Who is on the other end of a connection: decided by the socket it came in on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    Operator,
+    Agent(String),
+}
+
+impl Identity {
+    pub fn name(&self) -> &str {
+        match self {
+            Identity::Operator => "operator",
+            Identity::Agent(a) => a,
+        }
+    }
+}
+
+pub type ConnId = u64;
+
+/// What a connection thread (or the supervisor) asks of the hub.
+pub enum HubMsg {
+    Call {
+        who: Identity,
+        conn: ConnId,
+        req: Request,
+        /// False once the caller's wait has run out: answer now, even if empty.
+        can_wait: bool,
+        /// Signalled when something arrives for the caller while it waits.
+        waiter: Sender<()>,
+        reply: Sender<Outcome>,
+    },
+    /// The connection is gone: release what it held.
+    Closed { conn: ConnId },
+    /// A system event for an agent's (or the operator's) inbox, from the
+    /// supervisor's crash_watch.
+    System {
+        to: String,
+        kind: crate::proto::MsgKind,
+        body: String,
+    },
+    /// The supervisor (re)started an agent with this config: the hub's rules
+    /// follow it.
+    ApplyAgent(crate::config::AgentConfig),
+    /// The second half of an offloaded request: the connection thread did the
+    /// blocking part and the hub now decides and changes its state.
+    Followup {
+        who: Identity,
+        followup: Followup,
+        reply: Sender<String>,
+    },
+    /// The broker is stopping: return and close the store.
+    Shutdown,
+}
+
+/// Work the hub has authorised but that would block it (asking the supervisor,
+/// running a command, reading a file): the connection thread runs it and sends
+/// the answer line it returns. A job that must change the hub's state sends a
+/// [`HubMsg::Followup`] on the channel it is given and waits for its answer.
+pub type Job = Box<dyn FnOnce(&Sender<HubMsg>) -> String + Send>;
+
+/// The typed form of a [`Job`], as a handler returns it.
+pub type Work<R> = Box<dyn FnOnce(&Sender<HubMsg>) -> Result<R, String> + Send>;
+
+/// What an offloaded job hands back to the hub.
+pub enum Followup {
+    /// `request_apply_commit` with the patch read from the caller's file.
+    ApplyCommit {
+        agent: String,
+        patch: serde_json::Value,
+    },
+    /// An approval was carried out as far as the supervisor goes; `started`
+    /// is its answer. An `apply_commit` brings its patch, which the hub applies
+    /// now.
+    Approved {
+        id: i64,
+        text: String,
+        patch: Option<(String, serde_json::Value)>,
+    },
+    /// `set_permissions`: the supervisor has the new entry; the hub applies the
+    /// patch and writes the fleet file.
+    Permissions {
+        agent: String,
+        patch: serde_json::Value,
+        started: Result<String, String>,
+    },
+}
+
+/// The hub's answer to a call.
+pub enum Outcome {
+    Answer(String),
+    /// Nothing yet; the waiter is registered and will be signalled.
+    Wait,
+    /// Authorised; the caller's connection thread computes the answer.
+    Offload(Job),
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Answer(line) => f.debug_tuple("Answer").field(line).finish(),
+            Outcome::Wait => f.write_str("Wait"),
+            Outcome::Offload(_) => f.write_str("Offload(..)"),
+        }
+    }
+}
+
+/// What a handler decided.
+enum Done<R> {
+    Reply(R),
+    /// Park the caller (long-polls).
+    Wait,
+    Offload(Work<R>),
+}
+
+type Handled<R> = Result<Done<R>, String>;
+
+/// The one who sent the request being handled.
+struct Ctx<'a> {
+    who: &'a Identity,
+    conn: ConnId,
+    can_wait: bool,
+    waiter: &'a Sender<()>,
+}
+
+/// Settings the hub needs besides the store and config.
+pub struct HubSettings {
+    pub state_dir: PathBuf,
+    pub hyperhive_rev: String,
+    /// Pending reminders, and separately scheduled prompts, per agent.
+    pub max_pending_timers: u64,
+    /// The supervisor of `hive up`; `None` under plain `hive broker`.
+    pub lifecycle: Option<Sender<LifecycleCmd>>,
+    /// How long a lifecycle call waits for the supervisor.
+    pub supervisor_timeout: Duration,
+    /// The fleet file that approved changes are written to.
+    pub config_path: Option<PathBuf>,
+    /// The agents' supervised logs (`hive up` only).
+    pub logs: Option<Arc<dyn LogTail>>,
+    /// Binds the socket of an agent spawned at run time.
+    pub listeners: Option<Arc<super::Listeners>>,
+}
+
+/// A row handed out by `recv` and not yet confirmed.
+enum Held {
+    Stored(i64),
+    Transient(Message),
+}
+
+pub struct Hub {
+    db: Db,
+    cfg: HiveConfig,
+    settings: HubSettings,
+    waiters: HashMap<String, Vec<Sender<()>>>,
+    held: HashMap<ConnId, (String, Vec<Held>)>,
+    transient: HashMap<String, VecDeque<Message>>,
+    transient_inflight: HashMap<String, Message>,
+    next_transient_id: i64,
+    harness_conns: HashMap<String, HashSet<ConnId>>,
+    /// When the next reminder, scheduled prompt or question expiry is due
+    /// (unix s), kept in memory so the hub's loop costs no query per request.
+    next_due: Option<i64>,
+    /// Approvals being carried out (waiting for the supervisor).
+    deciding: HashSet<i64>,
+}
+
+fn db_err(e: rusqlite::Error) -> String {
+    format!("message store error: {e}")
+}
+
+/// How long until `due` (unix s), from now.
+fn until(due: i64) -> Duration {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    Duration::from_millis((due * 1000 - now_ms).max(0) as u64)
+}
+
+/// A duration as a person reads it in an error: `10 s`, `250 ms`.
+fn fmt_wait(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+impl Hub {
+    pub fn new(db: Db, cfg: HiveConfig, settings: HubSettings) -> Hub {
+        Hub {
+            db,
+            cfg,
+            settings,
+            waiters: HashMap::new(),
+            held: HashMap::new(),
+            transient: HashMap::new(),
+            transient_inflight: HashMap::new(),
+            next_transient_id: -1,
+            harness_conns: HashMap::new(),
+            next_due: None,
+            deciding: HashSet::new(),
+        }
+    }
+
+    /// Runs the hub until every sender of `rx` is gone or it is told to stop.
+    pub fn run(mut self, rx: Receiver<HubMsg>) {
+        self.fire_due();
+        loop {
+            let msg = match self.next_due.map(until) {
+                Some(wait) => match rx.recv_timeout(wait) {
+                    Ok(m) => m,
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                        self.fire_due();
+                        continue;
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                },
+                None => match rx.recv() {
+                    Ok(m) => m,
+                    Err(_) => break,
+                },
+            };
+            match msg {
+                HubMsg::Call {
+                    who,
+                    conn,
+                    req,
+                    can_wait,
+                    waiter,
+                    reply,
+                } => {
+                    let out = self.handle(&who, conn, req, can_wait, &waiter);
+                    // A caller that went away is a normal outcome.
+                    let _ = reply.send(out);
+                }
+                HubMsg::Closed { conn } => self.release(conn),
+                HubMsg::System { to, kind, body } => {
+                    if let Err(e) =
+                        self.deliver(&crate::proto::Peer::System, &to, &body, kind, None)
+                    {
+                        log::error!("cannot deliver a system event to {to}: {e}");
+                    }
+                }
+                HubMsg::ApplyAgent(a) => self.apply_agent(a),
+                HubMsg::Followup {
+                    who,
+                    followup,
+                    reply,
+                } => {
+                    let _ = reply.send(self.followup(&who, followup));
+                }
+                HubMsg::Shutdown => break,
+            }
+            if self.next_due.is_some_and(|t| t <= crate::proto::now()) {
+                self.fire_due();
+            }
+        }
+        log::debug!("hub stopped");
+    }
+
+    /// Decides one request: the gate, the command's own rules, its handler.
+    pub fn handle(
+        &mut self,
+        who: &Identity,
+        conn: ConnId,
+        req: Request,
+        can_wait: bool,
+        waiter: &Sender<()>,
+    ) -> Outcome {
+        let cmd = req.cmd();
+        if let Err(e) = self.admit(who, cmd, req.access()) {
+            return Outcome::Answer(err_line(&e));
+        }
+        if let Err(e) = req.validate() {
+            return Outcome::Answer(err_line(&format!("{cmd}: {e}")));
+        }
+        let ctx = Ctx {
+            who,
+            conn,
+            can_wait,
+            waiter,
+        };
+        self.dispatch(&ctx, req)
+    }
+
+    /// The privilege gate: `access` (a row of the table) for this caller, with
+    /// the groups and capabilities its fleet entry grants.
+    fn admit(&self, who: &Identity, cmd: &str, access: Access) -> Result<(), String> {
+        match who {
+            Identity::Operator => access.admits(cmd, Caller::Operator),
+            Identity::Agent(a) => {
+                let entry = self.cfg.agent(a);
+                let groups = entry.map(|e| e.groups()).unwrap_or_default();
+                let capabilities = entry.map(|e| e.capabilities.clone()).unwrap_or_default();
+                access.admits(
+                    cmd,
+                    Caller::Agent {
+                        name: a,
+                        groups: &groups,
+                        capabilities: &capabilities,
+                    },
+                )
+            }
+        }
+    }
+
+    /// One arm per command; the gate has run. Handlers of agent-only commands
+    /// take the caller's name, of operator-only commands nothing, of commands
+    /// either side sends the identity.
+    fn dispatch(&mut self, ctx: &Ctx, req: Request) -> Outcome {
+        let agent = match ctx.who {
+            Identity::Agent(a) => a.as_str(),
+            Identity::Operator => "",
+        };
+        match req {
+            // inbox.rs
+            Request::Wake(c) => self.now(c, |h, c| h.wake(ctx.who, c)),
+            Request::Send(c) => self.now(c, |h, c| h.send(ctx.who, c)),
+            Request::SendToParent(c) => self.now(c, |h, c| h.send_to_parent(agent, c)),
+            Request::RecvNext(c) => self.done(c, |h, c| h.recv_next(ctx, agent, c)),
+            Request::Recv(c) => self.done(c, |h, c| h.recv(ctx, agent, c)),
+            Request::RecvAck(c) => self.now(c, |h, c| h.recv_ack(ctx.conn, agent, c)),
+            Request::Status(c) => self.now(c, |h, _| h.status(agent)),
+            Request::AckTurn(c) => self.now(c, |h, c| h.finish_inflight(agent, c.id, true)),
+            Request::RequeueInflight(c) => {
+                self.now(c, |h, c| h.finish_inflight(agent, c.id, false))
+            }
+            Request::Inbox(c) => self.done(c, |h, c| h.operator_inbox(ctx, c)),
+            Request::InboxAck(c) => self.now(c, |h, c| h.inbox_ack(c)),
+            // questions.rs
+            Request::Ask(c) => self.now(c, |h, c| h.ask(agent, c)),
+            Request::Answer(c) => self.now(c, |h, c| h.answer_question(ctx.who, c)),
+            Request::Questions(c) => self.now(c, |h, _| h.questions()),
+            Request::CancelQuestion(c) => self.now(c, |h, c| h.cancel_question_as_operator(c)),
+            // timers.rs
+            Request::Remind(c) => self.now(c, |h, c| h.remind(agent, c)),
+            Request::SchedulePrompt(c) => self.now(c, |h, c| h.schedule_prompt(agent, c)),
+            Request::ListScheduled(c) => self.now(c, |h, _| h.list_scheduled(agent)),
+            Request::CancelScheduled(c) => self.now(c, |h, c| h.cancel_scheduled(agent, c)),
+            // agents.rs
+            Request::Hello(c) => self.now(c, |h, c| h.hello(ctx.who, c)),
+            Request::HarnessStarted(c) => self.now(c, |h, c| h.harness_started(ctx.conn, agent, c)),
+            Request::PostTurnCounts(c) => self.now(c, |h, c| h.post_turn_counts(agent, c)),
+            Request::SetStatus(c) => self.now(c, |h, c| h.set_status(agent, c)),
+            Request::GetAgentMeta(c) => self.now(c, |h, c| h.meta(ctx.who, c)),
+            Request::Agents(c) => self.now(c, |h, _| h.agents()),
+            Request::Version(c) => self.now(c, |h, _| h.version()),
+            Request::GetLooseEnds(c) => self.now(c, |h, c| h.loose_ends(agent, c)),
+            Request::CancelLooseEnd(c) => self.now(c, |h, c| h.cancel_loose_end(agent, c)),
+            Request::ReportTasks(c) => self.now(c, |h, c| h.report_tasks(agent, c)),
+            // lifecycle.rs
+            Request::RequestSpawn(c) => self.now(c, |h, c| h.request_spawn(agent, c)),
+            Request::Kill(c) => self.done(c, |h, c| h.kill(agent, c)),
+            Request::Start(c) => self.done(c, |h, c| h.start(agent, c)),
+            Request::Restart(c) => self.done(c, |h, c| h.restart(agent, c)),
+            Request::Update(c) => self.done(c, |h, c| h.update(agent, c)),
+            Request::Supervision(c) => self.done(c, |h, _| h.supervision()),
+            // approvals.rs
+            Request::RequestApplyCommit(c) => self.done(c, |h, c| h.request_apply_commit(agent, c)),
+            Request::Approvals(c) => self.now(c, |h, _| h.approvals()),
+            Request::Approve(c) => self.done(c, |h, c| h.approve(c)),
+            Request::Deny(c) => self.now(c, |h, c| h.deny_as_operator(c)),
+            Request::SetPermissions(c) => self.done(c, |h, c| h.set_permissions(c)),
+            // diagnostics.rs
+            Request::GetLogs(c) => self.done(c, |h, c| h.get_logs(agent, c)),
+            Request::GetHostJournal(c) => self.done(c, |h, c| h.host_journal(c)),
+        }
+    }
+
+    /// Runs a handler that answers at once.
+    fn now<C: Command>(
+        &mut self,
+        cmd: C,
+        f: impl FnOnce(&mut Hub, C) -> Result<C::Reply, String>,
+    ) -> Outcome {
+        Outcome::Answer(line(f(self, cmd)))
+    }
+
+    /// Runs a handler that may park the caller or offload its work.
+    fn done<C: Command>(
+        &mut self,
+        cmd: C,
+        f: impl FnOnce(&mut Hub, C) -> Handled<C::Reply>,
+    ) -> Outcome {
+        match f(self, cmd) {
+            Ok(Done::Reply(r)) => Outcome::Answer(ok_line(&r)),
+            Ok(Done::Wait) => Outcome::Wait,
+            Ok(Done::Offload(work)) => Outcome::Offload(Box::new(move |hub| line(work(hub)))),
+            Err(e) => Outcome::Answer(err_line(&e)),
+        }
+    }
+
+    /// Finishes an offloaded request.
+    fn followup(&mut self, who: &Identity, f: Followup) -> String {
+        match (who, f) {
+            (Identity::Agent(caller), Followup::ApplyCommit { agent, patch }) => {
+                // Rights are checked again: the config may have changed while
+                // the file was read.
+                let caller = caller.clone();
+                line(
+                    self.admit(who, RequestApplyCommit::CMD, RequestApplyCommit::ACCESS)
+                        .and_then(|_| self.check_apply_commit(&caller, &agent))
+                        .and_then(|_| self.queue_apply_commit(&caller, &agent, &patch)),
+                )
+            }
+            (Identity::Operator, Followup::Approved { id, text, patch }) => {
+                line(self.approved(id, text, patch))
+            }
+            (
+                Identity::Operator,
+                Followup::Permissions {
+                    agent,
+                    patch,
+                    started,
+                },
+            ) => line(self.permissions_applied(&agent, &patch, started)),
+            (who, _) => err_line(&format!(
+                "a follow-up for the other socket came in on the socket of {}",
+                who.name()
+            )),
+        }
+    }
+
+    fn check_agent(&self, name: &str) -> Result<(), String> {
+        if self.cfg.agent(name).is_some() {
+            Ok(())
+        } else {
+            Err(format!("unknown agent {}", excerpt(name)))
+        }
+    }
+
+    fn notify(&mut self, recipient: &str) {
+        if let Some(list) = self.waiters.remove(recipient) {
+            for w in list {
+                let _ = w.try_send(());
+            }
+        }
+    }
+
+    fn wait_for(&mut self, recipient: &str, waiter: &Sender<()>) {
+        let list = self.waiters.entry(recipient.to_string()).or_default();
+        list.retain(|w| !w.is_full());
+        list.push(waiter.clone());
+    }
+}
+
+/// An answer line for a handler's result.
+fn line<R: serde::Serialize>(r: Result<R, String>) -> String {
+    match r {
+        Ok(r) => ok_line(&r),
+        Err(e) => err_line(&e),
+    }
+}

@@ -1,0 +1,461 @@
+//! The hub's rules in memory: a real hub thread on a temp sqlite store, driven
+//! the way connection threads drive it (a parsed request line in, the answer
+//! line out, offloaded work run on the caller's side), with literal JSON on
+//! both ends. Times in answers are shown as `T`.
+
+use super::*;
+use crate::broker::db::{Db, Durability};
+use crate::proto::lines::err_line;
+use crossbeam_channel::{bounded, unbounded};
+use std::path::PathBuf;
+
+/// A hub on its own thread, as the broker runs it.
+struct Mem {
+    tx: Sender<HubMsg>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    dir: PathBuf,
+    conn: ConnId,
+}
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        let _ = self.tx.send(HubMsg::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn temp_dir() -> PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "hive-hub-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Mem {
+    fn new(config: &str) -> Mem {
+        Mem::with(config, None, Duration::from_secs(10))
+    }
+
+    fn with(config: &str, lifecycle: Option<Sender<LifecycleCmd>>, timeout: Duration) -> Mem {
+        let dir = temp_dir();
+        let db = Db::open(&dir.join("broker.db"), Durability::Normal).unwrap();
+        let cfg = HiveConfig::parse(config).unwrap();
+        let hub = Hub::new(
+            db,
+            cfg,
+            HubSettings {
+                state_dir: dir.clone(),
+                hyperhive_rev: "test-rev".into(),
+                max_pending_timers: 3,
+                lifecycle,
+                supervisor_timeout: timeout,
+                config_path: None,
+                logs: None,
+                listeners: None,
+            },
+        );
+        let (tx, rx) = unbounded();
+        let thread = std::thread::spawn(move || hub.run(rx));
+        Mem {
+            tx,
+            thread: Some(thread),
+            dir,
+            conn: 0,
+        }
+    }
+
+    /// One request on a connection of its own; `WAIT` when the hub parked it.
+    fn call(&mut self, who: &str, line: &str) -> String {
+        self.conn += 1;
+        let conn = self.conn;
+        self.call_on(who, conn, line, false).0
+    }
+
+    /// One request on connection `conn`; with `can_wait`, also the waiter the
+    /// hub signals when something arrives.
+    fn call_on(
+        &self,
+        who: &str,
+        conn: ConnId,
+        line: &str,
+        can_wait: bool,
+    ) -> (String, Receiver<()>) {
+        let who = match who {
+            "operator" => Identity::Operator,
+            a => Identity::Agent(a.into()),
+        };
+        let (waiter, woken) = bounded(1);
+        let req = match Request::parse(line) {
+            Ok(r) => r,
+            Err(e) => return (err_line(&e), woken),
+        };
+        let (reply, answer) = bounded(1);
+        self.tx
+            .send(HubMsg::Call {
+                who,
+                conn,
+                req,
+                can_wait,
+                waiter,
+                reply,
+            })
+            .unwrap();
+        let line = match answer.recv_timeout(Duration::from_secs(20)).unwrap() {
+            Outcome::Answer(line) => line,
+            Outcome::Wait => "WAIT".into(),
+            Outcome::Offload(job) => job(&self.tx),
+        };
+        (scrub(&line), woken)
+    }
+}
+
+/// The answer with every time replaced by `T`.
+fn scrub(line: &str) -> String {
+    let mut out = line.to_string();
+    for key in [
+        "sent_at",
+        "asked_at",
+        "created_at",
+        "status_set_at",
+        "fire_at",
+        "expires_at",
+    ] {
+        let pat = format!("\"{key}\":");
+        let mut from = 0;
+        while let Some(i) = out[from..].find(&pat) {
+            let start = from + i + pat.len();
+            let end = out[start..]
+                .find(|c: char| !c.is_ascii_digit())
+                .map_or(out.len(), |n| start + n);
+            if end > start {
+                out.replace_range(start..end, "T");
+            }
+            from = start;
+        }
+    }
+    out
+}
+
+const HIVE: &str = r#"{"agents":[
+    {"name":"ana"},
+    {"name":"bob","tool_groups":["messaging"]},
+    {"name":"boss","tool_groups":["messaging","lifecycle","inbox"]},
+    {"name":"kid","parent":"boss"}]}"#;
+
+#[test]
+fn a_message_goes_in_comes_out_inflight_and_is_acked() {
+    let mut m = Mem::new(HIVE);
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"send","to":"ana","body":"hi"}"#),
+        r#"{"ok":true,"id":1,"to":"ana"}"#
+    );
+    assert_eq!(
+        m.call("ana", r#"{"cmd":"recv_next"}"#),
+        r#"{"ok":true,"message":{"body":"hi","from":"operator","id":1,"in_reply_to":null,"kind":"message","sent_at":T,"to":"ana","transient":false},"redelivered":false,"unread":0}"#
+    );
+    assert_eq!(
+        m.call("ana", r#"{"cmd":"status"}"#),
+        r#"{"ok":true,"inflight":1,"unread":0}"#
+    );
+    assert_eq!(
+        m.call("ana", r#"{"cmd":"ack_turn","id":2}"#),
+        r#"{"ok":false,"error":"ack_turn: 2 is not the inflight message of ana (that is 1)"}"#
+    );
+    assert_eq!(
+        m.call("ana", r#"{"cmd":"ack_turn","id":1}"#),
+        r#"{"ok":true}"#
+    );
+    assert_eq!(
+        m.call("ana", r#"{"cmd":"recv_next"}"#),
+        r#"{"ok":true,"message":null,"redelivered":false}"#
+    );
+    assert_eq!(
+        m.call("ana", r#"{"cmd":"send","to":"<parent>","body":"done"}"#),
+        r#"{"ok":true,"id":2,"to":"operator"}"#
+    );
+}
+
+#[test]
+fn one_gate_for_every_command_then_the_commands_own_rules() {
+    let mut m = Mem::new(HIVE);
+    let cases = [
+        (
+            "operator",
+            r#"{"cmd":"recv_next"}"#,
+            r#"{"ok":false,"error":"recv_next is an agent command; the host socket speaks for the operator"}"#,
+        ),
+        (
+            "ana",
+            r#"{"cmd":"agents"}"#,
+            r#"{"ok":false,"error":"agents is an operator command; this is the socket of agent ana"}"#,
+        ),
+        (
+            "bob",
+            r#"{"cmd":"remind","message":"x","delay_seconds":5}"#,
+            r#"{"ok":false,"error":"remind needs the inbox tool group, which bob is not granted; the operator grants it in the fleet file"}"#,
+        ),
+        (
+            "bob",
+            r#"{"cmd":"kill","name":"kid"}"#,
+            r#"{"ok":false,"error":"kill needs the lifecycle tool group, which bob is not granted; the operator grants it in the fleet file"}"#,
+        ),
+        (
+            "operator",
+            r#"{"cmd":"send","to":"ana","body":"  "}"#,
+            r#"{"ok":false,"error":"send: body must not be empty"}"#,
+        ),
+        (
+            "ana",
+            r#"{"cmd":"remind","message":"x","delay_seconds":5,"at_unix_timestamp":9}"#,
+            r#"{"ok":false,"error":"remind: give exactly one of delay_seconds or at_unix_timestamp"}"#,
+        ),
+        (
+            "ana",
+            r#"{"cmd":"wake","from":"operator","body":"x"}"#,
+            r#"{"ok":false,"error":"wake: from \"operator\" is reserved for the broker's own messages; choose another name (the operator sends with `hive send`)"}"#,
+        ),
+        (
+            "ana",
+            r#"{"cmd":"set_status","text":"a\nb"}"#,
+            r#"{"ok":false,"error":"set_status: text must be one line of at most 200 characters, got 3 characters"}"#,
+        ),
+        (
+            "bob",
+            r#"{"cmd":"send","to":"bob","body":"me"}"#,
+            r#"{"ok":false,"error":"an agent cannot send to itself; use remind or request_next_turn"}"#,
+        ),
+        (
+            "operator",
+            r#"{"cmd":"send","to":"zed","body":"x"}"#,
+            r#"{"ok":false,"error":"unknown agent \"zed\""}"#,
+        ),
+    ];
+    for (who, line, want) in cases {
+        assert_eq!(m.call(who, line), want, "{who}: {line}");
+    }
+}
+
+#[test]
+fn a_parked_recv_next_returns_early_with_the_new_status() {
+    let m = Mem::new(HIVE);
+    let seen = r#"{"cmd":"recv_next","wait_seconds":30,"seen":{"unread":0,"status_text":""}}"#;
+    let (answer, woken) = m.call_on("ana", 1, seen, true);
+    assert_eq!(answer, "WAIT");
+    let (set, _) = m.call_on(
+        "ana",
+        2,
+        r#"{"cmd":"set_status","text":"reviewing"}"#,
+        false,
+    );
+    assert_eq!(set, r#"{"ok":true}"#);
+    woken
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the parked call is woken by the status change");
+    let (answer, _) = m.call_on("ana", 1, seen, true);
+    assert_eq!(
+        answer,
+        r#"{"ok":true,"message":null,"redelivered":false,"status_set_at":T,"status_text":"reviewing","unread":0}"#
+    );
+    // What it has seen now: it parks again, and mail still wakes it.
+    let again =
+        r#"{"cmd":"recv_next","wait_seconds":30,"seen":{"unread":0,"status_text":"reviewing"}}"#;
+    let (answer, woken) = m.call_on("ana", 1, again, true);
+    assert_eq!(answer, "WAIT");
+    m.call_on(
+        "operator",
+        3,
+        r#"{"cmd":"send","to":"ana","body":"x"}"#,
+        false,
+    );
+    woken.recv_timeout(Duration::from_secs(10)).unwrap();
+    let (answer, _) = m.call_on("ana", 1, again, true);
+    assert!(
+        answer.contains(r#""body":"x""#) && answer.contains(r#""unread":0"#),
+        "{answer}"
+    );
+}
+
+#[test]
+fn the_hub_answers_others_while_the_supervisor_does_not() {
+    let (sup_tx, sup_rx) = unbounded::<LifecycleCmd>();
+    let m = Mem::with(HIVE, Some(sup_tx), Duration::from_millis(300));
+    let m = std::sync::Arc::new(m);
+    let kill = {
+        let m = m.clone();
+        std::thread::spawn(move || {
+            m.call_on("boss", 1, r#"{"cmd":"kill","name":"kid"}"#, false)
+                .0
+        })
+    };
+    // The supervisor got the command and sits on it; the hub serves others.
+    let cmd = sup_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(matches!(&cmd, LifecycleCmd::Kill { name, .. } if name == "kid"));
+    let (hello, _) = m.call_on("ana", 2, r#"{"cmd":"hello"}"#, false);
+    assert_eq!(
+        hello,
+        r#"{"ok":true,"hyperhive_rev":"test-rev","identity":"ana","version":1}"#
+    );
+    assert_eq!(
+        kill.join().unwrap(),
+        r#"{"ok":false,"error":"the supervisor did not answer in 300 ms"}"#
+    );
+    drop(cmd);
+    let (not_child, _) = m.call_on("boss", 3, r#"{"cmd":"kill","name":"ana"}"#, false);
+    assert_eq!(
+        not_child,
+        r#"{"ok":false,"error":"kill: ana is not a child of boss; lifecycle tools act on your own children only"}"#
+    );
+}
+
+#[test]
+fn an_approval_is_decided_once_after_the_supervisor_answered() {
+    let (sup_tx, sup_rx) = unbounded::<LifecycleCmd>();
+    let mut m = Mem::with(
+        r#"{"agents":[{"name":"boss","tool_groups":["lifecycle"]}]}"#,
+        Some(sup_tx),
+        Duration::from_secs(10),
+    );
+    assert_eq!(
+        m.call("boss", r#"{"cmd":"request_spawn","name":"kid2"}"#),
+        r#"{"ok":true,"id":1,"text":"approval #1 queued: the operator decides; you get a message either way"}"#
+    );
+    let m = std::sync::Arc::new(m);
+    let approve = {
+        let m = m.clone();
+        std::thread::spawn(move || {
+            m.call_on("operator", 10, r#"{"cmd":"approve","id":1}"#, false)
+                .0
+        })
+    };
+    let LifecycleCmd::Apply { agent, reply } =
+        sup_rx.recv_timeout(Duration::from_secs(10)).unwrap()
+    else {
+        panic!("the supervisor is asked to apply the new entry");
+    };
+    assert_eq!(
+        (agent.name.as_str(), agent.parent.as_deref()),
+        ("kid2", Some("boss"))
+    );
+    let (twice, _) = m.call_on("operator", 11, r#"{"cmd":"approve","id":1}"#, false);
+    assert_eq!(
+        twice,
+        r#"{"ok":false,"error":"approval #1 is being carried out; its answer comes in a moment"}"#
+    );
+    reply.send(Ok("kid2 started".into())).unwrap();
+    assert_eq!(
+        approve.join().unwrap(),
+        r#"{"ok":true,"text":"kid2 spawned and running"}"#
+    );
+    let (after, _) = m.call_on("operator", 12, r#"{"cmd":"approvals"}"#, false);
+    assert_eq!(after, r#"{"ok":true,"approvals":[]}"#);
+    let (meta, _) = m.call_on(
+        "operator",
+        13,
+        r#"{"cmd":"get_agent_meta","name":"kid2"}"#,
+        false,
+    );
+    assert!(meta.contains(r#""name":"kid2""#), "{meta}");
+}
+
+#[test]
+fn timers_questions_and_tasks_are_loose_ends() {
+    let mut m = Mem::new(HIVE);
+    assert_eq!(
+        m.call(
+            "boss",
+            r#"{"cmd":"remind","message":"check","delay_seconds":600}"#
+        ),
+        r#"{"ok":true,"fire_at":T,"id":1}"#
+    );
+    assert_eq!(
+        m.call(
+            "boss",
+            r#"{"cmd":"ask","question":"ship?","options":["yes","no"],"to":"ana"}"#
+        ),
+        r#"{"ok":true,"id":1}"#
+    );
+    assert_eq!(
+        m.call(
+            "ana",
+            r#"{"cmd":"report_tasks","tasks":[{"id":"7","cmd":"make","started_at":5,"timeout_secs":null}]}"#
+        ),
+        r#"{"ok":true}"#
+    );
+    assert_eq!(
+        m.call("boss", r#"{"cmd":"get_loose_ends"}"#),
+        r#"{"ok":true,"agent":"boss","approvals":[],"asked":[{"asked_at":T,"asker":"boss","expires_at":null,"id":1,"multi":false,"options":["yes","no"],"question":"ship?","target":"ana"}],"owed":[],"reminders":[{"agent":"boss","fire_at":T,"id":1,"preview":"check","spill_file":null}],"scheduled":[],"tasks":[]}"#
+    );
+    let question = m.call("ana", r#"{"cmd":"recv_next"}"#);
+    assert!(
+        question.contains(r#""body":"[question #1 from boss] ship?\noptions (choose one): yes | no\nAnswer with mcp__hyperhive__answer(id=1, answer=...).","from":"system""#)
+            && question.contains(r#""kind":"question_asked""#),
+        "{question}"
+    );
+    assert_eq!(
+        m.call("ana", r#"{"cmd":"answer","id":1,"answer":"yes"}"#),
+        r#"{"ok":true}"#
+    );
+    let answered = m.call("boss", r#"{"cmd":"recv_next"}"#);
+    assert!(
+        answered.contains(r#""body":"[answer to question #1] \"ship?\" — ana answered: yes""#)
+            && answered.contains(r#""kind":"question_answered""#),
+        "{answered}"
+    );
+    assert_eq!(
+        m.call(
+            "boss",
+            r#"{"cmd":"cancel_loose_end","kind":"reminder","id":1}"#
+        ),
+        r#"{"ok":true}"#
+    );
+    assert_eq!(
+        m.call(
+            "boss",
+            r#"{"cmd":"cancel_loose_end","kind":"reminder","id":1}"#
+        ),
+        r#"{"ok":false,"error":"no reminder #1 of boss"}"#
+    );
+    // The limit of pending reminders (3 here) is the hub's rule.
+    for _ in 0..3 {
+        m.call(
+            "boss",
+            r#"{"cmd":"remind","message":"x","delay_seconds":60}"#,
+        );
+    }
+    assert_eq!(
+        m.call(
+            "boss",
+            r#"{"cmd":"remind","message":"x","delay_seconds":60}"#
+        ),
+        r#"{"ok":false,"error":"boss already has 3 pending reminders (the limit); cancel some with cancel_loose_end"}"#
+    );
+}
+
+#[test]
+fn running_tasks_are_the_agents_own_and_replace_the_last_report() {
+    let mut m = Mem::new(r#"{"agents":[{"name":"ana"}]}"#);
+    let report = |tasks: &str| format!(r#"{{"cmd":"report_tasks","tasks":{tasks}}}"#);
+    m.call("ana", &report(r#"[{"id":"1","cmd":"sleep 60","started_at":5},{"id":"2","cmd":"make","started_at":6,"timeout_secs":600}]"#));
+    m.call(
+        "ana",
+        &report(r#"[{"id":"2","cmd":"make","started_at":6,"timeout_secs":600}]"#),
+    );
+    let ends = m.call("ana", r#"{"cmd":"get_loose_ends"}"#);
+    assert!(
+        ends.ends_with(r#""tasks":[{"cmd":"make","id":"2","started_at":6,"timeout_secs":600}]}"#),
+        "{ends}"
+    );
+    assert_eq!(
+        m.call("operator", &report("[]")),
+        r#"{"ok":false,"error":"report_tasks is an agent command; the host socket speaks for the operator"}"#
+    );
+}

@@ -1,0 +1,202 @@
+//! Timers: reminders (`remind`, once, from `reminder`) and scheduled prompts
+//! (`schedule_prompt`, once or repeating, from `scheduler`), both stored, so
+//! they survive restarts, and fired by the hub's own loop, which sleeps until
+//! the earliest of them or of a question's TTL (`next_due`, kept in memory).
+//! A long reminder spills to a file in the agent's dir.
+
+use super::limits::Budget;
+use super::{db_err, Hub};
+use crate::broker::db::NewMessage;
+use crate::proto::cmd::{
+    CancelScheduled, Remind, RemindReply, SchedulePrompt, ScheduledIdReply, ScheduledReply,
+};
+use crate::proto::ident::Peer;
+use crate::proto::{now, Empty, MsgKind};
+
+/// Payloads longer than this spill from a reminder row to a file.
+pub const REMINDER_SPILL_BYTES: usize = 4096;
+
+impl Hub {
+    /// Re-reads when the next timer is due; called whenever reminders,
+    /// scheduled prompts or questions change.
+    pub(super) fn recompute_due(&mut self) {
+        let r = self.db.next_reminder().ok().flatten();
+        let q = self.db.next_question_expiry().ok().flatten();
+        let s = self.db.next_scheduled().ok().flatten();
+        self.next_due = [r, q, s].into_iter().flatten().min();
+    }
+
+    /// Fires due reminders and scheduled prompts and expires questions whose
+    /// TTL ran out.
+    pub(super) fn fire_due(&mut self) {
+        let t = now();
+        match self.db.due_reminders(t) {
+            Ok(due) => {
+                for (rem, body) in due {
+                    let text = match &rem.spill_file {
+                        Some(f) => {
+                            format!("[reminder #{}] {}… (full text in {f})", rem.id, rem.preview)
+                        }
+                        None => format!("[reminder #{}] {body}", rem.id),
+                    };
+                    let msg = NewMessage {
+                        from: &Peer::Reminder,
+                        to: &rem.agent,
+                        body: &text,
+                        kind: &MsgKind::Reminder,
+                        in_reply_to: None,
+                    };
+                    match self.db.fire_reminder(rem.id, &msg, t) {
+                        Ok(_) => self.notify(&rem.agent),
+                        Err(e) => log::error!("cannot fire reminder {}: {e}", rem.id),
+                    }
+                }
+            }
+            Err(e) => log::error!("cannot read due reminders: {e}"),
+        }
+        match self.db.expired_questions(t) {
+            Ok(expired) => {
+                for q in expired {
+                    if let Err(e) = self.close_question(&q, "[expired]", &Peer::System) {
+                        log::error!("cannot expire question {}: {e}", q.id);
+                    }
+                }
+            }
+            Err(e) => log::error!("cannot read expired questions: {e}"),
+        }
+        self.fire_scheduled(t);
+        self.recompute_due();
+    }
+
+    pub(super) fn remind(&mut self, agent: &str, c: Remind) -> Result<RemindReply, String> {
+        let t = now();
+        let fire_at = c.fire_at(t);
+        let pending = self.db.count_reminders(agent).map_err(db_err)?;
+        if pending >= self.settings.max_pending_timers {
+            return Err(format!(
+                "{agent} already has {pending} pending reminders (the limit); cancel some with cancel_loose_end"
+            ));
+        }
+        let id = self
+            .db
+            .insert_reminder(agent, &c.message, None, fire_at, t)
+            .map_err(db_err)?;
+        if c.message.len() > REMINDER_SPILL_BYTES {
+            // The file name is made here from the agent (a config name) and the row
+            // id, never from input, so it cannot leave the reminders dir.
+            let dir = self
+                .settings
+                .state_dir
+                .join("agents")
+                .join(agent)
+                .join("reminders");
+            let file = dir.join(format!("{id}.md"));
+            let written = crate::broker::create_dirs(&dir, 0o700)
+                .and_then(|_| crate::broker::write_private(&file, c.message.as_bytes()));
+            if let Err(e) = written {
+                let _ = self.db.delete_reminder(agent, id);
+                return Err(format!(
+                    "cannot store the reminder payload in {}: {e}",
+                    file.display()
+                ));
+            }
+            let preview: String = c.message.chars().take(200).collect();
+            self.db
+                .set_reminder_spill(id, &preview, &file.to_string_lossy())
+                .map_err(db_err)?;
+        }
+        self.recompute_due();
+        Ok(RemindReply { id, fire_at })
+    }
+
+    /// `cancel_loose_end(kind="reminder")`: deletes one of the agent's reminders
+    /// and its payload file.
+    pub(super) fn cancel_reminder(&mut self, agent: &str, id: i64) -> Result<Empty, String> {
+        let removed = self
+            .db
+            .delete_reminder(agent, id)
+            .map_err(db_err)?
+            .ok_or_else(|| format!("no reminder #{id} of {agent}"))?;
+        if let Some(f) = removed.spill_file {
+            let _ = std::fs::remove_file(f);
+        }
+        self.recompute_due();
+        Ok(Empty {})
+    }
+
+    pub(super) fn schedule_prompt(
+        &mut self,
+        agent: &str,
+        c: SchedulePrompt,
+    ) -> Result<ScheduledIdReply, String> {
+        let t = now();
+        let fire_at = c.first_fire(t);
+        let pending = self.db.scheduled_of(agent).map_err(db_err)?.len() as u64;
+        if pending >= self.settings.max_pending_timers {
+            return Err(format!(
+                "{agent} already has {pending} scheduled prompts (the limit); cancel some with cancel_scheduled"
+            ));
+        }
+        let id = self
+            .db
+            .insert_scheduled(agent, &c.body, fire_at, c.every_seconds, t)
+            .map_err(db_err)?;
+        self.recompute_due();
+        Ok(ScheduledIdReply { id, fire_at })
+    }
+
+    pub(super) fn list_scheduled(&self, agent: &str) -> Result<ScheduledReply, String> {
+        let mut budget = Budget::new();
+        let scheduled = budget.fit(self.db.scheduled_of(agent).map_err(db_err)?);
+        Ok(ScheduledReply {
+            scheduled,
+            left_off: budget.left_off,
+        })
+    }
+
+    pub(super) fn cancel_scheduled(
+        &mut self,
+        agent: &str,
+        c: CancelScheduled,
+    ) -> Result<Empty, String> {
+        if !self.db.delete_scheduled(agent, c.id).map_err(db_err)? {
+            return Err(format!("no scheduled prompt #{} of {agent}", c.id));
+        }
+        self.recompute_due();
+        Ok(Empty {})
+    }
+
+    /// Delivers due scheduled prompts; a repeating one moves to its next slot
+    /// (missed slots are skipped, not delivered in a burst).
+    fn fire_scheduled(&mut self, t: i64) {
+        let due = match self.db.due_scheduled(t) {
+            Ok(d) => d,
+            Err(e) => {
+                log::error!("cannot read due scheduled prompts: {e}");
+                return;
+            }
+        };
+        for s in due {
+            let next = s.every_seconds.map(|e| {
+                let e = e.max(1) as i64;
+                let mut at = s.fire_at + e;
+                if at <= t {
+                    at += ((t - at) / e + 1) * e;
+                }
+                at
+            });
+            let body = format!("[scheduled #{}] {}", s.id, s.body);
+            let msg = NewMessage {
+                from: &Peer::Scheduler,
+                to: &s.agent,
+                body: &body,
+                kind: &MsgKind::Scheduled,
+                in_reply_to: None,
+            };
+            match self.db.fire_scheduled(&s, next, &msg, t) {
+                Ok(()) => self.notify(&s.agent),
+                Err(e) => log::error!("cannot fire scheduled prompt {}: {e}", s.id),
+            }
+        }
+    }
+}

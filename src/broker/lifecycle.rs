@@ -1,0 +1,40 @@
+//! The lifecycle port: what the broker's hub asks of whoever supervises the
+//! agents, and how it reads their logs. `hive up`'s supervisor implements it
+//! (it receives [`LifecycleCmd`]s and its log files implement [`LogTail`]); the
+//! broker never imports the supervisor. Under plain `hive broker` there is no
+//! supervisor, and the lifecycle tools answer an error saying so.
+
+use crate::config::AgentConfig;
+use crate::proto::AgentState;
+use crossbeam_channel::Sender;
+
+/// The supervisor's answer to a command: a confirmation for the caller, or why not.
+pub type Reply = Sender<Result<String, String>>;
+
+/// What the hub (or `hive up`'s main) asks of the supervisor. Every command
+/// carries its reply channel; the hub never waits on one itself (the wait runs
+/// on the caller's connection thread).
+pub enum LifecycleCmd {
+    /// Start a stopped agent now (also ends a crash backoff).
+    Start { name: String, reply: Reply },
+    /// Stop an agent and keep it stopped.
+    Kill { name: String, reply: Reply },
+    /// Stop and start again with the config it runs.
+    Restart { name: String, reply: Reply },
+    /// Restart onto the current binary and the fleet file's entry.
+    Update { name: String, reply: Reply },
+    /// Supervise a new or changed agent (an approved spawn or config change):
+    /// start it, or restart it onto `agent` when it runs.
+    Apply { agent: AgentConfig, reply: Reply },
+    /// Every agent's supervision state.
+    States { reply: Sender<Vec<AgentState>> },
+    /// Stop every agent (SIGTERM, then SIGKILL after the grace) and return.
+    Shutdown { reply: Sender<()> },
+}
+
+/// Reads the end of an agent's supervised log (its harness's stdout and
+/// stderr). Called on a connection thread, never on the hub.
+pub trait LogTail: Send + Sync + 'static {
+    /// The last `lines` lines of `agent`'s log, or why there are none.
+    fn tail(&self, agent: &str, lines: usize) -> Result<String, String>;
+}

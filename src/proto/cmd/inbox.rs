@@ -1,0 +1,300 @@
+//! Delivery and consumption: `wake`, `send`, `send_to_parent`, the harness's
+//! `recv_next` / `ack_turn` / `requeue_inflight` / `status`, the MCP tool's
+//! `recv` / `recv_ack`, and the operator's `inbox` / `inbox_ack`.
+
+use super::check_text;
+use crate::proto::command::{Command, Invalid};
+use crate::proto::ident::check_sender;
+use crate::proto::reply::{AckedReply, Empty, Message, MessagesReply, SentReply};
+use serde::{Deserialize, Serialize};
+
+/// Pushes a message into the caller's own inbox (agent socket) or an agent's
+/// inbox (`to`, host socket), from a script (`from`). `transient` ones never
+/// touch sqlite.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Wake {
+    pub from: String,
+    pub body: String,
+    #[serde(default)]
+    pub transient: bool,
+    #[serde(default)]
+    pub to: Option<String>,
+}
+
+impl Command for Wake {
+    type Reply = SentReply;
+    fn validate(&self) -> Result<(), Invalid> {
+        check_sender(&self.from).map_err(|e| Invalid::arg("from", e))?;
+        check_text("body", &self.body)
+    }
+}
+
+/// Messages a peer, the topology parent (`<parent>`) or `operator`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Send {
+    pub to: String,
+    pub body: String,
+    #[serde(default)]
+    pub in_reply_to: Option<i64>,
+}
+
+impl Command for Send {
+    type Reply = SentReply;
+    fn validate(&self) -> Result<(), Invalid> {
+        if self.to.trim().is_empty() {
+            return Err(Invalid::arg("to", "must not be empty"));
+        }
+        check_text("body", &self.body)
+    }
+}
+
+/// Messages the caller's topology parent (the operator for a root agent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SendToParent {
+    pub body: String,
+}
+
+impl Command for SendToParent {
+    type Reply = SentReply;
+    fn validate(&self) -> Result<(), Invalid> {
+        check_text("body", &self.body)
+    }
+}
+
+/// The MCP tool's drain: hands out up to `max` rows (1 by default, at most
+/// `RECV_MAX`), held for this connection until `recv_ack` confirms them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recv {
+    #[serde(default)]
+    pub wait_seconds: Option<u64>,
+    #[serde(default)]
+    pub max: Option<u64>,
+}
+
+impl Command for Recv {
+    type Reply = MessagesReply;
+    fn wait_seconds(&self) -> Option<u64> {
+        self.wait_seconds
+    }
+}
+
+/// Confirms rows handed out by `recv` on this connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecvAck {
+    pub ids: Vec<i64>,
+}
+
+impl Command for RecvAck {
+    type Reply = AckedReply;
+}
+
+/// What the caller last saw of its own status and inbox (`recv_next`): a
+/// parked call returns early, without a message, once either differs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Seen {
+    pub unread: u64,
+    #[serde(default)]
+    pub status_text: String,
+}
+
+/// The harness's pop: one row becomes inflight (or the inflight row again).
+/// With `seen`, the answer also carries the caller's unread count and status
+/// line, and a parked call returns early when they change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecvNext {
+    #[serde(default)]
+    pub wait_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<Seen>,
+}
+
+/// Answer to `recv_next`: `message` is null when the wait ended empty (or, with
+/// `seen`, when the status or the unread count changed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecvNextReply {
+    pub message: Option<Message>,
+    /// True when this row was already inflight (a harness restarted mid-turn).
+    #[serde(default)]
+    pub redelivered: bool,
+    /// Rows still queued after this pop (with a message, or with `seen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unread: Option<u64>,
+    /// The caller's status line (with `seen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_text: Option<String>,
+    /// When it was set (with `seen`, once set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_set_at: Option<i64>,
+}
+
+impl Command for RecvNext {
+    type Reply = RecvNextReply;
+    fn wait_seconds(&self) -> Option<u64> {
+        self.wait_seconds
+    }
+}
+
+/// Unread count and inflight id of the caller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Status {}
+
+/// Answer to `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReply {
+    pub unread: u64,
+    pub inflight: Option<i64>,
+}
+
+impl Command for Status {
+    type Reply = StatusReply;
+}
+
+/// Finishes the inflight row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AckTurn {
+    pub id: i64,
+}
+
+impl Command for AckTurn {
+    type Reply = Empty;
+}
+
+/// Puts the inflight row back at the front of the inbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequeueInflight {
+    pub id: i64,
+}
+
+impl Command for RequeueInflight {
+    type Reply = Empty;
+}
+
+/// Operator: one page of unread operator messages, oldest first, with ids
+/// above `after` (when given). Nothing is marked read: the client acks the ids
+/// it showed with `inbox_ack` (at-least-once). `peek` is accepted for older
+/// clients and changes nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Inbox {
+    #[serde(default)]
+    pub wait_seconds: Option<u64>,
+    #[serde(default)]
+    pub peek: bool,
+    #[serde(default)]
+    pub after: Option<i64>,
+}
+
+impl Command for Inbox {
+    type Reply = MessagesReply;
+    fn wait_seconds(&self) -> Option<u64> {
+        self.wait_seconds
+    }
+}
+
+/// Operator: marks these operator messages read (ids that are not unread
+/// operator messages are skipped).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InboxAck {
+    pub ids: Vec<i64>,
+}
+
+impl Command for InboxAck {
+    type Reply = AckedReply;
+}
+
+#[cfg(test)]
+mod samples {
+    use super::*;
+    use crate::proto::cmd::Sample;
+
+    impl Sample for Wake {
+        fn sample() -> Self {
+            Wake {
+                from: "matrix".into(),
+                body: "new dm".into(),
+                transient: true,
+                to: Some("ana".into()),
+            }
+        }
+    }
+    impl Sample for Send {
+        fn sample() -> Self {
+            Send {
+                to: "<parent>".into(),
+                body: "hi".into(),
+                in_reply_to: Some(3),
+            }
+        }
+    }
+    impl Sample for SendToParent {
+        fn sample() -> Self {
+            SendToParent {
+                body: "done".into(),
+            }
+        }
+    }
+    impl Sample for Recv {
+        fn sample() -> Self {
+            Recv {
+                wait_seconds: Some(5),
+                max: Some(2),
+            }
+        }
+    }
+    impl Sample for RecvAck {
+        fn sample() -> Self {
+            RecvAck { ids: vec![1, 2] }
+        }
+    }
+    impl Sample for RecvNext {
+        fn sample() -> Self {
+            RecvNext {
+                wait_seconds: Some(30),
+                seen: Some(Seen {
+                    unread: 2,
+                    status_text: "x".into(),
+                }),
+            }
+        }
+    }
+    impl Sample for Status {
+        fn sample() -> Self {
+            Status {}
+        }
+    }
+    impl Sample for AckTurn {
+        fn sample() -> Self {
+            AckTurn { id: 3 }
+        }
+    }
+    impl Sample for RequeueInflight {
+        fn sample() -> Self {
+            RequeueInflight { id: 3 }
+        }
+    }
+    impl Sample for Inbox {
+        fn sample() -> Self {
+            Inbox {
+                wait_seconds: Some(1),
+                peek: false,
+                after: Some(7),
+            }
+        }
+    }
+    impl Sample for InboxAck {
+        fn sample() -> Self {
+            InboxAck { ids: vec![7] }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! One struct per wire command, grouped by the concern the broker's hub
+//! splits along: delivery and consumption (`inbox.rs`), questions, timers
+//! (reminders and scheduled prompts), what the broker keeps per agent
+//! (`agents.rs`), lifecycle, approvals and diagnostics. Each carries its
+//! [`Command`](super::command::Command) impl: its answer type and the rules on
+//! its own fields. Who may send it is its row in `command.rs`.
+
+mod agents;
+mod approvals;
+mod diagnostics;
+mod inbox;
+mod lifecycle;
+mod questions;
+mod timers;
+
+pub use agents::*;
+pub use approvals::*;
+pub use diagnostics::*;
+pub use inbox::*;
+pub use lifecycle::*;
+pub use questions::*;
+pub use timers::*;
+
+use super::command::Invalid;
+use super::limits::MAX_BODY;
+
+/// A message body, question, answer, reminder or scheduled prompt: not blank
+/// and at most [`MAX_BODY`] bytes.
+pub fn check_text(arg: &'static str, text: &str) -> Result<(), Invalid> {
+    if text.trim().is_empty() {
+        return Err(Invalid::arg(arg, "must not be empty"));
+    }
+    if text.len() > MAX_BODY {
+        return Err(Invalid::arg(
+            arg,
+            format!(
+                "is {} bytes; the limit is {MAX_BODY} bytes (64 KiB). Send a shorter text, or \
+                 write the rest to a file and send its path",
+                text.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// One valid example of a command, for the tests of the table.
+#[cfg(test)]
+pub(crate) trait Sample {
+    fn sample() -> Self;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_are_not_blank_and_fit_the_body_limit() {
+        let e = check_text("body", "  \n").unwrap_err();
+        assert_eq!(e.to_string(), "body must not be empty");
+        let e = check_text("body", &"x".repeat(MAX_BODY + 1))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("65537 bytes") && e.contains("65536"), "{e}");
+        assert!(check_text("body", &"x".repeat(MAX_BODY)).is_ok());
+    }
+}

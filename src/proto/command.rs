@@ -1,0 +1,478 @@
+//! The wire commands as types, in the style of lsp-server's typed requests:
+//! one struct per command (in `cmd/`) with its [`Command`] impl — the answer
+//! type and the rules on the command's own fields — and one row per command in
+//! [`commands!`]'s table below: its `cmd` tag and who may send it ([`Access`]).
+//! From that table come the [`Request`] enum every server parses (one JSON
+//! object per line, tagged by `cmd`), [`PRIVILEGES`] and the per-request
+//! accessors, so no hand-written mirror of the tags exists.
+
+use super::access::{Access, Gate, ToolGroup};
+use super::cmd::*;
+use super::text::excerpt;
+use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::fmt;
+
+/// A command's own fields break one of its rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invalid {
+    /// One argument is wrong; `problem` reads after its name
+    /// (`body` + `must not be empty`).
+    Arg { arg: &'static str, problem: String },
+    /// Exactly one of two arguments must be given.
+    OneOf(&'static str, &'static str),
+    /// The arguments do not fit together, or the message names them itself.
+    Whole(String),
+}
+
+impl Invalid {
+    pub fn arg(arg: &'static str, problem: impl Into<String>) -> Invalid {
+        Invalid::Arg {
+            arg,
+            problem: problem.into(),
+        }
+    }
+
+    /// The text for an MCP tool's caller, who knows the fields as arguments:
+    /// `argument "body" must not be empty`.
+    pub fn for_tool(&self) -> String {
+        match self {
+            Invalid::Arg { arg, problem } => format!("argument \"{arg}\" {problem}"),
+            Invalid::OneOf(a, b) => {
+                format!("give exactly one of the arguments \"{a}\" and \"{b}\"")
+            }
+            Invalid::Whole(text) => text.clone(),
+        }
+    }
+}
+
+/// The text for the wire, the operator commands and the dashboard, which know
+/// the fields by name: `body must not be empty`.
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Invalid::Arg { arg, problem } => write!(f, "{arg} {problem}"),
+            Invalid::OneOf(a, b) => write!(f, "give exactly one of {a} or {b}"),
+            Invalid::Whole(text) => f.write_str(text),
+        }
+    }
+}
+
+/// A command's row of the privilege table; implemented by [`commands!`].
+pub trait Row {
+    /// The `cmd` tag on the wire.
+    const CMD: &'static str;
+    /// Who may send it.
+    const ACCESS: Access;
+}
+
+/// One wire command: its fields (the struct), its answer, its rules.
+pub trait Command:
+    Row
+    + Serialize
+    + DeserializeOwned
+    + Clone
+    + fmt::Debug
+    + Into<Request>
+    + std::marker::Send
+    + 'static
+{
+    /// The fields of the `ok:true` answer.
+    type Reply: Serialize + DeserializeOwned + fmt::Debug + std::marker::Send + 'static;
+
+    /// The rules on the command's own fields, checked by every client before it
+    /// sends (so each can say it in its own idiom) and by the broker before
+    /// anything else; rules that need the hive's state are the handler's.
+    fn validate(&self) -> Result<(), Invalid> {
+        Ok(())
+    }
+
+    /// How long the broker may park the call for an answer (long-polls only).
+    fn wait_seconds(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The table: one row per command — its `cmd` tag, its struct and who may send
+/// it. It generates [`Request`], [`PRIVILEGES`] and each struct's [`Row`].
+macro_rules! commands {
+    ($( $tag:literal => $ty:ident : $access:expr; )*) => {
+        /// A request, as one JSON object per line with a `cmd` tag.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "cmd")]
+        pub enum Request {
+            $( #[serde(rename = $tag)] $ty($ty), )*
+        }
+
+        $(
+            impl Row for $ty {
+                const CMD: &'static str = $tag;
+                const ACCESS: Access = $access;
+            }
+
+            impl From<$ty> for Request {
+                fn from(c: $ty) -> Request {
+                    Request::$ty(c)
+                }
+            }
+        )*
+
+        /// The privilege table: every command's tag and who may send it.
+        pub const PRIVILEGES: &[(&str, Access)] = &[$( ($tag, $access), )*];
+
+        impl Request {
+            /// The `cmd` tag of this request, for logs and error messages.
+            pub fn cmd(&self) -> &'static str {
+                match self { $( Request::$ty(_) => $tag, )* }
+            }
+
+            /// Who may send this request.
+            pub fn access(&self) -> Access {
+                match self { $( Request::$ty(_) => $access, )* }
+            }
+
+            /// The command's rules on its own fields.
+            pub fn validate(&self) -> Result<(), Invalid> {
+                match self { $( Request::$ty(c) => c.validate(), )* }
+            }
+
+            /// How long the broker may park this call.
+            pub fn wait_seconds(&self) -> Option<u64> {
+                match self { $( Request::$ty(c) => c.wait_seconds(), )* }
+            }
+
+            /// One example of every command, for the tests of the table.
+            #[cfg(test)]
+            pub(crate) fn samples() -> Vec<Request> {
+                vec![$( Request::$ty(<$ty as super::cmd::Sample>::sample()), )*]
+            }
+        }
+    };
+}
+
+use super::access::Capability::ReadHostJournal;
+use Access::{Agent, Both, Operator};
+use Gate::{Capability as Cap, Group, Open};
+use ToolGroup as G;
+
+commands! {
+    // The harness, scripts and either socket.
+    "hello"                => Hello:             Both(Open);
+    "wake"                 => Wake:              Both(Open);
+    "kick"                 => HarnessStarted:    Agent(Open);
+    "recv_next"            => RecvNext:          Agent(Open);
+    "status"               => Status:            Agent(Open);
+    "ack_turn"             => AckTurn:           Agent(Open);
+    "requeue_inflight"     => RequeueInflight:   Agent(Open);
+    "post_turn_counts"     => PostTurnCounts:    Agent(Open);
+    "send_to_parent"       => SendToParent:      Agent(Open);
+    "report_tasks"         => ReportTasks:       Agent(Open);
+    // messaging
+    "send"                 => Send:              Both(Group(G::Messaging));
+    "recv"                 => Recv:              Agent(Group(G::Messaging));
+    "recv_ack"             => RecvAck:           Agent(Group(G::Messaging));
+    "ask"                  => Ask:               Agent(Group(G::Messaging));
+    "answer"               => Answer:            Both(Group(G::Messaging));
+    // meta
+    "set_status"           => SetStatus:         Agent(Group(G::Meta));
+    "get_agent_meta"       => GetAgentMeta:      Both(Group(G::Meta));
+    // inbox
+    "get_loose_ends"       => GetLooseEnds:      Agent(Group(G::Inbox));
+    "cancel_loose_end"     => CancelLooseEnd:    Agent(Group(G::Inbox));
+    "remind"               => Remind:            Agent(Group(G::Inbox));
+    // lifecycle
+    "request_spawn"        => RequestSpawn:      Agent(Group(G::Lifecycle));
+    "kill"                 => Kill:              Agent(Group(G::Lifecycle));
+    "start"                => Start:             Agent(Group(G::Lifecycle));
+    "restart"              => Restart:           Agent(Group(G::Lifecycle));
+    "update"               => Update:            Agent(Group(G::Lifecycle));
+    // approvals
+    "request_apply_commit" => RequestApplyCommit: Agent(Group(G::Approvals));
+    // scheduling
+    "schedule_prompt"      => SchedulePrompt:    Agent(Group(G::Scheduling));
+    "list_scheduled"       => ListScheduled:     Agent(Group(G::Scheduling));
+    "cancel_scheduled"     => CancelScheduled:   Agent(Group(G::Scheduling));
+    // diagnostics
+    "get_logs"             => GetLogs:           Agent(Group(G::Diagnostics));
+    "get_host_journal"     => GetHostJournal:    Agent(Cap(G::Diagnostics, ReadHostJournal));
+    // the operator
+    "inbox"                => Inbox:             Operator;
+    "inbox_ack"            => InboxAck:          Operator;
+    "agents"               => Agents:            Operator;
+    "questions"            => Questions:         Operator;
+    "cancel_question"      => CancelQuestion:    Operator;
+    "approvals"            => Approvals:         Operator;
+    "approve"              => Approve:           Operator;
+    "deny"                 => Deny:              Operator;
+    "supervision"          => Supervision:       Operator;
+    "set_permissions"      => SetPermissions:    Operator;
+    "version"              => Version:           Operator;
+}
+
+impl Request {
+    /// Parses one request line, turning serde's message into one that names the
+    /// problem for a script author. A key given twice is refused (JSON parsers
+    /// disagree on which one wins), and an error quotes at most a short prefix
+    /// of any value it echoes.
+    pub fn parse(line: &str) -> Result<Request, String> {
+        let value = match serde_json::from_str::<Strict>(line) {
+            Ok(Strict(v)) => v,
+            Err(e) => {
+                let msg = shorten_quoted(&e.to_string());
+                return Err(if msg.starts_with(DUPLICATE_KEY) {
+                    format!("bad request: {msg}")
+                } else {
+                    format!("malformed JSON request line: {msg}")
+                });
+            }
+        };
+        let Some(obj) = value.as_object() else {
+            return Err("request must be a JSON object with a \"cmd\" field".into());
+        };
+        match obj.get("cmd") {
+            None => return Err("request has no \"cmd\" field".into()),
+            Some(Value::String(_)) => {}
+            Some(_) => return Err("\"cmd\" must be a string".into()),
+        }
+        serde_json::from_value(value).map_err(|e| {
+            let msg = shorten_quoted(&e.to_string());
+            if msg.starts_with("unknown variant") {
+                format!("unknown cmd: {msg}")
+            } else {
+                format!("bad request: {msg}")
+            }
+        })
+    }
+}
+
+const DUPLICATE_KEY: &str = "duplicate key";
+
+/// A JSON value read with one rule more than serde_json's: no object may
+/// repeat a key.
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Strict, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Strict::deserialize(d).map(|s| s.0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format!(
+                    "{DUPLICATE_KEY} {}; give each field once",
+                    excerpt(&key)
+                )));
+            }
+            let Strict(v) = map.next_value()?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// Cuts every quoted (`"…"`) or backquoted run of a message after
+/// `ECHO_CHARS` characters: serde's messages quote the offending value whole.
+fn shorten_quoted(msg: &str) -> String {
+    use super::limits::ECHO_CHARS;
+    let mut out = String::with_capacity(msg.len().min(1024));
+    let mut chars = msg.chars();
+    let mut open: Option<char> = None;
+    let mut inside = 0usize;
+    while let Some(c) = chars.next() {
+        match open {
+            None => {
+                if c == '"' || c == '`' {
+                    open = Some(c);
+                    inside = 0;
+                }
+                out.push(c);
+            }
+            Some(q) if c == q => {
+                if inside > ECHO_CHARS {
+                    out.push('…');
+                }
+                open = None;
+                out.push(c);
+            }
+            Some(_) => {
+                inside += 1;
+                let escaped = if c == '\\' { chars.next() } else { None };
+                if inside <= ECHO_CHARS {
+                    out.push(c);
+                    out.extend(escaped);
+                }
+            }
+        }
+    }
+    if open.is_some() && inside > ECHO_CHARS {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::limits::MAX_ERROR_BYTES;
+    use crate::proto::lines::err_line;
+
+    #[test]
+    fn every_request_round_trips_with_its_cmd_tag() {
+        let samples = Request::samples();
+        assert_eq!(samples.len(), PRIVILEGES.len());
+        for (r, (tag, access)) in samples.iter().zip(PRIVILEGES) {
+            assert_eq!(r.cmd(), *tag);
+            assert_eq!(r.access(), *access, "{tag}");
+            let line = serde_json::to_string(r).unwrap();
+            assert!(line.starts_with(&format!("{{\"cmd\":\"{tag}\"")), "{line}");
+            assert_eq!(&Request::parse(&line).unwrap(), r, "{line}");
+            assert!(r.validate().is_ok(), "the sample of {tag} is valid");
+        }
+        let mut tags: Vec<&str> = PRIVILEGES.iter().map(|(t, _)| *t).collect();
+        tags.sort();
+        tags.dedup();
+        assert_eq!(tags.len(), PRIVILEGES.len(), "one row per tag");
+    }
+
+    #[test]
+    fn parses_a_bare_shell_wake() {
+        let r = Request::parse(r#"{"cmd":"wake","from":"matrix","body":"new dm"}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::Wake(Wake {
+                from: "matrix".into(),
+                body: "new dm".into(),
+                transient: false,
+                to: None
+            })
+        );
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let cases = [
+            ("{nope", "malformed JSON"),
+            ("[1,2]", "JSON object"),
+            (r#"{"body":"x"}"#, "no \"cmd\""),
+            (r#"{"cmd":7}"#, "must be a string"),
+            (r#"{"cmd":"frobnicate"}"#, "unknown cmd"),
+            (r#"{"cmd":"wake","from":"x"}"#, "missing field `body`"),
+            (r#"{"cmd":"ack_turn","id":"x"}"#, "invalid type"),
+            (r#"{"cmd":"status","extra":1}"#, "unknown field `extra`"),
+            (
+                r#"{"cmd":"cancel_loose_end","kind":"task","id":1}"#,
+                "unknown loose-end kind \"task\"",
+            ),
+            (
+                r#"{"cmd":"set_permissions","agent":"a","tool_groups":["root"],"capabilities":[]}"#,
+                "unknown tool group \"root\"",
+            ),
+        ];
+        for (line, want) in cases {
+            let err = Request::parse(line).unwrap_err();
+            assert!(err.contains(want), "{line}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused() {
+        for line in [
+            r#"{"cmd":"hello","cmd":"agents"}"#,
+            r#"{"cmd":"wake","from":"a","from":"operator","body":"x"}"#,
+            r#"{"cmd":"recv_ack","ids":[1],"x":{"a":1,"a":2}}"#,
+        ] {
+            let err = Request::parse(line).unwrap_err();
+            assert!(err.contains("duplicate key"), "{line}: {err}");
+        }
+        assert!(Request::parse(r#"{"cmd":"ask","question":"q","options":["a","a"]}"#).is_ok());
+    }
+
+    #[test]
+    fn errors_echo_only_a_short_prefix_of_the_input() {
+        let long = "v".repeat(1 << 20);
+        for line in [
+            format!(r#"{{"cmd":"{long}"}}"#),
+            format!(r#"{{"cmd":"ack_turn","id":"{long}"}}"#),
+            format!(r#"{{"cmd":"status","{long}":1}}"#),
+            format!(r#"{{"cmd":"hello","{long}":1,"{long}":2}}"#),
+        ] {
+            let err = Request::parse(&line).unwrap_err();
+            assert!(err.len() < 2000, "{}", &err[..200]);
+            assert!(err.contains("vvvv…") || err.contains("vvvv\"…"), "{err}");
+        }
+        let huge = err_line(&"e".repeat(100_000));
+        assert!(huge.len() < MAX_ERROR_BYTES + 100);
+    }
+
+    /// `docs/wire-protocol.md` prints the privilege table; it says what the
+    /// code does, row by row.
+    #[test]
+    fn the_documented_privilege_table_is_the_codes() {
+        let doc = include_str!("../../docs/wire-protocol.md");
+        let rows: Vec<&str> = doc
+            .lines()
+            .skip_while(|l| *l != "| cmd | who may send it |")
+            .skip(2)
+            .take_while(|l| l.starts_with("| `"))
+            .collect();
+        let want: Vec<String> = PRIVILEGES
+            .iter()
+            .map(|(cmd, access)| format!("| `{cmd}` | {access} |"))
+            .collect();
+        assert_eq!(rows, want);
+    }
+
+    #[test]
+    fn invalid_reads_in_each_idiom() {
+        let e = Invalid::arg("body", "must not be empty");
+        assert_eq!(e.to_string(), "body must not be empty");
+        assert_eq!(e.for_tool(), "argument \"body\" must not be empty");
+        assert_eq!(Invalid::Whole("x".into()).for_tool(), "x");
+    }
+}

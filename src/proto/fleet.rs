@@ -1,0 +1,58 @@
+//! One agent's entry in the fleet file, as every process sees it: the fleet
+//! file and `hive broker --config` hold a list of them, the supervision row
+//! carries the one an agent runs with, an approved spawn or merge patch writes
+//! one. The hive-wide config around it, its validation and the topology
+//! questions (`config.rs`) sit above the contract.
+
+use super::access::{Capability, ToolGroup};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One agent of the hive.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// At most 9 characters of `[a-z0-9-]`.
+    pub name: String,
+    /// Another agent's name; absent means a root agent whose parent is the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// When non-empty, the only recipients `send` accepts (the parent always is).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_recipients: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Absent or empty means the default preset.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_groups: Vec<ToolGroup>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<Capability>,
+    /// Owner of the agent's socket, so a harness running as that user connects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_uid: Option<u32>,
+    /// Group of the agent's socket; when set the socket is mode 0660.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_gid: Option<u32>,
+    /// Extra environment for the agent's harness (`hive up` passes it on).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
+impl AgentConfig {
+    /// A root agent with every default, as `hive broker --agents` makes them.
+    pub fn named(name: &str) -> AgentConfig {
+        AgentConfig {
+            name: name.to_string(),
+            ..AgentConfig::default()
+        }
+    }
+
+    /// The agent's tool groups, the default preset when none are configured.
+    pub fn groups(&self) -> Vec<ToolGroup> {
+        ToolGroup::effective(&self.tool_groups)
+    }
+
+    pub fn has_capability(&self, cap: Capability) -> bool {
+        self.capabilities.contains(&cap)
+    }
+}

@@ -1,0 +1,130 @@
+//! The closed vocabularies of the broker's rows and answers: message kinds and
+//! states, approval kinds and states, what `cancel_loose_end` cancels, and the
+//! supervision state of an agent. Kinds and states that rows of an older or
+//! newer release may hold are open (an unknown value is `Other`); what a client
+//! asks for is closed (an unknown value is refused).
+
+use super::enums::{closed_enum, open_enum};
+
+open_enum! {
+    /// What a message is: ordinary mail, or a system event.
+    pub enum MsgKind {
+        /// Mail from an agent, the operator or a script.
+        Message = "message",
+        /// The harness (re)started: the first message of every start.
+        Kick = "kick",
+        /// A question addressed to the recipient.
+        QuestionAsked = "question_asked",
+        /// The answer to the recipient's question (or its expiry or withdrawal).
+        QuestionAnswered = "question_answered",
+        /// A question to the recipient was withdrawn by its asker.
+        QuestionCancelled = "question_cancelled",
+        /// A reminder the recipient set fired.
+        Reminder = "reminder",
+        /// A scheduled prompt of the recipient fired.
+        Scheduled = "scheduled",
+        /// An agent asks the operator to approve a change.
+        ApprovalRequested = "approval_requested",
+        /// The operator decided the recipient's approval.
+        ApprovalDecided = "approval_decided",
+        /// crash_watch: an agent needs a login.
+        NeedsLogin = "needs_login",
+        /// crash_watch: an agent logged in again.
+        LoggedIn = "logged_in",
+        /// crash_watch: an agent runs an old binary or fleet entry.
+        NeedsUpdate = "needs_update",
+        /// crash_watch: an agent runs the current versions again.
+        Rebuilt = "rebuilt",
+    }
+}
+
+open_enum! {
+    /// Where a stored message is in its life.
+    pub enum MsgState {
+        /// Waiting in the recipient's inbox.
+        Queued = "queued",
+        /// Handed to the recipient's harness for a turn (`recv_next`).
+        Inflight = "inflight",
+        /// Handed out by `recv` on a connection that has not confirmed it.
+        Held = "held",
+        /// Done.
+        Acked = "acked",
+    }
+}
+
+open_enum! {
+    /// What an approval would change.
+    pub enum ApprovalKind {
+        /// A new child agent.
+        Spawn = "spawn",
+        /// A merge patch of an agent's fleet-file entry.
+        ApplyCommit = "apply_commit",
+    }
+}
+
+open_enum! {
+    /// Where an approval is in its life.
+    pub enum ApprovalState {
+        Pending = "pending",
+        Approved = "approved",
+        Denied = "denied",
+        /// Withdrawn by its requester (or its root agent).
+        Cancelled = "cancelled",
+    }
+}
+
+open_enum! {
+    /// An agent as the supervisor of `hive up` sees it.
+    pub enum AgentPhase {
+        Running = "running",
+        Stopping = "stopping",
+        Stopped = "stopped",
+        /// In crash backoff, starting again soon.
+        Restarting = "restarting",
+        /// Restarting onto the current binary and fleet entry.
+        Rebuilding = "rebuilding",
+    }
+}
+
+closed_enum! {
+    /// What `cancel_loose_end` closes.
+    pub enum LooseEndKind ("loose-end kind", "kinds") {
+        Question = "question",
+        Reminder = "reminder",
+        Approval = "approval",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_enums_keep_unknown_values_and_closed_ones_name_the_known() {
+        assert_eq!(MsgKind::parse("kick"), MsgKind::Kick);
+        assert_eq!(
+            MsgKind::parse("teleport"),
+            MsgKind::Other("teleport".into())
+        );
+        let j = serde_json::to_string(&MsgKind::Other("teleport".into())).unwrap();
+        assert_eq!(j, "\"teleport\"");
+        assert_eq!(
+            serde_json::from_str::<MsgState>("\"failed\"").unwrap(),
+            MsgState::Other("failed".into())
+        );
+        assert_eq!(AgentPhase::Running, "running");
+        for k in MsgKind::KNOWN {
+            assert_eq!(MsgKind::parse(k).as_str(), *k);
+        }
+        let e = serde_json::from_str::<LooseEndKind>("\"task\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "unknown loose-end kind \"task\"; known kinds: question, reminder, approval"
+            ),
+            "{e}"
+        );
+        assert_eq!(LooseEndKind::ALL.len(), 3);
+    }
+}

@@ -1,0 +1,77 @@
+//! The limits every process agrees on, one home for each: line and body sizes,
+//! answer budgets, waits, the status line, question options, reminder and
+//! schedule horizons, and the bounds of one turn's counters. The broker
+//! enforces them (through each command's `validate` and its answer budget); the
+//! clients check the same constants before they send.
+
+/// Longest request or response line accepted, newline excluded.
+pub const MAX_LINE: usize = 1024 * 1024;
+
+/// Longest message body any path that creates a message accepts (`send`,
+/// `wake`, `send_to_parent`, questions, answers, reminders, scheduled prompts,
+/// the MCP tools, the web page and the dashboard), in bytes of UTF-8. Even
+/// fully JSON-escaped (six bytes a byte) a body this long leaves room for any
+/// envelope under [`MAX_LINE`].
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The byte budget of one list answer (`inbox`, `recv`, `agents`, …): rows are
+/// handed out until the next one would pass it (at least one message always
+/// goes out).
+pub const PAGE_BYTES: usize = 512 * 1024;
+
+/// Longest `recv_next` / `recv` / `inbox` wait the broker honours, in seconds.
+pub const MAX_WAIT_SECS: u64 = 180;
+
+/// Most messages one `recv` hands out.
+pub const RECV_MAX: u32 = 32;
+
+/// Most options an `ask` may offer, and the longest option in characters.
+pub const MAX_OPTIONS: usize = 32;
+pub const MAX_OPTION_CHARS: usize = 200;
+
+/// Longest status line, in characters.
+pub const MAX_STATUS_CHARS: usize = 200;
+
+/// Longest revision a harness reports at start, in characters.
+pub const MAX_REV_CHARS: usize = 100;
+
+/// Longest `from` of a `wake`, in characters.
+pub const MAX_SENDER_CHARS: usize = 64;
+
+/// How far ahead a reminder or a scheduled prompt may be set with a delay:
+/// longer delays are cut to this (ten years).
+pub const TIMER_HORIZON_SECS: u64 = 10 * 365 * 86400;
+
+/// The shortest period of a repeating scheduled prompt.
+pub const MIN_EVERY_SECS: u64 = 60;
+
+/// Pending reminders (and, separately, scheduled prompts) per agent by default
+/// (`HIVE_REMIND_MAX_PENDING_PER_AGENT`).
+pub const DEFAULT_MAX_PENDING_TIMERS: u64 = 50;
+
+/// Lines `get_logs` and `get_host_journal` return by default and at most.
+pub const DEFAULT_LOG_LINES: u64 = 100;
+pub const MAX_LOG_LINES: u64 = 2000;
+
+/// Longest systemd unit name `get_host_journal` takes.
+pub const MAX_UNIT_CHARS: usize = 256;
+
+/// Most bytes of a merge patch `request_apply_commit` accepts, inline or in a
+/// file.
+pub const MAX_PATCH_BYTES: usize = MAX_BODY;
+
+/// Bounds of one `post_turn_counts`: a turn's counters, never a total.
+pub const MAX_TURNS_PER_POST: u64 = 1_000_000;
+pub const MAX_TOKENS_PER_POST: u64 = 1_000_000_000_000;
+pub const MAX_COST_PER_POST: f64 = 1_000_000.0;
+
+/// Most running tasks one `report_tasks` lists, and the longest command line
+/// it keeps per task (in characters).
+pub const MAX_REPORTED_TASKS: usize = 256;
+pub const MAX_TASK_CMD_CHARS: usize = 200;
+
+/// How many characters of an input an error message echoes (then `…`).
+pub const ECHO_CHARS: usize = 80;
+
+/// Longest error text an `ok:false` line carries; longer ones are cut.
+pub const MAX_ERROR_BYTES: usize = 4096;

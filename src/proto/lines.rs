@@ -1,0 +1,503 @@
+//! The one JSON-lines transport of hive's unix sockets (the broker's and the
+//! bash task daemon's): one request line answered by one line, many per
+//! connection. This file owns the bounded line reader ([`read_line`]), the
+//! answer framing ([`ok_line`], [`err_line`], [`decode`]), the server side (an
+//! accept loop that survives descriptor exhaustion with a capped backoff and
+//! can refuse clients over a cap, one thread per connection, and a plain
+//! request/answer loop for a connection) and the client side ([`Conn`]: one
+//! request, one answer, optionally abandoned through a cancel channel).
+
+use super::limits::{MAX_ERROR_BYTES, MAX_LINE};
+use crossbeam_channel::{bounded, select, Receiver};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What reading one line produced.
+#[derive(Debug, PartialEq)]
+pub enum Line {
+    /// A complete line (without its newline). May be empty.
+    Text(String),
+    /// A line longer than the limit; it was consumed up to its newline.
+    TooLong,
+    /// A line that is not UTF-8; it was consumed.
+    NotUtf8,
+    /// Clean end of input.
+    Eof,
+}
+
+/// Reads one newline-terminated line of at most `max` bytes without ever holding
+/// more than `max` bytes of it in memory. A final line without a newline counts.
+pub fn read_line(reader: &mut dyn BufRead, max: usize) -> io::Result<Line> {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut too_long = false;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            if buf.is_empty() && !too_long {
+                return Ok(Line::Eof);
+            }
+            break;
+        }
+        let (chunk, found) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], Some(i)),
+            None => (available, None),
+        };
+        if !too_long {
+            if buf.len() + chunk.len() > max {
+                too_long = true;
+                buf = Vec::new();
+            } else {
+                buf.extend_from_slice(chunk);
+            }
+        }
+        let used = found.map(|i| i + 1).unwrap_or(chunk.len());
+        reader.consume(used);
+        if found.is_some() {
+            break;
+        }
+    }
+    if too_long {
+        return Ok(Line::TooLong);
+    }
+    if buf.last() == Some(&b'\r') {
+        buf.pop();
+    }
+    match String::from_utf8(buf) {
+        Ok(s) => Ok(Line::Text(s)),
+        Err(_) => Ok(Line::NotUtf8),
+    }
+}
+
+/// Builds the `{"ok":true,...}` line for a typed answer (`ok` first, which
+/// reads better in logs and for people using socat).
+pub fn ok_line<T: Serialize>(payload: &T) -> String {
+    match serde_json::to_value(payload) {
+        Ok(Value::Object(mut map)) => {
+            map.remove("ok");
+            if map.is_empty() {
+                return r#"{"ok":true}"#.into();
+            }
+            let rest = Value::Object(map).to_string();
+            format!(r#"{{"ok":true,{}"#, &rest[1..])
+        }
+        _ => r#"{"ok":true}"#.into(),
+    }
+}
+
+/// Builds the `{"ok":false,"error":...}` line; an error longer than
+/// [`MAX_ERROR_BYTES`] is cut.
+pub fn err_line(error: &str) -> String {
+    let error = if error.len() > MAX_ERROR_BYTES {
+        let mut end = MAX_ERROR_BYTES;
+        while !error.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &error[..end])
+    } else {
+        error.to_string()
+    };
+    format!(r#"{{"ok":false,"error":{}}}"#, Value::String(error))
+}
+
+/// Why an exchange on a [`Conn`] failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallError {
+    /// The peer answered `ok:false` with this error.
+    Refused(String),
+    /// The connection broke or the answer was unreadable.
+    Io(String),
+    /// The caller's cancel channel fired (or was dropped).
+    Cancelled,
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Refused(e) | CallError::Io(e) => f.write_str(e),
+            CallError::Cancelled => f.write_str("the call was cancelled"),
+        }
+    }
+}
+
+/// Decodes one answer line: the fields of an `ok:true` answer as `T`, or the
+/// peer's error. `peer` and `what` name the two sides in messages.
+pub fn decode<T: DeserializeOwned>(line: &str, peer: &str, what: &str) -> Result<T, CallError> {
+    let value: Value = serde_json::from_str(line)
+        .map_err(|e| CallError::Io(format!("malformed answer from {peer}: {e}")))?;
+    let Value::Object(mut map) = value else {
+        return Err(CallError::Io(format!(
+            "the answer from {peer} is not an object"
+        )));
+    };
+    match map.remove("ok") {
+        Some(Value::Bool(true)) => serde_json::from_value(Value::Object(map))
+            .map_err(|e| CallError::Io(format!("unexpected answer from {peer} to {what}: {e}"))),
+        _ => Err(CallError::Refused(
+            map.get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown error")
+                .to_string(),
+        )),
+    }
+}
+
+/// A blocking client connection: one request line out, one answer line in.
+/// Not shared between threads.
+pub struct Conn {
+    /// Who answers, for messages ("the broker", "the bash task daemon").
+    peer: &'static str,
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Conn {
+    /// Connects to the socket at `path`; the error is the system's.
+    pub fn connect(path: &Path, peer: &'static str) -> io::Result<Conn> {
+        let stream = UnixStream::connect(path)?;
+        let writer = stream.try_clone()?;
+        Ok(Conn {
+            peer,
+            reader: BufReader::new(stream),
+            writer,
+        })
+    }
+
+    /// Sets how long an answer may take (None waits forever).
+    pub fn set_read_timeout(&self, dur: Option<Duration>) -> io::Result<()> {
+        self.reader.get_ref().set_read_timeout(dur)
+    }
+
+    /// Sends one request line and returns the answer line. With `cancel`, the
+    /// call returns [`CallError::Cancelled`] as soon as it fires or is dropped:
+    /// a watcher thread, alive only during the call, shuts the stream down.
+    /// `what` names the request in messages.
+    pub fn exchange(
+        &mut self,
+        line: &str,
+        what: &str,
+        cancel: Option<&Receiver<()>>,
+    ) -> Result<String, CallError> {
+        let Some(cancel) = cancel else {
+            return self.exchange_now(line, what);
+        };
+        let io = |e: io::Error| CallError::Io(format!("{} connection failed: {e}", self.peer));
+        let handle = self.writer.try_clone().map_err(io)?;
+        let (done_tx, done_rx) = bounded::<()>(0);
+        let cancel = cancel.clone();
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let flag = cancelled.clone();
+        let watcher = std::thread::Builder::new()
+            .name("call-watch".into())
+            .spawn(move || {
+                select! {
+                    recv(cancel) -> _ => {
+                        flag.store(true, Ordering::SeqCst);
+                        let _ = handle.shutdown(std::net::Shutdown::Both);
+                    }
+                    recv(done_rx) -> _ => {}
+                }
+            })
+            .map_err(|e| CallError::Io(format!("could not start a thread for the call: {e}")))?;
+        let result = self.exchange_now(line, what);
+        drop(done_tx);
+        let _ = watcher.join();
+        if cancelled.load(Ordering::SeqCst) {
+            return Err(CallError::Cancelled);
+        }
+        result
+    }
+
+    fn exchange_now(&mut self, line: &str, what: &str) -> Result<String, CallError> {
+        let peer = self.peer;
+        let io = |e: io::Error| CallError::Io(format!("{peer} connection failed: {e}"));
+        let mut out = Vec::with_capacity(line.len() + 1);
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+        let sent = self
+            .writer
+            .write_all(&out)
+            .and_then(|_| self.writer.flush());
+        if let Err(e) = sent {
+            // A server that refuses a connection (too many on its socket) says
+            // why in one line and closes: that line is the better error.
+            if !matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ) {
+                return Err(io(e));
+            }
+            return match read_line(&mut self.reader, MAX_LINE) {
+                Ok(Line::Text(s)) if s.starts_with('{') => Ok(s),
+                _ => Err(io(e)),
+            };
+        }
+        match read_line(&mut self.reader, MAX_LINE).map_err(io)? {
+            Line::Text(s) => Ok(s),
+            Line::Eof => Err(CallError::Io(format!(
+                "{peer} closed the connection without answering"
+            ))),
+            Line::TooLong => Err(CallError::Io(format!(
+                "the answer of {peer} to {what} is longer than {MAX_LINE} bytes, more than this \
+                 client reads, and was skipped (a server older than this client, or a bug: \
+                 please report it)"
+            ))),
+            Line::NotUtf8 => Err(CallError::Io(format!(
+                "the answer of {peer} to {what} is not UTF-8 and was skipped"
+            ))),
+        }
+    }
+
+    /// A second handle on the stream (`shutdown(Both)` on it ends a blocked call).
+    pub fn shutdown_handle(&self) -> io::Result<UnixStream> {
+        self.writer.try_clone()
+    }
+}
+
+/// Tells a refused client why, without ever blocking the accept thread.
+fn refuse(stream: UnixStream, why: &str) {
+    let mut line = err_line(why).into_bytes();
+    line.push(b'\n');
+    if stream.set_nonblocking(true).is_ok() {
+        let _ = (&stream).write_all(&line);
+    }
+}
+
+/// The first pause after a failed accept; it doubles per failure in a row.
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// The cap on that pause.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// One listening socket's accept loop.
+pub struct Acceptor {
+    /// The socket in log lines: "the socket of ana", "the bash task socket".
+    pub what: String,
+    /// Connection threads are named `{thread}-{id}`.
+    pub thread: &'static str,
+    /// Connection ids, shared by the sockets of one server.
+    pub ids: Arc<AtomicU64>,
+    /// Checked after every accept: the loop ends once it is set (whoever sets
+    /// it connects once to wake the loop).
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+impl Acceptor {
+    /// Accepts clients until `stop`, each on its own thread running `serve`
+    /// with the connection, its id and what `admit` gave it (a slot under a
+    /// cap, released when dropped). A client `admit` refuses gets one
+    /// `ok:false` line saying why and is closed. A failed accept or a thread
+    /// that cannot be started (out of descriptors, memory or threads) never ends
+    /// the loop or drops the listener: it pauses with a doubling, capped backoff
+    /// and logs the first failure of each burst and the recovery.
+    pub fn run<G: Send + 'static>(
+        self,
+        listener: UnixListener,
+        admit: impl Fn() -> Result<G, String>,
+        serve: impl Fn(UnixStream, u64, G) + Send + Sync + 'static,
+    ) {
+        let serve = Arc::new(serve);
+        let what = &self.what;
+        let mut failures: u64 = 0;
+        let mut refused: u64 = 0;
+        let mut backoff = BACKOFF_MIN;
+        loop {
+            let accepted = listener.accept();
+            if self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+                return;
+            }
+            let failed = match accepted {
+                Err(e) => Some(format!("accept on {what} failed: {e}")),
+                Ok((stream, _)) => match admit() {
+                    Err(why) => {
+                        if refused == 0 {
+                            log::warn!("refusing connections: {why}");
+                        }
+                        refused += 1;
+                        refuse(stream, &why);
+                        continue;
+                    }
+                    Ok(guard) => {
+                        if refused > 0 {
+                            log::info!(
+                                "accepting on {what} again after refusing {refused} connections"
+                            );
+                            refused = 0;
+                        }
+                        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+                        let serve = serve.clone();
+                        std::thread::Builder::new()
+                            .name(format!("{}-{id}", self.thread))
+                            .spawn(move || serve(stream, id, guard))
+                            .err()
+                            .map(|e| format!("cannot start a connection thread for {what}: {e}"))
+                    }
+                },
+            };
+            match failed {
+                None if failures > 0 => {
+                    log::info!(
+                        "accepting on {what} again after {failures} failures: it accepts again"
+                    );
+                    failures = 0;
+                    backoff = BACKOFF_MIN;
+                }
+                None => {}
+                Some(e) => {
+                    failures += 1;
+                    if failures == 1 {
+                        log::warn!(
+                            "{e}; the socket stays open, retrying with a backoff up to {BACKOFF_MAX:?}"
+                        );
+                    } else {
+                        log::debug!("{what}: {failures} failures in a row");
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+}
+
+/// Serves one client connection of a plain request/answer server: reads
+/// request lines (bounded by [`MAX_LINE`]), hands each to `answer`, writes the
+/// line it returns, until the client hangs up. `answer` also returns a token;
+/// when the answer cannot be written, `lost` gets it (so an answer that carried
+/// a result can be owed again). `busy` is what a client hears when its
+/// connection cannot get a second descriptor.
+pub fn serve_conn<T>(
+    stream: UnixStream,
+    busy: &str,
+    mut answer: impl FnMut(&str) -> (String, Option<T>),
+    mut lost: impl FnMut(T),
+) {
+    let Ok(mut writer) = stream.try_clone() else {
+        let _ = writeln!(&stream, "{}", err_line(busy));
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    loop {
+        let (line, token) = match read_line(&mut reader, MAX_LINE) {
+            Ok(Line::Text(s)) if s.trim().is_empty() => continue,
+            Ok(Line::Text(s)) => answer(&s),
+            Ok(Line::TooLong) => (
+                err_line(&format!(
+                    "request line longer than {MAX_LINE} bytes refused"
+                )),
+                None,
+            ),
+            Ok(Line::NotUtf8) => (err_line("request line is not valid UTF-8"), None),
+            Ok(Line::Eof) | Err(_) => return,
+        };
+        let written = writer
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|_| writer.flush());
+        if let Err(e) = written {
+            if let Some(t) = token {
+                lost(t);
+            }
+            log::debug!("a client went away before its answer: {e}");
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_line_bounds_memory_and_recovers() {
+        let mut input: &[u8] = b"short\r\n0123456789abc\nnext\nlast";
+        let r: &mut dyn BufRead = &mut input;
+        assert_eq!(read_line(r, 10).unwrap(), Line::Text("short".into()));
+        assert_eq!(read_line(r, 10).unwrap(), Line::TooLong);
+        assert_eq!(read_line(r, 10).unwrap(), Line::Text("next".into()));
+        assert_eq!(read_line(r, 10).unwrap(), Line::Text("last".into()));
+        assert_eq!(read_line(r, 10).unwrap(), Line::Eof);
+        let mut bad: &[u8] = b"\xff\xfe\nok\n";
+        let r: &mut dyn BufRead = &mut bad;
+        assert_eq!(read_line(r, 10).unwrap(), Line::NotUtf8);
+        assert_eq!(read_line(r, 10).unwrap(), Line::Text("ok".into()));
+    }
+
+    #[test]
+    fn answers_are_framed_and_decoded() {
+        #[derive(Debug, Serialize, serde::Deserialize, PartialEq)]
+        struct Id {
+            id: i64,
+        }
+        assert_eq!(ok_line(&Id { id: 4 }), r#"{"ok":true,"id":4}"#);
+        assert_eq!(ok_line(&serde_json::json!({})), r#"{"ok":true}"#);
+        assert_eq!(err_line("x"), r#"{"ok":false,"error":"x"}"#);
+        let huge = err_line(&"e".repeat(100_000));
+        assert!(huge.len() < MAX_ERROR_BYTES + 100);
+        assert_eq!(
+            decode::<Id>(r#"{"ok":true,"id":4}"#, "p", "w"),
+            Ok(Id { id: 4 })
+        );
+        assert_eq!(
+            decode::<Id>(r#"{"ok":false,"error":"no"}"#, "p", "w"),
+            Err(CallError::Refused("no".into()))
+        );
+        let e = decode::<Id>(r#"{"ok":true}"#, "the broker", "hello").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("unexpected answer from the broker to hello"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_server_and_a_cancellable_client_talk_in_lines() {
+        let dir = std::env::temp_dir().join(format!("hive-lines-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let acceptor = Acceptor {
+            what: "the test socket".into(),
+            thread: "test-conn",
+            ids: Arc::new(AtomicU64::new(1)),
+            stop: None,
+        };
+        std::thread::spawn(move || {
+            acceptor.run(
+                listener,
+                || Ok(()),
+                |stream, _, ()| {
+                    serve_conn(
+                        stream,
+                        "busy",
+                        |line| {
+                            if line == "sleep" {
+                                std::thread::sleep(Duration::from_secs(30));
+                            }
+                            (ok_line(&serde_json::json!({ "echo": line })), None::<()>)
+                        },
+                        |_| {},
+                    )
+                },
+            )
+        });
+        let mut c = Conn::connect(&path, "the test server").unwrap();
+        let line = c.exchange("hi", "hi", None).unwrap();
+        assert_eq!(line, r#"{"ok":true,"echo":"hi"}"#);
+        let (cancel_tx, cancel) = bounded::<()>(0);
+        let t = std::thread::spawn(move || c.exchange("sleep", "sleep", Some(&cancel)));
+        std::thread::sleep(Duration::from_millis(100));
+        drop(cancel_tx);
+        assert_eq!(t.join().unwrap(), Err(CallError::Cancelled));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,201 @@
+//! The rows and small answers several commands share: a message, a question, a
+//! reminder, a scheduled prompt, an approval, an agent's row and supervision
+//! state, a running bash task, and the answers that carry only an id, a text or
+//! nothing. A command's own answer type lives with the command (`cmd/`).
+
+use super::fleet::AgentConfig;
+use super::ident::Peer;
+use super::kinds::{AgentPhase, ApprovalKind, ApprovalState, MsgKind};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn default_kind() -> MsgKind {
+    MsgKind::Message
+}
+
+/// One inbox row as handed to a reader.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub id: i64,
+    pub from: Peer,
+    pub to: Peer,
+    pub body: String,
+    /// `message` for mail; a system event otherwise.
+    #[serde(default = "default_kind")]
+    pub kind: MsgKind,
+    #[serde(default)]
+    pub in_reply_to: Option<i64>,
+    /// Unix seconds when the broker accepted it.
+    pub sent_at: i64,
+    /// True for a transient wake, which lives only in the broker's memory.
+    #[serde(default)]
+    pub transient: bool,
+}
+
+/// A question as listed by `questions` and `get_loose_ends`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    pub id: i64,
+    pub asker: Peer,
+    pub target: Peer,
+    pub question: String,
+    pub options: Vec<String>,
+    pub multi: bool,
+    pub asked_at: i64,
+    pub expires_at: Option<i64>,
+}
+
+impl Question {
+    /// `options (choose one): a | b`, when the question offers options: how
+    /// every reader shows them.
+    pub fn options_line(&self) -> Option<String> {
+        if self.options.is_empty() {
+            return None;
+        }
+        let how = if self.multi {
+            "choose any"
+        } else {
+            "choose one"
+        };
+        Some(format!("options ({how}): {}", self.options.join(" | ")))
+    }
+}
+
+/// A pending reminder as listed by `get_loose_ends`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reminder {
+    pub id: i64,
+    pub agent: String,
+    /// The message, or its first 200 characters when the payload spilled to a file.
+    pub preview: String,
+    pub fire_at: i64,
+    #[serde(default)]
+    pub spill_file: Option<String>,
+}
+
+/// A scheduled prompt (`schedule_prompt`, `list_scheduled`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Scheduled {
+    pub id: i64,
+    pub agent: String,
+    pub body: String,
+    /// Unix seconds of the next delivery.
+    pub fire_at: i64,
+    /// Repeats every this many seconds; absent for a one-shot.
+    #[serde(default)]
+    pub every_seconds: Option<u64>,
+}
+
+/// A change waiting for the operator (`request_spawn`, `request_apply_commit`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    pub id: i64,
+    pub kind: ApprovalKind,
+    pub requester: String,
+    /// The agent the change is about.
+    pub agent: String,
+    /// For `spawn`, the new entry; for `apply_commit`, the merge patch.
+    pub payload: Value,
+    pub state: ApprovalState,
+    pub created_at: i64,
+}
+
+/// A background bash task still pending or running, as its agent's bash task
+/// daemon reports it (`report_tasks`) and `get_loose_ends` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunningTask {
+    pub id: String,
+    /// The command line, cut to its first 200 characters.
+    pub cmd: String,
+    /// Unix seconds when it started.
+    pub started_at: i64,
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+}
+
+/// One row of `agents`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRow {
+    pub name: String,
+    pub parent: String,
+    pub unread: u64,
+    pub inflight: Option<i64>,
+    pub running: bool,
+    pub status_text: String,
+    pub turns: u64,
+    pub turns_ok: u64,
+    pub turns_failed: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+}
+
+/// One agent as the supervisor of `hive up` sees it (`supervision`, the
+/// dashboard, `hive agents`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentState {
+    pub name: String,
+    pub state: AgentPhase,
+    pub pid: Option<u32>,
+    pub restarts: u32,
+    pub logged_in: bool,
+    pub up_to_date: bool,
+    /// The port of the agent's web page, once it wrote its port file.
+    pub port: Option<u16>,
+    /// The config the running agent was started with.
+    pub applied: AgentConfig,
+}
+
+/// An answer with nothing in it but `ok`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Empty {}
+
+/// Answer to `ask`: the new row's id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdReply {
+    pub id: i64,
+}
+
+/// An answer that is one text for a person (lifecycle, approvals, logs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TextReply {
+    pub text: String,
+}
+
+/// Answer to `wake`, `send`, `send_to_parent` and the harness's start: the
+/// stored id (absent for a transient wake) and the recipient.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SentReply {
+    #[serde(default)]
+    pub id: Option<i64>,
+    /// The recipient after `<parent>` resolution.
+    pub to: Peer,
+}
+
+/// Answer to `recv` and `inbox`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessagesReply {
+    pub messages: Vec<Message>,
+    /// True when more rows are waiting than fitted in this answer's byte budget
+    /// (`PAGE_BYTES`): ask again (with `after` the last id, for `inbox`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub more: bool,
+}
+
+/// Answer to `recv_ack` and `inbox_ack`: how many rows were marked read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AckedReply {
+    pub acked: u64,
+}
+
+/// Answer to `request_spawn` and `request_apply_commit`: the approval queued.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuedReply {
+    pub id: i64,
+    pub text: String,
+}

@@ -1,0 +1,207 @@
+//! The databases of older releases open with this one: the fixtures in
+//! `tests/fixtures/` (see its README) are copied to a temp dir, opened through
+//! the code that opens them in production, which migrates them, and every row
+//! is found again, unchanged except for what a step changes on purpose. The
+//! upgraded broker store also serves a real `hive broker`.
+
+mod common;
+
+use common::hive::{agent_row, ok, operator_inbox, Broker, TempDir};
+use hyperhive::broker::db::{self, Db, Durability};
+use hyperhive::harness::stats::{self, Stats};
+use hyperhive::proto::cmd::{Approvals, Questions, RecvNext, RecvNextReply};
+use hyperhive::proto::{schema, turnstats};
+use rusqlite::types::Value;
+use rusqlite::Connection;
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// Every row of `table`, ordered by its first column, as plain values.
+fn rows(path: &Path, table: &str) -> Vec<Vec<Value>> {
+    let c = Connection::open(path).unwrap();
+    let mut stmt = c
+        .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
+        .unwrap();
+    let n = stmt.column_count();
+    let rows = stmt
+        .query_map([], |r| (0..n).map(|i| r.get::<_, Value>(i)).collect())
+        .unwrap();
+    rows.collect::<rusqlite::Result<_>>().unwrap()
+}
+
+fn copy_fixture(name: &str, dir: &Path, to: &str) -> PathBuf {
+    let path = dir.join(to);
+    std::fs::copy(fixture(name), &path).unwrap();
+    path
+}
+
+#[test]
+fn an_old_broker_store_migrates_with_every_row() {
+    let dir = TempDir::new("mig");
+    let path = copy_fixture("broker-v0.db", dir.path(), db::FILE);
+    let tables = [
+        "messages",
+        "questions",
+        "reminders",
+        "scheduled",
+        "approvals",
+        "agents",
+    ];
+    let before: Vec<_> = tables.iter().map(|t| rows(&path, t)).collect();
+    let counts: Vec<usize> = before.iter().map(Vec::len).collect();
+    assert_eq!(
+        counts,
+        [23, 6, 2, 2, 4, 1],
+        "the fixture as its README describes it"
+    );
+
+    drop(Db::open(&path, Durability::Normal).unwrap());
+    let c = Connection::open(&path).unwrap();
+    assert_eq!(schema::version(&c).unwrap(), db::MIGRATIONS.len() as u32);
+    for (table, old) in tables.iter().zip(&before) {
+        let mut new = rows(&path, table);
+        if *table == "messages" {
+            // Opening the store puts rows that were inflight or held when the
+            // broker died back into their inbox (the restart rule, not a step).
+            let state = 6;
+            for (o, n) in old.iter().zip(new.iter_mut()) {
+                if matches!(&o[state], Value::Text(s) if s == "inflight" || s == "held") {
+                    assert_eq!(n[state], Value::Text("queued".into()));
+                    n[state] = o[state].clone();
+                }
+            }
+        }
+        assert_eq!(&new, old, "{table}");
+    }
+    // Step 2 added the table of running bash tasks, empty.
+    assert!(rows(&path, "running_tasks").is_empty());
+    // Opening again changes nothing.
+    drop(Db::open(&path, Durability::Full).unwrap());
+    assert_eq!(rows(&path, "approvals"), before[4]);
+}
+
+#[test]
+fn a_real_broker_serves_an_old_store() {
+    let dir = TempDir::new("mig");
+    let state = dir.path().join("s");
+    std::fs::create_dir_all(&state).unwrap();
+    copy_fixture("broker-v0.db", &state, db::FILE);
+    let b = Broker::start_in(&["ruth", "kid", "bob"], &state);
+
+    let ruth = agent_row(&b, "ruth");
+    assert_eq!((ruth.turns, ruth.turns_ok, ruth.tokens_in), (3, 2, 2400));
+    assert_eq!(ruth.status_text, "writing the fixtures");
+    // ruth's inflight kick comes back first, as after any broker crash.
+    let r: RecvNextReply = b
+        .agent("ruth")
+        .call(&RecvNext {
+            wait_seconds: None,
+            seen: None,
+        })
+        .unwrap();
+    let m = r.message.unwrap();
+    assert_eq!(
+        (m.id, m.kind.as_str(), m.from.as_str()),
+        (1, "kick", "system")
+    );
+
+    let inbox = operator_inbox(&b);
+    let ids: Vec<i64> = inbox.iter().map(|m| m.id).collect();
+    assert_eq!(ids, [7, 17, 18, 20, 22], "the unread operator messages");
+    let q = ok(&mut b.host(), Questions {});
+    assert_eq!(q["questions"].as_array().unwrap().len(), 1, "{q:?}");
+    let a = ok(&mut b.host(), Approvals {});
+    assert_eq!(a["approvals"][0]["agent"], "newkid", "{a:?}");
+}
+
+#[test]
+fn old_turn_stats_migrate_to_closed_outcome_kinds() {
+    let dir = TempDir::new("mig");
+    let path = copy_fixture("turn-stats-v0.db", dir.path(), turnstats::FILE);
+    let before = rows(&path, "turns");
+    assert_eq!(before.len(), 14);
+
+    drop(Stats::open(&path).unwrap());
+    let c = Connection::open(&path).unwrap();
+    assert_eq!(schema::version(&c).unwrap(), turnstats::STEPS.len() as u32);
+    let after = rows(&path, "turns");
+    let (outcome, note) = (4, 13);
+    let text = |v: &Value| match v {
+        Value::Text(s) => s.clone(),
+        other => panic!("{other:?}"),
+    };
+    let mut kinds = Vec::new();
+    for (o, n) in before.iter().zip(&after) {
+        for i in (0..o.len()).filter(|i| *i != outcome && *i != note) {
+            assert_eq!(o[i], n[i], "column {i} of turn {:?}", o[0]);
+        }
+        kinds.push(text(&n[outcome]));
+        // The free text is kept in the note.
+        let (old, new_note) = (text(&o[outcome]), text(&n[note]));
+        if let Some((_, detail)) = old.split_once(": ") {
+            assert!(new_note.ends_with(detail), "{old} -> {new_note}");
+        }
+    }
+    assert_eq!(
+        kinds,
+        [
+            "ok",
+            "compacted",
+            "compacted",
+            "ok",
+            "rate_limited",
+            "rate_limited",
+            "auth_failed",
+            "prompt_too_long",
+            "api_unavailable",
+            "interrupted",
+            "failed",
+            "timed_out",
+            "failed",
+            "not_started"
+        ]
+    );
+    assert_eq!(
+        text(&after[9][note]),
+        "interrupted by the operator; turn interrupted during execution"
+    );
+    assert_eq!(text(&after[4][note]), "resets at 1795323782");
+
+    // The export groups by the closed kinds only.
+    let totals = stats::totals(&path).unwrap();
+    let labels: Vec<&str> = totals.iter().map(|t| t.outcome.as_str()).collect();
+    assert!(labels.iter().all(|l| !l.contains(' ')), "{labels:?}");
+    assert_eq!(totals.iter().map(|t| t.count).sum::<u64>(), 14);
+}
+
+#[test]
+fn new_rows_store_the_kind_and_keep_the_text_in_the_note() {
+    let dir = TempDir::new("mig");
+    let path = dir.path().join(turnstats::FILE);
+    let s = Stats::open(&path).unwrap();
+    s.record(&stats::TurnRow {
+        id: 0,
+        started_at: 1,
+        duration_ms: 2,
+        kind: "turn".into(),
+        outcome: "failed: claude exited with code 1 without a result line".into(),
+        model: "m".into(),
+        sender: "operator".into(),
+        message_id: None,
+        context_tokens: None,
+        tokens_in: 0,
+        tokens_out: 0,
+        cost_usd: 0.0,
+        session_id: None,
+        note: String::new(),
+    })
+    .unwrap();
+    let row = stats::recent(&path, 1).unwrap().pop().unwrap();
+    assert_eq!(row.outcome, "failed");
+    assert_eq!(row.note, "claude exited with code 1 without a result line");
+}
