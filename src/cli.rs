@@ -260,7 +260,7 @@ pub enum Command {
     Help(Option<&'static str>),
     Version,
     Broker(BrokerArgs),
-    Up(crate::up::UpArgs),
+    Up(crate::fleet::UpArgs),
     Approvals(HostArgs),
     Approve(HostArgs, i64),
     Deny(DenyArgs),
@@ -346,7 +346,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
     match cmd {
         "broker" => parse_broker(&mut p),
         "up" => {
-            let mut a = crate::up::UpArgs::default();
+            let mut a = crate::fleet::UpArgs::default();
             while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
                 match arg {
                     Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
@@ -681,7 +681,7 @@ mod tests {
         assert_eq!(run(&["env-script"]).unwrap(), Command::EnvScript);
         assert_eq!(
             run(&["up", "--config", "h.json", "--data", "d"]).unwrap(),
-            Command::Up(crate::up::UpArgs {
+            Command::Up(crate::fleet::UpArgs {
                 config: Some("h.json".into()),
                 data: Some("d".into())
             })

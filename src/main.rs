@@ -24,9 +24,9 @@ fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
     if args
         .next()
-        .is_some_and(|a| a == hyperhive::up::sandbox::SUBCOMMAND)
+        .is_some_and(|a| a == hyperhive::fleet::sandbox::SUBCOMMAND)
     {
-        hyperhive::up::sandbox::run_command(args.collect());
+        hyperhive::fleet::sandbox::run_command(args.collect());
     }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .target(env_logger::Target::Stderr)
@@ -72,7 +72,7 @@ fn main() -> ExitCode {
             Err(broker::BrokerError::Run(e)) => Err(e),
             Ok(()) => Ok(()),
         },
-        Command::Up(a) => hyperhive::up::run(a),
+        Command::Up(a) => hyperhive::fleet::run(a),
         Command::Approvals(h) => ops::approvals(&h),
         Command::Approve(h, id) => ops::approve(&h, id),
         Command::Deny(a) => ops::deny(&a),

@@ -683,7 +683,7 @@ pub struct TextReply {
 /// Answer to `supervision`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SupervisionReply {
-    pub agents: Vec<crate::up::supervisor::AgentState>,
+    pub agents: Vec<crate::fleet::supervisor::AgentState>,
 }
 
 /// Builds the `{"ok":true,...}` line for a typed answer.

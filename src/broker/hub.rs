@@ -11,7 +11,7 @@ pub use privileged::{merge_patch, MAX_PATCH_BYTES};
 
 use super::db::{Db, NewMessage};
 use crate::config::HiveConfig;
-use crate::up::supervisor::SupCmd;
+use crate::fleet::supervisor::SupCmd;
 use crate::wire::{self, Request};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::{HashMap, HashSet, VecDeque};

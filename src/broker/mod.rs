@@ -147,7 +147,7 @@ impl From<String> for BrokerError {
 pub struct Extras {
     /// The supervisor of `hive up`; `None` under plain `hive broker`, where the
     /// lifecycle tools answer an error.
-    pub supervisor: Option<Sender<crate::up::supervisor::SupCmd>>,
+    pub supervisor: Option<Sender<crate::fleet::supervisor::SupCmd>>,
     /// The fleet file approvals write to.
     pub config_path: Option<PathBuf>,
     /// Where `hive up` keeps each agent's rotated log (`get_logs`).

@@ -183,13 +183,13 @@ impl Up {
         c
     }
 
-    pub fn states(&self) -> Vec<hyperhive::up::supervisor::AgentState> {
+    pub fn states(&self) -> Vec<hyperhive::fleet::supervisor::AgentState> {
         let r: hyperhive::wire::SupervisionReply =
             self.host().call_as(&Request::Supervision {}).unwrap();
         r.agents
     }
 
-    pub fn state(&self, name: &str) -> Option<hyperhive::up::supervisor::AgentState> {
+    pub fn state(&self, name: &str) -> Option<hyperhive::fleet::supervisor::AgentState> {
         self.states().into_iter().find(|s| s.name == name)
     }
 

@@ -9,8 +9,8 @@
 use super::{db_err, limits, now, Followup, Hub, HubMsg, HubResult, Identity, Outcome};
 use crate::broker::db::NewMessage;
 use crate::config::{check_name, AgentConfig, HiveConfig};
+use crate::fleet::supervisor::{Reply, SupCmd};
 use crate::groups::ToolGroup;
-use crate::up::supervisor::{Reply, SupCmd};
 use crate::wire;
 use crossbeam_channel::Sender;
 use serde_json::{json, Value};
@@ -554,7 +554,7 @@ impl Hub {
             return Err("this broker runs without a supervisor (plain `hive broker`), so it keeps no agent logs; run the hive with `hive up`".into());
         };
         let n = lines.unwrap_or(100).clamp(1, MAX_LINES) as usize;
-        let text = crate::up::logfile::tail(&dir.join(format!("{target}.log")), n)?;
+        let text = crate::fleet::logfile::tail(&dir.join(format!("{target}.log")), n)?;
         Ok(wire::ok_line(&wire::TextReply {
             text: limits::fit_text_tail(text),
         }))
