@@ -10,6 +10,7 @@ pub mod config;
 pub mod fleet;
 pub mod groups;
 pub mod harness;
+pub mod http;
 pub mod mcp;
 pub mod ops;
 pub mod sys;

@@ -1,6 +1,6 @@
 //! The operator dashboard of `hive up`: one embedded page (`dashboard.html`, no
 //! build step, no CDN) and a small JSON API, as a route table on the web
-//! servers' shared core (`web::server`: bounded tiny_http, socket timeouts, the
+//! servers' shared core (`http::server`: bounded tiny_http, socket timeouts, the
 //! guard before every route). It is bound to 127.0.0.1 by default and wants a
 //! token: `HIVE_DASHBOARD_TOKEN`, else one generated into `DATA/dashboard-token`;
 //! `hive up` prints a one-time login link instead of the token. It speaks to
@@ -12,11 +12,12 @@
 //! string (bounded in size: long texts are cut with a marker). Documented in
 //! `docs/fleet.md`.
 
-use crate::web::auth::{self, OneTimeCodes};
-use crate::web::guard::{Guard, Names};
-use crate::web::http::{self, Reply};
-use crate::web::server::{self, Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
-use crate::web::{auth_switch, host_list, sse};
+use crate::http::auth::{self, OneTimeCodes};
+use crate::http::guard::{auth_switch, host_list};
+use crate::http::guard::{Guard, Names};
+use crate::http::server::{self, Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
+use crate::http::sse;
+use crate::http::{self, Reply};
 use crate::wire::{self, Client, Request};
 use crossbeam_channel::{select, Receiver, Sender};
 use serde_json::{json, Value};
@@ -493,7 +494,7 @@ fn agent_token(app: &App, name: &str, supervision: &Value) -> Option<String> {
         .or_else(|| {
             plain_name(name)
                 .then(|| app.data.join("agents").join(name).join("state"))
-                .and_then(|d| std::fs::read_to_string(d.join(crate::web::TOKEN_FILE)).ok())
+                .and_then(|d| std::fs::read_to_string(d.join(auth::PAGE_TOKEN_FILE)).ok())
                 .and_then(nonblank)
         })
         .or_else(|| std::env::var("HIVE_WEB_TOKEN").ok().and_then(nonblank))

@@ -174,7 +174,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     );
     let dash = dashboard::start(&data, broker::host_socket(&settings.run_dir), dash_cfg)?;
     let port_file = data.join("dashboard-port");
-    if let Err(e) = crate::web::auth::write_private(&port_file, &format!("{}\n", dash.port)) {
+    if let Err(e) = crate::http::auth::write_private(&port_file, &format!("{}\n", dash.port)) {
         log::warn!("cannot write {}: {e}", port_file.display());
     }
     match dash.login_link()? {

@@ -4,9 +4,9 @@
 //! gets a message naming the field, and a rejected value is never echoed back
 //! whole (a login token not at all).
 
-use super::http::{self, Reply};
 use crate::harness::control::{Control, Shared};
 use crate::harness::{login, stats};
+use crate::http::{self, Reply};
 use crate::wire::{self, Client, ClientError, Request};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -120,7 +120,7 @@ pub fn send(shared: &Shared, body: &[u8]) -> Reply {
 }
 
 pub fn turns(shared: &Shared, query: &str) -> Reply {
-    let limit = match super::http::form_value(query, "limit") {
+    let limit = match crate::http::form_value(query, "limit") {
         None => 50,
         Some(v) => match v.parse::<u32>() {
             Ok(n) if (1..=1000).contains(&n) => n,
@@ -240,7 +240,7 @@ mod tests {
         let Err(r) = string_field(&m, "token", "{}") else {
             panic!("accepted")
         };
-        let super::super::http::Body::Bytes(b) = r.body else {
+        let crate::http::Body::Bytes(b) = r.body else {
             panic!()
         };
         let text = String::from_utf8(b).unwrap();

@@ -1,28 +1,23 @@
 //! The per-agent web UI that `hive serve` runs next to its turn loop: a route
-//! table on the shared HTTP core ([`server`]: bounded tiny_http, named worker
-//! threads, the [`guard`] before every route), with [`api`] for the JSON
-//! endpoints, [`sse`] for the live stream, [`files`] for the page, the overlay
-//! and the icon, [`metrics`] for Prometheus and [`auth`] for the token, which
-//! is generated into `STATE/web-token` unless the operator sets one. It reads
+//! table on the shared HTTP core ([`crate::http`]: bounded tiny_http, named
+//! worker threads, the guard before every route, the live-stream writer and the
+//! token, which is generated into `STATE/web-token` unless the operator sets
+//! one), with [`api`] for the JSON endpoints, [`files`] for the page, the
+//! overlay and the icon, and [`metrics`] for Prometheus. It reads
 //! the harness only through [`Shared`], so it never blocks a turn. [`start`]
 //! binds and returns a [`WebHandle`] that stops it on drop. `docs/web.md` lists
 //! every endpoint and variable.
 
 pub mod api;
-pub mod auth;
 pub mod files;
-pub mod guard;
-pub mod http;
 pub mod metrics;
-pub mod server;
-pub mod sse;
 
 use crate::harness::bus::Numbered;
 use crate::harness::control::{Control, Shared};
+use crate::http::guard::{auth_switch, host_list, Guard, Names};
+use crate::http::server::{Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
+use crate::http::{self, auth, server, sse, Reply};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use guard::{Guard, Names};
-use http::Reply;
-use server::{Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -37,9 +32,6 @@ pub const DEFAULT_PORT: u16 = 7700;
 
 /// How many threads answer requests (SSE streams have their own threads).
 const WORKERS: usize = 4;
-
-/// The file `hive serve` keeps its generated token in, under the state dir.
-pub const TOKEN_FILE: &str = "web-token";
 
 /// The web UI's settings, from the environment.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,26 +80,6 @@ impl Default for WebConfig {
             timeouts: Timeouts::default(),
         }
     }
-}
-
-/// `on` or `off` of an `…_AUTH` variable.
-pub fn auth_switch(var: &str, value: Option<String>) -> Result<bool, String> {
-    match value.as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None | Some("on") => Ok(true),
-        Some("off") => Ok(false),
-        Some(v) => Err(format!("{var}={:?} is neither on nor off", http::prefix(v))),
-    }
-}
-
-/// A comma-separated list of host names.
-pub fn host_list(value: Option<String>) -> Vec<String> {
-    value
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
-        .map(str::to_string)
-        .collect()
 }
 
 impl WebConfig {
@@ -225,7 +197,7 @@ impl Drop for WebHandle {
 /// longer names the page's token is removed, so the file never misleads the
 /// dashboard or a script.
 fn resolve_token(cfg: &WebConfig, state_dir: &std::path::Path) -> Result<Option<String>, String> {
-    let file = state_dir.join(TOKEN_FILE);
+    let file = state_dir.join(auth::PAGE_TOKEN_FILE);
     if cfg.token.is_none() && cfg.auth {
         return auth::load_or_create(&file).map(Some);
     }

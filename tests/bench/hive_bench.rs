@@ -554,7 +554,7 @@ fn bench_sse_fanout(a: &Args) {
         hosts: vec!["x".into()],
         sse_max_clients: 64,
         sse_max_per_peer: 64,
-        timeouts: hyperhive::web::server::Timeouts {
+        timeouts: hyperhive::http::server::Timeouts {
             send: Duration::from_secs(2),
             ..Default::default()
         },

@@ -10,7 +10,7 @@ use crossbeam_channel::{unbounded, Receiver};
 use hyperhive::harness::bus::Bus;
 use hyperhive::harness::control::{Control, Shared};
 use hyperhive::harness::settings::{ServeArgs, Settings};
-use hyperhive::web::server::Timeouts;
+use hyperhive::http::server::Timeouts;
 use hyperhive::web::{self, WebConfig, WebHandle};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -143,7 +143,7 @@ pub fn browser_login(d: &super::browser::Driver, page: &Page) {
 
 /// The token a page generated into its state dir, if any.
 pub fn read_token(state_dir: &Path) -> Option<String> {
-    std::fs::read_to_string(state_dir.join(web::TOKEN_FILE))
+    std::fs::read_to_string(state_dir.join(hyperhive::http::auth::PAGE_TOKEN_FILE))
         .ok()
         .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty())

@@ -168,7 +168,7 @@ fn web_ports() -> (u16, u16) {
                 hosts: vec!["x".into()],
                 static_dir: Some(root),
                 sse_ping: Duration::from_millis(200),
-                timeouts: hyperhive::web::server::Timeouts {
+                timeouts: hyperhive::http::server::Timeouts {
                     read: Duration::from_millis(500),
                     send: Duration::from_millis(500),
                 },

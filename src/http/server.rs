@@ -10,7 +10,7 @@
 //! wherever `GET` is, without the body.
 
 use super::guard::Guard;
-use super::http::{self, Reply};
+use crate::http::{self, Reply};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -17,7 +17,7 @@
 //! So a client that never reads cannot keep a slot once data waits for it, and
 //! never holds up the turn loop or another client.
 
-use super::http::Reply;
+use crate::http::Reply;
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::IpAddr;
