@@ -2,9 +2,6 @@
 //! effects (nothing is opened or read here, environment defaults are resolved
 //! later), and owns the usage text of every command. Tested from literal vectors.
 
-use crate::broker::db::Durability;
-use crate::broker::BrokerArgs;
-use crate::harness::settings::ServeArgs;
 use crate::wire::excerpt;
 use lexopt::prelude::*;
 use std::ffi::OsString;
@@ -245,6 +242,58 @@ pub struct AnswerArgs {
     pub answer: Vec<String>,
 }
 
+/// How hard the broker's store works to keep a commit (`--durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Survives a crash of any process.
+    Normal,
+    /// Also survives power loss.
+    Full,
+}
+
+impl Durability {
+    fn parse(s: &str) -> Result<Durability, String> {
+        match s {
+            "normal" => Ok(Durability::Normal),
+            "full" => Ok(Durability::Full),
+            _ => Err(format!("--durability must be normal or full, not {s:?}")),
+        }
+    }
+}
+
+/// `hive broker`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerArgs {
+    pub state_dir: PathBuf,
+    pub run_dir: PathBuf,
+    pub agents: Vec<String>,
+    pub config: Option<PathBuf>,
+    pub durability: Durability,
+}
+
+/// `hive serve`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeArgs {
+    pub state_dir: PathBuf,
+    pub run_dir: PathBuf,
+}
+
+impl Default for ServeArgs {
+    fn default() -> ServeArgs {
+        ServeArgs {
+            state_dir: PathBuf::from("/state"),
+            run_dir: PathBuf::from("/run/hive"),
+        }
+    }
+}
+
+/// `hive up`; without `--data` the data dir is `./hive-data`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UpArgs {
+    pub config: Option<PathBuf>,
+    pub data: Option<PathBuf>,
+}
+
 /// `hive bash-daemon`; unset values come from the environment or defaults.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BashDaemonArgs {
@@ -260,7 +309,7 @@ pub enum Command {
     Help(Option<&'static str>),
     Version,
     Broker(BrokerArgs),
-    Up(crate::fleet::UpArgs),
+    Up(UpArgs),
     Approvals(HostArgs),
     Approve(HostArgs, i64),
     Deny(DenyArgs),
@@ -346,7 +395,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
     match cmd {
         "broker" => parse_broker(&mut p),
         "up" => {
-            let mut a = crate::fleet::UpArgs::default();
+            let mut a = UpArgs::default();
             while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
                 match arg {
                     Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
@@ -681,7 +730,7 @@ mod tests {
         assert_eq!(run(&["env-script"]).unwrap(), Command::EnvScript);
         assert_eq!(
             run(&["up", "--config", "h.json", "--data", "d"]).unwrap(),
-            Command::Up(crate::fleet::UpArgs {
+            Command::Up(UpArgs {
                 config: Some("h.json".into()),
                 data: Some("d".into())
             })

@@ -1,9 +1,46 @@
 //! The `hive` binary: parses the command line and dispatches to the library.
 //! Nothing else lives here.
 
-use hyperhive::cli::{self, Command};
-use hyperhive::{bash, broker, harness, mcp, ops, sys};
+use hyperhive::cli::{self, BashDaemonArgs, BrokerArgs, Command};
+use hyperhive::{bash, broker, fleet, harness, mcp, ops, sys};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// `hive broker`'s flags as the broker takes them.
+fn broker_settings(a: BrokerArgs) -> broker::BrokerSettings {
+    broker::BrokerSettings {
+        state_dir: a.state_dir,
+        run_dir: a.run_dir,
+        agents: a.agents,
+        config: a.config,
+        durability: match a.durability {
+            cli::Durability::Normal => broker::db::Durability::Normal,
+            cli::Durability::Full => broker::db::Durability::Full,
+        },
+    }
+}
+
+/// The settings of `hive bash-daemon`: its flags, else the environment, else
+/// the defaults.
+fn bash_daemon_settings(a: BashDaemonArgs) -> bash::daemon::DaemonSettings {
+    let state_dir = a.state_dir.unwrap_or_else(|| {
+        std::env::var_os("HIVE_STATE_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(bash::daemon::DEFAULT_STATE_DIR))
+    });
+    let mut s = bash::daemon::DaemonSettings::from_env(state_dir);
+    if let Some(p) = a.socket {
+        s.socket = p;
+    }
+    if let Some(p) = a.agent_socket {
+        s.agent_socket = p;
+    }
+    if let Some(p) = a.bash_env {
+        s.bash_env = Some(p);
+    }
+    s
+}
 
 /// Whether `command` runs until stopped: those get every descriptor the hard
 /// limit allows.
@@ -22,11 +59,8 @@ fn long_running(command: &Command) -> bool {
 fn main() -> ExitCode {
     // `hive up`'s re-exec into an agent's sandbox: hidden, and single-threaded.
     let mut args = std::env::args_os().skip(1);
-    if args
-        .next()
-        .is_some_and(|a| a == hyperhive::fleet::sandbox::SUBCOMMAND)
-    {
-        hyperhive::fleet::sandbox::run_command(args.collect());
+    if args.next().is_some_and(|a| a == fleet::sandbox::SUBCOMMAND) {
+        fleet::sandbox::run_command(args.collect());
     }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .target(env_logger::Target::Stderr)
@@ -64,7 +98,7 @@ fn main() -> ExitCode {
             );
             Ok(())
         }
-        Command::Broker(a) => match broker::run(a) {
+        Command::Broker(a) => match broker::run(broker_settings(a)) {
             Err(broker::BrokerError::Config(e)) => {
                 eprintln!("hive: {e}");
                 return ExitCode::from(2);
@@ -72,11 +106,14 @@ fn main() -> ExitCode {
             Err(broker::BrokerError::Run(e)) => Err(e),
             Ok(()) => Ok(()),
         },
-        Command::Up(a) => hyperhive::fleet::run(a),
+        Command::Up(a) => fleet::run(
+            a.data.as_deref().unwrap_or(Path::new("hive-data")),
+            a.config,
+        ),
         Command::Approvals(h) => ops::approvals(&h),
         Command::Approve(h, id) => ops::approve(&h, id),
         Command::Deny(a) => ops::deny(&a),
-        Command::Serve(a) => harness::serve::run(a),
+        Command::Serve(a) => harness::serve::run(&a.state_dir, &a.run_dir),
         Command::Mcp => match mcp::hyperhive::main() {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),
@@ -88,7 +125,7 @@ fn main() -> ExitCode {
         Command::Questions(h) => ops::questions(&h),
         Command::Answer(a) => ops::answer(&a),
         Command::CancelQuestion(h, id) => ops::cancel_question(&h, id),
-        Command::BashDaemon(a) => bash::daemon::run_command(bash::daemon::settings_from_args(a)),
+        Command::BashDaemon(a) => bash::daemon::run_command(bash_daemon_settings(a)),
         Command::BashMcp(socket) => bash::mcp::run_server(bash::daemon::socket_or_env(socket)),
         Command::EnvScript => {
             print!("{}", bash::env_script::SCRIPT);

@@ -363,22 +363,3 @@ pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
 pub fn socket_or_env(flag: Option<PathBuf>) -> PathBuf {
     flag.unwrap_or_else(|| env_path("HIVE_BASH_SOCKET", DEFAULT_SOCKET))
 }
-
-/// The settings of `hive bash-daemon`: its flags, else the environment, else
-/// the defaults.
-pub fn settings_from_args(a: crate::cli::BashDaemonArgs) -> DaemonSettings {
-    let state_dir = a
-        .state_dir
-        .unwrap_or_else(|| env_path("HIVE_STATE_DIR", DEFAULT_STATE_DIR));
-    let mut s = DaemonSettings::from_env(state_dir);
-    if let Some(p) = a.socket {
-        s.socket = p;
-    }
-    if let Some(p) = a.agent_socket {
-        s.agent_socket = p;
-    }
-    if let Some(p) = a.bash_env {
-        s.bash_env = Some(p);
-    }
-    s
-}

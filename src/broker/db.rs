@@ -16,16 +16,6 @@ pub enum Durability {
     Full,
 }
 
-impl Durability {
-    pub fn parse(s: &str) -> Result<Durability, String> {
-        match s {
-            "normal" => Ok(Durability::Normal),
-            "full" => Ok(Durability::Full),
-            _ => Err(format!("--durability must be normal or full, not {s:?}")),
-        }
-    }
-}
-
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -22,9 +22,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 
-/// Everything `hive broker` is told on its command line.
+/// Where the broker keeps its store and sockets, and what it serves (from
+/// `hive broker`'s flags, or set by `hive up`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct BrokerArgs {
+pub struct BrokerSettings {
     pub state_dir: PathBuf,
     pub run_dir: PathBuf,
     pub agents: Vec<String>,
@@ -46,7 +47,7 @@ pub fn host_socket(run_dir: &Path) -> PathBuf {
 }
 
 /// Builds the hive's config from `--config` and `--agents`.
-pub fn load_config(args: &BrokerArgs) -> Result<HiveConfig, String> {
+pub fn load_config(args: &BrokerSettings) -> Result<HiveConfig, String> {
     let mut cfg = match &args.config {
         Some(p) => HiveConfig::load(p)?,
         None => HiveConfig::default(),
@@ -251,7 +252,11 @@ impl Drop for BrokerHandle {
 
 /// Starts the broker in this process: store, sockets, hub and accept threads.
 /// The caller owns signals and calls [`BrokerHandle::stop`].
-pub fn start(args: &BrokerArgs, cfg: HiveConfig, extras: Extras) -> Result<BrokerHandle, String> {
+pub fn start(
+    args: &BrokerSettings,
+    cfg: HiveConfig,
+    extras: Extras,
+) -> Result<BrokerHandle, String> {
     // Everything the broker creates (store, reminder files, sockets) is private
     // unless a group is configured for a socket.
     unsafe { libc::umask(0o077) };
@@ -339,7 +344,7 @@ pub fn start(args: &BrokerArgs, cfg: HiveConfig, extras: Extras) -> Result<Broke
 }
 
 /// Runs the broker until SIGTERM, SIGINT or SIGHUP.
-pub fn run(args: BrokerArgs) -> Result<(), BrokerError> {
+pub fn run(args: BrokerSettings) -> Result<(), BrokerError> {
     let cfg = load_config(&args).map_err(BrokerError::Config)?;
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,

@@ -14,19 +14,12 @@ pub mod sandbox;
 pub mod supervisor;
 pub mod watch;
 
-use crate::broker::{self, db::Durability, BrokerArgs, Extras};
+use crate::broker::{self, db::Durability, BrokerSettings, Extras};
 use crate::config::{AgentConfig, HiveConfig};
 use crossbeam_channel::unbounded;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use supervisor::{SupCmd, Supervisor};
-
-/// The flags of `hive up`.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct UpArgs {
-    pub config: Option<PathBuf>,
-    pub data: Option<PathBuf>,
-}
 
 /// The agent `hive up` runs when no fleet file is given.
 pub const DEFAULT_AGENT: &str = "ruth";
@@ -105,18 +98,19 @@ fn absolute(p: &Path) -> Result<PathBuf, String> {
 /// Runs a hive until SIGTERM or SIGINT: the broker, then the agents; on the
 /// signal the agents stop first (each requeues its inflight message), then the
 /// broker.
-pub fn run(args: UpArgs) -> Result<(), String> {
+/// `data` is the data dir (`--data`), `config` the fleet file (`--config`).
+pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), String> {
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGHUP,
     ])
     .map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    let data = absolute(args.data.as_deref().unwrap_or(Path::new("hive-data")))?;
+    let data = absolute(data)?;
     // Without --config the hive's fleet file is DATA/hive.json, written with one
     // agent the first time, so approvals and the permissions tab have a file.
-    let config_path = match &args.config {
-        Some(p) => p.clone(),
+    let config_path = match config {
+        Some(p) => p,
         None => {
             let p = data.join("hive.json");
             if !p.exists() {
@@ -147,7 +141,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     let dash_cfg = dashboard::DashConfig::from_env()?;
     let (sup_tx, sup_rx) = unbounded::<SupCmd>();
     let broker = broker::start(
-        &BrokerArgs {
+        &BrokerSettings {
             state_dir: data.clone(),
             run_dir: settings.run_dir.clone(),
             agents: Vec::new(),

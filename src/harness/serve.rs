@@ -14,12 +14,13 @@ use super::login::{self, DirSnapshot};
 use super::poller::{FromPoller, Poller};
 use super::prompt::PromptVars;
 use super::runner::{self, Invocation};
-use super::settings::{ServeArgs, Settings};
+use super::settings::Settings;
 use super::stats::{Stats, TurnRow};
 use crate::broker::hub::now;
 use crate::wire::{Message, Request, StatusReply};
 use crossbeam_channel::{after, select, unbounded, Receiver};
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -71,9 +72,9 @@ struct TurnLoop {
 }
 
 /// Runs the harness until SIGTERM.
-pub fn run(args: ServeArgs) -> Result<(), String> {
+pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     let term = install_signals()?;
-    let s = Arc::new(Settings::resolve(&args)?);
+    let s = Arc::new(Settings::resolve(state_dir, run_dir)?);
     for dir in [&s.state_dir, &s.run_dir] {
         super::files::create_private_dir(dir)
             .map_err(|e| format!("cannot create directory {}: {e}", dir.display()))?;

@@ -9,7 +9,7 @@ use super::hive::TempDir;
 use crossbeam_channel::{unbounded, Receiver};
 use hyperhive::harness::bus::Bus;
 use hyperhive::harness::control::{Control, Shared};
-use hyperhive::harness::settings::{ServeArgs, Settings};
+use hyperhive::harness::settings::Settings;
 use hyperhive::http::server::Timeouts;
 use hyperhive::web::{self, WebConfig, WebHandle};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -33,11 +33,7 @@ pub struct Web {
 pub fn settings(dir: &TempDir) -> Settings {
     let state = dir.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
-    let mut s = Settings::resolve(&ServeArgs {
-        state_dir: state.clone(),
-        run_dir: dir.path().join("run"),
-    })
-    .expect("settings");
+    let mut s = Settings::resolve(&state, &dir.path().join("run")).expect("settings");
     s.label = "ana".into();
     s.model_file = state.join("hyperhive-model");
     s.socket = dir.path().join("no-broker.sock");
