@@ -2,8 +2,9 @@
 //! Nothing else lives here.
 
 use hyperhive::cli::{self, BashDaemonArgs, BrokerArgs, Command};
+use hyperhive::sys::env::Env;
 use hyperhive::{bash, broker, fleet, harness, mcp, ops, sys};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 /// `hive broker`'s flags as the broker takes them.
@@ -23,13 +24,11 @@ fn broker_settings(a: BrokerArgs) -> broker::BrokerSettings {
 /// The settings of `hive bash-daemon`: its flags, else the environment, else
 /// the defaults.
 fn bash_daemon_settings(a: BashDaemonArgs) -> bash::daemon::DaemonSettings {
-    let state_dir = a.state_dir.unwrap_or_else(|| {
-        std::env::var_os("HIVE_STATE_DIR")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(bash::daemon::DEFAULT_STATE_DIR))
-    });
-    let mut s = bash::daemon::DaemonSettings::from_env(state_dir);
+    let env = Env::process();
+    let state_dir = a
+        .state_dir
+        .unwrap_or_else(|| env.path_or("HIVE_STATE_DIR", bash::daemon::DEFAULT_STATE_DIR));
+    let mut s = bash::daemon::DaemonSettings::read(state_dir, &env);
     if let Some(p) = a.socket {
         s.socket = p;
     }

@@ -23,12 +23,7 @@ pub const DEFAULT_HOST_SOCKET: &str = "/run/hive/host.sock";
 /// `--socket`, else the environment variable, else the default.
 pub fn socket_path(flag: &Option<PathBuf>, env: &str, default: &str) -> PathBuf {
     flag.clone()
-        .or_else(|| {
-            std::env::var_os(env)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(|| PathBuf::from(default))
+        .unwrap_or_else(|| crate::sys::env::Env::process().path_or(env, default))
 }
 
 /// Where `hive up` with the default data dir puts the host socket, relative to

@@ -12,6 +12,7 @@ use super::proto::{ListReply, Request, TaskReply};
 use super::report::view;
 use super::store::Store;
 use super::waker::Waker;
+use crate::sys::env::Env;
 use crate::wire::{self, Line};
 use crossbeam_channel::{unbounded, Sender};
 use std::io::{BufReader, Write};
@@ -48,23 +49,21 @@ pub struct DaemonSettings {
 }
 
 impl DaemonSettings {
-    /// Settings for `state_dir` with the rest from the environment:
-    /// `HIVE_BASH_SOCKET`, `HIVE_SOCKET` and `HIVE_BASH_ENV`, else the defaults.
+    /// Settings for `state_dir` with the rest from the process environment.
     pub fn from_env(state_dir: PathBuf) -> DaemonSettings {
+        DaemonSettings::read(state_dir, &Env::process())
+    }
+
+    /// Settings for `state_dir` with the rest from `env`: `HIVE_BASH_SOCKET`,
+    /// `HIVE_SOCKET` and `HIVE_BASH_ENV`, else the defaults.
+    pub fn read(state_dir: PathBuf, env: &Env) -> DaemonSettings {
         DaemonSettings {
-            socket: env_path("HIVE_BASH_SOCKET", DEFAULT_SOCKET),
+            socket: env.path_or("HIVE_BASH_SOCKET", DEFAULT_SOCKET),
             state_dir,
-            agent_socket: env_path("HIVE_SOCKET", DEFAULT_AGENT_SOCKET),
-            bash_env: Some(env_path("HIVE_BASH_ENV", DEFAULT_BASH_ENV)),
+            agent_socket: env.path_or("HIVE_SOCKET", DEFAULT_AGENT_SOCKET),
+            bash_env: Some(env.path_or("HIVE_BASH_ENV", DEFAULT_BASH_ENV)),
         }
     }
-}
-
-fn env_path(var: &str, default: &str) -> PathBuf {
-    std::env::var_os(var)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(default))
 }
 
 /// The directory of task records and output under a state dir.
@@ -342,24 +341,17 @@ fn answer(req: Request, events: &Sender<Event>, dir: &Path) -> (String, Option<S
 /// `hive bash-daemon`: runs the daemon until SIGTERM, SIGINT or SIGHUP, then
 /// shuts it down (a second signal exits at once).
 pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
-        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let signals = crate::sys::signals()?;
     let socket = settings.socket.clone();
     let handle = start(settings)?;
     eprintln!("hive bash-daemon: listening on {}", socket.display());
-    let sig = signals.forever().next();
-    log::info!("signal {sig:?}: stopping the bash task daemon");
-    std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            std::process::exit(128 + sig);
-        }
-    });
+    let _ = signals.recv();
+    log::info!("stopping the bash task daemon");
     handle.shutdown();
     Ok(())
 }
 
 /// `--socket`, else `HIVE_BASH_SOCKET`, else [`DEFAULT_SOCKET`].
 pub fn socket_or_env(flag: Option<PathBuf>) -> PathBuf {
-    flag.unwrap_or_else(|| env_path("HIVE_BASH_SOCKET", DEFAULT_SOCKET))
+    flag.unwrap_or_else(|| Env::process().path_or("HIVE_BASH_SOCKET", DEFAULT_SOCKET))
 }

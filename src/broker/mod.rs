@@ -259,7 +259,7 @@ pub fn start(
 ) -> Result<BrokerHandle, String> {
     // Everything the broker creates (store, reminder files, sockets) is private
     // unless a group is configured for a socket.
-    unsafe { libc::umask(0o077) };
+    crate::sys::set_umask(0o077);
     create_dir(&args.state_dir, 0o700)?;
     create_dir(&args.run_dir, 0o755)?;
     let db_path = args.state_dir.join("broker.db");
@@ -277,13 +277,13 @@ pub fn start(
     let nofile = crate::sys::nofile_limit()
         .map(|(soft, _)| soft)
         .map_err(|e| format!("cannot read the descriptor limit: {e}"))?;
-    let limits = ConnLimits::from_env(nofile, cfg.agents.len())?;
+    let env = crate::sys::env::Env::process();
+    let limits = ConnLimits::read(nofile, cfg.agents.len(), &env)?;
 
     let host = host_socket(&args.run_dir);
     let host_listener = bind(&host, None, cfg.operator_gid)?;
-    let remind_max_pending = std::env::var("HIVE_REMIND_MAX_PENDING_PER_AGENT")
-        .ok()
-        .and_then(|v| v.parse().ok())
+    let remind_max_pending = env
+        .parse("HIVE_REMIND_MAX_PENDING_PER_AGENT", "a whole number")?
         .unwrap_or(50);
     let names: Vec<String> = cfg.agents.iter().map(|a| a.name.clone()).collect();
     let agents = cfg.agents.clone();
@@ -343,15 +343,10 @@ pub fn start(
     Ok(handle)
 }
 
-/// Runs the broker until SIGTERM, SIGINT or SIGHUP.
+/// Runs the broker until SIGTERM, SIGINT or SIGHUP (a second one exits at once).
 pub fn run(args: BrokerSettings) -> Result<(), BrokerError> {
     let cfg = load_config(&args).map_err(BrokerError::Config)?;
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ])
-    .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let signals = crate::sys::signals()?;
     let names: Vec<String> = cfg.agents.iter().map(|a| a.name.clone()).collect();
     let handle = start(
         &args,
@@ -368,15 +363,8 @@ pub fn run(args: BrokerSettings) -> Result<(), BrokerError> {
         names.join(", "),
         host_socket(&args.run_dir).display()
     );
-
-    let sig = signals.forever().next();
-    log::info!("signal {sig:?}: stopping the broker");
-    // A second signal while we clean up exits at once.
-    std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            std::process::exit(130);
-        }
-    });
+    let _ = signals.recv();
+    log::info!("stopping the broker");
     handle.stop();
     Ok(())
 }

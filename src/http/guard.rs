@@ -271,26 +271,6 @@ fn split_host(host: &str) -> Option<(&str, Option<u16>)> {
     (!name.is_empty()).then_some((name, port))
 }
 
-/// `on` or `off` of an `…_AUTH` variable.
-pub fn auth_switch(var: &str, value: Option<String>) -> Result<bool, String> {
-    match value.as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None | Some("on") => Ok(true),
-        Some("off") => Ok(false),
-        Some(v) => Err(format!("{var}={:?} is neither on nor off", prefix(v))),
-    }
-}
-
-/// A comma-separated list of host names.
-pub fn host_list(value: Option<String>) -> Vec<String> {
-    value
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,16 +113,12 @@ impl Hyperhive {
 
     /// Reads `HIVE_TOOL_GROUPS`, `HIVE_SOCKET`, `HIVE_STATE_DIR` and `HIVE_BASH_SOCKET`.
     pub fn from_env() -> Result<Hyperhive, String> {
-        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        let list = std::env::var("HIVE_TOOL_GROUPS").unwrap_or_default();
+        let env = crate::sys::env::Env::process();
+        let list = env.get("HIVE_TOOL_GROUPS").unwrap_or_default();
         let groups = groups::parse_groups(&list).map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
-        let socket = var("HIVE_SOCKET")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(crate::ops::DEFAULT_AGENT_SOCKET));
-        Ok(
-            Hyperhive::new(groups, socket, var("HIVE_STATE_DIR").map(PathBuf::from))
-                .with_bash_socket(var("HIVE_BASH_SOCKET").map(PathBuf::from)),
-        )
+        let socket = env.path_or("HIVE_SOCKET", crate::ops::DEFAULT_AGENT_SOCKET);
+        Ok(Hyperhive::new(groups, socket, env.path("HIVE_STATE_DIR"))
+            .with_bash_socket(env.path("HIVE_BASH_SOCKET")))
     }
 
     pub fn info() -> ServerInfo {
@@ -262,8 +258,7 @@ fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
 /// Runs `hive mcp`: the hyperhive server on stdin and stdout until EOF or a
 /// signal; returns the process exit code.
 pub fn main() -> Result<i32, String> {
-    let signals = super::install_exit_signals()
-        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let signals = crate::sys::signals()?;
     let tools = Hyperhive::from_env()?;
     log::info!(
         "hive mcp: socket {}, groups {}, tools {}",

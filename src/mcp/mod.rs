@@ -13,7 +13,7 @@ pub mod jsonrpc;
 mod server;
 
 pub use jsonrpc::RequestId;
-pub use server::{install_exit_signals, serve, ExitReason, SUPPORTED_PROTOCOL_VERSIONS};
+pub use server::{serve, ExitReason, SUPPORTED_PROTOCOL_VERSIONS};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use serde_json::Value;

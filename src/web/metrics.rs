@@ -5,9 +5,8 @@
 
 use crate::harness::bus::{Bus, LiveEvent, StateSnapshot, TurnState};
 use crate::harness::stats::Totals;
-use crossbeam_channel::RecvTimeoutError;
+use crossbeam_channel::{select, Receiver};
 use std::fmt::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,31 +35,34 @@ impl RateClock {
     }
 }
 
-/// Feeds `clock` from the bus's state events until `stop` is set.
-pub fn watch(bus: Bus, clock: Arc<RateClock>, stop: Arc<AtomicBool>) {
+/// Feeds `clock` from the bus's state events until `stop` disconnects (the
+/// web server stops).
+pub fn watch(bus: Bus, clock: Arc<RateClock>, stop: Receiver<()>) {
     clock.observe(bus.snapshot().rate_limited);
     let mut last = bus.last_id();
     let (_, mut rx) = bus.subscribe(Some(last));
-    while !stop.load(Ordering::Relaxed) {
-        match rx.recv_timeout(Duration::from_millis(250)) {
-            Ok(n) => {
-                last = n.id;
-                if let LiveEvent::State { state } = n.event {
-                    clock.observe(state.rate_limited);
-                }
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                // Dropped for falling behind: pick up from the ring.
-                let (replay, next) = bus.subscribe(Some(last));
-                for n in replay {
+    loop {
+        select! {
+            recv(rx) -> n => match n {
+                Ok(n) => {
                     last = n.id;
                     if let LiveEvent::State { state } = n.event {
                         clock.observe(state.rate_limited);
                     }
                 }
-                rx = next;
-            }
+                Err(_) => {
+                    // Dropped for falling behind: pick up from the ring.
+                    let (replay, next) = bus.subscribe(Some(last));
+                    for n in replay {
+                        last = n.id;
+                        if let LiveEvent::State { state } = n.event {
+                            clock.observe(state.rate_limited);
+                        }
+                    }
+                    rx = next;
+                }
+            },
+            recv(stop) -> _ => return,
         }
     }
 }

@@ -14,14 +14,13 @@ pub mod metrics;
 
 use crate::harness::bus::Numbered;
 use crate::harness::control::{Control, Shared};
-use crate::http::guard::{auth_switch, host_list, Guard, Names};
+use crate::http::guard::{Guard, Names};
 use crate::http::server::{Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
 use crate::http::{self, auth, server, sse, Reply};
-use crossbeam_channel::{Receiver, RecvTimeoutError};
-use std::collections::VecDeque;
+use crate::sys::env::Env;
+use crossbeam_channel::Receiver;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -83,54 +82,37 @@ impl Default for WebConfig {
 }
 
 impl WebConfig {
+    /// The settings from the process environment.
     pub fn from_env() -> Result<WebConfig, String> {
-        WebConfig::from_lookup(|k| std::env::var(k).ok())
+        WebConfig::read(&Env::process())
     }
 
-    /// Reads the variables through `get`; a bad value is an error naming it.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<WebConfig, String> {
-        let get = |k: &str| {
-            get(k)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        let num = |k: &str, default: u64| -> Result<u64, String> {
-            get(k).map_or(Ok(default), |v| {
-                v.parse()
-                    .map_err(|_| format!("{k}={v:?} is not a whole number"))
-            })
-        };
+    /// The settings from `env`; a bad value is an error naming its variable.
+    pub fn read(env: &Env) -> Result<WebConfig, String> {
         let d = WebConfig::default();
-        let port = num("HIVE_PORT", d.port.into())?;
-        let port = u16::try_from(port).map_err(|_| format!("HIVE_PORT={port} is not a port"))?;
-        let bind = match get("HIVE_BIND") {
-            None => d.bind,
-            Some(b) => b.parse().map_err(|_| {
-                format!("HIVE_BIND={b:?} is not an IP address (e.g. 127.0.0.1 or 0.0.0.0)")
-            })?,
-        };
-        let max = num("HIVE_SSE_MAX_CLIENTS", d.sse_max_clients as u64)?;
+        let max = env.num("HIVE_SSE_MAX_CLIENTS", d.sse_max_clients as u64)?;
         if max == 0 {
             return Err("HIVE_SSE_MAX_CLIENTS must be at least 1".into());
         }
-        let per_peer = num("HIVE_SSE_MAX_PER_PEER", d.sse_max_per_peer as u64)?;
+        let per_peer = env.num("HIVE_SSE_MAX_PER_PEER", d.sse_max_per_peer as u64)?;
         if per_peer == 0 {
             return Err("HIVE_SSE_MAX_PER_PEER must be at least 1".into());
         }
-        let ping = num("HIVE_SSE_PING_SECS", d.sse_ping.as_secs())?.max(1);
         Ok(WebConfig {
-            port,
-            bind,
-            token: get("HIVE_WEB_TOKEN"),
-            auth: auth_switch("HIVE_WEB_AUTH", get("HIVE_WEB_AUTH"))?,
-            hosts: host_list(get("HIVE_WEB_HOSTS")),
-            static_dir: get("HIVE_STATIC_DIR").map(PathBuf::from),
-            icon: get("HIVE_ICON").map(PathBuf::from),
-            dist: get("HIVE_WEB_DIST").map(PathBuf::from),
+            port: env.parse("HIVE_PORT", "a port")?.unwrap_or(d.port),
+            bind: env.ip("HIVE_BIND", d.bind)?,
+            token: env.get("HIVE_WEB_TOKEN"),
+            auth: env.switch("HIVE_WEB_AUTH", true)?,
+            hosts: env.list("HIVE_WEB_HOSTS"),
+            static_dir: env.path("HIVE_STATIC_DIR"),
+            icon: env.path("HIVE_ICON"),
+            dist: env.path("HIVE_WEB_DIST"),
             sse_max_clients: max as usize,
             sse_max_per_peer: per_peer as usize,
-            sse_ping: Duration::from_secs(ping),
-            timeouts: Timeouts::from_lookup(&get)?,
+            sse_ping: env
+                .secs("HIVE_SSE_PING_SECS", d.sse_ping.as_secs())?
+                .max(Duration::from_secs(1)),
+            timeouts: Timeouts::read(env)?,
         })
     }
 
@@ -164,8 +146,9 @@ struct App {
 /// The running server; dropping it stops it.
 pub struct WebHandle {
     port: u16,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    workers: server::Workers,
+    /// `web-rate-clock`, which ends when the workers' stop switch flips.
+    clock: Option<JoinHandle<()>>,
 }
 
 impl WebHandle {
@@ -179,8 +162,8 @@ impl WebHandle {
     }
 
     fn stop_and_join(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in self.threads.drain(..) {
+        self.workers.stop();
+        if let Some(t) = self.clock.take() {
             let _ = t.join();
         }
     }
@@ -258,7 +241,7 @@ pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
         token,
         format!("hive_token_{port}"),
     );
-    let stop = Arc::new(AtomicBool::new(false));
+    let switch = server::StopSwitch::new();
     let rate_clock = Arc::new(metrics::RateClock::default());
     let body_time = cfg.timeouts.read;
     let site = Arc::new(Site {
@@ -270,7 +253,7 @@ pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
                     ("HIVE_SSE_MAX_CLIENTS", "HIVE_SSE_MAX_PER_PEER"),
                 ),
                 ping: cfg.sse_ping,
-                stop: stop.clone(),
+                stop: switch.watch(),
             },
             shared,
             cfg,
@@ -281,17 +264,16 @@ pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
         body_time,
     });
     let bus = site.app.shared.bus.clone();
-    let mut threads = server::start("web", listener, site, WORKERS, &stop)?;
-    let stop2 = stop.clone();
-    let t = std::thread::Builder::new()
+    let stopped = switch.watch();
+    let workers = server::start("web", listener, site, WORKERS, switch)?;
+    let clock = std::thread::Builder::new()
         .name("web-rate-clock".into())
-        .spawn(move || metrics::watch(bus, rate_clock, stop2))
+        .spawn(move || metrics::watch(bus, rate_clock, stopped))
         .map_err(|e| format!("cannot start a web thread: {e}"))?;
-    threads.push(t);
     Ok(WebHandle {
         port,
-        stop,
-        threads,
+        workers,
+        clock: Some(clock),
     })
 }
 
@@ -419,11 +401,12 @@ fn events(app: &App, req: Request, c: &Ctx<'_>) {
     // A client that saw ids beyond ours saw an earlier run: start it afresh.
     let reset = last_id.is_some_and(|l| l > bus.last_id());
     let (replay, rx) = bus.subscribe(if reset { None } else { last_id });
-    let mut pending: VecDeque<Arc<str>> = replay.iter().map(|n| Arc::from(frame(n))).collect();
+    let mut first: Vec<Arc<str>> = Vec::with_capacity(replay.len() + 1);
     if reset {
-        pending.push_front(Arc::from("event: reset\ndata: {}\n\n"));
+        first.push(Arc::from("event: reset\ndata: {}\n\n"));
     }
-    sse::start(req, &app.stream, "web-sse", BusFeed { pending, rx });
+    first.extend(replay.iter().map(|n| Arc::from(frame(n))));
+    sse::start(req, &app.stream, "web-sse", BusFeed { first, rx });
 }
 
 /// One SSE frame for a numbered bus event.
@@ -433,20 +416,27 @@ pub fn frame(n: &Numbered) -> String {
 
 /// A page client's frames: the replayed ring, then the live subscription.
 struct BusFeed {
-    pending: VecDeque<Arc<str>>,
+    first: Vec<Arc<str>>,
     rx: Receiver<Numbered>,
 }
 
 impl sse::Source for BusFeed {
-    fn next(&mut self, wait: Duration) -> Result<Option<Arc<str>>, String> {
-        if let Some(f) = self.pending.pop_front() {
-            return Ok(Some(f));
-        }
-        match self.rx.recv_timeout(wait) {
-            Ok(n) => Ok(Some(Arc::from(frame(&n)))),
-            Err(RecvTimeoutError::Timeout) => Ok(None),
-            Err(RecvTimeoutError::Disconnected) => Err("it fell too far behind the bus".into()),
-        }
+    type Item = Numbered;
+
+    fn first(&mut self) -> Vec<Arc<str>> {
+        std::mem::take(&mut self.first)
+    }
+
+    fn items(&self) -> Receiver<Numbered> {
+        self.rx.clone()
+    }
+
+    fn frame(&mut self, n: Numbered) -> Option<Arc<str>> {
+        Some(Arc::from(frame(&n)))
+    }
+
+    fn ended(&self) -> String {
+        "it fell too far behind the bus".into()
     }
 }
 
@@ -460,7 +450,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        WebConfig::from_lookup(|k| m.get(k).cloned())
+        WebConfig::read(&Env::new(&|k| m.get(k).cloned()))
     }
 
     #[test]
