@@ -295,7 +295,7 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
             cfg,
         },
         guard,
-        routes: ROUTES,
+        routes: ROUTES.to_vec(),
         body_time,
     });
     let stopped = switch.watch();

@@ -137,11 +137,28 @@ pub struct Route<A: 'static> {
     pub handler: Handler<A>,
 }
 
+// By hand: a derive would want `A: Clone`, but a route only holds fn pointers.
+impl<A> Clone for Handler<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Handler<A> {}
+
+impl<A> Clone for Route<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Route<A> {}
+
 /// One server: its state, its guard and its route table.
 pub struct Site<A: 'static> {
     pub app: A,
     pub guard: Guard,
-    pub routes: &'static [Route<A>],
+    pub routes: Vec<Route<A>>,
     /// The time a whole request body may take to arrive.
     pub body_time: Duration,
 }

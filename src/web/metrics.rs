@@ -1,13 +1,13 @@
 //! `GET /metrics` in the Prometheus text format: turn counts, durations, tokens
-//! and cost per kind and outcome from the turn-stats db, the live gauges from the
-//! bus, the number of SSE clients, and the seconds spent rate-limited since this
-//! web server started (a [`RateClock`] fed by a thread that watches the bus).
+//! and cost per kind and outcome from the turn-stats db, the live gauges of the
+//! harness, the number of SSE clients, and the seconds spent rate-limited since
+//! this web server started (a [`RateClock`] fed by a thread, `web-rate-clock`,
+//! that watches the harness's live stream).
 
-use crate::harness::bus::{Bus, LiveEvent, StateSnapshot, TurnState};
-use crate::harness::stats::Totals;
+use super::harness::{Gauges, Harness, TurnPhase, TurnTotals};
 use crossbeam_channel::{select, Receiver};
 use std::fmt::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Time spent with `rate_limited` set.
@@ -35,35 +35,25 @@ impl RateClock {
     }
 }
 
-/// Feeds `clock` from the bus's state events until `stop` disconnects (the
-/// web server stops).
-pub fn watch(bus: Bus, clock: Arc<RateClock>, stop: Receiver<()>) {
-    clock.observe(bus.snapshot().rate_limited);
-    let mut last = bus.last_id();
-    let (_, mut rx) = bus.subscribe(Some(last));
+/// Feeds `clock` from the harness's state at every event of its live stream,
+/// until `stop` disconnects (the web server stops).
+pub fn watch<H: Harness>(harness: &H, clock: &RateClock, stop: Receiver<()>) {
+    clock.observe(harness.gauges().rate_limited);
+    let mut last = harness.last_event_id();
+    let (_, mut rx) = harness.subscribe(Some(last));
     loop {
         select! {
-            recv(rx) -> n => match n {
-                Ok(n) => {
-                    last = n.id;
-                    if let LiveEvent::State { state } = n.event {
-                        clock.observe(state.rate_limited);
-                    }
-                }
+            recv(rx) -> event => match event {
+                Ok(e) => last = H::event_id(&e),
                 Err(_) => {
-                    // Dropped for falling behind: pick up from the ring.
-                    let (replay, next) = bus.subscribe(Some(last));
-                    for n in replay {
-                        last = n.id;
-                        if let LiveEvent::State { state } = n.event {
-                            clock.observe(state.rate_limited);
-                        }
-                    }
-                    rx = next;
+                    // Dropped for falling behind: go on from the newest.
+                    last = harness.last_event_id().max(last);
+                    rx = harness.subscribe(Some(last)).1;
                 }
             },
             recv(stop) -> _ => return,
         }
+        clock.observe(harness.gauges().rate_limited);
     }
 }
 
@@ -81,13 +71,13 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 
 /// The whole exposition.
 pub fn render(
-    totals: &[Totals],
-    state: &StateSnapshot,
+    totals: &[TurnTotals],
+    state: &Gauges,
     sse_clients: usize,
     rate_limited_secs: f64,
 ) -> String {
     let mut o = String::new();
-    type Family = (&'static str, &'static str, fn(&Totals) -> f64);
+    type Family = (&'static str, &'static str, fn(&TurnTotals) -> f64);
     let per_turn: [Family; 5] = [
         (
             "hive_turns_total",
@@ -141,7 +131,7 @@ pub fn render(
         (
             "hive_inflight",
             "1 while a message is handed out and not yet acked.",
-            f64::from(u8::from(state.inflight.is_some())),
+            f64::from(u8::from(state.inflight)),
         ),
         (
             "hive_sse_clients",
@@ -188,15 +178,12 @@ pub fn render(
         "gauge",
         "1 for the current turn state.",
     );
-    for (s, name) in [
-        (TurnState::Idle, "idle"),
-        (TurnState::Thinking, "thinking"),
-        (TurnState::Compacting, "compacting"),
-    ] {
+    for phase in TurnPhase::ALL {
         let _ = writeln!(
             o,
-            "hive_turn_state{{state=\"{name}\"}} {}",
-            u8::from(state.turn_state == s)
+            "hive_turn_state{{state=\"{}\"}} {}",
+            phase.name(),
+            u8::from(state.phase == phase)
         );
     }
     o
@@ -208,8 +195,17 @@ mod tests {
 
     #[test]
     fn renders_families_with_escaped_labels() {
-        let bus = Bus::new("a", "a", "haiku", 200_000);
-        let totals = [Totals {
+        let gauges = Gauges {
+            phase: TurnPhase::Idle,
+            unread: 0,
+            inflight: false,
+            rate_limited: false,
+            needs_login: false,
+            online: true,
+            context_window_tokens: 200_000,
+            context_tokens: None,
+        };
+        let totals = [TurnTotals {
             kind: "turn".into(),
             outcome: "we\"ird\n".into(),
             count: 2,
@@ -218,7 +214,7 @@ mod tests {
             tokens_out: 5,
             cost_usd: 0.25,
         }];
-        let text = render(&totals, &bus.snapshot(), 3, 0.0);
+        let text = render(&totals, &gauges, 3, 0.0);
         assert!(
             text.contains("hive_turns_total{kind=\"turn\",outcome=\"we\\\"ird\\n\"} 2\n"),
             "{text}"

@@ -3,22 +3,23 @@
 //! worker threads, the guard before every route, the live-stream writer and the
 //! token, which is generated into `STATE/web-token` unless the operator sets
 //! one), with [`api`] for the JSON endpoints, [`files`] for the page, the
-//! overlay and the icon, and [`metrics`] for Prometheus. It reads
-//! the harness only through [`Shared`], so it never blocks a turn. [`start`]
-//! binds and returns a [`WebHandle`] that stops it on drop. `docs/web.md` lists
-//! every endpoint and variable.
+//! overlay and the icon, and [`metrics`] for Prometheus. It sees the harness
+//! only through the narrow handle of [`harness`] (the harness implements it), so
+//! it never imports the harness and never blocks a turn. [`start`] binds and
+//! returns a [`WebHandle`] that stops it on drop. `docs/web.md` lists every
+//! endpoint and variable.
 
 pub mod api;
 pub mod files;
+pub mod harness;
 pub mod metrics;
 
-use crate::harness::bus::Numbered;
-use crate::harness::control::{Control, Shared};
 use crate::http::guard::{Guard, Names};
 use crate::http::server::{Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
 use crate::http::{self, auth, server, sse, Reply};
 use crate::sys::env::Env;
 use crossbeam_channel::Receiver;
+use harness::{Ask, Harness};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -136,8 +137,8 @@ impl WebConfig {
 }
 
 /// What the worker threads share.
-struct App {
-    shared: Shared,
+struct App<H> {
+    harness: Arc<H>,
     cfg: WebConfig,
     stream: sse::Params,
     rate_clock: Arc<metrics::RateClock>,
@@ -202,7 +203,7 @@ fn resolve_token(cfg: &WebConfig, state_dir: &std::path::Path) -> Result<Option<
 
 /// Starts the web UI. The bound port is logged and written to
 /// `<state>/hyperhive-port` (0600).
-pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
+pub fn start<H: Harness>(harness: H, cfg: WebConfig) -> Result<WebHandle, String> {
     cfg.check()?;
     let listener = server::bind(
         SocketAddr::new(cfg.bind, cfg.port),
@@ -214,7 +215,7 @@ pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
         .local_addr()
         .map_err(|e| format!("cannot read the web UI's address: {e}"))?
         .port();
-    let state_dir = shared.settings.state_dir.clone();
+    let state_dir = harness.state_dir().to_path_buf();
     let token = resolve_token(&cfg, &state_dir)?;
     let port_file = state_dir.join("hyperhive-port");
     if let Err(e) = auth::write_private(&port_file, &format!("{port}\n")) {
@@ -255,20 +256,20 @@ pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
                 ping: cfg.sse_ping,
                 stop: switch.watch(),
             },
-            shared,
+            harness: Arc::new(harness),
             cfg,
             rate_clock: rate_clock.clone(),
         },
         guard,
-        routes: ROUTES,
+        routes: routes(),
         body_time,
     });
-    let bus = site.app.shared.bus.clone();
+    let watched = site.app.harness.clone();
     let stopped = switch.watch();
     let workers = server::start("web", listener, site, WORKERS, switch)?;
     let clock = std::thread::Builder::new()
         .name("web-rate-clock".into())
-        .spawn(move || metrics::watch(bus, rate_clock, stopped))
+        .spawn(move || metrics::watch(&*watched, &rate_clock, stopped))
         .map_err(|e| format!("cannot start a web thread: {e}"))?;
     Ok(WebHandle {
         port,
@@ -279,89 +280,95 @@ pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
 
 /// Every endpoint of the page. The guard runs before any of them
 /// ([`server::dispatch`]); `docs/web.md` documents each.
-static ROUTES: &[Route<App>] = &[
-    route(Method::Get, "/events", Handler::Stream(events)),
-    route(
-        Method::Get,
-        "/api/state",
-        Handler::Reply(|a, _| api::state(&a.shared)),
-    ),
-    route(
-        Method::Get,
-        "/api/turns",
-        Handler::Reply(|a, c| api::turns(&a.shared, c.query)),
-    ),
-    route(
-        Method::Get,
-        "/api/dashboard-links",
-        Handler::Reply(|a, _| api::dashboard_links(&a.shared)),
-    ),
-    route(
-        Method::Get,
-        "/api/login",
-        Handler::Reply(|a, _| api::login_state(&a.shared)),
-    ),
-    route(
-        Method::Get,
-        "/icon",
-        Handler::Reply(|a, _| files::icon(a.cfg.icon.as_deref())),
-    ),
-    route(Method::Get, "/metrics", Handler::Reply(metrics_reply)),
-    route(
-        Method::Post,
-        "/api/model",
-        Handler::Reply(|a, c| api::model(&a.shared, &c.body)),
-    ),
-    route(
-        Method::Post,
-        "/api/new-session",
-        Handler::Reply(|a, _| api::new_session(&a.shared)),
-    ),
-    route(
-        Method::Post,
-        "/api/compact",
-        Handler::Reply(|a, _| api::control(&a.shared, Control::Compact, "compact")),
-    ),
-    route(
-        Method::Post,
-        "/api/interrupt",
-        Handler::Reply(|a, _| api::control(&a.shared, Control::Interrupt, "interrupt")),
-    ),
-    route(
-        Method::Post,
-        "/api/send",
-        Handler::Reply(|a, c| api::send(&a.shared, &c.body)),
-    ),
-    route(
-        Method::Post,
-        "/api/login",
-        Handler::Reply(|a, c| api::login(&a.shared, &c.body)),
-    ),
-    Route {
-        method: Method::Get,
-        path: Path::Exact("/login"),
-        access: Access::Login,
-        handler: Handler::Reply(|_, c| login(c, false)),
-    },
-    Route {
-        method: Method::Post,
-        path: Path::Exact("/login"),
-        access: Access::Login,
-        handler: Handler::Reply(|_, c| login(c, true)),
-    },
-    Route {
-        method: Method::Get,
-        path: Path::Any,
-        access: Access::Token,
-        handler: Handler::Reply(|a, c| {
-            files::serve(a.cfg.dist.as_deref(), a.cfg.static_dir.as_deref(), c.path)
-                .unwrap_or_else(Reply::not_found)
-        }),
-    },
-];
+fn routes<H: Harness>() -> Vec<Route<App<H>>> {
+    vec![
+        route(Method::Get, "/events", Handler::Stream(events)),
+        route(
+            Method::Get,
+            "/api/state",
+            Handler::Reply(|a, _| api::state(&*a.harness)),
+        ),
+        route(
+            Method::Get,
+            "/api/turns",
+            Handler::Reply(|a, c| api::turns(&*a.harness, c.query)),
+        ),
+        route(
+            Method::Get,
+            "/api/dashboard-links",
+            Handler::Reply(|a, _| api::dashboard_links(&*a.harness)),
+        ),
+        route(
+            Method::Get,
+            "/api/login",
+            Handler::Reply(|a, _| api::login_state(&*a.harness)),
+        ),
+        route(
+            Method::Get,
+            "/icon",
+            Handler::Reply(|a, _| files::icon(a.cfg.icon.as_deref())),
+        ),
+        route(Method::Get, "/metrics", Handler::Reply(metrics_reply)),
+        route(
+            Method::Post,
+            "/api/model",
+            Handler::Reply(|a, c| api::model(&*a.harness, &c.body)),
+        ),
+        route(
+            Method::Post,
+            "/api/new-session",
+            Handler::Reply(|a, _| api::new_session(&*a.harness)),
+        ),
+        route(
+            Method::Post,
+            "/api/compact",
+            Handler::Reply(|a, _| api::control(&*a.harness, Ask::Compact, "compact")),
+        ),
+        route(
+            Method::Post,
+            "/api/interrupt",
+            Handler::Reply(|a, _| api::control(&*a.harness, Ask::Interrupt, "interrupt")),
+        ),
+        route(
+            Method::Post,
+            "/api/send",
+            Handler::Reply(|a, c| api::send(&*a.harness, &c.body)),
+        ),
+        route(
+            Method::Post,
+            "/api/login",
+            Handler::Reply(|a, c| api::login(&*a.harness, &c.body)),
+        ),
+        Route {
+            method: Method::Get,
+            path: Path::Exact("/login"),
+            access: Access::Login,
+            handler: Handler::Reply(|_, c| login(c, false)),
+        },
+        Route {
+            method: Method::Post,
+            path: Path::Exact("/login"),
+            access: Access::Login,
+            handler: Handler::Reply(|_, c| login(c, true)),
+        },
+        Route {
+            method: Method::Get,
+            path: Path::Any,
+            access: Access::Token,
+            handler: Handler::Reply(|a, c| {
+                files::serve(a.cfg.dist.as_deref(), a.cfg.static_dir.as_deref(), c.path)
+                    .unwrap_or_else(Reply::not_found)
+            }),
+        },
+    ]
+}
 
 /// A route on an exact path that wants the token.
-const fn route(method: Method, path: &'static str, handler: Handler<App>) -> Route<App> {
+fn route<H: Harness>(
+    method: Method,
+    path: &'static str,
+    handler: Handler<App<H>>,
+) -> Route<App<H>> {
     Route {
         method,
         path: Path::Exact(path),
@@ -375,68 +382,72 @@ fn login(c: &Ctx<'_>, post: bool) -> Reply {
     auth::login(c.guard, None, post, c.query, &c.body)
 }
 
-fn metrics_reply(app: &App, _: &Ctx<'_>) -> Reply {
-    let s = &app.shared;
-    let totals = match crate::harness::stats::totals(&s.settings.stats_db()) {
+fn metrics_reply<H: Harness>(app: &App<H>, _: &Ctx<'_>) -> Reply {
+    let h = &*app.harness;
+    let totals = match h.turn_totals() {
         Ok(t) => t,
         Err(e) => return Reply::error(500, e),
     };
     let text = metrics::render(
         &totals,
-        &s.bus.snapshot(),
+        &h.gauges(),
         app.stream.slots.count(),
         app.rate_clock.seconds(),
     );
     Reply::new(200, "text/plain; version=0.0.4; charset=utf-8", text)
 }
 
-/// `GET /events`: the bus's ring from `Last-Event-ID` (or `?last_event_id=`),
-/// then every event live.
-fn events(app: &App, req: Request, c: &Ctx<'_>) {
+/// `GET /events`: the harness's recent events from `Last-Event-ID` (or
+/// `?last_event_id=`), then every event live.
+fn events<H: Harness>(app: &App<H>, req: Request, c: &Ctx<'_>) {
     let last_id = http::header_value(&req, "Last-Event-ID")
         .map(str::to_string)
         .or_else(|| http::form_value(c.query, "last_event_id"))
         .and_then(|v| v.trim().parse::<u64>().ok());
-    let bus = &app.shared.bus;
+    let h = &*app.harness;
     // A client that saw ids beyond ours saw an earlier run: start it afresh.
-    let reset = last_id.is_some_and(|l| l > bus.last_id());
-    let (replay, rx) = bus.subscribe(if reset { None } else { last_id });
+    let reset = last_id.is_some_and(|l| l > h.last_event_id());
+    let (replay, rx) = h.subscribe(if reset { None } else { last_id });
     let mut first: Vec<Arc<str>> = Vec::with_capacity(replay.len() + 1);
     if reset {
         first.push(Arc::from("event: reset\ndata: {}\n\n"));
     }
-    first.extend(replay.iter().map(|n| Arc::from(frame(n))));
-    sse::start(req, &app.stream, "web-sse", BusFeed { first, rx });
+    first.extend(replay.iter().map(frame::<H>));
+    sse::start(req, &app.stream, "web-sse", LiveFeed::<H> { first, rx });
 }
 
-/// One SSE frame for a numbered bus event.
-pub fn frame(n: &Numbered) -> String {
-    format!("id: {}\ndata: {}\n\n", n.id, n.to_json())
+/// One SSE frame for an event of the live stream.
+fn frame<H: Harness>(e: &H::Event) -> Arc<str> {
+    Arc::from(format!(
+        "id: {}\ndata: {}\n\n",
+        H::event_id(e),
+        H::event_json(e)
+    ))
 }
 
-/// A page client's frames: the replayed ring, then the live subscription.
-struct BusFeed {
+/// A page client's frames: the replayed events, then the live subscription.
+struct LiveFeed<H: Harness> {
     first: Vec<Arc<str>>,
-    rx: Receiver<Numbered>,
+    rx: Receiver<H::Event>,
 }
 
-impl sse::Source for BusFeed {
-    type Item = Numbered;
+impl<H: Harness> sse::Source for LiveFeed<H> {
+    type Item = H::Event;
 
     fn first(&mut self) -> Vec<Arc<str>> {
         std::mem::take(&mut self.first)
     }
 
-    fn items(&self) -> Receiver<Numbered> {
+    fn items(&self) -> Receiver<H::Event> {
         self.rx.clone()
     }
 
-    fn frame(&mut self, n: Numbered) -> Option<Arc<str>> {
-        Some(Arc::from(frame(&n)))
+    fn frame(&mut self, e: H::Event) -> Option<Arc<str>> {
+        Some(frame::<H>(&e))
     }
 
     fn ended(&self) -> String {
-        "it fell too far behind the bus".into()
+        "it fell too far behind the live stream".into()
     }
 }
 
