@@ -7,7 +7,7 @@
 //! [`printable`] before it reaches the operator's terminal, and a message is
 //! checked against [`wire::MAX_BODY`] before it is sent.
 
-use crate::cli::{AnswerArgs, DenyArgs, HostArgs, InboxArgs, SendArgs, WakeArgs};
+use crate::cli::{self, AnswerArgs, DenyArgs, HostArgs, InboxArgs, SendArgs, WakeArgs};
 use crate::wire::{self, Client, Request};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -15,27 +15,18 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
-/// The default agent socket inside a container.
-pub const DEFAULT_AGENT_SOCKET: &str = "/run/hive/mcp.sock";
-/// The default operator socket.
-pub const DEFAULT_HOST_SOCKET: &str = "/run/hive/host.sock";
-
 /// `--socket`, else the environment variable, else the default.
 pub fn socket_path(flag: &Option<PathBuf>, env: &str, default: &str) -> PathBuf {
     flag.clone()
         .unwrap_or_else(|| crate::sys::env::Env::process().path_or(env, default))
 }
 
-/// Where `hive up` with the default data dir puts the host socket, relative to
-/// the directory it was started in; operator commands use it when it exists and
-/// neither `--socket` nor `HIVE_HOST_SOCKET` says otherwise.
-pub const UP_HOST_SOCKET: &str = "hive-data/run/host.sock";
-
 fn host_client(h: &HostArgs) -> Result<Client, String> {
-    let fallback = if std::path::Path::new(UP_HOST_SOCKET).exists() {
-        UP_HOST_SOCKET
+    let up = cli::up_host_socket();
+    let fallback = if std::path::Path::new(&up).exists() {
+        &up
     } else {
-        DEFAULT_HOST_SOCKET
+        wire::DEFAULT_HOST_SOCKET
     };
     let path = socket_path(&h.socket, "HIVE_HOST_SOCKET", fallback);
     Client::connect(&path).map_err(|e| e.to_string())
@@ -129,7 +120,7 @@ pub fn wake(a: &WakeArgs) -> Result<(), String> {
         return Err("the body is empty; nothing to wake the agent with".into());
     }
     check_message(&body)?;
-    let path = socket_path(&a.socket, "HIVE_SOCKET", DEFAULT_AGENT_SOCKET);
+    let path = socket_path(&a.socket, "HIVE_SOCKET", wire::DEFAULT_AGENT_SOCKET);
     let mut c = Client::connect(&path).map_err(|e| e.to_string())?;
     c.call(&Request::Wake {
         from: a.from.clone(),

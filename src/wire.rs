@@ -18,6 +18,19 @@ use std::time::Duration;
 /// an older peer would misread.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// The agent's broker socket, where every process of an agent finds it
+/// unless `HIVE_SOCKET` says otherwise.
+pub const DEFAULT_AGENT_SOCKET: &str = "/run/hive/mcp.sock";
+/// The operator's socket, unless `HIVE_HOST_SOCKET` (or `--socket`) says
+/// otherwise.
+pub const DEFAULT_HOST_SOCKET: &str = "/run/hive/host.sock";
+/// The bash-task daemon's socket, unless `HIVE_BASH_SOCKET` says otherwise.
+pub const DEFAULT_BASH_SOCKET: &str = "/run/hive-bash/socket";
+/// An agent's state dir (claude's working directory, the bash tasks' too).
+pub const DEFAULT_STATE_DIR: &str = "/state";
+/// The bash environment file tasks run with when it exists (`HIVE_BASH_ENV`).
+pub const DEFAULT_BASH_ENV: &str = "/etc/hyperhive/bash-env.sh";
+
 /// Longest request or response line accepted, newline excluded.
 pub const MAX_LINE: usize = 1024 * 1024;
 

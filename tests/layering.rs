@@ -58,7 +58,7 @@ const PENDING: &[(&str, &str, &str)] = &[
     (
         "broker",
         "fleet",
-        "SupCmd and logfile::tail move behind the lifecycle port",
+        "the lifecycle port replaces SupCmd, logfile::tail",
     ),
     ("wire", "fleet", "AgentState moves into the contract"),
     (
@@ -76,16 +76,7 @@ const PENDING: &[(&str, &str, &str)] = &[
         "bash",
         "get_loose_ends stops calling the bash daemon",
     ),
-    (
-        "mcp",
-        "ops",
-        "DEFAULT_AGENT_SOCKET and fmt_time move into the contract",
-    ),
-    (
-        "bash",
-        "ops",
-        "DEFAULT_AGENT_SOCKET moves into the contract",
-    ),
+    ("mcp", "ops", "fmt_time moves into the contract"),
 ];
 
 fn src() -> PathBuf {

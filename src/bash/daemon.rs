@@ -24,16 +24,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// The daemon socket when `HIVE_BASH_SOCKET` is not set.
-pub const DEFAULT_SOCKET: &str = "/run/hive-bash/socket";
-/// The bash env file when `HIVE_BASH_ENV` is not set.
-pub const DEFAULT_BASH_ENV: &str = "/etc/hyperhive/bash-env.sh";
-/// The agent's broker socket when `HIVE_SOCKET` is not set.
-pub const DEFAULT_AGENT_SOCKET: &str = crate::ops::DEFAULT_AGENT_SOCKET;
-/// The state dir of `hive bash-daemon` when neither `--state-dir` nor
-/// `HIVE_STATE_DIR` is given.
-pub const DEFAULT_STATE_DIR: &str = "/state";
-
 /// Where the daemon listens, keeps its files and sends wakes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DaemonSettings {
@@ -58,10 +48,10 @@ impl DaemonSettings {
     /// `HIVE_SOCKET` and `HIVE_BASH_ENV`, else the defaults.
     pub fn read(state_dir: PathBuf, env: &Env) -> DaemonSettings {
         DaemonSettings {
-            socket: env.path_or("HIVE_BASH_SOCKET", DEFAULT_SOCKET),
+            socket: env.path_or("HIVE_BASH_SOCKET", wire::DEFAULT_BASH_SOCKET),
             state_dir,
-            agent_socket: env.path_or("HIVE_SOCKET", DEFAULT_AGENT_SOCKET),
-            bash_env: Some(env.path_or("HIVE_BASH_ENV", DEFAULT_BASH_ENV)),
+            agent_socket: env.path_or("HIVE_SOCKET", wire::DEFAULT_AGENT_SOCKET),
+            bash_env: Some(env.path_or("HIVE_BASH_ENV", wire::DEFAULT_BASH_ENV)),
         }
     }
 }
@@ -351,7 +341,7 @@ pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
     Ok(())
 }
 
-/// `--socket`, else `HIVE_BASH_SOCKET`, else [`DEFAULT_SOCKET`].
+/// `--socket`, else `HIVE_BASH_SOCKET`, else [`wire::DEFAULT_BASH_SOCKET`].
 pub fn socket_or_env(flag: Option<PathBuf>) -> PathBuf {
-    flag.unwrap_or_else(|| Env::process().path_or("HIVE_BASH_SOCKET", DEFAULT_SOCKET))
+    flag.unwrap_or_else(|| Env::process().path_or("HIVE_BASH_SOCKET", wire::DEFAULT_BASH_SOCKET))
 }

@@ -141,10 +141,10 @@ impl Settings {
             state_dir: state_dir.to_path_buf(),
             run_dir: run_dir.to_path_buf(),
             socket: PathBuf::from(
-                env("HIVE_SOCKET").unwrap_or_else(|| "/run/hive/mcp.sock".into()),
+                env("HIVE_SOCKET").unwrap_or_else(|| crate::wire::DEFAULT_AGENT_SOCKET.into()),
             ),
             bash_socket: PathBuf::from(
-                env("HIVE_BASH_SOCKET").unwrap_or_else(|| "/run/hive-bash/socket".into()),
+                env("HIVE_BASH_SOCKET").unwrap_or_else(|| crate::wire::DEFAULT_BASH_SOCKET.into()),
             ),
             label,
             claude_bin: env("HIVE_CLAUDE_BIN").unwrap_or_else(|| "claude".into()),

@@ -116,7 +116,7 @@ impl Hyperhive {
         let env = crate::sys::env::Env::process();
         let list = env.get("HIVE_TOOL_GROUPS").unwrap_or_default();
         let groups = groups::parse_groups(&list).map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
-        let socket = env.path_or("HIVE_SOCKET", crate::ops::DEFAULT_AGENT_SOCKET);
+        let socket = env.path_or("HIVE_SOCKET", crate::wire::DEFAULT_AGENT_SOCKET);
         Ok(Hyperhive::new(groups, socket, env.path("HIVE_STATE_DIR"))
             .with_bash_socket(env.path("HIVE_BASH_SOCKET")))
     }
