@@ -44,7 +44,8 @@ fn defaults() -> [(&'static str, String); 10] {
         (
             "{HOST_SOCKET}",
             format!(
-                "$HIVE_HOST_SOCKET, else ./{} when it exists, else {}",
+                "$HIVE_HOST_SOCKET, else\n{:22}./{} if it exists, else {}",
+                "",
                 up_host_socket(),
                 wire::DEFAULT_HOST_SOCKET
             ),
