@@ -606,11 +606,22 @@ impl Supervisor {
                 recv(at(end)) -> _ => break,
             }
         }
-        // Dropping the children kills and reaps whatever is left.
+        // Whatever is left is killed and reaped on a thread of its own, so a
+        // child stuck in the kernel does not hold up the shutdown.
+        let mut left = Vec::new();
         for a in self.agents.values_mut() {
-            if matches!(a.phase, Phase::Running(_) | Phase::Stopping { .. }) {
-                a.phase = Phase::Stopped;
+            match std::mem::replace(&mut a.phase, Phase::Stopped) {
+                Phase::Running(child) | Phase::Stopping { child, .. } => {
+                    child.kill();
+                    left.push(child);
+                }
+                other => a.phase = other,
             }
+        }
+        if !left.is_empty() {
+            let _ = std::thread::Builder::new()
+                .name("sup-reaper".into())
+                .spawn(move || drop(left));
         }
     }
 
