@@ -803,13 +803,16 @@ impl sse::Source for SnapshotFeed {
 
 /// `GET /events`: the snapshot, again whenever it changes, with pings between.
 fn events(app: &App, req: tiny_http::Request, _: &Ctx<'_>) {
-    let feed = SnapshotFeed {
-        feed: app.feed.clone(),
-        notices: app.feed.watch(),
-        seen: 0,
-    };
-    let _ = app.wake.send(FeedCmd::Wake);
-    sse::start(req, &app.stream, "dashboard-sse", feed);
+    let (feed, wake) = (app.feed.clone(), app.wake.clone());
+    sse::start(req, &app.stream, "dashboard-sse", move || {
+        let notices = feed.watch();
+        let _ = wake.send(FeedCmd::Wake);
+        SnapshotFeed {
+            feed,
+            notices,
+            seen: 0,
+        }
+    });
 }
 
 #[cfg(test)]

@@ -142,8 +142,15 @@ pub struct Params {
 }
 
 /// Answers a stream request: a 503 without a free slot, else hands the
-/// connection to a writer thread named `thread` and returns at once.
-pub fn start(req: Request, p: &Params, thread: &str, source: impl Source) {
+/// connection to a writer thread named `thread` and returns at once. The
+/// writer makes its source with `source` (a subscription, a replay): a
+/// refused client costs nothing, and no worker builds a replay.
+pub fn start<S: Source>(
+    req: Request,
+    p: &Params,
+    thread: &str,
+    source: impl FnOnce() -> S + Send + 'static,
+) {
     let peer = req
         .remote_addr()
         .map(|a| a.ip())
@@ -164,7 +171,7 @@ pub fn start(req: Request, p: &Params, thread: &str, source: impl Source) {
         .spawn(move || {
             let _slot = slot;
             let mut writer = writer;
-            let mut source = source;
+            let mut source = source();
             let stream = Stream {
                 name: &name,
                 socket,

@@ -404,16 +404,18 @@ fn events<H: Harness>(app: &App<H>, req: Request, c: &Ctx<'_>) {
         .map(str::to_string)
         .or_else(|| http::form_value(c.query, "last_event_id"))
         .and_then(|v| v.trim().parse::<u64>().ok());
-    let h = &*app.harness;
-    // A client that saw ids beyond ours saw an earlier run: start it afresh.
-    let reset = last_id.is_some_and(|l| l > h.last_event_id());
-    let (replay, rx) = h.subscribe(if reset { None } else { last_id });
-    let mut first: Vec<Arc<str>> = Vec::with_capacity(replay.len() + 1);
-    if reset {
-        first.push(Arc::from("event: reset\ndata: {}\n\n"));
-    }
-    first.extend(replay.iter().map(frame::<H>));
-    sse::start(req, &app.stream, "web-sse", LiveFeed::<H> { first, rx });
+    let h = app.harness.clone();
+    sse::start(req, &app.stream, "web-sse", move || {
+        // A client that saw ids beyond ours saw an earlier run: start it afresh.
+        let reset = last_id.is_some_and(|l| l > h.last_event_id());
+        let (replay, rx) = h.subscribe(if reset { None } else { last_id });
+        let mut first: Vec<Arc<str>> = Vec::with_capacity(replay.len() + 1);
+        if reset {
+            first.push(Arc::from("event: reset\ndata: {}\n\n"));
+        }
+        first.extend(replay.iter().map(frame::<H>));
+        LiveFeed::<H> { first, rx }
+    });
 }
 
 /// One SSE frame for an event of the live stream.
