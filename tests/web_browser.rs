@@ -81,10 +81,13 @@ fn the_page_follows_a_turn_live_takes_commands_and_fits_a_phone() {
         (d.js("return document.body.dataset.live === '1'") == true).then_some(())
     });
     let chat = || d.js("return document.getElementById('chat').innerText");
-    assert!(
-        chat().as_str().unwrap().contains("harness started"),
-        "replayed history"
-    );
+    // `live` is set when the stream opens (its headers); the replay follows.
+    wait_for(T, "the replayed history", || {
+        chat()
+            .as_str()
+            .is_some_and(|t| t.contains("harness started"))
+            .then_some(())
+    });
 
     emit_turn(&web);
     wait_for(T, "the turn's assistant text to appear live", || {
