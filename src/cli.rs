@@ -1,20 +1,71 @@
-//! Command-line parsing: turns `argv` into a plain [`Command`] with no side
-//! effects (nothing is opened or read here, environment defaults are resolved
-//! later), and owns the usage text of every command. Tested from literal vectors.
+//! The command line, in the lexopt idiom: [`parse`] turns `argv` into one
+//! [`Cmd`] holding a plain argument struct per subcommand, with no side effects
+//! (nothing is opened or read here; flags are resolved against the environment
+//! and the defaults afterwards, in `main` or next to each module's settings).
+//! Each subcommand has one parser returning `lexopt::Error`; the command's name
+//! and usage are attached once, in [`parse`]. The usage texts are built from
+//! the same constants as the defaults. `cli` imports no module it configures.
+//! Tested from literal vectors.
 
-use crate::broker::db::Durability;
-use crate::broker::BrokerArgs;
-use crate::harness::settings::ServeArgs;
+use crate::proto::paths;
 use crate::proto::text::excerpt;
 use lexopt::prelude::*;
+use lexopt::Parser;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-/// One entry of the command table: name, one-line summary, usage text.
+/// `hive up`'s data dir without `--data`, relative to where it starts.
+pub const DEFAULT_DATA_DIR: &str = "hive-data";
+/// `hive broker`'s state dir without `--state-dir`.
+pub const BROKER_STATE_DIR: &str = "hive-state";
+/// `hive broker`'s run dir without `--run-dir`.
+pub const BROKER_RUN_DIR: &str = "hive-run";
+/// `hive serve`'s run dir without `--run-dir` (its state dir is
+/// [`paths::DEFAULT_STATE_DIR`]).
+pub const SERVE_RUN_DIR: &str = "/run/hive";
+
+/// One entry of the command table: name, one-line summary, usage text. In the
+/// usage, `{NAME}` stands for a default ([`DEFAULTS`]).
 pub struct CommandHelp {
     pub name: &'static str,
     pub summary: &'static str,
-    pub usage: &'static str,
+    usage: &'static str,
+}
+
+/// The defaults the usage texts show, each from the constant the code uses.
+fn defaults() -> [(&'static str, String); 10] {
+    [
+        (
+            "{HOST_SOCKET}",
+            format!(
+                "$HIVE_HOST_SOCKET, else\n{:22}./{} if it exists, else {}",
+                "",
+                paths::UP_HOST_SOCKET,
+                paths::DEFAULT_HOST_SOCKET
+            ),
+        ),
+        (
+            "{AGENT_SOCKET}",
+            format!("$HIVE_SOCKET or {}", paths::DEFAULT_AGENT_SOCKET),
+        ),
+        (
+            "{BASH_SOCKET}",
+            format!("$HIVE_BASH_SOCKET or {}", paths::DEFAULT_BASH_SOCKET),
+        ),
+        (
+            "{BASH_ENV}",
+            format!("$HIVE_BASH_ENV or {}", paths::DEFAULT_BASH_ENV),
+        ),
+        (
+            "{BASH_STATE}",
+            format!("$HIVE_STATE_DIR or {}", paths::DEFAULT_STATE_DIR),
+        ),
+        ("{STATE_DIR}", paths::DEFAULT_STATE_DIR.to_string()),
+        ("{RUN_DIR}", SERVE_RUN_DIR.to_string()),
+        ("{DATA_DIR}", format!("./{DEFAULT_DATA_DIR}")),
+        ("{BROKER_STATE}", format!("./{BROKER_STATE_DIR}")),
+        ("{BROKER_RUN}", format!("./{BROKER_RUN_DIR}")),
+    ]
 }
 
 pub const COMMANDS: &[CommandHelp] = &[
@@ -26,19 +77,19 @@ pub const COMMANDS: &[CommandHelp] = &[
   --config FILE       the fleet file (JSON, see docs/fleet.md); without it a one-agent
                       hive (`ruth`) whose fleet file is DIR/hive.json
   --data DIR          where everything lives: broker.db, run/ (sockets), agents/NAME/,
-                      logs/NAME.log (default ./hive-data)
+                      logs/NAME.log (default {DATA_DIR})
 
 Prints each agent's page. Ctrl-C or SIGTERM stops every agent (inflight messages
 are requeued), then the broker. Operator commands find DIR/run/host.sock through
---socket or HIVE_HOST_SOCKET (./hive-data/run/host.sock is found by itself).",
+--socket or HIVE_HOST_SOCKET ({DATA_DIR}/run/host.sock is found by itself).",
     },
     CommandHelp {
         name: "broker",
         summary: "run the host-side message broker (sqlite store, one socket per agent)",
         usage: "hive broker [--state-dir DIR] [--run-dir DIR] [--agents a,b,...] [--config FILE] [--durability normal|full]
 
-  --state-dir DIR     where broker.db lives (default ./hive-state)
-  --run-dir DIR       where sockets are made: RUN/host.sock, RUN/agents/NAME/mcp.sock (default ./hive-run)
+  --state-dir DIR     where broker.db lives (default {BROKER_STATE})
+  --run-dir DIR       where sockets are made: RUN/host.sock, RUN/agents/NAME/mcp.sock (default {BROKER_RUN})
   --agents a,b,...    agents to serve (root agents with default settings)
   --config FILE       the hive config (JSON, see docs/config.md)
   --durability MODE   normal (survives a crash of any process, default) or full (also power loss)",
@@ -48,11 +99,11 @@ are requeued), then the broker. Operator commands find DIR/run/host.sock through
         summary: "run the agent harness: the turn loop that drives claude for each inbox message",
         usage: "hive serve [--state-dir DIR] [--run-dir DIR]
 
-  --state-dir DIR     the agent's durable state dir, claude's cwd (default /state)
-  --run-dir DIR       where the on-boot files are written (default /run/hive)
+  --state-dir DIR     the agent's durable state dir, claude's cwd (default {STATE_DIR})
+  --run-dir DIR       where the on-boot files are written (default {RUN_DIR})
 
-The agent socket comes from $HIVE_SOCKET (default /run/hive/mcp.sock); every other
-setting is an environment variable listed in docs/env.md.",
+The agent socket is {AGENT_SOCKET}; every other setting is an environment
+variable listed in docs/env.md.",
     },
     CommandHelp {
         name: "mcp",
@@ -62,7 +113,7 @@ setting is an environment variable listed in docs/env.md.",
 Speaks MCP (newline-delimited JSON-RPC) on stdin and stdout; logs go to stderr.
 The tools are described in docs/tools/mcp.md. Settings come from the environment:
 
-  HIVE_SOCKET         the agent socket (default /run/hive/mcp.sock)
+  HIVE_SOCKET         the agent socket (default {AGENT_SOCKET})
   HIVE_STATE_DIR      the agent's state dir, for request_next_turn and set_status
   HIVE_TOOL_GROUPS    comma list of tool groups (default messaging,meta,inbox,execution)",
     },
@@ -76,7 +127,7 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
                       broker, reminder, scheduler), no control characters
   --body TEXT         the message, at most 64 KiB; `-` reads it from stdin
   --transient         deliver without storing it (lost if the broker restarts)
-  --socket PATH       the agent socket (default $HIVE_SOCKET or /run/hive/mcp.sock)",
+  --socket PATH       the agent socket (default {AGENT_SOCKET})",
     },
     CommandHelp {
         name: "send",
@@ -85,7 +136,7 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
 
   --to AGENT          the agent to message
   --reply-to ID       the message id this answers
-  --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
+  --socket PATH       the host socket (default {HOST_SOCKET})
   --json              print the broker's answer as JSON
   TEXT                the message, at most 64 KiB; `-` reads it from stdin",
     },
@@ -96,7 +147,7 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
 
   --wait SECONDS      wait up to this long for a message when none is unread
   --peek              leave the messages unread
-  --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
+  --socket PATH       the host socket (default {HOST_SOCKET})
   --json              print JSON for scripts
 
 Messages come in pages; each page is marked read only after it was printed, so
@@ -108,7 +159,7 @@ in a message are printed as visible escapes (\\x1b, \\u{202e}).",
         summary: "operator: list agents with parent, unread, inflight and status",
         usage: "hive agents [--socket PATH] [--json]
 
-  --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
+  --socket PATH       the host socket (default {HOST_SOCKET})
   --json              print JSON for scripts",
     },
     CommandHelp {
@@ -116,7 +167,7 @@ in a message are printed as visible escapes (\\x1b, \\u{202e}).",
         summary: "operator: this binary's version and revision, and the broker's",
         usage: "hive version [--socket PATH] [--json]
 
-  --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
+  --socket PATH       the host socket (default {HOST_SOCKET})
   --json              print the broker's answer as JSON",
     },
     CommandHelp {
@@ -124,7 +175,7 @@ in a message are printed as visible escapes (\\x1b, \\u{202e}).",
         summary: "operator: list pending questions addressed to the operator",
         usage: "hive questions [--socket PATH] [--json]
 
-  --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)
+  --socket PATH       the host socket (default {HOST_SOCKET})
   --json              print JSON for scripts",
     },
     CommandHelp {
@@ -134,7 +185,7 @@ in a message are printed as visible escapes (\\x1b, \\u{202e}).",
 
   ID                  the question id from `hive questions`
   TEXT                the answer: an option's value or free text; several are joined with \", \"
-  --socket PATH       the host socket (default $HIVE_HOST_SOCKET or /run/hive/host.sock)",
+  --socket PATH       the host socket (default {HOST_SOCKET})",
     },
     CommandHelp {
         name: "bash-daemon",
@@ -142,12 +193,12 @@ in a message are printed as visible escapes (\\x1b, \\u{202e}).",
         usage: "hive bash-daemon [--state-dir DIR] [--socket PATH] [--agent-socket PATH] [--bash-env FILE]
 
   --state-dir DIR     tasks run here; records and output in DIR/harness/bash-tasks
-                      (default $HIVE_STATE_DIR or /state)
-  --socket PATH       where to listen (default $HIVE_BASH_SOCKET or /run/hive-bash/socket)
+                      (default {BASH_STATE})
+  --socket PATH       where to listen (default {BASH_SOCKET})
   --agent-socket PATH the agent's broker socket for completion wakes
-                      (default $HIVE_SOCKET or /run/hive/mcp.sock)
+                      (default {AGENT_SOCKET})
   --bash-env FILE     run tasks with bash and BASH_ENV=FILE when FILE exists
-                      (default $HIVE_BASH_ENV or /etc/hyperhive/bash-env.sh)
+                      (default {BASH_ENV})
   SIGTERM kills the running tasks, records them interrupted and exits.",
     },
     CommandHelp {
@@ -155,7 +206,7 @@ in a message are printed as visible escapes (\\x1b, \\u{202e}).",
         summary: "stdio MCP server `bash` (tools run, status) for claude; forwards to the task daemon",
         usage: "hive bash-mcp [--socket PATH]
 
-  --socket PATH       the task daemon's socket (default $HIVE_BASH_SOCKET or /run/hive-bash/socket)",
+  --socket PATH       the task daemon's socket (default {BASH_SOCKET})",
     },
     CommandHelp {
         name: "env-script",
@@ -170,22 +221,30 @@ run, doc, bench, install, rustc and fix; see docs/deploy.md.",
     CommandHelp {
         name: "approvals",
         summary: "operator: list pending approvals (spawns and fleet-entry changes)",
-        usage: "hive approvals [--socket PATH] [--json]",
+        usage: "hive approvals [--socket PATH] [--json]
+
+  --socket PATH       the host socket (default {HOST_SOCKET})",
     },
     CommandHelp {
         name: "approve",
         summary: "operator: approve and carry out a pending approval",
-        usage: "hive approve [--socket PATH] [--json] ID",
+        usage: "hive approve [--socket PATH] [--json] ID
+
+  --socket PATH       the host socket (default {HOST_SOCKET})",
     },
     CommandHelp {
         name: "deny",
         summary: "operator: deny a pending approval; the requester is told why",
-        usage: "hive deny [--socket PATH] [--json] [--why TEXT] ID",
+        usage: "hive deny [--socket PATH] [--json] [--why TEXT] ID
+
+  --socket PATH       the host socket (default {HOST_SOCKET})",
     },
     CommandHelp {
         name: "cancel-question",
         summary: "operator: withdraw a pending question (the asker gets [cancelled by operator])",
-        usage: "hive cancel-question [--socket PATH] [--json] ID",
+        usage: "hive cancel-question [--socket PATH] [--json] ID
+
+  --socket PATH       the host socket (default {HOST_SOCKET})",
     },
 ];
 
@@ -201,14 +260,53 @@ pub fn main_usage() -> String {
     s
 }
 
+/// The usage of `cmd`, its defaults filled in; the whole binary's for an
+/// unknown one.
 pub fn usage_of(cmd: &str) -> String {
-    COMMANDS
-        .iter()
-        .find(|c| c.name == cmd)
-        .map(|c| format!("Usage: {}\n", c.usage))
-        .unwrap_or_else(main_usage)
+    let Some(c) = COMMANDS.iter().find(|c| c.name == cmd) else {
+        return main_usage();
+    };
+    let mut text = format!("Usage: {}\n", c.usage);
+    for (name, value) in defaults() {
+        text = text.replace(name, &value);
+    }
+    text
 }
 
+/// How hard the broker's store works to keep a commit (`--durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Survives a crash of any process.
+    Normal,
+    /// Also survives power loss.
+    Full,
+}
+
+/// `hive broker`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerArgs {
+    pub state_dir: PathBuf,
+    pub run_dir: PathBuf,
+    pub agents: Vec<String>,
+    pub config: Option<PathBuf>,
+    pub durability: Durability,
+}
+
+/// `hive serve`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeArgs {
+    pub state_dir: PathBuf,
+    pub run_dir: PathBuf,
+}
+
+/// `hive up`; without `--data` the data dir is [`DEFAULT_DATA_DIR`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UpArgs {
+    pub config: Option<PathBuf>,
+    pub data: Option<PathBuf>,
+}
+
+/// `hive wake`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WakeArgs {
     pub from: String,
@@ -218,20 +316,24 @@ pub struct WakeArgs {
     pub socket: Option<PathBuf>,
 }
 
+/// What every operator command takes: `--socket PATH` and `--json`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct HostArgs {
     pub socket: Option<PathBuf>,
     pub json: bool,
 }
 
+/// `hive send`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SendArgs {
     pub host: HostArgs,
     pub to: String,
     pub reply_to: Option<i64>,
+    /// `-` means stdin.
     pub text: String,
 }
 
+/// `hive inbox`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InboxArgs {
     pub host: HostArgs,
@@ -239,6 +341,14 @@ pub struct InboxArgs {
     pub peek: bool,
 }
 
+/// An operator command on one id: `hive approve`, `hive cancel-question`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdArgs {
+    pub host: HostArgs,
+    pub id: i64,
+}
+
+/// `hive deny`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DenyArgs {
     pub host: HostArgs,
@@ -246,6 +356,7 @@ pub struct DenyArgs {
     pub why: Option<String>,
 }
 
+/// `hive answer`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AnswerArgs {
     pub host: HostArgs,
@@ -262,16 +373,20 @@ pub struct BashDaemonArgs {
     pub bash_env: Option<PathBuf>,
 }
 
+/// `hive bash-mcp`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BashMcpArgs {
+    pub socket: Option<PathBuf>,
+}
+
+/// A parsed command line.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Command {
+pub enum Cmd {
     /// `--help`, for the named command or the whole binary.
     Help(Option<&'static str>),
     Version,
+    Up(UpArgs),
     Broker(BrokerArgs),
-    Up(crate::up::UpArgs),
-    Approvals(HostArgs),
-    Approve(HostArgs, i64),
-    Deny(DenyArgs),
     Serve(ServeArgs),
     /// `hive mcp`: its settings come from the environment.
     Mcp,
@@ -283,10 +398,12 @@ pub enum Command {
     /// `hive version`: this binary's version and the broker's.
     Versions(HostArgs),
     Answer(AnswerArgs),
-    CancelQuestion(HostArgs, i64),
+    CancelQuestion(IdArgs),
+    Approvals(HostArgs),
+    Approve(IdArgs),
+    Deny(DenyArgs),
     BashDaemon(BashDaemonArgs),
-    /// `hive bash-mcp [--socket PATH]`.
-    BashMcp(Option<PathBuf>),
+    BashMcp(BashMcpArgs),
     /// `hive env-script`: print the bash environment script.
     EnvScript,
 }
@@ -302,8 +419,8 @@ pub struct UsageError {
 /// (lexopt's do) is cut.
 const MAX_MESSAGE_CHARS: usize = 200;
 
-fn err(cmd: &str, message: impl Into<String>) -> UsageError {
-    let mut message = message.into();
+fn usage_error(cmd: &str, e: impl ToString) -> UsageError {
+    let mut message = e.to_string();
     if let Some((i, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
         message.truncate(i);
         message.push('…');
@@ -314,32 +431,15 @@ fn err(cmd: &str, message: impl Into<String>) -> UsageError {
     }
 }
 
-fn lex(cmd: &str, e: lexopt::Error) -> UsageError {
-    err(cmd, e.to_string())
-}
-
-fn string(cmd: &str, v: OsString) -> Result<String, UsageError> {
-    v.into_string().map_err(|v| {
-        let shown = excerpt(&v.to_string_lossy());
-        err(cmd, format!("argument {shown} is not valid UTF-8"))
-    })
-}
-
-fn number<T: std::str::FromStr>(cmd: &str, flag: &str, v: OsString) -> Result<T, UsageError> {
-    let s = string(cmd, v)?;
-    s.parse()
-        .map_err(|_| err(cmd, format!("{flag} needs a number, got {}", excerpt(&s))))
-}
-
 /// Parses the arguments after the program name.
-pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
-    let mut p = lexopt::Parser::from_args(args);
-    let first = match p.next().map_err(|e| lex("", e))? {
-        None => return Err(err("", "no command given")),
-        Some(Long("help")) | Some(Short('h')) => return Ok(Command::Help(None)),
-        Some(Long("version")) | Some(Short('V')) => return Ok(Command::Version),
-        Some(Value(v)) => string("", v)?,
-        Some(other) => return Err(err("", other.unexpected().to_string())),
+pub fn parse(args: Vec<OsString>) -> Result<Cmd, UsageError> {
+    let mut p = Parser::from_args(args);
+    let first = match p.next().map_err(|e| usage_error("", e))? {
+        None => return Err(usage_error("", "no command given")),
+        Some(Long("help") | Short('h')) => return Ok(Cmd::Help(None)),
+        Some(Long("version") | Short('V')) => return Ok(Cmd::Version),
+        Some(Value(v)) => utf8(v).map_err(|e| usage_error("", e))?,
+        Some(other) => return Err(usage_error("", other.unexpected())),
     };
     if first == "help" {
         let topic = p.next().ok().flatten().and_then(|a| match a {
@@ -347,95 +447,119 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
             _ => None,
         });
         let found = topic.and_then(|t| COMMANDS.iter().find(|c| c.name == t).map(|c| c.name));
-        return Ok(Command::Help(found));
+        return Ok(Cmd::Help(found));
     }
-    let Some(entry) = COMMANDS.iter().find(|c| c.name == first) else {
-        return Err(err("", format!("unknown command {}", excerpt(&first))));
+    let Some(name) = COMMANDS.iter().map(|c| c.name).find(|n| *n == first) else {
+        return Err(usage_error(
+            "",
+            format!("unknown command {}", excerpt(&first)),
+        ));
     };
-    let cmd = entry.name;
-    match cmd {
+    let parsed = match name {
+        "up" => parse_up(&mut p),
         "broker" => parse_broker(&mut p),
-        "up" => {
-            let mut a = crate::up::UpArgs::default();
-            while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
-                match arg {
-                    Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
-                    Long("config") => a.config = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
-                    Long("data") => a.data = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
-                    other => return Err(err(cmd, other.unexpected().to_string())),
-                }
-            }
-            Ok(Command::Up(a))
-        }
-        "approvals" | "approve" | "deny" => parse_approval(cmd, &mut p),
         "serve" => parse_serve(&mut p),
-        "mcp" => match p.next().map_err(|e| lex(cmd, e))? {
-            None => Ok(Command::Mcp),
-            Some(Long("help") | Short('h')) => Ok(Command::Help(Some(cmd))),
-            Some(other) => Err(err(cmd, other.unexpected().to_string())),
-        },
+        "mcp" => no_arguments(&mut p, Cmd::Mcp),
         "wake" => parse_wake(&mut p),
-        "env-script" => match p.next().map_err(|e| lex(cmd, e))? {
-            None => Ok(Command::EnvScript),
-            Some(Long("help") | Short('h')) => Ok(Command::Help(Some(cmd))),
-            Some(other) => Err(err(cmd, other.unexpected().to_string())),
-        },
         "send" => parse_send(&mut p),
         "inbox" => parse_inbox(&mut p),
-        "agents" | "questions" | "version" => {
-            let mut host = HostArgs::default();
-            while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
-                if matches!(arg, Long("help") | Short('h')) {
-                    return Ok(Command::Help(Some(cmd)));
-                }
-                match arg {
-                    Long("socket") => {
-                        host.socket = Some(p.value().map_err(|e| lex(cmd, e))?.into())
-                    }
-                    Long("json") => host.json = true,
-                    other => return Err(err(cmd, other.unexpected().to_string())),
-                }
-            }
-            Ok(match cmd {
-                "agents" => Command::Agents(host),
-                "version" => Command::Versions(host),
-                _ => Command::Questions(host),
-            })
-        }
-        "answer" | "cancel-question" => parse_answer(cmd, &mut p),
+        "agents" => parse_host(&mut p).map(Cmd::Agents),
+        "questions" => parse_host(&mut p).map(Cmd::Questions),
+        "version" => parse_host(&mut p).map(Cmd::Versions),
+        "answer" => parse_answer(&mut p),
+        "cancel-question" => parse_id(&mut p).map(Cmd::CancelQuestion),
+        "approvals" => parse_host(&mut p).map(Cmd::Approvals),
+        "approve" => parse_id(&mut p).map(Cmd::Approve),
+        "deny" => parse_deny(&mut p),
         "bash-daemon" => parse_bash_daemon(&mut p),
-        "bash-mcp" => {
-            let mut socket = None;
-            while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
-                match arg {
-                    Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
-                    Long("socket") => socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
-                    other => return Err(err(cmd, other.unexpected().to_string())),
-                }
-            }
-            Ok(Command::BashMcp(socket))
-        }
-        _ => Err(err("", format!("unknown command {}", excerpt(&first)))),
+        "bash-mcp" => parse_bash_mcp(&mut p),
+        "env-script" => no_arguments(&mut p, Cmd::EnvScript),
+        _ => Err(format!("unknown command {}", excerpt(&first)).into()),
+    };
+    match parsed {
+        // A subcommand's `--help` names the subcommand.
+        Err(lexopt::Error::Custom(e)) if e.is::<WantsHelp>() => Ok(Cmd::Help(Some(name))),
+        parsed => parsed.map_err(|e| usage_error(name, e)),
     }
 }
 
-fn parse_broker(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
-    let cmd = "broker";
+/// `--help` after a subcommand, raised as an error so every parser can stop at
+/// it with `?`; [`parse`] turns it into [`Cmd::Help`].
+#[derive(Debug)]
+struct WantsHelp;
+
+impl std::fmt::Display for WantsHelp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("--help")
+    }
+}
+
+impl std::error::Error for WantsHelp {}
+
+fn help() -> lexopt::Error {
+    lexopt::Error::Custom(Box::new(WantsHelp))
+}
+
+/// A value as UTF-8, or an error quoting a short prefix of it.
+fn utf8(v: OsString) -> Result<String, lexopt::Error> {
+    v.into_string().map_err(|v| {
+        let shown = excerpt(&v.to_string_lossy());
+        format!("argument {shown} is not valid UTF-8").into()
+    })
+}
+
+/// A number for `flag`, or an error naming the flag.
+fn number<T: std::str::FromStr>(flag: &str, v: OsString) -> Result<T, lexopt::Error> {
+    let s = utf8(v)?;
+    s.parse()
+        .map_err(|_| format!("{flag} needs a number, got {}", excerpt(&s)).into())
+}
+
+/// An `ID` argument (`#4` is `4`).
+fn id(v: OsString) -> Result<i64, lexopt::Error> {
+    let s = utf8(v)?;
+    s.trim_start_matches('#')
+        .parse()
+        .map_err(|_| format!("ID must be a number, got {}", excerpt(&s)).into())
+}
+
+fn no_arguments(p: &mut Parser, cmd: Cmd) -> Result<Cmd, lexopt::Error> {
+    match p.next()? {
+        None => Ok(cmd),
+        Some(Long("help") | Short('h')) => Err(help()),
+        Some(other) => Err(other.unexpected()),
+    }
+}
+
+fn parse_up(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut a = UpArgs::default();
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("help") | Short('h') => return Err(help()),
+            Long("config") => a.config = Some(p.value()?.into()),
+            Long("data") => a.data = Some(p.value()?.into()),
+            other => return Err(other.unexpected()),
+        }
+    }
+    Ok(Cmd::Up(a))
+}
+
+fn parse_broker(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     let mut a = BrokerArgs {
-        state_dir: PathBuf::from("hive-state"),
-        run_dir: PathBuf::from("hive-run"),
+        state_dir: PathBuf::from(BROKER_STATE_DIR),
+        run_dir: PathBuf::from(BROKER_RUN_DIR),
         agents: Vec::new(),
         config: None,
         durability: Durability::Normal,
     };
-    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+    while let Some(arg) = p.next()? {
         match arg {
-            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
-            Long("state-dir") => a.state_dir = p.value().map_err(|e| lex(cmd, e))?.into(),
-            Long("run-dir") => a.run_dir = p.value().map_err(|e| lex(cmd, e))?.into(),
-            Long("config") => a.config = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            Long("help") | Short('h') => return Err(help()),
+            Long("state-dir") => a.state_dir = p.value()?.into(),
+            Long("run-dir") => a.run_dir = p.value()?.into(),
+            Long("config") => a.config = Some(p.value()?.into()),
             Long("agents") => {
-                let v = string(cmd, p.value().map_err(|e| lex(cmd, e))?)?;
+                let v = utf8(p.value()?)?;
                 a.agents.extend(
                     v.split(',')
                         .map(str::trim)
@@ -444,206 +568,220 @@ fn parse_broker(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
                 );
             }
             Long("durability") => {
-                let v = string(cmd, p.value().map_err(|e| lex(cmd, e))?)?;
-                a.durability = Durability::parse(&v).map_err(|e| err(cmd, e))?;
+                a.durability = match utf8(p.value()?)?.as_str() {
+                    "normal" => Durability::Normal,
+                    "full" => Durability::Full,
+                    v => {
+                        return Err(format!("--durability must be normal or full, not {v:?}").into())
+                    }
+                }
             }
-            other => return Err(err(cmd, other.unexpected().to_string())),
+            other => return Err(other.unexpected()),
         }
     }
-    Ok(Command::Broker(a))
+    Ok(Cmd::Broker(a))
 }
 
-fn parse_bash_daemon(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
-    let cmd = "bash-daemon";
-    let mut a = BashDaemonArgs::default();
-    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+fn parse_serve(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut a = ServeArgs {
+        state_dir: PathBuf::from(paths::DEFAULT_STATE_DIR),
+        run_dir: PathBuf::from(SERVE_RUN_DIR),
+    };
+    while let Some(arg) = p.next()? {
         match arg {
-            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
-            Long("state-dir") => a.state_dir = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
-            Long("socket") => a.socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
-            Long("agent-socket") => {
-                a.agent_socket = Some(p.value().map_err(|e| lex(cmd, e))?.into())
-            }
-            Long("bash-env") => a.bash_env = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
-            other => return Err(err(cmd, other.unexpected().to_string())),
+            Long("help") | Short('h') => return Err(help()),
+            Long("state-dir") => a.state_dir = p.value()?.into(),
+            Long("run-dir") => a.run_dir = p.value()?.into(),
+            other => return Err(other.unexpected()),
         }
     }
-    Ok(Command::BashDaemon(a))
+    Ok(Cmd::Serve(a))
 }
 
-fn parse_serve(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
-    let cmd = "serve";
-    let mut a = ServeArgs::default();
-    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
-        match arg {
-            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
-            Long("state-dir") => a.state_dir = p.value().map_err(|e| lex(cmd, e))?.into(),
-            Long("run-dir") => a.run_dir = p.value().map_err(|e| lex(cmd, e))?.into(),
-            other => return Err(err(cmd, other.unexpected().to_string())),
-        }
-    }
-    Ok(Command::Serve(a))
-}
-
-fn parse_wake(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
-    let cmd = "wake";
+fn parse_wake(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     let (mut from, mut body, mut transient, mut socket) = (None, None, false, None);
-    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+    while let Some(arg) = p.next()? {
         match arg {
-            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
-            Long("from") => from = Some(string(cmd, p.value().map_err(|e| lex(cmd, e))?)?),
-            Long("body") => body = Some(string(cmd, p.value().map_err(|e| lex(cmd, e))?)?),
+            Long("help") | Short('h') => return Err(help()),
+            Long("from") => from = Some(utf8(p.value()?)?),
+            Long("body") => body = Some(utf8(p.value()?)?),
             Long("transient") => transient = true,
-            Long("socket") => socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
-            other => return Err(err(cmd, other.unexpected().to_string())),
+            Long("socket") => socket = Some(p.value()?.into()),
+            other => return Err(other.unexpected()),
         }
     }
-    Ok(Command::Wake(WakeArgs {
-        from: from.ok_or_else(|| err(cmd, "missing --from NAME"))?,
-        body: body.ok_or_else(|| err(cmd, "missing --body TEXT (or --body - for stdin)"))?,
+    Ok(Cmd::Wake(WakeArgs {
+        from: from.ok_or("missing --from NAME")?,
+        body: body.ok_or("missing --body TEXT (or --body - for stdin)")?,
         transient,
         socket,
     }))
 }
 
-fn parse_send(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
-    let cmd = "send";
+fn parse_send(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     let mut host = HostArgs::default();
     let (mut to, mut reply_to, mut text) = (None, None, Vec::new());
-    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+    while let Some(arg) = p.next()? {
         match arg {
-            Long("socket") => host.socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            Long("socket") => host.socket = Some(p.value()?.into()),
             Long("json") => host.json = true,
-            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
-            Long("to") => to = Some(string(cmd, p.value().map_err(|e| lex(cmd, e))?)?),
-            Long("reply-to") => {
-                reply_to = Some(number(
-                    cmd,
-                    "--reply-to",
-                    p.value().map_err(|e| lex(cmd, e))?,
-                )?)
-            }
-            Value(v) => text.push(string(cmd, v)?),
-            other => return Err(err(cmd, other.unexpected().to_string())),
+            Long("help") | Short('h') => return Err(help()),
+            Long("to") => to = Some(utf8(p.value()?)?),
+            Long("reply-to") => reply_to = Some(number("--reply-to", p.value()?)?),
+            Value(v) => text.push(utf8(v)?),
+            other => return Err(other.unexpected()),
         }
     }
     if text.is_empty() {
-        return Err(err(cmd, "missing TEXT (or - for stdin)"));
+        return Err("missing TEXT (or - for stdin)".into());
     }
-    Ok(Command::Send(SendArgs {
+    Ok(Cmd::Send(SendArgs {
         host,
-        to: to.ok_or_else(|| err(cmd, "missing --to AGENT"))?,
+        to: to.ok_or("missing --to AGENT")?,
         reply_to,
         text: text.join(" "),
     }))
 }
 
-fn parse_inbox(p: &mut lexopt::Parser) -> Result<Command, UsageError> {
-    let cmd = "inbox";
+fn parse_inbox(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     let mut a = InboxArgs {
         host: HostArgs::default(),
         wait: 0,
         peek: false,
     };
-    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+    while let Some(arg) = p.next()? {
         match arg {
-            Long("socket") => a.host.socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            Long("socket") => a.host.socket = Some(p.value()?.into()),
             Long("json") => a.host.json = true,
-            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
-            Long("wait") => a.wait = number(cmd, "--wait", p.value().map_err(|e| lex(cmd, e))?)?,
+            Long("help") | Short('h') => return Err(help()),
+            Long("wait") => a.wait = number("--wait", p.value()?)?,
             Long("peek") => a.peek = true,
-            other => return Err(err(cmd, other.unexpected().to_string())),
+            other => return Err(other.unexpected()),
         }
     }
-    Ok(Command::Inbox(a))
+    Ok(Cmd::Inbox(a))
 }
 
-fn parse_approval(cmd: &'static str, p: &mut lexopt::Parser) -> Result<Command, UsageError> {
+/// `hive agents`, `hive questions`, `hive approvals`: only the host flags.
+fn parse_host(p: &mut Parser) -> Result<HostArgs, lexopt::Error> {
     let mut host = HostArgs::default();
-    let (mut id, mut why) = (None, None);
-    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+    while let Some(arg) = p.next()? {
         match arg {
-            Long("socket") => host.socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            Long("socket") => host.socket = Some(p.value()?.into()),
             Long("json") => host.json = true,
-            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
-            Long("why") if cmd == "deny" => {
-                why = Some(string(cmd, p.value().map_err(|e| lex(cmd, e))?)?)
-            }
-            Value(v) if cmd != "approvals" && id.is_none() => {
-                let v = string(cmd, v)?;
-                id =
-                    Some(v.trim_start_matches('#').parse::<i64>().map_err(|_| {
-                        err(cmd, format!("ID must be a number, got {}", excerpt(&v)))
-                    })?);
-            }
-            other => return Err(err(cmd, other.unexpected().to_string())),
+            Long("help") | Short('h') => return Err(help()),
+            other => return Err(other.unexpected()),
         }
     }
-    if cmd == "approvals" {
-        return Ok(Command::Approvals(host));
+    Ok(host)
+}
+
+/// `hive approve ID`, `hive cancel-question ID`.
+fn parse_id(p: &mut Parser) -> Result<IdArgs, lexopt::Error> {
+    let mut host = HostArgs::default();
+    let mut the_id = None;
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("socket") => host.socket = Some(p.value()?.into()),
+            Long("json") => host.json = true,
+            Long("help") | Short('h') => return Err(help()),
+            Value(v) if the_id.is_none() => the_id = Some(id(v)?),
+            other => return Err(other.unexpected()),
+        }
     }
-    let id = id.ok_or_else(|| err(cmd, "missing ID"))?;
-    Ok(if cmd == "approve" {
-        Command::Approve(host, id)
-    } else {
-        Command::Deny(DenyArgs { host, id, why })
+    Ok(IdArgs {
+        host,
+        id: the_id.ok_or("missing ID")?,
     })
 }
 
-fn parse_answer(cmd: &'static str, p: &mut lexopt::Parser) -> Result<Command, UsageError> {
+fn parse_deny(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     let mut host = HostArgs::default();
-    let mut values = Vec::new();
-    while let Some(arg) = p.next().map_err(|e| lex(cmd, e))? {
+    let (mut the_id, mut why) = (None, None);
+    while let Some(arg) = p.next()? {
         match arg {
-            Long("socket") => host.socket = Some(p.value().map_err(|e| lex(cmd, e))?.into()),
+            Long("socket") => host.socket = Some(p.value()?.into()),
             Long("json") => host.json = true,
-            Long("help") | Short('h') => return Ok(Command::Help(Some(cmd))),
-            Value(v) => values.push(string(cmd, v)?),
-            other => return Err(err(cmd, other.unexpected().to_string())),
+            Long("help") | Short('h') => return Err(help()),
+            Long("why") => why = Some(utf8(p.value()?)?),
+            Value(v) if the_id.is_none() => the_id = Some(id(v)?),
+            other => return Err(other.unexpected()),
         }
     }
-    let mut values = values.into_iter();
-    let id = values.next().ok_or_else(|| err(cmd, "missing ID"))?;
-    let id: i64 = id
-        .trim_start_matches('#')
-        .parse()
-        .map_err(|_| err(cmd, format!("ID must be a number, got {}", excerpt(&id))))?;
-    if cmd == "cancel-question" {
-        if let Some(extra) = values.next() {
-            return Err(err(cmd, format!("unexpected argument {}", excerpt(&extra))));
+    Ok(Cmd::Deny(DenyArgs {
+        host,
+        id: the_id.ok_or("missing ID")?,
+        why,
+    }))
+}
+
+fn parse_answer(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut host = HostArgs::default();
+    let (mut the_id, mut answer) = (None, Vec::new());
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("socket") => host.socket = Some(p.value()?.into()),
+            Long("json") => host.json = true,
+            Long("help") | Short('h') => return Err(help()),
+            Value(v) if the_id.is_none() => the_id = Some(id(v)?),
+            Value(v) => answer.push(utf8(v)?),
+            other => return Err(other.unexpected()),
         }
-        return Ok(Command::CancelQuestion(host, id));
     }
-    let answer: Vec<String> = values.collect();
+    let id = the_id.ok_or("missing ID")?;
     if answer.is_empty() {
-        return Err(err(cmd, "missing TEXT"));
+        return Err("missing TEXT".into());
     }
-    Ok(Command::Answer(AnswerArgs { host, id, answer }))
+    Ok(Cmd::Answer(AnswerArgs { host, id, answer }))
+}
+
+fn parse_bash_daemon(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut a = BashDaemonArgs::default();
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("help") | Short('h') => return Err(help()),
+            Long("state-dir") => a.state_dir = Some(p.value()?.into()),
+            Long("socket") => a.socket = Some(p.value()?.into()),
+            Long("agent-socket") => a.agent_socket = Some(p.value()?.into()),
+            Long("bash-env") => a.bash_env = Some(p.value()?.into()),
+            other => return Err(other.unexpected()),
+        }
+    }
+    Ok(Cmd::BashDaemon(a))
+}
+
+fn parse_bash_mcp(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut a = BashMcpArgs::default();
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("help") | Short('h') => return Err(help()),
+            Long("socket") => a.socket = Some(p.value()?.into()),
+            other => return Err(other.unexpected()),
+        }
+    }
+    Ok(Cmd::BashMcp(a))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn run(args: &[&str]) -> Result<Command, UsageError> {
+    fn run(args: &[&str]) -> Result<Cmd, UsageError> {
         parse(args.iter().map(OsString::from).collect())
     }
 
     #[test]
     fn parses_every_command() {
-        assert_eq!(run(&["--version"]).unwrap(), Command::Version);
+        assert_eq!(run(&["--version"]).unwrap(), Cmd::Version);
         assert_eq!(
             run(&["version", "--json"]).unwrap(),
-            Command::Versions(HostArgs {
+            Cmd::Versions(HostArgs {
                 socket: None,
                 json: true
             })
         );
-        assert_eq!(
-            run(&["wake", "--help"]).unwrap(),
-            Command::Help(Some("wake"))
-        );
-        let Command::Broker(b) = run(&[
+        assert_eq!(run(&["wake", "--help"]).unwrap(), Cmd::Help(Some("wake")));
+        let Cmd::Broker(b) = run(&[
             "broker",
             "--state-dir",
             "s",
@@ -661,30 +799,33 @@ mod tests {
         assert_eq!(b.durability, Durability::Full);
         assert_eq!(
             run(&["wake", "--from", "cron", "--body", "-"]).unwrap(),
-            Command::Wake(WakeArgs {
+            Cmd::Wake(WakeArgs {
                 from: "cron".into(),
                 body: "-".into(),
                 transient: false,
                 socket: None
             })
         );
-        let Command::Send(s) = run(&["send", "--to", "ruth", "hello", "there"]).unwrap() else {
+        let Cmd::Send(s) = run(&["send", "--to", "ruth", "hello", "there"]).unwrap() else {
             panic!("not send")
         };
         assert_eq!((s.to.as_str(), s.text.as_str()), ("ruth", "hello there"));
-        let Command::Answer(a) = run(&["answer", "#4", "yes", "no", "--json"]).unwrap() else {
+        let Cmd::Answer(a) = run(&["answer", "#4", "yes", "no", "--json"]).unwrap() else {
             panic!("not answer")
         };
         assert_eq!((a.id, a.answer.len(), a.host.json), (4, 2, true));
-        assert_eq!(run(&["mcp"]).unwrap(), Command::Mcp);
-        assert_eq!(run(&["mcp", "-h"]).unwrap(), Command::Help(Some("mcp")));
+        assert_eq!(run(&["mcp"]).unwrap(), Cmd::Mcp);
+        assert_eq!(run(&["mcp", "-h"]).unwrap(), Cmd::Help(Some("mcp")));
         assert_eq!(
             run(&["cancel-question", "7"]).unwrap(),
-            Command::CancelQuestion(HostArgs::default(), 7)
+            Cmd::CancelQuestion(IdArgs {
+                host: HostArgs::default(),
+                id: 7
+            })
         );
         assert_eq!(
             run(&["bash-daemon", "--state-dir", "s", "--socket", "b.sock"]).unwrap(),
-            Command::BashDaemon(BashDaemonArgs {
+            Cmd::BashDaemon(BashDaemonArgs {
                 state_dir: Some("s".into()),
                 socket: Some("b.sock".into()),
                 ..BashDaemonArgs::default()
@@ -692,27 +833,49 @@ mod tests {
         );
         assert_eq!(
             run(&["bash-mcp", "--socket", "b.sock"]).unwrap(),
-            Command::BashMcp(Some("b.sock".into()))
+            Cmd::BashMcp(BashMcpArgs {
+                socket: Some("b.sock".into())
+            })
         );
-        assert_eq!(run(&["bash-mcp"]).unwrap(), Command::BashMcp(None));
-        assert_eq!(run(&["env-script"]).unwrap(), Command::EnvScript);
+        assert_eq!(
+            run(&["bash-mcp"]).unwrap(),
+            Cmd::BashMcp(BashMcpArgs::default())
+        );
+        assert_eq!(run(&["env-script"]).unwrap(), Cmd::EnvScript);
         assert_eq!(
             run(&["up", "--config", "h.json", "--data", "d"]).unwrap(),
-            Command::Up(crate::up::UpArgs {
+            Cmd::Up(UpArgs {
                 config: Some("h.json".into()),
                 data: Some("d".into())
             })
         );
         assert_eq!(
             run(&["approve", "#3"]).unwrap(),
-            Command::Approve(HostArgs::default(), 3)
+            Cmd::Approve(IdArgs {
+                host: HostArgs::default(),
+                id: 3
+            })
         );
         assert_eq!(
             run(&["deny", "4", "--why", "not now"]).unwrap(),
-            Command::Deny(DenyArgs {
+            Cmd::Deny(DenyArgs {
                 host: HostArgs::default(),
                 id: 4,
                 why: Some("not now".into())
+            })
+        );
+        assert_eq!(
+            run(&["approvals", "--json"]).unwrap(),
+            Cmd::Approvals(HostArgs {
+                socket: None,
+                json: true
+            })
+        );
+        assert_eq!(
+            run(&["serve"]).unwrap(),
+            Cmd::Serve(ServeArgs {
+                state_dir: paths::DEFAULT_STATE_DIR.into(),
+                run_dir: SERVE_RUN_DIR.into()
             })
         );
     }
@@ -736,12 +899,18 @@ mod tests {
             (&["approve"], "missing ID"),
             (&["deny", "x"], "must be a number"),
             (&["up", "--agents", "a"], "--agents"),
+            (&["approvals", "3"], "3"),
+            (&["cancel-question", "3", "4"], "4"),
+            (&["deny", "--why"], "--why"),
         ];
         for (args, want) in cases {
             let e = run(args).unwrap_err();
             assert!(e.message.contains(want), "{args:?}: {}", e.message);
             assert!(e.usage.contains("Usage"), "{args:?}");
         }
+        // The usage is the failing command's.
+        let e = run(&["inbox", "--wait", "soon"]).unwrap_err();
+        assert!(e.usage.starts_with("Usage: hive inbox"), "{}", e.usage);
     }
 
     #[test]
@@ -766,5 +935,32 @@ mod tests {
             assert!(e.message.chars().count() <= 201, "{}", e.message);
             assert!(e.message.contains('…'), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn usage_texts_show_the_defaults_the_code_uses() {
+        for c in COMMANDS {
+            let u = usage_of(c.name);
+            assert!(
+                !u.contains('{') || u.contains("\\u{202e}"),
+                "{}: {u}",
+                c.name
+            );
+        }
+        let send = usage_of("send");
+        assert!(send.contains(paths::DEFAULT_HOST_SOCKET), "{send}");
+        assert!(send.contains(paths::UP_HOST_SOCKET), "{send}");
+        // `hive up`'s host socket under the default data dir is the one
+        // operator commands look for.
+        assert_eq!(
+            paths::UP_HOST_SOCKET,
+            format!("{DEFAULT_DATA_DIR}/run/host.sock")
+        );
+        assert!(usage_of("wake").contains(paths::DEFAULT_AGENT_SOCKET));
+        assert!(usage_of("bash-mcp").contains(paths::DEFAULT_BASH_SOCKET));
+        assert!(usage_of("bash-daemon").contains(paths::DEFAULT_BASH_ENV));
+        assert!(usage_of("broker").contains(BROKER_STATE_DIR));
+        assert!(usage_of("serve").contains(SERVE_RUN_DIR));
+        assert!(usage_of("up").contains(DEFAULT_DATA_DIR));
     }
 }

@@ -1,32 +1,108 @@
-//! The `hive` binary: parses the command line and dispatches to the library.
-//! Nothing else lives here.
+//! The `hive` binary: parses the command line (`cli`), resolves each
+//! command's flags against the environment and the defaults into what its
+//! module takes, and dispatches to the library. Usage errors exit with 2,
+//! failures with 1.
 
-use hyperhive::cli::{self, Command};
-use hyperhive::{bash, broker, harness, mcp, ops, sys};
+use hyperhive::cli::{self, BashDaemonArgs, BrokerArgs, Cmd};
+use hyperhive::proto::{paths, HYPERHIVE_REV};
+use hyperhive::sys::env::Env;
+use hyperhive::{bash, broker, fleet, harness, mcp, ops, sys};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Whether `command` runs until stopped: those get every descriptor the hard
+/// `hive broker`'s flags as the broker takes them.
+fn broker_settings(a: BrokerArgs) -> broker::BrokerSettings {
+    broker::BrokerSettings {
+        state_dir: a.state_dir,
+        run_dir: a.run_dir,
+        agents: a.agents,
+        config: a.config,
+        durability: match a.durability {
+            cli::Durability::Normal => broker::db::Durability::Normal,
+            cli::Durability::Full => broker::db::Durability::Full,
+        },
+    }
+}
+
+/// The settings of `hive bash-daemon`: its flags, else the environment, else
+/// the defaults.
+fn bash_daemon_settings(a: BashDaemonArgs, env: &Env) -> bash::daemon::DaemonSettings {
+    let state_dir = a
+        .state_dir
+        .unwrap_or_else(|| env.path_or("HIVE_STATE_DIR", paths::DEFAULT_STATE_DIR));
+    let mut s = bash::daemon::DaemonSettings::read(state_dir, env);
+    if let Some(p) = a.socket {
+        s.socket = p;
+    }
+    if let Some(p) = a.agent_socket {
+        s.agent_socket = p;
+    }
+    if let Some(p) = a.bash_env {
+        s.bash_env = Some(p);
+    }
+    s
+}
+
+/// Whether `cmd` runs until stopped: those get every descriptor the hard
 /// limit allows.
-fn long_running(command: &Command) -> bool {
+fn long_running(cmd: &Cmd) -> bool {
     matches!(
-        command,
-        Command::Broker(_)
-            | Command::Up(_)
-            | Command::Serve(_)
-            | Command::Mcp
-            | Command::BashMcp(_)
-            | Command::BashDaemon(_)
+        cmd,
+        Cmd::Broker(_)
+            | Cmd::Up(_)
+            | Cmd::Serve(_)
+            | Cmd::Mcp
+            | Cmd::BashMcp(_)
+            | Cmd::BashDaemon(_)
     )
+}
+
+/// Runs `cmd`; `Err` is a failure to report (exit 1).
+fn run(cmd: Cmd) -> Result<(), String> {
+    match cmd {
+        Cmd::Help(None) => print!("{}", cli::main_usage()),
+        Cmd::Help(Some(name)) => print!("{}", cli::usage_of(name)),
+        Cmd::Version => println!("hive {} ({})", env!("CARGO_PKG_VERSION"), HYPERHIVE_REV),
+        Cmd::Up(a) => {
+            let data = a
+                .data
+                .unwrap_or_else(|| PathBuf::from(cli::DEFAULT_DATA_DIR));
+            fleet::run(&data, a.config)?
+        }
+        Cmd::Broker(a) => match broker::run(broker_settings(a)) {
+            Err(broker::BrokerError::Config(e)) => {
+                // A config that does not load is a usage error.
+                eprintln!("hive: {e}");
+                std::process::exit(2);
+            }
+            Err(broker::BrokerError::Run(e)) => return Err(e),
+            Ok(()) => {}
+        },
+        Cmd::Serve(a) => harness::serve::run(&a.state_dir, &a.run_dir)?,
+        Cmd::Mcp => std::process::exit(mcp::hyperhive::main()?),
+        Cmd::Wake(a) => ops::wake(&a)?,
+        Cmd::Send(a) => ops::send(&a)?,
+        Cmd::Inbox(a) => ops::inbox(&a)?,
+        Cmd::Agents(h) => ops::agents(&h)?,
+        Cmd::Questions(h) => ops::questions(&h)?,
+        Cmd::Versions(h) => ops::versions(&h)?,
+        Cmd::Answer(a) => ops::answer(&a)?,
+        Cmd::CancelQuestion(a) => ops::cancel_question(&a.host, a.id)?,
+        Cmd::Approvals(h) => ops::approvals(&h)?,
+        Cmd::Approve(a) => ops::approve(&a.host, a.id)?,
+        Cmd::Deny(a) => ops::deny(&a)?,
+        Cmd::BashDaemon(a) => bash::daemon::run_command(bash_daemon_settings(a, &Env::process()))?,
+        Cmd::BashMcp(a) => bash::mcp::run_server(bash::daemon::socket_or_env(a.socket))?,
+        Cmd::EnvScript => print!("{}", bash::env_script::SCRIPT),
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
     // `hive up`'s re-exec into an agent's sandbox: hidden, and single-threaded.
     let mut args = std::env::args_os().skip(1);
-    if args
-        .next()
-        .is_some_and(|a| a == hyperhive::up::sandbox::SUBCOMMAND)
-    {
-        hyperhive::up::sandbox::run_command(args.collect());
+    if args.next().is_some_and(|a| a == fleet::sandbox::SUBCOMMAND) {
+        fleet::sandbox::run_command(args.collect());
     }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .target(env_logger::Target::Stderr)
@@ -34,69 +110,20 @@ fn main() -> ExitCode {
         .filter_module("ureq", log::LevelFilter::Info)
         .filter_module("ureq::unit", log::LevelFilter::Info)
         .init();
-    let command = match cli::parse(std::env::args_os().skip(1).collect()) {
+    let cmd = match cli::parse(std::env::args_os().skip(1).collect()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("hive: {}\n\n{}", e.message, e.usage);
             return ExitCode::from(2);
         }
     };
-    if long_running(&command) {
+    if long_running(&cmd) {
         match sys::raise_nofile_limit() {
             Ok(n) => log::debug!("descriptor limit: {n}"),
             Err(e) => log::warn!("cannot raise the descriptor limit: {e}"),
         }
     }
-    let result = match command {
-        Command::Help(None) => {
-            print!("{}", cli::main_usage());
-            Ok(())
-        }
-        Command::Help(Some(cmd)) => {
-            print!("{}", cli::usage_of(cmd));
-            Ok(())
-        }
-        Command::Version => {
-            println!(
-                "hive {} ({})",
-                env!("CARGO_PKG_VERSION"),
-                hyperhive::proto::HYPERHIVE_REV
-            );
-            Ok(())
-        }
-        Command::Broker(a) => match broker::run(a) {
-            Err(broker::BrokerError::Config(e)) => {
-                eprintln!("hive: {e}");
-                return ExitCode::from(2);
-            }
-            Err(broker::BrokerError::Run(e)) => Err(e),
-            Ok(()) => Ok(()),
-        },
-        Command::Up(a) => hyperhive::up::run(a),
-        Command::Approvals(h) => ops::approvals(&h),
-        Command::Approve(h, id) => ops::approve(&h, id),
-        Command::Deny(a) => ops::deny(&a),
-        Command::Serve(a) => harness::serve::run(a),
-        Command::Mcp => match mcp::hyperhive::main() {
-            Ok(code) => std::process::exit(code),
-            Err(e) => Err(e),
-        },
-        Command::Wake(a) => ops::wake(&a),
-        Command::Send(a) => ops::send(&a),
-        Command::Inbox(a) => ops::inbox(&a),
-        Command::Agents(h) => ops::agents(&h),
-        Command::Questions(h) => ops::questions(&h),
-        Command::Versions(h) => ops::versions(&h),
-        Command::Answer(a) => ops::answer(&a),
-        Command::CancelQuestion(h, id) => ops::cancel_question(&h, id),
-        Command::BashDaemon(a) => bash::daemon::run_command(bash::daemon::settings_from_args(a)),
-        Command::BashMcp(socket) => bash::mcp::run_server(bash::daemon::socket_or_env(socket)),
-        Command::EnvScript => {
-            print!("{}", bash::env_script::SCRIPT);
-            Ok(())
-        }
-    };
-    match result {
+    match run(cmd) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Errors may quote what an agent or the broker said.

@@ -27,12 +27,7 @@ use std::path::PathBuf;
 /// `--socket`, else the environment variable, else the default.
 pub fn socket_path(flag: &Option<PathBuf>, env: &str, default: &str) -> PathBuf {
     flag.clone()
-        .or_else(|| {
-            std::env::var_os(env)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(|| PathBuf::from(default))
+        .unwrap_or_else(|| crate::sys::env::Env::process().path_or(env, default))
 }
 
 fn host_client(h: &HostArgs) -> Result<Client, String> {

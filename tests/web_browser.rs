@@ -82,7 +82,7 @@ fn the_page_follows_a_turn_live_takes_commands_and_fits_a_phone() {
         (d.js("return document.body.dataset.live === '1'") == true).then_some(())
     });
     let chat = || d.js("return document.getElementById('chat').innerText");
-    // The stream is open before its replayed events are drawn.
+    // `live` is set when the stream opens (its headers); the replay follows.
     wait_for(T, "the replayed history", || {
         chat()
             .as_str()

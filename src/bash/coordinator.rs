@@ -1,14 +1,17 @@
-//! The coordinator thread: the one owner of every task's state. Connection
-//! threads send it requests, waiter threads (one per running task, blocked in
-//! `wait`) send it exits, and the wake thread tells it which wakes got through;
-//! its single `select!` also fires on the nearest deadline — a task's timeout or
-//! the end of a caller's inline wait. It starts processes, kills process groups,
-//! persists records and decides which finished tasks owe their agent a wake.
+//! The coordinator thread: the one owner of every task's state, the task
+//! processes included (each a `sys::ProcessGroup`). Connection threads send it
+//! requests, waiter threads (one per running task, blocked until its shell
+//! exits, which they leave for the coordinator to reap) send it exits, and the
+//! wake thread tells it which wakes got through; its single `select!` also fires
+//! on the nearest deadline — a task's timeout or the end of a caller's inline
+//! wait. It starts processes, kills and reaps process groups, persists records
+//! and decides which finished tasks owe their agent a wake.
 
 use super::proto::{Request, TaskStatus, DEFAULT_RUN_WAIT_SECS, MAX_WAIT_SECS};
 use super::spawn::{self, Launch};
 use super::store::{now_ms, Store, StoreError, TaskRecord};
 use crate::agent_proc::StartFault;
+use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, never, select, Receiver, Sender};
 use std::collections::HashMap;
 use std::io;
@@ -28,11 +31,8 @@ pub enum Event {
     /// The inline answer to `run` for task `id` did not reach its caller, so the
     /// task owes a wake after all.
     InlineLost(String),
-    /// Task `id`'s shell was reaped.
-    Exited {
-        id: String,
-        status: io::Result<ExitStatus>,
-    },
+    /// Task `id`'s shell has exited (the coordinator reaps it).
+    Exited(String),
     /// The wake of task `id` reached the broker (or was refused for good).
     WakeDelivered(String),
     /// Kill the running tasks, record them, and return.
@@ -60,7 +60,7 @@ enum Kill {
 
 /// A task whose shell has not been reaped yet.
 struct Running {
-    pgid: i32,
+    group: ProcessGroup,
     timeout_at: Option<Instant>,
     killed: Option<Kill>,
 }
@@ -182,7 +182,7 @@ impl Coordinator {
                     let _ = self.wakes.send(rec);
                 }
             }
-            Event::Exited { id, status } => self.on_exited(&id, status),
+            Event::Exited(id) => self.on_exited(&id),
             Event::WakeDelivered(id) => {
                 if let Some(rec) = self.tasks.get_mut(&id) {
                     rec.wake_pending = false;
@@ -282,8 +282,8 @@ impl Coordinator {
         };
         let (out, err) = (self.store.out_path(&id), self.store.err_path(&id));
         match spawn::spawn(&launch, &rec.cmd, &out, &err) {
-            Ok((child, shell)) => {
-                let pgid = child.id() as i32;
+            Ok((group, shell)) => {
+                let pgid = group.id() as i32;
                 rec.status = TaskStatus::Running;
                 rec.pgid = Some(pgid);
                 rec.boot_id = spawn::boot_id();
@@ -294,13 +294,13 @@ impl Coordinator {
                 self.running.insert(
                     id.clone(),
                     Running {
-                        pgid,
+                        group,
                         timeout_at: timeout_secs.map(|s| Instant::now() + Duration::from_secs(s)),
                         killed: None,
                     },
                 );
                 self.tasks.insert(id.clone(), rec);
-                self.watch(id.clone(), child);
+                self.watch(&id);
             }
             Err(e) if e.fault() == StartFault::Resources => {
                 log::warn!("task {id} not started: {e}");
@@ -327,38 +327,58 @@ impl Coordinator {
         Ok(id)
     }
 
-    /// Starts the waiter thread of a task, which reaps its shell and reports.
-    fn watch(&mut self, id: String, mut child: std::process::Child) {
+    /// Starts the waiter thread of a running task (`bash-task-ID`), which
+    /// reports when its shell exits.
+    fn watch(&mut self, id: &str) {
+        let Some(r) = self.running.get(id) else {
+            return;
+        };
         let events = self.events.clone();
-        let task = id.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("bash-task-{id}"))
-            .spawn(move || {
-                let status = child.wait();
-                let _ = events.send(Event::Exited { id: task, status });
-            });
+        let task = id.to_string();
+        let spawned = r.group.on_exit(format!("bash-task-{id}"), move || {
+            let _ = events.send(Event::Exited(task));
+        });
         if let Err(e) = spawned {
-            // The closure, and the child with it, is gone: kill the group so the
-            // task does not run unwatched. Its shell becomes a zombie of this
-            // process until it exits.
+            // Unwatched, the task could never end: kill it now.
             log::error!("cannot start a waiter thread for task {id}: {e}");
-            if let Some(r) = self.running.get(&id) {
-                spawn::kill_group(r.pgid);
+            if let Some(r) = self.running.remove(id) {
+                drop(r.group); // killed and reaped
+                let err = io::Error::other(format!("cannot watch the task: {e}"));
+                self.finish(id, r.killed, Err(err));
             }
-            let err = io::Error::other(format!("cannot watch the task: {e}"));
-            self.on_exited(&id, Err(err));
         }
     }
 
-    fn on_exited(&mut self, id: &str, status: io::Result<ExitStatus>) {
+    /// Reaps task `id`'s shell once it has exited. Background processes it
+    /// left in its group keep running when it ended by itself; a killed task's
+    /// group is killed whole.
+    fn on_exited(&mut self, id: &str) {
+        let Some(run) = self.running.get_mut(id) else {
+            return;
+        };
+        let status = match run.group.try_wait() {
+            Ok(None) => return, // not this task's exit after all
+            Ok(Some(st)) => Ok(st),
+            Err(e) => Err(e),
+        };
         let Some(run) = self.running.remove(id) else {
             return;
         };
+        if run.killed.is_none() {
+            let _ = run.group.wait_leaving_rest();
+        } else {
+            drop(run.group);
+        }
+        self.finish(id, run.killed, status)
+    }
+
+    /// Records how task `id` ended, answers its waiters and decides its wake.
+    fn finish(&mut self, id: &str, killed: Option<Kill>, status: io::Result<ExitStatus>) {
         let Some(rec) = self.tasks.get_mut(id) else {
             return;
         };
         rec.ended_at_ms = Some(now_ms());
-        rec.status = match run.killed {
+        rec.status = match killed {
             Some(Kill::Timeout) => TaskStatus::TimedOut,
             Some(Kill::Shutdown) => TaskStatus::Interrupted,
             None => TaskStatus::Done,
@@ -420,8 +440,11 @@ impl Coordinator {
         }
         for (id, r) in self.running.iter_mut() {
             if r.killed.is_none() && r.timeout_at.is_some_and(|t| t <= now) {
-                log::info!("task {id} timed out; killing process group {}", r.pgid);
-                spawn::kill_group(r.pgid);
+                log::info!(
+                    "task {id} timed out; killing process group {}",
+                    r.group.id()
+                );
+                r.group.kill();
                 r.killed = Some(Kill::Timeout);
             }
         }
@@ -432,14 +455,17 @@ impl Coordinator {
     /// reachable, or from the next daemon.
     fn shutdown(mut self, events: &Receiver<Event>) {
         for (id, r) in self.running.iter_mut() {
-            log::info!("stopping: killing task {id} (process group {})", r.pgid);
-            spawn::kill_group(r.pgid);
+            log::info!(
+                "stopping: killing task {id} (process group {})",
+                r.group.id()
+            );
+            r.group.kill();
             r.killed = Some(Kill::Shutdown);
         }
         let end = Instant::now() + REAP_GRACE;
         while !self.running.is_empty() {
             match events.recv_deadline(end) {
-                Ok(Event::Exited { id, status }) => self.on_exited(&id, status),
+                Ok(Event::Exited(id)) => self.on_exited(&id),
                 Ok(Event::Call { reply, .. }) => {
                     let _ = reply.send(Reply::Error(STOPPING.into()));
                 }
@@ -448,10 +474,22 @@ impl Coordinator {
             }
         }
         let stuck: Vec<String> = self.running.keys().cloned().collect();
+        let mut unreaped = Vec::new();
         for id in stuck {
             log::warn!("task {id} was not reaped in time; recording it interrupted");
+            let Some(run) = self.running.remove(&id) else {
+                continue;
+            };
+            // Its group is reaped on a thread of its own (below): a shell stuck
+            // in the kernel must not hold up the shutdown.
+            unreaped.push(run.group);
             let err = io::Error::other("not reaped before the daemon stopped");
-            self.on_exited(&id, Err(err));
+            self.finish(&id, run.killed, Err(err));
+        }
+        if !unreaped.is_empty() {
+            let _ = std::thread::Builder::new()
+                .name("bash-reaper".into())
+                .spawn(move || drop(unreaped));
         }
         for w in self.waiters.drain(..) {
             let _ = w.reply.send(Reply::Error(STOPPING.into()));

@@ -16,6 +16,8 @@ use super::report::view;
 use super::store::Store;
 use super::waker::Waker;
 use crate::proto::lines::{err_line, ok_line, serve_conn, Acceptor};
+use crate::proto::paths;
+use crate::sys::env::Env;
 use crossbeam_channel::{unbounded, Sender};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -23,16 +25,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-
-/// The daemon socket when `HIVE_BASH_SOCKET` is not set.
-pub const DEFAULT_SOCKET: &str = crate::proto::paths::DEFAULT_BASH_SOCKET;
-/// The bash env file when `HIVE_BASH_ENV` is not set.
-pub const DEFAULT_BASH_ENV: &str = "/etc/hyperhive/bash-env.sh";
-/// The agent's broker socket when `HIVE_SOCKET` is not set.
-pub const DEFAULT_AGENT_SOCKET: &str = crate::proto::paths::DEFAULT_AGENT_SOCKET;
-/// The state dir of `hive bash-daemon` when neither `--state-dir` nor
-/// `HIVE_STATE_DIR` is given.
-pub const DEFAULT_STATE_DIR: &str = "/state";
 
 /// Where the daemon listens, keeps its files and sends wakes.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,23 +41,21 @@ pub struct DaemonSettings {
 }
 
 impl DaemonSettings {
-    /// Settings for `state_dir` with the rest from the environment:
-    /// `HIVE_BASH_SOCKET`, `HIVE_SOCKET` and `HIVE_BASH_ENV`, else the defaults.
+    /// Settings for `state_dir` with the rest from the process environment.
     pub fn from_env(state_dir: PathBuf) -> DaemonSettings {
+        DaemonSettings::read(state_dir, &Env::process())
+    }
+
+    /// Settings for `state_dir` with the rest from `env`: `HIVE_BASH_SOCKET`,
+    /// `HIVE_SOCKET` and `HIVE_BASH_ENV`, else the defaults.
+    pub fn read(state_dir: PathBuf, env: &Env) -> DaemonSettings {
         DaemonSettings {
-            socket: env_path("HIVE_BASH_SOCKET", DEFAULT_SOCKET),
+            socket: env.path_or("HIVE_BASH_SOCKET", paths::DEFAULT_BASH_SOCKET),
             state_dir,
-            agent_socket: env_path("HIVE_SOCKET", DEFAULT_AGENT_SOCKET),
-            bash_env: Some(env_path("HIVE_BASH_ENV", DEFAULT_BASH_ENV)),
+            agent_socket: env.path_or("HIVE_SOCKET", paths::DEFAULT_AGENT_SOCKET),
+            bash_env: Some(env.path_or("HIVE_BASH_ENV", paths::DEFAULT_BASH_ENV)),
         }
     }
-}
-
-fn env_path(var: &str, default: &str) -> PathBuf {
-    std::env::var_os(var)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(default))
 }
 
 /// The directory of task records and output under a state dir.
@@ -292,43 +282,17 @@ fn answer(
 /// `hive bash-daemon`: runs the daemon until SIGTERM, SIGINT or SIGHUP, then
 /// shuts it down (a second signal exits at once).
 pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
-        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let signals = crate::sys::signals()?;
     let socket = settings.socket.clone();
     let handle = start(settings)?;
     eprintln!("hive bash-daemon: listening on {}", socket.display());
-    let sig = signals.forever().next();
-    log::info!("signal {sig:?}: stopping the bash task daemon");
-    std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            std::process::exit(128 + sig);
-        }
-    });
+    let _ = signals.recv();
+    log::info!("stopping the bash task daemon");
     handle.shutdown();
     Ok(())
 }
 
-/// `--socket`, else `HIVE_BASH_SOCKET`, else [`DEFAULT_SOCKET`].
+/// `--socket`, else `HIVE_BASH_SOCKET`, else [`paths::DEFAULT_BASH_SOCKET`].
 pub fn socket_or_env(flag: Option<PathBuf>) -> PathBuf {
-    flag.unwrap_or_else(|| env_path("HIVE_BASH_SOCKET", DEFAULT_SOCKET))
-}
-
-/// The settings of `hive bash-daemon`: its flags, else the environment, else
-/// the defaults.
-pub fn settings_from_args(a: crate::cli::BashDaemonArgs) -> DaemonSettings {
-    let state_dir = a
-        .state_dir
-        .unwrap_or_else(|| env_path("HIVE_STATE_DIR", DEFAULT_STATE_DIR));
-    let mut s = DaemonSettings::from_env(state_dir);
-    if let Some(p) = a.socket {
-        s.socket = p;
-    }
-    if let Some(p) = a.agent_socket {
-        s.agent_socket = p;
-    }
-    if let Some(p) = a.bash_env {
-        s.bash_env = Some(p);
-    }
-    s
+    flag.unwrap_or_else(|| Env::process().path_or("HIVE_BASH_SOCKET", paths::DEFAULT_BASH_SOCKET))
 }

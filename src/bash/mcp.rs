@@ -196,8 +196,7 @@ pub fn render(t: &TaskView) -> String {
 /// `hive bash-mcp`: serves MCP on stdin/stdout until EOF or a signal, then exits
 /// the process with the matching status.
 pub fn run_server(socket: PathBuf) -> Result<(), String> {
-    let signals =
-        mcp::install_exit_signals().map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let signals = crate::sys::signals()?;
     let info = ServerInfo {
         name: "bash".into(),
         version: env!("CARGO_PKG_VERSION").into(),

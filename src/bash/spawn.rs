@@ -1,6 +1,6 @@
-//! Starting one task process and signalling process groups. A task runs as
-//! `sh -c CMD`, or `bash -c CMD` with `BASH_ENV` pointing at the bash env file
-//! when that file exists, in its own process group, with stdin from /dev/null,
+//! Starting one task process. A task runs as `sh -c CMD`, or `bash -c CMD` with
+//! `BASH_ENV` pointing at the bash env file when that file exists, in its own
+//! process group (a `sys::ProcessGroup`), with stdin from /dev/null,
 //! the state dir as its working directory, the daemon's environment without the
 //! operator's variables (`crate::agent_proc`), and its stdout and stderr written
 //! straight into the task's `.out` and `.err` files by the kernel, so nothing has
@@ -8,13 +8,13 @@
 //! resources ([`StartFault`]).
 
 use crate::agent_proc::{self, StartFault};
+use crate::sys::ProcessGroup;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// Where and how tasks run.
 #[derive(Debug, Clone)]
@@ -58,14 +58,13 @@ fn output_file(path: &Path) -> Result<File, SpawnError> {
         })
 }
 
-/// Starts `cmd`; returns the child (its pid is the process group id) and the
-/// shell used.
+/// Starts `cmd`; returns its process group and the shell used.
 pub fn spawn(
     launch: &Launch,
     cmd: &str,
     out: &Path,
     err: &Path,
-) -> Result<(Child, &'static str), SpawnError> {
+) -> Result<(ProcessGroup, &'static str), SpawnError> {
     let (stdout, stderr) = (output_file(out)?, output_file(err)?);
     let env_file = launch.bash_env.filter(|p| p.is_file());
     let (shell, mut command) = match env_file {
@@ -82,30 +81,13 @@ pub fn spawn(
         .current_dir(launch.cwd)
         .stdin(Stdio::null())
         .stdout(stdout)
-        .stderr(stderr)
-        .process_group(0);
+        .stderr(stderr);
     agent_proc::scrub_operator_env(&mut command);
-    let child = command.spawn().map_err(|source| SpawnError {
+    let group = ProcessGroup::spawn(&mut command).map_err(|source| SpawnError {
         what: format!("cannot start `{shell} -c`"),
         source,
     })?;
-    Ok((child, shell))
-}
-
-/// SIGKILLs every process in group `pgid`. A group that is already gone is fine.
-pub fn kill_group(pgid: i32) {
-    if pgid <= 1 {
-        log::error!("refusing to signal process group {pgid}");
-        return;
-    }
-    // SAFETY: kill(2) has no memory effects; a negative pid names a group.
-    let rc = unsafe { libc::kill(-pgid, libc::SIGKILL) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ESRCH) {
-            log::warn!("cannot kill process group {pgid}: {e}");
-        }
-    }
+    Ok((group, shell))
 }
 
 /// When process `pid` started, in clock ticks since boot (`/proc/PID/stat`
@@ -127,8 +109,8 @@ pub fn start_time(pid: i32) -> Option<u64> {
 /// process with that pid cannot be told apart and is left alone.
 pub fn kill_stale_group(pgid: i32, leader_start: Option<u64>) {
     match (start_time(pgid), leader_start) {
-        (None, _) => kill_group(pgid),
-        (Some(now), Some(then)) if now == then => kill_group(pgid),
+        (None, _) => crate::sys::kill_group(pgid),
+        (Some(now), Some(then)) if now == then => crate::sys::kill_group(pgid),
         (Some(_), _) => log::info!(
             "process group {pgid} of an earlier run is gone; its number belongs to another \
              process now, which is left alone"
@@ -147,6 +129,7 @@ pub fn boot_id() -> Option<String> {
 #[cfg(test)]
 mod stale_tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
 
     #[test]
     fn a_reused_group_number_is_never_signalled() {

@@ -11,6 +11,7 @@
 use super::conn;
 use super::hub::{HubMsg, Identity};
 use crate::proto::lines::Acceptor;
+use crate::sys::env::Env;
 use crossbeam_channel::{Receiver, Sender};
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -62,11 +63,11 @@ impl ConnLimits {
 
     /// The limits for this process: its descriptor limit, and the caps set in
     /// `HIVE_BROKER_CONNS_PER_AGENT` and `HIVE_BROKER_IDLE_SECS`.
-    pub fn from_env(nofile: u64, n_agents: usize) -> Result<ConnLimits, String> {
+    pub fn read(nofile: u64, n_agents: usize, env: &Env) -> Result<ConnLimits, String> {
         let number = |name: &str, default: u64| -> Result<u64, String> {
-            match std::env::var(name) {
-                Err(_) => Ok(default),
-                Ok(v) => match v.trim().parse::<u64>() {
+            match env.get(name) {
+                None => Ok(default),
+                Some(v) => match v.parse::<u64>() {
                     Ok(n) if n >= 1 => Ok(n),
                     _ => Err(format!(
                         "{name} must be a whole number of at least 1, got {}",

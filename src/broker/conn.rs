@@ -13,9 +13,10 @@ use super::hub::{ConnId, HubMsg, Identity, Outcome};
 use crate::proto::limits::{MAX_LINE, MAX_WAIT_SECS};
 use crate::proto::lines::{err_line, read_line, Line};
 use crate::proto::Request;
+use crate::sys::fd::HangupWatch;
 use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use std::io::{self, BufReader, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -84,74 +85,6 @@ struct Conn {
 enum Abort {
     Hangup,
     Stopping,
-}
-
-/// A watcher for the peer hanging up, alive while a long-poll waits. Dropping it
-/// closes the pipe the watcher also polls, which ends the watcher at once, and
-/// joins it: the socket it polls is still open until then, so its descriptor
-/// number can never be reused under it.
-struct HangupWatch {
-    hung_up: Receiver<()>,
-    cancel: Option<OwnedFd>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for HangupWatch {
-    fn drop(&mut self) {
-        drop(self.cancel.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn watch_hangup(sock: RawFd) -> std::io::Result<HangupWatch> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 fills two fresh descriptors, which are owned right after.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let (read_end, cancel) =
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let (tx, hung_up) = bounded::<()>(1);
-    let thread = std::thread::Builder::new()
-        .name("conn-watch".into())
-        .spawn(move || {
-            let mut fds = [
-                libc::pollfd {
-                    fd: sock,
-                    events: libc::POLLRDHUP,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: read_end.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            loop {
-                // SAFETY: fds points at two initialised pollfd structs.
-                let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-                if n < 0 {
-                    if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                        continue;
-                    }
-                    return;
-                }
-                if fds[1].revents != 0 {
-                    return; // the wait is over
-                }
-                if fds[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
-                    let _ = tx.send(());
-                    return;
-                }
-            }
-        })?;
-    Ok(HangupWatch {
-        hung_up,
-        cancel: Some(cancel),
-        thread: Some(thread),
-    })
 }
 
 impl Conn {
@@ -250,13 +183,13 @@ impl Conn {
                 Err(_) => return Err(Abort::Stopping),
             }
             if watch.is_none() {
-                match watch_hangup(self.stream().as_raw_fd()) {
+                match HangupWatch::start("conn-watch", self.stream().as_raw_fd()) {
                     Ok(w) => watch = Some(w),
                     Err(e) => log::warn!("connection {}: cannot watch for hang-up: {e}", self.conn),
                 }
             }
             let never = crossbeam_channel::never();
-            let hung_up = watch.as_ref().map_or(&never, |w| &w.hung_up);
+            let hung_up = watch.as_ref().map_or(&never, |w| w.hung_up());
             let timeout = after(deadline.saturating_duration_since(Instant::now()));
             select! {
                 recv(woken) -> _ => {},

@@ -22,16 +22,6 @@ pub enum Durability {
     Full,
 }
 
-impl Durability {
-    pub fn parse(s: &str) -> Result<Durability, String> {
-        match s {
-            "normal" => Ok(Durability::Normal),
-            "full" => Ok(Durability::Full),
-            _ => Err(format!("--durability must be normal or full, not {s:?}")),
-        }
-    }
-}
-
 /// The file's name in the broker's state dir.
 pub const FILE: &str = "broker.db";
 

@@ -26,9 +26,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 
-/// Everything `hive broker` is told on its command line.
+/// Where the broker keeps its store and sockets, and what it serves (from
+/// `hive broker`'s flags, or set by `hive up`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct BrokerArgs {
+pub struct BrokerSettings {
     pub state_dir: PathBuf,
     pub run_dir: PathBuf,
     pub agents: Vec<String>,
@@ -37,7 +38,7 @@ pub struct BrokerArgs {
 }
 
 /// Builds the hive's config from `--config` and `--agents`.
-pub fn load_config(args: &BrokerArgs) -> Result<HiveConfig, String> {
+pub fn load_config(args: &BrokerSettings) -> Result<HiveConfig, String> {
     let mut cfg = match &args.config {
         Some(p) => HiveConfig::load(p)?,
         None => HiveConfig::default(),
@@ -246,10 +247,14 @@ impl Drop for BrokerHandle {
 
 /// Starts the broker in this process: store, sockets, hub and accept threads.
 /// The caller owns signals and calls [`BrokerHandle::stop`].
-pub fn start(args: &BrokerArgs, cfg: HiveConfig, deps: BrokerDeps) -> Result<BrokerHandle, String> {
+pub fn start(
+    args: &BrokerSettings,
+    cfg: HiveConfig,
+    deps: BrokerDeps,
+) -> Result<BrokerHandle, String> {
     // Everything the broker creates (store, reminder files, sockets) is private
     // unless a group is configured for a socket.
-    unsafe { libc::umask(0o077) };
+    crate::sys::set_umask(0o077);
     create_dir(&args.state_dir, 0o700)?;
     create_dir(&args.run_dir, 0o755)?;
     let db_path = args.state_dir.join(db::FILE);
@@ -267,14 +272,15 @@ pub fn start(args: &BrokerArgs, cfg: HiveConfig, deps: BrokerDeps) -> Result<Bro
     let nofile = crate::sys::nofile_limit()
         .map(|(soft, _)| soft)
         .map_err(|e| format!("cannot read the descriptor limit: {e}"))?;
-    let limits = ConnLimits::from_env(nofile, cfg.agents.len())?;
+    let env = crate::sys::env::Env::process();
+    let limits = ConnLimits::read(nofile, cfg.agents.len(), &env)?;
 
     let host = host_socket(&args.run_dir);
     let host_listener = bind(&host, None, cfg.operator_gid)?;
-    let max_pending_timers = std::env::var("HIVE_REMIND_MAX_PENDING_PER_AGENT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(crate::proto::limits::DEFAULT_MAX_PENDING_TIMERS);
+    let max_pending_timers = env.num(
+        "HIVE_REMIND_MAX_PENDING_PER_AGENT",
+        crate::proto::limits::DEFAULT_MAX_PENDING_TIMERS,
+    )?;
     let names: Vec<String> = cfg.agents.iter().map(|a| a.name.clone()).collect();
     let agents = cfg.agents.clone();
     let (hub_tx, hub_rx) = unbounded::<HubMsg>();
@@ -334,15 +340,10 @@ pub fn start(args: &BrokerArgs, cfg: HiveConfig, deps: BrokerDeps) -> Result<Bro
     Ok(handle)
 }
 
-/// Runs the broker until SIGTERM, SIGINT or SIGHUP.
-pub fn run(args: BrokerArgs) -> Result<(), BrokerError> {
+/// Runs the broker until SIGTERM, SIGINT or SIGHUP (a second one exits at once).
+pub fn run(args: BrokerSettings) -> Result<(), BrokerError> {
     let cfg = load_config(&args).map_err(BrokerError::Config)?;
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ])
-    .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let signals = crate::sys::signals()?;
     let names: Vec<String> = cfg.agents.iter().map(|a| a.name.clone()).collect();
     let handle = start(
         &args,
@@ -359,15 +360,8 @@ pub fn run(args: BrokerArgs) -> Result<(), BrokerError> {
         names.join(", "),
         host_socket(&args.run_dir).display()
     );
-
-    let sig = signals.forever().next();
-    log::info!("signal {sig:?}: stopping the broker");
-    // A second signal while we clean up exits at once.
-    std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            std::process::exit(130);
-        }
-    });
+    let _ = signals.recv();
+    log::info!("stopping the broker");
     handle.stop();
     Ok(())
 }

@@ -7,10 +7,12 @@
 //! model choice and the one-shot new-session flag are plain shared values the
 //! loop reads when it starts a run.
 
-use super::bus::Bus;
-use super::files;
+use super::bus::{Bus, Numbered, TurnState};
 use super::settings::{check_model, Settings};
-use crossbeam_channel::Sender;
+use super::{files, login, stats};
+use crate::web::harness as web;
+use crossbeam_channel::{Receiver, Sender};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -85,5 +87,115 @@ impl Shared {
     /// Asks the turn loop for something; false when the loop is gone.
     pub fn send(&self, c: Control) -> bool {
         self.control.send(c).is_ok()
+    }
+}
+
+/// The web page's handle on this harness (`web::harness`).
+impl crate::web::harness::Harness for Shared {
+    type Event = super::bus::Numbered;
+
+    fn state_dir(&self) -> &Path {
+        &self.settings.state_dir
+    }
+
+    fn socket(&self) -> &Path {
+        &self.settings.socket
+    }
+
+    fn state(&self) -> serde_json::Value {
+        serde_json::to_value(self.bus.snapshot()).unwrap_or_default()
+    }
+
+    fn gauges(&self) -> web::Gauges {
+        let s = self.bus.snapshot();
+        web::Gauges {
+            phase: match s.turn_state {
+                TurnState::Idle => web::TurnPhase::Idle,
+                TurnState::Thinking => web::TurnPhase::Thinking,
+                TurnState::Compacting => web::TurnPhase::Compacting,
+            },
+            unread: s.unread,
+            inflight: s.inflight.is_some(),
+            rate_limited: s.rate_limited,
+            needs_login: s.needs_login,
+            online: s.online,
+            context_window_tokens: s.context_window_tokens,
+            context_tokens: s.context_tokens,
+            mcp_start_failures: super::classify::CORE_MCP_SERVERS
+                .iter()
+                .map(|server| {
+                    let n = s.mcp_start_failures.get(*server).copied().unwrap_or(0);
+                    (server.to_string(), n)
+                })
+                .collect(),
+        }
+    }
+
+    fn subscribe(&self, after: Option<u64>) -> (Vec<Numbered>, Receiver<Numbered>) {
+        self.bus.subscribe(after)
+    }
+
+    fn last_event_id(&self) -> u64 {
+        self.bus.last_id()
+    }
+
+    fn event_id(event: &Numbered) -> u64 {
+        event.id
+    }
+
+    fn event_json(event: &Numbered) -> String {
+        event.to_json()
+    }
+
+    fn set_model(&self, name: &str) -> Result<String, String> {
+        Shared::set_model(self, name)
+    }
+
+    fn new_session(&self) {
+        self.request_new_session()
+    }
+
+    fn ask(&self, ask: web::Ask) -> bool {
+        self.send(match ask {
+            web::Ask::Compact => Control::Compact,
+            web::Ask::Interrupt => Control::Interrupt,
+        })
+    }
+
+    fn login_state(&self) -> web::LoginState {
+        web::LoginState {
+            needs_login: self.bus.snapshot().needs_login,
+            stored_token: login::stored_token(&self.settings).is_some(),
+            credentials_available: login::credentials_available(&self.settings),
+        }
+    }
+
+    fn store_login(&self, token: &str) -> Result<(), String> {
+        login::store_token(&self.settings, token)?;
+        log::info!("the operator stored claude credentials through the web page");
+        self.bus.note("credentials stored through the web page");
+        self.send(Control::LoginStored);
+        Ok(())
+    }
+
+    fn recent_turns(&self, limit: u32) -> Result<serde_json::Value, String> {
+        let rows = stats::recent(&self.settings.stats_db(), limit)?;
+        Ok(serde_json::to_value(rows).unwrap_or_default())
+    }
+
+    fn turn_totals(&self) -> Result<Vec<web::TurnTotals>, String> {
+        let totals = stats::totals(&self.settings.stats_db())?;
+        Ok(totals
+            .into_iter()
+            .map(|t| web::TurnTotals {
+                kind: t.kind,
+                outcome: t.outcome,
+                count: t.count,
+                duration_ms: t.duration_ms,
+                tokens_in: t.tokens_in,
+                tokens_out: t.tokens_out,
+                cost_usd: t.cost_usd,
+            })
+            .collect())
     }
 }

@@ -11,16 +11,17 @@ use super::control::{self, Control, Shared};
 use super::invocation;
 use super::poller::Poller;
 use super::prompt::PromptVars;
-use super::settings::{ServeArgs, Settings};
+use super::settings::Settings;
 use super::stats::Stats;
 use super::turn_loop::TurnLoop;
 use crossbeam_channel::{unbounded, Receiver};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Runs the harness until SIGTERM.
-pub fn run(args: ServeArgs) -> Result<(), String> {
+pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     let term = install_signals()?;
-    let s = Arc::new(Settings::resolve(&args)?);
+    let s = Arc::new(Settings::resolve(state_dir, run_dir)?);
     for dir in [&s.state_dir, &s.run_dir] {
         super::files::create_private_dir(dir)
             .map_err(|e| format!("cannot create directory {}: {e}", dir.display()))?;

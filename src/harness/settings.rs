@@ -6,22 +6,6 @@ use crate::groups::{self, ToolGroup};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Flags of `hive serve`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServeArgs {
-    pub state_dir: PathBuf,
-    pub run_dir: PathBuf,
-}
-
-impl Default for ServeArgs {
-    fn default() -> ServeArgs {
-        ServeArgs {
-            state_dir: PathBuf::from("/state"),
-            run_dir: PathBuf::from("/run/hive"),
-        }
-    }
-}
-
 /// Everything the harness needs to know, from flags and environment.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -148,24 +132,27 @@ pub fn check_model(name: &str) -> Result<String, String> {
 }
 
 impl Settings {
-    /// Resolves flags and environment; a bad value is an error naming the variable.
-    pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
+    /// Resolves `hive serve`'s flags (the state and run dirs) and the
+    /// environment; a bad value is an error naming the variable.
+    pub fn resolve(state_dir: &Path, run_dir: &Path) -> Result<Settings, String> {
         let model_file = match env("HYPERHIVE_MODEL_FILE") {
             Some(f) => PathBuf::from(f),
             None if Path::new("/harness").is_dir() => PathBuf::from("/harness/hyperhive-model"),
-            None => args.state_dir.join("hyperhive-model"),
+            None => state_dir.join("hyperhive-model"),
         };
         let tool_groups = groups::parse_groups(&env("HIVE_TOOL_GROUPS").unwrap_or_default())
             .map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
         let label = env("HIVE_LABEL").unwrap_or_else(|| "hive".into());
         Ok(Settings {
-            state_dir: args.state_dir.clone(),
-            run_dir: args.run_dir.clone(),
+            state_dir: state_dir.to_path_buf(),
+            run_dir: run_dir.to_path_buf(),
             socket: PathBuf::from(
-                env("HIVE_SOCKET").unwrap_or_else(|| "/run/hive/mcp.sock".into()),
+                env("HIVE_SOCKET")
+                    .unwrap_or_else(|| crate::proto::paths::DEFAULT_AGENT_SOCKET.into()),
             ),
             bash_socket: PathBuf::from(
-                env("HIVE_BASH_SOCKET").unwrap_or_else(|| "/run/hive-bash/socket".into()),
+                env("HIVE_BASH_SOCKET")
+                    .unwrap_or_else(|| crate::proto::paths::DEFAULT_BASH_SOCKET.into()),
             ),
             label,
             claude_bin: env("HIVE_CLAUDE_BIN").unwrap_or_else(|| "claude".into()),

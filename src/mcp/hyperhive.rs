@@ -122,16 +122,14 @@ impl HyperhiveTools {
 
     /// Reads `HIVE_TOOL_GROUPS`, `HIVE_SOCKET` and `HIVE_STATE_DIR`.
     pub fn from_env() -> Result<HyperhiveTools, String> {
-        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        let list = std::env::var("HIVE_TOOL_GROUPS").unwrap_or_default();
+        let env = crate::sys::env::Env::process();
+        let list = env.get("HIVE_TOOL_GROUPS").unwrap_or_default();
         let groups = groups::parse_groups(&list).map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
-        let socket = var("HIVE_SOCKET")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_AGENT_SOCKET));
+        let socket = env.path_or("HIVE_SOCKET", DEFAULT_AGENT_SOCKET);
         Ok(HyperhiveTools::new(
             groups,
             socket,
-            var("HIVE_STATE_DIR").map(PathBuf::from),
+            env.path("HIVE_STATE_DIR"),
         ))
     }
 
@@ -265,8 +263,7 @@ fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
 /// Runs `hive mcp`: the hyperhive server on stdin and stdout until EOF or a
 /// signal; returns the process exit code.
 pub fn main() -> Result<i32, String> {
-    let signals = super::install_exit_signals()
-        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let signals = crate::sys::signals()?;
     let tools = HyperhiveTools::from_env()?;
     log::info!(
         "hive mcp: socket {}, groups {}, tools {}",

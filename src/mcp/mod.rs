@@ -14,7 +14,7 @@ pub mod schema;
 mod server;
 
 pub use jsonrpc::RequestId;
-pub use server::{install_exit_signals, serve, ExitReason, SUPPORTED_PROTOCOL_VERSIONS};
+pub use server::{serve, ExitReason, SUPPORTED_PROTOCOL_VERSIONS};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! routes `notifications/cancelled` to the call it names, and decides which call
 //! results reach the writer; a reader thread owns stdin and a writer thread owns
 //! stdout, running each result's post-write hook after its line is flushed. The
-//! loop ends on stdin EOF, on an exit signal (see [`install_exit_signals`]) or when
+//! loop ends on stdin EOF, on an exit signal (see `crate::sys::signals`) or when
 //! stdout fails, without waiting for tool threads: their calls are cancelled.
 
 use super::jsonrpc::{Message, Notification, Request, RequestId, Response};
@@ -50,33 +50,6 @@ impl ExitReason {
             ExitReason::Signal(sig) => 128 + sig,
         }
     }
-}
-
-/// Registers SIGINT, SIGTERM and SIGHUP and returns the channel [`serve`] takes as
-/// `signals`. Call it first in `main`, before any other thread starts. The first
-/// signal is forwarded, so `serve` returns [`ExitReason::Signal`] within
-/// milliseconds and the binary calls `std::process::exit`; a second signal, or a
-/// signal nobody receives any more, exits the process from the signal thread
-/// directly. Results not yet written when the process exits never run their hooks.
-pub fn install_exit_signals() -> io::Result<Receiver<i32>> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
-    let (tx, rx) = crossbeam_channel::unbounded();
-    thread::Builder::new()
-        .name("mcp-signals".into())
-        .spawn(move || {
-            let mut forwarded = false;
-            for sig in signals.forever() {
-                if !forwarded && tx.send(sig).is_ok() {
-                    info!("signal {sig}: shutting down");
-                    forwarded = true;
-                    continue;
-                }
-                info!("signal {sig} again: exiting now");
-                std::process::exit(128 + sig);
-            }
-        })?;
-    Ok(rx)
 }
 
 /// Serves MCP on `input` and `output` until EOF, a signal on `signals` (pass

@@ -15,6 +15,10 @@ pub const DEFAULT_HOST_SOCKET: &str = "/run/hive/host.sock";
 pub const UP_HOST_SOCKET: &str = "hive-data/run/host.sock";
 /// The bash task daemon's socket (`HIVE_BASH_SOCKET`).
 pub const DEFAULT_BASH_SOCKET: &str = "/run/hive-bash/socket";
+/// An agent's state dir (claude's working directory, the bash tasks' too).
+pub const DEFAULT_STATE_DIR: &str = "/state";
+/// The bash environment file tasks run with when it exists (`HIVE_BASH_ENV`).
+pub const DEFAULT_BASH_ENV: &str = "/etc/hyperhive/bash-env.sh";
 
 /// Where the socket of `agent` lives under the broker's run dir.
 pub fn agent_socket(run_dir: &Path, agent: &str) -> PathBuf {

@@ -1,12 +1,11 @@
-//! The JSON endpoints under `/api/`: each takes the shared harness handle and
-//! the request body and returns a [`Reply`]. Bodies are parsed by hand into the
+//! The JSON endpoints under `/api/`: each takes the harness handle
+//! ([`Harness`]) and the request body and returns a [`Reply`]. Bodies are parsed by hand into the
 //! fields each endpoint wants (a key given twice is refused), so a bad request
 //! gets a message naming the field, and a rejected value is never echoed back
 //! whole (a login token not at all).
 
-use super::http::{self, Reply};
-use crate::harness::control::{Control, Shared};
-use crate::harness::{login, stats};
+use super::harness::{Ask, Harness};
+use crate::http::{self, Reply};
 use crate::proto::cmd::Wake;
 use crate::proto::{Client, ClientError, Command, SentReply};
 use serde::Serialize;
@@ -42,11 +41,11 @@ fn string_field(m: &Map<String, Value>, key: &str, example: &str) -> Result<Stri
     }
 }
 
-pub fn state(shared: &Shared) -> Reply {
-    Reply::json(200, &shared.bus.snapshot())
+pub fn state(h: &impl Harness) -> Reply {
+    Reply::json(200, &h.state())
 }
 
-pub fn model(shared: &Shared, body: &[u8]) -> Reply {
+pub fn model(h: &impl Harness, body: &[u8]) -> Reply {
     const EX: &str = r#"{"model":"sonnet"}"#;
     let name = match object(body, EX).and_then(|m| string_field(&m, "model", EX)) {
         Ok(n) => n,
@@ -62,20 +61,20 @@ pub fn model(shared: &Shared, body: &[u8]) -> Reply {
             ),
         );
     }
-    match shared.set_model(&name) {
+    match h.set_model(&name) {
         Ok(model) => Reply::json(200, &json!({ "ok": true, "model": model })),
         Err(e) => Reply::error(400, e),
     }
 }
 
-pub fn new_session(shared: &Shared) -> Reply {
-    shared.request_new_session();
+pub fn new_session(h: &impl Harness) -> Reply {
+    h.new_session();
     Reply::ok()
 }
 
 /// Queues a request for the turn loop; 503 when the loop is gone.
-pub fn control(shared: &Shared, c: Control, what: &str) -> Reply {
-    if shared.send(c) {
+pub fn control(h: &impl Harness, ask: Ask, what: &str) -> Reply {
+    if h.ask(ask) {
         Reply::json(200, &json!({ "ok": true, "queued": what }))
     } else {
         Reply::error(503, "the turn loop is not running")
@@ -83,7 +82,7 @@ pub fn control(shared: &Shared, c: Control, what: &str) -> Reply {
 }
 
 /// `POST /api/send {body}`: a message to this agent from `operator`.
-pub fn send(shared: &Shared, body: &[u8]) -> Reply {
+pub fn send(h: &impl Harness, body: &[u8]) -> Reply {
     const EX: &str = r#"{"body":"hello"}"#;
     let text = match object(body, EX).and_then(|m| string_field(&m, "body", EX)) {
         Ok(t) => t,
@@ -100,7 +99,7 @@ pub fn send(shared: &Shared, body: &[u8]) -> Reply {
     if let Err(e) = wake.validate() {
         return Reply::error(400, format!("field {e}"));
     }
-    let socket = &shared.settings.socket;
+    let socket = h.socket();
     let call = || -> Result<SentReply, ClientError> {
         let mut c = Client::connect(socket)?;
         c.set_read_timeout(Some(Duration::from_secs(10)))
@@ -114,15 +113,15 @@ pub fn send(shared: &Shared, body: &[u8]) -> Reply {
     }
 }
 
-pub fn turns(shared: &Shared, query: &str) -> Reply {
-    let limit = match super::http::form_value(query, "limit") {
+pub fn turns(h: &impl Harness, query: &str) -> Reply {
+    let limit = match crate::http::form_value(query, "limit") {
         None => 50,
         Some(v) => match v.parse::<u32>() {
             Ok(n) if (1..=1000).contains(&n) => n,
             _ => return Reply::error(400, "limit must be a whole number from 1 to 1000"),
         },
     };
-    match stats::recent(&shared.settings.stats_db(), limit) {
+    match h.recent_turns(limit) {
         Ok(rows) => Reply::json(200, &rows),
         Err(e) => Reply::error(500, e),
     }
@@ -161,44 +160,38 @@ pub fn parse_links(text: &str) -> Vec<Link> {
         .collect()
 }
 
-pub fn dashboard_links(shared: &Shared) -> Reply {
-    let path = shared
-        .settings
-        .state_dir
-        .join("hyperhive-dashboard-links.json");
+pub fn dashboard_links(h: &impl Harness) -> Reply {
+    let path = h.state_dir().join("hyperhive-dashboard-links.json");
     let links = std::fs::read_to_string(path)
         .map(|t| parse_links(&t))
         .unwrap_or_default();
     Reply::json(200, &links)
 }
 
-pub fn login_state(shared: &Shared) -> Reply {
-    let s = &shared.settings;
+pub fn login_state(h: &impl Harness) -> Reply {
+    let l = h.login_state();
     Reply::json(
         200,
         &json!({
-            "needs_login": shared.bus.snapshot().needs_login,
-            "stored_token": login::stored_token(s).is_some(),
-            "credentials_available": login::credentials_available(s),
+            "needs_login": l.needs_login,
+            "stored_token": l.stored_token,
+            "credentials_available": l.credentials_available,
         }),
     )
 }
 
 /// `POST /api/login {token}`: stores it for the next claude run and ends a
 /// login park. The token is never logged or echoed.
-pub fn login(shared: &Shared, body: &[u8]) -> Reply {
+pub fn login(h: &impl Harness, body: &[u8]) -> Reply {
     const EX: &str = r#"{"token":"sk-ant-…"}"#;
     let token = match object(body, EX).and_then(|m| string_field(&m, "token", EX)) {
         Ok(t) => t,
         Err(r) => return r,
     };
-    if let Err(e) = login::store_token(&shared.settings, &token) {
-        return Reply::error(400, e);
+    match h.store_login(&token) {
+        Ok(()) => Reply::ok(),
+        Err(e) => Reply::error(400, e),
     }
-    log::info!("the operator stored claude credentials through the web page");
-    shared.bus.note("credentials stored through the web page");
-    shared.send(Control::LoginStored);
-    Reply::ok()
 }
 
 #[cfg(test)]
@@ -235,7 +228,7 @@ mod tests {
         let Err(r) = string_field(&m, "token", "{}") else {
             panic!("accepted")
         };
-        let super::super::http::Body::Bytes(b) = r.body else {
+        let crate::http::Body::Bytes(b) = r.body else {
             panic!()
         };
         let text = String::from_utf8(b).unwrap();

@@ -4,7 +4,7 @@
 //! segment, a NUL or a backslash; a file that resolves (through symlinks) outside
 //! its root is refused too.
 
-use super::http::{percent_decode, Body, Reply};
+use crate::http::{percent_decode, Body, Reply};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 

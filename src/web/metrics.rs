@@ -1,18 +1,16 @@
 //! `GET /metrics` in the Prometheus text format: turn counts, durations, tokens
 //! and cost per kind and outcome from the turn-stats db (the outcome label is
 //! always one of the closed [`TurnOutcomeKind`]s, whatever the db holds), the
-//! live gauges from the bus, the number of SSE clients, the turns stopped
+//! live gauges of the harness, the number of SSE clients, the turns stopped
 //! because one of hive's MCP servers did not start, and the seconds spent
-//! rate-limited since this web server started (a [`RateClock`] fed by a thread
-//! that watches the bus).
+//! rate-limited since this web server started (a [`RateClock`] fed by a thread,
+//! `web-rate-clock`, that watches the harness's live stream).
 
-use crate::harness::bus::{Bus, LiveEvent, StateSnapshot, TurnState};
-use crate::harness::stats::Totals;
+use super::harness::{Gauges, Harness, TurnPhase, TurnTotals};
 use crate::proto::TurnOutcomeKind;
-use crossbeam_channel::RecvTimeoutError;
+use crossbeam_channel::{select, Receiver};
 use std::fmt::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Time spent with `rate_limited` set.
@@ -40,32 +38,25 @@ impl RateClock {
     }
 }
 
-/// Feeds `clock` from the bus's state events until `stop` is set.
-pub fn watch(bus: Bus, clock: Arc<RateClock>, stop: Arc<AtomicBool>) {
-    clock.observe(bus.snapshot().rate_limited);
-    let mut last = bus.last_id();
-    let (_, mut rx) = bus.subscribe(Some(last));
-    while !stop.load(Ordering::Relaxed) {
-        match rx.recv_timeout(Duration::from_millis(250)) {
-            Ok(n) => {
-                last = n.id;
-                if let LiveEvent::State { state } = n.event {
-                    clock.observe(state.rate_limited);
+/// Feeds `clock` from the harness's state at every event of its live stream,
+/// until `stop` disconnects (the web server stops).
+pub fn watch<H: Harness>(harness: &H, clock: &RateClock, stop: Receiver<()>) {
+    clock.observe(harness.gauges().rate_limited);
+    let mut last = harness.last_event_id();
+    let (_, mut rx) = harness.subscribe(Some(last));
+    loop {
+        select! {
+            recv(rx) -> event => match event {
+                Ok(e) => last = H::event_id(&e),
+                Err(_) => {
+                    // Dropped for falling behind: go on from the newest.
+                    last = harness.last_event_id().max(last);
+                    rx = harness.subscribe(Some(last)).1;
                 }
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                // Dropped for falling behind: pick up from the ring.
-                let (replay, next) = bus.subscribe(Some(last));
-                for n in replay {
-                    last = n.id;
-                    if let LiveEvent::State { state } = n.event {
-                        clock.observe(state.rate_limited);
-                    }
-                }
-                rx = next;
-            }
+            },
+            recv(stop) -> _ => return,
         }
+        clock.observe(harness.gauges().rate_limited);
     }
 }
 
@@ -84,8 +75,8 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 /// The totals with each outcome read as its closed kind, rows that come to the
 /// same (kind, outcome kind) added up: a db an older harness wrote holds free
 /// text there, and no such text may become a label.
-fn by_outcome_kind(totals: &[Totals]) -> Vec<Totals> {
-    let mut out: Vec<Totals> = Vec::new();
+fn by_outcome_kind(totals: &[TurnTotals]) -> Vec<TurnTotals> {
+    let mut out: Vec<TurnTotals> = Vec::new();
     for t in totals {
         let outcome = TurnOutcomeKind::from_stored(&t.outcome).0.as_str();
         match out
@@ -99,7 +90,7 @@ fn by_outcome_kind(totals: &[Totals]) -> Vec<Totals> {
                 o.tokens_out += t.tokens_out;
                 o.cost_usd += t.cost_usd;
             }
-            None => out.push(Totals {
+            None => out.push(TurnTotals {
                 outcome: outcome.to_string(),
                 ..t.clone()
             }),
@@ -110,13 +101,13 @@ fn by_outcome_kind(totals: &[Totals]) -> Vec<Totals> {
 
 /// The whole exposition.
 pub fn render(
-    totals: &[Totals],
-    state: &StateSnapshot,
+    totals: &[TurnTotals],
+    state: &Gauges,
     sse_clients: usize,
     rate_limited_secs: f64,
 ) -> String {
     let mut o = String::new();
-    type Family = (&'static str, &'static str, fn(&Totals) -> f64);
+    type Family = (&'static str, &'static str, fn(&TurnTotals) -> f64);
     let per_turn: [Family; 5] = [
         (
             "hive_turns_total",
@@ -168,11 +159,11 @@ pub fn render(
         "counter",
         "Turns stopped because one of hive's MCP servers was not connected at start.",
     );
-    for server in crate::harness::classify::CORE_MCP_SERVERS {
-        let n = state.mcp_start_failures.get(server).copied().unwrap_or(0);
+    for (server, n) in &state.mcp_start_failures {
         let _ = writeln!(
             o,
-            "hive_mcp_start_failures_total{{server=\"{server}\"}} {n}"
+            "hive_mcp_start_failures_total{{server=\"{}\"}} {n}",
+            label(server)
         );
     }
     let gauges: [(&str, &str, f64); 7] = [
@@ -184,7 +175,7 @@ pub fn render(
         (
             "hive_inflight",
             "1 while a message is handed out and not yet acked.",
-            f64::from(u8::from(state.inflight.is_some())),
+            f64::from(u8::from(state.inflight)),
         ),
         (
             "hive_sse_clients",
@@ -231,15 +222,12 @@ pub fn render(
         "gauge",
         "1 for the current turn state.",
     );
-    for (s, name) in [
-        (TurnState::Idle, "idle"),
-        (TurnState::Thinking, "thinking"),
-        (TurnState::Compacting, "compacting"),
-    ] {
+    for phase in TurnPhase::ALL {
         let _ = writeln!(
             o,
-            "hive_turn_state{{state=\"{name}\"}} {}",
-            u8::from(state.turn_state == s)
+            "hive_turn_state{{state=\"{}\"}} {}",
+            phase.name(),
+            u8::from(state.phase == phase)
         );
     }
     o
@@ -251,8 +239,18 @@ mod tests {
 
     #[test]
     fn renders_families_with_escaped_labels() {
-        let bus = Bus::new("a", "a", "haiku", 200_000);
-        let totals = [Totals {
+        let mut gauges = Gauges {
+            phase: TurnPhase::Idle,
+            unread: 0,
+            inflight: false,
+            rate_limited: false,
+            needs_login: false,
+            online: true,
+            context_window_tokens: 200_000,
+            context_tokens: None,
+            mcp_start_failures: vec![("hyperhive".into(), 0), ("bash".into(), 0)],
+        };
+        let totals = [TurnTotals {
             kind: "we\"ird\n".into(),
             outcome: "we\"ird\n".into(),
             count: 2,
@@ -261,7 +259,7 @@ mod tests {
             tokens_out: 5,
             cost_usd: 0.25,
         }];
-        let text = render(&totals, &bus.snapshot(), 3, 0.0);
+        let text = render(&totals, &gauges, 3, 0.0);
         assert!(
             text.contains("hive_turns_total{kind=\"we\\\"ird\\n\",outcome=\"other\"} 2\n"),
             "{text}"
@@ -271,10 +269,8 @@ mod tests {
         ));
         assert!(text.contains("hive_sse_clients 3\n"));
         assert!(text.contains("hive_mcp_start_failures_total{server=\"bash\"} 0\n"));
-        bus.update(|s| {
-            s.mcp_start_failures.insert("hyperhive".into(), 2);
-        });
-        let text = render(&totals, &bus.snapshot(), 3, 0.0);
+        gauges.mcp_start_failures[0].1 = 2;
+        let text = render(&totals, &gauges, 3, 0.0);
         assert!(
             text.contains("hive_mcp_start_failures_total{server=\"hyperhive\"} 2\n"),
             "{text}"
@@ -284,8 +280,18 @@ mod tests {
 
     #[test]
     fn outcome_labels_are_closed_kinds_whatever_the_db_holds() {
-        let bus = Bus::new("a", "a", "haiku", 200_000);
-        let row = |outcome: &str, count| Totals {
+        let gauges = Gauges {
+            phase: TurnPhase::Idle,
+            unread: 0,
+            inflight: false,
+            rate_limited: false,
+            needs_login: false,
+            online: true,
+            context_window_tokens: 200_000,
+            context_tokens: None,
+            mcp_start_failures: Vec::new(),
+        };
+        let row = |outcome: &str, count| TurnTotals {
             kind: "turn".into(),
             outcome: outcome.into(),
             count,
@@ -304,7 +310,7 @@ mod tests {
             row("rate limited (resets at 1795323782)", 4),
             row("rate_limited", 5),
         ];
-        let text = render(&totals, &bus.snapshot(), 0, 0.0);
+        let text = render(&totals, &gauges, 0, 0.0);
         let series: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("hive_turns_total{"))

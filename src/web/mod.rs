@@ -1,32 +1,27 @@
 //! The per-agent web UI that `hive serve` runs next to its turn loop: a route
-//! table on the shared HTTP core ([`server`]: bounded tiny_http, named worker
-//! threads, the [`guard`] before every route), with [`api`] for the JSON
-//! endpoints, [`sse`] for the live stream, [`files`] for the page, the overlay
-//! and the icon, [`metrics`] for Prometheus and [`auth`] for the token, which
-//! is generated into `STATE/web-token` unless the operator sets one. It reads
-//! the harness only through [`Shared`], so it never blocks a turn. [`start`]
-//! binds and returns a [`WebHandle`] that stops it on drop. `docs/web.md` lists
-//! every endpoint and variable.
+//! table on the shared HTTP core ([`crate::http`]: bounded tiny_http, named
+//! worker threads, the guard before every route, the live-stream writer and the
+//! token, which is generated into `STATE/web-token` unless the operator sets
+//! one), with [`api`] for the JSON endpoints, [`files`] for the page, the
+//! overlay and the icon, and [`metrics`] for Prometheus. It sees the harness
+//! only through the narrow handle of [`harness`] (the harness implements it), so
+//! it never imports the harness and never blocks a turn. [`start`] binds and
+//! returns a [`WebHandle`] that stops it on drop. `docs/web.md` lists every
+//! endpoint and variable.
 
 pub mod api;
-pub mod auth;
 pub mod files;
-pub mod guard;
-pub mod http;
+pub mod harness;
 pub mod metrics;
-pub mod server;
-pub mod sse;
 
-use crate::harness::bus::Numbered;
-use crate::harness::control::{Control, Shared};
-use crossbeam_channel::{Receiver, RecvTimeoutError};
-use guard::{Guard, Names};
-use http::Reply;
-use server::{Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
-use std::collections::VecDeque;
+use crate::http::guard::{Guard, Names};
+use crate::http::server::{Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
+use crate::http::{self, auth, server, sse, Reply};
+use crate::sys::env::Env;
+use crossbeam_channel::Receiver;
+use harness::{Ask, Harness};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -37,9 +32,6 @@ pub const DEFAULT_PORT: u16 = 7700;
 
 /// How many threads answer requests (SSE streams have their own threads).
 const WORKERS: usize = 4;
-
-/// The file `hive serve` keeps its generated token in, under the state dir.
-pub const TOKEN_FILE: &str = "web-token";
 
 /// The web UI's settings, from the environment.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,75 +82,38 @@ impl Default for WebConfig {
     }
 }
 
-/// `on` or `off` of an `…_AUTH` variable.
-pub fn auth_switch(var: &str, value: Option<String>) -> Result<bool, String> {
-    match value.as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None | Some("on") => Ok(true),
-        Some("off") => Ok(false),
-        Some(v) => Err(format!("{var}={:?} is neither on nor off", http::prefix(v))),
-    }
-}
-
-/// A comma-separated list of host names.
-pub fn host_list(value: Option<String>) -> Vec<String> {
-    value
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
 impl WebConfig {
+    /// The settings from the process environment.
     pub fn from_env() -> Result<WebConfig, String> {
-        WebConfig::from_lookup(|k| std::env::var(k).ok())
+        WebConfig::read(&Env::process())
     }
 
-    /// Reads the variables through `get`; a bad value is an error naming it.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<WebConfig, String> {
-        let get = |k: &str| {
-            get(k)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        let num = |k: &str, default: u64| -> Result<u64, String> {
-            get(k).map_or(Ok(default), |v| {
-                v.parse()
-                    .map_err(|_| format!("{k}={v:?} is not a whole number"))
-            })
-        };
+    /// The settings from `env`; a bad value is an error naming its variable.
+    pub fn read(env: &Env) -> Result<WebConfig, String> {
         let d = WebConfig::default();
-        let port = num("HIVE_PORT", d.port.into())?;
-        let port = u16::try_from(port).map_err(|_| format!("HIVE_PORT={port} is not a port"))?;
-        let bind = match get("HIVE_BIND") {
-            None => d.bind,
-            Some(b) => b.parse().map_err(|_| {
-                format!("HIVE_BIND={b:?} is not an IP address (e.g. 127.0.0.1 or 0.0.0.0)")
-            })?,
-        };
-        let max = num("HIVE_SSE_MAX_CLIENTS", d.sse_max_clients as u64)?;
+        let max = env.num("HIVE_SSE_MAX_CLIENTS", d.sse_max_clients as u64)?;
         if max == 0 {
             return Err("HIVE_SSE_MAX_CLIENTS must be at least 1".into());
         }
-        let per_peer = num("HIVE_SSE_MAX_PER_PEER", d.sse_max_per_peer as u64)?;
+        let per_peer = env.num("HIVE_SSE_MAX_PER_PEER", d.sse_max_per_peer as u64)?;
         if per_peer == 0 {
             return Err("HIVE_SSE_MAX_PER_PEER must be at least 1".into());
         }
-        let ping = num("HIVE_SSE_PING_SECS", d.sse_ping.as_secs())?.max(1);
         Ok(WebConfig {
-            port,
-            bind,
-            token: get("HIVE_WEB_TOKEN"),
-            auth: auth_switch("HIVE_WEB_AUTH", get("HIVE_WEB_AUTH"))?,
-            hosts: host_list(get("HIVE_WEB_HOSTS")),
-            static_dir: get("HIVE_STATIC_DIR").map(PathBuf::from),
-            icon: get("HIVE_ICON").map(PathBuf::from),
-            dist: get("HIVE_WEB_DIST").map(PathBuf::from),
+            port: env.parse("HIVE_PORT", "a port")?.unwrap_or(d.port),
+            bind: env.ip("HIVE_BIND", d.bind)?,
+            token: env.get("HIVE_WEB_TOKEN"),
+            auth: env.switch("HIVE_WEB_AUTH", true)?,
+            hosts: env.list("HIVE_WEB_HOSTS"),
+            static_dir: env.path("HIVE_STATIC_DIR"),
+            icon: env.path("HIVE_ICON"),
+            dist: env.path("HIVE_WEB_DIST"),
             sse_max_clients: max as usize,
             sse_max_per_peer: per_peer as usize,
-            sse_ping: Duration::from_secs(ping),
-            timeouts: Timeouts::from_lookup(&get)?,
+            sse_ping: env
+                .secs("HIVE_SSE_PING_SECS", d.sse_ping.as_secs())?
+                .max(Duration::from_secs(1)),
+            timeouts: Timeouts::read(env)?,
         })
     }
 
@@ -182,8 +137,8 @@ impl WebConfig {
 }
 
 /// What the worker threads share.
-struct App {
-    shared: Shared,
+struct App<H> {
+    harness: Arc<H>,
     cfg: WebConfig,
     stream: sse::Params,
     rate_clock: Arc<metrics::RateClock>,
@@ -192,8 +147,9 @@ struct App {
 /// The running server; dropping it stops it.
 pub struct WebHandle {
     port: u16,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    workers: server::Workers,
+    /// `web-rate-clock`, which ends when the workers' stop switch flips.
+    clock: Option<JoinHandle<()>>,
 }
 
 impl WebHandle {
@@ -207,8 +163,8 @@ impl WebHandle {
     }
 
     fn stop_and_join(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in self.threads.drain(..) {
+        self.workers.stop();
+        if let Some(t) = self.clock.take() {
             let _ = t.join();
         }
     }
@@ -225,7 +181,7 @@ impl Drop for WebHandle {
 /// longer names the page's token is removed, so the file never misleads the
 /// dashboard or a script.
 fn resolve_token(cfg: &WebConfig, state_dir: &std::path::Path) -> Result<Option<String>, String> {
-    let file = state_dir.join(TOKEN_FILE);
+    let file = state_dir.join(auth::PAGE_TOKEN_FILE);
     if cfg.token.is_none() && cfg.auth {
         return auth::load_or_create(&file).map(Some);
     }
@@ -247,7 +203,7 @@ fn resolve_token(cfg: &WebConfig, state_dir: &std::path::Path) -> Result<Option<
 
 /// Starts the web UI. The bound port is logged and written to
 /// `<state>/hyperhive-port` (0600).
-pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
+pub fn start<H: Harness>(harness: H, cfg: WebConfig) -> Result<WebHandle, String> {
     cfg.check()?;
     let listener = server::bind(
         SocketAddr::new(cfg.bind, cfg.port),
@@ -259,7 +215,7 @@ pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
         .local_addr()
         .map_err(|e| format!("cannot read the web UI's address: {e}"))?
         .port();
-    let state_dir = shared.settings.state_dir.clone();
+    let state_dir = harness.state_dir().to_path_buf();
     let token = resolve_token(&cfg, &state_dir)?;
     let port_file = state_dir.join("hyperhive-port");
     if let Err(e) = auth::write_private(&port_file, &format!("{port}\n")) {
@@ -286,7 +242,7 @@ pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
         token,
         format!("hive_token_{port}"),
     );
-    let stop = Arc::new(AtomicBool::new(false));
+    let switch = server::StopSwitch::new();
     let rate_clock = Arc::new(metrics::RateClock::default());
     let body_time = cfg.timeouts.read;
     let site = Arc::new(Site {
@@ -298,116 +254,121 @@ pub fn start(shared: Shared, cfg: WebConfig) -> Result<WebHandle, String> {
                     ("HIVE_SSE_MAX_CLIENTS", "HIVE_SSE_MAX_PER_PEER"),
                 ),
                 ping: cfg.sse_ping,
-                stop: stop.clone(),
+                stop: switch.watch(),
             },
-            shared,
+            harness: Arc::new(harness),
             cfg,
             rate_clock: rate_clock.clone(),
         },
         guard,
-        routes: ROUTES,
+        routes: routes(),
         body_time,
     });
-    let bus = site.app.shared.bus.clone();
-    let mut threads = server::start("web", listener, site, WORKERS, &stop)?;
-    let stop2 = stop.clone();
-    let t = std::thread::Builder::new()
+    let watched = site.app.harness.clone();
+    let stopped = switch.watch();
+    let workers = server::start("web", listener, site, WORKERS, switch)?;
+    let clock = std::thread::Builder::new()
         .name("web-rate-clock".into())
-        .spawn(move || metrics::watch(bus, rate_clock, stop2))
+        .spawn(move || metrics::watch(&*watched, &rate_clock, stopped))
         .map_err(|e| format!("cannot start a web thread: {e}"))?;
-    threads.push(t);
     Ok(WebHandle {
         port,
-        stop,
-        threads,
+        workers,
+        clock: Some(clock),
     })
 }
 
 /// Every endpoint of the page. The guard runs before any of them
 /// ([`server::dispatch`]); `docs/web.md` documents each.
-static ROUTES: &[Route<App>] = &[
-    route(Method::Get, "/events", Handler::Stream(events)),
-    route(
-        Method::Get,
-        "/api/state",
-        Handler::Reply(|a, _| api::state(&a.shared)),
-    ),
-    route(
-        Method::Get,
-        "/api/turns",
-        Handler::Reply(|a, c| api::turns(&a.shared, c.query)),
-    ),
-    route(
-        Method::Get,
-        "/api/dashboard-links",
-        Handler::Reply(|a, _| api::dashboard_links(&a.shared)),
-    ),
-    route(
-        Method::Get,
-        "/api/login",
-        Handler::Reply(|a, _| api::login_state(&a.shared)),
-    ),
-    route(
-        Method::Get,
-        "/icon",
-        Handler::Reply(|a, _| files::icon(a.cfg.icon.as_deref())),
-    ),
-    route(Method::Get, "/metrics", Handler::Reply(metrics_reply)),
-    route(
-        Method::Post,
-        "/api/model",
-        Handler::Reply(|a, c| api::model(&a.shared, &c.body)),
-    ),
-    route(
-        Method::Post,
-        "/api/new-session",
-        Handler::Reply(|a, _| api::new_session(&a.shared)),
-    ),
-    route(
-        Method::Post,
-        "/api/compact",
-        Handler::Reply(|a, _| api::control(&a.shared, Control::Compact, "compact")),
-    ),
-    route(
-        Method::Post,
-        "/api/interrupt",
-        Handler::Reply(|a, _| api::control(&a.shared, Control::Interrupt, "interrupt")),
-    ),
-    route(
-        Method::Post,
-        "/api/send",
-        Handler::Reply(|a, c| api::send(&a.shared, &c.body)),
-    ),
-    route(
-        Method::Post,
-        "/api/login",
-        Handler::Reply(|a, c| api::login(&a.shared, &c.body)),
-    ),
-    Route {
-        method: Method::Get,
-        path: Path::Exact("/login"),
-        access: Access::Login,
-        handler: Handler::Reply(|_, c| login(c, false)),
-    },
-    Route {
-        method: Method::Post,
-        path: Path::Exact("/login"),
-        access: Access::Login,
-        handler: Handler::Reply(|_, c| login(c, true)),
-    },
-    Route {
-        method: Method::Get,
-        path: Path::Any,
-        access: Access::Token,
-        handler: Handler::Reply(|a, c| {
-            files::serve(a.cfg.dist.as_deref(), a.cfg.static_dir.as_deref(), c.path)
-                .unwrap_or_else(Reply::not_found)
-        }),
-    },
-];
+fn routes<H: Harness>() -> Vec<Route<App<H>>> {
+    vec![
+        route(Method::Get, "/events", Handler::Stream(events)),
+        route(
+            Method::Get,
+            "/api/state",
+            Handler::Reply(|a, _| api::state(&*a.harness)),
+        ),
+        route(
+            Method::Get,
+            "/api/turns",
+            Handler::Reply(|a, c| api::turns(&*a.harness, c.query)),
+        ),
+        route(
+            Method::Get,
+            "/api/dashboard-links",
+            Handler::Reply(|a, _| api::dashboard_links(&*a.harness)),
+        ),
+        route(
+            Method::Get,
+            "/api/login",
+            Handler::Reply(|a, _| api::login_state(&*a.harness)),
+        ),
+        route(
+            Method::Get,
+            "/icon",
+            Handler::Reply(|a, _| files::icon(a.cfg.icon.as_deref())),
+        ),
+        route(Method::Get, "/metrics", Handler::Reply(metrics_reply)),
+        route(
+            Method::Post,
+            "/api/model",
+            Handler::Reply(|a, c| api::model(&*a.harness, &c.body)),
+        ),
+        route(
+            Method::Post,
+            "/api/new-session",
+            Handler::Reply(|a, _| api::new_session(&*a.harness)),
+        ),
+        route(
+            Method::Post,
+            "/api/compact",
+            Handler::Reply(|a, _| api::control(&*a.harness, Ask::Compact, "compact")),
+        ),
+        route(
+            Method::Post,
+            "/api/interrupt",
+            Handler::Reply(|a, _| api::control(&*a.harness, Ask::Interrupt, "interrupt")),
+        ),
+        route(
+            Method::Post,
+            "/api/send",
+            Handler::Reply(|a, c| api::send(&*a.harness, &c.body)),
+        ),
+        route(
+            Method::Post,
+            "/api/login",
+            Handler::Reply(|a, c| api::login(&*a.harness, &c.body)),
+        ),
+        Route {
+            method: Method::Get,
+            path: Path::Exact("/login"),
+            access: Access::Login,
+            handler: Handler::Reply(|_, c| login(c, false)),
+        },
+        Route {
+            method: Method::Post,
+            path: Path::Exact("/login"),
+            access: Access::Login,
+            handler: Handler::Reply(|_, c| login(c, true)),
+        },
+        Route {
+            method: Method::Get,
+            path: Path::Any,
+            access: Access::Token,
+            handler: Handler::Reply(|a, c| {
+                files::serve(a.cfg.dist.as_deref(), a.cfg.static_dir.as_deref(), c.path)
+                    .unwrap_or_else(Reply::not_found)
+            }),
+        },
+    ]
+}
 
 /// A route on an exact path that wants the token.
-const fn route(method: Method, path: &'static str, handler: Handler<App>) -> Route<App> {
+fn route<H: Harness>(
+    method: Method,
+    path: &'static str,
+    handler: Handler<App<H>>,
+) -> Route<App<H>> {
     Route {
         method,
         path: Path::Exact(path),
@@ -421,60 +382,74 @@ fn login(c: &Ctx<'_>, post: bool) -> Reply {
     auth::login(c.guard, None, post, c.query, &c.body)
 }
 
-fn metrics_reply(app: &App, _: &Ctx<'_>) -> Reply {
-    let s = &app.shared;
-    let totals = match crate::harness::stats::totals(&s.settings.stats_db()) {
+fn metrics_reply<H: Harness>(app: &App<H>, _: &Ctx<'_>) -> Reply {
+    let h = &*app.harness;
+    let totals = match h.turn_totals() {
         Ok(t) => t,
         Err(e) => return Reply::error(500, e),
     };
     let text = metrics::render(
         &totals,
-        &s.bus.snapshot(),
+        &h.gauges(),
         app.stream.slots.count(),
         app.rate_clock.seconds(),
     );
     Reply::new(200, "text/plain; version=0.0.4; charset=utf-8", text)
 }
 
-/// `GET /events`: the bus's ring from `Last-Event-ID` (or `?last_event_id=`),
-/// then every event live.
-fn events(app: &App, req: Request, c: &Ctx<'_>) {
+/// `GET /events`: the harness's recent events from `Last-Event-ID` (or
+/// `?last_event_id=`), then every event live.
+fn events<H: Harness>(app: &App<H>, req: Request, c: &Ctx<'_>) {
     let last_id = http::header_value(&req, "Last-Event-ID")
         .map(str::to_string)
         .or_else(|| http::form_value(c.query, "last_event_id"))
         .and_then(|v| v.trim().parse::<u64>().ok());
-    let bus = &app.shared.bus;
-    // A client that saw ids beyond ours saw an earlier run: start it afresh.
-    let reset = last_id.is_some_and(|l| l > bus.last_id());
-    let (replay, rx) = bus.subscribe(if reset { None } else { last_id });
-    let mut pending: VecDeque<Arc<str>> = replay.iter().map(|n| Arc::from(frame(n))).collect();
-    if reset {
-        pending.push_front(Arc::from("event: reset\ndata: {}\n\n"));
+    let h = app.harness.clone();
+    sse::start(req, &app.stream, "web-sse", move || {
+        // A client that saw ids beyond ours saw an earlier run: start it afresh.
+        let reset = last_id.is_some_and(|l| l > h.last_event_id());
+        let (replay, rx) = h.subscribe(if reset { None } else { last_id });
+        let mut first: Vec<Arc<str>> = Vec::with_capacity(replay.len() + 1);
+        if reset {
+            first.push(Arc::from("event: reset\ndata: {}\n\n"));
+        }
+        first.extend(replay.iter().map(frame::<H>));
+        LiveFeed::<H> { first, rx }
+    });
+}
+
+/// One SSE frame for an event of the live stream.
+fn frame<H: Harness>(e: &H::Event) -> Arc<str> {
+    Arc::from(format!(
+        "id: {}\ndata: {}\n\n",
+        H::event_id(e),
+        H::event_json(e)
+    ))
+}
+
+/// A page client's frames: the replayed events, then the live subscription.
+struct LiveFeed<H: Harness> {
+    first: Vec<Arc<str>>,
+    rx: Receiver<H::Event>,
+}
+
+impl<H: Harness> sse::Source for LiveFeed<H> {
+    type Item = H::Event;
+
+    fn first(&mut self) -> Vec<Arc<str>> {
+        std::mem::take(&mut self.first)
     }
-    sse::start(req, &app.stream, "web-sse", BusFeed { pending, rx });
-}
 
-/// One SSE frame for a numbered bus event.
-pub fn frame(n: &Numbered) -> String {
-    format!("id: {}\ndata: {}\n\n", n.id, n.to_json())
-}
+    fn items(&self) -> Receiver<H::Event> {
+        self.rx.clone()
+    }
 
-/// A page client's frames: the replayed ring, then the live subscription.
-struct BusFeed {
-    pending: VecDeque<Arc<str>>,
-    rx: Receiver<Numbered>,
-}
+    fn frame(&mut self, e: H::Event) -> Option<Arc<str>> {
+        Some(frame::<H>(&e))
+    }
 
-impl sse::Source for BusFeed {
-    fn next(&mut self, wait: Duration) -> Result<Option<Arc<str>>, String> {
-        if let Some(f) = self.pending.pop_front() {
-            return Ok(Some(f));
-        }
-        match self.rx.recv_timeout(wait) {
-            Ok(n) => Ok(Some(Arc::from(frame(&n)))),
-            Err(RecvTimeoutError::Timeout) => Ok(None),
-            Err(RecvTimeoutError::Disconnected) => Err("it fell too far behind the bus".into()),
-        }
+    fn ended(&self) -> String {
+        "it fell too far behind the live stream".into()
     }
 }
 
@@ -488,7 +463,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        WebConfig::from_lookup(|k| m.get(k).cloned())
+        WebConfig::read(&Env::new(&|k| m.get(k).cloned()))
     }
 
     #[test]

@@ -533,18 +533,14 @@ fn bench_memory_and_idle_cpu(a: &Args) {
 /// progress for 2 s drops its client. Delivered events per reading client, slow
 /// clients dropped, and publish → read latency.
 fn bench_sse_fanout(a: &Args) {
-    use hyperhive::harness::settings::{ServeArgs, Settings};
+    use hyperhive::harness::settings::Settings;
     use std::io::{BufRead, BufReader, Write};
     let secs = if a.quick { 2 } else { 5 };
     let (clients, slow, rate) = (50usize, 2usize, 1000u64);
     let dir = PathBuf::from(format!("/tmp/hv-bench-sse-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("state")).unwrap();
-    let mut s = Settings::resolve(&ServeArgs {
-        state_dir: dir.join("state"),
-        run_dir: dir.join("run"),
-    })
-    .expect("settings");
+    let mut s = Settings::resolve(&dir.join("state"), &dir.join("run")).expect("settings");
     s.socket = dir.join("no-broker.sock");
     let bus = hyperhive::harness::bus::Bus::new("bench", "bench", "haiku", 200_000);
     let (tx, _rx) = crossbeam_channel::unbounded();
@@ -556,7 +552,7 @@ fn bench_sse_fanout(a: &Args) {
         hosts: vec!["x".into()],
         sse_max_clients: 64,
         sse_max_per_peer: 64,
-        timeouts: hyperhive::web::server::Timeouts {
+        timeouts: hyperhive::http::server::Timeouts {
             send: Duration::from_secs(2),
             ..Default::default()
         },

@@ -206,12 +206,12 @@ impl Up {
         c
     }
 
-    pub fn states(&self) -> Vec<hyperhive::up::supervisor::AgentState> {
+    pub fn states(&self) -> Vec<hyperhive::fleet::supervisor::AgentState> {
         let r: hyperhive::proto::cmd::SupervisionReply = self.host().call(&Supervision {}).unwrap();
         r.agents
     }
 
-    pub fn state(&self, name: &str) -> Option<hyperhive::up::supervisor::AgentState> {
+    pub fn state(&self, name: &str) -> Option<hyperhive::fleet::supervisor::AgentState> {
         self.states().into_iter().find(|s| s.name == name)
     }
 

@@ -9,8 +9,8 @@ use super::hive::TempDir;
 use crossbeam_channel::{unbounded, Receiver};
 use hyperhive::harness::bus::Bus;
 use hyperhive::harness::control::{Control, Shared};
-use hyperhive::harness::settings::{ServeArgs, Settings};
-use hyperhive::web::server::Timeouts;
+use hyperhive::harness::settings::Settings;
+use hyperhive::http::server::Timeouts;
 use hyperhive::web::{self, WebConfig, WebHandle};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -33,11 +33,7 @@ pub struct Web {
 pub fn settings(dir: &TempDir) -> Settings {
     let state = dir.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
-    let mut s = Settings::resolve(&ServeArgs {
-        state_dir: state.clone(),
-        run_dir: dir.path().join("run"),
-    })
-    .expect("settings");
+    let mut s = Settings::resolve(&state, &dir.path().join("run")).expect("settings");
     s.label = "ana".into();
     s.model_file = state.join("hyperhive-model");
     s.socket = dir.path().join("no-broker.sock");
@@ -143,7 +139,7 @@ pub fn browser_login(d: &super::browser::Driver, page: &Page) {
 
 /// The token a page generated into its state dir, if any.
 pub fn read_token(state_dir: &Path) -> Option<String> {
-    std::fs::read_to_string(state_dir.join(web::TOKEN_FILE))
+    std::fs::read_to_string(state_dir.join(hyperhive::http::auth::PAGE_TOKEN_FILE))
         .ok()
         .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty())

@@ -139,7 +139,7 @@ fn web_ports() -> (u16, u16) {
     *PORTS.get_or_init(|| {
         let base = std::env::temp_dir().join(format!("hv-fuzz-web-{}", std::process::id()));
         let start = |tag: &str, token: Option<&str>| -> u16 {
-            use hyperhive::harness::settings::{ServeArgs, Settings};
+            use hyperhive::harness::settings::Settings;
             let dir = base.join(tag);
             let state = dir.join("state");
             let root = dir.join("static");
@@ -149,11 +149,7 @@ fn web_ports() -> (u16, u16) {
             std::fs::write(root.join("games/index.html"), "inside").unwrap();
             let _ = std::os::unix::fs::symlink(dir.join("secret.txt"), root.join("leak.txt"));
             let _ = std::os::unix::fs::symlink(&dir, root.join("up"));
-            let mut s = Settings::resolve(&ServeArgs {
-                state_dir: state.clone(),
-                run_dir: dir.join("run"),
-            })
-            .expect("settings");
+            let mut s = Settings::resolve(&state, &dir.join("run")).expect("settings");
             s.label = "ana".into();
             s.model_file = state.join("hyperhive-model");
             s.socket = dir.join("no-broker.sock");
@@ -170,7 +166,7 @@ fn web_ports() -> (u16, u16) {
                 hosts: vec!["x".into()],
                 static_dir: Some(root),
                 sse_ping: Duration::from_millis(200),
-                timeouts: hyperhive::web::server::Timeouts {
+                timeouts: hyperhive::http::server::Timeouts {
                     read: Duration::from_millis(500),
                     send: Duration::from_millis(500),
                 },

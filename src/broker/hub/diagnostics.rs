@@ -54,31 +54,16 @@ fn read_journal(unit: Option<&str>, n: u64) -> Result<String, String> {
     if let Some(u) = unit {
         cmd.args(["-u", u]);
     }
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().map_err(|e| {
-        format!("journalctl is not available on this host ({e}); there is no host journal to read")
-    })?;
-    let pid = child.id();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(JOURNAL_TIMEOUT) {
-        Ok(Ok(out)) if out.status.success() => {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        }
-        Ok(Ok(out)) => Err(format!(
+    match crate::sys::run_with_timeout(&mut cmd, JOURNAL_TIMEOUT) {
+        Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        Ok(out) => Err(format!(
             "journalctl failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         )),
-        Ok(Err(e)) => Err(format!("journalctl failed: {e}")),
-        Err(_) => {
-            // SAFETY: kill(2) on the journalctl we spawned.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            Err("journalctl did not answer within 10 s".into())
-        }
+        Err(crate::sys::RunError::Start(e)) => Err(format!(
+            "journalctl is not available on this host ({e}); there is no host journal to read"
+        )),
+        Err(e) => Err(format!("journalctl {e}")),
     }
 }

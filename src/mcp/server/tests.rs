@@ -523,13 +523,3 @@ fn exit_codes_follow_shell_conventions() {
     assert_eq!(ExitReason::Eof.exit_code(), 0);
     assert_eq!(ExitReason::Signal(15).exit_code(), 143);
 }
-
-/// The only test that touches process-wide signal state: one signal is forwarded
-/// and nothing else is raised, so the exit-on-second-signal path never fires.
-#[test]
-fn the_first_exit_signal_is_forwarded() {
-    use signal_hook::consts::SIGHUP;
-    let signals = install_exit_signals().unwrap();
-    signal_hook::low_level::raise(SIGHUP).unwrap();
-    assert_eq!(signals.recv_timeout(WAIT), Ok(SIGHUP));
-}

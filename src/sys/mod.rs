@@ -1,8 +1,48 @@
-//! Small operating-system helpers that need `unsafe` and belong to no one
-//! subsystem: the process's descriptor limit. Each call is one libc function
-//! with its `SAFETY` note; callers get plain values and `io::Error`s.
+//! The operating system, in one place: every `unsafe` of hive outside the
+//! vendored tiny_http is in this module, each call one libc function with its
+//! `SAFETY` note, and callers get safe functions, plain values and
+//! `io::Error`s. It owns the mechanisms every process uses one way:
+//! [`process`] (children in their own process group, killed and reaped on drop;
+//! run-with-timeout), [`signals`] (first signal forwarded, a second exits with
+//! 128 + the signal), [`env`] (settings from environment variables), [`fd`]
+//! (pipes, socket options, a hang-up as an event) and [`ns`] (the sandbox's
+//! namespaces, mounts and capabilities); here, the descriptor limit, the
+//! umask and the effective ids. It imports nothing else of the crate.
+
+pub mod env;
+pub mod fd;
+pub mod ns;
+pub mod process;
+pub mod signals;
+
+pub use process::{kill_group, run_with_timeout, ProcessGroup, RunError};
+pub use signals::signals;
 
 use std::io;
+
+/// Sets the process umask; returns the old one.
+pub fn set_umask(mask: u32) -> u32 {
+    // SAFETY: umask(2) cannot fail.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
+}
+
+/// The process umask (read by setting it and putting it back).
+pub fn umask() -> u32 {
+    let old = set_umask(0o022);
+    set_umask(old);
+    old
+}
+
+/// The effective user and group ids.
+pub fn effective_ids() -> (u32, u32) {
+    // SAFETY: geteuid and getegid have no arguments and cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    effective_ids().0 == 0
+}
 
 /// The soft and hard `RLIMIT_NOFILE` of this process.
 // `rlim_t` is `u64` on the 64-bit targets hive is built for, not on every libc

@@ -15,19 +15,13 @@ pub mod supervisor;
 pub mod watch;
 
 use crate::broker::lifecycle::LifecycleCmd;
-use crate::broker::{self, db::Durability, BrokerArgs, BrokerDeps};
+use crate::broker::{self, db::Durability, BrokerDeps, BrokerSettings};
 use crate::config::{AgentConfig, HiveConfig};
+use crate::sys::env::Env;
 use crossbeam_channel::unbounded;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use supervisor::Supervisor;
-
-/// The flags of `hive up`.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct UpArgs {
-    pub config: Option<PathBuf>,
-    pub data: Option<PathBuf>,
-}
 
 /// The agent `hive up` runs when no fleet file is given.
 pub const DEFAULT_AGENT: &str = "ruth";
@@ -53,20 +47,15 @@ pub struct UpSettings {
     pub child_umask: u32,
     /// How agents are sandboxed; `None` when they run unisolated.
     pub isolation: Option<isolation::Isolation>,
-}
-
-fn env_num(key: &str, default: u64) -> Result<u64, String> {
-    match std::env::var(key) {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .parse()
-            .map_err(|_| format!("{key}={v:?} is not a whole number")),
-        _ => Ok(default),
-    }
+    /// `hive up`'s own environment names an Anthropic key or OAuth token,
+    /// which every agent inherits (so each counts as logged in).
+    pub inherited_login: bool,
 }
 
 impl UpSettings {
-    pub fn from_env(data: PathBuf, config: Option<PathBuf>) -> Result<UpSettings, String> {
+    /// The settings of `hive up` for `data` and the fleet file `config`, from
+    /// `env` (`HIVE_UP_*`); read once at start.
+    pub fn read(data: PathBuf, config: Option<PathBuf>, env: &Env) -> Result<UpSettings, String> {
         let exe = std::env::current_exe()
             .map_err(|e| format!("cannot find the hive binary to run the agents: {e}"))?;
         Ok(UpSettings {
@@ -74,26 +63,23 @@ impl UpSettings {
             data,
             config,
             exe,
-            restart_base: Duration::from_millis(env_num("HIVE_UP_RESTART_BASE_MS", 1000)?),
-            restart_max: Duration::from_millis(env_num("HIVE_UP_RESTART_MAX_MS", 60_000)?),
-            stable: Duration::from_secs(env_num("HIVE_UP_STABLE_SECS", 60)?),
-            stop_grace: Duration::from_millis(env_num("HIVE_UP_STOP_GRACE_MS", 10_000)?),
-            watch_interval: Duration::from_millis(env_num("HIVE_UP_WATCH_MS", 2000)?.max(50)),
-            log_max_bytes: env_num("HIVE_UP_LOG_MAX_BYTES", 10 * 1024 * 1024)?,
-            log_keep: env_num("HIVE_UP_LOG_KEEP", 3)? as u32,
-            child_umask: current_umask(),
+            restart_base: env.millis("HIVE_UP_RESTART_BASE_MS", 1000)?,
+            restart_max: env.millis("HIVE_UP_RESTART_MAX_MS", 60_000)?,
+            stable: env.secs("HIVE_UP_STABLE_SECS", 60)?,
+            stop_grace: env.millis("HIVE_UP_STOP_GRACE_MS", 10_000)?,
+            watch_interval: env
+                .millis("HIVE_UP_WATCH_MS", 2000)?
+                .max(Duration::from_millis(50)),
+            log_max_bytes: env.num("HIVE_UP_LOG_MAX_BYTES", 10 * 1024 * 1024)?,
+            log_keep: env
+                .parse("HIVE_UP_LOG_KEEP", "a whole number")?
+                .unwrap_or(3),
+            child_umask: crate::sys::umask(),
             isolation: None,
+            inherited_login: ["ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"]
+                .iter()
+                .any(|k| env.get(k).is_some()),
         })
-    }
-}
-
-/// The process umask (read by setting it and putting it back).
-fn current_umask() -> u32 {
-    // SAFETY: umask(2) cannot fail; the old value is restored at once.
-    unsafe {
-        let old = libc::umask(0o022);
-        libc::umask(old);
-        old as u32
     }
 }
 
@@ -106,18 +92,14 @@ fn absolute(p: &Path) -> Result<PathBuf, String> {
 /// Runs a hive until SIGTERM or SIGINT: the broker, then the agents; on the
 /// signal the agents stop first (each requeues its inflight message), then the
 /// broker.
-pub fn run(args: UpArgs) -> Result<(), String> {
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ])
-    .map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    let data = absolute(args.data.as_deref().unwrap_or(Path::new("hive-data")))?;
+/// `data` is the data dir (`--data`), `config` the fleet file (`--config`).
+pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), String> {
+    let signals = crate::sys::signals()?;
+    let data = absolute(data)?;
     // Without --config the hive's fleet file is DATA/hive.json, written with one
     // agent the first time, so approvals and the permissions tab have a file.
-    let config_path = match &args.config {
-        Some(p) => p.clone(),
+    let config_path = match config {
+        Some(p) => p,
         None => {
             let p = data.join("hive.json");
             if !p.exists() {
@@ -142,13 +124,14 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             config_path.display()
         ));
     }
-    let mut settings = UpSettings::from_env(data.clone(), Some(config_path.clone()))?;
-    settings.isolation = isolation::at_start(&settings.exe, &data, &config_path)?;
+    let env = Env::process();
+    let mut settings = UpSettings::read(data.clone(), Some(config_path.clone()), &env)?;
+    settings.isolation = isolation::at_start(&settings.exe, &data, &config_path, &env)?;
     let config = Some(config_path);
-    let dash_cfg = dashboard::DashConfig::from_env()?;
+    let dash_cfg = dashboard::DashConfig::read(&env)?;
     let (sup_tx, sup_rx) = unbounded::<LifecycleCmd>();
     let broker = broker::start(
-        &BrokerArgs {
+        &BrokerSettings {
             state_dir: data.clone(),
             run_dir: settings.run_dir.clone(),
             agents: Vec::new(),
@@ -177,7 +160,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     );
     let dash = dashboard::start(&data, broker::host_socket(&settings.run_dir), dash_cfg)?;
     let port_file = data.join("dashboard-port");
-    if let Err(e) = crate::web::auth::write_private(&port_file, &format!("{}\n", dash.port)) {
+    if let Err(e) = crate::http::auth::write_private(&port_file, &format!("{}\n", dash.port)) {
         log::warn!("cannot write {}: {e}", port_file.display());
     }
     match dash.login_link()? {
@@ -190,13 +173,8 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     }
     print_pages(&sup_tx);
 
-    let sig = signals.forever().next();
-    log::info!("signal {sig:?}: stopping the agents, then the broker");
-    std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            std::process::exit(130);
-        }
-    });
+    let _ = signals.recv();
+    log::info!("stopping the agents, then the broker");
     let (done_tx, done_rx) = crossbeam_channel::bounded(1);
     if sup_tx
         .send(LifecycleCmd::Shutdown { reply: done_tx })

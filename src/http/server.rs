@@ -1,18 +1,19 @@
 //! The HTTP core both of hive's web servers share — the agent page of
-//! `hive serve` ([`super::start`]) and the operator dashboard of `hive up`
-//! (`up::dashboard`): the listening socket with its read and send timeouts, the
-//! patched tiny_http server with bounded request heads, the named worker
+//! `hive serve` (`web::start`) and the operator dashboard of `hive up`
+//! (`fleet::dashboard`): the listening socket with its read and send timeouts,
+//! the patched tiny_http server with bounded request heads, the named worker
 //! threads, and [`dispatch`], the one function every request goes through. A
-//! server is a [`Site`]: its state, its [`Guard`] and one static route table.
+//! server is a [`Site`]: its state, its [`Guard`] and its route table.
 //! A handler is reachable only through a route, and `dispatch` runs the guard
 //! (host, token, same-origin) before it looks at a route's handler, so an
 //! endpoint added to a table cannot skip the guard. `HEAD` is answered
 //! wherever `GET` is, without the body.
 
 use super::guard::Guard;
-use super::http::{self, Reply};
+use crate::http::{self, Reply};
+use crate::sys::env::Env;
+use crate::sys::fd::set_socket_timeouts;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -41,21 +42,17 @@ impl Default for Timeouts {
 }
 
 impl Timeouts {
-    /// Reads the variables through `get` (trimmed, empty is unset).
-    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Timeouts, String> {
+    /// `HIVE_WEB_READ_TIMEOUT_SECS` and `HIVE_WEB_SEND_TIMEOUT_SECS` (at least 1 s).
+    pub fn read(env: &Env) -> Result<Timeouts, String> {
         let d = Timeouts::default();
-        let secs = |k: &str, default: Duration| -> Result<Duration, String> {
-            match get(k) {
-                None => Ok(default),
-                Some(v) => v
-                    .parse::<u64>()
-                    .map(|s| Duration::from_secs(s.max(1)))
-                    .map_err(|_| format!("{k}={v:?} is not a whole number of seconds")),
-            }
-        };
+        let one = Duration::from_secs(1);
         Ok(Timeouts {
-            read: secs("HIVE_WEB_READ_TIMEOUT_SECS", d.read)?,
-            send: secs("HIVE_WEB_SEND_TIMEOUT_SECS", d.send)?,
+            read: env
+                .secs("HIVE_WEB_READ_TIMEOUT_SECS", d.read.as_secs())?
+                .max(one),
+            send: env
+                .secs("HIVE_WEB_SEND_TIMEOUT_SECS", d.send.as_secs())?
+                .max(one),
         })
     }
 }
@@ -66,31 +63,8 @@ impl Timeouts {
 pub fn bind(addr: SocketAddr, t: Timeouts, what: &str, hint: &str) -> Result<TcpListener, String> {
     let l = TcpListener::bind(addr)
         .map_err(|e| format!("cannot listen on {addr} for {what}: {e} ({hint})"))?;
-    for (opt, d, name) in [
-        (libc::SO_SNDTIMEO, t.send, "send"),
-        (libc::SO_RCVTIMEO, t.read, "read"),
-    ] {
-        let tv = libc::timeval {
-            tv_sec: d.as_secs() as _,
-            tv_usec: d.subsec_micros() as _,
-        };
-        // SAFETY: a valid fd and a timeval of the size passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                l.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(format!(
-                "cannot set a {name} timeout on the socket of {what}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
+    set_socket_timeouts(&l, t.send, t.read)
+        .map_err(|e| format!("cannot set the socket timeouts of {what}: {e}"))?;
     Ok(l)
 }
 
@@ -163,11 +137,28 @@ pub struct Route<A: 'static> {
     pub handler: Handler<A>,
 }
 
+// By hand: a derive would want `A: Clone`, but a route only holds fn pointers.
+impl<A> Clone for Handler<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Handler<A> {}
+
+impl<A> Clone for Route<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Route<A> {}
+
 /// One server: its state, its guard and its route table.
 pub struct Site<A: 'static> {
     pub app: A,
     pub guard: Guard,
-    pub routes: &'static [Route<A>],
+    pub routes: Vec<Route<A>>,
     /// The time a whole request body may take to arrive.
     pub body_time: Duration,
 }
@@ -175,39 +166,104 @@ pub struct Site<A: 'static> {
 /// The largest body the login form may have.
 const LOGIN_BODY: usize = 4096;
 
-/// Starts `workers` threads named `NAME-i` that answer `site`'s requests until
-/// `stop` is set. The tiny_http server (and its listener) goes with the last
-/// of them.
+/// What stops a server: its sender is never used, only dropped, which
+/// disconnects every receiver [`StopSwitch::watch`] handed out (the live
+/// streams, the server's own helper threads) at once.
+pub struct StopSwitch {
+    tx: Option<crossbeam_channel::Sender<()>>,
+    rx: crossbeam_channel::Receiver<()>,
+}
+
+impl StopSwitch {
+    pub fn new() -> StopSwitch {
+        let (tx, rx) = crossbeam_channel::bounded(0);
+        StopSwitch { tx: Some(tx), rx }
+    }
+
+    /// A receiver that disconnects when the server stops.
+    pub fn watch(&self) -> crossbeam_channel::Receiver<()> {
+        self.rx.clone()
+    }
+
+    fn flip(&mut self) {
+        self.tx = None;
+    }
+}
+
+impl Default for StopSwitch {
+    fn default() -> StopSwitch {
+        StopSwitch::new()
+    }
+}
+
+/// A server's worker threads; [`Workers::stop`] (or dropping it) ends them and
+/// everything that watches its [`StopSwitch`].
+pub struct Workers {
+    server: Arc<Server>,
+    threads: Vec<JoinHandle<()>>,
+    stopping: Arc<AtomicBool>,
+    switch: StopSwitch,
+}
+
+impl Workers {
+    /// Flips the stop switch, wakes every worker (tiny_http's `unblock`, once
+    /// per worker) and joins them.
+    pub fn stop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.switch.flip();
+        for _ in &self.threads {
+            self.server.unblock();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Starts `workers` threads named `NAME-i` that answer `site`'s requests, each
+/// blocked on the next request, until [`Workers::stop`]. The tiny_http server
+/// (and its listener) goes with the returned [`Workers`].
 pub fn start<A: Send + Sync + 'static>(
     name: &str,
     listener: TcpListener,
     site: Arc<Site<A>>,
     workers: usize,
-    stop: &Arc<AtomicBool>,
-) -> Result<Vec<JoinHandle<()>>, String> {
+    switch: StopSwitch,
+) -> Result<Workers, String> {
     let server = Arc::new(
         Server::from_listener_with_limits(listener, None, Limits::default())
             .map_err(|e| format!("cannot start the {name} server: {e}"))?,
     );
-    let mut threads = Vec::with_capacity(workers);
+    let stopping = Arc::new(AtomicBool::new(false));
+    let mut running = Workers {
+        server: server.clone(),
+        threads: Vec::with_capacity(workers),
+        stopping: stopping.clone(),
+        switch,
+    };
     for i in 0..workers {
-        let (server, site, stop) = (server.clone(), site.clone(), stop.clone());
+        let (server, site, stopping) = (server.clone(), site.clone(), stopping.clone());
         let name = name.to_string();
         let t = std::thread::Builder::new()
             .name(format!("{name}-{i}"))
-            .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    match server.recv_timeout(Duration::from_millis(200)) {
-                        Ok(Some(req)) => dispatch(&site, req),
-                        Ok(None) => {}
-                        Err(e) => log::debug!("{name}: a connection failed: {e}"),
-                    }
+            .spawn(move || loop {
+                match server.recv() {
+                    Ok(req) => dispatch(&site, req),
+                    // An unblock (the server stops), or a failed connection.
+                    Err(_) if stopping.load(Ordering::SeqCst) => return,
+                    Err(e) => log::debug!("{name}: a connection failed: {e}"),
                 }
             })
             .map_err(|e| format!("cannot start a web server thread: {e}"))?;
-        threads.push(t);
+        running.threads.push(t);
     }
-    Ok(threads)
+    Ok(running)
 }
 
 /// Answers one request: the guard, then the route table, then the handler.

@@ -88,8 +88,13 @@ fn unisolated(why: &str) -> String {
 
 /// `hive up`'s decision at start, from `HIVE_ISOLATION`: prints the line that
 /// says whether agents are isolated, and returns the plan.
-pub fn at_start(exe: &Path, data: &Path, fleet: &Path) -> Result<Option<Isolation>, String> {
-    let setting = Setting::parse(std::env::var("HIVE_ISOLATION").ok().as_deref())?;
+pub fn at_start(
+    exe: &Path,
+    data: &Path,
+    fleet: &Path,
+    env: &crate::sys::env::Env,
+) -> Result<Option<Isolation>, String> {
+    let setting = Setting::parse(env.get("HIVE_ISOLATION").as_deref())?;
     let home = std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from)
@@ -130,7 +135,7 @@ pub fn decide(
         Ok(c) => c,
         Err(why) => return fail(why),
     };
-    let root = super::sandbox::is_root();
+    let root = crate::sys::is_root();
     // Root needs no user namespace (and one would make /proc harder to mount
     // under a hardened service); anyone else does.
     let tries: &[bool] = if root { &[false, true] } else { &[true] };

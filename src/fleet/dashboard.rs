@@ -1,6 +1,6 @@
 //! The operator dashboard of `hive up`: one embedded page (`dashboard.html`, no
 //! build step, no CDN) and a small JSON API, as a route table on the web
-//! servers' shared core (`web::server`: bounded tiny_http, socket timeouts, the
+//! servers' shared core (`http::server`: bounded tiny_http, socket timeouts, the
 //! guard before every route). It is bound to 127.0.0.1 by default and wants a
 //! token: `HIVE_DASHBOARD_TOKEN`, else one generated into `DATA/dashboard-token`;
 //! `hive up` prints a one-time login link instead of the token. It speaks to
@@ -12,23 +12,23 @@
 //! string (bounded in size: long texts are cut with a marker). Documented in
 //! `docs/fleet.md`.
 
+use crate::http::auth::{self, OneTimeCodes};
+use crate::http::guard::{Guard, Names};
+use crate::http::server::{self, Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
+use crate::http::sse;
+use crate::http::{self, Reply};
 use crate::proto::cmd::{
     Agents, Answer, Approvals, Approve, Deny, Inbox, InboxAck, Questions, SetPermissions,
     Supervision,
 };
 use crate::proto::{cmd, AgentState, Client, Command};
-use crate::web::auth::{self, OneTimeCodes};
-use crate::web::guard::{Guard, Names};
-use crate::web::http::{self, Reply};
-use crate::web::server::{self, Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
-use crate::web::{auth_switch, host_list, sse};
-use crossbeam_channel::{select, Receiver, Sender};
+use crate::sys::env::Env;
+use crossbeam_channel::{bounded, select, Receiver, Sender, TrySendError};
 use serde_json::{json, Value};
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path as FsPath, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -66,47 +66,30 @@ pub struct DashConfig {
     /// The web servers' socket timeouts (`HIVE_WEB_READ_TIMEOUT_SECS`,
     /// `HIVE_WEB_SEND_TIMEOUT_SECS`).
     pub timeouts: Timeouts,
+    /// `hive up`'s own `HIVE_WEB_TOKEN`: the last guess at an agent page's
+    /// token, after its fleet entry's and its generated one.
+    pub page_token: Option<String>,
 }
 
 impl DashConfig {
+    /// The settings from the process environment.
     pub fn from_env() -> Result<DashConfig, String> {
-        DashConfig::from_lookup(|k| std::env::var(k).ok())
+        DashConfig::read(&Env::process())
     }
 
-    /// Reads the variables through `get`; a bad value is an error naming it.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<DashConfig, String> {
-        let get = |k: &str| {
-            get(k)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        let bind = match get("HIVE_DASHBOARD_BIND") {
-            None => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            Some(b) => b.parse().map_err(|_| {
-                format!("HIVE_DASHBOARD_BIND={b:?} is not an IP address (e.g. 127.0.0.1)")
-            })?,
-        };
-        let port = match get("HIVE_DASHBOARD_PORT") {
-            None => 0,
-            Some(p) => p
-                .parse()
-                .map_err(|_| format!("HIVE_DASHBOARD_PORT={p:?} is not a port"))?,
-        };
-        let poll = match get("HIVE_DASHBOARD_POLL_MS") {
-            None => 1000,
-            Some(p) => p
-                .parse::<u64>()
-                .map_err(|_| format!("HIVE_DASHBOARD_POLL_MS={p:?} is not a whole number"))?
-                .max(50),
-        };
+    /// The settings from `env`; a bad value is an error naming its variable.
+    pub fn read(env: &Env) -> Result<DashConfig, String> {
         let cfg = DashConfig {
-            bind,
-            port,
-            token: get("HIVE_DASHBOARD_TOKEN"),
-            auth: auth_switch("HIVE_DASHBOARD_AUTH", get("HIVE_DASHBOARD_AUTH"))?,
-            hosts: host_list(get("HIVE_DASHBOARD_HOSTS")),
-            poll: Duration::from_millis(poll),
-            timeouts: Timeouts::from_lookup(&get)?,
+            bind: env.ip("HIVE_DASHBOARD_BIND", IpAddr::V4(Ipv4Addr::LOCALHOST))?,
+            port: env.parse("HIVE_DASHBOARD_PORT", "a port")?.unwrap_or(0),
+            token: env.get("HIVE_DASHBOARD_TOKEN"),
+            auth: env.switch("HIVE_DASHBOARD_AUTH", true)?,
+            hosts: env.list("HIVE_DASHBOARD_HOSTS"),
+            poll: env
+                .millis("HIVE_DASHBOARD_POLL_MS", 1000)?
+                .max(Duration::from_millis(50)),
+            timeouts: Timeouts::read(env)?,
+            page_token: env.get("HIVE_WEB_TOKEN"),
         };
         cfg.check()?;
         Ok(cfg)
@@ -133,11 +116,49 @@ impl DashConfig {
     }
 }
 
-/// The latest snapshot, as the frame every live client sends.
+/// The latest snapshot, as the frame every live client sends, and the live
+/// clients to tell when it changes.
 #[derive(Default)]
 struct Feed {
     latest: Mutex<Option<(u64, Arc<str>)>>,
-    changed: Condvar,
+    /// One per live client: a pending notice is enough, so each holds one.
+    watchers: Mutex<Vec<Sender<()>>>,
+}
+
+impl Feed {
+    /// Publishes a new snapshot and tells every live client (whose notice
+    /// may already wait: then it reads this one too).
+    fn publish(&self, latest: Option<(u64, Arc<str>)>) {
+        let tell = latest.is_some();
+        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = latest;
+        if tell {
+            self.watchers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|w| !matches!(w.try_send(()), Err(TrySendError::Disconnected(_))));
+        }
+    }
+
+    /// The latest snapshot if it is newer than `seen`.
+    fn newer(&self, seen: &mut u64) -> Option<Arc<str>> {
+        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        match latest.as_ref() {
+            Some((v, frame)) if *v > *seen => {
+                *seen = *v;
+                Some(frame.clone())
+            }
+            _ => None,
+        }
+    }
+
+    fn watch(&self) -> Receiver<()> {
+        let (tx, rx) = bounded(1);
+        self.watchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(tx);
+        rx
+    }
 }
 
 /// What a new live client tells the producer.
@@ -161,8 +182,9 @@ struct App {
 pub struct Dashboard {
     pub port: u16,
     site: Arc<Site<App>>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    workers: server::Workers,
+    /// `dashboard-feed`, which ends when the workers' stop switch flips.
+    feed: Option<JoinHandle<()>>,
 }
 
 impl Dashboard {
@@ -201,10 +223,8 @@ impl Dashboard {
 
 impl Drop for Dashboard {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // The producer may be waiting out a long poll interval.
-        let _ = self.site.app.wake.send(FeedCmd::Wake);
-        for t in self.threads.drain(..) {
+        self.workers.stop();
+        if let Some(t) = self.feed.take() {
             let _ = t.join();
         }
     }
@@ -253,7 +273,7 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
         token,
         format!("hive_dashboard_{port}"),
     );
-    let stop = Arc::new(AtomicBool::new(false));
+    let switch = server::StopSwitch::new();
     let (wake, woken) = crossbeam_channel::unbounded();
     let body_time = cfg.timeouts.read;
     let site = Arc::new(Site {
@@ -268,7 +288,7 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
                     ("the dashboard's 16", "the dashboard's 8 per address"),
                 ),
                 ping: Duration::from_secs(15),
-                stop: stop.clone(),
+                stop: switch.watch(),
             },
             feed: Arc::new(Feed::default()),
             wake,
@@ -279,21 +299,21 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
             cfg,
         },
         guard,
-        routes: ROUTES,
+        routes: ROUTES.to_vec(),
         body_time,
     });
-    let mut threads = server::start("dashboard", listener, site.clone(), WORKERS, &stop)?;
-    let (s, st) = (site.clone(), stop.clone());
-    let t = std::thread::Builder::new()
+    let stopped = switch.watch();
+    let workers = server::start("dashboard", listener, site.clone(), WORKERS, switch)?;
+    let s = site.clone();
+    let feed = std::thread::Builder::new()
         .name("dashboard-feed".into())
-        .spawn(move || produce(&s.app, &woken, &st))
+        .spawn(move || produce(&s.app, &woken, &stopped))
         .map_err(|e| format!("cannot start the dashboard's snapshot thread: {e}"))?;
-    threads.push(t);
     Ok(Dashboard {
         port,
         site,
-        stop,
-        threads,
+        workers,
+        feed: Some(feed),
     })
 }
 
@@ -430,10 +450,10 @@ fn agent_token(app: &App, name: &str, supervision: Option<&AgentState>) -> Optio
         .or_else(|| {
             plain_name(name)
                 .then(|| app.data.join("agents").join(name).join("state"))
-                .and_then(|d| std::fs::read_to_string(d.join(crate::web::TOKEN_FILE)).ok())
+                .and_then(|d| std::fs::read_to_string(d.join(auth::PAGE_TOKEN_FILE)).ok())
                 .and_then(nonblank)
         })
-        .or_else(|| std::env::var("HIVE_WEB_TOKEN").ok().and_then(nonblank))
+        .or_else(|| app.cfg.page_token.clone())
 }
 
 /// The supervision row of `name`.
@@ -649,33 +669,39 @@ fn snapshot(app: &App) -> Value {
 }
 
 /// The snapshot producer: while live clients are connected, one snapshot per
-/// tick, published to all of them when it changed; nothing while none are.
-fn produce(app: &App, woken: &Receiver<FeedCmd>, stop: &AtomicBool) {
+/// tick, published to all of them when it changed; while none are, it waits
+/// for the next one to come (a [`FeedCmd::Wake`]) or the server to stop.
+fn produce(app: &App, woken: &Receiver<FeedCmd>, stop: &Receiver<()>) {
     let mut version = 0u64;
     let mut last: Option<Arc<str>> = None;
-    while !stop.load(Ordering::Relaxed) {
-        if app.stream.slots.count() == 0 {
+    loop {
+        let watched = app.stream.slots.count() > 0;
+        if !watched {
             // Nobody watches: drop the old one, so a new client never starts
             // from a stale snapshot.
             if last.take().is_some() {
-                *app.feed.latest.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                app.feed.publish(None);
             }
         } else {
             let frame: Arc<str> = Arc::from(format!("data: {}\n\n", snapshot(app)));
             if last.as_deref() != Some(&*frame) {
                 version += 1;
-                *app.feed.latest.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some((version, frame.clone()));
-                app.feed.changed.notify_all();
+                app.feed.publish(Some((version, frame.clone())));
                 last = Some(frame);
             }
         }
+        let tick = if watched {
+            crossbeam_channel::after(app.cfg.poll)
+        } else {
+            crossbeam_channel::never()
+        };
         select! {
             recv(woken) -> cmd => match cmd {
                 Ok(FeedCmd::Wake) => {}
                 Err(_) => return,
             },
-            default(app.cfg.poll) => {}
+            recv(stop) -> _ => return,
+            recv(tick) -> _ => {}
         }
     }
 }
@@ -683,45 +709,48 @@ fn produce(app: &App, woken: &Receiver<FeedCmd>, stop: &AtomicBool) {
 /// A live client's frames: each new snapshot the producer publishes.
 struct SnapshotFeed {
     feed: Arc<Feed>,
+    notices: Receiver<()>,
     seen: u64,
 }
 
 impl sse::Source for SnapshotFeed {
-    fn next(&mut self, wait: Duration) -> Result<Option<Arc<str>>, String> {
-        let mut latest = self.feed.latest.lock().unwrap_or_else(|p| p.into_inner());
-        for waited in [false, true] {
-            if let Some((v, frame)) = latest.as_ref() {
-                if *v > self.seen {
-                    self.seen = *v;
-                    return Ok(Some(frame.clone()));
-                }
-            }
-            if !waited {
-                latest = self
-                    .feed
-                    .changed
-                    .wait_timeout(latest, wait)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-            }
-        }
-        Ok(None)
+    type Item = ();
+
+    fn first(&mut self) -> Vec<Arc<str>> {
+        self.feed.newer(&mut self.seen).into_iter().collect()
+    }
+
+    fn items(&self) -> Receiver<()> {
+        self.notices.clone()
+    }
+
+    fn frame(&mut self, _: ()) -> Option<Arc<str>> {
+        self.feed.newer(&mut self.seen)
+    }
+
+    fn ended(&self) -> String {
+        "the dashboard stops".into()
     }
 }
 
 /// `GET /events`: the snapshot, again whenever it changes, with pings between.
 fn events(app: &App, req: tiny_http::Request, _: &Ctx<'_>) {
-    let _ = app.wake.send(FeedCmd::Wake);
-    let feed = SnapshotFeed {
-        feed: app.feed.clone(),
-        seen: 0,
-    };
-    sse::start(req, &app.stream, "dashboard-sse", feed);
+    let (feed, wake) = (app.feed.clone(), app.wake.clone());
+    sse::start(req, &app.stream, "dashboard-sse", move || {
+        let notices = feed.watch();
+        let _ = wake.send(FeedCmd::Wake);
+        SnapshotFeed {
+            feed,
+            notices,
+            seen: 0,
+        }
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn the_page_is_embedded_and_self_contained() {
@@ -737,7 +766,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        DashConfig::from_lookup(|k| m.get(k).cloned())
+        DashConfig::read(&Env::new(&|k| m.get(k).cloned()))
     }
 
     #[test]

@@ -15,18 +15,20 @@
 //! supervisor's signals to PID 1 and exits with the agent's status; PID 1 mounts
 //! `/proc`, forwards signals to the agent, reaps orphans and reports the agent's
 //! status (when it exits the kernel kills what is left in the namespace); the
-//! agent runs with no capabilities, so it cannot unmount what hides the rest. This
-//! file holds all of hive's namespace, mount and capability `unsafe`; it runs
-//! single-threaded, as `unshare(CLONE_NEWUSER)` requires.
+//! agent runs with no capabilities, so it cannot unmount what hides the rest. The
+//! system calls are `sys::ns`'s safe functions; this process runs
+//! single-threaded, as `unshare(CLONE_NEWUSER)` and forking require.
 
+use crate::sys::fd::{hung_up, pipe};
+use crate::sys::ns::{self, cpath, Forked, Reaped, SignalSet};
 use std::ffi::{CStr, CString, OsString};
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 /// The hidden subcommand: `hive __sandbox [--userns] [--cover DIR]… [--keep
 /// PATH]… (--check | -- PROGRAM ARGS…)`. Not a user command.
@@ -114,12 +116,6 @@ impl Spec {
     }
 }
 
-/// Whether this process runs as root (then no user namespace is needed).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// The exit code when the sandbox itself could not be set up (like `env`'s 125).
 const SETUP_FAILED: i32 = 125;
 
@@ -151,14 +147,6 @@ pub fn run_command(args: Vec<OsString>) -> ! {
     }
 }
 
-fn os_err(what: impl std::fmt::Display) -> String {
-    format!("{what}: {}", std::io::Error::last_os_error())
-}
-
-fn cpath(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{} contains a NUL", p.display()))
-}
-
 /// mount(2) with an error naming the target.
 fn mount(
     src: &CStr,
@@ -168,38 +156,15 @@ fn mount(
     data: Option<&CStr>,
     what: &str,
 ) -> Result<(), String> {
-    let t = cpath(target)?;
-    // SAFETY: every pointer is a NUL-terminated string that outlives the call, or null.
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            t.as_ptr(),
-            fstype.map_or(std::ptr::null(), CStr::as_ptr),
-            flags,
-            data.map_or(std::ptr::null(), |d| d.as_ptr().cast()),
-        )
-    };
-    if rc == -1 {
-        return Err(os_err(format!("cannot {what} {}", target.display())));
-    }
-    Ok(())
+    ns::mount(src, target, fstype, flags, data)
+        .map_err(|e| format!("cannot {what} {}: {e}", target.display()))
 }
 
-fn signal_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset initialises the set before sigaddset uses it.
-    unsafe {
-        let mut set = std::mem::zeroed::<libc::sigset_t>();
-        libc::sigemptyset(&mut set);
-        for s in FORWARDED.iter().chain(&[libc::SIGCHLD]) {
-            libc::sigaddset(&mut set, *s);
-        }
-        set
-    }
-}
-
-fn set_mask(how: libc::c_int, set: &libc::sigset_t) {
-    // SAFETY: `set` is an initialised sigset; this process has one thread.
-    unsafe { libc::sigprocmask(how, set, std::ptr::null_mut()) };
+/// The forwarded signals and SIGCHLD.
+fn signal_set() -> SignalSet {
+    let mut all = FORWARDED.to_vec();
+    all.push(libc::SIGCHLD);
+    SignalSet::new(&all)
 }
 
 /// The first process, outside the PID namespace: creates the namespaces and the
@@ -209,46 +174,38 @@ fn outside(spec: &Spec) -> Result<libc::c_int, String> {
     // Signals are blocked from the start and taken with sigtimedwait, so none is
     // lost before PID 1 exists and no handler runs in a forked child.
     let set = signal_set();
-    set_mask(libc::SIG_BLOCK, &set);
-    // SAFETY: plain syscalls without pointers.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWPID;
-    if spec.userns {
-        flags |= libc::CLONE_NEWUSER;
-    }
-    // SAFETY: unshare(2) changes only this process's namespaces.
-    if unsafe { libc::unshare(flags) } == -1 {
+    set.block();
+    let (uid, gid) = crate::sys::effective_ids();
+    if let Err(e) = ns::unshare(spec.userns) {
         let kind = if spec.userns {
             "user, mount and PID namespaces"
         } else {
             "mount and PID namespaces"
         };
-        return Err(os_err(format!("cannot create {kind} (unshare)")));
+        return Err(format!("cannot create {kind} (unshare): {e}"));
     }
     if spec.userns {
         map_ids(uid, gid)?;
     }
     build_view(spec)?;
-    drop_bounding_set()?;
-    let (status_r, status_w) = pipe()?;
-    let (alive_r, alive_w) = pipe()?;
-    // SAFETY: this process is single-threaded, so the child may do anything.
-    let pid = unsafe { libc::fork() };
-    if pid == -1 {
-        return Err(os_err("cannot fork PID 1 of the sandbox"));
-    }
-    if pid == 0 {
-        drop((status_r, alive_w));
-        let code = match pid_one(spec, &set, status_w, alive_r) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("hive {SUBCOMMAND}: {e}");
-                SETUP_FAILED
-            }
-        };
-        // SAFETY: leaving the forked child without running the parent's exit hooks.
-        unsafe { libc::_exit(code) };
-    }
+    ns::drop_bounding_set().map_err(|e| e.to_string())?;
+    let (status_r, status_w) = pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+    let (alive_r, alive_w) = pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+    let pid = match ns::fork() {
+        Err(e) => return Err(format!("cannot fork PID 1 of the sandbox: {e}")),
+        Ok(Forked::Parent(pid)) => pid,
+        Ok(Forked::Child) => {
+            drop((status_r, alive_w));
+            let code = match pid_one(spec, &set, status_w, alive_r) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("hive {SUBCOMMAND}: {e}");
+                    SETUP_FAILED
+                }
+            };
+            ns::exit_now(code);
+        }
+    };
     drop((status_w, alive_r));
     let own = wait_forwarding(pid, &set, false);
     // `alive_w` stayed open until PID 1 ended: had this process died before PID 1
@@ -263,7 +220,7 @@ fn outside(spec: &Spec) -> Result<libc::c_int, String> {
 }
 
 /// Maps this user's uid and gid to themselves in the new user namespace.
-fn map_ids(uid: libc::uid_t, gid: libc::gid_t) -> Result<(), String> {
+fn map_ids(uid: u32, gid: u32) -> Result<(), String> {
     let write = |file: &str, text: String| {
         std::fs::write(file, text).map_err(|e| format!("cannot write {file}: {e}"))
     };
@@ -296,14 +253,8 @@ fn build_view(spec: &Spec) -> Result<(), String> {
         if !spec.covers.iter().any(|c| k.starts_with(c)) {
             continue;
         }
-        let c = cpath(k)?;
-        // SAFETY: `c` is NUL-terminated; the new descriptor is owned below.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-        if fd == -1 {
-            return Err(os_err(format!("cannot open {} to keep it", k.display())));
-        }
-        // SAFETY: `fd` was just opened and is owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd =
+            ns::open_path(k).map_err(|e| format!("cannot open {} to keep it: {e}", k.display()))?;
         let is_dir = std::fs::metadata(k).map(|m| m.is_dir()).unwrap_or(true);
         keeps.push((k, fd, is_dir));
     }
@@ -369,74 +320,6 @@ fn mountpoint(path: &Path, dir: bool, covers: &[PathBuf]) -> Result<(), String> 
     made.map_err(|e| format!("cannot create {} in the sandbox: {e}", path.display()))
 }
 
-/// Empties the capability bounding set: no program this sandbox runs can gain a
-/// capability again (for root, exec would otherwise grant them all).
-fn drop_bounding_set() -> Result<(), String> {
-    for cap in 0..64 {
-        // SAFETY: prctl with integer arguments only.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } == -1 {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
-                break; // past the last capability this kernel knows
-            }
-            return Err(os_err(format!("cannot drop capability {cap}")));
-        }
-    }
-    Ok(())
-}
-
-/// Clears this process's capabilities (effective, permitted, inheritable,
-/// ambient) before it runs the agent.
-fn clear_capabilities() -> Result<(), String> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const VERSION_3: u32 = 0x2008_0522;
-    let header = Header {
-        version: VERSION_3,
-        pid: 0,
-    };
-    let data = [Data {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    }; 2];
-    // SAFETY: prctl with integer arguments; capset(2) reads a version-3 header and
-    // two data structs, which live until it returns.
-    unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        );
-        if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) == -1 {
-            return Err(os_err("cannot clear the capabilities"));
-        }
-    }
-    Ok(())
-}
-
-fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills both slots on success; each is then owned once.
-    unsafe {
-        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) == -1 {
-            return Err(os_err("cannot create a pipe"));
-        }
-        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
-    }
-}
-
 /// Parts of `/proc` the agent may read but not write.
 const PROC_READ_ONLY: [&str; 5] = [
     "/proc/sys",
@@ -448,7 +331,7 @@ const PROC_READ_ONLY: [&str; 5] = [
 
 /// Binds `path` over itself read-only.
 fn read_only(path: &Path) -> Result<(), String> {
-    let src = cpath(path)?;
+    let src = cpath(path).map_err(|e| e.to_string())?;
     mount(&src, path, None, libc::MS_BIND | libc::MS_REC, None, "bind")?;
     mount(
         c"none",
@@ -468,24 +351,11 @@ fn read_only(path: &Path) -> Result<(), String> {
 /// PID 1 of the sandbox: mounts `/proc`, starts the agent, forwards signals to
 /// it, reaps every orphan, and writes the agent's wait status to `status` once it
 /// exits. Returns the exit code for itself.
-fn pid_one(
-    spec: &Spec,
-    set: &libc::sigset_t,
-    status: OwnedFd,
-    alive: OwnedFd,
-) -> Result<i32, String> {
-    // SAFETY: prctl and poll with integer arguments and a local pollfd.
-    unsafe {
-        // If the outer process dies (even by SIGKILL), so does the namespace.
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        let mut p = libc::pollfd {
-            fd: alive.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        if libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLHUP != 0 {
-            return Ok(1); // it died before the death signal was armed
-        }
+fn pid_one(spec: &Spec, set: &SignalSet, status: OwnedFd, alive: OwnedFd) -> Result<i32, String> {
+    // If the outer process dies (even by SIGKILL), so does the namespace.
+    ns::set_parent_death_signal(libc::SIGKILL);
+    if hung_up(alive.as_raw_fd()) {
+        return Ok(1); // it died before the death signal was armed
     }
     mount(
         c"proc",
@@ -503,23 +373,21 @@ fn pid_one(
         }
     }
     if spec.check {
-        // SAFETY: getpid has no arguments.
-        let pid = unsafe { libc::getpid() };
+        let pid = ns::getpid();
         return if pid == 1 {
             Ok(0)
         } else {
             Err(format!("the sandbox's first process is pid {pid}, not 1"))
         };
     }
-    // SAFETY: this process is single-threaded, so the child may do anything.
-    let agent = unsafe { libc::fork() };
-    if agent == -1 {
-        return Err(os_err("cannot fork the agent"));
-    }
-    if agent == 0 {
-        drop((status, alive));
-        exec_agent(spec);
-    }
+    let agent = match ns::fork() {
+        Err(e) => return Err(format!("cannot fork the agent: {e}")),
+        Ok(Forked::Parent(pid)) => pid,
+        Ok(Forked::Child) => {
+            drop((status, alive));
+            exec_agent(spec);
+        }
+    };
     let st = wait_forwarding(agent, set, true);
     let mut f = File::from(status);
     let _ = std::io::Write::write_all(&mut f, &st.to_ne_bytes());
@@ -529,18 +397,10 @@ fn pid_one(
 /// In the agent's process: unblocks signals, gives up every capability and
 /// execs the program. Never returns.
 fn exec_agent(spec: &Spec) -> ! {
-    set_mask(libc::SIG_SETMASK, &{
-        // SAFETY: an empty set is initialised by sigemptyset.
-        unsafe {
-            let mut empty = std::mem::zeroed::<libc::sigset_t>();
-            libc::sigemptyset(&mut empty);
-            empty
-        }
-    });
-    if let Err(e) = clear_capabilities() {
-        eprintln!("hive {SUBCOMMAND}: {e}");
-        // SAFETY: leaving the forked child.
-        unsafe { libc::_exit(SETUP_FAILED) };
+    SignalSet::new(&[]).set_mask();
+    if let Err(e) = ns::clear_capabilities() {
+        eprintln!("hive {SUBCOMMAND}: cannot clear the capabilities: {e}");
+        ns::exit_now(SETUP_FAILED);
     }
     let e = Command::new(&spec.command[0])
         .args(&spec.command[1..])
@@ -549,38 +409,27 @@ fn exec_agent(spec: &Spec) -> ! {
         "hive {SUBCOMMAND}: cannot run {}: {e}",
         Path::new(&spec.command[0]).display()
     );
-    // SAFETY: leaving the forked child.
-    unsafe { libc::_exit(127) }
+    ns::exit_now(127)
 }
 
 /// Waits for `child`, passing every forwarded signal on to it; with `reap_all`
 /// (PID 1) every other child that exits is reaped too. Returns its wait status.
-fn wait_forwarding(child: libc::pid_t, set: &libc::sigset_t, reap_all: bool) -> libc::c_int {
-    let timeout = libc::timespec {
-        tv_sec: 1,
-        tv_nsec: 0,
-    };
+fn wait_forwarding(child: libc::pid_t, set: &SignalSet, reap_all: bool) -> libc::c_int {
     loop {
-        // SAFETY: `set` is initialised and blocked; a null siginfo is allowed.
-        let sig = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &timeout) };
-        if sig > 0 && sig != libc::SIGCHLD {
-            // SAFETY: kill(2) on our own child, which is not reaped yet.
-            unsafe { libc::kill(child, sig) };
+        // SIGCHLD is in the set, so an exit ends the wait at once; the timeout
+        // only bounds a missed one.
+        if let Some(sig) = set.wait(Duration::from_secs(1)) {
+            if sig != libc::SIGCHLD {
+                ns::kill(child, sig); // our own child, not reaped yet
+            }
         }
         loop {
-            let mut st = 0;
-            let which = if reap_all { -1 } else { child };
-            // SAFETY: waitpid writes the status into a local.
-            let pid = unsafe { libc::waitpid(which, &mut st, libc::WNOHANG) };
-            if pid == child {
-                return st;
-            }
-            if pid == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+            match ns::reap(if reap_all { -1 } else { child }) {
+                Reaped::Child(pid, st) if pid == child => return st,
+                Reaped::Child(..) => {}
                 // Cannot happen while `child` is unreaped; do not spin if it does.
-                return 1 << 8;
-            }
-            if pid <= 0 {
-                break;
+                Reaped::NoChildren => return 1 << 8,
+                Reaped::None => break,
             }
         }
     }
@@ -599,17 +448,7 @@ fn exit_code(st: libc::c_int) -> i32 {
 /// the same signal.
 fn exit_like(st: libc::c_int) -> ! {
     if libc::WIFSIGNALED(st) {
-        let sig = libc::WTERMSIG(st);
-        // SAFETY: restoring the default action and unblocking `sig` so raising it
-        // ends this process as it ended the agent.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            let mut one = std::mem::zeroed::<libc::sigset_t>();
-            libc::sigemptyset(&mut one);
-            libc::sigaddset(&mut one, sig);
-            libc::sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
-            libc::raise(sig);
-        }
+        ns::die_by(libc::WTERMSIG(st));
     }
     std::process::exit(exit_code(st))
 }

@@ -1,12 +1,16 @@
 //! The supervisor of `hive up`: one thread that owns every agent's `hive serve`
-//! child. It starts them (own process group, explicit stdio, output pumped into
-//! rotated logs, none of the operator's variables, each in its sandbox when
-//! agents are isolated: `isolation.rs`), restarts a crashed one with capped exponential backoff, carries
-//! out the lifecycle commands the hub forwards (the broker's lifecycle port,
-//! [`LifecycleCmd`]), runs crash_watch on
-//! every watch tick and notices the fleet file changing on disk. It never waits
-//! on the hub: events go to the hub as one-way [`HubMsg::System`] messages, so
-//! the hub may call it synchronously.
+//! child (a `sys::ProcessGroup`, killed and reaped when dropped). It starts them
+//! (explicit stdio, output pumped into rotated logs, none of the operator's
+//! variables, each in its sandbox when agents are isolated: `isolation.rs`),
+//! restarts a crashed one with capped exponential backoff, carries out the
+//! lifecycle commands the hub forwards (the broker's lifecycle port,
+//! [`LifecycleCmd`]), runs crash_watch on every watch tick and notices the
+//! fleet file changing on disk. Its one `select!`
+//! waits on those commands, on exits (one waiter thread per child, `wait-NAME`,
+//! reports its child's exit and leaves the reaping to the supervisor), on the
+//! nearest deadline (a restart after backoff, a stop's grace running out) and
+//! on the watch tick. It never waits on the hub: events go to the hub as
+//! one-way [`HubMsg::System`] messages.
 
 use super::logfile::{self, LogFile};
 use super::watch::{Axes, Watch};
@@ -14,12 +18,12 @@ use super::UpSettings;
 use crate::broker::hub::HubMsg;
 use crate::broker::lifecycle::LifecycleCmd;
 use crate::config::{AgentConfig, HiveConfig};
-use crossbeam_channel::{select, tick, Receiver, Sender};
+use crate::sys::ProcessGroup;
+use crossbeam_channel::{at, never, select, tick, unbounded, Receiver, Sender};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -33,11 +37,12 @@ enum Then {
 }
 
 enum Phase {
-    Running(Child),
+    Running(ProcessGroup),
     Stopping {
-        child: Child,
+        child: ProcessGroup,
         then: Then,
-        kill_at: Instant,
+        /// When the grace runs out (SIGKILL); `None` once it was sent.
+        kill_at: Option<Instant>,
     },
     Stopped,
     Backoff(Instant),
@@ -72,12 +77,20 @@ fn bin_id(path: &std::path::Path) -> Option<BinId> {
     })
 }
 
+/// A child of agent `name` with pid `pid` has exited (not reaped yet).
+struct Exited {
+    name: String,
+    pid: u32,
+}
+
 pub struct Supervisor {
     s: UpSettings,
     hive: HiveConfig,
     agents: BTreeMap<String, Agent>,
     hub: Sender<HubMsg>,
     config_mtime: Option<SystemTime>,
+    exited_tx: Sender<Exited>,
+    exited: Receiver<Exited>,
 }
 
 /// Variables of `hive up`'s own environment that no agent gets: the operator's
@@ -90,16 +103,6 @@ pub fn operator_only(key: &str) -> bool {
         "HIVE_HOST_SOCKET" | "HIVE_WEB_TOKEN" | "HIVE_ISOLATION"
     ) || key.starts_with("HIVE_DASHBOARD_")
         || key.starts_with("HIVE_UP_")
-}
-
-fn signal(child: &Child, sig: i32) {
-    // SAFETY: kill(2) on a pid we spawned and have not reaped.
-    unsafe { libc::kill(child.id() as i32, sig) };
-}
-
-fn signal_group(child: &Child, sig: i32) {
-    // SAFETY: the child leads its own process group (process_group(0)).
-    unsafe { libc::kill(-(child.id() as i32), sig) };
 }
 
 impl Supervisor {
@@ -125,21 +128,24 @@ impl Supervisor {
             })
             .collect();
         let config_mtime = s.config.as_ref().and_then(|p| mtime(p));
+        let (exited_tx, exited) = unbounded();
         Supervisor {
             s,
             hive,
             agents,
             hub,
             config_mtime,
+            exited_tx,
+            exited,
         }
     }
 
     /// Runs until `Shutdown` or until every sender is gone (then stops the agents).
     pub fn run(mut self, rx: Receiver<LifecycleCmd>) {
-        self.reap_and_restart();
-        let ticker = tick(Duration::from_millis(100));
+        self.on_deadlines();
         let watch = tick(self.s.watch_interval);
         loop {
+            let timer = self.next_deadline().map_or_else(never, at);
             select! {
                 recv(rx) -> cmd => match cmd {
                     Ok(LifecycleCmd::Shutdown { reply }) => {
@@ -153,13 +159,30 @@ impl Supervisor {
                         return;
                     }
                 },
-                recv(ticker) -> _ => self.reap_and_restart(),
+                recv(self.exited) -> e => {
+                    if let Ok(e) = e {
+                        self.on_exited(&e);
+                    }
+                }
+                recv(timer) -> _ => self.on_deadlines(),
                 recv(watch) -> _ => {
                     self.check_config_file();
                     self.crash_watch();
                 }
             }
         }
+    }
+
+    /// The nearest restart after backoff or end of a stop's grace.
+    fn next_deadline(&self) -> Option<Instant> {
+        self.agents
+            .values()
+            .filter_map(|a| match a.phase {
+                Phase::Backoff(at) => Some(at),
+                Phase::Stopping { kill_at, .. } => kill_at,
+                _ => None,
+            })
+            .min()
     }
 
     fn handle(&mut self, cmd: LifecycleCmd) {
@@ -222,11 +245,11 @@ impl Supervisor {
         let phase = std::mem::replace(&mut a.phase, Phase::Stopped);
         a.phase = match phase {
             Phase::Running(child) => {
-                signal(&child, libc::SIGTERM);
+                child.signal_leader(libc::SIGTERM);
                 Phase::Stopping {
                     child,
                     then,
-                    kill_at: Instant::now() + grace,
+                    kill_at: Some(Instant::now() + grace),
                 }
             }
             Phase::Stopping { child, kill_at, .. } => Phase::Stopping {
@@ -236,7 +259,7 @@ impl Supervisor {
             },
             Phase::Stopped | Phase::Backoff(_) => match then {
                 Then::Stay => Phase::Stopped,
-                // Start on the next tick.
+                // Start at once (the deadline is now).
                 Then::Start { .. } => Phase::Backoff(Instant::now()),
             },
         };
@@ -313,10 +336,25 @@ impl Supervisor {
     fn spawn(&mut self, name: &str) -> Result<(), String> {
         let result = self.spawn_child(name);
         let backoff = self.backoff(name);
+        let exited = self.exited_tx.clone();
         let a = self.agent(name)?;
         match result {
             Ok(child) => {
-                log::info!("started {name} (pid {})", child.id());
+                let pid = child.id();
+                log::info!("started {name} (pid {pid})");
+                let who = name.to_string();
+                if let Err(e) = child.on_exit(format!("wait-{name}"), move || {
+                    let _ = exited.send(Exited { name: who, pid });
+                }) {
+                    // Unwatched, its exit would never be seen: stop it now
+                    // (dropping it kills and reaps it) and retry after backoff.
+                    drop(child);
+                    a.failures += 1;
+                    a.phase = Phase::Backoff(Instant::now() + backoff);
+                    let e = format!("cannot start a waiter thread for {name}: {e}");
+                    log::error!("{e}");
+                    return Err(e);
+                }
                 a.phase = Phase::Running(child);
                 a.started = Some(Instant::now());
                 a.rebuilding = false;
@@ -331,7 +369,7 @@ impl Supervisor {
         }
     }
 
-    fn spawn_child(&mut self, name: &str) -> Result<Child, String> {
+    fn spawn_child(&mut self, name: &str) -> Result<ProcessGroup, String> {
         let dir = self.agent_dir(name);
         let state = dir.join("state");
         let run = dir.join("run");
@@ -394,19 +432,10 @@ impl Supervisor {
             })
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let umask = self.s.child_umask as libc::mode_t;
-        // SAFETY: prctl and umask are async-signal-safe. PDEATHSIG asks the kernel
-        // to send the child SIGTERM if this thread (the supervisor) dies without
-        // stopping it; the umask is the one hive up was started with.
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                libc::umask(umask);
-                Ok(())
-            });
-        }
+            .stderr(Stdio::piped());
+        // SIGTERM comes if this thread (the supervisor) dies without stopping
+        // the child; the umask is the one hive up was started with.
+        crate::sys::process::child_setup(&mut cmd, libc::SIGTERM, self.s.child_umask);
         if let Some(m) = &cfg.model {
             cmd.env("HIVE_DEFAULT_MODEL", m);
         }
@@ -420,18 +449,17 @@ impl Supervisor {
             cmd.env(k, v);
         }
         let bin = bin_id(&self.s.exe);
-        let mut child = cmd
-            .spawn()
+        let mut child = ProcessGroup::spawn(&mut cmd)
             .map_err(|e| format!("cannot run {} serve: {e}", self.s.exe.display()))?;
         let log = Arc::new(Mutex::new(LogFile::open(
             self.s.data.join("logs").join(format!("{name}.log")),
             self.s.log_max_bytes,
             self.s.log_keep,
         )));
-        if let Some(out) = child.stdout.take() {
+        if let Some(out) = child.child_mut().stdout.take() {
             logfile::pump(format!("log-{name}-out"), out, log.clone());
         }
-        if let Some(err) = child.stderr.take() {
+        if let Some(err) = child.child_mut().stderr.take() {
             logfile::pump(format!("log-{name}-err"), err, log);
         }
         if let Some(a) = self.agents.get_mut(name) {
@@ -445,69 +473,74 @@ impl Supervisor {
         backoff(self.s.restart_base, self.s.restart_max, failures)
     }
 
-    /// Reaps exited children, escalates stops past their grace and restarts
-    /// crashed agents whose backoff ran out.
-    fn reap_and_restart(&mut self) {
+    /// Reaps the child of `e` if it is the one that exited: a running agent
+    /// goes into crash backoff, a stopping one stays stopped or starts again.
+    /// Whatever it left in its process group is killed with it.
+    fn on_exited(&mut self, e: &Exited) {
+        let stable = self.s.stable;
+        let (base, max) = (self.s.restart_base, self.s.restart_max);
+        let Some(a) = self.agents.get_mut(&e.name) else {
+            return;
+        };
+        let child = match &mut a.phase {
+            Phase::Running(c) | Phase::Stopping { child: c, .. } if c.id() == e.pid => c,
+            _ => return, // an earlier child, already reaped
+        };
+        let status = match child.try_wait() {
+            Ok(Some(st)) => st.to_string(),
+            Ok(None) => return,
+            Err(err) => format!("lost: {err}"),
+        };
+        let name = &e.name;
+        let phase = std::mem::replace(&mut a.phase, Phase::Stopped);
+        let mut start_now = false;
+        match phase {
+            Phase::Running(_) => {
+                let up = a.started.map_or(Duration::ZERO, |t| t.elapsed());
+                if up >= stable {
+                    a.failures = 0;
+                }
+                a.restarts += 1;
+                let wait = backoff(base, max, a.failures);
+                a.failures += 1;
+                log::warn!("{name} exited ({status}) after {up:?}; restarting in {wait:?}");
+                a.phase = Phase::Backoff(Instant::now() + wait);
+            }
+            Phase::Stopping { then, .. } => {
+                log::info!("{name} stopped ({status})");
+                start_now = matches!(then, Then::Start { .. });
+            }
+            other => a.phase = other,
+        }
+        if start_now {
+            let _ = self.spawn(name);
+        }
+    }
+
+    /// Restarts agents whose backoff ran out and SIGKILLs stops past their grace.
+    fn on_deadlines(&mut self) {
+        let now = Instant::now();
         let names: Vec<String> = self.agents.keys().cloned().collect();
         for name in names {
-            let stable = self.s.stable;
             let Some(a) = self.agents.get_mut(&name) else {
                 continue;
             };
-            let phase = std::mem::replace(&mut a.phase, Phase::Stopped);
-            let mut start_now = false;
-            a.phase = match phase {
-                Phase::Running(mut child) => match child.try_wait() {
-                    Ok(Some(status)) => {
-                        signal_group(&child, libc::SIGKILL);
-                        let up = a.started.map_or(Duration::ZERO, |t| t.elapsed());
-                        if up >= stable {
-                            a.failures = 0;
-                        }
-                        a.restarts += 1;
-                        let wait = backoff(self.s.restart_base, self.s.restart_max, a.failures);
-                        a.failures += 1;
-                        log::warn!("{name} exited ({status}) after {up:?}; restarting in {wait:?}");
-                        Phase::Backoff(Instant::now() + wait)
-                    }
-                    _ => Phase::Running(child),
-                },
-                Phase::Stopping {
-                    mut child,
-                    then,
-                    kill_at,
-                } => match child.try_wait() {
-                    Ok(Some(_)) => {
-                        signal_group(&child, libc::SIGKILL);
-                        match then {
-                            Then::Stay => Phase::Stopped,
-                            Then::Start { .. } => {
-                                start_now = true;
-                                Phase::Stopped
-                            }
-                        }
-                    }
-                    _ => {
-                        if Instant::now() >= kill_at {
-                            log::warn!("{name} did not stop within its grace; SIGKILL");
-                            signal_group(&child, libc::SIGKILL);
-                            signal(&child, libc::SIGKILL);
-                        }
-                        Phase::Stopping {
-                            child,
-                            then,
-                            kill_at,
-                        }
-                    }
-                },
-                Phase::Backoff(at) if Instant::now() >= at => {
-                    start_now = true;
-                    Phase::Stopped
+            match &mut a.phase {
+                Phase::Backoff(at) if now >= *at => {
+                    a.phase = Phase::Stopped;
+                    let _ = self.spawn(&name);
                 }
-                other => other,
-            };
-            if start_now {
-                let _ = self.spawn(&name);
+                Phase::Stopping {
+                    child,
+                    kill_at: kill_at @ Some(_),
+                    ..
+                } if kill_at.is_some_and(|t| now >= t) => {
+                    log::warn!("{name} did not stop within its grace; SIGKILL");
+                    child.kill();
+                    // Its exit event ends the stop.
+                    *kill_at = None;
+                }
+                _ => {}
             }
         }
     }
@@ -521,16 +554,40 @@ impl Supervisor {
         }
         let end = Instant::now() + self.s.stop_grace + Duration::from_secs(1);
         loop {
-            self.reap_and_restart();
-            let left = self
+            let stopping = self
                 .agents
                 .values()
-                .filter(|a| matches!(a.phase, Phase::Stopping { .. }))
-                .count();
-            if left == 0 || Instant::now() > end {
+                .any(|a| matches!(a.phase, Phase::Stopping { .. }));
+            if !stopping {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            let timer = self.next_deadline().map_or_else(never, at);
+            select! {
+                recv(self.exited) -> e => {
+                    if let Ok(e) = e {
+                        self.on_exited(&e);
+                    }
+                }
+                recv(timer) -> _ => self.on_deadlines(),
+                recv(at(end)) -> _ => break,
+            }
+        }
+        // Whatever is left is killed and reaped on a thread of its own, so a
+        // child stuck in the kernel does not hold up the shutdown.
+        let mut left = Vec::new();
+        for a in self.agents.values_mut() {
+            match std::mem::replace(&mut a.phase, Phase::Stopped) {
+                Phase::Running(child) | Phase::Stopping { child, .. } => {
+                    child.kill();
+                    left.push(child);
+                }
+                other => a.phase = other,
+            }
+        }
+        if !left.is_empty() {
+            let _ = std::thread::Builder::new()
+                .name("sup-reaper".into())
+                .spawn(move || drop(left));
         }
     }
 
@@ -570,11 +627,11 @@ impl Supervisor {
     }
 
     fn logged_in(&self, a: &AgentConfig) -> bool {
-        let key_in = |k: &str| {
-            a.env.get(k).is_some_and(|v| !v.trim().is_empty())
-                || std::env::var(k).is_ok_and(|v| !v.trim().is_empty())
-        };
-        if key_in("ANTHROPIC_API_KEY") || key_in("CLAUDE_CODE_OAUTH_TOKEN") {
+        let key_in = |k: &str| a.env.get(k).is_some_and(|v| !v.trim().is_empty());
+        if self.s.inherited_login
+            || key_in("ANTHROPIC_API_KEY")
+            || key_in("CLAUDE_CODE_OAUTH_TOKEN")
+        {
             return true;
         }
         let dir = self.agent_dir(&a.name);
@@ -736,9 +793,11 @@ mod tests {
         let (file, fifo, link) = (dir.join("port"), dir.join("fifo"), dir.join("link"));
         std::fs::write(&file, "4242\n").unwrap();
         assert_eq!(read_agent_file(&file).as_deref(), Some("4242\n"));
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: mkfifo with a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
         assert_eq!(
             read_agent_file(&fifo),
             None,

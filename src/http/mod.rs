@@ -1,7 +1,18 @@
-//! The small HTTP vocabulary both web servers need on top of tiny_http: a
-//! [`Reply`] value every handler returns, request bodies read under a size and a
-//! time bound, JSON bodies that refuse duplicate keys, percent-decoding, query
-//! strings and cookies. Pure functions, tested here with literal input.
+//! HTTP for both of hive's web servers — the agent page of `hive serve`
+//! (`web`) and the operator dashboard of `hive up` (`fleet::dashboard`): the
+//! shared core ([`server`]: bounded tiny_http, socket timeouts, named workers,
+//! one dispatch that runs the [`guard`] before every route), the tokens and
+//! login ([`auth`]), the one live-stream writer ([`sse`]), and here the small
+//! vocabulary on top of tiny_http: a [`Reply`] value every handler returns,
+//! request bodies read under a size and a time bound, JSON bodies that refuse
+//! duplicate keys, percent-decoding, query strings and cookies (pure
+//! functions, tested here with literal input). Nothing here knows either
+//! server's routes.
+
+pub mod auth;
+pub mod guard;
+pub mod server;
+pub mod sse;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Serialize;

@@ -1,12 +1,14 @@
-//! Live streams (Server-Sent Events) for both web servers: the agent page's
-//! `/events` (the harness's bus) and the dashboard's (the shared hive
-//! snapshot). Each client gets one named writer thread that owns the raw
+//! The one live-stream writer (Server-Sent Events) of both web servers: the
+//! agent page's `/events` (the harness's bus) and the dashboard's (the shared
+//! hive snapshot). Each client gets one named writer thread that owns the raw
 //! connection (headers written by hand, a flush after every frame, since a
-//! streamed tiny_http body stalls in 8 KiB chunks) and pulls its frames from a
-//! [`Source`]. A client holds one of a server's [`Slots`] (a cap in all and a
-//! cap per peer address) and gives it back as soon as it goes:
+//! streamed tiny_http body stalls in 8 KiB chunks) and waits in one `select!`
+//! on its [`Source`]'s channel, on the client hanging up (a `sys::fd::
+//! HangupWatch` thread, `NAME-watch`), on the server stopping and on the ping
+//! timer. A client holds one of a server's [`Slots`] (a cap in all and a cap
+//! per peer address) and gives it back as soon as it goes:
 //!
-//! - it hung up: the socket shows `POLLRDHUP` (checked every 250 ms);
+//! - it hung up: the socket shows `POLLRDHUP`;
 //! - it stopped reading: at every ping interval the bytes it acknowledged
 //!   (written minus the socket's unsent queue, `SIOCOUTQ`) did not grow while
 //!   some were still waiting;
@@ -17,12 +19,13 @@
 //! So a client that never reads cannot keep a slot once data waits for it, and
 //! never holds up the turn loop or another client.
 
-use super::http::Reply;
+use crate::http::Reply;
+use crate::sys::fd::{self, HangupWatch};
+use crossbeam_channel::{at, never, select, Receiver};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::IpAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tiny_http::Request;
@@ -34,9 +37,6 @@ pub const HEAD: &str = "HTTP/1.1 200 OK\r\n\
     Connection: close\r\n\
     X-Accel-Buffering: no\r\n\
     X-Content-Type-Options: nosniff\r\n\r\n";
-
-/// How often a stream looks for a client that hung up.
-const TICK: Duration = Duration::from_millis(250);
 
 /// The live-stream places of one server.
 #[derive(Debug)]
@@ -116,9 +116,19 @@ impl Drop for Slot {
 
 /// Where a stream's frames come from.
 pub trait Source: Send + 'static {
-    /// The next frame (whole `id:`/`event:`/`data:` lines and the blank line),
-    /// `None` when nothing came within `wait`, or why the stream must end.
-    fn next(&mut self, wait: Duration) -> Result<Option<Arc<str>>, String>;
+    /// What arrives on the source's channel.
+    type Item: Send + 'static;
+    /// Frames to write before anything new (a replay), once.
+    fn first(&mut self) -> Vec<Arc<str>> {
+        Vec::new()
+    }
+    /// The channel new items arrive on.
+    fn items(&self) -> Receiver<Self::Item>;
+    /// The frame (whole `id:`/`event:`/`data:` lines and the blank line) an
+    /// item makes, if any.
+    fn frame(&mut self, item: Self::Item) -> Option<Arc<str>>;
+    /// Why the stream ends when the channel disconnects.
+    fn ended(&self) -> String;
 }
 
 /// Settings every stream of a server shares.
@@ -127,12 +137,20 @@ pub struct Params {
     /// Time between `: ping` comments on an idle stream, and between two checks
     /// that the client still reads.
     pub ping: Duration,
-    pub stop: Arc<AtomicBool>,
+    /// Disconnects when the server stops (its sender is never used).
+    pub stop: Receiver<()>,
 }
 
 /// Answers a stream request: a 503 without a free slot, else hands the
-/// connection to a writer thread named `thread` and returns at once.
-pub fn start(req: Request, p: &Params, thread: &str, source: impl Source) {
+/// connection to a writer thread named `thread` and returns at once. The
+/// writer makes its source with `source` (a subscription, a replay): a
+/// refused client costs nothing, and no worker builds a replay.
+pub fn start<S: Source>(
+    req: Request,
+    p: &Params,
+    thread: &str,
+    source: impl FnOnce() -> S + Send + 'static,
+) {
     let peer = req
         .remote_addr()
         .map(|a| a.ip())
@@ -144,25 +162,31 @@ pub fn start(req: Request, p: &Params, thread: &str, source: impl Source) {
             return;
         }
     };
-    let fd = req.socket_fd();
+    let socket = req.socket_fd();
     let writer = req.into_writer();
     let (ping, stop) = (p.ping, p.stop.clone());
+    let name = thread.to_string();
     let spawned = std::thread::Builder::new()
-        .name(thread.into())
+        .name(name.clone())
         .spawn(move || {
             let _slot = slot;
             let mut writer = writer;
-            let mut source = source;
-            match pump(&mut writer, fd, &mut source, ping, &stop) {
+            let mut source = source();
+            let stream = Stream {
+                name: &name,
+                socket,
+                ping,
+                stop: &stop,
+            };
+            match stream.pump(&mut writer, &mut source) {
                 Ok(()) => log::debug!("live client {peer}: the server stops"),
                 Err(e) => log::debug!("live client {peer} dropped: {e}"),
             }
             // tiny_http would keep the socket for a next request the client
             // never sends; end it so the client sees the end (and reconnects).
             // The writer is still alive here, so the descriptor is too.
-            if let Some(fd) = fd {
-                // SAFETY: shutdown on a socket fd has no memory effects.
-                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            if let Some(socket) = socket {
+                fd::shutdown(socket);
             }
         });
     if let Err(e) = spawned {
@@ -170,47 +194,68 @@ pub fn start(req: Request, p: &Params, thread: &str, source: impl Source) {
     }
 }
 
-/// Writes the stream until the client goes, the source ends or the server
-/// stops.
-fn pump(
-    w: &mut dyn Write,
-    fd: Option<RawFd>,
-    source: &mut dyn Source,
+/// One client's stream, as its writer thread sees it.
+struct Stream<'a> {
+    name: &'a str,
+    socket: Option<RawFd>,
     ping: Duration,
-    stop: &AtomicBool,
-) -> io::Result<()> {
-    let mut out = Out { w, written: 0 };
-    out.send(HEAD.as_bytes())?;
-    out.send(b"retry: 2000\n\n")?;
-    let mut watch = fd.map(Watch::new);
-    let mut last_write = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
-        if let Some(w) = &watch {
-            if w.peer_gone() {
-                return Err(io::Error::other("the client hung up"));
+    stop: &'a Receiver<()>,
+}
+
+impl Stream<'_> {
+    /// Writes the stream until the client goes, the source ends or the server
+    /// stops.
+    fn pump(&self, w: &mut dyn Write, source: &mut impl Source) -> io::Result<()> {
+        let items = source.items();
+        // The watch is dropped (its thread joined) before the socket can close.
+        let watch = match self
+            .socket
+            .map(|s| HangupWatch::start(&format!("{}-watch", self.name), s))
+        {
+            Some(Ok(w)) => Some(w),
+            Some(Err(e)) => {
+                log::debug!("cannot watch a live client for a hang-up: {e}");
+                None
             }
+            None => None,
+        };
+        let no_watch = never();
+        let hung_up = watch.as_ref().map_or(&no_watch, |w| w.hung_up());
+        let mut out = Out { w, written: 0 };
+        out.send(HEAD.as_bytes())?;
+        out.send(b"retry: 2000\n\n")?;
+        for frame in source.first() {
+            out.send(frame.as_bytes())?;
         }
-        match source.next(ping.min(TICK)) {
-            Ok(Some(frame)) => {
-                out.send(frame.as_bytes())?;
-                last_write = Instant::now();
+        let mut stall = self.socket.map(Stall::new);
+        let mut last_write = Instant::now();
+        loop {
+            select! {
+                recv(items) -> item => match item {
+                    Ok(item) => {
+                        if let Some(frame) = source.frame(item) {
+                            out.send(frame.as_bytes())?;
+                            last_write = Instant::now();
+                        }
+                    }
+                    Err(_) => return Err(io::Error::other(source.ended())),
+                },
+                recv(hung_up) -> _ => return Err(io::Error::other("the client hung up")),
+                recv(self.stop) -> _ => return Ok(()),
+                recv(at(last_write + self.ping)) -> _ => {
+                    out.send(b": ping\n\n")?;
+                    last_write = Instant::now();
+                }
             }
-            Ok(None) if last_write.elapsed() >= ping => {
-                out.send(b": ping\n\n")?;
-                last_write = Instant::now();
-            }
-            Ok(None) => {}
-            Err(e) => return Err(io::Error::other(e)),
-        }
-        if let Some(watch) = &mut watch {
-            if watch.stalled(out.written, ping) {
-                return Err(io::Error::other(
-                    "it stopped reading (nothing acknowledged for a whole ping interval)",
-                ));
+            if let Some(stall) = &mut stall {
+                if stall.stalled(out.written, self.ping) {
+                    return Err(io::Error::other(
+                        "it stopped reading (nothing acknowledged for a whole ping interval)",
+                    ));
+                }
             }
         }
     }
-    Ok(())
 }
 
 /// The stream's writer and the bytes handed to the kernel so far.
@@ -228,33 +273,21 @@ impl Out<'_> {
     }
 }
 
-/// What a stream knows of its socket, to tell a client that left or stopped
-/// reading.
-struct Watch {
+/// What a stream knows of its socket's send queue, to tell a client that
+/// stopped reading.
+struct Stall {
     fd: RawFd,
     acked: u64,
     checked: Instant,
 }
 
-impl Watch {
-    fn new(fd: RawFd) -> Watch {
-        Watch {
+impl Stall {
+    fn new(fd: RawFd) -> Stall {
+        Stall {
             fd,
             acked: 0,
             checked: Instant::now(),
         }
-    }
-
-    /// The client closed its end (or the connection broke).
-    fn peer_gone(&self) -> bool {
-        let mut p = libc::pollfd {
-            fd: self.fd,
-            events: libc::POLLRDHUP,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, no wait.
-        let n = unsafe { libc::poll(&mut p, 1, 0) };
-        n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
     }
 
     /// Once per `every`: true when bytes are waiting for the client and it
@@ -264,7 +297,7 @@ impl Watch {
             return false;
         }
         self.checked = Instant::now();
-        let Some(queued) = unsent(self.fd) else {
+        let Some(queued) = fd::unsent(self.fd) else {
             return false;
         };
         let acked = written.saturating_sub(queued);
@@ -272,14 +305,6 @@ impl Watch {
         self.acked = acked;
         stalled
     }
-}
-
-/// Bytes written to the socket that the peer has not acknowledged (`SIOCOUTQ`).
-fn unsent(fd: RawFd) -> Option<u64> {
-    let mut n: libc::c_int = 0;
-    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int through the pointer.
-    let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ as _, &mut n) };
-    (rc == 0).then(|| n.max(0) as u64)
 }
 
 #[cfg(test)]
@@ -304,18 +329,17 @@ mod tests {
     }
 
     #[test]
-    fn a_socket_that_is_not_read_shows_unacknowledged_bytes_or_a_hang_up() {
+    fn a_client_that_stops_reading_is_told_from_one_that_reads() {
         use std::io::Read;
         use std::os::fd::AsRawFd;
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (mut server, _) = l.accept().unwrap();
-        let mut watch = Watch::new(server.as_raw_fd());
-        assert!(!watch.peer_gone());
+        let mut stall = Stall::new(server.as_raw_fd());
         server.write_all(b"hello").unwrap();
         let mut buf = [0; 5];
         client.read_exact(&mut buf).unwrap();
-        assert!(!watch.stalled(5, Duration::ZERO), "read and acknowledged");
+        assert!(!stall.stalled(5, Duration::ZERO), "read and acknowledged");
         // Fill the client's receive window and the send queue: then the queue
         // stays and nothing more is acknowledged.
         server.set_nonblocking(true).unwrap();
@@ -325,11 +349,7 @@ mod tests {
             written += n as u64;
         }
         std::thread::sleep(Duration::from_millis(50));
-        assert!(unsent(server.as_raw_fd()).unwrap() > 0);
-        watch.stalled(written, Duration::ZERO);
-        assert!(watch.stalled(written, Duration::ZERO), "no progress");
-        drop(client);
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(watch.peer_gone());
+        stall.stalled(written, Duration::ZERO);
+        assert!(stall.stalled(written, Duration::ZERO), "no progress");
     }
 }

@@ -18,7 +18,7 @@
 //! It also keeps the login throttle: a few tries a second per peer address.
 
 use super::auth;
-use super::http::{header_value, prefix, Reply};
+use crate::http::{header_value, prefix, Reply};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;

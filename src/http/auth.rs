@@ -7,13 +7,17 @@
 //! carries its port in its name. Comparisons are constant-time.
 
 use super::guard::Guard;
-use super::http::{cookie, form_value, header_value, percent_decode, percent_encode, Reply};
+use crate::http::{cookie, form_value, header_value, percent_decode, percent_encode, Reply};
 use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tiny_http::Request;
+
+/// The file an agent's page keeps its generated token in, under the agent's
+/// state dir (the dashboard reads it to open the page).
+pub const PAGE_TOKEN_FILE: &str = "web-token";
 
 /// Equality whose time depends only on the lengths, not on where bytes differ.
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
@@ -226,7 +230,7 @@ p.err{{color:#b3261e;margin:0}}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::web::guard::Names;
+    use crate::http::guard::Names;
 
     #[test]
     fn constant_time_equality() {

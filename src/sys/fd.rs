@@ -1,0 +1,193 @@
+//! Descriptors and sockets: a close-on-exec pipe, the socket options and
+//! queries the web servers need (timeouts, the unsent queue, a hang-up, a
+//! shutdown), and [`HangupWatch`], which turns a peer hanging up into an event
+//! on a channel (a thread blocked in `poll` on the socket and on a cancel pipe,
+//! so it costs nothing while it waits and ends as soon as it is dropped).
+
+use crossbeam_channel::{bounded, Receiver};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// A pipe whose two ends are closed on exec: (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 fills both slots on success; each is then owned exactly once.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
+
+/// Sets a socket's send and receive timeouts (`SO_SNDTIMEO`, `SO_RCVTIMEO`);
+/// on a listener, Linux copies them to every accepted socket.
+pub fn set_socket_timeouts(sock: &impl AsRawFd, send: Duration, read: Duration) -> io::Result<()> {
+    for (opt, d) in [(libc::SO_SNDTIMEO, send), (libc::SO_RCVTIMEO, read)] {
+        let tv = libc::timeval {
+            tv_sec: d.as_secs() as _,
+            tv_usec: d.subsec_micros() as _,
+        };
+        // SAFETY: a valid fd and a timeval of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Bytes written to socket `fd` that its peer has not acknowledged
+/// (`SIOCOUTQ`); `None` when the socket cannot say.
+pub fn unsent(fd: RawFd) -> Option<u64> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int through the pointer.
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ as _, &mut n) };
+    (rc == 0).then(|| n.max(0) as u64)
+}
+
+/// Shuts both directions of socket `fd` down (the peer sees the end); the
+/// descriptor stays open for its owner to close.
+pub fn shutdown(fd: RawFd) {
+    // SAFETY: shutdown(2) on a descriptor has no memory effects.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}
+
+/// True when the peer of socket `fd` hung up (or the connection broke), without
+/// waiting.
+pub fn hung_up(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// A thread that reports the hang-up of one socket's peer as an event. The
+/// socket must outlive the watch; dropping the watch ends the thread.
+pub struct HangupWatch {
+    hung_up: Receiver<()>,
+    cancel: Option<OwnedFd>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HangupWatch {
+    /// Watches socket `sock` from a thread named `name`.
+    pub fn start(name: &str, sock: RawFd) -> io::Result<HangupWatch> {
+        let (read_end, cancel) = pipe()?;
+        let (tx, hung_up) = bounded::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                if wait_hangup(sock, read_end.as_raw_fd()) {
+                    let _ = tx.send(());
+                }
+            })?;
+        Ok(HangupWatch {
+            hung_up,
+            cancel: Some(cancel),
+            thread: Some(thread),
+        })
+    }
+
+    /// Ready (once) when the peer hung up.
+    pub fn hung_up(&self) -> &Receiver<()> {
+        &self.hung_up
+    }
+}
+
+impl Drop for HangupWatch {
+    fn drop(&mut self) {
+        drop(self.cancel.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Blocks until `sock`'s peer hangs up (true) or `cancel` is readable or closed
+/// (false).
+fn wait_hangup(sock: RawFd, cancel: RawFd) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd: sock,
+            events: libc::POLLRDHUP,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: cancel,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: fds points at two initialised pollfd structs.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        if fds[1].revents != 0 {
+            return false;
+        }
+        if fds[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+        {
+            return true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_hang_up_is_an_event_and_dropping_the_watch_ends_its_thread() {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let watch = HangupWatch::start("test-watch", a.as_raw_fd()).unwrap();
+        assert!(watch.hung_up().try_recv().is_err());
+        drop(b);
+        watch
+            .hung_up()
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the hang-up");
+        let (c, _d) = std::os::unix::net::UnixStream::pair().unwrap();
+        let idle = HangupWatch::start("test-watch", c.as_raw_fd()).unwrap();
+        drop(idle); // joins: the thread saw the cancel
+    }
+
+    #[test]
+    fn a_socket_that_is_not_read_shows_unacknowledged_bytes_or_a_hang_up() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut server, _) = l.accept().unwrap();
+        assert!(!hung_up(server.as_raw_fd()));
+        server.write_all(b"hello").unwrap();
+        let mut buf = [0; 5];
+        client.read_exact(&mut buf).unwrap();
+        server.set_nonblocking(true).unwrap();
+        let chunk = [b'x'; 65536];
+        while server.write(&chunk).is_ok() {}
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(unsent(server.as_raw_fd()).unwrap() > 0);
+        drop(client);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(hung_up(server.as_raw_fd()));
+    }
+}

@@ -1,0 +1,374 @@
+//! Child processes, the one way hive runs them: each in its own process group,
+//! owned by a [`ProcessGroup`] that SIGKILLs the group and reaps the leader when
+//! it is dropped, so no exit path leaves a child running or a zombie behind (the
+//! kill-and-wait-on-drop handle of rust-analyzer's `stdx::process::JodChild`).
+//! An owner thread that must not block learns of an exit as an event:
+//! [`ProcessGroup::on_exit`] starts a waiter thread that waits *without reaping*
+//! (`waitid(…, WNOWAIT)`), so the pid stays the owner's until the owner reaps it
+//! and a signal can never reach a recycled pid. [`run_with_timeout`] runs a short
+//! command to completion under a wall-clock limit with both pipes drained.
+
+use std::fmt;
+use std::io::{self, Read};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child that leads its own process group.
+#[derive(Debug)]
+pub struct ProcessGroup {
+    child: Child,
+    /// Set once the leader was reaped.
+    status: Option<ExitStatus>,
+    /// Drop leaves the rest of the group running (only after the leader was reaped).
+    leave_rest: bool,
+}
+
+impl ProcessGroup {
+    /// Starts `cmd` as the leader of a new process group (its pid is the group id).
+    pub fn spawn(cmd: &mut Command) -> io::Result<ProcessGroup> {
+        cmd.process_group(0);
+        Ok(ProcessGroup {
+            child: cmd.spawn()?,
+            status: None,
+            leave_rest: false,
+        })
+    }
+
+    /// The leader's pid, which is also the process group id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The leader, to take its pipes.
+    pub fn child_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// Sends `sig` to every process of the group. A group that is gone is fine.
+    pub fn signal(&self, sig: i32) {
+        signal_group(self.id() as i32, sig);
+    }
+
+    /// Sends `sig` to the leader alone, while it is not reaped (so its pid is
+    /// still its own).
+    pub fn signal_leader(&self, sig: i32) {
+        if self.status.is_some() {
+            return;
+        }
+        // SAFETY: kill(2) has no memory effects; the pid is our unreaped child.
+        if unsafe { libc::kill(self.id() as i32, sig) } != 0 {
+            let e = io::Error::last_os_error();
+            log::debug!("cannot signal process {}: {e}", self.id());
+        }
+    }
+
+    /// SIGKILLs the whole group.
+    pub fn kill(&self) {
+        self.signal(libc::SIGKILL);
+    }
+
+    /// Reaps the leader if it has exited.
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if let Some(st) = self.status {
+            return Ok(Some(st));
+        }
+        let st = self.child.try_wait()?;
+        self.status = st;
+        Ok(st)
+    }
+
+    /// Waits for the leader and reaps it.
+    pub fn wait(&mut self) -> io::Result<ExitStatus> {
+        if let Some(st) = self.status {
+            return Ok(st);
+        }
+        let st = self.child.wait()?;
+        self.status = Some(st);
+        Ok(st)
+    }
+
+    /// Starts a thread named `name` that waits until the leader has exited,
+    /// without reaping it, and then calls `notify` (which typically sends an
+    /// event to the owner, who then calls [`ProcessGroup::try_wait`]). `notify`
+    /// also runs if the leader was reaped meanwhile, so the owner must take a
+    /// notice that finds its child still running as nothing.
+    pub fn on_exit(&self, name: String, notify: impl FnOnce() + Send + 'static) -> io::Result<()> {
+        let pid = self.id() as libc::id_t;
+        std::thread::Builder::new().name(name).spawn(move || {
+            wait_no_reap(pid);
+            notify();
+        })?;
+        Ok(())
+    }
+
+    /// Waits for the leader, reaps it, and leaves whatever it started in the
+    /// group running (a bash task's background processes outlive its shell).
+    pub fn wait_leaving_rest(mut self) -> io::Result<ExitStatus> {
+        let st = self.wait();
+        self.leave_rest = st.is_ok();
+        st
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if !self.leave_rest {
+            self.kill();
+        }
+        if self.status.is_none() {
+            // The leader was just SIGKILLed (its group was), so this is short.
+            if let Err(e) = self.child.wait() {
+                log::warn!("cannot reap process {}: {e}", self.id());
+            }
+        }
+    }
+}
+
+/// Makes the child `cmd` starts get `parent_death_signal` when the thread that
+/// spawned it dies (`PR_SET_PDEATHSIG`) and run with `umask`.
+pub fn child_setup(cmd: &mut Command, parent_death_signal: i32, umask: u32) {
+    let umask = umask as libc::mode_t;
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // prctl and umask, which are async-signal-safe and allocate nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, parent_death_signal);
+            libc::umask(umask);
+            Ok(())
+        });
+    }
+}
+
+/// SIGKILLs process group `pgid` (one recorded by an earlier run, say). A group
+/// that is gone is fine; `pgid` 0 or 1 is refused.
+pub fn kill_group(pgid: i32) {
+    signal_group(pgid, libc::SIGKILL);
+}
+
+fn signal_group(pgid: i32, sig: i32) {
+    if pgid <= 1 {
+        log::error!("refusing to signal process group {pgid}");
+        return;
+    }
+    // SAFETY: kill(2) has no memory effects; a negative pid names a group.
+    if unsafe { libc::kill(-pgid, sig) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            log::warn!("cannot signal process group {pgid}: {e}");
+        }
+    }
+}
+
+/// Blocks until child `pid` has exited (or is no child of ours any more),
+/// leaving it for its owner to reap.
+fn wait_no_reap(pid: libc::id_t) {
+    loop {
+        // SAFETY: waitid writes one siginfo_t we own; WNOWAIT leaves the child
+        // waitable.
+        let rc = unsafe {
+            let mut info = std::mem::zeroed::<libc::siginfo_t>();
+            libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT)
+        };
+        if rc == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
+/// Why [`run_with_timeout`] has no output to give.
+#[derive(Debug)]
+pub enum RunError {
+    /// The program could not be started (missing, not executable, no resources).
+    Start(io::Error),
+    /// It ran past the limit; its group was killed.
+    TimedOut(Duration),
+    /// It could not be waited for.
+    Wait(io::Error),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Start(e) => write!(f, "cannot be started: {e}"),
+            RunError::TimedOut(d) => write!(f, "did not finish within {} s", d.as_secs()),
+            RunError::Wait(e) => write!(f, "could not be waited for: {e}"),
+        }
+    }
+}
+
+/// The most of each output stream [`run_with_timeout`] keeps; the rest is read
+/// and dropped, so a chatty command never blocks on a full pipe.
+pub const OUTPUT_MAX: usize = 4 << 20;
+
+/// Runs `cmd` in its own process group with stdin from /dev/null and both
+/// outputs captured (each up to [`OUTPUT_MAX`]), until it exits or `limit`
+/// passes; then the group is SIGKILLed and the leader reaped either way.
+pub fn run_with_timeout(cmd: &mut Command, limit: Duration) -> Result<Output, RunError> {
+    let deadline = Instant::now() + limit;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let name = cmd
+        .get_program()
+        .to_string_lossy()
+        .rsplit('/')
+        .next()
+        .unwrap_or("child")
+        .chars()
+        .take(8)
+        .collect::<String>();
+    let mut group = ProcessGroup::spawn(cmd).map_err(RunError::Start)?;
+    let (exited_tx, exited) = crossbeam_channel::bounded::<()>(1);
+    let out = drain(&name, "out", group.child_mut().stdout.take());
+    let err = drain(&name, "err", group.child_mut().stderr.take());
+    group
+        .on_exit(format!("{name}-wait"), move || {
+            let _ = exited_tx.send(());
+        })
+        .map_err(RunError::Wait)?;
+    if exited.recv_deadline(deadline).is_err() {
+        // `group` is dropped on return: the group is killed and the leader reaped.
+        return Err(RunError::TimedOut(limit));
+    }
+    let status = group.wait().map_err(RunError::Wait)?;
+    // Whatever the leader left in its group goes now, which closes the pipes.
+    group.kill();
+    let grace = deadline.max(Instant::now() + Duration::from_secs(1));
+    Ok(Output {
+        status,
+        stdout: out.recv_deadline(grace).unwrap_or_default(),
+        stderr: err.recv_deadline(grace).unwrap_or_default(),
+    })
+}
+
+/// Reads `pipe` to its end on a thread of its own; the bytes (at most
+/// [`OUTPUT_MAX`]) arrive on the returned channel.
+fn drain(
+    name: &str,
+    which: &str,
+    pipe: Option<impl Read + Send + 'static>,
+) -> crossbeam_channel::Receiver<Vec<u8>> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let Some(mut pipe) = pipe else {
+        let _ = tx.send(Vec::new());
+        return rx;
+    };
+    let spawned = std::thread::Builder::new()
+        .name(format!("{name}-{which}"))
+        .spawn(move || {
+            let mut kept = Vec::new();
+            let mut buf = [0u8; 8192];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let room = OUTPUT_MAX.saturating_sub(kept.len());
+                        kept.extend_from_slice(&buf[..n.min(room)]);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = tx.send(kept);
+        });
+    if let Err(e) = spawned {
+        log::warn!("cannot start a thread to read {name}'s std{which}: {e}");
+    }
+    rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn gone(pid: i32) -> bool {
+        // SAFETY: signal 0 only checks that the process or group exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    }
+
+    #[test]
+    fn dropping_a_group_kills_every_process_in_it_and_reaps_the_leader() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "sleep 30 & sleep 30 & wait"]);
+        let group = ProcessGroup::spawn(&mut cmd).unwrap();
+        let pgid = group.id() as i32;
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!gone(-pgid), "the group runs");
+        drop(group);
+        let end = Instant::now() + Duration::from_secs(5);
+        while !gone(-pgid) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(gone(-pgid), "no process of the group is left");
+        assert!(gone(pgid), "the leader was reaped, not left a zombie");
+    }
+
+    #[test]
+    fn an_exit_is_an_event_and_the_pid_stays_the_owners_until_it_reaps() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "exit 3"]);
+        let mut group = ProcessGroup::spawn(&mut cmd).unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        group
+            .on_exit("test-wait".into(), move || {
+                let _ = tx.send(());
+            })
+            .unwrap();
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(
+            !gone(group.id() as i32),
+            "a zombie until its owner reaps it"
+        );
+        assert_eq!(group.try_wait().unwrap().and_then(|s| s.code()), Some(3));
+    }
+
+    #[test]
+    fn waiting_leaving_the_rest_keeps_background_processes() {
+        let dir = std::env::temp_dir().join(format!("hive-pg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let pid_file = dir.join("pid");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("sleep 30 & echo $! > {}", pid_file.display()));
+        let group = ProcessGroup::spawn(&mut cmd).unwrap();
+        assert!(group.wait_leaving_rest().unwrap().success());
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(!gone(pid), "the background sleep outlives its shell");
+        // SAFETY: ending the sleep this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn run_with_timeout_captures_both_outputs_or_kills_at_the_limit() {
+        let out = run_with_timeout(
+            Command::new("sh").args(["-c", "echo out; echo err >&2; exit 4"]),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(out.status.code(), Some(4));
+        assert_eq!(
+            (out.stdout.as_slice(), out.stderr.as_slice()),
+            (&b"out\n"[..], &b"err\n"[..])
+        );
+        let e = run_with_timeout(
+            Command::new("sh").args(["-c", "sleep 30 & sleep 30"]),
+            Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert!(matches!(e, RunError::TimedOut(_)), "{e}");
+        let missing = run_with_timeout(
+            &mut Command::new("/nonexistent/hive-no-such-program"),
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
+        assert!(matches!(missing, RunError::Start(_)), "{missing}");
+    }
+}
