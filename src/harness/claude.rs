@@ -1,26 +1,30 @@
 //! The claude actor: one running claude process, owned by a [`ClaudeRun`]
 //! that the turn loop holds in its phase. The child gets explicit stdio, its
-//! own process group, an environment without the operator's variables, the
-//! prompt on stdin (from a writer thread when it is big), and one pump thread
-//! per output pipe, so a full pipe never blocks it. The pumps feed one bounded
-//! channel of lines and the waiter a one-shot exit channel; the loop selects
-//! on both next to everything else it waits for, so a running turn is a phase
-//! of the loop, not a call it is stuck in. Every helper thread exists before
-//! claude is started, so a claude that cannot be given its threads is never
-//! started at all: that, like a failed spawn, is `NotStarted` and not the
-//! message's fault. Stopping a child is a ladder the loop drives from its
-//! timer: SIGINT to claude (it then aborts its tools and stops its MCP
-//! servers), SIGTERM and finally SIGKILL to the whole group. Once claude
-//! exits, whatever is left in its group is killed, so no grandchild outlives
-//! the turn; dropping a `ClaudeRun` kills the group and waits for the reap.
+//! own process group (a `sys::ProcessGroup`), an environment without the
+//! operator's variables, the prompt on stdin (from a writer thread when it is
+//! big), and one pump thread per output pipe, so a full pipe never blocks it.
+//! The pumps feed one bounded channel of lines and the waiter (a
+//! `sys::ExitWatch`, which waits without reaping) a one-shot exit notice; the
+//! loop selects on both next to everything else it waits for, so a running
+//! turn is a phase of the loop, not a call it is stuck in, and the loop reaps
+//! the child itself ([`ClaudeRun::on_exit`]), so no signal of the ladder can
+//! reach a recycled pid. Every helper thread exists before claude is started,
+//! so a claude that cannot be given its threads is never started at all:
+//! that, like a failed spawn, is `NotStarted` and not the message's fault.
+//! Stopping a child is a ladder the loop drives from its timer: SIGINT to
+//! claude (it then aborts its tools and stops its MCP servers), SIGTERM and
+//! finally SIGKILL to the whole group. Once claude exits, whatever is left in
+//! its group is killed, so no grandchild outlives the turn; dropping a
+//! `ClaudeRun` kills the group and reaps it (on a `claude-reaper` thread when
+//! that takes longer than a few seconds).
 
 use crate::agent_proc::{self, StartFault};
 use crate::proto::lines::{self as wire, Line};
+use crate::sys::{ExitWatch, ProcessGroup};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::io::{self, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Longest stdout line parsed; longer ones are dropped with a note.
@@ -38,7 +42,8 @@ const SMALL_PROMPT: usize = 4096;
 /// group can hold them) before the turn ends without them.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
-/// How long dropping a run waits for the killed child to be reaped.
+/// How long dropping a run waits for the killed child to exit before it leaves
+/// the reaping to a thread of its own.
 const REAP_WAIT: Duration = Duration::from_secs(5);
 
 /// One claude process to run. Its `Debug` shows the names of the extra
@@ -149,9 +154,9 @@ fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
     let (lines_tx, output) = bounded::<Output>(256);
     let out_tx = pump::<ChildStdout>("stdout", lines_tx.clone(), Output::Stdout).map_err(thread)?;
     let err_tx = pump::<ChildStderr>("stderr", lines_tx, Output::Stderr).map_err(thread)?;
-    let (exit_tx, exit) = bounded::<io::Result<ExitStatus>>(1);
-    let waiter = worker("claude-wait", move |mut child: Child| {
-        let _ = exit_tx.send(child.wait());
+    let (exit_tx, exit) = bounded::<()>(1);
+    let waiter = ExitWatch::start("claude-wait".into(), move || {
+        let _ = exit_tx.send(());
     })
     .map_err(thread)?;
     // A prompt that fits the pipe buffer is written at once; a bigger one from
@@ -172,16 +177,14 @@ fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
         .current_dir(&inv.cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+        .stderr(Stdio::piped());
     for (k, v) in &inv.env {
         cmd.env(k, v);
     }
     agent_proc::scrub_operator_env(&mut cmd);
-    let mut child = cmd
-        .spawn()
+    let mut group = ProcessGroup::spawn(&mut cmd)
         .map_err(|e| fault(&format!("cannot start claude ({})", inv.bin), e))?;
-    let pid = child.id() as i32;
+    let child = group.child_mut();
     // A child that exits without reading is normal; EPIPE is ignored.
     if let Some(mut stdin) = child.stdin.take() {
         match writer {
@@ -199,9 +202,9 @@ fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
     if let Some(s) = child.stderr.take() {
         let _ = err_tx.send(s);
     }
-    let _ = waiter.send(child);
+    waiter.watch(&group);
     Ok(ClaudeRun {
-        pid,
+        group: Some(group),
         output,
         exit,
         open_pipes: 2,
@@ -211,14 +214,6 @@ fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
         grace: inv.grace,
         quick: false,
     })
-}
-
-/// Sends `sig` to one process, or to a whole group when `pid` is negative.
-fn signal(pid: i32, sig: i32) {
-    // SAFETY: kill(2) with a pid or negated process-group id has no memory effects.
-    unsafe {
-        libc::kill(pid, sig);
-    }
 }
 
 /// Where the stop ladder is.
@@ -233,11 +228,14 @@ enum Stop {
 /// One running claude. The loop selects on [`ClaudeRun::output`] and
 /// [`ClaudeRun::exit`] while they are open, calls [`ClaudeRun::stop`] to start
 /// the stop ladder and [`ClaudeRun::step`] when [`ClaudeRun::ladder_due`]
-/// passes. Dropping it kills the whole group and waits for the reap.
+/// passes, and [`ClaudeRun::on_exit`] once [`ClaudeRun::exit`] said claude
+/// exited. Dropping it kills the whole group and reaps it.
 pub struct ClaudeRun {
-    pid: i32,
+    /// The child; `None` once dropped by [`Drop`].
+    group: Option<ProcessGroup>,
     output: Receiver<Output>,
-    exit: Receiver<io::Result<ExitStatus>>,
+    /// One notice when claude has exited (not reaped yet).
+    exit: Receiver<()>,
     open_pipes: u8,
     exited: bool,
     stop: Stop,
@@ -259,8 +257,8 @@ impl ClaudeRun {
         (self.open_pipes > 0).then_some(&self.output)
     }
 
-    /// The exit status, until it came.
-    pub fn exit(&self) -> Option<&Receiver<io::Result<ExitStatus>>> {
+    /// The notice that claude exited, until it was taken ([`ClaudeRun::on_exit`]).
+    pub fn exit(&self) -> Option<&Receiver<()>> {
         (!self.exited).then_some(&self.exit)
     }
 
@@ -280,11 +278,18 @@ impl ClaudeRun {
         self.open_pipes = 0;
     }
 
-    /// claude exited: whatever it left in its group dies with the turn.
-    pub fn on_exit(&mut self) {
+    /// claude exited (or its waiter is gone): whatever it left in its group
+    /// dies with the turn, while the group's number is still claude's (it is
+    /// not reaped yet), and then claude is reaped; its exit status.
+    pub fn on_exit(&mut self) -> io::Result<ExitStatus> {
         self.exited = true;
-        signal(-self.pid, libc::SIGKILL);
         self.ladder_at = None;
+        let group = self
+            .group
+            .as_mut()
+            .ok_or_else(|| io::Error::other("claude is gone"))?;
+        group.kill();
+        group.wait()
     }
 
     pub fn has_exited(&self) -> bool {
@@ -336,17 +341,20 @@ impl ClaudeRun {
         if self.exited {
             return;
         }
+        let Some(group) = &self.group else {
+            return;
+        };
         self.stop = match self.stop {
             Stop::Running => {
-                signal(self.pid, libc::SIGINT);
+                group.signal_leader(libc::SIGINT);
                 Stop::SentInt
             }
             Stop::SentInt => {
-                signal(-self.pid, libc::SIGTERM);
+                group.signal(libc::SIGTERM);
                 Stop::SentTerm
             }
             Stop::SentTerm | Stop::SentKill => {
-                signal(-self.pid, libc::SIGKILL);
+                group.kill();
                 Stop::SentKill
             }
         };
@@ -355,17 +363,34 @@ impl ClaudeRun {
 }
 
 impl Drop for ClaudeRun {
-    /// Nothing claude started outlives its run, and the child is reaped (by its
-    /// waiter thread) before the handle is gone.
+    /// Nothing claude started outlives its run, and the child is reaped: here
+    /// once it has exited, or, when a killed claude does not exit within
+    /// [`REAP_WAIT`] (stuck in the kernel), on a `claude-reaper` thread, so the
+    /// loop is never held up.
     fn drop(&mut self) {
-        if !self.exited {
-            signal(-self.pid, libc::SIGKILL);
-            if self.exit.recv_timeout(REAP_WAIT).is_err() {
-                log::error!(
-                    "claude (pid {}) was killed but not reaped in {REAP_WAIT:?}",
-                    self.pid
-                );
-            }
+        let Some(group) = self.group.take() else {
+            return;
+        };
+        if self.exited {
+            // `on_exit` killed the group while its number was claude's and
+            // reaped claude; the number may be another's now.
+            let _ = group.wait_leaving_rest();
+            return;
+        }
+        group.kill();
+        if self.exit.recv_timeout(REAP_WAIT).is_ok() {
+            drop(group); // claude has exited: reaped now
+            return;
+        }
+        log::error!(
+            "claude (pid {}) was killed but has not exited in {REAP_WAIT:?}; reaping it later",
+            group.id()
+        );
+        let reaper = std::thread::Builder::new()
+            .name("claude-reaper".into())
+            .spawn(move || drop(group));
+        if let Err(e) = reaper {
+            log::error!("cannot start a thread to reap claude: {e}");
         }
     }
 }
@@ -409,13 +434,11 @@ mod tests {
             got.contains(&Output::Stderr(Pipe::Line("err".into()))),
             "{got:?}"
         );
-        let st = run
-            .exit()
+        run.exit()
             .unwrap()
             .recv_timeout(Duration::from_secs(10))
-            .unwrap()
             .unwrap();
-        run.on_exit();
+        let st = run.on_exit().unwrap();
         assert_eq!(st.code(), Some(3));
         assert!(run.exit().is_none() && run.output().is_none());
     }
@@ -436,21 +459,19 @@ mod tests {
         let due = run.ladder_due().expect("a next step");
         assert!(due > Instant::now());
         run.step(); // SIGTERM to the group
-        let st = run
-            .exit()
+        run.exit()
             .unwrap()
             .recv_timeout(Duration::from_secs(10))
-            .unwrap()
             .unwrap();
+        let st = run.on_exit().unwrap();
         assert_eq!(st.signal(), Some(libc::SIGTERM));
-        run.on_exit();
         assert_eq!(run.ladder_due(), None);
 
         let run = ClaudeRun::start(&sh("sleep 60")).unwrap();
-        let pid = run.pid;
+        let pid = run.group.as_ref().unwrap().id();
         drop(run);
-        // SAFETY: signal 0 only checks that the process exists.
-        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        // A zombie keeps its /proc entry: gone means killed and reaped.
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
         assert!(!alive, "dropped and reaped");
     }
 

@@ -65,7 +65,8 @@ pub enum ClaudeEvent {
     Output(Output),
     /// Both pumps ended (their channel closed).
     PipesGone,
-    Exited(io::Result<ExitStatus>),
+    /// claude exited (the loop reaps it: `ClaudeRun::on_exit`).
+    Exited,
 }
 
 /// What the loop is doing.
@@ -167,7 +168,8 @@ pub struct TurnLoop {
     tools: ToolLists,
     poller: Poller,
     control: Receiver<Control>,
-    signals: Receiver<()>,
+    /// `sys::signals()`: the first signal, then disconnection.
+    signals: Receiver<i32>,
     ledger: Ledger,
     session: Session,
     streaks: Streaks,
@@ -191,7 +193,7 @@ impl TurnLoop {
         tools: ToolLists,
         poller: Poller,
         control: Receiver<Control>,
-        signals: Receiver<()>,
+        signals: Receiver<i32>,
         last: (Option<u64>, Option<i64>),
     ) -> TurnLoop {
         let bus = shared.bus.clone();
@@ -267,8 +269,8 @@ impl TurnLoop {
 
     fn next_event(&self) -> Event {
         let no_output = never::<Output>();
-        let no_exit = never::<io::Result<ExitStatus>>();
-        let no_signal = never::<()>();
+        let no_exit = never::<()>();
+        let no_signal = never::<i32>();
         let (output, exit) = match &self.phase {
             Phase::Running(r) => (
                 r.claude.output().unwrap_or(&no_output),
@@ -291,9 +293,9 @@ impl TurnLoop {
                 Err(_) => Event::SourceGone("the control channel"),
             },
             recv(output) -> o => Event::Claude(o.map_or(ClaudeEvent::PipesGone, ClaudeEvent::Output)),
-            recv(exit) -> x => Event::Claude(ClaudeEvent::Exited(
-                x.unwrap_or_else(|_| Err(io::Error::other("the waiter thread is gone"))),
-            )),
+            // A waiter that is gone is taken as the exit: `on_exit` kills the
+            // group before it reaps, so that cannot block.
+            recv(exit) -> _ => Event::Claude(ClaudeEvent::Exited),
             recv(timer) -> _ => Event::Timer,
             recv(signals) -> _ => Event::Signal,
         }
@@ -682,9 +684,8 @@ impl TurnLoop {
                 }
             }
             ClaudeEvent::PipesGone => r.claude.pipes_gone(),
-            ClaudeEvent::Exited(st) => {
-                r.exit = Some(st);
-                r.claude.on_exit();
+            ClaudeEvent::Exited => {
+                r.exit = Some(r.claude.on_exit());
                 r.drain_until = Some(Instant::now() + DRAIN_GRACE);
             }
         }

@@ -15,7 +15,7 @@ pub mod ns;
 pub mod process;
 pub mod signals;
 
-pub use process::{kill_group, run_with_timeout, ProcessGroup, RunError};
+pub use process::{kill_group, run_with_timeout, ExitWatch, ProcessGroup, RunError};
 pub use signals::signals;
 
 use std::io;

@@ -94,11 +94,7 @@ impl ProcessGroup {
     /// also runs if the leader was reaped meanwhile, so the owner must take a
     /// notice that finds its child still running as nothing.
     pub fn on_exit(&self, name: String, notify: impl FnOnce() + Send + 'static) -> io::Result<()> {
-        let pid = self.id() as libc::id_t;
-        std::thread::Builder::new().name(name).spawn(move || {
-            wait_no_reap(pid);
-            notify();
-        })?;
+        ExitWatch::start(name, notify)?.watch(self);
         Ok(())
     }
 
@@ -122,6 +118,34 @@ impl Drop for ProcessGroup {
                 log::warn!("cannot reap process {}: {e}", self.id());
             }
         }
+    }
+}
+
+/// The waiter thread of [`ProcessGroup::on_exit`], started before its child:
+/// an owner that must not start a child it could not watch starts this first,
+/// then the child, then hands it over with [`ExitWatch::watch`]. Dropped
+/// unused, it ends its thread.
+pub struct ExitWatch {
+    pid: crossbeam_channel::Sender<libc::id_t>,
+}
+
+impl ExitWatch {
+    /// Starts the thread `name`, which waits for its child, then until that
+    /// child has exited (without reaping it), then calls `notify`.
+    pub fn start(name: String, notify: impl FnOnce() + Send + 'static) -> io::Result<ExitWatch> {
+        let (pid, rx) = crossbeam_channel::bounded::<libc::id_t>(1);
+        std::thread::Builder::new().name(name).spawn(move || {
+            if let Ok(pid) = rx.recv() {
+                wait_no_reap(pid);
+                notify();
+            }
+        })?;
+        Ok(ExitWatch { pid })
+    }
+
+    /// Watches the leader of `group` from now on.
+    pub fn watch(self, group: &ProcessGroup) {
+        let _ = self.pid.send(group.id() as libc::id_t);
     }
 }
 
