@@ -14,13 +14,15 @@ use super::prompt::PromptVars;
 use super::settings::Settings;
 use super::stats::Stats;
 use super::turn_loop::TurnLoop;
-use crossbeam_channel::{unbounded, Receiver};
+use crossbeam_channel::unbounded;
 use std::path::Path;
 use std::sync::Arc;
 
 /// Runs the harness until SIGTERM.
 pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
-    let term = install_signals()?;
+    // Held to the end, so a first signal while the rest shuts down (after the
+    // loop returned by itself) is taken as a signal, not as one nobody hears.
+    let signals = crate::sys::signals()?;
     let s = Arc::new(Settings::resolve(state_dir, run_dir)?);
     for dir in [&s.state_dir, &s.run_dir] {
         super::files::create_private_dir(dir)
@@ -92,7 +94,7 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
         tools,
         poller,
         control_rx,
-        term,
+        signals.clone(),
         (last_context, last_turn_end),
     )
     .run();
@@ -103,28 +105,4 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     drop(web);
     log::info!("hive serve stopped");
     Ok(())
-}
-
-/// SIGTERM/SIGINT/SIGHUP close the returned channel, which the turn loop's
-/// `select!` watches (a closed channel stays ready, so it cannot be missed); a
-/// second signal exits at once.
-fn install_signals() -> Result<Receiver<()>, String> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
-        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    let (tx, rx) = unbounded::<()>();
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            let mut tx = Some(tx);
-            for sig in signals.forever() {
-                if tx.take().is_none() {
-                    log::warn!("second signal {sig}: exiting at once");
-                    std::process::exit(128 + sig);
-                }
-                log::info!("signal {sig}: finishing up (send it again to exit at once)");
-            }
-        })
-        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
-    Ok(rx)
 }
