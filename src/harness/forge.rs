@@ -46,26 +46,14 @@ pub struct ForgeSettings {
     pub user: String,
 }
 
-fn env(key: &str) -> Option<String> {
-    std::env::var(key).ok().filter(|v| !v.trim().is_empty())
-}
-
-fn env_secs(key: &str, default: u64) -> Result<Duration, String> {
-    match env(key) {
-        None => Ok(Duration::from_secs(default)),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map(Duration::from_secs)
-            .map_err(|_| format!("{key}={v:?} is not a whole number of seconds")),
-    }
-}
-
 impl ForgeSettings {
     /// `HIVE_FORGE_URL`, `HIVE_FORGE_POLL_SECS`, `HIVE_FORGE_TIMEOUT_SECS`,
     /// `HIVE_FORGE_BACKOFF_MAX_SECS`, `HOME`; the token is `STATE/forge-token`.
     pub fn from_env(state_dir: &Path, agent_socket: &Path, label: &str) -> Result<Self, String> {
-        let url = env("HIVE_FORGE_URL").unwrap_or_else(|| "http://localhost:3000".into());
+        let env = crate::sys::env::Env::process();
+        let url = env
+            .get("HIVE_FORGE_URL")
+            .unwrap_or_else(|| "http://localhost:3000".into());
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(format!(
                 "HIVE_FORGE_URL={url:?} must be an http:// or https:// URL"
@@ -75,10 +63,12 @@ impl ForgeSettings {
             url: url.trim_end_matches('/').to_string(),
             token_file: state_dir.join("forge-token"),
             agent_socket: agent_socket.to_path_buf(),
-            poll: env_secs("HIVE_FORGE_POLL_SECS", 60)?.max(Duration::from_secs(1)),
-            timeout: env_secs("HIVE_FORGE_TIMEOUT_SECS", 10)?,
-            backoff_max: env_secs("HIVE_FORGE_BACKOFF_MAX_SECS", 900)?,
-            tea_config: env("HOME").map(|h| Path::new(&h).join(".config/tea/config.yml")),
+            poll: env
+                .secs("HIVE_FORGE_POLL_SECS", 60)?
+                .max(Duration::from_secs(1)),
+            timeout: env.secs("HIVE_FORGE_TIMEOUT_SECS", 10)?,
+            backoff_max: env.secs("HIVE_FORGE_BACKOFF_MAX_SECS", 900)?,
+            tea_config: env.path("HOME").map(|h| h.join(".config/tea/config.yml")),
             user: label.to_string(),
         })
     }

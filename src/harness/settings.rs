@@ -1,8 +1,11 @@
 //! The settings of one `hive serve`: the command-line flags plus every environment
-//! variable the harness reads, each with its default, resolved once at start so the
-//! rest of the harness never touches the environment. `docs/env.md` lists them.
+//! variable the harness reads, each with its default, resolved once at start
+//! through `sys::env::Env` (trimmed, blank is unset, a bad value names its
+//! variable) so the rest of the harness never touches the environment.
+//! `docs/env.md` lists them.
 
 use crate::groups::{self, ToolGroup};
+use crate::sys::env::Env;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -52,56 +55,12 @@ pub struct Settings {
     pub plugins_auto_update: bool,
 }
 
-fn env(key: &str) -> Option<String> {
-    std::env::var(key).ok().filter(|v| !v.trim().is_empty())
-}
-
-fn env_num(key: &str, default: u64) -> Result<u64, String> {
-    match env(key) {
-        None => Ok(default),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| format!("{key}={v:?} is not a whole number")),
-    }
-}
-
-fn env_secs(key: &str, default: u64) -> Result<Duration, String> {
-    env_num(key, default).map(Duration::from_secs)
-}
-
-fn env_millis(key: &str, default: u64) -> Result<Duration, String> {
-    env_num(key, default).map(Duration::from_millis)
-}
-
-fn env_list(key: &str) -> Vec<String> {
-    env(key)
-        .map(|v| {
-            v.split([',', '\n'])
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn env_bool(key: &str, default: bool) -> Result<bool, String> {
-    match env(key).as_deref().map(str::trim) {
-        None => Ok(default),
-        Some("1" | "true" | "yes" | "on") => Ok(true),
-        Some("0" | "false" | "no" | "off") => Ok(false),
-        Some(v) => Err(format!("{key}={v:?} must be true or false")),
-    }
-}
-
 /// The claude config dir the CLI uses: `CLAUDE_CONFIG_DIR`, else `~/.claude`.
-pub fn claude_config_dir() -> PathBuf {
-    if let Some(d) = env("CLAUDE_CONFIG_DIR") {
-        return PathBuf::from(d);
+pub fn claude_config_dir(env: &Env) -> PathBuf {
+    if let Some(d) = env.path("CLAUDE_CONFIG_DIR") {
+        return d;
     }
-    let home = env("HOME").unwrap_or_else(|| "/root".into());
-    Path::new(&home).join(".claude")
+    env.path_or("HOME", "/root").join(".claude")
 }
 
 /// The longest model name accepted.
@@ -132,57 +91,64 @@ pub fn check_model(name: &str) -> Result<String, String> {
 }
 
 impl Settings {
-    /// Resolves `hive serve`'s flags (the state and run dirs) and the
-    /// environment; a bad value is an error naming the variable.
+    /// Resolves `hive serve`'s flags (the state and run dirs) and the process
+    /// environment.
     pub fn resolve(state_dir: &Path, run_dir: &Path) -> Result<Settings, String> {
-        let model_file = match env("HYPERHIVE_MODEL_FILE") {
-            Some(f) => PathBuf::from(f),
+        Settings::read(state_dir, run_dir, &Env::process())
+    }
+
+    /// The settings for the state and run dirs, with the rest from `env`; a
+    /// bad value is an error naming the variable.
+    pub fn read(state_dir: &Path, run_dir: &Path, env: &Env) -> Result<Settings, String> {
+        let model_file = match env.path("HYPERHIVE_MODEL_FILE") {
+            Some(f) => f,
             None if Path::new("/harness").is_dir() => PathBuf::from("/harness/hyperhive-model"),
             None => state_dir.join("hyperhive-model"),
         };
-        let tool_groups = groups::parse_groups(&env("HIVE_TOOL_GROUPS").unwrap_or_default())
+        let tool_groups = groups::parse_groups(&env.get("HIVE_TOOL_GROUPS").unwrap_or_default())
             .map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
-        let label = env("HIVE_LABEL").unwrap_or_else(|| "hive".into());
+        let label = env.get("HIVE_LABEL").unwrap_or_else(|| "hive".into());
         Ok(Settings {
             state_dir: state_dir.to_path_buf(),
             run_dir: run_dir.to_path_buf(),
-            socket: PathBuf::from(
-                env("HIVE_SOCKET")
-                    .unwrap_or_else(|| crate::proto::paths::DEFAULT_AGENT_SOCKET.into()),
-            ),
-            bash_socket: PathBuf::from(
-                env("HIVE_BASH_SOCKET")
-                    .unwrap_or_else(|| crate::proto::paths::DEFAULT_BASH_SOCKET.into()),
-            ),
+            socket: env.path_or("HIVE_SOCKET", crate::proto::paths::DEFAULT_AGENT_SOCKET),
+            bash_socket: env.path_or("HIVE_BASH_SOCKET", crate::proto::paths::DEFAULT_BASH_SOCKET),
             label,
-            claude_bin: env("HIVE_CLAUDE_BIN").unwrap_or_else(|| "claude".into()),
+            claude_bin: env
+                .get("HIVE_CLAUDE_BIN")
+                .unwrap_or_else(|| "claude".into()),
             tool_groups,
-            extra_mcp_servers: env("HIVE_EXTRA_MCP_SERVERS"),
+            extra_mcp_servers: env.get("HIVE_EXTRA_MCP_SERVERS"),
             model_file,
-            default_model: match env("HIVE_DEFAULT_MODEL") {
+            default_model: match env.get("HIVE_DEFAULT_MODEL") {
                 Some(m) => check_model(&m).map_err(|e| format!("HIVE_DEFAULT_MODEL: {e}"))?,
                 None => "haiku".into(),
             },
-            claude_max_retries: env_num("HIVE_CLAUDE_MAX_RETRIES", 2)? as u32,
-            turn_timeout: env_secs("HIVE_TURN_TIMEOUT_SECS", 3600)?,
-            turn_idle: Some(env_secs("HIVE_TURN_IDLE_SECS", 900)?).filter(|d| !d.is_zero()),
-            max_attempts: env_num("HIVE_TURN_MAX_ATTEMPTS", 5)?.clamp(1, u64::from(u32::MAX))
-                as u32,
-            kill_grace: env_millis("HIVE_KILL_GRACE_MS", 3000)?,
-            poll_wait_secs: env_num("HIVE_POLL_WAIT_SECS", 30)?.clamp(1, 180),
-            fail_pause: env_millis("HIVE_POLL_MS", 1000)?,
-            rate_limit_sleep: env_secs("HIVE_RATE_LIMIT_SLEEP_SECS", 300)?,
-            rate_limit_max_sleep: env_secs("HIVE_RATE_LIMIT_MAX_SLEEP_SECS", 6 * 3600)?,
-            api_backoff_base: env_secs("HIVE_API_BACKOFF_SECS", 15)?,
-            api_backoff_max: env_secs("HIVE_API_BACKOFF_MAX_SECS", 900)?,
-            api_failures_before_notice: env_num("HIVE_API_FAILURES_BEFORE_NOTICE", 3)? as u32,
-            login_poll: env_millis("HIVE_LOGIN_POLL_MS", 5000)?,
-            reconnect_max: env_millis("HIVE_RECONNECT_MAX_MS", 10_000)?,
-            start_backoff_max: env_millis("HIVE_START_BACKOFF_MAX_MS", 60_000)?,
-            claude_config_dir: claude_config_dir(),
-            plugin_marketplaces: env_list("HIVE_CLAUDE_MARKETPLACES"),
-            plugins: env_list("HIVE_CLAUDE_PLUGINS"),
-            plugins_auto_update: env_bool("HIVE_CLAUDE_PLUGINS_AUTO_UPDATE", false)?,
+            claude_max_retries: env
+                .num("HIVE_CLAUDE_MAX_RETRIES", 2)?
+                .min(u64::from(u32::MAX)) as u32,
+            turn_timeout: env.secs("HIVE_TURN_TIMEOUT_SECS", 3600)?,
+            turn_idle: Some(env.secs("HIVE_TURN_IDLE_SECS", 900)?).filter(|d| !d.is_zero()),
+            max_attempts: env
+                .num("HIVE_TURN_MAX_ATTEMPTS", 5)?
+                .clamp(1, u64::from(u32::MAX)) as u32,
+            kill_grace: env.millis("HIVE_KILL_GRACE_MS", 3000)?,
+            poll_wait_secs: env.num("HIVE_POLL_WAIT_SECS", 30)?.clamp(1, 180),
+            fail_pause: env.millis("HIVE_POLL_MS", 1000)?,
+            rate_limit_sleep: env.secs("HIVE_RATE_LIMIT_SLEEP_SECS", 300)?,
+            rate_limit_max_sleep: env.secs("HIVE_RATE_LIMIT_MAX_SLEEP_SECS", 6 * 3600)?,
+            api_backoff_base: env.secs("HIVE_API_BACKOFF_SECS", 15)?,
+            api_backoff_max: env.secs("HIVE_API_BACKOFF_MAX_SECS", 900)?,
+            api_failures_before_notice: env
+                .num("HIVE_API_FAILURES_BEFORE_NOTICE", 3)?
+                .min(u64::from(u32::MAX)) as u32,
+            login_poll: env.millis("HIVE_LOGIN_POLL_MS", 5000)?,
+            reconnect_max: env.millis("HIVE_RECONNECT_MAX_MS", 10_000)?,
+            start_backoff_max: env.millis("HIVE_START_BACKOFF_MAX_MS", 60_000)?,
+            claude_config_dir: claude_config_dir(env),
+            plugin_marketplaces: env.list("HIVE_CLAUDE_MARKETPLACES"),
+            plugins: env.list("HIVE_CLAUDE_PLUGINS"),
+            plugins_auto_update: env.switch("HIVE_CLAUDE_PLUGINS_AUTO_UPDATE", false)?,
         })
     }
 
@@ -225,6 +191,45 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_come_from_the_env_once_and_a_bad_value_names_its_variable() {
+        let read = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let lookup = move |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            Settings::read(Path::new("/s"), Path::new("/r"), &Env::new(&lookup))
+        };
+        let s = read(&[
+            ("HIVE_TURN_TIMEOUT_SECS", " 60 "),
+            ("HIVE_LABEL", "   "),
+            ("HIVE_CLAUDE_PLUGINS", "a, b\nc"),
+            ("HIVE_CLAUDE_PLUGINS_AUTO_UPDATE", "on"),
+            ("HIVE_TURN_IDLE_SECS", "0"),
+            ("HOME", "/home/ana"),
+        ])
+        .unwrap();
+        assert_eq!(s.turn_timeout, Duration::from_secs(60));
+        assert_eq!(s.label, "hive", "blank is unset");
+        assert_eq!(s.plugins, ["a", "b", "c"]);
+        assert!(s.plugins_auto_update);
+        assert_eq!(s.turn_idle, None);
+        assert_eq!(s.claude_config_dir, PathBuf::from("/home/ana/.claude"));
+        assert_eq!(
+            s.socket,
+            PathBuf::from(crate::proto::paths::DEFAULT_AGENT_SOCKET)
+        );
+        for (key, value) in [
+            ("HIVE_KILL_GRACE_MS", "soon"),
+            ("HIVE_CLAUDE_PLUGINS_AUTO_UPDATE", "maybe"),
+            ("HIVE_DEFAULT_MODEL", "--evil"),
+        ] {
+            let e = read(&[(key, value)]).unwrap_err();
+            assert!(e.contains(key), "{key}: {e}");
+        }
+    }
 
     #[test]
     fn model_names_that_could_be_options_or_garbage_are_refused() {
