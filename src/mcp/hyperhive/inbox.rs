@@ -168,11 +168,18 @@ fn cancel_loose_end(h: &HyperhiveTools, c: CancelLooseEnd, ctx: &CallCtx) -> Han
 
 fn remind(h: &HyperhiveTools, c: Remind, ctx: &CallCtx) -> Handled {
     let r = h.request(&c, ctx)?;
+    // A delay is reported as asked: the clock may tick a second between
+    // the broker's reply and this line, and "in about 0 s" for a 1 s delay
+    // would read as a mistake.
+    let in_secs = match c.delay_seconds {
+        Some(d) => d as i64,
+        None => (r.fire_at - now()).max(0),
+    };
     Ok(ToolOutcome::Ok(format!(
         "reminder #{} set; it arrives in your inbox at {} (in about {} s)",
         r.id,
         fmt_time(r.fire_at),
-        (r.fire_at - now()).max(0)
+        in_secs
     )))
 }
 
