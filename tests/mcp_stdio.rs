@@ -12,7 +12,7 @@ use hyperhive::mcp::hyperhive::allowed_hyperhive_tools;
 use hyperhive::proto::cmd::{Inbox, InboxAck, Send};
 use hyperhive::proto::MessagesReply;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `kid` is a child of `ruth` that may only message the operator (and its parent).
 const CONFIG: &str = r#"{"hive_name":"testhive","agents":[
