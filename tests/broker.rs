@@ -41,7 +41,7 @@ fn pop(c: &mut Client) -> Message {
 }
 
 fn status(c: &mut Client) -> StatusReply {
-    c.call(&Status {}).expect("status")
+    c.call(&Status::default()).expect("status")
 }
 
 #[test]
@@ -72,12 +72,20 @@ fn requeue_puts_the_message_back_first_and_one_inflight_at_a_time() {
     let again = recv_next(&mut a, 0);
     assert_eq!(again.message.unwrap().id, first);
     assert!(again.redelivered);
-    ok(&mut a, RequeueInflight { id: first });
+    ok(
+        &mut a,
+        RequeueInflight {
+            id: first,
+            ..Default::default()
+        },
+    );
     assert_eq!(
         status(&mut a),
         StatusReply {
             unread: 2,
-            inflight: None
+            inflight: None,
+            status_text: None,
+            status_set_at: None,
         }
     );
     let m = pop(&mut a);
@@ -189,7 +197,9 @@ fn inflight_at_kill_time_is_requeued_after_restart() {
         status(&mut a),
         StatusReply {
             unread: 2,
-            inflight: None
+            inflight: None,
+            status_text: None,
+            status_set_at: None,
         }
     );
     assert_eq!(pop(&mut a).id, first);
@@ -225,7 +235,13 @@ fn ack_with_a_stale_or_foreign_id_is_refused() {
     // Another agent's socket cannot ack or requeue this row.
     let e = refused(&mut bob, AckTurn { id: second });
     assert!(e.contains("bob has no inflight"), "{e}");
-    refused(&mut bob, RequeueInflight { id: second });
+    refused(
+        &mut bob,
+        RequeueInflight {
+            id: second,
+            ..Default::default()
+        },
+    );
     ok(&mut a, AckTurn { id: second });
 }
 
@@ -275,7 +291,7 @@ fn an_agent_socket_acts_only_as_that_agent() {
         let e = refused(&mut ana, req);
         assert!(e.contains("operator command"), "{e}");
     }
-    let e = refused(&mut host, Status {});
+    let e = refused(&mut host, Status::default());
     assert!(e.contains("agent command"), "{e}");
     assert_eq!(pop(&mut bob).body, "for bob only");
 }
