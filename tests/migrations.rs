@@ -152,6 +152,7 @@ fn a_real_broker_serves_an_old_store() {
         DeadLetter {
             id: 1,
             error: "claude crashed".into(),
+            ran: true,
         },
     );
     assert_eq!(dead["told"], serde_json::json!(["operator"]));

@@ -472,22 +472,24 @@ impl Db {
     }
 
     /// Dead-letters the inflight row `id`: `failed`, with `error` as its last
-    /// error and now as its `done_at`, and `notices` queued, in one
-    /// transaction. False (and nothing queued) when it was not inflight, so
-    /// the notices go out once.
+    /// error and now as its `done_at` (and its last hand-out given back unless
+    /// it `ran`), and `notices` queued, in one transaction. False (and nothing
+    /// queued) when it was not inflight, so the notices go out once.
     pub fn dead_letter(
         &mut self,
         id: i64,
         recipient: &str,
         error: &str,
+        ran: bool,
         now: i64,
         notices: &[NewMessage],
     ) -> Res<bool> {
         let tx = self.conn.transaction()?;
         let n = tx.execute(
-            "UPDATE messages SET state = 'failed', last_error = ?1, done_at = ?2
+            "UPDATE messages SET state = 'failed', last_error = ?1, done_at = ?2,
+                attempts = CASE WHEN ?5 THEN attempts ELSE MAX(attempts - 1, 0) END
              WHERE id = ?3 AND recipient = ?4 AND state = 'inflight'",
-            params![error, now, id, recipient],
+            params![error, now, id, recipient, ran],
         )?;
         if n == 1 {
             insert_all(&tx, notices, now)?;

@@ -90,9 +90,10 @@ impl Teller {
 
     /// Tells the broker to dead-letter the inflight message `id`: it keeps
     /// it in the `failed` state with `error` as its last error and tells its
-    /// parent and its sender once (`dead_letter`). Nothing acks it.
-    pub fn dead_letter(&self, id: i64, error: String) {
-        self.tell(Request::from(cmd::DeadLetter { id, error }));
+    /// parent and its sender once (`dead_letter`). Nothing acks it. `ran` is
+    /// false when this hand-out was not run.
+    pub fn dead_letter(&self, id: i64, error: String, ran: bool) {
+        self.tell(Request::from(cmd::DeadLetter { id, error, ran }));
     }
 }
 

@@ -1113,7 +1113,7 @@ impl TurnLoop {
                     );
                     log::warn!("{what} is dead-lettered after {n} failed attempts: {text}");
                     self.ledger.forget(w.key);
-                    w.guard.dead_letter(&text, notice);
+                    w.guard.dead_letter(&text, true, notice);
                     self.end_work(
                         false,
                         format!("{what} failed {n} times and is dead-lettered: {text}"),
@@ -1368,7 +1368,7 @@ impl TurnLoop {
             self.s.label
         );
         self.ledger.forget(w.key);
-        w.guard.dead_letter(&text, notice);
+        w.guard.dead_letter(&text, false, notice);
         if self.free() {
             self.advance();
         }

@@ -106,9 +106,11 @@ impl Inflight {
     /// state with `error` and tells its parent and sender
     /// ([`Teller::dead_letter`]); a continue has no row, so its `notice` goes
     /// to the parent.
-    pub fn dead_letter(mut self, error: &str, notice: String) {
+    /// `ran` is false when it was not run this time (its attempts were used
+    /// up by runs the harness never finished).
+    pub fn dead_letter(mut self, error: &str, ran: bool, notice: String) {
         match self.id {
-            Some(id) => self.teller.dead_letter(id, error_text(error)),
+            Some(id) => self.teller.dead_letter(id, error_text(error), ran),
             None => self
                 .teller
                 .tell(Request::from(cmd::SendToParent { body: notice })),
@@ -318,12 +320,13 @@ mod tests {
             ]
         );
         // The dead letter is the broker's: one command, no ack.
-        Inflight::new(key, teller.clone()).dead_letter("crashed", "unused".into());
+        Inflight::new(key, teller.clone()).dead_letter("crashed", true, "unused".into());
         assert_eq!(
             sent(),
             [Request::from(cmd::DeadLetter {
                 id: 7,
-                error: "crashed".into()
+                error: "crashed".into(),
+                ran: true,
             })]
         );
         // A continue has no row: nothing to requeue or ack; its dead letter
@@ -331,7 +334,7 @@ mod tests {
         drop(Inflight::new(WorkKey::Continue, teller.clone()));
         Inflight::new(WorkKey::Continue, teller.clone()).ack(Ack::Completed);
         assert!(sent().is_empty());
-        Inflight::new(WorkKey::Continue, teller).dead_letter("x", "gone".into());
+        Inflight::new(WorkKey::Continue, teller).dead_letter("x", true, "gone".into());
         assert_eq!(
             sent(),
             [Request::from(cmd::SendToParent {

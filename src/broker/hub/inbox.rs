@@ -492,7 +492,8 @@ impl Hub {
             let Some(m) = self.transient_inflight.remove(agent) else {
                 return Err(format!("dead_letter: {agent} has no inflight message"));
             };
-            let attempts = self.transient_attempts.remove(&m.id).unwrap_or(1);
+            let handed = self.transient_attempts.remove(&m.id).unwrap_or(1);
+            let attempts = if c.ran { handed } else { handed.saturating_sub(1) };
             let row = NewMessage {
                 from: &m.from,
                 to: agent,
@@ -516,7 +517,8 @@ impl Hub {
         let Some(m) = self.db.inflight(agent).map_err(db_err)? else {
             return Err(format!("dead_letter: {agent} has no inflight message"));
         };
-        let attempts = self.db.attempts(c.id).map_err(db_err)?.unwrap_or_default();
+        let handed = self.db.attempts(c.id).map_err(db_err)?.unwrap_or_default();
+        let attempts = if c.ran { handed } else { handed.saturating_sub(1) };
         let told = self.told_of(agent, &m);
         let notices = notices(&told, agent, c.id, &m, attempts, &c.error);
         let rows: Vec<NewMessage> = notices
@@ -531,7 +533,7 @@ impl Hub {
             .collect();
         if !self
             .db
-            .dead_letter(c.id, agent, &c.error, t, &rows)
+            .dead_letter(c.id, agent, &c.error, c.ran, t, &rows)
             .map_err(db_err)?
         {
             return Err(format!(

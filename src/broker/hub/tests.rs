@@ -610,6 +610,14 @@ fn attempts_count_hand_outs_and_a_failure_of_its_own_goes_behind_other_senders()
     );
     m.call("kid", r#"{"cmd":"ack_turn","id":4}"#);
     assert_eq!(pop(&mut m, "kid"), (1, 1), "attempts reset");
+    // Given up without running it this time: that hand-out is given back.
+    assert_eq!(pop(&mut m, "kid"), (1, 2));
+    m.call(
+        "kid",
+        r#"{"cmd":"dead_letter","id":1,"error":"used up","ran":false}"#,
+    );
+    let f = m.call("operator", r#"{"cmd":"failed","agent":"kid"}"#);
+    assert!(f.contains(r#""attempts":1,"body":"a""#), "{f}");
 }
 
 #[test]

@@ -19,6 +19,19 @@ use serde::{Deserialize, Serialize};
 pub struct DeadLetter {
     pub id: i64,
     pub error: String,
+    /// False when the harness gives up without running it this time (its
+    /// attempts were used up by runs it never finished): this hand-out is
+    /// given back, so the count says how often it ran.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub ran: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// Answer to `dead_letter`: who was told.
@@ -107,6 +120,7 @@ mod samples {
             DeadLetter {
                 id: 12,
                 error: "failed: claude exited with code 1 without a result line".into(),
+                ran: false,
             }
         }
     }
@@ -128,6 +142,7 @@ mod samples {
         let e = DeadLetter {
             id: 1,
             error: " ".into(),
+            ran: true,
         }
         .validate()
         .unwrap_err();
@@ -135,6 +150,7 @@ mod samples {
         let e = DeadLetter {
             id: 1,
             error: "x".repeat(2001),
+            ran: true,
         }
         .validate()
         .unwrap_err();
