@@ -493,7 +493,11 @@ impl Hub {
                 return Err(format!("dead_letter: {agent} has no inflight message"));
             };
             let handed = self.transient_attempts.remove(&m.id).unwrap_or(1);
-            let attempts = if c.ran { handed } else { handed.saturating_sub(1) };
+            let attempts = if c.ran {
+                handed
+            } else {
+                handed.saturating_sub(1)
+            };
             let row = NewMessage {
                 from: &m.from,
                 to: agent,
@@ -518,7 +522,11 @@ impl Hub {
             return Err(format!("dead_letter: {agent} has no inflight message"));
         };
         let handed = self.db.attempts(c.id).map_err(db_err)?.unwrap_or_default();
-        let attempts = if c.ran { handed } else { handed.saturating_sub(1) };
+        let attempts = if c.ran {
+            handed
+        } else {
+            handed.saturating_sub(1)
+        };
         let told = self.told_of(agent, &m);
         let notices = notices(&told, agent, c.id, &m, attempts, &c.error);
         let rows: Vec<NewMessage> = notices
