@@ -437,3 +437,84 @@ fn hive_agents_shows_the_pause_of_a_harness_in_one_state_column() {
         row(&agents(), "kid").contains(" offline ").then_some(())
     });
 }
+
+#[test]
+fn the_dashboard_counts_dead_letters_and_retries_one_behind_its_guard() {
+    let fleet = r#"{"agents": [{"name": "ana",
+        "env": {"FAKE_CLAUDE_DIR": "@FAKE(ana)", "HIVE_TURN_MAX_ATTEMPTS": "1"}}]}"#;
+    let up = common::up::Up::start(fleet, &["ana"]);
+    let fake = up.fake("ana");
+    // Crashes on the poison until the test heals it.
+    fake.default_step(
+        r#"if grep -q poison "$dir/inv-$FAKE_N.stdin" && [ ! -f "$dir/healed" ]; then init; exit 139; fi
+ok_turn done"#,
+    );
+    let id = ok(
+        &mut up.host(),
+        cmd::Send {
+            to: "ana".into(),
+            body: "poison pill".into(),
+            in_reply_to: None,
+        },
+    )["id"]
+        .as_i64()
+        .unwrap();
+    let dash = up.dashboard();
+    let hive = wait_for(T, "the dead letter on the dashboard", || {
+        let h = dash.get("/api/hive").ok()?;
+        (h["agents"][0]["failed"] == 1).then_some(h)
+    });
+    assert_eq!(hive["failed"][0]["id"], id, "{hive}");
+    assert_eq!(hive["failed"][0]["agent"], "ana");
+    assert!(
+        hive["failed"][0]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("139"),
+        "{hive}"
+    );
+    assert_eq!(hive["failed_more"], 0);
+
+    // The guard: no token, no retry (and nothing changes).
+    let anonymous = ureq::post(&format!("{}/api/retry", dash.base))
+        .set("Content-Type", "application/json")
+        .send_string(&format!(r#"{{"id":{id}}}"#));
+    assert!(
+        matches!(anonymous, Err(ureq::Error::Status(401, _))),
+        "{anonymous:?}"
+    );
+    assert_eq!(dash.get("/api/hive").unwrap()["agents"][0]["failed"], 1);
+    // The broker's refusal for a message that is not a dead letter, as it is.
+    let kick = id - 1;
+    let (code, body) = dash
+        .post("/api/retry", serde_json::json!({ "id": kick }))
+        .unwrap_err();
+    assert_eq!(code, 400);
+    assert!(
+        body.contains(&format!("message #{kick} is acked, not failed")),
+        "{body}"
+    );
+
+    std::fs::write(fake.dir.join("healed"), "").unwrap();
+    let r = dash
+        .post("/api/retry", serde_json::json!({ "id": id }))
+        .unwrap();
+    assert_eq!(
+        (r["ok"].clone(), r["id"].clone(), r["agent"].clone()),
+        (
+            serde_json::json!(true),
+            serde_json::json!(id),
+            serde_json::json!("ana")
+        )
+    );
+    up.wait_prompt("ana", "poison pill", 2);
+    wait_for(T, "the retried message to be handled", || {
+        let h = dash.get("/api/hive").ok()?;
+        let a = &h["agents"][0];
+        (a["failed"] == 0 && a["unread"] == 0 && a["inflight"].is_null()).then_some(())
+    });
+    assert_eq!(
+        dash.get("/api/hive").unwrap()["failed"],
+        serde_json::json!([])
+    );
+}

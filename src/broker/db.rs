@@ -1053,6 +1053,67 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_of_its_own_goes_behind_other_senders_with_its_own_later_mail() {
+        let dir = std::env::temp_dir().join(format!("hive-db-seq-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("b.db");
+        let _ = std::fs::remove_file(&path);
+        let mut db = Db::open(&path, Durability::Normal).unwrap();
+        let bob = Peer::Agent("bob".into());
+        let from = |p: &'static Peer, body: &'static str| NewMessage {
+            from: p,
+            to: "a",
+            body,
+            kind: &MsgKind::Message,
+            in_reply_to: None,
+        };
+        static SYS: Peer = Peer::System;
+        let ids: Vec<i64> = ["1", "2", "3"]
+            .iter()
+            .map(|b| db.insert_message(&from(&SYS, b), 1).unwrap())
+            .collect();
+        let bobs = db
+            .insert_message(
+                &NewMessage {
+                    from: &bob,
+                    ..from(&SYS, "4")
+                },
+                1,
+            )
+            .unwrap();
+        let order = |db: &Db| -> Vec<String> {
+            db.queued("a", 10)
+                .unwrap()
+                .into_iter()
+                .map(|m| m.body)
+                .collect()
+        };
+        assert_eq!(order(&db), ["1", "2", "3", "4"]);
+        assert_eq!(db.hand_out(ids[0], "a", true).unwrap(), Some(1));
+        assert!(db
+            .requeue(ids[0], "a", true, true, Some("crashed"))
+            .unwrap());
+        assert_eq!(
+            order(&db),
+            ["4", "1", "2", "3"],
+            "its sender's later mail goes with it"
+        );
+        assert_eq!(db.hand_out(bobs, "a", true).unwrap(), Some(1));
+        assert!(db.requeue(bobs, "a", false, false, None).unwrap());
+        assert_eq!(order(&db), ["4", "1", "2", "3"], "at the head");
+        assert_eq!(db.attempts(bobs).unwrap(), Some(0), "given back");
+        assert_eq!(db.attempts(ids[0]).unwrap(), Some(1), "kept");
+        let later = db.insert_message(&from(&SYS, "5"), 2).unwrap();
+        assert_eq!(order(&db), ["4", "1", "2", "3", "5"], "new mail goes last");
+        assert!(
+            !db.requeue(later, "a", true, true, None).unwrap(),
+            "not inflight"
+        );
+        drop(db);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn restart_requeues_inflight_and_held_rows() {
         let dir = std::env::temp_dir().join(format!("hive-db-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
