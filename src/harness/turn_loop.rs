@@ -502,9 +502,11 @@ impl TurnLoop {
             self.bus
                 .note("this message was inflight when the harness last stopped; handling it again");
         }
-        if work.key != WorkKey::Continue {
+        if work.key != WorkKey::Continue && work.attempts > 0 {
             // The broker's count is the truth: it survives a harness restart.
-            let before = work.attempts.saturating_sub(1);
+            // (A broker that does not count says 0: the ledger's own count
+            // stands, for as long as this harness runs.)
+            let before = work.attempts - 1;
             self.ledger.update(work.key, |r| r.attempts = before);
         }
         let resume = self.ledger.get(work.key).resume;

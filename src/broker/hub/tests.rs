@@ -688,3 +688,50 @@ fn a_parked_status_watch_returns_when_the_status_or_the_inbox_changes() {
     woken.recv_timeout(Duration::from_secs(10)).unwrap();
     assert!(m.call_on("ana", 1, watch, true).0.contains(r#""unread":1"#));
 }
+
+#[test]
+fn a_transient_wake_counts_its_attempts_and_is_stored_when_dead_lettered() {
+    let mut m = Mem::new(HIVE);
+    assert_eq!(
+        m.call(
+            "ana",
+            r#"{"cmd":"wake","from":"matrix","body":"new dm","transient":true}"#
+        ),
+        r#"{"ok":true,"id":null,"to":"ana"}"#
+    );
+    m.call(
+        "ana",
+        r#"{"cmd":"wake","from":"cron","body":"tick","transient":true}"#,
+    );
+    assert_eq!(pop(&mut m, "ana"), (-1, 1));
+    m.call(
+        "ana",
+        r#"{"cmd":"requeue_inflight","id":-1,"attempt":"counted","place":"behind","error":"crashed"}"#,
+    );
+    assert_eq!(pop(&mut m, "ana"), (-2, 1), "behind the other wake");
+    m.call("ana", r#"{"cmd":"ack_turn","id":-2}"#);
+    assert_eq!(pop(&mut m, "ana"), (-1, 2));
+    assert_eq!(
+        m.call(
+            "ana",
+            r#"{"cmd":"dead_letter","id":-1,"error":"crashed again"}"#
+        ),
+        r#"{"ok":true,"id":1,"told":["operator"]}"#
+    );
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"failed"}"#),
+        r#"{"ok":true,"failed":[{"agent":"ana","attempts":2,"body":"new dm","failed_at":T,"from":"matrix","id":1,"kind":"message","last_error":"crashed again","sent_at":T}]}"#
+    );
+    let inbox = m.call("operator", r#"{"cmd":"inbox"}"#);
+    assert!(
+        inbox.contains(
+            r#"message #1 from matrix to ana (\"new dm\") is dead-lettered after 2 failed attempts"#
+        ),
+        "{inbox}"
+    );
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"retry","id":1}"#),
+        r#"{"ok":true,"agent":"ana","id":1}"#
+    );
+    assert_eq!(pop(&mut m, "ana"), (1, 1), "a stored message now");
+}
