@@ -8,11 +8,10 @@
 //! change reaches the loop (and the page) at once, also while a turn runs —
 //! when no `recv_next` can be parked, since the broker answers it with the
 //! inflight row. Nothing the loop sends waits for an answer: a refusal is
-//! logged. An ask for the next
-//! message goes through the calls thread too, so it reaches the long-poll only
-//! after every earlier request was answered — an ack always lands before the
-//! next `recv_next`, and while the broker is unreachable the loop simply gets
-//! no message, using up no attempt.
+//! logged. An ask for the next message goes through the calls thread too, so
+//! it reaches the long-poll only after every earlier request was answered —
+//! an ack always lands before the next `recv_next`, and while the broker is
+//! unreachable the loop simply gets no message, using up no attempt.
 //!
 //! When the broker is gone each connection reconnects with a backoff that
 //! doubles up to `HIVE_RECONNECT_MAX_MS`. An answer it cannot use (too long,
@@ -20,8 +19,9 @@
 //! and the first failure of a burst is logged, so whatever the broker sends,
 //! the poller never spins. Reachability goes to the loop as
 //! [`FromPoller::Online`]; the loop is the one writer of the bus state.
-//! Shutting the poller down closes the long-poll socket, so a parked poll
-//! returns at once, and gives each request still queued one last try.
+//! Shutting the poller down closes the long-poll and watch sockets, so a
+//! parked call returns at once, and gives each request still queued one last
+//! try.
 
 use super::bus::Bus;
 use crate::proto::cmd::{self, RecvNext, RecvNextReply, Seen, Status, StatusReply};

@@ -1226,10 +1226,11 @@ impl TurnLoop {
             if w.key == WorkKey::Continue {
                 self.continue_requested = true;
             }
+            // The error is kept as the message's last one when it counted.
             w.guard.requeue(Requeue {
                 counted,
                 place,
-                error: Some(text.clone()),
+                error: counted.then(|| text.clone()),
             });
         }
         let (pause, reason, detail) = match wait {

@@ -273,6 +273,8 @@ impl Hub {
                     break;
                 }
                 if let Some(raw) = q.pop_front() {
+                    // Drained by a tool, it is no turn's attempt any more.
+                    self.transient_attempts.remove(&raw.id);
                     held.push(Held::Transient(raw));
                 }
                 out.push(m);
