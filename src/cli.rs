@@ -156,11 +156,41 @@ in a message are printed as visible escapes (\\x1b, \\u{202e}).",
     },
     CommandHelp {
         name: "agents",
-        summary: "operator: list agents with parent, unread, inflight and status",
+        summary: "operator: list agents with parent, unread, inflight, dead letters, state and status",
         usage: "hive agents [--socket PATH] [--json]
 
   --socket PATH       the host socket (default {HOST_SOCKET})
-  --json              print JSON for scripts",
+  --json              print JSON for scripts
+
+STATE is why the agent's harness waits (rate_limit, api_backoff, login,
+mcp_start, start_failed; with the time it goes on by itself), else what the
+supervisor of `hive up` says (running, stopped, restarting, …; * when it runs
+an old binary or fleet entry), else whether a harness is connected. FAILED
+counts its dead letters (`hive failed`).",
+    },
+    CommandHelp {
+        name: "failed",
+        summary: "operator: list dead letters (messages a harness gave up on after its attempt limit)",
+        usage: "hive failed [--agent NAME] [--socket PATH] [--json]
+
+  --agent NAME        only the dead letters of this agent
+  --socket PATH       the host socket (default {HOST_SOCKET})
+  --json              print the broker's answer as JSON (whole bodies)
+
+A dead letter is a message that failed HIVE_TURN_MAX_ATTEMPTS times for
+reasons of its own (claude crashing, a hung turn, too long for any session…).
+It is kept until `hive retry ID` puts it back; bodies are shown cut.",
+    },
+    CommandHelp {
+        name: "retry",
+        summary: "operator: put a dead letter back at the tail of its agent's queue",
+        usage: "hive retry [--socket PATH] [--json] ID
+
+  ID                  the message id from `hive failed`
+  --socket PATH       the host socket (default {HOST_SOCKET})
+
+Its attempts start over. Any message that is not a dead letter is refused
+(`message #ID is queued, not failed`).",
     },
     CommandHelp {
         name: "version",
@@ -341,7 +371,15 @@ pub struct InboxArgs {
     pub peek: bool,
 }
 
-/// An operator command on one id: `hive approve`, `hive cancel-question`.
+/// `hive failed`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FailedArgs {
+    pub host: HostArgs,
+    pub agent: Option<String>,
+}
+
+/// An operator command on one id: `hive approve`, `hive cancel-question`,
+/// `hive retry`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IdArgs {
     pub host: HostArgs,
@@ -394,6 +432,8 @@ pub enum Cmd {
     Send(SendArgs),
     Inbox(InboxArgs),
     Agents(HostArgs),
+    Failed(FailedArgs),
+    Retry(IdArgs),
     Questions(HostArgs),
     /// `hive version`: this binary's version and the broker's.
     Versions(HostArgs),
@@ -464,6 +504,8 @@ pub fn parse(args: Vec<OsString>) -> Result<Cmd, UsageError> {
         "send" => parse_send(&mut p),
         "inbox" => parse_inbox(&mut p),
         "agents" => parse_host(&mut p).map(Cmd::Agents),
+        "failed" => parse_failed(&mut p),
+        "retry" => parse_id(&mut p).map(Cmd::Retry),
         "questions" => parse_host(&mut p).map(Cmd::Questions),
         "version" => parse_host(&mut p).map(Cmd::Versions),
         "answer" => parse_answer(&mut p),
@@ -676,7 +718,21 @@ fn parse_host(p: &mut Parser) -> Result<HostArgs, lexopt::Error> {
     Ok(host)
 }
 
-/// `hive approve ID`, `hive cancel-question ID`.
+fn parse_failed(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut a = FailedArgs::default();
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("socket") => a.host.socket = Some(p.value()?.into()),
+            Long("json") => a.host.json = true,
+            Long("help") | Short('h') => return Err(help()),
+            Long("agent") => a.agent = Some(utf8(p.value()?)?),
+            other => return Err(other.unexpected()),
+        }
+    }
+    Ok(Cmd::Failed(a))
+}
+
+/// `hive approve ID`, `hive cancel-question ID`, `hive retry ID`.
 fn parse_id(p: &mut Parser) -> Result<IdArgs, lexopt::Error> {
     let mut host = HostArgs::default();
     let mut the_id = None;
@@ -872,6 +928,23 @@ mod tests {
             })
         );
         assert_eq!(
+            run(&["failed", "--agent", "ana", "--json"]).unwrap(),
+            Cmd::Failed(FailedArgs {
+                host: HostArgs {
+                    socket: None,
+                    json: true
+                },
+                agent: Some("ana".into())
+            })
+        );
+        assert_eq!(
+            run(&["retry", "#12"]).unwrap(),
+            Cmd::Retry(IdArgs {
+                host: HostArgs::default(),
+                id: 12
+            })
+        );
+        assert_eq!(
             run(&["serve"]).unwrap(),
             Cmd::Serve(ServeArgs {
                 state_dir: paths::DEFAULT_STATE_DIR.into(),
@@ -902,6 +975,10 @@ mod tests {
             (&["approvals", "3"], "3"),
             (&["cancel-question", "3", "4"], "4"),
             (&["deny", "--why"], "--why"),
+            (&["retry"], "missing ID"),
+            (&["retry", "twelve"], "must be a number"),
+            (&["failed", "--agent"], "--agent"),
+            (&["failed", "ana"], "ana"),
         ];
         for (args, want) in cases {
             let e = run(args).unwrap_err();

@@ -84,6 +84,8 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Send(a) => ops::send(&a)?,
         Cmd::Inbox(a) => ops::inbox(&a)?,
         Cmd::Agents(h) => ops::agents(&h)?,
+        Cmd::Failed(a) => ops::failed(&a)?,
+        Cmd::Retry(a) => ops::retry(&a.host, a.id)?,
         Cmd::Questions(h) => ops::questions(&h)?,
         Cmd::Versions(h) => ops::versions(&h)?,
         Cmd::Answer(a) => ops::answer(&a)?,

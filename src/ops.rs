@@ -1,6 +1,7 @@
 //! The client commands: `hive wake` for scripts inside an agent's container and
-//! the operator commands (`send`, `inbox`, `agents`, `questions`, `answer`,
-//! `cancel-question`, `approvals`, `approve`, `deny`) on the host socket. Each
+//! the operator commands (`send`, `inbox`, `agents`, `failed`, `retry`,
+//! `questions`, `answer`, `cancel-question`, `approvals`, `approve`, `deny`)
+//! on the host socket. Each
 //! builds the contract's command and sends it with the typed client
 //! ([`crate::proto::Client`]), printed as plain text for people or `--json`
 //! (the answer as the broker sent it) for scripts. A command is checked by its
@@ -8,16 +9,16 @@
 //! every text an agent could have written goes through [`printable`] before it
 //! reaches the operator's terminal.
 
-use crate::cli::{AnswerArgs, DenyArgs, HostArgs, InboxArgs, SendArgs, WakeArgs};
+use crate::cli::{AnswerArgs, DenyArgs, FailedArgs, HostArgs, InboxArgs, SendArgs, WakeArgs};
 use crate::proto::cmd::{
-    self, Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Inbox, InboxAck, Questions,
-    Supervision, SupervisionReply, Version, Wake,
+    self, Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Failed, Inbox, InboxAck,
+    Questions, Retry, Supervision, SupervisionReply, Version, Wake,
 };
 use crate::proto::limits::MAX_BODY;
 use crate::proto::lines::ok_line;
 use crate::proto::paths::{DEFAULT_AGENT_SOCKET, DEFAULT_HOST_SOCKET, UP_HOST_SOCKET};
-use crate::proto::text::{fmt_time, is_control_or_bidi};
-use crate::proto::{Client, Command, HYPERHIVE_REV};
+use crate::proto::text::{fmt_time, is_control_or_bidi, preview};
+use crate::proto::{AgentRow, AgentState, Client, Command, HYPERHIVE_REV};
 use serde::Serialize;
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -214,36 +215,110 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
     // Under `hive up` the supervisor's view replaces the bare yes/no.
     let sup: Option<SupervisionReply> = c.call(&Supervision {}).ok();
     println!(
-        "{:<10} {:<10} {:>6} {:>9} {:<10} STATUS",
-        "NAME", "PARENT", "UNREAD", "INFLIGHT", "RUNNING"
+        "{:<10} {:<10} {:>6} {:>9} {:>6} {:<26} STATUS",
+        "NAME", "PARENT", "UNREAD", "INFLIGHT", "FAILED", "STATE"
     );
     for a in r.agents {
         let inflight = a
             .inflight
             .map(|i| format!("#{i}"))
             .unwrap_or_else(|| "-".into());
-        let state = sup
+        let s = sup
             .as_ref()
-            .and_then(|s| s.agents.iter().find(|x| x.name == a.name))
-            .map(|s| {
-                let mut t = s.state.to_string();
-                if !s.up_to_date {
-                    t.push('*');
-                }
-                t
-            });
-        let running = state.unwrap_or_else(|| if a.running { "yes" } else { "no" }.into());
+            .and_then(|s| s.agents.iter().find(|x| x.name == a.name));
         println!(
-            "{:<10} {:<10} {:>6} {:>9} {:<10} {}",
+            "{:<10} {:<10} {:>6} {:>9} {:>6} {:<26} {}",
             line(&a.name),
             line(&a.parent),
             a.unread,
             inflight,
-            line(&running),
+            a.failed,
+            line(&agent_state(&a, s)),
             line(&a.status_text)
         );
     }
     left_off(r.left_off, "agents");
+    Ok(())
+}
+
+/// One word or two for `hive agents`' STATE: why the harness waits (with
+/// when it goes on), else the supervisor's state (`*` for an old binary or
+/// fleet entry), else whether a harness is connected.
+fn agent_state(a: &AgentRow, sup: Option<&AgentState>) -> String {
+    if let Some(p) = &a.paused {
+        return match p.until {
+            // The time of day is enough: pauses are hours at most.
+            Some(t) => format!("{} until {}", p.reason, &fmt_time(t)[11..]),
+            None => p.reason.to_string(),
+        };
+    }
+    match sup {
+        Some(s) => {
+            let mut t = s.state.to_string();
+            if !s.up_to_date {
+                t.push('*');
+            }
+            t
+        }
+        None if a.running => "running".into(),
+        None => "offline".into(),
+    }
+}
+
+/// `hive failed`: the dead letters, oldest first, bodies cut.
+pub fn failed(a: &FailedArgs) -> Result<(), String> {
+    let mut c = host_client(&a.host)?;
+    let req = checked(Failed {
+        agent: a.agent.clone(),
+    })?;
+    let r = call(&mut c, &req)?;
+    if a.host.json {
+        print_json(&r);
+        return Ok(());
+    }
+    if r.failed.is_empty() {
+        match &a.agent {
+            Some(name) => println!("no dead letters for {}", line(name)),
+            None => println!("no dead letters"),
+        }
+    }
+    for m in &r.failed {
+        let when = m
+            .failed_at
+            .map(fmt_time)
+            .unwrap_or_else(|| "an unknown time".into());
+        println!(
+            "#{} to {} from {}, {} attempts, failed {when} (sent {}):\n  {}\n  last error: {}",
+            m.id,
+            line(&m.agent),
+            line(m.from.as_str()),
+            m.attempts,
+            fmt_time(m.sent_at),
+            line(&preview(&m.body, 120)),
+            line(&preview(&m.last_error, 300))
+        );
+    }
+    if !r.failed.is_empty() {
+        println!("`hive retry ID` puts one back at the tail of its agent's queue.");
+    }
+    left_off(r.left_off, "dead letters");
+    Ok(())
+}
+
+/// `hive retry ID`: a dead letter back into its agent's queue.
+pub fn retry(h: &HostArgs, id: i64) -> Result<(), String> {
+    let mut c = host_client(h)?;
+    let req = checked(Retry { id })?;
+    let r = call(&mut c, &req)?;
+    if h.json {
+        print_json(&r);
+    } else {
+        println!(
+            "message #{} is back in {}'s queue, behind what is queued",
+            r.id,
+            line(&r.agent)
+        );
+    }
     Ok(())
 }
 

@@ -5,11 +5,11 @@ mod common;
 
 use common::hive::*;
 use hyperhive::proto::cmd::{
-    AckTurn, Agents, Answer, Ask, CancelLooseEnd, GetAgentMeta, GetLooseEnds, Inbox, Questions,
-    Recv, RecvAck, RecvNext, RecvNextReply, Remind, RequeueInflight, Send, SendToParent, SetStatus,
-    Status, StatusReply, Version, Wake,
+    AckTurn, Agents, Answer, Ask, CancelLooseEnd, DeadLetter, Failed, FailedReply, GetAgentMeta,
+    GetLooseEnds, Inbox, Questions, Recv, RecvAck, RecvNext, RecvNextReply, Remind, ReportState,
+    RequeueInflight, Retry, Send, SendToParent, SetStatus, Status, StatusReply, Version, Wake,
 };
-use hyperhive::proto::{Client, LooseEndKind, Message, MessagesReply, Request};
+use hyperhive::proto::{Attempt, Client, LooseEndKind, Message, MessagesReply, Place, Request};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -41,7 +41,7 @@ fn pop(c: &mut Client) -> Message {
 }
 
 fn status(c: &mut Client) -> StatusReply {
-    c.call(&Status {}).expect("status")
+    c.call(&Status::default()).expect("status")
 }
 
 #[test]
@@ -72,12 +72,20 @@ fn requeue_puts_the_message_back_first_and_one_inflight_at_a_time() {
     let again = recv_next(&mut a, 0);
     assert_eq!(again.message.unwrap().id, first);
     assert!(again.redelivered);
-    ok(&mut a, RequeueInflight { id: first });
+    ok(
+        &mut a,
+        RequeueInflight {
+            id: first,
+            ..Default::default()
+        },
+    );
     assert_eq!(
         status(&mut a),
         StatusReply {
             unread: 2,
-            inflight: None
+            inflight: None,
+            status_text: None,
+            status_set_at: None,
         }
     );
     let m = pop(&mut a);
@@ -189,7 +197,9 @@ fn inflight_at_kill_time_is_requeued_after_restart() {
         status(&mut a),
         StatusReply {
             unread: 2,
-            inflight: None
+            inflight: None,
+            status_text: None,
+            status_set_at: None,
         }
     );
     assert_eq!(pop(&mut a).id, first);
@@ -225,7 +235,13 @@ fn ack_with_a_stale_or_foreign_id_is_refused() {
     // Another agent's socket cannot ack or requeue this row.
     let e = refused(&mut bob, AckTurn { id: second });
     assert!(e.contains("bob has no inflight"), "{e}");
-    refused(&mut bob, RequeueInflight { id: second });
+    refused(
+        &mut bob,
+        RequeueInflight {
+            id: second,
+            ..Default::default()
+        },
+    );
     ok(&mut a, AckTurn { id: second });
 }
 
@@ -261,7 +277,7 @@ fn an_agent_socket_acts_only_as_that_agent() {
         },
     );
     assert!(e.contains("can only wake ana"), "{e}");
-    let reqs: [Request; 3] = [
+    let reqs: [Request; 5] = [
         Inbox {
             wait_seconds: None,
             peek: true,
@@ -270,13 +286,27 @@ fn an_agent_socket_acts_only_as_that_agent() {
         .into(),
         Agents {}.into(),
         Questions {}.into(),
+        Failed { agent: None }.into(),
+        Retry { id: 1 }.into(),
     ];
     for req in reqs {
         let e = refused(&mut ana, req);
         assert!(e.contains("operator command"), "{e}");
     }
-    let e = refused(&mut host, Status {});
-    assert!(e.contains("agent command"), "{e}");
+    let agent_only: [Request; 3] = [
+        Status::default().into(),
+        DeadLetter {
+            id: 1,
+            error: "x".into(),
+            ran: true,
+        }
+        .into(),
+        ReportState { paused: None }.into(),
+    ];
+    for req in agent_only {
+        let e = refused(&mut host, req);
+        assert!(e.contains("agent command"), "{e}");
+    }
     assert_eq!(pop(&mut bob).body, "for bob only");
 }
 
@@ -870,4 +900,80 @@ fn hive_version_asks_the_broker_over_the_host_socket() {
         e,
         "version is an operator command; this is the socket of agent ana"
     );
+}
+
+#[test]
+fn attempts_positions_and_dead_letters_survive_a_broker_restart() {
+    let mut b = Broker::start(&["ana"]);
+    let mut host = b.host();
+    ok(
+        &mut host,
+        Send {
+            to: "ana".into(),
+            body: "one".into(),
+            in_reply_to: None,
+        },
+    );
+    // Another sender: a script.
+    ok(
+        &mut host,
+        Wake {
+            from: "cron".into(),
+            body: "two".into(),
+            transient: false,
+            to: Some("ana".into()),
+        },
+    );
+    let mut a = b.agent("ana");
+    let r = recv_next(&mut a, 0);
+    let one = r.message.unwrap().id;
+    assert_eq!(r.attempts, 1);
+    ok(
+        &mut a,
+        RequeueInflight {
+            id: one,
+            attempt: Attempt::Counted,
+            place: Place::Behind,
+            error: Some("claude crashed".into()),
+        },
+    );
+    b.restart();
+    let mut a = b.agent("ana");
+    // "one" went behind "two", for good.
+    let r = recv_next(&mut a, 0);
+    assert_eq!((r.message.unwrap().body.as_str(), r.attempts), ("two", 1));
+    ok(&mut a, AckTurn { id: one + 1 });
+    // Its count survived; a hand-out interrupted by a broker crash counts.
+    let r = recv_next(&mut a, 0);
+    assert_eq!((r.message.unwrap().id, r.attempts), (one, 2));
+    b.restart();
+    let mut a = b.agent("ana");
+    let r = recv_next(&mut a, 0);
+    assert_eq!((r.message.unwrap().id, r.attempts), (one, 3));
+    ok(
+        &mut a,
+        DeadLetter {
+            id: one,
+            error: "claude crashed again".into(),
+            ran: true,
+        },
+    );
+    b.restart();
+    let mut a = b.agent("ana");
+    // Kept, never handed out, not unread.
+    assert!(recv_next(&mut a, 0).message.is_none());
+    assert_eq!(status(&mut a).unread, 0);
+    let f: FailedReply = b.host().call(&Failed { agent: None }).unwrap();
+    assert_eq!(
+        (
+            f.failed.len(),
+            f.failed[0].attempts,
+            f.failed[0].last_error.as_str()
+        ),
+        (1, 3, "claude crashed again")
+    );
+    assert_eq!(agent_row(&b, "ana").failed, 1);
+    ok(&mut b.host(), Retry { id: one });
+    let r = recv_next(&mut a, 0);
+    assert_eq!((r.message.unwrap().id, r.attempts), (one, 1));
 }

@@ -234,7 +234,7 @@ fn idle_connections_are_closed_and_parked_ones_are_not() {
     slow.write_all(b"{\"cmd\":").unwrap();
     let mut parked = b.agent("ana");
     let mut client = b.agent("ana");
-    ok(&mut client, Status {});
+    ok(&mut client, Status::default());
 
     // A long-poll longer than the idle timeout is answered, not cut off.
     let r: RecvNextReply = parked
@@ -244,7 +244,7 @@ fn idle_connections_are_closed_and_parked_ones_are_not() {
         })
         .unwrap();
     assert!(r.message.is_none());
-    ok(&mut parked, Status {});
+    ok(&mut parked, Status::default());
 
     let mut buf = [0u8; 64];
     assert_eq!(
@@ -259,7 +259,7 @@ fn idle_connections_are_closed_and_parked_ones_are_not() {
     );
     // A client on a connection closed for idleness gets an I/O error (so it
     // reconnects), never a refusal.
-    match client.call(&Status {}) {
+    match client.call(&Status::default()) {
         Err(ClientError::Io(_)) => {}
         other => panic!("expected an I/O error, got {other:?}"),
     }

@@ -9,8 +9,10 @@ mod common;
 use common::hive::{agent_row, ok, operator_inbox, Broker, TempDir};
 use hyperhive::broker::db::{self, Db, Durability};
 use hyperhive::harness::stats::{self, Stats};
-use hyperhive::proto::cmd::{Approvals, Questions, RecvNext, RecvNextReply};
-use hyperhive::proto::{schema, turnstats};
+use hyperhive::proto::cmd::{
+    Approvals, DeadLetter, Failed, Questions, RecvNext, RecvNextReply, Retry,
+};
+use hyperhive::proto::{schema, turnstats, MsgKind, Peer};
 use rusqlite::types::Value;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
@@ -66,6 +68,12 @@ fn an_old_broker_store_migrates_with_every_row() {
     for (table, old) in tables.iter().zip(&before) {
         let mut new = rows(&path, table);
         if *table == "messages" {
+            // Step 3 appended attempts (0), the last error (none) and the
+            // queue position (the row's own id) to every row.
+            for n in new.iter_mut() {
+                let added = n.split_off(9);
+                assert_eq!(added, [Value::Integer(0), Value::Null, n[0].clone()]);
+            }
             // Opening the store puts rows that were inflight or held when the
             // broker died back into their inbox (the restart rule, not a step).
             let state = 6;
@@ -80,6 +88,29 @@ fn an_old_broker_store_migrates_with_every_row() {
     }
     // Step 2 added the table of running bash tasks, empty.
     assert!(rows(&path, "running_tasks").is_empty());
+    // Step 3: ids go on where they were, and a new row queues last.
+    let db = Db::open(&path, Durability::Normal).unwrap();
+    let id = db
+        .insert_message(
+            &db::NewMessage {
+                from: &Peer::Operator,
+                to: "kid",
+                body: "after the upgrade",
+                kind: &MsgKind::Message,
+                in_reply_to: None,
+            },
+            1,
+        )
+        .unwrap();
+    assert_eq!(id, 24);
+    let kid: Vec<i64> = db
+        .queued("kid", 100)
+        .unwrap()
+        .iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(kid, [3, 10, 13, 14, 15, 24]);
+    drop(db);
     // Opening again changes nothing.
     drop(Db::open(&path, Durability::Full).unwrap());
     assert_eq!(rows(&path, "approvals"), before[4]);
@@ -113,6 +144,27 @@ fn a_real_broker_serves_an_old_store() {
     let inbox = operator_inbox(&b);
     let ids: Vec<i64> = inbox.iter().map(|m| m.id).collect();
     assert_eq!(ids, [7, 17, 18, 20, 22], "the unread operator messages");
+    // An old row can be dead-lettered and retried like a new one. Hand-outs
+    // before the upgrade were not counted: this is its first.
+    assert_eq!(r.attempts, 1);
+    let dead = ok(
+        &mut b.agent("ruth"),
+        DeadLetter {
+            id: 1,
+            error: "claude crashed".into(),
+            ran: true,
+        },
+    );
+    assert_eq!(dead["told"], serde_json::json!(["operator"]));
+    let notice = operator_inbox(&b);
+    assert!(
+        notice.len() == 1 && notice[0].body.contains("message #1 from system to ruth"),
+        "{notice:?}"
+    );
+    let f = ok(&mut b.host(), Failed { agent: None });
+    assert_eq!(f["failed"][0]["id"], 1, "{f:?}");
+    ok(&mut b.host(), Retry { id: 1 });
+    assert_eq!(agent_row(&b, "ruth").failed, 0);
     let q = ok(&mut b.host(), Questions {});
     assert_eq!(q["questions"].as_array().unwrap().len(), 1, "{q:?}");
     let a = ok(&mut b.host(), Approvals {});

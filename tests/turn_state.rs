@@ -1,13 +1,15 @@
 //! What the agent page shows of the turn loop (issue 14): `/api/state.paused`
 //! (`{reason, until, detail}` for every pause and the login park, with
-//! `rate_limited`/`rate_limited_until` kept) and `retrying` while the CLI
+//! `rate_limited`/`rate_limited_until` kept), `retrying` while the CLI
 //! retries an API call inside a running turn (the "rate limited, retrying"
-//! badge). Real broker, real `hive serve`, the scripted fake claude.
+//! badge), and the status line and unread count the broker pushes (issue 13),
+//! idle and mid-turn. Real broker, real `hive serve`, the scripted fake claude.
 
 mod common;
 
 use common::agent_page::AgentPage;
 use common::hive::*;
+use hyperhive::proto::cmd::SetStatus;
 use serde_json::Value;
 
 fn started(agent: &str, env: &[(&str, &str)]) -> (Broker, Harness) {
@@ -104,4 +106,50 @@ fn a_claude_that_cannot_start_is_a_pause_named_start_failed() {
     });
     assert!(s["paused"]["until"].is_i64(), "{s}");
     assert_eq!(s["needs_login"], false);
+}
+
+#[test]
+fn the_status_line_and_the_unread_count_reach_the_page_idle_and_mid_turn() {
+    let (b, h) = started("ana", &[]);
+    let page = AgentPage::of(&h);
+    // Idle: the harness sits in recv_next; set_status (what the agent's own
+    // `hive mcp` sends) reaches the page.
+    ok(
+        &mut b.agent("ana"),
+        SetStatus {
+            text: "reading the logs".into(),
+        },
+    );
+    page.wait_state("the status while idle", |s| {
+        s["status_text"] == "reading the logs"
+    });
+    // Mid-turn: the turn holds the inflight row until the test releases it.
+    h.fake.step(
+        2,
+        r#"init; say working; while [ ! -f "$dir/release" ]; do sleep 0.05; done; result_ok done; exit 0"#,
+    );
+    operator_send(&b, "ana", "long job");
+    page.wait_state("the turn", |s| s["turn_state"] == "thinking");
+    h.fake.wait_count(2);
+    ok(
+        &mut b.agent("ana"),
+        SetStatus {
+            text: "halfway".into(),
+        },
+    );
+    operator_send(&b, "ana", "next job");
+    let s = page.wait_state("the status and the new mail mid-turn", |s| {
+        s["status_text"] == "halfway" && s["unread"] == 1
+    });
+    assert_eq!(s["turn_state"], "thinking", "{s}");
+    assert_eq!(h.fake.count(), 2, "still the first turn");
+    std::fs::write(h.fake.dir.join("release"), "").unwrap();
+    h.fake.wait_count(3);
+    wait_drained(&b, "ana");
+    page.wait_state("the drained inbox", |s| {
+        s["unread"] == 0 && s["turn_state"] == "idle"
+    });
+    // Cleared, too.
+    ok(&mut b.agent("ana"), SetStatus { text: "".into() });
+    page.wait_state("the cleared status", |s| s["status_text"] == "");
 }

@@ -7,8 +7,8 @@
 use crate::proto::cmd::PostTurnCounts;
 use crate::proto::schema::{self, Step};
 use crate::proto::{
-    Approval, ApprovalKind, ApprovalState, Message, MsgKind, MsgState, Peer, Question, Reminder,
-    RunningTask, Scheduled,
+    Approval, ApprovalKind, ApprovalState, FailedMessage, Message, MsgKind, MsgState, Peer,
+    Question, Reminder, RunningTask, Scheduled,
 };
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
@@ -51,7 +51,67 @@ pub const MIGRATIONS: &[Step] = &[
             )
         },
     },
+    Step {
+        version: 3,
+        what: "attempts, last errors, queue positions and the failed state of messages",
+        apply: |tx| {
+            // The state's CHECK cannot be altered in place: the table is
+            // rebuilt (sqlite's documented way), its ids and their sequence
+            // kept, and every row starts at its own id in the queue.
+            let next: Option<i64> = tx
+                .query_row(
+                    "SELECT seq FROM sqlite_sequence WHERE name = 'messages'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            tx.execute_batch(MESSAGES_V3)?;
+            if let Some(n) = next {
+                tx.execute(
+                    "INSERT INTO sqlite_sequence (name, seq) SELECT 'messages', ?1
+                     WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'messages')",
+                    params![n],
+                )?;
+                tx.execute(
+                    "UPDATE sqlite_sequence SET seq = MAX(seq, ?1) WHERE name = 'messages'",
+                    params![n],
+                )?;
+            }
+            Ok(())
+        },
+    },
 ];
+
+/// Step 3: `attempts` (hand-outs that count toward the harness's attempt
+/// limit), `last_error`, `seq` (the queue position: new rows go last, a
+/// message that failed for its own reasons moves behind later mail) and the
+/// `failed` state. `done_at` is also when a message was dead-lettered.
+const MESSAGES_V3: &str = "
+CREATE TABLE messages_v3 (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    sender TEXT NOT NULL,
+    recipient TEXT NOT NULL,
+    body TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'message',
+    in_reply_to INTEGER,
+    state TEXT NOT NULL CHECK (state IN ('queued', 'inflight', 'held', 'acked', 'failed')),
+    sent_at INTEGER NOT NULL,
+    done_at INTEGER,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    seq INTEGER
+);
+INSERT INTO messages_v3 (id, sender, recipient, body, kind, in_reply_to, state, sent_at, done_at, seq)
+    SELECT id, sender, recipient, body, kind, in_reply_to, state, sent_at, done_at, id FROM messages;
+DROP TABLE messages;
+ALTER TABLE messages_v3 RENAME TO messages;
+CREATE INDEX messages_inbox ON messages (recipient, state, seq);
+CREATE INDEX messages_seq ON messages (seq);
+CREATE TRIGGER messages_seq_on_insert AFTER INSERT ON messages WHEN NEW.seq IS NULL
+BEGIN
+    UPDATE messages SET seq = (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages) WHERE id = NEW.id;
+END;
+";
 
 const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS messages (
@@ -163,6 +223,18 @@ pub struct Db {
 
 type Res<T> = rusqlite::Result<T>;
 
+/// Queues `rows` inside transaction `tx`.
+fn insert_all(tx: &rusqlite::Transaction, rows: &[NewMessage], now: i64) -> Res<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
+    )?;
+    for m in rows {
+        stmt.execute(params![m.from, m.to, m.body, m.kind, m.in_reply_to, now])?;
+    }
+    Ok(())
+}
+
 fn message_from_row(row: &Row) -> Res<Message> {
     Ok(Message {
         id: row.get(0)?,
@@ -252,11 +324,11 @@ impl Db {
             .optional()
     }
 
-    /// The oldest queued rows of a recipient.
+    /// The first queued rows of a recipient, in queue order.
     pub fn queued(&self, recipient: &str, limit: u32) -> Res<Vec<Message>> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {MSG_COLS} FROM messages WHERE recipient = ?1 AND state = 'queued'
-             ORDER BY id LIMIT ?2"
+             ORDER BY seq, id LIMIT ?2"
         ))?;
         let rows = stmt.query_map(params![recipient, limit], message_from_row)?;
         rows.collect()
@@ -323,6 +395,210 @@ impl Db {
         }
         tx.commit()?;
         Ok(n)
+    }
+
+    /// Hands row `id` out to `recipient`'s harness: a queued row becomes
+    /// inflight (`from_queue`), an inflight one is handed out again; either
+    /// way its attempts go up by one. Returns them, or None when the row was
+    /// not in that state.
+    pub fn hand_out(&self, id: i64, recipient: &str, from_queue: bool) -> Res<Option<u32>> {
+        let from = if from_queue { "queued" } else { "inflight" };
+        self.conn
+            .prepare_cached(
+                "UPDATE messages SET state = 'inflight', attempts = attempts + 1
+                 WHERE id = ?1 AND recipient = ?2 AND state = ?3 RETURNING attempts",
+            )?
+            .query_row(params![id, recipient, from], |r| r.get::<_, i64>(0))
+            .optional()
+            .map(|a| a.map(|a| a.clamp(0, u32::MAX as i64) as u32))
+    }
+
+    /// Puts the inflight row `id` back into the queue. `counted` keeps its
+    /// hand-out counted (else one is given back) and records `error`;
+    /// `behind` moves it, with the later queued mail of its own sender in
+    /// order behind it, to the tail of the queue, so the mail of other senders
+    /// goes first; otherwise it keeps its place at the head. False when it was
+    /// not inflight.
+    pub fn requeue(
+        &mut self,
+        id: i64,
+        recipient: &str,
+        counted: bool,
+        behind: bool,
+        error: Option<&str>,
+    ) -> Res<bool> {
+        let tx = self.conn.transaction()?;
+        let found: Option<(String, i64)> = tx
+            .query_row(
+                "SELECT sender, seq FROM messages WHERE id = ?1 AND recipient = ?2
+                 AND state = 'inflight'",
+                params![id, recipient],
+                |r| Ok((r.get(0)?, r.get::<_, Option<i64>>(1)?.unwrap_or(id))),
+            )
+            .optional()?;
+        let Some((sender, seq)) = found else {
+            return Ok(false);
+        };
+        tx.execute(
+            "UPDATE messages SET state = 'queued',
+                attempts = CASE WHEN ?2 THEN attempts ELSE MAX(attempts - 1, 0) END,
+                last_error = COALESCE(?3, last_error)
+             WHERE id = ?1",
+            params![id, counted, error],
+        )?;
+        if behind {
+            let mut ids = vec![id];
+            {
+                let mut stmt = tx.prepare_cached(
+                    "SELECT id FROM messages WHERE recipient = ?1 AND state = 'queued'
+                     AND sender = ?2 AND seq > ?3 ORDER BY seq, id",
+                )?;
+                let later = stmt.query_map(params![recipient, sender, seq], |r| r.get(0))?;
+                for l in later {
+                    ids.push(l?);
+                }
+            }
+            let tail: i64 =
+                tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM messages", [], |r| {
+                    r.get(0)
+                })?;
+            let mut stmt = tx.prepare_cached("UPDATE messages SET seq = ?1 WHERE id = ?2")?;
+            for (i, moved) in ids.iter().enumerate() {
+                stmt.execute(params![tail + 1 + i as i64, moved])?;
+            }
+        }
+        tx.commit()?;
+        Ok(true)
+    }
+
+    /// Dead-letters the inflight row `id`: `failed`, with `error` as its last
+    /// error and now as its `done_at` (and its last hand-out given back unless
+    /// it `ran`), and `notices` queued, in one transaction. False (and nothing
+    /// queued) when it was not inflight, so the notices go out once.
+    pub fn dead_letter(
+        &mut self,
+        id: i64,
+        recipient: &str,
+        error: &str,
+        ran: bool,
+        now: i64,
+        notices: &[NewMessage],
+    ) -> Res<bool> {
+        let tx = self.conn.transaction()?;
+        let n = tx.execute(
+            "UPDATE messages SET state = 'failed', last_error = ?1, done_at = ?2,
+                attempts = CASE WHEN ?5 THEN attempts ELSE MAX(attempts - 1, 0) END
+             WHERE id = ?3 AND recipient = ?4 AND state = 'inflight'",
+            params![error, now, id, recipient, ran],
+        )?;
+        if n == 1 {
+            insert_all(&tx, notices, now)?;
+        }
+        tx.commit()?;
+        Ok(n == 1)
+    }
+
+    /// Stores a transient wake its harness gave up on as a dead letter of its
+    /// own, with `notices` (built for its new id by `notices`), in one
+    /// transaction; returns the new id.
+    pub fn insert_dead_letter(
+        &mut self,
+        m: &NewMessage,
+        attempts: u32,
+        error: &str,
+        now: i64,
+        notices: impl FnOnce(i64) -> Vec<(Peer, String, String)>,
+    ) -> Res<i64> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at,
+                done_at, attempts, last_error)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'failed', ?6, ?6, ?7, ?8)",
+            params![
+                m.from,
+                m.to,
+                m.body,
+                m.kind,
+                m.in_reply_to,
+                now,
+                attempts,
+                error
+            ],
+        )?;
+        let id = tx.last_insert_rowid();
+        let built = notices(id);
+        let rows: Vec<NewMessage> = built
+            .iter()
+            .map(|(from, to, body)| NewMessage {
+                from,
+                to,
+                body,
+                kind: &MsgKind::DeadLetter,
+                in_reply_to: None,
+            })
+            .collect();
+        insert_all(&tx, &rows, now)?;
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// The dead letters of `agent` (or of every agent), oldest first.
+    pub fn failed(&self, agent: Option<&str>) -> Res<Vec<FailedMessage>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, recipient, sender, body, kind, attempts, last_error, sent_at, done_at
+             FROM messages WHERE state = 'failed' AND (?1 IS NULL OR recipient = ?1)
+             ORDER BY done_at, id",
+        )?;
+        let rows = stmt.query_map(params![agent], |r| {
+            Ok(FailedMessage {
+                id: r.get(0)?,
+                agent: r.get(1)?,
+                from: r.get(2)?,
+                body: r.get(3)?,
+                kind: r.get(4)?,
+                attempts: r.get::<_, i64>(5)?.clamp(0, u32::MAX as i64) as u32,
+                last_error: r.get::<_, Option<String>>(6)?.unwrap_or_default(),
+                sent_at: r.get(7)?,
+                failed_at: r.get(8)?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    pub fn count_failed(&self, recipient: &str) -> Res<u64> {
+        self.conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'failed'",
+            )?
+            .query_row(params![recipient], |r| r.get::<_, i64>(0).map(|n| n as u64))
+    }
+
+    /// The attempts of message `id`, if it exists.
+    pub fn attempts(&self, id: i64) -> Res<Option<u32>> {
+        self.conn
+            .prepare_cached("SELECT attempts FROM messages WHERE id = ?1")?
+            .query_row(params![id], |r| r.get::<_, i64>(0))
+            .optional()
+            .map(|a| a.map(|a| a.clamp(0, u32::MAX as i64) as u32))
+    }
+
+    /// The recipient and state of message `id`, if it exists.
+    pub fn message_state(&self, id: i64) -> Res<Option<(String, MsgState)>> {
+        self.conn
+            .prepare_cached("SELECT recipient, state FROM messages WHERE id = ?1")?
+            .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+    }
+
+    /// Puts the dead letter `id` back at the tail of its recipient's queue,
+    /// its attempts and last error reset; false when it was not `failed`.
+    pub fn retry(&self, id: i64) -> Res<bool> {
+        Ok(self.conn.execute(
+            "UPDATE messages SET state = 'queued', attempts = 0, last_error = NULL,
+                done_at = NULL, seq = (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages)
+             WHERE id = ?1 AND state = 'failed'",
+            params![id],
+        )? == 1)
     }
 
     pub fn stats(&self, agent: &str) -> Res<AgentStats> {
@@ -774,6 +1050,67 @@ mod tests {
     #[test]
     fn the_migrations_are_numbered() {
         assert!(schema::well_numbered(MIGRATIONS));
+    }
+
+    #[test]
+    fn a_failure_of_its_own_goes_behind_other_senders_with_its_own_later_mail() {
+        let dir = std::env::temp_dir().join(format!("hive-db-seq-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("b.db");
+        let _ = std::fs::remove_file(&path);
+        let mut db = Db::open(&path, Durability::Normal).unwrap();
+        let bob = Peer::Agent("bob".into());
+        let from = |p: &'static Peer, body: &'static str| NewMessage {
+            from: p,
+            to: "a",
+            body,
+            kind: &MsgKind::Message,
+            in_reply_to: None,
+        };
+        static SYS: Peer = Peer::System;
+        let ids: Vec<i64> = ["1", "2", "3"]
+            .iter()
+            .map(|b| db.insert_message(&from(&SYS, b), 1).unwrap())
+            .collect();
+        let bobs = db
+            .insert_message(
+                &NewMessage {
+                    from: &bob,
+                    ..from(&SYS, "4")
+                },
+                1,
+            )
+            .unwrap();
+        let order = |db: &Db| -> Vec<String> {
+            db.queued("a", 10)
+                .unwrap()
+                .into_iter()
+                .map(|m| m.body)
+                .collect()
+        };
+        assert_eq!(order(&db), ["1", "2", "3", "4"]);
+        assert_eq!(db.hand_out(ids[0], "a", true).unwrap(), Some(1));
+        assert!(db
+            .requeue(ids[0], "a", true, true, Some("crashed"))
+            .unwrap());
+        assert_eq!(
+            order(&db),
+            ["4", "1", "2", "3"],
+            "its sender's later mail goes with it"
+        );
+        assert_eq!(db.hand_out(bobs, "a", true).unwrap(), Some(1));
+        assert!(db.requeue(bobs, "a", false, false, None).unwrap());
+        assert_eq!(order(&db), ["4", "1", "2", "3"], "at the head");
+        assert_eq!(db.attempts(bobs).unwrap(), Some(0), "given back");
+        assert_eq!(db.attempts(ids[0]).unwrap(), Some(1), "kept");
+        let later = db.insert_message(&from(&SYS, "5"), 2).unwrap();
+        assert_eq!(order(&db), ["4", "1", "2", "3", "5"], "new mail goes last");
+        assert!(
+            !db.requeue(later, "a", true, true, None).unwrap(),
+            "not inflight"
+        );
+        drop(db);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

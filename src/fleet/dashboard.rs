@@ -18,8 +18,8 @@ use crate::http::server::{self, Access, Ctx, Handler, Method, Path, Route, Site,
 use crate::http::sse;
 use crate::http::{self, Reply};
 use crate::proto::cmd::{
-    Agents, Answer, Approvals, Approve, Deny, Inbox, InboxAck, Questions, SetPermissions,
-    Supervision,
+    Agents, Answer, Approvals, Approve, Deny, Failed, Inbox, InboxAck, Questions, Retry,
+    SetPermissions, Supervision,
 };
 use crate::proto::{cmd, AgentState, Client, Command};
 use crate::sys::env::Env;
@@ -43,7 +43,7 @@ pub const LINK_TTL: Duration = Duration::from_secs(10 * 60);
 /// Texts in the snapshot longer than this are cut (the whole message is one
 /// `GET /api/message?id=N` away).
 const CUT_BYTES: usize = 16 * 1024;
-/// Entries of a list in the snapshot (questions, approvals).
+/// Entries of a list in the snapshot (questions, approvals, dead letters).
 const LIST_MAX: usize = 200;
 /// The largest agent icon the dashboard passes on.
 const ICON_BYTES: u64 = 256 * 1024;
@@ -356,6 +356,7 @@ static ROUTES: &[Route<App>] = &[
     post("/api/answer", |a, c| call::<Answer>(a, &c.body)),
     post("/api/approve", |a, c| call::<Approve>(a, &c.body)),
     post("/api/deny", |a, c| call::<Deny>(a, &c.body)),
+    post("/api/retry", |a, c| call::<Retry>(a, &c.body)),
     post("/api/read", |a, c| call::<InboxAck>(a, &c.body)),
     post("/api/permissions", |a, c| {
         call::<SetPermissions>(a, &c.body)
@@ -600,6 +601,7 @@ fn snapshot(app: &App) -> Value {
         .unwrap_or_default();
     let questions = get(&mut c, Questions {});
     let approvals = get(&mut c, Approvals {});
+    let failed = get(&mut c, Failed { agent: None });
     let inbox = get(
         &mut c,
         Inbox {
@@ -653,12 +655,15 @@ fn snapshot(app: &App) -> Value {
     };
     let (questions, questions_more) = capped(&questions["questions"]);
     let (approvals, approvals_more) = capped(&approvals["approvals"]);
+    let (failed, failed_more) = capped(&failed["failed"]);
     let mut snap = json!({
         "agents": cards,
         "questions": questions,
         "questions_more": questions_more,
         "approvals": approvals,
         "approvals_more": approvals_more,
+        "failed": failed,
+        "failed_more": failed_more,
         "inbox": messages,
         "inbox_more": inbox["more"].as_bool().unwrap_or(false),
         "groups": crate::groups::ToolGroup::ALL.map(|g| g.name()),
@@ -862,6 +867,7 @@ mod tests {
                             }
                             "questions" => json!({"ok": true, "questions": []}),
                             "approvals" => json!({"ok": true, "approvals": []}),
+                            "failed" => json!({"ok": true, "failed": []}),
                             _ => json!({"ok": true, "agents": []}),
                         };
                         if writeln!(w, "{answer}").is_err() {

@@ -262,6 +262,11 @@ impl Bus {
         self.lock().state.clone()
     }
 
+    /// The pause alone, without copying the rest of the state.
+    pub fn paused(&self) -> Option<Paused> {
+        self.lock().state.paused.clone()
+    }
+
     /// Changes the state with `f` and, when anything changed, publishes it.
     pub fn update(&self, f: impl FnOnce(&mut StateSnapshot)) {
         let changed = {

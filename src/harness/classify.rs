@@ -63,15 +63,17 @@ const API_UNAVAILABLE_MARKERS: &[&str] = &[
     "service unavailable",
 ];
 
-/// The most tokens one turn can report in any one count. A `result` or usage
-/// figure past it (or a negative, fractional or missing one) is garbage from a
-/// broken or hostile stream and is dropped, so the counters the harness posts
-/// and records stay finite, non-negative and bounded.
-pub const MAX_TURN_TOKENS: u64 = 1_000_000_000_000;
+/// The most tokens one turn can report in any one count: the broker's bound
+/// on one `post_turn_counts` (`proto::limits`, its one home). A `result` or
+/// usage figure past it (or a negative, fractional or missing one) is garbage
+/// from a broken or hostile stream and is dropped, so the counters the harness
+/// posts and records stay finite, non-negative and bounded.
+pub use crate::proto::limits::MAX_TOKENS_PER_POST as MAX_TURN_TOKENS;
 
-/// The most one turn can cost, in dollars; a `total_cost_usd` past it, negative
-/// or not finite is dropped like [`MAX_TURN_TOKENS`].
-pub const MAX_TURN_COST_USD: f64 = 1_000_000.0;
+/// The most one turn can cost, in dollars (the broker's bound too); a
+/// `total_cost_usd` past it, negative or not finite is dropped like
+/// [`MAX_TURN_TOKENS`].
+pub use crate::proto::limits::MAX_COST_PER_POST as MAX_TURN_COST_USD;
 
 /// How many stderr lines are kept for the message of a crashed turn.
 const STDERR_TAIL_LINES: usize = 8;

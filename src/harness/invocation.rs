@@ -171,7 +171,6 @@ pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
             "env": {
                 "HIVE_SOCKET": s.socket.display().to_string(),
                 "HIVE_STATE_DIR": s.state_dir.display().to_string(),
-                "HIVE_BASH_SOCKET": s.bash_socket.display().to_string(),
                 "HIVE_TOOL_GROUPS": groups.join(","),
                 "HIVE_LABEL": s.label,
                 "RUST_LOG": "warn",

@@ -12,6 +12,7 @@
 //! usage limits, pauses, login parks, interrupts and faults of the harness
 //! itself never do.
 
+use crate::proto::Place;
 use std::fmt;
 
 /// How a run ended, as the policy sees it: the classifier's outcome, or what
@@ -148,9 +149,9 @@ impl Running {
 /// What the loop knows about the message and the session when a run ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Facts {
-    /// Failures of this message counted so far (before this one). In stage 1
-    /// the harness keeps the count per message id for as long as it runs; the
-    /// broker will own it (counting every hand-out).
+    /// Failures of this message counted so far (before this one): the
+    /// broker's count of its hand-outs before this one (every hand-out counts
+    /// unless the harness gave it back), so it survives a harness restart.
     pub attempts: u32,
     /// `HIVE_TURN_MAX_ATTEMPTS`.
     pub max_attempts: u32,
@@ -252,6 +253,11 @@ pub enum Decision {
         wait: Wait,
         /// This failure counts toward the attempt limit.
         counted: bool,
+        /// Where it goes back: behind the mail of other senders when the
+        /// failure may be its own (counted, or an API failure that counts once
+        /// other turns succeed), so it cannot hold up the inbox; at the head
+        /// for a pause.
+        place: Place,
         then: Resume,
     },
 }
@@ -282,9 +288,13 @@ pub fn decide(outcome: Outcome, running: Running, f: &Facts) -> Decision {
         if counted && f.attempts.saturating_add(1) >= f.max_attempts.max(1) {
             Decision::DeadLetter
         } else {
+            // An API failure may be the message's own: behind, so that other
+            // turns can succeed meanwhile and the outage rule can tell.
+            let suspect = counted || wait == Wait::For(PauseReason::ApiBackoff);
             Decision::Keep {
                 wait,
                 counted,
+                place: if suspect { Place::Behind } else { Place::Head },
                 then,
             }
         }
@@ -375,9 +385,13 @@ pub fn describe(d: Decision, running: Running) -> String {
         Decision::Keep {
             wait,
             counted,
+            place,
             then,
         } => {
             let mut s = String::from("keep");
+            if place == Place::Behind {
+                s.push_str(" behind");
+            }
             if counted {
                 s.push_str(", counted");
             }
@@ -514,6 +528,11 @@ mod tests {
         let keep = |wait, counted, then| D::Keep {
             wait,
             counted,
+            place: if counted || wait == For(P::ApiBackoff) {
+                Place::Behind
+            } else {
+                Place::Head
+            },
             then,
         };
         // The literal table: (outcome, [turn, reactive compact, reset
@@ -730,6 +749,48 @@ mod tests {
     }
 
     #[test]
+    fn failures_that_may_be_the_messages_own_go_behind_and_pauses_keep_the_order() {
+        for f in all_facts() {
+            for o in OUTCOMES {
+                for r in RUNNING {
+                    if let Decision::Keep {
+                        wait,
+                        counted,
+                        place,
+                        ..
+                    } = decide(o, r, &f)
+                    {
+                        let why = format!("{o:?} during {r:?} with {f:?}");
+                        match (counted, wait) {
+                            (true, _) | (false, Wait::For(PauseReason::ApiBackoff)) => {
+                                assert_eq!(place, Place::Behind, "{why}")
+                            }
+                            _ => assert_eq!(place, Place::Head, "{why}"),
+                        }
+                    }
+                }
+            }
+        }
+        let rate = decide(Outcome::RateLimited, Running::Turn, &Facts::default());
+        assert!(matches!(
+            rate,
+            Decision::Keep {
+                place: Place::Head,
+                ..
+            }
+        ));
+        let crash = decide(Outcome::Crashed, Running::Turn, &Facts::default());
+        assert!(matches!(
+            crash,
+            Decision::Keep {
+                place: Place::Behind,
+                counted: true,
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn prompt_too_long_never_acks_but_by_dead_letter_in_a_fresh_session() {
         for f in all_facts() {
             for r in RUNNING {
@@ -802,6 +863,7 @@ mod tests {
             Decision::Keep {
                 wait: Wait::For(PauseReason::Login),
                 counted: false,
+                place: Place::Head,
                 then: Resume::CompactThenTurn
             }
         );

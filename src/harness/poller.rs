@@ -1,13 +1,17 @@
-//! The harness's two connections to its agent socket, each owned by a thread:
-//! `poller` long-polls `recv_next` when the turn loop asks for the next
-//! message (or peeks once, without waiting, before a requested continue), and
-//! `broker-calls` carries the loop's other requests (kick, ack, requeue,
-//! counters, notices to the parent) in the order they were sent. Nothing the
-//! loop sends waits for an answer: a refusal is logged. An ask for the next
-//! message goes through the calls thread too, so it reaches the long-poll only
-//! after every earlier request was answered — an ack always lands before the
-//! next `recv_next`, and while the broker is unreachable the loop simply gets
-//! no message, using up no attempt.
+//! The harness's three connections to its agent socket, each owned by a
+//! thread: `poller` long-polls `recv_next` when the turn loop asks for the
+//! next message (or peeks once, without waiting, before a requested
+//! continue), `broker-calls` carries the loop's other requests (kick, ack,
+//! requeue, dead letters, counters, its pause, notices to the parent) in the
+//! order they were sent, and `status-watch` keeps a `status` call parked with
+//! what it has `seen` of the agent's status line and unread count, so a
+//! change reaches the loop (and the page) at once, also while a turn runs —
+//! when no `recv_next` can be parked, since the broker answers it with the
+//! inflight row. Nothing the loop sends waits for an answer: a refusal is
+//! logged. An ask for the next message goes through the calls thread too, so
+//! it reaches the long-poll only after every earlier request was answered —
+//! an ack always lands before the next `recv_next`, and while the broker is
+//! unreachable the loop simply gets no message, using up no attempt.
 //!
 //! When the broker is gone each connection reconnects with a backoff that
 //! doubles up to `HIVE_RECONNECT_MAX_MS`. An answer it cannot use (too long,
@@ -15,11 +19,12 @@
 //! and the first failure of a burst is logged, so whatever the broker sends,
 //! the poller never spins. Reachability goes to the loop as
 //! [`FromPoller::Online`]; the loop is the one writer of the bus state.
-//! Shutting the poller down closes the long-poll socket, so a parked poll
-//! returns at once, and gives each request still queued one last try.
+//! Shutting the poller down closes the long-poll and watch sockets, so a
+//! parked call returns at once, and gives each request still queued one last
+//! try.
 
 use super::bus::Bus;
-use crate::proto::cmd::{self, RecvNext, RecvNextReply};
+use crate::proto::cmd::{self, RecvNext, RecvNextReply, Seen, Status, StatusReply};
 use crate::proto::{Client, ClientError, Message, Request};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use std::os::unix::net::UnixStream;
@@ -42,9 +47,15 @@ pub enum FromPoller {
         message: Message,
         redelivered: bool,
         unread: Option<u64>,
+        /// Its hand-outs that count toward the attempt limit, this one
+        /// included (0 from a broker that does not count them).
+        attempts: u32,
     },
     /// A peek found the inbox empty and nothing inflight.
     Empty,
+    /// The agent's status line or unread count changed (or this is the
+    /// first look at them).
+    Status { unread: u64, status_text: String },
     /// The broker became reachable (true) or unreachable (false).
     Online(bool),
 }
@@ -77,16 +88,12 @@ impl Teller {
         let _ = self.tx.send(ToCalls::Tell(req));
     }
 
-    /// Tells the broker to dead-letter the inflight message `id`: keep it, in
-    /// the `failed` state, and tell its parent and sender.
-    ///
-    /// STAGE 1 (interim): the broker has no dead-letter state yet, so the
-    /// harness sends `notice` to the parent itself and acks the message; the
-    /// broker-side dead letter (kept, `hive failed`, `hive retry`) replaces this
-    /// body over the wire in stage 2. This is the only place that does it.
-    pub fn dead_letter(&self, id: i64, notice: String) {
-        self.tell(Request::from(cmd::SendToParent { body: notice }));
-        self.tell(Request::from(cmd::AckTurn { id }));
+    /// Tells the broker to dead-letter the inflight message `id`: it keeps
+    /// it in the `failed` state with `error` as its last error and tells its
+    /// parent and its sender once (`dead_letter`). Nothing acks it. `ran` is
+    /// false when this hand-out was not run.
+    pub fn dead_letter(&self, id: i64, error: String, ran: bool) {
+        self.tell(Request::from(cmd::DeadLetter { id, error, ran }));
     }
 }
 
@@ -95,8 +102,9 @@ pub struct Poller {
     teller: Teller,
     pub events: Receiver<FromPoller>,
     stop: Option<Sender<()>>,
-    /// The long-poll connection, shut down to end a parked poll.
-    poll_stream: Arc<Mutex<Option<UnixStream>>>,
+    /// The long-poll and status-watch connections, shut down to end a parked
+    /// call.
+    parked: Vec<Arc<Mutex<Option<UnixStream>>>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -127,6 +135,7 @@ impl Poller {
         let (ev_tx, ev_rx) = unbounded::<FromPoller>();
         let (stop_tx, stop_rx) = unbounded::<()>();
         let poll_stream = Arc::new(Mutex::new(None));
+        let watch_stream = Arc::new(Mutex::new(None));
         let conn = |what, stream| Conn {
             what,
             socket: socket.clone(),
@@ -143,6 +152,7 @@ impl Poller {
         };
         let mut poll = conn("long-poll", poll_stream.clone());
         let mut calls = conn("calls", Arc::new(Mutex::new(None)));
+        let mut watch = conn("status-watch", watch_stream.clone());
         let mut threads = Vec::new();
         let spawned = std::thread::Builder::new()
             .name("poller".into())
@@ -158,11 +168,18 @@ impl Poller {
             Ok(t) => threads.push(t),
             Err(e) => log::error!("cannot start the broker-calls thread: {e}"),
         }
+        let spawned = std::thread::Builder::new()
+            .name("status-watch".into())
+            .spawn(move || watch.run_watch(wait_secs));
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(e) => log::error!("cannot start the status-watch thread: {e}"),
+        }
         Poller {
             teller: Teller { tx: calls_tx },
             events: ev_rx,
             stop: Some(stop_tx),
-            poll_stream,
+            parked: vec![poll_stream, watch_stream],
             threads,
         }
     }
@@ -188,17 +205,14 @@ impl Poller {
         self.teller.clone()
     }
 
-    /// Stops both threads: a parked long-poll returns at once, and every
-    /// request still queued gets one last try.
+    /// Stops the threads: a parked long-poll or watch returns at once, and
+    /// every request still queued gets one last try.
     pub fn shutdown(&mut self) {
         self.stop.take();
-        if let Some(s) = self
-            .poll_stream
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            let _ = s.shutdown(std::net::Shutdown::Both);
+        for parked in &self.parked {
+            if let Some(s) = parked.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -371,12 +385,14 @@ impl Conn {
                     message: Some(message),
                     redelivered,
                     unread,
+                    attempts,
                     ..
                 }) => {
                     return Some(FromPoller::Message {
                         message,
                         redelivered,
                         unread,
+                        attempts,
                     })
                 }
                 Ok(_) if ask == Ask::Peek => return Some(FromPoller::Empty),
@@ -393,6 +409,62 @@ impl Conn {
                 Err(e) => {
                     if self.stopped() {
                         return None;
+                    }
+                    self.lost(&e);
+                }
+            }
+        }
+    }
+
+    /// The status-watch thread: a `status` call parked with what it has seen;
+    /// each answer that differs goes to the loop. The first call (and the
+    /// first after a reconnect, since the broker may have restarted) does not
+    /// wait, so the loop learns the current values.
+    fn run_watch(&mut self, wait_secs: u64) {
+        let mut seen: Option<Seen> = None;
+        let mut published: Option<Seen> = None;
+        loop {
+            let fresh = self.client.is_none();
+            let Some(c) = self.client() else {
+                return;
+            };
+            if fresh {
+                seen = None;
+            }
+            let wait = seen.as_ref().map(|_| wait_secs);
+            let _ = c.set_read_timeout(Some(Duration::from_secs(wait.unwrap_or(0) + 30)));
+            let r: Result<StatusReply, ClientError> = c.call(&Status {
+                wait_seconds: wait,
+                seen: Some(seen.clone().unwrap_or_default()),
+            });
+            match r {
+                Ok(reply) => {
+                    self.answered();
+                    let now = Seen {
+                        unread: reply.unread,
+                        status_text: reply.status_text.unwrap_or_default(),
+                    };
+                    if published.as_ref() != Some(&now) {
+                        let ev = FromPoller::Status {
+                            unread: now.unread,
+                            status_text: now.status_text.clone(),
+                        };
+                        if self.events.send(ev).is_err() {
+                            return;
+                        }
+                        published = Some(now.clone());
+                    }
+                    seen = Some(now);
+                }
+                Err(ClientError::Refused(e)) => {
+                    // A broker from before the watch: the status line shows
+                    // what the harness read at boot.
+                    log::warn!("the broker does not push status changes ({e}); not watching");
+                    return;
+                }
+                Err(e) => {
+                    if self.stopped() {
+                        return;
                     }
                     self.lost(&e);
                 }

@@ -5,6 +5,7 @@
 //! `docs/env.md` lists them.
 
 use crate::groups::{self, ToolGroup};
+use crate::proto::paths::state;
 use crate::sys::env::Env;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -102,8 +103,8 @@ impl Settings {
     pub fn read(state_dir: &Path, run_dir: &Path, env: &Env) -> Result<Settings, String> {
         let model_file = match env.path("HYPERHIVE_MODEL_FILE") {
             Some(f) => f,
-            None if Path::new("/harness").is_dir() => PathBuf::from("/harness/hyperhive-model"),
-            None => state_dir.join("hyperhive-model"),
+            None if Path::new("/harness").is_dir() => Path::new("/harness").join(state::MODEL),
+            None => state_dir.join(state::MODEL),
         };
         let tool_groups = groups::parse_groups(&env.get("HIVE_TOOL_GROUPS").unwrap_or_default())
             .map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
@@ -166,25 +167,25 @@ impl Settings {
 
     /// Dropped by the `request_next_turn` tool, consumed after each turn.
     pub fn continue_sentinel(&self) -> PathBuf {
-        self.state_dir.join("hyperhive-continue")
+        self.state_dir.join(state::CONTINUE)
     }
 
     /// Present while the harness waits for the operator to log claude in.
     pub fn needs_login_sentinel(&self) -> PathBuf {
-        self.state_dir.join("hyperhive-needs-login")
+        self.state_dir.join(state::NEEDS_LOGIN)
     }
 
     pub fn stats_db(&self) -> PathBuf {
-        self.state_dir.join("turn-stats.db")
+        self.state_dir.join(crate::proto::turnstats::FILE)
     }
 
     pub fn status_file(&self) -> PathBuf {
-        self.state_dir.join("hyperhive-status")
+        self.state_dir.join(state::STATUS)
     }
 
     /// A token stored through the web login flow (0600).
     pub fn credentials_file(&self) -> PathBuf {
-        self.state_dir.join("hyperhive-credentials")
+        self.state_dir.join(state::CREDENTIALS)
     }
 }
 

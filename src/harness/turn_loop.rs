@@ -27,8 +27,11 @@ use super::policy::{self, Decision, Facts, Outcome, PauseReason, Resume, Running
 use super::poller::{FromPoller, Poller};
 use super::settings::Settings;
 use super::stats::{Stats, TurnRow};
-use super::work::{Ack, Inflight, Ledger, Work, WorkKey};
+use super::work::{Ack, Inflight, Ledger, Requeue, Work, WorkKey};
+use crate::proto::limits::MAX_PAUSE_DETAIL_CHARS;
 use crate::proto::now;
+use crate::proto::text::{is_control_or_bidi, preview};
+use crate::proto::Place;
 use crate::proto::{cmd, Request};
 use crossbeam_channel::{at, never, select, Receiver};
 use std::collections::HashMap;
@@ -181,6 +184,9 @@ pub struct TurnLoop {
     compact_requested: bool,
     /// A continue was requested and waits its turn, like a requeued message.
     continue_requested: bool,
+    /// The pause last reported to the broker (`report_state`); None when it
+    /// must be reported again (at start, after a reconnect).
+    reported_pause: Option<Option<crate::proto::Paused>>,
     stopping: bool,
 }
 
@@ -220,6 +226,7 @@ impl TurnLoop {
             asked: false,
             compact_requested: false,
             continue_requested: false,
+            reported_pause: Some(None),
             stopping: false,
         }
     }
@@ -231,6 +238,7 @@ impl TurnLoop {
         while !self.stopping || matches!(self.phase, Phase::Running(_)) {
             let ev = self.next_event();
             self.handle(ev);
+            self.report_pause();
         }
         for w in [self.work.take(), self.arrived.take()]
             .into_iter()
@@ -307,6 +315,7 @@ impl TurnLoop {
                 message,
                 redelivered,
                 unread,
+                attempts,
             }) => {
                 self.asked = false;
                 let key = WorkKey::Message(message.id);
@@ -316,9 +325,13 @@ impl TurnLoop {
                     body: message.body,
                     unread: unread.unwrap_or(0),
                     redelivered,
+                    attempts,
                     auth_retried: false,
                     guard: Inflight::new(key, self.poller.teller()),
                 };
+                if self.used_up(&work) {
+                    return self.dead_letter_used_up(work);
+                }
                 if self.continue_requested {
                     // Mail drives the next turn; the continue is dropped.
                     self.continue_requested = false;
@@ -344,6 +357,7 @@ impl TurnLoop {
                         body: "continue".into(),
                         unread: 0,
                         redelivered: false,
+                        attempts: 0,
                         auth_retried: false,
                         guard: Inflight::new(key, self.poller.teller()),
                     });
@@ -351,7 +365,21 @@ impl TurnLoop {
                     self.advance();
                 }
             }
-            Event::Broker(FromPoller::Online(online)) => self.bus.update(|s| s.online = online),
+            Event::Broker(FromPoller::Online(online)) => {
+                if online && !self.bus.snapshot().online {
+                    // The broker may have restarted: what it knew of the
+                    // pause is gone.
+                    self.reported_pause = None;
+                }
+                self.bus.update(|s| s.online = online)
+            }
+            Event::Broker(FromPoller::Status {
+                unread,
+                status_text,
+            }) => self.bus.update(|s| {
+                s.unread = unread;
+                s.status_text = status_text;
+            }),
             Event::SourceGone(what) => {
                 log::error!("{what} is gone; the harness stops");
                 self.stop();
@@ -473,6 +501,13 @@ impl TurnLoop {
         if work.redelivered {
             self.bus
                 .note("this message was inflight when the harness last stopped; handling it again");
+        }
+        if work.key != WorkKey::Continue && work.attempts > 0 {
+            // The broker's count is the truth: it survives a harness restart.
+            // (A broker that does not count says 0: the ledger's own count
+            // stands, for as long as this harness runs.)
+            let before = work.attempts - 1;
+            self.ledger.update(work.key, |r| r.attempts = before);
         }
         let resume = self.ledger.get(work.key).resume;
         self.work = Some(work);
@@ -1073,15 +1108,14 @@ impl TurnLoop {
             Decision::DeadLetter => {
                 if let Some(w) = self.work.take() {
                     let n = facts.attempts + 1;
-                    let notice = format!(
-                        "[system] {}: {} is dead-lettered after {n} failed attempts; last error: {text}",
-                        self.s.label,
-                        w.what()
-                    );
-                    log::warn!("{notice}");
-                    self.ledger.forget(w.key);
                     let what = w.what();
-                    w.guard.dead_letter(notice);
+                    let notice = format!(
+                        "[system] {}: {what} is dead-lettered after {n} failed attempts; last error: {text}",
+                        self.s.label,
+                    );
+                    log::warn!("{what} is dead-lettered after {n} failed attempts: {text}");
+                    self.ledger.forget(w.key);
+                    w.guard.dead_letter(&text, true, notice);
                     self.end_work(
                         false,
                         format!("{what} failed {n} times and is dead-lettered: {text}"),
@@ -1169,13 +1203,14 @@ impl TurnLoop {
             Decision::Keep {
                 wait,
                 counted,
+                place,
                 then,
-            } => self.keep(wait, counted, then, e),
+            } => self.keep(wait, counted, place, then, e),
         }
     }
 
     /// Keeps the work (requeued, or the continue held) and waits.
-    fn keep(&mut self, wait: Wait, counted: bool, then: Resume, e: Ended) {
+    fn keep(&mut self, wait: Wait, counted: bool, place: Place, then: Resume, e: Ended) {
         let text = e.report.outcome.to_string();
         let completed = self.completed_turns;
         let what = self.work.as_ref().map(Work::what).unwrap_or_default();
@@ -1191,8 +1226,12 @@ impl TurnLoop {
             if w.key == WorkKey::Continue {
                 self.continue_requested = true;
             }
-            // The guard requeues a broker row as it goes.
-            w.guard.requeue();
+            // The error is kept as the message's last one when it counted.
+            w.guard.requeue(Requeue {
+                counted,
+                place,
+                error: counted.then(|| text.clone()),
+            });
         }
         let (pause, reason, detail) = match wait {
             Wait::Brief => (self.s.fail_pause, None, String::new()),
@@ -1305,6 +1344,55 @@ impl TurnLoop {
         self.pause(pause, reason, detail);
     }
 
+    /// The message's attempts were used up before this hand-out: the
+    /// harness stopped (crashed, or was killed) during each of its last runs,
+    /// so no outcome was ever recorded for them.
+    fn used_up(&self, w: &Work) -> bool {
+        w.key != WorkKey::Continue && w.attempts > self.s.max_attempts.max(1)
+    }
+
+    /// Dead-letters a message whose attempts were used up by runs that never
+    /// ended (the harness stopped during each), without running it again.
+    fn dead_letter_used_up(&mut self, w: Work) {
+        let n = w.attempts - 1;
+        let known = self.ledger.get(w.key).last_error;
+        let text = if known.is_empty() {
+            format!(
+                "handed out {n} times without an outcome: the harness stopped (crashed or was killed) while it ran"
+            )
+        } else {
+            format!("handed out {n} times; the harness stopped while it ran (before: {known})")
+        };
+        let what = w.what();
+        log::warn!("{what} is dead-lettered: {text}");
+        self.bus.note(format!("{what} is dead-lettered: {text}"));
+        let notice = format!(
+            "[system] {}: {what} is dead-lettered after {n} attempts; last error: {text}",
+            self.s.label
+        );
+        self.ledger.forget(w.key);
+        w.guard.dead_letter(&text, false, notice);
+        if self.free() {
+            self.advance();
+        }
+    }
+
+    /// Tells the broker the pause, when it changed since it was last told.
+    fn report_pause(&mut self) {
+        let now = self.bus.paused().map(|p| crate::proto::Paused {
+            reason: crate::proto::PauseReason::parse(p.reason),
+            until: p.until,
+            detail: one_line(&p.detail, MAX_PAUSE_DETAIL_CHARS),
+        });
+        if self.reported_pause.as_ref() == Some(&now) {
+            return;
+        }
+        self.poller.tell(Request::from(cmd::ReportState {
+            paused: now.clone(),
+        }));
+        self.reported_pause = Some(now);
+    }
+
     fn pause(&mut self, d: Duration, reason: Option<PauseReason>, detail: String) {
         let until = now() + d.as_secs() as i64;
         self.bus.set_turn_state(TurnState::Idle);
@@ -1400,6 +1488,15 @@ fn outcome_of(o: &TurnOutcome) -> Outcome {
         TurnOutcome::Hung(_) => Outcome::Hung,
         TurnOutcome::McpNotConnected(_) => Outcome::McpNotConnected,
     }
+}
+
+/// `s` as one line of at most `max` characters (controls become spaces).
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s
+        .chars()
+        .map(|c| if is_control_or_bidi(c) { ' ' } else { c })
+        .collect();
+    preview(&flat, max.saturating_sub(1))
 }
 
 /// `base` doubled per failure after the first (`n` ≥ 1), capped at `max`.

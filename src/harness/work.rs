@@ -2,20 +2,25 @@
 //! is one broker message or the synthetic continue, and while it is in flight
 //! an [`Inflight`] guard owns it: every way out of the loop (a return, an
 //! error, a signal, a panic) drops the guard, and a guard dropped unsettled
-//! requeues its message. Only [`Inflight::ack`] (a completed turn or an
-//! operator interrupt) and [`Inflight::dead_letter`] let a message go.
+//! requeues its message (at the head, its hand-out given back — but a panic
+//! counts against the message, so one that breaks the harness reaches the
+//! limit). Only [`Inflight::ack`] (a completed turn or an operator interrupt)
+//! and [`Inflight::dead_letter`] let a message go; [`Inflight::requeue`] says
+//! whether the failure counted and where the message goes.
 //!
 //! The [`Ledger`] remembers, per message, what outlives one hand-out: failures
 //! counted toward `HIVE_TURN_MAX_ATTEMPTS` and the last error, which session
 //! saw its prompt (so a retry in that session sends a short note, and any
 //! other run the whole body), whether it was compacted for, and where it
-//! starts again. In stage 1 the ledger lives in the harness, so the count
-//! starts over when the harness restarts; the broker will own the count,
-//! incrementing it on every hand-out.
+//! starts again. The count of a broker message is a view of the broker's,
+//! which counts every hand-out (`recv_next` says it): it survives a restart
+//! of the harness, and a message that crashes the harness reaches the limit.
 
 use super::policy::Resume;
 use super::poller::Teller;
-use crate::proto::{cmd, Request};
+use crate::proto::limits::MAX_LAST_ERROR_CHARS;
+use crate::proto::text::preview;
+use crate::proto::{cmd, Attempt, Place, Request};
 use std::collections::{HashMap, VecDeque};
 
 /// Which message: a broker row, or the in-process continue.
@@ -44,6 +49,34 @@ pub enum Ack {
     Interrupted,
 }
 
+/// How a kept message goes back to the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requeue {
+    /// The failure was the message's own: the hand-out stays counted.
+    pub counted: bool,
+    pub place: Place,
+    /// What went wrong, kept by the broker as the message's last error.
+    pub error: Option<String>,
+}
+
+impl Requeue {
+    /// Back at the head, the hand-out given back: a pause, a stop.
+    pub fn head() -> Requeue {
+        Requeue {
+            counted: false,
+            place: Place::Head,
+            error: None,
+        }
+    }
+}
+
+/// An error text as the broker keeps it: at most [`MAX_LAST_ERROR_CHARS`].
+pub fn error_text(e: &str) -> String {
+    let e = e.trim();
+    let e = if e.is_empty() { "unknown error" } else { e };
+    preview(e, MAX_LAST_ERROR_CHARS - 1)
+}
+
 /// Owns an inflight broker row until it is acked, dead-lettered or requeued;
 /// dropped unsettled, it requeues. A continue has no row and nothing to do.
 pub struct Inflight {
@@ -69,10 +102,15 @@ impl Inflight {
         self.settled = true;
     }
 
-    /// Gives up on the message; see [`Teller::dead_letter`].
-    pub fn dead_letter(mut self, notice: String) {
+    /// Gives up on the message: the broker keeps a message in its `failed`
+    /// state with `error` and tells its parent and sender
+    /// ([`Teller::dead_letter`]); a continue has no row, so its `notice` goes
+    /// to the parent.
+    /// `ran` is false when it was not run this time (its attempts were used
+    /// up by runs the harness never finished).
+    pub fn dead_letter(mut self, error: &str, ran: bool, notice: String) {
         match self.id {
-            Some(id) => self.teller.dead_letter(id, notice),
+            Some(id) => self.teller.dead_letter(id, error_text(error), ran),
             None => self
                 .teller
                 .tell(Request::from(cmd::SendToParent { body: notice })),
@@ -80,9 +118,21 @@ impl Inflight {
         self.settled = true;
     }
 
-    /// Puts the message back at the head of the inbox.
-    pub fn requeue(self) {
-        // Dropping does it.
+    /// Puts the message back into the inbox, as `how` says.
+    pub fn requeue(mut self, how: Requeue) {
+        if let Some(id) = self.id {
+            self.teller.tell(Request::from(cmd::RequeueInflight {
+                id,
+                attempt: if how.counted {
+                    Attempt::Counted
+                } else {
+                    Attempt::NotCounted
+                },
+                place: how.place,
+                error: how.error.as_deref().map(error_text),
+            }));
+        }
+        self.settled = true;
     }
 }
 
@@ -91,9 +141,25 @@ impl Drop for Inflight {
         if self.settled {
             return;
         }
-        if let Some(id) = self.id {
-            self.teller.tell(Request::from(cmd::RequeueInflight { id }));
-        }
+        let Some(id) = self.id else {
+            return;
+        };
+        // A stop, a signal, an error: not the message's fault. A panic while
+        // it is in hand may be, and counts, so it cannot loop the harness.
+        let req = if std::thread::panicking() {
+            cmd::RequeueInflight {
+                id,
+                attempt: Attempt::Counted,
+                place: Place::Behind,
+                error: Some("the harness panicked while handling it".into()),
+            }
+        } else {
+            cmd::RequeueInflight {
+                id,
+                ..cmd::RequeueInflight::default()
+            }
+        };
+        self.teller.tell(Request::from(req));
     }
 }
 
@@ -106,6 +172,9 @@ pub struct Work {
     pub unread: u64,
     /// The broker handed it out before (a harness stopped mid-turn).
     pub redelivered: bool,
+    /// Its hand-outs that counted so far, this one included (the broker's
+    /// count; 0 for a continue).
+    pub attempts: u32,
     /// The one at-once retry after a refused credential was made.
     pub auth_retried: bool,
     pub guard: Inflight,
@@ -202,19 +271,44 @@ mod tests {
     fn the_guard_requeues_on_every_way_out_but_the_three_acks() {
         let (teller, sent) = test_teller();
         let key = WorkKey::Message(7);
-        // Dropped: a return, an error, a signal.
+        let given_back = Request::from(cmd::RequeueInflight {
+            id: 7,
+            ..Default::default()
+        });
+        // Dropped: a return, an error, a signal: at the head, not counted.
         drop(Inflight::new(key, teller.clone()));
-        assert_eq!(sent(), [Request::from(cmd::RequeueInflight { id: 7 })]);
-        Inflight::new(key, teller.clone()).requeue();
-        assert_eq!(sent(), [Request::from(cmd::RequeueInflight { id: 7 })]);
-        // A panic while it is held.
+        assert_eq!(sent(), std::slice::from_ref(&given_back));
+        Inflight::new(key, teller.clone()).requeue(Requeue::head());
+        assert_eq!(sent(), [given_back]);
+        // A failure of the message's own: counted, behind, with its error.
+        Inflight::new(key, teller.clone()).requeue(Requeue {
+            counted: true,
+            place: Place::Behind,
+            error: Some("x".repeat(5000)),
+        });
+        let got = sent();
+        let Request::RequeueInflight(r) = &got[0] else {
+            panic!("{got:?}")
+        };
+        assert_eq!((r.attempt, r.place), (Attempt::Counted, Place::Behind));
+        assert!(r.error.as_ref().unwrap().chars().count() <= MAX_LAST_ERROR_CHARS);
+        assert!(got[0].validate().is_ok(), "the broker takes it");
+        // A panic while it is held counts against the message.
         let t = teller.clone();
         let r = std::panic::catch_unwind(move || {
             let _g = Inflight::new(key, t);
             panic!("the loop broke");
         });
         assert!(r.is_err());
-        assert_eq!(sent(), [Request::from(cmd::RequeueInflight { id: 7 })]);
+        assert_eq!(
+            sent(),
+            [Request::from(cmd::RequeueInflight {
+                id: 7,
+                attempt: Attempt::Counted,
+                place: Place::Behind,
+                error: Some("the harness panicked while handling it".into()),
+            })]
+        );
         // The acks let it go, once.
         Inflight::new(key, teller.clone()).ack(Ack::Completed);
         Inflight::new(key, teller.clone()).ack(Ack::Interrupted);
@@ -225,21 +319,28 @@ mod tests {
                 Request::from(cmd::AckTurn { id: 7 })
             ]
         );
-        // Stage 1's dead letter: the notice, then the ack.
-        Inflight::new(key, teller.clone()).dead_letter("gone".into());
+        // The dead letter is the broker's: one command, no ack.
+        Inflight::new(key, teller.clone()).dead_letter("crashed", true, "unused".into());
         assert_eq!(
             sent(),
-            [
-                Request::from(cmd::SendToParent {
-                    body: "gone".into()
-                }),
-                Request::from(cmd::AckTurn { id: 7 })
-            ]
+            [Request::from(cmd::DeadLetter {
+                id: 7,
+                error: "crashed".into(),
+                ran: true,
+            })]
         );
-        // A continue has no row: nothing to requeue or ack.
+        // A continue has no row: nothing to requeue or ack; its dead letter
+        // is a notice to the parent.
         drop(Inflight::new(WorkKey::Continue, teller.clone()));
-        Inflight::new(WorkKey::Continue, teller).ack(Ack::Completed);
+        Inflight::new(WorkKey::Continue, teller.clone()).ack(Ack::Completed);
         assert!(sent().is_empty());
+        Inflight::new(WorkKey::Continue, teller).dead_letter("x", true, "gone".into());
+        assert_eq!(
+            sent(),
+            [Request::from(cmd::SendToParent {
+                body: "gone".into()
+            })]
+        );
     }
 
     #[test]

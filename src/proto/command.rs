@@ -165,6 +165,8 @@ commands! {
     "status"               => Status:            Agent(Open);
     "ack_turn"             => AckTurn:           Agent(Open);
     "requeue_inflight"     => RequeueInflight:   Agent(Open);
+    "dead_letter"          => DeadLetter:        Agent(Open);
+    "report_state"         => ReportState:       Agent(Open);
     "post_turn_counts"     => PostTurnCounts:    Agent(Open);
     "send_to_parent"       => SendToParent:      Agent(Open);
     "report_tasks"         => ReportTasks:       Agent(Open);
@@ -208,6 +210,8 @@ commands! {
     "supervision"          => Supervision:       Operator;
     "set_permissions"      => SetPermissions:    Operator;
     "version"              => Version:           Operator;
+    "failed"               => Failed:            Operator;
+    "retry"                => Retry:             Operator;
 }
 
 impl Request {

@@ -35,6 +35,9 @@ open_enum! {
         NeedsUpdate = "needs_update",
         /// crash_watch: an agent runs the current versions again.
         Rebuilt = "rebuilt",
+        /// A message was dead-lettered (to the recipient's parent and to its
+        /// sender, when that is an agent).
+        DeadLetter = "dead_letter",
     }
 }
 
@@ -49,6 +52,9 @@ open_enum! {
         Held = "held",
         /// Done.
         Acked = "acked",
+        /// Dead-lettered: it failed the harness's attempt limit for reasons
+        /// of its own. Kept until the operator retries it (`retry`).
+        Failed = "failed",
     }
 }
 
@@ -86,6 +92,51 @@ open_enum! {
     }
 }
 
+open_enum! {
+    /// Why a harness waits before its next message runs (`report_state`,
+    /// `agents`, the agent page's `paused`). Open: a newer harness may report
+    /// a reason this broker does not know, and it is shown as it is.
+    pub enum PauseReason {
+        /// A rate or usage limit, until it resets.
+        RateLimit = "rate_limit",
+        /// The API is unavailable: backing off.
+        ApiBackoff = "api_backoff",
+        /// Parked until claude is logged in again.
+        Login = "login",
+        /// hive's MCP servers did not start.
+        McpStart = "mcp_start",
+        /// claude could not be started.
+        StartFailed = "start_failed",
+    }
+}
+
+closed_enum! {
+    /// Whether a requeued hand-out counts toward the harness's attempt limit
+    /// (`requeue_inflight`). The default is what older harnesses, which say
+    /// nothing, mean.
+    #[derive(Default)]
+    pub enum Attempt ("attempt", "values") {
+        /// The failure was the message's own: the hand-out stays counted.
+        Counted = "counted",
+        /// A pause, a limit, a stop of the harness: the hand-out is given back.
+        #[default]
+        NotCounted = "not_counted",
+    }
+}
+
+closed_enum! {
+    /// Where a requeued message goes back into its inbox (`requeue_inflight`).
+    #[derive(Default)]
+    pub enum Place ("place", "places") {
+        /// At the head: it runs next, queue order is kept.
+        #[default]
+        Head = "head",
+        /// Behind the mail queued from other senders (with the later mail of
+        /// its own sender behind it), so it cannot hold up the inbox.
+        Behind = "behind",
+    }
+}
+
 closed_enum! {
     /// What `cancel_loose_end` closes.
     pub enum LooseEndKind ("loose-end kind", "kinds") {
@@ -109,9 +160,10 @@ mod tests {
         let j = serde_json::to_string(&MsgKind::Other("teleport".into())).unwrap();
         assert_eq!(j, "\"teleport\"");
         assert_eq!(
-            serde_json::from_str::<MsgState>("\"failed\"").unwrap(),
-            MsgState::Other("failed".into())
+            serde_json::from_str::<MsgState>("\"archived\"").unwrap(),
+            MsgState::Other("archived".into())
         );
+        assert_eq!(MsgState::parse("failed"), MsgState::Failed);
         assert_eq!(AgentPhase::Running, "running");
         for k in MsgKind::KNOWN {
             assert_eq!(MsgKind::parse(k).as_str(), *k);

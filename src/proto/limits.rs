@@ -70,6 +70,13 @@ pub const MAX_COST_PER_POST: f64 = 1_000_000.0;
 pub const MAX_REPORTED_TASKS: usize = 256;
 pub const MAX_TASK_CMD_CHARS: usize = 200;
 
+/// Longest last error a harness reports for a message (`requeue_inflight`,
+/// `dead_letter`), in characters; the harness cuts a longer one.
+pub const MAX_LAST_ERROR_CHARS: usize = 2000;
+
+/// Longest pause detail a harness reports (`report_state`), in characters.
+pub const MAX_PAUSE_DETAIL_CHARS: usize = 200;
+
 /// How many characters of an input an error message echoes (then `…`).
 pub const ECHO_CHARS: usize = 80;
 

@@ -38,7 +38,10 @@ pub use client::{Client, ClientError};
 pub use command::{Command, Invalid, Request, PRIVILEGES};
 pub use fleet::AgentConfig;
 pub use ident::Peer;
-pub use kinds::{AgentPhase, ApprovalKind, ApprovalState, LooseEndKind, MsgKind, MsgState};
+pub use kinds::{
+    AgentPhase, ApprovalKind, ApprovalState, Attempt, LooseEndKind, MsgKind, MsgState, PauseReason,
+    Place,
+};
 pub use outcome::TurnOutcomeKind;
 pub use reply::*;
 

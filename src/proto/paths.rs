@@ -40,6 +40,10 @@ pub mod state {
     pub const CONTINUE: &str = "hyperhive-continue";
     /// Saved login credentials.
     pub const CREDENTIALS: &str = "hyperhive-credentials";
+    /// The sentinel the turn loop keeps while claude needs a login.
+    pub const NEEDS_LOGIN: &str = "hyperhive-needs-login";
+    /// The model the operator chose on the agent page (`/model`).
+    pub const MODEL: &str = "hyperhive-model";
     /// The web page's generated token.
     pub const WEB_TOKEN: &str = "web-token";
     /// Links the agent shows on the dashboard.

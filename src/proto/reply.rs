@@ -5,7 +5,7 @@
 
 use super::fleet::AgentConfig;
 use super::ident::Peer;
-use super::kinds::{AgentPhase, ApprovalKind, ApprovalState, MsgKind};
+use super::kinds::{AgentPhase, ApprovalKind, ApprovalState, MsgKind, PauseReason};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -118,6 +118,20 @@ pub struct RunningTask {
     pub timeout_secs: Option<u64>,
 }
 
+/// Why and until when a harness waits before its next message runs, as it
+/// reports it (`report_state`) and `agents` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Paused {
+    pub reason: PauseReason,
+    /// Unix seconds when the harness goes on by itself; null for a login park.
+    #[serde(default)]
+    pub until: Option<i64>,
+    /// One line saying what happened.
+    #[serde(default)]
+    pub detail: String,
+}
+
 /// One row of `agents`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentRow {
@@ -126,6 +140,13 @@ pub struct AgentRow {
     pub unread: u64,
     pub inflight: Option<i64>,
     pub running: bool,
+    /// Why its harness waits, as it last reported; null while it does not
+    /// (and while no harness runs).
+    #[serde(default)]
+    pub paused: Option<Paused>,
+    /// Its dead letters: messages kept in the `failed` state (`failed`).
+    #[serde(default)]
+    pub failed: u64,
     pub status_text: String,
     pub turns: u64,
     pub turns_ok: u64,
@@ -149,6 +170,25 @@ pub struct AgentState {
     pub port: Option<u16>,
     /// The config the running agent was started with.
     pub applied: AgentConfig,
+}
+
+/// A dead letter as `failed` lists it: a message its recipient's harness gave
+/// up on after the attempt limit, kept until the operator retries it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailedMessage {
+    pub id: i64,
+    /// The recipient whose harness gave up on it.
+    pub agent: String,
+    pub from: Peer,
+    pub body: String,
+    #[serde(default = "default_kind")]
+    pub kind: MsgKind,
+    /// Hand-outs that counted toward the limit.
+    pub attempts: u32,
+    pub last_error: String,
+    pub sent_at: i64,
+    /// Unix seconds when it was dead-lettered.
+    pub failed_at: Option<i64>,
 }
 
 /// An answer with nothing in it but `ok`.

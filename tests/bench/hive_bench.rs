@@ -233,7 +233,7 @@ fn start_serve(a: &Args, b: &BrokerProc, claude: &Path) -> Child {
 }
 
 fn unread_and_inflight(c: &mut Client) -> (u64, bool) {
-    let s = c.call(&Status {}).unwrap();
+    let s = c.call(&Status::default()).unwrap();
     (s.unread, s.inflight.is_some())
 }
 

@@ -109,6 +109,8 @@ impl Hub {
                 unread: self.unread(&a.name)?,
                 inflight: self.inflight_id(&a.name)?,
                 running: self.running(&a.name),
+                paused: self.paused.get(&a.name).cloned(),
+                failed: self.db.count_failed(&a.name).map_err(db_err)?,
                 status_text: s.status_text,
                 turns: s.turns,
                 turns_ok: s.turns_ok,

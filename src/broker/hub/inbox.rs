@@ -1,20 +1,35 @@
 //! Delivery and consumption: storing a message and waking whoever waits for
 //! its recipient (`deliver`, `wake`, `send`, `send_to_parent`), the harness's
-//! pop (`recv_next`, inflight, `ack_turn`, `requeue_inflight`, `status`), the
-//! MCP tool's drain (`recv`, rows held per connection until `recv_ack`, given
-//! back when the connection closes) and the operator's at-least-once inbox.
-//! Transient wakes live here only, in memory (their ids are negative).
+//! pop (`recv_next`, inflight, `ack_turn`, `requeue_inflight`, `status` and
+//! its watch), the MCP tool's drain (`recv`, rows held per connection until
+//! `recv_ack`, given back when the connection closes) and the operator's
+//! at-least-once inbox. Transient wakes live here only, in memory (their ids
+//! are negative).
+//!
+//! Attempts and dead letters: every hand-out of a message by `recv_next`
+//! counts one attempt (also a redelivery after the harness stopped mid-turn);
+//! `requeue_inflight` says whether the failure counted (a pause gives the
+//! hand-out back) and where the message goes (a failure of its own puts it
+//! behind the mail of other senders). The harness decides when to give up
+//! (`dead_letter`): the message is kept `failed` and the recipient's parent
+//! and its sender are told once; the operator lists them (`failed`) and puts
+//! one back (`retry`). The harness's pause (`report_state`) is kept here while
+//! it is connected, for `agents`.
 
 use super::limits;
 use super::{db_err, ConnId, Ctx, Done, Handled, Held, Hub, Identity};
 use crate::broker::db::NewMessage;
 use crate::proto::cmd::{
-    self, Inbox, InboxAck, Recv, RecvAck, RecvNext, RecvNextReply, StatusReply, Wake,
+    self, DeadLetter, DeadLetterReply, Failed, FailedReply, Inbox, InboxAck, Recv, RecvAck,
+    RecvNext, RecvNextReply, ReportState, RequeueInflight, Retry, RetryReply, Seen, Status,
+    StatusReply, Wake,
 };
 use crate::proto::ident::{Peer, PARENT};
 use crate::proto::limits::RECV_MAX;
-use crate::proto::text::excerpt;
-use crate::proto::{now, AckedReply, Empty, Message, MessagesReply, MsgKind, MsgState, SentReply};
+use crate::proto::text::{excerpt, preview};
+use crate::proto::{
+    now, AckedReply, Attempt, Empty, Message, MessagesReply, MsgKind, MsgState, Place, SentReply,
+};
 use std::collections::VecDeque;
 
 /// Most rows one `inbox` answer looks at.
@@ -181,43 +196,55 @@ impl Hub {
             return Ok(Done::Wait);
         }
         let with_message = popped.is_some();
-        let (message, redelivered) = match popped {
-            Some((m, redelivered)) => (Some(limits::fit_message(m)), redelivered),
-            None => (None, false),
+        let (message, redelivered, attempts) = match popped {
+            Some(p) => (
+                Some(limits::fit_message(p.message)),
+                p.redelivered,
+                p.attempts,
+            ),
+            None => (None, false, 0),
         };
         Ok(Done::Reply(RecvNextReply {
             message,
             redelivered,
             // The unread count after the pop, so the harness needs no `status`.
             unread: (with_message || c.seen.is_some()).then_some(unread),
+            attempts,
             status_text: status.as_ref().map(|s| s.status_text.clone()),
             status_set_at: status.and_then(|s| s.status_set_at),
         }))
     }
 
-    /// The inflight row again, or the next row made inflight.
-    fn pop_next(&mut self, agent: &str) -> Result<Option<(Message, bool)>, String> {
-        if let Some(m) = self.transient_inflight.get(agent) {
-            return Ok(Some((m.clone(), true)));
+    /// The inflight row again, or the next row made inflight; either way one
+    /// more attempt.
+    fn pop_next(&mut self, agent: &str) -> Result<Option<Popped>, String> {
+        if let Some(m) = self.transient_inflight.get(agent).cloned() {
+            let attempts = self.transient_attempt(m.id);
+            return Ok(Some(Popped::new(m, true, attempts)));
         }
         if let Some(m) = self.db.inflight(agent).map_err(db_err)? {
-            return Ok(Some((m, true)));
+            let attempts = self.db.hand_out(m.id, agent, false).map_err(db_err)?;
+            return Ok(Some(Popped::new(m, true, attempts.unwrap_or(1))));
         }
         if let Some(m) = self.transient.get_mut(agent).and_then(VecDeque::pop_front) {
             self.transient_inflight.insert(agent.to_string(), m.clone());
-            return Ok(Some((m, false)));
+            let attempts = self.transient_attempt(m.id);
+            return Ok(Some(Popped::new(m, false, attempts)));
         }
         let Some(m) = self.db.queued(agent, 1).map_err(db_err)?.pop() else {
             return Ok(None);
         };
-        if !self
-            .db
-            .transition(m.id, agent, &MsgState::Queued, &MsgState::Inflight, now())
-            .map_err(db_err)?
-        {
+        let Some(attempts) = self.db.hand_out(m.id, agent, true).map_err(db_err)? else {
             return Err("message changed state while being popped; try again".into());
-        }
-        Ok(Some((m, false)))
+        };
+        Ok(Some(Popped::new(m, false, attempts)))
+    }
+
+    /// One more attempt of transient wake `id`; the count so far.
+    fn transient_attempt(&mut self, id: i64) -> u32 {
+        let n = self.transient_attempts.entry(id).or_default();
+        *n = n.saturating_add(1);
+        *n
     }
 
     pub(super) fn recv(&mut self, ctx: &Ctx, agent: &str, c: Recv) -> Handled<MessagesReply> {
@@ -246,6 +273,8 @@ impl Hub {
                     break;
                 }
                 if let Some(raw) = q.pop_front() {
+                    // Drained by a tool, it is no turn's attempt any more.
+                    self.transient_attempts.remove(&raw.id);
                     held.push(Held::Transient(raw));
                 }
                 out.push(m);
@@ -323,8 +352,11 @@ impl Hub {
 
     /// Puts rows held by a closed connection back into the inbox, in order.
     pub(super) fn release(&mut self, conn: ConnId) {
-        for set in self.harness_conns.values_mut() {
-            set.remove(&conn);
+        for (agent, set) in self.harness_conns.iter_mut() {
+            // The harness is gone: so is what it reported.
+            if set.remove(&conn) && set.is_empty() {
+                self.paused.remove(agent);
+            }
         }
         let Some((agent, rows)) = self.held.remove(&conn) else {
             return;
@@ -352,53 +384,247 @@ impl Hub {
         self.notify(&agent);
     }
 
-    pub(super) fn status(&self, agent: &str) -> Result<StatusReply, String> {
-        Ok(StatusReply {
-            unread: self.unread(agent)?,
-            inflight: self.inflight_id(agent)?,
+    /// `status`; with `seen` also the status line, and with a wait a call
+    /// whose `seen` is current parks until the unread count or the status
+    /// line changes (the harness's watch: its connection counts as the
+    /// harness's, so an agent whose turn loop is paused still runs).
+    pub(super) fn status(&mut self, ctx: &Ctx, agent: &str, c: Status) -> Handled<StatusReply> {
+        let unread = self.unread(agent)?;
+        let inflight = self.inflight_id(agent)?;
+        let Some(seen) = c.seen else {
+            return Ok(Done::Reply(StatusReply {
+                unread,
+                inflight,
+                status_text: None,
+                status_set_at: None,
+            }));
+        };
+        self.harness_conns
+            .entry(agent.to_string())
+            .or_default()
+            .insert(ctx.conn);
+        let stats = self.db.stats(agent).map_err(db_err)?;
+        let current = Seen {
+            unread,
+            status_text: stats.status_text.clone(),
+        };
+        if current == seen && ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
+            self.wait_for(agent, ctx.waiter);
+            return Ok(Done::Wait);
+        }
+        Ok(Done::Reply(StatusReply {
+            unread,
+            inflight,
+            status_text: Some(stats.status_text),
+            status_set_at: stats.status_set_at,
+        }))
+    }
+
+    /// The inflight row of `agent` is `id`, or why not.
+    fn check_inflight(&self, verb: &str, agent: &str, id: i64) -> Result<(), String> {
+        let current = self.inflight_id(agent)?;
+        if current == Some(id) {
+            return Ok(());
+        }
+        Err(match current {
+            Some(c) => format!("{verb}: {id} is not the inflight message of {agent} (that is {c})"),
+            None => format!("{verb}: {agent} has no inflight message (stale id {id})"),
         })
     }
 
-    /// `ack_turn` (`ack`) or `requeue_inflight`: finishes the inflight row.
-    pub(super) fn finish_inflight(
+    /// `ack_turn`: the inflight row is done.
+    pub(super) fn ack_turn(&mut self, agent: &str, id: i64) -> Result<Empty, String> {
+        self.check_inflight("ack_turn", agent, id)?;
+        if id < 0 {
+            self.transient_inflight.remove(agent);
+            self.transient_attempts.remove(&id);
+        } else {
+            self.db
+                .transition(id, agent, &MsgState::Inflight, &MsgState::Acked, now())
+                .map_err(db_err)?;
+        }
+        Ok(Empty {})
+    }
+
+    /// `requeue_inflight`: the inflight row goes back into the queue, at the
+    /// head or behind the mail of other senders, its hand-out counted or
+    /// given back.
+    pub(super) fn requeue_inflight(
         &mut self,
         agent: &str,
-        id: i64,
-        ack: bool,
+        c: RequeueInflight,
     ) -> Result<Empty, String> {
-        let verb = if ack { "ack_turn" } else { "requeue_inflight" };
-        let current = self.inflight_id(agent)?;
-        if current != Some(id) {
-            return Err(match current {
-                Some(c) => {
-                    format!("{verb}: {id} is not the inflight message of {agent} (that is {c})")
-                }
-                None => format!("{verb}: {agent} has no inflight message (stale id {id})"),
-            });
-        }
-        if id < 0 {
+        self.check_inflight("requeue_inflight", agent, c.id)?;
+        let counted = c.attempt == Attempt::Counted;
+        let behind = c.place == Place::Behind;
+        if c.id < 0 {
             if let Some(m) = self.transient_inflight.remove(agent) {
-                if !ack {
-                    self.transient
-                        .entry(agent.to_string())
-                        .or_default()
-                        .push_front(m);
-                    self.notify(agent);
+                if !counted {
+                    if let Some(n) = self.transient_attempts.get_mut(&m.id) {
+                        *n = n.saturating_sub(1);
+                    }
+                }
+                let queue = self.transient.entry(agent.to_string()).or_default();
+                if behind {
+                    queue.push_back(m);
+                } else {
+                    queue.push_front(m);
                 }
             }
         } else {
-            let to = if ack {
-                MsgState::Acked
-            } else {
-                MsgState::Queued
-            };
             self.db
-                .transition(id, agent, &MsgState::Inflight, &to, now())
+                .requeue(c.id, agent, counted, behind, c.error.as_deref())
                 .map_err(db_err)?;
-            if !ack {
-                self.notify(agent);
+        }
+        self.notify(agent);
+        Ok(Empty {})
+    }
+
+    /// `dead_letter`: the harness gives up on its inflight message. It is
+    /// kept `failed`; the recipient's parent and the sender (when that is an
+    /// agent) are told once.
+    pub(super) fn dead_letter(
+        &mut self,
+        agent: &str,
+        c: DeadLetter,
+    ) -> Result<DeadLetterReply, String> {
+        self.check_inflight("dead_letter", agent, c.id)?;
+        let t = now();
+        if c.id < 0 {
+            let Some(m) = self.transient_inflight.remove(agent) else {
+                return Err(format!("dead_letter: {agent} has no inflight message"));
+            };
+            let handed = self.transient_attempts.remove(&m.id).unwrap_or(1);
+            let attempts = if c.ran {
+                handed
+            } else {
+                handed.saturating_sub(1)
+            };
+            let row = NewMessage {
+                from: &m.from,
+                to: agent,
+                body: &m.body,
+                kind: &m.kind,
+                in_reply_to: m.in_reply_to,
+            };
+            let told = self.told_of(agent, &m);
+            let id = self
+                .db
+                .insert_dead_letter(&row, attempts, &c.error, t, |id| {
+                    notices(&told, agent, id, &m, attempts, &c.error)
+                })
+                .map_err(db_err)?;
+            log::warn!("transient wake {} of {agent} dead-lettered as #{id}", m.id);
+            for to in &told {
+                self.notify(to);
+            }
+            return Ok(DeadLetterReply { id, told });
+        }
+        let Some(m) = self.db.inflight(agent).map_err(db_err)? else {
+            return Err(format!("dead_letter: {agent} has no inflight message"));
+        };
+        let handed = self.db.attempts(c.id).map_err(db_err)?.unwrap_or_default();
+        let attempts = if c.ran {
+            handed
+        } else {
+            handed.saturating_sub(1)
+        };
+        let told = self.told_of(agent, &m);
+        let notices = notices(&told, agent, c.id, &m, attempts, &c.error);
+        let rows: Vec<NewMessage> = notices
+            .iter()
+            .map(|(from, to, body)| NewMessage {
+                from,
+                to,
+                body,
+                kind: &MsgKind::DeadLetter,
+                in_reply_to: None,
+            })
+            .collect();
+        if !self
+            .db
+            .dead_letter(c.id, agent, &c.error, c.ran, t, &rows)
+            .map_err(db_err)?
+        {
+            return Err(format!(
+                "dead_letter: message #{} is no longer inflight",
+                c.id
+            ));
+        }
+        log::warn!(
+            "message #{} to {agent} dead-lettered after {attempts} attempts: {}",
+            c.id,
+            c.error
+        );
+        for to in &told {
+            self.notify(to);
+        }
+        Ok(DeadLetterReply { id: c.id, told })
+    }
+
+    /// Who is told of a dead letter of `agent`: its parent (the operator for
+    /// a root agent), then the sender when that is another agent of this hive.
+    fn told_of(&self, agent: &str, m: &Message) -> Vec<String> {
+        let parent = self.cfg.parent_of(agent);
+        let mut out = vec![parent.clone()];
+        if let Peer::Agent(sender) = &m.from {
+            if *sender != parent && sender != agent && self.cfg.agent(sender).is_some() {
+                out.push(sender.clone());
             }
         }
+        out
+    }
+
+    /// `failed`: the dead letters, of every agent or of one.
+    pub(super) fn failed(&self, c: Failed) -> Result<FailedReply, String> {
+        if let Some(a) = &c.agent {
+            self.check_agent(a)?;
+        }
+        let rows = self.db.failed(c.agent.as_deref()).map_err(db_err)?;
+        let mut budget = limits::Budget::new();
+        Ok(FailedReply {
+            failed: budget.fit(rows),
+            left_off: budget.left_off,
+        })
+    }
+
+    /// `retry`: a dead letter goes back at the tail of its agent's queue.
+    pub(super) fn retry(&mut self, c: Retry) -> Result<RetryReply, String> {
+        let Some((agent, state)) = self.db.message_state(c.id).map_err(db_err)? else {
+            return Err(format!(
+                "there is no message #{}; `hive failed` lists the dead letters",
+                c.id
+            ));
+        };
+        if state != MsgState::Failed {
+            return Err(format!("message #{} is {state}, not failed", c.id));
+        }
+        if !self.db.retry(c.id).map_err(db_err)? {
+            return Err(format!("message #{} changed state; try again", c.id));
+        }
+        log::info!(
+            "message #{} is back in {agent}'s queue (operator retry)",
+            c.id
+        );
+        self.notify(&agent);
+        Ok(RetryReply { id: c.id, agent })
+    }
+
+    /// `report_state`: the harness's pause, kept while it is connected.
+    pub(super) fn report_state(
+        &mut self,
+        conn: ConnId,
+        agent: &str,
+        c: ReportState,
+    ) -> Result<Empty, String> {
+        self.harness_conns
+            .entry(agent.to_string())
+            .or_default()
+            .insert(conn);
+        match c.paused {
+            Some(p) => self.paused.insert(agent.to_string(), p),
+            None => self.paused.remove(agent),
+        };
         Ok(Empty {})
     }
 
@@ -432,4 +658,63 @@ impl Hub {
             .map_err(db_err)?;
         Ok(AckedReply { acked: n as u64 })
     }
+}
+
+/// A row `recv_next` hands out.
+struct Popped {
+    message: Message,
+    /// It was inflight already (the harness stopped mid-turn).
+    redelivered: bool,
+    /// Its attempts, this hand-out included.
+    attempts: u32,
+}
+
+impl Popped {
+    fn new(message: Message, redelivered: bool, attempts: u32) -> Popped {
+        Popped {
+            message,
+            redelivered,
+            attempts,
+        }
+    }
+}
+
+/// The notices of dead letter `id` (of `agent`, from `m`) for `told`: the
+/// recipient's parent first, then the sender; each says its id, its sender and
+/// its last error.
+fn notices(
+    told: &[String],
+    agent: &str,
+    id: i64,
+    m: &Message,
+    attempts: u32,
+    error: &str,
+) -> Vec<(Peer, String, String)> {
+    let excerpt = preview(&m.body, 100);
+    let retry = |who: &str| {
+        if who == "operator" {
+            format!("`hive retry {id}` puts it back in {agent}'s queue")
+        } else {
+            format!("the operator can put it back with `hive retry {id}`")
+        }
+    };
+    told
+        .iter()
+        .enumerate()
+        .map(|(i, to)| {
+            let body = if i == 0 {
+                format!(
+                    "[system] message #{id} from {} to {agent} (\"{excerpt}\") is dead-lettered after {attempts} failed attempts; last error: {error}. It is kept: {}.",
+                    m.from.as_str(),
+                    retry(to)
+                )
+            } else {
+                format!(
+                    "[system] your message #{id} to {agent} (\"{excerpt}\") is dead-lettered after {attempts} failed attempts; last error: {error}. {}.",
+                    retry(to)
+                )
+            };
+            (Peer::System, to.clone(), body)
+        })
+        .collect()
 }

@@ -7,7 +7,8 @@
 //! its handler, one per command, in the file of its concern:
 //!
 //! - `inbox.rs`: delivery and consumption (`wake`, `send`, `recv_next`, `recv`,
-//!   the operator's inbox, …);
+//!   the operator's inbox, …), attempts and dead letters (`requeue_inflight`,
+//!   `dead_letter`, `failed`, `retry`) and the harness's reported pause;
 //! - `questions.rs`: `ask`, `answer` and the operator's questions;
 //! - `timers.rs`: reminders and scheduled prompts, and firing them;
 //! - `agents.rs`: what the hub keeps per agent (status, counters, meta,
@@ -205,8 +206,14 @@ pub struct Hub {
     held: HashMap<ConnId, (String, Vec<Held>)>,
     transient: HashMap<String, VecDeque<Message>>,
     transient_inflight: HashMap<String, Message>,
+    /// Hand-outs of transient wakes that counted, by id (stored rows keep
+    /// theirs in the store).
+    transient_attempts: HashMap<i64, u32>,
     next_transient_id: i64,
     harness_conns: HashMap<String, HashSet<ConnId>>,
+    /// Each harness's pause as it last reported it (`report_state`), while it
+    /// is connected.
+    paused: HashMap<String, crate::proto::Paused>,
     /// When the next reminder, scheduled prompt or question expiry is due
     /// (unix s), kept in memory so the hub's loop costs no query per request.
     next_due: Option<i64>,
@@ -246,8 +253,10 @@ impl Hub {
             held: HashMap::new(),
             transient: HashMap::new(),
             transient_inflight: HashMap::new(),
+            transient_attempts: HashMap::new(),
             next_transient_id: -1,
             harness_conns: HashMap::new(),
+            paused: HashMap::new(),
             next_due: None,
             deciding: HashSet::new(),
         }
@@ -371,11 +380,13 @@ impl Hub {
             Request::RecvNext(c) => self.done(c, |h, c| h.recv_next(ctx, agent, c)),
             Request::Recv(c) => self.done(c, |h, c| h.recv(ctx, agent, c)),
             Request::RecvAck(c) => self.now(c, |h, c| h.recv_ack(ctx.conn, agent, c)),
-            Request::Status(c) => self.now(c, |h, _| h.status(agent)),
-            Request::AckTurn(c) => self.now(c, |h, c| h.finish_inflight(agent, c.id, true)),
-            Request::RequeueInflight(c) => {
-                self.now(c, |h, c| h.finish_inflight(agent, c.id, false))
-            }
+            Request::Status(c) => self.done(c, |h, c| h.status(ctx, agent, c)),
+            Request::AckTurn(c) => self.now(c, |h, c| h.ack_turn(agent, c.id)),
+            Request::RequeueInflight(c) => self.now(c, |h, c| h.requeue_inflight(agent, c)),
+            Request::DeadLetter(c) => self.now(c, |h, c| h.dead_letter(agent, c)),
+            Request::ReportState(c) => self.now(c, |h, c| h.report_state(ctx.conn, agent, c)),
+            Request::Failed(c) => self.now(c, |h, c| h.failed(c)),
+            Request::Retry(c) => self.now(c, |h, c| h.retry(c)),
             Request::Inbox(c) => self.done(c, |h, c| h.operator_inbox(ctx, c)),
             Request::InboxAck(c) => self.now(c, |h, c| h.inbox_ack(c)),
             // questions.rs

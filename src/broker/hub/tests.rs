@@ -128,6 +128,7 @@ fn scrub(line: &str) -> String {
         "status_set_at",
         "fire_at",
         "expires_at",
+        "failed_at",
     ] {
         let pat = format!("\"{key}\":");
         let mut from = 0;
@@ -160,7 +161,7 @@ fn a_message_goes_in_comes_out_inflight_and_is_acked() {
     );
     assert_eq!(
         m.call("ana", r#"{"cmd":"recv_next"}"#),
-        r#"{"ok":true,"message":{"body":"hi","from":"operator","id":1,"in_reply_to":null,"kind":"message","sent_at":T,"to":"ana","transient":false},"redelivered":false,"unread":0}"#
+        r#"{"ok":true,"attempts":1,"message":{"body":"hi","from":"operator","id":1,"in_reply_to":null,"kind":"message","sent_at":T,"to":"ana","transient":false},"redelivered":false,"unread":0}"#
     );
     assert_eq!(
         m.call("ana", r#"{"cmd":"status"}"#),
@@ -458,4 +459,279 @@ fn running_tasks_are_the_agents_own_and_replace_the_last_report() {
         m.call("operator", &report("[]")),
         r#"{"ok":false,"error":"report_tasks is an agent command; the host socket speaks for the operator"}"#
     );
+}
+
+/// One `recv_next` of `agent`: the id handed out and its attempts.
+fn pop(m: &mut Mem, agent: &str) -> (i64, u64) {
+    let line = m.call(agent, r#"{"cmd":"recv_next"}"#).replace(":T", ":0");
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    (
+        v["message"]["id"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{line}")),
+        v["attempts"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn attempts_count_hand_outs_and_a_failure_of_its_own_goes_behind_other_senders() {
+    let mut m = Mem::new(HIVE);
+    for (who, to, body) in [
+        ("operator", "kid", "a"),
+        ("bob", "kid", "b"),
+        ("operator", "kid", "c"),
+        ("bob", "kid", "d"),
+    ] {
+        let line = format!(r#"{{"cmd":"send","to":"{to}","body":"{body}"}}"#);
+        assert!(m.call(who, &line).starts_with(r#"{"ok":true"#));
+    }
+    // #1 fails for its own reasons: it goes behind the mail of other senders,
+    // with the later mail of its own sender (#3) behind it, in order.
+    assert_eq!(pop(&mut m, "kid"), (1, 1));
+    assert_eq!(
+        m.call(
+            "kid",
+            r#"{"cmd":"requeue_inflight","id":1,"attempt":"counted","place":"behind","error":"claude crashed"}"#
+        ),
+        r#"{"ok":true}"#
+    );
+    // A pause gives the hand-out back and keeps the head.
+    assert_eq!(pop(&mut m, "kid"), (2, 1));
+    assert_eq!(
+        m.call("kid", r#"{"cmd":"requeue_inflight","id":2}"#),
+        r#"{"ok":true}"#
+    );
+    assert_eq!(pop(&mut m, "kid"), (2, 1), "given back, at the head");
+    // A redelivery (the harness stopped mid-turn) counts.
+    assert_eq!(pop(&mut m, "kid"), (2, 2));
+    m.call(
+        "kid",
+        r#"{"cmd":"requeue_inflight","id":2,"attempt":"counted","place":"behind","error":"hung"}"#,
+    );
+    // Now 4 (bob) goes with 2, behind 1 and 3.
+    assert_eq!(pop(&mut m, "kid"), (1, 2));
+    assert_eq!(
+        m.call(
+            "kid",
+            r#"{"cmd":"requeue_inflight","id":1,"attempt":"sometimes"}"#
+        ),
+        r#"{"ok":false,"error":"bad request: unknown attempt \"sometimes\"; known values: counted, not_counted"}"#
+    );
+    assert_eq!(
+        m.call("kid", r#"{"cmd":"dead_letter","id":3,"error":"x"}"#),
+        r#"{"ok":false,"error":"dead_letter: 3 is not the inflight message of kid (that is 1)"}"#
+    );
+    // The operator sent it: only kid's parent is told.
+    assert_eq!(
+        m.call(
+            "kid",
+            r#"{"cmd":"dead_letter","id":1,"error":"claude crashed again"}"#
+        ),
+        r#"{"ok":true,"id":1,"told":["boss"]}"#
+    );
+    assert_eq!(
+        m.call("kid", r#"{"cmd":"dead_letter","id":1,"error":"again"}"#),
+        r#"{"ok":false,"error":"dead_letter: kid has no inflight message (stale id 1)"}"#,
+        "told once"
+    );
+    assert_eq!(pop(&mut m, "kid"), (3, 1));
+    m.call("kid", r#"{"cmd":"ack_turn","id":3}"#);
+    // bob sent #2: kid's parent and bob are told.
+    assert_eq!(pop(&mut m, "kid"), (2, 3));
+    assert_eq!(
+        m.call(
+            "kid",
+            r#"{"cmd":"dead_letter","id":2,"error":"hung again"}"#
+        ),
+        r#"{"ok":true,"id":2,"told":["boss","bob"]}"#
+    );
+    let boss = m.call("boss", r#"{"cmd":"recv","max":5}"#);
+    assert!(
+        boss.contains(r#""kind":"dead_letter""#)
+            && boss.contains(
+                r#"[system] message #1 from operator to kid (\"a\") is dead-lettered after 2 failed attempts; last error: claude crashed again. It is kept: the operator can put it back with `hive retry 1`."#
+            ),
+        "{boss}"
+    );
+    let bob = m.call("bob", r#"{"cmd":"recv","max":5}"#);
+    assert!(
+        bob.contains(r#"[system] your message #2 to kid (\"b\") is dead-lettered after 3 failed attempts; last error: hung again."#),
+        "{bob}"
+    );
+    // The operator's view.
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"failed","agent":"kid"}"#),
+        r#"{"ok":true,"failed":[{"agent":"kid","attempts":2,"body":"a","failed_at":T,"from":"operator","id":1,"kind":"message","last_error":"claude crashed again","sent_at":T},{"agent":"kid","attempts":3,"body":"b","failed_at":T,"from":"bob","id":2,"kind":"message","last_error":"hung again","sent_at":T}]}"#
+    );
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"failed","agent":"ana"}"#),
+        r#"{"ok":true,"failed":[]}"#
+    );
+    let agents: serde_json::Value = serde_json::from_str(
+        &m.call("operator", r#"{"cmd":"agents"}"#)
+            .replace(":T", ":0"),
+    )
+    .unwrap();
+    let kid = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "kid")
+        .unwrap();
+    assert_eq!(
+        (kid["failed"].as_u64(), kid["unread"].as_u64()),
+        (Some(2), Some(1))
+    );
+    // Retry: back at the tail, attempts reset; anything else is refused.
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"retry","id":1}"#),
+        r#"{"ok":true,"agent":"kid","id":1}"#
+    );
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"retry","id":1}"#),
+        r#"{"ok":false,"error":"message #1 is queued, not failed"}"#
+    );
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"retry","id":3}"#),
+        r#"{"ok":false,"error":"message #3 is acked, not failed"}"#
+    );
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"retry","id":99}"#),
+        r#"{"ok":false,"error":"there is no message #99; `hive failed` lists the dead letters"}"#
+    );
+    assert_eq!(
+        m.call("kid", r#"{"cmd":"retry","id":2}"#),
+        r#"{"ok":false,"error":"retry is an operator command; this is the socket of agent kid"}"#
+    );
+    assert_eq!(
+        pop(&mut m, "kid"),
+        (4, 1),
+        "bob's #4 was queued before the retry"
+    );
+    m.call("kid", r#"{"cmd":"ack_turn","id":4}"#);
+    assert_eq!(pop(&mut m, "kid"), (1, 1), "attempts reset");
+    // Given up without running it this time: that hand-out is given back.
+    assert_eq!(pop(&mut m, "kid"), (1, 2));
+    m.call(
+        "kid",
+        r#"{"cmd":"dead_letter","id":1,"error":"used up","ran":false}"#,
+    );
+    let f = m.call("operator", r#"{"cmd":"failed","agent":"kid"}"#);
+    assert!(f.contains(r#""attempts":1,"body":"a""#), "{f}");
+}
+
+#[test]
+fn a_harness_reports_its_pause_while_it_is_connected() {
+    let m = Mem::new(HIVE);
+    let report = r#"{"cmd":"report_state","paused":{"reason":"rate_limit","until":1795323782,"detail":"rate limited"}}"#;
+    assert_eq!(m.call_on("ana", 7, report, false).0, r#"{"ok":true}"#);
+    let agents = |m: &Mem| -> serde_json::Value {
+        let (line, _) = m.call_on("operator", 99, r#"{"cmd":"agents"}"#, false);
+        let v: serde_json::Value = serde_json::from_str(&line.replace(":T", ":0")).unwrap();
+        v["agents"][0].clone()
+    };
+    let ana = agents(&m);
+    assert_eq!(
+        (ana["paused"].to_string(), ana["running"].clone()),
+        (
+            r#"{"detail":"rate limited","reason":"rate_limit","until":1795323782}"#.to_string(),
+            serde_json::json!(true)
+        )
+    );
+    assert_eq!(
+        m.call_on("ana", 7, r#"{"cmd":"report_state","paused":null}"#, false)
+            .0,
+        r#"{"ok":true}"#
+    );
+    assert_eq!(agents(&m)["paused"], serde_json::Value::Null);
+    m.call_on("ana", 7, report, false);
+    // The harness is gone: so is its pause.
+    m.tx.send(HubMsg::Closed { conn: 7 }).unwrap();
+    let ana = agents(&m);
+    assert_eq!(
+        (ana["paused"].clone(), ana["running"].clone()),
+        (serde_json::Value::Null, serde_json::json!(false))
+    );
+}
+
+#[test]
+fn a_parked_status_watch_returns_when_the_status_or_the_inbox_changes() {
+    let m = Mem::new(HIVE);
+    let (first, _) = m.call_on(
+        "ana",
+        1,
+        r#"{"cmd":"status","seen":{"unread":0,"status_text":""}}"#,
+        true,
+    );
+    assert_eq!(
+        first, r#"{"ok":true,"inflight":null,"status_text":"","unread":0}"#,
+        "without a wait it answers at once"
+    );
+    let watch = r#"{"cmd":"status","wait_seconds":30,"seen":{"unread":0,"status_text":""}}"#;
+    let (answer, woken) = m.call_on("ana", 1, watch, true);
+    assert_eq!(answer, "WAIT");
+    m.call_on("ana", 2, r#"{"cmd":"set_status","text":"busy"}"#, false);
+    woken.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        m.call_on("ana", 1, watch, true).0,
+        r#"{"ok":true,"inflight":null,"status_set_at":T,"status_text":"busy","unread":0}"#
+    );
+    let watch = r#"{"cmd":"status","wait_seconds":30,"seen":{"unread":0,"status_text":"busy"}}"#;
+    let (answer, woken) = m.call_on("ana", 1, watch, true);
+    assert_eq!(answer, "WAIT");
+    m.call_on(
+        "operator",
+        3,
+        r#"{"cmd":"send","to":"ana","body":"x"}"#,
+        false,
+    );
+    woken.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(m.call_on("ana", 1, watch, true).0.contains(r#""unread":1"#));
+}
+
+#[test]
+fn a_transient_wake_counts_its_attempts_and_is_stored_when_dead_lettered() {
+    let mut m = Mem::new(HIVE);
+    assert_eq!(
+        m.call(
+            "ana",
+            r#"{"cmd":"wake","from":"matrix","body":"new dm","transient":true}"#
+        ),
+        r#"{"ok":true,"id":null,"to":"ana"}"#
+    );
+    m.call(
+        "ana",
+        r#"{"cmd":"wake","from":"cron","body":"tick","transient":true}"#,
+    );
+    assert_eq!(pop(&mut m, "ana"), (-1, 1));
+    m.call(
+        "ana",
+        r#"{"cmd":"requeue_inflight","id":-1,"attempt":"counted","place":"behind","error":"crashed"}"#,
+    );
+    assert_eq!(pop(&mut m, "ana"), (-2, 1), "behind the other wake");
+    m.call("ana", r#"{"cmd":"ack_turn","id":-2}"#);
+    assert_eq!(pop(&mut m, "ana"), (-1, 2));
+    assert_eq!(
+        m.call(
+            "ana",
+            r#"{"cmd":"dead_letter","id":-1,"error":"crashed again"}"#
+        ),
+        r#"{"ok":true,"id":1,"told":["operator"]}"#
+    );
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"failed"}"#),
+        r#"{"ok":true,"failed":[{"agent":"ana","attempts":2,"body":"new dm","failed_at":T,"from":"matrix","id":1,"kind":"message","last_error":"crashed again","sent_at":T}]}"#
+    );
+    let inbox = m.call("operator", r#"{"cmd":"inbox"}"#);
+    assert!(
+        inbox.contains(
+            r#"message #1 from matrix to ana (\"new dm\") is dead-lettered after 2 failed attempts"#
+        ),
+        "{inbox}"
+    );
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"retry","id":1}"#),
+        r#"{"ok":true,"agent":"ana","id":1}"#
+    );
+    assert_eq!(pop(&mut m, "ana"), (1, 1), "a stored message now");
 }

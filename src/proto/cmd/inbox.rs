@@ -5,6 +5,8 @@
 use super::check_text;
 use crate::proto::command::{Command, Invalid};
 use crate::proto::ident::check_sender;
+use crate::proto::kinds::{Attempt, Place};
+use crate::proto::limits::MAX_LAST_ERROR_CHARS;
 use crate::proto::reply::{AckedReply, Empty, Message, MessagesReply, SentReply};
 use serde::{Deserialize, Serialize};
 
@@ -126,6 +128,12 @@ pub struct RecvNextReply {
     /// Rows still queued after this pop (with a message, or with `seen`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unread: Option<u64>,
+    /// The message's hand-outs that count toward the harness's attempt
+    /// limit, this one included (with a message). Every hand-out counts,
+    /// also a redelivery after the harness stopped mid-turn; a
+    /// `requeue_inflight` with `attempt:"not_counted"` gives one back.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub attempts: u32,
     /// The caller's status line (with `seen`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_text: Option<String>,
@@ -141,20 +149,42 @@ impl Command for RecvNext {
     }
 }
 
-/// Unread count and inflight id of the caller.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Unread count and inflight id of the caller. With `seen` (what the caller
+/// last saw of its unread count and status line) the answer also carries the
+/// status line, and with `wait_seconds` a call whose `seen` is still current
+/// parks until either changes: how the harness watches its status while a
+/// turn holds its `recv_next`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Status {}
+pub struct Status {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<Seen>,
+}
 
 /// Answer to `status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatusReply {
     pub unread: u64,
     pub inflight: Option<i64>,
+    /// The caller's status line (with `seen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_text: Option<String>,
+    /// When it was set (with `seen`, once set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_set_at: Option<i64>,
 }
 
 impl Command for Status {
     type Reply = StatusReply;
+    fn wait_seconds(&self) -> Option<u64> {
+        self.wait_seconds
+    }
 }
 
 /// Finishes the inflight row.
@@ -168,15 +198,47 @@ impl Command for AckTurn {
     type Reply = Empty;
 }
 
-/// Puts the inflight row back at the front of the inbox.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Puts the inflight row back into the inbox: by default (what older
+/// harnesses send) at the head with its hand-out given back. A failure that
+/// was the message's own is `attempt:"counted"` with its `error`, and goes
+/// `place:"behind"` the mail of other senders.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RequeueInflight {
     pub id: i64,
+    #[serde(default)]
+    pub attempt: Attempt,
+    #[serde(default)]
+    pub place: Place,
+    /// What went wrong, kept as the message's last error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl Command for RequeueInflight {
     type Reply = Empty;
+    fn validate(&self) -> Result<(), Invalid> {
+        match &self.error {
+            Some(e) => check_error(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A harness's last error for a message: not blank, at most
+/// [`MAX_LAST_ERROR_CHARS`] characters.
+pub fn check_error(error: &str) -> Result<(), Invalid> {
+    if error.trim().is_empty() {
+        return Err(Invalid::arg("error", "must not be empty"));
+    }
+    let n = error.chars().count();
+    if n > MAX_LAST_ERROR_CHARS {
+        return Err(Invalid::arg(
+            "error",
+            format!("is {n} characters; at most {MAX_LAST_ERROR_CHARS} (cut it)"),
+        ));
+    }
+    Ok(())
 }
 
 /// Operator: one page of unread operator messages, oldest first, with ids
@@ -270,7 +332,13 @@ mod samples {
     }
     impl Sample for Status {
         fn sample() -> Self {
-            Status {}
+            Status {
+                wait_seconds: Some(30),
+                seen: Some(Seen {
+                    unread: 1,
+                    status_text: "reviewing".into(),
+                }),
+            }
         }
     }
     impl Sample for AckTurn {
@@ -280,7 +348,12 @@ mod samples {
     }
     impl Sample for RequeueInflight {
         fn sample() -> Self {
-            RequeueInflight { id: 3 }
+            RequeueInflight {
+                id: 3,
+                attempt: Attempt::Counted,
+                place: Place::Behind,
+                error: Some("failed: claude exited with code 1 without a result line".into()),
+            }
         }
     }
     impl Sample for Inbox {

@@ -1,24 +1,29 @@
 //! One struct per wire command, grouped by the concern the broker's hub
 //! splits along: delivery and consumption (`inbox.rs`), questions, timers
 //! (reminders and scheduled prompts), what the broker keeps per agent
-//! (`agents.rs`), lifecycle, approvals and diagnostics. Each carries its
+//! (`agents.rs`), lifecycle, approvals and diagnostics, dead letters
+//! (`failed.rs`) and what a harness reports about its pause (`state.rs`). Each carries its
 //! [`Command`](super::command::Command) impl: its answer type and the rules on
 //! its own fields. Who may send it is its row in `command.rs`.
 
 mod agents;
 mod approvals;
 mod diagnostics;
+mod failed;
 mod inbox;
 mod lifecycle;
 mod questions;
+mod state;
 mod timers;
 
 pub use agents::*;
 pub use approvals::*;
 pub use diagnostics::*;
+pub use failed::*;
 pub use inbox::*;
 pub use lifecycle::*;
 pub use questions::*;
+pub use state::*;
 pub use timers::*;
 
 use super::command::Invalid;
