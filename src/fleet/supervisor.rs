@@ -430,6 +430,10 @@ impl Supervisor {
                 let g: Vec<&str> = cfg.groups().iter().map(|g| g.name()).collect();
                 g.join(",")
             })
+            .env("HIVE_CAPABILITIES", {
+                let c: Vec<&str> = cfg.capabilities.iter().map(|c| c.name()).collect();
+                c.join(",")
+            })
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

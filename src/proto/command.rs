@@ -195,7 +195,7 @@ commands! {
     "cancel_scheduled"     => CancelScheduled:   Agent(Group(G::Scheduling));
     // diagnostics
     "get_logs"             => GetLogs:           Agent(Group(G::Diagnostics));
-    "get_host_journal"     => GetHostJournal:    Agent(Cap(G::Diagnostics, ReadHostJournal));
+    "get_host_journal"     => GetHostJournal:    Agent(Cap(ReadHostJournal));
     // the operator
     "inbox"                => Inbox:             Operator;
     "inbox_ack"            => InboxAck:          Operator;
