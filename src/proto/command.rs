@@ -206,6 +206,10 @@ commands! {
     "approve"              => Approve:           Operator;
     "deny"                 => Deny:              Operator;
     "supervision"          => Supervision:       Operator;
+    "start_agent"          => StartAgent:        Operator;
+    "stop_agent"           => StopAgent:         Operator;
+    "restart_agent"        => RestartAgent:      Operator;
+    "update_agent"         => UpdateAgent:       Operator;
     "set_permissions"      => SetPermissions:    Operator;
     "version"              => Version:           Operator;
 }

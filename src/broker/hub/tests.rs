@@ -336,14 +336,14 @@ fn an_approval_is_decided_once_after_the_supervisor_answered() {
                 .0
         })
     };
-    let LifecycleCmd::Apply { agent, reply } =
+    let LifecycleCmd::Apply { change, reply } =
         sup_rx.recv_timeout(Duration::from_secs(10)).unwrap()
     else {
         panic!("the supervisor is asked to apply the new entry");
     };
     assert_eq!(
-        (agent.name.as_str(), agent.parent.as_deref()),
-        ("kid2", Some("boss"))
+        (change.agent.as_str(), change.new, &change.patch["parent"]),
+        ("kid2", true, &serde_json::json!("boss"))
     );
     let (twice, _) = m.call_on("operator", 11, r#"{"cmd":"approve","id":1}"#, false);
     assert_eq!(
