@@ -420,19 +420,35 @@ impl Hub {
             .collect())
     }
 
-    /// `cancel_loose_end(kind="approval")`: the requester or its root agent
-    /// withdraws a pending approval.
-    pub(super) fn cancel_approval(
-        &mut self,
-        agent: &str,
-        id: i64,
-    ) -> Result<crate::proto::Empty, String> {
-        if !self.approvals_of(agent)?.iter().any(|a| a.id == id) {
-            return Err(format!(
-                "no pending approval #{id} that {agent} may cancel (its own requests, or its tree's for a root agent)"
-            ));
+    /// May `agent` withdraw `a`? Only the root agent of the requester's tree
+    /// (and the operator, who denies it).
+    pub(super) fn may_withdraw(&self, agent: &str, a: &Approval) -> bool {
+        self.cfg.parent_of(agent) == "operator" && self.cfg.root_of(&a.requester) == agent
+    }
+
+    /// `cancel_loose_end(kind="approval")`: a root agent withdraws a pending
+    /// approval of its tree. A requester that is not a root agent cannot: its
+    /// root agent or the operator decides.
+    pub(super) fn cancel_approval(&mut self, agent: &str, id: i64) -> Result<Empty, String> {
+        let pending = self.db.pending_approvals().map_err(db_err)?;
+        let Some(a) = pending.iter().find(|a| a.id == id) else {
+            return Err(format!("no pending approval #{id}"));
+        };
+        if !self.may_withdraw(agent, a) {
+            let root = self.cfg.root_of(&a.requester);
+            return Err(if a.requester == agent {
+                format!(
+                    "approval #{id} can be withdrawn only by your root agent ({root}) or the \
+                     operator; ask them"
+                )
+            } else {
+                format!(
+                    "{agent} may cancel only the approvals of its own tree, as its root agent; \
+                     approval #{id} is of {root}'s tree"
+                )
+            });
         }
-        self.deny(id, None, agent).map(|_| crate::proto::Empty {})
+        self.deny(id, None, agent).map(|_| Empty {})
     }
 }
 
