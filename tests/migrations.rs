@@ -92,7 +92,11 @@ fn an_old_broker_store_migrates_with_every_row() {
     assert_eq!(store.stopped_agents().unwrap(), ["kid"]);
     drop(store);
     assert_eq!(rows(&path, "approvals"), before[4]);
-    for (table, old) in tables.iter().zip(&before).filter(|(t, _)| **t != "messages") {
+    for (table, old) in tables
+        .iter()
+        .zip(&before)
+        .filter(|(t, _)| **t != "messages")
+    {
         assert_eq!(&rows(&path, table), old, "{table}");
     }
 }

@@ -16,8 +16,8 @@ use common::mcp::McpProc;
 use common::up::{Launch, Up};
 use hyperhive::config::HiveConfig;
 use hyperhive::proto::cmd::{
-    Agents, AgentsReply, Approve, CancelLooseEnd, RequestApplyCommit, RequestSpawn,
-    SchedulePrompt, Send, SetPermissions, StopAgent,
+    Agents, AgentsReply, Approve, CancelLooseEnd, RequestApplyCommit, RequestSpawn, SchedulePrompt,
+    Send, SetPermissions, StopAgent,
 };
 use hyperhive::proto::{Capability, LooseEndKind, MessagesReply, ToolGroup};
 use serde_json::json;
@@ -93,7 +93,11 @@ fn the_operator_stops_and_starts_any_agent_and_a_stop_lasts_across_restarts() {
     wait_for(Duration::from_secs(20), "pal to stop", || {
         (up.state("pal")?.state == "stopped").then_some(())
     });
-    assert!(agents_row(&up, "pal").contains("stopped"), "{}", agents_row(&up, "pal"));
+    assert!(
+        agents_row(&up, "pal").contains("stopped"),
+        "{}",
+        agents_row(&up, "pal")
+    );
     // Its mail queues.
     ok(
         &mut up.host(),
@@ -136,7 +140,10 @@ fn the_operator_stops_and_starts_any_agent_and_a_stop_lasts_across_restarts() {
     });
     let (code, out, err) = hive(&up, &["update", "pal"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("already runs the current binary and config"), "{out}");
+    assert!(
+        out.contains("already runs the current binary and config"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -222,12 +229,16 @@ fn a_root_agents_needs_update_names_the_command_that_updates_it() {
     let (code, out, err) = hive(&up, &["update", "pal"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("pal is rebuilding"), "{out}");
-    wait_for(Duration::from_secs(20), "the operator to hear pal is rebuilt", || {
-        operator_inbox(&up)
-            .iter()
-            .any(|m| m.kind == "rebuilt" && m.body.contains("pal"))
-            .then_some(())
-    });
+    wait_for(
+        Duration::from_secs(20),
+        "the operator to hear pal is rebuilt",
+        || {
+            operator_inbox(&up)
+                .iter()
+                .any(|m| m.kind == "rebuilt" && m.body.contains("pal"))
+                .then_some(())
+        },
+    );
     let s = up.state("pal").unwrap();
     assert!(s.up_to_date);
     assert!(s.last_rebuild.unwrap().ok);
@@ -250,7 +261,10 @@ fn hand_edits_to_the_fleet_file_survive_approvals_and_permission_saves() {
     cfg["agents"][1]["env"]["BY_HAND"] = json!("1");
     std::fs::write(&path, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
     let by_hand = HiveConfig::load(&path).unwrap();
-    assert_eq!(by_hand.agent("pal").unwrap().model.as_deref(), Some("sonnet"));
+    assert_eq!(
+        by_hand.agent("pal").unwrap().model.as_deref(),
+        Some("sonnet")
+    );
     wait_for(Duration::from_secs(20), "pal to be stale", || {
         (!up.state("pal")?.up_to_date).then_some(())
     });
@@ -289,7 +303,10 @@ fn hand_edits_to_the_fleet_file_survive_approvals_and_permission_saves() {
         (s.state == "running" && s.applied.tool_groups == ["messaging", "inbox"]).then_some(s)
     });
     let s = up.state("kid").unwrap();
-    assert!(!s.applied.env.contains_key("BY_HAND"), "hive applies only its change");
+    assert!(
+        !s.applied.env.contains_key("BY_HAND"),
+        "hive applies only its change"
+    );
     let cfg = HiveConfig::load(&path).unwrap();
     let kid = cfg.agent("kid").unwrap();
     assert_eq!(kid.tool_groups, ["messaging", "inbox"]);
@@ -432,7 +449,10 @@ fn a_fleet_file_hive_cannot_write_refuses_the_approval() {
     assert!(up.state("kid3").is_none());
     let (code, out, _) = hive(&up, &["approvals"]);
     assert_eq!(code, 0);
-    assert!(out.contains(&format!("#{id} spawn of kid3")), "still pending: {out}");
+    assert!(
+        out.contains(&format!("#{id} spawn of kid3")),
+        "still pending: {out}"
+    );
     // Writable again, the same approval goes through.
     let (code, out, err) = hive(&up, &["approve", &id.to_string()]);
     assert_eq!(code, 0, "{err}");
@@ -533,13 +553,19 @@ fn loose_ends_show_approvals_and_scheduled_prompts_and_who_may_close_them() {
         "cancel_loose_end",
         json!({"kind": "approval", "id": kid_id}),
     );
-    assert!(e.contains("pal may cancel only the approvals of its own tree"), "{e}");
+    assert!(
+        e.contains("pal may cancel only the approvals of its own tree"),
+        "{e}"
+    );
     let done = boss.ok(
         3,
         "cancel_loose_end",
         json!({"kind": "approval", "id": kid_id}),
     );
-    assert_eq!(done, format!("withdrew approval #{kid_id}; its requester is told"));
+    assert_eq!(
+        done,
+        format!("withdrew approval #{kid_id}; its requester is told")
+    );
     up.wait_prompt("kid", &format!("[approval #{kid_id} cancelled by boss]"), 1);
 
     // Scheduled prompts: the scheduling group's, like cancel_scheduled.
@@ -611,7 +637,11 @@ fn the_host_journal_is_granted_by_its_capability_alone() {
         allowed("ops")
     );
     assert!(!allowed("ops").contains("get_logs"));
-    assert!(!allowed("dev").contains("get_host_journal"), "{}", allowed("dev"));
+    assert!(
+        !allowed("dev").contains("get_host_journal"),
+        "{}",
+        allowed("dev")
+    );
     assert!(allowed("dev").contains("mcp__hyperhive__get_logs"));
 
     let socket = up.data().join("run/agents/ops/mcp.sock");

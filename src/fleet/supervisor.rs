@@ -821,9 +821,12 @@ impl Supervisor {
                     Phase::Backoff(_) if a.rebuilding => ("rebuilding", None),
                     Phase::Backoff(_) => ("restarting", None),
                 };
-                let port =
-                    read_agent_file(&self.agent_dir(name).join("state").join("hyperhive-port"))
-                        .and_then(|p| p.trim().parse().ok());
+                // A stopped agent's port file is a page that is gone.
+                let port = pid
+                    .and_then(|_| {
+                        read_agent_file(&self.agent_dir(name).join("state").join("hyperhive-port"))
+                    })
+                    .and_then(|p| p.trim().parse().ok());
                 AgentState {
                     name: name.clone(),
                     state: state.into(),
