@@ -115,7 +115,8 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
 
   HIVE_SOCKET         the agent socket (default {AGENT_SOCKET})
   HIVE_STATE_DIR      the agent's state dir, for request_next_turn and set_status
-  HIVE_TOOL_GROUPS    comma list of tool groups (default messaging,meta,inbox,execution)",
+  HIVE_TOOL_GROUPS    comma list of tool groups (default messaging,meta,inbox,execution)
+  HIVE_CAPABILITIES   comma list of capabilities (read_host_journal lists get_host_journal)",
     },
     CommandHelp {
         name: "wake",
