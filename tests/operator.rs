@@ -254,6 +254,11 @@ fn hand_edits_to_the_fleet_file_survive_approvals_and_permission_saves() {
     std::thread::sleep(Duration::from_millis(500));
     let path = up.fleet_file();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    // As root, a file of another user: hive keeps its owner too.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    }
     // By hand: pal gets a model, kid an extra variable.
     let mut cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
@@ -313,8 +318,16 @@ fn hand_edits_to_the_fleet_file_survive_approvals_and_permission_saves() {
     assert_eq!(kid.capabilities, [Capability::QueryAgentState]);
     assert_eq!(kid.env["BY_HAND"], "1", "the hand edit stays");
     assert_eq!(cfg.agent("pal").unwrap().model.as_deref(), Some("sonnet"));
-    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o640, "the file keeps its mode");
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o640,
+        "the file keeps its mode"
+    );
+    if root {
+        assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "and its owner");
+    }
 
     // An approved patch of boss's own entry, likewise.
     let r = ok(

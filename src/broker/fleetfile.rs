@@ -639,9 +639,20 @@ mod tests {
             base: Some(&kid),
             patch: &patch,
         };
+        let root = unsafe { libc::geteuid() } == 0;
+        if root {
+            std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        }
         apply(&path, &change).unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o640);
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+        if root {
+            assert_eq!(
+                (meta.uid(), meta.gid()),
+                (65534, 65534),
+                "the owner is kept"
+            );
+        }
         let leftovers: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary file is left");
         // A file that does not load is not touched.
@@ -653,7 +664,7 @@ mod tests {
         let e = apply(&path, &change).unwrap_err();
         assert!(e.contains("kid is no longer in the fleet file"), "{e}");
         // A directory hive may not write to (as root every mode is writable).
-        if unsafe { libc::geteuid() } != 0 {
+        if !root {
             std::fs::write(&path, FLEET).unwrap();
             std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o500)).unwrap();
             let e = apply(&path, &change).unwrap_err();
