@@ -75,8 +75,9 @@ runs the current versions. Only your own children. Returns a confirmation.",
 applied only after the operator approves. `commit_ref` is a JSON merge patch of the entry (RFC \
 7396: members replace, null removes), inline as a JSON object string such as \
 {\"model\":\"sonnet\",\"tool_groups\":[\"messaging\",\"meta\"]}, or the path of a file holding \
-one. The patch is validated now; once approved the file is rewritten and the agent restarts with \
-it. Returns the approval id.",
+one. The patch is validated now; once approved its keys are written to the fleet file (the \
+operator's hand edits of other keys stay; a hand edit of the same key makes the approval fail) and \
+the agent restarts with it. Returns the approval id.",
         &[
             Arg::req("agent", Ty::Str, "Yourself or one of your children."),
             Arg::req(
