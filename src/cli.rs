@@ -115,7 +115,8 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
 
   HIVE_SOCKET         the agent socket (default {AGENT_SOCKET})
   HIVE_STATE_DIR      the agent's state dir, for request_next_turn and set_status
-  HIVE_TOOL_GROUPS    comma list of tool groups (default messaging,meta,inbox,execution)",
+  HIVE_TOOL_GROUPS    comma list of tool groups (default messaging,meta,inbox,execution)
+  HIVE_CAPABILITIES   comma list of capabilities (read_host_journal lists get_host_journal)",
     },
     CommandHelp {
         name: "wake",
@@ -270,6 +271,51 @@ run, doc, bench, install, rustc and fix; see docs/deploy.md.",
   --socket PATH       the host socket (default {HOST_SOCKET})",
     },
     CommandHelp {
+        name: "start",
+        summary: "operator: start a stopped agent (any agent; it is no longer kept stopped)",
+        usage: "hive start [--socket PATH] [--json] AGENT
+
+  AGENT               the agent to start
+  --socket PATH       the host socket (default {HOST_SOCKET})
+
+Needs `hive up` (its supervisor); the dashboard's Start button is the same.",
+    },
+    CommandHelp {
+        name: "stop",
+        summary: "operator: stop an agent and keep it stopped, across restarts too",
+        usage: "hive stop [--socket PATH] [--json] AGENT
+
+  AGENT               the agent to stop (any agent, root agents too)
+  --socket PATH       the host socket (default {HOST_SOCKET})
+
+The agent's harness gets SIGTERM (its inflight message goes back to its inbox)
+and it stays stopped, across restarts of `hive up` too, until `hive start AGENT`;
+its mail keeps queueing. This is the `kill` tool of managers, for the operator.
+Needs `hive up` (its supervisor).",
+    },
+    CommandHelp {
+        name: "restart",
+        summary: "operator: stop and start an agent with the config it runs",
+        usage: "hive restart [--socket PATH] [--json] AGENT
+
+  AGENT               the agent to restart (a stopped one starts)
+  --socket PATH       the host socket (default {HOST_SOCKET})
+
+Needs `hive up` (its supervisor).",
+    },
+    CommandHelp {
+        name: "update",
+        summary: "operator: restart an agent onto the current binary and its fleet-file entry",
+        usage: "hive update [--socket PATH] [--json] AGENT
+
+  AGENT               the agent to update (what a needs_update message asks for)
+  --socket PATH       the host socket (default {HOST_SOCKET})
+
+The fleet file is read again and the agent restarts onto its entry there and
+the hive binary on disk; `hive agents` shows it as rebuilding meanwhile.
+Needs `hive up` (its supervisor).",
+    },
+    CommandHelp {
         name: "cancel-question",
         summary: "operator: withdraw a pending question (the asker gets [cancelled by operator])",
         usage: "hive cancel-question [--socket PATH] [--json] ID
@@ -386,6 +432,23 @@ pub struct IdArgs {
     pub id: i64,
 }
 
+/// An operator command on one agent: `hive start`, `stop`, `restart`,
+/// `update`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentArgs {
+    pub host: HostArgs,
+    pub name: String,
+}
+
+/// What an operator lifecycle command does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle {
+    Start,
+    Stop,
+    Restart,
+    Update,
+}
+
 /// `hive deny`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DenyArgs {
@@ -442,6 +505,8 @@ pub enum Cmd {
     Approvals(HostArgs),
     Approve(IdArgs),
     Deny(DenyArgs),
+    /// `hive start|stop|restart|update AGENT`.
+    Lifecycle(Lifecycle, AgentArgs),
     BashDaemon(BashDaemonArgs),
     BashMcp(BashMcpArgs),
     /// `hive env-script`: print the bash environment script.
@@ -513,6 +578,10 @@ pub fn parse(args: Vec<OsString>) -> Result<Cmd, UsageError> {
         "approvals" => parse_host(&mut p).map(Cmd::Approvals),
         "approve" => parse_id(&mut p).map(Cmd::Approve),
         "deny" => parse_deny(&mut p),
+        "start" => parse_agent(&mut p).map(|a| Cmd::Lifecycle(Lifecycle::Start, a)),
+        "stop" => parse_agent(&mut p).map(|a| Cmd::Lifecycle(Lifecycle::Stop, a)),
+        "restart" => parse_agent(&mut p).map(|a| Cmd::Lifecycle(Lifecycle::Restart, a)),
+        "update" => parse_agent(&mut p).map(|a| Cmd::Lifecycle(Lifecycle::Update, a)),
         "bash-daemon" => parse_bash_daemon(&mut p),
         "bash-mcp" => parse_bash_mcp(&mut p),
         "env-script" => no_arguments(&mut p, Cmd::EnvScript),
@@ -751,6 +820,25 @@ fn parse_id(p: &mut Parser) -> Result<IdArgs, lexopt::Error> {
     })
 }
 
+/// `hive start AGENT` and its kin.
+fn parse_agent(p: &mut Parser) -> Result<AgentArgs, lexopt::Error> {
+    let mut host = HostArgs::default();
+    let mut name = None;
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("socket") => host.socket = Some(p.value()?.into()),
+            Long("json") => host.json = true,
+            Long("help") | Short('h') => return Err(help()),
+            Value(v) if name.is_none() => name = Some(utf8(v)?),
+            other => return Err(other.unexpected()),
+        }
+    }
+    Ok(AgentArgs {
+        host,
+        name: name.ok_or("missing AGENT")?,
+    })
+}
+
 fn parse_deny(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     let mut host = HostArgs::default();
     let (mut the_id, mut why) = (None, None);
@@ -920,6 +1008,26 @@ mod tests {
                 why: Some("not now".into())
             })
         );
+        for (word, what) in [
+            ("start", Lifecycle::Start),
+            ("stop", Lifecycle::Stop),
+            ("restart", Lifecycle::Restart),
+            ("update", Lifecycle::Update),
+        ] {
+            assert_eq!(
+                run(&[word, "pal", "--json"]).unwrap(),
+                Cmd::Lifecycle(
+                    what,
+                    AgentArgs {
+                        host: HostArgs {
+                            socket: None,
+                            json: true
+                        },
+                        name: "pal".into()
+                    }
+                )
+            );
+        }
         assert_eq!(
             run(&["approvals", "--json"]).unwrap(),
             Cmd::Approvals(HostArgs {
@@ -964,6 +1072,8 @@ mod tests {
             (&["inbox", "--wait", "soon"], "needs a number"),
             (&["broker", "--durability", "max"], "normal or full"),
             (&["send", "--to", "a"], "missing TEXT"),
+            (&["stop"], "missing AGENT"),
+            (&["update", "a", "b"], "unexpected argument"),
             (&["answer", "x", "y"], "must be a number"),
             (&["mcp", "--socket", "x"], "--socket"),
             (&["bash-mcp", "--state-dir", "x"], "--state-dir"),

@@ -93,6 +93,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Approvals(h) => ops::approvals(&h)?,
         Cmd::Approve(a) => ops::approve(&a.host, a.id)?,
         Cmd::Deny(a) => ops::deny(&a)?,
+        Cmd::Lifecycle(what, a) => ops::lifecycle(what, &a)?,
         Cmd::BashDaemon(a) => bash::daemon::run_command(bash_daemon_settings(a, &Env::process()))?,
         Cmd::BashMcp(a) => bash::mcp::run_server(bash::daemon::socket_or_env(a.socket))?,
         Cmd::EnvScript => print!("{}", bash::env_script::SCRIPT),

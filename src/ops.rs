@@ -1,7 +1,7 @@
 //! The client commands: `hive wake` for scripts inside an agent's container and
 //! the operator commands (`send`, `inbox`, `agents`, `failed`, `retry`,
-//! `questions`, `answer`, `cancel-question`, `approvals`, `approve`, `deny`)
-//! on the host socket. Each
+//! `questions`, `answer`, `cancel-question`, `approvals`, `approve`, `deny`,
+//! `start`, `stop`, `restart`, `update`) on the host socket. Each
 //! builds the contract's command and sends it with the typed client
 //! ([`crate::proto::Client`]), printed as plain text for people or `--json`
 //! (the answer as the broker sent it) for scripts. A command is checked by its
@@ -9,10 +9,13 @@
 //! every text an agent could have written goes through [`printable`] before it
 //! reaches the operator's terminal.
 
-use crate::cli::{AnswerArgs, DenyArgs, FailedArgs, HostArgs, InboxArgs, SendArgs, WakeArgs};
+use crate::cli::{
+    AgentArgs, AnswerArgs, DenyArgs, FailedArgs, HostArgs, InboxArgs, Lifecycle, SendArgs, WakeArgs,
+};
 use crate::proto::cmd::{
     self, Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Failed, Inbox, InboxAck,
-    Questions, Retry, Supervision, SupervisionReply, Version, Wake,
+    Questions, RestartAgent, Retry, StartAgent, StopAgent, Supervision, SupervisionReply,
+    UpdateAgent, Version, Wake,
 };
 use crate::proto::limits::MAX_BODY;
 use crate::proto::lines::ok_line;
@@ -443,6 +446,24 @@ pub fn deny(a: &DenyArgs) -> Result<(), String> {
         print_json(&r);
     } else {
         println!("denied #{}", a.id);
+    }
+    Ok(())
+}
+
+/// `hive start|stop|restart|update AGENT`: the supervisor's answer.
+pub fn lifecycle(what: Lifecycle, a: &AgentArgs) -> Result<(), String> {
+    let mut c = host_client(&a.host)?;
+    let name = a.name.clone();
+    let r = match what {
+        Lifecycle::Start => call(&mut c, &checked(StartAgent { name })?)?,
+        Lifecycle::Stop => call(&mut c, &checked(StopAgent { name })?)?,
+        Lifecycle::Restart => call(&mut c, &checked(RestartAgent { name })?)?,
+        Lifecycle::Update => call(&mut c, &checked(UpdateAgent { name })?)?,
+    };
+    if a.host.json {
+        print_json(&r);
+    } else {
+        println!("{}", line(&r.text));
     }
     Ok(())
 }

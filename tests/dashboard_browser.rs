@@ -200,3 +200,342 @@ fn the_json_api_shows_the_hive_and_acts_as_the_operator() {
         .is_some_and(|c| c.contains("sandbox")));
     assert!(icon.into_string().unwrap().starts_with("<svg"));
 }
+
+/// Clicks the element `css` matches from inside the page: the cards are
+/// redrawn whenever the live snapshot changes, so an element found over
+/// WebDriver may be gone by the time its click arrives.
+fn press(d: &Driver, css: &str) {
+    wait_for(T, css, || {
+        (d.js(&format!(
+            "const e = document.querySelector({css:?}); if (!e) return false; e.click(); return true"
+        )) == true)
+            .then_some(())
+    });
+}
+
+/// The text of the first element `css` matches, or None.
+fn text(d: &Driver, css: &str) -> Option<String> {
+    let v = d.js(&format!(
+        "const e = document.querySelector({css:?}); return e ? e.textContent.trim() : null"
+    ));
+    v.as_str().map(str::to_string)
+}
+
+fn badge(d: &Driver, agent: &str, kind: &str) -> Option<String> {
+    text(
+        d,
+        &format!(".card.agent[data-agent=\"{agent}\"] [data-badge=\"{kind}\"]"),
+    )
+}
+
+/// "HH:MM" of unix time `t` in the browser's time zone, computed here from
+/// the browser's offset (not with the page's own code).
+fn local_hhmm(d: &Driver, t: i64) -> String {
+    let offset = d
+        .js(&format!("return new Date({t} * 1000).getTimezoneOffset()"))
+        .as_i64()
+        .unwrap();
+    let local = t - offset * 60;
+    format!(
+        "{:02}:{:02}",
+        local.rem_euclid(86400) / 3600,
+        local.rem_euclid(3600) / 60
+    )
+}
+
+const BADGE_FLEET: &str = r#"{"agents": [
+  {"name": "boss", "tool_groups": ["messaging", "meta", "inbox", "lifecycle"],
+   "env": {"FAKE_CLAUDE_DIR": "@FAKE(boss)", "ANTHROPIC_API_KEY": "sk-test", "HIVE_KILL_GRACE_MS": "2500"}},
+  {"name": "kid", "parent": "boss",
+   "env": {"FAKE_CLAUDE_DIR": "@FAKE(kid)", "ANTHROPIC_API_KEY": "sk-test",
+           "HIVE_RATE_LIMIT_SLEEP_SECS": "3600", "HIVE_FORGE_URL": "http://forge.test:3000"}},
+  {"name": "pal", "env": {"FAKE_CLAUDE_DIR": "@FAKE(pal)"}},
+  {"name": "zed", "env": {"FAKE_CLAUDE_DIR": "@FAKE(zed)", "ANTHROPIC_API_KEY": "sk-test"}}
+]}"#;
+
+/// Every badge, link and button of a card as the operator sees them: state
+/// (running, stopped, rebuilding with its spinner), turn, unread, inflight,
+/// "⊘ rate limited until HH:MM", needs login, needs update, restarts; the page,
+/// forge, config and dashboard links; Stop, Start and Update with their
+/// results; and a question cancelled from its card.
+#[test]
+fn every_badge_link_and_button_of_a_card() {
+    use common::up::Launch;
+    use hyperhive::proto::cmd::Send;
+    let Some((chromium, chromedriver)) = browser() else {
+        return;
+    };
+    let up = Up::launch(
+        BADGE_FLEET,
+        &["boss", "kid", "pal", "zed"],
+        Launch {
+            no_api_key: true,
+            env: vec![("HIVE_DASHBOARD_POLL_MS".into(), "100".into())],
+            ..Launch::default()
+        },
+    );
+    for a in ["boss", "kid", "zed"] {
+        up.wait_prompt(a, "You were just (re)started", 1);
+    }
+    let d = Driver::start(&chromium, &chromedriver);
+    d.goto(&up.login_link());
+    wait_for(T, "the four cards", || {
+        (d.js("return document.querySelectorAll('.card.agent').length") == 4).then_some(())
+    });
+
+    // A question cancelled on its card; the asker gets the answer.
+    let q = ask(&up, "Deploy on Friday?", &["yes", "no"], false);
+    d.click("#tabs button[data-tab=questions]");
+    wait_for(T, "the question's cancel button", || {
+        text(&d, &format!("button[data-cancel-q=\"{q}\"]")).filter(|t| t == "Cancel question")
+    });
+    press(&d, &format!("button[data-cancel-q=\"{q}\"]"));
+    wait_for(T, "the question to go", || {
+        (d.js(&format!(
+            "return document.querySelectorAll('[data-question=\"{q}\"]').length"
+        )) == 0)
+            .then_some(())
+    });
+    up.wait_prompt("boss", "[cancelled by operator]", 1);
+    d.click("#tabs button[data-tab=agents]");
+
+    // zed: stopped with its button; the card then offers Start.
+    press(
+        &d,
+        ".card.agent[data-agent=\"zed\"] button[data-act=\"stop\"]",
+    );
+    wait_for(T, "zed's stopped badge", || {
+        badge(&d, "zed", "state").filter(|t| t == "stopped")
+    });
+    wait_for(T, "zed's stop result", || {
+        text(&d, ".card.agent[data-agent=\"zed\"] [data-result=\"done\"]")
+            .filter(|t| t == "zed is stopping and stays stopped")
+    });
+    assert!(text(
+        &d,
+        ".card.agent[data-agent=\"zed\"] button[data-act=\"start\"]"
+    )
+    .is_some());
+    assert!(text(
+        &d,
+        ".card.agent[data-agent=\"zed\"] button[data-act=\"stop\"]"
+    )
+    .is_none());
+    wait_for(T, "zed's page link to go", || {
+        (d.js("return !!document.querySelector('.card.agent[data-agent=\"zed\"] a[data-link=\"page\"]')")
+            == false)
+            .then_some(())
+    });
+
+    // kid: rate limited until a known time, one message unread; a forge token,
+    // dashboard links.
+    let kid = up.fake("kid");
+    kid.step(
+        kid.count() + 1,
+        r#"api_error 429 rate_limit "API Error: Request rejected (429) · slow down""#,
+    );
+    let kid_state = up.data().join("agents/kid/state");
+    std::fs::write(kid_state.join("forge-token"), "t0k3n\n").unwrap();
+    std::fs::write(
+        kid_state.join("hyperhive-dashboard-links.json"),
+        r#"[{"label":"Stats","icon":"📊","url":"http://stats.test:9001/"}]"#,
+    )
+    .unwrap();
+    ok(
+        &mut up.host(),
+        Send {
+            to: "kid".into(),
+            body: "please".into(),
+            in_reply_to: None,
+        },
+    );
+    let dash = up.dashboard();
+    let until = wait_for(T, "kid's rate-limit pause", || {
+        let h = dash.get("/api/hive").ok()?;
+        let kid = h["agents"]
+            .as_array()?
+            .iter()
+            .find(|a| a["name"] == "kid")?;
+        (kid["live"]["paused"]["reason"] == "rate_limit")
+            .then(|| kid["live"]["paused"]["until"].as_i64())
+            .flatten()
+    });
+    let want = format!("⊘ rate limited until {}", local_hhmm(&d, until));
+    wait_for(T, "kid's rate-limit badge", || {
+        badge(&d, "kid", "rate").filter(|t| *t == want)
+    });
+    wait_for(T, "kid's unread badge", || {
+        badge(&d, "kid", "unread").filter(|t| t == "1 unread")
+    });
+
+    // boss and kid: edited by hand in the fleet file, so needs update.
+    let path = up.fleet_file();
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    cfg["agents"][0]["env"]["EXTRA"] = serde_json::json!("1");
+    cfg["agents"][1]["model"] = serde_json::json!("sonnet");
+    std::fs::write(&path, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    for a in ["boss", "kid"] {
+        wait_for(T, &format!("{a}'s needs-update badge"), || {
+            badge(&d, a, "update").filter(|t| t == "needs update")
+        });
+    }
+
+    // pal: no credentials, and one crash.
+    wait_for(T, "pal's needs-login badge", || {
+        badge(&d, "pal", "login").filter(|t| t == "needs login")
+    });
+    let pal = up.state("pal").unwrap().pid.unwrap();
+    unsafe { libc::kill(pal as i32, libc::SIGKILL) };
+    wait_for(T, "pal's restarts badge", || {
+        badge(&d, "pal", "restarts").filter(|t| t == "1 restarts")
+    });
+
+    // boss: in a turn that ignores SIGINT, so a rebuild takes a while.
+    let fake = up.fake("boss");
+    let n = fake.count() + 1;
+    fake.step(n, "trap '' INT; sleep 60; ok_turn late");
+    let sent = ok(
+        &mut up.host(),
+        Send {
+            to: "boss".into(),
+            body: "a long job".into(),
+            in_reply_to: None,
+        },
+    );
+    fake.wait_count(n);
+    let id = sent["id"].as_i64().unwrap();
+    wait_for(T, "boss's inflight and turn badges", || {
+        let inflight = badge(&d, "boss", "inflight")?;
+        let turn = badge(&d, "boss", "turn")?;
+        (inflight == format!("inflight #{id}") && turn == "thinking").then_some(())
+    });
+    assert_eq!(badge(&d, "boss", "state").as_deref(), Some("running"));
+    assert_eq!(
+        d.js("return document.querySelector('.card.agent[data-agent=\"boss\"] [data-badge=\"state\"]').classList.contains('ok')"),
+        true
+    );
+
+    // The links of kid's card.
+    let href = |kind: &str| {
+        d.js(&format!(
+            "const a = document.querySelector('.card.agent[data-agent=\"kid\"] a[data-link=\"{kind}\"]'); return a ? a.getAttribute('href') : null"
+        ))
+    };
+    wait_for(T, "kid's forge and custom links", || {
+        (href("forge") == "http://forge.test:3000/kid"
+            && href("custom") == "http://stats.test:9001/")
+            .then_some(())
+    });
+    assert_eq!(href("page"), "/agent/kid/open");
+    assert_eq!(href("config"), "/agent/kid/config");
+    assert_eq!(
+        d.js("return document.querySelector('.card.agent[data-agent=\"zed\"] a[data-link=\"forge\"]')"),
+        Value::Null,
+        "no forge token, no forge link"
+    );
+    let view = dash.get("/agent/kid/config").unwrap();
+    assert_eq!(view["applied"]["name"], "kid");
+    assert_eq!(view["up_to_date"], false);
+    assert!(
+        view["applied"].get("model").is_none(),
+        "what it runs: {view}"
+    );
+
+    // Update on boss: a spinner while it rebuilds, then how it ended.
+    press(
+        &d,
+        ".card.agent[data-agent=\"boss\"] button[data-act=\"update\"]",
+    );
+    wait_for(T, "boss's rebuilding badge with its spinner", || {
+        let spin = d.js(
+            "return !!document.querySelector('.card.agent[data-agent=\"boss\"] [data-badge=\"state\"] .spin')",
+        );
+        (spin == true && badge(&d, "boss", "state").as_deref() == Some("rebuilding")).then_some(())
+    });
+    assert_eq!(
+        d.js("return !!document.querySelector('.card.agent[data-agent=\"boss\"] [data-result=\"busy\"] .spin')"),
+        true
+    );
+    let png = d.screenshot();
+    std::fs::write(artifacts().join("dashboard-rebuilding.png"), png).unwrap();
+    wait_for(T, "boss's update result", || {
+        text(
+            &d,
+            ".card.agent[data-agent=\"boss\"] [data-result=\"updated\"]",
+        )
+        .filter(|t| t.starts_with("✓ boss runs the current binary and config ("))
+    });
+    // crash_watch's next tick sees it current.
+    wait_for(T, "boss's needs-update badge to go", || {
+        badge(&d, "boss", "update").is_none().then_some(())
+    });
+    assert_eq!(badge(&d, "boss", "state").as_deref(), Some("running"));
+
+    // Start brings zed back.
+    press(
+        &d,
+        ".card.agent[data-agent=\"zed\"] button[data-act=\"start\"]",
+    );
+    wait_for(T, "zed to run", || {
+        badge(&d, "zed", "state").filter(|t| t == "running")
+    });
+}
+
+/// The new endpoints want the token like every other, and do nothing
+/// without it.
+#[test]
+fn the_lifecycle_and_cancel_endpoints_want_the_token() {
+    let up = Up::start(FLEET, &["boss", "kid"]);
+    let dash = up.dashboard();
+    let q = ask(&up, "Still there?", &[], false);
+    let status = |r: Result<ureq::Response, ureq::Error>| match r {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(c, _)) => c,
+        Err(e) => panic!("{e}"),
+    };
+    for (path, body) in [
+        ("/api/stop", serde_json::json!({"name": "kid"})),
+        ("/api/start", serde_json::json!({"name": "kid"})),
+        ("/api/restart", serde_json::json!({"name": "kid"})),
+        ("/api/update", serde_json::json!({"name": "kid"})),
+        ("/api/cancel-question", serde_json::json!({"id": q})),
+    ] {
+        let r = ureq::post(&format!("{}{path}", dash.base)).send_json(body);
+        assert_eq!(status(r), 401, "{path}");
+    }
+    let r = ureq::get(&format!("{}/agent/kid/config", dash.base)).call();
+    assert_eq!(status(r), 401);
+    let pid = up.wait_running("kid");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let s = up.state("kid").unwrap();
+    assert_eq!(
+        (s.state.as_str(), s.pid, s.restarts),
+        ("running", Some(pid), 0)
+    );
+    let h = dash.get("/api/hive").unwrap();
+    assert_eq!(h["questions"][0]["id"], q, "the question is still pending");
+
+    // With the token they act as the operator.
+    let r = dash
+        .post("/api/stop", serde_json::json!({"name": "kid"}))
+        .unwrap();
+    assert_eq!(r["text"], "kid is stopping and stays stopped");
+    let e = dash
+        .post("/api/stop", serde_json::json!({"name": "nobody"}))
+        .unwrap_err();
+    assert_eq!(e.0, 400);
+    assert!(e.1.contains("unknown agent"), "{}", e.1);
+    let e = dash
+        .post("/api/update", serde_json::json!({"name": " "}))
+        .unwrap_err();
+    assert!(e.1.contains("name must name an agent"), "{}", e.1);
+    dash.post("/api/cancel-question", serde_json::json!({"id": q}))
+        .unwrap();
+    up.wait_prompt("boss", "[cancelled by operator]", 1);
+    dash.post("/api/start", serde_json::json!({"name": "kid"}))
+        .unwrap();
+    up.wait_running("kid");
+    let view = dash.get("/agent/kid/config").unwrap();
+    assert_eq!(view["state"], "running");
+    assert_eq!(view["applied"]["parent"], "boss");
+}

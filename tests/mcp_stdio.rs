@@ -151,7 +151,7 @@ fn tools_list_shows_exactly_the_tools_of_the_groups() {
             .collect();
         assert_eq!(
             got,
-            allowed_hyperhive_tools(groups),
+            allowed_hyperhive_tools(groups, &[]),
             "HIVE_TOOL_GROUPS={list:?}"
         );
         for tool in listed["result"]["tools"].as_array().unwrap() {

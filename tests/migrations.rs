@@ -64,7 +64,8 @@ fn an_old_broker_store_migrates_with_every_row() {
 
     drop(Db::open(&path, Durability::Normal).unwrap());
     let c = Connection::open(&path).unwrap();
-    assert_eq!(schema::version(&c).unwrap(), db::MIGRATIONS.len() as u32);
+    let last = db::MIGRATIONS.last().unwrap().version;
+    assert_eq!(schema::version(&c).unwrap(), last);
     for (table, old) in tables.iter().zip(&before) {
         let mut new = rows(&path, table);
         if *table == "messages" {
@@ -111,9 +112,24 @@ fn an_old_broker_store_migrates_with_every_row() {
         .collect();
     assert_eq!(kid, [3, 10, 13, 14, 15, 24]);
     drop(db);
+    // Step 5 added the agents kept stopped: none yet, and the table works.
+    assert!(rows(&path, "stopped_agents").is_empty());
+    let store = Db::open(&path, Durability::Full).unwrap();
+    assert!(store.stopped_agents().unwrap().is_empty());
+    store.set_stopped("kid", "operator", 1795327382).unwrap();
+    drop(store);
     // Opening again changes nothing.
-    drop(Db::open(&path, Durability::Full).unwrap());
+    let store = Db::open(&path, Durability::Full).unwrap();
+    assert_eq!(store.stopped_agents().unwrap(), ["kid"]);
+    drop(store);
     assert_eq!(rows(&path, "approvals"), before[4]);
+    for (table, old) in tables
+        .iter()
+        .zip(&before)
+        .filter(|(t, _)| **t != "messages")
+    {
+        assert_eq!(&rows(&path, table), old, "{table}");
+    }
 }
 
 #[test]

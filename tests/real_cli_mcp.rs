@@ -52,7 +52,7 @@ impl Agent {
         }}});
         let config = self.sandbox.write("mcp.json", &config.to_string());
         let settings = self.sandbox.write("settings.json", SETTINGS);
-        let allowed = allowed_hyperhive_tools(&ToolGroup::AGENT_DEFAULT).join(",");
+        let allowed = allowed_hyperhive_tools(&ToolGroup::AGENT_DEFAULT, &[]).join(",");
         let args = [
             "--print",
             "--verbose",

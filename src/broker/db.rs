@@ -80,6 +80,21 @@ pub const MIGRATIONS: &[Step] = &[
             Ok(())
         },
     },
+    // Step 4 belongs to another change of the same release; the lists are
+    // merged in order.
+    Step {
+        version: 5,
+        what: "agents kept stopped across restarts (hive stop, the kill tool)",
+        apply: |tx| {
+            tx.execute_batch(
+                "CREATE TABLE stopped_agents (
+                    name TEXT PRIMARY KEY,
+                    stopped_by TEXT NOT NULL,
+                    stopped_at INTEGER NOT NULL
+                );",
+            )
+        },
+    },
 ];
 
 /// Step 3: `attempts` (hand-outs that count toward the harness's attempt
@@ -1015,6 +1030,35 @@ impl Db {
         tx.commit()
     }
 
+    /// Keeps `agent` stopped across restarts of `hive up` (it was stopped by
+    /// `by`: the operator or its manager).
+    pub fn set_stopped(&self, agent: &str, by: &str, now: i64) -> Res<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO stopped_agents (name, stopped_by, stopped_at)
+                 VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![agent, by, now])?;
+        Ok(())
+    }
+
+    /// `agent` was started: it no longer stays stopped.
+    pub fn clear_stopped(&self, agent: &str) -> Res<()> {
+        self.conn
+            .prepare_cached("DELETE FROM stopped_agents WHERE name = ?1")?
+            .execute(params![agent])?;
+        Ok(())
+    }
+
+    /// The agents kept stopped, by name.
+    pub fn stopped_agents(&self) -> Res<Vec<String>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT name FROM stopped_agents ORDER BY name")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        rows.collect()
+    }
+
     /// The running bash tasks `agent`'s daemon last reported, oldest first.
     pub fn tasks_of(&self, agent: &str) -> Res<Vec<RunningTask>> {
         let mut stmt = self.conn.prepare_cached(
@@ -1110,6 +1154,26 @@ mod tests {
             "not inflight"
         );
         drop(db);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_stopped_agent_is_kept_until_it_is_started() {
+        let dir = std::env::temp_dir().join(format!("hive-db-stop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("b.db");
+        let _ = std::fs::remove_file(&path);
+        {
+            let db = Db::open(&path, Durability::Normal).unwrap();
+            db.set_stopped("kid", "operator", 1).unwrap();
+            db.set_stopped("pal", "boss", 2).unwrap();
+            db.set_stopped("kid", "boss", 3).unwrap();
+        }
+        let db = Db::open(&path, Durability::Normal).unwrap();
+        assert_eq!(db.stopped_agents().unwrap(), ["kid", "pal"]);
+        db.clear_stopped("kid").unwrap();
+        db.clear_stopped("nobody").unwrap();
+        assert_eq!(db.stopped_agents().unwrap(), ["pal"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -4,9 +4,9 @@
 //! broker never imports the supervisor. Under plain `hive broker` there is no
 //! supervisor, and the lifecycle tools answer an error saying so.
 
-use crate::config::AgentConfig;
 use crate::proto::AgentState;
 use crossbeam_channel::Sender;
+use serde_json::Value;
 
 /// The supervisor's answer to a command: a confirmation for the caller, or why not.
 pub type Reply = Sender<Result<String, String>>;
@@ -21,15 +21,31 @@ pub enum LifecycleCmd {
     Kill { name: String, reply: Reply },
     /// Stop and start again with the config it runs.
     Restart { name: String, reply: Reply },
-    /// Restart onto the current binary and the fleet file's entry.
+    /// Restart onto the current binary and the fleet file's entry as the file
+    /// says it now.
     Update { name: String, reply: Reply },
-    /// Supervise a new or changed agent (an approved spawn or config change):
-    /// start it, or restart it onto `agent` when it runs.
-    Apply { agent: AgentConfig, reply: Reply },
+    /// Supervise a new or changed agent (an approved spawn or config change, a
+    /// permissions save): start it, or restart it onto its changed entry when
+    /// it runs (a stopped one stays stopped). `Err` means nothing changed.
+    Apply { change: EntryChange, reply: Reply },
     /// Every agent's supervision state.
     States { reply: Sender<Vec<AgentState>> },
     /// Stop every agent (SIGTERM, then SIGKILL after the grace) and return.
     Shutdown { reply: Sender<()> },
+}
+
+/// A change of one agent's fleet entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntryChange {
+    pub agent: String,
+    /// The keys the change owns, as a merge patch of the entry the agent runs
+    /// (for a new agent, its whole entry).
+    pub patch: Value,
+    /// A new agent (an approved spawn), whose entry the fleet file already
+    /// holds; for an agent the supervisor runs, the supervisor writes the
+    /// change to the fleet file first (`broker::fleetfile`), against what it
+    /// last applied.
+    pub new: bool,
 }
 
 /// Reads the end of an agent's supervised log (its harness's stdout and

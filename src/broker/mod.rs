@@ -4,11 +4,13 @@
 //! thread (`hub/`) through the accept threads (`accept.rs`, which also cap
 //! the connections) and the connection threads (`conn.rs`). The sqlite
 //! statements and schema versions live in `db.rs`, the port the supervisor of
-//! `hive up` implements in `lifecycle.rs`. The wire contract is `proto`.
+//! `hive up` implements in `lifecycle.rs`, the changes hive makes to the fleet
+//! file in `fleetfile.rs`. The wire contract is `proto`.
 
 pub mod accept;
 pub mod conn;
 pub mod db;
+pub mod fleetfile;
 pub mod hub;
 pub mod lifecycle;
 
@@ -157,6 +159,7 @@ pub struct BrokerHandle {
     hub_thread: Option<std::thread::JoinHandle<()>>,
     stop_tx: Option<Sender<()>>,
     listeners: Arc<Listeners>,
+    stopped: Vec<String>,
 }
 
 /// Binds agent sockets and starts their accept threads; shared with the hub so a
@@ -216,6 +219,12 @@ impl BrokerHandle {
         self.hub_tx.clone()
     }
 
+    /// The agents kept stopped (`hive stop`, the `kill` tool) when the broker
+    /// started: a supervisor leaves them stopped until they are started.
+    pub fn stopped_agents(&self) -> &[String] {
+        &self.stopped
+    }
+
     /// Removes the sockets, ends the long-polls, stops the hub and waits for it.
     pub fn stop(mut self) {
         self.shutdown();
@@ -259,6 +268,12 @@ pub fn start(
     create_dir(&args.run_dir, 0o755)?;
     let db_path = args.state_dir.join(db::FILE);
     let db = Db::open(&db_path, args.durability)?;
+    let stopped = db.stopped_agents().map_err(|e| {
+        format!(
+            "cannot read the stopped agents from {}: {e}",
+            db_path.display()
+        )
+    })?;
     // The store and its journal are private whatever the umask was.
     for suffix in ["", "-wal", "-shm"] {
         let mut p = db_path.clone().into_os_string();
@@ -318,6 +333,7 @@ pub fn start(
         hub_thread: Some(hub_thread),
         stop_tx: Some(stop_tx),
         listeners: listeners.clone(),
+        stopped,
     };
     listeners.listen(host_listener, Identity::Operator, host.clone())?;
     for a in &agents {

@@ -6,7 +6,10 @@
 //! `hive up` prints a one-time login link instead of the token. It speaks to
 //! the broker as the operator, over the host socket, like the operator
 //! commands do, and reads each agent's own page with that agent's token for
-//! its live badges; its agent links log the browser in to the agent page.
+//! its live badges; its agent links log the browser in to the agent page. A
+//! card also carries the agent's lifecycle buttons (start, stop, restart,
+//! update: the operator's lifecycle commands), a forge link (when the agent
+//! has a forge token) and a link to the dashboard's view of the entry it runs.
 //! One producer thread builds the hive snapshot once per tick while live
 //! clients are connected and every `GET /events` stream sends that same
 //! string (bounded in size: long texts are cut with a marker). Documented in
@@ -18,8 +21,8 @@ use crate::http::server::{self, Access, Ctx, Handler, Method, Path, Route, Site,
 use crate::http::sse;
 use crate::http::{self, Reply};
 use crate::proto::cmd::{
-    Agents, Answer, Approvals, Approve, Deny, Failed, Inbox, InboxAck, Questions, Retry,
-    SetPermissions, Supervision,
+    Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Failed, Inbox, InboxAck, Questions,
+    RestartAgent, Retry, SetPermissions, StartAgent, StopAgent, Supervision, UpdateAgent,
 };
 use crate::proto::{cmd, AgentState, Client, Command};
 use crate::sys::env::Env;
@@ -69,7 +72,13 @@ pub struct DashConfig {
     /// `hive up`'s own `HIVE_WEB_TOKEN`: the last guess at an agent page's
     /// token, after its fleet entry's and its generated one.
     pub page_token: Option<String>,
+    /// `hive up`'s own `HIVE_FORGE_URL`, which the agents inherit unless their
+    /// fleet entry sets one.
+    pub forge_url: Option<String>,
 }
+
+/// Where an agent's forge is when neither its entry nor `hive up` say.
+const DEFAULT_FORGE_URL: &str = "http://localhost:3000";
 
 impl DashConfig {
     /// The settings from the process environment.
@@ -90,6 +99,7 @@ impl DashConfig {
                 .max(Duration::from_millis(50)),
             timeouts: Timeouts::read(env)?,
             page_token: env.get("HIVE_WEB_TOKEN"),
+            forge_url: env.get("HIVE_FORGE_URL"),
         };
         cfg.check()?;
         Ok(cfg)
@@ -361,6 +371,13 @@ static ROUTES: &[Route<App>] = &[
     post("/api/permissions", |a, c| {
         call::<SetPermissions>(a, &c.body)
     }),
+    post("/api/cancel-question", |a, c| {
+        call::<CancelQuestion>(a, &c.body)
+    }),
+    post("/api/start", |a, c| call::<StartAgent>(a, &c.body)),
+    post("/api/stop", |a, c| call::<StopAgent>(a, &c.body)),
+    post("/api/restart", |a, c| call::<RestartAgent>(a, &c.body)),
+    post("/api/update", |a, c| call::<UpdateAgent>(a, &c.body)),
 ];
 
 const fn get(path: &'static str, f: fn(&App, &Ctx<'_>) -> Reply) -> Route<App> {
@@ -467,21 +484,67 @@ fn supervision_of(app: &App, name: &str) -> Result<AgentState, String> {
         .ok_or_else(|| format!("no agent {:?} in this hive", http::prefix(name)))
 }
 
+/// The agent's forge link: its Forgejo user's page at its `HIVE_FORGE_URL`
+/// (its fleet entry's, else `hive up`'s, else the default), when it has a
+/// forge token (`STATE/forge-token`) and the URL is not switched off (`""`).
+fn forge_link(app: &App, name: &str, s: &AgentState) -> Option<String> {
+    let state = plain_name(name).then(|| app.data.join("agents").join(name).join("state"))?;
+    if !state.join("forge-token").is_file() {
+        return None;
+    }
+    let url = match s.applied.env.get("HIVE_FORGE_URL") {
+        Some(u) => u.trim().to_string(),
+        None => app
+            .cfg
+            .forge_url
+            .clone()
+            .unwrap_or_else(|| DEFAULT_FORGE_URL.into()),
+    };
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return None;
+    }
+    let user = s
+        .applied
+        .env
+        .get("HIVE_LABEL")
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+        .unwrap_or(name);
+    Some(format!("{}/{user}", url.trim_end_matches('/')))
+}
+
+/// `GET /agent/NAME/config`: the dashboard's view of the fleet entry NAME
+/// runs (what hive applied), with whether the fleet file still says the same.
+fn agent_config(sup: &AgentState) -> Reply {
+    let v = json!({
+        "agent": sup.name,
+        "state": sup.state,
+        "up_to_date": sup.up_to_date,
+        "applied": sup.applied,
+    });
+    let text = serde_json::to_string_pretty(&v).unwrap_or_default();
+    Reply::new(200, "application/json", text).header("Cache-Control", "no-store")
+}
+
 /// `GET /agent/NAME/open` logs the browser in to NAME's page (its cookie for
 /// this host: cookies are per host, not per port) and goes there;
-/// `GET /agent/NAME/icon` passes NAME's icon on.
+/// `GET /agent/NAME/icon` passes NAME's icon on; `GET /agent/NAME/config`
+/// shows the entry it runs.
 fn agent_link(app: &App, c: &Ctx<'_>) -> Reply {
     let rest = c.path.trim_start_matches("/agent/");
     let Some((name, what)) = rest.split_once('/') else {
         return Reply::not_found();
     };
-    if what != "open" && what != "icon" {
+    if !["open", "icon", "config"].contains(&what) {
         return Reply::not_found();
     }
     let sup = match supervision_of(app, name) {
         Ok(s) => s,
         Err(e) => return Reply::error(404, e),
     };
+    if what == "config" {
+        return agent_config(&sup);
+    }
     let Some(port) = sup.port else {
         return Reply::error(
             404,
@@ -616,6 +679,12 @@ fn snapshot(app: &App) -> Value {
         let s = sup_rows.iter().find(|s| s.name == name);
         let mut card = row.clone();
         card["supervision"] = serde_json::to_value(s).unwrap_or(Value::Null);
+        if let Some(s) = s {
+            card["config"] = json!(format!("/agent/{name}/config"));
+            if let Some(forge) = forge_link(app, &name, s) {
+                card["forge"] = json!(forge);
+            }
+        }
         if let Some(port) = s.and_then(|s| s.port) {
             let base = format!("http://127.0.0.1:{port}");
             let token = agent_token(app, &name, s);

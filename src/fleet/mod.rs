@@ -147,7 +147,12 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), String> {
             ))),
         },
     )?;
-    let sup = Supervisor::new(settings.clone(), cfg.clone(), broker.hub());
+    let sup = Supervisor::new(
+        settings.clone(),
+        cfg.clone(),
+        broker.hub(),
+        broker.stopped_agents(),
+    );
     let sup_thread = std::thread::Builder::new()
         .name("supervisor".into())
         .spawn(move || sup.run(sup_rx))
@@ -204,6 +209,12 @@ fn print_pages(sup: &crossbeam_channel::Sender<LifecycleCmd>) {
             return;
         };
         for s in &states {
+            if s.state == crate::proto::AgentPhase::Stopped && printed.insert(s.name.clone()) {
+                println!(
+                    "{}: stopped (it was stopped; `hive start {}` starts it)",
+                    s.name, s.name
+                );
+            }
             if let Some(port) = s.port {
                 if printed.insert(s.name.clone()) {
                     println!(

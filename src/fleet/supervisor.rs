@@ -10,14 +10,21 @@
 //! reports its child's exit and leaves the reaping to the supervisor), on the
 //! nearest deadline (a restart after backoff, a stop's grace running out) and
 //! on the watch tick. It never waits on the hub: events go to the hub as
-//! one-way [`HubMsg::System`] messages.
+//! one-way [`HubMsg::System`] messages. Agents the broker keeps stopped (`hive
+//! stop`, the `kill` tool) are not started when `hive up` starts. It keeps what
+//! it last applied to each agent, which is the base of every change hive makes
+//! to the fleet file (`broker::fleetfile`): an approved change or a permissions
+//! save is written to the file and applied here in one step, so crash_watch
+//! never sees one without the other.
 
 use super::logfile::{self, LogFile};
 use super::watch::{Axes, Watch};
 use super::UpSettings;
+use crate::broker::fleetfile::{self, Change};
 use crate::broker::hub::HubMsg;
-use crate::broker::lifecycle::LifecycleCmd;
+use crate::broker::lifecycle::{EntryChange, LifecycleCmd};
 use crate::config::{AgentConfig, HiveConfig};
+use crate::proto::Rebuild;
 use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, never, select, tick, unbounded, Receiver, Sender};
 use std::collections::BTreeMap;
@@ -60,6 +67,26 @@ struct Agent {
     bin_at_start: Option<BinId>,
     watch: Watch,
     rebuilding: bool,
+    /// How the last rebuild ended.
+    last_rebuild: Option<Rebuild>,
+}
+
+impl Agent {
+    /// An agent supervised from now on with `applied`, in `phase`.
+    fn new(applied: AgentConfig, phase: Phase) -> Agent {
+        Agent {
+            applied,
+            desired: None,
+            phase,
+            started: None,
+            failures: 0,
+            restarts: 0,
+            bin_at_start: None,
+            watch: Watch::default(),
+            rebuilding: false,
+            last_rebuild: None,
+        }
+    }
 }
 
 /// Identity of the `hive` binary on disk: a rebuild changes it.
@@ -106,25 +133,29 @@ pub fn operator_only(key: &str) -> bool {
 }
 
 impl Supervisor {
-    pub fn new(s: UpSettings, hive: HiveConfig, hub: Sender<HubMsg>) -> Supervisor {
+    /// Supervises every agent of `hive`; those in `stopped` (kept stopped by
+    /// the broker) stay stopped until they are started.
+    pub fn new(
+        s: UpSettings,
+        hive: HiveConfig,
+        hub: Sender<HubMsg>,
+        stopped: &[String],
+    ) -> Supervisor {
         let agents = hive
             .agents
             .iter()
             .map(|a| {
-                (
-                    a.name.clone(),
-                    Agent {
-                        applied: a.clone(),
-                        desired: None,
-                        phase: Phase::Backoff(Instant::now()),
-                        started: None,
-                        failures: 0,
-                        restarts: 0,
-                        bin_at_start: None,
-                        watch: Watch::default(),
-                        rebuilding: false,
-                    },
-                )
+                let phase = if stopped.contains(&a.name) {
+                    log::info!(
+                        "{} stays stopped (it was stopped); `hive start {}` starts it",
+                        a.name,
+                        a.name
+                    );
+                    Phase::Stopped
+                } else {
+                    Phase::Backoff(Instant::now())
+                };
+                (a.name.clone(), Agent::new(a.clone(), phase))
             })
             .collect();
         let config_mtime = s.config.as_ref().and_then(|p| mtime(p));
@@ -203,8 +234,8 @@ impl Supervisor {
                 let r = self.update(&name);
                 let _ = reply.send(r);
             }
-            LifecycleCmd::Apply { agent, reply } => {
-                let r = self.apply(agent);
+            LifecycleCmd::Apply { change, reply } => {
+                let r = self.apply(change);
                 let _ = reply.send(r);
             }
             LifecycleCmd::States { reply } => {
@@ -268,11 +299,34 @@ impl Supervisor {
         Ok(())
     }
 
+    /// Restarts `name` onto the current binary and its entry as the fleet
+    /// file says it now (read again here, not the last tick's copy).
     fn update(&mut self, name: &str) -> Result<String, String> {
         let bin_now = bin_id(&self.s.exe);
+        let entry = match self.s.config.clone() {
+            Some(path) => {
+                let cfg = HiveConfig::load(&path).map_err(|e| {
+                    format!("update {name}: the fleet file does not load ({e}); fix it, then update again")
+                })?;
+                self.config_mtime = mtime(&path);
+                self.reload_desired(&cfg);
+                let entry = cfg.agent(name).cloned().ok_or_else(|| {
+                    format!(
+                        "update {name}: {name} is not in the fleet file {} any more; put its \
+                         entry back, then update again",
+                        path.display()
+                    )
+                })?;
+                Some(entry)
+            }
+            None => None,
+        };
         let a = self.agent(name)?;
         if a.rebuilding {
             return Ok(format!("{name} is already being rebuilt"));
+        }
+        if let Some(entry) = entry {
+            a.desired = (entry != a.applied).then_some(entry);
         }
         let current =
             a.desired.is_none() && (a.bin_at_start.is_none() || a.bin_at_start == bin_now);
@@ -293,31 +347,56 @@ impl Supervisor {
         ))
     }
 
-    fn apply(&mut self, agent: AgentConfig) -> Result<String, String> {
-        let name = agent.name.clone();
-        self.set_hive_entry(&agent);
-        if let Some(a) = self.agents.get_mut(&name) {
-            a.applied = agent;
-            a.desired = None;
-            self.stop(&name, Then::Start { rebuild: true })?;
-            return Ok(format!("{name} restarts with its new config"));
+    /// Carries out a change of an agent's entry: for an agent it runs, the
+    /// change is written to the fleet file first (against what it last
+    /// applied; a conflict with a hand edit or a file it cannot write refuses
+    /// it with nothing changed), then applied, in one step of this thread. A
+    /// running agent restarts onto it, a stopped one stays stopped; a new one
+    /// starts.
+    fn apply(&mut self, change: EntryChange) -> Result<String, String> {
+        let name = change.agent.clone();
+        if change.new && self.agents.contains_key(&name) {
+            return Err(format!("{name} is supervised already"));
         }
-        self.agents.insert(
-            name.clone(),
-            Agent {
-                applied: agent,
-                desired: None,
-                phase: Phase::Stopped,
-                started: None,
-                failures: 0,
-                restarts: 0,
-                bin_at_start: None,
-                watch: Watch::default(),
-                rebuilding: false,
-            },
-        );
-        self.spawn(&name)?;
-        Ok(format!("{name} started"))
+        let Some(a) = self.agents.get(&name) else {
+            if !change.new {
+                return Err(format!("{name} is not supervised by this hive"));
+            }
+            let mut entry = fleetfile::patched(&AgentConfig::named(&name), &change.patch)?;
+            entry.name = name.clone();
+            self.set_hive_entry(&entry);
+            self.agents
+                .insert(name.clone(), Agent::new(entry, Phase::Stopped));
+            return match self.spawn(&name) {
+                Ok(()) => Ok(format!("{name} started")),
+                Err(e) => Ok(format!("{name} did not start ({e}); it is tried again")),
+            };
+        };
+        let base = a.applied.clone();
+        let applied = fleetfile::patched(&base, &change.patch)?;
+        if let Some(path) = self.s.config.clone() {
+            let written = fleetfile::apply(
+                &path,
+                &Change {
+                    agent: &name,
+                    base: Some(&base),
+                    patch: &change.patch,
+                },
+            )?;
+            self.config_mtime = mtime(&path);
+            self.reload_desired(&written.config);
+        }
+        self.set_hive_entry(&applied);
+        let a = self.agent(&name)?;
+        a.desired = a.desired.take().filter(|d| *d != applied);
+        a.applied = applied;
+        if matches!(a.phase, Phase::Stopped) {
+            return Ok(format!(
+                "{name} has its new config; it is stopped and runs it once it is started"
+            ));
+        }
+        self.stop(&name, Then::Start { rebuild: true })?;
+        Ok(format!("{name} restarts with its new config"))
     }
 
     /// Keeps the supervisor's copy of the topology (for `manager_of`) in step.
@@ -357,13 +436,34 @@ impl Supervisor {
                 }
                 a.phase = Phase::Running(child);
                 a.started = Some(Instant::now());
-                a.rebuilding = false;
+                if std::mem::take(&mut a.rebuilding) {
+                    let text = match a.desired {
+                        None => format!("{name} runs the current binary and config"),
+                        Some(_) => format!(
+                            "{name} runs the current binary and the config hive applied; its \
+                             fleet-file entry still differs (edited by hand): `hive update \
+                             {name}` applies it"
+                        ),
+                    };
+                    a.last_rebuild = Some(Rebuild {
+                        at: crate::proto::now(),
+                        ok: true,
+                        text,
+                    });
+                }
                 Ok(())
             }
             Err(e) => {
                 a.failures += 1;
                 a.phase = Phase::Backoff(Instant::now() + backoff);
                 log::error!("cannot start {name}: {e}");
+                if a.rebuilding {
+                    a.last_rebuild = Some(Rebuild {
+                        at: crate::proto::now(),
+                        ok: false,
+                        text: format!("{name} could not be started ({e}); it is tried again"),
+                    });
+                }
                 Err(e)
             }
         }
@@ -429,6 +529,10 @@ impl Supervisor {
             .env("HIVE_TOOL_GROUPS", {
                 let g: Vec<&str> = cfg.groups().iter().map(|g| g.name()).collect();
                 g.join(",")
+            })
+            .env("HIVE_CAPABILITIES", {
+                let c: Vec<&str> = cfg.capabilities.iter().map(|c| c.name()).collect();
+                c.join(",")
             })
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -618,6 +722,12 @@ impl Supervisor {
                 );
             }
         }
+        self.reload_desired(&cfg);
+    }
+
+    /// Each agent's `desired` entry from the fleet file `cfg`: its entry there
+    /// when it differs from what the agent runs.
+    fn reload_desired(&mut self, cfg: &HiveConfig) {
         for (name, a) in self.agents.iter_mut() {
             match cfg.agent(name) {
                 Some(entry) if *entry != a.applied => a.desired = Some(entry.clone()),
@@ -686,10 +796,11 @@ impl Supervisor {
             for e in events {
                 let to = self.manager_of(&name);
                 log::info!("crash_watch: {name}: {} → {to}", e.kind());
+                let body = e.body(&name, to == "operator");
                 let _ = self.hub.send(HubMsg::System {
                     to,
                     kind: e.kind().into(),
-                    body: e.body(&name),
+                    body,
                 });
             }
         }
@@ -710,9 +821,12 @@ impl Supervisor {
                     Phase::Backoff(_) if a.rebuilding => ("rebuilding", None),
                     Phase::Backoff(_) => ("restarting", None),
                 };
-                let port =
-                    read_agent_file(&self.agent_dir(name).join("state").join("hyperhive-port"))
-                        .and_then(|p| p.trim().parse().ok());
+                // A stopped agent's port file is a page that is gone.
+                let port = pid
+                    .and_then(|_| {
+                        read_agent_file(&self.agent_dir(name).join("state").join("hyperhive-port"))
+                    })
+                    .and_then(|p| p.trim().parse().ok());
                 AgentState {
                     name: name.clone(),
                     state: state.into(),
@@ -722,6 +836,7 @@ impl Supervisor {
                     up_to_date: axes.up_to_date,
                     port,
                     applied: a.applied.clone(),
+                    last_rebuild: a.last_rebuild.clone(),
                 }
             })
             .collect()

@@ -34,12 +34,19 @@ impl WatchEvent {
         }
     }
 
-    pub fn body(self, agent: &str) -> String {
+    /// The message for the manager; `to_operator` when that is the operator
+    /// (a root agent's events), who acts from the shell or the dashboard.
+    pub fn body(self, agent: &str, to_operator: bool) -> String {
         match self {
             WatchEvent::NeedsLogin => format!(
                 "[needs_login] {agent} has no claude credentials; the operator must log it in on its page"
             ),
             WatchEvent::LoggedIn => format!("[logged_in] {agent} has claude credentials again"),
+            WatchEvent::NeedsUpdate if to_operator => format!(
+                "[needs_update] {agent} runs an older binary or config than the current one; \
+                 run `hive update {agent}` (or press Update on its card on the dashboard) to \
+                 restart it onto the current ones"
+            ),
             WatchEvent::NeedsUpdate => format!(
                 "[needs_update] {agent} runs an older binary or config than the current one; \
                  mcp__hyperhive__update(name=\"{agent}\") restarts it onto the current ones"
@@ -100,6 +107,17 @@ mod tests {
             logged_in,
             up_to_date,
         }
+    }
+
+    #[test]
+    fn the_operator_is_told_the_command_a_manager_the_tool() {
+        let op = WatchEvent::NeedsUpdate.body("pal", true);
+        assert!(op.contains("run `hive update pal`"), "{op}");
+        let boss = WatchEvent::NeedsUpdate.body("kid", false);
+        assert!(
+            boss.contains("mcp__hyperhive__update(name=\"kid\")"),
+            "{boss}"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use super::prompt::{self, PromptVars};
 use super::settings::Settings;
-use crate::groups::ToolGroup;
+use crate::groups::{Capability, ToolGroup};
 use serde_json::{json, Map, Value};
 use std::path::Path;
 
@@ -33,10 +33,11 @@ pub struct ToolLists {
     pub allowed: Vec<String>,
 }
 
-/// The `mcp__hyperhive__*` tools of the enabled groups: the same list `hive mcp`
-/// shows in `tools/list`, from the one table in `crate::mcp::hyperhive`.
-pub fn hyperhive_tools(groups: &[ToolGroup]) -> Vec<String> {
-    crate::mcp::hyperhive::allowed_hyperhive_tools(groups)
+/// The `mcp__hyperhive__*` tools of the enabled groups and capabilities: the
+/// same list `hive mcp` shows in `tools/list`, from the one table in
+/// `crate::mcp::hyperhive`.
+pub fn hyperhive_tools(groups: &[ToolGroup], capabilities: &[Capability]) -> Vec<String> {
+    crate::mcp::hyperhive::allowed_hyperhive_tools(groups, capabilities)
 }
 
 /// The built-ins for `--tools`.
@@ -160,6 +161,7 @@ pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
         std::env::current_exe().map_err(|e| format!("cannot find the running hive binary: {e}"))?;
     let exe = exe.display().to_string();
     let groups: Vec<&str> = s.tool_groups.iter().map(|g| g.name()).collect();
+    let capabilities: Vec<&str> = s.capabilities.iter().map(|c| c.name()).collect();
     let (extra, extra_allowed) = extra_servers(s.extra_mcp_servers.as_deref())?;
     let mut servers = Map::new();
     servers.insert(
@@ -172,6 +174,7 @@ pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
                 "HIVE_SOCKET": s.socket.display().to_string(),
                 "HIVE_STATE_DIR": s.state_dir.display().to_string(),
                 "HIVE_TOOL_GROUPS": groups.join(","),
+                "HIVE_CAPABILITIES": capabilities.join(","),
                 "HIVE_LABEL": s.label,
                 "RUST_LOG": "warn",
             }
@@ -210,7 +213,7 @@ pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
 
     let builtins = builtin_tools(&s.tool_groups);
     let mut allowed = builtins.clone();
-    allowed.extend(hyperhive_tools(&s.tool_groups));
+    allowed.extend(hyperhive_tools(&s.tool_groups, &s.capabilities));
     allowed.extend(BASH_TOOLS.iter().map(|t| t.to_string()));
     allowed.extend(extra_allowed);
     Ok(ToolLists { builtins, allowed })
@@ -269,7 +272,7 @@ mod tests {
         assert!(!b.iter().any(|t| DENIED_BUILTIN_TOOLS.contains(&t.as_str())));
         let web = crate::groups::parse_groups("messaging,web_tools").unwrap();
         assert!(builtin_tools(&web).contains(&"WebFetch".to_string()));
-        let h = hyperhive_tools(&groups);
+        let h = hyperhive_tools(&groups, &[]);
         assert!(h.contains(&"mcp__hyperhive__send".to_string()));
         assert!(h.contains(&"mcp__hyperhive__request_next_turn".to_string()));
         assert!(

@@ -4,7 +4,7 @@
 //! variable) so the rest of the harness never touches the environment.
 //! `docs/env.md` lists them.
 
-use crate::groups::{self, ToolGroup};
+use crate::groups::{self, Capability, ToolGroup};
 use crate::proto::paths::state;
 use crate::sys::env::Env;
 use std::path::{Path, PathBuf};
@@ -22,6 +22,9 @@ pub struct Settings {
     pub label: String,
     pub claude_bin: String,
     pub tool_groups: Vec<ToolGroup>,
+    /// `HIVE_CAPABILITIES`: capabilities that grant a tool by themselves
+    /// (`read_host_journal`), passed on to `hive mcp`.
+    pub capabilities: Vec<Capability>,
     /// Raw `HIVE_EXTRA_MCP_SERVERS` JSON, validated when the boot files are written.
     pub extra_mcp_servers: Option<String>,
     pub model_file: PathBuf,
@@ -108,6 +111,9 @@ impl Settings {
         };
         let tool_groups = groups::parse_groups(&env.get("HIVE_TOOL_GROUPS").unwrap_or_default())
             .map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
+        let capabilities =
+            groups::parse_capabilities(&env.get("HIVE_CAPABILITIES").unwrap_or_default())
+                .map_err(|e| format!("HIVE_CAPABILITIES: {e}"))?;
         let label = env.get("HIVE_LABEL").unwrap_or_else(|| "hive".into());
         Ok(Settings {
             state_dir: state_dir.to_path_buf(),
@@ -119,6 +125,7 @@ impl Settings {
                 .get("HIVE_CLAUDE_BIN")
                 .unwrap_or_else(|| "claude".into()),
             tool_groups,
+            capabilities,
             extra_mcp_servers: env.get("HIVE_EXTRA_MCP_SERVERS"),
             model_file,
             default_model: match env.get("HIVE_DEFAULT_MODEL") {

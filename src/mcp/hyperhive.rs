@@ -6,9 +6,9 @@
 //! command's own `validate` (a -32602 error when they do not), go to the
 //! agent's socket through the typed client, and the typed answer is rendered.
 //! Which tools an agent sees comes from the command's row of the privilege
-//! table (its group), which is also what the broker enforces and what
-//! `--allowedTools` says: [`allowed_hyperhive_tools`]. Documented for users in
-//! `docs/tools/mcp.md`.
+//! table (its group, or for `get_host_journal` its capability alone), which is
+//! also what the broker enforces and what `--allowedTools` says:
+//! [`allowed_hyperhive_tools`]. Documented for users in `docs/tools/mcp.md`.
 
 mod inbox;
 mod messaging;
@@ -17,7 +17,7 @@ mod privileged;
 
 use super::schema::{self, Arg};
 use super::{CallCtx, ServerInfo, ToolDef, ToolOutcome, Tools};
-use crate::groups::{self, ToolGroup};
+use crate::groups::{self, Capability, ToolGroup};
 use crate::proto::command::Row;
 use crate::proto::paths::DEFAULT_AGENT_SOCKET;
 use crate::proto::{Access, Client, ClientError, Command};
@@ -77,32 +77,41 @@ fn find(name: &str) -> Option<&'static Tool> {
     tools().find(|t| t.name == name)
 }
 
-/// The tools of `groups`, in group order.
-fn tools_of(groups: &[ToolGroup]) -> Vec<&'static Tool> {
+/// The tools an agent with `groups` and `capabilities` is granted: those of
+/// each group in group order, then those a capability alone grants.
+fn tools_of(groups: &[ToolGroup], capabilities: &[Capability]) -> Vec<&'static Tool> {
     let mut out = Vec::new();
     for g in groups {
         out.extend(tools().filter(|t| t.access.group() == Some(*g)));
     }
+    for c in capabilities {
+        out.extend(tools().filter(|t| t.access.capability() == Some(*c)));
+    }
     out
 }
 
-/// The bare names of the tools of `groups`, in group order.
-pub fn tool_names(groups: &[ToolGroup]) -> Vec<&'static str> {
-    tools_of(groups).into_iter().map(|t| t.name).collect()
+/// The bare names of the tools granted by `groups` and `capabilities`.
+pub fn tool_names(groups: &[ToolGroup], capabilities: &[Capability]) -> Vec<&'static str> {
+    tools_of(groups, capabilities)
+        .into_iter()
+        .map(|t| t.name)
+        .collect()
 }
 
 /// The `mcp__hyperhive__<tool>` names for claude's `--allowedTools`: exactly the
-/// tools `tools/list` shows for the same groups.
-pub fn allowed_hyperhive_tools(groups: &[ToolGroup]) -> Vec<String> {
-    tool_names(groups)
+/// tools `tools/list` shows for the same groups and capabilities.
+pub fn allowed_hyperhive_tools(groups: &[ToolGroup], capabilities: &[Capability]) -> Vec<String> {
+    tool_names(groups, capabilities)
         .into_iter()
         .map(|name| format!("mcp__{SERVER_NAME}__{name}"))
         .collect()
 }
 
-/// The provider: one agent's groups, its broker socket and its state dir.
+/// The provider: one agent's groups and capabilities, its broker socket and
+/// its state dir.
 pub struct HyperhiveTools {
     groups: Vec<ToolGroup>,
+    capabilities: Vec<Capability>,
     socket: PathBuf,
     state_dir: Option<PathBuf>,
 }
@@ -110,24 +119,31 @@ pub struct HyperhiveTools {
 impl HyperhiveTools {
     pub fn new(
         groups: Vec<ToolGroup>,
+        capabilities: Vec<Capability>,
         socket: PathBuf,
         state_dir: Option<PathBuf>,
     ) -> HyperhiveTools {
         HyperhiveTools {
             groups,
+            capabilities,
             socket,
             state_dir,
         }
     }
 
-    /// Reads `HIVE_TOOL_GROUPS`, `HIVE_SOCKET` and `HIVE_STATE_DIR`.
+    /// Reads `HIVE_TOOL_GROUPS`, `HIVE_CAPABILITIES`, `HIVE_SOCKET` and
+    /// `HIVE_STATE_DIR`.
     pub fn from_env() -> Result<HyperhiveTools, String> {
         let env = crate::sys::env::Env::process();
         let list = env.get("HIVE_TOOL_GROUPS").unwrap_or_default();
         let groups = groups::parse_groups(&list).map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
+        let list = env.get("HIVE_CAPABILITIES").unwrap_or_default();
+        let capabilities =
+            groups::parse_capabilities(&list).map_err(|e| format!("HIVE_CAPABILITIES: {e}"))?;
         let socket = env.path_or("HIVE_SOCKET", DEFAULT_AGENT_SOCKET);
         Ok(HyperhiveTools::new(
             groups,
+            capabilities,
             socket,
             env.path("HIVE_STATE_DIR"),
         ))
@@ -195,7 +211,7 @@ impl HyperhiveTools {
 
 impl Tools for HyperhiveTools {
     fn list(&self) -> Vec<ToolDef> {
-        tools_of(&self.groups)
+        tools_of(&self.groups, &self.capabilities)
             .into_iter()
             .map(|t| ToolDef {
                 name: t.name,
@@ -266,7 +282,7 @@ pub fn main() -> Result<i32, String> {
     let signals = crate::sys::signals()?;
     let tools = HyperhiveTools::from_env()?;
     log::info!(
-        "hive mcp: socket {}, groups {}, tools {}",
+        "hive mcp: socket {}, groups {}, capabilities {}, tools {}",
         tools.socket.display(),
         tools
             .groups
@@ -274,7 +290,13 @@ pub fn main() -> Result<i32, String> {
             .map(|g| g.name())
             .collect::<Vec<_>>()
             .join(","),
-        tool_names(&tools.groups).join(",")
+        tools
+            .capabilities
+            .iter()
+            .map(|c| c.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        tool_names(&tools.groups, &tools.capabilities).join(",")
     );
     let input = io::BufReader::new(io::stdin());
     let reason = super::serve(
@@ -294,17 +316,17 @@ mod tests {
     use crate::proto::access::{Caller, Capability, Gate};
     use crate::proto::PRIVILEGES;
 
-    fn provider(groups: &[ToolGroup]) -> HyperhiveTools {
+    fn provider(groups: &[ToolGroup], capabilities: &[Capability]) -> HyperhiveTools {
         HyperhiveTools::new(
             groups.to_vec(),
+            capabilities.to_vec(),
             PathBuf::from("/nonexistent/mcp.sock"),
             None,
         )
     }
 
-    /// Every subset of the groups, so the agreement holds for any config.
-    fn all_group_sets() -> Vec<Vec<ToolGroup>> {
-        let all = ToolGroup::ALL;
+    /// Every subset of `all`, so the agreement holds for any config.
+    fn subsets<T: Copy>(all: &[T]) -> Vec<Vec<T>> {
         (0u32..1 << all.len())
             .map(|mask| {
                 all.iter()
@@ -317,62 +339,85 @@ mod tests {
     }
 
     /// The privilege table, `tools/list`, `--allowedTools` and enforcement
-    /// agree for every command and every set of groups: a tool is listed and
-    /// allowed exactly when the broker admits its command from an agent with
-    /// those groups (and every capability: capabilities narrow a listed tool,
-    /// they never list one).
+    /// agree for every command, every set of groups and every set of
+    /// capabilities: a tool is listed and allowed exactly when the broker
+    /// admits its command from an agent with those grants.
     #[test]
     fn listing_allowed_tools_and_enforcement_agree_for_every_command() {
-        for groups in all_group_sets() {
-            let listed: Vec<String> = provider(&groups)
-                .list()
-                .iter()
-                .map(|t| format!("mcp__hyperhive__{}", t.name))
-                .collect();
-            assert_eq!(listed, allowed_hyperhive_tools(&groups), "{groups:?}");
-            for (cmd, access) in PRIVILEGES {
-                let admitted = access
-                    .admits(
-                        cmd,
-                        Caller::Agent {
-                            name: "ana",
-                            groups: &groups,
-                            capabilities: &Capability::ALL,
-                        },
-                    )
-                    .is_ok();
-                let name = format!("mcp__hyperhive__{cmd}");
-                if listed.contains(&name) {
-                    assert!(admitted, "{cmd} is listed for {groups:?} but refused");
-                }
-                if let Some(g) = access.group() {
-                    assert_eq!(admitted, groups.contains(&g), "{cmd} for {groups:?}");
+        for groups in subsets(&ToolGroup::ALL) {
+            for capabilities in subsets(&Capability::ALL) {
+                let listed: Vec<String> = provider(&groups, &capabilities)
+                    .list()
+                    .iter()
+                    .map(|t| format!("mcp__hyperhive__{}", t.name))
+                    .collect();
+                assert_eq!(
+                    listed,
+                    allowed_hyperhive_tools(&groups, &capabilities),
+                    "{groups:?} {capabilities:?}"
+                );
+                for (cmd, access) in PRIVILEGES {
+                    let admitted = access
+                        .admits(
+                            cmd,
+                            Caller::Agent {
+                                name: "ana",
+                                groups: &groups,
+                                capabilities: &capabilities,
+                            },
+                        )
+                        .is_ok();
+                    let name = format!("mcp__hyperhive__{cmd}");
+                    if let Some(gate) = access.gate() {
+                        assert_eq!(
+                            admitted,
+                            gate.granted(&groups, &capabilities),
+                            "{cmd} for {groups:?} {capabilities:?}"
+                        );
+                    }
                     if find(cmd).is_some() {
-                        assert_eq!(listed.contains(&name), admitted, "{cmd} for {groups:?}");
+                        assert_eq!(
+                            listed.contains(&name),
+                            admitted,
+                            "{cmd} for {groups:?} {capabilities:?}"
+                        );
                     }
                 }
             }
         }
+        // get_host_journal: its capability alone, no group.
+        let only_cap = allowed_hyperhive_tools(&[], &[Capability::ReadHostJournal]);
+        assert_eq!(only_cap, ["mcp__hyperhive__get_host_journal"]);
+        let only_group = allowed_hyperhive_tools(&[ToolGroup::Diagnostics], &[]);
+        assert_eq!(only_group, ["mcp__hyperhive__get_logs"]);
     }
 
     #[test]
-    fn every_tool_is_a_command_of_its_group_or_a_declared_local_tool() {
+    fn every_tool_is_a_command_of_its_gate_or_a_declared_local_tool() {
         for t in tools() {
             match PRIVILEGES.iter().find(|(cmd, _)| *cmd == t.name) {
                 Some((_, access)) => assert_eq!(*access, t.access, "{}", t.name),
                 None => assert_eq!(t.name, "request_next_turn", "an unknown local tool"),
             }
-            assert!(t.access.group().is_some(), "{} is behind a group", t.name);
+            assert!(
+                t.access.group().is_some() || t.access.capability().is_some(),
+                "{} is behind a group or a capability",
+                t.name
+            );
             let owners = ToolGroup::ALL
                 .iter()
-                .filter(|g| tool_names(&[**g]).contains(&t.name))
-                .count();
-            assert_eq!(owners, 1, "{} belongs to exactly one group", t.name);
+                .filter(|g| tool_names(&[**g], &[]).contains(&t.name))
+                .count()
+                + Capability::ALL
+                    .iter()
+                    .filter(|c| tool_names(&[], &[**c]).contains(&t.name))
+                    .count();
+            assert_eq!(owners, 1, "{} is granted by exactly one grant", t.name);
         }
-        // Every group-gated command an agent can send has its tool, but
-        // recv_ack, which the recv tool sends itself.
+        // Every gated command an agent can send has its tool, but recv_ack,
+        // which the recv tool sends itself.
         for (cmd, access) in PRIVILEGES {
-            if matches!(access.gate(), Some(Gate::Group(_) | Gate::Capability(..)))
+            if matches!(access.gate(), Some(Gate::Group(_) | Gate::Capability(_)))
                 && *cmd != "recv_ack"
             {
                 assert!(find(cmd).is_some(), "{cmd} has no tool");
@@ -384,7 +429,7 @@ mod tests {
     fn the_default_preset_lists_the_core_tools() {
         let groups = groups::parse_groups("").unwrap();
         assert_eq!(
-            tool_names(&groups),
+            tool_names(&groups, &[]),
             [
                 "send",
                 "recv",
@@ -449,7 +494,7 @@ mod tests {
 
     #[test]
     fn an_unreachable_broker_is_a_tool_error_naming_the_socket() {
-        let p = provider(&ToolGroup::AGENT_DEFAULT);
+        let p = provider(&ToolGroup::AGENT_DEFAULT, &[]);
         let (ctx, _cancel) = CallCtx::new(crate::mcp::RequestId::from(1));
         let out = p.call("get_agent_meta", json!({}), &ctx);
         let ToolOutcome::Err(text) = out else {

@@ -2,8 +2,9 @@
 //! its fleet entry, and [`Access`], the rule each command's row of the
 //! privilege table ([`super::command::PRIVILEGES`]) carries. The broker
 //! enforces a row with [`Access::admits`] on the socket a request came in on
-//! (the privilege boundary); `hive mcp` lists a tool when its row's group is
-//! granted ([`Access::group`]) and the harness hands claude the same names in
+//! (the privilege boundary); `hive mcp` lists a tool when its row's gate is
+//! granted ([`Gate::granted`]: its group, or for a capability-gated command its
+//! capability alone) and the harness hands claude the same names in
 //! `--allowedTools`, so the three cannot disagree. Rules about a command's
 //! *target* (only your own children, anyone with `query_agent_state`) are the
 //! handler's.
@@ -95,8 +96,20 @@ pub enum Gate {
     Open,
     /// The group.
     Group(ToolGroup),
-    /// The group (which lists the tool) and the capability (which allows it).
-    Capability(ToolGroup, Capability),
+    /// The capability alone, orthogonal to the groups (`get_host_journal`).
+    Capability(Capability),
+}
+
+impl Gate {
+    /// Is an agent with these groups and capabilities let through? What the
+    /// broker enforces and what `tools/list` and `--allowedTools` mirror.
+    pub fn granted(self, groups: &[ToolGroup], capabilities: &[Capability]) -> bool {
+        match self {
+            Gate::Open => true,
+            Gate::Group(g) => groups.contains(&g),
+            Gate::Capability(c) => capabilities.contains(&c),
+        }
+    }
 }
 
 /// One row of the privilege table: who may send a command.
@@ -116,7 +129,7 @@ impl std::fmt::Display for Access {
         let agents = |f: &mut std::fmt::Formatter<'_>, g: &Gate| match g {
             Gate::Open => f.write_str("agents"),
             Gate::Group(g) => write!(f, "agents with `{g}`"),
-            Gate::Capability(g, c) => write!(f, "agents with `{g}` and the `{c}` capability"),
+            Gate::Capability(c) => write!(f, "agents with the `{c}` capability"),
         };
         match self {
             Access::Operator => f.write_str("operator"),
@@ -149,12 +162,19 @@ impl Access {
         }
     }
 
-    /// The group an agent must be granted: what `tools/list` and
-    /// `--allowedTools` mirror.
+    /// The group an agent must be granted, for a group-gated command.
     pub fn group(self) -> Option<ToolGroup> {
         match self.gate()? {
-            Gate::Open => None,
-            Gate::Group(g) | Gate::Capability(g, _) => Some(g),
+            Gate::Group(g) => Some(g),
+            Gate::Open | Gate::Capability(_) => None,
+        }
+    }
+
+    /// The capability an agent must be granted, for a capability-gated command.
+    pub fn capability(self) -> Option<Capability> {
+        match self.gate()? {
+            Gate::Capability(c) => Some(c),
+            Gate::Open | Gate::Group(_) => None,
         }
     }
 
@@ -183,24 +203,18 @@ impl Access {
                 "{cmd} is an operator command; this is the socket of agent {name}"
             ));
         };
-        let (group, capability) = match gate {
+        if gate.granted(groups, capabilities) {
+            return Ok(());
+        }
+        let needs = match gate {
             Gate::Open => return Ok(()),
-            Gate::Group(g) => (g, None),
-            Gate::Capability(g, c) => (g, Some(c)),
+            Gate::Group(g) => format!("the {g} tool group"),
+            Gate::Capability(c) => format!("the {c} capability"),
         };
-        if !groups.contains(&group) {
-            return Err(format!(
-                "{cmd} needs the {group} tool group, which {name} is not granted; the operator \
-                 grants it in the fleet file"
-            ));
-        }
-        match capability {
-            Some(c) if !capabilities.contains(&c) => Err(format!(
-                "{cmd} needs the {c} capability, which {name} is not granted; the operator \
-                 grants it in the fleet file"
-            )),
-            _ => Ok(()),
-        }
+        Err(format!(
+            "{cmd} needs {needs}, which {name} is not granted; the operator grants it in the \
+             fleet file"
+        ))
     }
 }
 
@@ -240,14 +254,7 @@ mod tests {
             groups,
             capabilities,
         };
-        let journal = Access::Agent(Gate::Capability(
-            ToolGroup::Diagnostics,
-            Capability::ReadHostJournal,
-        ));
-        let e = journal
-            .admits("get_host_journal", agent(&[], &[]))
-            .unwrap_err();
-        assert!(e.contains("needs the diagnostics tool group"), "{e}");
+        let journal = Access::Agent(Gate::Capability(Capability::ReadHostJournal));
         let e = journal
             .admits("get_host_journal", agent(&[ToolGroup::Diagnostics], &[]))
             .unwrap_err();
@@ -255,12 +262,17 @@ mod tests {
             e.contains("needs the read_host_journal capability, which ana"),
             "{e}"
         );
+        // The capability alone lets it through: no group is needed.
         assert!(journal
             .admits(
                 "get_host_journal",
-                agent(&[ToolGroup::Diagnostics], &[Capability::ReadHostJournal])
+                agent(&[], &[Capability::ReadHostJournal])
             )
             .is_ok());
+        let e = Access::Agent(Gate::Group(ToolGroup::Diagnostics))
+            .admits("get_logs", agent(&[], &[Capability::ReadHostJournal]))
+            .unwrap_err();
+        assert!(e.contains("needs the diagnostics tool group"), "{e}");
         let e = journal
             .admits("get_host_journal", Caller::Operator)
             .unwrap_err();

@@ -197,7 +197,7 @@ commands! {
     "cancel_scheduled"     => CancelScheduled:   Agent(Group(G::Scheduling));
     // diagnostics
     "get_logs"             => GetLogs:           Agent(Group(G::Diagnostics));
-    "get_host_journal"     => GetHostJournal:    Agent(Cap(G::Diagnostics, ReadHostJournal));
+    "get_host_journal"     => GetHostJournal:    Agent(Cap(ReadHostJournal));
     // the operator
     "inbox"                => Inbox:             Operator;
     "inbox_ack"            => InboxAck:          Operator;
@@ -208,6 +208,10 @@ commands! {
     "approve"              => Approve:           Operator;
     "deny"                 => Deny:              Operator;
     "supervision"          => Supervision:       Operator;
+    "start_agent"          => StartAgent:        Operator;
+    "stop_agent"           => StopAgent:         Operator;
+    "restart_agent"        => RestartAgent:      Operator;
+    "update_agent"         => UpdateAgent:       Operator;
     "set_permissions"      => SetPermissions:    Operator;
     "version"              => Version:           Operator;
     "failed"               => Failed:            Operator;

@@ -143,6 +143,8 @@ closed_enum! {
         Question = "question",
         Reminder = "reminder",
         Approval = "approval",
+        /// A scheduled prompt (`schedule_prompt`); needs the `scheduling` group.
+        Scheduled = "scheduled",
     }
 }
 
@@ -173,10 +175,10 @@ mod tests {
             .to_string();
         assert!(
             e.contains(
-                "unknown loose-end kind \"task\"; known kinds: question, reminder, approval"
+                "unknown loose-end kind \"task\"; known kinds: question, reminder, approval, scheduled"
             ),
             "{e}"
         );
-        assert_eq!(LooseEndKind::ALL.len(), 3);
+        assert_eq!(LooseEndKind::ALL.len(), 4);
     }
 }

@@ -170,6 +170,21 @@ pub struct AgentState {
     pub port: Option<u16>,
     /// The config the running agent was started with.
     pub applied: AgentConfig,
+    /// How its last rebuild (`update`, or a restart onto a changed entry)
+    /// ended; absent until one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rebuild: Option<Rebuild>,
+}
+
+/// How a rebuild ended, for the dashboard's card.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rebuild {
+    /// Unix seconds.
+    pub at: i64,
+    /// It runs again (false: it could not be started).
+    pub ok: bool,
+    /// One line saying what it runs now, or why it does not.
+    pub text: String,
 }
 
 /// A dead letter as `failed` lists it: a message its recipient's harness gave

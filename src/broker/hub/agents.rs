@@ -3,16 +3,20 @@
 //! the status line (pushed to a parked `recv_next` that said what it had seen),
 //! `get_agent_meta`, the operator's `agents`, and the loose ends: open
 //! questions, reminders, scheduled prompts, approvals and the running bash
-//! tasks its task daemon reports (`report_tasks`), and `cancel_loose_end`.
+//! tasks its task daemon reports (`report_tasks`), and `cancel_loose_end`
+//! (a scheduled prompt needs the `scheduling` group, as `cancel_scheduled`
+//! does; an approval, the requester's root agent).
 
 use super::limits::Budget;
 use super::{db_err, ConnId, Hub, Identity};
 use crate::broker::db::Side;
-use crate::proto::access::Capability;
+use crate::proto::access::{Caller, Capability};
 use crate::proto::cmd::{
-    AgentMeta, AgentsReply, CancelLooseEnd, GetAgentMeta, GetLooseEnds, HarnessStarted, Hello,
-    HelloReply, LooseEndsReply, PostTurnCounts, ReportTasks, SetStatus, VersionReply,
+    AgentMeta, AgentsReply, CancelLooseEnd, CancelScheduled, GetAgentMeta, GetLooseEnds,
+    HarnessStarted, Hello, HelloReply, LooseEndsReply, PostTurnCounts, ReportTasks, SetStatus,
+    VersionReply,
 };
+use crate::proto::command::Row;
 use crate::proto::{now, AgentRow, Empty, LooseEndKind, MsgKind, SentReply, PROTOCOL_VERSION};
 
 /// The first message of every harness start.
@@ -161,12 +165,19 @@ impl Hub {
         };
         let mut budget = Budget::new();
         let db = &self.db;
+        let approvals = budget.fit(self.approvals_of(&target)?);
+        let withdrawable = approvals
+            .iter()
+            .filter(|a| self.may_withdraw(caller, a))
+            .map(|a| a.id)
+            .collect();
         Ok(LooseEndsReply {
             asked: budget.fit(db.questions_where(Side::Asker, &target).map_err(db_err)?),
             owed: budget.fit(db.questions_where(Side::Target, &target).map_err(db_err)?),
             reminders: budget.fit(db.reminders_of(&target).map_err(db_err)?),
             scheduled: budget.fit(db.scheduled_of(&target).map_err(db_err)?),
-            approvals: budget.fit(self.approvals_of(&target)?),
+            approvals,
+            withdrawable,
             tasks: budget.fit(db.tasks_of(&target).map_err(db_err)?),
             left_off: budget.left_off,
             agent: target,
@@ -182,6 +193,20 @@ impl Hub {
             LooseEndKind::Question => self.withdraw_question(agent, c.id),
             LooseEndKind::Reminder => self.cancel_reminder(agent, c.id),
             LooseEndKind::Approval => self.cancel_approval(agent, c.id),
+            LooseEndKind::Scheduled => {
+                // The same rule as cancel_scheduled's row of the table.
+                let caller = Caller::Agent {
+                    name: agent,
+                    groups: &self
+                        .cfg
+                        .agent(agent)
+                        .map(|e| e.groups())
+                        .unwrap_or_default(),
+                    capabilities: &[],
+                };
+                CancelScheduled::ACCESS.admits("cancel_loose_end(kind=\"scheduled\")", caller)?;
+                self.cancel_scheduled(agent, CancelScheduled { id: c.id })
+            }
         }
     }
 

@@ -1,45 +1,33 @@
 //! Approvals: changes an agent proposes and the operator decides — a new child
 //! (`request_spawn`, queued in `lifecycle.rs`) or a merge patch of a fleet-file
 //! entry (`request_apply_commit`) — and the operator's `approvals`, `approve`,
-//! `deny` and `set_permissions`. An approved change is handed to the
-//! supervisor off the hub; its answer comes back as a [`Followup`], and only
-//! then does the hub record the decision, so a stuck supervisor never holds the
-//! hub and an approval is decided once.
+//! `deny` and `set_permissions`. Carrying one out never blocks the hub: the
+//! fleet file is changed (three-way, keeping every hand edit:
+//! `broker::fleetfile`) and the supervisor asked on the caller's connection
+//! thread, and what that changes comes back as a [`Followup`]; only then does
+//! the hub record the decision, so a stuck supervisor never holds the hub and
+//! an approval is decided once. A change the fleet file refuses (a conflict
+//! with a hand edit, a file hive cannot write) changes nothing: the approval
+//! stays pending.
 
-use super::{db_err, Done, Followup, Handled, Hub, HubMsg, Identity};
-use crate::broker::lifecycle::LifecycleCmd;
+use super::lifecycle::{ask_supervisor, NO_SUPERVISOR};
+use super::{db_err, Done, Followup, Handled, Hub, HubMsg, Identity, Work};
+use crate::broker::fleetfile::{self, Change};
+use crate::broker::lifecycle::{EntryChange, LifecycleCmd};
 use crate::config::{AgentConfig, HiveConfig};
 use crate::proto::cmd::{
     parse_patch, ApprovalsReply, Approve, Deny, RequestApplyCommit, SetPermissions,
 };
 use crate::proto::limits::MAX_PATCH_BYTES;
 use crate::proto::text::{excerpt, preview};
-use crate::proto::{now, Approval, ApprovalKind, ApprovalState, MsgKind, QueuedReply, TextReply};
+use crate::proto::{
+    now, Approval, ApprovalKind, ApprovalState, Empty, MsgKind, QueuedReply, TextReply,
+};
 use crossbeam_channel::Sender;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-
-/// RFC 7396 JSON merge patch: objects merge, `null` removes, anything else replaces.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = json!({});
-    }
-    if let Value::Object(t) = target {
-        for (k, v) in p {
-            if v.is_null() {
-                t.remove(k);
-            } else {
-                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-    }
-}
 
 /// Sends a follow-up to the hub and waits for its answer line.
 fn follow_up(hub: &Sender<HubMsg>, who: Identity, followup: Followup) -> Result<String, String> {
@@ -55,9 +43,20 @@ fn follow_up(hub: &Sender<HubMsg>, who: Identity, followup: Followup) -> Result<
 
 /// Decodes an answer line a follow-up produced, so the job can hand back a
 /// typed result (the line is built again from it, unchanged).
-fn relay<R: serde::de::DeserializeOwned>(line: Result<String, String>) -> Result<R, String> {
+pub(super) fn relay<R: serde::de::DeserializeOwned>(
+    line: Result<String, String>,
+) -> Result<R, String> {
     let line = line?;
     crate::proto::lines::decode(&line, "the hub", "the follow-up").map_err(|e| e.to_string())
+}
+
+/// Sends a follow-up and decodes its answer.
+pub(super) fn follow<R: serde::de::DeserializeOwned>(
+    hub: &Sender<HubMsg>,
+    who: Identity,
+    followup: Followup,
+) -> Result<R, String> {
+    relay(follow_up(hub, who, followup))
 }
 
 impl Hub {
@@ -67,10 +66,7 @@ impl Hub {
             .cfg
             .agent(agent)
             .ok_or_else(|| format!("unknown agent {agent:?}"))?;
-        let mut v = serde_json::to_value(current).map_err(|e| e.to_string())?;
-        merge_patch(&mut v, patch);
-        let entry: AgentConfig = serde_json::from_value(v)
-            .map_err(|e| format!("the patched entry of {agent} is not valid: {e}"))?;
+        let entry = fleetfile::patched(current, patch)?;
         let mut cfg = self.cfg.clone();
         if let Some(slot) = cfg.agents.iter_mut().find(|a| a.name == agent) {
             *slot = entry.clone();
@@ -80,16 +76,46 @@ impl Hub {
         Ok((cfg, entry))
     }
 
-    /// Writes the hub's config to the fleet file (through a rename).
-    fn write_fleet_file(&self) -> Result<(), String> {
-        let Some(path) = &self.settings.config_path else {
-            return Ok(());
-        };
-        let text = serde_json::to_string_pretty(&self.cfg).map_err(|e| e.to_string())?;
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, format!("{text}\n"))
-            .and_then(|_| std::fs::rename(&tmp, path))
-            .map_err(|e| format!("cannot write the fleet file {}: {e}", path.display()))
+    /// Work that carries out a change of an existing agent's entry: the
+    /// supervisor writes it to the fleet file (against what it last applied)
+    /// and restarts the agent onto it; without a supervisor the file is
+    /// written here (against the hub's rules, which are what was applied) and
+    /// the agent is left as it runs. `Err`: nothing was changed.
+    fn entry_work(&mut self, agent: &str, patch: Value) -> Result<Work<String>, String> {
+        if !self.changing.insert(agent.to_string()) {
+            return Err(format!(
+                "a change to the fleet entry of {agent} is being carried out; try again in a moment"
+            ));
+        }
+        let sup = self.settings.lifecycle.clone();
+        let timeout = self.settings.supervisor_timeout;
+        let path = self.settings.config_path.clone();
+        let base = self.cfg.agent(agent).cloned();
+        let agent = agent.to_string();
+        Ok(Box::new(move |_| {
+            if sup.is_some() {
+                let change = EntryChange {
+                    agent,
+                    patch,
+                    new: false,
+                };
+                return ask_supervisor(&sup, timeout, |reply| LifecycleCmd::Apply {
+                    change,
+                    reply,
+                });
+            }
+            if let Some(path) = &path {
+                let change = Change {
+                    agent: &agent,
+                    base: base.as_ref(),
+                    patch: &patch,
+                };
+                fleetfile::apply(path, &change)?;
+            }
+            Ok(format!(
+                "the fleet entry of {agent} changed; restart it to run it ({NO_SUPERVISOR})"
+            ))
+        }))
     }
 
     /// May `caller` propose a change to `agent`'s entry?
@@ -127,7 +153,7 @@ impl Hub {
                 agent: c.agent,
                 patch,
             };
-            relay(follow_up(hub, who, followup))
+            follow(hub, who, followup)
         })))
     }
 
@@ -198,14 +224,15 @@ impl Hub {
         }
     }
 
-    /// `approve`: a spawn's entry joins the fleet (socket, config, fleet file)
-    /// at once and the supervisor starts it; an apply_commit's patch goes to the
-    /// supervisor first (so it never sees the file change under a running
-    /// agent) and into the config when it answered.
+    /// `approve`, off the hub: a spawn's entry is added to the fleet file,
+    /// then the hub gives the agent its socket and rules ([`Followup::Joined`])
+    /// and the supervisor starts it; an apply_commit's patch goes to the
+    /// supervisor, which writes it to the fleet file and restarts the agent.
+    /// A fleet file that refuses the change leaves the approval pending.
     pub(super) fn approve(&mut self, c: Approve) -> Handled<TextReply> {
         let id = c.id;
         let a = self.pending_approval(id)?;
-        let (entry, patch) = match a.kind {
+        match a.kind {
             ApprovalKind::Spawn => {
                 let entry: AgentConfig = serde_json::from_value(a.payload.clone())
                     .map_err(|e| format!("approval #{id} holds a bad entry: {e}"))?;
@@ -213,56 +240,99 @@ impl Hub {
                 cfg.agents.push(entry.clone());
                 cfg.validate()
                     .map_err(|e| format!("approval #{id} cannot be applied: {e}"))?;
-                if let Some(l) = &self.settings.listeners {
-                    l.add_agent(&entry)?;
-                }
-                self.cfg = cfg;
-                self.write_fleet_file()?;
-                (entry, None)
+                self.deciding.insert(id);
+                let path = self.settings.config_path.clone();
+                let change = EntryChange {
+                    agent: entry.name.clone(),
+                    patch: a.payload,
+                    new: true,
+                };
+                let start =
+                    self.supervisor_work(move |reply| LifecycleCmd::Apply { change, reply });
+                Ok(Done::Offload(Box::new(move |hub| {
+                    let name = entry.name.clone();
+                    if let Some(path) = &path {
+                        let patch = serde_json::to_value(&entry).map_err(|e| e.to_string())?;
+                        let change = Change {
+                            agent: &name,
+                            base: None,
+                            patch: &patch,
+                        };
+                        if let Err(e) = fleetfile::apply(path, &change) {
+                            let followup = Followup::Approved {
+                                id,
+                                result: Err(e),
+                                patch: None,
+                            };
+                            return follow(hub, Identity::Operator, followup);
+                        }
+                    }
+                    follow::<Empty>(hub, Identity::Operator, Followup::Joined { id, entry })?;
+                    let result = Ok(match start(hub) {
+                        Ok(_) => format!("{name} spawned and running"),
+                        Err(e) => format!("{name} added to the fleet, but not started: {e}"),
+                    });
+                    let followup = Followup::Approved {
+                        id,
+                        result,
+                        patch: None,
+                    };
+                    follow(hub, Identity::Operator, followup)
+                })))
             }
             ApprovalKind::ApplyCommit => {
-                let (_, entry) = self.patched(&a.agent, &a.payload)?;
-                (entry, Some((a.agent.clone(), a.payload.clone())))
+                self.patched(&a.agent, &a.payload)?;
+                let work = self.entry_work(&a.agent, a.payload.clone())?;
+                self.deciding.insert(id);
+                let patch = Some((a.agent, a.payload));
+                Ok(Done::Offload(Box::new(move |hub| {
+                    let result = work(hub);
+                    let followup = Followup::Approved { id, result, patch };
+                    follow(hub, Identity::Operator, followup)
+                })))
             }
             ApprovalKind::Other(kind) => {
-                return Err(format!("approval #{id} has an unknown kind {kind:?}"))
+                Err(format!("approval #{id} has an unknown kind {kind:?}"))
             }
-        };
-        self.deciding.insert(id);
-        let name = entry.name.clone();
-        let spawn = patch.is_none();
-        let work = self.supervisor_work(move |reply| LifecycleCmd::Apply {
-            agent: entry,
-            reply,
-        });
-        Ok(Done::Offload(Box::new(move |hub| {
-            let text = match (work(hub), spawn) {
-                (Ok(_), true) => format!("{name} spawned and running"),
-                (Err(e), true) => format!("{name} added to the fleet, but not started: {e}"),
-                (Ok(_), false) => format!("{name} restarts with its new entry"),
-                (Err(e), false) => format!("the fleet entry of {name} changed; restart it: {e}"),
-            };
-            relay(follow_up(
-                hub,
-                Identity::Operator,
-                Followup::Approved { id, text, patch },
-            ))
-        })))
+        }
     }
 
-    /// The second half of `approve`, once the supervisor answered.
+    /// A spawned agent's entry is in the fleet file: its socket and its rules.
+    pub(super) fn joined(&mut self, id: i64, entry: AgentConfig) -> Result<Empty, String> {
+        let mut cfg = self.cfg.clone();
+        cfg.agents.push(entry.clone());
+        let added = cfg
+            .validate()
+            .map_err(|e| format!("approval #{id} cannot be applied: {e}"))
+            .and_then(|_| match &self.settings.listeners {
+                Some(l) => l.add_agent(&entry),
+                None => Ok(()),
+            });
+        if let Err(e) = added {
+            self.deciding.remove(&id);
+            return Err(e);
+        }
+        self.cfg = cfg;
+        Ok(Empty {})
+    }
+
+    /// The second half of `approve`, once the change was carried out (or
+    /// refused: then the approval stays pending).
     pub(super) fn approved(
         &mut self,
         id: i64,
-        text: String,
+        result: Result<String, String>,
         patch: Option<(String, Value)>,
     ) -> Result<TextReply, String> {
         self.deciding.remove(&id);
+        if let Some((agent, _)) = &patch {
+            self.changing.remove(agent);
+        }
+        let text = result?;
         let a = self.pending_approval(id)?;
         if let Some((agent, patch)) = patch {
             let (cfg, _) = self.patched(&agent, &patch)?;
             self.cfg = cfg;
-            self.write_fleet_file()?;
         }
         self.db
             .decide_approval(id, &ApprovalState::Approved, None, now())
@@ -273,27 +343,21 @@ impl Hub {
     }
 
     /// The operator's permissions tab: new groups and capabilities for an
-    /// agent. The supervisor restarts it with them; then the hub's config and
-    /// the fleet file follow.
+    /// agent, written to the fleet file (only those two keys, and only where
+    /// they change) and applied by the supervisor, which restarts it.
     pub(super) fn set_permissions(&mut self, c: SetPermissions) -> Handled<TextReply> {
         let patch = json!({ "tool_groups": c.tool_groups, "capabilities": c.capabilities });
-        let (_, entry) = self.patched(&c.agent, &patch)?;
-        let work = self.supervisor_work(move |reply| LifecycleCmd::Apply {
-            agent: entry,
-            reply,
-        });
+        self.patched(&c.agent, &patch)?;
+        let work = self.entry_work(&c.agent, patch.clone())?;
         let agent = c.agent;
         Ok(Done::Offload(Box::new(move |hub| {
-            let started = work(hub);
-            relay(follow_up(
-                hub,
-                Identity::Operator,
-                Followup::Permissions {
-                    agent,
-                    patch,
-                    started,
-                },
-            ))
+            let result = work(hub);
+            let followup = Followup::Permissions {
+                agent,
+                patch,
+                result,
+            };
+            follow(hub, Identity::Operator, followup)
         })))
     }
 
@@ -302,24 +366,25 @@ impl Hub {
         &mut self,
         agent: &str,
         patch: &Value,
-        started: Result<String, String>,
+        result: Result<String, String>,
     ) -> Result<TextReply, String> {
+        self.changing.remove(agent);
+        result?;
         let (cfg, _) = self.patched(agent, patch)?;
         self.cfg = cfg;
-        self.write_fleet_file()?;
-        let text = match started {
-            Ok(_) => format!("{agent} restarts with its new permissions"),
-            Err(e) => format!("the fleet entry of {agent} changed; restart it: {e}"),
-        };
-        Ok(TextReply { text })
+        Ok(TextReply {
+            text: format!(
+                "{agent} has its new permissions in the fleet file and restarts with them"
+            ),
+        })
     }
 
     pub(super) fn deny_as_operator(&mut self, c: Deny) -> Result<TextReply, String> {
         self.deny(c.id, c.why, "operator")
     }
 
-    /// Denies (the operator) or cancels (its requester or root agent) a pending
-    /// approval; the requester is told unless it cancelled it itself.
+    /// Denies (the operator) or withdraws (a root agent, for its tree) a
+    /// pending approval; the requester is told unless it withdrew it itself.
     fn deny(&mut self, id: i64, why: Option<String>, by: &str) -> Result<TextReply, String> {
         let a = self.pending_approval(id)?;
         let state = if by == "operator" {
@@ -355,19 +420,35 @@ impl Hub {
             .collect())
     }
 
-    /// `cancel_loose_end(kind="approval")`: the requester or its root agent
-    /// withdraws a pending approval.
-    pub(super) fn cancel_approval(
-        &mut self,
-        agent: &str,
-        id: i64,
-    ) -> Result<crate::proto::Empty, String> {
-        if !self.approvals_of(agent)?.iter().any(|a| a.id == id) {
-            return Err(format!(
-                "no pending approval #{id} that {agent} may cancel (its own requests, or its tree's for a root agent)"
-            ));
+    /// May `agent` withdraw `a`? Only the root agent of the requester's tree
+    /// (and the operator, who denies it).
+    pub(super) fn may_withdraw(&self, agent: &str, a: &Approval) -> bool {
+        self.cfg.parent_of(agent) == "operator" && self.cfg.root_of(&a.requester) == agent
+    }
+
+    /// `cancel_loose_end(kind="approval")`: a root agent withdraws a pending
+    /// approval of its tree. A requester that is not a root agent cannot: its
+    /// root agent or the operator decides.
+    pub(super) fn cancel_approval(&mut self, agent: &str, id: i64) -> Result<Empty, String> {
+        let pending = self.db.pending_approvals().map_err(db_err)?;
+        let Some(a) = pending.iter().find(|a| a.id == id) else {
+            return Err(format!("no pending approval #{id}"));
+        };
+        if !self.may_withdraw(agent, a) {
+            let root = self.cfg.root_of(&a.requester);
+            return Err(if a.requester == agent {
+                format!(
+                    "approval #{id} can be withdrawn only by your root agent ({root}) or the \
+                     operator; ask them"
+                )
+            } else {
+                format!(
+                    "{agent} may cancel only the approvals of its own tree, as its root agent; \
+                     approval #{id} is of {root}'s tree"
+                )
+            });
         }
-        self.deny(id, None, agent).map(|_| crate::proto::Empty {})
+        self.deny(id, None, agent).map(|_| Empty {})
     }
 }
 
@@ -430,34 +511,4 @@ fn read_patch_file(own: &Path, commit_ref: &str) -> Result<Value, String> {
         ));
     }
     parse_patch(&text)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn merge_patch_follows_rfc_7396() {
-        let cases = [
-            (
-                json!({"a":1,"b":2}),
-                json!({"b":null,"c":3}),
-                json!({"a":1,"c":3}),
-            ),
-            (
-                json!({"env":{"X":"1"}}),
-                json!({"env":{"Y":"2"}}),
-                json!({"env":{"X":"1","Y":"2"}}),
-            ),
-            (
-                json!({"tool_groups":["a"]}),
-                json!({"tool_groups":["b"]}),
-                json!({"tool_groups":["b"]}),
-            ),
-        ];
-        for (mut t, p, want) in cases {
-            merge_patch(&mut t, &p);
-            assert_eq!(t, want);
-        }
-    }
 }

@@ -1,20 +1,54 @@
-//! Lifecycle: `request_spawn` (an approval for the operator) and the tools that
+//! Lifecycle: `request_spawn` (an approval for the operator), the tools that
 //! stop and start an agent's own children (`kill`, `start`, `restart`,
-//! `update`), the operator's `supervision`, and the supervisor's `ApplyAgent`.
-//! The hub checks the rights; the wait for the supervisor (at most
+//! `update`), the operator's commands that do the same for any agent
+//! (`stop_agent`, `start_agent`, `restart_agent`, `update_agent`), the
+//! operator's `supervision`, and the supervisor's `ApplyAgent`. The hub checks
+//! the rights; the wait for the supervisor (at most
 //! [`HubSettings::supervisor_timeout`](super::HubSettings)) runs on the caller's
-//! connection thread, so a stuck supervisor holds up that caller only.
+//! connection thread, so a stuck supervisor holds up that caller only. Once the
+//! supervisor has carried a command out, the hub records whether the agent is
+//! kept stopped across restarts of `hive up` ([`Followup::Lifecycle`]).
 
-use super::{db_err, fmt_wait, Done, Handled, Hub, Work};
+use super::approvals::follow;
+use super::{db_err, fmt_wait, Done, Followup, Handled, Hub, Identity, Work};
 use crate::broker::lifecycle::{LifecycleCmd, Reply};
 use crate::config::AgentConfig;
-use crate::proto::cmd::{Kill, RequestSpawn, Restart, Start, SupervisionReply, Update};
+use crate::proto::cmd::{
+    Kill, RequestSpawn, Restart, RestartAgent, Start, StartAgent, StopAgent, SupervisionReply,
+    Update, UpdateAgent,
+};
 use crate::proto::{now, ApprovalKind, QueuedReply, TextReply};
 use crossbeam_channel::Sender;
 use std::time::Duration;
 
-const NO_SUPERVISOR: &str = "this broker runs without a supervisor (plain `hive broker`), so \
-agents cannot be started or stopped from here; run the hive with `hive up`";
+pub(super) const NO_SUPERVISOR: &str = "this broker runs without a supervisor (plain `hive \
+broker`), so agents cannot be started or stopped from here; run the hive with `hive up`";
+
+/// One lifecycle action, as the supervisor is asked for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Start,
+    Stop,
+    Restart,
+    Update,
+}
+
+impl Action {
+    fn command(self, name: String, reply: Reply) -> LifecycleCmd {
+        match self {
+            Action::Start => LifecycleCmd::Start { name, reply },
+            Action::Stop => LifecycleCmd::Kill { name, reply },
+            Action::Restart => LifecycleCmd::Restart { name, reply },
+            Action::Update => LifecycleCmd::Update { name, reply },
+        }
+    }
+
+    /// Whether the agent is kept stopped across restarts afterwards: a stop
+    /// keeps it, anything that starts it ends that.
+    fn stopped(self) -> bool {
+        self == Action::Stop
+    }
+}
 
 /// Sends one command to the supervisor and waits for its answer; run on a
 /// connection thread.
@@ -60,45 +94,93 @@ impl Hub {
         }
     }
 
+    /// A lifecycle action on `name` for `who` (the rights were checked): the
+    /// supervisor carries it out off the hub, then the hub records whether
+    /// the agent stays stopped.
+    fn lifecycle(&self, who: Identity, name: String, action: Action) -> Handled<TextReply> {
+        if self.settings.lifecycle.is_none() {
+            return Err(NO_SUPERVISOR.into());
+        }
+        let agent = name.clone();
+        let work = self.supervisor_work(move |reply| action.command(name, reply));
+        Ok(Done::Offload(Box::new(move |hub| {
+            let result = work(hub);
+            let followup = Followup::Lifecycle {
+                agent,
+                stopped: Some(action.stopped()),
+                result,
+            };
+            follow(hub, who, followup)
+        })))
+    }
+
     /// One of the tools on a child: rights here, the supervisor off the hub.
     fn on_child(
         &self,
         caller: &str,
         name: String,
         tool: &str,
-        make: fn(String, Reply) -> LifecycleCmd,
+        action: Action,
     ) -> Handled<TextReply> {
         self.require_child(caller, &name, tool)?;
-        let work = self.supervisor_work(move |reply| make(name, reply));
-        Ok(Done::Offload(Box::new(move |hub| {
-            work(hub).map(|text| TextReply { text })
-        })))
+        self.lifecycle(Identity::Agent(caller.to_string()), name, action)
     }
 
     pub(super) fn kill(&mut self, caller: &str, c: Kill) -> Handled<TextReply> {
-        self.on_child(caller, c.name, "kill", |name, reply| LifecycleCmd::Kill {
-            name,
-            reply,
-        })
+        self.on_child(caller, c.name, "kill", Action::Stop)
     }
 
     pub(super) fn start(&mut self, caller: &str, c: Start) -> Handled<TextReply> {
-        self.on_child(caller, c.name, "start", |name, reply| LifecycleCmd::Start {
-            name,
-            reply,
-        })
+        self.on_child(caller, c.name, "start", Action::Start)
     }
 
     pub(super) fn restart(&mut self, caller: &str, c: Restart) -> Handled<TextReply> {
-        self.on_child(caller, c.name, "restart", |name, reply| {
-            LifecycleCmd::Restart { name, reply }
-        })
+        self.on_child(caller, c.name, "restart", Action::Restart)
     }
 
     pub(super) fn update(&mut self, caller: &str, c: Update) -> Handled<TextReply> {
-        self.on_child(caller, c.name, "update", |name, reply| {
-            LifecycleCmd::Update { name, reply }
-        })
+        self.on_child(caller, c.name, "update", Action::Update)
+    }
+
+    /// The operator's commands: any agent, root agents included.
+    fn on_any(&self, name: String, action: Action) -> Handled<TextReply> {
+        self.check_agent(&name)?;
+        self.lifecycle(Identity::Operator, name, action)
+    }
+
+    pub(super) fn operator_start(&mut self, c: StartAgent) -> Handled<TextReply> {
+        self.on_any(c.name, Action::Start)
+    }
+
+    pub(super) fn operator_stop(&mut self, c: StopAgent) -> Handled<TextReply> {
+        self.on_any(c.name, Action::Stop)
+    }
+
+    pub(super) fn operator_restart(&mut self, c: RestartAgent) -> Handled<TextReply> {
+        self.on_any(c.name, Action::Restart)
+    }
+
+    pub(super) fn operator_update(&mut self, c: UpdateAgent) -> Handled<TextReply> {
+        self.on_any(c.name, Action::Update)
+    }
+
+    /// The second half of a lifecycle command: the supervisor's answer, and
+    /// when it carried the command out, whether the agent stays stopped.
+    pub(super) fn lifecycle_done(
+        &mut self,
+        who: &Identity,
+        agent: &str,
+        stopped: Option<bool>,
+        result: Result<String, String>,
+    ) -> Result<TextReply, String> {
+        let text = result?;
+        match stopped {
+            Some(true) => self.db.set_stopped(agent, who.name(), now()),
+            Some(false) => self.db.clear_stopped(agent),
+            None => Ok(()),
+        }
+        .map_err(db_err)?;
+        Ok(TextReply { text })
     }
 
     pub(super) fn supervision(&mut self) -> Handled<SupervisionReply> {

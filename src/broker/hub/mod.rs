@@ -49,7 +49,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use approvals::merge_patch;
+pub use super::fleetfile::merge_patch;
 
 /// Who is on the other end of a connection: decided by the socket it came in on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,20 +120,34 @@ pub enum Followup {
         agent: String,
         patch: serde_json::Value,
     },
-    /// An approval was carried out as far as the supervisor goes; `started`
-    /// is its answer. An `apply_commit` brings its patch, which the hub applies
-    /// now.
+    /// An approved spawn's entry is in the fleet file: the hub gives the new
+    /// agent its socket and its rules before the supervisor starts it.
+    Joined {
+        id: i64,
+        entry: crate::config::AgentConfig,
+    },
+    /// An approval was carried out: `Ok` with the text for the operator, or
+    /// `Err` when nothing was changed (it stays pending). An `apply_commit`
+    /// brings its patch, which the hub's rules follow now.
     Approved {
         id: i64,
-        text: String,
+        result: Result<String, String>,
         patch: Option<(String, serde_json::Value)>,
     },
-    /// `set_permissions`: the supervisor has the new entry; the hub applies the
-    /// patch and writes the fleet file.
+    /// `set_permissions` was carried out (`Err`: nothing was changed); the
+    /// hub's rules follow the patch.
     Permissions {
         agent: String,
         patch: serde_json::Value,
-        started: Result<String, String>,
+        result: Result<String, String>,
+    },
+    /// A lifecycle command was carried out by the supervisor: the hub keeps an
+    /// agent stopped across restarts (`stopped: Some(true)`) or no longer
+    /// (`Some(false)`).
+    Lifecycle {
+        agent: String,
+        stopped: Option<bool>,
+        result: Result<String, String>,
     },
 }
 
@@ -219,6 +233,9 @@ pub struct Hub {
     next_due: Option<i64>,
     /// Approvals being carried out (waiting for the supervisor).
     deciding: HashSet<i64>,
+    /// Agents whose fleet entry a change is being written to (an approval, a
+    /// permissions save): one at a time each.
+    changing: HashSet<String>,
 }
 
 fn db_err(e: rusqlite::Error) -> String {
@@ -259,6 +276,7 @@ impl Hub {
             paused: HashMap::new(),
             next_due: None,
             deciding: HashSet::new(),
+            changing: HashSet::new(),
         }
     }
 
@@ -417,6 +435,10 @@ impl Hub {
             Request::Restart(c) => self.done(c, |h, c| h.restart(agent, c)),
             Request::Update(c) => self.done(c, |h, c| h.update(agent, c)),
             Request::Supervision(c) => self.done(c, |h, _| h.supervision()),
+            Request::StartAgent(c) => self.done(c, |h, c| h.operator_start(c)),
+            Request::StopAgent(c) => self.done(c, |h, c| h.operator_stop(c)),
+            Request::RestartAgent(c) => self.done(c, |h, c| h.operator_restart(c)),
+            Request::UpdateAgent(c) => self.done(c, |h, c| h.operator_update(c)),
             // approvals.rs
             Request::RequestApplyCommit(c) => self.done(c, |h, c| h.request_apply_commit(agent, c)),
             Request::Approvals(c) => self.now(c, |h, _| h.approvals()),
@@ -465,17 +487,26 @@ impl Hub {
                         .and_then(|_| self.queue_apply_commit(&caller, &agent, &patch)),
                 )
             }
-            (Identity::Operator, Followup::Approved { id, text, patch }) => {
-                line(self.approved(id, text, patch))
+            (Identity::Operator, Followup::Joined { id, entry }) => line(self.joined(id, entry)),
+            (Identity::Operator, Followup::Approved { id, result, patch }) => {
+                line(self.approved(id, result, patch))
             }
             (
                 Identity::Operator,
                 Followup::Permissions {
                     agent,
                     patch,
-                    started,
+                    result,
                 },
-            ) => line(self.permissions_applied(&agent, &patch, started)),
+            ) => line(self.permissions_applied(&agent, &patch, result)),
+            (
+                who,
+                Followup::Lifecycle {
+                    agent,
+                    stopped,
+                    result,
+                },
+            ) => line(self.lifecycle_done(who, &agent, stopped, result)),
             (who, _) => err_line(&format!(
                 "a follow-up for the other socket came in on the socket of {}",
                 who.name()

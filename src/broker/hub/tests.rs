@@ -337,14 +337,14 @@ fn an_approval_is_decided_once_after_the_supervisor_answered() {
                 .0
         })
     };
-    let LifecycleCmd::Apply { agent, reply } =
+    let LifecycleCmd::Apply { change, reply } =
         sup_rx.recv_timeout(Duration::from_secs(10)).unwrap()
     else {
         panic!("the supervisor is asked to apply the new entry");
     };
     assert_eq!(
-        (agent.name.as_str(), agent.parent.as_deref()),
-        ("kid2", Some("boss"))
+        (change.agent.as_str(), change.new, &change.patch["parent"]),
+        ("kid2", true, &serde_json::json!("boss"))
     );
     let (twice, _) = m.call_on("operator", 11, r#"{"cmd":"approve","id":1}"#, false);
     assert_eq!(
@@ -734,4 +734,87 @@ fn a_transient_wake_counts_its_attempts_and_is_stored_when_dead_lettered() {
         r#"{"ok":true,"agent":"ana","id":1}"#
     );
     assert_eq!(pop(&mut m, "ana"), (1, 1), "a stored message now");
+}
+
+/// The operator stops and starts any agent; the hub keeps it stopped only once
+/// the supervisor carried the stop out, and no longer once it started it.
+#[test]
+fn an_operator_stop_is_kept_once_the_supervisor_carried_it_out() {
+    let (sup_tx, sup_rx) = unbounded::<LifecycleCmd>();
+    let m = std::sync::Arc::new(Mem::with(HIVE, Some(sup_tx), Duration::from_secs(10)));
+    let stopped = |m: &Mem| {
+        Db::open(&m.dir.join("broker.db"), Durability::Normal)
+            .unwrap()
+            .stopped_agents()
+            .unwrap()
+    };
+    // The supervisor answers each command with `answer`.
+    let run = |m: &std::sync::Arc<Mem>, line: &'static str, answer: Result<String, String>| {
+        let call = {
+            let m = m.clone();
+            std::thread::spawn(move || m.call_on("operator", 1, line, false).0)
+        };
+        let reply = match sup_rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+            LifecycleCmd::Kill { reply, name } | LifecycleCmd::Start { reply, name } => {
+                assert_eq!(name, "ana");
+                reply
+            }
+            _ => panic!("not a stop or a start"),
+        };
+        reply.send(answer).unwrap();
+        call.join().unwrap()
+    };
+    assert_eq!(
+        run(
+            &m,
+            r#"{"cmd":"stop_agent","name":"ana"}"#,
+            Err("ana is not supervised by this hive".into())
+        ),
+        r#"{"ok":false,"error":"ana is not supervised by this hive"}"#
+    );
+    assert!(stopped(&m).is_empty(), "a refused stop is not kept");
+    assert_eq!(
+        run(
+            &m,
+            r#"{"cmd":"stop_agent","name":"ana"}"#,
+            Ok("ana is stopping and stays stopped".into())
+        ),
+        r#"{"ok":true,"text":"ana is stopping and stays stopped"}"#
+    );
+    assert_eq!(stopped(&m), ["ana"]);
+    assert_eq!(
+        run(
+            &m,
+            r#"{"cmd":"start_agent","name":"ana"}"#,
+            Ok("ana started".into())
+        ),
+        r#"{"ok":true,"text":"ana started"}"#
+    );
+    assert!(stopped(&m).is_empty());
+    // An unknown agent never reaches the supervisor; an agent socket is refused.
+    let (unknown, _) = m.call_on(
+        "operator",
+        2,
+        r#"{"cmd":"update_agent","name":"zed"}"#,
+        false,
+    );
+    assert_eq!(unknown, r#"{"ok":false,"error":"unknown agent \"zed\""}"#);
+    let (agent, _) = m.call_on("boss", 3, r#"{"cmd":"restart_agent","name":"ana"}"#, false);
+    assert_eq!(
+        agent,
+        r#"{"ok":false,"error":"restart_agent is an operator command; this is the socket of agent boss"}"#
+    );
+    assert!(
+        sup_rx.try_recv().is_err(),
+        "nothing else reached the supervisor"
+    );
+}
+
+#[test]
+fn without_a_supervisor_the_operators_lifecycle_commands_say_so() {
+    let mut m = Mem::new(HIVE);
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"stop_agent","name":"ana"}"#),
+        r#"{"ok":false,"error":"this broker runs without a supervisor (plain `hive broker`), so agents cannot be started or stopped from here; run the hive with `hive up`"}"#
+    );
 }

@@ -15,16 +15,18 @@ use crate::proto::text::fmt_time;
 use crate::proto::{now, LooseEndKind, Question};
 
 /// What `cancel_loose_end` takes as `kind` (the names of [`LooseEndKind`]).
-const KINDS: &[&str] = &["question", "reminder", "approval"];
+const KINDS: &[&str] = &["question", "reminder", "approval", "scheduled"];
 
 pub(super) const TOOLS: &[Tool] = &[
     tool::<GetLooseEnds>(
-        "List your open threads: questions you asked that are still unanswered, \
-questions addressed to you that you still owe an answer, your pending reminders and scheduled \
-prompts, approvals you requested (for a root agent, its tree's), and your background bash tasks \
-still running, each question, reminder and approval with its kind and id for cancel_loose_end. \
-Pass `agent` to look at a direct child agent's loose ends; other agents need the \
-query_agent_state capability. Returns one line per item, or says there are none.",
+        "List your open threads, one line each, starting with its kind and id as \
+cancel_loose_end takes them: `question #ID` (questions you asked that are still unanswered, and \
+questions addressed to you that you still owe an answer), `reminder #ID` (your pending \
+reminders), `scheduled #ID` (your scheduled prompts), `approval #ID` (pending approvals: the ones \
+you requested, and for a root agent every one of its tree; a line says when only your root \
+agent or the operator can withdraw it), then your background bash tasks still running. Pass \
+`agent` to look at a direct child agent's loose ends; other agents need the query_agent_state \
+capability. Returns the lines, or says there are none.",
         &[Arg::opt(
             "agent",
             Ty::Str,
@@ -33,11 +35,14 @@ query_agent_state capability. Returns one line per item, or says there are none.
         |h, a, ctx| h.run(a, ctx, get_loose_ends),
     ),
     tool::<CancelLooseEnd>(
-        "Close one of your own loose ends. kind \"question\": withdraw a question you \
-asked (you get the answer [cancelled by <you>], and an agent it was addressed to is told). kind \
-\"reminder\": delete a pending reminder. kind \"approval\": cancel a pending approval you \
-requested (a root agent may cancel any of its tree's); whoever asked for it is told. Ids come \
-from get_loose_ends.",
+        "Close one of your loose ends; ids and kinds come from get_loose_ends. kind \
+\"question\": withdraw a question you asked (you get the answer [cancelled by <you>], and an \
+agent it was addressed to is told). kind \"reminder\": delete one of your pending reminders. \
+kind \"scheduled\": delete one of your scheduled prompts (needs the scheduling tool group, as \
+cancel_scheduled does). kind \"approval\": withdraw a pending approval (request_spawn, \
+request_apply_commit) of your tree; only a root agent may, for every approval of its tree, and \
+whoever asked for it is told. An agent that is not a root agent cannot withdraw even its own \
+requests: its root agent or the operator can.",
         &[
             Arg::req("kind", Ty::Enum(KINDS), "What to cancel."),
             Arg::req("id", Ty::Int, "Its id, from get_loose_ends."),
@@ -120,15 +125,23 @@ fn render_loose_ends(r: &LooseEndsReply) -> String {
             .map(|e| format!(", then every {e}s"))
             .unwrap_or_default();
         lines.push(format!(
-            "scheduled prompt #{} fires {}{every}: {}",
+            "scheduled #{} (a scheduled prompt) fires {}{every}: {}",
             s.id,
             fmt_time(s.fire_at),
             s.body
         ));
     }
     for a in &r.approvals {
+        let who = if r.withdrawable.contains(&a.id) {
+            format!(
+                "; cancel_loose_end(kind=\"approval\", id={}) withdraws it",
+                a.id
+            )
+        } else {
+            "; only your root agent or the operator can withdraw it".into()
+        };
         lines.push(format!(
-            "approval #{} ({} of {}, requested by {}): pending",
+            "approval #{} ({} of {}, requested by {}): pending{who}",
             a.id, a.kind, a.agent, a.requester
         ));
     }
@@ -162,7 +175,8 @@ fn cancel_loose_end(h: &HyperhiveTools, c: CancelLooseEnd, ctx: &CallCtx) -> Han
     Ok(ToolOutcome::Ok(match kind {
         LooseEndKind::Question => format!("withdrew question #{id}"),
         LooseEndKind::Reminder => format!("deleted reminder #{id}"),
-        LooseEndKind::Approval => format!("cancelled approval #{id}"),
+        LooseEndKind::Approval => format!("withdrew approval #{id}; its requester is told"),
+        LooseEndKind::Scheduled => format!("deleted scheduled prompt #{id}"),
     }))
 }
 
@@ -204,5 +218,63 @@ mod tests {
     #[test]
     fn the_kinds_offered_are_the_contracts() {
         assert_eq!(KINDS, LooseEndKind::ALL.map(|k| k.name()));
+    }
+
+    /// Every line starts with the kind and id cancel_loose_end takes, and an
+    /// approval says who may withdraw it.
+    #[test]
+    fn loose_ends_read_as_kinds_and_ids() {
+        use crate::proto::{Approval, ApprovalKind, ApprovalState, Reminder, Scheduled};
+        let approval = |id: i64, requester: &str| Approval {
+            id,
+            kind: ApprovalKind::Spawn,
+            requester: requester.into(),
+            agent: "kid9".into(),
+            payload: serde_json::json!({}),
+            state: ApprovalState::Pending,
+            created_at: 0,
+        };
+        let r = LooseEndsReply {
+            agent: "boss".into(),
+            asked: vec![],
+            owed: vec![],
+            reminders: vec![Reminder {
+                id: 2,
+                agent: "boss".into(),
+                preview: "tea".into(),
+                spill_file: None,
+                fire_at: 0,
+            }],
+            scheduled: vec![Scheduled {
+                id: 4,
+                agent: "boss".into(),
+                body: "digest".into(),
+                fire_at: 0,
+                every_seconds: Some(86400),
+            }],
+            approvals: vec![approval(6, "boss"), approval(7, "kid")],
+            withdrawable: vec![6],
+            tasks: vec![],
+            left_off: 0,
+        };
+        let text = render_loose_ends(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "loose ends of boss:");
+        assert!(lines[1].starts_with("reminder #2 fires"), "{text}");
+        assert!(
+            lines[2].starts_with("scheduled #4 (a scheduled prompt) fires"),
+            "{text}"
+        );
+        assert!(lines[2].ends_with(", then every 86400s: digest"), "{text}");
+        assert_eq!(
+            lines[3],
+            "approval #6 (spawn of kid9, requested by boss): pending; \
+             cancel_loose_end(kind=\"approval\", id=6) withdraws it"
+        );
+        assert_eq!(
+            lines[4],
+            "approval #7 (spawn of kid9, requested by kid): pending; only your root agent or \
+             the operator can withdraw it"
+        );
     }
 }

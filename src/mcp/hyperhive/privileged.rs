@@ -1,7 +1,8 @@
 //! The privileged groups' tools — lifecycle, approvals, scheduling and
-//! diagnostics. Each turns its arguments into its command and forwards it to
-//! the agent's socket; whether the agent may use it is decided by the broker
-//! from the agent's configured groups and capabilities (`docs/tools/lifecycle.md`,
+//! diagnostics — and `get_host_journal`, which its capability alone grants.
+//! Each turns its arguments into its command and forwards it to the agent's
+//! socket; whether the agent may use it is decided by the broker from the
+//! agent's configured groups and capabilities (`docs/tools/lifecycle.md`,
 //! `docs/tools/scheduling.md`). Their answers read as the broker's text, or as
 //! JSON when they carry more.
 
@@ -42,8 +43,9 @@ and you are its parent. Returns the approval id.",
     ),
     tool::<Kill>(
         "Stop one of your child agents. Its harness gets SIGTERM (an inflight message \
-goes back to its inbox) and it stays stopped until you call start. Only your own children; no \
-approval needed. Returns a confirmation.",
+goes back to its inbox, and its mail keeps queueing) and it stays stopped, across restarts of the \
+hive too, until you call start (the operator's `hive stop` is the same). Only your own children; \
+no approval needed. Returns a confirmation.",
         NAME,
         |h, a, ctx| h.run(a, ctx, forward::<Kill>),
     ),
@@ -73,8 +75,9 @@ runs the current versions. Only your own children. Returns a confirmation.",
 applied only after the operator approves. `commit_ref` is a JSON merge patch of the entry (RFC \
 7396: members replace, null removes), inline as a JSON object string such as \
 {\"model\":\"sonnet\",\"tool_groups\":[\"messaging\",\"meta\"]}, or the path of a file holding \
-one. The patch is validated now; once approved the file is rewritten and the agent restarts with \
-it. Returns the approval id.",
+one. The patch is validated now; once approved its keys are written to the fleet file (the \
+operator's hand edits of other keys stay; a hand edit of the same key makes the approval fail) and \
+the agent restarts with it. Returns the approval id.",
         &[
             Arg::req("agent", Ty::Str, "Yourself or one of your children."),
             Arg::req(
@@ -135,8 +138,8 @@ Returns the log text.",
     ),
     tool::<GetHostJournal>(
         "Read the tail of the host's systemd journal (journalctl), optionally of one \
-`unit`. Needs the read_host_journal capability; on a host without journalctl it is an error \
-saying so. `lines` defaults to 100 (max 2000). Returns the journal text.",
+`unit`. Granted by the read_host_journal capability alone (no tool group); on a host without \
+journalctl it is an error saying so. `lines` defaults to 100 (max 2000). Returns the journal text.",
         &[
             Arg::opt(
                 "unit",

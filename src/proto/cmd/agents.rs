@@ -228,6 +228,11 @@ pub struct LooseEndsReply {
     /// pending approval of its tree.
     #[serde(default)]
     pub approvals: Vec<Approval>,
+    /// The ids of `approvals` the caller may withdraw with
+    /// `cancel_loose_end(kind="approval")`: those of its tree, for a root
+    /// agent. A requester's own are withdrawn by its root agent or the operator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withdrawable: Vec<i64>,
     /// Background bash tasks still running, as the agent's bash task daemon
     /// last reported them.
     #[serde(default)]
@@ -242,8 +247,9 @@ impl Command for GetLooseEnds {
     type Reply = LooseEndsReply;
 }
 
-/// Withdraws a question, deletes a reminder or cancels an approval the caller
-/// owns.
+/// Withdraws a question the caller asked, deletes one of its reminders or (with
+/// the `scheduling` group) scheduled prompts, or, for a root agent, withdraws a
+/// pending approval of its tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CancelLooseEnd {

@@ -1,7 +1,10 @@
 //! Lifecycle: an agent asks for a new child (`request_spawn`, an approval) or
 //! stops and starts its own children (`kill`, `start`, `restart`, `update`);
-//! the operator reads the supervisor's view (`supervision`). The supervisor of
-//! `hive up` carries them out.
+//! the operator reads the supervisor's view (`supervision`) and stops and
+//! starts any agent, root agents included (`stop_agent`, `start_agent`,
+//! `restart_agent`, `update_agent`: `hive stop|start|restart|update` and the
+//! dashboard's buttons). The supervisor of `hive up` carries them out; a
+//! stopped agent stays stopped across restarts of `hive up` until it is started.
 
 use crate::proto::command::{Command, Invalid};
 use crate::proto::ident::check_name;
@@ -66,6 +69,74 @@ impl Command for Update {
     type Reply = TextReply;
 }
 
+/// Operator: starts any stopped agent (`hive start`); it is no longer kept
+/// stopped across restarts of `hive up`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartAgent {
+    pub name: String,
+}
+
+impl Command for StartAgent {
+    type Reply = TextReply;
+    fn validate(&self) -> Result<(), Invalid> {
+        check_agent_arg(&self.name)
+    }
+}
+
+/// Operator: stops any agent and keeps it stopped, across restarts of `hive
+/// up` too, until it is started (`hive stop`, the CLI name of the `kill` tool).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StopAgent {
+    pub name: String,
+}
+
+impl Command for StopAgent {
+    type Reply = TextReply;
+    fn validate(&self) -> Result<(), Invalid> {
+        check_agent_arg(&self.name)
+    }
+}
+
+/// Operator: stops and starts any agent with the config it runs (`hive
+/// restart`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartAgent {
+    pub name: String,
+}
+
+impl Command for RestartAgent {
+    type Reply = TextReply;
+    fn validate(&self) -> Result<(), Invalid> {
+        check_agent_arg(&self.name)
+    }
+}
+
+/// Operator: restarts any agent onto the current binary and its fleet-file
+/// entry as the file says it now (`hive update`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateAgent {
+    pub name: String,
+}
+
+impl Command for UpdateAgent {
+    type Reply = TextReply;
+    fn validate(&self) -> Result<(), Invalid> {
+        check_agent_arg(&self.name)
+    }
+}
+
+/// The agent an operator lifecycle command names: not blank.
+fn check_agent_arg(name: &str) -> Result<(), Invalid> {
+    if name.trim().is_empty() {
+        return Err(Invalid::arg("name", "must name an agent"));
+    }
+    Ok(())
+}
+
 /// Operator: the supervisor's view of every agent (`hive up` only).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -117,5 +188,40 @@ mod samples {
         fn sample() -> Self {
             Supervision {}
         }
+    }
+    impl Sample for StartAgent {
+        fn sample() -> Self {
+            StartAgent {
+                name: "ruth".into(),
+            }
+        }
+    }
+    impl Sample for StopAgent {
+        fn sample() -> Self {
+            StopAgent {
+                name: "ruth".into(),
+            }
+        }
+    }
+    impl Sample for RestartAgent {
+        fn sample() -> Self {
+            RestartAgent {
+                name: "ruth".into(),
+            }
+        }
+    }
+    impl Sample for UpdateAgent {
+        fn sample() -> Self {
+            UpdateAgent {
+                name: "ruth".into(),
+            }
+        }
+    }
+
+    #[test]
+    fn an_operator_lifecycle_command_names_an_agent() {
+        let e = StopAgent { name: " ".into() }.validate().unwrap_err();
+        assert_eq!(e.to_string(), "name must name an agent");
+        assert!(UpdateAgent { name: "pal".into() }.validate().is_ok());
     }
 }
