@@ -242,6 +242,7 @@ impl TurnLoop {
                     note: "the harness is stopping; the message was requeued".into(),
                     outcome: "stopped".into(),
                     duration_ms: 0,
+                    decision: None,
                 });
             }
             drop(w);
@@ -1040,7 +1041,7 @@ impl TurnLoop {
                     self.ledger.forget(w.key);
                     w.guard.ack(Ack::Completed);
                 }
-                self.end_work(true, String::new(), &text, &e);
+                self.end_work(d, true, String::new(), &text, &e);
                 let model = self.shared.model();
                 let window = self.window(&model);
                 let env = |k: &str| context::process_env(k);
@@ -1063,6 +1064,7 @@ impl TurnLoop {
                     w.guard.ack(Ack::Interrupted);
                 }
                 self.end_work(
+                    d,
                     false,
                     format!("{what} was interrupted by the operator; it will not be retried"),
                     &text,
@@ -1083,6 +1085,7 @@ impl TurnLoop {
                     let what = w.what();
                     w.guard.dead_letter(notice);
                     self.end_work(
+                        d,
                         false,
                         format!("{what} failed {n} times and is dead-lettered: {text}"),
                         &text,
@@ -1176,6 +1179,11 @@ impl TurnLoop {
 
     /// Keeps the work (requeued, or the continue held) and waits.
     fn keep(&mut self, wait: Wait, counted: bool, then: Resume, e: Ended) {
+        let d = Decision::Keep {
+            wait,
+            counted,
+            then,
+        };
         let text = e.report.outcome.to_string();
         let completed = self.completed_turns;
         let what = self.work.as_ref().map(Work::what).unwrap_or_default();
@@ -1198,6 +1206,7 @@ impl TurnLoop {
             Wait::Brief => (self.s.fail_pause, None, String::new()),
             Wait::For(PauseReason::Login) => {
                 self.end_work(
+                    d,
                     false,
                     format!("authentication failed twice: {what} requeued until claude is logged in again"),
                     &text,
@@ -1298,7 +1307,7 @@ impl TurnLoop {
             format!("{detail}; resuming in {}s", pause.as_secs())
         };
         if !what.is_empty() {
-            self.end_work(false, note, &text, &e);
+            self.end_work(d, false, note, &text, &e);
         } else {
             self.bus.note(note);
         }
@@ -1324,8 +1333,9 @@ impl TurnLoop {
         };
     }
 
-    /// `TurnEnd` on the bus, for a work whose handling ends here (for now).
-    fn end_work(&self, ok: bool, note: String, outcome: &str, e: &Ended) {
+    /// `TurnEnd` on the bus, for a work whose handling ends here (for now),
+    /// with the decision that ended it.
+    fn end_work(&self, d: Decision, ok: bool, note: String, outcome: &str, e: &Ended) {
         self.bus.update(|s| {
             s.last_outcome = Some(outcome.to_string());
             s.inflight = None;
@@ -1335,6 +1345,7 @@ impl TurnLoop {
             note,
             outcome: outcome.to_string(),
             duration_ms: e.elapsed.as_millis() as u64,
+            decision: Some(policy::describe(d, e.running)),
         });
     }
 

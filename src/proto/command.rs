@@ -208,6 +208,8 @@ commands! {
     "supervision"          => Supervision:       Operator;
     "set_permissions"      => SetPermissions:    Operator;
     "version"              => Version:           Operator;
+    "search"               => Search:            Operator;
+    "history"              => History:           Operator;
 }
 
 impl Request {

@@ -70,6 +70,14 @@ pub const MAX_COST_PER_POST: f64 = 1_000_000.0;
 pub const MAX_REPORTED_TASKS: usize = 256;
 pub const MAX_TASK_CMD_CHARS: usize = 200;
 
+/// Turns a history page (`/api/history`, `history`) or search hits (`search`)
+/// hold without a `limit`, and at most.
+pub const HISTORY_LIMIT_DEFAULT: u32 = 20;
+pub const HISTORY_LIMIT_MAX: u32 = 200;
+
+/// Longest search text (`search`, `/api/history?q=`), in characters.
+pub const MAX_SEARCH_CHARS: usize = 1000;
+
 /// How many characters of an input an error message echoes (then `…`).
 pub const ECHO_CHARS: usize = 80;
 

@@ -1,13 +1,15 @@
 //! One struct per wire command, grouped by the concern the broker's hub
 //! splits along: delivery and consumption (`inbox.rs`), questions, timers
 //! (reminders and scheduled prompts), what the broker keeps per agent
-//! (`agents.rs`), lifecycle, approvals and diagnostics. Each carries its
+//! (`agents.rs`), lifecycle, approvals, diagnostics and the agents' turn
+//! history (`history.rs`). Each carries its
 //! [`Command`](super::command::Command) impl: its answer type and the rules on
 //! its own fields. Who may send it is its row in `command.rs`.
 
 mod agents;
 mod approvals;
 mod diagnostics;
+mod history;
 mod inbox;
 mod lifecycle;
 mod questions;
@@ -16,6 +18,7 @@ mod timers;
 pub use agents::*;
 pub use approvals::*;
 pub use diagnostics::*;
+pub use history::*;
 pub use inbox::*;
 pub use lifecycle::*;
 pub use questions::*;
