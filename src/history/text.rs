@@ -26,8 +26,8 @@ pub fn cut_strings(v: &mut Value) {
     }
 }
 
-/// The words of an event the search index holds: a message's sender and
-/// body, the assistant's text, a tool's name and input, a note, a turn's
+/// The words of an event the search index holds: a message's body, the
+/// assistant's text, a tool's name and input, a note, a turn's
 /// outcome and note. Tool results and thinking are not indexed.
 pub fn searchable(view: &View<'_>) -> String {
     let mut out = String::new();
@@ -40,10 +40,7 @@ pub fn searchable(view: &View<'_>) -> String {
         }
     };
     match view {
-        View::TurnStart { from, body, .. } => {
-            push(from);
-            push(body);
-        }
+        View::TurnStart { body, .. } => push(body),
         View::Note(text) => push(text),
         View::TurnEnd { outcome, note, .. } => {
             push(outcome);
@@ -129,7 +126,7 @@ mod tests {
             body: "ship it",
             message_id: Some(3),
         };
-        assert_eq!(searchable(&start), "operator\nship it");
+        assert_eq!(searchable(&start), "ship it");
     }
 
     #[test]
