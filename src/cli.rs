@@ -1082,7 +1082,10 @@ mod tests {
             (&["cancel-question", "3", "4"], "4"),
             (&["deny", "--why"], "--why"),
             (&["search"], "missing WORDS"),
-            (&["search", "x", "--since", "yesterday"], "--since takes 30m"),
+            (
+                &["search", "x", "--since", "yesterday"],
+                "--since takes 30m",
+            ),
             (&["search", "x", "--since", "m"], "--since takes 30m"),
             (&["history"], "missing AGENT"),
             (&["history", "a", "b"], "b"),

@@ -391,7 +391,11 @@ pub fn search(a: &SearchArgs) -> Result<(), String> {
         return Ok(());
     }
     for e in &r.errors {
-        eprintln!("hive: {} was not searched: {}", line(&e.agent), line(&e.error));
+        eprintln!(
+            "hive: {} was not searched: {}",
+            line(&e.agent),
+            line(&e.error)
+        );
     }
     if r.hits.is_empty() {
         println!("no turn matches {}", line(&a.words));
@@ -447,7 +451,11 @@ pub fn history(a: &HistoryArgs) -> Result<(), String> {
         }
     }
     if shown == 0 && !a.host.json {
-        println!("{} has no turns in its history{}", line(&a.agent), if since.is_some() { " since then" } else { "" });
+        println!(
+            "{} has no turns in its history{}",
+            line(&a.agent),
+            if since.is_some() { " since then" } else { "" }
+        );
     }
     Ok(())
 }
@@ -509,12 +517,19 @@ fn write_turn(out: &mut impl Write, t: &Turn) -> std::io::Result<()> {
 
 /// What a person reads of one stdout line of claude.
 fn write_stream(out: &mut impl Write, v: &serde_json::Value) -> std::io::Result<()> {
-    let blocks = v["message"]["content"].as_array().cloned().unwrap_or_default();
+    let blocks = v["message"]["content"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     match v["type"].as_str().unwrap_or_default() {
         "assistant" => {
             for b in &blocks {
                 match b["type"].as_str().unwrap_or_default() {
-                    "text" => writeln!(out, "{}", printable(b["text"].as_str().unwrap_or_default(), true))?,
+                    "text" => writeln!(
+                        out,
+                        "{}",
+                        printable(b["text"].as_str().unwrap_or_default(), true)
+                    )?,
                     "tool_use" => writeln!(
                         out,
                         "⚙ {} {}",
@@ -537,7 +552,11 @@ fn write_stream(out: &mut impl Write, v: &serde_json::Value) -> std::io::Result<
                     _ => String::new(),
                 };
                 let n = content.lines().count();
-                let what = if b["is_error"] == true { "error" } else { "result" };
+                let what = if b["is_error"] == true {
+                    "error"
+                } else {
+                    "result"
+                };
                 writeln!(out, "  → {what}: {n} line{}", if n == 1 { "" } else { "s" })?;
             }
         }

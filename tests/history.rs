@@ -37,15 +37,20 @@ fn history(page: &Page, query: &str) -> Value {
 
 /// Waits until the log holds an ended turn whose message holds `needle`.
 fn ended_turn(page: &Page, needle: &str) -> Value {
-    wait_for(T, &format!("the ended turn of {needle:?} in the history"), || {
-        history(page, "limit=200")["turns"]
-            .as_array()?
-            .iter()
-            .find(|t| {
-                t["body"].as_str().is_some_and(|b| b.contains(needle)) && !t["ended_at"].is_null()
-            })
-            .cloned()
-    })
+    wait_for(
+        T,
+        &format!("the ended turn of {needle:?} in the history"),
+        || {
+            history(page, "limit=200")["turns"]
+                .as_array()?
+                .iter()
+                .find(|t| {
+                    t["body"].as_str().is_some_and(|b| b.contains(needle))
+                        && !t["ended_at"].is_null()
+                })
+                .cloned()
+        },
+    )
 }
 
 /// Removes the port file and starts the harness again, so the page found is
@@ -69,20 +74,31 @@ fn every_event_of_a_turn_is_kept_with_its_end_decision_cost_and_tokens() {
     let t = ended_turn(&page, "kumquat-7");
     assert_eq!(t["kind"], "message");
     assert_eq!(t["from"], "operator");
-    assert_eq!((t["ok"].clone(), t["outcome"].clone()), (json!(true), json!("ok")));
+    assert_eq!(
+        (t["ok"].clone(), t["outcome"].clone()),
+        (json!(true), json!("ok"))
+    );
     assert_eq!(t["decision"], "ack", "{t}");
     assert_eq!(t["cost_usd"], 0.014);
-    assert_eq!((t["tokens_in"].clone(), t["tokens_out"].clone()), (json!(2400), json!(84)));
+    assert_eq!(
+        (t["tokens_in"].clone(), t["tokens_out"].clone()),
+        (json!(2400), json!(84))
+    );
     let events = t["events"].as_array().unwrap();
     let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(types.first(), Some(&"turn_start"), "{types:?}");
     assert_eq!(types.last(), Some(&"turn_end"), "{types:?}");
-    assert!(types.iter().filter(|t| **t == "stream").count() >= 4, "{types:?}");
+    assert!(
+        types.iter().filter(|t| **t == "stream").count() >= 4,
+        "{types:?}"
+    );
     let ids: Vec<u64> = events.iter().map(|e| e["id"].as_u64().unwrap()).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
     assert!(events.iter().all(|e| e["at"].as_i64().unwrap() > 0));
     assert!(
-        events.iter().any(|e| e["value"]["message"]["content"][0]["name"] == "Bash"),
+        events
+            .iter()
+            .any(|e| e["value"]["message"]["content"][0]["name"] == "Bash"),
         "the tool call is kept: {types:?}"
     );
     let id = t["id"].as_i64().unwrap();
@@ -144,7 +160,11 @@ fn paging_returns_every_turn_exactly_once() {
             break;
         }
     }
-    let ids = |v: &[Value]| v.iter().map(|t| t["id"].as_i64().unwrap()).collect::<Vec<_>>();
+    let ids = |v: &[Value]| {
+        v.iter()
+            .map(|t| t["id"].as_i64().unwrap())
+            .collect::<Vec<_>>()
+    };
     let (back_ids, fwd_ids) = (ids(&back), ids(&fwd));
     assert_eq!(back_ids, fwd_ids, "both ways give the same turns");
     let mut unique = back_ids.clone();
@@ -216,7 +236,13 @@ fn search_takes_fts_syntax_as_words() {
     let hit = &v["hits"][0];
     assert_eq!(hit["from"], "operator");
     assert_eq!(hit["link"], format!("/turn/{}", hit["turn"]));
-    for bad in ["limit=0", "limit=201", "before=x", "q=a&before=3", "since=5"] {
+    for bad in [
+        "limit=0",
+        "limit=201",
+        "before=x",
+        "q=a&before=3",
+        "since=5",
+    ] {
         let r = page.get(&format!("/api/history?{bad}"));
         assert_eq!(r.status, 400, "{bad}: {}", r.body);
     }
@@ -235,7 +261,10 @@ fn a_kill_9_keeps_the_turns_and_the_live_ids_go_on() {
     h.fake.wait_count(3);
     wait_drained(&b, "ana");
     let after = ended_turn(&page, "zanzibar-42");
-    assert_eq!(after["events"], before["events"], "the turn is whole after the kill");
+    assert_eq!(
+        after["events"], before["events"],
+        "the turn is whole after the kill"
+    );
     let hits = history(&page, "q=zanzibar");
     assert_eq!(hits["hits"][0]["turn"], before["id"]);
     // The killed run may have handed out ids it never stored: the new ones
@@ -284,7 +313,11 @@ fn without_a_log_the_ids_restart_and_an_old_client_is_reset() {
     wait_drained(&b, "ana");
     let r = page.get("/api/history");
     assert_eq!(r.status, 503, "{}", r.body);
-    assert!(h.log().contains("this run's history is not kept"), "{}", h.log());
+    assert!(
+        h.log().contains("this run's history is not kept"),
+        "{}",
+        h.log()
+    );
     let mut sse = page.sse("/events", &[("Last-Event-ID", &(last + 1000).to_string())]);
     let e = sse.next(T).expect("an event");
     assert_eq!(e.name.as_deref(), Some("reset"), "{e:?}");
@@ -303,7 +336,12 @@ fn without_a_log_the_ids_restart_and_an_old_client_is_reset() {
 #[test]
 fn the_history_endpoints_want_the_token() {
     let (_b, _h, page) = started(&[]);
-    for path in ["/api/history", "/api/history?q=x", "/api/history?turn=1", "/turn/1"] {
+    for path in [
+        "/api/history",
+        "/api/history?q=x",
+        "/api/history?turn=1",
+        "/turn/1",
+    ] {
         let none = call("GET", &page.url(path), &[], None);
         assert_eq!(none.status, 401, "{path}: {}", none.body);
         let wrong = call("GET", &page.url(path), &[("X-Hive-Token", "nope")], None);
@@ -327,9 +365,13 @@ fn the_schema_goes_through_its_migration_list() {
     tap.offer(opened.next_id, Ev::Start("migrated".into()));
     opened.writer.finish(tap, opened.next_id);
     let db = rusqlite::Connection::open(state.join(history::FILE)).unwrap();
-    let v: i64 = db.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    let v: i64 = db
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(v as u32, history::schema::STEPS.last().unwrap().version);
-    let n: i64 = db.query_row("SELECT count(*) FROM turns", [], |r| r.get(0)).unwrap();
+    let n: i64 = db
+        .query_row("SELECT count(*) FROM turns", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(n, 1);
     drop(db);
     // A newer file is left alone: no history this run, the turns still run.
@@ -349,7 +391,11 @@ fn the_schema_goes_through_its_migration_list() {
     operator_send(&b, "ana", "still runs");
     h.fake.wait_count(3);
     wait_drained(&b, "ana");
-    assert!(h.log().contains("newer than this hive knows"), "{}", h.log());
+    assert!(
+        h.log().contains("newer than this hive knows"),
+        "{}",
+        h.log()
+    );
     let r = page.get("/api/history");
     assert_eq!(r.status, 503, "{}", r.body);
     let v: i64 = rusqlite::Connection::open(&file)
@@ -401,7 +447,8 @@ fn write_turns(tap: &mut history::Tap<Ev>, mut next: u64, n: usize, kb: usize) -
         tap.offer(next, Ev::Start(format!("turn {i}")));
         next += 1;
         let text = format!("word{i} {}", "x".repeat(kb * 1024));
-        let line = json!({"type": "assistant", "message": {"content": [{"type": "text", "text": text}]}});
+        let line =
+            json!({"type": "assistant", "message": {"content": [{"type": "text", "text": text}]}});
         tap.offer(next, Ev::Line(line));
         next += 1;
         tap.offer(next, Ev::End);
@@ -425,19 +472,32 @@ fn the_size_bound_drops_the_oldest_turns_and_keeps_the_newest() {
     let opened = history::open::<Ev>(dir.path(), bounds).unwrap();
     opened.writer.finish(opened.tap, opened.next_id - 1);
     let db = rusqlite::Connection::open(dir.path().join(history::FILE)).unwrap();
-    let pragma = |p: &str| -> i64 { db.query_row(&format!("PRAGMA {p}"), [], |r| r.get(0)).unwrap() };
+    let pragma = |p: &str| -> i64 {
+        db.query_row(&format!("PRAGMA {p}"), [], |r| r.get(0))
+            .unwrap()
+    };
     let used = (pragma("page_count") - pragma("freelist_count")) * pragma("page_size");
     assert!(used <= bounds.max_bytes as i64, "{used} bytes in use");
     let reader = Reader::start(dir.path()).unwrap();
     let page = reader.before(None, 200).unwrap();
     let ids: Vec<i64> = page.turns.iter().map(|t| t.id).collect();
     assert!(!page.more, "nothing older is left");
-    assert!(ids.len() >= 10 && ids.len() < 150, "{} turns kept", ids.len());
+    assert!(
+        ids.len() >= 10 && ids.len() < 150,
+        "{} turns kept",
+        ids.len()
+    );
     assert_eq!(*ids.last().unwrap(), 150, "the newest is kept");
-    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "the oldest went first: {ids:?}");
+    assert!(
+        ids.windows(2).all(|w| w[1] == w[0] + 1),
+        "the oldest went first: {ids:?}"
+    );
     assert_eq!(
         reader.turn(1).unwrap_err(),
-        ReadError::Missing { id: 1, pruned: true }
+        ReadError::Missing {
+            id: 1,
+            pruned: true
+        }
     );
     let kept = reader.search("word149", None, 5).unwrap();
     assert_eq!(kept.hits.len(), 1);
@@ -448,9 +508,15 @@ fn the_size_bound_drops_the_oldest_turns_and_keeps_the_newest() {
     let next = write_turns(&mut tap, opened.next_id, 1, 40);
     opened.writer.finish(tap, next - 1);
     let t = reader.before(None, 1).unwrap().turns.pop().unwrap();
-    let text = t.events[1]["value"]["message"]["content"][0]["text"].as_str().unwrap();
+    let text = t.events[1]["value"]["message"]["content"][0]["text"]
+        .as_str()
+        .unwrap();
     assert!(text.len() < 17 * 1024, "{}", text.len());
-    assert!(text.ends_with(" bytes]") && text.contains("…[cut, "), "{}", &text[text.len() - 40..]);
+    assert!(
+        text.ends_with(" bytes]") && text.contains("…[cut, "),
+        "{}",
+        &text[text.len() - 40..]
+    );
 }
 
 #[test]

@@ -54,7 +54,9 @@ fn a_turn_survives_a_kill_9_and_is_found_on_the_page_and_across_the_hive() {
         let v: Value = serde_json::from_str(out.trim()).unwrap();
         v["hits"].as_array().map_or(0, Vec::len)
     };
-    wait_for(T, "the turn in the history", || (found("xylophone-5150") == 1).then_some(()));
+    wait_for(T, "the turn in the history", || {
+        (found("xylophone-5150") == 1).then_some(())
+    });
 
     // kill -9 of the agent's harness (its sandbox, whose PID namespace dies
     // with it); the supervisor starts it again.
@@ -87,17 +89,27 @@ fn a_turn_survives_a_kill_9_and_is_found_on_the_page_and_across_the_hive() {
     let _ = writeln!(std::io::stderr(), "screenshot: {}", path.display());
     // Live after the history, with nothing twice.
     send(&up, "after the restart: yak-77");
-    wait_for(T, "the live turn", || (count_in_chat(&d, "yak-77") == 1).then_some(()));
+    wait_for(T, "the live turn", || {
+        (count_in_chat(&d, "yak-77") == 1).then_some(())
+    });
     assert_eq!(count_in_chat(&d, "xylophone-5150"), 1);
 
     // Scrolling up loads the older turns, each once.
-    assert_eq!(count_in_chat(&d, "filler-00"), 0, "older than the first page");
+    assert_eq!(
+        count_in_chat(&d, "filler-00"),
+        0,
+        "older than the first page"
+    );
     wait_for(T, "the oldest filler after scrolling up", || {
         d.js("document.getElementById('scroller').scrollTop = 0; return 0");
         (count_in_chat(&d, "filler-00") == 1).then_some(())
     });
     for i in 0..24 {
-        assert_eq!(count_in_chat(&d, &format!("filler-{i:02}")), 1, "filler-{i:02}");
+        assert_eq!(
+            count_in_chat(&d, &format!("filler-{i:02}")),
+            1,
+            "filler-{i:02}"
+        );
     }
 
     // The page's own search box, then the hit's /turn/ID alone.
@@ -145,7 +157,8 @@ fn a_turn_survives_a_kill_9_and_is_found_on_the_page_and_across_the_hive() {
     let _ = writeln!(std::io::stderr(), "screenshot: {}", path.display());
     d.goto(&format!("{}{link}", dash.base));
     wait_for(T, "the turn on the agent's page", || {
-        (count_in_chat(&d, "xylophone-5150") == 1 && d.js("return !!document.body.dataset.turn") == true)
+        (count_in_chat(&d, "xylophone-5150") == 1
+            && d.js("return !!document.body.dataset.turn") == true)
             .then_some(())
     });
 }

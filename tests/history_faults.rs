@@ -29,7 +29,9 @@ fn ended(page: &Page, needle: &str) -> Value {
         history(page, "limit=200")["turns"]
             .as_array()?
             .iter()
-            .find(|t| t["body"].as_str().is_some_and(|b| b.contains(needle)) && !t["ended_at"].is_null())
+            .find(|t| {
+                t["body"].as_str().is_some_and(|b| b.contains(needle)) && !t["ended_at"].is_null()
+            })
             .cloned()
     })
 }
@@ -65,7 +67,12 @@ fn a_full_disk_keeps_turns_running_and_leaves_a_gap_row() {
         wait_drained(&b, "ana");
     }
     let row = agent_row(&b, "ana");
-    assert_eq!(row.turns_ok, 4, "every turn completed: {row:?}\n{}", h.log());
+    assert_eq!(
+        row.turns_ok,
+        4,
+        "every turn completed: {row:?}\n{}",
+        h.log()
+    );
     wait_for(T, "the warning", || {
         h.log().contains("history: cannot write").then_some(())
     });
@@ -85,7 +92,10 @@ fn a_full_disk_keeps_turns_running_and_leaves_a_gap_row() {
         .find(|e| e["type"] == "gap")
         .unwrap_or_else(|| panic!("no gap row in {turns}"));
     let text = gap["text"].as_str().unwrap();
-    assert!(text.starts_with("history gap: ") && text.contains(" events"), "{text}");
+    assert!(
+        text.starts_with("history gap: ") && text.contains(" events"),
+        "{text}"
+    );
     assert!(gap["events"].as_u64().unwrap() > 0);
     assert!(h.log().contains("history: writing again"), "{}", h.log());
     let check: String = rusqlite::Connection::open(state.join("history.db"))

@@ -103,16 +103,25 @@ fn hive_search_and_hive_history_read_every_agents_page() {
     let v = search_json(&up, &["quokka-91", "ferret"], 1);
     assert_eq!(v["hits"][0]["agent"], "bob");
     search_json(&up, &["--since", "1w", "quokka-91"], 2);
-    let (code, out, _) = hive(&up, &["search", "--since", "2099-01-01T00:00:00Z", "quokka-91"]);
+    let (code, out, _) = hive(
+        &up,
+        &["search", "--since", "2099-01-01T00:00:00Z", "quokka-91"],
+    );
     assert_eq!(code, 0);
     assert!(out.contains("no turn matches"), "{out}");
     let (code, out, err) = hive(&up, &["search", "quokka-91"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("ana ") && out.contains("bob ") && out.contains("turn #"), "{out}");
+    assert!(
+        out.contains("ana ") && out.contains("bob ") && out.contains("turn #"),
+        "{out}"
+    );
     assert!(out.contains("«quokka") || out.contains("quokka"), "{out}");
     let (code, _, err) = hive(&up, &["search", "\"", "*"]);
     assert_eq!(code, 1);
-    assert!(err.contains("has no word to search for; nothing was sent"), "{err}");
+    assert!(
+        err.contains("has no word to search for; nothing was sent"),
+        "{err}"
+    );
 
     // The export: JSON lines of whole turns, oldest first, then as text.
     let (code, out, err) = hive(&up, &["history", "ana", "--json"]);
@@ -130,10 +139,16 @@ fn hive_search_and_hive_history_read_every_agents_page() {
     assert!(t.events.iter().any(|e| e["type"] == "turn_end"));
     let (code, out, _) = hive(&up, &["history", "ana"]);
     assert_eq!(code, 0);
-    assert!(out.contains("── turn #") && out.contains("> the quokka-91 report"), "{out}");
+    assert!(
+        out.contains("── turn #") && out.contains("> the quokka-91 report"),
+        "{out}"
+    );
     let (code, out, _) = hive(&up, &["history", "ana", "--since", "2099-01-01T00:00:00Z"]);
     assert_eq!(code, 0);
-    assert!(out.contains("ana has no turns in its history since then"), "{out}");
+    assert!(
+        out.contains("ana has no turns in its history since then"),
+        "{out}"
+    );
     let (code, _, err) = hive(&up, &["history", "nobody"]);
     assert_eq!(code, 1);
     assert!(err.contains("unknown agent"), "{err}");
@@ -144,7 +159,10 @@ fn hive_search_and_hive_history_read_every_agents_page() {
     let v = dash.get("/api/search?q=quokka-91").unwrap();
     assert_eq!(v["hits"].as_array().unwrap().len(), 2, "{v}");
     let link = v["hits"][0]["link"].as_str().unwrap().to_string();
-    assert!(link.starts_with("/agent/") && link.contains("/turn/"), "{link}");
+    assert!(
+        link.starts_with("/agent/") && link.contains("/turn/"),
+        "{link}"
+    );
     let r = call(
         "GET",
         &format!("{}{link}", dash.base),
@@ -155,7 +173,12 @@ fn hive_search_and_hive_history_read_every_agents_page() {
     let to = r.header("Location").unwrap();
     assert!(to.contains("/turn/"), "{to}");
     assert!(r.header("Set-Cookie").unwrap().starts_with("hive_token_"));
-    let r = call("GET", &format!("{}/api/search?q=quokka-91", dash.base), &[], None);
+    let r = call(
+        "GET",
+        &format!("{}/api/search?q=quokka-91", dash.base),
+        &[],
+        None,
+    );
     assert_eq!(r.status, 401, "the dashboard's search wants its token");
     assert_eq!(dash.get("/api/search").unwrap_err().0, 400);
 }

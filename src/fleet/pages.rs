@@ -32,7 +32,12 @@ pub fn port(data: &Path, name: &str) -> Option<u16> {
 
 /// The token of `name`'s page (see the module's rule); `fallback` is `hive
 /// up`'s own `HIVE_WEB_TOKEN`.
-pub fn token(data: &Path, entry: Option<&AgentConfig>, name: &str, fallback: Option<&str>) -> Option<String> {
+pub fn token(
+    data: &Path,
+    entry: Option<&AgentConfig>,
+    name: &str,
+    fallback: Option<&str>,
+) -> Option<String> {
     let nonblank = |t: &str| {
         let t = t.trim();
         (!t.is_empty()).then(|| t.to_string())
@@ -136,5 +141,4 @@ mod tests {
         assert_eq!(read_agent_file(&dir), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
-
 }

@@ -40,7 +40,11 @@ pub fn spawn<T: Send + 'static>(
 }
 
 /// `GET path` on `page` with its token, as JSON of type `T`.
-fn get<T: serde::de::DeserializeOwned>(page: &Page, path_and_query: &str, deadline: Instant) -> Result<T, String> {
+fn get<T: serde::de::DeserializeOwned>(
+    page: &Page,
+    path_and_query: &str,
+    deadline: Instant,
+) -> Result<T, String> {
     let Some(port) = page.port else {
         return Err("its page is not up (the agent is not running, or starting)".into());
     };
@@ -65,7 +69,10 @@ fn get<T: serde::de::DeserializeOwned>(page: &Page, path_and_query: &str, deadli
                 .ok()
                 .and_then(|v| v["error"].as_str().map(str::to_string))
                 .unwrap_or(body);
-            return Err(format!("its page answered {code}: {}", crate::proto::text::preview(&why, 300)));
+            return Err(format!(
+                "its page answered {code}: {}",
+                crate::proto::text::preview(&why, 300)
+            ));
         }
         Err(e) => return Err(format!("its page did not answer: {e}")),
     };
@@ -74,7 +81,8 @@ fn get<T: serde::de::DeserializeOwned>(page: &Page, path_and_query: &str, deadli
         .take(MAX_ANSWER)
         .read_to_end(&mut body)
         .map_err(|e| format!("cannot read its page's answer: {e}"))?;
-    serde_json::from_slice(&body).map_err(|e| format!("its page's answer is not what hive reads: {e}"))
+    serde_json::from_slice(&body)
+        .map_err(|e| format!("its page's answer is not what hive reads: {e}"))
 }
 
 /// A query string of `(key, value)`s, percent-encoded.
@@ -137,7 +145,10 @@ pub fn history(page: Page, q: &History, within: Duration) -> Result<HistoryReply
     let deadline = Instant::now() + within;
     let mut params = vec![
         ("after", q.after.unwrap_or(0).to_string()),
-        ("limit", q.limit.unwrap_or(HISTORY_LIMIT_DEFAULT).to_string()),
+        (
+            "limit",
+            q.limit.unwrap_or(HISTORY_LIMIT_DEFAULT).to_string(),
+        ),
     ];
     if let Some(s) = q.since {
         params.push(("since", s.to_string()));

@@ -109,7 +109,9 @@ impl Reader {
         let (reply, answer) = bounded(1);
         let sent = self.tx.as_ref().map(|tx| tx.send(make(reply)));
         if !matches!(sent, Some(Ok(()))) {
-            return Err(ReadError::Unavailable("the history reader has stopped".into()));
+            return Err(ReadError::Unavailable(
+                "the history reader has stopped".into(),
+            ));
         }
         answer.recv_timeout(WAIT).unwrap_or_else(|_| {
             Err(ReadError::Unavailable(format!(
@@ -146,7 +148,12 @@ impl Reader {
 
     /// Turns whose events hold every word of `words`, newest first (the
     /// newest matching event of each).
-    pub fn search(&self, words: &str, since: Option<i64>, limit: u32) -> Result<HitPage, ReadError> {
+    pub fn search(
+        &self,
+        words: &str,
+        since: Option<i64>,
+        limit: u32,
+    ) -> Result<HitPage, ReadError> {
         let words = words.to_string();
         self.ask(|reply| Ask::Search {
             words,
@@ -231,7 +238,9 @@ fn with<T>(
         Err(Fail::Read(e)) => Err(e),
         Err(Fail::Db(e)) => {
             *db = None;
-            Err(ReadError::Unavailable(format!("cannot read the history: {e}")))
+            Err(ReadError::Unavailable(format!(
+                "cannot read the history: {e}"
+            )))
         }
     }
 }

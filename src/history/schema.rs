@@ -75,7 +75,10 @@ pub fn check_readable(conn: &Connection) -> Result<(), String> {
             "{} has schema version {v}, this hive reads version {latest}",
             super::FILE
         )),
-        Err(e) => Err(format!("cannot read the schema version of {}: {e}", super::FILE)),
+        Err(e) => Err(format!(
+            "cannot read the schema version of {}: {e}",
+            super::FILE
+        )),
     }
 }
 

@@ -103,7 +103,11 @@ mod tests {
         let mut v = json!({"a": ["é".repeat(CUT_BYTES), "short"], "n": 3});
         cut_strings(&mut v);
         let s = v["a"][0].as_str().unwrap();
-        assert!(s.ends_with(&format!("…[cut, {} bytes]", CUT_BYTES)), "{}", &s[s.len() - 30..]);
+        assert!(
+            s.ends_with(&format!("…[cut, {} bytes]", CUT_BYTES)),
+            "{}",
+            &s[s.len() - 30..]
+        );
         assert!(s.len() < CUT_BYTES + 40);
         assert_eq!(v["a"][1], "short");
         assert_eq!(v["n"], 3);
@@ -117,8 +121,14 @@ mod tests {
             {"type": "thinking", "thinking": "secret plan"}
         ]}});
         let text = searchable(&View::Stream(&line));
-        assert!(text.contains("I will deploy") && text.contains("Bash"), "{text}");
-        assert!(text.contains("make deploy") && !text.contains("secret"), "{text}");
+        assert!(
+            text.contains("I will deploy") && text.contains("Bash"),
+            "{text}"
+        );
+        assert!(
+            text.contains("make deploy") && !text.contains("secret"),
+            "{text}"
+        );
         let result = json!({"type": "user", "message": {"content": [{"type": "tool_result", "content": "out"}]}});
         assert_eq!(searchable(&View::Stream(&result)), "");
         let start = View::TurnStart {

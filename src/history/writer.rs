@@ -400,7 +400,8 @@ impl Log {
             }
             if dropped > 0 {
                 let at = self.st.last_id + 1;
-                self.st.gap(&tx, at, dropped, "the log fell behind the live stream")?;
+                self.st
+                    .gap(&tx, at, dropped, "the log fell behind the live stream")?;
                 self.st.last_id = at;
             }
             self.st.flush(&tx, self.st.last_id)?;
@@ -591,7 +592,8 @@ impl State {
         let at = now();
         let turn = self.ensure_open(db, id, at)?;
         let text = format!("history gap: {n} events ({why})");
-        let json = json!({"id": id, "type": "gap", "events": n, "text": text, "at": at}).to_string();
+        let json =
+            json!({"id": id, "type": "gap", "events": n, "text": text, "at": at}).to_string();
         db.execute(
             "INSERT INTO events (id, turn, at, json) VALUES (?1, ?2, ?3, ?4)",
             params![id as i64, turn, at, json],
@@ -669,9 +671,8 @@ fn delete_turns(db: &Connection, turns: &[i64]) -> rusqlite::Result<()> {
     }
     let tx = db.unchecked_transaction()?;
     {
-        let mut words = tx.prepare(
-            "DELETE FROM search WHERE rowid IN (SELECT id FROM events WHERE turn = ?1)",
-        )?;
+        let mut words = tx
+            .prepare("DELETE FROM search WHERE rowid IN (SELECT id FROM events WHERE turn = ?1)")?;
         let mut events = tx.prepare("DELETE FROM events WHERE turn = ?1")?;
         let mut turn = tx.prepare("DELETE FROM turns WHERE id = ?1")?;
         for t in turns {

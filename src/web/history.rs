@@ -58,7 +58,12 @@ fn answer(reader: &Reader, query: &str) -> Result<Reply, Reply> {
     let after = number(query, "after")?;
     let turn = number(query, "turn")?;
     let words = http::form_value(query, "q");
-    let given = [words.is_some(), turn.is_some(), before.is_some(), after.is_some()];
+    let given = [
+        words.is_some(),
+        turn.is_some(),
+        before.is_some(),
+        after.is_some(),
+    ];
     if given.iter().filter(|g| **g).count() > 1 {
         return Err(Reply::error(
             400,
@@ -100,7 +105,10 @@ pub fn turn_page(reader: &Reader, path: &str, page: impl FnOnce() -> Reply) -> R
     let Ok(id) = raw.parse::<i64>() else {
         return Reply::error(
             404,
-            format!("{} is not a turn: /turn/ID takes a turn's number", http::prefix(path)),
+            format!(
+                "{} is not a turn: /turn/ID takes a turn's number",
+                http::prefix(path)
+            ),
         );
     };
     match reader.turn(id) {
