@@ -120,9 +120,11 @@ pub fn search(pages: Vec<Page>, q: &Search, within: Duration) -> SearchReply {
             Ok(p) => {
                 more |= p.more;
                 let port = page.port.unwrap_or_default();
+                // The link is made here from the turn's number: a page's own
+                // text never becomes a link the operator follows.
                 hits.extend(p.hits.into_iter().map(|mut h| {
                     h.agent = page.agent.clone();
-                    h.link = format!("http://127.0.0.1:{port}{}", h.link);
+                    h.link = format!("http://127.0.0.1:{port}/turn/{}", h.turn);
                     h
                 }));
             }

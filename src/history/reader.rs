@@ -9,7 +9,7 @@
 
 use super::schema;
 use super::{Hit, HitPage, Turn, TurnKind, TurnPage, FILE};
-use crate::proto::text::excerpt;
+use crate::proto::text::{excerpt, preview};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use serde_json::Value;
@@ -24,6 +24,9 @@ pub const PAGE_BUDGET: u64 = 4 * 1024 * 1024;
 
 /// Matching events a search looks through at most.
 const SCAN_MAX: usize = 20_000;
+
+/// The longest snippet, in characters (a "word" may be a 16 KiB token).
+const MAX_SNIPPET: usize = 400;
 
 /// Words of a search that count; more are left out.
 const MAX_WORDS: usize = 32;
@@ -442,12 +445,14 @@ fn search(db: &Connection, words: &str, since: Option<i64>, limit: u32) -> Resul
         )))
     };
     let tx = db.unchecked_transaction()?;
+    // The newest matching event of each turn, without snippets (cheap), then
+    // a snippet for each of those only.
     let mut hits = Vec::new();
     let mut more = false;
     {
         let mut stmt = tx.prepare(
-            "SELECT rowid, turn, at, snippet(search, 0, '«', '»', '…', 16) FROM search
-             WHERE search MATCH ?1 AND at >= ?2 ORDER BY rowid DESC",
+            "SELECT rowid, turn, at FROM search WHERE search MATCH ?1 AND at >= ?2
+             ORDER BY rowid DESC",
         )?;
         let mut rows = stmt
             .query(params![query, since.unwrap_or(i64::MIN)])
@@ -468,7 +473,7 @@ fn search(db: &Connection, words: &str, since: Option<i64>, limit: u32) -> Resul
                     event: r.get(0)?,
                     at: r.get(2)?,
                     from: None,
-                    snippet: r.get(3)?,
+                    snippet: String::new(),
                     link: format!("/turn/{turn}"),
                 });
             }
@@ -477,6 +482,17 @@ fn search(db: &Connection, words: &str, since: Option<i64>, limit: u32) -> Resul
                 break;
             }
         }
+    }
+    let mut snippet = tx.prepare_cached(
+        "SELECT snippet(search, 0, '«', '»', '…', 16) FROM search
+         WHERE search MATCH ?1 AND rowid = ?2",
+    )?;
+    for h in &mut hits {
+        let text: Option<String> = snippet
+            .query_row(params![query, h.event], |r| r.get(0))
+            .optional()
+            .map_err(refused)?;
+        h.snippet = preview(&text.unwrap_or_default(), MAX_SNIPPET);
     }
     let mut from = tx.prepare_cached("SELECT sender FROM turns WHERE id = ?1")?;
     for h in &mut hits {

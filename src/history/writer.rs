@@ -698,3 +698,155 @@ fn used_bytes(db: &Connection) -> rusqlite::Result<u64> {
 fn short(e: &rusqlite::Error) -> String {
     crate::proto::text::preview(&e.to_string(), 200)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A note, or a turn's start or end.
+    enum Ev {
+        Start,
+        Note(&'static str),
+        End,
+    }
+
+    impl Loggable for Ev {
+        fn view(&self) -> Option<View<'_>> {
+            Some(match self {
+                Ev::Start => View::TurnStart {
+                    from: "operator",
+                    body: "hi",
+                    message_id: Some(1),
+                },
+                Ev::Note(t) => View::Note(t),
+                Ev::End => View::TurnEnd {
+                    ok: true,
+                    outcome: "ok",
+                    note: "",
+                    duration_ms: 1,
+                    decision: Some("ack"),
+                },
+            })
+        }
+        fn to_json(&self) -> Value {
+            json!({"type": "x"})
+        }
+    }
+
+    fn log() -> Log {
+        let mut db = Connection::open_in_memory().unwrap();
+        schema::migrate(&mut db).unwrap();
+        Log {
+            db,
+            bounds: Bounds::default(),
+            st: State::default(),
+        }
+    }
+
+    fn events(db: &Connection) -> Vec<(i64, i64, String)> {
+        let mut stmt = db
+            .prepare("SELECT id, turn, json FROM events ORDER BY id")
+            .unwrap();
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap();
+        rows.map(Result::unwrap).collect()
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_without_waiting() {
+        let (tx, rx) = bounded(2);
+        let mut tap = Tap { tx, dropped: 0 };
+        for id in 1..=5 {
+            tap.offer(id, Ev::Note("n"));
+        }
+        assert_eq!(tap.dropped, 3);
+        assert_eq!(rx.len(), 2);
+        rx.try_recv().unwrap();
+        tap.offer(6, Ev::Note("n"));
+        assert_eq!(tap.dropped, 0);
+        rx.try_recv().unwrap();
+        let Ok(Msg::Event {
+            id, dropped_before, ..
+        }) = rx.try_recv()
+        else {
+            panic!("no event")
+        };
+        assert_eq!((id, dropped_before), (6, 3));
+    }
+
+    #[test]
+    fn dropped_events_become_one_gap_row_in_their_place() {
+        let mut l = log();
+        l.write(&[
+            (1, Ev::Start, 0),
+            (5, Ev::Note("after"), 3),
+            (6, Ev::End, 0),
+        ]);
+        let rows = events(&l.db);
+        assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2, 5, 6]);
+        assert!(rows.iter().all(|r| r.1 == rows[0].1), "one turn: {rows:?}");
+        let gap: Value = serde_json::from_str(&rows[1].2).unwrap();
+        assert_eq!(gap["type"], "gap");
+        assert_eq!(
+            gap["text"],
+            "history gap: 3 events (the log fell behind the live stream)"
+        );
+    }
+
+    #[test]
+    fn a_failed_write_is_counted_and_becomes_a_gap_when_writing_works_again() {
+        let mut l = log();
+        l.write(&[(1, Ev::Start, 0)]);
+        l.db.execute_batch("PRAGMA query_only = 1;").unwrap();
+        l.write(&[(2, Ev::Note("lost"), 0), (3, Ev::Note("lost too"), 0)]);
+        assert_eq!(l.st.lost, 2);
+        assert!(l.st.failing.is_some());
+        l.db.execute_batch("PRAGMA query_only = 0;").unwrap();
+        l.write(&[(4, Ev::End, 0)]);
+        assert_eq!(l.st.lost, 0);
+        let rows = events(&l.db);
+        assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2, 4]);
+        let gap: Value = serde_json::from_str(&rows[1].2).unwrap();
+        assert_eq!(gap["events"], 2);
+        assert!(gap["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("history gap: 2 events ("));
+        let (ended, decision): (Option<i64>, Option<String>) =
+            l.db.query_row(
+                "SELECT ended_at, decision FROM turns WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert!(ended.is_some());
+        assert_eq!(decision.as_deref(), Some("ack"));
+    }
+
+    #[test]
+    fn events_between_turns_go_into_a_harness_turn() {
+        let mut l = log();
+        l.write(&[
+            (1, Ev::Note("boot"), 0),
+            (2, Ev::Start, 0),
+            (3, Ev::End, 0),
+            (4, Ev::Note("checkpoint"), 0),
+        ]);
+        let kinds: Vec<(i64, String)> = {
+            let mut stmt =
+                l.db.prepare("SELECT id, kind FROM turns ORDER BY id")
+                    .unwrap();
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+            rows.map(Result::unwrap).collect()
+        };
+        assert_eq!(
+            kinds,
+            [
+                (1, "harness".into()),
+                (2, "message".into()),
+                (3, "harness".into())
+            ]
+        );
+    }
+}
