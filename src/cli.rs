@@ -8,7 +8,7 @@
 //! Tested from literal vectors.
 
 use crate::proto::paths;
-use crate::proto::text::excerpt;
+use crate::proto::text::{excerpt, parse_time};
 use lexopt::prelude::*;
 use lexopt::Parser;
 use std::ffi::OsString;
@@ -217,6 +217,40 @@ Its attempts start over. Any message that is not a dead letter is refused
   ID                  the question id from `hive questions`
   TEXT                the answer: an option's value or free text; several are joined with \", \"
   --socket PATH       the host socket (default {HOST_SOCKET})",
+    },
+    CommandHelp {
+        name: "search",
+        summary: "operator: search every agent's turn history (hive up)",
+        usage: "hive search [--agent A] [--since WHEN] [--limit N] [--socket PATH] [--json] WORDS…
+
+  WORDS               every word must be in the turn; each is searched as a word
+                      (quotes, -, *, NEAR, OR mean nothing special)
+  --agent A           only agent A's history
+  --since WHEN        only what happened since: 30m, 2h, 2d, 1w, or an RFC 3339 time
+                      (2026-11-22T05:03:02Z)
+  --limit N           at most N turns (1 to 200, default 20)
+  --socket PATH       the host socket (default {HOST_SOCKET})
+  --json              print the broker's answer as JSON
+
+Prints the newest matching turns first: agent, time, turn, a link that opens the
+turn on its agent's page, and the words around the match. `hive up` answers it
+by asking each agent's page; under plain `hive broker` use the page's
+/api/history (docs/web.md).",
+    },
+    CommandHelp {
+        name: "history",
+        summary: "operator: print an agent's turns, oldest first (hive up)",
+        usage: "hive history [--since WHEN] [--socket PATH] [--json] AGENT
+
+  AGENT               the agent whose turns to print
+  --since WHEN        only turns started since: 30m, 2h, 2d, 1w, or an RFC 3339 time
+  --socket PATH       the host socket (default {HOST_SOCKET})
+  --json              one turn per line as JSON (its events as the page's live
+                      stream sends them)
+
+Without --json each turn is a header (time, sender, outcome, duration, cost)
+followed by its message, claude's text, tool calls and notes. The history holds
+tool inputs and outputs, which may contain secrets.",
     },
     CommandHelp {
         name: "bash-daemon",
@@ -465,6 +499,43 @@ pub struct AnswerArgs {
     pub answer: Vec<String>,
 }
 
+/// `--since`: a span back from now, or a moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    /// This many seconds before the command runs.
+    Ago(u64),
+    /// This unix time.
+    At(i64),
+}
+
+impl Since {
+    /// The unix time it names, `now` being the time the command runs.
+    pub fn resolve(self, now: i64) -> i64 {
+        match self {
+            Since::Ago(secs) => now.saturating_sub(secs.min(i64::MAX as u64) as i64),
+            Since::At(t) => t,
+        }
+    }
+}
+
+/// `hive search`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchArgs {
+    pub host: HostArgs,
+    pub words: String,
+    pub agent: Option<String>,
+    pub since: Option<Since>,
+    pub limit: Option<u32>,
+}
+
+/// `hive history`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryArgs {
+    pub host: HostArgs,
+    pub agent: String,
+    pub since: Option<Since>,
+}
+
 /// `hive bash-daemon`; unset values come from the environment or defaults.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BashDaemonArgs {
@@ -507,6 +578,8 @@ pub enum Cmd {
     Deny(DenyArgs),
     /// `hive start|stop|restart|update AGENT`.
     Lifecycle(Lifecycle, AgentArgs),
+    Search(SearchArgs),
+    History(HistoryArgs),
     BashDaemon(BashDaemonArgs),
     BashMcp(BashMcpArgs),
     /// `hive env-script`: print the bash environment script.
@@ -582,6 +655,8 @@ pub fn parse(args: Vec<OsString>) -> Result<Cmd, UsageError> {
         "stop" => parse_agent(&mut p).map(|a| Cmd::Lifecycle(Lifecycle::Stop, a)),
         "restart" => parse_agent(&mut p).map(|a| Cmd::Lifecycle(Lifecycle::Restart, a)),
         "update" => parse_agent(&mut p).map(|a| Cmd::Lifecycle(Lifecycle::Update, a)),
+        "search" => parse_search(&mut p),
+        "history" => parse_history(&mut p),
         "bash-daemon" => parse_bash_daemon(&mut p),
         "bash-mcp" => parse_bash_mcp(&mut p),
         "env-script" => no_arguments(&mut p, Cmd::EnvScript),
@@ -879,6 +954,83 @@ fn parse_answer(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     Ok(Cmd::Answer(AnswerArgs { host, id, answer }))
 }
 
+/// A `--since` value: `30m`, `2h`, `2d`, `1w` back from now, or an RFC 3339
+/// time.
+fn since(v: OsString) -> Result<Since, lexopt::Error> {
+    let s = utf8(v)?;
+    let t = s.trim();
+    let unit = |c: char| match c {
+        'm' => Some(60),
+        'h' => Some(3600),
+        'd' => Some(86400),
+        'w' => Some(7 * 86400),
+        _ => None,
+    };
+    if let Some(last) = t.chars().last() {
+        let digits = &t[..t.len() - last.len_utf8()];
+        if let (Some(u), Ok(n)) = (unit(last), digits.parse::<u64>()) {
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Ok(Since::Ago(n.saturating_mul(u)));
+            }
+        }
+    }
+    match parse_time(t) {
+        Some(at) => Ok(Since::At(at)),
+        None => Err(format!(
+            "--since takes 30m, 2h, 2d, 1w or an RFC 3339 time like 2026-11-22T05:03:02Z, not {}",
+            excerpt(&s)
+        )
+        .into()),
+    }
+}
+
+fn parse_search(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut host = HostArgs::default();
+    let (mut words, mut agent, mut when, mut limit) = (Vec::new(), None, None, None);
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("socket") => host.socket = Some(p.value()?.into()),
+            Long("json") => host.json = true,
+            Long("help") | Short('h') => return Err(help()),
+            Long("agent") => agent = Some(utf8(p.value()?)?),
+            Long("since") => when = Some(since(p.value()?)?),
+            Long("limit") => limit = Some(number("--limit", p.value()?)?),
+            Value(v) => words.push(utf8(v)?),
+            other => return Err(other.unexpected()),
+        }
+    }
+    if words.is_empty() {
+        return Err("missing WORDS to search for".into());
+    }
+    Ok(Cmd::Search(SearchArgs {
+        host,
+        words: words.join(" "),
+        agent,
+        since: when,
+        limit,
+    }))
+}
+
+fn parse_history(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut host = HostArgs::default();
+    let (mut agent, mut when) = (None, None);
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("socket") => host.socket = Some(p.value()?.into()),
+            Long("json") => host.json = true,
+            Long("help") | Short('h') => return Err(help()),
+            Long("since") => when = Some(since(p.value()?)?),
+            Value(v) if agent.is_none() => agent = Some(utf8(v)?),
+            other => return Err(other.unexpected()),
+        }
+    }
+    Ok(Cmd::History(HistoryArgs {
+        host,
+        agent: agent.ok_or("missing AGENT")?,
+        since: when,
+    }))
+}
+
 fn parse_bash_daemon(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     let mut a = BashDaemonArgs::default();
     while let Some(arg) = p.next()? {
@@ -1062,6 +1214,33 @@ mod tests {
     }
 
     #[test]
+    fn search_and_history_take_words_agents_and_since() {
+        let Cmd::Search(a) = run(&[
+            "search", "deploy", "\"prod\"", "--agent", "ana", "--since", "2h", "--json",
+        ])
+        .unwrap() else {
+            panic!("not search")
+        };
+        assert_eq!(a.words, "deploy \"prod\"");
+        assert_eq!(a.agent.as_deref(), Some("ana"));
+        assert_eq!(a.since, Some(Since::Ago(7200)));
+        assert!(a.host.json);
+        for (text, want) in [
+            ("30m", Since::Ago(1800)),
+            ("2d", Since::Ago(2 * 86400)),
+            ("1w", Since::Ago(7 * 86400)),
+            ("2026-11-22T05:03:02Z", Since::At(1_795_323_782)),
+        ] {
+            let Cmd::History(h) = run(&["history", "ana", "--since", text]).unwrap() else {
+                panic!("not history")
+            };
+            assert_eq!((h.agent.as_str(), h.since), ("ana", Some(want)), "{text}");
+        }
+        assert_eq!(Since::Ago(60).resolve(1000), 940);
+        assert_eq!(Since::At(5).resolve(1000), 5);
+    }
+
+    #[test]
     fn bad_command_lines_say_why_with_usage() {
         let cases: &[(&[&str], &str)] = &[
             (&[], "no command"),
@@ -1089,6 +1268,15 @@ mod tests {
             (&["retry", "twelve"], "must be a number"),
             (&["failed", "--agent"], "--agent"),
             (&["failed", "ana"], "ana"),
+            (&["search"], "missing WORDS"),
+            (
+                &["search", "x", "--since", "yesterday"],
+                "--since takes 30m",
+            ),
+            (&["search", "x", "--since", "m"], "--since takes 30m"),
+            (&["history"], "missing AGENT"),
+            (&["history", "a", "b"], "b"),
+            (&["history", "a", "--since", "5x"], "RFC 3339"),
         ];
         for (args, want) in cases {
             let e = run(args).unwrap_err();

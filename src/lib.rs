@@ -3,7 +3,8 @@
 //! (`cli`), resolves it and dispatches here, so integration tests and fuzz targets
 //! reach the same code. The modules form layers (`docs/architecture.md`, checked
 //! by `tests/layering.rs`): the command line; the harness; the agent page, the
-//! bash tasks and the MCP servers; the broker and the fleet; the config; and at
+//! bash tasks and the MCP servers; the broker and the fleet; the config and the
+//! agents' turn history; and at
 //! the bottom the contract and the mechanisms every process shares (`proto`,
 //! `agent_proc`, `http`, `sys`).
 
@@ -15,6 +16,7 @@ pub mod config;
 pub mod fleet;
 pub mod groups;
 pub mod harness;
+pub mod history;
 pub mod http;
 pub mod matrix;
 pub mod mcp;

@@ -94,6 +94,8 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Approve(a) => ops::approve(&a.host, a.id)?,
         Cmd::Deny(a) => ops::deny(&a)?,
         Cmd::Lifecycle(what, a) => ops::lifecycle(what, &a)?,
+        Cmd::Search(a) => ops::search(&a)?,
+        Cmd::History(a) => ops::history(&a)?,
         Cmd::BashDaemon(a) => bash::daemon::run_command(bash_daemon_settings(a, &Env::process()))?,
         Cmd::BashMcp(a) => bash::mcp::run_server(bash::daemon::socket_or_env(a.socket))?,
         Cmd::EnvScript => print!("{}", bash::env_script::SCRIPT),

@@ -1,7 +1,8 @@
 //! The client commands: `hive wake` for scripts inside an agent's container and
 //! the operator commands (`send`, `inbox`, `agents`, `failed`, `retry`,
 //! `questions`, `answer`, `cancel-question`, `approvals`, `approve`, `deny`,
-//! `start`, `stop`, `restart`, `update`) on the host socket. Each
+//! `start`, `stop`, `restart`, `update`, and `search` and `history`, which
+//! `hive up` answers from the agents' pages) on the host socket. Each
 //! builds the contract's command and sends it with the typed client
 //! ([`crate::proto::Client`]), printed as plain text for people or `--json`
 //! (the answer as the broker sent it) for scripts. A command is checked by its
@@ -10,12 +11,13 @@
 //! reaches the operator's terminal.
 
 use crate::cli::{
-    AgentArgs, AnswerArgs, DenyArgs, FailedArgs, HostArgs, InboxArgs, Lifecycle, SendArgs, WakeArgs,
+    AgentArgs, AnswerArgs, DenyArgs, FailedArgs, HistoryArgs, HostArgs, InboxArgs, Lifecycle,
+    SearchArgs, SendArgs, WakeArgs,
 };
 use crate::proto::cmd::{
-    self, Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Failed, Inbox, InboxAck,
-    Questions, RestartAgent, Retry, StartAgent, StopAgent, Supervision, SupervisionReply,
-    UpdateAgent, Version, Wake,
+    self, Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Failed, History, Inbox,
+    InboxAck, Questions, RestartAgent, Retry, Search, StartAgent, StopAgent, Supervision,
+    SupervisionReply, Turn, TurnKind, UpdateAgent, Version, Wake,
 };
 use crate::proto::limits::MAX_BODY;
 use crate::proto::lines::ok_line;
@@ -464,6 +466,200 @@ pub fn lifecycle(what: Lifecycle, a: &AgentArgs) -> Result<(), String> {
         print_json(&r);
     } else {
         println!("{}", line(&r.text));
+    }
+    Ok(())
+}
+
+/// `hive search`: the newest matching turns of every agent (or one).
+pub fn search(a: &SearchArgs) -> Result<(), String> {
+    let search = checked(Search {
+        words: a.words.clone(),
+        agent: a.agent.clone(),
+        since: a.since.map(|s| s.resolve(crate::proto::now())),
+        limit: a.limit,
+    })?;
+    let mut c = host_client(&a.host)?;
+    let r = call(&mut c, &search)?;
+    if a.host.json {
+        print_json(&r);
+        return Ok(());
+    }
+    for e in &r.errors {
+        eprintln!(
+            "hive: {} was not searched: {}",
+            line(&e.agent),
+            line(&e.error)
+        );
+    }
+    if r.hits.is_empty() {
+        println!("no turn matches {}", line(&a.words));
+    }
+    for h in &r.hits {
+        println!(
+            "{} {} turn #{} {}\n  {}",
+            line(&h.agent),
+            fmt_time(h.at),
+            h.turn,
+            line(&h.link),
+            line(&h.snippet)
+        );
+    }
+    if r.more {
+        println!("… more turns match: add words, --agent, --since or a larger --limit");
+    }
+    Ok(())
+}
+
+/// `hive history`: an agent's turns, oldest first, a page at a time; a
+/// closed pipe (`| head`) ends it quietly.
+pub fn history(a: &HistoryArgs) -> Result<(), String> {
+    let mut c = host_client(&a.host)?;
+    let since = a.since.map(|s| s.resolve(crate::proto::now()));
+    let mut after = None;
+    let mut shown = 0usize;
+    loop {
+        let req = checked(History {
+            agent: a.agent.clone(),
+            since,
+            after,
+            limit: Some(50),
+        })?;
+        let r = call(&mut c, &req)?;
+        let mut out = std::io::stdout().lock();
+        let written = r.turns.iter().try_for_each(|t| {
+            if a.host.json {
+                writeln!(out, "{}", serde_json::to_string(t).unwrap_or_default())
+            } else {
+                write_turn(&mut out, t)
+            }
+        });
+        match written.and_then(|_| out.flush()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) => return Err(format!("cannot write the history: {e}")),
+            Ok(()) => {}
+        }
+        shown += r.turns.len();
+        match r.turns.last() {
+            Some(t) if r.more => after = Some(t.id),
+            _ => break,
+        }
+    }
+    if shown == 0 && !a.host.json {
+        println!(
+            "{} has no turns in its history{}",
+            line(&a.agent),
+            if since.is_some() { " since then" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+/// One turn as text: a header line, then its message, claude's text, tool
+/// calls and results, and notes, everything an agent wrote made printable.
+fn write_turn(out: &mut impl Write, t: &Turn) -> std::io::Result<()> {
+    let mut head = format!("── turn #{} · {}", t.id, fmt_time(t.started_at));
+    match (&t.kind, &t.from) {
+        (TurnKind::Harness, _) => head.push_str(" · the harness"),
+        (TurnKind::Message, Some(f)) => head.push_str(&format!(" · from {}", line(f))),
+        (TurnKind::Message, None) => {}
+    }
+    match (t.ok, &t.outcome) {
+        (Some(ok), Some(o)) => {
+            head.push_str(&format!(" · {} {}", if ok { "✓" } else { "✗" }, line(o)))
+        }
+        _ if t.ended_at.is_none() && t.kind == TurnKind::Message => head.push_str(" · unfinished"),
+        _ => {}
+    }
+    if let Some(d) = &t.decision {
+        head.push_str(&format!(" ({})", line(d)));
+    }
+    if let Some(ms) = t.duration_ms {
+        head.push_str(&format!(" · {:.1}s", ms as f64 / 1000.0));
+    }
+    if t.cost_usd > 0.0 {
+        head.push_str(&format!(" · ${:.4}", t.cost_usd));
+    }
+    if t.tokens_in + t.tokens_out > 0 {
+        head.push_str(&format!(" · {} in / {} out", t.tokens_in, t.tokens_out));
+    }
+    writeln!(out, "{head}")?;
+    let text = |v: &serde_json::Value, key: &str| v[key].as_str().unwrap_or_default().to_string();
+    for e in &t.events {
+        match e["type"].as_str().unwrap_or_default() {
+            "turn_start" => {
+                for l in text(e, "body").lines() {
+                    writeln!(out, "> {}", printable(l, false))?;
+                }
+            }
+            "note" | "gap" => writeln!(out, "· {}", printable(&text(e, "text"), true))?,
+            "turn_end" if !text(e, "note").is_empty() => {
+                writeln!(out, "· {}", printable(&text(e, "note"), true))?
+            }
+            "stream" => write_stream(out, &e["value"])?,
+            _ => {}
+        }
+    }
+    if t.events_left_off > 0 {
+        writeln!(
+            out,
+            "… {} more events: open the turn on the agent's page (/turn/{})",
+            t.events_left_off, t.id
+        )?;
+    }
+    writeln!(out)
+}
+
+/// What a person reads of one stdout line of claude.
+fn write_stream(out: &mut impl Write, v: &serde_json::Value) -> std::io::Result<()> {
+    let blocks = v["message"]["content"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    match v["type"].as_str().unwrap_or_default() {
+        "assistant" => {
+            for b in &blocks {
+                match b["type"].as_str().unwrap_or_default() {
+                    "text" => writeln!(
+                        out,
+                        "{}",
+                        printable(b["text"].as_str().unwrap_or_default(), true)
+                    )?,
+                    "tool_use" => writeln!(
+                        out,
+                        "⚙ {} {}",
+                        line(b["name"].as_str().unwrap_or_default()),
+                        line(&preview(&b["input"].to_string(), 300))
+                    )?,
+                    _ => {}
+                }
+            }
+        }
+        "user" => {
+            for b in blocks.iter().filter(|b| b["type"] == "tool_result") {
+                let content = match &b["content"] {
+                    serde_json::Value::String(s) => s.clone(),
+                    serde_json::Value::Array(parts) => parts
+                        .iter()
+                        .filter_map(|p| p["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                    _ => String::new(),
+                };
+                let n = content.lines().count();
+                let what = if b["is_error"] == true {
+                    "error"
+                } else {
+                    "result"
+                };
+                writeln!(out, "  → {what}: {n} line{}", if n == 1 { "" } else { "s" })?;
+            }
+        }
+        "result" if v["is_error"] == true => writeln!(
+            out,
+            "✗ {}",
+            line(&preview(v["result"].as_str().unwrap_or("error"), 300))
+        )?,
+        _ => {}
     }
     Ok(())
 }

@@ -6,9 +6,9 @@
 mod common;
 
 use common::hive::*;
+use common::smallfs::{fill, SmallFs};
 use hyperhive::proto::cmd::{AckTurn, RecvNext, Send};
 use hyperhive::proto::ClientError;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The harness's page (its port and token, from the state dir).
@@ -155,41 +155,6 @@ exit 0"#,
     assert!(hwm < 128 * 1024, "peak RSS {hwm} kB over the 128 MiB bound");
     let row = agent_row(&b, "ana");
     assert_eq!(row.turns_ok, 2, "{row:?}\n{}", h.log());
-}
-
-/// A tmpfs of `size` mounted at a fresh dir, unmounted on drop.
-struct SmallFs(PathBuf);
-
-impl SmallFs {
-    fn mount(size: &str) -> Option<SmallFs> {
-        let p = PathBuf::from(format!("/tmp/hv-full-{}", std::process::id()));
-        std::fs::create_dir_all(&p).ok()?;
-        let st = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&p)
-            .status()
-            .ok()?;
-        st.success().then_some(SmallFs(p))
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
-/// Writes a filler file until the filesystem is full.
-fn fill(path: &Path) {
-    use std::io::Write;
-    let mut f = std::fs::File::create(path).unwrap();
-    let chunk = vec![0u8; 4096];
-    while f.write_all(&chunk).is_ok() {}
-    let _ = f.sync_all();
 }
 
 #[test]

@@ -30,6 +30,7 @@ fn turn(web: &Web, body: &str, text: &str) {
         note: String::new(),
         outcome: "ok".into(),
         duration_ms: 1200,
+        decision: None,
     });
 }
 

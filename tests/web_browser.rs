@@ -54,6 +54,7 @@ fn emit_turn(web: &Web) {
         note: String::new(),
         outcome: "ok".into(),
         duration_ms: 8400,
+        decision: Some("ack".into()),
     });
     bus.update(|s| {
         s.context_tokens = Some(84_000);

@@ -4,9 +4,11 @@
 //! broker never imports the supervisor. Under plain `hive broker` there is no
 //! supervisor, and the lifecycle tools answer an error saying so.
 
+use crate::proto::cmd::{History, HistoryReply, Search, SearchReply};
 use crate::proto::AgentState;
 use crossbeam_channel::Sender;
 use serde_json::Value;
+use std::time::Duration;
 
 /// The supervisor's answer to a command: a confirmation for the caller, or why not.
 pub type Reply = Sender<Result<String, String>>;
@@ -30,6 +32,19 @@ pub enum LifecycleCmd {
     Apply { change: EntryChange, reply: Reply },
     /// Every agent's supervision state.
     States { reply: Sender<Vec<AgentState>> },
+    /// Search the agents' histories (their pages' `/api/history`); the
+    /// answer comes from a thread of the supervisor's, within `within`.
+    Search {
+        query: Search,
+        within: Duration,
+        reply: Sender<Result<SearchReply, String>>,
+    },
+    /// One page of an agent's history, likewise.
+    History {
+        query: History,
+        within: Duration,
+        reply: Sender<Result<HistoryReply, String>>,
+    },
     /// Stop every agent (SIGTERM, then SIGKILL after the grace) and return.
     Shutdown { reply: Sender<()> },
 }

@@ -22,7 +22,7 @@ use crate::http::sse;
 use crate::http::{self, Reply};
 use crate::proto::cmd::{
     Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Failed, Inbox, InboxAck, Questions,
-    RestartAgent, Retry, SetPermissions, StartAgent, StopAgent, Supervision, UpdateAgent,
+    RestartAgent, Retry, Search, SetPermissions, StartAgent, StopAgent, Supervision, UpdateAgent,
 };
 use crate::proto::{cmd, AgentState, Client, Command};
 use crate::sys::env::Env;
@@ -350,6 +350,7 @@ static ROUTES: &[Route<App>] = &[
     },
     get("/api/hive", |a, _| hive(a)),
     get("/api/message", message),
+    get("/api/search", search),
     Route {
         method: Method::Get,
         path: Path::Exact("/events"),
@@ -447,31 +448,10 @@ fn host(app: &App) -> Result<Client, String> {
     Ok(c)
 }
 
-/// True for a name that can be a directory under `DATA/agents`.
-fn plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-}
-
-/// The token of `name`'s page: its fleet entry's `HIVE_WEB_TOKEN`, else the
-/// one its harness generated (`DATA/agents/NAME/state/web-token`), else the
-/// one every agent inherits from `hive up`.
+/// The token of `name`'s page (`pages.rs` says where it comes from).
 fn agent_token(app: &App, name: &str, supervision: Option<&AgentState>) -> Option<String> {
-    let nonblank = |t: String| (!t.trim().is_empty()).then(|| t.trim().to_string());
-    supervision
-        .and_then(|s| s.applied.env.get("HIVE_WEB_TOKEN").cloned())
-        .and_then(nonblank)
-        .or_else(|| {
-            plain_name(name)
-                .then(|| app.data.join("agents").join(name).join("state"))
-                .and_then(|d| std::fs::read_to_string(d.join(auth::PAGE_TOKEN_FILE)).ok())
-                .and_then(nonblank)
-        })
-        .or_else(|| app.cfg.page_token.clone())
+    let entry = supervision.map(|s| &s.applied);
+    super::pages::token(&app.data, entry, name, app.cfg.page_token.as_deref())
 }
 
 /// The supervision row of `name`.
@@ -488,7 +468,8 @@ fn supervision_of(app: &App, name: &str) -> Result<AgentState, String> {
 /// (its fleet entry's, else `hive up`'s, else the default), when it has a
 /// forge token (`STATE/forge-token`) and the URL is not switched off (`""`).
 fn forge_link(app: &App, name: &str, s: &AgentState) -> Option<String> {
-    let state = plain_name(name).then(|| app.data.join("agents").join(name).join("state"))?;
+    let state =
+        super::pages::plain_name(name).then(|| app.data.join("agents").join(name).join("state"))?;
     if !state.join("forge-token").is_file() {
         return None;
     }
@@ -527,17 +508,20 @@ fn agent_config(sup: &AgentState) -> Reply {
 }
 
 /// `GET /agent/NAME/open` logs the browser in to NAME's page (its cookie for
-/// this host: cookies are per host, not per port) and goes there;
-/// `GET /agent/NAME/icon` passes NAME's icon on; `GET /agent/NAME/config`
-/// shows the entry it runs.
+/// this host: cookies are per host, not per port) and goes there, and
+/// `GET /agent/NAME/turn/ID` to that turn on it; `GET /agent/NAME/icon`
+/// passes NAME's icon on; `GET /agent/NAME/config` shows the entry it runs.
 fn agent_link(app: &App, c: &Ctx<'_>) -> Reply {
     let rest = c.path.trim_start_matches("/agent/");
     let Some((name, what)) = rest.split_once('/') else {
         return Reply::not_found();
     };
-    if !["open", "icon", "config"].contains(&what) {
-        return Reply::not_found();
-    }
+    let turn = match what.strip_prefix("turn/").map(str::parse::<i64>) {
+        Some(Ok(id)) => Some(id),
+        Some(Err(_)) => return Reply::not_found(),
+        None if ["open", "icon", "config"].contains(&what) => None,
+        None => return Reply::not_found(),
+    };
     let sup = match supervision_of(app, name) {
         Ok(s) => s,
         Err(e) => return Reply::error(404, e),
@@ -559,7 +543,8 @@ fn agent_link(app: &App, c: &Ctx<'_>) -> Reply {
         Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
         _ => c.host,
     };
-    let reply = Reply::redirect(&format!("http://{host_name}:{port}/"));
+    let path = turn.map_or_else(String::new, |id| format!("turn/{id}"));
+    let reply = Reply::redirect(&format!("http://{host_name}:{port}/{path}"));
     match token {
         Some(t) => reply.header(
             "Set-Cookie",
@@ -591,6 +576,45 @@ fn agent_icon(app: &App, port: u16, token: Option<&str>) -> Reply {
             "default-src 'none'; style-src 'unsafe-inline'; sandbox",
         )
         .header("Cache-Control", "max-age=300")
+}
+
+/// `GET /api/search?q=WORDS[&agent=A][&since=UNIX]`: `hive search` for the
+/// page, with each hit's link through the dashboard (`/agent/NAME/turn/ID`,
+/// which logs the browser in to the agent's page).
+fn search(app: &App, c: &Ctx<'_>) -> Reply {
+    let Some(words) = http::form_value(c.query, "q") else {
+        return Reply::error(400, "give the words: /api/search?q=WORDS");
+    };
+    let since = match http::form_value(c.query, "since").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => match s.parse::<i64>() {
+            Ok(t) => Some(t),
+            Err(_) => return Reply::error(400, "since must be a unix time in seconds"),
+        },
+    };
+    let cmd = Search {
+        words,
+        agent: http::form_value(c.query, "agent").filter(|a| !a.is_empty()),
+        since,
+        limit: None,
+    };
+    if let Err(e) = cmd.validate() {
+        return Reply::error(400, e.to_string());
+    }
+    let mut broker = match host(app) {
+        Ok(h) => h,
+        Err(e) => return Reply::error(502, e),
+    };
+    match broker.call(&cmd) {
+        Ok(mut r) => {
+            for h in &mut r.hits {
+                h.link = format!("/agent/{}/turn/{}", h.agent, h.turn);
+            }
+            Reply::json(200, &r)
+        }
+        Err(crate::proto::ClientError::Refused(why)) => Reply::error(400, why),
+        Err(e) => Reply::error(502, e.to_string()),
+    }
 }
 
 /// `GET /api/message?id=N`: one unread operator message whole (the snapshot
@@ -1038,6 +1062,10 @@ mod tests {
         }
         let ok = command::<cmd::Send>(br#"{"to":"kid","body":"hi","in_reply_to":3}"#).unwrap();
         assert_eq!(ok.in_reply_to, Some(3));
-        assert!(plain_name("kid-2") && !plain_name("..") && !plain_name("a/b"));
+        assert!(
+            super::super::pages::plain_name("kid-2")
+                && !super::super::pages::plain_name("..")
+                && !super::super::pages::plain_name("a/b")
+        );
     }
 }

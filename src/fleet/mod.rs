@@ -10,7 +10,9 @@
 pub mod dashboard;
 pub mod isolation;
 pub mod logfile;
+pub mod pages;
 pub mod sandbox;
+pub mod search;
 pub mod supervisor;
 pub mod watch;
 
@@ -50,6 +52,9 @@ pub struct UpSettings {
     /// `hive up`'s own environment names an Anthropic key or OAuth token,
     /// which every agent inherits (so each counts as logged in).
     pub inherited_login: bool,
+    /// `hive up`'s own `HIVE_WEB_TOKEN`: the last guess at an agent page's
+    /// token (`pages.rs`), for the operator's searches.
+    pub page_token: Option<String>,
 }
 
 impl UpSettings {
@@ -79,6 +84,7 @@ impl UpSettings {
             inherited_login: ["ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"]
                 .iter()
                 .any(|k| env.get(k).is_some()),
+            page_token: env.get("HIVE_WEB_TOKEN"),
         })
     }
 }

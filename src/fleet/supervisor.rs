@@ -241,8 +241,50 @@ impl Supervisor {
             LifecycleCmd::States { reply } => {
                 let _ = reply.send(self.states());
             }
+            // The pages are asked on a thread of the query's own.
+            LifecycleCmd::Search {
+                query,
+                within,
+                reply,
+            } => {
+                let names: Vec<String> = match &query.agent {
+                    Some(a) if !self.agents.contains_key(a) => {
+                        let _ = reply.send(Err(format!("{a} is not supervised by this hive")));
+                        return;
+                    }
+                    Some(a) => vec![a.clone()],
+                    None => self.agents.keys().cloned().collect(),
+                };
+                let pages = names.iter().map(|n| self.page(n)).collect();
+                super::search::spawn("sup-search", reply, move || {
+                    Ok(super::search::search(pages, &query, within))
+                });
+            }
+            LifecycleCmd::History {
+                query,
+                within,
+                reply,
+            } => {
+                if !self.agents.contains_key(&query.agent) {
+                    let _ = reply.send(Err(format!(
+                        "{} is not supervised by this hive",
+                        query.agent
+                    )));
+                    return;
+                }
+                let page = self.page(&query.agent);
+                super::search::spawn("sup-history", reply, move || {
+                    super::search::history(page, &query, within)
+                });
+            }
             LifecycleCmd::Shutdown { .. } => {}
         }
+    }
+
+    /// How `name`'s page is reached (its port and token).
+    fn page(&self, name: &str) -> super::pages::Page {
+        let entry = self.agents.get(name).map(|a| &a.applied);
+        super::pages::page(&self.s.data, entry, name, self.s.page_token.as_deref())
     }
 
     fn agent(&mut self, name: &str) -> Result<&mut Agent, String> {
@@ -822,11 +864,7 @@ impl Supervisor {
                     Phase::Backoff(_) => ("restarting", None),
                 };
                 // A stopped agent's port file is a page that is gone.
-                let port = pid
-                    .and_then(|_| {
-                        read_agent_file(&self.agent_dir(name).join("state").join("hyperhive-port"))
-                    })
-                    .and_then(|p| p.trim().parse().ok());
+                let port = pid.and_then(|_| super::pages::port(&self.s.data, name));
                 AgentState {
                     name: name.clone(),
                     state: state.into(),
@@ -848,25 +886,6 @@ impl Supervisor {
 pub fn backoff(base: Duration, max: Duration, failures: u32) -> Duration {
     let ms = (base.as_millis() as u64).saturating_mul(1u64 << failures.min(20));
     Duration::from_millis(ms).min(max)
-}
-
-/// Reads a small file an agent writes (it can replace it with anything): a
-/// regular file only, never following a symlink, never blocking on a FIFO, at
-/// most 4 KiB.
-fn read_agent_file(path: &std::path::Path) -> Option<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)
-        .ok()?;
-    if !f.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut text = String::new();
-    f.take(4096).read_to_string(&mut text).ok()?;
-    Some(text)
 }
 
 fn mtime(p: &std::path::Path) -> Option<SystemTime> {
@@ -898,30 +917,6 @@ mod tests {
         ] {
             assert!(!operator_only(key), "{key}");
         }
-    }
-
-    #[test]
-    fn an_agents_file_is_read_only_when_it_is_a_small_regular_file() {
-        let dir = std::env::temp_dir().join(format!("hive-agentfile-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let (file, fifo, link) = (dir.join("port"), dir.join("fifo"), dir.join("link"));
-        std::fs::write(&file, "4242\n").unwrap();
-        assert_eq!(read_agent_file(&file).as_deref(), Some("4242\n"));
-        assert!(Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success());
-        assert_eq!(
-            read_agent_file(&fifo),
-            None,
-            "a FIFO is not read (nor waited on)"
-        );
-        std::os::unix::fs::symlink(&file, &link).unwrap();
-        assert_eq!(read_agent_file(&link), None, "a symlink is not followed");
-        assert_eq!(read_agent_file(&dir), None);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -5,7 +5,11 @@
 //! ([`Bus::update`]); other threads only publish notes, and readers take
 //! snapshots. Publishing never blocks: each subscriber has a bounded queue and
 //! one that falls behind is dropped, so a slow web client can never slow a turn.
+//! Every event but a state change is also offered to the durable turn log
+//! ([`Bus::log_to`]), whose tap never waits either; the ids then continue
+//! from the log's, across restarts.
 
+use crate::history::{Loggable, Tap, View};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use serde::Serialize;
 use serde_json::Value;
@@ -53,9 +57,51 @@ pub enum LiveEvent {
         note: String,
         outcome: String,
         duration_ms: u64,
+        /// What the turn loop decided (`policy::describe`), when it decided.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        decision: Option<String>,
     },
     /// The turn state or a status flag changed; carries the new state.
     State { state: Box<StateSnapshot> },
+}
+
+/// The turn log keeps every event but the state changes, as the live stream
+/// sends them.
+impl Loggable for LiveEvent {
+    fn view(&self) -> Option<View<'_>> {
+        Some(match self {
+            LiveEvent::TurnStart {
+                from,
+                body,
+                message_id,
+                ..
+            } => View::TurnStart {
+                from,
+                body,
+                message_id: *message_id,
+            },
+            LiveEvent::Stream { value } => View::Stream(value),
+            LiveEvent::Note { text } => View::Note(text),
+            LiveEvent::TurnEnd {
+                ok,
+                note,
+                outcome,
+                duration_ms,
+                decision,
+            } => View::TurnEnd {
+                ok: *ok,
+                outcome,
+                note,
+                duration_ms: *duration_ms,
+                decision: decision.as_deref(),
+            },
+            LiveEvent::State { .. } => return None,
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
 }
 
 /// An event with its position in the stream.
@@ -143,6 +189,8 @@ struct Inner {
     history_bytes: usize,
     subscribers: Vec<Sender<Numbered>>,
     state: StateSnapshot,
+    /// The turn log's queue, while the log is kept.
+    log: Option<Tap<LiveEvent>>,
 }
 
 /// A cheap, cloneable handle on the bus.
@@ -187,8 +235,25 @@ impl Bus {
                 history_bytes: 0,
                 subscribers: Vec::new(),
                 state,
+                log: None,
             })),
         }
+    }
+
+    /// Offers every later event but state changes to the turn log, and
+    /// numbers them from `next_id` (the log's, so ids go on across restarts).
+    /// Called before the first event.
+    pub fn log_to(&self, tap: Tap<LiveEvent>, next_id: u64) {
+        let mut inner = self.lock();
+        inner.next_id = inner.next_id.max(next_id);
+        inner.log = Some(tap);
+    }
+
+    /// Stops offering events to the turn log: its tap and the newest id.
+    pub fn end_history(&self) -> Option<(Tap<LiveEvent>, u64)> {
+        let mut inner = self.lock();
+        let last = inner.next_id - 1;
+        inner.log.take().map(|tap| (tap, last))
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -209,6 +274,11 @@ impl Bus {
             event,
         };
         inner.next_id += 1;
+        if let Some(tap) = inner.log.as_mut() {
+            if !matches!(n.event, LiveEvent::State { .. }) {
+                tap.offer(n.id, n.event.clone());
+            }
+        }
         inner.subscribers.retain(|s| match s.try_send(n.clone()) {
             Ok(()) => true,
             Err(TrySendError::Full(_)) => {

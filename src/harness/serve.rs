@@ -1,9 +1,10 @@
 //! `hive serve`'s boot: the composition root of the harness. It installs the
 //! signal thread, resolves the settings, writes the boot files, opens the
-//! turn-stats db, starts the bash-task daemon, the web UI, the forge poller and
-//! the poller's two broker connections, then hands everything to the
+//! turn-stats db and the turn log (`crate::history`, whose tap it hands the
+//! bus), starts the bash-task daemon, the web UI, the forge poller and the
+//! poller's two broker connections, then hands everything to the
 //! [`TurnLoop`] on this thread and, once it returns, shuts the rest down in
-//! order.
+//! order (the turn log last, so it keeps every event).
 
 use super::bus::Bus;
 use super::context;
@@ -34,6 +35,19 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     let model = control::model(&s);
     let window = context::context_window_tokens(&model, None, context::process_env_pairs());
     let bus = Bus::new(&s.label, &vars.qualified_label, &model, window);
+    // The turn log before the first event: the live stream's ids go on from
+    // its. Without it the harness runs as before, its ids starting at 1.
+    let bounds = crate::history::Bounds::read(&crate::sys::env::Env::process())?;
+    let (history, history_off) = match crate::history::open(&s.state_dir, bounds) {
+        Ok(h) => {
+            bus.log_to(h.tap, h.next_id);
+            (Some(h.writer), None)
+        }
+        Err(e) => {
+            log::warn!("{e}; turns run on, but this run's history is not kept");
+            (None, Some(e))
+        }
+    };
     let shared = Shared::new(bus.clone(), control_tx, s.clone());
     let stats = match Stats::open(&s.stats_db()) {
         Ok(st) => Some(st),
@@ -64,6 +78,9 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
         s.socket.display(),
         s.claude_bin
     );
+    if let Some(e) = history_off {
+        bus.note(format!("{e}; this run's turns are not kept"));
+    }
     // The bash-task daemon runs inside the harness: tasks outlive turns, and a
     // finished task wakes the agent through the broker.
     let bash = match crate::bash::start(crate::bash::DaemonSettings::from_env(s.state_dir.clone()))
@@ -103,6 +120,9 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
         b.shutdown();
     }
     drop(web);
+    if let (Some(writer), Some((tap, last))) = (history, bus.end_history()) {
+        writer.finish(tap, last);
+    }
     log::info!("hive serve stopped");
     Ok(())
 }

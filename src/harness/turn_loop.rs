@@ -250,6 +250,7 @@ impl TurnLoop {
                     note: "the harness is stopping; the message was requeued".into(),
                     outcome: "stopped".into(),
                     duration_ms: 0,
+                    decision: None,
                 });
             }
             drop(w);
@@ -1075,7 +1076,7 @@ impl TurnLoop {
                     self.ledger.forget(w.key);
                     w.guard.ack(Ack::Completed);
                 }
-                self.end_work(true, String::new(), &text, &e);
+                self.end_work(d, true, String::new(), &text, &e);
                 let model = self.shared.model();
                 let window = self.window(&model);
                 let env = |k: &str| context::process_env(k);
@@ -1098,6 +1099,7 @@ impl TurnLoop {
                     w.guard.ack(Ack::Interrupted);
                 }
                 self.end_work(
+                    d,
                     false,
                     format!("{what} was interrupted by the operator; it will not be retried"),
                     &text,
@@ -1117,6 +1119,7 @@ impl TurnLoop {
                     self.ledger.forget(w.key);
                     w.guard.dead_letter(&text, true, notice);
                     self.end_work(
+                        d,
                         false,
                         format!("{what} failed {n} times and is dead-lettered: {text}"),
                         &text,
@@ -1211,6 +1214,12 @@ impl TurnLoop {
 
     /// Keeps the work (requeued, or the continue held) and waits.
     fn keep(&mut self, wait: Wait, counted: bool, place: Place, then: Resume, e: Ended) {
+        let d = Decision::Keep {
+            wait,
+            counted,
+            place,
+            then,
+        };
         let text = e.report.outcome.to_string();
         let completed = self.completed_turns;
         let what = self.work.as_ref().map(Work::what).unwrap_or_default();
@@ -1237,6 +1246,7 @@ impl TurnLoop {
             Wait::Brief => (self.s.fail_pause, None, String::new()),
             Wait::For(PauseReason::Login) => {
                 self.end_work(
+                    d,
                     false,
                     format!("authentication failed twice: {what} requeued until claude is logged in again"),
                     &text,
@@ -1337,7 +1347,7 @@ impl TurnLoop {
             format!("{detail}; resuming in {}s", pause.as_secs())
         };
         if !what.is_empty() {
-            self.end_work(false, note, &text, &e);
+            self.end_work(d, false, note, &text, &e);
         } else {
             self.bus.note(note);
         }
@@ -1412,8 +1422,9 @@ impl TurnLoop {
         };
     }
 
-    /// `TurnEnd` on the bus, for a work whose handling ends here (for now).
-    fn end_work(&self, ok: bool, note: String, outcome: &str, e: &Ended) {
+    /// `TurnEnd` on the bus, for a work whose handling ends here (for now),
+    /// with the decision that ended it.
+    fn end_work(&self, d: Decision, ok: bool, note: String, outcome: &str, e: &Ended) {
         self.bus.update(|s| {
             s.last_outcome = Some(outcome.to_string());
             s.inflight = None;
@@ -1423,6 +1434,7 @@ impl TurnLoop {
             note,
             outcome: outcome.to_string(),
             duration_ms: e.elapsed.as_millis() as u64,
+            decision: Some(policy::describe(d, e.running)),
         });
     }
 

@@ -216,6 +216,8 @@ commands! {
     "version"              => Version:           Operator;
     "failed"               => Failed:            Operator;
     "retry"                => Retry:             Operator;
+    "search"               => Search:            Operator;
+    "history"              => History:           Operator;
 }
 
 impl Request {

@@ -77,6 +77,14 @@ pub const MAX_LAST_ERROR_CHARS: usize = 2000;
 /// Longest pause detail a harness reports (`report_state`), in characters.
 pub const MAX_PAUSE_DETAIL_CHARS: usize = 200;
 
+/// Turns a history page (`/api/history`, `history`) or search hits (`search`)
+/// hold without a `limit`, and at most.
+pub const HISTORY_LIMIT_DEFAULT: u32 = 20;
+pub const HISTORY_LIMIT_MAX: u32 = 200;
+
+/// Longest search text (`search`, `/api/history?q=`), in characters.
+pub const MAX_SEARCH_CHARS: usize = 1000;
+
 /// How many characters of an input an error message echoes (then `…`).
 pub const ECHO_CHARS: usize = 80;
 

@@ -1,7 +1,8 @@
 //! Text helpers every process formats the same way: how an error echoes an
 //! input ([`excerpt`]), which characters may not reach a terminal
 //! ([`is_control_or_bidi`]), the first characters of a long text
-//! ([`preview`]) and times as people read them ([`fmt_time`]).
+//! ([`preview`]) and times as people read and write them ([`fmt_time`],
+//! [`parse_time`]).
 
 use super::limits::ECHO_CHARS;
 
@@ -57,6 +58,86 @@ pub fn fmt_time(unix: i64) -> String {
     )
 }
 
+/// Days from 1970-01-01 to a civil date (the inverse of [`fmt_time`]'s).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146097 + doe - 719468
+}
+
+/// An RFC 3339 time (`2026-11-22T05:03:02Z`, `2026-11-22T07:03:02.5+02:00`;
+/// a space for the `T` too) as unix seconds, or None when it is not one.
+pub fn parse_time(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let part = s.get(r)?;
+        part.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| part.parse().ok())?
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let month_days = [
+        31,
+        28 + i64::from(y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)),
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&mo) || d < 1 || d > month_days[(mo - 1) as usize] {
+        return None;
+    }
+    if h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let mut rest = &s[19..];
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        rest = &frac[digits..];
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let rb = rest.as_bytes();
+            if rb.len() != 6 || !matches!(rb[0], b'+' | b'-') || rb[3] != b':' {
+                return None;
+            }
+            let oh: i64 = rest[1..3].parse().ok()?;
+            let om: i64 = rest[4..6].parse().ok()?;
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let o = oh * 3600 + om * 60;
+            if rb[0] == b'-' {
+                -o
+            } else {
+                o
+            }
+        }
+    };
+    Some(days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec.min(59) - offset)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,5 +152,33 @@ mod tests {
         assert!(!is_control_or_bidi('é'));
         assert_eq!(fmt_time(0), "1970-01-01 00:00:00Z");
         assert_eq!(fmt_time(1_795_323_782), "2026-11-22 05:03:02Z");
+    }
+
+    #[test]
+    fn rfc3339_times_read_back() {
+        for (text, unix) in [
+            ("1970-01-01T00:00:00Z", 0),
+            ("2026-11-22T05:03:02Z", 1_795_323_782),
+            ("2026-11-22 05:03:02z", 1_795_323_782),
+            ("2026-11-22T07:03:02.250+02:00", 1_795_323_782),
+            ("2026-11-21T23:03:02-06:00", 1_795_323_782),
+            ("2024-02-29T12:00:00Z", 1_709_208_000),
+        ] {
+            assert_eq!(parse_time(text), Some(unix), "{text}");
+        }
+        for bad in [
+            "",
+            "2026-11-22",
+            "2026-11-22T05:03:02",
+            "2026-13-01T00:00:00Z",
+            "2025-02-29T00:00:00Z",
+            "2026-11-22T24:00:00Z",
+            "2026-11-22T05:03:02+2:00",
+            "2026-11-22T05:03:02.Z",
+            "2026-11-22T05:03:02Zjunk",
+            "+026-11-22T05:03:02Z",
+        ] {
+            assert_eq!(parse_time(bad), None, "{bad}");
+        }
     }
 }

@@ -2,8 +2,10 @@
 //! table on the shared HTTP core ([`crate::http`]: bounded tiny_http, named
 //! worker threads, the guard before every route, the live-stream writer and the
 //! token, which is generated into `STATE/web-token` unless the operator sets
-//! one), with [`api`] for the JSON endpoints, [`files`] for the page, the
-//! overlay and the icon, and [`metrics`] for Prometheus. It sees the harness
+//! one), with [`api`] for the JSON endpoints, [`history`] for the turn log
+//! (`/api/history`, `/turn/ID`, read on its own thread and connection),
+//! [`files`] for the page, the overlay and the icon, and [`metrics`] for
+//! Prometheus. It sees the harness
 //! only through the narrow handle of [`harness`] (the harness implements it), so
 //! it never imports the harness and never blocks a turn. [`start`] binds and
 //! returns a [`WebHandle`] that stops it on drop. `docs/web.md` lists every
@@ -12,6 +14,7 @@
 pub mod api;
 pub mod files;
 pub mod harness;
+pub mod history;
 pub mod metrics;
 
 use crate::http::guard::{Guard, Names};
@@ -142,6 +145,8 @@ struct App<H> {
     cfg: WebConfig,
     stream: sse::Params,
     rate_clock: Arc<metrics::RateClock>,
+    /// The turn log's reader (`STATE/history.db`, read-only).
+    history: crate::history::Reader,
 }
 
 /// The running server; dropping it stops it.
@@ -245,6 +250,7 @@ pub fn start<H: Harness>(harness: H, cfg: WebConfig) -> Result<WebHandle, String
     let switch = server::StopSwitch::new();
     let rate_clock = Arc::new(metrics::RateClock::default());
     let body_time = cfg.timeouts.read;
+    let history = crate::history::Reader::start(&state_dir)?;
     let site = Arc::new(Site {
         app: App {
             stream: sse::Params {
@@ -259,6 +265,7 @@ pub fn start<H: Harness>(harness: H, cfg: WebConfig) -> Result<WebHandle, String
             harness: Arc::new(harness),
             cfg,
             rate_clock: rate_clock.clone(),
+            history,
         },
         guard,
         routes: routes(),
@@ -293,6 +300,21 @@ fn routes<H: Harness>() -> Vec<Route<App<H>>> {
             "/api/turns",
             Handler::Reply(|a, c| api::turns(&*a.harness, c.query)),
         ),
+        route(
+            Method::Get,
+            "/api/history",
+            Handler::Reply(|a, c| history::api(&a.history, c.query)),
+        ),
+        Route {
+            method: Method::Get,
+            path: Path::Prefix("/turn/"),
+            access: Access::Token,
+            handler: Handler::Reply(|a, c| {
+                history::turn_page(&a.history, c.path, || {
+                    files::serve(a.cfg.dist.as_deref(), None, "/").unwrap_or_else(files::page)
+                })
+            }),
+        },
         route(
             Method::Get,
             "/api/dashboard-links",

@@ -410,11 +410,23 @@ pub struct Harness {
     child: Option<Child>,
     env: Vec<(String, String)>,
     agent: String,
+    /// A state dir elsewhere than `DIR/state` (a small filesystem).
+    state: Option<PathBuf>,
 }
 
 impl Harness {
     /// Starts `hive serve` for `agent` with a fake claude; `env` overrides.
     pub fn start(b: &Broker, agent: &str, env: &[(&str, &str)]) -> Harness {
+        Harness::start_at(b, agent, env, None)
+    }
+
+    /// Like [`Harness::start`], with the state dir at `state` when given.
+    pub fn start_at(
+        b: &Broker,
+        agent: &str,
+        env: &[(&str, &str)],
+        state: Option<&Path>,
+    ) -> Harness {
         let dir = TempDir::new("h");
         let fake = FakeClaude::new(dir.path());
         let claude_home = dir.path().join("home");
@@ -459,6 +471,7 @@ impl Harness {
             child: None,
             env: all,
             agent: agent.into(),
+            state: state.map(Path::to_path_buf),
         };
         h.spawn();
         h
@@ -488,7 +501,17 @@ impl Harness {
     }
 
     pub fn state_dir(&self) -> PathBuf {
-        self.dir.path().join("state")
+        self.state
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("state"))
+    }
+
+    /// Changes one variable for the next [`Harness::spawn`] (empty unsets it).
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        if !value.is_empty() {
+            self.env.push((key.into(), value.into()));
+        }
     }
 
     pub fn run_dir(&self) -> PathBuf {

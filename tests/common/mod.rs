@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests: the hive process kit, the fake
 //! Anthropic API, the real Claude Code CLI kit, the in-process web UI kit, the
-//! agent page of a running harness and a real Matrix homeserver (Synapse).
+//! agent page of a running harness, a real Matrix homeserver (Synapse) and
+//! small filesystems to fill or make read-only.
 //! Each test binary uses a part.
 #![allow(dead_code)]
 
@@ -10,6 +11,7 @@ pub mod claude_cli;
 pub mod fake_anthropic;
 pub mod hive;
 pub mod mcp;
+pub mod smallfs;
 pub mod synapse;
 pub mod up;
 pub mod web;

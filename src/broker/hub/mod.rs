@@ -15,7 +15,9 @@
 //!   loose ends, running bash tasks);
 //! - `lifecycle.rs`: the lifecycle tools, carried out by the supervisor;
 //! - `approvals.rs`: approvals and permissions;
-//! - `diagnostics.rs`: logs and the host journal.
+//! - `diagnostics.rs`: logs and the host journal;
+//! - `history.rs`: the operator's search of the agents' histories (`hive up`'s
+//!   supervisor asks their pages).
 //!
 //! The hub never blocks on another actor or on slow I/O: such work is an
 //! [`Outcome::Offload`] run on the caller's connection thread, and whatever it
@@ -25,6 +27,7 @@
 mod agents;
 mod approvals;
 mod diagnostics;
+mod history;
 mod inbox;
 mod lifecycle;
 mod limits;
@@ -448,6 +451,9 @@ impl Hub {
             // diagnostics.rs
             Request::GetLogs(c) => self.done(c, |h, c| h.get_logs(agent, c)),
             Request::GetHostJournal(c) => self.done(c, |h, c| h.host_journal(c)),
+            // history.rs
+            Request::Search(c) => self.done(c, |h, c| h.search(c)),
+            Request::History(c) => self.done(c, |h, c| h.history(c)),
         }
     }
 

@@ -2,7 +2,8 @@
 //! splits along: delivery and consumption (`inbox.rs`), questions, timers
 //! (reminders and scheduled prompts), what the broker keeps per agent
 //! (`agents.rs`), lifecycle, approvals and diagnostics, dead letters
-//! (`failed.rs`) and what a harness reports about its pause (`state.rs`). Each carries its
+//! (`failed.rs`), what a harness reports about its pause (`state.rs`) and the
+//! agents' turn history (`history.rs`). Each carries its
 //! [`Command`](super::command::Command) impl: its answer type and the rules on
 //! its own fields. Who may send it is its row in `command.rs`.
 
@@ -10,6 +11,7 @@ mod agents;
 mod approvals;
 mod diagnostics;
 mod failed;
+mod history;
 mod inbox;
 mod lifecycle;
 mod questions;
@@ -20,6 +22,7 @@ pub use agents::*;
 pub use approvals::*;
 pub use diagnostics::*;
 pub use failed::*;
+pub use history::*;
 pub use inbox::*;
 pub use lifecycle::*;
 pub use questions::*;

@@ -1,0 +1,852 @@
+//! The log's one writer. [`open`] opens (or creates, 0600) `STATE/history.db`
+//! through its migrations and starts the `history-writer` thread, which owns
+//! the read-write connection; the event bus holds the [`Tap`] and offers it
+//! each event with the id the live stream gives it. Offering never blocks: the
+//! queue is bounded ([`QUEUE`]), an event that does not fit is dropped and
+//! counted, and the writer records one `history gap: N events` row where the
+//! events are missing. A write that fails (a full disk, a read-only file) is
+//! a warning once per burst, never an error of the turn: the events of that
+//! batch become a gap row once writing works again.
+//!
+//! The writer groups events into turns: a `turn_start` opens one, its
+//! `turn_end` closes it, and events between turns (the harness's notes, a
+//! checkpoint turn, a compaction) go into a `harness` turn of their own. It
+//! sums the cost and tokens of the turn's `result` lines, keeps each event's
+//! JSON with long strings cut ([`super::CUT_BYTES`]), indexes the words worth
+//! searching, and prunes the oldest turns by size and age ([`Bounds`]) — at
+//! start, every hour, and whenever enough was written — never the turn that
+//! is still open.
+//!
+//! Ids: the live stream's ids continue across restarts from the log's
+//! `last_event_id`, so a browser's `Last-Event-ID` keeps working. A writer
+//! that did not stop cleanly (a `kill -9`) may have handed out ids it never
+//! stored, so the next start skips [`RESTART_SKIP`] ids ahead and no id means
+//! two events.
+
+use super::schema;
+use super::text::{cut_strings, searchable, usage};
+use super::{Bounds, FILE};
+use crate::proto::now;
+use crossbeam_channel::{bounded, select, tick, Receiver, Sender, TrySendError};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use serde_json::{json, Value};
+use std::fs;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Events that may wait for the writer; one more is dropped (and counted).
+pub const QUEUE: usize = 4096;
+
+/// How far the ids skip after a writer that did not stop cleanly.
+pub const RESTART_SKIP: u64 = 1 << 20;
+
+/// Events one transaction writes at most.
+const BATCH: usize = 512;
+
+/// How often the age bound is applied while nothing is written.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// What the log needs of an event of the live stream; the harness's event
+/// type implements it, so the log keeps the JSON the live stream sends.
+pub trait Loggable: Send + 'static {
+    /// The event's fields the log groups turns by; None for an event the log
+    /// does not keep.
+    fn view(&self) -> Option<View<'_>>;
+    /// The event as the live stream sends it, without its id.
+    fn to_json(&self) -> Value;
+}
+
+/// An event as the log sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum View<'a> {
+    /// A message woke the agent: a new turn.
+    TurnStart {
+        from: &'a str,
+        body: &'a str,
+        message_id: Option<i64>,
+    },
+    /// One stdout JSON line of claude.
+    Stream(&'a Value),
+    /// A note of the harness or a stderr line of claude.
+    Note(&'a str),
+    /// The turn's end.
+    TurnEnd {
+        ok: bool,
+        outcome: &'a str,
+        note: &'a str,
+        duration_ms: u64,
+        decision: Option<&'a str>,
+    },
+}
+
+/// What the tap hands the writer.
+enum Msg<E> {
+    Event {
+        id: u64,
+        event: E,
+        /// Events dropped since the last one the queue took.
+        dropped_before: u64,
+    },
+    /// The harness stops: the newest id it gave and the events dropped at
+    /// the end; the writer finishes and marks the log clean.
+    Stop { last_id: u64, dropped: u64 },
+}
+
+/// The bus's end of the writer's queue.
+pub struct Tap<E> {
+    tx: Sender<Msg<E>>,
+    dropped: u64,
+}
+
+impl<E: Loggable> Tap<E> {
+    /// Queues an event without waiting: when the queue is full it is dropped,
+    /// and the writer learns how many with the next one that fits.
+    pub fn offer(&mut self, id: u64, event: E) {
+        let msg = Msg::Event {
+            id,
+            event,
+            dropped_before: self.dropped,
+        };
+        match self.tx.try_send(msg) {
+            Ok(()) => self.dropped = 0,
+            Err(TrySendError::Full(_)) => self.dropped += 1,
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+}
+
+/// The `history-writer` thread.
+pub struct Writer {
+    /// Disconnects when the thread ends.
+    done: Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Writer {
+    /// Stops the writer once it wrote everything queued: `last_id` is the
+    /// newest id the live stream gave. Waits at most a few seconds (a writer
+    /// stuck on a dead disk is left behind, and the next start skips ahead).
+    pub fn finish<E: Loggable>(mut self, tap: Tap<E>, last_id: u64) {
+        let Tap { tx, dropped } = tap;
+        if tx
+            .send_timeout(Msg::Stop { last_id, dropped }, Duration::from_secs(5))
+            .is_err()
+        {
+            log::warn!("history: the writer did not take the stop in 5 s; leaving it");
+            return;
+        }
+        drop(tx);
+        match self.done.recv_timeout(Duration::from_secs(10)) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                log::warn!("history: the writer did not finish in 10 s; leaving it");
+            }
+            _ => {
+                if let Some(t) = self.thread.take() {
+                    let _ = t.join();
+                }
+            }
+        }
+    }
+}
+
+/// An opened log: the tap for the bus, the writer, and the id the live
+/// stream goes on from.
+pub struct Opened<E> {
+    pub tap: Tap<E>,
+    pub writer: Writer,
+    pub next_id: u64,
+}
+
+/// Creates `path` 0600 (or makes it so) whatever the umask; sqlite gives its
+/// `-wal` and `-shm` files the same mode.
+fn private_file(path: &Path) -> std::io::Result<()> {
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)?;
+    f.set_permissions(fs::Permissions::from_mode(0o600))
+}
+
+fn meta(db: &Connection, key: &str) -> rusqlite::Result<u64> {
+    db.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| {
+        r.get::<_, i64>(0)
+    })
+    .optional()
+    .map(|v| v.unwrap_or(0).max(0) as u64)
+}
+
+/// Opens the log in `state_dir` and starts its writer. An error says why the
+/// log cannot be kept (the harness runs on without it).
+pub fn open<E: Loggable>(state_dir: &Path, bounds: Bounds) -> Result<Opened<E>, String> {
+    let path = state_dir.join(FILE);
+    let fail = |e: String| format!("cannot open the history {}: {e}", path.display());
+    private_file(&path).map_err(|e| fail(e.to_string()))?;
+    let mut db = Connection::open_with_flags(
+        &path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| fail(e.to_string()))?;
+    let setup = |db: &Connection| -> rusqlite::Result<()> {
+        db.busy_timeout(Duration::from_secs(2))?;
+        if crate::proto::schema::version(db)? == 0 {
+            // Only before the first table: lets pruning give pages back.
+            db.execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")?;
+        }
+        db.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
+    };
+    setup(&db).map_err(|e| fail(e.to_string()))?;
+    schema::migrate(&mut db).map_err(fail)?;
+    let start = |db: &Connection| -> rusqlite::Result<u64> {
+        let last = meta(db, "last_event_id")?;
+        let clean = meta(db, "clean")? == 1;
+        let next = last + 1 + if clean { 0 } else { RESTART_SKIP };
+        // Reserved before any is handed out: a kill before the first write
+        // still makes the next start skip past this run's ids.
+        db.execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'last_event_id'",
+            [(next - 1) as i64],
+        )?;
+        db.execute("UPDATE meta SET value = 0 WHERE key = 'clean'", [])?;
+        if !clean {
+            log::info!("history: the last writer did not stop cleanly; ids go on from {next}");
+        }
+        Ok(next)
+    };
+    let next_id = start(&db).map_err(|e| fail(e.to_string()))?;
+    let (tx, rx) = bounded(QUEUE);
+    let (done_tx, done) = bounded::<()>(0);
+    let log = Log {
+        db,
+        bounds,
+        st: State {
+            last_id: next_id - 1,
+            ..State::default()
+        },
+    };
+    let thread = std::thread::Builder::new()
+        .name("history-writer".into())
+        .spawn(move || run(log, rx, done_tx))
+        .map_err(|e| fail(format!("cannot start its writer thread: {e}")))?;
+    Ok(Opened {
+        tap: Tap { tx, dropped: 0 },
+        writer: Writer {
+            done,
+            thread: Some(thread),
+        },
+        next_id,
+    })
+}
+
+/// The writer's loop: a batch per wake-up, the stop, and the prune tick.
+fn run<E: Loggable>(mut log: Log, rx: Receiver<Msg<E>>, _done: Sender<()>) {
+    log.prune();
+    let prune = tick(PRUNE_EVERY);
+    let mut batch = Vec::new();
+    loop {
+        select! {
+            recv(rx) -> msg => {
+                let mut stop = match msg {
+                    Ok(Msg::Event { id, event, dropped_before }) => {
+                        batch.push((id, event, dropped_before));
+                        None
+                    }
+                    Ok(Msg::Stop { last_id, dropped }) => Some((last_id, dropped)),
+                    // The bus is gone without a stop (a panic): the next
+                    // start skips ahead.
+                    Err(_) => return,
+                };
+                while stop.is_none() && batch.len() < BATCH {
+                    match rx.try_recv() {
+                        Ok(Msg::Event { id, event, dropped_before }) => {
+                            batch.push((id, event, dropped_before))
+                        }
+                        Ok(Msg::Stop { last_id, dropped }) => stop = Some((last_id, dropped)),
+                        Err(_) => break,
+                    }
+                }
+                if !batch.is_empty() {
+                    log.write(&batch);
+                    batch.clear();
+                }
+                if let Some((last_id, dropped)) = stop {
+                    log.stop(last_id, dropped);
+                    return;
+                }
+                if log.st.written >= log.prune_after() {
+                    log.prune();
+                }
+            }
+            recv(prune) -> _ => log.prune(),
+        }
+    }
+}
+
+/// The turn being written: its row and what is summed over its events.
+#[derive(Debug, Clone, Default)]
+struct OpenTurn {
+    id: i64,
+    bytes: u64,
+    cost: f64,
+    tokens_in: u64,
+    tokens_out: u64,
+    last_event: u64,
+}
+
+/// What the writer keeps between batches.
+#[derive(Default)]
+struct State {
+    open: Option<OpenTurn>,
+    /// The newest id seen (written, lost or dropped).
+    last_id: u64,
+    /// Events of failed batches since the last write that worked, the first
+    /// of their ids, and why they failed.
+    lost: u64,
+    lost_first: u64,
+    failing: Option<String>,
+    /// Bytes written since the last prune.
+    written: u64,
+    /// The open turn alone is over the size bound (said once).
+    said_oversize: bool,
+}
+
+struct Log {
+    db: Connection,
+    bounds: Bounds,
+    st: State,
+}
+
+impl Log {
+    /// Writes a batch in one transaction; a failure loses the batch (kept as
+    /// a count for a gap row) and never stops the writer.
+    fn write<E: Loggable>(&mut self, batch: &[(u64, E, u64)]) {
+        let saved = self.st.open.clone();
+        let result = (|| -> rusqlite::Result<()> {
+            let tx = self.db.unchecked_transaction()?;
+            if self.st.lost > 0 {
+                let why = self.st.failing.clone().unwrap_or_default();
+                let (first, n) = (self.st.lost_first, self.st.lost);
+                self.st.gap(&tx, first, n, &why)?;
+            }
+            let mut prev = self.st.last_id;
+            for (id, event, dropped) in batch {
+                if *dropped > 0 {
+                    let why = "the log fell behind the live stream";
+                    self.st.gap(&tx, prev + 1, *dropped, why)?;
+                }
+                self.st.put(&tx, *id, event)?;
+                prev = *id;
+            }
+            self.st.flush(&tx, prev)?;
+            tx.commit()
+        })();
+        let first = batch.first().map_or(0, |b| b.0);
+        let last = batch.last().map_or(0, |b| b.0);
+        match result {
+            Ok(()) => {
+                if let Some(why) = self.st.failing.take() {
+                    log::info!(
+                        "history: writing again; {} events were not kept ({why})",
+                        self.st.lost
+                    );
+                }
+                self.st.lost = 0;
+            }
+            Err(e) => {
+                let why = short(&e);
+                if self.st.failing.is_none() {
+                    log::warn!(
+                        "history: cannot write {} events ({why}); turns go on, and the log \
+                         records the gap once it can write again",
+                        batch.len()
+                    );
+                } else {
+                    log::debug!("history: still cannot write ({why})");
+                }
+                // A turn opened or closed in the lost batch is not what the
+                // next events belong to.
+                let bounds = batch.iter().any(|(_, e, _)| {
+                    matches!(
+                        e.view(),
+                        Some(View::TurnStart { .. } | View::TurnEnd { .. })
+                    )
+                });
+                self.st.open = if bounds { None } else { saved };
+                if self.st.lost == 0 {
+                    self.st.lost_first = first;
+                }
+                self.st.lost += batch.len() as u64;
+                self.st.failing = Some(why);
+            }
+        }
+        self.st.last_id = self.st.last_id.max(last);
+    }
+
+    /// The harness stops: records what was dropped at the end, the newest id
+    /// and that the log was left cleanly.
+    fn stop(&mut self, last_id: u64, dropped: u64) {
+        self.st.last_id = self.st.last_id.max(last_id);
+        let result = (|| -> rusqlite::Result<()> {
+            let tx = self.db.unchecked_transaction()?;
+            if self.st.lost > 0 {
+                let why = self.st.failing.clone().unwrap_or_default();
+                let (first, n) = (self.st.lost_first, self.st.lost);
+                self.st.gap(&tx, first, n, &why)?;
+            }
+            if dropped > 0 {
+                let at = self.st.last_id + 1;
+                self.st
+                    .gap(&tx, at, dropped, "the log fell behind the live stream")?;
+                self.st.last_id = at;
+            }
+            self.st.flush(&tx, self.st.last_id)?;
+            tx.execute("UPDATE meta SET value = 1 WHERE key = 'clean'", [])?;
+            tx.commit()
+        })();
+        match result {
+            Ok(()) => log::debug!("history: closed at event {}", self.st.last_id),
+            Err(e) => log::warn!(
+                "history: cannot close the log cleanly ({}); the next start skips ids ahead",
+                short(&e)
+            ),
+        }
+    }
+
+    fn prune_after(&self) -> u64 {
+        (self.bounds.max_bytes / 64).max(1024 * 1024)
+    }
+
+    /// Drops the turns older than the age bound, then the oldest turns until
+    /// the file is under the size bound; never the open turn.
+    fn prune(&mut self) {
+        self.st.written = 0;
+        let keep = self.st.open.as_ref().map_or(0, |o| o.id);
+        let mut dropped = 0usize;
+        let cutoff = now() - self.bounds.max_age.as_secs() as i64;
+        let old = ids(
+            &self.db,
+            "SELECT id FROM turns WHERE started_at < ?1 AND id != ?2 ORDER BY id",
+            params![cutoff, keep],
+        );
+        match old.and_then(|ids| delete_turns(&self.db, &ids).map(|()| ids.len())) {
+            Ok(n) => dropped += n,
+            Err(e) => log::debug!("history: cannot prune by age ({})", short(&e)),
+        }
+        for _ in 0..32 {
+            let used = match used_bytes(&self.db) {
+                Ok(u) => u,
+                Err(e) => {
+                    log::debug!("history: cannot read its size ({})", short(&e));
+                    break;
+                }
+            };
+            if used <= self.bounds.max_bytes {
+                break;
+            }
+            // Down to 90 %, so a full log is not pruned per event; the stored
+            // bytes leave out the indexes, hence the factor.
+            let free = used - self.bounds.max_bytes / 10 * 9;
+            let chosen = oldest_to_free(&self.db, keep, free / 2 + 1);
+            match chosen {
+                Ok(ids) if ids.is_empty() => {
+                    if !self.st.said_oversize {
+                        log::warn!(
+                            "history: the turn being written alone is over the size bound; \
+                             it is kept until it ends"
+                        );
+                        self.st.said_oversize = true;
+                    }
+                    break;
+                }
+                Ok(ids) => match delete_turns(&self.db, &ids) {
+                    Ok(()) => dropped += ids.len(),
+                    Err(e) => {
+                        log::debug!("history: cannot prune by size ({})", short(&e));
+                        break;
+                    }
+                },
+                Err(e) => {
+                    log::debug!("history: cannot choose turns to prune ({})", short(&e));
+                    break;
+                }
+            }
+        }
+        if dropped > 0 {
+            self.st.said_oversize = false;
+            if let Err(e) = self.db.execute_batch("PRAGMA incremental_vacuum;") {
+                log::debug!("history: cannot give pages back ({})", short(&e));
+            }
+            log::info!(
+                "history: pruned the {dropped} oldest turns (bounds: {} MiB, {} days)",
+                self.bounds.max_bytes / (1024 * 1024),
+                self.bounds.max_age.as_secs() / 86400
+            );
+        }
+    }
+}
+
+impl State {
+    /// Writes one event: opens a turn for a `turn_start` (or a harness turn
+    /// when none is open), stores its JSON and its words, sums its usage, and
+    /// closes the turn at its `turn_end`.
+    fn put<E: Loggable>(&mut self, db: &Connection, id: u64, event: &E) -> rusqlite::Result<()> {
+        let Some(view) = event.view() else {
+            return Ok(());
+        };
+        let at = now();
+        if let View::TurnStart {
+            from,
+            body,
+            message_id,
+        } = view
+        {
+            // A turn the harness never ended (stopped meanwhile) stays open-ended.
+            self.close(db)?;
+            db.execute(
+                "INSERT INTO turns (kind, started_at, sender, body, message_id, first_event, last_event)
+                 VALUES ('message', ?1, ?2, ?3, ?4, ?5, ?5)",
+                params![at, from, body, message_id, id as i64],
+            )?;
+            self.open = Some(OpenTurn {
+                id: db.last_insert_rowid(),
+                last_event: id,
+                ..OpenTurn::default()
+            });
+        }
+        let turn = self.ensure_open(db, id, at)?;
+        let mut json = event.to_json();
+        if let Value::Object(m) = &mut json {
+            m.insert("id".into(), Value::from(id));
+            m.insert("at".into(), Value::from(at));
+        }
+        cut_strings(&mut json);
+        let json = json.to_string();
+        db.execute(
+            "INSERT INTO events (id, turn, at, json) VALUES (?1, ?2, ?3, ?4)",
+            params![id as i64, turn, at, json],
+        )?;
+        let words = searchable(&view);
+        if !words.is_empty() {
+            db.execute(
+                "INSERT INTO search (rowid, text, turn, at) VALUES (?1, ?2, ?3, ?4)",
+                params![id as i64, words, turn, at],
+            )?;
+        }
+        let bytes = (json.len() + words.len()) as u64;
+        self.written += bytes;
+        if let Some(o) = self.open.as_mut() {
+            o.bytes += bytes;
+            o.last_event = id;
+            if let View::Stream(v) = view {
+                if let Some((cost, tin, tout)) = usage(v) {
+                    o.cost += cost;
+                    o.tokens_in = o.tokens_in.saturating_add(tin);
+                    o.tokens_out = o.tokens_out.saturating_add(tout);
+                }
+            }
+        }
+        if let View::TurnEnd {
+            ok,
+            outcome,
+            note,
+            duration_ms,
+            decision,
+        } = view
+        {
+            db.execute(
+                "UPDATE turns SET ended_at = ?2, ok = ?3, outcome = ?4, note = ?5,
+                    duration_ms = ?6, decision = ?7 WHERE id = ?1",
+                params![turn, at, ok, outcome, note, duration_ms as i64, decision],
+            )?;
+            self.close(db)?;
+        }
+        Ok(())
+    }
+
+    /// The open turn's id, opening a harness turn when none is.
+    fn ensure_open(&mut self, db: &Connection, id: u64, at: i64) -> rusqlite::Result<i64> {
+        if let Some(o) = &self.open {
+            return Ok(o.id);
+        }
+        db.execute(
+            "INSERT INTO turns (kind, started_at, first_event, last_event)
+             VALUES ('harness', ?1, ?2, ?2)",
+            params![at, id as i64],
+        )?;
+        let turn = db.last_insert_rowid();
+        self.open = Some(OpenTurn {
+            id: turn,
+            last_event: id,
+            ..OpenTurn::default()
+        });
+        Ok(turn)
+    }
+
+    /// One `history gap: N events` row where events are missing.
+    fn gap(&mut self, db: &Connection, id: u64, n: u64, why: &str) -> rusqlite::Result<()> {
+        let at = now();
+        let turn = self.ensure_open(db, id, at)?;
+        let text = format!("history gap: {n} events ({why})");
+        let json =
+            json!({"id": id, "type": "gap", "events": n, "text": text, "at": at}).to_string();
+        db.execute(
+            "INSERT INTO events (id, turn, at, json) VALUES (?1, ?2, ?3, ?4)",
+            params![id as i64, turn, at, json],
+        )?;
+        if let Some(o) = self.open.as_mut() {
+            o.bytes += json.len() as u64;
+            o.last_event = o.last_event.max(id);
+        }
+        Ok(())
+    }
+
+    /// Stores the open turn's sums and the newest id.
+    fn flush(&mut self, db: &Connection, last_id: u64) -> rusqlite::Result<()> {
+        if let Some(o) = &self.open {
+            store_sums(db, o)?;
+        }
+        db.execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'last_event_id' AND value < ?1",
+            [last_id as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Ends the open turn's writing (its sums stored).
+    fn close(&mut self, db: &Connection) -> rusqlite::Result<()> {
+        if let Some(o) = self.open.take() {
+            store_sums(db, &o)?;
+        }
+        Ok(())
+    }
+}
+
+fn store_sums(db: &Connection, o: &OpenTurn) -> rusqlite::Result<()> {
+    db.execute(
+        "UPDATE turns SET last_event = max(last_event, ?2), bytes = ?3, cost_usd = ?4,
+            tokens_in = ?5, tokens_out = ?6 WHERE id = ?1",
+        params![
+            o.id,
+            o.last_event as i64,
+            o.bytes as i64,
+            o.cost,
+            o.tokens_in as i64,
+            o.tokens_out as i64
+        ],
+    )?;
+    Ok(())
+}
+
+/// The ids a query lists.
+fn ids(db: &Connection, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<Vec<i64>> {
+    let mut stmt = db.prepare(sql)?;
+    let rows = stmt.query_map(p, |r| r.get(0))?;
+    rows.collect()
+}
+
+/// The oldest turns (not `keep`) whose stored bytes add up to `free`.
+fn oldest_to_free(db: &Connection, keep: i64, free: u64) -> rusqlite::Result<Vec<i64>> {
+    let mut stmt = db.prepare("SELECT id, bytes FROM turns WHERE id != ?1 ORDER BY id")?;
+    let mut rows = stmt.query([keep])?;
+    let (mut out, mut sum) = (Vec::new(), 0u64);
+    while let Some(r) = rows.next()? {
+        if sum >= free {
+            break;
+        }
+        out.push(r.get::<_, i64>(0)?);
+        sum += r.get::<_, i64>(1)?.max(0) as u64 + 256;
+    }
+    Ok(out)
+}
+
+/// Deletes turns with their events and their words, in one transaction.
+fn delete_turns(db: &Connection, turns: &[i64]) -> rusqlite::Result<()> {
+    if turns.is_empty() {
+        return Ok(());
+    }
+    let tx = db.unchecked_transaction()?;
+    {
+        let mut words = tx
+            .prepare("DELETE FROM search WHERE rowid IN (SELECT id FROM events WHERE turn = ?1)")?;
+        let mut events = tx.prepare("DELETE FROM events WHERE turn = ?1")?;
+        let mut turn = tx.prepare("DELETE FROM turns WHERE id = ?1")?;
+        for t in turns {
+            words.execute([t])?;
+            events.execute([t])?;
+            turn.execute([t])?;
+        }
+    }
+    tx.commit()
+}
+
+/// Bytes the file's pages in use take.
+fn used_bytes(db: &Connection) -> rusqlite::Result<u64> {
+    let pragma = |name: &str| -> rusqlite::Result<u64> {
+        db.query_row(&format!("PRAGMA {name}"), [], |r| r.get::<_, i64>(0))
+            .map(|v| v.max(0) as u64)
+    };
+    let pages = pragma("page_count")?.saturating_sub(pragma("freelist_count")?);
+    Ok(pages * pragma("page_size")?)
+}
+
+/// A sqlite error as one short line.
+fn short(e: &rusqlite::Error) -> String {
+    crate::proto::text::preview(&e.to_string(), 200)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A note, or a turn's start or end.
+    enum Ev {
+        Start,
+        Note(&'static str),
+        End,
+    }
+
+    impl Loggable for Ev {
+        fn view(&self) -> Option<View<'_>> {
+            Some(match self {
+                Ev::Start => View::TurnStart {
+                    from: "operator",
+                    body: "hi",
+                    message_id: Some(1),
+                },
+                Ev::Note(t) => View::Note(t),
+                Ev::End => View::TurnEnd {
+                    ok: true,
+                    outcome: "ok",
+                    note: "",
+                    duration_ms: 1,
+                    decision: Some("ack"),
+                },
+            })
+        }
+        fn to_json(&self) -> Value {
+            json!({"type": "x"})
+        }
+    }
+
+    fn log() -> Log {
+        let mut db = Connection::open_in_memory().unwrap();
+        schema::migrate(&mut db).unwrap();
+        Log {
+            db,
+            bounds: Bounds::default(),
+            st: State::default(),
+        }
+    }
+
+    fn events(db: &Connection) -> Vec<(i64, i64, String)> {
+        let mut stmt = db
+            .prepare("SELECT id, turn, json FROM events ORDER BY id")
+            .unwrap();
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap();
+        rows.map(Result::unwrap).collect()
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_without_waiting() {
+        let (tx, rx) = bounded(2);
+        let mut tap = Tap { tx, dropped: 0 };
+        for id in 1..=5 {
+            tap.offer(id, Ev::Note("n"));
+        }
+        assert_eq!(tap.dropped, 3);
+        assert_eq!(rx.len(), 2);
+        rx.try_recv().unwrap();
+        tap.offer(6, Ev::Note("n"));
+        assert_eq!(tap.dropped, 0);
+        rx.try_recv().unwrap();
+        let Ok(Msg::Event {
+            id, dropped_before, ..
+        }) = rx.try_recv()
+        else {
+            panic!("no event")
+        };
+        assert_eq!((id, dropped_before), (6, 3));
+    }
+
+    #[test]
+    fn dropped_events_become_one_gap_row_in_their_place() {
+        let mut l = log();
+        l.write(&[
+            (1, Ev::Start, 0),
+            (5, Ev::Note("after"), 3),
+            (6, Ev::End, 0),
+        ]);
+        let rows = events(&l.db);
+        assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2, 5, 6]);
+        assert!(rows.iter().all(|r| r.1 == rows[0].1), "one turn: {rows:?}");
+        let gap: Value = serde_json::from_str(&rows[1].2).unwrap();
+        assert_eq!(gap["type"], "gap");
+        assert_eq!(
+            gap["text"],
+            "history gap: 3 events (the log fell behind the live stream)"
+        );
+    }
+
+    #[test]
+    fn a_failed_write_is_counted_and_becomes_a_gap_when_writing_works_again() {
+        let mut l = log();
+        l.write(&[(1, Ev::Start, 0)]);
+        l.db.execute_batch("PRAGMA query_only = 1;").unwrap();
+        l.write(&[(2, Ev::Note("lost"), 0), (3, Ev::Note("lost too"), 0)]);
+        assert_eq!(l.st.lost, 2);
+        assert!(l.st.failing.is_some());
+        l.db.execute_batch("PRAGMA query_only = 0;").unwrap();
+        l.write(&[(4, Ev::End, 0)]);
+        assert_eq!(l.st.lost, 0);
+        let rows = events(&l.db);
+        assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2, 4]);
+        let gap: Value = serde_json::from_str(&rows[1].2).unwrap();
+        assert_eq!(gap["events"], 2);
+        assert!(gap["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("history gap: 2 events ("));
+        let (ended, decision): (Option<i64>, Option<String>) =
+            l.db.query_row(
+                "SELECT ended_at, decision FROM turns WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert!(ended.is_some());
+        assert_eq!(decision.as_deref(), Some("ack"));
+    }
+
+    #[test]
+    fn events_between_turns_go_into_a_harness_turn() {
+        let mut l = log();
+        l.write(&[
+            (1, Ev::Note("boot"), 0),
+            (2, Ev::Start, 0),
+            (3, Ev::End, 0),
+            (4, Ev::Note("checkpoint"), 0),
+        ]);
+        let kinds: Vec<(i64, String)> = {
+            let mut stmt =
+                l.db.prepare("SELECT id, kind FROM turns ORDER BY id")
+                    .unwrap();
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+            rows.map(Result::unwrap).collect()
+        };
+        assert_eq!(
+            kinds,
+            [
+                (1, "harness".into()),
+                (2, "message".into()),
+                (3, "harness".into())
+            ]
+        );
+    }
+}
