@@ -163,8 +163,14 @@ impl Hub {
                 a
             }
         };
+        // The lists are filled in the order of the reply's fields, so a
+        // crowded answer keeps the agent's own questions first.
         let mut budget = Budget::new();
         let db = &self.db;
+        let asked = budget.fit(db.questions_where(Side::Asker, &target).map_err(db_err)?);
+        let owed = budget.fit(db.questions_where(Side::Target, &target).map_err(db_err)?);
+        let reminders = budget.fit(db.reminders_of(&target).map_err(db_err)?);
+        let scheduled = budget.fit(db.scheduled_of(&target).map_err(db_err)?);
         let approvals = budget.fit(self.approvals_of(&target)?);
         let withdrawable = approvals
             .iter()
@@ -172,10 +178,10 @@ impl Hub {
             .map(|a| a.id)
             .collect();
         Ok(LooseEndsReply {
-            asked: budget.fit(db.questions_where(Side::Asker, &target).map_err(db_err)?),
-            owed: budget.fit(db.questions_where(Side::Target, &target).map_err(db_err)?),
-            reminders: budget.fit(db.reminders_of(&target).map_err(db_err)?),
-            scheduled: budget.fit(db.scheduled_of(&target).map_err(db_err)?),
+            asked,
+            owed,
+            reminders,
+            scheduled,
             approvals,
             withdrawable,
             tasks: budget.fit(db.tasks_of(&target).map_err(db_err)?),
