@@ -80,9 +80,24 @@ fn an_old_broker_store_migrates_with_every_row() {
     }
     // Step 2 added the table of running bash tasks, empty.
     assert!(rows(&path, "running_tasks").is_empty());
-    // Opening again changes nothing.
+    // Step 4 (the swarm) made the broker's instance id, and empty outbox,
+    // inbound log and question mirrors.
+    let meta = rows(&path, "swarm_meta");
+    assert_eq!(meta.len(), 1, "{meta:?}");
+    assert_eq!(meta[0][0], Value::Text("instance".into()));
+    let Value::Text(instance) = &meta[0][1] else {
+        panic!("{meta:?}")
+    };
+    let shape: Vec<usize> = instance.split('-').map(str::len).collect();
+    assert_eq!(shape, [8, 4, 4, 4, 12], "a uuid: {instance}");
+    assert!(instance[14..].starts_with('4'), "version 4: {instance}");
+    for table in ["outbox", "inbound", "question_mirrors"] {
+        assert!(rows(&path, table).is_empty(), "{table}");
+    }
+    // Opening again changes nothing, the instance id included.
     drop(Db::open(&path, Durability::Full).unwrap());
     assert_eq!(rows(&path, "approvals"), before[4]);
+    assert_eq!(rows(&path, "swarm_meta"), meta);
 }
 
 #[test]

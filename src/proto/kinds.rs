@@ -35,6 +35,9 @@ open_enum! {
         NeedsUpdate = "needs_update",
         /// crash_watch: an agent runs the current versions again.
         Rebuilt = "rebuilt",
+        /// Mail the recipient sent to another hive could not be delivered
+        /// there (no such agent, or the homeserver refused it).
+        Undeliverable = "undeliverable",
     }
 }
 

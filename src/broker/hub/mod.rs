@@ -14,7 +14,9 @@
 //!   loose ends, running bash tasks);
 //! - `lifecycle.rs`: the lifecycle tools, carried out by the supervisor;
 //! - `approvals.rs`: approvals and permissions;
-//! - `diagnostics.rs`: logs and the host journal.
+//! - `diagnostics.rs`: logs and the host journal;
+//! - `bridge.rs`: the swarm — mail and questions to and from other hives
+//!   through the Matrix bridge's outbox and inbox, and the bridge's state.
 //!
 //! The hub never blocks on another actor or on slow I/O: such work is an
 //! [`Outcome::Offload`] run on the caller's connection thread, and whatever it
@@ -23,6 +25,7 @@
 
 mod agents;
 mod approvals;
+mod bridge;
 mod diagnostics;
 mod inbox;
 mod lifecycle;
@@ -55,6 +58,8 @@ pub use approvals::merge_patch;
 pub enum Identity {
     Operator,
     Agent(String),
+    /// The Matrix bridge, on `RUN/bridge.sock`.
+    Bridge,
 }
 
 impl Identity {
@@ -62,6 +67,7 @@ impl Identity {
         match self {
             Identity::Operator => "operator",
             Identity::Agent(a) => a,
+            Identity::Bridge => "bridge",
         }
     }
 }
@@ -212,6 +218,8 @@ pub struct Hub {
     next_due: Option<i64>,
     /// Approvals being carried out (waiting for the supervisor).
     deciding: HashSet<i64>,
+    /// The Matrix bridge's link as it last reported it, and its connections.
+    bridge: bridge::BridgeLink,
 }
 
 fn db_err(e: rusqlite::Error) -> String {
@@ -250,6 +258,7 @@ impl Hub {
             harness_conns: HashMap::new(),
             next_due: None,
             deciding: HashSet::new(),
+            bridge: bridge::BridgeLink::default(),
         }
     }
 
@@ -284,7 +293,10 @@ impl Hub {
                     // A caller that went away is a normal outcome.
                     let _ = reply.send(out);
                 }
-                HubMsg::Closed { conn } => self.release(conn),
+                HubMsg::Closed { conn } => {
+                    self.release(conn);
+                    self.bridge_closed(conn);
+                }
                 HubMsg::System { to, kind, body } => {
                     if let Err(e) =
                         self.deliver(&crate::proto::Peer::System, &to, &body, kind, None)
@@ -339,6 +351,7 @@ impl Hub {
     fn admit(&self, who: &Identity, cmd: &str, access: Access) -> Result<(), String> {
         match who {
             Identity::Operator => access.admits(cmd, Caller::Operator),
+            Identity::Bridge => access.admits(cmd, Caller::Bridge),
             Identity::Agent(a) => {
                 let entry = self.cfg.agent(a);
                 let groups = entry.map(|e| e.groups()).unwrap_or_default();
@@ -361,7 +374,7 @@ impl Hub {
     fn dispatch(&mut self, ctx: &Ctx, req: Request) -> Outcome {
         let agent = match ctx.who {
             Identity::Agent(a) => a.as_str(),
-            Identity::Operator => "",
+            Identity::Operator | Identity::Bridge => "",
         };
         match req {
             // inbox.rs
@@ -415,6 +428,13 @@ impl Hub {
             // diagnostics.rs
             Request::GetLogs(c) => self.done(c, |h, c| h.get_logs(agent, c)),
             Request::GetHostJournal(c) => self.done(c, |h, c| h.host_journal(c)),
+            // bridge.rs
+            Request::BridgeHello(c) => self.now(c, |h, _| h.bridge_hello(ctx.conn)),
+            Request::BridgeNext(c) => self.done(c, |h, c| h.bridge_next(ctx, c)),
+            Request::BridgeSent(c) => self.now(c, |h, c| h.bridge_sent(c)),
+            Request::BridgeFailed(c) => self.now(c, |h, c| h.bridge_failed(c)),
+            Request::BridgeDeliver(c) => self.now(c, |h, c| h.bridge_deliver(c)),
+            Request::BridgeStatus(c) => self.now(c, |h, c| h.bridge_status(ctx.conn, c)),
         }
     }
 

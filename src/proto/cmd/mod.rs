@@ -1,12 +1,14 @@
 //! One struct per wire command, grouped by the concern the broker's hub
 //! splits along: delivery and consumption (`inbox.rs`), questions, timers
 //! (reminders and scheduled prompts), what the broker keeps per agent
-//! (`agents.rs`), lifecycle, approvals and diagnostics. Each carries its
+//! (`agents.rs`), lifecycle, approvals, diagnostics, and the Matrix bridge's
+//! (`bridge.rs`). Each carries its
 //! [`Command`](super::command::Command) impl: its answer type and the rules on
 //! its own fields. Who may send it is its row in `command.rs`.
 
 mod agents;
 mod approvals;
+mod bridge;
 mod diagnostics;
 mod inbox;
 mod lifecycle;
@@ -15,14 +17,16 @@ mod timers;
 
 pub use agents::*;
 pub use approvals::*;
+pub use bridge::*;
 pub use diagnostics::*;
 pub use inbox::*;
 pub use lifecycle::*;
 pub use questions::*;
 pub use timers::*;
 
+use super::address::Remote;
 use super::command::Invalid;
-use super::limits::MAX_BODY;
+use super::limits::{MAX_BODY, MAX_REMOTE_BODY};
 
 /// A message body, question, answer, reminder or scheduled prompt: not blank
 /// and at most [`MAX_BODY`] bytes.
@@ -36,6 +40,22 @@ pub fn check_text(arg: &'static str, text: &str) -> Result<(), Invalid> {
             format!(
                 "is {} bytes; the limit is {MAX_BODY} bytes (64 KiB). Send a shorter text, or \
                  write the rest to a file and send its path",
+                text.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A text for someone on another hive (`to` reads as `NAME@HIVE`): at most
+/// [`MAX_REMOTE_BODY`] bytes, since it travels as one Matrix event.
+pub fn check_remote_text(arg: &'static str, text: &str, to: &str) -> Result<(), Invalid> {
+    if Remote::parse(to).is_some() && text.len() > MAX_REMOTE_BODY {
+        return Err(Invalid::arg(
+            arg,
+            format!(
+                "is {} bytes; to another hive ({to}) the limit is {MAX_REMOTE_BODY} bytes \
+                 (48 KiB, one Matrix event). Send a shorter text, or split it",
                 text.len()
             ),
         ));
@@ -62,5 +82,14 @@ mod tests {
             .to_string();
         assert!(e.contains("65537 bytes") && e.contains("65536"), "{e}");
         assert!(check_text("body", &"x".repeat(MAX_BODY)).is_ok());
+    }
+
+    #[test]
+    fn texts_to_another_hive_fit_one_matrix_event() {
+        let long = "x".repeat(MAX_REMOTE_BODY + 1);
+        let e = check_remote_text("body", &long, "b@two").unwrap_err();
+        assert!(e.to_string().contains("to another hive (b@two)"), "{e}");
+        assert!(check_remote_text("body", &long, "b").is_ok());
+        assert!(check_remote_text("body", &long[1..], "b@two").is_ok());
     }
 }
