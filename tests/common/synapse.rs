@@ -7,7 +7,9 @@
 //! (and by the kernel if the test thread that started it dies first); `kill9`
 //! and `restart` keep its data and port, for crash tests. Without the venv a
 //! test skips with a loud line, or fails under `HIVE_REQUIRE_REAL_CLAUDE=1`.
-//! `docs/testing.md` describes the kit.
+//! [`Synapse::swarm`] sets up a swarm's room for the bridges of several hives,
+//! as `docs/swarm.md` tells an operator to. `docs/testing.md` describes the
+//! kit.
 
 use super::hive::TempDir;
 use serde_json::{json, Value};
@@ -465,6 +467,88 @@ rc_room_creation: {relaxed}
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// A swarm's room on a test homeserver: one bridge user per hive, with its
+/// password in a file, all invited to the invite-only `#swarm:hive.test`.
+#[derive(Debug, Clone)]
+pub struct SwarmRoom {
+    pub url: String,
+    pub room_id: String,
+    pub owner: User,
+    /// (hive, its bridge user, its password file)
+    pub bridges: Vec<(String, User, PathBuf)>,
+}
+
+impl SwarmRoom {
+    /// The bridge user of `hive`.
+    pub fn bridge(&self, hive: &str) -> &User {
+        &self
+            .bridges
+            .iter()
+            .find(|(h, ..)| h == hive)
+            .expect("a hive of the swarm")
+            .1
+    }
+
+    /// The fleet file's `matrix` section for `hive`: the room by alias, the
+    /// other hives as peers.
+    pub fn matrix_section(&self, hive: &str) -> Value {
+        let (_, user, pw) = self
+            .bridges
+            .iter()
+            .find(|(h, ..)| h == hive)
+            .expect("a hive");
+        let peers: serde_json::Map<String, Value> = self
+            .bridges
+            .iter()
+            .filter(|(h, ..)| h != hive)
+            .map(|(h, u, _)| (h.clone(), json!(u.user_id)))
+            .collect();
+        json!({
+            "homeserver": self.url,
+            "user_id": user.user_id,
+            "password_file": pw,
+            "room": format!("#swarm:{SERVER_NAME}"),
+            "peers": peers,
+        })
+    }
+}
+
+impl Synapse {
+    /// Registers `hive-NAME-bridge` for each hive (password files in `dir`)
+    /// and creates `#swarm:hive.test`, owned by `swarm-owner`, inviting them.
+    pub fn swarm(&self, hives: &[&str], dir: &Path) -> SwarmRoom {
+        let owner = self.register("swarm-owner", "owner-password");
+        let mut bridges = Vec::new();
+        for h in hives {
+            let password = format!("pw-{h}");
+            let user = self.register(&format!("hive-{h}-bridge"), &password);
+            let file = dir.join(format!("{h}-matrix-password"));
+            std::fs::write(&file, format!("{password}\n")).expect("write a password file");
+            bridges.push((h.to_string(), user, file));
+        }
+        let invited: Vec<&User> = bridges.iter().map(|(_, u, _)| u).collect();
+        let room_id = self.create_room(&owner, Some("swarm"), &invited);
+        SwarmRoom {
+            url: self.url(),
+            room_id,
+            owner,
+            bridges,
+        }
+    }
+
+    /// `user` sends an `m.room.message` with `content` to `room_id` (a room
+    /// member writing whatever it likes, e.g. a forged swarm event).
+    pub fn send_as(&self, user: &User, room_id: &str, txn: &str, content: &Value) -> String {
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/send/m.room.message/{}",
+            encode(room_id),
+            encode(txn)
+        );
+        let answer = self.request("PUT", &path, Some(&user.access_token), content);
+        answer["event_id"].as_str().unwrap_or_default().to_string()
     }
 }
 
