@@ -80,7 +80,15 @@ fn run(cmd: Cmd) -> Result<(), String> {
             let data = a
                 .data
                 .unwrap_or_else(|| PathBuf::from(cli::DEFAULT_DATA_DIR));
-            fleet::run(&data, a.config)?
+            match fleet::run(&data, a.config) {
+                Err(fleet::UpError::MatrixLogin(e)) => {
+                    // The operator fixes the fleet file's matrix section.
+                    eprintln!("hive up: {e}");
+                    std::process::exit(2);
+                }
+                Err(fleet::UpError::Run(e)) => return Err(e),
+                Ok(()) => {}
+            }
         }
         Cmd::Broker(a) => match broker::run(broker_settings(a)) {
             Err(broker::BrokerError::Config(e)) => {

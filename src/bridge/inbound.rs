@@ -138,7 +138,7 @@ impl Sync {
                 match self.broker.call(&cmd) {
                     Ok(r) => {
                         if r.delivered + r.bounced + r.ignored > 0 {
-                            log::info!(
+                            log::debug!(
                                 "delivered {}, bounced {}, ignored {}, seen before {}",
                                 r.delivered,
                                 r.bounced,
