@@ -262,7 +262,7 @@ fn two_hundred_messages_survive_kill9_of_the_receiver_and_of_the_homeserver() {
     // Two senders, interleaved: one's operator and its agent a, to two's
     // operator (whose inbox keeps every message unread).
     let send = |i: usize| {
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             operator_send(&one, "operator@two", &format!("op {i}"));
         } else {
             agent_send(&one, "a", "operator@two", &format!("a {i}"));
@@ -326,9 +326,9 @@ fn two_hundred_messages_survive_kill9_of_the_receiver_and_of_the_homeserver() {
             .filter(|m| m.from == sender)
             .map(|m| m.body.clone())
             .collect();
-        let want: Vec<String> = (0..200)
-            .filter(|i| (i % 2 == 0) == (sender == "operator@one"))
-            .map(|i| format!("{} {i}", if i % 2 == 0 { "op" } else { "a" }))
+        let want: Vec<String> = (0..200usize)
+            .filter(|i: &usize| i.is_multiple_of(2) == (sender == "operator@one"))
+            .map(|i| format!("{} {i}", if i.is_multiple_of(2) { "op" } else { "a" }))
             .collect();
         assert_eq!(bodies, want, "exactly once and in order, from {sender}");
     }
