@@ -52,7 +52,10 @@ fn every_unit_is_hardened() {
         "CapabilityBoundingSet=\n",
         "--socket /run/hyperhive/bridge.sock",
     ] {
-        assert!(bridge.contains(line), "hive-matrix-bridge.service lacks {line}");
+        assert!(
+            bridge.contains(line),
+            "hive-matrix-bridge.service lacks {line}"
+        );
     }
     assert!(unit_text("hive-broker.service").contains("RestrictAddressFamilies=AF_UNIX\n"));
 }

@@ -3,8 +3,8 @@
 //! threads each report their own side ([`Side`]); the link is backing off when
 //! either side is, connected when either got through, connecting before that.
 //! A change is reported at once, and the state again every
-//! [`HEARTBEAT`] on the same connection (so the broker sees a live bridge
-//! even while both sides wait on the homeserver).
+//! [`HEARTBEAT`] (so a broker that restarted hears it soon, and the
+//! connection never idles out while both sides wait on the homeserver).
 
 use super::broker::Broker;
 use crate::proto::cmd::BridgeStatus;
@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// How often the state is reported again without a change.
-pub const HEARTBEAT: Duration = Duration::from_secs(60);
+pub const HEARTBEAT: Duration = Duration::from_secs(15);
 
 /// Which thread reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

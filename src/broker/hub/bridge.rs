@@ -356,7 +356,7 @@ impl Hub {
         Ok(())
     }
 
-    pub(super) fn bridge_hello(&mut self, conn: ConnId) -> Result<BridgeHelloReply, String> {
+    pub(super) fn bridge_hello(&mut self) -> Result<BridgeHelloReply, String> {
         let Some((own, m)) = self.swarm() else {
             return Err("this hive has no matrix section in its fleet file".into());
         };
@@ -366,15 +366,19 @@ impl Hub {
             matrix: m.clone(),
             next_batch: self.db.next_batch().map_err(db_err)?,
         };
+        Ok(reply)
+    }
+
+    /// A bridge command came in on `conn`: the bridge runs (connecting,
+    /// until it reports how its link is).
+    pub(super) fn bridge_seen(&mut self, conn: ConnId) {
         self.bridge.conns.insert(conn);
         if self.bridge.state == BridgeState::NotRunning {
             self.bridge.set(BridgeState::Connecting, None);
         }
-        Ok(reply)
     }
 
-    pub(super) fn bridge_status(&mut self, conn: ConnId, c: BridgeStatus) -> Result<Empty, String> {
-        self.bridge.conns.insert(conn);
+    pub(super) fn bridge_status(&mut self, c: BridgeStatus) -> Result<Empty, String> {
         self.bridge.set(c.state, c.detail);
         Ok(Empty {})
     }

@@ -374,7 +374,11 @@ impl Hub {
     fn dispatch(&mut self, ctx: &Ctx, req: Request) -> Outcome {
         let agent = match ctx.who {
             Identity::Agent(a) => a.as_str(),
-            Identity::Operator | Identity::Bridge => "",
+            Identity::Operator => "",
+            Identity::Bridge => {
+                self.bridge_seen(ctx.conn);
+                ""
+            }
         };
         match req {
             // inbox.rs
@@ -429,12 +433,12 @@ impl Hub {
             Request::GetLogs(c) => self.done(c, |h, c| h.get_logs(agent, c)),
             Request::GetHostJournal(c) => self.done(c, |h, c| h.host_journal(c)),
             // bridge.rs
-            Request::BridgeHello(c) => self.now(c, |h, _| h.bridge_hello(ctx.conn)),
+            Request::BridgeHello(c) => self.now(c, |h, _| h.bridge_hello()),
             Request::BridgeNext(c) => self.done(c, |h, c| h.bridge_next(ctx, c)),
             Request::BridgeSent(c) => self.now(c, |h, c| h.bridge_sent(c)),
             Request::BridgeFailed(c) => self.now(c, |h, c| h.bridge_failed(c)),
             Request::BridgeDeliver(c) => self.now(c, |h, c| h.bridge_deliver(c)),
-            Request::BridgeStatus(c) => self.now(c, |h, c| h.bridge_status(ctx.conn, c)),
+            Request::BridgeStatus(c) => self.now(c, |h, c| h.bridge_status(c)),
         }
     }
 
