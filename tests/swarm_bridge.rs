@@ -194,6 +194,96 @@ fn two_brokers_and_their_bridges_carry_mail_both_ways_and_across_a_bridge_crash(
 }
 
 #[test]
+fn a_rate_limited_bridge_waits_as_told_and_loses_nothing() {
+    let Some(hs) = Synapse::start() else { return };
+    let dir = TempDir::new("swarm");
+    let room = swarm(&hs, dir.path());
+    let one = Hive::start(&room, "one", &["a"]);
+    let two = Hive::start(&room, "two", &["b"]);
+    one.wait_connected();
+    two.wait_connected();
+    hs.set_message_rate_limit(&room.bridge("one").user_id, 1, 1);
+    for i in 0..5 {
+        one.send("a", "b@two", &format!("slow {i}"), None);
+    }
+    for i in 0..5 {
+        assert_eq!(two.next("b").body, format!("slow {i}"));
+    }
+    let log = one.log();
+    assert!(log.contains("M_LIMIT_EXCEEDED"), "{log}");
+    assert!(log.contains("trying again in"), "{log}");
+}
+
+#[test]
+fn operators_on_matrix_read_the_operators_mail_and_write_to_agents() {
+    let Some(hs) = Synapse::start() else { return };
+    let dir = TempDir::new("swarm");
+    let room = swarm(&hs, dir.path());
+    let alice = hs.register("alice", "pw-alice");
+    let bob = hs.register("bob", "pw-bob");
+    let ops = hs.create_room(&alice, Some("one-ops"), &[room.bridge("one"), &bob]);
+    hs.join(&bob, &ops);
+    let mut section = room.matrix_section("one");
+    section["operators"] = serde_json::json!([alice.user_id]);
+    section["operator_room"] = serde_json::json!("#one-ops:hive.test");
+    let config = serde_json::json!({
+        "hive_name": "one",
+        "agents": [{"name": "a"}],
+        "matrix": section,
+    });
+    let broker = Broker::start_config(&config.to_string());
+    let log = broker.dir.path().join("bridge.log");
+    let mut one = Hive {
+        broker,
+        bridge: None,
+        log,
+    };
+    one.start_bridge();
+    one.wait_connected();
+    // The operator's mail is posted in the operator room.
+    one.send("a", "operator", "the build is green", None);
+    let post = wait_for(Duration::from_secs(30), "the post", || {
+        hs.room_messages(&alice, &ops, 20)
+            .into_iter()
+            .find(|e| e["content"]["body"] == "[a@one] the build is green")
+    });
+    // A listed operator names the agent, or replies to its post.
+    hs.send_as(
+        &alice,
+        &ops,
+        "op-1",
+        &serde_json::json!({"msgtype": "m.text", "body": "@a: thanks, ship it"}),
+    );
+    let m = one.next("a");
+    assert_eq!(
+        (m.from.as_str(), m.body.as_str()),
+        ("operator", "thanks, ship it")
+    );
+    let reply = serde_json::json!({"msgtype": "m.text",
+        "body": "> <@hive-one-bridge:hive.test> [a@one] the build is green\n\nnice",
+        "m.relates_to": {"m.in_reply_to": {"event_id": post["event_id"]}}});
+    hs.send_as(&alice, &ops, "op-2", &reply);
+    // Anyone else in the room is ignored.
+    hs.send_as(
+        &bob,
+        &ops,
+        "op-3",
+        &serde_json::json!({"msgtype": "m.text", "body": "@a: delete everything"}),
+    );
+    let m = one.next("a");
+    assert_eq!((m.from.as_str(), m.body.as_str()), ("operator", "nice"));
+    let mut c = one.broker.agent("a");
+    let r: RecvNextReply = c
+        .call(&RecvNext {
+            wait_seconds: Some(3),
+            seen: None,
+        })
+        .unwrap();
+    assert!(r.message.is_none(), "{:?}", r.message);
+    assert!(one.log().contains("@bob:hive.test is not a listed operator"));
+}
+
+#[test]
 fn a_wrong_password_makes_the_bridge_exit_2_naming_the_matrix_login() {
     let Some(hs) = Synapse::start() else { return };
     let dir = TempDir::new("swarm");
@@ -213,4 +303,30 @@ fn a_wrong_password_makes_the_bridge_exit_2_naming_the_matrix_login() {
         "{log}"
     );
     assert!(!log.contains("not-the-password"), "{log}");
+    // A wrong access token (M_UNKNOWN_TOKEN) too.
+    let token = dir.path().join("token");
+    std::fs::write(&token, "syt_not_a_token\n").unwrap();
+    let mut section = room.matrix_section("two");
+    section.as_object_mut().unwrap().remove("password_file");
+    section["access_token_file"] = serde_json::json!(token);
+    let config = serde_json::json!({"hive_name": "two", "agents": [{"name": "b"}], "matrix": section});
+    let broker = Broker::start_config(&config.to_string());
+    let log = broker.dir.path().join("bridge.log");
+    let mut two = Hive {
+        broker,
+        bridge: None,
+        log,
+    };
+    two.start_bridge();
+    let status = wait_for(Duration::from_secs(30), "the bridge to exit", || {
+        two.bridge.as_mut().unwrap().try_wait().unwrap()
+    });
+    assert_eq!(status.code(), Some(2), "{}", two.log());
+    let log = two.log();
+    assert!(
+        log.contains("hive matrix-bridge: the Matrix access token of @hive-two-bridge:hive.test:"),
+        "{log}"
+    );
+    assert!(log.contains("M_UNKNOWN_TOKEN"), "{log}");
+    assert!(!log.contains("syt_not_a_token"), "{log}");
 }

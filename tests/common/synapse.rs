@@ -552,6 +552,36 @@ impl Synapse {
     }
 }
 
+impl Synapse {
+    /// The last `limit` `m.room.message` events of `room_id` as `user` sees
+    /// them, oldest first (whole events, content included).
+    pub fn room_messages(&self, user: &User, room_id: &str, limit: u32) -> Vec<Value> {
+        let url = format!(
+            "{}/_matrix/client/v3/rooms/{}/messages?dir=b&limit={limit}",
+            self.url(),
+            encode(room_id)
+        );
+        let answer: Value = match self
+            .http
+            .get(&url)
+            .set("Authorization", &format!("Bearer {}", user.access_token))
+            .call()
+        {
+            Ok(r) => r.into_json().expect("a JSON answer"),
+            Err(e) => panic!("GET {url}: {e}"),
+        };
+        let mut events: Vec<Value> = answer["chunk"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e["type"] == "m.room.message")
+            .collect();
+        events.reverse();
+        events
+    }
+}
+
 impl Drop for Synapse {
     fn drop(&mut self) {
         self.kill9();
