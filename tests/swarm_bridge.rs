@@ -280,7 +280,9 @@ fn operators_on_matrix_read_the_operators_mail_and_write_to_agents() {
         })
         .unwrap();
     assert!(r.message.is_none(), "{:?}", r.message);
-    assert!(one.log().contains("@bob:hive.test is not a listed operator"));
+    assert!(one
+        .log()
+        .contains("@bob:hive.test is not a listed operator"));
 }
 
 #[test]
@@ -309,7 +311,8 @@ fn a_wrong_password_makes_the_bridge_exit_2_naming_the_matrix_login() {
     let mut section = room.matrix_section("two");
     section.as_object_mut().unwrap().remove("password_file");
     section["access_token_file"] = serde_json::json!(token);
-    let config = serde_json::json!({"hive_name": "two", "agents": [{"name": "b"}], "matrix": section});
+    let config =
+        serde_json::json!({"hive_name": "two", "agents": [{"name": "b"}], "matrix": section});
     let broker = Broker::start_config(&config.to_string());
     let log = broker.dir.path().join("bridge.log");
     let mut two = Hive {

@@ -82,6 +82,7 @@ fn inbound(origin: &str, id: &str, kind: EventKind, from: &str, to: &str, body: 
         multi: false,
         reply_to_event: None,
         sent_at: hyperhive::proto::now(),
+        instance: None,
     }
 }
 
@@ -481,6 +482,88 @@ fn room_events_are_delivered_once_with_the_sync_token_and_replies_translate() {
     old.sent_at = hyperhive::proto::now() - 40 * 86400;
     let r = deliver(&mut bridge(&b), vec![old], "s5");
     assert_eq!((r.delivered, r.ignored), (0, 1));
+}
+
+/// The local id in a `[question #N from …]` prompt.
+fn question_id(m: &Message) -> i64 {
+    m.body["[question #".len()..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_peer_whose_broker_db_was_made_anew_is_heard_again() {
+    let b = Broker::start_config(ONE);
+    let mut br = bridge(&b);
+    let mut a = b.agent("a");
+    let old_instance = "0c3e5a7d-0000-4000-8000-000000000001";
+    let new_instance = "0c3e5a7d-0000-4000-8000-000000000002";
+    let at = |mut e: Inbound, instance: &str| {
+        e.instance = Some(instance.into());
+        e
+    };
+    let hello = at(
+        inbound("two", "1", EventKind::Message, "b", "a", "first life"),
+        old_instance,
+    );
+    let mut asked = at(
+        inbound("two", "2", EventKind::QuestionAsked, "b", "a", "lunch?"),
+        old_instance,
+    );
+    asked.question = Some(5);
+    let r = deliver(&mut br, vec![hello.clone(), asked], "u1");
+    assert_eq!(r.delivered, 2);
+    assert_eq!(next_message(&b, "a").body, "first life");
+    let old_q = question_id(&next_message(&b, "a"));
+    // A replay of the old broker's events is still a replay.
+    let r = deliver(&mut br, vec![hello], "u2");
+    assert_eq!((r.delivered, r.duplicates), (0, 1));
+    // Hive two's broker.db is made anew: its ids start again at 1, and a
+    // question of the same id is a new one.
+    let again = at(
+        inbound("two", "1", EventKind::Message, "b", "a", "second life"),
+        new_instance,
+    );
+    let mut asked = at(
+        inbound("two", "2", EventKind::QuestionAsked, "b", "a", "dinner?"),
+        new_instance,
+    );
+    asked.question = Some(5);
+    let r = deliver(&mut br, vec![again.clone(), asked], "u3");
+    assert_eq!((r.delivered, r.duplicates), (2, 0));
+    assert_eq!(next_message(&b, "a").body, "second life");
+    let m = next_message(&b, "a");
+    assert!(m.body.contains("dinner?"), "{}", m.body);
+    let new_q = question_id(&m);
+    assert_ne!(new_q, old_q);
+    // The old broker's question was closed with it; the new one is answered
+    // to the new broker.
+    let e = refused(
+        &mut a,
+        Answer {
+            id: old_q,
+            answer: "now".into(),
+        },
+    );
+    assert!(e.contains(&format!("#{old_q}")), "{e}");
+    ok(
+        &mut a,
+        Answer {
+            id: new_q,
+            answer: "at eight".into(),
+        },
+    );
+    let ev = outbox(&mut br).pop().unwrap();
+    assert_eq!(
+        (ev.kind, ev.question, ev.to.as_str()),
+        (EventKind::QuestionAnswered, Some(5), "b@two")
+    );
+    // And the new broker's replays are replays.
+    let r = deliver(&mut br, vec![again], "u4");
+    assert_eq!((r.delivered, r.duplicates), (0, 1));
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The swarm's events as Matrix content, both ways. Going out, an outbox event
 //! becomes an `m.room.message` whose `body` is the readable text and whose
 //! `hive.*` keys carry the rest (`hive.from`, `hive.to`, `hive.id` as a
-//! string, `hive.kind`, and `hive.in_reply_to`, `hive.question`,
+//! string, `hive.kind`, `hive.instance` (the sending broker's), and `hive.in_reply_to`, `hive.question`,
 //! `hive.options`, `hive.multi` when they apply); numbers travel as strings,
 //! which canonical JSON never refuses. Coming in, a room event is accepted only
 //! when it is well formed, addressed to this hive, and sent by the bridge of
@@ -11,7 +11,7 @@
 
 use crate::matrix::RoomEvent;
 use crate::proto::address::Remote;
-use crate::proto::cmd::{EventKind, Inbound, Outbound, MAX_MATRIX_ID};
+use crate::proto::cmd::{is_instance, EventKind, Inbound, Outbound, MAX_MATRIX_ID};
 use crate::proto::ident::check_name;
 use crate::proto::limits::{MAX_BODY, MAX_OPTIONS};
 use crate::proto::swarm::MatrixConfig;
@@ -35,8 +35,9 @@ pub struct Me<'a> {
     pub matrix: &'a MatrixConfig,
 }
 
-/// The content of the `m.room.message` that carries `ev`.
-pub fn content(ev: &Outbound) -> Value {
+/// The content of the `m.room.message` that carries `ev`, sent by the broker
+/// whose instance id is `instance`.
+pub fn content(ev: &Outbound, instance: &str) -> Value {
     let mut c = Map::new();
     c.insert("msgtype".into(), json!("m.text"));
     let body = if ev.dest.is_empty() {
@@ -50,6 +51,7 @@ pub fn content(ev: &Outbound) -> Value {
     c.insert("hive.to".into(), json!(ev.to));
     c.insert("hive.id".into(), json!(ev.id.to_string()));
     c.insert("hive.kind".into(), json!(ev.kind.name()));
+    c.insert("hive.instance".into(), json!(instance));
     if let Some(r) = ev.in_reply_to {
         c.insert("hive.in_reply_to".into(), json!(r.to_string()));
     }
@@ -143,6 +145,11 @@ fn from_a_peer(ev: &RoomEvent, me: &Me<'_>) -> Result<Inbound, String> {
         multi: ev.content.get("hive.multi") == Some(&Value::Bool(true)),
         reply_to_event: None,
         sent_at: (ev.origin_server_ts / 1000) as i64,
+        instance: match ev.content.get("hive.instance") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if is_instance(s) => Some(s.clone()),
+            Some(other) => return Err(format!("hive.instance {other} is not an instance id")),
+        },
     })
 }
 
@@ -200,6 +207,7 @@ fn from_an_operator(ev: &RoomEvent, me: &Me<'_>) -> Result<Inbound, String> {
         multi: false,
         reply_to_event,
         sent_at: (ev.origin_server_ts / 1000) as i64,
+        instance: None,
     })
 }
 
@@ -258,10 +266,10 @@ mod tests {
             options: vec!["yes".into(), "no".into()],
             multi: false,
         };
-        let c = content(&ev);
+        let c = content(&ev, "6f1c2a9e-4b7d-4e21-9c3a-0d5e8f7a1b2c");
         assert_eq!(
             c.to_string(),
-            r#"{"body":"ship it?","hive.from":"a@one","hive.id":"17","hive.in_reply_to":"4","hive.kind":"question_asked","hive.options":["yes","no"],"hive.question":"9","hive.to":"b@two","msgtype":"m.text"}"#
+            r#"{"body":"ship it?","hive.from":"a@one","hive.id":"17","hive.in_reply_to":"4","hive.instance":"6f1c2a9e-4b7d-4e21-9c3a-0d5e8f7a1b2c","hive.kind":"question_asked","hive.options":["yes","no"],"hive.question":"9","hive.to":"b@two","msgtype":"m.text"}"#
         );
         assert!(crate::matrix::content::check_message(&c).is_ok());
         let post = Outbound {
@@ -273,7 +281,7 @@ mod tests {
             in_reply_to: None,
             ..ev
         };
-        assert_eq!(content(&post)["body"], "[a@one] ship it?");
+        assert_eq!(content(&post, "i")["body"], "[a@one] ship it?");
     }
 
     #[test]
@@ -297,7 +305,7 @@ mod tests {
             matrix: &m,
         };
         let got = decode(
-            &event("@hive-two-bridge:hive.test", content(&ev)),
+            &event("@hive-two-bridge:hive.test", content(&ev, "0a-1b")),
             Room::Swarm,
             &me,
         )
@@ -313,6 +321,7 @@ mod tests {
             ("two", "17", "b", "a", "hello \u{0}é")
         );
         assert_eq!((got.in_reply_to, got.sent_at), (Some(3), 1_763_880_000));
+        assert_eq!(got.instance.as_deref(), Some("0a-1b"));
     }
 
     #[test]
@@ -376,6 +385,11 @@ mod tests {
                 "@hive-two-bridge:hive.test",
                 with("hive.options", json!([1])),
                 "other than strings",
+            ),
+            (
+                "@hive-two-bridge:hive.test",
+                with("hive.instance", json!("<script>")),
+                "is not an instance id",
             ),
         ];
         for (sender, content, want) in cases {

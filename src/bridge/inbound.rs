@@ -195,6 +195,7 @@ mod tests {
             multi: false,
             reply_to_event: None,
             sent_at: 0,
+            instance: None,
         }
     }
 

@@ -74,7 +74,7 @@ impl Outbox {
             self.room.clone()
         };
         let txn = format!("{}-{}", self.instance, ev.id);
-        let content = event::content(ev);
+        let content = event::content(ev, &self.instance);
         loop {
             match self.client.send(&room, &txn, &content) {
                 Ok(event_id) => {

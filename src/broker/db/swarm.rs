@@ -289,6 +289,53 @@ impl Db {
             .optional()
     }
 
+    /// The instance id last seen from hive `origin`'s broker.
+    pub fn peer_instance(&self, origin: &str) -> Res<Option<String>> {
+        self.conn
+            .prepare_cached("SELECT value FROM swarm_meta WHERE key = ?1")?
+            .query_row(params![format!("peer_instance:{origin}")], |r| r.get(0))
+            .optional()
+    }
+
+    /// Records `instance` as hive `origin`'s broker. When it replaces
+    /// another, that broker's `broker.db` was made anew and its message ids
+    /// start again: what was seen from the old one (the dedupe rows, the
+    /// reply map and the question mirrors' links) is forgotten, so the new
+    /// ids are not taken for replays. Returns the instance it replaced.
+    /// Its open mirrored questions are closed as cancelled (their asker is
+    /// gone with the old store).
+    pub fn set_peer_instance(&self, origin: &str, instance: &str, now: i64) -> Res<Option<String>> {
+        let old = self.peer_instance(origin)?;
+        if old.as_deref() == Some(instance) {
+            return Ok(None);
+        }
+        self.conn.execute(
+            "INSERT INTO swarm_meta (key, value) VALUES (?1, ?2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![format!("peer_instance:{origin}"), instance],
+        )?;
+        if old.is_some() {
+            self.conn.execute(
+                "UPDATE questions SET answer = ?1, answered_by = ?2, answered_at = ?3
+                 WHERE answer IS NULL
+                   AND id IN (SELECT question_id FROM question_mirrors WHERE origin = ?4)",
+                params![
+                    format!("[cancelled: the broker of hive {origin} was made anew]"),
+                    Peer::System,
+                    now,
+                    origin
+                ],
+            )?;
+            self.conn
+                .execute("DELETE FROM inbound WHERE origin = ?1", params![origin])?;
+            self.conn.execute(
+                "DELETE FROM question_mirrors WHERE origin = ?1",
+                params![origin],
+            )?;
+        }
+        Ok(old)
+    }
+
     /// Whether the room event (origin, id) was delivered before.
     pub fn seen_inbound(&self, origin: &str, id: &str) -> Res<bool> {
         Ok(self

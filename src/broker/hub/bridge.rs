@@ -536,6 +536,18 @@ impl Hub {
         {
             let b = self.db.batch().map_err(db_err)?;
             for e in &c.events {
+                if let (false, Some(instance)) = (e.origin.is_empty(), &e.instance) {
+                    if let Some(old) = b
+                        .set_peer_instance(&e.origin, instance, t)
+                        .map_err(db_err)?
+                    {
+                        log::warn!(
+                            "bridge: hive {} has a new broker.db (instance {instance}, was {old}): \
+                             its message ids start again, the ones seen before are forgotten",
+                            e.origin
+                        );
+                    }
+                }
                 if b.seen_inbound(&e.origin, &e.id).map_err(db_err)? {
                     out.duplicates += 1;
                     continue;

@@ -24,6 +24,17 @@ pub const MAX_DELIVER: usize = 1000;
 /// carries, in bytes: the specification caps ids at 255.
 pub const MAX_MATRIX_ID: usize = 255;
 
+/// Longest broker instance id an event may carry (a uuid is 36).
+pub const MAX_INSTANCE: usize = 64;
+
+/// Whether `s` can be a broker's instance id (`hive.instance`): 1 to
+/// [`MAX_INSTANCE`] hex digits and dashes.
+pub fn is_instance(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_INSTANCE
+        && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
 /// Longest sync token kept, in bytes (Synapse's are tens of bytes).
 pub const MAX_SYNC_TOKEN: usize = 4096;
 
@@ -181,6 +192,11 @@ pub struct Inbound {
     /// When the homeserver received it (unix s).
     #[serde(default)]
     pub sent_at: i64,
+    /// `hive.instance`: the sending broker's instance id. A new one for the
+    /// same hive is a new `broker.db`, whose message ids start again, so the
+    /// ids seen from the old one are forgotten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 impl Inbound {
@@ -196,6 +212,15 @@ impl Inbound {
         }
         if !self.to.is_empty() && self.to != "operator" {
             check_name(&self.to)?;
+        }
+        if let Some(i) = &self.instance {
+            if !is_instance(i) {
+                return Err(format!(
+                    "event {}: its instance {:?} is not a broker's instance id",
+                    excerpt(&self.id),
+                    excerpt(i)
+                ));
+            }
         }
         if self.body.len() > MAX_BODY || self.options.len() > MAX_OPTIONS {
             return Err(format!(
@@ -365,6 +390,7 @@ mod samples {
                     multi: false,
                     reply_to_event: None,
                     sent_at: 1_763_880_000,
+                    instance: Some("6f1c2a9e-4b7d-4e21-9c3a-0d5e8f7a1b2c".into()),
                 }],
                 next_batch: Some("s72595_4483_1934".into()),
             }
@@ -398,6 +424,10 @@ mod samples {
         let mut d = BridgeDeliver::sample();
         d.events[0].to = "Bad Name".into();
         assert!(d.validate().is_err());
+        let mut d = BridgeDeliver::sample();
+        d.events[0].instance = Some("not a uuid!".into());
+        let e = d.validate().unwrap_err();
+        assert!(e.to_string().contains("not a broker's instance id"), "{e}");
         let mut d = BridgeDeliver::sample();
         d.next_batch = Some(String::new());
         assert!(d.validate().is_err());
