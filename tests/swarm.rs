@@ -5,8 +5,9 @@
 //! across hives and answered; 200 messages survive a `kill -9` of the
 //! receiving `hive up` and later of the homeserver, each delivered exactly once
 //! and in order per sender; a long gap comes back `limited` and loses nothing;
-//! an event forged by a room member is ignored; a wrong password stops `hive
-//! up` with exit 2; a crashed bridge is restarted. Every wait has a timeout.
+//! an event forged by a room member is ignored; a wrong password or access
+//! token stops `hive up` with exit 2; a crashed bridge is restarted. Every
+//! wait has a timeout.
 
 mod common;
 
@@ -419,7 +420,7 @@ fn an_event_forged_by_a_room_member_who_is_not_the_listed_peer_is_ignored() {
 }
 
 #[test]
-fn a_wrong_password_stops_hive_up_with_exit_2_naming_the_matrix_login() {
+fn a_wrong_password_or_token_stops_hive_up_with_exit_2_naming_the_matrix_login() {
     let Some(hs) = Synapse::start() else { return };
     let dir = TempDir::new("swarm");
     let room = hs.swarm(&["one", "two"], dir.path());
@@ -445,4 +446,31 @@ fn a_wrong_password_stops_hive_up_with_exit_2_naming_the_matrix_login() {
     assert!(!log.contains("wrong-password"), "{log}");
     // Nothing was started: no agent, no socket left behind.
     assert!(!one.data().join("run/host.sock").exists());
+
+    // A refused access token (M_UNKNOWN_TOKEN) stops it the same way.
+    let token = dir.path().join("two-matrix-token");
+    std::fs::write(&token, "syt_made_up_token\n").unwrap();
+    let mut section = room.matrix_section("two");
+    section.as_object_mut().unwrap().remove("password_file");
+    section["access_token_file"] = json!(token);
+    let config = json!({"hive_name": "two", "agents": [{"name": "b",
+        "env": {"FAKE_CLAUDE_DIR": "@FAKE(b)"}}], "matrix": section});
+    let mut two = Up::launch(
+        &config.to_string(),
+        &["b"],
+        Launch {
+            no_wait: true,
+            ..launch(&[])
+        },
+    );
+    let status = two.wait_exit();
+    assert_eq!(status.code(), Some(2), "{}", two.log());
+    let log = two.log();
+    assert!(
+        log.contains("hive up: the Matrix login of the bridge failed:")
+            && log.contains("M_UNKNOWN_TOKEN"),
+        "{log}"
+    );
+    assert!(!log.contains("syt_made_up_token"), "{log}");
+    assert!(!two.data().join("run/host.sock").exists());
 }
