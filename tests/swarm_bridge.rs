@@ -194,6 +194,29 @@ fn two_brokers_and_their_bridges_carry_mail_both_ways_and_across_a_bridge_crash(
 }
 
 #[test]
+fn the_deploy_steps_of_docs_swarm_md_join_two_hives() {
+    let Some(hs) = Synapse::start() else { return };
+    let dir = TempDir::new("swarm");
+    let room = hs.swarm_as_documented(&["one", "two"], dir.path());
+    let one = Hive::start(&room, "one", &["a"]);
+    let two = Hive::start(&room, "two", &["b"]);
+    one.wait_connected();
+    two.wait_connected();
+    let id = one.send("a", "b@two", "deployed as documented", None);
+    let m = two.next("b");
+    assert_eq!(
+        (m.from.as_str(), m.body.as_str()),
+        ("a@one", "deployed as documented")
+    );
+    two.send("b", "a@one", "and heard", Some(m.id));
+    let m = one.next("a");
+    assert_eq!(
+        (m.from.as_str(), m.body.as_str(), m.in_reply_to),
+        ("b@two", "and heard", Some(id))
+    );
+}
+
+#[test]
 fn a_rate_limited_bridge_waits_as_told_and_loses_nothing() {
     let Some(hs) = Synapse::start() else { return };
     let dir = TempDir::new("swarm");
