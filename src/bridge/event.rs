@@ -92,6 +92,8 @@ pub fn decode(ev: &RoomEvent, room: Room, me: &Me<'_>) -> Result<Inbound, String
     if inbound.to == "system" || inbound.from.len() > MAX_MATRIX_ID {
         return Err(format!("not for an agent or the operator: {}", inbound.to));
     }
+    // What the broker would refuse would hold up the whole batch.
+    inbound.check()?;
     Ok(inbound)
 }
 
@@ -427,6 +429,15 @@ mod tests {
             ),
             ("ana", "look at #4", "", "$e1")
         );
+        // What the broker would refuse is skipped here, not sent to hold up
+        // the batch: an event id past the specification's 255 bytes.
+        let mut long = event(
+            "@alice:hive.test",
+            json!({"msgtype":"m.text","body":"@ana: hi"}),
+        );
+        long.event_id = format!("${}", "x".repeat(300));
+        let e = decode(&long, Room::Operators, &me).unwrap_err();
+        assert!(e.contains("an event needs an id"), "{e}");
         let reply = decode(
             &event(
                 "@alice:hive.test",

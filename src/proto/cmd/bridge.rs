@@ -200,7 +200,9 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    fn check(&self) -> Result<(), String> {
+    /// What `bridge_deliver` checks of each event: the bridge checks it too
+    /// before it sends a batch, so one bad event never holds up the rest.
+    pub fn check(&self) -> Result<(), String> {
         if !self.origin.is_empty() {
             crate::proto::address::check_hive_name(&self.origin)?;
         }
