@@ -142,11 +142,56 @@ rec {
     // (if (a.socketGid or null) != null then { socket_gid = a.socketGid; } else { });
 
   # The hive config JSON for the host module.
-  hiveConfig = { hiveName ? null, swarmName ? null, operatorGid ? null, agents }:
+  hiveConfig = { hiveName ? null, swarmName ? null, operatorGid ? null, matrix ? null, agents }:
     toJSON (
       { agents = map (n: brokerEntry n agents.${n}) (attrNames agents); }
       // (if hiveName != null then { hive_name = hiveName; } else { })
       // (if swarmName != null then { swarm_name = swarmName; } else { })
       // (if operatorGid != null then { operator_gid = operatorGid; } else { })
+      // (if matrix != null && matrix.enable then { matrix = matrixSection matrix; } else { })
     );
+
+  # Defaults of the host module's `services.hyperhive.matrix.*` options.
+  matrixDefaults = {
+    enable = false;
+    passwordFile = null;
+    accessTokenFile = null;
+    peers = { };
+    deviceId = null;
+    operators = [ ];
+    operatorRoom = null;
+    stateDir = "/var/lib/hyperhive-matrix";
+  };
+
+  # The hive config's `matrix` section (docs/swarm.md) from those options.
+  matrixSection = m:
+    { homeserver = m.homeserver; user_id = m.userId; room = m.room; }
+    // (if m.passwordFile != null then { password_file = m.passwordFile; } else { })
+    // (if m.accessTokenFile != null then { access_token_file = m.accessTokenFile; } else { })
+    // (if m.peers != { } then { inherit (m) peers; } else { })
+    // (if m.deviceId != null then { device_id = m.deviceId; } else { })
+    // (if m.operators != [ ] then { inherit (m) operators; } else { })
+    // (if m.operatorRoom != null then { operator_room = m.operatorRoom; } else { });
+
+  # What the host module asserts about the swarm (the broker checks the rest
+  # of the section when it loads the config).
+  matrixAssertions = { hiveName, matrix }:
+    if !matrix.enable then [ ] else [
+      {
+        assertion = hiveName != null && validLabel hiveName;
+        message = "services.hyperhive.matrix needs services.hyperhive.hiveName, 1-9 characters of a-z, 0-9 and - (other hives write to NAME@HIVENAME)";
+      }
+      {
+        assertion = (matrix.passwordFile == null) != (matrix.accessTokenFile == null);
+        message = "services.hyperhive.matrix: set exactly one of passwordFile and accessTokenFile";
+      }
+      {
+        assertion = matrix.homeserver != "" && validUrl matrix.homeserver;
+        message = "services.hyperhive.matrix.homeserver must be an http:// or https:// URL, got \"${matrix.homeserver}\"";
+      }
+      {
+        assertion = all validLabel (attrNames matrix.peers);
+        message = "services.hyperhive.matrix.peers: every hive name must be 1-9 characters of a-z, 0-9 and -, got ${toJSON (attrNames matrix.peers)}";
+      }
+    ];
 }

@@ -69,18 +69,33 @@ let
 
   plain = agent (agentCfg { cargo.shortMessages = false; user = { name = "hive-ana"; uid = null; gid = null; passwordlessSudo = false; }; });
 
-  host = (import ./host.nix {
+  hostCfg = over: {
+    enable = true;
+    package = drv "hive";
+    stateDir = "/var/lib/hyperhive";
+    runDir = "/run/hyperhive";
+    hiveName = "pr1ma"; swarmName = null; operatorGid = null;
+    durability = "normal";
+    agents.ana = a.hyperhive.brokerEntry;
+    matrix = env.matrixDefaults // { homeserver = ""; userId = ""; room = ""; };
+  } // over;
+  hostOf = cfg: (import ./host.nix {
     inherit lib pkgs;
-    config.services.hyperhive = {
-      enable = true;
-      package = drv "hive";
-      stateDir = "/var/lib/hyperhive";
-      runDir = "/run/hyperhive";
-      hiveName = "pr1ma"; swarmName = null; operatorGid = null;
-      durability = "normal";
-      agents.ana = a.hyperhive.brokerEntry;
-    };
+    config.services.hyperhive = cfg;
   }).config;
+  host = hostOf (hostCfg { });
+  swarm = hostOf (hostCfg {
+    hiveName = "one";
+    matrix = env.matrixDefaults // {
+      enable = true;
+      homeserver = "https://matrix.example.org";
+      userId = "@hive-one-bridge:example.org";
+      passwordFile = "/run/keys/matrix-password";
+      room = "#swarm:example.org";
+      peers.two = "@hive-two-bridge:example.org";
+    };
+  });
+  bridge = swarm.systemd.services.hyperhive-matrix-bridge;
 in
 check "agent env" unit.environment {
   HOME = "/var/lib/hyperhive/ana";
@@ -128,3 +143,18 @@ check "agent env" unit.environment {
   "/nix/store/stub-hive/bin/hive broker --state-dir /var/lib/hyperhive --run-dir /run/hyperhive --config /nix/store/stub-hive.json --durability normal"
 ++ check "broker state dir" host.systemd.services.hyperhive-broker.serviceConfig.StateDirectory "hyperhive"
 ++ check "host socket" host.environment.variables.HIVE_HOST_SOCKET "/run/hyperhive/host.sock"
+++ check "no bridge without a swarm" host.systemd.services.hyperhive-matrix-bridge { }
+++ check "bridge exec" bridge.serviceConfig.ExecStart
+  "/nix/store/stub-hive/bin/hive matrix-bridge --socket /run/hyperhive/bridge.sock --state-dir /var/lib/hyperhive-matrix"
+++ check "bridge has the network, the broker does not"
+  [ bridge.serviceConfig.RestrictAddressFamilies swarm.systemd.services.hyperhive-broker.serviceConfig.RestrictAddressFamilies ]
+  [ [ "AF_UNIX" "AF_INET" "AF_INET6" ] [ "AF_UNIX" ] ]
+++ check "bridge restarts, but not after a refused login"
+  [ bridge.serviceConfig.Restart bridge.serviceConfig.RestartPreventExitStatus bridge.serviceConfig.CapabilityBoundingSet ]
+  [ "always" 2 "" ]
+++ check "bridge state dir" bridge.serviceConfig.StateDirectory "hyperhive-matrix"
+++ check "bridge after the broker" bridge.after [ "hyperhive-broker.service" "network-online.target" ]
+++ check "assertions without a swarm" host.assertions [ ]
+++ check "swarm assertions hold" (builtins.filter (x: !x.assertion) swarm.assertions) [ ]
+++ check "a swarm needs a hive name" (map (x: x.assertion) (builtins.filter (x: !x.assertion)
+  (hostOf (hostCfg { hiveName = null; matrix = (hostCfg { }).matrix // { enable = true; homeserver = "https://m"; userId = "@u:m"; passwordFile = "/p"; room = "#r:m"; }; })).assertions)) [ false ]

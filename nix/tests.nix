@@ -123,3 +123,45 @@ check "default env" (env.agentEnv d) {
     { name = "scout"; parent = "ruth"; allowed_recipients = [ "operator" ]; tool_groups = [ "messaging" "web_tools" ]; socket_uid = 1001; }
   ];
 }
+# The swarm: the host module's matrix options become the config's matrix section.
+++ (let
+  m = env.matrixDefaults // {
+    enable = true;
+    homeserver = "https://matrix.example.org";
+    userId = "@hive-one-bridge:example.org";
+    passwordFile = "/run/keys/matrix-password";
+    room = "#swarm:example.org";
+    peers.two = "@hive-two-bridge:example.org";
+  };
+  failed = over: map (a: a.message) (builtins.filter (a: !a.assertion)
+    (env.matrixAssertions ({ hiveName = "one"; matrix = m; } // over)));
+  rejectedM = name: over: needle:
+    if builtins.any (x: builtins.match ".*${needle}.*" x != null) (failed over) then [ ]
+    else [ "${name}: expected a failed assertion matching '${needle}', got ${builtins.toJSON (failed over)}" ];
+in
+check "swarm config" (builtins.fromJSON (env.hiveConfig {
+  hiveName = "one";
+  matrix = m // { operators = [ "@alice:example.org" ]; operatorRoom = "!ops:example.org"; };
+  agents.a = { allowedRecipients = [ "b@two" ]; };
+})) {
+  hive_name = "one";
+  agents = [ { name = "a"; allowed_recipients = [ "b@two" ]; } ];
+  matrix = {
+    homeserver = "https://matrix.example.org";
+    user_id = "@hive-one-bridge:example.org";
+    password_file = "/run/keys/matrix-password";
+    room = "#swarm:example.org";
+    peers.two = "@hive-two-bridge:example.org";
+    operators = [ "@alice:example.org" ];
+    operator_room = "!ops:example.org";
+  };
+}
+++ check "no swarm, no section" (builtins.fromJSON (env.hiveConfig {
+  hiveName = "one"; matrix = m // { enable = false; }; agents = { };
+})) { hive_name = "one"; agents = [ ]; }
+++ check "swarm accepted" (failed { }) [ ]
+++ rejectedM "swarm without a hive name" { hiveName = null; } "needs services.hyperhive.hiveName"
+++ rejectedM "swarm with a bad hive name" { hiveName = "One"; } "needs services.hyperhive.hiveName"
+++ rejectedM "both secrets" { matrix = m // { accessTokenFile = "/t"; }; } "exactly one of passwordFile and accessTokenFile"
+++ rejectedM "bad homeserver" { matrix = m // { homeserver = "matrix.example.org"; }; } "homeserver must be an http"
+++ rejectedM "bad peer" { matrix = m // { peers.Two = "@x:y"; }; } "every hive name")

@@ -20,6 +20,12 @@ pub const DEFAULT_DATA_DIR: &str = "hive-data";
 pub const BROKER_STATE_DIR: &str = "hive-state";
 /// `hive broker`'s run dir without `--run-dir`.
 pub const BROKER_RUN_DIR: &str = "hive-run";
+/// `hive matrix-bridge`'s socket without `--socket`, under the broker's run
+/// dir.
+pub const BRIDGE_SOCKET: &str = "bridge.sock";
+/// `hive matrix-bridge`'s state dir without `--state-dir`, under the
+/// broker's state dir.
+pub const BRIDGE_STATE: &str = "matrix";
 /// `hive serve`'s run dir without `--run-dir` (its state dir is
 /// [`paths::DEFAULT_STATE_DIR`]).
 pub const SERVE_RUN_DIR: &str = "/run/hive";
@@ -33,7 +39,7 @@ pub struct CommandHelp {
 }
 
 /// The defaults the usage texts show, each from the constant the code uses.
-fn defaults() -> [(&'static str, String); 10] {
+fn defaults() -> [(&'static str, String); 12] {
     [
         (
             "{HOST_SOCKET}",
@@ -65,6 +71,14 @@ fn defaults() -> [(&'static str, String); 10] {
         ("{DATA_DIR}", format!("./{DEFAULT_DATA_DIR}")),
         ("{BROKER_STATE}", format!("./{BROKER_STATE_DIR}")),
         ("{BROKER_RUN}", format!("./{BROKER_RUN_DIR}")),
+        (
+            "{BRIDGE_SOCKET}",
+            format!("./{BROKER_RUN_DIR}/{BRIDGE_SOCKET}"),
+        ),
+        (
+            "{BRIDGE_STATE}",
+            format!("./{BROKER_STATE_DIR}/{BRIDGE_STATE}"),
+        ),
     ]
 }
 
@@ -93,6 +107,19 @@ are requeued), then the broker. Operator commands find DIR/run/host.sock through
   --agents a,b,...    agents to serve (root agents with default settings)
   --config FILE       the hive config (JSON, see docs/config.md)
   --durability MODE   normal (survives a crash of any process, default) or full (also power loss)",
+    },
+    CommandHelp {
+        name: "matrix-bridge",
+        summary: "join the hive to its swarm through a Matrix homeserver (the fleet file's matrix section)",
+        usage: "hive matrix-bridge [--socket PATH] [--state-dir DIR]
+
+  --socket PATH       the broker's bridge socket (default {BRIDGE_SOCKET}; hive up
+                      passes DATA/run/bridge.sock)
+  --state-dir DIR     where the Matrix access token is kept, 0600 (default {BRIDGE_STATE})
+
+The broker hands the bridge the hive's name and the fleet file's matrix section.
+`hive up` runs the bridge itself when the fleet file has a matrix section; see
+docs/swarm.md. Exits 2 when the homeserver refuses the Matrix login.",
     },
     CommandHelp {
         name: "serve",
@@ -545,6 +572,13 @@ pub struct BashDaemonArgs {
     pub bash_env: Option<PathBuf>,
 }
 
+/// `hive matrix-bridge`; unset values are the defaults.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MatrixBridgeArgs {
+    pub socket: Option<PathBuf>,
+    pub state_dir: Option<PathBuf>,
+}
+
 /// `hive bash-mcp`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BashMcpArgs {
@@ -582,6 +616,7 @@ pub enum Cmd {
     History(HistoryArgs),
     BashDaemon(BashDaemonArgs),
     BashMcp(BashMcpArgs),
+    MatrixBridge(MatrixBridgeArgs),
     /// `hive env-script`: print the bash environment script.
     EnvScript,
 }
@@ -659,6 +694,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Cmd, UsageError> {
         "history" => parse_history(&mut p),
         "bash-daemon" => parse_bash_daemon(&mut p),
         "bash-mcp" => parse_bash_mcp(&mut p),
+        "matrix-bridge" => parse_matrix_bridge(&mut p),
         "env-script" => no_arguments(&mut p, Cmd::EnvScript),
         _ => Err(format!("unknown command {}", excerpt(&first)).into()),
     };
@@ -1046,6 +1082,19 @@ fn parse_bash_daemon(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     Ok(Cmd::BashDaemon(a))
 }
 
+fn parse_matrix_bridge(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut a = MatrixBridgeArgs::default();
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("help") | Short('h') => return Err(help()),
+            Long("socket") => a.socket = Some(p.value()?.into()),
+            Long("state-dir") => a.state_dir = Some(p.value()?.into()),
+            other => return Err(other.unexpected()),
+        }
+    }
+    Ok(Cmd::MatrixBridge(a))
+}
+
 fn parse_bash_mcp(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     let mut a = BashMcpArgs::default();
     while let Some(arg) = p.next()? {
@@ -1138,6 +1187,20 @@ mod tests {
             Cmd::BashMcp(BashMcpArgs::default())
         );
         assert_eq!(run(&["env-script"]).unwrap(), Cmd::EnvScript);
+        assert_eq!(
+            run(&[
+                "matrix-bridge",
+                "--socket",
+                "/r/bridge.sock",
+                "--state-dir",
+                "/s"
+            ])
+            .unwrap(),
+            Cmd::MatrixBridge(MatrixBridgeArgs {
+                socket: Some("/r/bridge.sock".into()),
+                state_dir: Some("/s".into()),
+            })
+        );
         assert_eq!(
             run(&["up", "--config", "h.json", "--data", "d"]).unwrap(),
             Cmd::Up(UpArgs {
@@ -1337,5 +1400,10 @@ mod tests {
         assert!(usage_of("broker").contains(BROKER_STATE_DIR));
         assert!(usage_of("serve").contains(SERVE_RUN_DIR));
         assert!(usage_of("up").contains(DEFAULT_DATA_DIR));
+        assert!(usage_of("matrix-bridge").contains("./hive-run/bridge.sock"));
+        assert_eq!(
+            PathBuf::from(BROKER_RUN_DIR).join(BRIDGE_SOCKET),
+            paths::bridge_socket(std::path::Path::new(BROKER_RUN_DIR))
+        );
     }
 }

@@ -6,6 +6,7 @@
 //! `docs/config.md`.
 
 use crate::proto::access::{Capability, ToolGroup};
+use crate::proto::address::{check_hive_name, check_remote, Remote};
 use crate::proto::ident::check_name;
 use crate::proto::text::excerpt;
 use serde::{Deserialize, Serialize};
@@ -13,12 +14,15 @@ use serde_json::Value;
 use std::path::Path;
 
 pub use crate::proto::fleet::AgentConfig;
+pub use crate::proto::swarm::MatrixConfig;
 
 /// The whole hive.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HiveConfig {
-    /// Shown as `on hive `NAME`` in prompts and returned by `get_agent_meta`.
+    /// Shown as `on hive `NAME`` in prompts and returned by `get_agent_meta`;
+    /// other hives of the swarm reach this one's agents as `NAME@HIVE`. The
+    /// agent-name grammar (1 to 9 of `a-z`, `0-9`, `-`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hive_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -28,6 +32,10 @@ pub struct HiveConfig {
     pub operator_gid: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agents: Vec<AgentConfig>,
+    /// The swarm: the Matrix homeserver and room this hive's bridge joins
+    /// (`docs/swarm.md`). Without it, mail to `NAME@HIVE` is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matrix: Option<MatrixConfig>,
 }
 
 impl HiveConfig {
@@ -50,17 +58,16 @@ impl HiveConfig {
 
     /// Every rule a config must satisfy, each error naming the field.
     pub fn validate(&self) -> Result<(), String> {
-        for (field, value) in [
-            ("hive_name", &self.hive_name),
-            ("swarm_name", &self.swarm_name),
-        ] {
-            if let Some(v) = value {
-                if v.contains('\n') || v.len() > 64 {
-                    return Err(format!(
-                        "{field}: must be one line of at most 64 characters"
-                    ));
-                }
+        if let Some(v) = &self.swarm_name {
+            if v.contains('\n') || v.len() > 64 {
+                return Err("swarm_name: must be one line of at most 64 characters".into());
             }
+        }
+        if let Some(h) = &self.hive_name {
+            check_hive_name(h).map_err(|e| format!("hive_name: {e}"))?;
+        }
+        if let Some(m) = &self.matrix {
+            self.check_matrix(m)?;
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, a) in self.agents.iter().enumerate() {
@@ -89,6 +96,11 @@ impl HiveConfig {
                 }
             }
             for r in &a.allowed_recipients {
+                if r.contains('@') {
+                    self.check_remote_recipient(r)
+                        .map_err(|e| format!("{at}.allowed_recipients: {e}"))?;
+                    continue;
+                }
                 if r != "operator" && !seen.contains(r.as_str()) {
                     return Err(format!(
                         "{at}.allowed_recipients: no agent named {} in this config",
@@ -145,9 +157,11 @@ impl HiveConfig {
         cur
     }
 
-    /// May `from` send to `to` (`to` already resolved from `<parent>`)?
+    /// May `from` send to `to` (`to` already resolved from `<parent>`)? A
+    /// `NAME@HIVE` on another hive is checked against `allowed_recipients`
+    /// only; whether the swarm reaches it is the broker's question.
     pub fn may_send(&self, from: &str, to: &str) -> Result<(), String> {
-        if to != "operator" && self.agent(to).is_none() {
+        if to != "operator" && self.agent(to).is_none() && Remote::parse(to).is_none() {
             return Err(format!(
                 "unknown recipient {}; known: operator, <parent>, {}",
                 excerpt(to),
@@ -174,6 +188,171 @@ impl HiveConfig {
             self.parent_of(from)
         ))
     }
+}
+
+impl HiveConfig {
+    /// The `matrix` section's rules, each error naming its field.
+    fn check_matrix(&self, m: &MatrixConfig) -> Result<(), String> {
+        let own = self.hive_name.as_deref().ok_or(
+            "matrix: a hive in a swarm needs a hive_name (other hives write to its agents as \
+             NAME@HIVE_NAME)",
+        )?;
+        check_homeserver(&m.homeserver).map_err(|e| format!("matrix.homeserver: {e}"))?;
+        check_user_id(&m.user_id).map_err(|e| format!("matrix.user_id: {e}"))?;
+        match (&m.password_file, &m.access_token_file) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err(
+                    "matrix: give exactly one of password_file and access_token_file".into(),
+                )
+            }
+            (Some(p), None) => {
+                check_secret_path(p).map_err(|e| format!("matrix.password_file: {e}"))?
+            }
+            (None, Some(p)) => {
+                check_secret_path(p).map_err(|e| format!("matrix.access_token_file: {e}"))?
+            }
+        }
+        check_room(&m.room).map_err(|e| format!("matrix.room: {e}"))?;
+        for (hive, user) in &m.peers {
+            check_hive_name(hive).map_err(|e| format!("matrix.peers: {e}"))?;
+            if hive == own {
+                return Err(format!(
+                    "matrix.peers: {hive:?} is this hive's own name; list the other hives"
+                ));
+            }
+            check_user_id(user).map_err(|e| format!("matrix.peers.{hive}: {e}"))?;
+            if user.eq_ignore_ascii_case(&m.user_id) {
+                return Err(format!(
+                    "matrix.peers.{hive}: {user} is this hive's own bridge (matrix.user_id)"
+                ));
+            }
+            if m.peers
+                .iter()
+                .any(|(h, u)| h != hive && u.eq_ignore_ascii_case(user))
+            {
+                return Err(format!(
+                    "matrix.peers.{hive}: {user} is listed for two hives; each hive has its \
+                     own bridge user"
+                ));
+            }
+        }
+        if let Some(d) = &m.device_id {
+            if d.is_empty()
+                || d.len() > 64
+                || d.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                return Err("matrix.device_id: must be 1 to 64 characters without spaces".into());
+            }
+        }
+        for (i, op) in m.operators.iter().enumerate() {
+            check_user_id(op).map_err(|e| format!("matrix.operators[{i}]: {e}"))?;
+        }
+        match &m.operator_room {
+            Some(r) => check_room(r).map_err(|e| format!("matrix.operator_room: {e}"))?,
+            None if !m.operators.is_empty() => {
+                return Err(
+                    "matrix.operators: operators write from the operator_room; set \
+                     matrix.operator_room"
+                        .into(),
+                )
+            }
+            None => {}
+        }
+        if m.operator_room.as_deref() == Some(m.room.as_str()) {
+            return Err(
+                "matrix.operator_room: must be a room of its own, not the swarm's room".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// An `allowed_recipients` entry with an `@`: `NAME@HIVE` with HIVE a
+    /// listed peer (when the swarm is configured) or this hive itself.
+    fn check_remote_recipient(&self, r: &str) -> Result<(), String> {
+        let remote = check_remote(r)?;
+        if self.hive_name.as_deref() == Some(remote.hive.as_str()) {
+            if remote.name != "operator" && self.agent(&remote.name).is_none() {
+                return Err(format!(
+                    "no agent named {} in this config",
+                    excerpt(&remote.name)
+                ));
+            }
+            return Ok(());
+        }
+        match &self.matrix {
+            Some(m) if !m.peers.contains_key(&remote.hive) => Err(format!(
+                "{r}: no hive {} in matrix.peers",
+                excerpt(&remote.hive)
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The name `to` has on this hive when it is `NAME@` this hive's own name.
+    pub fn own_name<'a>(&self, to: &'a str) -> Option<&'a str> {
+        let own = self.hive_name.as_deref()?;
+        let (name, hive) = to.split_once('@')?;
+        (hive == own).then_some(name)
+    }
+}
+
+/// A homeserver base URL: `http://` or `https://` and a host.
+fn check_homeserver(url: &str) -> Result<(), String> {
+    crate::matrix::Client::new(url)
+        .map(|_| ())
+        .map_err(|e| e.message)
+}
+
+/// A Matrix user id: `@name:server`.
+fn check_user_id(id: &str) -> Result<(), String> {
+    let ok = id.len() <= 255
+        && id
+            .strip_prefix('@')
+            .and_then(|rest| rest.split_once(':'))
+            .is_some_and(|(local, server)| {
+                !local.is_empty() && !server.is_empty() && !id.contains(char::is_whitespace)
+            });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is not a Matrix user id (@name:server)",
+            excerpt(id)
+        ))
+    }
+}
+
+/// A room id (`!…`) or alias (`#name:server`).
+fn check_room(room: &str) -> Result<(), String> {
+    let ok = room.len() <= 255
+        && !room.contains(char::is_whitespace)
+        && match room.chars().next() {
+            Some('!') => room.len() > 1,
+            Some('#') => room[1..]
+                .split_once(':')
+                .is_some_and(|(a, b)| !a.is_empty() && !b.is_empty()),
+            _ => false,
+        };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is neither a room id (!…) nor a room alias (#name:server)",
+            excerpt(room)
+        ))
+    }
+}
+
+/// A password or token file: an absolute path (the bridge is its own process,
+/// with its own working directory).
+fn check_secret_path(p: &str) -> Result<(), String> {
+    if !p.starts_with('/') {
+        return Err(format!(
+            "{} must be an absolute path (the bridge runs as its own process)",
+            excerpt(p)
+        ));
+    }
+    Ok(())
 }
 
 /// The `tool_groups` and `capabilities` of every agent in a config not yet
@@ -240,11 +419,100 @@ mod tests {
                 r#"{"agents":[{"name":"a","parent":"b"},{"name":"b","parent":"a"}]}"#,
                 "cycle",
             ),
+            (r#"{"hive_name":"o@ne"}"#, "hive_name: hive name"),
+            (r#"{"hive_name":"Production"}"#, "hive_name: hive name"),
+            (
+                r#"{"agents":[{"name":"a","allowed_recipients":["b@Two"]}]}"#,
+                "agents[0].allowed_recipients: \"b@Two\" is not NAME@HIVE",
+            ),
         ];
         for (text, want) in cases {
             let err = parse_err(text);
             assert!(err.contains(want), "{text}: {err}");
         }
+    }
+
+    fn matrix(extra: &str) -> String {
+        format!(
+            r##"{{"hive_name":"one","agents":[{{"name":"a","allowed_recipients":["b@two"]}}],
+               "matrix":{{"homeserver":"http://127.0.0.1:8008","user_id":"@hive-one-bridge:hive.test",
+                 "password_file":"/etc/hive/pw","room":"#swarm:hive.test",
+                 "peers":{{"two":"@hive-two-bridge:hive.test"}}{extra}}}}}"##
+        )
+    }
+
+    #[test]
+    fn the_matrix_section_and_remote_recipients() {
+        let cfg = HiveConfig::parse(&matrix("")).unwrap();
+        let m = cfg.matrix.as_ref().unwrap();
+        assert_eq!(m.peer_hive("@hive-two-bridge:hive.test"), Some("two"));
+        assert!(cfg.may_send("a", "b@two").is_ok());
+        assert!(cfg
+            .may_send("a", "c@two")
+            .unwrap_err()
+            .contains("a may not send to \"c@two\""));
+        assert_eq!(cfg.own_name("a@one"), Some("a"));
+        assert_eq!(cfg.own_name("a@two"), None);
+        let cases = [
+            (
+                r#","access_token_file":"/t""#,
+                "exactly one of password_file",
+            ),
+            (r#","device_id":"A B""#, "matrix.device_id"),
+            (
+                r#","operators":["@alice:hive.test"]"#,
+                "set matrix.operator_room",
+            ),
+            (
+                r#","operators":["alice"],"operator_room":"!r""#,
+                "matrix.operators[0]",
+            ),
+            (
+                r##","operator_room":"#swarm:hive.test""##,
+                "a room of its own",
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = parse_err(&matrix(extra));
+            assert!(e.contains(want), "{extra}: {e}");
+        }
+        let swaps = [
+            (
+                "http://127.0.0.1:8008",
+                "127.0.0.1:8008",
+                "matrix.homeserver",
+            ),
+            (
+                "@hive-one-bridge:hive.test",
+                "hive-one-bridge",
+                "matrix.user_id",
+            ),
+            ("/etc/hive/pw", "pw", "must be an absolute path"),
+            ("#swarm:hive.test", "swarm", "matrix.room"),
+            ("\"two\":", "\"one\":", "this hive's own name"),
+            ("\"two\":", "\"Two\":", "matrix.peers: hive name"),
+            (
+                "@hive-two-bridge",
+                "@hive-one-bridge",
+                "this hive's own bridge",
+            ),
+            (
+                "[\"b@two\"]",
+                "[\"b@three\"]",
+                "no hive \"three\" in matrix.peers",
+            ),
+            ("\"hive_name\":\"one\",", "", "needs a hive_name"),
+        ];
+        for (from, to, want) in swaps {
+            let text = matrix("").replacen(from, to, 1);
+            let e = parse_err(&text);
+            assert!(e.contains(want), "{from} -> {to}: {e}");
+        }
+        // Without a swarm, remote names are accepted as written (sending to
+        // them is refused by the broker, which says why).
+        let cfg = HiveConfig::parse(r#"{"agents":[{"name":"a","allowed_recipients":["b@two"]}]}"#)
+            .unwrap();
+        assert!(cfg.may_send("a", "b@two").is_ok());
     }
 
     #[test]

@@ -3,13 +3,14 @@
 //! (`cli`), resolves it and dispatches here, so integration tests and fuzz targets
 //! reach the same code. The modules form layers (`docs/architecture.md`, checked
 //! by `tests/layering.rs`): the command line; the harness; the agent page, the
-//! bash tasks and the MCP servers; the broker and the fleet; the config and the
-//! agents' turn history; and at
+//! bash tasks and the MCP servers; the broker, the fleet and the Matrix bridge;
+//! the config and the agents' turn history; and at
 //! the bottom the contract and the mechanisms every process shares (`proto`,
 //! `agent_proc`, `http`, `sys`).
 
 pub mod agent_proc;
 pub mod bash;
+pub mod bridge;
 pub mod broker;
 pub mod cli;
 pub mod config;

@@ -3,10 +3,10 @@
 //! module takes, and dispatches to the library. Usage errors exit with 2,
 //! failures with 1.
 
-use hyperhive::cli::{self, BashDaemonArgs, BrokerArgs, Cmd};
+use hyperhive::cli::{self, BashDaemonArgs, BrokerArgs, Cmd, MatrixBridgeArgs};
 use hyperhive::proto::{paths, HYPERHIVE_REV};
 use hyperhive::sys::env::Env;
-use hyperhive::{bash, broker, fleet, harness, mcp, ops, sys};
+use hyperhive::{bash, bridge, broker, fleet, harness, mcp, ops, sys};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -43,6 +43,18 @@ fn bash_daemon_settings(a: BashDaemonArgs, env: &Env) -> bash::daemon::DaemonSet
     s
 }
 
+/// The settings of `hive matrix-bridge`: its flags, else the defaults under
+/// `hive broker`'s; the rest from the environment.
+fn bridge_settings(a: MatrixBridgeArgs, env: &Env) -> Result<bridge::BridgeSettings, String> {
+    let socket = a
+        .socket
+        .unwrap_or_else(|| PathBuf::from(cli::BROKER_RUN_DIR).join(cli::BRIDGE_SOCKET));
+    let state = a
+        .state_dir
+        .unwrap_or_else(|| PathBuf::from(cli::BROKER_STATE_DIR).join(cli::BRIDGE_STATE));
+    bridge::BridgeSettings::read(socket, state, env)
+}
+
 /// Whether `cmd` runs until stopped: those get every descriptor the hard
 /// limit allows.
 fn long_running(cmd: &Cmd) -> bool {
@@ -54,6 +66,7 @@ fn long_running(cmd: &Cmd) -> bool {
             | Cmd::Mcp
             | Cmd::BashMcp(_)
             | Cmd::BashDaemon(_)
+            | Cmd::MatrixBridge(_)
     )
 }
 
@@ -67,7 +80,15 @@ fn run(cmd: Cmd) -> Result<(), String> {
             let data = a
                 .data
                 .unwrap_or_else(|| PathBuf::from(cli::DEFAULT_DATA_DIR));
-            fleet::run(&data, a.config)?
+            match fleet::run(&data, a.config) {
+                Err(fleet::UpError::MatrixLogin(e)) => {
+                    // The operator fixes the fleet file's matrix section.
+                    eprintln!("hive up: {e}");
+                    std::process::exit(2);
+                }
+                Err(fleet::UpError::Run(e)) => return Err(e),
+                Ok(()) => {}
+            }
         }
         Cmd::Broker(a) => match broker::run(broker_settings(a)) {
             Err(broker::BrokerError::Config(e)) => {
@@ -99,6 +120,15 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::BashDaemon(a) => bash::daemon::run_command(bash_daemon_settings(a, &Env::process()))?,
         Cmd::BashMcp(a) => bash::mcp::run_server(bash::daemon::socket_or_env(a.socket))?,
         Cmd::EnvScript => print!("{}", bash::env_script::SCRIPT),
+        Cmd::MatrixBridge(a) => match bridge::run(bridge_settings(a, &Env::process())?) {
+            Err(bridge::BridgeError::Fatal(e)) => {
+                // The Matrix login or the configuration: the operator fixes it.
+                eprintln!("hive matrix-bridge: {e}");
+                std::process::exit(2);
+            }
+            Err(bridge::BridgeError::Run(e)) => return Err(e),
+            Ok(()) => {}
+        },
     }
     Ok(())
 }

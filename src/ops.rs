@@ -243,6 +243,9 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
         );
     }
     left_off(r.left_off, "agents");
+    if let Some(b) = &r.bridge {
+        println!("{}", bridge_line(b));
+    }
     Ok(())
 }
 
@@ -325,6 +328,23 @@ pub fn retry(h: &HostArgs, id: i64) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The Matrix bridge under `hive agents`: its link and its outbox.
+fn bridge_line(b: &crate::proto::swarm::BridgeRow) -> String {
+    let mut text = format!(
+        "bridge: {} since {}, outbox {}",
+        line(&b.state.as_str().replace('_', " ")),
+        fmt_time(b.since),
+        b.outbox
+    );
+    if b.failed > 0 {
+        let _ = write!(text, " ({} refused by the homeserver)", b.failed);
+    }
+    if let Some(d) = &b.detail {
+        let _ = write!(text, " — {}", line(d));
+    }
+    text
 }
 
 /// `hive version`: this binary's version and revision, and the broker's.

@@ -118,11 +118,26 @@ fn an_old_broker_store_migrates_with_every_row() {
     assert!(store.stopped_agents().unwrap().is_empty());
     store.set_stopped("kid", "operator", 1795327382).unwrap();
     drop(store);
+    // Step 4 (the swarm) made the broker's instance id, and empty outbox,
+    // inbound log and question mirrors.
+    let meta = rows(&path, "swarm_meta");
+    assert_eq!(meta.len(), 1, "{meta:?}");
+    assert_eq!(meta[0][0], Value::Text("instance".into()));
+    let Value::Text(instance) = &meta[0][1] else {
+        panic!("{meta:?}")
+    };
+    let shape: Vec<usize> = instance.split('-').map(str::len).collect();
+    assert_eq!(shape, [8, 4, 4, 4, 12], "a uuid: {instance}");
+    assert!(instance[14..].starts_with('4'), "version 4: {instance}");
+    for table in ["outbox", "inbound", "question_mirrors"] {
+        assert!(rows(&path, table).is_empty(), "{table}");
+    }
     // Opening again changes nothing.
     let store = Db::open(&path, Durability::Full).unwrap();
     assert_eq!(store.stopped_agents().unwrap(), ["kid"]);
     drop(store);
     assert_eq!(rows(&path, "approvals"), before[4]);
+    assert_eq!(rows(&path, "swarm_meta"), meta, "the instance id is kept");
     for (table, old) in tables
         .iter()
         .zip(&before)

@@ -14,6 +14,7 @@ const UNITS: &[&str] = &[
     "hive-broker.service",
     "hive-up.service",
     "hive-agent@.service",
+    "hive-matrix-bridge.service",
 ];
 
 fn unit_text(name: &str) -> String {
@@ -42,6 +43,21 @@ fn every_unit_is_hardened() {
         }
     }
     assert!(unit_text("hive-agent@.service").contains("AF_UNIX AF_INET AF_INET6"));
+    // The swarm: only the bridge reaches the network; the broker stays
+    // AF_UNIX-only, and a refused Matrix login is not retried.
+    let bridge = unit_text("hive-matrix-bridge.service");
+    for line in [
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+        "RestartPreventExitStatus=2",
+        "CapabilityBoundingSet=\n",
+        "--socket /run/hyperhive/bridge.sock",
+    ] {
+        assert!(
+            bridge.contains(line),
+            "hive-matrix-bridge.service lacks {line}"
+        );
+    }
+    assert!(unit_text("hive-broker.service").contains("RestrictAddressFamilies=AF_UNIX\n"));
 }
 
 #[test]

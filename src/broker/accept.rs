@@ -30,6 +30,9 @@ const RESERVED_FDS: u64 = 64;
 /// Connections an agent's socket takes by default (`HIVE_BROKER_CONNS_PER_AGENT`).
 pub const DEFAULT_CONNS_PER_AGENT: usize = 64;
 
+/// Connections the bridge's socket takes.
+pub const BRIDGE_CONNS: usize = 8;
+
 /// A connection that sends no request for this long is closed, unless it is
 /// parked in a long-poll (`HIVE_BROKER_IDLE_SECS`).
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
@@ -122,6 +125,18 @@ impl Caps {
             socket: Count {
                 open: Arc::new(AtomicUsize::new(0)),
                 cap: limits.host,
+            },
+            shared: None,
+        }
+    }
+
+    /// The caps of the Matrix bridge's socket: a few connections (the bridge
+    /// keeps three open).
+    pub fn bridge() -> Caps {
+        Caps {
+            socket: Count {
+                open: Arc::new(AtomicUsize::new(0)),
+                cap: BRIDGE_CONNS,
             },
             shared: None,
         }

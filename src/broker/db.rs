@@ -3,6 +3,11 @@
 //! crosses threads); each method is one short transaction, so an answer the
 //! broker sends after a write is an answer about committed data. The schema is
 //! the ordered list [`MIGRATIONS`] (`PRAGMA user_version`, `proto::schema`).
+//! The swarm's tables and statements are `db/swarm.rs`.
+
+mod swarm;
+
+pub use swarm::{new_message, Batch, OutRow, OutboxEntry, Settle};
 
 use crate::proto::cmd::PostTurnCounts;
 use crate::proto::schema::{self, Step};
@@ -80,8 +85,11 @@ pub const MIGRATIONS: &[Step] = &[
             Ok(())
         },
     },
-    // Step 4 belongs to another change of the same release; the lists are
-    // merged in order.
+    Step {
+        version: 4,
+        what: "the swarm: the broker's instance id, the outbox, the inbound log, question mirrors",
+        apply: |tx| tx.execute_batch(swarm::SCHEMA_V4),
+    },
     Step {
         version: 5,
         what: "agents kept stopped across restarts (hive stop, the kill tool)",

@@ -1,6 +1,7 @@
 //! `hive broker`: the host-side message broker. This module owns start-up and
 //! shutdown — config, the store, the directories and sockets with their
-//! permissions, and the signal thread — and hands every request to the hub
+//! permissions (the host socket, one per agent, and the Matrix bridge's for a
+//! hive in a swarm), and the signal thread — and hands every request to the hub
 //! thread (`hub/`) through the accept threads (`accept.rs`, which also cap
 //! the connections) and the connection threads (`conn.rs`). The sqlite
 //! statements and schema versions live in `db.rs`, the port the supervisor of
@@ -14,7 +15,7 @@ pub mod fleetfile;
 pub mod hub;
 pub mod lifecycle;
 
-pub use crate::proto::paths::{agent_socket, host_socket};
+pub use crate::proto::paths::{agent_socket, bridge_socket, host_socket};
 
 use crate::config::HiveConfig;
 use accept::{AcceptCtx, Caps, ConnLimits};
@@ -180,6 +181,7 @@ impl Listeners {
         let caps = match who {
             Identity::Operator => Caps::host(&self.limits),
             Identity::Agent(_) => Caps::agent(&self.limits, &self.agents_open),
+            Identity::Bridge => Caps::bridge(),
         };
         let ctx = AcceptCtx {
             who: who.clone(),
@@ -296,6 +298,15 @@ pub fn start(
         "HIVE_REMIND_MAX_PENDING_PER_AGENT",
         crate::proto::limits::DEFAULT_MAX_PENDING_TIMERS,
     )?;
+    // The bridge's own socket, for a hive in a swarm: only the bridge's
+    // commands are accepted there (mode 0600, the broker's user).
+    let bridge_listener = match &cfg.matrix {
+        Some(_) => {
+            let path = bridge_socket(&args.run_dir);
+            Some((bind(&path, None, None)?, path))
+        }
+        None => None,
+    };
     let names: Vec<String> = cfg.agents.iter().map(|a| a.name.clone()).collect();
     let agents = cfg.agents.clone();
     let (hub_tx, hub_rx) = unbounded::<HubMsg>();
@@ -336,6 +347,9 @@ pub fn start(
         stopped,
     };
     listeners.listen(host_listener, Identity::Operator, host.clone())?;
+    if let Some((listener, path)) = bridge_listener {
+        listeners.listen(listener, Identity::Bridge, path)?;
+    }
     for a in &agents {
         listeners.add_agent(a)?;
     }

@@ -759,6 +759,7 @@ fn snapshot(app: &App) -> Value {
         "failed_more": failed_more,
         "inbox": messages,
         "inbox_more": inbox["more"].as_bool().unwrap_or(false),
+        "bridge": agents["bridge"],
         "groups": crate::groups::ToolGroup::ALL.map(|g| g.name()),
         "capabilities": crate::groups::CAPABILITIES,
     });

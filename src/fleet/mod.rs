@@ -5,8 +5,12 @@
 //! state dir is DATA, so reminder spill files land in `DATA/agents/NAME/reminders`),
 //! `DATA/run/` (sockets), `DATA/agents/NAME/{state,run,claude}` and
 //! `DATA/logs/NAME.log`. Each agent runs in a sandbox that hides all of that but
-//! its own dirs (`isolation.rs`, `sandbox.rs`). Documented in `docs/fleet.md`.
+//! its own dirs (`isolation.rs`, `sandbox.rs`). A fleet file with a `matrix`
+//! section also gets the Matrix bridge, supervised by `bridge.rs` (its token
+//! in `DATA/matrix/`, its log `DATA/logs/bridge.log`). Documented in
+//! `docs/fleet.md` and `docs/swarm.md`.
 
+pub mod bridge;
 pub mod dashboard;
 pub mod isolation;
 pub mod logfile;
@@ -95,11 +99,27 @@ fn absolute(p: &Path) -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot resolve {}: {e}", p.display()))
 }
 
-/// Runs a hive until SIGTERM or SIGINT: the broker, then the agents; on the
-/// signal the agents stop first (each requeues its inflight message), then the
-/// broker.
+/// Why `hive up` stopped with an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpError {
+    /// The homeserver refused the Matrix bridge's login (or its secret file
+    /// cannot be read): fix the fleet file's `matrix` section (exit 2).
+    MatrixLogin(String),
+    /// Anything else (exit 1).
+    Run(String),
+}
+
+impl From<String> for UpError {
+    fn from(e: String) -> UpError {
+        UpError::Run(e)
+    }
+}
+
+/// Runs a hive until SIGTERM or SIGINT: the broker, then the agents (and the
+/// Matrix bridge); on the signal the agents stop first (each requeues its
+/// inflight message), then the bridge, then the broker.
 /// `data` is the data dir (`--data`), `config` the fleet file (`--config`).
-pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), String> {
+pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
     let signals = crate::sys::signals()?;
     let data = absolute(data)?;
     // Without --config the hive's fleet file is DATA/hive.json, written with one
@@ -125,11 +145,12 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), String> {
         .map_err(|e| format!("cannot read the fleet file {}: {e}", config_path.display()))?;
     let cfg = HiveConfig::load(&config_path)?;
     if cfg.agents.is_empty() {
-        return Err(format!(
+        return Err(UpError::Run(format!(
             "the fleet file {} lists no agents; add one to \"agents\"",
             config_path.display()
-        ));
+        )));
     }
+    bridge::check_login(&cfg, &data).map_err(UpError::MatrixLogin)?;
     let env = Env::process();
     let mut settings = UpSettings::read(data.clone(), Some(config_path.clone()), &env)?;
     settings.isolation = isolation::at_start(&settings.exe, &data, &config_path, &env)?;
@@ -163,6 +184,10 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), String> {
         .name("supervisor".into())
         .spawn(move || sup.run(sup_rx))
         .map_err(|e| format!("cannot start the supervisor thread: {e}"))?;
+    let bridge = match &cfg.matrix {
+        Some(_) => Some(bridge::BridgeSup::start(&settings)?),
+        None => None,
+    };
     eprintln!(
         "hive up: {} agent(s) in {}; operator socket {}",
         cfg.agents.len(),
@@ -195,6 +220,9 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), String> {
     }
     drop(sup_tx);
     let _ = sup_thread.join();
+    if let Some(b) = bridge {
+        b.stop();
+    }
     drop(dash);
     let _ = std::fs::remove_file(&port_file);
     broker.stop();

@@ -206,12 +206,18 @@ impl RoomFilter {
     }
 
     pub fn new(room_id: &str, types: &[&str], timeline_limit: u32) -> RoomFilter {
+        RoomFilter::in_rooms(&[room_id], types, timeline_limit)
+    }
+
+    /// Events of given types in several rooms (the bridge's swarm room and
+    /// its operator room), up to `timeline_limit` per room and sync.
+    pub fn in_rooms(room_ids: &[&str], types: &[&str], timeline_limit: u32) -> RoomFilter {
         let none = json!({ "types": [] });
         let sync = json!({
             "presence": none,
             "account_data": none,
             "room": {
-                "rooms": [room_id],
+                "rooms": room_ids,
                 "timeline": { "types": types, "limit": timeline_limit },
                 "state": none,
                 "ephemeral": none,
@@ -337,5 +343,9 @@ mod tests {
         assert_eq!(sync["room"]["state"], json!({"types": []}));
         assert_eq!(sync["presence"], json!({"types": []}));
         assert_eq!(f.events_json(), r#"{"types":["m.room.message"]}"#);
+        let two = RoomFilter::in_rooms(&[ROOM, "!ops"], &["m.room.message"], 10);
+        let sync: Value = serde_json::from_str(two.sync_json()).unwrap();
+        assert_eq!(sync["room"]["rooms"], json!([ROOM, "!ops"]));
+        assert_eq!(sync["room"]["timeline"]["limit"], json!(10));
     }
 }

@@ -117,6 +117,9 @@ impl Gate {
 pub enum Access {
     /// The operator only (the host socket).
     Operator,
+    /// The Matrix bridge only (its own socket, `RUN/bridge.sock`), which
+    /// accepts nothing else.
+    Bridge,
     /// Agents only, behind the gate.
     Agent(Gate),
     /// The operator, and agents behind the gate.
@@ -133,6 +136,7 @@ impl std::fmt::Display for Access {
         };
         match self {
             Access::Operator => f.write_str("operator"),
+            Access::Bridge => f.write_str("the bridge"),
             Access::Agent(g) => agents(f, g),
             Access::Both(g) => {
                 f.write_str("operator, ")?;
@@ -146,6 +150,8 @@ impl std::fmt::Display for Access {
 #[derive(Debug, Clone, Copy)]
 pub enum Caller<'a> {
     Operator,
+    /// The Matrix bridge on its own socket.
+    Bridge,
     Agent {
         name: &'a str,
         groups: &'a [ToolGroup],
@@ -157,7 +163,7 @@ impl Access {
     /// The agents' gate, when agents may send the command at all.
     pub fn gate(self) -> Option<Gate> {
         match self {
-            Access::Operator => None,
+            Access::Operator | Access::Bridge => None,
             Access::Agent(g) | Access::Both(g) => Some(g),
         }
     }
@@ -186,6 +192,19 @@ impl Access {
     /// Lets `caller` send command `cmd`, or says why not and what to do.
     pub fn admits(self, cmd: &str, caller: Caller<'_>) -> Result<(), String> {
         let (name, groups, capabilities) = match caller {
+            Caller::Bridge if self == Access::Bridge => return Ok(()),
+            Caller::Bridge => {
+                return Err(format!(
+                    "{cmd} is not a bridge command; this socket is the Matrix bridge's and \
+                     accepts only bridge commands"
+                ))
+            }
+            _ if self == Access::Bridge => {
+                return Err(format!(
+                    "{cmd} is the Matrix bridge's command; it is accepted only on the \
+                     bridge's socket (RUN/bridge.sock)"
+                ))
+            }
             Caller::Operator if self.operator() => return Ok(()),
             Caller::Operator => {
                 return Err(format!(
@@ -290,5 +309,33 @@ mod tests {
         assert!(Access::Agent(Gate::Open)
             .admits("recv_next", agent(&[], &[]))
             .is_ok());
+    }
+
+    #[test]
+    fn the_bridge_sends_bridge_commands_only_and_nobody_else_does() {
+        assert!(Access::Bridge.admits("bridge_next", Caller::Bridge).is_ok());
+        let all = ToolGroup::ALL;
+        let caps = Capability::ALL;
+        let ana = Caller::Agent {
+            name: "ana",
+            groups: &all,
+            capabilities: &caps,
+        };
+        for caller in [Caller::Operator, ana] {
+            let e = Access::Bridge.admits("bridge_next", caller).unwrap_err();
+            assert!(e.contains("accepted only on the bridge's socket"), "{e}");
+        }
+        for access in [
+            Access::Operator,
+            Access::Both(Gate::Open),
+            Access::Agent(Gate::Open),
+            Access::Both(Gate::Group(ToolGroup::Messaging)),
+        ] {
+            let e = access.admits("send", Caller::Bridge).unwrap_err();
+            assert!(e.contains("send is not a bridge command"), "{e}");
+        }
+        assert_eq!(Access::Bridge.to_string(), "the bridge");
+        assert_eq!(Access::Bridge.group(), None);
+        assert!(!Access::Bridge.operator());
     }
 }

@@ -152,7 +152,7 @@ macro_rules! commands {
 }
 
 use super::access::Capability::ReadHostJournal;
-use Access::{Agent, Both, Operator};
+use Access::{Agent, Both, Bridge, Operator};
 use Gate::{Capability as Cap, Group, Open};
 use ToolGroup as G;
 
@@ -218,6 +218,13 @@ commands! {
     "retry"                => Retry:             Operator;
     "search"               => Search:            Operator;
     "history"              => History:           Operator;
+    // the Matrix bridge, on its own socket
+    "bridge_hello"         => BridgeHello:       Bridge;
+    "bridge_next"          => BridgeNext:        Bridge;
+    "bridge_sent"          => BridgeSent:        Bridge;
+    "bridge_failed"        => BridgeFailed:      Bridge;
+    "bridge_deliver"       => BridgeDeliver:     Bridge;
+    "bridge_status"        => BridgeStatus:      Bridge;
 }
 
 impl Request {
@@ -476,6 +483,36 @@ mod tests {
             .map(|(cmd, access)| format!("| `{cmd}` | {access} |"))
             .collect();
         assert_eq!(rows, want);
+    }
+
+    /// The bridge's socket accepts the bridge's rows and nothing else; no
+    /// other socket accepts them, whatever an agent is granted.
+    #[test]
+    fn only_the_bridge_sends_bridge_commands_and_it_sends_nothing_else() {
+        use crate::proto::access::{Caller, Capability};
+        let groups = ToolGroup::ALL;
+        let caps = Capability::ALL;
+        let everything = Caller::Agent {
+            name: "ana",
+            groups: &groups,
+            capabilities: &caps,
+        };
+        let mut bridge_rows = 0;
+        for (cmd, access) in PRIVILEGES {
+            let bridge = *access == Access::Bridge;
+            assert_eq!(
+                access.admits(cmd, Caller::Bridge).is_ok(),
+                bridge,
+                "{cmd} on the bridge's socket"
+            );
+            if bridge {
+                bridge_rows += 1;
+                assert!(cmd.starts_with("bridge_"), "{cmd}");
+                assert!(access.admits(cmd, Caller::Operator).is_err(), "{cmd}");
+                assert!(access.admits(cmd, everything).is_err(), "{cmd}");
+            }
+        }
+        assert_eq!(bridge_rows, 6);
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! Who is who: agent names (and the names reserved for everything else), and
 //! [`Peer`], the sender or recipient of a message. On the wire and in sqlite a
 //! peer is its plain name (`operator`, `system`, `<parent>`, an agent's name,
-//! a script's `--from`); [`Peer::sender`] reads one back without the hive's
-//! config: reserved names are themselves, a name an agent could have is an
-//! agent, any other valid `wake` sender is external, and whatever else an old
-//! row holds is `Other` — never an error.
+//! `NAME@HIVE` on another hive, a script's `--from`); [`Peer::sender`] reads
+//! one back without the hive's config: reserved names are themselves, a name
+//! an agent could have is an agent, `NAME@HIVE` is remote, any other valid
+//! `wake` sender is external, and whatever else an old row holds is `Other` —
+//! never an error.
 
+use super::address::Remote;
 use super::limits::MAX_SENDER_CHARS;
 use super::text::{excerpt, is_control_or_bidi};
 use std::fmt;
@@ -91,6 +93,9 @@ pub enum Peer {
     Scheduler,
     /// An agent of the hive.
     Agent(String),
+    /// Someone on another hive of the swarm: `NAME@HIVE` (see
+    /// [`super::address::Remote`]).
+    Remote(String),
     /// A script that woke an agent (`hive wake --from matrix`, `bash-task-7`).
     External(String),
     /// A stored name that is none of the above (rows older releases wrote).
@@ -106,7 +111,7 @@ impl Peer {
             Peer::Parent => PARENT,
             Peer::Reminder => TIMER_SENDERS[0],
             Peer::Scheduler => TIMER_SENDERS[1],
-            Peer::Agent(n) | Peer::External(n) | Peer::Other(n) => n,
+            Peer::Agent(n) | Peer::Remote(n) | Peer::External(n) | Peer::Other(n) => n,
         }
     }
 
@@ -119,18 +124,29 @@ impl Peer {
             "reminder" => Peer::Reminder,
             "scheduler" => Peer::Scheduler,
             n if check_name(n).is_ok() => Peer::Agent(n.to_string()),
+            n if Remote::parse(n).is_some() => Peer::Remote(n.to_string()),
             n if check_sender(n).is_ok() => Peer::External(n.to_string()),
             n => Peer::Other(n.to_string()),
         }
     }
 
-    /// A `to` as a client gives it: the operator, `<parent>`, or an agent's name
-    /// (the broker checks that the agent exists).
+    /// A `to` as a client gives it: the operator, `<parent>`, `NAME@HIVE` on
+    /// another hive, or an agent's name (the broker checks that the agent
+    /// exists).
     pub fn address(to: &str) -> Peer {
         match to {
             "operator" => Peer::Operator,
             PARENT => Peer::Parent,
+            n if Remote::parse(n).is_some() => Peer::Remote(n.to_string()),
             n => Peer::Agent(n.to_string()),
+        }
+    }
+
+    /// Who on which hive, for someone on another hive.
+    pub fn remote(&self) -> Option<Remote> {
+        match self {
+            Peer::Remote(n) => Remote::parse(n),
+            _ => None,
         }
     }
 
@@ -206,6 +222,12 @@ mod tests {
             ("scheduler", Peer::Scheduler),
             ("ruth", Peer::Agent("ruth".into())),
             ("bash-task-7", Peer::External("bash-task-7".into())),
+            ("b@two", Peer::Remote("b@two".into())),
+            ("operator@two", Peer::Remote("operator@two".into())),
+            (
+                "alice@example.org",
+                Peer::External("alice@example.org".into()),
+            ),
             ("Web UI", Peer::External("Web UI".into())),
             ("", Peer::Other("".into())),
             ("esc\u{1b}[2J", Peer::Other("esc\u{1b}[2J".into())),
@@ -218,6 +240,11 @@ mod tests {
         }
         assert_eq!(Peer::address("<parent>"), Peer::Parent);
         assert_eq!(Peer::address("zed"), Peer::Agent("zed".into()));
+        assert_eq!(Peer::address("zed@two"), Peer::Remote("zed@two".into()));
+        assert_eq!(
+            Peer::address("zed@two").remote(),
+            Some(Remote::new("zed", "two"))
+        );
     }
 
     #[test]

@@ -38,6 +38,9 @@ open_enum! {
         /// A message was dead-lettered (to the recipient's parent and to its
         /// sender, when that is an agent).
         DeadLetter = "dead_letter",
+        /// Mail the recipient sent to another hive could not be delivered
+        /// there (no such agent, or the homeserver refused it).
+        Undeliverable = "undeliverable",
     }
 }
 

@@ -14,6 +14,11 @@ pub const MAX_LINE: usize = 1024 * 1024;
 /// envelope under [`MAX_LINE`].
 pub const MAX_BODY: usize = 64 * 1024;
 
+/// Longest body of mail to another hive (`NAME@HIVE`), in bytes of UTF-8: it
+/// travels as a Matrix event, which is capped at 64 KiB with its envelope and
+/// its JSON escapes.
+pub const MAX_REMOTE_BODY: usize = 48 * 1024;
+
 /// The byte budget of one list answer (`inbox`, `recv`, `agents`, …): rows are
 /// handed out until the next one would pass it (at least one message always
 /// goes out).

@@ -10,13 +10,15 @@
 //! - the small facts: the clock ([`now`]), the revision ([`HYPERHIVE_REV`]),
 //!   the limits (`limits.rs`), default sockets and state-file names
 //!   (`paths.rs`), text and time formatting (`text.rs`), identities
-//!   (`ident.rs`), the closed vocabularies of rows (`kinds.rs`), turn outcomes
-//!   (`outcome.rs`) and a fleet entry (`fleet.rs`);
+//!   (`ident.rs`), names on other hives (`address.rs`), the closed
+//!   vocabularies of rows (`kinds.rs`), turn outcomes (`outcome.rs`), a fleet
+//!   entry (`fleet.rs`) and the fleet file's `matrix` section (`swarm.rs`);
 //! - the schema versions of the sqlite files (`schema.rs`, `turnstats.rs`).
 //!
 //! Documented for script authors in `docs/wire-protocol.md`.
 
 pub mod access;
+pub mod address;
 pub mod client;
 pub mod cmd;
 pub mod command;
@@ -30,6 +32,7 @@ pub mod outcome;
 pub mod paths;
 pub mod reply;
 pub mod schema;
+pub mod swarm;
 pub mod text;
 pub mod turnstats;
 

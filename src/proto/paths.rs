@@ -25,6 +25,12 @@ pub fn agent_socket(run_dir: &Path, agent: &str) -> PathBuf {
     run_dir.join("agents").join(agent).join("mcp.sock")
 }
 
+/// Where the Matrix bridge's socket lives under the broker's run dir (made
+/// only for a hive with a `matrix` section).
+pub fn bridge_socket(run_dir: &Path) -> PathBuf {
+    run_dir.join("bridge.sock")
+}
+
 /// Where the operator's socket lives under the broker's run dir.
 pub fn host_socket(run_dir: &Path) -> PathBuf {
     run_dir.join("host.sock")

@@ -7,7 +7,9 @@
 //! (and by the kernel if the test thread that started it dies first); `kill9`
 //! and `restart` keep its data and port, for crash tests. Without the venv a
 //! test skips with a loud line, or fails under `HIVE_REQUIRE_REAL_CLAUDE=1`.
-//! `docs/testing.md` describes the kit.
+//! [`Synapse::swarm`] sets up a swarm's room for the bridges of several hives,
+//! as `docs/swarm.md` tells an operator to. `docs/testing.md` describes the
+//! kit.
 
 use super::hive::TempDir;
 use serde_json::{json, Value};
@@ -468,6 +470,118 @@ rc_room_creation: {relaxed}
     }
 }
 
+/// A swarm's room on a test homeserver: one bridge user per hive, with its
+/// password in a file, all invited to the invite-only `#swarm:hive.test`.
+#[derive(Debug, Clone)]
+pub struct SwarmRoom {
+    pub url: String,
+    pub room_id: String,
+    pub owner: User,
+    /// (hive, its bridge user, its password file)
+    pub bridges: Vec<(String, User, PathBuf)>,
+}
+
+impl SwarmRoom {
+    /// The bridge user of `hive`.
+    pub fn bridge(&self, hive: &str) -> &User {
+        &self
+            .bridges
+            .iter()
+            .find(|(h, ..)| h == hive)
+            .expect("a hive of the swarm")
+            .1
+    }
+
+    /// The fleet file's `matrix` section for `hive`: the room by alias, the
+    /// other hives as peers.
+    pub fn matrix_section(&self, hive: &str) -> Value {
+        let (_, user, pw) = self
+            .bridges
+            .iter()
+            .find(|(h, ..)| h == hive)
+            .expect("a hive");
+        let peers: serde_json::Map<String, Value> = self
+            .bridges
+            .iter()
+            .filter(|(h, ..)| h != hive)
+            .map(|(h, u, _)| (h.clone(), json!(u.user_id)))
+            .collect();
+        json!({
+            "homeserver": self.url,
+            "user_id": user.user_id,
+            "password_file": pw,
+            "room": format!("#swarm:{SERVER_NAME}"),
+            "peers": peers,
+        })
+    }
+}
+
+impl Synapse {
+    /// Registers `hive-NAME-bridge` for each hive (password files in `dir`)
+    /// and creates `#swarm:hive.test`, owned by `swarm-owner`, inviting them.
+    pub fn swarm(&self, hives: &[&str], dir: &Path) -> SwarmRoom {
+        let owner = self.register("swarm-owner", "owner-password");
+        let mut bridges = Vec::new();
+        for h in hives {
+            let password = format!("pw-{h}");
+            let user = self.register(&format!("hive-{h}-bridge"), &password);
+            let file = dir.join(format!("{h}-matrix-password"));
+            std::fs::write(&file, format!("{password}\n")).expect("write a password file");
+            bridges.push((h.to_string(), user, file));
+        }
+        let invited: Vec<&User> = bridges.iter().map(|(_, u, _)| u).collect();
+        let room_id = self.create_room(&owner, Some("swarm"), &invited);
+        SwarmRoom {
+            url: self.url(),
+            room_id,
+            owner,
+            bridges,
+        }
+    }
+
+    /// `user` sends an `m.room.message` with `content` to `room_id` (a room
+    /// member writing whatever it likes, e.g. a forged swarm event).
+    pub fn send_as(&self, user: &User, room_id: &str, txn: &str, content: &Value) -> String {
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/send/m.room.message/{}",
+            encode(room_id),
+            encode(txn)
+        );
+        let answer = self.request("PUT", &path, Some(&user.access_token), content);
+        answer["event_id"].as_str().unwrap_or_default().to_string()
+    }
+}
+
+impl Synapse {
+    /// The last `limit` `m.room.message` events of `room_id` as `user` sees
+    /// them, oldest first (whole events, content included).
+    pub fn room_messages(&self, user: &User, room_id: &str, limit: u32) -> Vec<Value> {
+        let url = format!(
+            "{}/_matrix/client/v3/rooms/{}/messages?dir=b&limit={limit}",
+            self.url(),
+            encode(room_id)
+        );
+        let answer: Value = match self
+            .http
+            .get(&url)
+            .set("Authorization", &format!("Bearer {}", user.access_token))
+            .call()
+        {
+            Ok(r) => r.into_json().expect("a JSON answer"),
+            Err(e) => panic!("GET {url}: {e}"),
+        };
+        let mut events: Vec<Value> = answer["chunk"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e["type"] == "m.room.message")
+            .collect();
+        events.reverse();
+        events
+    }
+}
+
 impl Drop for Synapse {
     fn drop(&mut self) {
         self.kill9();
@@ -565,4 +679,121 @@ fn sha1(data: &[u8]) -> [u8; 20] {
         out[i * 4..i * 4 + 4].copy_from_slice(&x.to_be_bytes());
     }
     out
+}
+
+/// The `sh` block of `docs/swarm.md` that holds `needle`, its `\`-continued
+/// lines joined: the deploy steps the kit runs as shown.
+pub fn documented_command(needle: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/swarm.md");
+    let doc = std::fs::read_to_string(&path).expect("docs/swarm.md");
+    let mut blocks = doc.split("```sh\n").skip(1).map(|b| {
+        b.split("```")
+            .next()
+            .unwrap_or_default()
+            .replace("\\\n", " ")
+    });
+    blocks
+        .find(|b| b.contains(needle))
+        .unwrap_or_else(|| panic!("docs/swarm.md shows no command with {needle:?}"))
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The JSON a documented `curl … -d '{…}'` sends, its example server renamed
+/// to the kit's.
+fn documented_body(command: &str) -> Value {
+    let body = command
+        .split(" -d '")
+        .nth(1)
+        .and_then(|b| b.split('\'').next())
+        .unwrap_or_else(|| panic!("no -d '…' in {command}"));
+    serde_json::from_str(&body.replace("example.org", SERVER_NAME))
+        .unwrap_or_else(|e| panic!("the body of {command}: {e}"))
+}
+
+impl Synapse {
+    /// The swarm of [`Synapse::swarm`], made by the deploy steps of
+    /// `docs/swarm.md` as they are shown there: each bridge user registered
+    /// by `register_new_matrix_user` (run from the venv, its password read
+    /// from its file), the room created with the documented `createRoom`
+    /// body, and each bridge's message rate limit lifted with the documented
+    /// `override_ratelimit` body.
+    pub fn swarm_as_documented(&self, hives: &[&str], dir: &Path) -> SwarmRoom {
+        let register = documented_command("register_new_matrix_user");
+        let bin = self
+            .python
+            .parent()
+            .expect("the venv's bin dir")
+            .to_path_buf();
+        let mut bridges = Vec::new();
+        for h in hives {
+            let password = format!("pw-{h}");
+            let file = dir.join(format!("{h}-matrix-password"));
+            std::fs::write(&file, format!("{password}\n")).expect("write a password file");
+            let cmd = register
+                .replace("venv/bin/", &format!("{}/", bin.display()))
+                .replace("hive-one-bridge", &format!("hive-{h}-bridge"))
+                .replace("/etc/hyperhive/matrix-password", &file.to_string_lossy())
+                .replace("https://matrix.example.org", &self.url());
+            let out = std::process::Command::new("sh")
+                .args(["-c", &cmd])
+                .env("SHARED_SECRET", SHARED_SECRET)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run sh");
+            assert!(
+                out.status.success(),
+                "{cmd}: {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let answer = self.post(
+                "/_matrix/client/v3/login",
+                None,
+                &json!({"type": "m.login.password", "password": password,
+                        "identifier": {"type": "m.id.user", "user": format!("hive-{h}-bridge")}}),
+            );
+            let user = User {
+                user_id: answer["user_id"].as_str().expect("user_id").to_string(),
+                localpart: format!("hive-{h}-bridge"),
+                password,
+                access_token: answer["access_token"]
+                    .as_str()
+                    .expect("access_token")
+                    .to_string(),
+            };
+            bridges.push((h.to_string(), user, file));
+        }
+        let owner = self.register("swarm-owner", "owner-password");
+        let room = documented_body(&documented_command("/createRoom"));
+        let invited: Vec<&str> = bridges.iter().map(|(_, u, _)| u.user_id.as_str()).collect();
+        assert_eq!(
+            room["invite"],
+            json!(invited),
+            "the documented room invites these"
+        );
+        let answer = self.post("/_matrix/client/v3/createRoom", Some(&owner), &room);
+        let room_id = answer["room_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("createRoom answered no room_id: {answer}"))
+            .to_string();
+        let limits = documented_body(&documented_command("override_ratelimit"));
+        let admin = self
+            .admin
+            .get_or_init(|| self.register_as("hive-test-admin", "admin-password", true));
+        for (_, u, _) in &bridges {
+            let path = format!(
+                "/_synapse/admin/v1/users/{}/override_ratelimit",
+                encode(&u.user_id)
+            );
+            self.post(&path, Some(admin), &limits);
+        }
+        SwarmRoom {
+            url: self.url(),
+            room_id,
+            owner,
+            bridges,
+        }
+    }
 }

@@ -86,7 +86,7 @@ impl Hub {
         let name = match (c.name, who) {
             (Some(n), _) => n,
             (None, Identity::Agent(a)) => a.clone(),
-            (None, Identity::Operator) => {
+            (None, Identity::Operator | Identity::Bridge) => {
                 return Err("get_agent_meta on the host socket needs \"name\"".into())
             }
         };
@@ -129,6 +129,7 @@ impl Hub {
         Ok(AgentsReply {
             agents,
             left_off: budget.left_off,
+            bridge: self.bridge_row()?,
         })
     }
 

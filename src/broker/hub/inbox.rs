@@ -52,7 +52,7 @@ impl Hub {
             kind: &kind,
             in_reply_to,
         };
-        let id = self.db.insert_message(&msg, now()).map_err(db_err)?;
+        let id = self.store(&msg)?;
         self.notify(to);
         Ok(SentReply {
             id: Some(id),
@@ -87,6 +87,7 @@ impl Hub {
             (Identity::Operator, None) => {
                 return Err("wake on the host socket needs \"to\": the agent to wake".into())
             }
+            (Identity::Bridge, _) => return Err("the bridge wakes no agent".into()),
         };
         let from = Peer::External(c.from);
         if !c.transient {
@@ -115,7 +116,13 @@ impl Hub {
     }
 
     pub(super) fn send(&mut self, who: &Identity, c: cmd::Send) -> Result<SentReply, String> {
-        let to = match (who, Peer::address(&c.to)) {
+        // The swarm: `NAME@HIVE` on another hive goes through the outbox
+        // (`bridge.rs`); `NAME@` this hive is plain `NAME`.
+        let to_text = self.cfg.own_name(&c.to).unwrap_or(&c.to).to_string();
+        if let Some(remote) = Peer::address(&to_text).remote() {
+            return self.send_remote(who, &remote, &c.body, c.in_reply_to);
+        }
+        let to = match (who, Peer::address(&to_text)) {
             (Identity::Operator, Peer::Parent) => return Err("the operator has no parent".into()),
             (Identity::Operator, Peer::Operator) => {
                 return Err("the operator cannot send to the operator".into())
@@ -126,9 +133,11 @@ impl Hub {
             }
             (Identity::Agent(a), Peer::Parent) => Peer::address(&self.cfg.parent_of(a)),
             (Identity::Agent(_), to) => to,
+            (Identity::Bridge, _) => return Err("the bridge sends no mail".into()),
         };
         let from = match who {
             Identity::Operator => Peer::Operator,
+            Identity::Bridge => return Err("the bridge sends no mail".into()),
             Identity::Agent(a) => {
                 if to.as_str() == a {
                     return Err(

@@ -18,6 +18,8 @@
 //! - `diagnostics.rs`: logs and the host journal;
 //! - `history.rs`: the operator's search of the agents' histories (`hive up`'s
 //!   supervisor asks their pages).
+//! - `bridge.rs`: the swarm — mail and questions to and from other hives
+//!   through the Matrix bridge's outbox and inbox, and the bridge's state.
 //!
 //! The hub never blocks on another actor or on slow I/O: such work is an
 //! [`Outcome::Offload`] run on the caller's connection thread, and whatever it
@@ -26,6 +28,7 @@
 
 mod agents;
 mod approvals;
+mod bridge;
 mod diagnostics;
 mod history;
 mod inbox;
@@ -59,6 +62,8 @@ pub use super::fleetfile::merge_patch;
 pub enum Identity {
     Operator,
     Agent(String),
+    /// The Matrix bridge, on `RUN/bridge.sock`.
+    Bridge,
 }
 
 impl Identity {
@@ -66,6 +71,7 @@ impl Identity {
         match self {
             Identity::Operator => "operator",
             Identity::Agent(a) => a,
+            Identity::Bridge => "bridge",
         }
     }
 }
@@ -239,6 +245,8 @@ pub struct Hub {
     /// Agents whose fleet entry a change is being written to (an approval, a
     /// permissions save): one at a time each.
     changing: HashSet<String>,
+    /// The Matrix bridge's link as it last reported it, and its connections.
+    bridge: bridge::BridgeLink,
 }
 
 fn db_err(e: rusqlite::Error) -> String {
@@ -280,6 +288,7 @@ impl Hub {
             next_due: None,
             deciding: HashSet::new(),
             changing: HashSet::new(),
+            bridge: bridge::BridgeLink::default(),
         }
     }
 
@@ -314,7 +323,10 @@ impl Hub {
                     // A caller that went away is a normal outcome.
                     let _ = reply.send(out);
                 }
-                HubMsg::Closed { conn } => self.release(conn),
+                HubMsg::Closed { conn } => {
+                    self.release(conn);
+                    self.bridge_closed(conn);
+                }
                 HubMsg::System { to, kind, body } => {
                     if let Err(e) =
                         self.deliver(&crate::proto::Peer::System, &to, &body, kind, None)
@@ -369,6 +381,7 @@ impl Hub {
     fn admit(&self, who: &Identity, cmd: &str, access: Access) -> Result<(), String> {
         match who {
             Identity::Operator => access.admits(cmd, Caller::Operator),
+            Identity::Bridge => access.admits(cmd, Caller::Bridge),
             Identity::Agent(a) => {
                 let entry = self.cfg.agent(a);
                 let groups = entry.map(|e| e.groups()).unwrap_or_default();
@@ -392,6 +405,10 @@ impl Hub {
         let agent = match ctx.who {
             Identity::Agent(a) => a.as_str(),
             Identity::Operator => "",
+            Identity::Bridge => {
+                self.bridge_seen(ctx.conn);
+                ""
+            }
         };
         match req {
             // inbox.rs
@@ -454,6 +471,13 @@ impl Hub {
             // history.rs
             Request::Search(c) => self.done(c, |h, c| h.search(c)),
             Request::History(c) => self.done(c, |h, c| h.history(c)),
+            // bridge.rs
+            Request::BridgeHello(c) => self.now(c, |h, _| h.bridge_hello()),
+            Request::BridgeNext(c) => self.done(c, |h, c| h.bridge_next(ctx, c)),
+            Request::BridgeSent(c) => self.now(c, |h, c| h.bridge_sent(c)),
+            Request::BridgeFailed(c) => self.now(c, |h, c| h.bridge_failed(c)),
+            Request::BridgeDeliver(c) => self.now(c, |h, c| h.bridge_deliver(c)),
+            Request::BridgeStatus(c) => self.now(c, |h, c| h.bridge_status(c)),
         }
     }
 

@@ -2,7 +2,8 @@
 //! asked answers (`answer`); the asker withdraws it (`cancel_loose_end`), the
 //! operator cancels one addressed to the operator (`cancel_question`), or its
 //! TTL runs out (`timers.rs` expires it). Closing a question and telling its
-//! asker is one transaction.
+//! asker is one transaction. A question to or from another hive of the swarm
+//! takes the bridge's way (`bridge.rs`) at the three points marked below.
 
 use super::limits::Budget;
 use super::{db_err, Hub, Identity};
@@ -13,7 +14,13 @@ use crate::proto::{now, Empty, IdReply, MsgKind, Question};
 
 impl Hub {
     pub(super) fn ask(&mut self, asker: &str, c: Ask) -> Result<IdReply, String> {
-        let target = match Peer::address(c.to.as_deref().unwrap_or("operator")) {
+        let to = c.to.as_deref().unwrap_or("operator");
+        let to = self.cfg.own_name(to).unwrap_or(to).to_string();
+        // The swarm: a question to another hive.
+        if let Some(remote) = Peer::address(&to).remote() {
+            return self.ask_remote(asker, &remote, c);
+        }
+        let target = match Peer::address(&to) {
             Peer::Parent => Peer::address(&self.cfg.parent_of(asker)),
             t => t,
         };
@@ -41,14 +48,7 @@ impl Hub {
                     asked_at: t,
                     expires_at: expires,
                 };
-                let mut body = format!("[question #{id} from {asker}] {}", q.question);
-                if let Some(options) = q.options_line() {
-                    body.push_str(&format!("\n{options}"));
-                }
-                body.push_str(&format!(
-                    "\nAnswer with mcp__hyperhive__answer(id={id}, answer=...)."
-                ));
-                self.tell(to, MsgKind::QuestionAsked, &body)?;
+                self.tell(to, MsgKind::QuestionAsked, &question_notice(&q))?;
             }
             None => self.notify("operator"),
         }
@@ -63,11 +63,11 @@ impl Hub {
         answer: &str,
         by: &Peer,
     ) -> Result<(), String> {
-        let body = format!(
-            "[answer to question #{}] {:?} — {by} answered: {answer}",
-            q.id,
-            crate::proto::text::preview(&q.question, 200)
-        );
+        // The swarm: a question another hive asked here is answered there.
+        if q.asker.remote().is_some() {
+            return self.answer_remote_asker(q, answer, by);
+        }
+        let body = answer_notice(q, answer, by);
         let notice = NewMessage {
             from: &Peer::System,
             to: q.asker.as_str(),
@@ -75,6 +75,11 @@ impl Hub {
             kind: &MsgKind::QuestionAnswered,
             in_reply_to: None,
         };
+        // The swarm: a question asked to another hive, closed here (expired),
+        // is cancelled there too.
+        if q.target.remote().is_some() && by != &q.target {
+            return self.close_for_remote_target(q, answer, by, Some(&notice));
+        }
         if self
             .db
             .close_question(q.id, answer, by, now(), Some(&notice))
@@ -112,6 +117,11 @@ impl Hub {
             return Err(format!("question #{id} is not yours to cancel"));
         }
         let text = format!("[cancelled by {asker}]");
+        if q.target.remote().is_some() {
+            self.close_for_remote_target(&q, &text, &Peer::Agent(asker.into()), None)?;
+            self.recompute_due();
+            return Ok(Empty {});
+        }
         self.db
             .close_question(id, &text, &Peer::Agent(asker.into()), now(), None)
             .map_err(db_err)?;
@@ -150,4 +160,26 @@ impl Hub {
             left_off: budget.left_off,
         })
     }
+}
+
+/// What the agent asked hears: the question, its options and how to answer.
+pub(super) fn question_notice(q: &Question) -> String {
+    let id = q.id;
+    let mut body = format!("[question #{id} from {}] {}", q.asker, q.question);
+    if let Some(options) = q.options_line() {
+        body.push_str(&format!("\n{options}"));
+    }
+    body.push_str(&format!(
+        "\nAnswer with mcp__hyperhive__answer(id={id}, answer=...)."
+    ));
+    body
+}
+
+/// What the asker hears when its question is closed.
+pub(super) fn answer_notice(q: &Question, answer: &str, by: &Peer) -> String {
+    format!(
+        "[answer to question #{}] {:?} — {by} answered: {answer}",
+        q.id,
+        crate::proto::text::preview(&q.question, 200)
+    )
 }

@@ -16,12 +16,18 @@ pub(super) const TOOLS: &[Tool] = &[
     tool::<cmd::Send>(
         "Send a message to another agent, to your parent or to the human operator. \
 `to` is an agent name, \"<parent>\" for your parent in the hive (always allowed), or \
-\"operator\". Your hive config may restrict which names you can reach; a refused recipient \
+\"operator\"; an agent on another hive of the swarm is NAME@HIVE (its replies come from \
+NAME@HIVE too, and the body is at most 48 KiB). Your hive config may restrict which names you \
+can reach; a refused recipient \
 comes back as an error naming the ones you may use. `in_reply_to` links the message to the id \
 of one you received. Returns the id of the stored message and who got it. The recipient reads \
 it in its own inbox; this does not wait for a reply.",
         &[
-            Arg::req("to", Ty::Str, "An agent name, \"<parent>\" or \"operator\"."),
+            Arg::req(
+                "to",
+                Ty::Str,
+                "An agent name, \"<parent>\", \"operator\", or NAME@HIVE on another hive.",
+            ),
             Arg::req("body", Ty::Str, "The message text."),
             Arg::opt("in_reply_to", Ty::Int, "Id of the message this answers."),
         ],
@@ -74,7 +80,7 @@ cancel_loose_end(kind=\"question\", id).",
             Arg::opt(
                 "to",
                 Ty::Str,
-                "\"operator\" (default), \"<parent>\" or an agent name.",
+                "\"operator\" (default), \"<parent>\", an agent name, or NAME@HIVE on another hive.",
             ),
         ],
         |h, a, ctx| h.run(a, ctx, ask),

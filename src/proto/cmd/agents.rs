@@ -197,6 +197,9 @@ pub struct AgentsReply {
     /// Rows that did not fit in the answer's byte budget.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub left_off: u64,
+    /// The Matrix bridge and its outbox, on a hive with a `matrix` section.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<crate::proto::swarm::BridgeRow>,
 }
 
 impl Command for Agents {

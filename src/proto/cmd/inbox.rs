@@ -2,7 +2,7 @@
 //! `recv_next` / `ack_turn` / `requeue_inflight` / `status`, the MCP tool's
 //! `recv` / `recv_ack`, and the operator's `inbox` / `inbox_ack`.
 
-use super::check_text;
+use super::{check_remote_text, check_text};
 use crate::proto::command::{Command, Invalid};
 use crate::proto::ident::check_sender;
 use crate::proto::kinds::{Attempt, Place};
@@ -32,7 +32,8 @@ impl Command for Wake {
     }
 }
 
-/// Messages a peer, the topology parent (`<parent>`) or `operator`.
+/// Messages a peer, the topology parent (`<parent>`), `operator`, or
+/// `NAME@HIVE` on another hive of the swarm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Send {
@@ -48,7 +49,11 @@ impl Command for Send {
         if self.to.trim().is_empty() {
             return Err(Invalid::arg("to", "must not be empty"));
         }
-        check_text("body", &self.body)
+        if self.to.contains('@') {
+            crate::proto::address::check_remote(&self.to).map_err(|e| Invalid::arg("to", e))?;
+        }
+        check_text("body", &self.body)?;
+        check_remote_text("body", &self.body, &self.to)
     }
 }
 

@@ -2,13 +2,15 @@
 //! splits along: delivery and consumption (`inbox.rs`), questions, timers
 //! (reminders and scheduled prompts), what the broker keeps per agent
 //! (`agents.rs`), lifecycle, approvals and diagnostics, dead letters
-//! (`failed.rs`), what a harness reports about its pause (`state.rs`) and the
-//! agents' turn history (`history.rs`). Each carries its
+//! (`failed.rs`), what a harness reports about its pause (`state.rs`), the
+//! agents' turn history (`history.rs`) and the Matrix bridge's (`bridge.rs`).
+//! Each carries its
 //! [`Command`](super::command::Command) impl: its answer type and the rules on
 //! its own fields. Who may send it is its row in `command.rs`.
 
 mod agents;
 mod approvals;
+mod bridge;
 mod diagnostics;
 mod failed;
 mod history;
@@ -20,6 +22,7 @@ mod timers;
 
 pub use agents::*;
 pub use approvals::*;
+pub use bridge::*;
 pub use diagnostics::*;
 pub use failed::*;
 pub use history::*;
@@ -29,8 +32,9 @@ pub use questions::*;
 pub use state::*;
 pub use timers::*;
 
+use super::address::Remote;
 use super::command::Invalid;
-use super::limits::MAX_BODY;
+use super::limits::{MAX_BODY, MAX_REMOTE_BODY};
 
 /// A message body, question, answer, reminder or scheduled prompt: not blank
 /// and at most [`MAX_BODY`] bytes.
@@ -44,6 +48,22 @@ pub fn check_text(arg: &'static str, text: &str) -> Result<(), Invalid> {
             format!(
                 "is {} bytes; the limit is {MAX_BODY} bytes (64 KiB). Send a shorter text, or \
                  write the rest to a file and send its path",
+                text.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A text for someone on another hive (`to` reads as `NAME@HIVE`): at most
+/// [`MAX_REMOTE_BODY`] bytes, since it travels as one Matrix event.
+pub fn check_remote_text(arg: &'static str, text: &str, to: &str) -> Result<(), Invalid> {
+    if Remote::parse(to).is_some() && text.len() > MAX_REMOTE_BODY {
+        return Err(Invalid::arg(
+            arg,
+            format!(
+                "is {} bytes; to another hive ({to}) the limit is {MAX_REMOTE_BODY} bytes \
+                 (48 KiB, one Matrix event). Send a shorter text, or split it",
                 text.len()
             ),
         ));
@@ -70,5 +90,14 @@ mod tests {
             .to_string();
         assert!(e.contains("65537 bytes") && e.contains("65536"), "{e}");
         assert!(check_text("body", &"x".repeat(MAX_BODY)).is_ok());
+    }
+
+    #[test]
+    fn texts_to_another_hive_fit_one_matrix_event() {
+        let long = "x".repeat(MAX_REMOTE_BODY + 1);
+        let e = check_remote_text("body", &long, "b@two").unwrap_err();
+        assert!(e.to_string().contains("to another hive (b@two)"), "{e}");
+        assert!(check_remote_text("body", &long, "b").is_ok());
+        assert!(check_remote_text("body", &long[1..], "b@two").is_ok());
     }
 }

@@ -1,14 +1,15 @@
 //! Questions: `ask` (an agent asks the operator or a peer), `answer` (the one
 //! asked answers), and the operator's `questions` and `cancel_question`.
 
-use super::check_text;
+use super::{check_remote_text, check_text};
 use crate::proto::command::{Command, Invalid};
 use crate::proto::limits::{MAX_OPTIONS, MAX_OPTION_CHARS};
 use crate::proto::reply::{is_zero, Empty, IdReply, Question};
 use crate::proto::text::excerpt;
 use serde::{Deserialize, Serialize};
 
-/// A question for the operator (default), `<parent>` or a peer agent.
+/// A question for the operator (default), `<parent>`, a peer agent, or
+/// `NAME@HIVE` on another hive of the swarm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ask {
@@ -27,6 +28,10 @@ impl Command for Ask {
     type Reply = IdReply;
     fn validate(&self) -> Result<(), Invalid> {
         check_text("question", &self.question)?;
+        if let Some(to) = self.to.as_deref().filter(|t| t.contains('@')) {
+            crate::proto::address::check_remote(to).map_err(|e| Invalid::arg("to", e))?;
+            check_remote_text("question", &self.question, to)?;
+        }
         if self.options.len() > MAX_OPTIONS {
             return Err(Invalid::arg(
                 "options",

@@ -1,0 +1,466 @@
+//! The swarm's part of `broker.db` (schema step 4): the broker's instance id
+//! (made with the step, so with `broker.db`), the sync token the bridge
+//! resumes from, the outbox (one row per message that leaves through the
+//! bridge, pending until the homeserver answered), the inbound log that
+//! deduplicates room events by (origin hive, `hive.id`) and maps them to local
+//! messages, and the mirrors of questions other hives asked here. Several
+//! writes that must happen together (a delivered batch and its sync token, a
+//! message and its outbox entry) run in one [`Batch`].
+
+use super::{Db, NewMessage, Res};
+use crate::proto::cmd::EventKind;
+use crate::proto::{MsgKind, Peer, Question};
+use rusqlite::{params, OptionalExtension};
+
+/// Schema step 4.
+pub(super) const SCHEMA_V4: &str = "
+CREATE TABLE swarm_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+INSERT INTO swarm_meta (key, value)
+    SELECT 'instance', lower(substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-4' || substr(h, 14, 3)
+        || '-' || substr('89ab', 1 + abs(random()) % 4, 1) || substr(h, 18, 3) || '-'
+        || substr(h, 21, 12))
+    FROM (SELECT hex(randomblob(16)) AS h);
+CREATE TABLE outbox (
+    msg_id INTEGER PRIMARY KEY,
+    dest TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    question INTEGER,
+    in_reply_to INTEGER,
+    state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'failed')),
+    created_at INTEGER NOT NULL,
+    done_at INTEGER,
+    event_id TEXT,
+    error TEXT
+);
+CREATE INDEX outbox_pending ON outbox (state, msg_id);
+CREATE INDEX outbox_event ON outbox (event_id);
+CREATE TABLE inbound (
+    origin TEXT NOT NULL,
+    origin_id TEXT NOT NULL,
+    local_id INTEGER,
+    received_at INTEGER NOT NULL,
+    PRIMARY KEY (origin, origin_id)
+);
+CREATE INDEX inbound_local ON inbound (local_id);
+CREATE INDEX inbound_received ON inbound (received_at);
+CREATE TABLE question_mirrors (
+    question_id INTEGER PRIMARY KEY,
+    origin TEXT NOT NULL,
+    origin_id INTEGER NOT NULL,
+    UNIQUE (origin, origin_id)
+);
+";
+
+/// Where an outbox row's event goes and what it carries besides its message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    /// The message it carries (`hive.id`, the transaction id's suffix).
+    pub msg_id: i64,
+    /// The destination hive; empty for the operator room.
+    pub dest: String,
+    pub kind: EventKind,
+    /// For the question kinds: the asker's question id.
+    pub question: Option<i64>,
+    /// The message it answers, in the destination's ids.
+    pub in_reply_to: Option<i64>,
+}
+
+/// A pending outbox row with its message (and, for a question asked, the
+/// question's options).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutRow {
+    pub entry: OutboxEntry,
+    pub from: Peer,
+    pub to: Peer,
+    pub body: String,
+    pub options: Vec<String>,
+    pub multi: bool,
+}
+
+/// How the homeserver settled an outbox row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settle<'a> {
+    Sent { event_id: &'a str },
+    Failed { error: &'a str },
+}
+
+/// Several writes committed together (`BEGIN IMMEDIATE` … `COMMIT`), rolled
+/// back when dropped uncommitted. Inside one, use the store's single-statement
+/// methods and the batch's own; never a method that opens its own transaction.
+pub struct Batch<'a> {
+    db: &'a Db,
+    done: bool,
+}
+
+impl std::ops::Deref for Batch<'_> {
+    type Target = Db;
+    fn deref(&self) -> &Db {
+        self.db
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Err(e) = self.db.conn.execute_batch("ROLLBACK") {
+                log::error!("cannot roll back a failed batch: {e}");
+            }
+        }
+    }
+}
+
+impl Batch<'_> {
+    pub fn commit(mut self) -> Res<()> {
+        self.db.conn.execute_batch("COMMIT")?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Db {
+    /// Starts a [`Batch`].
+    pub fn batch(&self) -> Res<Batch<'_>> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        Ok(Batch {
+            db: self,
+            done: false,
+        })
+    }
+
+    /// The uuid made with this store: the prefix of the bridge's transaction
+    /// ids.
+    pub fn instance(&self) -> Res<String> {
+        self.conn.query_row(
+            "SELECT value FROM swarm_meta WHERE key = 'instance'",
+            [],
+            |r| r.get(0),
+        )
+    }
+
+    /// The sync token stored with the last delivered batch.
+    pub fn next_batch(&self) -> Res<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT value FROM swarm_meta WHERE key = 'next_batch'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+    }
+
+    pub fn set_next_batch(&self, token: &str) -> Res<()> {
+        self.conn.execute(
+            "INSERT INTO swarm_meta (key, value) VALUES ('next_batch', ?1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![token],
+        )?;
+        Ok(())
+    }
+
+    pub fn insert_outbox(&self, e: &OutboxEntry, now: i64) -> Res<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO outbox (msg_id, dest, kind, question, in_reply_to, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                e.msg_id,
+                e.dest,
+                e.kind.name(),
+                e.question,
+                e.in_reply_to,
+                now
+            ])?;
+        Ok(())
+    }
+
+    /// The oldest pending outbox rows, in id order.
+    pub fn outbox_pending(&self, limit: u32) -> Res<Vec<OutRow>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT o.msg_id, o.dest, o.kind, o.question, o.in_reply_to,
+                    m.sender, m.recipient, m.body, q.options, q.multi
+             FROM outbox o JOIN messages m ON m.id = o.msg_id
+             LEFT JOIN questions q ON o.kind = 'question_asked' AND q.id = o.question
+             WHERE o.state = 'pending' ORDER BY o.msg_id LIMIT ?1",
+        )?;
+        let rows = stmt.query_map(params![limit], |r| {
+            let kind: String = r.get(2)?;
+            let options: Option<String> = r.get(8)?;
+            Ok(OutRow {
+                entry: OutboxEntry {
+                    msg_id: r.get(0)?,
+                    dest: r.get(1)?,
+                    kind: EventKind::from_name(&kind).unwrap_or(EventKind::Message),
+                    question: r.get(3)?,
+                    in_reply_to: r.get(4)?,
+                },
+                from: r.get(5)?,
+                to: r.get(6)?,
+                body: r.get(7)?,
+                options: options
+                    .and_then(|o| serde_json::from_str(&o).ok())
+                    .unwrap_or_default(),
+                multi: r.get::<_, Option<i64>>(9)?.unwrap_or(0) != 0,
+            })
+        })?;
+        rows.collect()
+    }
+
+    /// Settles a pending outbox row; the message of mail to another hive is
+    /// done with it. Returns the row as it was, or None when it was not
+    /// pending (settled before: a repeat is harmless).
+    pub fn settle_outbox(&mut self, msg_id: i64, how: Settle, now: i64) -> Res<Option<OutRow>> {
+        let Some(row) = self.outbox_pending_row(msg_id)? else {
+            return Ok(None);
+        };
+        let tx = self.conn.transaction()?;
+        match how {
+            Settle::Sent { event_id } => tx.execute(
+                "UPDATE outbox SET state = 'sent', done_at = ?1, event_id = ?2
+                 WHERE msg_id = ?3 AND state = 'pending'",
+                params![now, event_id, msg_id],
+            )?,
+            Settle::Failed { error } => tx.execute(
+                "UPDATE outbox SET state = 'failed', done_at = ?1, error = ?2
+                 WHERE msg_id = ?3 AND state = 'pending'",
+                params![now, error, msg_id],
+            )?,
+        };
+        if !row.entry.dest.is_empty() {
+            tx.execute(
+                "UPDATE messages SET state = 'acked', done_at = ?1 WHERE id = ?2 AND state = 'queued'",
+                params![now, msg_id],
+            )?;
+        }
+        tx.commit()?;
+        Ok(Some(row))
+    }
+
+    fn outbox_pending_row(&self, msg_id: i64) -> Res<Option<OutRow>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT o.msg_id, o.dest, o.kind, o.question, o.in_reply_to,
+                    m.sender, m.recipient, m.body
+             FROM outbox o JOIN messages m ON m.id = o.msg_id
+             WHERE o.msg_id = ?1 AND o.state = 'pending'",
+        )?;
+        stmt.query_row(params![msg_id], |r| {
+            let kind: String = r.get(2)?;
+            Ok(OutRow {
+                entry: OutboxEntry {
+                    msg_id: r.get(0)?,
+                    dest: r.get(1)?,
+                    kind: EventKind::from_name(&kind).unwrap_or(EventKind::Message),
+                    question: r.get(3)?,
+                    in_reply_to: r.get(4)?,
+                },
+                from: r.get(5)?,
+                to: r.get(6)?,
+                body: r.get(7)?,
+                options: Vec::new(),
+                multi: false,
+            })
+        })
+        .optional()
+    }
+
+    /// Pending and failed outbox rows.
+    pub fn outbox_counts(&self) -> Res<(u64, u64)> {
+        self.conn.query_row(
+            "SELECT COALESCE(SUM(state = 'pending'), 0), COALESCE(SUM(state = 'failed'), 0)
+             FROM outbox",
+            [],
+            |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),
+        )
+    }
+
+    /// Who posted the operator-room event `event_id` (the sender of its
+    /// message), if this hive's bridge posted it.
+    pub fn operator_post_sender(&self, event_id: &str) -> Res<Option<Peer>> {
+        self.conn
+            .query_row(
+                "SELECT m.sender FROM outbox o JOIN messages m ON m.id = o.msg_id
+                 WHERE o.event_id = ?1 AND o.dest = ''",
+                params![event_id],
+                |r| r.get(0),
+            )
+            .optional()
+    }
+
+    /// The instance id last seen from hive `origin`'s broker.
+    pub fn peer_instance(&self, origin: &str) -> Res<Option<String>> {
+        self.conn
+            .prepare_cached("SELECT value FROM swarm_meta WHERE key = ?1")?
+            .query_row(params![format!("peer_instance:{origin}")], |r| r.get(0))
+            .optional()
+    }
+
+    /// Records `instance` as hive `origin`'s broker. When it replaces
+    /// another, that broker's `broker.db` was made anew and its message ids
+    /// start again: what was seen from the old one (the dedupe rows, the
+    /// reply map and the question mirrors' links) is forgotten, so the new
+    /// ids are not taken for replays. Returns the instance it replaced.
+    /// Its open mirrored questions are closed as cancelled (their asker is
+    /// gone with the old store).
+    pub fn set_peer_instance(&self, origin: &str, instance: &str, now: i64) -> Res<Option<String>> {
+        let old = self.peer_instance(origin)?;
+        if old.as_deref() == Some(instance) {
+            return Ok(None);
+        }
+        self.conn.execute(
+            "INSERT INTO swarm_meta (key, value) VALUES (?1, ?2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![format!("peer_instance:{origin}"), instance],
+        )?;
+        if old.is_some() {
+            self.conn.execute(
+                "UPDATE questions SET answer = ?1, answered_by = ?2, answered_at = ?3
+                 WHERE answer IS NULL
+                   AND id IN (SELECT question_id FROM question_mirrors WHERE origin = ?4)",
+                params![
+                    format!("[cancelled: the broker of hive {origin} was made anew]"),
+                    Peer::System,
+                    now,
+                    origin
+                ],
+            )?;
+            self.conn
+                .execute("DELETE FROM inbound WHERE origin = ?1", params![origin])?;
+            self.conn.execute(
+                "DELETE FROM question_mirrors WHERE origin = ?1",
+                params![origin],
+            )?;
+        }
+        Ok(old)
+    }
+
+    /// Whether the room event (origin, id) was delivered before.
+    pub fn seen_inbound(&self, origin: &str, id: &str) -> Res<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM inbound WHERE origin = ?1 AND origin_id = ?2")?
+            .query_row(params![origin, id], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    pub fn record_inbound(
+        &self,
+        origin: &str,
+        id: &str,
+        local_id: Option<i64>,
+        now: i64,
+    ) -> Res<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO inbound (origin, origin_id, local_id, received_at)
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![origin, id, local_id, now])?;
+        Ok(())
+    }
+
+    /// Forgets room events received before `before` (their replays are
+    /// refused by age instead).
+    pub fn prune_inbound(&self, before: i64) -> Res<usize> {
+        self.conn.execute(
+            "DELETE FROM inbound WHERE received_at < ?1",
+            params![before],
+        )
+    }
+
+    /// The id on hive `origin` of the local message `local_id` that came from
+    /// there: what a reply to it names there.
+    pub fn origin_id_of(&self, local_id: i64, origin: &str) -> Res<Option<i64>> {
+        let id: Option<String> = self
+            .conn
+            .prepare_cached("SELECT origin_id FROM inbound WHERE local_id = ?1 AND origin = ?2")?
+            .query_row(params![local_id, origin], |r| r.get(0))
+            .optional()?;
+        Ok(id.and_then(|id| id.parse().ok()))
+    }
+
+    /// Whether `msg_id` is a message this hive sent to hive `dest`: what an
+    /// `in_reply_to` from there may name.
+    pub fn sent_to(&self, msg_id: i64, dest: &str) -> Res<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM outbox WHERE msg_id = ?1 AND dest = ?2")?
+            .query_row(params![msg_id, dest], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    pub fn insert_mirror(&self, question_id: i64, origin: &str, origin_id: i64) -> Res<()> {
+        self.conn.execute(
+            "INSERT INTO question_mirrors (question_id, origin, origin_id) VALUES (?1, ?2, ?3)",
+            params![question_id, origin, origin_id],
+        )?;
+        Ok(())
+    }
+
+    /// The local mirror of question `origin_id` of hive `origin`.
+    pub fn mirror_of(&self, origin: &str, origin_id: i64) -> Res<Option<i64>> {
+        self.conn
+            .query_row(
+                "SELECT question_id FROM question_mirrors WHERE origin = ?1 AND origin_id = ?2",
+                params![origin, origin_id],
+                |r| r.get(0),
+            )
+            .optional()
+    }
+
+    /// Where the mirror `question_id` came from: (hive, the asker's id).
+    pub fn mirror_origin(&self, question_id: i64) -> Res<Option<(String, i64)>> {
+        self.conn
+            .query_row(
+                "SELECT origin, origin_id FROM question_mirrors WHERE question_id = ?1",
+                params![question_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+    }
+
+    /// Records an answer to an open question; false when it was closed.
+    /// (Inside a [`Batch`]; [`Db::close_question`] is the one-off form.)
+    pub fn settle_question(&self, id: i64, answer: &str, by: &Peer, now: i64) -> Res<bool> {
+        Ok(self.conn.execute(
+            "UPDATE questions SET answer = ?1, answered_by = ?2, answered_at = ?3
+             WHERE id = ?4 AND answer IS NULL",
+            params![answer, by, now, id],
+        )? == 1)
+    }
+
+    /// The question `id`, open or not.
+    pub fn question(&self, id: i64) -> Res<Option<(Question, bool)>> {
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT {}, answer IS NULL FROM questions WHERE id = ?1",
+                    super::Q_COLS
+                ),
+                params![id],
+                |r| Ok((super::question_from_row(r)?, r.get::<_, bool>(8)?)),
+            )
+            .optional()
+    }
+}
+
+/// A new message row, for the batch-built deliveries.
+pub fn new_message<'a>(
+    from: &'a Peer,
+    to: &'a str,
+    body: &'a str,
+    kind: &'a MsgKind,
+    in_reply_to: Option<i64>,
+) -> NewMessage<'a> {
+    NewMessage {
+        from,
+        to,
+        body,
+        kind,
+        in_reply_to,
+    }
+}
