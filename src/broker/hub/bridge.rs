@@ -683,17 +683,7 @@ impl Hub {
                         None,
                     ));
                 }
-                let body = super::questions::answer_notice(&q, &e.body, &from);
-                let n = new_message(
-                    &Peer::System,
-                    q.asker.as_str(),
-                    &body,
-                    &MsgKind::QuestionAnswered,
-                    None,
-                );
-                let id = b.insert_message(&n, t)?;
-                woken.insert(q.asker.as_str().to_string());
-                Ok((Fate::Delivered, Some(id)))
+                answered(b, &q, &e.body, &from, t, woken)
             }
             EventKind::QuestionCancelled => {
                 let mirror = match e.question {
@@ -748,17 +738,7 @@ impl Hub {
                             None,
                         ));
                     }
-                    let body = super::questions::answer_notice(&q, &e.body, &Peer::System);
-                    let n = new_message(
-                        &Peer::System,
-                        q.asker.as_str(),
-                        &body,
-                        &MsgKind::QuestionAnswered,
-                        None,
-                    );
-                    let id = b.insert_message(&n, t)?;
-                    woken.insert(q.asker.as_str().to_string());
-                    return Ok((Fate::Delivered, Some(id)));
+                    return answered(b, &q, &e.body, &Peer::System, t, woken);
                 }
                 if !here(&e.to) {
                     // Never a bounce of a bounce.
@@ -878,6 +858,29 @@ impl Hub {
 }
 
 /// Where an event came from, for logs.
+/// Tells the asker of `q` that `by` answered it with `answer` (a local
+/// notice in its inbox), and wakes it.
+fn answered(
+    b: &Batch,
+    q: &Question,
+    answer: &str,
+    by: &Peer,
+    t: i64,
+    woken: &mut BTreeSet<String>,
+) -> rusqlite::Result<(Fate, Option<i64>)> {
+    let body = super::questions::answer_notice(q, answer, by);
+    let n = new_message(
+        &Peer::System,
+        q.asker.as_str(),
+        &body,
+        &MsgKind::QuestionAnswered,
+        None,
+    );
+    let id = b.insert_message(&n, t)?;
+    woken.insert(q.asker.as_str().to_string());
+    Ok((Fate::Delivered, Some(id)))
+}
+
 fn origin_name(e: &Inbound) -> String {
     if e.origin.is_empty() {
         format!("{} in the operator room", e.from)
