@@ -196,7 +196,8 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
     );
     let dash = dashboard::start(&data, broker::host_socket(&settings.run_dir), dash_cfg)?;
     let port_file = data.join("dashboard-port");
-    if let Err(e) = crate::http::auth::write_private(&port_file, &format!("{}\n", dash.port)) {
+    if let Err(e) = crate::sys::fs::write_private(&port_file, format!("{}\n", dash.port).as_bytes())
+    {
         log::warn!("cannot write {}: {e}", port_file.display());
     }
     match dash.login_link()? {

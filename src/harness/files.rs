@@ -5,10 +5,11 @@
 //! process umask is never changed, so the files claude and the bash tasks
 //! create keep the user's.
 
+use crate::sys;
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
 
 /// Creates `dir` and any missing parents with mode 0700; an existing directory
 /// is left as it is.
@@ -19,47 +20,21 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
         .create(dir)
 }
 
-/// Writes `bytes` to `path` with mode 0600, whole: through a temporary file in
-/// the same directory and a rename, so a reader sees the old or the new file.
+/// Writes `bytes` to `path` with mode 0600, whole ([`sys::fs::write_private`]),
+/// creating its directory (0700) first.
 pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         create_private_dir(dir)?;
     }
-    let tmp = temp_name(path);
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    // A leftover temporary file keeps its old mode through `open`.
-    f.set_permissions(fs::Permissions::from_mode(0o600))?;
-    f.write_all(bytes)?;
-    drop(f);
-    fs::rename(&tmp, path)
+    sys::fs::write_private(path, bytes)
 }
 
-/// Makes sure `path` exists with mode 0600 (creating it empty), for files a
-/// library then opens itself, such as the sqlite db.
-pub fn ensure_private_file(path: &Path) -> io::Result<()> {
-    let f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)?;
-    f.set_permissions(fs::Permissions::from_mode(0o600))
-}
-
-fn temp_name(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    path.with_file_name(name)
-}
+pub use crate::sys::fs::ensure_private_file;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     fn mode(p: &Path) -> u32 {
         fs::metadata(p).unwrap().permissions().mode() & 0o777
@@ -76,12 +51,12 @@ mod tests {
             (0o700, 0o700, 0o700)
         );
         let f = dir.join("model");
-        fs::write(temp_name(&f), "left over").unwrap();
-        fs::set_permissions(temp_name(&f), fs::Permissions::from_mode(0o666)).unwrap();
+        fs::write(dir.join("model.tmp"), "left over").unwrap();
+        fs::set_permissions(dir.join("model.tmp"), fs::Permissions::from_mode(0o666)).unwrap();
         write_private(&f, b"haiku\n").unwrap();
         assert_eq!(mode(&f), 0o600);
         assert_eq!(fs::read_to_string(&f).unwrap(), "haiku\n");
-        assert!(!temp_name(&f).exists());
+        assert!(!dir.join("model.tmp").exists());
         let db = dir.join("db");
         fs::write(&db, "keep").unwrap();
         fs::set_permissions(&db, fs::Permissions::from_mode(0o644)).unwrap();

@@ -30,8 +30,6 @@ use crate::proto::now;
 use crossbeam_channel::{bounded, select, tick, Receiver, Sender, TrySendError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use serde_json::{json, Value};
-use std::fs;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -159,18 +157,6 @@ pub struct Opened<E> {
     pub next_id: u64,
 }
 
-/// Creates `path` 0600 (or makes it so) whatever the umask; sqlite gives its
-/// `-wal` and `-shm` files the same mode.
-fn private_file(path: &Path) -> std::io::Result<()> {
-    let f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)?;
-    f.set_permissions(fs::Permissions::from_mode(0o600))
-}
-
 fn meta(db: &Connection, key: &str) -> rusqlite::Result<u64> {
     db.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| {
         r.get::<_, i64>(0)
@@ -184,7 +170,8 @@ fn meta(db: &Connection, key: &str) -> rusqlite::Result<u64> {
 pub fn open<E: Loggable>(state_dir: &Path, bounds: Bounds) -> Result<Opened<E>, String> {
     let path = state_dir.join(FILE);
     let fail = |e: String| format!("cannot open the history {}: {e}", path.display());
-    private_file(&path).map_err(|e| fail(e.to_string()))?;
+    // sqlite gives its `-wal` and `-shm` files the same mode.
+    crate::sys::fs::ensure_private_file(&path).map_err(|e| fail(e.to_string()))?;
     let mut db = Connection::open_with_flags(
         &path,
         OpenFlags::SQLITE_OPEN_READ_WRITE

@@ -103,18 +103,6 @@ pub fn load_or_create(path: &Path) -> Result<String, String> {
     Ok(token)
 }
 
-/// Writes a small file only its owner can read (0600 whatever the umask).
-pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    f.write_all(text.as_bytes())
-}
-
 /// Single-use login codes that expire: `hive up` prints one in a link, so the
 /// token itself never appears in a URL.
 pub struct OneTimeCodes {

@@ -223,7 +223,7 @@ pub fn start<H: Harness>(harness: H, cfg: WebConfig) -> Result<WebHandle, String
     let state_dir = harness.state_dir().to_path_buf();
     let token = resolve_token(&cfg, &state_dir)?;
     let port_file = state_dir.join("hyperhive-port");
-    if let Err(e) = auth::write_private(&port_file, &format!("{port}\n")) {
+    if let Err(e) = crate::sys::fs::write_private(&port_file, format!("{port}\n").as_bytes()) {
         log::warn!("cannot write {}: {e}", port_file.display());
     }
     log::info!(

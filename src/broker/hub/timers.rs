@@ -92,7 +92,7 @@ impl Hub {
                 .join("reminders");
             let file = dir.join(format!("{id}.md"));
             let written = crate::broker::create_dirs(&dir, 0o700)
-                .and_then(|_| crate::broker::write_private(&file, c.message.as_bytes()));
+                .and_then(|_| crate::sys::fs::write_private(&file, c.message.as_bytes()));
             if let Err(e) = written {
                 let _ = self.db.delete_reminder(agent, id);
                 return Err(format!(
