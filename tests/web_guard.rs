@@ -151,7 +151,10 @@ fn cross_site_changes_to_a_page_are_refused_and_change_nothing() {
         );
         let (status, text) = post(p.port, "/api/model", &own, r#"{"model":"sonnet"}"#);
         assert_eq!(status, 200, "{text}");
-        assert_eq!(p.get("/api/state").json()["model"], "sonnet");
+        // The loop applies it between events: the state shows it soon after.
+        wait_for(Duration::from_secs(10), "the model to be sonnet", || {
+            (p.get("/api/state").json()["model"] == "sonnet").then_some(())
+        });
         drop(h);
     }
 }
