@@ -227,7 +227,7 @@ fn hang_step_answers_nothing_and_drop_still_returns() {
     let started = Instant::now();
     drop(fake);
     assert!(
-        started.elapsed() < Duration::from_secs(5),
+        started.elapsed() < Duration::from_secs(20),
         "dropping the fake hung"
     );
 }

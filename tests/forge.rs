@@ -255,10 +255,12 @@ fn new_notifications_wake_the_agent_once_each_and_are_marked_read() {
     assert!(tea.contains("token: \"s3cret\""), "{tea}");
     assert!(tea.contains(&format!("url: \"{}\"", fake.url)), "{tea}");
     assert!(h.is_running());
+    // Shutdown does not wait out a poll interval (generous bound: a loaded
+    // machine, not the behaviour, decides the rest).
     let t = Instant::now();
     drop(h);
     assert!(
-        t.elapsed() < Duration::from_secs(2),
+        t.elapsed() < Duration::from_secs(10),
         "shutdown took {:?}",
         t.elapsed()
     );
@@ -332,32 +334,28 @@ fn a_stalled_forge_times_out_retries_and_does_not_hold_up_shutdown() {
     let su = Setup::new();
     let fake = FakeForge::start(
         vec![thread(5, "slow news")],
-        vec![Answer::Slow(Duration::from_secs(3))],
+        vec![Answer::Slow(Duration::from_secs(30))],
     );
-    let started = Instant::now();
     let h = forge::start(su.settings(&fake)).unwrap();
     let mut c = su.client();
     let got = drain(&mut c, 10);
     assert_eq!(got.len(), 1, "{got:?}");
-    // The 500 ms read timeout ended the stalled request; the retry got it well
-    // before the stalled answer would have come.
-    assert!(
-        started.elapsed() < Duration::from_millis(2900),
-        "took {:?}",
-        started.elapsed()
-    );
+    // The 500 ms read timeout ended the stalled request and a second request
+    // got it: drain waits 10 s, the stalled answer would have taken 30.
+    assert!(fake.gets() >= 2, "no retry: {}", fake.gets());
     drop(h);
 
     // Shutdown during a stalled request ends within the request timeout.
-    let stall = FakeForge::start(vec![], vec![Answer::Slow(Duration::from_secs(5))]);
+    let stall = FakeForge::start(vec![], vec![Answer::Slow(Duration::from_secs(60))]);
     let h = forge::start(su.settings(&stall)).unwrap();
     wait_for(Duration::from_secs(5), "the stalled request", || {
         (stall.gets() >= 1).then_some(())
     });
     let t = Instant::now();
     drop(h);
+    // Well before the 60 s stall ends.
     assert!(
-        t.elapsed() < Duration::from_millis(1500),
+        t.elapsed() < Duration::from_secs(20),
         "shutdown took {:?}",
         t.elapsed()
     );

@@ -637,7 +637,7 @@ fn shutdown_ends_the_streams_and_frees_the_port() {
     let started = Instant::now();
     web.handle.take().unwrap().shutdown();
     assert!(
-        started.elapsed() < Duration::from_secs(5),
+        started.elapsed() < Duration::from_secs(20),
         "shutdown took {:?}",
         started.elapsed()
     );
