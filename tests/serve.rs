@@ -650,11 +650,20 @@ fn running_bash_tasks_are_loose_ends_in_hive_mcp() {
         &h.dir.path().join("mcp.log"),
     );
     mcp.initialize();
-    let text = mcp.ok(2, "get_loose_ends", serde_json::json!({}));
-    assert!(
-        text.contains(&format!("bash_task {} running", r.task.id)) && text.contains("sleep 30"),
-        "{text}"
+    // The daemon reports its running tasks to the broker as they start: ask
+    // until the report is in.
+    let mut id = 1;
+    let want = format!("bash_task {} running", r.task.id);
+    let text = wait_for(
+        Duration::from_secs(10),
+        "the task among the loose ends",
+        || {
+            id += 1;
+            let text = mcp.ok(id, "get_loose_ends", serde_json::json!({}));
+            text.contains(&want).then_some(text)
+        },
     );
+    assert!(text.contains("sleep 30"), "{text}");
 }
 
 #[test]
