@@ -21,8 +21,7 @@ use accept::{AcceptCtx, Caps, ConnLimits};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use db::{Db, Durability};
 use hub::{Hub, HubMsg, HubSettings, Identity};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -71,18 +70,6 @@ pub(crate) fn create_dirs(path: &Path, mode: u32) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
         Err(e) => Err(e),
     }
-}
-
-/// Writes a file only its owner can read, whatever the umask.
-pub(crate) fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    f.write_all(data)
 }
 
 /// Creates a directory the broker owns (with missing parents) and gives it

@@ -2,8 +2,7 @@
 //! supervisor thread (`supervisor.rs`) that keeps one `hive serve` child per
 //! agent of the fleet file alive, with crash_watch (`watch.rs`) and rotated logs
 //! (`logfile.rs`). The data dir holds everything: `DATA/broker.db` (the broker's
-//! state dir is DATA, so reminder spill files land in `DATA/agents/NAME/reminders`),
-//! `DATA/run/` (sockets), `DATA/agents/NAME/{state,run,claude}` and
+//! state dir is DATA), `DATA/run/` (sockets), `DATA/agents/NAME/{state,run,claude}` and
 //! `DATA/logs/NAME.log`. Each agent runs in a sandbox that hides all of that but
 //! its own dirs (`isolation.rs`, `sandbox.rs`). Documented in `docs/fleet.md`.
 

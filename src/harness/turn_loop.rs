@@ -28,6 +28,7 @@ use super::poller::{FromPoller, Poller};
 use super::settings::Settings;
 use super::stats::{Stats, TurnRow};
 use super::work::{Ack, Inflight, Ledger, Requeue, Work, WorkKey};
+use crate::mcp::hyperhive::reminder_file;
 use crate::proto::limits::MAX_PAUSE_DETAIL_CHARS;
 use crate::proto::now;
 use crate::proto::text::{is_control_or_bidi, preview};
@@ -323,7 +324,8 @@ impl TurnLoop {
                 let work = Work {
                     key,
                     from: message.from.to_string(),
-                    body: message.body,
+                    // A long reminder's text goes to a file in the state dir.
+                    body: reminder_file::for_model(Some(&self.s.state_dir), &message),
                     unread: unread.unwrap_or(0),
                     redelivered,
                     attempts,

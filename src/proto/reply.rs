@@ -70,11 +70,12 @@ impl Question {
 pub struct Reminder {
     pub id: i64,
     pub agent: String,
-    /// The message, or its first 200 characters when the payload spilled to a file.
+    /// The message's first 200 characters.
     pub preview: String,
     pub fire_at: i64,
+    /// The whole message's length in bytes (the broker keeps all of it).
     #[serde(default)]
-    pub spill_file: Option<String>,
+    pub bytes: u64,
 }
 
 /// A scheduled prompt (`schedule_prompt`, `list_scheduled`).
