@@ -348,7 +348,8 @@ fn a_running_harness_guards_every_request_and_never_leaks_a_secret() {
     assert_eq!(status, 200, "{text}");
     assert_eq!(mode(&h.state_dir().join("hyperhive-credentials")), 0o600);
     operator_send(&b, "ana", "a turn while the secrets are in place");
-    h.fake.wait_count(2);
+    // Invocation 2 was the check of the login token, 3 the turn.
+    h.fake.wait_count(3);
     wait_drained(&b, "ana");
     let mut events = String::new();
     let end = Instant::now() + Duration::from_secs(3);
@@ -364,6 +365,7 @@ fn a_running_harness_guards_every_request_and_never_leaks_a_secret() {
         ("serve.log", h.log()),
         ("SSE", events),
         ("argv", h.fake.argv(2).join(" ")),
+        ("argv", h.fake.argv(3).join(" ")),
     ];
     for path in [
         "/api/state",

@@ -222,10 +222,16 @@ fn print_pages(sup: &crossbeam_channel::Sender<LifecycleCmd>) {
             }
             if let Some(port) = s.port {
                 if printed.insert(s.name.clone()) {
+                    let url = format!("http://127.0.0.1:{port}/");
                     println!(
-                        "{}: http://127.0.0.1:{port}/ (open it from the dashboard, which logs you in)",
+                        "{}: {url} (open it from the dashboard, which logs you in)",
                         s.name
                     );
+                    if !s.logged_in {
+                        let line = supervisor::needs_login_line(&s.name, Some(&url));
+                        println!("{line}");
+                        log::warn!("{line}");
+                    }
                 }
             }
         }

@@ -145,6 +145,11 @@ pub struct AgentRow {
     /// (and while no harness runs).
     #[serde(default)]
     pub paused: Option<Paused>,
+    /// Its harness last reported that claude needs a login (the login park:
+    /// no credentials, or they were refused twice). Kept while no harness
+    /// runs; a harness reports its state when it connects.
+    #[serde(default)]
+    pub needs_login: bool,
     /// Its dead letters: messages kept in the `failed` state (`failed`).
     #[serde(default)]
     pub failed: u64,
