@@ -20,6 +20,7 @@ let
         path = t "path"; package = t "package"; attrs = t "attrs";
         nullOr = _: t "nullOr"; listOf = _: t "listOf"; attrsOf = _: t "attrsOf";
         submodule = _: t "submodule"; enum = _: t "enum";
+        ints = { positive = t "ints.positive"; };
       };
     mapAttrsToList = f: a: map (n: f n a.${n}) (builtins.attrNames a);
     mapAttrs = builtins.mapAttrs;
@@ -69,6 +70,29 @@ let
 
   plain = agent (agentCfg { cargo.shortMessages = false; user = { name = "hive-ana"; uid = null; gid = null; passwordlessSudo = false; }; });
 
+  # The identity, pronouns, windows and extra MCP servers of item 6.
+  named = agent (agentCfg {
+    hiveName = "pr1ma";
+    swarmName = "constellat1on";
+    operatorPronouns = "they/them";
+    contextWindowTokens = { sonnet = 1000000; "claude-opus-4.1" = 1000000; };
+    extraMcpServers.search = { command = "/bin/search-mcp"; args = [ "--stdio" ]; allowedTools = [ "*" ]; };
+  });
+  # The agent options' defaults, with and without the host module on the same host.
+  optionsWith = services: (import ./module.nix {
+    inherit lib pkgs;
+    config = { hyperhive = agentCfg { }; } // services;
+  }).options.hyperhive;
+  onHost = optionsWith {
+    services.hyperhive = {
+      hiveName = "pr1ma"; swarmName = null;
+      operatorPronouns = "they/them";
+      contextWindowTokens = { sonnet = 1000000; opus = 1000000; haiku = 200000; };
+    };
+  };
+  alone = optionsWith { };
+  defaultsOf = o: map (n: o.${n}.default) [ "hiveName" "swarmName" "operatorPronouns" "contextWindowTokens" "extraMcpServers" ];
+
   host = (import ./host.nix {
     inherit lib pkgs;
     config.services.hyperhive = {
@@ -77,6 +101,7 @@ let
       stateDir = "/var/lib/hyperhive";
       runDir = "/run/hyperhive";
       hiveName = "pr1ma"; swarmName = null; operatorGid = null;
+      operatorPronouns = null; contextWindowTokens = { };
       durability = "normal";
       agents.ana = a.hyperhive.brokerEntry;
     };
@@ -128,3 +153,15 @@ check "agent env" unit.environment {
   "/nix/store/stub-hive/bin/hive broker --state-dir /var/lib/hyperhive --run-dir /run/hyperhive --config /nix/store/stub-hive.json --durability normal"
 ++ check "broker state dir" host.systemd.services.hyperhive-broker.serviceConfig.StateDirectory "hyperhive"
 ++ check "host socket" host.environment.variables.HIVE_HOST_SOCKET "/run/hyperhive/host.sock"
+++ check "identity, pronouns, windows, extra servers" (builtins.removeAttrs named.systemd.services.hyperhive-agent.environment (builtins.attrNames unit.environment)) {
+  HIVE_HIVE_NAME = "pr1ma";
+  HIVE_SWARM_NAME = "constellat1on";
+  HIVE_OPERATOR_PRONOUNS = "they/them";
+  HIVE_CONTEXT_WINDOW_TOKENS_SONNET = "1000000";
+  HIVE_CONTEXT_WINDOW_TOKENS_CLAUDE_OPUS_4_1 = "1000000";
+  HIVE_EXTRA_MCP_SERVERS = builtins.toJSON { search = { command = "/bin/search-mcp"; args = [ "--stdio" ]; allowedTools = [ "*" ]; }; };
+}
+++ check "none of them by default" (builtins.filter (n: builtins.elem n [ "HIVE_HIVE_NAME" "HIVE_SWARM_NAME" "HIVE_OPERATOR_PRONOUNS" "HIVE_EXTRA_MCP_SERVERS" ] || builtins.substring 0 26 n == "HIVE_CONTEXT_WINDOW_TOKENS") (builtins.attrNames unit.environment)) [ ]
+++ check "agent defaults from the host module" (defaultsOf onHost) [ "pr1ma" null "they/them" { sonnet = 1000000; opus = 1000000; haiku = 200000; } { } ]
+++ check "agent defaults without it" (defaultsOf alone) [ null null null { } { } ]
+++ check "host options unset by default" (let o = (import ./host.nix { inherit lib pkgs; config.services.hyperhive = { enable = false; }; }).options.services.hyperhive; in [ o.operatorPronouns.default o.contextWindowTokens.default ]) [ null { } ]
