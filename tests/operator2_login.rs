@@ -61,6 +61,12 @@ fn a_token_is_checked_with_the_agents_claude_before_it_is_stored() {
     assert!(ana_line(&b).contains("needs login"), "{}", hive_agents(&b));
     let page = AgentPage::of(&h);
     let stored = h.state_dir().join("hyperhive-credentials");
+    // The form says in plain words how to get a long-lived token.
+    let html = page.get("/").body;
+    assert!(
+        html.contains("<code>claude setup-token</code>") && html.contains("id=\"login-form\""),
+        "{html}"
+    );
 
     // 401: refused with Anthropic's words, not stored, the park goes on.
     h.fake.step(
@@ -142,13 +148,51 @@ fn needs_login_stays_with_the_broker_while_no_harness_runs_and_a_new_one_clears_
         "kept while no harness runs"
     );
     assert!(ana_line(&b).contains("needs login"), "{}", hive_agents(&b));
-    // Back with a key (and without the old park's sentinel, which would park
-    // it again until the claude config dir changes): it reports at connect,
-    // and the need is gone.
-    std::fs::remove_file(h.state_dir().join("hyperhive-needs-login")).unwrap();
+    // Back with a key it did not have when it parked: the park is over, it
+    // says so at connect, and its kick turn runs.
     h.set_env("ANTHROPIC_API_KEY", "sk-test");
     h.spawn();
     wait_needs_login(&b, "ana", false);
+    h.fake.wait_count(1);
+    assert!(!h.state_dir().join("hyperhive-needs-login").exists());
+}
+
+#[test]
+fn a_harness_parked_with_a_refused_key_stays_parked_across_a_restart_with_it() {
+    let b = Broker::start(&["ana"]);
+    let mut h = Harness::start(&b, "ana", &[]);
+    let refused = r#"api_error 401 authentication_failed "Invalid API key · Fix external API key""#;
+    h.fake.step(1, refused);
+    h.fake.step(2, refused);
+    wait_needs_login(&b, "ana", true);
+    let sentinel = h.state_dir().join("hyperhive-needs-login");
+    let text = std::fs::read_to_string(&sentinel).unwrap();
+    assert_eq!(text.lines().nth(1), Some("ANTHROPIC_API_KEY"), "{text}");
+    assert!(!text.contains("sk-test"), "names only: {text}");
+    h.terminate();
+    // Its pause goes with it (needs_login stays).
+    wait_for(T, "the pause to go with the harness", || {
+        agent_row(&b, "ana").paused.is_none().then_some(())
+    });
+    assert!(agent_row(&b, "ana").needs_login);
+    h.spawn();
+    // It parks again at boot, reports that, and runs nothing.
+    wait_for(T, "the new harness's login park", || {
+        let row = agent_row(&b, "ana");
+        row.paused
+            .filter(|p| p.reason == hyperhive::proto::PauseReason::Login)
+            .map(|_| ())
+    });
+    assert!(agent_row(&b, "ana").needs_login);
+    assert_eq!(h.fake.count(), 2);
+    // A credentials file written while it was down is new: the next boot
+    // goes on.
+    h.terminate();
+    let creds = h.dir.path().join("home/.claude/.credentials.json");
+    std::fs::write(&creds, "{}").unwrap();
+    h.spawn();
+    wait_needs_login(&b, "ana", false);
+    h.fake.wait_count(3);
 }
 
 #[test]
@@ -262,6 +306,18 @@ fn an_expired_oauth_token_reaches_the_manager() {
         r.agents.into_iter().find(|a| a.name == "kid")
     });
     assert!(row.needs_login, "{row:?}");
+    // The dashboard reads it there too.
+    let dash = up.dashboard();
+    let h = dash.get("/api/hive").unwrap();
+    let card = h["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "kid")
+        .cloned()
+        .unwrap();
+    assert_eq!(card["needs_login"], true, "{card}");
+    assert_eq!(card["supervision"]["logged_in"], false, "{card}");
     assert!(
         up.log()
             .contains("kid needs a login: open http://127.0.0.1:"),

@@ -241,6 +241,72 @@ pub fn token_env(settings: &Settings) -> Vec<(String, String)> {
     }
 }
 
+/// The credential sources claude has now, as the login park's sentinel
+/// records them: the names of the variables that are set (never a value), and
+/// the stored token and the credentials file with their mtimes, so that a new
+/// login written while no harness ran counts as new.
+fn sources(settings: &Settings) -> Vec<String> {
+    let mut out: Vec<String> = TOKEN_VARS
+        .iter()
+        .filter(|k| std::env::var(k).is_ok_and(|v| !v.trim().is_empty()))
+        .map(|k| k.to_string())
+        .collect();
+    let stamped = |name: &str, path: &Path| {
+        let t = fs::metadata(path).and_then(|m| m.modified()).ok()?;
+        let ns = t.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_nanos();
+        Some(format!("{name}@{ns}"))
+    };
+    if stored_token(settings).is_some() {
+        out.extend(stamped("stored-token", &settings.credentials_file()));
+    }
+    out.extend(stamped(
+        "credentials-file",
+        &settings.claude_config_dir.join(".credentials.json"),
+    ));
+    out
+}
+
+/// What the login park's sentinel holds: when it parked, and the credential
+/// sources claude had then (all of which failed, or there were none).
+pub fn sentinel_text(settings: &Settings, now: i64) -> String {
+    format!("{now}\n{}\n", sources(settings).join(","))
+}
+
+/// At boot: must the harness park for a login? When claude has no
+/// credentials, or when the last park's sentinel is there and no credential
+/// source appeared or changed since it was written (the ones it recorded were
+/// refused). A sentinel whose park a new source ends is removed. A sentinel
+/// of an older release (no list) keeps the old rule: park.
+pub fn park_at_boot(settings: &Settings) -> bool {
+    if !credentials_available(settings) {
+        return true;
+    }
+    let path = settings.needs_login_sentinel();
+    let Ok(text) = fs::read_to_string(&path) else {
+        return false;
+    };
+    let Some(then) = text.lines().nth(1) else {
+        return true;
+    };
+    let then: Vec<&str> = then.split(',').filter(|s| !s.is_empty()).collect();
+    let new: Vec<String> = sources(settings)
+        .into_iter()
+        .filter(|s| !then.contains(&s.as_str()))
+        .collect();
+    if new.is_empty() {
+        return true;
+    }
+    log::info!(
+        "the last login park is over: claude has credentials it did not have then ({})",
+        new.iter()
+            .map(|s| s.split('@').next().unwrap_or(s))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = fs::remove_file(&path);
+    false
+}
+
 /// Is there any credential claude could use?
 pub fn credentials_available(settings: &Settings) -> bool {
     let env_set = |k: &str| std::env::var(k).is_ok_and(|v| !v.trim().is_empty());

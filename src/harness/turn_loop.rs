@@ -266,9 +266,7 @@ impl TurnLoop {
         for f in super::plugins::install(&self.s, &self.bus) {
             self.to_parent(format!("[system] {} plugin install: {f}", self.s.label));
         }
-        let must_park =
-            self.s.needs_login_sentinel().exists() || !login::credentials_available(&self.s);
-        if must_park {
+        if login::park_at_boot(&self.s) {
             self.enter_login();
         } else {
             self.advance();
@@ -1454,7 +1452,8 @@ impl TurnLoop {
 
     fn enter_login(&mut self) {
         let sentinel = self.s.needs_login_sentinel();
-        if let Err(e) = super::files::write_private(&sentinel, format!("{}\n", now()).as_bytes()) {
+        let text = login::sentinel_text(&self.s, now());
+        if let Err(e) = super::files::write_private(&sentinel, text.as_bytes()) {
             log::error!("cannot write {}: {e}", sentinel.display());
         }
         self.bus.set_turn_state(TurnState::Idle);
