@@ -93,6 +93,10 @@ fn a_token_is_checked_with_the_agents_claude_before_it_is_stored() {
         .map(|s| String::from_utf8_lossy(s).into_owned())
         .collect();
     assert!(env.contains(&"CLAUDE_CODE_MAX_RETRIES=0".to_string()));
+    // A scratch claude dir: the agent's, which the park watches, is left alone.
+    let dir = h.run_dir().join("login-check");
+    assert!(env.contains(&format!("CLAUDE_CONFIG_DIR={}", dir.display())));
+    assert!(!dir.exists(), "removed after the check");
     assert!(env.contains(&format!("ANTHROPIC_API_KEY={BAD_TOKEN}")));
     wait_needs_login(&b, "ana", true);
 
@@ -226,8 +230,20 @@ fn the_real_cli_checks_a_token_against_the_api() {
     );
     wait_needs_login(&b, "ana", true);
     let page = AgentPage::of(&h);
+    // The agent's claude dir, which the login park watches.
+    let claude_dir = h.dir.path().join("home/.claude");
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&claude_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
     let (status, r) = login(&page, BAD_TOKEN);
     assert_eq!(status, 400, "{r}");
+    assert_eq!(listing(), before, "the check wrote nothing there");
     let e = r["error"].as_str().unwrap();
     assert!(e.starts_with("Anthropic refused this token (401): "), "{e}");
     assert!(!e.contains("secretTOKEN"), "{e}");

@@ -53,6 +53,9 @@ fn token_var(token: &str) -> &'static str {
 /// Runs the agent's own claude once with `token` as its only credential
 /// (`--print --model haiku`, no retries, no session kept, no MCP server, at
 /// most [`VERIFY_TIMEOUT`]) and classifies the run with the turn classifier.
+/// It runs with a scratch claude config dir (`RUN/login-check`, removed
+/// after), so neither a credentials file there nor what the CLI writes at
+/// start touches the agent's: a login park watches that dir.
 /// `Err` is the refusal to show when Anthropic refused the token (401/403);
 /// anything else stores it. The token is passed in the environment only and
 /// is cut out of every text returned; nothing here logs it.
@@ -74,10 +77,21 @@ pub fn verify_token(s: &Settings, token: &str) -> Result<Verdict, String> {
     for k in TOKEN_VARS {
         cmd.env_remove(k);
     }
+    let scratch = s.run_dir.join("login-check");
+    let _ = fs::remove_dir_all(&scratch);
+    if let Err(e) = super::files::create_private_dir(&scratch) {
+        return Ok(Verdict::Unverified(format!(
+            "could not verify the token: cannot create {}: {e}",
+            scratch.display()
+        )));
+    }
     cmd.env(token_var(token), token)
-        .env("CLAUDE_CODE_MAX_RETRIES", "0");
+        .env("CLAUDE_CODE_MAX_RETRIES", "0")
+        .env("CLAUDE_CONFIG_DIR", &scratch);
     let hide = |text: &str| text.replace(token, "[the token]");
-    let out = match run_with_timeout(&mut cmd, VERIFY_TIMEOUT) {
+    let ran = run_with_timeout(&mut cmd, VERIFY_TIMEOUT);
+    let _ = fs::remove_dir_all(&scratch);
+    let out = match ran {
         Ok(out) => out,
         Err(RunError::TimedOut(t)) => {
             return Ok(Verdict::Unverified(format!(
