@@ -118,7 +118,17 @@ fn absorb_reminder_spill_files(tx: &rusqlite::Transaction) -> Res<()> {
         rows.collect::<Res<_>>()?
     };
     for (id, preview, file) in spilled {
-        let body = match std::fs::read(&file) {
+        // `remind` never took more than MAX_BODY bytes: a longer file is not
+        // what it wrote, and only that much of it is kept.
+        let read = std::fs::File::open(&file).and_then(|f| {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(f, crate::proto::limits::MAX_BODY as u64),
+                &mut bytes,
+            )
+            .map(|_| bytes)
+        });
+        let body = match read {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(e) => {
                 log::warn!("reminder #{id}: its payload file {file} cannot be read ({e}); the reminder keeps its preview");
