@@ -5,8 +5,11 @@
 # lists every option and the variable it sets.
 let
   inherit (builtins)
-    all any concatStringsSep elem filter head isString length map match split
-    toJSON attrNames;
+    all any concatStringsSep elem filter head isString isInt isAttrs length map
+    match split toJSON attrNames listToAttrs replaceStrings;
+
+  lower = [ "a" "b" "c" "d" "e" "f" "g" "h" "i" "j" "k" "l" "m" "n" "o" "p" "q" "r" "s" "t" "u" "v" "w" "x" "y" "z" "-" "." ];
+  upper = [ "A" "B" "C" "D" "E" "F" "G" "H" "I" "J" "K" "L" "M" "N" "O" "P" "Q" "R" "S" "T" "U" "V" "W" "X" "Y" "Z" "_" "_" ];
 
   boolStr = b: if b then "true" else "false";
   commaList = concatStringsSep ",";
@@ -33,8 +36,30 @@ rec {
     socket = "/run/hive/mcp.sock";
     bashSocket = "/run/hive-bash/socket";
     web = { port = 7700; bind = "127.0.0.1"; };
+    # The prompt identity and the operator's pronouns; on a host that also
+    # imports host.nix, module.nix takes these from services.hyperhive.
+    hiveName = null;
+    swarmName = null;
+    operatorPronouns = null; # null: the harness default (she/her)
+    # Per-model context windows, keyed by a part of the model name; unset by
+    # default (the window the CLI reports wins).
+    contextWindowTokens = { };
+    # More MCP servers for claude: { name = { command; args; env; allowedTools; }; }.
+    extraMcpServers = { };
     extraEnv = { };
   };
+
+  # HIVE_CONTEXT_WINDOW_TOKENS_<KEY> for a contextWindowTokens key.
+  windowVar = key: "HIVE_CONTEXT_WINDOW_TOKENS_${replaceStrings lower upper key}";
+
+  # A contextWindowTokens key: a part of a model name.
+  validWindowKey = k: match "[A-Za-z0-9][A-Za-z0-9._-]*" k != null;
+
+  # An extraMcpServers entry: a command to run (or the url of a remote
+  # server), under a name of letters, digits, _ and - that is not one of
+  # hive's own servers (what the harness checks at boot).
+  validMcpServer = s: isAttrs s && (isString (s.command or null) && s.command != "" || isString (s.url or null));
+  validMcpName = n: match "[A-Za-z0-9_-]+" n != null && n != "hyperhive" && n != "bash";
 
   # Paths the web UI answers itself or the default dist holds: an extra file
   # may not be placed on them.
@@ -95,7 +120,19 @@ rec {
         assertion = l ? label && l ? url && validUrl l.url && l.url != "";
         message = "hyperhive.dashboardLinks: every link needs a label and an http(s) url, got ${toJSON l}";
       })
-      cfg.dashboardLinks;
+      cfg.dashboardLinks
+    ++ map
+      (k: {
+        assertion = validWindowKey k && isInt cfg.contextWindowTokens.${k} && cfg.contextWindowTokens.${k} > 0;
+        message = "hyperhive.contextWindowTokens.\"${k}\": the key must be a part of a model name (letters, digits, . _ -) and the value a positive number of tokens, got ${toJSON cfg.contextWindowTokens.${k}}";
+      })
+      (attrNames (cfg.contextWindowTokens or { }))
+    ++ map
+      (n: {
+        assertion = validMcpServer cfg.extraMcpServers.${n} && validMcpName n;
+        message = "hyperhive.extraMcpServers.\"${n}\": needs a command (or url), and a name of letters, digits, _ and - that is not hyperhive or bash (hive's own servers), got ${toJSON cfg.extraMcpServers.${n}}";
+      })
+      (attrNames (cfg.extraMcpServers or { }));
 
   # The messages of the failed assertions (what NixOS would print).
   failedAssertions = cfg: map (a: a.message) (filter (a: !a.assertion) (assertions cfg));
@@ -124,6 +161,13 @@ rec {
     // opt (cfg.forge.url != "") { HIVE_FORGE_URL = cfg.forge.url; }
     // opt (cfg.matrix.url != "") { HIVE_MATRIX_URL = cfg.matrix.url; }
     // opt cfg.cargo.shortMessages { HIVE_BASH_ENV = "/etc/hyperhive/bash-env.sh"; }
+    // opt ((cfg.hiveName or null) != null) { HIVE_HIVE_NAME = cfg.hiveName; }
+    // opt ((cfg.swarmName or null) != null) { HIVE_SWARM_NAME = cfg.swarmName; }
+    // opt ((cfg.operatorPronouns or null) != null) { HIVE_OPERATOR_PRONOUNS = cfg.operatorPronouns; }
+    // listToAttrs (map
+      (k: { name = windowVar k; value = toString cfg.contextWindowTokens.${k}; })
+      (attrNames (cfg.contextWindowTokens or { })))
+    // opt ((cfg.extraMcpServers or { }) != { }) { HIVE_EXTRA_MCP_SERVERS = toJSON cfg.extraMcpServers; }
     // cfg.extraEnv;
 
   # `<state>/hyperhive-dashboard-links.json`.

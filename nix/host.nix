@@ -41,6 +41,18 @@ in
     };
     hiveName = mkOption { type = types.nullOr types.str; default = null; description = "hive_name."; };
     swarmName = mkOption { type = types.nullOr types.str; default = null; description = "swarm_name."; };
+    operatorPronouns = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "they/them";
+      description = "The operator's pronouns in every agent's system prompt; the default of each agent module's hyperhive.operatorPronouns on this host (pass it on to containers).";
+    };
+    contextWindowTokens = mkOption {
+      type = types.attrsOf types.ints.positive;
+      default = { };
+      example = literalExpression "{ sonnet = 1000000; opus = 1000000; haiku = 200000; }";
+      description = "Context windows by a part of the model name; the default of each agent module's hyperhive.contextWindowTokens on this host. Unset by default: the window the CLI reports wins.";
+    };
     operatorGid = mkOption { type = types.nullOr types.int; default = null; description = "Group of the host socket (then mode 0660)."; };
     durability = mkOption { type = types.enum [ "normal" "full" ]; default = "normal"; description = "--durability."; };
 

@@ -15,6 +15,10 @@
 let
   cfg = config.hyperhive;
   env = import ./env.nix;
+  # The host module's settings, when this host also runs the broker
+  # (host.nix); each is the default of the agent option of the same name.
+  host = config.services.hyperhive or { };
+  fromHost = name: fallback: let v = host.${name} or null; in if v == null then fallback else v;
   inherit (lib) mkOption mkEnableOption mkIf types literalExpression;
 
   # Top-level names of the replacement dist, which extra files may not shadow.
@@ -212,6 +216,43 @@ in
       default = [ ];
       example = literalExpression "[ pkgs.claude-code pkgs.cargo ]";
       description = "Packages on the unit's PATH besides bash, coreutils and git; the Claude Code CLI goes here (or set HIVE_CLAUDE_BIN in extraEnv).";
+    };
+
+    hiveName = mkOption {
+      type = types.nullOr types.str;
+      default = fromHost "hiveName" d.hiveName;
+      defaultText = literalExpression "config.services.hyperhive.hiveName or null";
+      description = "The hive's name for the prompt identity (HIVE_HIVE_NAME); the host module's hiveName when this host runs it.";
+    };
+
+    swarmName = mkOption {
+      type = types.nullOr types.str;
+      default = fromHost "swarmName" d.swarmName;
+      defaultText = literalExpression "config.services.hyperhive.swarmName or null";
+      description = "The swarm's name for the prompt identity (HIVE_SWARM_NAME); the host module's swarmName when this host runs it.";
+    };
+
+    operatorPronouns = mkOption {
+      type = types.nullOr types.str;
+      default = fromHost "operatorPronouns" d.operatorPronouns;
+      defaultText = literalExpression "config.services.hyperhive.operatorPronouns or null";
+      example = "they/them";
+      description = "The operator's pronouns in the system prompt (HIVE_OPERATOR_PRONOUNS); null keeps the harness default (she/her).";
+    };
+
+    contextWindowTokens = mkOption {
+      type = types.attrsOf types.ints.positive;
+      default = fromHost "contextWindowTokens" d.contextWindowTokens;
+      defaultText = literalExpression "config.services.hyperhive.contextWindowTokens or { }";
+      example = literalExpression "{ sonnet = 1000000; opus = 1000000; haiku = 200000; }";
+      description = "Context windows by a part of the model name (HIVE_CONTEXT_WINDOW_TOKENS_<KEY>); unset, the window the CLI reports wins. Set 1000000 only for models run with a 1M context.";
+    };
+
+    extraMcpServers = mkOption {
+      type = types.attrsOf types.attrs;
+      default = d.extraMcpServers;
+      example = literalExpression ''{ search = { command = "/run/current-system/sw/bin/search-mcp"; args = [ ]; allowedTools = [ "*" ]; }; }'';
+      description = "More MCP servers for claude (HIVE_EXTRA_MCP_SERVERS): command, args, env, and allowedTools (\"*\" = all of its tools).";
     };
 
     extraEnv = mkOption {

@@ -20,6 +20,7 @@ let
         path = t "path"; package = t "package"; attrs = t "attrs";
         nullOr = _: t "nullOr"; listOf = _: t "listOf"; attrsOf = _: t "attrsOf";
         submodule = _: t "submodule"; enum = _: t "enum";
+        ints = { positive = t "ints.positive"; };
       };
     mapAttrsToList = f: a: map (n: f n a.${n}) (builtins.attrNames a);
     mapAttrs = builtins.mapAttrs;
@@ -69,12 +70,36 @@ let
 
   plain = agent (agentCfg { cargo.shortMessages = false; user = { name = "hive-ana"; uid = null; gid = null; passwordlessSudo = false; }; });
 
+  # The identity, pronouns, windows and extra MCP servers of item 6.
+  named = agent (agentCfg {
+    hiveName = "pr1ma";
+    swarmName = "constellat1on";
+    operatorPronouns = "they/them";
+    contextWindowTokens = { sonnet = 1000000; "claude-opus-4.1" = 1000000; };
+    extraMcpServers.search = { command = "/bin/search-mcp"; args = [ "--stdio" ]; allowedTools = [ "*" ]; };
+  });
+  # The agent options' defaults, with and without the host module on the same host.
+  optionsWith = services: (import ./module.nix {
+    inherit lib pkgs;
+    config = { hyperhive = agentCfg { }; } // services;
+  }).options.hyperhive;
+  onHost = optionsWith {
+    services.hyperhive = {
+      hiveName = "pr1ma"; swarmName = null;
+      operatorPronouns = "they/them";
+      contextWindowTokens = { sonnet = 1000000; opus = 1000000; haiku = 200000; };
+    };
+  };
+  alone = optionsWith { };
+  defaultsOf = o: map (n: o.${n}.default) [ "hiveName" "swarmName" "operatorPronouns" "contextWindowTokens" "extraMcpServers" ];
+
   hostCfg = over: {
     enable = true;
     package = drv "hive";
     stateDir = "/var/lib/hyperhive";
     runDir = "/run/hyperhive";
     hiveName = "pr1ma"; swarmName = null; operatorGid = null;
+    operatorPronouns = null; contextWindowTokens = { };
     durability = "normal";
     agents.ana = a.hyperhive.brokerEntry;
     matrix = env.matrixDefaults // { homeserver = ""; userId = ""; room = ""; };
@@ -158,3 +183,15 @@ check "agent env" unit.environment {
 ++ check "swarm assertions hold" (builtins.filter (x: !x.assertion) swarm.assertions) [ ]
 ++ check "a swarm needs a hive name" (map (x: x.assertion) (builtins.filter (x: !x.assertion)
   (hostOf (hostCfg { hiveName = null; matrix = (hostCfg { }).matrix // { enable = true; homeserver = "https://m"; userId = "@u:m"; passwordFile = "/p"; room = "#r:m"; }; })).assertions)) [ false ]
+++ check "identity, pronouns, windows, extra servers" (builtins.removeAttrs named.systemd.services.hyperhive-agent.environment (builtins.attrNames unit.environment)) {
+  HIVE_HIVE_NAME = "pr1ma";
+  HIVE_SWARM_NAME = "constellat1on";
+  HIVE_OPERATOR_PRONOUNS = "they/them";
+  HIVE_CONTEXT_WINDOW_TOKENS_SONNET = "1000000";
+  HIVE_CONTEXT_WINDOW_TOKENS_CLAUDE_OPUS_4_1 = "1000000";
+  HIVE_EXTRA_MCP_SERVERS = builtins.toJSON { search = { command = "/bin/search-mcp"; args = [ "--stdio" ]; allowedTools = [ "*" ]; }; };
+}
+++ check "none of them by default" (builtins.filter (n: builtins.elem n [ "HIVE_HIVE_NAME" "HIVE_SWARM_NAME" "HIVE_OPERATOR_PRONOUNS" "HIVE_EXTRA_MCP_SERVERS" ] || builtins.substring 0 26 n == "HIVE_CONTEXT_WINDOW_TOKENS") (builtins.attrNames unit.environment)) [ ]
+++ check "agent defaults from the host module" (defaultsOf onHost) [ "pr1ma" null "they/them" { sonnet = 1000000; opus = 1000000; haiku = 200000; } { } ]
+++ check "agent defaults without it" (defaultsOf alone) [ null null null { } { } ]
+++ check "host options unset by default" (let o = (import ./host.nix { inherit lib pkgs; config.services.hyperhive = { enable = false; }; }).options.services.hyperhive; in [ o.operatorPronouns.default o.contextWindowTokens.default ]) [ null { } ]

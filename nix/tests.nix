@@ -165,3 +165,29 @@ check "swarm config" (builtins.fromJSON (env.hiveConfig {
 ++ rejectedM "both secrets" { matrix = m // { accessTokenFile = "/t"; }; } "exactly one of passwordFile and accessTokenFile"
 ++ rejectedM "bad homeserver" { matrix = m // { homeserver = "matrix.example.org"; }; } "homeserver must be an http"
 ++ rejectedM "bad peer" { matrix = m // { peers.Two = "@x:y"; }; } "every hive name")
+# Item 6: the prompt identity, the operator's pronouns, per-model context
+# windows (unset by default: the default env above has none) and extra MCP servers.
+++ check "identity and windows" (env.agentEnv (with' {
+  hiveName = "pr1ma";
+  swarmName = "constellat1on";
+  operatorPronouns = "they/them";
+  contextWindowTokens = { sonnet = 1000000; "opus-4.1" = 1000000; Haiku = 200000; };
+  extraMcpServers = { search = { command = "/bin/s"; args = [ "-x" ]; env = { A = "1"; }; allowedTools = [ "*" ]; }; };
+  extraEnv = { HIVE_CONTEXT_WINDOW_TOKENS_HAIKU = "150000"; };
+})) (env.agentEnv d // {
+  HIVE_HIVE_NAME = "pr1ma";
+  HIVE_SWARM_NAME = "constellat1on";
+  HIVE_OPERATOR_PRONOUNS = "they/them";
+  HIVE_CONTEXT_WINDOW_TOKENS_SONNET = "1000000";
+  HIVE_CONTEXT_WINDOW_TOKENS_OPUS_4_1 = "1000000";
+  # extraEnv wins over the option.
+  HIVE_CONTEXT_WINDOW_TOKENS_HAIKU = "150000";
+  HIVE_EXTRA_MCP_SERVERS = builtins.toJSON { search = { command = "/bin/s"; args = [ "-x" ]; env = { A = "1"; }; allowedTools = [ "*" ]; }; };
+})
+++ accepted "identity and windows ok" (with' { contextWindowTokens = { "claude-sonnet-4.5" = 1000000; }; extraMcpServers.s = { command = "/bin/s"; }; })
+++ rejected "window key" (with' { contextWindowTokens = { "so net" = 1; }; }) "contextWindowTokens.*part of a model name"
+++ rejected "window value" (with' { contextWindowTokens = { sonnet = 0; }; }) "positive number of tokens"
+++ rejected "mcp server without command" (with' { extraMcpServers.s = { args = [ ]; }; }) "extraMcpServers.*needs a command"
+++ rejected "mcp server name" (with' { extraMcpServers."a.b" = { command = "/bin/b"; }; }) "extraMcpServers.*a name of letters"
+++ accepted "remote mcp server" (with' { extraMcpServers.remote = { url = "https://mcp.example/sse"; }; })
+++ rejected "mcp server named like hive's own" (with' { extraMcpServers.bash = { command = "/bin/b"; }; }) "not hyperhive or bash"

@@ -249,10 +249,14 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// One word or two for `hive agents`' STATE: why the harness waits (with
-/// when it goes on), else the supervisor's state (`*` for an old binary or
-/// fleet entry), else whether a harness is connected.
+/// One word or two for `hive agents`' STATE: `needs login` while its harness
+/// reported that claude needs one (also while no harness runs), why the
+/// harness waits (with when it goes on), else the supervisor's state (`*` for
+/// an old binary or fleet entry), else whether a harness is connected.
 fn agent_state(a: &AgentRow, sup: Option<&AgentState>) -> String {
+    if a.needs_login {
+        return "needs login".into();
+    }
     if let Some(p) = &a.paused {
         return match p.until {
             // The time of day is enough: pauses are hours at most.

@@ -759,7 +759,7 @@ fn questions_between_agents_ttl_and_cancel() {
 }
 
 #[test]
-fn reminders_fire_across_a_broker_restart_and_spill_big_payloads() {
+fn reminders_fire_across_a_broker_restart_with_their_whole_payload() {
     let mut b = Broker::start(&["ana"]);
     let mut a = b.agent("ana");
     let big = "x".repeat(5000);
@@ -772,11 +772,8 @@ fn reminders_fire_across_a_broker_restart_and_spill_big_payloads() {
         },
     );
     let big_id = r["id"].as_i64().unwrap();
-    let spill = b
-        .state_dir()
-        .join("agents/ana/reminders")
-        .join(format!("{big_id}.md"));
-    assert_eq!(std::fs::read_to_string(&spill).unwrap(), big);
+    // The broker keeps the payload in its store and writes no file.
+    assert!(!b.state_dir().join("agents").exists());
     ok(
         &mut a,
         Remind {
@@ -785,14 +782,28 @@ fn reminders_fire_across_a_broker_restart_and_spill_big_payloads() {
             at_unix_timestamp: None,
         },
     );
+    ok(
+        &mut a,
+        Remind {
+            message: big.clone(),
+            delay_seconds: Some(1),
+            at_unix_timestamp: None,
+        },
+    );
     let ends: hyperhive::proto::cmd::LooseEndsReply =
         a.call(&GetLooseEnds { agent: None }).unwrap();
-    assert_eq!(ends.reminders.len(), 2);
+    assert_eq!(ends.reminders.len(), 3);
+    let long = ends.reminders.iter().find(|r| r.id == big_id).unwrap();
+    assert_eq!((long.preview.len(), long.bytes), (200, 5000));
     b.restart();
     let mut a = b.agent("ana");
     let m = recv_next(&mut a, 10).message.expect("the reminder fires");
     assert_eq!((m.from.as_str(), m.kind.as_str()), ("reminder", "reminder"));
-    assert!(m.body.contains("check the deploy"));
+    assert!(m.body.ends_with("] check the deploy"), "{}", m.body);
+    ok(&mut a, AckTurn { id: m.id });
+    let m = recv_next(&mut a, 10).message.expect("the long one fires");
+    assert_eq!(m.body, format!("[reminder #{}] {big}", big_id + 2));
+    ok(&mut a, AckTurn { id: m.id });
     ok(
         &mut a,
         CancelLooseEnd {
@@ -800,7 +811,10 @@ fn reminders_fire_across_a_broker_restart_and_spill_big_payloads() {
             id: big_id,
         },
     );
-    assert!(!spill.exists());
+    let ends: hyperhive::proto::cmd::LooseEndsReply =
+        a.call(&GetLooseEnds { agent: None }).unwrap();
+    assert!(ends.reminders.is_empty(), "{ends:?}");
+    assert!(!b.state_dir().join("agents").exists());
 }
 
 #[test]

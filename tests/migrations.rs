@@ -10,7 +10,7 @@ use common::hive::{agent_row, ok, operator_inbox, Broker, TempDir};
 use hyperhive::broker::db::{self, Db, Durability};
 use hyperhive::harness::stats::{self, Stats};
 use hyperhive::proto::cmd::{
-    Approvals, DeadLetter, Failed, Questions, RecvNext, RecvNextReply, Retry,
+    AckTurn, Approvals, DeadLetter, Failed, Questions, RecvNext, RecvNextReply, Retry,
 };
 use hyperhive::proto::{schema, turnstats, MsgKind, Peer};
 use rusqlite::types::Value;
@@ -68,6 +68,37 @@ fn an_old_broker_store_migrates_with_every_row() {
     assert_eq!(schema::version(&c).unwrap(), last);
     for (table, old) in tables.iter().zip(&before) {
         let mut new = rows(&path, table);
+        if *table == "reminders" {
+            // Step 6 read the spilled payloads into the rows and dropped the
+            // `spill_file` column (the fourth). Reminder #2's file is gone
+            // (it was in the generator's temp dir): the row stays, with its
+            // preview and a note that the rest was lost.
+            let mut want = old.clone();
+            for o in want.iter_mut() {
+                let file = o.remove(3);
+                if let Value::Text(f) = file {
+                    let Value::Text(preview) = &o[2] else {
+                        panic!("{o:?}")
+                    };
+                    assert!(!Path::new(&f).exists(), "{f}");
+                    o[2] = Value::Text(db::lost_payload(preview, &f));
+                    let Value::Text(lost) = &o[2] else {
+                        unreachable!()
+                    };
+                    assert!(
+                        lost.starts_with("long long ")
+                            && lost.ends_with(&format!(
+                                "… [hive: the rest of this reminder was lost: its payload file {f} \
+                                 could not be read when the broker moved reminder payloads into \
+                                 broker.db]"
+                            )),
+                        "{lost}"
+                    );
+                }
+            }
+            assert_eq!(new, want, "reminders");
+            continue;
+        }
         if *table == "messages" {
             // Step 3 appended attempts (0), the last error (none) and the
             // queue position (the row's own id) to every row.
@@ -141,10 +172,65 @@ fn an_old_broker_store_migrates_with_every_row() {
     for (table, old) in tables
         .iter()
         .zip(&before)
-        .filter(|(t, _)| **t != "messages")
+        .filter(|(t, _)| **t != "messages" && **t != "reminders")
     {
         assert_eq!(&rows(&path, table), old, "{table}");
     }
+}
+
+/// Step 6 with the spill file still there: the payload is read into the row
+/// once, and the reminder fires with the whole text.
+#[test]
+fn a_spilled_reminder_payload_moves_into_the_store() {
+    let dir = TempDir::new("mig");
+    let state = dir.path().join("s");
+    std::fs::create_dir_all(&state).unwrap();
+    let path = copy_fixture("broker-v0.db", &state, db::FILE);
+    let payload = format!("the whole payload {}", "long ".repeat(1200));
+    let file = dir.path().join("2.md");
+    std::fs::write(&file, &payload).unwrap();
+    {
+        // The fixture's row, pointed at a file that exists and due now.
+        let c = Connection::open(&path).unwrap();
+        c.execute(
+            "UPDATE reminders SET spill_file = ?1, fire_at = 0 WHERE id = 2",
+            [file.to_str().unwrap()],
+        )
+        .unwrap();
+    }
+    drop(Db::open(&path, Durability::Normal).unwrap());
+    let after = rows(&path, "reminders");
+    assert_eq!(after[1][2], Value::Text(payload.clone()));
+    assert_eq!(after[1].len(), 5, "spill_file is gone: {:?}", after[1]);
+    // Read once: changing the file afterwards changes nothing.
+    std::fs::write(&file, "changed").unwrap();
+    drop(Db::open(&path, Durability::Normal).unwrap());
+    assert_eq!(rows(&path, "reminders")[1][2], Value::Text(payload.clone()));
+
+    let b = Broker::start_in(&["ruth", "kid", "bob"], &state);
+    let mut ruth = b.agent("ruth");
+    // ruth's inflight kick from the fixture comes back first; then the reminder.
+    let mut bodies = Vec::new();
+    for _ in 0..10 {
+        let r: RecvNextReply = ruth
+            .call(&RecvNext {
+                wait_seconds: Some(10),
+                seen: None,
+            })
+            .unwrap();
+        let Some(m) = r.message else { break };
+        ok(&mut ruth, AckTurn { id: m.id });
+        let done = m.kind == MsgKind::Reminder && m.body.starts_with("[reminder #2]");
+        bodies.push(m.body);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(
+        bodies.last().map(String::as_str),
+        Some(format!("[reminder #2] {payload}").as_str()),
+        "{bodies:?}"
+    );
 }
 
 #[test]

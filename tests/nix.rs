@@ -104,6 +104,9 @@ fn the_modules_wire_options_into_units_and_files() {
 fn every_mapped_variable_is_documented() {
     let expr = r#"let e = import ./env.nix; in builtins.attrNames (e.agentEnv (e.defaults // {
         model = "m"; icon = "/i"; staticDir = "/s"; frontend = { dist = "/d"; extraFiles = {}; };
+        hiveName = "h"; swarmName = "s"; operatorPronouns = "they/them";
+        contextWindowTokens = { sonnet = 1000000; };
+        extraMcpServers = { x = { command = "/bin/x"; }; };
     }))"#;
     let Some(out) = nix_instantiate(&["--eval", "--strict", "--json", "-E", expr]) else {
         return;
@@ -120,10 +123,25 @@ fn every_mapped_variable_is_documented() {
         .map(|d| std::fs::read_to_string(root.join(d)).unwrap())
         .collect::<String>();
     for name in &names {
+        // A per-model window is documented by its pattern.
+        let shown = if name.starts_with("HIVE_CONTEXT_WINDOW_TOKENS_") {
+            "HIVE_CONTEXT_WINDOW_TOKENS_<KEY>"
+        } else {
+            name
+        };
         assert!(
-            docs.contains(&format!("`{name}`")),
+            docs.contains(&format!("`{shown}`")),
             "{name} is set by nix/env.nix but not documented in docs/env.md or docs/web.md"
         );
     }
-    assert!(names.len() >= 15, "{names:?}");
+    assert!(names.len() >= 20, "{names:?}");
+    for want in [
+        "HIVE_HIVE_NAME",
+        "HIVE_SWARM_NAME",
+        "HIVE_OPERATOR_PRONOUNS",
+        "HIVE_CONTEXT_WINDOW_TOKENS_SONNET",
+        "HIVE_EXTRA_MCP_SERVERS",
+    ] {
+        assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
+    }
 }

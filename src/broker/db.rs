@@ -10,6 +10,7 @@ mod swarm;
 pub use swarm::{new_message, Batch, OutRow, OutboxEntry, Settle};
 
 use crate::proto::cmd::PostTurnCounts;
+use crate::proto::limits::REMINDER_PREVIEW_CHARS;
 use crate::proto::schema::{self, Step};
 use crate::proto::{
     Approval, ApprovalKind, ApprovalState, FailedMessage, Message, MsgKind, MsgState, Peer,
@@ -103,7 +104,60 @@ pub const MIGRATIONS: &[Step] = &[
             )
         },
     },
+    Step {
+        version: 6,
+        what: "reminder payloads kept whole in the store (the old spill files read once)",
+        apply: absorb_reminder_spill_files,
+    },
 ];
+
+/// Step 6: a long reminder's payload used to spill to a file under the
+/// broker's state dir, which an agent running as its own user could not read.
+/// Each such file is read once into the row's `body`; a row whose file is gone
+/// (or unreadable) is kept, its 200-character preview followed by a note that
+/// the rest was lost. The `spill_file` column goes; the old files are left
+/// where they are (the operator may delete `STATE/agents/*/reminders/`).
+fn absorb_reminder_spill_files(tx: &rusqlite::Transaction) -> Res<()> {
+    let spilled: Vec<(i64, String, String)> = {
+        let mut stmt = tx.prepare(
+            "SELECT id, body, spill_file FROM reminders WHERE spill_file IS NOT NULL ORDER BY id",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        rows.collect::<Res<_>>()?
+    };
+    for (id, preview, file) in spilled {
+        // `remind` never took more than MAX_BODY bytes: a longer file is not
+        // what it wrote, and only that much of it is kept.
+        let read = std::fs::File::open(&file).and_then(|f| {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(f, crate::proto::limits::MAX_BODY as u64),
+                &mut bytes,
+            )
+            .map(|_| bytes)
+        });
+        let body = match read {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => {
+                log::warn!("reminder #{id}: its payload file {file} cannot be read ({e}); the reminder keeps its preview");
+                lost_payload(&preview, &file)
+            }
+        };
+        tx.execute(
+            "UPDATE reminders SET body = ?1 WHERE id = ?2",
+            params![body, id],
+        )?;
+    }
+    tx.execute_batch("ALTER TABLE reminders DROP COLUMN spill_file;")
+}
+
+/// The body a reminder keeps when step 6 could not read its spill file.
+pub fn lost_payload(preview: &str, file: &str) -> String {
+    format!(
+        "{preview}… [hive: the rest of this reminder was lost: its payload file {file} could \
+         not be read when the broker moved reminder payloads into broker.db]"
+    )
+}
 
 /// Step 3: `attempts` (hand-outs that count toward the harness's attempt
 /// limit), `last_error`, `seq` (the queue position: new rows go last, a
@@ -233,13 +287,6 @@ pub enum Side {
     Target,
 }
 
-/// A reminder that was deleted; its payload file, when it had spilled, is the
-/// caller's to remove.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemovedReminder {
-    pub spill_file: Option<String>,
-}
-
 pub struct Db {
     conn: Connection,
 }
@@ -293,9 +340,9 @@ fn reminder_from_row(row: &Row) -> Res<Reminder> {
     Ok(Reminder {
         id: row.get(0)?,
         agent: row.get(1)?,
-        preview: body.chars().take(200).collect(),
-        spill_file: row.get(3)?,
-        fire_at: row.get(4)?,
+        preview: body.chars().take(REMINDER_PREVIEW_CHARS).collect(),
+        bytes: body.len() as u64,
+        fire_at: row.get(3)?,
     })
 }
 
@@ -792,28 +839,14 @@ impl Db {
         )
     }
 
-    pub fn insert_reminder(
-        &self,
-        agent: &str,
-        body: &str,
-        spill: Option<&str>,
-        fire_at: i64,
-        now: i64,
-    ) -> Res<i64> {
+    /// Stores a reminder with its whole payload.
+    pub fn insert_reminder(&self, agent: &str, body: &str, fire_at: i64, now: i64) -> Res<i64> {
         self.conn.execute(
-            "INSERT INTO reminders (agent, body, spill_file, fire_at, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![agent, body, spill, fire_at, now],
+            "INSERT INTO reminders (agent, body, fire_at, created_at)
+             VALUES (?1, ?2, ?3, ?4)",
+            params![agent, body, fire_at, now],
         )?;
         Ok(self.conn.last_insert_rowid())
-    }
-
-    pub fn set_reminder_spill(&self, id: i64, body: &str, spill: &str) -> Res<()> {
-        self.conn.execute(
-            "UPDATE reminders SET body = ?1, spill_file = ?2 WHERE id = ?3",
-            params![body, spill, id],
-        )?;
-        Ok(())
     }
 
     pub fn count_reminders(&self, agent: &str) -> Res<u64> {
@@ -826,7 +859,7 @@ impl Db {
 
     pub fn reminders_of(&self, agent: &str) -> Res<Vec<Reminder>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT id, agent, body, spill_file, fire_at FROM reminders
+            "SELECT id, agent, body, fire_at FROM reminders
              WHERE agent = ?1 ORDER BY fire_at, id",
         )?;
         let rows = stmt.query_map(params![agent], reminder_from_row)?;
@@ -835,7 +868,7 @@ impl Db {
 
     pub fn due_reminders(&self, now: i64) -> Res<Vec<(Reminder, String)>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT id, agent, body, spill_file, fire_at FROM reminders
+            "SELECT id, agent, body, fire_at FROM reminders
              WHERE fire_at <= ?1 ORDER BY fire_at, id",
         )?;
         let rows = stmt.query_map(params![now], |r| Ok((reminder_from_row(r)?, r.get(2)?)))?;
@@ -864,23 +897,13 @@ impl Db {
         Ok(new_id)
     }
 
-    /// Deletes a reminder the agent owns; None when it has no such reminder.
-    pub fn delete_reminder(&self, agent: &str, id: i64) -> Res<Option<RemovedReminder>> {
-        let spill: Option<Option<String>> = self
-            .conn
-            .query_row(
-                "SELECT spill_file FROM reminders WHERE id = ?1 AND agent = ?2",
-                params![id, agent],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if spill.is_some() {
-            self.conn.execute(
-                "DELETE FROM reminders WHERE id = ?1 AND agent = ?2",
-                params![id, agent],
-            )?;
-        }
-        Ok(spill.map(|spill_file| RemovedReminder { spill_file }))
+    /// Deletes a reminder the agent owns; false when it has no such reminder.
+    pub fn delete_reminder(&self, agent: &str, id: i64) -> Res<bool> {
+        let n = self.conn.execute(
+            "DELETE FROM reminders WHERE id = ?1 AND agent = ?2",
+            params![id, agent],
+        )?;
+        Ok(n == 1)
     }
 }
 

@@ -45,6 +45,10 @@ pub enum LifecycleCmd {
         within: Duration,
         reply: Sender<Result<HistoryReply, String>>,
     },
+    /// A notice, no answer: `name`'s harness reported that claude needs a
+    /// login (`needs`), or that it no longer does. crash_watch's logged-in
+    /// axis reads it.
+    NeedsLogin { name: String, needs: bool },
     /// Stop every agent (SIGTERM, then SIGKILL after the grace) and return.
     Shutdown { reply: Sender<()> },
 }

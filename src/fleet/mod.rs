@@ -2,8 +2,7 @@
 //! supervisor thread (`supervisor.rs`) that keeps one `hive serve` child per
 //! agent of the fleet file alive, with crash_watch (`watch.rs`) and rotated logs
 //! (`logfile.rs`). The data dir holds everything: `DATA/broker.db` (the broker's
-//! state dir is DATA, so reminder spill files land in `DATA/agents/NAME/reminders`),
-//! `DATA/run/` (sockets), `DATA/agents/NAME/{state,run,claude}` and
+//! state dir is DATA), `DATA/run/` (sockets), `DATA/agents/NAME/{state,run,claude}` and
 //! `DATA/logs/NAME.log`. Each agent runs in a sandbox that hides all of that but
 //! its own dirs (`isolation.rs`, `sandbox.rs`). A fleet file with a `matrix`
 //! section also gets the Matrix bridge, supervised by `bridge.rs` (its token
@@ -252,10 +251,16 @@ fn print_pages(sup: &crossbeam_channel::Sender<LifecycleCmd>) {
             }
             if let Some(port) = s.port {
                 if printed.insert(s.name.clone()) {
+                    let url = format!("http://127.0.0.1:{port}/");
                     println!(
-                        "{}: http://127.0.0.1:{port}/ (open it from the dashboard, which logs you in)",
+                        "{}: {url} (open it from the dashboard, which logs you in)",
                         s.name
                     );
+                    if !s.logged_in {
+                        let line = supervisor::needs_login_line(&s.name, Some(&url));
+                        println!("{line}");
+                        log::warn!("{line}");
+                    }
                 }
             }
         }

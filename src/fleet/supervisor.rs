@@ -18,7 +18,7 @@
 //! never sees one without the other.
 
 use super::logfile::{self, LogFile};
-use super::watch::{Axes, Watch};
+use super::watch::{Axes, Watch, WatchEvent};
 use super::UpSettings;
 use crate::broker::fleetfile::{self, Change};
 use crate::broker::hub::HubMsg;
@@ -69,6 +69,9 @@ struct Agent {
     rebuilding: bool,
     /// How the last rebuild ended.
     last_rebuild: Option<Rebuild>,
+    /// Its harness reported to the broker that claude needs a login (an
+    /// expired or refused credential, even with a credentials file present).
+    needs_login: bool,
 }
 
 impl Agent {
@@ -85,6 +88,7 @@ impl Agent {
             watch: Watch::default(),
             rebuilding: false,
             last_rebuild: None,
+            needs_login: false,
         }
     }
 }
@@ -240,6 +244,22 @@ impl Supervisor {
             }
             LifecycleCmd::States { reply } => {
                 let _ = reply.send(self.states());
+            }
+            LifecycleCmd::NeedsLogin { name, needs } => {
+                // crash_watch reports changes since its last look: a login
+                // lost before its first look is still news, so it looks now,
+                // before the change.
+                let before = self
+                    .agents
+                    .get(&name)
+                    .filter(|a| a.watch.last().is_none())
+                    .map(|a| self.axes(a));
+                if let Some(a) = self.agents.get_mut(&name) {
+                    if let Some(axes) = before {
+                        a.watch.observe(axes);
+                    }
+                    a.needs_login = needs;
+                }
             }
             // The pages are asked on a thread of the query's own.
             LifecycleCmd::Search {
@@ -796,11 +816,16 @@ impl Supervisor {
             || dir.join("state").join("hyperhive-credentials").exists()
     }
 
+    /// The agent's page, once its port file is there.
+    fn page_url(&self, name: &str) -> Option<String> {
+        super::pages::port(&self.s.data, name).map(|p| format!("http://127.0.0.1:{p}/"))
+    }
+
     fn axes(&self, a: &Agent) -> Axes {
         let bin_now = bin_id(&self.s.exe);
         Axes {
             running: matches!(a.phase, Phase::Running(_)),
-            logged_in: self.logged_in(&a.applied),
+            logged_in: !a.needs_login && self.logged_in(&a.applied),
             up_to_date: a.desired.is_none()
                 && (a.bin_at_start.is_none() || a.bin_at_start == bin_now),
         }
@@ -837,6 +862,12 @@ impl Supervisor {
             };
             for e in events {
                 let to = self.manager_of(&name);
+                if e == WatchEvent::NeedsLogin {
+                    log::warn!(
+                        "{}",
+                        needs_login_line(&name, self.page_url(&name).as_deref())
+                    );
+                }
                 log::info!("crash_watch: {name}: {} → {to}", e.kind());
                 let body = e.body(&name, to == "operator");
                 let _ = self.hub.send(HubMsg::System {
@@ -878,6 +909,17 @@ impl Supervisor {
                 }
             })
             .collect()
+    }
+}
+
+/// What `hive up` prints and logs for an agent claude cannot run for: where
+/// to log it in.
+pub fn needs_login_line(name: &str, url: Option<&str>) -> String {
+    match url {
+        Some(u) => format!("{name} needs a login: open {u} or set ANTHROPIC_API_KEY"),
+        None => format!(
+            "{name} needs a login: open its page from the dashboard or set ANTHROPIC_API_KEY"
+        ),
     }
 }
 

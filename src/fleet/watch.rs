@@ -9,7 +9,9 @@
 pub struct Axes {
     pub running: bool,
     /// Claude credentials present (a credentials file in its `CLAUDE_CONFIG_DIR`,
-    /// a token stored through its page, or a key in its environment).
+    /// a token stored through its page, or a key in its environment), and its
+    /// harness has not reported to the broker that claude needs a login (an
+    /// expired or refused credential).
     pub logged_in: bool,
     /// The recorded binary and config revision match the current ones.
     pub up_to_date: bool,
@@ -39,7 +41,9 @@ impl WatchEvent {
     pub fn body(self, agent: &str, to_operator: bool) -> String {
         match self {
             WatchEvent::NeedsLogin => format!(
-                "[needs_login] {agent} has no claude credentials; the operator must log it in on its page"
+                "[needs_login] {agent} needs a claude login (it has no credentials, or they were \
+                 refused); the operator must log it in on its page (a token from `claude \
+                 setup-token`) or give it ANTHROPIC_API_KEY"
             ),
             WatchEvent::LoggedIn => format!("[logged_in] {agent} has claude credentials again"),
             WatchEvent::NeedsUpdate if to_operator => format!(

@@ -170,12 +170,29 @@ impl crate::web::harness::Harness for Shared {
         }
     }
 
-    fn store_login(&self, token: &str) -> Result<(), String> {
+    fn store_login(&self, token: &str) -> Result<Option<String>, String> {
+        login::check_token_shape(token)?;
+        log::info!("checking a token the operator gave on the web page");
+        let warning = match login::verify_token(&self.settings, token.trim()) {
+            Ok(login::Verdict::Accepted) => None,
+            Ok(login::Verdict::Unverified(w)) => Some(w),
+            Err(refused) => {
+                log::warn!("the token given on the web page was refused; not stored");
+                self.bus.note(refused.clone());
+                return Err(refused);
+            }
+        };
         login::store_token(&self.settings, token)?;
-        log::info!("the operator stored claude credentials through the web page");
-        self.bus.note("credentials stored through the web page");
+        match &warning {
+            None => log::info!("the operator stored claude credentials through the web page"),
+            Some(w) => log::warn!("stored the credentials given on the web page unverified: {w}"),
+        }
+        self.bus.note(match &warning {
+            None => "credentials checked and stored through the web page".to_string(),
+            Some(w) => format!("credentials stored through the web page; {w}"),
+        });
         self.send(Control::LoginStored);
-        Ok(())
+        Ok(warning)
     }
 
     fn recent_turns(&self, limit: u32) -> Result<serde_json::Value, String> {

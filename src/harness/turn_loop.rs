@@ -28,6 +28,7 @@ use super::poller::{FromPoller, Poller};
 use super::settings::Settings;
 use super::stats::{Stats, TurnRow};
 use super::work::{Ack, Inflight, Ledger, Requeue, Work, WorkKey};
+use crate::mcp::hyperhive::reminder_file;
 use crate::proto::limits::MAX_PAUSE_DETAIL_CHARS;
 use crate::proto::now;
 use crate::proto::text::{is_control_or_bidi, preview};
@@ -265,9 +266,7 @@ impl TurnLoop {
         for f in super::plugins::install(&self.s, &self.bus) {
             self.to_parent(format!("[system] {} plugin install: {f}", self.s.label));
         }
-        let must_park =
-            self.s.needs_login_sentinel().exists() || !login::credentials_available(&self.s);
-        if must_park {
+        if login::park_at_boot(&self.s) {
             self.enter_login();
         } else {
             self.advance();
@@ -323,7 +322,8 @@ impl TurnLoop {
                 let work = Work {
                     key,
                     from: message.from.to_string(),
-                    body: message.body,
+                    // A long reminder's text goes to a file in the state dir.
+                    body: reminder_file::for_model(Some(&self.s.state_dir), &message),
                     unread: unread.unwrap_or(0),
                     redelivered,
                     attempts,
@@ -1452,7 +1452,8 @@ impl TurnLoop {
 
     fn enter_login(&mut self) {
         let sentinel = self.s.needs_login_sentinel();
-        if let Err(e) = super::files::write_private(&sentinel, format!("{}\n", now()).as_bytes()) {
+        let text = login::sentinel_text(&self.s, now());
+        if let Err(e) = super::files::write_private(&sentinel, text.as_bytes()) {
             log::error!("cannot write {}: {e}", sentinel.display());
         }
         self.bus.set_turn_state(TurnState::Idle);

@@ -14,6 +14,7 @@ mod inbox;
 mod messaging;
 mod meta;
 mod privileged;
+pub mod reminder_file;
 
 use super::schema::{self, Arg};
 use super::{CallCtx, ServerInfo, ToolDef, ToolOutcome, Tools};

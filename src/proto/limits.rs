@@ -19,6 +19,15 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// its JSON escapes.
 pub const MAX_REMOTE_BODY: usize = 48 * 1024;
 
+/// A delivered reminder whose text is longer than this (in bytes) reaches the
+/// model as a file in the agent's own state dir (`reminders/ID.md`), written by
+/// the agent's side on delivery, and a preview; the broker keeps the whole
+/// text in `broker.db`.
+pub const REMINDER_FILE_BYTES: usize = 4096;
+
+/// How many characters of a long reminder the preview shows.
+pub const REMINDER_PREVIEW_CHARS: usize = 200;
+
 /// The byte budget of one list answer (`inbox`, `recv`, `agents`, …): rows are
 /// handed out until the next one would pass it (at least one message always
 /// goes out).

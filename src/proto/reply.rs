@@ -70,11 +70,12 @@ impl Question {
 pub struct Reminder {
     pub id: i64,
     pub agent: String,
-    /// The message, or its first 200 characters when the payload spilled to a file.
+    /// The message's first 200 characters.
     pub preview: String,
     pub fire_at: i64,
+    /// The whole message's length in bytes (the broker keeps all of it).
     #[serde(default)]
-    pub spill_file: Option<String>,
+    pub bytes: u64,
 }
 
 /// A scheduled prompt (`schedule_prompt`, `list_scheduled`).
@@ -144,6 +145,11 @@ pub struct AgentRow {
     /// (and while no harness runs).
     #[serde(default)]
     pub paused: Option<Paused>,
+    /// Its harness last reported that claude needs a login (the login park:
+    /// no credentials, or they were refused twice). Kept while no harness
+    /// runs; a harness reports its state when it connects.
+    #[serde(default)]
+    pub needs_login: bool,
     /// Its dead letters: messages kept in the `failed` state (`failed`).
     #[serde(default)]
     pub failed: u64,

@@ -180,8 +180,11 @@ pub fn login_state(h: &impl Harness) -> Reply {
     )
 }
 
-/// `POST /api/login {token}`: stores it for the next claude run and ends a
-/// login park. The token is never logged or echoed.
+/// `POST /api/login {token}`: checks it with one run of the agent's claude,
+/// stores it for the next claude run and ends a login park: `{"ok":true,
+/// "verified":true}`, or `"verified":false` with a `warning` when the check
+/// could not tell (network, 5xx). A token Anthropic refused (401/403) is a
+/// 400 with the reason and is not stored. The token is never logged or echoed.
 pub fn login(h: &impl Harness, body: &[u8]) -> Reply {
     const EX: &str = r#"{"token":"sk-ant-…"}"#;
     let token = match object(body, EX).and_then(|m| string_field(&m, "token", EX)) {
@@ -189,7 +192,8 @@ pub fn login(h: &impl Harness, body: &[u8]) -> Reply {
         Err(r) => return r,
     };
     match h.store_login(&token) {
-        Ok(()) => Reply::ok(),
+        Ok(None) => Reply::json(200, &json!({"ok": true, "verified": true})),
+        Ok(Some(w)) => Reply::json(200, &json!({"ok": true, "verified": false, "warning": w})),
         Err(e) => Reply::error(400, e),
     }
 }

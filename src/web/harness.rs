@@ -104,8 +104,10 @@ pub trait Harness: Send + Sync + 'static {
     /// Queues `ask` for the turn loop; false when the loop is gone.
     fn ask(&self, ask: Ask) -> bool;
     fn login_state(&self) -> LoginState;
-    /// Stores the operator's token for claude and ends a wait for a login.
-    fn store_login(&self, token: &str) -> Result<(), String>;
+    /// Checks the operator's token (one claude run with it), stores it for
+    /// claude and ends a wait for a login. `Ok` carries a warning when the
+    /// check could not tell; `Err` says why it was refused (not stored).
+    fn store_login(&self, token: &str) -> Result<Option<String>, String>;
     /// The newest `limit` recorded turns, newest first.
     fn recent_turns(&self, limit: u32) -> Result<Value, String>;
     /// Sums over every recorded turn, per kind and outcome.

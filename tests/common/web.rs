@@ -38,6 +38,8 @@ pub fn settings(dir: &TempDir) -> Settings {
     s.model_file = state.join("hyperhive-model");
     s.socket = dir.path().join("no-broker.sock");
     s.claude_config_dir = dir.path().join("claude");
+    // No claude: a token's check cannot run, so it is stored unverified.
+    s.claude_bin = dir.path().join("no-claude").display().to_string();
     s
 }
 

@@ -114,6 +114,7 @@ impl Hub {
                 inflight: self.inflight_id(&a.name)?,
                 running: self.running(&a.name),
                 paused: self.paused.get(&a.name).cloned(),
+                needs_login: self.needs_login.contains(&a.name),
                 failed: self.db.count_failed(&a.name).map_err(db_err)?,
                 status_text: s.status_text,
                 turns: s.turns,

@@ -630,10 +630,36 @@ impl Hub {
             .entry(agent.to_string())
             .or_default()
             .insert(conn);
+        let needs = c
+            .paused
+            .as_ref()
+            .is_some_and(|p| p.reason == crate::proto::PauseReason::Login);
         match c.paused {
             Some(p) => self.paused.insert(agent.to_string(), p),
             None => self.paused.remove(agent),
         };
+        let changed = if needs {
+            self.needs_login.insert(agent.to_string())
+        } else {
+            self.needs_login.remove(agent)
+        };
+        if changed {
+            log::info!(
+                "{agent}: {}",
+                if needs {
+                    "claude needs a login"
+                } else {
+                    "logged in again"
+                }
+            );
+            if let Some(sup) = &self.settings.lifecycle {
+                // Unbounded: never blocks the hub.
+                let _ = sup.send(crate::broker::lifecycle::LifecycleCmd::NeedsLogin {
+                    name: agent.to_string(),
+                    needs,
+                });
+            }
+        }
         Ok(Empty {})
     }
 

@@ -237,6 +237,9 @@ pub struct Hub {
     /// Each harness's pause as it last reported it (`report_state`), while it
     /// is connected.
     paused: HashMap<String, crate::proto::Paused>,
+    /// Agents whose harness last reported the login park; unlike `paused`,
+    /// kept when the harness disconnects (its next one reports at connect).
+    needs_login: HashSet<String>,
     /// When the next reminder, scheduled prompt or question expiry is due
     /// (unix s), kept in memory so the hub's loop costs no query per request.
     next_due: Option<i64>,
@@ -285,6 +288,7 @@ impl Hub {
             next_transient_id: -1,
             harness_conns: HashMap::new(),
             paused: HashMap::new(),
+            needs_login: HashSet::new(),
             next_due: None,
             deciding: HashSet::new(),
             changing: HashSet::new(),

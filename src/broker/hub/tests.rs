@@ -393,7 +393,7 @@ fn timers_questions_and_tasks_are_loose_ends() {
     );
     assert_eq!(
         m.call("boss", r#"{"cmd":"get_loose_ends"}"#),
-        r#"{"ok":true,"agent":"boss","approvals":[],"asked":[{"asked_at":T,"asker":"boss","expires_at":null,"id":1,"multi":false,"options":["yes","no"],"question":"ship?","target":"ana"}],"owed":[],"reminders":[{"agent":"boss","fire_at":T,"id":1,"preview":"check","spill_file":null}],"scheduled":[],"tasks":[]}"#
+        r#"{"ok":true,"agent":"boss","approvals":[],"asked":[{"asked_at":T,"asker":"boss","expires_at":null,"id":1,"multi":false,"options":["yes","no"],"question":"ship?","target":"ana"}],"owed":[],"reminders":[{"agent":"boss","bytes":5,"fire_at":T,"id":1,"preview":"check"}],"scheduled":[],"tasks":[]}"#
     );
     let question = m.call("ana", r#"{"cmd":"recv_next"}"#);
     assert!(

@@ -2,7 +2,9 @@
 //! (`schedule_prompt`, once or repeating, from `scheduler`), both stored, so
 //! they survive restarts, and fired by the hub's own loop, which sleeps until
 //! the earliest of them or of a question's TTL (`next_due`, kept in memory).
-//! A long reminder spills to a file in the agent's dir.
+//! A reminder's whole payload stays in `broker.db` and fires as one message;
+//! the broker writes no file for it (the agent's `hive mcp` or harness writes
+//! a long one into the agent's own state dir when it delivers it).
 
 use super::limits::Budget;
 use super::{db_err, Hub};
@@ -12,9 +14,6 @@ use crate::proto::cmd::{
 };
 use crate::proto::ident::Peer;
 use crate::proto::{now, Empty, MsgKind};
-
-/// Payloads longer than this spill from a reminder row to a file.
-pub const REMINDER_SPILL_BYTES: usize = 4096;
 
 impl Hub {
     /// Re-reads when the next timer is due; called whenever reminders,
@@ -33,12 +32,7 @@ impl Hub {
         match self.db.due_reminders(t) {
             Ok(due) => {
                 for (rem, body) in due {
-                    let text = match &rem.spill_file {
-                        Some(f) => {
-                            format!("[reminder #{}] {}… (full text in {f})", rem.id, rem.preview)
-                        }
-                        None => format!("[reminder #{}] {body}", rem.id),
-                    };
+                    let text = format!("[reminder #{}] {body}", rem.id);
                     let msg = NewMessage {
                         from: &Peer::Reminder,
                         to: &rem.agent,
@@ -79,46 +73,16 @@ impl Hub {
         }
         let id = self
             .db
-            .insert_reminder(agent, &c.message, None, fire_at, t)
+            .insert_reminder(agent, &c.message, fire_at, t)
             .map_err(db_err)?;
-        if c.message.len() > REMINDER_SPILL_BYTES {
-            // The file name is made here from the agent (a config name) and the row
-            // id, never from input, so it cannot leave the reminders dir.
-            let dir = self
-                .settings
-                .state_dir
-                .join("agents")
-                .join(agent)
-                .join("reminders");
-            let file = dir.join(format!("{id}.md"));
-            let written = crate::broker::create_dirs(&dir, 0o700)
-                .and_then(|_| crate::sys::fs::write_private(&file, c.message.as_bytes()));
-            if let Err(e) = written {
-                let _ = self.db.delete_reminder(agent, id);
-                return Err(format!(
-                    "cannot store the reminder payload in {}: {e}",
-                    file.display()
-                ));
-            }
-            let preview: String = c.message.chars().take(200).collect();
-            self.db
-                .set_reminder_spill(id, &preview, &file.to_string_lossy())
-                .map_err(db_err)?;
-        }
         self.recompute_due();
         Ok(RemindReply { id, fire_at })
     }
 
-    /// `cancel_loose_end(kind="reminder")`: deletes one of the agent's reminders
-    /// and its payload file.
+    /// `cancel_loose_end(kind="reminder")`: deletes one of the agent's reminders.
     pub(super) fn cancel_reminder(&mut self, agent: &str, id: i64) -> Result<Empty, String> {
-        let removed = self
-            .db
-            .delete_reminder(agent, id)
-            .map_err(db_err)?
-            .ok_or_else(|| format!("no reminder #{id} of {agent}"))?;
-        if let Some(f) = removed.spill_file {
-            let _ = std::fs::remove_file(f);
+        if !self.db.delete_reminder(agent, id).map_err(db_err)? {
+            return Err(format!("no reminder #{id} of {agent}"));
         }
         self.recompute_due();
         Ok(Empty {})

@@ -10,6 +10,7 @@ use crate::mcp::schema::{self, Arg, Ty};
 use crate::mcp::{CallCtx, ToolOutcome};
 use crate::proto::access::{Access, Gate, ToolGroup};
 use crate::proto::cmd::{CancelLooseEnd, GetLooseEnds, LooseEndsReply, Remind};
+use crate::proto::limits::REMINDER_FILE_BYTES;
 use crate::proto::paths::state;
 use crate::proto::text::fmt_time;
 use crate::proto::{now, LooseEndKind, Question};
@@ -52,8 +53,8 @@ requests: its root agent or the operator can.",
     tool::<Remind>(
         "Schedule a reminder: `message` lands in your own inbox as a `reminder` \
 message after `delay_seconds`, or at `at_unix_timestamp` (give exactly one). The broker fires \
-it even if it restarts in between. Long messages are stored in a file and the reminder shows a \
-preview and the file path. At most 50 reminders may be pending; cancel one with \
+it even if it restarts in between. A message over 4096 bytes arrives as a preview and the path \
+of a file in your state dir that holds the whole text. At most 50 reminders may be pending; cancel one with \
 cancel_loose_end(kind=\"reminder\", id). Returns the reminder id and when it fires.",
         &[
             Arg::req("message", Ty::Str, "What the reminder should say."),
@@ -107,13 +108,15 @@ fn render_loose_ends(r: &LooseEndsReply) -> String {
         lines.push(render_question(q, format!("owed to {}", q.asker)));
     }
     for rem in &r.reminders {
-        let file = rem
-            .spill_file
-            .as_ref()
-            .map(|f| format!(" (full text in {f})"))
-            .unwrap_or_default();
+        let more = match rem.bytes as usize {
+            n if n > REMINDER_FILE_BYTES => {
+                format!("… ({n} bytes; it arrives as a file in your state dir)")
+            }
+            n if n > rem.preview.len() => format!("… ({n} bytes)"),
+            _ => String::new(),
+        };
         lines.push(format!(
-            "reminder #{} fires {}: {}{file}",
+            "reminder #{} fires {}: {}{more}",
             rem.id,
             fmt_time(rem.fire_at),
             rem.preview
@@ -242,7 +245,7 @@ mod tests {
                 id: 2,
                 agent: "boss".into(),
                 preview: "tea".into(),
-                spill_file: None,
+                bytes: 3,
                 fire_at: 0,
             }],
             scheduled: vec![Scheduled {

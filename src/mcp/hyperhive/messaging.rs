@@ -4,12 +4,13 @@
 //! stdout; if `hive mcp` dies first the connection closes and the broker puts the
 //! rows back in the inbox, in order.
 
-use super::{broker_error, tool, Handled, HyperhiveTools, Tool, BROKER_TIMEOUT};
+use super::{broker_error, reminder_file, tool, Handled, HyperhiveTools, Tool, BROKER_TIMEOUT};
 use crate::mcp::schema::{Arg, Ty};
 use crate::mcp::{CallCtx, ToolOutcome};
 use crate::proto::cmd::{self, Answer, Ask, Recv, RecvAck};
 use crate::proto::limits::{MAX_WAIT_SECS, RECV_MAX};
 use crate::proto::Message;
+use std::path::Path;
 use std::time::Duration;
 
 pub(super) const TOOLS: &[Tool] = &[
@@ -120,7 +121,7 @@ fn recv(h: &HyperhiveTools, c: Recv, ctx: &CallCtx) -> Handled {
         };
         return Ok(ToolOutcome::Ok(text));
     }
-    let mut text = render(&reply.messages);
+    let mut text = render(&reply.messages, h.state_dir.as_deref());
     if reply.more {
         // The broker cut the answer to its size budget.
         text.push_str("\n\n(more messages are waiting: call recv again)");
@@ -140,8 +141,9 @@ fn recv(h: &HyperhiveTools, c: Recv, ctx: &CallCtx) -> Handled {
     Ok(ToolOutcome::OkThen(text, Box::new(confirm)))
 }
 
-/// Messages as the model reads them, one `#ID from SENDER (KIND): BODY` each.
-pub fn render(messages: &[Message]) -> String {
+/// Messages as the model reads them, one `#ID from SENDER (KIND): BODY` each;
+/// a long reminder's text goes to a file in `state_dir` (`reminder_file`).
+pub fn render(messages: &[Message], state_dir: Option<&Path>) -> String {
     messages
         .iter()
         .map(|m| {
@@ -149,7 +151,8 @@ pub fn render(messages: &[Message]) -> String {
                 .in_reply_to
                 .map(|i| format!(", in reply to #{i}"))
                 .unwrap_or_default();
-            format!("#{} from {} ({}{reply}): {}", m.id, m.from, m.kind, m.body)
+            let body = reminder_file::for_model(state_dir, m);
+            format!("#{} from {} ({}{reply}): {body}", m.id, m.from, m.kind)
         })
         .collect::<Vec<_>>()
         .join("\n")
