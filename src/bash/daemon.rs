@@ -58,6 +58,31 @@ impl DaemonSettings {
     }
 }
 
+/// Where an agent's task daemon runs, as `HIVE_BASH_DAEMON` says to `hive serve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Inside `hive serve` (the default): its tasks end with the harness.
+    Embedded,
+    /// On its own (`hive bash-daemon`, started by `hive up` or a unit of its
+    /// own): `hive serve` starts none, and tasks outlive the harness.
+    External,
+}
+
+impl Placement {
+    /// `HIVE_BASH_DAEMON`: unset or `embedded`, or `external`.
+    pub fn read(env: &Env) -> Result<Placement, String> {
+        match env.get("HIVE_BASH_DAEMON").as_deref().map(str::trim) {
+            None | Some("") | Some("embedded") => Ok(Placement::Embedded),
+            Some("external") => Ok(Placement::External),
+            Some(v) => Err(format!(
+                "HIVE_BASH_DAEMON={:?} is not one of embedded, external (external: the \
+                 bash-task daemon runs as `hive bash-daemon` on its own)",
+                v.chars().take(40).collect::<String>()
+            )),
+        }
+    }
+}
+
 /// The directory of task records and output under a state dir.
 pub fn tasks_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("harness").join("bash-tasks")

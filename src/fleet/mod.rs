@@ -4,9 +4,12 @@
 //! (`logfile.rs`). The data dir holds everything: `DATA/broker.db` (the broker's
 //! state dir is DATA, so reminder spill files land in `DATA/agents/NAME/reminders`),
 //! `DATA/run/` (sockets), `DATA/agents/NAME/{state,run,claude}` and
-//! `DATA/logs/NAME.log`. Each agent runs in a sandbox that hides all of that but
-//! its own dirs (`isolation.rs`, `sandbox.rs`). Documented in `docs/fleet.md`.
+//! `DATA/logs/NAME.log`; each agent's bash-task daemon is a child of its own
+//! (`bashd.rs`, logged to `DATA/logs/NAME-bash.log`). Each agent runs in a
+//! sandbox that hides all of that but its own dirs (`isolation.rs`,
+//! `sandbox.rs`). Documented in `docs/fleet.md`.
 
+pub mod bashd;
 pub mod dashboard;
 pub mod isolation;
 pub mod logfile;
@@ -158,6 +161,7 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), String> {
         cfg.clone(),
         broker.hub(),
         broker.stopped_agents(),
+        bashd::BashSup::start(&settings)?,
     );
     let sup_thread = std::thread::Builder::new()
         .name("supervisor".into())
