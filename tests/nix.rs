@@ -49,6 +49,8 @@ fn every_nix_file_parses() {
         "host.nix",
         "package.nix",
         "tests.nix",
+        "bash-unit.nix",
+        "tests-bash.nix",
     ] {
         assert!(
             files.iter().any(|f| f.ends_with(want)),
@@ -96,6 +98,13 @@ fn the_mapping_and_the_assertions_hold() {
 #[test]
 fn the_modules_wire_options_into_units_and_files() {
     no_failures("tests-modules.nix");
+}
+
+/// bash-unit.nix: the agent's bash-task daemon as a unit of its own, with the
+/// agent's user, environment and socket, wanted by the agent's unit.
+#[test]
+fn the_bash_daemon_has_a_unit_of_its_own() {
+    no_failures("tests-bash.nix");
 }
 
 /// Every variable `agentEnv` sets for a fully populated agent is read by hive
