@@ -148,6 +148,13 @@ fn a_task_outlives_restart_update_and_a_crash_and_wakes_the_agent_after() {
     let log = up.data().join("logs/ruth-bash.log");
     let logged = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(logged.contains(&format!("task {id} started")), "{logged}");
+    // The harness started no daemon of its own.
+    let harness = std::fs::read_to_string(up.data().join("logs/ruth.log")).unwrap();
+    assert!(
+        harness.contains("the bash-task daemon runs on its own (HIVE_BASH_DAEMON=external)"),
+        "{harness}"
+    );
+    assert!(!harness.contains("bash task daemon listening"), "{harness}");
 
     // A restart of the harness leaves the daemon and the task alone.
     let pid = up.wait_running("ruth");
@@ -295,4 +302,30 @@ fn a_crashed_daemon_is_restarted_and_the_agent_hears_of_its_lost_task() {
     up.wait_prompt("ruth", &format!("bash task {id} finished: interrupted"), 1);
     // The harness was not touched.
     assert_eq!(up.state("ruth").unwrap().restarts, 0);
+}
+
+#[test]
+fn hive_serve_refuses_a_bad_placement_naming_it() {
+    let dir = common::hive::TempDir::new("placement");
+    let state = dir.path().join("state");
+    let run = dir.path().join("run");
+    let (code, out, err) = run_hive(
+        &[
+            "serve",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--run-dir",
+            run.to_str().unwrap(),
+        ],
+        None,
+        &[
+            ("HIVE_BASH_DAEMON", "beside"),
+            ("HIVE_SOCKET", run.join("none.sock").to_str().unwrap()),
+        ],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("HIVE_BASH_DAEMON=\"beside\" is not one of embedded, external"),
+        "{err}"
+    );
 }

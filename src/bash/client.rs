@@ -61,8 +61,9 @@ pub fn call<T: DeserializeOwned + Send + 'static>(
     let mut conn = Conn::connect(socket, PEER).map_err(|e| {
         CallError::NoDaemon(format!(
             "the bash task daemon is not running: cannot connect to {} ({e}). It runs \
-             inside `hive serve` (or as `hive bash-daemon`); check that the harness is up \
-             and that HIVE_BASH_SOCKET points at its socket.",
+             as `hive bash-daemon` next to the harness (under `hive up`, or its own unit), \
+             or inside `hive serve`; check that it is up (its log: NAME-bash.log under \
+             hive up) and that HIVE_BASH_SOCKET points at its socket.",
             socket.display()
         ))
     })?;

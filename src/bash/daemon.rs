@@ -321,3 +321,26 @@ pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
 pub fn socket_or_env(flag: Option<PathBuf>) -> PathBuf {
     flag.unwrap_or_else(|| Env::process().path_or("HIVE_BASH_SOCKET", paths::DEFAULT_BASH_SOCKET))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_placement_is_embedded_unless_told_external_and_a_bad_value_says_why() {
+        let read = |v: Option<&str>| {
+            let value = v.map(str::to_string);
+            let lookup = move |k: &str| (k == "HIVE_BASH_DAEMON").then(|| value.clone()).flatten();
+            Placement::read(&Env::new(&lookup))
+        };
+        assert_eq!(read(None), Ok(Placement::Embedded));
+        assert_eq!(read(Some("")), Ok(Placement::Embedded));
+        assert_eq!(read(Some("embedded")), Ok(Placement::Embedded));
+        assert_eq!(read(Some(" external ")), Ok(Placement::External));
+        let e = read(Some("apart")).unwrap_err();
+        assert!(
+            e.contains("HIVE_BASH_DAEMON=\"apart\"") && e.contains("embedded, external"),
+            "{e}"
+        );
+    }
+}
