@@ -109,8 +109,8 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     };
     let web =
         crate::web::WebConfig::from_env().and_then(|cfg| crate::web::start(shared.clone(), cfg))?;
-    let _forge = super::forge::ForgeSettings::from_env(&s.state_dir, &s.socket, &s.label)
-        .map(super::forge::start)?;
+    let _forge = super::forge::ForgeSettings::from_env(&s.state_dir, &s.socket, &s.label)?
+        .and_then(super::forge::start);
     let poller = Poller::start(
         s.socket.clone(),
         s.poll_wait_secs,
