@@ -182,3 +182,62 @@ fn an_empty_forge_url_switches_forge_notifications_off() {
         "the default URL"
     );
 }
+
+fn stats_rows(h: &Harness) -> Vec<(String, String)> {
+    let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
+    let mut st = db
+        .prepare("SELECT kind, outcome FROM turns ORDER BY id")
+        .unwrap();
+    st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// K9: the checkpoint turn and the `/compact` after a turn past the watermark
+/// are best effort: both failing costs the message nothing (acked once, not
+/// retried, no dead letter, no failure notice), and the next message runs.
+#[test]
+fn a_failed_proactive_checkpoint_and_compact_never_fail_the_turn() {
+    let b = Broker::start(&["ana"]);
+    let h = Harness::start(&b, "ana", &[]);
+    h.fake.wait_count(1);
+    common::hive::wait_drained(&b, "ana");
+    h.fake.step(2, "ok_turn big 160000");
+    // The checkpoint crashes; the /compact after it fails.
+    h.fake.step(3, "init; echo boom >&2; exit 3");
+    h.fake
+        .step(4, "compact_failed \"Compaction failed: the API said no\"");
+    common::hive::operator_send(&b, "ana", "grow");
+    h.fake.wait_count(4);
+    common::hive::wait_drained(&b, "ana");
+    assert!(
+        h.fake.stdin(3).contains("Checkpoint"),
+        "{}",
+        h.fake.stdin(3)
+    );
+    assert_eq!(h.fake.stdin(4).trim(), "/compact");
+    common::hive::operator_send(&b, "ana", "after");
+    h.fake.wait_count(5);
+    common::hive::wait_drained(&b, "ana");
+    assert!(h.fake.stdin(5).contains("after"), "{}", h.fake.stdin(5));
+    assert_eq!(
+        (1..=h.fake.count())
+            .filter(|n| h.fake.stdin(*n).contains("grow"))
+            .count(),
+        1,
+        "the message was not retried"
+    );
+    let row = common::hive::agent_row(&b, "ana");
+    assert_eq!((row.turns_ok, row.turns_failed), (3, 0), "{row:?}");
+    assert!(
+        common::hive::operator_inbox(&b).is_empty(),
+        "no failure notice: {:?}",
+        common::hive::operator_inbox(&b)
+    );
+    let rows = stats_rows(&h);
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert_ne!(rows[2].1, "ok", "the checkpoint failed: {rows:?}");
+    assert_ne!(rows[3].1, "ok", "the compact failed: {rows:?}");
+    assert_eq!(rows[4].1, "ok", "{rows:?}");
+}
