@@ -329,3 +329,66 @@ fn hive_serve_refuses_a_bad_placement_naming_it() {
         "{err}"
     );
 }
+
+const TWO: &str = r#"{"agents": [
+  {"name": "ana", "env": {"FAKE_CLAUDE_DIR": "@FAKE(ana)"}},
+  {"name": "bob", "env": {"FAKE_CLAUDE_DIR": "@FAKE(bob)"}}
+]}"#;
+
+/// From inside the harness (claude's turn, in the agent's sandbox when
+/// agents are isolated) the daemon's socket is reached, and a task sees the
+/// data dir as claude does: only the agent's own dirs when isolated.
+#[test]
+fn claude_reaches_the_daemon_and_a_task_sees_what_claude_sees() {
+    let up = Up::start(TWO, &["ana", "bob"]);
+    up.wait_prompt("ana", KICK, 1);
+    let isolated = up.log().contains("hive up: agents are isolated");
+    eprintln!("agents isolated: {isolated}");
+    let agents = up.data().join("agents");
+    let fake = up.fake("ana");
+    let step = format!(
+        r#"ls {agents} > "$dir/claude-view" 2>&1
+python3 - > "$dir/task-answer" 2>&1 <<'PY'
+import json, os, socket
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["HIVE_BASH_SOCKET"])
+s.sendall(json.dumps({{"op": "run", "cmd": "ls {agents}", "wait_seconds": 20}}).encode() + b"\n")
+line = b""
+while not line.endswith(b"\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    line += chunk
+print(line.decode())
+PY
+ok_turn "done"
+"#,
+        agents = agents.display()
+    );
+    std::fs::write(fake.dir.join("default.sh"), step).unwrap();
+    let mut host = up.host();
+    let _sent = host
+        .call(&hyperhive::proto::cmd::Send {
+            to: "ana".into(),
+            body: "look around".into(),
+            in_reply_to: None,
+        })
+        .unwrap();
+    up.wait_prompt("ana", "look around", 1);
+    let answer = wait_for(Duration::from_secs(30), "the task's answer", || {
+        let a = std::fs::read_to_string(fake.dir.join("task-answer")).ok()?;
+        (!a.is_empty()).then_some(a)
+    });
+    let reply: serde_json::Value =
+        serde_json::from_str(answer.trim()).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert_eq!(reply["ok"], true, "{answer}");
+    assert_eq!(reply["task"]["exit_code"], 0, "{answer}");
+    let task_view = reply["task"]["stdout_tail"].as_str().unwrap().to_string();
+    let claude_view = std::fs::read_to_string(fake.dir.join("claude-view")).unwrap();
+    assert_eq!(task_view, claude_view);
+    if isolated {
+        assert_eq!(claude_view.trim(), "ana", "bob is hidden from ana");
+    } else {
+        assert!(claude_view.contains("bob"), "{claude_view}");
+    }
+}
