@@ -183,6 +183,12 @@ fn a_task_outlives_restart_update_and_a_crash_and_wakes_the_agent_after() {
         task_pids,
         "the same task process runs on"
     );
+    // Busy, the daemon was not moved onto the new binary.
+    wait_for(Duration::from_secs(30), "the daemon to decline", || {
+        up.log()
+            .contains("the bash-task daemon of ruth keeps its binary and config: 1 task(s) run")
+            .then_some(())
+    });
 
     // The harness crashes; the task ends while it is down.
     let pid = up.wait_running("ruth");
@@ -216,6 +222,9 @@ fn a_task_outlives_restart_update_and_a_crash_and_wakes_the_agent_after() {
         0
     );
 
+    // One daemon all along, through restart, update and crash.
+    assert_eq!(daemon_pids(&up), vec![daemon], "{}", up.log());
+
     lifecycle(&up, "start");
     up.wait_running("ruth");
     up.wait_prompt(
@@ -223,8 +232,29 @@ fn a_task_outlives_restart_update_and_a_crash_and_wakes_the_agent_after() {
         &format!("bash task {id} finished: done, exit code 0"),
         1,
     );
-    // One daemon all along.
-    assert_eq!(daemon_pids(&up), vec![daemon], "{}", up.log());
+    // Idle now, the daemon moves onto the binary the update brought, and
+    // answers again.
+    let pids = wait_for(Duration::from_secs(30), "the daemon to retire", || {
+        let p = daemon_pids(&up);
+        (p.len() == 2).then_some(p)
+    });
+    assert_eq!(pids[0], daemon);
+    let log = up.log();
+    assert!(
+        log.contains("the bash-task daemon of ruth had no task: restarting it")
+            || log.contains("the bash-task daemon of ruth retired; starting it anew"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("the bash-task daemon of ruth exited"),
+        "{log}"
+    );
+    let r = wait_for(Duration::from_secs(30), "the new daemon", || {
+        status(&up, &id).ok()
+    });
+    assert_eq!(r.task.status, TaskStatus::Done);
+    let again = start_task(&up, "sleep 1");
+    assert_eq!(status(&up, &again).unwrap().task.id, again);
 }
 
 #[test]

@@ -71,7 +71,7 @@ pub fn call<T: DeserializeOwned + Send + 'static>(
         Request::Run { wait_seconds, .. } | Request::Status { wait_seconds, .. } => {
             wait_seconds.unwrap_or(0).min(MAX_WAIT_SECS)
         }
-        Request::List {} => 0,
+        Request::List {} | Request::Retire {} => 0,
     };
     conn.set_read_timeout(Some(Duration::from_secs(wait) + ANSWER_MARGIN))
         .map_err(|e| CallError::Io(format!("talking to the bash task daemon: {e}")))?;

@@ -12,12 +12,19 @@
 //! alone. A daemon that exits by itself is restarted with the agents' capped
 //! backoff. Its one `select!` waits on those commands, on the daemons' exits
 //! (`wait-NAME-bash` reports, this thread reaps) and on the nearest deadline (a
-//! restart, a stop's grace running out). Shaped like the Matrix bridge's
-//! supervision.
+//! restart, a stop's grace running out) and the answers of `retire`. When an
+//! agent starts onto another binary or config than its running daemon has
+//! (`hive update`, an approved change), the daemon is asked to `retire`: it
+//! exits only when no task runs, and is started again at once onto the new
+//! ones; with tasks running it goes on as it is, until it next starts. The
+//! call runs on a short thread of its own (`bash-retire`), so this loop never
+//! waits on a socket. Shaped like the Matrix bridge's supervision.
 
 use super::logfile::{self, LogFile};
 use super::supervisor::backoff;
 use super::UpSettings;
+use crate::bash::client;
+use crate::bash::proto::{Request, RetireReply};
 use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, never, select, unbounded, Receiver, Sender};
 use std::collections::BTreeMap;
@@ -34,7 +41,7 @@ pub const PLACEMENT_VAR: &str = "HIVE_BASH_DAEMON";
 
 /// How a process of an agent is started: the same for its `hive serve` and
 /// its `hive bash-daemon`, so both run with one environment and one view.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AgentLaunch {
     /// The `hive` binary.
     pub exe: PathBuf,
@@ -80,11 +87,14 @@ impl AgentLaunch {
 /// What the supervisor tells `bash-sup`.
 pub enum BashCmd {
     /// Agent `name` runs: keep its daemon running (start it now if it does
-    /// not run), from now on started with `launch` on the state dir `state`.
+    /// not run), from now on started with `launch` on the state dir `state`,
+    /// listening on `socket`; a running one on another binary or launch is
+    /// asked to retire.
     Keep {
         name: String,
         launch: AgentLaunch,
         state: PathBuf,
+        socket: PathBuf,
     },
     /// Agent `name` is stopped for good: stop its daemon (and so its tasks).
     Stop { name: String },
@@ -155,9 +165,29 @@ enum Phase {
     Backoff(Instant),
 }
 
+/// Identity of the `hive` binary on disk: a rebuild changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BinId {
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+}
+
+fn bin_id(path: &std::path::Path) -> Option<BinId> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(BinId {
+        modified: m.modified().ok(),
+        len: m.len(),
+    })
+}
+
 struct Daemon {
     launch: AgentLaunch,
     state: PathBuf,
+    socket: PathBuf,
+    /// What the running daemon was started with.
+    started_with: Option<(AgentLaunch, Option<BinId>)>,
+    /// A `retire` call is out.
+    retiring: bool,
     log: Arc<Mutex<LogFile>>,
     phase: Phase,
     /// The agent runs, so the daemon should.
@@ -172,21 +202,33 @@ struct Exited {
     pid: u32,
 }
 
+/// The answer of the daemon of agent `name` with pid `pid` to `retire`.
+struct Retired {
+    name: String,
+    pid: u32,
+    answer: Result<RetireReply, String>,
+}
+
 struct Sup {
     s: UpSettings,
     daemons: BTreeMap<String, Daemon>,
     exited_tx: Sender<Exited>,
     exited: Receiver<Exited>,
+    retired_tx: Sender<Retired>,
+    retired: Receiver<Retired>,
 }
 
 impl Sup {
     fn new(s: UpSettings) -> Sup {
         let (exited_tx, exited) = unbounded();
+        let (retired_tx, retired) = unbounded();
         Sup {
             s,
             daemons: BTreeMap::new(),
             exited_tx,
             exited,
+            retired_tx,
+            retired,
         }
     }
 
@@ -201,6 +243,11 @@ impl Sup {
                 recv(self.exited) -> e => {
                     if let Ok(e) = e {
                         self.on_exited(&e);
+                    }
+                }
+                recv(self.retired) -> r => {
+                    if let Ok(r) = r {
+                        self.on_retired(r);
                     }
                 }
                 recv(timer) -> _ => self.on_deadlines(),
@@ -225,11 +272,13 @@ impl Sup {
                 name,
                 launch,
                 state,
+                socket,
             } => {
                 let d = match self.daemons.get_mut(&name) {
                     Some(d) => {
                         d.launch = launch;
                         d.state = state;
+                        d.socket = socket;
                         d
                     }
                     None => {
@@ -241,6 +290,9 @@ impl Sup {
                         self.daemons.entry(name.clone()).or_insert(Daemon {
                             launch,
                             state,
+                            socket,
+                            started_with: None,
+                            retiring: false,
                             log: Arc::new(Mutex::new(log)),
                             phase: Phase::Stopped,
                             wanted: true,
@@ -251,9 +303,23 @@ impl Sup {
                 };
                 d.wanted = true;
                 // A daemon in backoff keeps its wait; a stopping one starts
-                // again once it has exited.
-                if matches!(d.phase, Phase::Stopped) {
-                    self.spawn(&name);
+                // again once it has exited; a running one on another binary
+                // or launch is asked to retire.
+                match &d.phase {
+                    Phase::Stopped => self.spawn(&name),
+                    Phase::Running(child) => {
+                        let now = (d.launch.clone(), bin_id(&d.launch.exe));
+                        if d.started_with.as_ref() != Some(&now) && !d.retiring {
+                            let pid = child.id();
+                            d.retiring = ask_to_retire(
+                                &name,
+                                pid,
+                                d.socket.clone(),
+                                self.retired_tx.clone(),
+                            );
+                        }
+                    }
+                    _ => {}
                 }
             }
             BashCmd::Stop { name } => self.stop(&name),
@@ -281,6 +347,41 @@ impl Sup {
         };
     }
 
+    /// A running daemon answered `retire`: retired, it is exiting and starts
+    /// again at once onto the current binary and launch; else it goes on.
+    fn on_retired(&mut self, r: Retired) {
+        let grace = self.s.stop_grace;
+        let Some(d) = self.daemons.get_mut(&r.name) else {
+            return;
+        };
+        d.retiring = false;
+        let name = &r.name;
+        match r.answer {
+            Ok(RetireReply { retired: true, .. }) => {
+                if !matches!(&d.phase, Phase::Running(c) if c.id() == r.pid) {
+                    return;
+                }
+                log::info!(
+                    "the bash-task daemon of {name} had no task: restarting it onto the \
+                     current binary and config"
+                );
+                if let Phase::Running(child) = std::mem::replace(&mut d.phase, Phase::Stopped) {
+                    d.phase = Phase::Stopping {
+                        child,
+                        kill_at: Some(Instant::now() + grace),
+                    };
+                }
+            }
+            Ok(RetireReply { running, .. }) => log::info!(
+                "the bash-task daemon of {name} keeps its binary and config: {running} task(s) \
+                 run; it takes the new ones when it next starts"
+            ),
+            Err(e) => log::warn!(
+                "the bash-task daemon of {name} keeps its binary and config (retire: {e})"
+            ),
+        }
+    }
+
     fn spawn(&mut self, name: &str) {
         let wait = self.backoff(name);
         let exited = self.exited_tx.clone();
@@ -303,6 +404,8 @@ impl Sup {
                     return;
                 }
                 log::info!("started the bash-task daemon of {name} (pid {pid})");
+                d.started_with = Some((d.launch.clone(), bin_id(&d.launch.exe)));
+                d.retiring = false;
                 d.phase = Phase::Running(child);
                 d.started = Some(Instant::now());
             }
@@ -331,13 +434,20 @@ impl Sup {
             Phase::Running(c) | Phase::Stopping { child: c, .. } if c.id() == e.pid => c,
             _ => return,
         };
-        let status = match child.try_wait() {
-            Ok(Some(st)) => st.to_string(),
+        let (status, clean) = match child.try_wait() {
+            Ok(Some(st)) => (st.to_string(), st.success()),
             Ok(None) => return,
-            Err(err) => format!("lost: {err}"),
+            Err(err) => (format!("lost: {err}"), false),
         };
         let name = &e.name;
         match std::mem::replace(&mut d.phase, Phase::Stopped) {
+            // It retired (its exit came before the answer): start it anew.
+            Phase::Running(_) if d.retiring && clean => {
+                log::info!("the bash-task daemon of {name} retired; starting it anew");
+                d.retiring = false;
+                let name = name.clone();
+                self.spawn(&name);
+            }
             Phase::Running(_) => {
                 let up = d.started.map_or(Duration::ZERO, |t| t.elapsed());
                 if up >= stable {
@@ -418,6 +528,35 @@ impl Sup {
             }
         }
         // Dropping what is left kills and reaps it.
+    }
+}
+
+/// Asks the daemon of agent `name` (pid `pid`) on `socket` to retire, on a
+/// thread of its own; the answer goes to `tx`. False when the thread could not
+/// be started (the daemon goes on as it is).
+fn ask_to_retire(name: &str, pid: u32, socket: PathBuf, tx: Sender<Retired>) -> bool {
+    let who = name.to_string();
+    let spawned = std::thread::Builder::new()
+        .name("bash-retire".into())
+        .spawn(move || {
+            let answer = client::call::<RetireReply>(
+                &socket,
+                &Request::Retire {},
+                &crossbeam_channel::never(),
+            )
+            .map_err(|e| e.to_string());
+            let _ = tx.send(Retired {
+                name: who,
+                pid,
+                answer,
+            });
+        });
+    match spawned {
+        Ok(_) => true,
+        Err(e) => {
+            log::warn!("cannot ask the bash-task daemon of {name} to retire: {e}");
+            false
+        }
     }
 }
 

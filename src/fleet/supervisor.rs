@@ -613,6 +613,7 @@ impl Supervisor {
             name: name.to_string(),
             launch,
             state: state.clone(),
+            socket: run.join("bash.sock"),
         });
         let bin = bin_id(&self.s.exe);
         let mut child = ProcessGroup::spawn(&mut cmd)
