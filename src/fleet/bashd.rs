@@ -23,10 +23,10 @@
 use super::logfile::{self, LogFile};
 use super::supervisor::backoff;
 use super::UpSettings;
-use crate::bash::client;
-use crate::bash::proto::{Request, RetireReply};
+use crate::proto::lines::{self, Conn};
 use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, never, select, unbounded, Receiver, Sender};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -531,6 +531,31 @@ impl Sup {
     }
 }
 
+/// The daemon's answer to `{"op":"retire"}` (`bash::proto::RetireReply`,
+/// read here on the shared transport: `fleet` sits above `bash` in the
+/// layers, so it speaks the one line itself).
+#[derive(Debug, Deserialize)]
+struct RetireReply {
+    retired: bool,
+    #[serde(default)]
+    running: usize,
+}
+
+/// The line `bash::proto::Request::Retire` is on the wire.
+const RETIRE: &str = r#"{"op":"retire"}"#;
+
+/// Sends `retire` to the daemon on `socket` and reads its answer.
+fn retire(socket: &std::path::Path) -> Result<RetireReply, String> {
+    const PEER: &str = "the bash task daemon";
+    let mut conn = Conn::connect(socket, PEER).map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let answer = conn
+        .exchange(RETIRE, "retire", None)
+        .map_err(|e| e.to_string())?;
+    lines::decode(&answer, PEER, "retire").map_err(|e| e.to_string())
+}
+
 /// Asks the daemon of agent `name` (pid `pid`) on `socket` to retire, on a
 /// thread of its own; the answer goes to `tx`. False when the thread could not
 /// be started (the daemon goes on as it is).
@@ -539,12 +564,7 @@ fn ask_to_retire(name: &str, pid: u32, socket: PathBuf, tx: Sender<Retired>) -> 
     let spawned = std::thread::Builder::new()
         .name("bash-retire".into())
         .spawn(move || {
-            let answer = client::call::<RetireReply>(
-                &socket,
-                &Request::Retire {},
-                &crossbeam_channel::never(),
-            )
-            .map_err(|e| e.to_string());
+            let answer = retire(&socket);
             let _ = tx.send(Retired {
                 name: who,
                 pid,
