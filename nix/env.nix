@@ -153,12 +153,14 @@ rec {
       HIVE_CLAUDE_MARKETPLACES = commaList cfg.claudeMarketplaces;
       HIVE_CLAUDE_PLUGINS = commaList cfg.claudePlugins;
       HIVE_CLAUDE_PLUGINS_AUTO_UPDATE = boolStr cfg.claudePluginsAutoUpdate;
+      # Set even when "": an empty URL switches forge notifications off (unset,
+      # hive would use its default URL).
+      HIVE_FORGE_URL = cfg.forge.url;
     }
     // opt (cfg.model != null) { HIVE_DEFAULT_MODEL = cfg.model; }
     // opt (cfg.icon != null) { HIVE_ICON = toString cfg.icon; }
     // opt (cfg.staticDir != null) { HIVE_STATIC_DIR = toString cfg.staticDir; }
     // opt (cfg.frontend.dist != null) { HIVE_WEB_DIST = toString cfg.frontend.dist; }
-    // opt (cfg.forge.url != "") { HIVE_FORGE_URL = cfg.forge.url; }
     // opt (cfg.matrix.url != "") { HIVE_MATRIX_URL = cfg.matrix.url; }
     // opt cfg.cargo.shortMessages { HIVE_BASH_ENV = "/etc/hyperhive/bash-env.sh"; }
     // opt ((cfg.hiveName or null) != null) { HIVE_HIVE_NAME = cfg.hiveName; }

@@ -71,6 +71,9 @@ let
   d = env.defaults;
 in
 {
+  # The bash-task daemon's own unit (hyperhive-bash.service).
+  imports = [ ./bash-unit.nix ];
+
   options.hyperhive = {
     enable = mkEnableOption "the hyperhive agent harness (hive serve)";
 
@@ -321,7 +324,8 @@ in
         ExecStart = "${cfg.package}/bin/hive serve --state-dir ${cfg.stateDir} --run-dir /run/hyperhive-agent";
         User = cfg.user.name;
         Group = cfg.user.name;
-        RuntimeDirectory = [ "hyperhive-agent" "hive-bash" ];
+        # /run/hive-bash is the bash-task daemon's (bash-unit.nix).
+        RuntimeDirectory = [ "hyperhive-agent" ];
         WorkingDirectory = cfg.stateDir;
         Restart = "always";
         RestartSec = 2;

@@ -281,7 +281,7 @@ tool inputs and outputs, which may contain secrets.",
     },
     CommandHelp {
         name: "bash-daemon",
-        summary: "run the background bash task daemon alone (hive serve embeds it)",
+        summary: "run an agent's background bash task daemon on its own (hive up and the units do; a plain hive serve embeds it)",
         usage: "hive bash-daemon [--state-dir DIR] [--socket PATH] [--agent-socket PATH] [--bash-env FILE]
 
   --state-dir DIR     tasks run here; records and output in DIR/harness/bash-tasks

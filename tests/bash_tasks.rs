@@ -536,3 +536,57 @@ fn a_wake_missed_while_the_broker_is_down_arrives_when_it_is_back() {
     assert_eq!(wake.from, format!("bash-task-{id}"));
     assert!(wake.body.contains("while-you-were-out"), "{}", wake.body);
 }
+
+/// `retire` (what `hive up` asks after an update): a daemon with a running task
+/// declines and keeps it; an idle one exits by itself, cleanly, its socket
+/// gone, and a daemon started again finds every record.
+#[test]
+fn retire_is_declined_while_a_task_runs_and_ends_an_idle_daemon() {
+    use hyperhive::bash::client::call;
+    use hyperhive::bash::proto::{Request, RetireReply};
+    let broker = Broker::start(&["ana"]);
+    let mut daemon = Daemon::start(&broker.agent_socket("ana"));
+    let mut mcp = daemon.mcp();
+    let gate = daemon.state().join("go");
+    let (text, _) = mcp.call(
+        "run",
+        json!({"cmd": format!("while [ ! -e {} ]; do sleep 0.05; done", gate.display()), "wait_seconds": 0}),
+    );
+    let id = started_id(&text);
+    let never = crossbeam_channel::never();
+    let r: RetireReply = call(&daemon.socket(), &Request::Retire {}, &never).unwrap();
+    assert_eq!(
+        r,
+        RetireReply {
+            retired: false,
+            running: 1
+        }
+    );
+    assert_eq!(daemon.record(&id)["status"], "running");
+    std::fs::write(&gate, "").unwrap();
+    wait_for(Duration::from_secs(20), "the task to end", || {
+        (daemon.record(&id)["status"] == "done").then_some(())
+    });
+    let r: RetireReply = call(&daemon.socket(), &Request::Retire {}, &never).unwrap();
+    assert_eq!(
+        r,
+        RetireReply {
+            retired: true,
+            running: 0
+        }
+    );
+    let mut child = daemon.child.take().unwrap();
+    let status = wait_for(Duration::from_secs(20), "the daemon to exit", || {
+        child.try_wait().ok().flatten()
+    });
+    assert!(status.success(), "{status}: {}", daemon.log());
+    assert!(!daemon.socket().exists(), "the socket is removed");
+    assert!(daemon.log().contains("retired"), "{}", daemon.log());
+    daemon.spawn();
+    let (text, _) = mcp_status(&daemon, &id);
+    assert!(text.contains(&format!("task {id}: done")), "{text}");
+}
+
+fn mcp_status(daemon: &Daemon, id: &str) -> (String, bool) {
+    daemon.mcp().call("status", json!({"id": id}))
+}

@@ -49,6 +49,9 @@ fn every_nix_file_parses() {
         "host.nix",
         "package.nix",
         "tests.nix",
+        "bash-unit.nix",
+        "tests-bash.nix",
+        "tests-small.nix",
     ] {
         assert!(
             files.iter().any(|f| f.ends_with(want)),
@@ -96,6 +99,21 @@ fn the_mapping_and_the_assertions_hold() {
 #[test]
 fn the_modules_wire_options_into_units_and_files() {
     no_failures("tests-modules.nix");
+}
+
+/// bash-unit.nix: the agent's bash-task daemon as a unit of its own, with the
+/// agent's user, environment and socket, wanted by the agent's unit.
+#[test]
+fn the_bash_daemon_has_a_unit_of_its_own() {
+    no_failures("tests-bash.nix");
+}
+
+/// The audit's untested nix rows: the package (and `hive wake`) on the PATH,
+/// claudePluginsAutoUpdate, and `forge.url = ""` reaching hive as an empty
+/// HIVE_FORGE_URL.
+#[test]
+fn the_small_wiring_the_audit_found_untested_holds() {
+    no_failures("tests-small.nix");
 }
 
 /// Every variable `agentEnv` sets for a fully populated agent is read by hive

@@ -15,6 +15,7 @@ const UNITS: &[&str] = &[
     "hive-up.service",
     "hive-agent@.service",
     "hive-matrix-bridge.service",
+    "hive-bash@.service",
 ];
 
 fn unit_text(name: &str) -> String {
@@ -58,6 +59,63 @@ fn every_unit_is_hardened() {
         );
     }
     assert!(unit_text("hive-broker.service").contains("RestrictAddressFamilies=AF_UNIX\n"));
+}
+
+/// The bash-task daemon is a unit of its own that the agent's unit wants but
+/// does not take down: the harness starts no daemon of its own, both name
+/// the same socket, which lives in the daemon unit's runtime dir (an agent's
+/// restart removes its own runtime dir, not the socket).
+#[test]
+fn the_bash_daemon_is_a_unit_of_its_own_on_the_agents_socket() {
+    let agent = unit_text("hive-agent@.service");
+    let bash = unit_text("hive-bash@.service");
+    let value = |text: &str, key: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(key))
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(
+        value(&agent, "Wants=")
+            .iter()
+            .any(|w| w.contains("hive-bash@%i.service")),
+        "{agent}"
+    );
+    assert!(value(&agent, "After=")[0].contains("hive-bash@%i.service"));
+    // One private /tmp for claude and the tasks.
+    assert_eq!(value(&agent, "JoinsNamespaceOf="), ["hive-bash@%i.service"]);
+    assert_eq!(value(&bash, "PrivateTmp="), value(&agent, "PrivateTmp="));
+    for forbidden in ["BindsTo=", "PartOf=", "Requires="] {
+        assert!(
+            !agent.contains(forbidden),
+            "a restart would take tasks down"
+        );
+    }
+    assert_eq!(
+        value(&agent, "Environment=HIVE_BASH_DAEMON="),
+        ["external"],
+        "hive serve must not start a daemon of its own"
+    );
+    let socket = value(&agent, "Environment=HIVE_BASH_SOCKET=");
+    assert_eq!(socket, value(&bash, "Environment=HIVE_BASH_SOCKET="));
+    assert_eq!(socket, ["/run/hive-bash-%i/socket"]);
+    assert_eq!(value(&bash, "RuntimeDirectory="), ["hive-bash-%i"]);
+    assert_eq!(
+        value(&bash, "ExecStart="),
+        ["/usr/local/bin/hive bash-daemon --state-dir /var/lib/hyperhive-agents/%i"]
+    );
+    // The agent's user, environment and working directory.
+    for key in [
+        "User=",
+        "Group=",
+        "EnvironmentFile=",
+        "WorkingDirectory=",
+        "Environment=HIVE_SOCKET=",
+        "Environment=HIVE_LABEL=",
+        "Environment=HOME=",
+    ] {
+        assert_eq!(value(&agent, key), value(&bash, key), "{key}");
+    }
 }
 
 #[test]

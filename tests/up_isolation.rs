@@ -293,8 +293,15 @@ fn an_unprivileged_hive_up_confines_its_agents_with_user_namespaces() {
     wait_for(
         Duration::from_secs(10),
         "the sandbox, its PID 1 and hive serve (and nothing else) with ana's state dir",
-        || (sandbox_processes(&up, "ana") == 3).then_some(()),
+        || (sandbox_processes(&up, "ana", "serve") == 3).then_some(()),
     );
+    // The bash-task daemon has a sandbox of its own, the same view.
+    wait_for(
+        Duration::from_secs(10),
+        "the daemon's sandbox, its PID 1 and hive bash-daemon",
+        || (sandbox_processes(&up, "ana", "bash-daemon") == 3).then_some(()),
+    );
+    let daemon = sandbox_pids(&up, "ana", "bash-daemon");
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     wait_for(Duration::from_secs(30), "ana to come back", || {
         let s = up.state("ana")?;
@@ -304,8 +311,10 @@ fn an_unprivileged_hive_up_confines_its_agents_with_user_namespaces() {
     wait_for(
         Duration::from_secs(10),
         "the old sandbox to be gone",
-        || (sandbox_processes(&up, "ana") == 3).then_some(()),
+        || (sandbox_processes(&up, "ana", "serve") == 3).then_some(()),
     );
+    // The harness's crash did not touch its bash-task daemon.
+    assert_eq!(sandbox_pids(&up, "ana", "bash-daemon"), daemon);
     let pids: Vec<u32> = up.states().iter().filter_map(|s| s.pid).collect();
     let status = up.terminate();
     assert!(status.success(), "{status}: {}", up.log());
@@ -318,22 +327,33 @@ fn an_unprivileged_hive_up_confines_its_agents_with_user_namespaces() {
     wait_for(
         Duration::from_secs(10),
         "ana's processes to be gone",
-        || (sandbox_processes(&up, "ana") == 0).then_some(()),
+        || (sandbox_processes(&up, "ana", "") == 0).then_some(()),
     );
 }
 
-/// Processes whose command line names `agent`'s state dir: its sandbox's
-/// outer process and PID 1, and its `hive serve`.
-fn sandbox_processes(up: &Up, agent: &str) -> usize {
+/// How many processes run `hive SUBCOMMAND` on `agent`'s state dir (any
+/// subcommand for ""): a sandbox's outer process and PID 1, and the `hive
+/// serve` or `hive bash-daemon` in it.
+fn sandbox_processes(up: &Up, agent: &str, subcommand: &str) -> usize {
+    sandbox_pids(up, agent, subcommand).len()
+}
+
+fn sandbox_pids(up: &Up, agent: &str, subcommand: &str) -> Vec<u32> {
     let needle = up.data().join("agents").join(agent).join("state");
     let needle = needle.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
+    let sub = format!("\0{subcommand}\0");
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .filter(|c| String::from_utf8_lossy(c).contains(&needle))
-        .count()
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let c = std::fs::read(e.path().join("cmdline")).ok()?;
+            let c = String::from_utf8_lossy(&c).into_owned();
+            (c.contains(&needle) && (subcommand.is_empty() || c.contains(&sub))).then_some(pid)
+        })
+        .collect();
+    pids.sort();
+    pids
 }
 
 #[test]

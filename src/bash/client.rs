@@ -61,8 +61,9 @@ pub fn call<T: DeserializeOwned + Send + 'static>(
     let mut conn = Conn::connect(socket, PEER).map_err(|e| {
         CallError::NoDaemon(format!(
             "the bash task daemon is not running: cannot connect to {} ({e}). It runs \
-             inside `hive serve` (or as `hive bash-daemon`); check that the harness is up \
-             and that HIVE_BASH_SOCKET points at its socket.",
+             as `hive bash-daemon` next to the harness (under `hive up`, or its own unit), \
+             or inside `hive serve`; check that it is up (its log: NAME-bash.log under \
+             hive up) and that HIVE_BASH_SOCKET points at its socket.",
             socket.display()
         ))
     })?;
@@ -70,7 +71,7 @@ pub fn call<T: DeserializeOwned + Send + 'static>(
         Request::Run { wait_seconds, .. } | Request::Status { wait_seconds, .. } => {
             wait_seconds.unwrap_or(0).min(MAX_WAIT_SECS)
         }
-        Request::List {} => 0,
+        Request::List {} | Request::Retire {} => 0,
     };
     conn.set_read_timeout(Some(Duration::from_secs(wait) + ANSWER_MARGIN))
         .map_err(|e| CallError::Io(format!("talking to the bash task daemon: {e}")))?;

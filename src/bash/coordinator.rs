@@ -47,6 +47,8 @@ pub enum Reply {
     Task { record: TaskRecord, inline: bool },
     /// `list`: the tasks still pending or running.
     Tasks(Vec<TaskRecord>),
+    /// `retire`: whether the daemon is exiting, and else how many tasks run.
+    Retire { retired: bool, running: usize },
     /// A request that cannot be served, with a message for the model.
     Error(String),
 }
@@ -86,6 +88,11 @@ pub struct Coordinator {
     wakes: Sender<TaskRecord>,
     /// The wake thread, which ends once `wakes` is dropped.
     waker: Option<JoinHandle<()>>,
+    /// Told when the daemon retires (`hive bash-daemon` only): `None` refuses
+    /// `retire`.
+    retire: Option<Sender<()>>,
+    /// It answered `retire` yes: stop after this event.
+    retired: bool,
 }
 
 impl Coordinator {
@@ -111,6 +118,8 @@ impl Coordinator {
             events,
             wakes,
             waker: Some(waker),
+            retire: None,
+            retired: false,
         };
         let boot = spawn::boot_id();
         for mut rec in records {
@@ -135,9 +144,16 @@ impl Coordinator {
         c
     }
 
-    /// Serves events until [`Event::Shutdown`], then stops every running task.
+    /// Lets this daemon retire when asked and idle; `retired` hears of it.
+    pub fn retirable(mut self, retired: Sender<()>) -> Coordinator {
+        self.retire = Some(retired);
+        self
+    }
+
+    /// Serves events until [`Event::Shutdown`] (or it retired), then stops
+    /// every running task.
     pub fn run(mut self, events: Receiver<Event>) {
-        loop {
+        while !self.retired {
             let timer = self.next_deadline().map_or_else(never, at);
             select! {
                 recv(events) -> event => match event {
@@ -145,6 +161,11 @@ impl Coordinator {
                     Ok(event) => self.on_event(event),
                 },
                 recv(timer) -> _ => self.on_deadlines(Instant::now()),
+            }
+        }
+        if self.retired {
+            if let Some(tx) = self.retire.take() {
+                let _ = tx.send(());
             }
         }
         self.shutdown(&events);
@@ -225,6 +246,30 @@ impl Coordinator {
                     .collect();
                 live.sort_by_key(|r| r.id.parse::<u64>().unwrap_or(0));
                 let _ = reply.send(Reply::Tasks(live));
+            }
+            Request::Retire {} => {
+                if self.retire.is_none() {
+                    let _ = reply.send(Reply::Error(
+                        "this bash task daemon runs inside hive serve and does not retire".into(),
+                    ));
+                    return;
+                }
+                let running = self
+                    .tasks
+                    .values()
+                    .filter(|r| !r.status.is_finished())
+                    .count();
+                // Idle: no task and nobody waiting on one. From here on the
+                // coordinator takes no request (it stops after this event).
+                let idle = running == 0 && self.waiters.is_empty();
+                if idle {
+                    log::info!("no task runs: retiring, so the daemon can start anew");
+                    self.retired = true;
+                }
+                let _ = reply.send(Reply::Retire {
+                    retired: idle,
+                    running,
+                });
             }
         }
     }

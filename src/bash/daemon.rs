@@ -11,7 +11,7 @@
 //! ([`run_command`]) runs it alone until SIGTERM.
 
 use super::coordinator::{Coordinator, Event, Reply};
-use super::proto::{ListReply, Request, TaskReply};
+use super::proto::{ListReply, Request, RetireReply, TaskReply};
 use super::report::view;
 use super::store::Store;
 use super::waker::Waker;
@@ -38,6 +38,9 @@ pub struct DaemonSettings {
     /// Run tasks with `bash` and this `BASH_ENV` when the file exists; `None`
     /// always uses `sh`.
     pub bash_env: Option<PathBuf>,
+    /// Answer `retire` (exit when idle, for `hive up` to start it anew): true
+    /// for `hive bash-daemon`, false inside `hive serve`.
+    pub retirable: bool,
 }
 
 impl DaemonSettings {
@@ -54,6 +57,32 @@ impl DaemonSettings {
             state_dir,
             agent_socket: env.path_or("HIVE_SOCKET", paths::DEFAULT_AGENT_SOCKET),
             bash_env: Some(env.path_or("HIVE_BASH_ENV", paths::DEFAULT_BASH_ENV)),
+            retirable: false,
+        }
+    }
+}
+
+/// Where an agent's task daemon runs, as `HIVE_BASH_DAEMON` says to `hive serve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Inside `hive serve` (the default): its tasks end with the harness.
+    Embedded,
+    /// On its own (`hive bash-daemon`, started by `hive up` or a unit of its
+    /// own): `hive serve` starts none, and tasks outlive the harness.
+    External,
+}
+
+impl Placement {
+    /// `HIVE_BASH_DAEMON`: unset or `embedded`, or `external`.
+    pub fn read(env: &Env) -> Result<Placement, String> {
+        match env.get("HIVE_BASH_DAEMON").as_deref().map(str::trim) {
+            None | Some("") | Some("embedded") => Ok(Placement::Embedded),
+            Some("external") => Ok(Placement::External),
+            Some(v) => Err(format!(
+                "HIVE_BASH_DAEMON={:?} is not one of embedded, external (external: the \
+                 bash-task daemon runs as `hive bash-daemon` on its own)",
+                v.chars().take(40).collect::<String>()
+            )),
         }
     }
 }
@@ -70,9 +99,16 @@ pub struct DaemonHandle {
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<()>>,
     coordinator: Option<JoinHandle<()>>,
+    retired: crossbeam_channel::Receiver<()>,
 }
 
 impl DaemonHandle {
+    /// Fires once the daemon retired (it answered `retire` yes): then call
+    /// [`DaemonHandle::shutdown`].
+    pub fn retired(&self) -> &crossbeam_channel::Receiver<()> {
+        &self.retired
+    }
+
     /// The socket the daemon listens on.
     pub fn socket(&self) -> &Path {
         &self.socket
@@ -142,7 +178,8 @@ pub fn start(settings: DaemonSettings) -> Result<DaemonHandle, String> {
         .name("bash-wakes".into())
         .spawn(move || waker.run(wakes_rx))
         .map_err(|e| format!("cannot start the wake thread: {e}"))?;
-    let coordinator = Coordinator::new(
+    let (retired_tx, retired) = crossbeam_channel::bounded(1);
+    let mut coordinator = Coordinator::new(
         store,
         records,
         cwd,
@@ -151,6 +188,9 @@ pub fn start(settings: DaemonSettings) -> Result<DaemonHandle, String> {
         wakes_tx,
         waker,
     );
+    if settings.retirable {
+        coordinator = coordinator.retirable(retired_tx);
+    }
     let coordinator = std::thread::Builder::new()
         .name("bash-tasks".into())
         .spawn(move || coordinator.run(events_rx))
@@ -194,6 +234,7 @@ pub fn start(settings: DaemonSettings) -> Result<DaemonHandle, String> {
         stop,
         acceptor: Some(acceptor),
         coordinator: Some(coordinator),
+        retired,
     })
 }
 
@@ -271,6 +312,9 @@ fn answer(
             let tasks = records.iter().map(|r| r.summary()).collect();
             (ok_line(&ListReply { tasks }), None)
         }
+        Ok(Reply::Retire { retired, running }) => {
+            (ok_line(&RetireReply { retired, running }), None)
+        }
         Ok(Reply::Error(e)) => {
             log::debug!("{op} refused: {e}");
             (err_line(&e), None)
@@ -280,14 +324,20 @@ fn answer(
 }
 
 /// `hive bash-daemon`: runs the daemon until SIGTERM, SIGINT or SIGHUP, then
-/// shuts it down (a second signal exits at once).
+/// shuts it down (a second signal exits at once); or until it retired (asked
+/// while idle, by `hive up`, which starts it anew).
 pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
     let signals = crate::sys::signals()?;
     let socket = settings.socket.clone();
-    let handle = start(settings)?;
+    let handle = start(DaemonSettings {
+        retirable: true,
+        ..settings
+    })?;
     eprintln!("hive bash-daemon: listening on {}", socket.display());
-    let _ = signals.recv();
-    log::info!("stopping the bash task daemon");
+    crossbeam_channel::select! {
+        recv(signals) -> _ => log::info!("stopping the bash task daemon"),
+        recv(handle.retired()) -> _ => log::info!("the bash task daemon retired"),
+    }
     handle.shutdown();
     Ok(())
 }
@@ -295,4 +345,56 @@ pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
 /// `--socket`, else `HIVE_BASH_SOCKET`, else [`paths::DEFAULT_BASH_SOCKET`].
 pub fn socket_or_env(flag: Option<PathBuf>) -> PathBuf {
     flag.unwrap_or_else(|| Env::process().path_or("HIVE_BASH_SOCKET", paths::DEFAULT_BASH_SOCKET))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_daemon_inside_hive_serve_refuses_to_retire() {
+        let dir = std::env::temp_dir().join(format!("hive-retire-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let handle = start(DaemonSettings {
+            socket: dir.join("bash.sock"),
+            state_dir: dir.clone(),
+            agent_socket: dir.join("no-broker.sock"),
+            bash_env: None,
+            retirable: false,
+        })
+        .unwrap();
+        let e = super::super::client::call::<RetireReply>(
+            handle.socket(),
+            &Request::Retire {},
+            &crossbeam_channel::never(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("runs inside hive serve and does not retire"),
+            "{e}"
+        );
+        assert!(handle.retired().try_recv().is_err());
+        handle.shutdown();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_placement_is_embedded_unless_told_external_and_a_bad_value_says_why() {
+        let read = |v: Option<&str>| {
+            let value = v.map(str::to_string);
+            let lookup = move |k: &str| (k == "HIVE_BASH_DAEMON").then(|| value.clone()).flatten();
+            Placement::read(&Env::new(&lookup))
+        };
+        assert_eq!(read(None), Ok(Placement::Embedded));
+        assert_eq!(read(Some("")), Ok(Placement::Embedded));
+        assert_eq!(read(Some("embedded")), Ok(Placement::Embedded));
+        assert_eq!(read(Some(" external ")), Ok(Placement::External));
+        let e = read(Some("apart")).unwrap_err();
+        assert!(
+            e.contains("HIVE_BASH_DAEMON=\"apart\"") && e.contains("embedded, external"),
+            "{e}"
+        );
+    }
 }

@@ -26,7 +26,8 @@ the command and every process it started after that many seconds (status `timed_
 without it the command runs until it exits.";
 
 const STATUS_DESCRIPTION: &str = "Show a task started with `run`: its status (`pending`, \
-`running`, `done`, `timed_out`, or `interrupted` when a harness restart killed it), the exit \
+`running`, `done`, `timed_out`, or `interrupted` when the task daemon was stopped or restarted \
+while it ran, as when the agent is stopped), the exit \
 code once done, the run time, the last 4 KiB of stdout and of stderr, and the paths of the \
 files holding the whole output (read them for more). `wait_seconds` (default 0, at most 30) \
 first waits that long for a running task to finish, which saves a call when it is about to.";

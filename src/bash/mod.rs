@@ -1,5 +1,6 @@
-//! Background bash tasks. The task daemon (`daemon.rs`, embedded in `hive serve`
-//! or run alone as `hive bash-daemon`) owns every task process, its output files
+//! Background bash tasks. The task daemon (`daemon.rs`, run alone as `hive
+//! bash-daemon` — one per agent under `hive up` and the units, so tasks outlive
+//! the harness — or embedded in `hive serve`) owns every task process, its output files
 //! and its persisted record, and sends the agent a durable wake from
 //! `bash-task-<id>` when a task ends unless its result was returned inline.
 //! `hive bash-mcp` (`mcp.rs`) is the stdio MCP server `bash` that forwards the

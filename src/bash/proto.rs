@@ -39,6 +39,10 @@ pub enum Request {
     },
     /// The tasks still pending or running.
     List {},
+    /// Exit if no task is pending or running, so the supervisor can start the
+    /// daemon again onto a new binary or config; refused by a daemon embedded
+    /// in `hive serve`. Only `hive up` sends it.
+    Retire {},
 }
 
 impl Request {
@@ -48,6 +52,7 @@ impl Request {
             Request::Run { .. } => "run",
             Request::Status { .. } => "status",
             Request::List {} => "list",
+            Request::Retire {} => "retire",
         }
     }
 
@@ -164,6 +169,15 @@ pub struct TaskSummary {
     pub timeout_secs: Option<u64>,
 }
 
+/// Answer to `retire`: `retired` when the daemon had no task and is exiting;
+/// else it goes on, with `running` tasks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetireReply {
+    pub retired: bool,
+    #[serde(default)]
+    pub running: usize,
+}
+
 /// Answer to `list`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ListReply {
@@ -193,6 +207,7 @@ mod tests {
                 },
             ),
             (r#"{"op":"list"}"#, Request::List {}),
+            (r#"{"op":"retire"}"#, Request::Retire {}),
         ];
         for (line, want) in cases {
             let got = Request::parse(line).unwrap();

@@ -3,12 +3,14 @@
 //! agent of the fleet file alive, with crash_watch (`watch.rs`) and rotated logs
 //! (`logfile.rs`). The data dir holds everything: `DATA/broker.db` (the broker's
 //! state dir is DATA), `DATA/run/` (sockets), `DATA/agents/NAME/{state,run,claude}` and
-//! `DATA/logs/NAME.log`. Each agent runs in a sandbox that hides all of that but
-//! its own dirs (`isolation.rs`, `sandbox.rs`). A fleet file with a `matrix`
-//! section also gets the Matrix bridge, supervised by `bridge.rs` (its token
-//! in `DATA/matrix/`, its log `DATA/logs/bridge.log`). Documented in
-//! `docs/fleet.md` and `docs/swarm.md`.
+//! `DATA/logs/NAME.log`; each agent's bash-task daemon is a child of its own
+//! (`bashd.rs`, logged to `DATA/logs/NAME-bash.log`). Each agent runs in a
+//! sandbox that hides all of that but its own dirs (`isolation.rs`,
+//! `sandbox.rs`). A fleet file with a `matrix` section also gets the Matrix
+//! bridge, supervised by `bridge.rs` (its token in `DATA/matrix/`, its log
+//! `DATA/logs/bridge.log`). Documented in `docs/fleet.md` and `docs/swarm.md`.
 
+pub mod bashd;
 pub mod bridge;
 pub mod dashboard;
 pub mod isolation;
@@ -178,6 +180,7 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
         cfg.clone(),
         broker.hub(),
         broker.stopped_agents(),
+        bashd::BashSup::start(&settings)?,
     );
     let sup_thread = std::thread::Builder::new()
         .name("supervisor".into())

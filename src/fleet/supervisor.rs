@@ -17,6 +17,7 @@
 //! save is written to the file and applied here in one step, so crash_watch
 //! never sees one without the other.
 
+use super::bashd::{self, AgentLaunch, BashCmd, BashSup};
 use super::logfile::{self, LogFile};
 use super::watch::{Axes, Watch, WatchEvent};
 use super::UpSettings;
@@ -30,7 +31,6 @@ use crossbeam_channel::{at, never, select, tick, unbounded, Receiver, Sender};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -122,6 +122,8 @@ pub struct Supervisor {
     config_mtime: Option<SystemTime>,
     exited_tx: Sender<Exited>,
     exited: Receiver<Exited>,
+    /// The agents' bash-task daemons (`bashd.rs`).
+    bash: BashSup,
 }
 
 /// Variables of `hive up`'s own environment that no agent gets: the operator's
@@ -137,13 +139,15 @@ pub fn operator_only(key: &str) -> bool {
 }
 
 impl Supervisor {
-    /// Supervises every agent of `hive`; those in `stopped` (kept stopped by
-    /// the broker) stay stopped until they are started.
+    /// Supervises every agent of `hive`, and through `bash` their bash-task
+    /// daemons; those in `stopped` (kept stopped by the broker) stay stopped
+    /// until they are started.
     pub fn new(
         s: UpSettings,
         hive: HiveConfig,
         hub: Sender<HubMsg>,
         stopped: &[String],
+        bash: BashSup,
     ) -> Supervisor {
         let agents = hive
             .agents
@@ -172,6 +176,7 @@ impl Supervisor {
             config_mtime,
             exited_tx,
             exited,
+            bash,
         }
     }
 
@@ -358,6 +363,13 @@ impl Supervisor {
         };
         // A later kill or restart supersedes a rebuild in flight.
         a.rebuilding = then == (Then::Start { rebuild: true });
+        // Stopped for good, it takes its bash-task daemon and tasks along; a
+        // restart or an update leaves them running.
+        if then == Then::Stay {
+            self.bash.send(BashCmd::Stop {
+                name: name.to_string(),
+            });
+        }
         Ok(())
     }
 
@@ -552,14 +564,13 @@ impl Supervisor {
         std::fs::create_dir_all(&socket_dir)
             .map_err(|e| format!("cannot create {}: {e}", socket_dir.display()))?;
         let serve: Vec<OsString> = vec![
-            self.s.exe.clone().into(),
             "serve".into(),
             "--state-dir".into(),
             state.clone().into(),
             "--run-dir".into(),
             run.clone().into(),
         ];
-        let mut cmd = match &self.s.isolation {
+        let sandbox = match &self.s.isolation {
             Some(iso) => {
                 let mut own = vec![dir.clone(), socket_dir, self.s.exe.clone()];
                 // A claude config dir the fleet entry names stays the agent's own.
@@ -570,50 +581,60 @@ impl Supervisor {
                         own.push(c);
                     }
                 }
-                iso.spec(&own, serve).command(&self.s.exe)
+                Some((iso.clone(), own))
             }
-            None => {
-                let mut c = Command::new(&self.s.exe);
-                c.args(&serve[1..]);
-                c
-            }
+            None => None,
         };
-        for (key, _) in std::env::vars_os() {
-            if key.to_str().is_some_and(operator_only) {
-                cmd.env_remove(&key);
-            }
-        }
-        cmd.env("HIVE_SOCKET", &socket)
-            .env("HIVE_BASH_SOCKET", run.join("bash.sock"))
-            .env("HIVE_LABEL", name)
-            .env("HIVE_PORT", "0")
-            .env("CLAUDE_CONFIG_DIR", &claude)
-            .env("HIVE_TOOL_GROUPS", {
-                let g: Vec<&str> = cfg.groups().iter().map(|g| g.name()).collect();
-                g.join(",")
-            })
-            .env("HIVE_CAPABILITIES", {
-                let c: Vec<&str> = cfg.capabilities.iter().map(|c| c.name()).collect();
-                c.join(",")
-            })
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        // SIGTERM comes if this thread (the supervisor) dies without stopping
-        // the child; the umask is the one hive up was started with.
-        crate::sys::process::child_setup(&mut cmd, libc::SIGTERM, self.s.child_umask);
+        let env_remove = std::env::vars_os()
+            .map(|(key, _)| key)
+            .filter(|key| key.to_str().is_some_and(operator_only))
+            .collect();
+        let mut env: Vec<(OsString, OsString)> = Vec::new();
+        let mut set = |k: &str, v: OsString| env.push((k.into(), v));
+        set("HIVE_SOCKET", socket.into());
+        set("HIVE_BASH_SOCKET", run.join("bash.sock").into());
+        set("HIVE_LABEL", name.into());
+        set("HIVE_PORT", "0".into());
+        set("CLAUDE_CONFIG_DIR", claude.into());
+        set("HIVE_TOOL_GROUPS", {
+            let g: Vec<&str> = cfg.groups().iter().map(|g| g.name()).collect();
+            g.join(",").into()
+        });
+        set("HIVE_CAPABILITIES", {
+            let c: Vec<&str> = cfg.capabilities.iter().map(|c| c.name()).collect();
+            c.join(",").into()
+        });
         if let Some(m) = &cfg.model {
-            cmd.env("HIVE_DEFAULT_MODEL", m);
+            set("HIVE_DEFAULT_MODEL", m.into());
         }
         if let Some(h) = &self.hive.hive_name {
-            cmd.env("HIVE_HIVE_NAME", h);
+            set("HIVE_HIVE_NAME", h.into());
         }
         if let Some(h) = &self.hive.swarm_name {
-            cmd.env("HIVE_SWARM_NAME", h);
+            set("HIVE_SWARM_NAME", h.into());
         }
         for (k, v) in &cfg.env {
-            cmd.env(k, v);
+            set(k, v.into());
         }
+        // SIGTERM comes if this thread (the supervisor) dies without stopping
+        // the child; the umask is the one hive up was started with.
+        let launch = AgentLaunch {
+            exe: self.s.exe.clone(),
+            sandbox,
+            env_remove,
+            env,
+            umask: self.s.child_umask,
+        };
+        let mut cmd = launch.command(serve);
+        // Its bash-task daemon runs apart (bashd.rs), started with the same
+        // launch, so its tasks outlive a restart of the harness.
+        cmd.env(bashd::PLACEMENT_VAR, "external");
+        self.bash.send(BashCmd::Keep {
+            name: name.to_string(),
+            launch,
+            state: state.clone(),
+            socket: run.join("bash.sock"),
+        });
         let bin = bin_id(&self.s.exe);
         let mut child = ProcessGroup::spawn(&mut cmd)
             .map_err(|e| format!("cannot run {} serve: {e}", self.s.exe.display()))?;

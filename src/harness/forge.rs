@@ -49,8 +49,18 @@ pub struct ForgeSettings {
 impl ForgeSettings {
     /// `HIVE_FORGE_URL`, `HIVE_FORGE_POLL_SECS`, `HIVE_FORGE_TIMEOUT_SECS`,
     /// `HIVE_FORGE_BACKOFF_MAX_SECS`, `HOME`; the token is `STATE/forge-token`.
-    pub fn from_env(state_dir: &Path, agent_socket: &Path, label: &str) -> Result<Self, String> {
+    /// `None` when `HIVE_FORGE_URL` is set empty: forge notifications (and the
+    /// tea login) are off, token or not.
+    pub fn from_env(
+        state_dir: &Path,
+        agent_socket: &Path,
+        label: &str,
+    ) -> Result<Option<Self>, String> {
         let env = crate::sys::env::Env::process();
+        if env.is_blank("HIVE_FORGE_URL") {
+            log::info!("HIVE_FORGE_URL is empty: forge notifications are off");
+            return Ok(None);
+        }
         let url = env
             .get("HIVE_FORGE_URL")
             .unwrap_or_else(|| "http://localhost:3000".into());
@@ -59,7 +69,7 @@ impl ForgeSettings {
                 "HIVE_FORGE_URL={url:?} must be an http:// or https:// URL"
             ));
         }
-        Ok(ForgeSettings {
+        Ok(Some(ForgeSettings {
             url: url.trim_end_matches('/').to_string(),
             token_file: state_dir.join("forge-token"),
             agent_socket: agent_socket.to_path_buf(),
@@ -70,7 +80,7 @@ impl ForgeSettings {
             backoff_max: env.secs("HIVE_FORGE_BACKOFF_MAX_SECS", 900)?,
             tea_config: env.path("HOME").map(|h| h.join(".config/tea/config.yml")),
             user: label.to_string(),
-        })
+        }))
     }
 }
 

@@ -1,7 +1,8 @@
 //! `hive serve`'s boot: the composition root of the harness. It installs the
 //! signal thread, resolves the settings, writes the boot files, opens the
 //! turn-stats db and the turn log (`crate::history`, whose tap it hands the
-//! bus), starts the bash-task daemon, the web UI, the forge poller and the
+//! bus), starts the bash-task daemon (unless it runs on its own:
+//! `HIVE_BASH_DAEMON=external`, as under `hive up` and the units), the web UI, the forge poller and the
 //! poller's two broker connections, then hands everything to the
 //! [`TurnLoop`] on this thread and, once it returns, shuts the rest down in
 //! order (the turn log last, so it keeps every event).
@@ -25,6 +26,7 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     // loop returned by itself) is taken as a signal, not as one nobody hears.
     let signals = crate::sys::signals()?;
     let s = Arc::new(Settings::resolve(state_dir, run_dir)?);
+    let placement = crate::bash::daemon::Placement::read(&crate::sys::env::Env::process())?;
     for dir in [&s.state_dir, &s.run_dir] {
         super::files::create_private_dir(dir)
             .map_err(|e| format!("cannot create directory {}: {e}", dir.display()))?;
@@ -81,23 +83,34 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     if let Some(e) = history_off {
         bus.note(format!("{e}; this run's turns are not kept"));
     }
-    // The bash-task daemon runs inside the harness: tasks outlive turns, and a
-    // finished task wakes the agent through the broker.
-    let bash = match crate::bash::start(crate::bash::DaemonSettings::from_env(s.state_dir.clone()))
-    {
-        Ok(h) => Some(h),
-        Err(e) => {
-            log::error!("the bash-task daemon did not start: {e}");
-            bus.note(format!(
-                "the bash-task daemon did not start: {e}; mcp__bash__run will fail"
-            ));
+    // The bash-task daemon runs inside the harness unless it runs on its own:
+    // either way tasks outlive turns, and a finished task wakes the agent
+    // through the broker (also while this harness is down, when it is apart).
+    let bash = match placement {
+        crate::bash::daemon::Placement::External => {
+            log::info!(
+                "the bash-task daemon runs on its own (HIVE_BASH_DAEMON=external) at {}",
+                s.bash_socket.display()
+            );
             None
+        }
+        crate::bash::daemon::Placement::Embedded => {
+            match crate::bash::start(crate::bash::DaemonSettings::from_env(s.state_dir.clone())) {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    log::error!("the bash-task daemon did not start: {e}");
+                    bus.note(format!(
+                        "the bash-task daemon did not start: {e}; mcp__bash__run will fail"
+                    ));
+                    None
+                }
+            }
         }
     };
     let web =
         crate::web::WebConfig::from_env().and_then(|cfg| crate::web::start(shared.clone(), cfg))?;
-    let _forge = super::forge::ForgeSettings::from_env(&s.state_dir, &s.socket, &s.label)
-        .map(super::forge::start)?;
+    let _forge = super::forge::ForgeSettings::from_env(&s.state_dir, &s.socket, &s.label)?
+        .and_then(super::forge::start);
     let poller = Poller::start(
         s.socket.clone(),
         s.poll_wait_secs,
@@ -115,7 +128,8 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
         (last_context, last_turn_end),
     )
     .run();
-    // Running tasks are killed and marked interrupted; their wakes are sent.
+    // An embedded daemon's running tasks are killed and marked interrupted;
+    // their wakes are sent. A daemon of its own goes on.
     if let Some(b) = bash {
         b.shutdown();
     }

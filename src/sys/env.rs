@@ -37,6 +37,12 @@ impl<'a> Env<'a> {
         Env { lookup }
     }
 
+    /// True when `key` is set to a blank value, which [`Env::get`] takes for
+    /// unset: for the few variables whose explicit empty value means "off".
+    pub fn is_blank(&self, key: &str) -> bool {
+        (self.lookup)(key).is_some_and(|v| v.trim().is_empty())
+    }
+
     /// The trimmed value of `key`; `None` when unset or blank.
     pub fn get(&self, key: &str) -> Option<String> {
         (self.lookup)(key)

@@ -514,6 +514,13 @@ impl Harness {
         }
     }
 
+    /// Sets one variable for the next [`Harness::spawn`], an empty value
+    /// included (which [`Harness::set_env`] takes for unset).
+    pub fn set_env_raw(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.into(), value.into()));
+    }
+
     pub fn run_dir(&self) -> PathBuf {
         self.dir.path().join("run")
     }
