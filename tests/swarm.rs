@@ -405,10 +405,15 @@ fn an_event_forged_by_a_room_member_who_is_not_the_listed_peer_is_ignored() {
     agent_send(&two, "b", "a@one", "genuine");
     one.wait_prompt("a", "genuine", 1);
     assert_eq!(one.prompts_with("a", "forged order"), 0);
-    let log = bridge_log(&one);
-    assert!(
-        log.contains("forged: @mallory:hive.test sent it as b@two, but the bridge of hive two is @hive-two-bridge:hive.test"),
-        "{log}"
+    // The bridge's log is a file another process writes: read until it is in.
+    wait_for(
+        Duration::from_secs(30),
+        "the forged event in the bridge log",
+        || {
+            bridge_log(&one)
+            .contains("forged: @mallory:hive.test sent it as b@two, but the bridge of hive two is @hive-two-bridge:hive.test")
+            .then_some(())
+        },
     );
     // Nor does a listed peer get to speak for another hive.
     let three = json!({"msgtype": "m.text", "body": "not yours",

@@ -264,6 +264,9 @@ fn bind(path: &Path) -> Result<UnixListener, String> {
     Ok(listener)
 }
 
+/// How long a retiring daemon waits for its `retire` answer to be written.
+const RETIRE_FLUSH: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// What a client hears when its connection cannot get a second descriptor.
 const BUSY: &str = "the bash task daemon is short of file descriptors for the moment; \
                     nothing was done, try again in a little while";
@@ -336,7 +339,13 @@ pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
     eprintln!("hive bash-daemon: listening on {}", socket.display());
     crossbeam_channel::select! {
         recv(signals) -> _ => log::info!("stopping the bash task daemon"),
-        recv(handle.retired()) -> _ => log::info!("the bash task daemon retired"),
+        recv(handle.retired()) -> _ => {
+            log::info!("the bash task daemon retired");
+            // The coordinator said yes before the connection thread wrote
+            // the answer: give it a moment to reach the asker, who would
+            // otherwise see the connection close without one.
+            std::thread::sleep(RETIRE_FLUSH);
+        }
     }
     handle.shutdown();
     Ok(())

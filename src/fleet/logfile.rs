@@ -17,6 +17,15 @@ pub struct LogFile {
 
 impl LogFile {
     pub fn open(path: PathBuf, max_bytes: u64, keep: u32) -> LogFile {
+        // Whoever starts first (an agent, its bash daemon, the bridge) finds
+        // the logs dir there.
+        if let Some(dir) = path.parent() {
+            use std::os::unix::fs::DirBuilderExt;
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir);
+        }
         let file = OpenOptions::new().create(true).append(true).open(&path);
         if let Err(e) = &file {
             log::warn!("cannot open the log {}: {e}", path.display());
