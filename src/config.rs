@@ -69,6 +69,19 @@ impl HiveConfig {
             if !seen.insert(a.name.as_str()) {
                 return Err(format!("{at}.name: duplicate agent name {:?}", a.name));
             }
+            if let Some(acc) = &a.account {
+                if acc.is_empty()
+                    || acc.len() > 64
+                    || !acc
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b))
+                {
+                    return Err(format!(
+                        "{at}.account: {} must be 1 to 64 letters, digits and -_.@ (a name for the account its agents share)",
+                        excerpt(acc)
+                    ));
+                }
+            }
             if let Some(m) = &a.model {
                 if m.trim().is_empty() || m.contains(char::is_whitespace) {
                     return Err(format!("{at}.model: {} is not a model name", excerpt(m)));

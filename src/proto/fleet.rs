@@ -36,6 +36,12 @@ pub struct AgentConfig {
     /// Extra environment for the agent's harness (`hive up` passes it on).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// The credential pool it draws on (issue 16): agents with the same
+    /// `account` share one usage limit. Needed when several logins or API
+    /// keys draw on one account; otherwise the pool comes from the claude
+    /// config's account id or the credential itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
 }
 
 impl AgentConfig {

@@ -31,6 +31,8 @@ mod history;
 mod inbox;
 mod lifecycle;
 mod limits;
+// issue 16: pools and their pauses
+mod pools;
 mod questions;
 mod timers;
 
@@ -239,6 +241,8 @@ pub struct Hub {
     /// Agents whose fleet entry a change is being written to (an approval, a
     /// permissions save): one at a time each.
     changing: HashSet<String>,
+    /// Credential pools and their usage-limit pauses (`pools.rs`).
+    pools: pools::Pools,
 }
 
 fn db_err(e: rusqlite::Error) -> String {
@@ -280,18 +284,21 @@ impl Hub {
             next_due: None,
             deciding: HashSet::new(),
             changing: HashSet::new(),
+            pools: pools::Pools::default(),
         }
     }
 
     /// Runs the hub until every sender of `rx` is gone or it is told to stop.
     pub fn run(mut self, rx: Receiver<HubMsg>) {
         self.fire_due();
+        self.fire_pauses();
         loop {
-            let msg = match self.next_due.map(until) {
+            let msg = match self.next_wake().map(until) {
                 Some(wait) => match rx.recv_timeout(wait) {
                     Ok(m) => m,
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
                         self.fire_due();
+                        self.fire_pauses();
                         continue;
                     }
                     Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
@@ -335,8 +342,23 @@ impl Hub {
             if self.next_due.is_some_and(|t| t <= crate::proto::now()) {
                 self.fire_due();
             }
+            if self
+                .next_pause_deadline()
+                .is_some_and(|t| t <= crate::proto::now())
+            {
+                self.fire_pauses();
+            }
         }
         log::debug!("hub stopped");
+    }
+
+    /// The hub's next deadline: a timer (`timers.rs`) or a pause's end
+    /// (`pools.rs`).
+    fn next_wake(&mut self) -> Option<i64> {
+        match (self.next_due, self.next_pause_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Decides one request: the gate, the command's own rules, its handler.
@@ -431,6 +453,9 @@ impl Hub {
             Request::GetLooseEnds(c) => self.now(c, |h, c| h.loose_ends(agent, c)),
             Request::CancelLooseEnd(c) => self.now(c, |h, c| h.cancel_loose_end(agent, c)),
             Request::ReportTasks(c) => self.now(c, |h, c| h.report_tasks(agent, c)),
+            // pools.rs (issue 16)
+            Request::ReportPool(c) => self.now(c, |h, c| h.report_pool(agent, c)),
+            Request::ReportUsageLimit(c) => self.now(c, |h, c| h.report_usage_limit(agent, c)),
             // lifecycle.rs
             Request::RequestSpawn(c) => self.now(c, |h, c| h.request_spawn(agent, c)),
             Request::Kill(c) => self.done(c, |h, c| h.kill(agent, c)),

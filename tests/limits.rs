@@ -1,0 +1,155 @@
+//! Usage limits across the hive (issue 16), end to end under `hive up` with
+//! the fake claude printing CLI 2.1.197's output: agents on one credential
+//! form one pool; a usage limit with a `resetsAt` reported by one harness
+//! parks the whole pool in the broker (nothing handed out, no claude spawned,
+//! the pause answered), the hub's timer ends it, both resume, nothing is
+//! lost and the operator hears once. An agent on another account runs on.
+
+mod common;
+
+use common::hive::wait_for;
+use common::up::Up;
+use hyperhive::proto::cmd::{Agents, AgentsReply, Inbox, Send};
+use hyperhive::proto::{AgentRow, MessagesReply, MsgKind};
+use std::time::{Duration, UNIX_EPOCH};
+
+const T: Duration = Duration::from_secs(60);
+const KICK: &str = "You were just (re)started";
+
+// ana and bob share `hive up`'s API key: one pool by the credential's keyed
+// fingerprint. cat names its own account.
+const FLEET: &str = r#"{
+  "agents": [
+    {"name": "ana", "env": {"FAKE_CLAUDE_DIR": "@FAKE(ana)"}},
+    {"name": "bob", "env": {"FAKE_CLAUDE_DIR": "@FAKE(bob)"}},
+    {"name": "cat", "account": "other", "env": {"FAKE_CLAUDE_DIR": "@FAKE(cat)"}}
+  ]
+}"#;
+
+fn rows(up: &Up) -> Vec<AgentRow> {
+    let r: AgentsReply = up.host().call(&Agents {}).unwrap();
+    r.agents
+}
+
+fn row(up: &Up, name: &str) -> AgentRow {
+    rows(up).into_iter().find(|r| r.name == name).unwrap()
+}
+
+fn send(up: &Up, to: &str, body: &str) {
+    let _: hyperhive::proto::SentReply = up
+        .host()
+        .call(&Send {
+            to: to.into(),
+            body: body.into(),
+            in_reply_to: None,
+        })
+        .unwrap();
+}
+
+/// The operator's messages so far (peeked: nothing is marked read).
+fn operator_messages(up: &Up) -> Vec<hyperhive::proto::Message> {
+    let r: MessagesReply = up
+        .host()
+        .call(&Inbox {
+            wait_seconds: None,
+            peek: true,
+            after: None,
+        })
+        .unwrap();
+    r.messages
+}
+
+fn drained(up: &Up, name: &str) -> bool {
+    let r = row(up, name);
+    r.unread == 0 && r.inflight.is_none()
+}
+
+/// Unix seconds when the fake claude of `dir` was started the `n`th time.
+fn spawned_at(up: &Up, agent: &str, n: usize) -> i64 {
+    let path = up
+        .dir
+        .path()
+        .join(format!("fake-{agent}"))
+        .join(format!("inv-{n}.argv"));
+    std::fs::metadata(path)
+        .unwrap()
+        .modified()
+        .unwrap()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+#[test]
+fn a_usage_limit_parks_the_whole_pool_until_its_reset() {
+    let up = Up::start(FLEET, &["ana", "bob", "cat"]);
+    for a in ["ana", "bob", "cat"] {
+        up.wait_prompt(a, KICK, 1);
+    }
+    wait_for(T, "the kicks to be handled", || {
+        ["ana", "bob", "cat"]
+            .iter()
+            .all(|a| drained(&up, a))
+            .then_some(())
+    });
+    let pools: Vec<(String, Option<String>)> =
+        rows(&up).into_iter().map(|r| (r.name, r.pool)).collect();
+    let pool = |n: &str| pools.iter().find(|p| p.0 == n).unwrap().1.clone().unwrap();
+    assert!(pool("ana").starts_with("key:"), "{pools:?}");
+    assert_eq!(pool("ana").len(), "key:".len() + 8, "{pools:?}");
+    assert_eq!(pool("ana"), pool("bob"), "one credential, one pool");
+    assert_eq!(pool("cat"), "account:other");
+
+    // ana's next run hits the usage limit, resetting a few seconds ahead.
+    let ana = up.fake("ana");
+    let bob = up.fake("bob");
+    let cat = up.fake("cat");
+    ana.step(
+        2,
+        r#"rate_limit_event $(( $(date +%s) + 4 )); api_error 429 rate_limit "You've hit your session limit · resets 5:03am (UTC)""#,
+    );
+    send(&up, "ana", "first for ana");
+    ana.wait_count(2);
+    let notice = wait_for(T, "the usage-limit notice", || {
+        operator_messages(&up)
+            .into_iter()
+            .find(|m| m.kind == MsgKind::UsageLimit)
+    });
+    assert!(notice.body.contains("ana, bob"), "{}", notice.body);
+    // Mail for bob waits; mail for cat (another account) runs.
+    send(&up, "bob", "for bob while parked");
+    send(&up, "cat", "for cat");
+    let paused = row(&up, "bob").paused.expect("bob is paused by the broker");
+    assert_eq!(paused.reason.as_str(), "usage_limit", "{paused:?}");
+    let until = paused.until.unwrap();
+    cat.wait_count(2);
+    wait_for(T, "cat to run its mail", || {
+        drained(&up, "cat").then_some(())
+    });
+
+    // Both resume after the reset: nothing lost, in order.
+    wait_for(T, "ana and bob to run their mail", || {
+        (drained(&up, "ana") && drained(&up, "bob") && bob.count() >= 2 && ana.count() >= 3)
+            .then_some(())
+    });
+    assert_eq!(bob.count(), 2, "bob ran once more");
+    assert!(bob.stdin(2).contains("for bob while parked"));
+    // ana's retry resumes the session that saw the message (a retry note).
+    assert!(ana.stdin(2).contains("first for ana"));
+    assert_eq!(ana.count(), 3, "ana ran its message once more");
+    assert!(
+        spawned_at(&up, "bob", 2) >= until,
+        "bob did not spawn claude before the pool's reset at {until}"
+    );
+    assert!(spawned_at(&up, "ana", 3) >= until);
+    for a in ["ana", "bob"] {
+        let r = row(&up, a);
+        assert_eq!(r.failed, 0, "{a}: nothing dead-lettered");
+        assert!(r.paused.is_none(), "{a}: {:?}", r.paused);
+    }
+    let notices = operator_messages(&up)
+        .into_iter()
+        .filter(|m| m.kind == MsgKind::UsageLimit)
+        .count();
+    assert_eq!(notices, 1, "one notice per pool and window");
+}
