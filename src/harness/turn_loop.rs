@@ -1277,10 +1277,12 @@ impl TurnLoop {
             }
             Wait::For(PauseReason::RateLimit | PauseReason::UsageLimit) => {
                 let t = now();
+                let said = e.report.result_text.clone().unwrap_or_default();
                 let resets_at = match e.report.outcome {
                     TurnOutcome::RateLimited { resets_at } => resets_at,
                     _ => None,
-                };
+                }
+                .or_else(|| super::classify::utc_reset_in_text(&said, t));
                 let sleep = match resets_at {
                     Some(at) if at > t => Duration::from_secs((at - t) as u64),
                     _ => self.s.rate_limit_sleep,
@@ -1292,7 +1294,10 @@ impl TurnLoop {
                     Some(at) if at > t => {
                         self.poller.tell(Request::from(cmd::ReportUsageLimit {
                             until: t + sleep.as_secs() as i64,
-                            detail: one_line(&text, MAX_PAUSE_DETAIL_CHARS),
+                            detail: one_line(
+                                if said.is_empty() { &text } else { &said },
+                                MAX_PAUSE_DETAIL_CHARS,
+                            ),
                         }));
                         (
                             sleep,

@@ -105,7 +105,12 @@ impl Command for ReportPool {
     type Reply = PoolReply;
     fn validate(&self) -> Result<(), Invalid> {
         id_word("account_uuid", &self.account_uuid)?;
-        id_word("credential_sha256", &self.credential_sha256)
+        match &self.credential_sha256 {
+            Some(d) if d.len() != 64 || !d.bytes().all(|b| b.is_ascii_hexdigit()) => Err(
+                Invalid::arg("credential_sha256", "must be 64 hex digits (a SHA-256)"),
+            ),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -185,6 +190,13 @@ mod samples {
         assert!(uuid("a b").validate().is_err());
         assert!(uuid(&"a".repeat(129)).validate().is_err());
         assert!(ReportPool::default().validate().is_ok());
+        let digest = |s: &str| ReportPool {
+            account_uuid: None,
+            credential_sha256: Some(s.into()),
+        };
+        assert!(digest(&"ab".repeat(32)).validate().is_ok());
+        assert!(digest("ab12").validate().is_err());
+        assert!(digest(&"zz".repeat(32)).validate().is_err());
         let limit = |until, detail: &str| ReportUsageLimit {
             until,
             detail: detail.into(),
