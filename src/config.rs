@@ -28,6 +28,9 @@ pub struct HiveConfig {
     pub operator_gid: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agents: Vec<AgentConfig>,
+    /// What the whole hive may spend per calendar window (issue 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::proto::Budget>,
 }
 
 impl HiveConfig {
@@ -62,9 +65,15 @@ impl HiveConfig {
                 }
             }
         }
+        if let Some(b) = &self.budget {
+            b.check("budget")?;
+        }
         let mut seen = std::collections::BTreeSet::new();
         for (i, a) in self.agents.iter().enumerate() {
             let at = format!("agents[{i}]");
+            if let Some(b) = &a.budget {
+                b.check(&format!("{at}.budget"))?;
+            }
             check_name(&a.name).map_err(|e| format!("{at}.name: {e}"))?;
             if !seen.insert(a.name.as_str()) {
                 return Err(format!("{at}.name: duplicate agent name {:?}", a.name));

@@ -153,3 +153,166 @@ fn a_usage_limit_parks_the_whole_pool_until_its_reset() {
         .count();
     assert_eq!(notices, 1, "one notice per pool and window");
 }
+
+// ---- budgets ----
+
+/// A fake claude whose every run costs one cent (and 110 tokens, 50 cache
+/// reads), in a scenario dir made before `hive up` starts it.
+fn cent_per_run() -> (common::hive::TempDir, String) {
+    let dir = common::hive::TempDir::new("cents");
+    std::fs::write(
+        dir.path().join("default.sh"),
+        r#"init
+say "done"
+printf '{"type":"result","subtype":"success","is_error":false,"api_error_status":null,"duration_ms":5,"num_turns":1,"result":"done","stop_reason":"end_turn","session_id":"%s","total_cost_usd":0.01,"usage":{"input_tokens":100,"cache_creation_input_tokens":0,"cache_read_input_tokens":50,"output_tokens":10},"modelUsage":{},"permission_denials":[],"terminal_reason":"completed","uuid":"u-res"}\n' "$SESSION"
+exit 0
+"#,
+    )
+    .unwrap();
+    let path = dir.path().display().to_string();
+    (dir, path)
+}
+
+fn budget_rows(up: &Up) -> serde_json::Value {
+    let sock = up.data().join("run/host.sock");
+    let (code, out, err) = common::hive::run_hive(
+        &["budget", "--json", "--socket", &sock.display().to_string()],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<serde_json::Value>(&out).unwrap()["rows"].clone()
+}
+
+fn scope(rows: &serde_json::Value, name: &str) -> serde_json::Value {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scope"] == name)
+        .unwrap()
+        .clone()
+}
+
+fn fake_at(path: &str) -> common::hive::FakeClaude {
+    common::hive::FakeClaude {
+        dir: std::path::PathBuf::from(path),
+    }
+}
+
+#[test]
+fn a_budget_pauses_the_agent_until_it_is_raised_and_spend_survives_a_restart() {
+    let (_cents, path) = cent_per_run();
+    let fleet = format!(
+        r#"{{"agents": [{{"name": "ana", "budget": {{"usd": 0.05, "per": "day"}}, "env": {{"FAKE_CLAUDE_DIR": "{path}"}}}}]}}"#
+    );
+    let mut up = Up::start(&fleet, &["ana"]);
+    let fake = fake_at(&path);
+    fake.wait_count(1);
+    wait_for(T, "the kick to be handled", || {
+        drained(&up, "ana").then_some(())
+    });
+    // kick + 4 messages = 5 cents: the budget.
+    for i in 1..=4 {
+        send(&up, "ana", &format!("job {i}"));
+    }
+    fake.wait_count(5);
+    wait_for(T, "the jobs to be handled", || {
+        drained(&up, "ana").then_some(())
+    });
+    let notices = wait_for(T, "the 80 % and 100 % notices", || {
+        let n: Vec<String> = operator_messages(&up)
+            .into_iter()
+            .filter(|m| m.kind == MsgKind::Budget)
+            .map(|m| m.body)
+            .collect();
+        (n.len() >= 2).then_some(n)
+    });
+    assert_eq!(notices.len(), 2, "{notices:?}");
+    assert!(notices[0].contains("80 %"), "{notices:?}");
+    assert!(
+        notices[1].contains("budget reached · $0.05 of $0.05 today"),
+        "{notices:?}"
+    );
+    // The run after the limit does not start: the message waits, paused.
+    send(&up, "ana", "over budget");
+    let paused = wait_for(T, "the budget pause", || {
+        let r = row(&up, "ana");
+        r.paused.filter(|p| p.reason.as_str() == "budget")
+    });
+    assert!(
+        paused
+            .detail
+            .contains("budget reached · $0.05 of $0.05 today"),
+        "{paused:?}"
+    );
+    assert_eq!(row(&up, "ana").unread, 1);
+    assert_eq!(fake.count(), 5, "no run started over the budget");
+    let ana = scope(&budget_rows(&up), "ana");
+    assert_eq!(ana["reached"], true, "{ana}");
+    assert_eq!(ana["tokens"], 5 * 110, "{ana}");
+    assert_eq!(ana["cache_read"], 5 * 50, "{ana}");
+
+    // The operator raises it: the queued message runs.
+    let sock = up.data().join("run/host.sock").display().to_string();
+    let (code, out, err) = common::hive::run_hive(
+        &["budget", "set", "ana", "--usd", "0.10", "--socket", &sock],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let file = std::fs::read_to_string(up.fleet_file()).unwrap();
+    assert!(file.contains("0.1"), "{file}");
+    fake.wait_count(6);
+    assert!(fake.stdin(6).contains("over budget"), "{}", fake.stdin(6));
+    wait_for(T, "ana to drain", || drained(&up, "ana").then_some(()));
+    assert!(row(&up, "ana").paused.is_none());
+
+    // The hive's own budget, through the same command.
+    let (code, out, err) = common::hive::run_hive(
+        &[
+            "budget", "set", "--hive", "--usd", "7", "--per", "week", "--socket", &sock,
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let hive = scope(&budget_rows(&up), "hive");
+    assert_eq!(
+        (hive["usd"].clone(), hive["per"].clone()),
+        (serde_json::json!(7.0), serde_json::json!("week"))
+    );
+
+    // Spend survives a restart of hive up.
+    let before = scope(&budget_rows(&up), "ana")["spent_usd"]
+        .as_f64()
+        .unwrap();
+    assert!(before >= 0.059, "{before}");
+    up.terminate();
+    up.restart(&["ana"]);
+    let after = scope(&budget_rows(&up), "ana")["spent_usd"]
+        .as_f64()
+        .unwrap();
+    assert!(after >= before - 1e-9, "{before} → {after}");
+}
+
+#[test]
+fn budgets_are_the_operators_alone() {
+    let up = Up::start(
+        r#"{"agents": [{"name": "ana", "env": {"FAKE_CLAUDE_DIR": "@FAKE(ana)"}}]}"#,
+        &["ana"],
+    );
+    let mut agent = up.agent("ana");
+    let e = common::hive::refused(&mut agent, hyperhive::proto::cmd::GetBudget {});
+    assert!(e.contains("budget"), "{e}");
+    let e = common::hive::refused(
+        &mut agent,
+        hyperhive::proto::cmd::SetBudget {
+            agent: Some("ana".into()),
+            usd: Some(100.0),
+            ..Default::default()
+        },
+    );
+    assert!(e.contains("set_budget"), "{e}");
+    let file = std::fs::read_to_string(up.fleet_file()).unwrap();
+    assert!(!file.contains("budget"), "nothing written: {file}");
+}

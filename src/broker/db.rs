@@ -1182,6 +1182,63 @@ impl Db {
             .query_row(params![agent], |r| r.get(0))
     }
 
+    /// Keeps one run's spend; false when `key` was kept before (a re-send).
+    pub fn insert_spend(
+        &self,
+        key: &str,
+        agent: &str,
+        at: i64,
+        usd: Option<f64>,
+        tokens: u64,
+        cache_read: u64,
+    ) -> Res<bool> {
+        let n = self
+            .conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO spend (key, agent, at, usd, tokens, cache_read)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                key,
+                agent,
+                at,
+                usd,
+                tokens as i64,
+                cache_read as i64
+            ])?;
+        Ok(n == 1)
+    }
+
+    /// Spend since `since` (unix s) of `agent`, or of every agent: dollars,
+    /// runs of unknown cost, tokens, cache reads.
+    pub fn spend_since(&self, agent: Option<&str>, since: i64) -> Res<(f64, u64, u64, u64)> {
+        self.conn
+            .prepare_cached(
+                "SELECT COALESCE(SUM(usd), 0), COALESCE(SUM(usd IS NULL), 0),
+                        COALESCE(SUM(tokens), 0), COALESCE(SUM(cache_read), 0)
+                 FROM spend WHERE at >= ?1 AND (?2 IS NULL OR agent = ?2)",
+            )?
+            .query_row(params![since, agent], |r| {
+                Ok((
+                    r.get::<_, f64>(0)?,
+                    r.get::<_, i64>(1)? as u64,
+                    r.get::<_, i64>(2)? as u64,
+                    r.get::<_, i64>(3)? as u64,
+                ))
+            })
+    }
+
+    /// Records a budget notice; false when it was sent before.
+    pub fn budget_notice(&self, scope: &str, window_start: i64, level: u32) -> Res<bool> {
+        let n = self
+            .conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO budget_notices (scope, window_start, level) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![scope, window_start, level])?;
+        Ok(n == 1)
+    }
+
     /// The running bash tasks `agent`'s daemon last reported, oldest first.
     pub fn tasks_of(&self, agent: &str) -> Res<Vec<RunningTask>> {
         let mut stmt = self.conn.prepare_cached(

@@ -194,6 +194,10 @@ pub struct TurnLoop {
     /// The pool last reported to the broker (`report_pool`), sent again
     /// when what identifies the credential changes.
     pool_reported: Option<cmd::ReportPool>,
+    /// This harness's boot id, the first half of every spend row's
+    /// idempotency key (the stats row id, or a counter, is the second).
+    boot_id: String,
+    spend_seq: u64,
 }
 
 impl TurnLoop {
@@ -236,6 +240,11 @@ impl TurnLoop {
             stopping: false,
             broker_pause: None,
             pool_reported: None,
+            boot_id: crate::sys::hash::random_bytes(6).map_or_else(
+                |_| format!("p{}t{}", std::process::id(), now()),
+                |b| crate::sys::hash::hex(&b),
+            ),
+            spend_seq: 0,
         }
     }
 
@@ -1045,6 +1054,7 @@ impl TurnLoop {
             }
             Running::ResetCheckpoint | Running::ProactiveCheckpoint => "checkpoint",
         };
+        let mut row_id = None;
         if let Some(stats) = &self.stats {
             let row = TurnRow {
                 id: 0,
@@ -1066,10 +1076,27 @@ impl TurnLoop {
                     (false, d) => d.unwrap_or_default(),
                 },
             };
-            if let Err(err) = stats.record(&row) {
-                log::error!("{err}");
+            match stats.record(&row) {
+                Ok(id) => row_id = Some(id),
+                Err(err) => log::error!("{err}"),
             }
         }
+        // Every run's spend, once (issue 16): re-sent by the poller until
+        // the broker answers; the key makes a re-send count once.
+        if !e.started {
+            return;
+        }
+        self.spend_seq += 1;
+        let key = match row_id {
+            Some(id) => format!("{}:{id}", self.boot_id),
+            None => format!("{}:n{}", self.boot_id, self.spend_seq),
+        };
+        self.poller.tell(Request::from(cmd::ReportSpend {
+            key,
+            usd: rep.cost_usd,
+            tokens: rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens,
+            cache_read: rep.cache_read_tokens,
+        }));
         if e.running == Running::Turn {
             // Not worth waiting for; the poller keeps them in order. The
             // classifier has already dropped figures that are not finite,

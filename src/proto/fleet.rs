@@ -5,6 +5,7 @@
 //! questions (`config.rs`) sit above the contract.
 
 use super::access::{Capability, ToolGroup};
+use super::enums::closed_enum;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -42,6 +43,54 @@ pub struct AgentConfig {
     /// config's account id or the credential itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
+    /// What the agent may spend per calendar window (issue 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+}
+
+closed_enum! {
+    /// The calendar window a budget covers, in UTC.
+    #[derive(Default)]
+    pub enum Per ("per", "windows") {
+        /// From 00:00 UTC.
+        #[default]
+        Day = "day",
+        /// From Monday 00:00 UTC.
+        Week = "week",
+        /// From the 1st, 00:00 UTC.
+        Month = "month",
+    }
+}
+
+/// A spending limit per calendar window (UTC): dollars (`total_cost_usd`,
+/// the API-equivalent price for subscription users) and tokens (input +
+/// cache writes + output; cache reads are not counted). Either may be absent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    #[serde(default)]
+    pub per: Per,
+}
+
+impl Budget {
+    /// Every rule of a budget, the error naming the field under `at`.
+    pub fn check(&self, at: &str) -> Result<(), String> {
+        if let Some(u) = self.usd {
+            if !u.is_finite() || !(0.0..=1_000_000.0).contains(&u) {
+                return Err(format!(
+                    "{at}.usd: {u} must be a number of dollars from 0 to 1000000"
+                ));
+            }
+        }
+        if self.tokens.is_some_and(|t| t > 1_000_000_000_000) {
+            return Err(format!("{at}.tokens: must be at most 10^12"));
+        }
+        Ok(())
+    }
 }
 
 impl AgentConfig {

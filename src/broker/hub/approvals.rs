@@ -61,7 +61,11 @@ pub(super) fn follow<R: serde::de::DeserializeOwned>(
 
 impl Hub {
     /// The fleet config with `patch` merged into `agent`'s entry, validated.
-    fn patched(&self, agent: &str, patch: &Value) -> Result<(HiveConfig, AgentConfig), String> {
+    pub(super) fn patched(
+        &self,
+        agent: &str,
+        patch: &Value,
+    ) -> Result<(HiveConfig, AgentConfig), String> {
         let current = self
             .cfg
             .agent(agent)
@@ -81,7 +85,7 @@ impl Hub {
     /// and restarts the agent onto it; without a supervisor the file is
     /// written here (against the hub's rules, which are what was applied) and
     /// the agent is left as it runs. `Err`: nothing was changed.
-    fn entry_work(&mut self, agent: &str, patch: Value) -> Result<Work<String>, String> {
+    pub(super) fn entry_work(&mut self, agent: &str, patch: Value) -> Result<Work<String>, String> {
         if !self.changing.insert(agent.to_string()) {
             return Err(format!(
                 "a change to the fleet entry of {agent} is being carried out; try again in a moment"

@@ -32,6 +32,7 @@ mod inbox;
 mod lifecycle;
 mod limits;
 // issue 16: pools and their pauses
+mod budgets;
 mod pools;
 mod questions;
 mod timers;
@@ -144,6 +145,14 @@ pub enum Followup {
     Permissions {
         agent: String,
         patch: serde_json::Value,
+        result: Result<String, String>,
+    },
+    /// `set_budget` was carried out (issue 16; `Err`: nothing was changed):
+    /// an agent's entry (`agent`, `patch`) or the hive's budget (`hive`).
+    Budget {
+        agent: Option<String>,
+        patch: serde_json::Value,
+        hive: Option<Option<crate::proto::Budget>>,
         result: Result<String, String>,
     },
     /// A lifecycle command was carried out by the supervisor: the hub keeps an
@@ -456,6 +465,10 @@ impl Hub {
             // pools.rs (issue 16)
             Request::ReportPool(c) => self.now(c, |h, c| h.report_pool(agent, c)),
             Request::ReportUsageLimit(c) => self.now(c, |h, c| h.report_usage_limit(agent, c)),
+            // budgets.rs (issue 16)
+            Request::ReportSpend(c) => self.now(c, |h, c| h.report_spend(agent, c)),
+            Request::GetBudget(c) => self.now(c, |h, _| h.get_budget()),
+            Request::SetBudget(c) => self.done(c, |h, c| h.set_budget(c)),
             // lifecycle.rs
             Request::RequestSpawn(c) => self.now(c, |h, c| h.request_spawn(agent, c)),
             Request::Kill(c) => self.done(c, |h, c| h.kill(agent, c)),
@@ -530,6 +543,15 @@ impl Hub {
                     result,
                 },
             ) => line(self.permissions_applied(&agent, &patch, result)),
+            (
+                Identity::Operator,
+                Followup::Budget {
+                    agent,
+                    patch,
+                    hive,
+                    result,
+                },
+            ) => line(self.budget_applied(agent, &patch, hive, result)),
             (
                 who,
                 Followup::Lifecycle {

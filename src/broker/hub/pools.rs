@@ -11,6 +11,7 @@
 //! the pool's agents resume one [`STAGGER_SECS`] apart, the one with the
 //! oldest queued message first. The operator hears once per pool and window.
 //! A pause is never an attempt: nothing is handed out, so nothing counts.
+//! The budget pause (`budgets.rs`) is answered the same way, after these.
 
 use super::{db_err, ConnId, Hub};
 use crate::proto::cmd::{PoolReply, ReportPool, ReportUsageLimit};
@@ -33,6 +34,9 @@ pub struct Pools {
     /// The pause (its `until`) each `recv_next` connection was answered.
     told: std::collections::HashMap<ConnId, i64>,
     loaded: bool,
+    /// The earliest end of a budget window some agent is paused until
+    /// (`budgets.rs`): every agent looks again then.
+    pub(super) budget_wake: Option<i64>,
 }
 
 /// "HH:MM UTC (in 2h 13m)" for a time ahead.
@@ -179,7 +183,7 @@ impl Hub {
                 until: Some(*at),
                 detail: format!("pool {pool}: resuming after the reset"),
             }),
-            _ => None,
+            _ => self.budget_pause(agent),
         }
     }
 
@@ -198,10 +202,7 @@ impl Hub {
         self.pools_loaded();
         let a = self.pools.paused.values().map(|(u, _)| *u).min();
         let b = self.pools.resume_at.values().copied().min();
-        match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [a, b, self.pools.budget_wake].into_iter().flatten().min()
     }
 
     /// Ends the pauses that are due: a pool past its reset has its agents
@@ -245,6 +246,11 @@ impl Hub {
         for a in woken {
             self.pools.resume_at.remove(&a);
             self.notify(&a);
+        }
+        if self.pools.budget_wake.is_some_and(|w| w <= t) {
+            // A budget window rolled over: every agent looks again.
+            self.pools.budget_wake = None;
+            self.wake_all();
         }
     }
 }

@@ -9,6 +9,7 @@
 
 mod agents;
 mod approvals;
+mod budget;
 mod diagnostics;
 mod failed;
 mod history;
@@ -20,6 +21,7 @@ mod timers;
 
 pub use agents::*;
 pub use approvals::*;
+pub use budget::*;
 pub use diagnostics::*;
 pub use failed::*;
 pub use history::*;
