@@ -163,8 +163,9 @@ in a message are printed as visible escapes (\\x1b, \\u{202e}).",
   --socket PATH       the host socket (default {HOST_SOCKET})
   --json              print JSON for scripts
 
-STATE is why the agent's harness waits (rate_limit, api_backoff, login,
-mcp_start, start_failed; with the time it goes on by itself), else what the
+STATE is why the agent's harness (or the broker) makes it wait (rate_limit,
+usage_limit — its credential pool's —, budget, api_backoff, login, mcp_start,
+start_failed; with the time it goes on by itself), else what the
 supervisor of `hive up` says (running, stopped, restarting, …; * when it runs
 an old binary or fleet entry), else whether a harness is connected. FAILED
 counts its dead letters (`hive failed`).",
