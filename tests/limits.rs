@@ -252,7 +252,8 @@ fn a_budget_pauses_the_agent_until_it_is_raised_and_spend_survives_a_restart() {
     assert_eq!(ana["tokens"], 5 * 110, "{ana}");
     assert_eq!(ana["cache_read"], 5 * 50, "{ana}");
 
-    // The operator raises it: the queued message runs.
+    // The operator raises it: the queued message runs, without a restart.
+    let pid = up.state("ana").unwrap().pid;
     let sock = up.data().join("run/host.sock").display().to_string();
     let (code, out, err) = common::hive::run_hive(
         &["budget", "set", "ana", "--usd", "0.10", "--socket", &sock],
@@ -266,6 +267,40 @@ fn a_budget_pauses_the_agent_until_it_is_raised_and_spend_survives_a_restart() {
     assert!(fake.stdin(6).contains("over budget"), "{}", fake.stdin(6));
     wait_for(T, "ana to drain", || drained(&up, "ana").then_some(()));
     assert!(row(&up, "ana").paused.is_none());
+    assert_eq!(
+        up.state("ana").unwrap().pid,
+        pid,
+        "applied live, no restart"
+    );
+
+    // A hand edit of `budget` applies live too, and is no reason to update.
+    let fleet_path = up.fleet_file();
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&fleet_path).unwrap()).unwrap();
+    v["agents"][0]["budget"]["usd"] = serde_json::json!(0.06);
+    std::fs::write(&fleet_path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let paused = wait_for(T, "the hand-edited budget to pause ana", || {
+        row(&up, "ana")
+            .paused
+            .filter(|p| p.reason.as_str() == "budget")
+    });
+    assert!(paused.detail.contains("$0.06 of $0.06 today"), "{paused:?}");
+    send(&up, "ana", "after the hand edit");
+    wait_for(T, "the message to be queued", || {
+        (row(&up, "ana").unread == 1).then_some(())
+    });
+    assert_eq!(fake.count(), 6, "no run over the hand-edited budget");
+    let st = up.state("ana").unwrap();
+    assert!(st.up_to_date, "a live key makes no needs_update: {st:?}");
+    assert_eq!(st.pid, pid);
+    let (code, out, err) = common::hive::run_hive(
+        &["budget", "set", "ana", "--usd", "0.10", "--socket", &sock],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    fake.wait_count(7);
+    wait_for(T, "ana to drain", || drained(&up, "ana").then_some(()));
 
     // The hive's own budget, through the same command.
     let (code, out, err) = common::hive::run_hive(

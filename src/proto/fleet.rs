@@ -46,6 +46,10 @@ pub struct AgentConfig {
     /// What the agent may spend per calendar window (issue 16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// The most one turn may cost: claude's own `--max-budget-usd`. A turn
+    /// that reaches it is acked with a notice to the parent, never retried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_usd: Option<f64>,
 }
 
 closed_enum! {
@@ -109,5 +113,25 @@ impl AgentConfig {
 
     pub fn has_capability(&self, cap: Capability) -> bool {
         self.capabilities.contains(&cap)
+    }
+
+    /// The keys that apply without a restart (issue 16): `budget`, `turn_usd`
+    /// and `account`, which the broker reads at every hand-out. The
+    /// supervisor leaves them out of its up-to-date comparison.
+    pub const LIVE_KEYS: [&'static str; 3] = ["budget", "turn_usd", "account"];
+
+    /// The entry with its live keys taken from `from`.
+    pub fn with_live_keys_of(&self, from: &AgentConfig) -> AgentConfig {
+        AgentConfig {
+            budget: from.budget.clone(),
+            turn_usd: from.turn_usd,
+            account: from.account.clone(),
+            ..self.clone()
+        }
+    }
+
+    /// True when `self` and `other` differ in their live keys only.
+    pub fn differs_only_live(&self, other: &AgentConfig) -> bool {
+        self != other && self.with_live_keys_of(other) == *other
     }
 }

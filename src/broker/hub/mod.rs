@@ -99,6 +99,9 @@ pub enum HubMsg {
     /// The supervisor (re)started an agent with this config: the hub's rules
     /// follow it.
     ApplyAgent(crate::config::AgentConfig),
+    /// The fleet file's top-level `budget` as the supervisor read it
+    /// (issue 16: it applies live).
+    HiveBudget(Option<crate::proto::Budget>),
     /// The second half of an offloaded request: the connection thread did the
     /// blocking part and the hub now decides and changes its state.
     Followup {
@@ -339,6 +342,12 @@ impl Hub {
                     }
                 }
                 HubMsg::ApplyAgent(a) => self.apply_agent(a),
+                HubMsg::HiveBudget(b) => {
+                    if self.cfg.budget != b {
+                        self.cfg.budget = b;
+                        self.wake_all();
+                    }
+                }
                 HubMsg::Followup {
                     who,
                     followup,
