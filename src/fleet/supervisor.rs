@@ -434,7 +434,7 @@ impl Supervisor {
         a.desired = a.desired.take().filter(|d| *d != applied);
         a.applied = applied;
         if live_only {
-            // issue 16: budget, turn_usd, account apply without a restart.
+            // issue 16: budget and account apply without a restart.
             let applied = a.applied.clone();
             let _ = self.hub.send(HubMsg::ApplyAgent(applied));
             return Ok(format!("{name} has its new config; it applies at once"));
@@ -777,7 +777,7 @@ impl Supervisor {
     /// Each agent's `desired` entry from the fleet file `cfg`: its entry there
     /// when it differs from what the agent runs.
     fn reload_desired(&mut self, cfg: &HiveConfig) {
-        // issue 16: `budget`, `turn_usd` and `account` apply live — taken
+        // issue 16: `budget` and `account` apply live — taken
         // into what the agent runs and handed to the broker, never a
         // reason for an update.
         let mut live = Vec::new();

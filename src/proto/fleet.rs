@@ -46,10 +46,6 @@ pub struct AgentConfig {
     /// What the agent may spend per calendar window (issue 16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
-    /// The most one turn may cost: claude's own `--max-budget-usd`. A turn
-    /// that reaches it is acked with a notice to the parent, never retried.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub turn_usd: Option<f64>,
 }
 
 closed_enum! {
@@ -115,16 +111,15 @@ impl AgentConfig {
         self.capabilities.contains(&cap)
     }
 
-    /// The keys that apply without a restart (issue 16): `budget`, `turn_usd`
-    /// and `account`, which the broker reads at every hand-out. The
-    /// supervisor leaves them out of its up-to-date comparison.
-    pub const LIVE_KEYS: [&'static str; 3] = ["budget", "turn_usd", "account"];
+    /// The keys that apply without a restart (issue 16): `budget` and
+    /// `account`, which the broker reads at every hand-out. The supervisor
+    /// leaves them out of its up-to-date comparison.
+    pub const LIVE_KEYS: [&'static str; 2] = ["budget", "account"];
 
     /// The entry with its live keys taken from `from`.
     pub fn with_live_keys_of(&self, from: &AgentConfig) -> AgentConfig {
         AgentConfig {
             budget: from.budget.clone(),
-            turn_usd: from.turn_usd,
             account: from.account.clone(),
             ..self.clone()
         }
