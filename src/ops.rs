@@ -367,7 +367,7 @@ pub fn budget(a: &crate::cli::BudgetArgs) -> Result<(), String> {
         clear_usd: s.usd == Some(None),
         tokens: s.tokens.flatten(),
         clear_tokens: s.tokens == Some(None),
-        per: s.per.clone(),
+        per: s.per,
     })?;
     let r = call(&mut c, &req)?;
     if s.host.json {

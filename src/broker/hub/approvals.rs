@@ -179,10 +179,20 @@ impl Hub {
                 now(),
             )
             .map_err(db_err)?;
+        // issue 16: keys that apply live are named on the card.
+        let live: Vec<&str> = crate::proto::AgentConfig::LIVE_KEYS
+            .into_iter()
+            .filter(|k| patch.get(*k).is_some())
+            .collect();
+        let flag = if live.is_empty() {
+            String::new()
+        } else {
+            format!(" [sets {}: applies at once, no restart]", live.join(", "))
+        };
         self.announce_approval(
             id,
             &format!(
-                "{caller} proposes a change to the fleet entry of {agent}: {}",
+                "{caller} proposes a change to the fleet entry of {agent}: {}{flag}",
                 preview(&patch.to_string(), 2000)
             ),
         )?;

@@ -282,7 +282,7 @@ impl Hub {
             };
             rows.push(BudgetRow {
                 scope: scope.unwrap_or_else(|| "hive".into()),
-                per: s.budget.per.clone(),
+                per: s.budget.per,
                 window_start: s.start,
                 window_end: s.end,
                 spent_usd: s.usd,
@@ -313,7 +313,7 @@ impl Hub {
             b.tokens = None;
         }
         if let Some(p) = &c.per {
-            b.per = p.clone();
+            b.per = *p;
         }
         (b.usd.is_some() || b.tokens.is_some()).then_some(b)
     }
