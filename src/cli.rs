@@ -190,8 +190,9 @@ in a message are printed as visible escapes (\\x1b, \\u{202e}).",
   --socket PATH       the host socket (default {HOST_SOCKET})
   --json              print JSON for scripts
 
-STATE is why the agent's harness waits (rate_limit, api_backoff, login,
-mcp_start, start_failed; with the time it goes on by itself), else what the
+STATE is why the agent's harness (or the broker) makes it wait (rate_limit,
+usage_limit — its credential pool's —, budget, api_backoff, login, mcp_start,
+start_failed; with the time it goes on by itself), else what the
 supervisor of `hive up` says (running, stopped, restarting, …; * when it runs
 an old binary or fleet entry), else whether a harness is connected. FAILED
 counts its dead letters (`hive failed`).",
@@ -219,6 +220,29 @@ It is kept until `hive retry ID` puts it back; bodies are shown cut.",
 
 Its attempts start over. Any message that is not a dead letter is refused
 (`message #ID is queued, not failed`).",
+    },
+    // issue 16: budgets
+    CommandHelp {
+        name: "budget",
+        summary: "operator: spend against budgets this window (UTC); `hive budget set` changes one",
+        usage: "hive budget [--socket PATH] [--json]
+hive budget set AGENT|--hive [--usd N|none] [--tokens N|none] [--per day|week|month] [--socket PATH]
+
+  AGENT               the agent whose budget changes (its fleet entry's `budget`)
+  --hive              the whole hive's budget (the fleet file's top-level `budget`)
+  --usd N|none        dollars per window (`total_cost_usd`: the API-equivalent
+                      price for subscription users); none removes the limit
+  --tokens N|none     tokens per window (input + cache writes + output); none
+                      removes the limit
+  --per WINDOW        day (default), week (from Monday) or month, in UTC
+  --socket PATH       the host socket (default {HOST_SOCKET})
+  --json              print the broker's answer as JSON
+
+At 80 % of a limit the agent's parent (the operator for a root agent, or for
+the hive) is told once; at 100 % the agent (every agent, for the hive) starts
+no new run until the window rolls over or the budget is raised. The change is
+written to the fleet file with the rule of the operator's other writes (a
+conflicting hand edit is refused, nothing written).",
     },
     CommandHelp {
         name: "version",
@@ -485,6 +509,24 @@ pub struct FailedArgs {
     pub agent: Option<String>,
 }
 
+/// `hive budget` (issue 16): the report, or `set`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BudgetArgs {
+    Show(HostArgs),
+    Set(SetBudgetArgs),
+}
+
+/// `hive budget set AGENT|--hive …`; `Some(None)` is `none` (remove).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SetBudgetArgs {
+    pub host: HostArgs,
+    pub agent: Option<String>,
+    pub hive: bool,
+    pub usd: Option<Option<f64>>,
+    pub tokens: Option<Option<u64>>,
+    pub per: Option<crate::proto::Per>,
+}
+
 /// An operator command on one id: `hive approve`, `hive cancel-question`,
 /// `hive retry`.
 #[derive(Debug, Clone, PartialEq)]
@@ -602,6 +644,7 @@ pub enum Cmd {
     Agents(HostArgs),
     Failed(FailedArgs),
     Retry(IdArgs),
+    Budget(BudgetArgs),
     Questions(HostArgs),
     /// `hive version`: this binary's version and the broker's.
     Versions(HostArgs),
@@ -679,6 +722,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Cmd, UsageError> {
         "agents" => parse_host(&mut p).map(Cmd::Agents),
         "failed" => parse_failed(&mut p),
         "retry" => parse_id(&mut p).map(Cmd::Retry),
+        "budget" => parse_budget(&mut p),
         "questions" => parse_host(&mut p).map(Cmd::Questions),
         "version" => parse_host(&mut p).map(Cmd::Versions),
         "answer" => parse_answer(&mut p),
@@ -910,6 +954,80 @@ fn parse_failed(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
         }
     }
     Ok(Cmd::Failed(a))
+}
+
+/// `hive budget [set AGENT|--hive …]` (issue 16).
+fn parse_budget(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut host = HostArgs::default();
+    let mut set: Option<SetBudgetArgs> = None;
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("socket") => host.socket = Some(p.value()?.into()),
+            Long("json") => host.json = true,
+            Long("help") | Short('h') => return Err(help()),
+            Value(v) if set.is_none() && v == "set" => set = Some(SetBudgetArgs::default()),
+            Long("hive") if set.is_some() => {
+                if let Some(s) = set.as_mut() {
+                    s.hive = true;
+                }
+            }
+            Long(k @ ("usd" | "tokens" | "per")) if set.is_some() => {
+                let k = k.to_string();
+                let v = utf8(p.value()?)?;
+                let Some(s) = set.as_mut() else { continue };
+                match k.as_str() {
+                    "usd" if v == "none" => s.usd = Some(None),
+                    "usd" => match v.parse::<f64>() {
+                        Ok(n) if n.is_finite() && n >= 0.0 => s.usd = Some(Some(n)),
+                        _ => {
+                            return Err(format!(
+                                "--usd: {} is not a number of dollars (or none)",
+                                excerpt(&v)
+                            )
+                            .into())
+                        }
+                    },
+                    "tokens" if v == "none" => s.tokens = Some(None),
+                    "tokens" => match v.parse::<u64>() {
+                        Ok(n) => s.tokens = Some(Some(n)),
+                        _ => {
+                            return Err(format!(
+                                "--tokens: {} is not a whole number (or none)",
+                                excerpt(&v)
+                            )
+                            .into())
+                        }
+                    },
+                    _ => {
+                        s.per = Some(
+                            crate::proto::Per::parse(&v)
+                                .map_err(|e| lexopt::Error::from(format!("--per: {e}")))?,
+                        )
+                    }
+                }
+            }
+            Value(v) if set.as_ref().is_some_and(|s| s.agent.is_none() && !s.hive) => {
+                let name = utf8(v)?;
+                if let Some(s) = set.as_mut() {
+                    s.agent = Some(name);
+                }
+            }
+            other => return Err(other.unexpected()),
+        }
+    }
+    match set {
+        None => Ok(Cmd::Budget(BudgetArgs::Show(host))),
+        Some(mut s) => {
+            if s.agent.is_none() && !s.hive {
+                return Err("hive budget set: name an AGENT, or --hive".into());
+            }
+            if s.usd.is_none() && s.tokens.is_none() && s.per.is_none() {
+                return Err("hive budget set: give --usd, --tokens or --per".into());
+            }
+            s.host = host;
+            Ok(Cmd::Budget(BudgetArgs::Set(s)))
+        }
+    }
 }
 
 /// `hive approve ID`, `hive cancel-question ID`, `hive retry ID`.

@@ -36,6 +36,9 @@ pub struct HiveConfig {
     /// (`docs/swarm.md`). Without it, mail to `NAME@HIVE` is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matrix: Option<MatrixConfig>,
+    /// What the whole hive may spend per calendar window (issue 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::proto::Budget>,
 }
 
 impl HiveConfig {
@@ -69,12 +72,31 @@ impl HiveConfig {
         if let Some(m) = &self.matrix {
             self.check_matrix(m)?;
         }
+        if let Some(b) = &self.budget {
+            b.check("budget")?;
+        }
         let mut seen = std::collections::BTreeSet::new();
         for (i, a) in self.agents.iter().enumerate() {
             let at = format!("agents[{i}]");
+            if let Some(b) = &a.budget {
+                b.check(&format!("{at}.budget"))?;
+            }
             check_name(&a.name).map_err(|e| format!("{at}.name: {e}"))?;
             if !seen.insert(a.name.as_str()) {
                 return Err(format!("{at}.name: duplicate agent name {:?}", a.name));
+            }
+            if let Some(acc) = &a.account {
+                if acc.is_empty()
+                    || acc.len() > 64
+                    || !acc
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b))
+                {
+                    return Err(format!(
+                        "{at}.account: {} must be 1 to 64 letters, digits and -_.@ (a name for the account its agents share)",
+                        excerpt(acc)
+                    ));
+                }
             }
             if let Some(m) = &a.model {
                 if m.trim().is_empty() || m.contains(char::is_whitespace) {

@@ -107,6 +107,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Agents(h) => ops::agents(&h)?,
         Cmd::Failed(a) => ops::failed(&a)?,
         Cmd::Retry(a) => ops::retry(&a.host, a.id)?,
+        Cmd::Budget(a) => ops::budget(&a)?,
         Cmd::Questions(h) => ops::questions(&h)?,
         Cmd::Versions(h) => ops::versions(&h)?,
         Cmd::Answer(a) => ops::answer(&a)?,

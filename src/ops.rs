@@ -317,6 +317,74 @@ pub fn failed(a: &FailedArgs) -> Result<(), String> {
     Ok(())
 }
 
+// ---- issue 16: budgets ----
+
+/// `hive budget`: each scope's spend against its budget this window (UTC).
+pub fn budget(a: &crate::cli::BudgetArgs) -> Result<(), String> {
+    let s = match a {
+        crate::cli::BudgetArgs::Show(h) => {
+            let mut c = host_client(h)?;
+            let r = call(&mut c, &checked(cmd::GetBudget {})?)?;
+            if h.json {
+                print_json(&r);
+                return Ok(());
+            }
+            println!(
+                "{:<10} {:<6} {:>10} {:>10} {:>12} {:>12} {:>10}  STATE",
+                "SCOPE", "PER", "SPENT", "BUDGET", "TOKENS", "TOKEN LIMIT", "CACHE RD"
+            );
+            for b in &r.rows {
+                let spent = if b.unknown_runs > 0 {
+                    format!("${:.2}+?", b.spent_usd)
+                } else {
+                    format!("${:.2}", b.spent_usd)
+                };
+                let state = if b.reached {
+                    format!(
+                        "budget reached (until {} UTC)",
+                        &fmt_time(b.window_end)[..16]
+                    )
+                } else {
+                    String::new()
+                };
+                println!(
+                    "{:<10} {:<6} {:>10} {:>10} {:>12} {:>12} {:>10}  {state}",
+                    line(&b.scope),
+                    b.per.to_string(),
+                    spent,
+                    b.usd.map_or_else(|| "-".into(), |u| format!("${u:.2}")),
+                    b.tokens,
+                    b.budget_tokens
+                        .map_or_else(|| "-".into(), |t| t.to_string()),
+                    b.cache_read,
+                );
+            }
+            if r.rows.iter().any(|b| b.unknown_runs > 0) {
+                println!("+? : some runs printed no result line; their cost is unknown");
+            }
+            return Ok(());
+        }
+        crate::cli::BudgetArgs::Set(s) => s,
+    };
+    let mut c = host_client(&s.host)?;
+    let req = checked(cmd::SetBudget {
+        agent: s.agent.clone(),
+        hive: s.hive,
+        usd: s.usd.flatten(),
+        clear_usd: s.usd == Some(None),
+        tokens: s.tokens.flatten(),
+        clear_tokens: s.tokens == Some(None),
+        per: s.per,
+    })?;
+    let r = call(&mut c, &req)?;
+    if s.host.json {
+        print_json(&r);
+    } else {
+        println!("{}", line(&r.text));
+    }
+    Ok(())
+}
+
 /// `hive retry ID`: a dead letter back into its agent's queue.
 pub fn retry(h: &HostArgs, id: i64) -> Result<(), String> {
     let mut c = host_client(h)?;

@@ -167,6 +167,34 @@ fn an_old_broker_store_migrates_with_every_row() {
     let store = Db::open(&path, Durability::Full).unwrap();
     assert_eq!(store.stopped_agents().unwrap(), ["kid"]);
     drop(store);
+    // Step 7 (issue 16) added the pools, their pauses, spend rows, budget
+    // notices and the salt: empty, and they work; the salt is made once.
+    for t in [
+        "agent_pools",
+        "pool_pauses",
+        "spend",
+        "budget_notices",
+        "hive_salt",
+    ] {
+        assert!(rows(&path, t).is_empty(), "{t}");
+    }
+    let store = Db::open(&path, Durability::Full).unwrap();
+    let salt = store.salt().unwrap();
+    assert_eq!(salt.len(), 32);
+    assert_eq!(store.salt().unwrap(), salt, "one salt per hive");
+    store.set_pool("kid", "uuid:abc", 1795327382).unwrap();
+    store
+        .set_pool_pause("uuid:abc", 1795330000, "session limit", 1795327382)
+        .unwrap();
+    drop(store);
+    let store = Db::open(&path, Durability::Full).unwrap();
+    assert_eq!(store.salt().unwrap(), salt);
+    assert_eq!(store.pools().unwrap(), [("kid".into(), "uuid:abc".into())]);
+    assert_eq!(
+        store.pool_pauses().unwrap(),
+        [("uuid:abc".into(), 1795330000, "session limit".into())]
+    );
+    drop(store);
     assert_eq!(rows(&path, "approvals"), before[4]);
     assert_eq!(rows(&path, "swarm_meta"), meta, "the instance id is kept");
     for (table, old) in tables

@@ -50,7 +50,8 @@ fn a_rate_limited_continue_waits_out_the_pause_then_runs() {
     );
     operator_send(&b, "ana", "start a loop");
     h.fake.wait_count(3);
-    let s = page.wait_state("the pause", |s| s["paused"]["reason"] == "rate_limit");
+    // A reset time makes it the pool's usage limit (issue 16).
+    let s = page.wait_state("the pause", |s| s["paused"]["reason"] == "usage_limit");
     assert_eq!(s["inflight"], serde_json::Value::Null, "{s}");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(

@@ -161,7 +161,8 @@ fn an_operator_new_session_makes_the_retry_carry_the_body() {
         r#"rate_limit_event $(( $(date +%s) + 2 )); api_error 429 rate_limit "You've hit your session limit · resets 5:03am (UTC)""#,
     );
     operator_send(&b, "ana", "report please");
-    page.wait_state("the pause", |s| s["paused"]["reason"] == "rate_limit");
+    // A reset time makes it the pool's usage limit (issue 16).
+    page.wait_state("the pause", |s| s["paused"]["reason"] == "usage_limit");
     let r = page.post("/api/new-session", "{}");
     assert_eq!(r.status, 200, "{}", r.body);
     h.fake.wait_count(3);

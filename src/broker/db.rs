@@ -109,6 +109,11 @@ pub const MIGRATIONS: &[Step] = &[
         what: "reminder payloads kept whole in the store (the old spill files read once)",
         apply: absorb_reminder_spill_files,
     },
+    Step {
+        version: 7,
+        what: "credential pools, their usage-limit pauses, spend rows and budget notices, the hive's salt",
+        apply: |tx| tx.execute_batch(LIMITS_V7),
+    },
 ];
 
 /// Step 6: a long reminder's payload used to spill to a file under the
@@ -158,6 +163,47 @@ pub fn lost_payload(preview: &str, file: &str) -> String {
          not be read when the broker moved reminder payloads into broker.db]"
     )
 }
+
+/// Step 7 (issue 16): `hive_salt` keys the credential fingerprints of pools
+/// (one row, random); `agent_pools` is each agent's pool as its harness last
+/// reported it; `pool_pauses` a pool's usage limit until its reset (`noticed`:
+/// the operator was told about this window); `spend` one row per claude run,
+/// keyed by the harness's idempotency key (`usd` null: cost unknown);
+/// `budget_notices` the 80 % and 100 % notices sent, once per scope, window
+/// and level.
+const LIMITS_V7: &str = "
+CREATE TABLE hive_salt (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    salt BLOB NOT NULL
+);
+CREATE TABLE agent_pools (
+    agent TEXT PRIMARY KEY,
+    pool TEXT NOT NULL,
+    reported_at INTEGER NOT NULL
+);
+CREATE TABLE pool_pauses (
+    pool TEXT PRIMARY KEY,
+    until INTEGER NOT NULL,
+    detail TEXT NOT NULL,
+    since INTEGER NOT NULL
+);
+CREATE TABLE spend (
+    key TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    usd REAL,
+    tokens INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL
+);
+CREATE INDEX spend_agent_at ON spend (agent, at);
+CREATE INDEX spend_at ON spend (at);
+CREATE TABLE budget_notices (
+    scope TEXT NOT NULL,
+    window_start INTEGER NOT NULL,
+    level INTEGER NOT NULL,
+    PRIMARY KEY (scope, window_start, level)
+);
+";
 
 /// Step 3: `attempts` (hand-outs that count toward the harness's attempt
 /// limit), `last_error`, `seq` (the queue position: new rows go last, a
@@ -1088,6 +1134,138 @@ impl Db {
             .prepare_cached("SELECT name FROM stopped_agents ORDER BY name")?;
         let rows = stmt.query_map([], |r| r.get(0))?;
         rows.collect()
+    }
+
+    // ---- issue 16: pools, pauses, spend (step 7) ----
+
+    /// The hive's salt for credential fingerprints, made on first use.
+    pub fn salt(&self) -> Res<Vec<u8>> {
+        let have: Option<Vec<u8>> = self
+            .conn
+            .query_row("SELECT salt FROM hive_salt WHERE id = 1", [], |r| r.get(0))
+            .optional()?;
+        if let Some(s) = have {
+            return Ok(s);
+        }
+        let fresh = crate::sys::hash::random_bytes(32)
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+        self.conn.execute(
+            "INSERT OR IGNORE INTO hive_salt (id, salt) VALUES (1, ?1)",
+            params![fresh],
+        )?;
+        self.conn
+            .query_row("SELECT salt FROM hive_salt WHERE id = 1", [], |r| r.get(0))
+    }
+
+    pub fn set_pool(&self, agent: &str, pool: &str, now: i64) -> Res<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO agent_pools (agent, pool, reported_at) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![agent, pool, now])?;
+        Ok(())
+    }
+
+    /// Every agent's last reported pool.
+    pub fn pools(&self) -> Res<Vec<(String, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT agent, pool FROM agent_pools ORDER BY agent")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        rows.collect()
+    }
+
+    /// Sets (or extends) `pool`'s pause.
+    pub fn set_pool_pause(&self, pool: &str, until: i64, detail: &str, now: i64) -> Res<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO pool_pauses (pool, until, detail, since) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (pool) DO UPDATE SET until = ?2, detail = ?3",
+            )?
+            .execute(params![pool, until, detail, now])?;
+        Ok(())
+    }
+
+    pub fn clear_pool_pause(&self, pool: &str) -> Res<()> {
+        self.conn
+            .prepare_cached("DELETE FROM pool_pauses WHERE pool = ?1")?
+            .execute(params![pool])?;
+        Ok(())
+    }
+
+    /// Every pool pause: (pool, until, detail).
+    pub fn pool_pauses(&self) -> Res<Vec<(String, i64, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT pool, until, detail FROM pool_pauses ORDER BY pool")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        rows.collect()
+    }
+
+    /// The oldest queued message of `agent`, as its queue position.
+    pub fn oldest_queued_seq(&self, agent: &str) -> Res<Option<i64>> {
+        self.conn
+            .prepare_cached(
+                "SELECT MIN(seq) FROM messages WHERE recipient = ?1 AND state IN ('queued', 'inflight')",
+            )?
+            .query_row(params![agent], |r| r.get(0))
+    }
+
+    /// Keeps one run's spend; false when `key` was kept before (a re-send).
+    pub fn insert_spend(
+        &self,
+        key: &str,
+        agent: &str,
+        at: i64,
+        usd: Option<f64>,
+        tokens: u64,
+        cache_read: u64,
+    ) -> Res<bool> {
+        let n = self
+            .conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO spend (key, agent, at, usd, tokens, cache_read)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                key,
+                agent,
+                at,
+                usd,
+                tokens as i64,
+                cache_read as i64
+            ])?;
+        Ok(n == 1)
+    }
+
+    /// Spend since `since` (unix s) of `agent`, or of every agent: dollars,
+    /// runs of unknown cost, tokens, cache reads.
+    pub fn spend_since(&self, agent: Option<&str>, since: i64) -> Res<(f64, u64, u64, u64)> {
+        self.conn
+            .prepare_cached(
+                "SELECT COALESCE(SUM(usd), 0), COALESCE(SUM(usd IS NULL), 0),
+                        COALESCE(SUM(tokens), 0), COALESCE(SUM(cache_read), 0)
+                 FROM spend WHERE at >= ?1 AND (?2 IS NULL OR agent = ?2)",
+            )?
+            .query_row(params![since, agent], |r| {
+                Ok((
+                    r.get::<_, f64>(0)?,
+                    r.get::<_, i64>(1)? as u64,
+                    r.get::<_, i64>(2)? as u64,
+                    r.get::<_, i64>(3)? as u64,
+                ))
+            })
+    }
+
+    /// Records a budget notice; false when it was sent before.
+    pub fn budget_notice(&self, scope: &str, window_start: i64, level: u32) -> Res<bool> {
+        let n = self
+            .conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO budget_notices (scope, window_start, level) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![scope, window_start, level])?;
+        Ok(n == 1)
     }
 
     /// The running bash tasks `agent`'s daemon last reported, oldest first.

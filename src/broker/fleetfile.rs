@@ -112,6 +112,81 @@ pub fn apply(path: &Path, change: &Change<'_>) -> Result<Written, String> {
     ))
 }
 
+/// Sets the fleet file's top-level `budget` (issue 16) with the same rule as
+/// an entry's keys: refused, with nothing written, when the file's budget was
+/// changed by hand from `base` (what hive last applied) to something other
+/// than `new`; written atomically otherwise. Returns the fleet as the file
+/// has it now.
+pub fn apply_hive_budget(
+    path: &Path,
+    base: Option<&crate::proto::Budget>,
+    new: Option<&crate::proto::Budget>,
+) -> Result<HiveConfig, String> {
+    let _turn = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+    let real = path
+        .canonicalize()
+        .map_err(|e| format!("cannot read the fleet file {}: {e}", path.display()))?;
+    let shown = real.display();
+    let null = Value::Null;
+    let change = Change {
+        agent: "the hive",
+        base: None,
+        patch: &null,
+    };
+    for _ in 0..ATTEMPTS {
+        let text = read(&real)?;
+        let mut cfg = HiveConfig::parse(&text).map_err(|e| {
+            format!("the fleet file {shown} does not load ({e}); fix it by hand first: nothing was changed")
+        })?;
+        if cfg.budget.as_ref() != base && cfg.budget.as_ref() != new {
+            return Err(format!(
+                "the hive's budget was changed by hand in the fleet file {shown} ({} when hive \
+                 last applied it, {} in the file now): nothing was changed. Edit the file to the \
+                 value you want, or undo the hand edit and try again",
+                serde_json::to_string(&base).unwrap_or_default(),
+                serde_json::to_string(&cfg.budget).unwrap_or_default()
+            ));
+        }
+        if cfg.budget.as_ref() == new {
+            return Ok(cfg);
+        }
+        let mut raw: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        let obj = raw
+            .as_object_mut()
+            .ok_or("the fleet file is not a JSON object")?;
+        match new {
+            Some(b) => {
+                obj.insert(
+                    "budget".into(),
+                    serde_json::to_value(b).map_err(|e| e.to_string())?,
+                );
+            }
+            None => {
+                obj.remove("budget");
+            }
+        }
+        cfg.budget = new.cloned();
+        cfg.validate().map_err(|e| {
+            format!("with this change the fleet file {shown} would not be valid ({e}): nothing was changed")
+        })?;
+        let new_text = format!(
+            "{}\n",
+            serde_json::to_string_pretty(&raw).map_err(|e| e.to_string())?
+        );
+        if replace(
+            &real,
+            &new_text,
+            || read(&real).is_ok_and(|now| now == text),
+            &change,
+        )? {
+            return Ok(cfg);
+        }
+    }
+    Err(format!(
+        "the fleet file {shown} kept changing while hive wrote it; nothing was changed, try again"
+    ))
+}
+
 fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the fleet file {}: {e}", path.display()))

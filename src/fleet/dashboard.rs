@@ -379,6 +379,8 @@ static ROUTES: &[Route<App>] = &[
     post("/api/stop", |a, c| call::<StopAgent>(a, &c.body)),
     post("/api/restart", |a, c| call::<RestartAgent>(a, &c.body)),
     post("/api/update", |a, c| call::<UpdateAgent>(a, &c.body)),
+    // issue 16: the budget field.
+    post("/api/budget", |a, c| call::<cmd::SetBudget>(a, &c.body)),
 ];
 
 const fn get(path: &'static str, f: fn(&App, &Ctx<'_>) -> Reply) -> Route<App> {
@@ -689,6 +691,14 @@ fn snapshot(app: &App) -> Value {
     let questions = get(&mut c, Questions {});
     let approvals = get(&mut c, Approvals {});
     let failed = get(&mut c, Failed { agent: None });
+    // issue 16: every scope's spend against its budget.
+    let budget = get(&mut c, cmd::GetBudget {});
+    let budget_of = |scope: &str| -> Value {
+        budget["rows"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["scope"] == scope).cloned())
+            .unwrap_or(Value::Null)
+    };
     let inbox = get(
         &mut c,
         Inbox {
@@ -703,6 +713,7 @@ fn snapshot(app: &App) -> Value {
         let s = sup_rows.iter().find(|s| s.name == name);
         let mut card = row.clone();
         card["supervision"] = serde_json::to_value(s).unwrap_or(Value::Null);
+        card["budget"] = budget_of(&name);
         if let Some(s) = s {
             card["config"] = json!(format!("/agent/{name}/config"));
             if let Some(forge) = forge_link(app, &name, s) {
@@ -757,6 +768,7 @@ fn snapshot(app: &App) -> Value {
         "approvals_more": approvals_more,
         "failed": failed,
         "failed_more": failed_more,
+        "budget": budget_of("hive"),
         "inbox": messages,
         "inbox_more": inbox["more"].as_bool().unwrap_or(false),
         "bridge": agents["bridge"],

@@ -461,9 +461,16 @@ impl Supervisor {
             self.reload_desired(&written.config);
         }
         self.set_hive_entry(&applied);
+        let live_only = applied.differs_only_live(&base);
         let a = self.agent(&name)?;
         a.desired = a.desired.take().filter(|d| *d != applied);
         a.applied = applied;
+        if live_only {
+            // issue 16: budget and account apply without a restart.
+            let applied = a.applied.clone();
+            let _ = self.hub.send(HubMsg::ApplyAgent(applied));
+            return Ok(format!("{name} has its new config; it applies at once"));
+        }
         if matches!(a.phase, Phase::Stopped) {
             return Ok(format!(
                 "{name} has its new config; it is stopped and runs it once it is started"
@@ -811,12 +818,28 @@ impl Supervisor {
     /// Each agent's `desired` entry from the fleet file `cfg`: its entry there
     /// when it differs from what the agent runs.
     fn reload_desired(&mut self, cfg: &HiveConfig) {
+        // issue 16: `budget` and `account` apply live — taken
+        // into what the agent runs and handed to the broker, never a
+        // reason for an update.
+        let mut live = Vec::new();
         for (name, a) in self.agents.iter_mut() {
+            if let Some(entry) = cfg.agent(name) {
+                let applied = a.applied.with_live_keys_of(entry);
+                if applied != a.applied {
+                    a.applied = applied;
+                    live.push(a.applied.clone());
+                }
+            }
             match cfg.agent(name) {
                 Some(entry) if *entry != a.applied => a.desired = Some(entry.clone()),
                 _ => a.desired = None,
             }
         }
+        for entry in live {
+            self.set_hive_entry(&entry);
+            let _ = self.hub.send(HubMsg::ApplyAgent(entry));
+        }
+        let _ = self.hub.send(HubMsg::HiveBudget(cfg.budget.clone()));
     }
 
     fn logged_in(&self, a: &AgentConfig) -> bool {

@@ -946,8 +946,56 @@ fn cut(line: &str, max: usize) -> String {
     format!("{}…", &line[..end])
 }
 
+/// The reset a usage-limit text names, when it names it in UTC: "resets
+/// 5:03am (UTC)" (CLI 2.1.197's result text) is the next 05:03 UTC after
+/// `now`. Any other zone, or no time, gives None: the caller falls back to
+/// `HIVE_RATE_LIMIT_SLEEP_SECS` (issue 16).
+pub fn utc_reset_in_text(text: &str, now: i64) -> Option<i64> {
+    let at = text.find("resets ")? + "resets ".len();
+    let rest = &text[at..];
+    let end = rest.find(" (UTC)")?;
+    let clock = rest[..end].trim().to_ascii_lowercase();
+    let (digits, pm) = if let Some(d) = clock.strip_suffix("am") {
+        (d, false)
+    } else if let Some(d) = clock.strip_suffix("pm") {
+        (d, true)
+    } else {
+        return None;
+    };
+    let (h, m) = match digits.split_once(':') {
+        Some((h, m)) => (h.parse::<i64>().ok()?, m.parse::<i64>().ok()?),
+        None => (digits.parse::<i64>().ok()?, 0),
+    };
+    if !(1..=12).contains(&h) || !(0..60).contains(&m) {
+        return None;
+    }
+    let h24 = h % 12 + if pm { 12 } else { 0 };
+    let day = now - now.rem_euclid(86_400);
+    let mut t = day + h24 * 3600 + m * 60;
+    if t <= now {
+        t += 86_400;
+    }
+    Some(t)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_utc_reset_text_names_the_next_such_time() {
+        use super::utc_reset_in_text as r;
+        let now = 1_795_305_600; // 00:00 UTC
+        let text = "You've hit your session limit · resets 5:03am (UTC)";
+        assert_eq!(r(text, now), Some(now + 5 * 3600 + 3 * 60));
+        assert_eq!(r("resets 12pm (UTC)", now), Some(now + 12 * 3600));
+        assert_eq!(
+            r("resets 12:30am (UTC)", now + 3600),
+            Some(now + 86_400 + 1800)
+        );
+        assert_eq!(r("resets 5:03am (Europe/Berlin)", now), None);
+        assert_eq!(r("resets 13:03am (UTC)", now), None);
+        assert_eq!(r("rate limited", now), None);
+    }
+
     use super::*;
 
     // Lines copied from reference/claude-cli-2.1.197.md; where the reference elides

@@ -9,6 +9,7 @@
 //! the context window, watermarks and fixed prompts, [`bus`] holds the live
 //! state and events, [`control`] is how the web UI asks things of the loop,
 //! [`login`] owns credentials and the login park, [`stats`] the turn-stats db,
+//! [`pool`] what identifies the credential (its usage-limit pool),
 //! [`files`] the private modes of the harness's own files, [`forge`] the
 //! Forgejo notification poller and [`settings`] every flag and environment
 //! variable.
@@ -25,6 +26,7 @@ pub mod login;
 pub mod plugins;
 pub mod policy;
 pub mod poller;
+pub mod pool;
 pub mod prompt;
 pub mod serve;
 pub mod settings;

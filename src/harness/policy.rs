@@ -194,6 +194,10 @@ pub enum PauseReason {
     McpStart,
     /// claude could not be started: `HIVE_POLL_MS`, doubling.
     StartFailed,
+    /// A rate limit with a reset time: the pool's usage limit, which the
+    /// broker then holds for every agent of the pool (the loop picks it
+    /// instead of `RateLimit` when the CLI said when it resets).
+    UsageLimit,
 }
 
 impl PauseReason {
@@ -204,6 +208,7 @@ impl PauseReason {
             PauseReason::Login => "login",
             PauseReason::McpStart => "mcp_start",
             PauseReason::StartFailed => "start_failed",
+            PauseReason::UsageLimit => "usage_limit",
         }
     }
 }

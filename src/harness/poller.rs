@@ -58,6 +58,10 @@ pub enum FromPoller {
     Status { unread: u64, status_text: String },
     /// The broker became reachable (true) or unreachable (false).
     Online(bool),
+    /// The broker pauses this agent (its pool's usage limit, a budget) and
+    /// hands out nothing until the pause ends; `None` once a hand-out
+    /// shows it ended (issue 16).
+    BrokerPause(Option<crate::proto::Paused>),
 }
 
 /// What the long-poll thread is asked.
@@ -126,6 +130,8 @@ struct Conn {
     failures: u32,
     /// No new connection before this, after an unusable answer.
     retry_at: Option<Instant>,
+    /// A broker pause was passed to the loop and not yet seen to end.
+    pause_shown: bool,
 }
 
 impl Poller {
@@ -149,6 +155,7 @@ impl Poller {
             unreachable: false,
             failures: 0,
             retry_at: None,
+            pause_shown: false,
         };
         let mut poll = conn("long-poll", poll_stream.clone());
         let mut calls = conn("calls", Arc::new(Mutex::new(None)));
@@ -379,6 +386,32 @@ impl Conn {
             });
             if matches!(r, Ok(_) | Err(ClientError::Refused(_))) {
                 self.answered();
+            }
+            if let Ok(RecvNextReply {
+                message: None,
+                paused: Some(p),
+                ..
+            }) = &r
+            {
+                // Answered once per pause: the next call parks until it ends.
+                self.pause_shown = true;
+                let _ = self.events.send(FromPoller::BrokerPause(Some(p.clone())));
+                if ask == Ask::Peek {
+                    return Some(FromPoller::Empty);
+                }
+                continue;
+            }
+            if self.pause_shown
+                && matches!(
+                    &r,
+                    Ok(RecvNextReply {
+                        message: Some(_),
+                        ..
+                    })
+                )
+            {
+                self.pause_shown = false;
+                let _ = self.events.send(FromPoller::BrokerPause(None));
             }
             match r {
                 Ok(RecvNextReply {

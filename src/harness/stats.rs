@@ -49,7 +49,8 @@ impl Stats {
         Ok(Stats { conn })
     }
 
-    pub fn record(&self, r: &TurnRow) -> Result<(), String> {
+    /// Stores one run; its row id (the spend row's idempotency key uses it).
+    pub fn record(&self, r: &TurnRow) -> Result<i64, String> {
         let (outcome, note) = turnstats::stored_outcome(&r.outcome, &r.note);
         self.conn
             .execute(
@@ -72,7 +73,7 @@ impl Stats {
                     note
                 ],
             )
-            .map(|_| ())
+            .map(|_| self.conn.last_insert_rowid())
             .map_err(|e| format!("cannot record turn stats: {e}"))
     }
 

@@ -189,6 +189,16 @@ pub struct TurnLoop {
     /// must be reported again (at start, after a reconnect).
     reported_pause: Option<Option<crate::proto::Paused>>,
     stopping: bool,
+    /// The broker's pause of this agent (its pool's usage limit, a budget):
+    /// no synthetic run (continue, `/compact`) starts while it stands.
+    broker_pause: Option<crate::proto::Paused>,
+    /// The pool last reported to the broker (`report_pool`), sent again
+    /// when what identifies the credential changes.
+    pool_reported: Option<cmd::ReportPool>,
+    /// This harness's boot id, the first half of every spend row's
+    /// idempotency key (the stats row id, or a counter, is the second).
+    boot_id: String,
+    spend_seq: u64,
 }
 
 impl TurnLoop {
@@ -229,6 +239,13 @@ impl TurnLoop {
             continue_requested: false,
             reported_pause: Some(None),
             stopping: false,
+            broker_pause: None,
+            pool_reported: None,
+            boot_id: crate::sys::hash::random_bytes(6).map_or_else(
+                |_| format!("p{}t{}", std::process::id(), now()),
+                |b| crate::sys::hash::hex(&b),
+            ),
+            spend_seq: 0,
         }
     }
 
@@ -347,8 +364,19 @@ impl TurnLoop {
                     self.arrived = Some(work);
                 }
             }
+            Event::Broker(FromPoller::BrokerPause(p)) => self.on_broker_pause(p),
             Event::Broker(FromPoller::Empty) => {
                 self.asked = false;
+                if let Some(until) = self.broker_pause.as_ref().and_then(|p| p.until) {
+                    if self.free() && self.continue_requested {
+                        // The continue waits for the pause's end, on a timer.
+                        let left = (until - now()).max(1) as u64;
+                        self.phase = Phase::Paused {
+                            until: Instant::now() + Duration::from_secs(left),
+                        };
+                        return;
+                    }
+                }
                 if self.free() && self.continue_requested {
                     self.continue_requested = false;
                     let key = WorkKey::Continue;
@@ -369,8 +397,9 @@ impl TurnLoop {
             Event::Broker(FromPoller::Online(online)) => {
                 if online && !self.bus.snapshot().online {
                     // The broker may have restarted: what it knew of the
-                    // pause is gone.
+                    // pause (and of the pool) is gone.
                     self.reported_pause = None;
+                    self.pool_reported = None;
                 }
                 self.bus.update(|s| s.online = online)
             }
@@ -473,7 +502,7 @@ impl TurnLoop {
         if let Some(w) = self.arrived.take() {
             return self.start_work(w);
         }
-        if self.compact_requested {
+        if self.compact_requested && self.broker_pause.is_none() {
             self.compact_requested = false;
             return self.start_compaction(Running::OperatorCompact, "operator request");
         }
@@ -619,6 +648,7 @@ impl TurnLoop {
         } else {
             TurnObserver::new()
         };
+        self.report_pool();
         match ClaudeRun::start(&inv) {
             Err(why) => {
                 self.bus.note(why.clone());
@@ -1024,6 +1054,7 @@ impl TurnLoop {
             }
             Running::ResetCheckpoint | Running::ProactiveCheckpoint => "checkpoint",
         };
+        let mut row_id = None;
         if let Some(stats) = &self.stats {
             let row = TurnRow {
                 id: 0,
@@ -1045,10 +1076,27 @@ impl TurnLoop {
                     (false, d) => d.unwrap_or_default(),
                 },
             };
-            if let Err(err) = stats.record(&row) {
-                log::error!("{err}");
+            match stats.record(&row) {
+                Ok(id) => row_id = Some(id),
+                Err(err) => log::error!("{err}"),
             }
         }
+        // Every run's spend, once (issue 16): re-sent by the poller until
+        // the broker answers; the key makes a re-send count once.
+        if !e.started {
+            return;
+        }
+        self.spend_seq += 1;
+        let key = match row_id {
+            Some(id) => format!("{}:{id}", self.boot_id),
+            None => format!("{}:n{}", self.boot_id, self.spend_seq),
+        };
+        self.poller.tell(Request::from(cmd::ReportSpend {
+            key,
+            usd: rep.cost_usd,
+            tokens: rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens,
+            cache_read: rep.cache_read_tokens,
+        }));
         if e.running == Running::Turn {
             // Not worth waiting for; the poller keeps them in order. The
             // classifier has already dropped figures that are not finite,
@@ -1254,22 +1302,42 @@ impl TurnLoop {
                 );
                 return self.enter_login();
             }
-            Wait::For(PauseReason::RateLimit) => {
+            Wait::For(PauseReason::RateLimit | PauseReason::UsageLimit) => {
                 let t = now();
+                let said = e.report.result_text.clone().unwrap_or_default();
                 let resets_at = match e.report.outcome {
                     TurnOutcome::RateLimited { resets_at } => resets_at,
                     _ => None,
-                };
+                }
+                .or_else(|| super::classify::utc_reset_in_text(&said, t));
                 let sleep = match resets_at {
                     Some(at) if at > t => Duration::from_secs((at - t) as u64),
                     _ => self.s.rate_limit_sleep,
                 }
                 .min(self.s.rate_limit_max_sleep);
-                (
-                    sleep,
-                    Some(PauseReason::RateLimit),
-                    format!("rate limited: {what} requeued"),
-                )
+                match resets_at {
+                    // A usage limit with its reset: the broker parks the
+                    // whole pool (issue 16).
+                    Some(at) if at > t => {
+                        self.poller.tell(Request::from(cmd::ReportUsageLimit {
+                            until: t + sleep.as_secs() as i64,
+                            detail: one_line(
+                                if said.is_empty() { &text } else { &said },
+                                MAX_PAUSE_DETAIL_CHARS,
+                            ),
+                        }));
+                        (
+                            sleep,
+                            Some(PauseReason::UsageLimit),
+                            format!("usage limit: {what} requeued"),
+                        )
+                    }
+                    _ => (
+                        sleep,
+                        Some(PauseReason::RateLimit),
+                        format!("rate limited: {what} requeued"),
+                    ),
+                }
             }
             Wait::For(PauseReason::ApiBackoff) => {
                 self.streaks.api += 1;
@@ -1387,6 +1455,42 @@ impl TurnLoop {
         }
     }
 
+    /// Tells the broker what identifies the credential of the claude about
+    /// to start, when it changed since it was last told (issue 16).
+    fn report_pool(&mut self) {
+        let r = super::pool::report(&self.s);
+        if self.pool_reported.as_ref() == Some(&r) {
+            return;
+        }
+        self.poller.tell(Request::from(r.clone()));
+        self.pool_reported = Some(r);
+    }
+
+    /// The broker pauses this agent (or no longer does): shown on the page
+    /// while the loop has no pause of its own.
+    fn on_broker_pause(&mut self, p: Option<crate::proto::Paused>) {
+        self.broker_pause = p.clone();
+        let shown = p.map(|p| Paused {
+            reason: match p.reason {
+                crate::proto::PauseReason::Budget => "budget",
+                _ => PauseReason::UsageLimit.as_str(),
+            },
+            until: p.until,
+            detail: p.detail,
+        });
+        if matches!(self.phase, Phase::Idle) {
+            self.bus.update(|s| {
+                let broker_owned = s
+                    .paused
+                    .as_ref()
+                    .is_none_or(|c| matches!(c.reason, "usage_limit" | "budget"));
+                if broker_owned {
+                    s.paused = shown.clone();
+                }
+            });
+        }
+    }
+
     /// Tells the broker the pause, when it changed since it was last told.
     fn report_pause(&mut self) {
         let now = self.bus.paused().map(|p| crate::proto::Paused {
@@ -1412,7 +1516,10 @@ impl TurnLoop {
                 until: Some(until),
                 detail: detail.clone(),
             });
-            if reason == Some(PauseReason::RateLimit) {
+            if matches!(
+                reason,
+                Some(PauseReason::RateLimit | PauseReason::UsageLimit)
+            ) {
                 s.rate_limited = true;
                 s.rate_limited_until = Some(until);
             }

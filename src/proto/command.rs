@@ -170,6 +170,12 @@ commands! {
     "post_turn_counts"     => PostTurnCounts:    Agent(Open);
     "send_to_parent"       => SendToParent:      Agent(Open);
     "report_tasks"         => ReportTasks:       Agent(Open);
+    // issue 16: usage limits and budgets
+    "report_pool"          => ReportPool:        Agent(Open);
+    "report_usage_limit"   => ReportUsageLimit:  Agent(Open);
+    "report_spend"         => ReportSpend:       Agent(Open);
+    "budget"               => GetBudget:         Operator;
+    "set_budget"           => SetBudget:         Operator;
     // messaging
     "send"                 => Send:              Both(Group(G::Messaging));
     "recv"                 => Recv:              Agent(Group(G::Messaging));

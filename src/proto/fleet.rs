@@ -5,6 +5,7 @@
 //! questions (`config.rs`) sit above the contract.
 
 use super::access::{Capability, ToolGroup};
+use super::enums::closed_enum;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -36,6 +37,60 @@ pub struct AgentConfig {
     /// Extra environment for the agent's harness (`hive up` passes it on).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// The credential pool it draws on (issue 16): agents with the same
+    /// `account` share one usage limit. Needed when several logins or API
+    /// keys draw on one account; otherwise the pool comes from the claude
+    /// config's account id or the credential itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// What the agent may spend per calendar window (issue 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+}
+
+closed_enum! {
+    /// The calendar window a budget covers, in UTC.
+    #[derive(Default)]
+    pub enum Per ("per", "windows") {
+        /// From 00:00 UTC.
+        #[default]
+        Day = "day",
+        /// From Monday 00:00 UTC.
+        Week = "week",
+        /// From the 1st, 00:00 UTC.
+        Month = "month",
+    }
+}
+
+/// A spending limit per calendar window (UTC): dollars (`total_cost_usd`,
+/// the API-equivalent price for subscription users) and tokens (input +
+/// cache writes + output; cache reads are not counted). Either may be absent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    #[serde(default)]
+    pub per: Per,
+}
+
+impl Budget {
+    /// Every rule of a budget, the error naming the field under `at`.
+    pub fn check(&self, at: &str) -> Result<(), String> {
+        if let Some(u) = self.usd {
+            if !u.is_finite() || !(0.0..=1_000_000.0).contains(&u) {
+                return Err(format!(
+                    "{at}.usd: {u} must be a number of dollars from 0 to 1000000"
+                ));
+            }
+        }
+        if self.tokens.is_some_and(|t| t > 1_000_000_000_000) {
+            return Err(format!("{at}.tokens: must be at most 10^12"));
+        }
+        Ok(())
+    }
 }
 
 impl AgentConfig {
@@ -54,5 +109,24 @@ impl AgentConfig {
 
     pub fn has_capability(&self, cap: Capability) -> bool {
         self.capabilities.contains(&cap)
+    }
+
+    /// The keys that apply without a restart (issue 16): `budget` and
+    /// `account`, which the broker reads at every hand-out. The supervisor
+    /// leaves them out of its up-to-date comparison.
+    pub const LIVE_KEYS: [&'static str; 2] = ["budget", "account"];
+
+    /// The entry with its live keys taken from `from`.
+    pub fn with_live_keys_of(&self, from: &AgentConfig) -> AgentConfig {
+        AgentConfig {
+            budget: from.budget.clone(),
+            account: from.account.clone(),
+            ..self.clone()
+        }
+    }
+
+    /// True when `self` and `other` differ in their live keys only.
+    pub fn differs_only_live(&self, other: &AgentConfig) -> bool {
+        self != other && self.with_live_keys_of(other) == *other
     }
 }

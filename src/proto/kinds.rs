@@ -41,6 +41,11 @@ open_enum! {
         /// Mail the recipient sent to another hive could not be delivered
         /// there (no such agent, or the homeserver refused it).
         Undeliverable = "undeliverable",
+        /// A credential pool hit its usage limit (once per pool and window).
+        UsageLimit = "usage_limit",
+        /// A budget passed 80 % or was reached (once per scope, window and
+        /// level).
+        Budget = "budget",
     }
 }
 
@@ -100,8 +105,13 @@ open_enum! {
     /// `agents`, the agent page's `paused`). Open: a newer harness may report
     /// a reason this broker does not know, and it is shown as it is.
     pub enum PauseReason {
-        /// A rate or usage limit, until it resets.
+        /// A rate limit of this agent alone (no reset time known).
         RateLimit = "rate_limit",
+        /// Its credential pool's usage limit, until the reset the CLI
+        /// reported; set by the broker for every agent of the pool.
+        UsageLimit = "usage_limit",
+        /// Its own or the hive's budget is spent for the current window.
+        Budget = "budget",
         /// The API is unavailable: backing off.
         ApiBackoff = "api_backoff",
         /// Parked until claude is logged in again.

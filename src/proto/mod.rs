@@ -39,7 +39,7 @@ pub mod turnstats;
 pub use access::{Access, Capability, Gate, ToolGroup};
 pub use client::{Client, ClientError};
 pub use command::{Command, Invalid, Request, PRIVILEGES};
-pub use fleet::AgentConfig;
+pub use fleet::{AgentConfig, Budget, Per};
 pub use ident::Peer;
 pub use kinds::{
     AgentPhase, ApprovalKind, ApprovalState, Attempt, LooseEndKind, MsgKind, MsgState, PauseReason,

@@ -137,12 +137,16 @@ pub struct Paused {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentRow {
     pub name: String,
+    /// Its credential pool (issue 16): `account:NAME`, `uuid:…`, `key:…`
+    /// (8 hex digits of a keyed fingerprint) or `agent:NAME`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
     pub parent: String,
     pub unread: u64,
     pub inflight: Option<i64>,
     pub running: bool,
-    /// Why its harness waits, as it last reported; null while it does not
-    /// (and while no harness runs).
+    /// Why its harness waits, as it last reported; else the broker's own
+    /// pause of it (its pool's usage limit, a budget); null while neither.
     #[serde(default)]
     pub paused: Option<Paused>,
     /// Its harness last reported that claude needs a login (the login park:

@@ -6,13 +6,14 @@
 //! run-with-timeout), [`signals`] (first signal forwarded, a second exits with
 //! 128 + the signal), [`env`] (settings from environment variables), [`fd`]
 //! (pipes, socket options, a hang-up as an event), [`fs`] (files only their
-//! owner reads, written whole) and [`ns`] (the sandbox's
+//! owner reads, written whole), [`hash`] (SHA-256, HMAC) and [`ns`] (the sandbox's
 //! namespaces, mounts and capabilities); here, the descriptor limit, the
 //! umask and the effective ids. It imports nothing else of the crate.
 
 pub mod env;
 pub mod fd;
 pub mod fs;
+pub mod hash;
 pub mod ns;
 pub mod process;
 pub mod signals;

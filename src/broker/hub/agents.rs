@@ -103,19 +103,23 @@ impl Hub {
         })
     }
 
-    pub(super) fn agents(&self) -> Result<AgentsReply, String> {
+    pub(super) fn agents(&mut self) -> Result<AgentsReply, String> {
         let mut rows = Vec::new();
-        for a in &self.cfg.agents {
-            let s = self.db.stats(&a.name).map_err(db_err)?;
+        let names: Vec<String> = self.cfg.agents.iter().map(|a| a.name.clone()).collect();
+        for name in names {
+            let s = self.db.stats(&name).map_err(db_err)?;
+            let pool = self.pool_of(&name);
+            let broker_pause = self.broker_pause(&name);
             rows.push(AgentRow {
-                name: a.name.clone(),
-                parent: self.cfg.parent_of(&a.name),
-                unread: self.unread(&a.name)?,
-                inflight: self.inflight_id(&a.name)?,
-                running: self.running(&a.name),
-                paused: self.paused.get(&a.name).cloned(),
-                needs_login: self.needs_login.contains(&a.name),
-                failed: self.db.count_failed(&a.name).map_err(db_err)?,
+                pool: Some(pool),
+                name: name.clone(),
+                parent: self.cfg.parent_of(&name),
+                unread: self.unread(&name)?,
+                inflight: self.inflight_id(&name)?,
+                running: self.running(&name),
+                paused: self.paused.get(&name).cloned().or(broker_pause),
+                needs_login: self.needs_login.contains(&name),
+                failed: self.db.count_failed(&name).map_err(db_err)?,
                 status_text: s.status_text,
                 turns: s.turns,
                 turns_ok: s.turns_ok,

@@ -61,7 +61,11 @@ pub(super) fn follow<R: serde::de::DeserializeOwned>(
 
 impl Hub {
     /// The fleet config with `patch` merged into `agent`'s entry, validated.
-    fn patched(&self, agent: &str, patch: &Value) -> Result<(HiveConfig, AgentConfig), String> {
+    pub(super) fn patched(
+        &self,
+        agent: &str,
+        patch: &Value,
+    ) -> Result<(HiveConfig, AgentConfig), String> {
         let current = self
             .cfg
             .agent(agent)
@@ -81,7 +85,7 @@ impl Hub {
     /// and restarts the agent onto it; without a supervisor the file is
     /// written here (against the hub's rules, which are what was applied) and
     /// the agent is left as it runs. `Err`: nothing was changed.
-    fn entry_work(&mut self, agent: &str, patch: Value) -> Result<Work<String>, String> {
+    pub(super) fn entry_work(&mut self, agent: &str, patch: Value) -> Result<Work<String>, String> {
         if !self.changing.insert(agent.to_string()) {
             return Err(format!(
                 "a change to the fleet entry of {agent} is being carried out; try again in a moment"
@@ -175,10 +179,20 @@ impl Hub {
                 now(),
             )
             .map_err(db_err)?;
+        // issue 16: keys that apply live are named on the card.
+        let live: Vec<&str> = crate::proto::AgentConfig::LIVE_KEYS
+            .into_iter()
+            .filter(|k| patch.get(*k).is_some())
+            .collect();
+        let flag = if live.is_empty() {
+            String::new()
+        } else {
+            format!(" [sets {}: applies at once, no restart]", live.join(", "))
+        };
         self.announce_approval(
             id,
             &format!(
-                "{caller} proposes a change to the fleet entry of {agent}: {}",
+                "{caller} proposes a change to the fleet entry of {agent}: {}{flag}",
                 preview(&patch.to_string(), 2000)
             ),
         )?;

@@ -190,6 +190,25 @@ impl Hub {
             .entry(agent.to_string())
             .or_default()
             .insert(ctx.conn);
+        // issue 16: while the broker pauses the agent nothing is handed out
+        // (so nothing counts as an attempt); the pause is answered once per
+        // connection, and a later call parks until the hub's timer ends it.
+        if let Some(p) = self.broker_pause(agent) {
+            let told = self.pause_told(ctx.conn, &p);
+            if told && ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
+                self.wait_for(agent, ctx.waiter);
+                return Ok(Done::Wait);
+            }
+            return Ok(Done::Reply(RecvNextReply {
+                message: None,
+                redelivered: false,
+                unread: Some(self.unread(agent)?),
+                attempts: 0,
+                status_text: None,
+                status_set_at: None,
+                paused: Some(p),
+            }));
+        }
         let popped = self.pop_next(agent)?;
         let unread = self.unread(agent)?;
         let status = match &c.seen {
@@ -221,6 +240,7 @@ impl Hub {
             attempts,
             status_text: status.as_ref().map(|s| s.status_text.clone()),
             status_set_at: status.and_then(|s| s.status_set_at),
+            paused: None,
         }))
     }
 
@@ -361,6 +381,7 @@ impl Hub {
 
     /// Puts rows held by a closed connection back into the inbox, in order.
     pub(super) fn release(&mut self, conn: ConnId) {
+        self.pause_conn_closed(conn);
         for (agent, set) in self.harness_conns.iter_mut() {
             // The harness is gone: so is what it reported.
             if set.remove(&conn) && set.is_empty() {

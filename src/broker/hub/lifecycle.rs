@@ -259,7 +259,11 @@ impl Hub {
             None => cfg.agents.push(a),
         }
         match cfg.validate() {
-            Ok(()) => self.cfg = cfg,
+            Ok(()) => {
+                self.cfg = cfg;
+                // A changed budget or account may end a pause (issue 16).
+                self.wake_all();
+            }
             Err(e) => log::warn!("ignoring an agent config the supervisor applied: {e}"),
         }
     }

@@ -34,6 +34,9 @@ mod history;
 mod inbox;
 mod lifecycle;
 mod limits;
+// issue 16: pools and their pauses
+mod budgets;
+mod pools;
 mod questions;
 mod timers;
 
@@ -102,6 +105,9 @@ pub enum HubMsg {
     /// The supervisor (re)started an agent with this config: the hub's rules
     /// follow it.
     ApplyAgent(crate::config::AgentConfig),
+    /// The fleet file's top-level `budget` as the supervisor read it
+    /// (issue 16: it applies live).
+    HiveBudget(Option<crate::proto::Budget>),
     /// The second half of an offloaded request: the connection thread did the
     /// blocking part and the hub now decides and changes its state.
     Followup {
@@ -148,6 +154,14 @@ pub enum Followup {
     Permissions {
         agent: String,
         patch: serde_json::Value,
+        result: Result<String, String>,
+    },
+    /// `set_budget` was carried out (issue 16; `Err`: nothing was changed):
+    /// an agent's entry (`agent`, `patch`) or the hive's budget (`hive`).
+    Budget {
+        agent: Option<String>,
+        patch: serde_json::Value,
+        hive: Option<Option<crate::proto::Budget>>,
         result: Result<String, String>,
     },
     /// A lifecycle command was carried out by the supervisor: the hub keeps an
@@ -250,6 +264,8 @@ pub struct Hub {
     changing: HashSet<String>,
     /// The Matrix bridge's link as it last reported it, and its connections.
     bridge: bridge::BridgeLink,
+    /// Credential pools and their usage-limit pauses (`pools.rs`).
+    pools: pools::Pools,
 }
 
 fn db_err(e: rusqlite::Error) -> String {
@@ -293,18 +309,21 @@ impl Hub {
             deciding: HashSet::new(),
             changing: HashSet::new(),
             bridge: bridge::BridgeLink::default(),
+            pools: pools::Pools::default(),
         }
     }
 
     /// Runs the hub until every sender of `rx` is gone or it is told to stop.
     pub fn run(mut self, rx: Receiver<HubMsg>) {
         self.fire_due();
+        self.fire_pauses();
         loop {
-            let msg = match self.next_due.map(until) {
+            let msg = match self.next_wake().map(until) {
                 Some(wait) => match rx.recv_timeout(wait) {
                     Ok(m) => m,
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
                         self.fire_due();
+                        self.fire_pauses();
                         continue;
                     }
                     Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
@@ -339,6 +358,12 @@ impl Hub {
                     }
                 }
                 HubMsg::ApplyAgent(a) => self.apply_agent(a),
+                HubMsg::HiveBudget(b) => {
+                    if self.cfg.budget != b {
+                        self.cfg.budget = b;
+                        self.wake_all();
+                    }
+                }
                 HubMsg::Followup {
                     who,
                     followup,
@@ -351,8 +376,23 @@ impl Hub {
             if self.next_due.is_some_and(|t| t <= crate::proto::now()) {
                 self.fire_due();
             }
+            if self
+                .next_pause_deadline()
+                .is_some_and(|t| t <= crate::proto::now())
+            {
+                self.fire_pauses();
+            }
         }
         log::debug!("hub stopped");
+    }
+
+    /// The hub's next deadline: a timer (`timers.rs`) or a pause's end
+    /// (`pools.rs`).
+    fn next_wake(&mut self) -> Option<i64> {
+        match (self.next_due, self.next_pause_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Decides one request: the gate, the command's own rules, its handler.
@@ -452,6 +492,13 @@ impl Hub {
             Request::GetLooseEnds(c) => self.now(c, |h, c| h.loose_ends(agent, c)),
             Request::CancelLooseEnd(c) => self.now(c, |h, c| h.cancel_loose_end(agent, c)),
             Request::ReportTasks(c) => self.now(c, |h, c| h.report_tasks(agent, c)),
+            // pools.rs (issue 16)
+            Request::ReportPool(c) => self.now(c, |h, c| h.report_pool(agent, c)),
+            Request::ReportUsageLimit(c) => self.now(c, |h, c| h.report_usage_limit(agent, c)),
+            // budgets.rs (issue 16)
+            Request::ReportSpend(c) => self.now(c, |h, c| h.report_spend(agent, c)),
+            Request::GetBudget(c) => self.now(c, |h, _| h.get_budget()),
+            Request::SetBudget(c) => self.done(c, |h, c| h.set_budget(c)),
             // lifecycle.rs
             Request::RequestSpawn(c) => self.now(c, |h, c| h.request_spawn(agent, c)),
             Request::Kill(c) => self.done(c, |h, c| h.kill(agent, c)),
@@ -533,6 +580,15 @@ impl Hub {
                     result,
                 },
             ) => line(self.permissions_applied(&agent, &patch, result)),
+            (
+                Identity::Operator,
+                Followup::Budget {
+                    agent,
+                    patch,
+                    hive,
+                    result,
+                },
+            ) => line(self.budget_applied(agent, &patch, hive, result)),
             (
                 who,
                 Followup::Lifecycle {

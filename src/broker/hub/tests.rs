@@ -818,3 +818,111 @@ fn without_a_supervisor_the_operators_lifecycle_commands_say_so() {
         r#"{"ok":false,"error":"this broker runs without a supervisor (plain `hive broker`), so agents cannot be started or stopped from here; run the hive with `hive up`"}"#
     );
 }
+
+// ---- issue 16: credential pools and their usage-limit pauses ----
+
+#[test]
+fn a_usage_limit_parks_the_pool_answers_the_pause_once_and_notices_once() {
+    let m = Mem::new(HIVE);
+    let uuid = r#"{"cmd":"report_pool","account_uuid":"3F1C-AA"}"#;
+    assert_eq!(
+        m.call_on("ana", 1, uuid, false).0,
+        r#"{"ok":true,"pool":"uuid:3f1c-aa"}"#
+    );
+    assert_eq!(
+        m.call_on("bob", 2, uuid, false).0,
+        r#"{"ok":true,"pool":"uuid:3f1c-aa"}"#
+    );
+    // A credential digest becomes 8 hex digits of a keyed fingerprint; the
+    // same digest, the same pool.
+    let digest = crate::sys::hash::hex(&crate::sys::hash::sha256(b"sk-test"));
+    let key = &format!(r#"{{"cmd":"report_pool","credential_sha256":"{digest}"}}"#);
+    let kid = m.call_on("kid", 3, key, false).0;
+    assert!(
+        kid.starts_with(r#"{"ok":true,"pool":"key:"#) && kid.len() == 33,
+        "{kid}"
+    );
+    assert_eq!(m.call_on("boss", 4, key, false).0, kid);
+    m.call_on(
+        "operator",
+        9,
+        r#"{"cmd":"send","to":"bob","body":"waits"}"#,
+        false,
+    );
+    let until = crate::proto::now() + 3600;
+    let limit =
+        format!(r#"{{"cmd":"report_usage_limit","until":{until},"detail":"session limit"}}"#);
+    assert_eq!(m.call_on("ana", 1, &limit, false).0, r#"{"ok":true}"#);
+    // A second limit in the same window: no second notice.
+    m.call_on("ana", 1, &limit, false);
+    // bob gets the pause, not the message; the same connection then parks.
+    let next = r#"{"cmd":"recv_next","wait_seconds":30}"#;
+    let first: serde_json::Value =
+        serde_json::from_str(&m.call_on("bob", 2, next, true).0).unwrap();
+    assert_eq!(first["message"], serde_json::Value::Null, "{first}");
+    assert_eq!(first["paused"]["reason"], "usage_limit", "{first}");
+    assert_eq!(first["paused"]["until"], until, "{first}");
+    assert_eq!(first["unread"], 1, "{first}");
+    assert_eq!(m.call_on("bob", 2, next, true).0, "WAIT");
+    // Without a wait it answers the pause again; the message stays queued.
+    let again: serde_json::Value =
+        serde_json::from_str(&m.call_on("bob", 2, next, false).0).unwrap();
+    assert_eq!(again["paused"]["reason"], "usage_limit");
+    // kid is in another pool: its mail flows.
+    m.call_on(
+        "operator",
+        9,
+        r#"{"cmd":"send","to":"kid","body":"runs"}"#,
+        false,
+    );
+    assert!(m
+        .call_on("kid", 3, next, false)
+        .0
+        .contains(r#""body":"runs""#));
+    let inbox = m.call_on("operator", 9, r#"{"cmd":"inbox"}"#, false).0;
+    assert_eq!(
+        inbox.matches(r#""kind":"usage_limit""#).count(),
+        1,
+        "{inbox}"
+    );
+    assert!(inbox.contains("uuid:3f1c-aa (ana, bob)"), "{inbox}");
+    let agents: serde_json::Value =
+        serde_json::from_str(&m.call_on("operator", 9, r#"{"cmd":"agents"}"#, false).0).unwrap();
+    let bob = &agents["agents"][1];
+    assert_eq!(bob["pool"], "uuid:3f1c-aa");
+    assert_eq!(bob["paused"]["reason"], "usage_limit");
+}
+
+#[test]
+fn a_pool_pause_ends_on_the_hubs_timer_and_hands_out_in_order() {
+    let m = Mem::new(HIVE);
+    let uuid = r#"{"cmd":"report_pool","account_uuid":"u1"}"#;
+    m.call_on("ana", 1, uuid, false);
+    m.call_on("bob", 2, uuid, false);
+    m.call_on(
+        "operator",
+        9,
+        r#"{"cmd":"send","to":"bob","body":"one"}"#,
+        false,
+    );
+    m.call_on(
+        "operator",
+        9,
+        r#"{"cmd":"send","to":"bob","body":"two"}"#,
+        false,
+    );
+    let until = crate::proto::now() + 1;
+    let limit = format!(r#"{{"cmd":"report_usage_limit","until":{until}}}"#);
+    m.call_on("ana", 1, &limit, false);
+    let next = r#"{"cmd":"recv_next","wait_seconds":30}"#;
+    assert!(m.call_on("bob", 2, next, true).0.contains("usage_limit"));
+    let (parked, woken) = m.call_on("bob", 2, next, true);
+    assert_eq!(parked, "WAIT");
+    // The hub's own timer wakes the parked call (no one polls).
+    woken
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the timer ends the pause");
+    let got = m.call_on("bob", 2, next, false).0;
+    assert!(got.contains(r#""body":"one""#), "{got}");
+    assert!(!got.contains("paused"), "{got}");
+}

@@ -145,6 +145,11 @@ pub struct RecvNextReply {
     /// When it was set (with `seen`, once set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_set_at: Option<i64>,
+    /// The broker's pause of this agent (its pool's usage limit, a budget):
+    /// no message is handed out until it ends. Answered once per connection
+    /// and pause; a later call on that connection parks until it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<crate::proto::Paused>,
 }
 
 impl Command for RecvNext {

@@ -11,6 +11,7 @@
 mod agents;
 mod approvals;
 mod bridge;
+mod budget;
 mod diagnostics;
 mod failed;
 mod history;
@@ -23,6 +24,7 @@ mod timers;
 pub use agents::*;
 pub use approvals::*;
 pub use bridge::*;
+pub use budget::*;
 pub use diagnostics::*;
 pub use failed::*;
 pub use history::*;

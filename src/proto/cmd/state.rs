@@ -1,7 +1,10 @@
 //! What a harness reports about itself besides its turns: `report_state`, its
 //! pause (why and until when it waits before the next message runs), which
 //! the broker keeps in memory while the harness is connected and shows in
-//! `agents`.
+//! `agents`; and what makes the broker the authority for pauses (issue 16):
+//! `report_pool`, what identifies the credential the harness's claude runs
+//! on, and `report_usage_limit`, a usage limit with its reset, which parks
+//! the whole pool.
 
 use crate::proto::command::{Command, Invalid};
 use crate::proto::kinds::PauseReason;
@@ -54,6 +57,93 @@ impl Command for ReportState {
     }
 }
 
+/// Longest account id (`oauthAccount.accountUuid`) or digest reported.
+pub const MAX_POOL_ID: usize = 128;
+
+/// What identifies the credential the harness's claude runs on, computed at
+/// every spawn: the account id of the claude config
+/// (`oauthAccount.accountUuid` in `$CLAUDE_CONFIG_DIR/.claude.json`), else
+/// the SHA-256 of the credential (the broker keys it with the hive's salt and
+/// keeps only that). Both absent: the agent is a pool of its own. A fleet
+/// entry's `account` wins over both.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportPool {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_sha256: Option<String>,
+}
+
+/// Answer to `report_pool`: the agent's pool as the broker names it
+/// (`account:NAME`, `uuid:…`, `key:` and 8 hex digits, or `agent:NAME`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolReply {
+    pub pool: String,
+}
+
+fn id_word(field: &'static str, v: &Option<String>) -> Result<(), Invalid> {
+    match v {
+        Some(s)
+            if s.is_empty()
+                || s.len() > MAX_POOL_ID
+                || !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') =>
+        {
+            Err(Invalid::arg(
+                field,
+                format!(
+                    "{} must be at most {MAX_POOL_ID} letters, digits and -",
+                    excerpt(s)
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl Command for ReportPool {
+    type Reply = PoolReply;
+    fn validate(&self) -> Result<(), Invalid> {
+        id_word("account_uuid", &self.account_uuid)?;
+        match &self.credential_sha256 {
+            Some(d) if d.len() != 64 || !d.bytes().all(|b| b.is_ascii_hexdigit()) => Err(
+                Invalid::arg("credential_sha256", "must be 64 hex digits (a SHA-256)"),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A usage limit with a reset time, as the harness's run ended: the broker
+/// parks the agent's whole pool until `until` (the harness has capped it at
+/// `HIVE_RATE_LIMIT_MAX_SLEEP_SECS`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportUsageLimit {
+    pub until: i64,
+    #[serde(default)]
+    pub detail: String,
+}
+
+impl Command for ReportUsageLimit {
+    type Reply = Empty;
+    fn validate(&self) -> Result<(), Invalid> {
+        if self.until < 0 {
+            return Err(Invalid::arg("until", "must be unix seconds"));
+        }
+        let n = self.detail.chars().count();
+        if n > MAX_PAUSE_DETAIL_CHARS || self.detail.chars().any(is_control_or_bidi) {
+            return Err(Invalid::arg(
+                "detail",
+                format!(
+                    "must be one line of at most {MAX_PAUSE_DETAIL_CHARS} characters, got {n} characters"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod samples {
     use super::*;
@@ -69,6 +159,51 @@ mod samples {
                 }),
             }
         }
+    }
+
+    impl Sample for ReportPool {
+        fn sample() -> Self {
+            ReportPool {
+                account_uuid: Some("3f1c2a9e-0000-4000-8000-000000000001".into()),
+                credential_sha256: None,
+            }
+        }
+    }
+
+    impl Sample for ReportUsageLimit {
+        fn sample() -> Self {
+            ReportUsageLimit {
+                until: 1_795_323_782,
+                detail: "You've hit your session limit · resets 5:03am (UTC)".into(),
+            }
+        }
+    }
+
+    #[test]
+    fn pool_ids_are_words() {
+        let uuid = |s: &str| ReportPool {
+            account_uuid: Some(s.into()),
+            credential_sha256: None,
+        };
+        assert!(uuid("3f1c2a9e-0000").validate().is_ok());
+        assert!(uuid("").validate().is_err());
+        assert!(uuid("a b").validate().is_err());
+        assert!(uuid(&"a".repeat(129)).validate().is_err());
+        assert!(ReportPool::default().validate().is_ok());
+        let digest = |s: &str| ReportPool {
+            account_uuid: None,
+            credential_sha256: Some(s.into()),
+        };
+        assert!(digest(&"ab".repeat(32)).validate().is_ok());
+        assert!(digest("ab12").validate().is_err());
+        assert!(digest(&"zz".repeat(32)).validate().is_err());
+        let limit = |until, detail: &str| ReportUsageLimit {
+            until,
+            detail: detail.into(),
+        };
+        assert!(limit(5, "x").validate().is_ok());
+        assert!(limit(-1, "x").validate().is_err());
+        assert!(limit(5, "a\nb").validate().is_err());
     }
 
     #[test]

@@ -1,0 +1,272 @@
+//! Credential pools and their usage-limit pauses (issue 16): the broker is
+//! the authority for pauses. A harness reports what identifies its claude's
+//! credential at every spawn (`report_pool`); agents on the same credential
+//! form one pool — the fleet entry's `account` wins, then the account id of
+//! the claude config, then a keyed fingerprint (HMAC-SHA-256 of the
+//! credential's SHA-256 under the hive's random salt, `sys::hash`; 8 hex
+//! digits are kept, the credential never reaches the broker). A usage limit
+//! with a reset (`report_usage_limit`) parks the whole pool: `recv_next` hands
+//! none of its agents anything until then and answers the pause (once per
+//! connection, then parks). The hub's timer ends it — no process polls — and
+//! the pool's agents resume one [`STAGGER_SECS`] apart, the one with the
+//! oldest queued message first. The operator hears once per pool and window.
+//! A pause is never an attempt: nothing is handed out, so nothing counts.
+//! The budget pause (`budgets.rs`) is answered the same way, after these.
+
+use super::{db_err, ConnId, Hub};
+use crate::proto::cmd::{PoolReply, ReportPool, ReportUsageLimit};
+use crate::proto::{now, Empty, MsgKind, PauseReason, Paused};
+use crate::sys::hash::{hex, hmac_sha256};
+
+/// Seconds between the resumes of a pool's agents after its reset.
+pub const STAGGER_SECS: i64 = 1;
+
+/// The pool state the hub keeps in memory (mirrored in `broker.db` where it
+/// must outlive a restart).
+#[derive(Default)]
+pub struct Pools {
+    /// Each agent's pool as its harness last reported it.
+    reported: std::collections::HashMap<String, String>,
+    /// A pool's pause: until (unix s) and what the CLI said.
+    paused: std::collections::HashMap<String, (i64, String)>,
+    /// After a pool's reset: when each of its agents may be handed mail again.
+    resume_at: std::collections::HashMap<String, i64>,
+    /// The pause (its `until`) each `recv_next` connection was answered.
+    told: std::collections::HashMap<ConnId, i64>,
+    loaded: bool,
+    /// The earliest end of a budget window some agent is paused until
+    /// (`budgets.rs`): every agent looks again then.
+    pub(super) budget_wake: Option<i64>,
+}
+
+/// "HH:MM UTC (in 2h 13m)" for a time ahead.
+pub fn clock(until: i64, now: i64) -> String {
+    let day = until.rem_euclid(86_400);
+    let left = (until - now).max(0);
+    let span = if left >= 3600 {
+        format!("{}h {}m", left / 3600, left % 3600 / 60)
+    } else if left >= 60 {
+        format!("{}m", left / 60)
+    } else {
+        format!("{left}s")
+    };
+    format!("{:02}:{:02} UTC (in {span})", day / 3600, day % 3600 / 60)
+}
+
+impl Hub {
+    /// Loads the pools and pauses kept in the store, once.
+    fn pools_loaded(&mut self) {
+        if self.pools.loaded {
+            return;
+        }
+        self.pools.loaded = true;
+        match self.db.pools() {
+            Ok(rows) => self.pools.reported = rows.into_iter().collect(),
+            Err(e) => log::error!("cannot read the agents' pools: {e}"),
+        }
+        match self.db.pool_pauses() {
+            Ok(rows) => {
+                for (pool, until, detail) in rows {
+                    self.pools.paused.insert(pool, (until, detail));
+                }
+            }
+            Err(e) => log::error!("cannot read the pools' pauses: {e}"),
+        }
+    }
+
+    /// `agent`'s pool: `account:NAME` from its fleet entry, else what its
+    /// harness reported, else a pool of its own.
+    pub(super) fn pool_of(&mut self, agent: &str) -> String {
+        self.pools_loaded();
+        if let Some(a) = self.cfg.agent(agent).and_then(|e| e.account.clone()) {
+            return format!("account:{a}");
+        }
+        self.pools
+            .reported
+            .get(agent)
+            .cloned()
+            .unwrap_or_else(|| format!("agent:{agent}"))
+    }
+
+    /// `report_pool`.
+    pub(super) fn report_pool(&mut self, agent: &str, c: ReportPool) -> Result<PoolReply, String> {
+        self.pools_loaded();
+        let reported = if let Some(u) = c.account_uuid {
+            format!("uuid:{}", u.to_ascii_lowercase())
+        } else if let Some(d) = c.credential_sha256 {
+            let salt = self.db.salt().map_err(db_err)?;
+            let mac = hmac_sha256(&salt, d.to_ascii_lowercase().as_bytes());
+            format!("key:{}", &hex(&mac)[..8])
+        } else {
+            format!("agent:{agent}")
+        };
+        if self.pools.reported.get(agent) != Some(&reported) {
+            self.db.set_pool(agent, &reported, now()).map_err(db_err)?;
+            log::info!("{agent} draws on pool {reported}");
+            self.pools.reported.insert(agent.to_string(), reported);
+        }
+        Ok(PoolReply {
+            pool: self.pool_of(agent),
+        })
+    }
+
+    /// The agents of `pool` among the configured ones.
+    fn pool_members(&mut self, pool: &str) -> Vec<String> {
+        let names: Vec<String> = self.cfg.agents.iter().map(|a| a.name.clone()).collect();
+        names
+            .into_iter()
+            .filter(|n| self.pool_of(n) == pool)
+            .collect()
+    }
+
+    /// `report_usage_limit`: parks the caller's pool until `until`.
+    pub(super) fn report_usage_limit(
+        &mut self,
+        agent: &str,
+        c: ReportUsageLimit,
+    ) -> Result<Empty, String> {
+        let t = now();
+        if c.until <= t {
+            return Ok(Empty {});
+        }
+        let pool = self.pool_of(agent);
+        let current = self.pools.paused.get(&pool).cloned();
+        let fresh = current.as_ref().is_none_or(|(u, _)| *u <= t);
+        let until = match &current {
+            Some((u, _)) if !fresh => (*u).max(c.until),
+            _ => c.until,
+        };
+        let detail = if c.detail.is_empty() {
+            "usage limit".to_string()
+        } else {
+            c.detail.clone()
+        };
+        self.db
+            .set_pool_pause(&pool, until, &detail, t)
+            .map_err(db_err)?;
+        self.pools
+            .paused
+            .insert(pool.clone(), (until, detail.clone()));
+        let members = self.pool_members(&pool);
+        for m in &members {
+            self.pools.resume_at.remove(m);
+        }
+        if fresh {
+            let body = format!(
+                "[usage limit] pool {pool} ({}) hit its usage limit, reported by {agent}: {detail}. \
+                 No agent of it starts claude until {}; queued mail waits and runs after it.",
+                members.join(", "),
+                clock(until, t)
+            );
+            log::warn!("{body}");
+            self.tell("operator", MsgKind::UsageLimit, &body)?;
+        }
+        Ok(Empty {})
+    }
+
+    /// Why the broker hands `agent` nothing now, if it does not.
+    pub(super) fn broker_pause(&mut self, agent: &str) -> Option<Paused> {
+        let t = now();
+        let pool = self.pool_of(agent);
+        if let Some((until, detail)) = self.pools.paused.get(&pool) {
+            if *until > t {
+                return Some(Paused {
+                    reason: PauseReason::UsageLimit,
+                    until: Some(*until),
+                    detail: format!("pool {pool}: {detail}"),
+                });
+            }
+        }
+        match self.pools.resume_at.get(agent) {
+            Some(at) if *at > t => Some(Paused {
+                reason: PauseReason::UsageLimit,
+                until: Some(*at),
+                detail: format!("pool {pool}: resuming after the reset"),
+            }),
+            _ => self.budget_pause(agent),
+        }
+    }
+
+    /// Whether `conn` was answered this pause already; marks it answered.
+    pub(super) fn pause_told(&mut self, conn: ConnId, p: &Paused) -> bool {
+        let until = p.until.unwrap_or(0);
+        self.pools.told.insert(conn, until) == Some(until)
+    }
+
+    pub(super) fn pause_conn_closed(&mut self, conn: ConnId) {
+        self.pools.told.remove(&conn);
+    }
+
+    /// The next pause deadline: a pool's reset or an agent's staggered resume.
+    pub(super) fn next_pause_deadline(&mut self) -> Option<i64> {
+        self.pools_loaded();
+        let a = self.pools.paused.values().map(|(u, _)| *u).min();
+        let b = self.pools.resume_at.values().copied().min();
+        [a, b, self.pools.budget_wake].into_iter().flatten().min()
+    }
+
+    /// Ends the pauses that are due: a pool past its reset has its agents
+    /// resume one by one, oldest queued message first; an agent whose turn
+    /// has come is woken.
+    pub(super) fn fire_pauses(&mut self) {
+        let t = now();
+        let due: Vec<(String, i64)> = self
+            .pools
+            .paused
+            .iter()
+            .filter(|(_, (u, _))| *u <= t)
+            .map(|(p, (u, _))| (p.clone(), *u))
+            .collect();
+        for (pool, until) in due {
+            self.pools.paused.remove(&pool);
+            if let Err(e) = self.db.clear_pool_pause(&pool) {
+                log::error!("cannot clear the pause of pool {pool}: {e}");
+            }
+            let mut members: Vec<(Option<i64>, String)> = self
+                .pool_members(&pool)
+                .into_iter()
+                .map(|m| (self.db.oldest_queued_seq(&m).ok().flatten(), m))
+                .collect();
+            // Oldest queued message first; agents with nothing queued last.
+            members.sort_by_key(|(seq, name)| (seq.is_none(), *seq, name.clone()));
+            log::info!("pool {pool}: the usage limit reset; resuming its agents");
+            for (i, (_, m)) in members.into_iter().enumerate() {
+                self.pools
+                    .resume_at
+                    .insert(m, until.max(t) + i as i64 * STAGGER_SECS);
+            }
+        }
+        let woken: Vec<String> = self
+            .pools
+            .resume_at
+            .iter()
+            .filter(|(_, at)| **at <= t)
+            .map(|(a, _)| a.clone())
+            .collect();
+        for a in woken {
+            self.pools.resume_at.remove(&a);
+            self.notify(&a);
+        }
+        if self.pools.budget_wake.is_some_and(|w| w <= t) {
+            // A budget window rolled over: every agent looks again.
+            self.pools.budget_wake = None;
+            self.wake_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clock;
+
+    #[test]
+    fn clock_reads_as_a_time_and_a_span() {
+        let now = 1_795_300_000;
+        assert_eq!(
+            clock(now + 2 * 3600 + 13 * 60, now),
+            "00:39 UTC (in 2h 13m)"
+        );
+        assert_eq!(clock(now + 90, now), "22:28 UTC (in 1m)");
+        assert_eq!(clock(now + 5, now), "22:26 UTC (in 5s)");
+    }
+}
