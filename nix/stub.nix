@@ -1,7 +1,7 @@
 # A stub of nixpkgs' lib and pkgs for the wiring checks that evaluate the
-# modules without nixpkgs (nix/tests-bash.nix): option declarations come back
-# as written, derivations are fixed store paths. The same stub as in
-# nix/tests-modules.nix.
+# modules without nixpkgs (nix/tests-modules.nix, nix/tests-bash.nix,
+# nix/tests-small.nix): option declarations come back as written, derivations
+# are fixed store paths.
 let
   lib = {
     mkOption = o: o;
@@ -15,6 +15,7 @@ let
         path = t "path"; package = t "package"; attrs = t "attrs";
         nullOr = _: t "nullOr"; listOf = _: t "listOf"; attrsOf = _: t "attrsOf";
         submodule = _: t "submodule"; enum = _: t "enum";
+        ints = { positive = t "ints.positive"; };
       };
     mapAttrsToList = f: a: map (n: f n a.${n}) (builtins.attrNames a);
     mapAttrs = builtins.mapAttrs;

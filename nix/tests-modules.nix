@@ -2,47 +2,14 @@
 #   nix-instantiate --eval --strict --json nix/tests-modules.nix
 # evaluates to the list of failures. The NixOS module system is replaced by a
 # stub lib that returns option declarations as written and a stub pkgs whose
-# derivations are fixed store paths; the modules' `config` is then evaluated
-# for given option values. This checks what the modules do with the values
-# (environment, unit, users, files), not nixpkgs itself.
+# derivations are fixed store paths (nix/stub.nix, shared with
+# nix/tests-bash.nix and nix/tests-small.nix); the modules' `config` is then
+# evaluated for given option values. This checks what the modules do with the
+# values (environment, unit, users, files), not nixpkgs itself.
 let
   env = import ./env.nix;
 
-  lib = {
-    mkOption = o: o;
-    mkEnableOption = d: { default = false; description = d; };
-    mkIf = cond: content: if cond then content else { };
-    literalExpression = x: x;
-    types =
-      let t = name: { inherit name; }; in
-      {
-        bool = t "bool"; str = t "str"; int = t "int"; port = t "port";
-        path = t "path"; package = t "package"; attrs = t "attrs";
-        nullOr = _: t "nullOr"; listOf = _: t "listOf"; attrsOf = _: t "attrsOf";
-        submodule = _: t "submodule"; enum = _: t "enum";
-        ints = { positive = t "ints.positive"; };
-      };
-    mapAttrsToList = f: a: map (n: f n a.${n}) (builtins.attrNames a);
-    mapAttrs = builtins.mapAttrs;
-    filterAttrs = p: a: builtins.listToAttrs (builtins.concatMap
-      (n: if p n a.${n} then [ { name = n; value = a.${n}; } ] else [ ])
-      (builtins.attrNames a));
-    optionalString = c: s: if c then s else "";
-    concatMapStrings = f: l: builtins.concatStringsSep "" (map f l);
-    optional = c: x: if c then [ x ] else [ ];
-    removePrefix = p: s:
-      let n = builtins.stringLength p; in
-      if builtins.substring 0 n s == p then builtins.substring n (-1) s else s;
-  };
-
-  drv = name: { outPath = "/nix/store/stub-${name}"; inherit name; };
-  pkgs = {
-    runCommand = name: _: _: drv name;
-    writeText = name: _: drv name;
-    callPackage = _: _: drv "hive";
-    bash = drv "bash"; coreutils = drv "coreutils"; git = drv "git";
-    bashInteractive = drv "bash-interactive"; claude-code = drv "claude-code";
-  };
+  inherit (import ./stub.nix) lib pkgs drv;
 
   check = name: got: want:
     if got == want then [ ] else [ "${name}: got ${builtins.toJSON got}, want ${builtins.toJSON want}" ];
