@@ -1300,6 +1300,29 @@ mod tests {
         }
     }
 
+    /// A database path in a temp dir of this test's own (`tag`), empty; the
+    /// dir goes when this is dropped (after the `Db`, declared later).
+    struct FreshDb {
+        dir: std::path::PathBuf,
+        path: std::path::PathBuf,
+    }
+
+    impl Drop for FreshDb {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn fresh_db(tag: &str) -> FreshDb {
+        let dir = std::env::temp_dir().join(format!("hive-db-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        FreshDb {
+            path: dir.join("b.db"),
+            dir,
+        }
+    }
+
     #[test]
     fn the_migrations_are_numbered() {
         assert!(schema::well_numbered(MIGRATIONS));
@@ -1307,11 +1330,8 @@ mod tests {
 
     #[test]
     fn a_failure_of_its_own_goes_behind_other_senders_with_its_own_later_mail() {
-        let dir = std::env::temp_dir().join(format!("hive-db-seq-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("b.db");
-        let _ = std::fs::remove_file(&path);
-        let mut db = Db::open(&path, Durability::Normal).unwrap();
+        let fresh = fresh_db("seq");
+        let mut db = Db::open(&fresh.path, Durability::Normal).unwrap();
         let bob = Peer::Agent("bob".into());
         let from = |p: &'static Peer, body: &'static str| NewMessage {
             from: p,
@@ -1362,38 +1382,31 @@ mod tests {
             !db.requeue(later, "a", true, true, None).unwrap(),
             "not inflight"
         );
-        drop(db);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_stopped_agent_is_kept_until_it_is_started() {
-        let dir = std::env::temp_dir().join(format!("hive-db-stop-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("b.db");
-        let _ = std::fs::remove_file(&path);
+        let fresh = fresh_db("stop");
+        let path = &fresh.path;
         {
-            let db = Db::open(&path, Durability::Normal).unwrap();
+            let db = Db::open(path, Durability::Normal).unwrap();
             db.set_stopped("kid", "operator", 1).unwrap();
             db.set_stopped("pal", "boss", 2).unwrap();
             db.set_stopped("kid", "boss", 3).unwrap();
         }
-        let db = Db::open(&path, Durability::Normal).unwrap();
+        let db = Db::open(path, Durability::Normal).unwrap();
         assert_eq!(db.stopped_agents().unwrap(), ["kid", "pal"]);
         db.clear_stopped("kid").unwrap();
         db.clear_stopped("nobody").unwrap();
         assert_eq!(db.stopped_agents().unwrap(), ["pal"]);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn restart_requeues_inflight_and_held_rows() {
-        let dir = std::env::temp_dir().join(format!("hive-db-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("b.db");
-        let _ = std::fs::remove_file(&path);
+        let fresh = fresh_db("restart");
+        let path = &fresh.path;
         {
-            let db = Db::open(&path, Durability::Normal).unwrap();
+            let db = Db::open(path, Durability::Normal).unwrap();
             let a = db.insert_message(&msg("a", "1"), 1).unwrap();
             let b = db.insert_message(&msg("a", "2"), 1).unwrap();
             use MsgState::{Acked, Held, Inflight, Queued};
@@ -1401,13 +1414,12 @@ mod tests {
             assert!(db.transition(b, "a", &Queued, &Held, 2).unwrap());
             assert!(!db.transition(b, "zz", &Held, &Acked, 2).unwrap());
         }
-        let db = Db::open(&path, Durability::Full).unwrap();
+        let db = Db::open(path, Durability::Full).unwrap();
         let q = db.queued("a", 10).unwrap();
         assert_eq!(
             q.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
             ["1", "2"]
         );
         assert_eq!(db.inflight("a").unwrap(), None);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
