@@ -3,7 +3,8 @@
 //! abandoned through a cancel channel: the socket is shut down and the call
 //! returns at once.
 
-use super::proto::{Request, MAX_WAIT_SECS};
+use super::proto::MAX_WAIT_SECS;
+use crate::proto::bashwire::Request;
 use crate::proto::lines::{self, Conn};
 use crossbeam_channel::Receiver;
 use serde::de::DeserializeOwned;

@@ -7,10 +7,11 @@
 //! wait. It starts processes, kills and reaps process groups, persists records
 //! and decides which finished tasks owe their agent a wake.
 
-use super::proto::{Request, TaskStatus, DEFAULT_RUN_WAIT_SECS, MAX_WAIT_SECS};
+use super::proto::{TaskStatus, DEFAULT_RUN_WAIT_SECS, MAX_WAIT_SECS};
 use super::spawn::{self, Launch};
 use super::store::{now_ms, Store, StoreError, TaskRecord};
 use crate::agent_proc::StartFault;
+use crate::proto::bashwire::Request;
 use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, never, select, Receiver, Sender};
 use std::collections::HashMap;

@@ -11,10 +11,11 @@
 //! ([`run_command`]) runs it alone until SIGTERM.
 
 use super::coordinator::{Coordinator, Event, Reply};
-use super::proto::{ListReply, Request, RetireReply, TaskReply};
+use super::proto::{ListReply, TaskReply};
 use super::report::view;
 use super::store::Store;
 use super::waker::Waker;
+use crate::proto::bashwire::{Request, RetireReply};
 use crate::proto::lines::{err_line, ok_line, serve_conn, Acceptor};
 use crate::proto::paths;
 use crate::sys::env::Env;

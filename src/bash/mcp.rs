@@ -5,10 +5,11 @@
 //! answer rendered as text. It starts no process itself, so tasks outlive it.
 
 use super::client::{self, CallError};
-use super::proto::{Request, TaskReply, TaskStatus, TaskView, DEFAULT_RUN_WAIT_SECS};
+use super::proto::{TaskReply, TaskStatus, TaskView, DEFAULT_RUN_WAIT_SECS};
 use super::report::outcome_line;
 use crate::mcp::schema::{self, Arg, Ty};
 use crate::mcp::{self, CallCtx, ServerInfo, ToolDef, ToolOutcome, Tools};
+use crate::proto::bashwire::Request;
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::PathBuf;

@@ -12,9 +12,9 @@
 //! wake still pending when the daemon stops is sent again by the next daemon.
 
 use super::coordinator::{Event, Reply};
-use super::proto::Request as BashRequest;
 use super::report::wake_body;
 use super::store::TaskRecord;
+use crate::proto::bashwire::Request as BashRequest;
 use crate::proto::cmd::{ReportTasks, Wake};
 use crate::proto::limits::MAX_TASK_CMD_CHARS;
 use crate::proto::{Client, ClientError, Command, RunningTask};

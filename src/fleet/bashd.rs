@@ -18,15 +18,18 @@
 //! exits only when no task runs, and is started again at once onto the new
 //! ones; with tasks running it goes on as it is, until it next starts. The
 //! call runs on a short thread of its own (`bash-retire`), so this loop never
-//! waits on a socket. Shaped like the Matrix bridge's supervision.
+//! waits on a socket; the request and its answer are the contract's
+//! (`proto::bashwire`), the daemon's own. Each daemon is a
+//! [`child::Supervised`] (its phase, backoff and stop ladder, shared with the
+//! agents' supervisor and the bridge's).
 
-use super::logfile::{self, LogFile};
-use super::supervisor::backoff;
+use super::child::{self, Ended, Exited, Owner, Phase, Supervised, Timing};
+use super::logfile::LogFile;
 use super::UpSettings;
+use crate::proto::bashwire::{Request, RetireReply};
 use crate::proto::lines::{self, Conn};
 use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, never, select, unbounded, Receiver, Sender};
-use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -153,18 +156,6 @@ pub fn log_name(name: &str) -> String {
     format!("{name}-bash.log")
 }
 
-enum Phase {
-    Running(ProcessGroup),
-    Stopping {
-        child: ProcessGroup,
-        /// When the grace runs out (SIGKILL); `None` once it was sent.
-        kill_at: Option<Instant>,
-    },
-    Stopped,
-    /// Starts at this instant.
-    Backoff(Instant),
-}
-
 /// Identity of the `hive` binary on disk: a rebuild changes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct BinId {
@@ -189,17 +180,10 @@ struct Daemon {
     /// A `retire` call is out.
     retiring: bool,
     log: Arc<Mutex<LogFile>>,
-    phase: Phase,
+    /// The `hive bash-daemon` child: phase, backoff, stop ladder.
+    child: Supervised,
     /// The agent runs, so the daemon should.
     wanted: bool,
-    started: Option<Instant>,
-    failures: u32,
-}
-
-/// A daemon of agent `name` with pid `pid` has exited (not reaped yet).
-struct Exited {
-    name: String,
-    pid: u32,
 }
 
 /// The answer of the daemon of agent `name` with pid `pid` to `retire`.
@@ -256,14 +240,7 @@ impl Sup {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.daemons
-            .values()
-            .filter_map(|d| match d.phase {
-                Phase::Backoff(t) => Some(t),
-                Phase::Stopping { kill_at, .. } => kill_at,
-                _ => None,
-            })
-            .min()
+        child::next_deadline(self.daemons.values().map(|d| &d.child))
     }
 
     fn handle(&mut self, cmd: BashCmd) {
@@ -294,10 +271,11 @@ impl Sup {
                             started_with: None,
                             retiring: false,
                             log: Arc::new(Mutex::new(log)),
-                            phase: Phase::Stopped,
+                            child: Supervised::new(
+                                format!("the bash-task daemon of {name}"),
+                                Timing::of(&self.s),
+                            ),
                             wanted: true,
-                            started: None,
-                            failures: 0,
                         })
                     }
                 };
@@ -305,7 +283,7 @@ impl Sup {
                 // A daemon in backoff keeps its wait; a stopping one starts
                 // again once it has exited; a running one on another binary
                 // or launch is asked to retire.
-                match &d.phase {
+                match d.child.phase() {
                     Phase::Stopped => self.spawn(&name),
                     Phase::Running(child) => {
                         let now = (d.launch.clone(), bin_id(&d.launch.exe));
@@ -328,29 +306,19 @@ impl Sup {
 
     /// SIGTERM to `name`'s daemon: it kills its tasks, records them and exits.
     fn stop(&mut self, name: &str) {
-        let grace = self.s.stop_grace;
         let Some(d) = self.daemons.get_mut(name) else {
             return;
         };
         d.wanted = false;
-        d.phase = match std::mem::replace(&mut d.phase, Phase::Stopped) {
-            Phase::Running(child) => {
-                log::info!("stopping the bash-task daemon of {name}");
-                child.signal_leader(libc::SIGTERM);
-                Phase::Stopping {
-                    child,
-                    kill_at: Some(Instant::now() + grace),
-                }
-            }
-            Phase::Backoff(_) => Phase::Stopped,
-            other => other,
-        };
+        if d.child.is_running() {
+            log::info!("stopping the bash-task daemon of {name}");
+        }
+        d.child.stop();
     }
 
     /// A running daemon answered `retire`: retired, it is exiting and starts
     /// again at once onto the current binary and launch; else it goes on.
     fn on_retired(&mut self, r: Retired) {
-        let grace = self.s.stop_grace;
         let Some(d) = self.daemons.get_mut(&r.name) else {
             return;
         };
@@ -358,19 +326,14 @@ impl Sup {
         let name = &r.name;
         match r.answer {
             Ok(RetireReply { retired: true, .. }) => {
-                if !matches!(&d.phase, Phase::Running(c) if c.id() == r.pid) {
+                if !d.child.is_running() || d.child.pid() != Some(r.pid) {
                     return;
                 }
                 log::info!(
                     "the bash-task daemon of {name} had no task: restarting it onto the \
                      current binary and config"
                 );
-                if let Phase::Running(child) = std::mem::replace(&mut d.phase, Phase::Stopped) {
-                    d.phase = Phase::Stopping {
-                        child,
-                        kill_at: Some(Instant::now() + grace),
-                    };
-                }
+                d.child.exiting();
             }
             Ok(RetireReply { running, .. }) => log::info!(
                 "the bash-task daemon of {name} keeps its binary and config: {running} task(s) \
@@ -383,119 +346,28 @@ impl Sup {
     }
 
     fn spawn(&mut self, name: &str) {
-        let wait = self.backoff(name);
-        let exited = self.exited_tx.clone();
         let Some(d) = self.daemons.get_mut(name) else {
             return;
         };
         match spawn_child(name, d) {
             Ok(child) => {
-                let pid = child.id();
-                let who = name.to_string();
-                if let Err(e) = child.on_exit(format!("wait-{name}-bash"), move || {
-                    let _ = exited.send(Exited { name: who, pid });
-                }) {
-                    // Unwatched, its exit would never be seen: stop it now
-                    // (dropping it kills and reaps it) and retry after backoff.
-                    log::error!("cannot watch the bash-task daemon of {name}: {e}");
-                    drop(child);
-                    d.failures += 1;
-                    d.phase = Phase::Backoff(Instant::now() + wait);
-                    return;
+                // Unwatched, its exit would never be seen: it is stopped now
+                // and tried again after backoff.
+                match d
+                    .child
+                    .run(child, format!("wait-{name}-bash"), name, &self.exited_tx)
+                {
+                    Ok(pid) => {
+                        log::info!("started the bash-task daemon of {name} (pid {pid})");
+                        d.started_with = Some((d.launch.clone(), bin_id(&d.launch.exe)));
+                        d.retiring = false;
+                    }
+                    Err(e) => log::error!("cannot watch the bash-task daemon of {name}: {e}"),
                 }
-                log::info!("started the bash-task daemon of {name} (pid {pid})");
-                d.started_with = Some((d.launch.clone(), bin_id(&d.launch.exe)));
-                d.retiring = false;
-                d.phase = Phase::Running(child);
-                d.started = Some(Instant::now());
             }
             Err(e) => {
                 log::error!("cannot start the bash-task daemon of {name}: {e}");
-                d.failures += 1;
-                d.phase = Phase::Backoff(Instant::now() + wait);
-            }
-        }
-    }
-
-    fn backoff(&self, name: &str) -> Duration {
-        let failures = self.daemons.get(name).map_or(0, |d| d.failures);
-        backoff(self.s.restart_base, self.s.restart_max, failures)
-    }
-
-    /// Reaps the daemon of `e` if it is the one that exited: a running one is
-    /// restarted after backoff, a stopped one stays stopped unless its agent
-    /// was started again meanwhile.
-    fn on_exited(&mut self, e: &Exited) {
-        let (stable, base, max) = (self.s.stable, self.s.restart_base, self.s.restart_max);
-        let Some(d) = self.daemons.get_mut(&e.name) else {
-            return;
-        };
-        let child = match &mut d.phase {
-            Phase::Running(c) | Phase::Stopping { child: c, .. } if c.id() == e.pid => c,
-            _ => return,
-        };
-        let (status, clean) = match child.try_wait() {
-            Ok(Some(st)) => (st.to_string(), st.success()),
-            Ok(None) => return,
-            Err(err) => (format!("lost: {err}"), false),
-        };
-        let name = &e.name;
-        match std::mem::replace(&mut d.phase, Phase::Stopped) {
-            // It retired (its exit came before the answer): start it anew.
-            Phase::Running(_) if d.retiring && clean => {
-                log::info!("the bash-task daemon of {name} retired; starting it anew");
-                d.retiring = false;
-                let name = name.clone();
-                self.spawn(&name);
-            }
-            Phase::Running(_) => {
-                let up = d.started.map_or(Duration::ZERO, |t| t.elapsed());
-                if up >= stable {
-                    d.failures = 0;
-                }
-                let wait = backoff(base, max, d.failures);
-                d.failures += 1;
-                log::warn!(
-                    "the bash-task daemon of {name} exited ({status}) after {up:?}; restarting \
-                     it in {wait:?} (see logs/{})",
-                    log_name(name)
-                );
-                d.phase = Phase::Backoff(Instant::now() + wait);
-            }
-            _ => {
-                log::info!("the bash-task daemon of {name} stopped ({status})");
-                if d.wanted {
-                    d.failures = 0;
-                    let name = name.clone();
-                    self.spawn(&name);
-                }
-            }
-        }
-    }
-
-    fn on_deadlines(&mut self) {
-        let now = Instant::now();
-        let names: Vec<String> = self.daemons.keys().cloned().collect();
-        for name in names {
-            let Some(d) = self.daemons.get_mut(&name) else {
-                continue;
-            };
-            match &mut d.phase {
-                Phase::Backoff(t) if now >= *t => {
-                    d.phase = Phase::Stopped;
-                    self.spawn(&name);
-                }
-                Phase::Stopping {
-                    child,
-                    kill_at: kill_at @ Some(_),
-                } if kill_at.is_some_and(|t| now >= t) => {
-                    log::warn!(
-                        "the bash-task daemon of {name} did not stop within its grace; SIGKILL"
-                    );
-                    child.kill();
-                    *kill_at = None;
-                }
-                _ => {}
+                d.child.back_off();
             }
         }
     }
@@ -507,51 +379,74 @@ impl Sup {
         for name in &names {
             self.stop(name);
         }
-        let end = Instant::now() + self.s.stop_grace + Duration::from_secs(1);
-        loop {
-            let stopping = self
-                .daemons
-                .values()
-                .any(|d| matches!(d.phase, Phase::Stopping { .. }));
-            if !stopping {
-                break;
-            }
-            let timer = self.next_deadline().map_or_else(never, at);
-            select! {
-                recv(self.exited) -> e => {
-                    if let Ok(e) = e {
-                        self.on_exited(&e);
-                    }
-                }
-                recv(timer) -> _ => self.on_deadlines(),
-                recv(at(end)) -> _ => break,
-            }
-        }
-        // Dropping what is left kills and reaps it.
+        let (exited, grace) = (self.exited.clone(), self.s.stop_grace);
+        // Dropping what is left reaps it.
+        drop(child::stop_all(&mut self, &exited, grace));
     }
 }
 
-/// The daemon's answer to `{"op":"retire"}` (`bash::proto::RetireReply`,
-/// read here on the shared transport: `fleet` sits above `bash` in the
-/// layers, so it speaks the one line itself).
-#[derive(Debug, Deserialize)]
-struct RetireReply {
-    retired: bool,
-    #[serde(default)]
-    running: usize,
-}
+impl Owner for Sup {
+    fn children(&mut self) -> Box<dyn Iterator<Item = &mut Supervised> + '_> {
+        Box::new(self.daemons.values_mut().map(|d| &mut d.child))
+    }
 
-/// The line `bash::proto::Request::Retire` is on the wire.
-const RETIRE: &str = r#"{"op":"retire"}"#;
+    /// Reaps the daemon of `e` if it is the one that exited: a running one is
+    /// restarted after backoff, a stopped one stays stopped unless its agent
+    /// was started again meanwhile.
+    fn on_exited(&mut self, e: &Exited) {
+        let Some(d) = self.daemons.get_mut(&e.name) else {
+            return;
+        };
+        let name = &e.name;
+        match d.child.on_exit(e.pid) {
+            // It retired (its exit came before the answer): start it anew.
+            Some(Ended::Crashed { clean: true, .. }) if d.retiring => {
+                log::info!("the bash-task daemon of {name} retired; starting it anew");
+                d.retiring = false;
+                self.spawn(name);
+            }
+            Some(Ended::Crashed { status, up, .. }) => {
+                let wait = d.child.after_crash(up);
+                log::warn!(
+                    "the bash-task daemon of {name} exited ({status}) after {up:?}; restarting \
+                     it in {wait:?} (see logs/{})",
+                    log_name(name)
+                );
+            }
+            Some(Ended::Stopped { status }) => {
+                log::info!("the bash-task daemon of {name} stopped ({status})");
+                if d.wanted {
+                    d.child.reset_failures();
+                    self.spawn(name);
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn on_deadlines(&mut self) {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .daemons
+            .iter_mut()
+            .filter_map(|(name, d)| d.child.on_deadline(now).then(|| name.clone()))
+            .collect();
+        for name in due {
+            self.spawn(&name);
+        }
+    }
+}
 
 /// Sends `retire` to the daemon on `socket` and reads its answer.
 fn retire(socket: &std::path::Path) -> Result<RetireReply, String> {
     const PEER: &str = "the bash task daemon";
+    let req = Request::Retire {};
+    let line = serde_json::to_string(&req).map_err(|e| e.to_string())?;
     let mut conn = Conn::connect(socket, PEER).map_err(|e| e.to_string())?;
     conn.set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
     let answer = conn
-        .exchange(RETIRE, "retire", None)
+        .exchange(&line, req.op(), None)
         .map_err(|e| e.to_string())?;
     lines::decode(&answer, PEER, "retire").map_err(|e| e.to_string())
 }
@@ -590,11 +485,6 @@ fn spawn_child(name: &str, d: &Daemon) -> Result<ProcessGroup, String> {
     let mut cmd = d.launch.command(args);
     let mut child = ProcessGroup::spawn(&mut cmd)
         .map_err(|e| format!("cannot run {} bash-daemon: {e}", d.launch.exe.display()))?;
-    if let Some(out) = child.child_mut().stdout.take() {
-        logfile::pump(format!("log-{name}-bash-out"), out, d.log.clone());
-    }
-    if let Some(err) = child.child_mut().stderr.take() {
-        logfile::pump(format!("log-{name}-bash-err"), err, d.log.clone());
-    }
+    child::log_output(&mut child, &format!("log-{name}-bash"), &d.log);
     Ok(child)
 }

@@ -4,12 +4,13 @@
 //! after a crash with the agents' capped backoff, and stops it at shutdown
 //! (SIGTERM, then SIGKILL after the grace). Its one `select!` waits on the stop
 //! channel, the child's exit (`wait-bridge` reports it, the thread reaps) and
-//! the restart deadline. The bridge is not sandboxed like an agent: it is the
-//! operator's, and needs the network. Before anything starts, [`check_login`]
+//! the restart deadline; the child's phase, backoff and stop ladder are a
+//! [`child::Supervised`], as for the agents. The bridge is not sandboxed like
+//! an agent: it is the operator's, and needs the network. Before anything starts, [`check_login`]
 //! logs the bridge in once, so a wrong password stops `hive up` with exit 2.
 
-use super::logfile::{self, LogFile};
-use super::supervisor::backoff;
+use super::child::{self, Ended, Exited, Owner, Supervised, Timing};
+use super::logfile::LogFile;
 use super::UpSettings;
 use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, bounded, never, select, unbounded, Receiver, Sender};
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The bridge's state dir under the data dir (its access token).
 pub const STATE_DIR: &str = "matrix";
@@ -74,15 +75,16 @@ impl Drop for BridgeSup {
     }
 }
 
+/// The key of the bridge's exits.
+const NAME: &str = "bridge";
+
 struct Sup {
     s: UpSettings,
     log: Arc<Mutex<LogFile>>,
-    child: Option<ProcessGroup>,
-    started: Option<Instant>,
-    failures: u32,
-    restart_at: Option<Instant>,
-    exited_tx: Sender<u32>,
-    exited: Receiver<u32>,
+    /// The `hive matrix-bridge` child: phase, backoff, stop ladder.
+    child: Supervised,
+    exited_tx: Sender<Exited>,
+    exited: Receiver<Exited>,
 }
 
 impl Sup {
@@ -93,13 +95,12 @@ impl Sup {
             s.log_keep,
         );
         let (exited_tx, exited) = unbounded();
+        let mut child = Supervised::new("the Matrix bridge", Timing::of(&s));
+        child.start_at(Instant::now());
         Sup {
             s,
             log: Arc::new(Mutex::new(log)),
-            child: None,
-            started: None,
-            failures: 0,
-            restart_at: Some(Instant::now()),
+            child,
             exited_tx,
             exited,
         }
@@ -107,18 +108,15 @@ impl Sup {
 
     fn run(mut self, stop: Receiver<()>) {
         loop {
-            let timer = self.restart_at.map_or_else(never, at);
+            let timer = self.child.deadline().map_or_else(never, at);
             select! {
                 recv(stop) -> _ => return self.stop(),
-                recv(self.exited) -> pid => {
-                    if let Ok(pid) = pid {
-                        self.on_exit(pid);
+                recv(self.exited) -> e => {
+                    if let Ok(e) = e {
+                        self.on_exited(&e);
                     }
                 }
-                recv(timer) -> _ => {
-                    self.restart_at = None;
-                    self.spawn();
-                }
+                recv(timer) -> _ => self.on_deadlines(),
             }
         }
     }
@@ -126,23 +124,17 @@ impl Sup {
     fn spawn(&mut self) {
         match self.spawn_child() {
             Ok(child) => {
-                let pid = child.id();
-                let tx = self.exited_tx.clone();
-                if let Err(e) = child.on_exit("wait-bridge".into(), move || {
-                    let _ = tx.send(pid);
-                }) {
-                    log::error!("cannot watch the bridge: {e}; restarting it");
-                    drop(child);
-                    self.later();
-                    return;
+                match self
+                    .child
+                    .run(child, "wait-bridge".into(), NAME, &self.exited_tx)
+                {
+                    Ok(pid) => log::info!("started the Matrix bridge (pid {pid})"),
+                    Err(e) => log::error!("cannot watch the bridge: {e}; restarting it"),
                 }
-                log::info!("started the Matrix bridge (pid {pid})");
-                self.child = Some(child);
-                self.started = Some(Instant::now());
             }
             Err(e) => {
                 log::error!("cannot start the Matrix bridge: {e}");
-                self.later();
+                self.child.back_off();
             }
         }
     }
@@ -165,43 +157,8 @@ impl Sup {
         crate::sys::process::child_setup(&mut cmd, libc::SIGTERM, self.s.child_umask);
         let mut child = ProcessGroup::spawn(&mut cmd)
             .map_err(|e| format!("cannot run {} matrix-bridge: {e}", self.s.exe.display()))?;
-        if let Some(out) = child.child_mut().stdout.take() {
-            logfile::pump("log-bridge-out".into(), out, self.log.clone());
-        }
-        if let Some(err) = child.child_mut().stderr.take() {
-            logfile::pump("log-bridge-err".into(), err, self.log.clone());
-        }
+        child::log_output(&mut child, "log-bridge", &self.log);
         Ok(child)
-    }
-
-    /// Reaps the bridge and schedules its restart.
-    fn on_exit(&mut self, pid: u32) {
-        let Some(child) = self.child.as_mut().filter(|c| c.id() == pid) else {
-            return;
-        };
-        let status = match child.try_wait() {
-            Ok(Some(st)) => st.to_string(),
-            Ok(None) => return,
-            Err(e) => format!("lost: {e}"),
-        };
-        self.child = None;
-        let up = self.started.map_or(Duration::ZERO, |t| t.elapsed());
-        if up >= self.s.stable {
-            self.failures = 0;
-        }
-        let wait = self.later();
-        log::warn!(
-            "the Matrix bridge exited ({status}) after {up:?}; restarting in {wait:?} (see {})",
-            self.log_path().display()
-        );
-    }
-
-    /// Schedules the next start after the backoff; returns the wait.
-    fn later(&mut self) -> Duration {
-        let wait = backoff(self.s.restart_base, self.s.restart_max, self.failures);
-        self.failures += 1;
-        self.restart_at = Some(Instant::now() + wait);
-        wait
     }
 
     fn log_path(&self) -> PathBuf {
@@ -210,25 +167,34 @@ impl Sup {
 
     /// SIGTERM, and SIGKILL after the grace; the child is reaped either way.
     fn stop(mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        child.signal_leader(libc::SIGTERM);
-        let grace = at(Instant::now() + self.s.stop_grace);
-        loop {
-            select! {
-                recv(self.exited) -> pid => {
-                    if pid.is_ok_and(|p| p == child.id()) {
-                        let _ = child.try_wait();
-                        return;
-                    }
-                }
-                recv(grace) -> _ => {
-                    log::warn!("the Matrix bridge did not stop within its grace; SIGKILL");
-                    // Dropping the group kills and reaps it.
-                    return;
-                }
-            }
+        self.child.stop();
+        let (exited, grace) = (self.exited.clone(), self.s.stop_grace);
+        // Dropping what is left reaps it.
+        drop(child::stop_all(&mut self, &exited, grace));
+    }
+}
+
+impl Owner for Sup {
+    fn children(&mut self) -> Box<dyn Iterator<Item = &mut Supervised> + '_> {
+        Box::new(std::iter::once(&mut self.child))
+    }
+
+    /// Reaps the bridge and schedules its restart.
+    fn on_exited(&mut self, e: &Exited) {
+        if let Some(Ended::Crashed { status, up, .. }) = self.child.on_exit(e.pid) {
+            let wait = self.child.after_crash(up);
+            log::warn!(
+                "the Matrix bridge exited ({status}) after {up:?}; restarting in {wait:?} (see {})",
+                self.log_path().display()
+            );
+        }
+    }
+
+    /// Starts the bridge once its backoff ran out; SIGKILLs it when a stop's
+    /// grace ran out.
+    fn on_deadlines(&mut self) {
+        if self.child.on_deadline(Instant::now()) {
+            self.spawn();
         }
     }
 }

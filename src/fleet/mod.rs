@@ -8,10 +8,13 @@
 //! sandbox that hides all of that but its own dirs (`isolation.rs`,
 //! `sandbox.rs`). A fleet file with a `matrix` section also gets the Matrix
 //! bridge, supervised by `bridge.rs` (its token in `DATA/matrix/`, its log
-//! `DATA/logs/bridge.log`). Documented in `docs/fleet.md` and `docs/swarm.md`.
+//! `DATA/logs/bridge.log`). The three supervisors (agents, bash-task daemons,
+//! bridge) share one child's machinery, `child.rs`: its phase, restart backoff
+//! and stop ladder. Documented in `docs/fleet.md` and `docs/swarm.md`.
 
 pub mod bashd;
 pub mod bridge;
+pub mod child;
 pub mod dashboard;
 pub mod isolation;
 pub mod logfile;

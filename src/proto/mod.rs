@@ -13,12 +13,15 @@
 //!   (`ident.rs`), names on other hives (`address.rs`), the closed
 //!   vocabularies of rows (`kinds.rs`), turn outcomes (`outcome.rs`), a fleet
 //!   entry (`fleet.rs`) and the fleet file's `matrix` section (`swarm.rs`);
+//! - the bash task daemon's requests (`bashwire.rs`), which `hive bash-mcp`
+//!   and `hive up` both send it;
 //! - the schema versions of the sqlite files (`schema.rs`, `turnstats.rs`).
 //!
 //! Documented for script authors in `docs/wire-protocol.md`.
 
 pub mod access;
 pub mod address;
+pub mod bashwire;
 pub mod client;
 pub mod cmd;
 pub mod command;
