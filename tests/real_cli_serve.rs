@@ -16,12 +16,13 @@ use serde_json::json;
 use std::time::Duration;
 
 /// A broker, the fake API answering `scenario` after the boot kick turn, and a
-/// harness running the real CLI against it, with the kick turn done.
+/// harness running the real CLI against it, with the kick turn done; `None`
+/// (said loudly) without the real CLI.
 fn ready(
-    cli: &std::path::Path,
     scenario: Scenario,
     extra_env: &[(&str, &str)],
-) -> (Broker, FakeAnthropic, Harness) {
+) -> Option<(Broker, FakeAnthropic, Harness)> {
+    let cli = require_real_claude()?;
     let b = Broker::start(&["ruth"]);
     let api = FakeAnthropic::start(scenario.first(Step::text("noted the restart")));
     let cli = cli.display().to_string();
@@ -39,16 +40,36 @@ fn ready(
         (!api.posts().is_empty() && agent_row(&b, "ruth").inflight.is_none()).then_some(())
     });
     wait_drained(&b, "ruth");
-    (b, api, h)
+    Some((b, api, h))
+}
+
+/// The harness's turns so far, as (kind, outcome) in order.
+fn stats(h: &Harness) -> Vec<(String, String)> {
+    let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
+    let rows: Vec<(String, String)> = db
+        .prepare("SELECT kind, outcome FROM turns ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    rows
+}
+
+/// The note of the harness's first turn of `kind`.
+fn first_note(h: &Harness, kind: &str) -> String {
+    let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
+    db.query_row(
+        "SELECT note FROM turns WHERE kind = ?1 ORDER BY id LIMIT 1",
+        [kind],
+        |r| r.get(0),
+    )
+    .unwrap()
 }
 
 #[test]
 fn wake_turn_tool_call_and_continue_through_hive_serve() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
-    let (b, api, _h) = ready(
-        &cli,
+    let Some((b, api, _h)) = ready(
         Scenario::new()
             // The woken turn: a tool call, then text.
             .then(Step::tool_use(
@@ -58,7 +79,9 @@ fn wake_turn_tool_call_and_continue_through_hive_serve() {
             .then(Step::text("sent it"))
             .otherwise(Step::text("second turn done")),
         &[],
-    );
+    ) else {
+        return;
+    };
     let sock = b.agent_socket("ruth");
     let (code, _, err) = run_hive(
         &["wake", "--from", "cron", "--body", "nightly report please"],
@@ -95,17 +118,15 @@ fn wake_turn_tool_call_and_continue_through_hive_serve() {
 
 #[test]
 fn prompt_too_long_is_compacted_by_the_harness_and_retried() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
-    let (b, api, h) = ready(
-        &cli,
+    let Some((b, api, h)) = ready(
         Scenario::new()
             .then(Step::prompt_too_long())
             .auto_compact("COMPACT-SUMMARY: the agent restarted")
             .otherwise(Step::text("handled after compaction")),
         &[],
-    );
+    ) else {
+        return;
+    };
     operator_send(&b, "ruth", "a big job");
     wait_for(Duration::from_secs(90), "the retried turn", || {
         let posts = api.posts();
@@ -118,14 +139,7 @@ fn prompt_too_long_is_compacted_by_the_harness_and_retried() {
         (compacted && retried).then_some(())
     });
     wait_drained(&b, "ruth");
-    let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
-    let kinds: Vec<(String, String)> = db
-        .prepare("SELECT kind, outcome FROM turns ORDER BY id")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let kinds = stats(&h);
     assert_eq!(
         kinds.iter().map(|k| k.0.as_str()).collect::<Vec<_>>(),
         ["turn", "turn", "compact", "turn"],
@@ -136,25 +150,9 @@ fn prompt_too_long_is_compacted_by_the_harness_and_retried() {
     assert_eq!(kinds[3].1, "ok");
 }
 
-fn stats(h: &Harness) -> Vec<(String, String)> {
-    let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
-    let rows: Vec<(String, String)> = db
-        .prepare("SELECT kind, outcome FROM turns ORDER BY id")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    rows
-}
-
 #[test]
 fn a_rate_limited_compaction_keeps_the_message_then_compacts_again_and_retries() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
-    let (b, api, h) = ready(
-        &cli,
+    let Some((b, api, h)) = ready(
         Scenario::new()
             .then(Step::prompt_too_long())
             // The first /compact's request is refused (and not retried: the
@@ -166,7 +164,9 @@ fn a_rate_limited_compaction_keeps_the_message_then_compacts_again_and_retries()
             ("HIVE_CLAUDE_MAX_RETRIES", "0"),
             ("HIVE_RATE_LIMIT_SLEEP_SECS", "1"),
         ],
-    );
+    ) else {
+        return;
+    };
     let id = operator_send(&b, "ruth", "a big job");
     wait_for(Duration::from_secs(90), "the retried turn", || {
         (stats(&h).len() >= 5).then_some(())
@@ -207,11 +207,7 @@ fn a_rate_limited_compaction_keeps_the_message_then_compacts_again_and_retries()
 
 #[test]
 fn a_session_compaction_cannot_shrink_is_replaced_by_a_fresh_one() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
-    let (b, api, h) = ready(
-        &cli,
+    let Some((b, api, h)) = ready(
         Scenario::new()
             .then(Step::prompt_too_long())
             // Every compaction request is too long too: after trimming and
@@ -220,7 +216,9 @@ fn a_session_compaction_cannot_shrink_is_replaced_by_a_fresh_one() {
             .compact_always(Step::prompt_too_long())
             .otherwise(Step::text("handled in a fresh session")),
         &[],
-    );
+    ) else {
+        return;
+    };
     let id = operator_send(&b, "ruth", "a big job");
     let notice = wait_for(Duration::from_secs(90), "the parent notice", || {
         operator_inbox(&b)
@@ -234,14 +232,7 @@ fn a_session_compaction_cannot_shrink_is_replaced_by_a_fresh_one() {
     assert_eq!(kinds, ["turn", "turn", "compact", "turn"], "{rows:?}");
     // The kind is closed; the CLI's words are kept in the note.
     assert_eq!(rows[2].1, "prompt_too_long", "{rows:?}");
-    let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
-    let note: String = db
-        .query_row(
-            "SELECT note FROM turns WHERE kind = 'compact' ORDER BY id LIMIT 1",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let note = first_note(&h, "compact");
     assert!(
         note.contains("could not be reduced below the context limit"),
         "{note}"
@@ -258,11 +249,7 @@ fn a_session_compaction_cannot_shrink_is_replaced_by_a_fresh_one() {
 
 #[test]
 fn a_429_is_requeued_and_retried_after_the_pause() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
-    let (b, api, h) = ready(
-        &cli,
+    let Some((b, api, h)) = ready(
         Scenario::new()
             .then(Step::rate_limited())
             .otherwise(Step::text("done after the limit")),
@@ -270,20 +257,15 @@ fn a_429_is_requeued_and_retried_after_the_pause() {
             ("HIVE_CLAUDE_MAX_RETRIES", "0"),
             ("HIVE_RATE_LIMIT_SLEEP_SECS", "1"),
         ],
-    );
+    ) else {
+        return;
+    };
     operator_send(&b, "ruth", "limited job");
     wait_for(Duration::from_secs(90), "the retry", || {
         (api.posts().len() >= 3).then_some(())
     });
     wait_drained(&b, "ruth");
-    let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
-    let outcomes: Vec<String> = db
-        .prepare("SELECT outcome FROM turns ORDER BY id")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let outcomes: Vec<String> = stats(&h).into_iter().map(|(_, o)| o).collect();
     assert_eq!(outcomes[1], "rate_limited", "{outcomes:?}");
     assert_eq!(outcomes.last().unwrap(), "ok");
     // The retry sent a note, not the prompt a second time.
@@ -335,11 +317,7 @@ fn the_real_cli_honours_the_harness_settings_file() {
 
 #[test]
 fn a_background_bash_task_wakes_the_agent_for_a_new_turn() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
-    let (b, api, h) = ready(
-        &cli,
+    let Some((b, api, h)) = ready(
         Scenario::new()
             // The woken turn starts a slow task without waiting for it.
             .then(Step::tool_use(
@@ -349,7 +327,9 @@ fn a_background_bash_task_wakes_the_agent_for_a_new_turn() {
             .then(Step::text("started the build"))
             .otherwise(Step::text("the build finished")),
         &[],
-    );
+    ) else {
+        return;
+    };
     operator_send(&b, "ruth", "run the build");
     // The tool answered `task started`, the turn ended, and the task's
     // completion wake (from bash-task-N, transient) started another turn.

@@ -106,6 +106,37 @@ fn send(c: &mut Client, to: &str, body: &str, in_reply_to: Option<i64>) -> i64 {
     r["id"].as_i64().unwrap()
 }
 
+/// A `send` of `body` to `to`, not a reply.
+fn mail(to: &str, body: &str) -> Send {
+    Send {
+        to: to.into(),
+        body: body.into(),
+        in_reply_to: None,
+    }
+}
+
+/// A question to b@two with no options, expiring after `ttl_seconds`.
+fn ask_b_two(question: &str, ttl_seconds: Option<u64>) -> Ask {
+    Ask {
+        question: question.into(),
+        options: vec![],
+        multi: false,
+        ttl_seconds,
+        to: Some("b@two".into()),
+    }
+}
+
+/// `hive send --socket SOCK --to TO BODY` (`-` reads `stdin`): its exit code
+/// and stderr.
+fn hive_send(sock: &std::path::Path, to: &str, body: &str, stdin: Option<&str>) -> (i32, String) {
+    let (code, _, err) = run_hive(
+        &["send", "--socket", sock.to_str().unwrap(), "--to", to, body],
+        stdin,
+        &[],
+    );
+    (code, err)
+}
+
 fn bridge_row(b: &Broker) -> hyperhive::proto::swarm::BridgeRow {
     let r: AgentsReply = b.host().call(&Agents {}).unwrap();
     r.bridge.expect("a bridge row on a hive in a swarm")
@@ -171,96 +202,35 @@ fn the_bridge_socket_takes_only_bridge_commands_and_no_other_socket_takes_them()
 #[test]
 fn mail_to_another_hive_is_refused_without_a_bridge_over_48_kib_or_to_an_unknown_hive() {
     let plain = Broker::start(&["a", "b"]);
-    let e = refused(
-        &mut plain.agent("a"),
-        Send {
-            to: "b@two".into(),
-            body: "hi".into(),
-            in_reply_to: None,
-        },
-    );
+    let e = refused(&mut plain.agent("a"), mail("b@two", "hi"));
     assert!(
         e.contains("b@two is on another hive, and this hive has no bridge to a swarm"),
         "{e}"
     );
-    let sock = plain.host_socket();
-    let (code, _, err) = run_hive(
-        &[
-            "send",
-            "--socket",
-            sock.to_str().unwrap(),
-            "--to",
-            "b@two",
-            "hi",
-        ],
-        None,
-        &[],
-    );
+    let (code, err) = hive_send(&plain.host_socket(), "b@two", "hi", None);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("adds a matrix section"), "{err}");
 
     let b = Broker::start_config(ONE);
     let mut a = b.agent("a");
-    let e = refused(
-        &mut a,
-        Send {
-            to: "b@four".into(),
-            body: "hi".into(),
-            in_reply_to: None,
-        },
-    );
+    let e = refused(&mut a, mail("b@four", "hi"));
     assert!(
         e.contains("no hive \"four\" in this hive's swarm; its peers are three, two"),
         "{e}"
     );
     let big = "x".repeat(48 * 1024 + 1);
-    let e = refused(
-        &mut a,
-        Send {
-            to: "b@two".into(),
-            body: big.clone(),
-            in_reply_to: None,
-        },
-    );
+    let e = refused(&mut a, mail("b@two", &big));
     assert!(
         e.contains("is 49153 bytes; to another hive (b@two) the limit is 49152 bytes"),
         "{e}"
     );
-    let sock = b.host_socket();
-    let (code, _, err) = run_hive(
-        &[
-            "send",
-            "--socket",
-            sock.to_str().unwrap(),
-            "--to",
-            "b@two",
-            "-",
-        ],
-        Some(&big),
-        &[],
-    );
+    let (code, err) = hive_send(&b.host_socket(), "b@two", "-", Some(&big));
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("limit is 49152 bytes"), "{err}");
-    let e = refused(
-        &mut a,
-        Ask {
-            question: big,
-            options: vec![],
-            multi: false,
-            ttl_seconds: None,
-            to: Some("b@two".into()),
-        },
-    );
+    let e = refused(&mut a, ask_b_two(&big, None));
     assert!(e.contains("question is 49153 bytes"), "{e}");
     // allowed_recipients hold for remote names too.
-    let e = refused(
-        &mut b.agent("c"),
-        Send {
-            to: "b@two".into(),
-            body: "hi".into(),
-            in_reply_to: None,
-        },
-    );
+    let e = refused(&mut b.agent("c"), mail("b@two", "hi"));
     assert!(e.contains("c may not send to \"b@two\""), "{e}");
     // Nothing reached the outbox.
     assert!(outbox(&mut bridge(&b)).is_empty());
@@ -624,15 +594,7 @@ fn questions_cross_hives_both_ways() {
         "{}",
         m.body
     );
-    let local: i64 = m.body["[question #".len()..]
-        .split(']')
-        .next()
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let local = question_id(&m);
     ok(
         &mut a,
         Answer {
@@ -673,16 +635,7 @@ fn questions_cross_hives_both_ways() {
     assert!(m.body.contains("withdrawn: [cancelled by b]"), "{}", m.body);
 
     // a withdraws a question it asked there: the mirror there is cancelled.
-    let r = ok(
-        &mut a,
-        Ask {
-            question: "coffee?".into(),
-            options: vec![],
-            multi: false,
-            ttl_seconds: None,
-            to: Some("b@two".into()),
-        },
-    );
+    let r = ok(&mut a, ask_b_two("coffee?", None));
     let q2 = r["id"].as_i64().unwrap();
     ok(
         &mut a,
@@ -698,16 +651,7 @@ fn questions_cross_hives_both_ways() {
         (EventKind::QuestionCancelled, Some(q2), "[cancelled by a]")
     );
     // One that expires is cancelled there too, and a hears it expired.
-    let r = ok(
-        &mut a,
-        Ask {
-            question: "quick?".into(),
-            options: vec![],
-            multi: false,
-            ttl_seconds: Some(1),
-            to: Some("b@two".into()),
-        },
-    );
+    let r = ok(&mut a, ask_b_two("quick?", Some(1)));
     let q3 = r["id"].as_i64().unwrap();
     let m = next_message(&b, "a");
     assert!(m.body.contains("system answered: [expired]"), "{}", m.body);
@@ -751,16 +695,7 @@ fn an_event_the_homeserver_refuses_is_told_to_its_sender() {
     let row = bridge_row(&b);
     assert_eq!((row.outbox, row.failed), (0, 1));
     // A question that cannot be sent is closed with that as its answer.
-    let r = ok(
-        &mut b.agent("a"),
-        Ask {
-            question: "q?".into(),
-            options: vec![],
-            multi: false,
-            ttl_seconds: None,
-            to: Some("b@two".into()),
-        },
-    );
+    let r = ok(&mut b.agent("a"), ask_b_two("q?", None));
     let ev = outbox(&mut br).pop().unwrap();
     ok(
         &mut br,
