@@ -443,9 +443,10 @@ mod tests {
     #[test]
     fn crashes_grow_the_backoff_and_a_healthy_run_starts_it_over() {
         let (tx, rx) = unbounded();
+        // No run is long enough to count as healthy, at first.
         let mut sv = Supervised::new(
             "kid",
-            timing(Duration::from_millis(300), Duration::from_secs(5)),
+            timing(Duration::from_secs(3600), Duration::from_secs(5)),
         );
         let mut waits = Vec::new();
         for _ in 0..5 {
@@ -464,11 +465,12 @@ mod tests {
         assert_eq!(waits, [10, 20, 40, 80, 80]);
         assert_eq!(sv.restarts(), 5);
         // A run longer than the stable time starts the backoff over.
-        run_ready(&mut sv, &tx, "echo ready; sleep 0.5; exit 1");
+        sv.timing.stable = Duration::from_millis(200);
+        run_ready(&mut sv, &tx, "echo ready; sleep 1; exit 1");
         let Ended::Crashed { up, .. } = until_ended(&mut sv, &rx) else {
             panic!("a crash");
         };
-        assert!(up >= Duration::from_millis(300), "{up:?}");
+        assert!(up >= Duration::from_millis(200), "{up:?}");
         assert_eq!(sv.after_crash(up), Duration::from_millis(10));
         assert_eq!(sv.back_off(), Duration::from_millis(20), "counting again");
     }
