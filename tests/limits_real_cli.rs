@@ -4,8 +4,10 @@
 //! requests of each agent are counted apart. The API answers with the unified
 //! rate-limit headers of a subscriber, and the `resetsAt` the pool parks on,
 //! or the early warning the dashboard shows, comes from the CLI's own
-//! `rate_limit_event` line. Skips loudly without the CLI; fails under
-//! `HIVE_REQUIRE_REAL_CLAUDE=1`.
+//! `rate_limit_event` line. The last test runs the same pool under a real
+//! `hive up` and reads the warning off the dashboard, in its JSON and in
+//! headless Chromium. Skips loudly without the CLI (or Chromium, for the
+//! last); fails under `HIVE_REQUIRE_REAL_CLAUDE=1`.
 
 mod common;
 
@@ -311,4 +313,117 @@ fn the_real_clis_early_warning_marks_the_pool_until_the_reset() {
             .any(|m| m.kind == MsgKind::UsageLimit),
         "a warning parks nothing and sends no usage-limit notice"
     );
+}
+
+/// The same pool under a real `hive up`, the real CLI for both agents and
+/// one fake API: the warning ana's run printed is on both agents' cards of
+/// the dashboard, in its JSON and as the badge in headless Chromium.
+#[test]
+fn the_real_clis_early_warning_is_on_the_dashboard_of_hive_up() {
+    use common::browser::{browser, Driver};
+    use common::up::{Launch, Up};
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    let Some((chromium, chromedriver)) = browser() else {
+        return;
+    };
+    let api = FakeAnthropic::start(Scenario::new().otherwise(Step::text("noted")));
+    let base = api.base_url();
+    let entry = |name: &str| {
+        format!(
+            r#"{{"name": "{name}", "account": "team", "env": {{
+              "ANTHROPIC_BASE_URL": "{base}", "CLAUDE_CODE_OAUTH_TOKEN": "{OAUTH_TOKEN}",
+              "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+              "HIVE_CLAUDE_MAX_RETRIES": "0", "HIVE_TURN_TIMEOUT_SECS": "90"}}}}"#
+        )
+    };
+    let fleet = format!(r#"{{"agents": [{}, {}]}}"#, entry("ana"), entry("bob"));
+    let up = Up::launch(
+        &fleet,
+        &["ana", "bob"],
+        Launch {
+            // Only the fleet file's OAuth token: no API key anywhere.
+            no_api_key: true,
+            env: vec![
+                ("HIVE_CLAUDE_BIN".into(), cli.display().to_string()),
+                ("HIVE_DASHBOARD_POLL_MS".into(), "100".into()),
+            ],
+            ..Launch::default()
+        },
+    );
+    let row = |name: &str| -> hyperhive::proto::AgentRow {
+        let r: hyperhive::proto::cmd::AgentsReply =
+            up.host().call(&hyperhive::proto::cmd::Agents {}).unwrap();
+        r.agents.into_iter().find(|a| a.name == name).unwrap()
+    };
+    wait_for(T, "both kick turns", || {
+        let idle = |n: &str| {
+            let r = row(n);
+            r.running && r.unread == 0 && r.inflight.is_none()
+        };
+        (api.posts().len() >= 2 && idle("ana") && idle("bob")).then_some(())
+    });
+    assert!(
+        api.posts().iter().all(|r| r.header("x-api-key").is_none()),
+        "the CLI ran on the OAuth token"
+    );
+    api.set_scenario(
+        Scenario::new()
+            .then(Step::near_usage_limit("noted", 0.91, 3600))
+            .otherwise(Step::text("noted")),
+    );
+    let _: hyperhive::proto::SentReply = up
+        .host()
+        .call(&hyperhive::proto::cmd::Send {
+            to: "ana".into(),
+            body: "a job near the limit".into(),
+            in_reply_to: None,
+        })
+        .unwrap();
+    let dash = up.dashboard();
+    let cards = wait_for(T, "the warning on both cards", || {
+        let h = dash.get("/api/hive").ok()?;
+        let cards: Vec<serde_json::Value> = h["agents"].as_array()?.clone();
+        cards
+            .iter()
+            .all(|c| c["near_limit"].is_object())
+            .then_some(cards)
+    });
+    let reset: i64 = api
+        .posts()
+        .iter()
+        .find_map(|r| r.answered_header("anthropic-ratelimit-unified-5h-reset"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    for c in &cards {
+        assert_eq!(c["near_limit"]["until"], reset, "{c}");
+        assert_eq!(c["near_limit"]["utilization"], 0.91, "{c}");
+        assert_eq!(c["near_limit"]["reported_by"], "ana", "{c}");
+        assert_eq!(c["pool"], "account:team", "{c}");
+    }
+
+    let d = Driver::start(&chromium, &chromedriver);
+    d.goto(&up.login_link());
+    let offset = d
+        .js(&format!(
+            "return new Date({reset} * 1000).getTimezoneOffset()"
+        ))
+        .as_i64()
+        .unwrap();
+    let local = reset - offset * 60;
+    let want = format!(
+        "⚠ near usage limit · resets {:02}:{:02}",
+        local.rem_euclid(86400) / 3600,
+        local.rem_euclid(3600) / 60
+    );
+    for name in ["ana", "bob"] {
+        wait_for(T, &format!("{name}'s badge"), || {
+            let v = d.js(&format!(
+                "const e = document.querySelector('.card.agent[data-agent=\"{name}\"] [data-badge=\"near-limit\"]'); return e ? e.textContent.trim() : null"
+            ));
+            (v.as_str() == Some(want.as_str())).then_some(())
+        });
+    }
 }
