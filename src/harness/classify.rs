@@ -13,6 +13,7 @@
 //! lines and parsed `{"type":"error"}` events, never assistant text. Nothing here does
 //! I/O; the runner owns the child and calls in from its pump threads' channel.
 
+use crate::proto::cmd::{is_window_name, UsageSeen, UsageStatus};
 use crate::proto::TurnOutcomeKind;
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -292,6 +293,9 @@ pub struct TurnReport {
     pub compact: Option<CompactStats>,
     /// The last stderr lines, oldest first.
     pub stderr_tail: Vec<String>,
+    /// What the last `rate_limit_event` that did not refuse said: `allowed`,
+    /// or the early warning `allowed_warning` (OAuth credentials only).
+    pub usage: Option<UsageSeen>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -354,6 +358,7 @@ pub struct TurnObserver {
     synthetic_text: Option<String>,
     evidence: Evidence,
     resets_at: Option<i64>,
+    usage_seen: Option<UsageSeen>,
     api_retries: u32,
     sent_kill: bool,
     sent_rate_limited: bool,
@@ -465,6 +470,7 @@ impl TurnObserver {
             api_retries: self.api_retries,
             compact: self.compact,
             stderr_tail: self.stderr_tail.into_iter().collect(),
+            usage: self.usage_seen,
         }
     }
 
@@ -613,12 +619,39 @@ impl TurnObserver {
         let Some(info) = v.get("rate_limit_info") else {
             return;
         };
-        if let Some(t) = info.get("resetsAt").and_then(Value::as_i64) {
-            self.resets_at = Some(t);
-        }
-        if str_at(info, "status") == Some("rejected") {
-            self.evidence.rate_limited = true;
-            self.signal_rate_limited(signals);
+        let resets_at = info.get("resetsAt").and_then(Value::as_i64);
+        match str_at(info, "status") {
+            Some("rejected") => {
+                // Only a refusal's reset is the limit's: a warning's names
+                // a window that has not run out.
+                if resets_at.is_some() {
+                    self.resets_at = resets_at;
+                }
+                self.evidence.rate_limited = true;
+                self.signal_rate_limited(signals);
+            }
+            Some("allowed") => {
+                self.usage_seen = Some(UsageSeen {
+                    status: UsageStatus::Allowed,
+                    resets_at: None,
+                    window: None,
+                    utilization: None,
+                })
+            }
+            Some("allowed_warning") => {
+                self.usage_seen = Some(UsageSeen {
+                    status: UsageStatus::AllowedWarning,
+                    resets_at: resets_at.filter(|t| *t >= 0),
+                    window: str_at(info, "rateLimitType")
+                        .filter(|w| is_window_name(w))
+                        .map(str::to_string),
+                    utilization: info
+                        .get("utilization")
+                        .and_then(Value::as_f64)
+                        .filter(|u| u.is_finite() && (0.0..=10.0).contains(u)),
+                })
+            }
+            _ => {}
         }
     }
 
@@ -1256,6 +1289,62 @@ mod tests {
             o.on_stdout_line(l);
         }
         assert_eq!(o.finish(ExitInfo::exited(0)).outcome, TurnOutcome::Ok);
+    }
+
+    /// What CLI 2.1.197 printed with an OAuth token when the fake API's
+    /// headers said the five-hour window was near its limit
+    /// (`anthropic-ratelimit-unified-5h-surpassed-threshold: 0.9`).
+    const RLE_WARNING: &str = r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning","resetsAt":1795436569,"rateLimitType":"five_hour","utilization":0.92,"isUsingOverage":false,"surpassedThreshold":0.9},"uuid":"d1465113-f62e-4a91-aace-ba8e4d6458ef","session_id":"s"}"#;
+    /// What it printed on every other OAuth run.
+    const RLE_ALLOWED: &str = r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed","isUsingOverage":false},"uuid":"u","session_id":"s"}"#;
+
+    #[test]
+    fn the_early_warning_is_reported_and_is_no_limit() {
+        let r = run(
+            &[INIT, RLE_WARNING, DONE, RESULT_OK],
+            &[],
+            ExitInfo::exited(0),
+        );
+        assert_eq!(r.outcome, TurnOutcome::Ok);
+        assert_eq!(
+            r.usage,
+            Some(UsageSeen {
+                status: UsageStatus::AllowedWarning,
+                resets_at: Some(1_795_436_569),
+                window: Some("five_hour".into()),
+                utilization: Some(0.92),
+            })
+        );
+        let mut o = TurnObserver::new();
+        assert_eq!(
+            o.on_stdout_line(RLE_WARNING),
+            vec![],
+            "no rate-limit signal"
+        );
+        let r = run(
+            &[INIT, RLE_ALLOWED, DONE, RESULT_OK],
+            &[],
+            ExitInfo::exited(0),
+        );
+        assert_eq!(r.usage.map(|u| u.status), Some(UsageStatus::Allowed));
+        let r = run(&[INIT, DONE, RESULT_OK], &[], ExitInfo::exited(0));
+        assert_eq!(r.usage, None, "an API key prints no rate_limit_event");
+        // A warning, then a refusal without a reset (a per-minute limit):
+        // the warning's window is not the limit's reset.
+        let r = run(
+            &[INIT, RLE_WARNING, RLE_NO_RESET, SYN_429, RESULT_429_OAUTH],
+            &[],
+            ExitInfo::exited(1),
+        );
+        assert_eq!(r.outcome, rate_limited(None));
+        // A bad window name or share is dropped, the warning kept.
+        let odd = r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning","resetsAt":5,"rateLimitType":"Five Hours!","utilization":"high"}}"#;
+        let r = run(&[INIT, odd, DONE, RESULT_OK], &[], ExitInfo::exited(0));
+        let u = r.usage.unwrap();
+        assert_eq!(
+            (u.window, u.utilization, u.resets_at),
+            (None, None, Some(5))
+        );
     }
 
     #[test]

@@ -54,11 +54,11 @@ pub fn report(s: &Settings) -> ReportPool {
     if let Some(u) = account_uuid(s) {
         return ReportPool {
             account_uuid: Some(u),
-            credential_sha256: None,
+            ..ReportPool::default()
         };
     }
     ReportPool {
-        account_uuid: None,
         credential_sha256: credential(s).map(|c| hex(&sha256(c.as_bytes()))),
+        ..ReportPool::default()
     }
 }

@@ -195,6 +195,9 @@ pub struct TurnLoop {
     /// The pool last reported to the broker (`report_pool`), sent again
     /// when what identifies the credential changes.
     pool_reported: Option<cmd::ReportPool>,
+    /// What a run's `rate_limit_event` last said of the usage limit, as told
+    /// to the broker with the pool (the early warning, issue 16).
+    usage_reported: Option<cmd::UsageSeen>,
     /// This harness's boot id, the first half of every spend row's
     /// idempotency key (the stats row id, or a counter, is the second).
     boot_id: String,
@@ -241,6 +244,7 @@ impl TurnLoop {
             stopping: false,
             broker_pause: None,
             pool_reported: None,
+            usage_reported: None,
             boot_id: crate::sys::hash::random_bytes(6).map_or_else(
                 |_| format!("p{}t{}", std::process::id(), now()),
                 |b| crate::sys::hash::hex(&b),
@@ -400,6 +404,7 @@ impl TurnLoop {
                     // pause (and of the pool) is gone.
                     self.reported_pause = None;
                     self.pool_reported = None;
+                    self.usage_reported = None;
                 }
                 self.bus.update(|s| s.online = online)
             }
@@ -1086,6 +1091,9 @@ impl TurnLoop {
         if !e.started {
             return;
         }
+        if let Some(u) = &rep.usage {
+            self.report_usage(u.clone());
+        }
         self.spend_seq += 1;
         let key = match row_id {
             Some(id) => format!("{}:{id}", self.boot_id),
@@ -1464,6 +1472,19 @@ impl TurnLoop {
         }
         self.poller.tell(Request::from(r.clone()));
         self.pool_reported = Some(r);
+    }
+
+    /// Tells the broker, with the pool, what the run's `rate_limit_event`
+    /// said of the usage limit when it changed: the early warning marks the
+    /// pool near its limit, `allowed` clears that.
+    fn report_usage(&mut self, u: cmd::UsageSeen) {
+        if self.usage_reported.as_ref() == Some(&u) {
+            return;
+        }
+        let mut r = super::pool::report(&self.s);
+        r.usage = Some(u.clone());
+        self.poller.tell(Request::from(r));
+        self.usage_reported = Some(u);
     }
 
     /// The broker pauses this agent (or no longer does): shown on the page

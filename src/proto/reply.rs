@@ -133,6 +133,22 @@ pub struct Paused {
     pub detail: String,
 }
 
+/// A pool near its usage limit: what a run of one of its agents saw in the
+/// CLI's `rate_limit_event` with `"status":"allowed_warning"` (issue 16).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NearLimit {
+    /// Unix seconds when the window resets; the warning is shown until then.
+    pub until: i64,
+    /// The CLI's `rateLimitType` (`five_hour`, `seven_day`, …), if it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// The share of the window used (0.92), if it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization: Option<f64>,
+    /// The agent whose run saw it.
+    pub reported_by: String,
+}
+
 /// One row of `agents`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentRow {
@@ -157,6 +173,10 @@ pub struct AgentRow {
     /// Its dead letters: messages kept in the `failed` state (`failed`).
     #[serde(default)]
     pub failed: u64,
+    /// Its pool is near its usage limit (the CLI's early warning), until the
+    /// window resets; absent while the pool is parked by the limit itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near_limit: Option<NearLimit>,
     pub status_text: String,
     pub turns: u64,
     pub turns_ok: u64,

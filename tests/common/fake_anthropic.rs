@@ -10,6 +10,12 @@
 //! to "create a detailed summary of the conversation"; they are recorded as
 //! [`RequestKind::Compact`] and can be answered automatically.
 //!
+//! Any answer may carry response headers, fixed or naming unix seconds a
+//! given time after it is sent: the unified rate-limit headers an OAuth
+//! subscriber's answers carry ([`Step::usage_limit_reached`],
+//! [`Step::near_usage_limit`]), which the CLI turns into `rate_limit_event`
+//! lines. Each recorded request keeps the headers its answer carried.
+//!
 //! One accept thread hands each request to a short-lived handler thread, so a
 //! [`Reply::Hang`] never blocks the requests after it. Dropping the
 //! [`FakeAnthropic`] releases hung handlers, stops the accept thread and joins
@@ -24,7 +30,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tiny_http::{Header, Method, Request, Response, Server};
 
 /// The phrase that marks a compaction request, as the CLI words it.
@@ -100,6 +106,23 @@ pub struct ApiError {
     pub headers: Vec<(String, String)>,
 }
 
+/// The value of a response header a [`Step`] adds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HeaderValue {
+    Text(String),
+    /// Unix seconds this many seconds after the answer is sent (a reset time).
+    SecondsAhead(i64),
+}
+
+impl HeaderValue {
+    fn resolve(&self, now: i64) -> String {
+        match self {
+            HeaderValue::Text(t) => t.clone(),
+            HeaderValue::SecondsAhead(n) => (now + n).to_string(),
+        }
+    }
+}
+
 /// What one request is answered with.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
@@ -123,6 +146,8 @@ pub enum Reply {
 pub struct Step {
     pub reply: Reply,
     pub usage: Usage,
+    /// Response headers sent with any reply (an error's own headers too).
+    pub headers: Vec<(String, HeaderValue)>,
 }
 
 impl Step {
@@ -159,6 +184,43 @@ impl Step {
         )
     }
 
+    /// The 429 the API sends an OAuth subscriber whose five-hour usage limit
+    /// is reached, with the unified rate-limit headers CLI 2.1.197 reads
+    /// (`shared/reference/claude-cli-2.1.197.md` §2): status `rejected`, the
+    /// reset `secs_ahead` seconds after the answer, claim `five_hour`. The
+    /// CLI prints a `rate_limit_event` with `"status":"rejected"` and that
+    /// `resetsAt` (OAuth only), then "You've hit your session limit · resets …".
+    pub fn usage_limit_reached(secs_ahead: i64) -> Step {
+        Step::error(
+            429,
+            ErrorType::RateLimit,
+            "This request would exceed your account's rate limit. Please try again later.",
+        )
+        .with_response_header("anthropic-ratelimit-unified-status", "rejected")
+        .with_reset_header("anthropic-ratelimit-unified-reset", secs_ahead)
+        .with_response_header(
+            "anthropic-ratelimit-unified-representative-claim",
+            "five_hour",
+        )
+    }
+
+    /// A text answer whose unified rate-limit headers say the five-hour
+    /// window is near its limit: status `allowed`, `…-5h-utilization`,
+    /// `…-5h-reset` `secs_ahead` seconds after the answer and
+    /// `…-5h-surpassed-threshold: 0.9`. CLI 2.1.197 with an OAuth token then
+    /// prints `rate_limit_event` `{"status":"allowed_warning","resetsAt":…,
+    /// "rateLimitType":"five_hour","utilization":…,"surpassedThreshold":0.9}`.
+    pub fn near_usage_limit(text: impl Into<String>, utilization: f64, secs_ahead: i64) -> Step {
+        Step::text(text)
+            .with_response_header("anthropic-ratelimit-unified-status", "allowed")
+            .with_response_header(
+                "anthropic-ratelimit-unified-5h-utilization",
+                utilization.to_string(),
+            )
+            .with_reset_header("anthropic-ratelimit-unified-5h-reset", secs_ahead)
+            .with_response_header("anthropic-ratelimit-unified-5h-surpassed-threshold", "0.9")
+    }
+
     /// The 400 the API sends when the context is over the model's window.
     pub fn prompt_too_long() -> Step {
         Step::error(
@@ -182,6 +244,26 @@ impl Step {
         self
     }
 
+    /// Adds a response header to any reply (a [`Reply::Hang`] or
+    /// [`Reply::Close`] sends none).
+    pub fn with_response_header(
+        mut self,
+        name: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Step {
+        self.headers
+            .push((name.into(), HeaderValue::Text(value.into())));
+        self
+    }
+
+    /// Adds a response header whose value is the unix time `secs_ahead`
+    /// seconds after the answer is sent.
+    pub fn with_reset_header(mut self, name: impl Into<String>, secs_ahead: i64) -> Step {
+        self.headers
+            .push((name.into(), HeaderValue::SecondsAhead(secs_ahead)));
+        self
+    }
+
     /// Adds a response header to an error step; other replies ignore headers.
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Step {
         if let Reply::Error(error) = &mut self.reply {
@@ -196,6 +278,7 @@ impl From<Reply> for Step {
         Step {
             reply,
             usage: Usage::default(),
+            headers: Vec::new(),
         }
     }
 }
@@ -306,6 +389,11 @@ pub struct RecordedRequest {
     pub kind: RequestKind,
     /// When the request arrived, for measuring retry gaps.
     pub at: Instant,
+    /// When the request arrived, as wall-clock time (to compare with a reset).
+    pub wall: SystemTime,
+    /// The headers the [`Step`] that answered it added, with their values
+    /// as sent.
+    pub answered_headers: Vec<(String, String)>,
 }
 
 impl RecordedRequest {
@@ -337,6 +425,19 @@ impl RecordedRequest {
             .iter()
             .flat_map(|role| self.texts(role))
             .any(|text| text.contains(needle))
+    }
+
+    /// A header the answer carried (one a [`Step`] added).
+    pub fn answered_header(&self, name: &str) -> Option<&str> {
+        self.answered_headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// Unix seconds when it arrived.
+    pub fn unix(&self) -> f64 {
+        unix_now(self.wall)
     }
 
     pub fn is_post(&self) -> bool {
@@ -489,8 +590,22 @@ fn handle(mut request: Request, state: &Mutex<State>, stopped: &Receiver<()>) {
     let body = serde_json::from_str(&raw).unwrap_or(Value::Null);
     let kind = classify(&method, &path, &body);
 
-    let (step, number) = {
+    let (step, number, extra) = {
         let mut state = lock(state);
+        let wall = SystemTime::now();
+        let (step, number) = match kind {
+            RequestKind::Messages | RequestKind::Compact => {
+                state.answered += 1;
+                (Some(state.scenario.next_step(kind)), state.answered)
+            }
+            RequestKind::Warmup | RequestKind::Other => (None, 0),
+        };
+        let sent_at = unix_now(wall).floor() as i64;
+        let extra: Vec<(String, String)> = step
+            .iter()
+            .flat_map(|step| &step.headers)
+            .map(|(name, value)| (name.clone(), value.resolve(sent_at)))
+            .collect();
         state.requests.push(RecordedRequest {
             method: method.to_string(),
             path,
@@ -498,14 +613,10 @@ fn handle(mut request: Request, state: &Mutex<State>, stopped: &Receiver<()>) {
             body: body.clone(),
             kind,
             at: Instant::now(),
+            wall,
+            answered_headers: extra.clone(),
         });
-        match kind {
-            RequestKind::Messages | RequestKind::Compact => {
-                state.answered += 1;
-                (Some(state.scenario.next_step(kind)), state.answered)
-            }
-            RequestKind::Warmup | RequestKind::Other => (None, 0),
-        }
+        (step, number, extra)
     };
 
     let Some(step) = step else {
@@ -521,21 +632,30 @@ fn handle(mut request: Request, state: &Mutex<State>, stopped: &Receiver<()>) {
     let ids = Ids::new(number);
     // A gone client is a normal outcome for a fake: the CLI may have been killed.
     let _ = match step.reply {
-        Reply::Text(text) => {
-            respond_sse(request, &ids, &text_stream(&ids, model, &text, step.usage))
-        }
+        Reply::Text(text) => respond_sse(
+            request,
+            &ids,
+            &text_stream(&ids, model, &text, step.usage),
+            &extra,
+        ),
         Reply::Compact(summary) => {
             let text = format!(
                 "<analysis>The fake API summarises without analysing.</analysis>\n<summary>{summary}</summary>"
             );
-            respond_sse(request, &ids, &text_stream(&ids, model, &text, step.usage))
+            respond_sse(
+                request,
+                &ids,
+                &text_stream(&ids, model, &text, step.usage),
+                &extra,
+            )
         }
         Reply::ToolUse { name, input } => respond_sse(
             request,
             &ids,
             &tool_use_stream(&ids, model, &name, &input, step.usage),
+            &extra,
         ),
-        Reply::Error(error) => respond_error(request, &ids, &error),
+        Reply::Error(error) => respond_error(request, &ids, &error, &extra),
         Reply::Hang => {
             // Returns only when the fake is dropped and the sender with it.
             let _ = stopped.recv();
@@ -688,20 +808,33 @@ fn message_end(stop_reason: &str, usage: Usage) -> [Value; 2] {
 
 /// Sends the whole stream at once. The CLI parses events as they arrive, so a
 /// complete body is a valid stream; nothing here waits between events.
-fn respond_sse(request: Request, ids: &Ids, events: &[Value]) -> std::io::Result<()> {
+fn respond_sse(
+    request: Request,
+    ids: &Ids,
+    events: &[Value],
+    extra: &[(String, String)],
+) -> std::io::Result<()> {
     let mut body = String::new();
     for event in events {
         let name = event["type"].as_str().unwrap_or("message");
         let _ = write!(body, "event: {name}\ndata: {event}\n\n");
     }
-    let response = Response::from_string(body)
+    let mut response = Response::from_string(body)
         .with_header(header("Content-Type", "text/event-stream; charset=utf-8"))
         .with_header(header("Cache-Control", "no-cache"))
         .with_header(header("request-id", &ids.request));
+    for (name, value) in extra {
+        response.add_header(header(name, value));
+    }
     request.respond(response)
 }
 
-fn respond_error(request: Request, ids: &Ids, error: &ApiError) -> std::io::Result<()> {
+fn respond_error(
+    request: Request,
+    ids: &Ids,
+    error: &ApiError,
+    extra: &[(String, String)],
+) -> std::io::Result<()> {
     let body = json!({
         "type": "error",
         "error": {"type": error.error_type.as_str(), "message": error.message},
@@ -711,10 +844,15 @@ fn respond_error(request: Request, ids: &Ids, error: &ApiError) -> std::io::Resu
         .with_status_code(error.status)
         .with_header(header("Content-Type", "application/json"))
         .with_header(header("request-id", &ids.request));
-    for (name, value) in &error.headers {
+    for (name, value) in error.headers.iter().chain(extra) {
         response.add_header(header(name, value));
     }
     request.respond(response)
+}
+
+fn unix_now(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn header(name: &str, value: &str) -> Header {

@@ -110,6 +110,7 @@ impl Hub {
             let s = self.db.stats(&name).map_err(db_err)?;
             let pool = self.pool_of(&name);
             let broker_pause = self.broker_pause(&name);
+            let near_limit = self.near_limit(&name);
             rows.push(AgentRow {
                 pool: Some(pool),
                 name: name.clone(),
@@ -120,6 +121,7 @@ impl Hub {
                 paused: self.paused.get(&name).cloned().or(broker_pause),
                 needs_login: self.needs_login.contains(&name),
                 failed: self.db.count_failed(&name).map_err(db_err)?,
+                near_limit,
                 status_text: s.status_text,
                 turns: s.turns,
                 turns_ok: s.turns_ok,

@@ -12,10 +12,15 @@
 //! oldest queued message first. The operator hears once per pool and window.
 //! A pause is never an attempt: nothing is handed out, so nothing counts.
 //! The budget pause (`budgets.rs`) is answered the same way, after these.
+//! A run whose CLI warned that the account is near its limit
+//! (`rate_limit_event` `allowed_warning`, carried by `report_pool`) marks its
+//! pool [`NearLimit`] until the window resets, a later run says `allowed`,
+//! or the limit itself parks the pool; kept in memory only (the next run of
+//! the pool says it again).
 
 use super::{db_err, ConnId, Hub};
-use crate::proto::cmd::{PoolReply, ReportPool, ReportUsageLimit};
-use crate::proto::{now, Empty, MsgKind, PauseReason, Paused};
+use crate::proto::cmd::{PoolReply, ReportPool, ReportUsageLimit, UsageSeen, UsageStatus};
+use crate::proto::{now, Empty, MsgKind, NearLimit, PauseReason, Paused};
 use crate::sys::hash::{hex, hmac_sha256};
 
 /// Seconds between the resumes of a pool's agents after its reset.
@@ -31,6 +36,8 @@ pub struct Pools {
     paused: std::collections::HashMap<String, (i64, String)>,
     /// After a pool's reset: when each of its agents may be handed mail again.
     resume_at: std::collections::HashMap<String, i64>,
+    /// A pool's early warning: near its usage limit until `until`.
+    warned: std::collections::HashMap<String, NearLimit>,
     /// The pause (its `until`) each `recv_next` connection was answered.
     told: std::collections::HashMap<ConnId, i64>,
     loaded: bool,
@@ -91,6 +98,7 @@ impl Hub {
     /// `report_pool`.
     pub(super) fn report_pool(&mut self, agent: &str, c: ReportPool) -> Result<PoolReply, String> {
         self.pools_loaded();
+        let usage = c.usage;
         let reported = if let Some(u) = c.account_uuid {
             format!("uuid:{}", u.to_ascii_lowercase())
         } else if let Some(d) = c.credential_sha256 {
@@ -105,9 +113,66 @@ impl Hub {
             log::info!("{agent} draws on pool {reported}");
             self.pools.reported.insert(agent.to_string(), reported);
         }
-        Ok(PoolReply {
-            pool: self.pool_of(agent),
-        })
+        let pool = self.pool_of(agent);
+        if let Some(u) = usage {
+            self.usage_seen(agent, &pool, u);
+        }
+        Ok(PoolReply { pool })
+    }
+
+    /// What a run of `agent` saw of `pool`'s usage limit: an early warning
+    /// marks the pool until its reset, `allowed` clears the mark.
+    fn usage_seen(&mut self, agent: &str, pool: &str, u: UsageSeen) {
+        let t = now();
+        match (u.status, u.resets_at) {
+            (UsageStatus::AllowedWarning, Some(until)) if until > t => {
+                let near = NearLimit {
+                    until,
+                    window: u.window,
+                    utilization: u.utilization,
+                    reported_by: agent.to_string(),
+                };
+                let known =
+                    self.pools.warned.get(pool).is_some_and(|w| {
+                        w.until == near.until && w.utilization == near.utilization
+                    });
+                if !known {
+                    log::warn!(
+                        "pool {pool} is near its usage limit ({}{}), reported by {agent}; the window resets {}",
+                        near.window.as_deref().unwrap_or("a window"),
+                        near.utilization
+                            .map_or(String::new(), |u| format!(" at {:.0} %", u * 100.0)),
+                        clock(until, t)
+                    );
+                }
+                self.pools.warned.insert(pool.to_string(), near);
+            }
+            // A warning without a reset ahead cannot be shown "until" anything.
+            (UsageStatus::AllowedWarning, _) => {}
+            (UsageStatus::Allowed, _) => {
+                if self.pools.warned.remove(pool).is_some() {
+                    log::info!("pool {pool} is no longer near its usage limit ({agent}'s run)");
+                }
+            }
+        }
+    }
+
+    /// `agent`'s pool's early warning, while its window has not reset and
+    /// the limit itself does not park the pool.
+    pub(super) fn near_limit(&mut self, agent: &str) -> Option<NearLimit> {
+        let t = now();
+        let pool = self.pool_of(agent);
+        if self.pools.paused.get(&pool).is_some_and(|(u, _)| *u > t) {
+            return None;
+        }
+        match self.pools.warned.get(&pool) {
+            Some(w) if w.until > t => Some(w.clone()),
+            Some(_) => {
+                self.pools.warned.remove(&pool);
+                None
+            }
+            None => None,
+        }
     }
 
     /// The agents of `pool` among the configured ones.
@@ -151,6 +216,8 @@ impl Hub {
         for m in &members {
             self.pools.resume_at.remove(m);
         }
+        // The limit itself is shown now; the warning was about this window.
+        self.pools.warned.remove(&pool);
         if fresh {
             let body = format!(
                 "[usage limit] pool {pool} ({}) hit its usage limit, reported by {agent}: {detail}. \

@@ -894,6 +894,65 @@ fn a_usage_limit_parks_the_pool_answers_the_pause_once_and_notices_once() {
 }
 
 #[test]
+fn an_early_warning_marks_the_pool_until_allowed_or_the_limit() {
+    let m = Mem::new(HIVE);
+    let uuid = r#"{"cmd":"report_pool","account_uuid":"u1"}"#;
+    m.call_on("ana", 1, uuid, false);
+    m.call_on("bob", 2, uuid, false);
+    let rows = || -> serde_json::Value {
+        let a: serde_json::Value =
+            serde_json::from_str(&m.call_on("operator", 9, r#"{"cmd":"agents"}"#, false).0)
+                .unwrap();
+        a["agents"].clone()
+    };
+    let near = |name: &str| -> serde_json::Value {
+        rows()
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap()["near_limit"]
+            .clone()
+    };
+    assert_eq!(near("bob"), serde_json::Value::Null);
+    let until = crate::proto::now() + 3600;
+    let warn = format!(
+        r#"{{"cmd":"report_pool","account_uuid":"u1","usage":{{"status":"allowed_warning","resets_at":{until},"window":"five_hour","utilization":0.92}}}}"#
+    );
+    assert_eq!(
+        m.call_on("ana", 1, &warn, false).0,
+        r#"{"ok":true,"pool":"uuid:u1"}"#
+    );
+    for name in ["ana", "bob"] {
+        assert_eq!(
+            near(name),
+            serde_json::json!({"until": until, "window": "five_hour", "utilization": 0.92, "reported_by": "ana"}),
+            "{name}"
+        );
+    }
+    assert_eq!(near("kid"), serde_json::Value::Null, "another pool");
+    // A warning whose window already reset changes nothing.
+    let stale = r#"{"cmd":"report_pool","account_uuid":"u1","usage":{"status":"allowed_warning","resets_at":5}}"#;
+    m.call_on("bob", 2, stale, false);
+    assert_eq!(near("bob")["until"], until);
+    // A later run of the pool that says `allowed` clears it.
+    let allowed = r#"{"cmd":"report_pool","account_uuid":"u1","usage":{"status":"allowed"}}"#;
+    m.call_on("bob", 2, allowed, false);
+    assert_eq!(near("ana"), serde_json::Value::Null);
+    // The limit itself replaces it.
+    m.call_on("ana", 1, &warn, false);
+    assert_eq!(near("bob")["reported_by"], "ana");
+    let limit = format!(r#"{{"cmd":"report_usage_limit","until":{until}}}"#);
+    m.call_on("ana", 1, &limit, false);
+    assert_eq!(near("bob"), serde_json::Value::Null);
+    assert_eq!(rows()[1]["paused"]["reason"], "usage_limit", "{}", rows());
+    // A bad report is refused with what is wrong, and changes nothing.
+    let bad = r#"{"cmd":"report_pool","account_uuid":"u1","usage":{"status":"allowed_warning","window":"Five Hours"}}"#;
+    let e = m.call_on("ana", 1, bad, false).0;
+    assert!(e.contains("usage.window"), "{e}");
+}
+
+#[test]
 fn a_pool_pause_ends_on_the_hubs_timer_and_hands_out_in_order() {
     let m = Mem::new(HIVE);
     let uuid = r#"{"cmd":"report_pool","account_uuid":"u1"}"#;
