@@ -27,12 +27,12 @@ use super::schema;
 use super::text::{cut_strings, searchable, usage};
 use super::{Bounds, FILE};
 use crate::proto::now;
-use crossbeam_channel::{bounded, select, tick, Receiver, Sender, TrySendError};
+use crossbeam_channel::{at, bounded, never, select, tick, Receiver, Sender, TrySendError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Events that may wait for the writer; one more is dropped (and counted).
 pub const QUEUE: usize = 4096;
@@ -42,6 +42,11 @@ pub const RESTART_SKIP: u64 = 1 << 20;
 
 /// Events one transaction writes at most.
 const BATCH: usize = 512;
+
+/// How long the first event of a batch waits for the rest of its turn before
+/// the batch is written anyway (a crash loses at most this much of a turn
+/// still running; the live stream is not delayed).
+const LINGER: Duration = Duration::from_millis(100);
 
 /// How often the age bound is applied while nothing is written.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -230,46 +235,61 @@ pub fn open<E: Loggable>(state_dir: &Path, bounds: Bounds) -> Result<Opened<E>, 
     })
 }
 
-/// The writer's loop: a batch per wake-up, the stop, and the prune tick.
+/// The writer's loop: events gather into a batch that is written in one
+/// transaction when a turn ends, when [`LINGER`] has passed since its first
+/// event, when it is full ([`BATCH`]) or at the stop; and the prune tick.
+/// One commit per turn rather than one per event keeps the writer's share of
+/// a short turn small (it shares the cores with the turn it records).
 fn run<E: Loggable>(mut log: Log, rx: Receiver<Msg<E>>, _done: Sender<()>) {
     log.prune();
     let prune = tick(PRUNE_EVERY);
-    let mut batch = Vec::new();
+    let mut batch: Vec<(u64, E, u64)> = Vec::new();
+    let mut flush_at: Option<Instant> = None;
     loop {
+        let linger = flush_at.map_or_else(never, at);
+        let mut flush = false;
+        let mut stop = None;
         select! {
             recv(rx) -> msg => {
-                let mut stop = match msg {
-                    Ok(Msg::Event { id, event, dropped_before }) => {
-                        batch.push((id, event, dropped_before));
-                        None
-                    }
-                    Ok(Msg::Stop { last_id, dropped }) => Some((last_id, dropped)),
-                    // The bus is gone without a stop (a panic): the next
-                    // start skips ahead.
-                    Err(_) => return,
-                };
-                while stop.is_none() && batch.len() < BATCH {
-                    match rx.try_recv() {
+                let mut next = Some(msg);
+                while let Some(msg) = next.take() {
+                    match msg {
                         Ok(Msg::Event { id, event, dropped_before }) => {
-                            batch.push((id, event, dropped_before))
+                            batch.push((id, event, dropped_before));
                         }
                         Ok(Msg::Stop { last_id, dropped }) => stop = Some((last_id, dropped)),
-                        Err(_) => break,
+                        // The bus is gone without a stop (a panic): what
+                        // is gathered is written, the next start skips ahead.
+                        Err(_) => {
+                            if !batch.is_empty() {
+                                log.write(&batch);
+                            }
+                            return;
+                        }
+                    }
+                    if stop.is_none() && batch.len() < BATCH {
+                        next = rx.try_recv().ok().map(Ok);
                     }
                 }
-                if !batch.is_empty() {
-                    log.write(&batch);
-                    batch.clear();
-                }
-                if let Some((last_id, dropped)) = stop {
-                    log.stop(last_id, dropped);
-                    return;
-                }
-                if log.st.written >= log.prune_after() {
-                    log.prune();
+                flush |= stop.is_some() || batch.len() >= BATCH;
+                if !flush && flush_at.is_none() && !batch.is_empty() {
+                    flush_at = Some(Instant::now() + LINGER);
                 }
             }
+            recv(linger) -> _ => flush = true,
             recv(prune) -> _ => log.prune(),
+        }
+        if flush && !batch.is_empty() {
+            log.write(&batch);
+            batch.clear();
+            flush_at = None;
+        }
+        if let Some((last_id, dropped)) = stop {
+            log.stop(last_id, dropped);
+            return;
+        }
+        if log.st.written >= log.prune_after() {
+            log.prune();
         }
     }
 }
@@ -494,9 +514,8 @@ impl State {
         {
             // A turn the harness never ended (stopped meanwhile) stays open-ended.
             self.close(db)?;
-            db.execute(
-                "INSERT INTO turns (kind, started_at, sender, body, message_id, first_event, last_event)
-                 VALUES ('message', ?1, ?2, ?3, ?4, ?5, ?5)",
+            db.prepare_cached("INSERT INTO turns (kind, started_at, sender, body, message_id, first_event, last_event)
+                 VALUES ('message', ?1, ?2, ?3, ?4, ?5, ?5)")?.execute(
                 params![at, from, body, message_id, id as i64],
             )?;
             self.open = Some(OpenTurn {
@@ -513,16 +532,14 @@ impl State {
         }
         cut_strings(&mut json);
         let json = json.to_string();
-        db.execute(
-            "INSERT INTO events (id, turn, at, json) VALUES (?1, ?2, ?3, ?4)",
-            params![id as i64, turn, at, json],
-        )?;
+        db.prepare_cached("INSERT INTO events (id, turn, at, json) VALUES (?1, ?2, ?3, ?4)")?
+            .execute(params![id as i64, turn, at, json])?;
         let words = searchable(&view);
         if !words.is_empty() {
-            db.execute(
+            db.prepare_cached(
                 "INSERT INTO search (rowid, text, turn, at) VALUES (?1, ?2, ?3, ?4)",
-                params![id as i64, words, turn, at],
-            )?;
+            )?
+            .execute(params![id as i64, words, turn, at])?;
         }
         let bytes = (json.len() + words.len()) as u64;
         self.written += bytes;
@@ -545,11 +562,19 @@ impl State {
             decision,
         } = view
         {
-            db.execute(
+            db.prepare_cached(
                 "UPDATE turns SET ended_at = ?2, ok = ?3, outcome = ?4, note = ?5,
                     duration_ms = ?6, decision = ?7 WHERE id = ?1",
-                params![turn, at, ok, outcome, note, duration_ms as i64, decision],
-            )?;
+            )?
+            .execute(params![
+                turn,
+                at,
+                ok,
+                outcome,
+                note,
+                duration_ms as i64,
+                decision
+            ])?;
             self.close(db)?;
         }
         Ok(())
@@ -560,11 +585,11 @@ impl State {
         if let Some(o) = &self.open {
             return Ok(o.id);
         }
-        db.execute(
+        db.prepare_cached(
             "INSERT INTO turns (kind, started_at, first_event, last_event)
              VALUES ('harness', ?1, ?2, ?2)",
-            params![at, id as i64],
-        )?;
+        )?
+        .execute(params![at, id as i64])?;
         let turn = db.last_insert_rowid();
         self.open = Some(OpenTurn {
             id: turn,
@@ -581,10 +606,8 @@ impl State {
         let text = format!("history gap: {n} events ({why})");
         let json =
             json!({"id": id, "type": "gap", "events": n, "text": text, "at": at}).to_string();
-        db.execute(
-            "INSERT INTO events (id, turn, at, json) VALUES (?1, ?2, ?3, ?4)",
-            params![id as i64, turn, at, json],
-        )?;
+        db.prepare_cached("INSERT INTO events (id, turn, at, json) VALUES (?1, ?2, ?3, ?4)")?
+            .execute(params![id as i64, turn, at, json])?;
         if let Some(o) = self.open.as_mut() {
             o.bytes += json.len() as u64;
             o.last_event = o.last_event.max(id);
@@ -597,10 +620,8 @@ impl State {
         if let Some(o) = &self.open {
             store_sums(db, o)?;
         }
-        db.execute(
-            "UPDATE meta SET value = ?1 WHERE key = 'last_event_id' AND value < ?1",
-            [last_id as i64],
-        )?;
+        db.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'last_event_id' AND value < ?1")?
+            .execute([last_id as i64])?;
         Ok(())
     }
 
@@ -614,18 +635,18 @@ impl State {
 }
 
 fn store_sums(db: &Connection, o: &OpenTurn) -> rusqlite::Result<()> {
-    db.execute(
+    db.prepare_cached(
         "UPDATE turns SET last_event = max(last_event, ?2), bytes = ?3, cost_usd = ?4,
             tokens_in = ?5, tokens_out = ?6 WHERE id = ?1",
-        params![
-            o.id,
-            o.last_event as i64,
-            o.bytes as i64,
-            o.cost,
-            o.tokens_in as i64,
-            o.tokens_out as i64
-        ],
-    )?;
+    )?
+    .execute(params![
+        o.id,
+        o.last_event as i64,
+        o.bytes as i64,
+        o.cost,
+        o.tokens_in as i64,
+        o.tokens_out as i64
+    ])?;
     Ok(())
 }
 
