@@ -117,6 +117,50 @@ fn turn_usd_is_passed_and_a_turn_stopped_at_it_is_acked_once_with_a_notice() {
     assert_eq!(outcome, "turn_budget");
 }
 
+/// `turn_usd` applies live under `hive up`: a hand edit of the fleet file
+/// reaches the next run's `--max-budget-usd`, with no restart and no
+/// `needs_update`.
+#[test]
+fn turn_usd_applies_live_under_hive_up() {
+    let up = common::up::Up::start(
+        r#"{"agents":[{"name":"ana","turn_usd":0.05,"env":{"FAKE_CLAUDE_DIR":"@FAKE(ana)"}}]}"#,
+        &["ana"],
+    );
+    let fake = up.fake("ana");
+    fake.wait_count(1);
+    let flag = |n: usize| {
+        let argv = fake.argv(n);
+        argv.iter()
+            .position(|a| a == "--max-budget-usd")
+            .map(|i| argv[i + 1].clone())
+    };
+    assert_eq!(flag(1).as_deref(), Some("0.05"));
+    let pid = up.wait_running("ana");
+    let path = up.fleet_file();
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v["agents"][0]["turn_usd"] = json!(0.2);
+    std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    wait_for(T, "the supervisor to take the edit", || {
+        up.state("ana")
+            .filter(|s| s.applied.turn_usd == Some(0.2))
+            .map(|_| ())
+    });
+    let _: hyperhive::proto::SentReply = up
+        .host()
+        .call(&hyperhive::proto::cmd::Send {
+            to: "ana".into(),
+            body: "after the edit".into(),
+            in_reply_to: None,
+        })
+        .unwrap();
+    fake.wait_count(2);
+    assert_eq!(flag(2).as_deref(), Some("0.2"), "{:?}", fake.argv(2));
+    let st = up.state("ana").unwrap();
+    assert!(st.up_to_date, "a live key is no reason to update: {st:?}");
+    assert_eq!(st.pid, Some(pid), "no restart");
+}
+
 /// What the real CLI 2.1.197 prints when `--max-budget-usd` is reached, run
 /// by hand against the fake API answering a tool call with a large `usage`:
 /// the line the fake claude above and the classifier's unit test copy, and
