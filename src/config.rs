@@ -81,6 +81,7 @@ impl HiveConfig {
             if let Some(b) = &a.budget {
                 b.check(&format!("{at}.budget"))?;
             }
+            crate::proto::fleet::check_turn_usd(a.turn_usd, &at)?;
             check_name(&a.name).map_err(|e| format!("{at}.name: {e}"))?;
             if !seen.insert(a.name.as_str()) {
                 return Err(format!("{at}.name: duplicate agent name {:?}", a.name));

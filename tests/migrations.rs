@@ -402,3 +402,61 @@ fn new_rows_store_the_kind_and_keep_the_text_in_the_note() {
     assert_eq!(row.outcome, "failed");
     assert_eq!(row.note, "claude exited with code 1 without a result line");
 }
+
+/// Step 3 of turn-stats.db (issue 16): every run keeps its spend row and
+/// whether the broker acknowledged it. The old rows are all still there and
+/// count as acknowledged (they carry no key, so they are never sent again); a
+/// new row keeps its key with it across reopenings until it is acknowledged.
+#[test]
+fn old_turn_stats_gain_spend_rows_and_new_ones_wait_for_their_ack() {
+    let dir = TempDir::new("mig");
+    let path = copy_fixture("turn-stats-v0.db", dir.path(), turnstats::FILE);
+    let before = rows(&path, "turns");
+    let s = Stats::open(&path).unwrap();
+    let after = rows(&path, "turns");
+    assert_eq!(after.len(), before.len(), "every row is found again");
+    let c = Connection::open(&path).unwrap();
+    let (keys, acked): (i64, i64) = c
+        .query_row(
+            "SELECT COUNT(spend_key), SUM(spend_acked) FROM turns",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((keys, acked), (0, before.len() as i64));
+    assert!(
+        s.unacked_spend(10).unwrap().is_empty(),
+        "nothing to re-send"
+    );
+
+    let row = stats::TurnRow {
+        id: 0,
+        started_at: 1,
+        duration_ms: 2,
+        kind: "turn".into(),
+        outcome: "ok".into(),
+        model: "m".into(),
+        sender: "operator".into(),
+        message_id: Some(7),
+        context_tokens: None,
+        tokens_in: 100,
+        tokens_out: 10,
+        cost_usd: 0.01,
+        session_id: None,
+        note: String::new(),
+    };
+    let (id1, s1) = s
+        .record_with_spend(&row, "b00t", Some(0.01), 110, 50)
+        .unwrap();
+    let (_, s2) = s.record_with_spend(&row, "b00t", None, 5, 0).unwrap();
+    assert_eq!(s1.key, format!("b00t:{id1}"));
+    drop(s);
+    // A new boot of the harness finds both, oldest first, keys unchanged.
+    let s = Stats::open(&path).unwrap();
+    assert_eq!(s.unacked_spend(10).unwrap(), vec![s1.clone(), s2.clone()]);
+    assert_eq!(s.unacked_spend(1).unwrap(), vec![s1.clone()], "bounded");
+    s.spend_acked(&s1.key).unwrap();
+    assert_eq!(s.unacked_spend(10).unwrap(), vec![s2.clone()]);
+    assert_eq!(s2.usd, None, "a run of unknown cost stays unknown");
+    assert_eq!(rows(&path, "turns").len(), before.len() + 2);
+}

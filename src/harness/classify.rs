@@ -120,7 +120,15 @@ pub enum TurnOutcome {
     /// line, and the harness stopped the run; the text names them. Set by the
     /// loop.
     McpNotConnected(String),
+    /// The run reached the cap passed as `--max-budget-usd` (the fleet
+    /// entry's `turn_usd`, issue 16): CLI 2.1.197 ends it with a `result` of
+    /// subtype [`MAX_BUDGET_SUBTYPE`]; the text is the CLI's ("Reached
+    /// maximum budget ($0.01)").
+    TurnBudget(String),
 }
+
+/// The `result` subtype CLI 2.1.197 prints when `--max-budget-usd` is reached.
+pub const MAX_BUDGET_SUBTYPE: &str = "error_max_budget_usd";
 
 impl TurnOutcome {
     /// The closed kind stored in turn-stats and used as the `/metrics` label;
@@ -141,6 +149,7 @@ impl TurnOutcome {
             TurnOutcome::NotStarted(_) => TurnOutcomeKind::NotStarted,
             TurnOutcome::Hung(_) => TurnOutcomeKind::Hung,
             TurnOutcome::McpNotConnected(_) => TurnOutcomeKind::McpStartFailed,
+            TurnOutcome::TurnBudget(_) => TurnOutcomeKind::TurnBudget,
         }
     }
 
@@ -156,7 +165,8 @@ impl TurnOutcome {
             | TurnOutcome::Failed(m)
             | TurnOutcome::NotStarted(m)
             | TurnOutcome::Hung(m)
-            | TurnOutcome::McpNotConnected(m) => Some(m.clone()),
+            | TurnOutcome::McpNotConnected(m)
+            | TurnOutcome::TurnBudget(m) => Some(m.clone()),
             _ => None,
         }
         .filter(|d| !d.trim().is_empty())
@@ -186,6 +196,7 @@ impl fmt::Display for TurnOutcome {
             TurnOutcome::CannotCompact(m) => write!(f, "compaction cannot shrink the session: {m}"),
             TurnOutcome::Hung(m) => write!(f, "hung: {m}"),
             TurnOutcome::McpNotConnected(m) => write!(f, "MCP servers not connected: {m}"),
+            TurnOutcome::TurnBudget(m) => write!(f, "turn budget reached: {m}"),
         }
     }
 }
@@ -368,6 +379,8 @@ pub struct TurnObserver {
     stderr_tail: VecDeque<String>,
     /// `tool_use` ids printed with no `tool_result` line yet.
     open_tools: Vec<String>,
+    /// The `result` said `--max-budget-usd` was reached: the CLI's text.
+    max_budget: Option<String>,
 }
 
 impl TurnObserver {
@@ -606,6 +619,20 @@ impl TurnObserver {
             ];
         }
         self.model_usage = v.get("modelUsage").cloned();
+        if str_at(v, "subtype") == Some(MAX_BUDGET_SUBTYPE) {
+            let said = v
+                .pointer("/errors/0")
+                .and_then(Value::as_str)
+                .or_else(|| str_at(v, "result"))
+                .filter(|t| !t.trim().is_empty())
+                .unwrap_or("Reached maximum budget");
+            self.max_budget = Some(said.chars().take(STDERR_LINE_MAX).collect());
+            if self.usage == [0; 4] {
+                // CLI 2.1.197 prints this result's `usage` as zeros; the
+                // run's tokens are in `modelUsage`, per model.
+                self.usage = model_usage_sums(v.get("modelUsage"));
+            }
+        }
         self.result = Some(ResultLine {
             subtype: str_at(v, "subtype").unwrap_or("").to_string(),
             is_error: v.get("is_error").and_then(Value::as_bool).unwrap_or(false),
@@ -700,6 +727,10 @@ impl TurnObserver {
                 Some(d) => format!("turn timed out after {}s", d.as_secs()),
                 None => "turn timed out".to_string(),
             });
+        }
+        if let Some(m) = &self.max_budget {
+            // The CLI stopped the run at its cap, whatever else it saw.
+            return TurnOutcome::TurnBudget(m.clone());
         }
         if self.mode == Mode::Compaction {
             return self.compaction_outcome(exit);
@@ -955,6 +986,30 @@ fn u64_at(v: &Value, key: &str) -> Option<u64> {
 }
 
 /// A token count, or None when it is missing or past [`MAX_TURN_TOKENS`].
+/// Input, output, cache-read and cache-write tokens summed over the models
+/// of a `modelUsage` object (each figure bounded like [`tokens_at`]).
+fn model_usage_sums(m: Option<&Value>) -> [u64; 4] {
+    let mut sums = [0u64; 4];
+    for u in m
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|o| o.values())
+    {
+        let keys = [
+            "inputTokens",
+            "outputTokens",
+            "cacheReadInputTokens",
+            "cacheCreationInputTokens",
+        ];
+        for (sum, key) in sums.iter_mut().zip(keys) {
+            *sum = sum
+                .saturating_add(tokens_at(u, key).unwrap_or(0))
+                .min(MAX_TURN_TOKENS);
+        }
+    }
+    sums
+}
+
 fn tokens_at(v: &Value, key: &str) -> Option<u64> {
     u64_at(v, key).filter(|t| *t <= MAX_TURN_TOKENS)
 }
@@ -1120,6 +1175,43 @@ mod tests {
         assert_eq!(r.result_text.as_deref(), Some("done"));
         assert!(r.prompt_reached_session);
         assert_eq!(r.compact, None);
+    }
+
+    /// What CLI 2.1.197 prints when `--max-budget-usd` is reached (the real
+    /// CLI against the fake API answering a tool call with a large `usage`,
+    /// `tests/limits_usd.rs`): `usage` zeros, the tokens in `modelUsage`, no
+    /// `terminal_reason`, the cap in `errors`.
+    const RESULT_MAX_BUDGET: &str = r#"{"type":"result","subtype":"error_max_budget_usd","duration_ms":70,"duration_api_ms":0,"is_error":true,"num_turns":1,"stop_reason":"tool_use","session_id":"1b7f2545-x","total_cost_usd":0.6150000000000001,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,"server_tool_use":{"web_search_requests":0,"web_fetch_requests":0},"service_tier":"standard","cache_creation":{"ephemeral_1h_input_tokens":0,"ephemeral_5m_input_tokens":0},"inference_geo":"","iterations":[],"speed":"standard"},"modelUsage":{"claude-sonnet-4-5":{"inputTokens":200000,"outputTokens":1000,"cacheReadInputTokens":0,"cacheCreationInputTokens":0,"webSearchRequests":0,"costUSD":0.6150000000000001,"contextWindow":200000,"maxOutputTokens":32000}},"permission_denials":[],"fast_mode_state":"off","uuid":"83bd7425-x","errors":["Reached maximum budget ($0.01)"]}"#;
+
+    #[test]
+    fn a_run_stopped_at_its_max_budget_is_its_own_outcome_with_its_cost() {
+        for o in [TurnObserver::new(), TurnObserver::compaction()] {
+            let r = observe(
+                o,
+                &[INIT, DONE, RESULT_MAX_BUDGET],
+                &[],
+                ExitInfo::exited(1),
+            );
+            assert_eq!(
+                r.outcome,
+                TurnOutcome::TurnBudget("Reached maximum budget ($0.01)".into())
+            );
+            assert_eq!(r.outcome.kind(), TurnOutcomeKind::TurnBudget);
+            assert_eq!(
+                r.cost_usd,
+                Some(0.6150000000000001),
+                "the spend row carries the cost"
+            );
+            // `usage` is zeros in this line: the tokens come from `modelUsage`.
+            assert_eq!((r.input_tokens, r.output_tokens), (200_000, 1000));
+        }
+        // Without the errors list the subtype alone says it.
+        let bare = r#"{"type":"result","subtype":"error_max_budget_usd","is_error":true,"total_cost_usd":0.2}"#;
+        let r = run(&[INIT, bare], &[], ExitInfo::exited(1));
+        assert_eq!(
+            r.outcome,
+            TurnOutcome::TurnBudget("Reached maximum budget".into())
+        );
     }
 
     #[test]

@@ -221,7 +221,15 @@ pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
 
 /// The argv after the binary: exactly the specification's invocation. The prompt
 /// goes on stdin: `--tools`, `--allowedTools` and `--mcp-config` are variadic.
-pub fn claude_args(s: &Settings, tools: &ToolLists, model: &str, resume: bool) -> Vec<String> {
+/// `max_budget_usd` is the fleet entry's `turn_usd` (issue 16), passed as the
+/// CLI's own `--max-budget-usd`.
+pub fn claude_args(
+    s: &Settings,
+    tools: &ToolLists,
+    model: &str,
+    resume: bool,
+    max_budget_usd: Option<f64>,
+) -> Vec<String> {
     let mut a: Vec<String> = [
         "--print",
         "--verbose",
@@ -247,6 +255,10 @@ pub fn claude_args(s: &Settings, tools: &ToolLists, model: &str, resume: bool) -
     a.push(tools.builtins.join(","));
     a.push("--allowedTools".into());
     a.push(tools.allowed.join(","));
+    if let Some(usd) = max_budget_usd.filter(|u| u.is_finite() && *u > 0.0) {
+        a.push("--max-budget-usd".into());
+        a.push(usd.to_string());
+    }
     a
 }
 
@@ -262,6 +274,24 @@ mod tests {
             .unwrap_err()
             .contains("autoCompactEnabled"));
         assert!(validate_settings("{").is_err());
+    }
+
+    #[test]
+    fn turn_usd_becomes_the_clis_max_budget_flag() {
+        let s = Settings::read(
+            std::path::Path::new("/s"),
+            std::path::Path::new("/r"),
+            &crate::sys::env::Env::new(&|_: &str| None),
+        )
+        .unwrap();
+        let tools = ToolLists::default();
+        let without = claude_args(&s, &tools, "m", true, None);
+        assert!(!without.iter().any(|a| a == "--max-budget-usd"));
+        let with = claude_args(&s, &tools, "m", true, Some(0.25));
+        let at = with.iter().position(|a| a == "--max-budget-usd").unwrap();
+        assert_eq!(with[at + 1], "0.25");
+        let bad = claude_args(&s, &tools, "m", true, Some(f64::NAN));
+        assert!(!bad.iter().any(|a| a == "--max-budget-usd"));
     }
 
     #[test]

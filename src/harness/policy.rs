@@ -6,8 +6,9 @@
 //! counter it passes in. `docs/turn-loop.md` carries [`table`]'s rendering,
 //! and a test checks that the two agree.
 //!
-//! Three decisions ack a message and no others do: a completed turn, an
-//! operator interrupt and a dead letter. Everything else keeps the message.
+//! Four decisions ack a message and no others do: a completed turn, an
+//! operator interrupt, a dead letter and a turn stopped at its `turn_usd`
+//! cap (running it again would pay again). Everything else keeps the message.
 //! Only failures tied to the message count toward the attempt limit; rate and
 //! usage limits, pauses, login parks, interrupts and faults of the harness
 //! itself never do.
@@ -48,10 +49,13 @@ pub enum Outcome {
     NotStarted,
     /// `hyperhive` or `bash` was not `connected` in the `system/init` line.
     McpNotConnected,
+    /// The run reached its cap, `--max-budget-usd` (the fleet entry's
+    /// `turn_usd`; `error_max_budget_usd`).
+    TurnBudget,
 }
 
 /// Every outcome, in table order.
-pub const OUTCOMES: [Outcome; 13] = [
+pub const OUTCOMES: [Outcome; 14] = [
     Outcome::Completed,
     Outcome::RateLimited,
     Outcome::AuthFailed,
@@ -65,6 +69,7 @@ pub const OUTCOMES: [Outcome; 13] = [
     Outcome::Hung,
     Outcome::NotStarted,
     Outcome::McpNotConnected,
+    Outcome::TurnBudget,
 ];
 
 impl Outcome {
@@ -84,6 +89,7 @@ impl Outcome {
             Outcome::Hung => "Hung",
             Outcome::NotStarted => "NotStarted",
             Outcome::McpNotConnected => "McpNotConnected",
+            Outcome::TurnBudget => "TurnBudget",
         }
     }
 }
@@ -239,8 +245,12 @@ pub enum Decision {
     /// Ack with a note: the operator interrupted it. (Ack 2 of 3.)
     AckInterrupted,
     /// Give up on it: it failed `HIVE_TURN_MAX_ATTEMPTS` times for reasons of
-    /// its own. (Ack 3 of 3, in stage 1; the broker keeps it in stage 2.)
+    /// its own. (Ack 3 of 4, in stage 1; the broker keeps it in stage 2.)
     DeadLetter,
+    /// Ack with one notice to the parent naming the cap and the cost: the
+    /// run reached its `turn_usd` (`--max-budget-usd`); a retry would pay
+    /// again, so it is never requeued. (Ack 4 of 4.)
+    AckTurnBudget,
     /// Go on with the next step: the turn after a reactive `/compact` or a
     /// reset checkpoint, `/compact` after a proactive checkpoint.
     Proceed,
@@ -268,11 +278,14 @@ pub enum Decision {
 }
 
 impl Decision {
-    /// True for the three decisions that ack.
+    /// True for the four decisions that ack.
     pub fn acks(self) -> bool {
         matches!(
             self,
-            Decision::Complete | Decision::AckInterrupted | Decision::DeadLetter
+            Decision::Complete
+                | Decision::AckInterrupted
+                | Decision::DeadLetter
+                | Decision::AckTurnBudget
         )
     }
 }
@@ -308,6 +321,10 @@ pub fn decide(outcome: Outcome, running: Running, f: &Facts) -> Decision {
         O::Completed if running == R::Turn => Decision::Complete,
         O::Completed => Decision::Proceed,
         O::Interrupted => Decision::AckInterrupted,
+        // The notes turn stopped at its cap is a note; the turn goes on.
+        O::TurnBudget if running == R::ResetCheckpoint => Decision::Proceed,
+        // It paid its cap once: a retry would pay again.
+        O::TurnBudget => Decision::AckTurnBudget,
         O::RateLimited => keep(Wait::For(PauseReason::RateLimit), false),
         O::AuthFailed if !f.auth_retried => Decision::RetryNow,
         O::AuthFailed => keep(Wait::For(PauseReason::Login), false),
@@ -351,7 +368,8 @@ fn best_effort(outcome: Outcome, running: Running) -> Decision {
         | O::Aborted
         | O::Crashed
         | O::TimedOut
-        | O::Hung => Decision::Proceed,
+        | O::Hung
+        | O::TurnBudget => Decision::Proceed,
         O::RateLimited
         | O::AuthFailed
         | O::ApiUnavailable
@@ -378,6 +396,7 @@ pub fn describe(d: Decision, running: Running) -> String {
         Decision::Complete => "ack".into(),
         Decision::AckInterrupted => "ack with a note".into(),
         Decision::DeadLetter => "dead-letter".into(),
+        Decision::AckTurnBudget => "ack; tell parent".into(),
         Decision::Proceed => match running {
             Running::ProactiveCheckpoint => "go on: `/compact`".into(),
             Running::ResetCheckpoint => "go on: the turn, fresh".into(),
@@ -542,7 +561,7 @@ mod tests {
         };
         // The literal table: (outcome, [turn, reactive compact, reset
         // checkpoint, proactive checkpoint, proactive compact, operator compact]).
-        let want: [(Outcome, [Decision; 6]); 13] = [
+        let want: [(Outcome, [Decision; 6]); 14] = [
             (
                 Outcome::Completed,
                 [
@@ -686,6 +705,17 @@ mod tests {
                     D::GoOn,
                 ],
             ),
+            (
+                Outcome::TurnBudget,
+                [
+                    D::AckTurnBudget,
+                    D::AckTurnBudget,
+                    D::Proceed,
+                    D::Proceed,
+                    D::GoOn,
+                    D::GoOn,
+                ],
+            ),
         ];
         assert_eq!(
             want.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
@@ -701,7 +731,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_three_ack_decisions_ack_and_only_where_they_belong() {
+    fn only_the_four_ack_decisions_ack_and_only_where_they_belong() {
         for f in all_facts() {
             for o in OUTCOMES {
                 for r in RUNNING {
@@ -719,6 +749,7 @@ mod tests {
                         Decision::DeadLetter => {
                             assert_eq!(f.attempts + 1, f.max_attempts, "only at the limit: {why}")
                         }
+                        Decision::AckTurnBudget => assert_eq!(o, Outcome::TurnBudget, "{why}"),
                         _ => unreachable!(),
                     }
                 }
@@ -793,6 +824,30 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_run_at_its_turn_budget_is_never_requeued_nor_counted() {
+        for f in all_facts() {
+            for r in RUNNING {
+                let d = decide(Outcome::TurnBudget, r, &f);
+                let why = format!("during {r:?} with {f:?}: {d:?}");
+                assert!(!matches!(d, Decision::Keep { .. }), "never kept: {why}");
+                assert!(
+                    !matches!(
+                        d,
+                        Decision::RetryNow
+                            | Decision::CompactThenRetry
+                            | Decision::FreshSessionThenRetry
+                            | Decision::DeadLetter
+                    ),
+                    "never retried nor counted: {why}"
+                );
+                if matches!(r, Running::Turn | Running::ReactiveCompact) {
+                    assert_eq!(d, Decision::AckTurnBudget, "{why}");
+                }
+            }
+        }
     }
 
     #[test]

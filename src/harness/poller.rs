@@ -50,6 +50,8 @@ pub enum FromPoller {
         /// Its hand-outs that count toward the attempt limit, this one
         /// included (0 from a broker that does not count them).
         attempts: u32,
+        /// The agent's `turn_usd` now (issue 16).
+        turn_usd: Option<f64>,
     },
     /// A peek found the inbox empty and nothing inflight.
     Empty,
@@ -62,6 +64,8 @@ pub enum FromPoller {
     /// hands out nothing until the pause ends; `None` once a hand-out
     /// shows it ended (issue 16).
     BrokerPause(Option<crate::proto::Paused>),
+    /// The broker acknowledged the spend row with this key (issue 16).
+    SpendAcked(String),
 }
 
 /// What the long-poll thread is asked.
@@ -270,11 +274,14 @@ impl Conn {
                 recv(self.stop) -> _ => break,
             };
             match cmd {
-                ToCalls::Tell(req) => {
-                    if let Err(e) = self.call(&req) {
-                        log::warn!("{} refused: {e}", req.cmd());
+                ToCalls::Tell(req) => match self.call(&req) {
+                    Ok(()) => {
+                        if let Request::ReportSpend(c) = &req {
+                            let _ = self.events.send(FromPoller::SpendAcked(c.key.clone()));
+                        }
                     }
-                }
+                    Err(e) => log::warn!("{} refused: {e}", req.cmd()),
+                },
                 ToCalls::Ask(a) => {
                     let _ = asks.send(a);
                 }
@@ -419,6 +426,7 @@ impl Conn {
                     redelivered,
                     unread,
                     attempts,
+                    turn_usd,
                     ..
                 }) => {
                     return Some(FromPoller::Message {
@@ -426,6 +434,7 @@ impl Conn {
                         redelivered,
                         unread,
                         attempts,
+                        turn_usd,
                     })
                 }
                 Ok(_) if ask == Ask::Peek => return Some(FromPoller::Empty),

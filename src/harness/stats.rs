@@ -1,7 +1,12 @@
 //! `turn-stats.db`: one row per claude process the harness ran (turns,
 //! checkpoint turns, compactions), written by the turn loop only. Readers such as
-//! the web UI open their own read-only connection per request.
+//! the web UI open their own read-only connection per request. Each row also
+//! keeps the run's spend row for the broker (issue 16): its idempotency key
+//! (the boot id of the harness that ran it and the row id, stored with the row
+//! so it is the same after any restart) and whether the broker acknowledged
+//! it; at boot the loop sends the unacknowledged ones again, oldest first.
 
+use crate::proto::cmd::ReportSpend;
 use crate::proto::turnstats;
 use rusqlite::{params, Connection, OpenFlags};
 use serde::Serialize;
@@ -75,6 +80,69 @@ impl Stats {
             )
             .map(|_| self.conn.last_insert_rowid())
             .map_err(|e| format!("cannot record turn stats: {e}"))
+    }
+
+    /// Stores one run with its spend row, in one transaction: the row's id
+    /// and the spend row to send, keyed `BOOT:ID` and not yet acknowledged.
+    pub fn record_with_spend(
+        &self,
+        r: &TurnRow,
+        boot_id: &str,
+        usd: Option<f64>,
+        tokens: u64,
+        cache_read: u64,
+    ) -> Result<(i64, ReportSpend), String> {
+        let err = |e: rusqlite::Error| format!("cannot record turn stats: {e}");
+        let tx = self.conn.unchecked_transaction().map_err(err)?;
+        let id = self.record(r)?;
+        let key = format!("{boot_id}:{id}");
+        tx.execute(
+            "UPDATE turns SET spend_key = ?1, spend_usd = ?2, spend_tokens = ?3,
+                 spend_cache_read = ?4, spend_acked = 0 WHERE id = ?5",
+            params![key, usd, tokens as i64, cache_read as i64, id],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok((
+            id,
+            ReportSpend {
+                key,
+                usd,
+                tokens,
+                cache_read,
+            },
+        ))
+    }
+
+    /// The broker acknowledged the spend row `key`.
+    pub fn spend_acked(&self, key: &str) -> Result<(), String> {
+        self.conn
+            .execute(
+                "UPDATE turns SET spend_acked = 1 WHERE spend_key = ?1 AND spend_acked = 0",
+                params![key],
+            )
+            .map(|_| ())
+            .map_err(|e| format!("cannot mark the spend row {key} acknowledged: {e}"))
+    }
+
+    /// At most `limit` spend rows the broker never acknowledged, oldest first.
+    pub fn unacked_spend(&self, limit: u32) -> Result<Vec<ReportSpend>, String> {
+        let read = || -> rusqlite::Result<Vec<ReportSpend>> {
+            let mut stmt = self.conn.prepare(
+                "SELECT spend_key, spend_usd, spend_tokens, spend_cache_read FROM turns
+                 WHERE spend_acked = 0 AND spend_key IS NOT NULL ORDER BY id LIMIT ?1",
+            )?;
+            let rows = stmt.query_map(params![limit], |r| {
+                Ok(ReportSpend {
+                    key: r.get(0)?,
+                    usd: r.get(1)?,
+                    tokens: r.get::<_, i64>(2)?.max(0) as u64,
+                    cache_read: r.get::<_, i64>(3)?.max(0) as u64,
+                })
+            })?;
+            rows.collect()
+        };
+        read().map_err(|e| format!("cannot read the unacknowledged spend rows: {e}"))
     }
 
     /// The newest row, to seed the context size and last-turn time at boot.

@@ -42,6 +42,10 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The most spend rows a boot sends again (oldest first) that an earlier
+/// harness recorded but the broker never acknowledged.
+pub const SPEND_RESEND_MAX: u32 = 1000;
+
 /// MCP start failures in a row after which the loop backs off and tells the
 /// parent.
 pub const MCP_FAILURES_BEFORE_BACKOFF: u32 = 3;
@@ -202,6 +206,9 @@ pub struct TurnLoop {
     /// idempotency key (the stats row id, or a counter, is the second).
     boot_id: String,
     spend_seq: u64,
+    /// The agent's `turn_usd` as the broker last handed it out (issue 16):
+    /// passed to every run as `--max-budget-usd`.
+    turn_usd: Option<f64>,
 }
 
 impl TurnLoop {
@@ -250,6 +257,7 @@ impl TurnLoop {
                 |b| crate::sys::hash::hex(&b),
             ),
             spend_seq: 0,
+            turn_usd: None,
         }
     }
 
@@ -284,6 +292,7 @@ impl TurnLoop {
         self.poller.tell(Request::from(cmd::HarnessStarted {
             hyperhive_rev: Some(crate::proto::HYPERHIVE_REV.into()),
         }));
+        self.resend_spend();
         for f in super::plugins::install(&self.s, &self.bus) {
             self.to_parent(format!("[system] {} plugin install: {f}", self.s.label));
         }
@@ -337,8 +346,10 @@ impl TurnLoop {
                 redelivered,
                 unread,
                 attempts,
+                turn_usd,
             }) => {
                 self.asked = false;
+                self.turn_usd = turn_usd;
                 let key = WorkKey::Message(message.id);
                 let work = Work {
                     key,
@@ -369,6 +380,13 @@ impl TurnLoop {
                 }
             }
             Event::Broker(FromPoller::BrokerPause(p)) => self.on_broker_pause(p),
+            Event::Broker(FromPoller::SpendAcked(key)) => {
+                if let Some(stats) = &self.stats {
+                    if let Err(e) = stats.spend_acked(&key) {
+                        log::error!("{e}");
+                    }
+                }
+            }
             Event::Broker(FromPoller::Empty) => {
                 self.asked = false;
                 if let Some(until) = self.broker_pause.as_ref().and_then(|p| p.until) {
@@ -627,7 +645,7 @@ impl TurnLoop {
         env.extend(login::token_env(&self.s));
         Invocation {
             bin: self.s.claude_bin.clone(),
-            args: invocation::claude_args(&self.s, &self.tools, model, resume),
+            args: invocation::claude_args(&self.s, &self.tools, model, resume, self.turn_usd),
             stdin: prompt,
             env,
             cwd: self.s.state_dir.clone(),
@@ -1059,7 +1077,7 @@ impl TurnLoop {
             }
             Running::ResetCheckpoint | Running::ProactiveCheckpoint => "checkpoint",
         };
-        let mut row_id = None;
+        let mut spend = None;
         if let Some(stats) = &self.stats {
             let row = TurnRow {
                 id: 0,
@@ -1081,30 +1099,40 @@ impl TurnLoop {
                     (false, d) => d.unwrap_or_default(),
                 },
             };
-            match stats.record(&row) {
-                Ok(id) => row_id = Some(id),
+            // Only runs that started get here (`conclude`).
+            let tokens = rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens;
+            match stats.record_with_spend(
+                &row,
+                &self.boot_id,
+                rep.cost_usd,
+                tokens,
+                rep.cache_read_tokens,
+            ) {
+                Ok((_, s)) => spend = Some(s),
                 Err(err) => log::error!("{err}"),
             }
         }
-        // Every run's spend, once (issue 16): re-sent by the poller until
-        // the broker answers; the key makes a re-send count once.
+        // Every run's spend, once (issue 16): kept with its stats row until
+        // the broker acknowledges it (`SpendAcked`), re-sent by the poller
+        // until then and at the next boot if the harness dies first; the key
+        // makes a re-send count once.
         if !e.started {
             return;
         }
         if let Some(u) = &rep.usage {
             self.report_usage(u.clone());
         }
-        self.spend_seq += 1;
-        let key = match row_id {
-            Some(id) => format!("{}:{id}", self.boot_id),
-            None => format!("{}:n{}", self.boot_id, self.spend_seq),
-        };
-        self.poller.tell(Request::from(cmd::ReportSpend {
-            key,
-            usd: rep.cost_usd,
-            tokens: rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens,
-            cache_read: rep.cache_read_tokens,
-        }));
+        let spend = spend.unwrap_or_else(|| {
+            // No stats db: the row lives in memory only.
+            self.spend_seq += 1;
+            cmd::ReportSpend {
+                key: format!("{}:n{}", self.boot_id, self.spend_seq),
+                usd: rep.cost_usd,
+                tokens: rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens,
+                cache_read: rep.cache_read_tokens,
+            }
+        });
+        self.poller.tell(Request::from(spend));
         if e.running == Running::Turn {
             // Not worth waiting for; the poller keeps them in order. The
             // classifier has already dropped figures that are not finite,
@@ -1182,6 +1210,34 @@ impl TurnLoop {
                         &e,
                     );
                 }
+                self.advance();
+            }
+            Decision::AckTurnBudget => {
+                let what = self.work.as_ref().map(Work::what).unwrap_or_default();
+                if let Some(w) = self.work.take() {
+                    self.ledger.forget(w.key);
+                    w.guard.ack(Ack::TurnBudget);
+                }
+                let cap = self
+                    .turn_usd
+                    .map_or_else(|| "its turn_usd".to_string(), |u| format!("turn_usd ${u}"));
+                let cost = e
+                    .report
+                    .cost_usd
+                    .map_or_else(|| "an unknown cost".to_string(), |c| format!("${c:.4}"));
+                let said = e.report.outcome.detail().unwrap_or_default();
+                log::warn!("{what} reached its turn budget ({cap}, {said}) at {cost}: acked");
+                self.to_parent(format!(
+                    "[system] {}: {what} stopped at its per-run budget ({cap}; claude said: {said}) after costing {cost}; it is acked and not run again (a retry would pay again)",
+                    self.s.label
+                ));
+                self.end_work(
+                    d,
+                    false,
+                    format!("{what} stopped at its per-run budget ({cap}) after costing {cost}; acked, not retried"),
+                    &text,
+                    &e,
+                );
                 self.advance();
             }
             Decision::Proceed => match e.running {
@@ -1328,6 +1384,11 @@ impl TurnLoop {
                     // whole pool (issue 16).
                     Some(at) if at > t => {
                         self.poller.tell(Request::from(cmd::ReportUsageLimit {
+                            // What identified the run's credential at its spawn.
+                            credential: self
+                                .pool_reported
+                                .clone()
+                                .unwrap_or_else(|| super::pool::report(&self.s)),
                             until: t + sleep.as_secs() as i64,
                             detail: one_line(
                                 if said.is_empty() { &text } else { &said },
@@ -1460,6 +1521,29 @@ impl TurnLoop {
         w.guard.dead_letter(&text, false, notice);
         if self.free() {
             self.advance();
+        }
+    }
+
+    /// Sends again the spend rows an earlier harness recorded but the broker
+    /// never acknowledged (it died first), oldest first, at most
+    /// [`SPEND_RESEND_MAX`]; the broker keeps each key once.
+    fn resend_spend(&mut self) {
+        let Some(stats) = &self.stats else {
+            return;
+        };
+        match stats.unacked_spend(SPEND_RESEND_MAX) {
+            Ok(rows) => {
+                if !rows.is_empty() {
+                    log::info!(
+                        "sending {} spend rows the broker never acknowledged",
+                        rows.len()
+                    );
+                }
+                for r in rows {
+                    self.poller.tell(Request::from(r));
+                }
+            }
+            Err(e) => log::error!("{e}"),
         }
     }
 
@@ -1628,6 +1712,7 @@ fn outcome_of(o: &TurnOutcome) -> Outcome {
         TurnOutcome::CannotCompact(_) => Outcome::CannotCompact,
         TurnOutcome::Hung(_) => Outcome::Hung,
         TurnOutcome::McpNotConnected(_) => Outcome::McpNotConnected,
+        TurnOutcome::TurnBudget(_) => Outcome::TurnBudget,
     }
 }
 

@@ -47,6 +47,8 @@ pub enum Ack {
     Completed,
     /// The operator interrupted it; the note says so.
     Interrupted,
+    /// The run reached its `turn_usd` cap; a retry would pay again.
+    TurnBudget,
 }
 
 /// How a kept message goes back to the broker.

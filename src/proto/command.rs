@@ -175,6 +175,7 @@ commands! {
     "report_usage_limit"   => ReportUsageLimit:  Agent(Open);
     "report_spend"         => ReportSpend:       Agent(Open);
     "budget"               => GetBudget:         Operator;
+    "own_budget"           => OwnBudget:         Agent(Open);
     "set_budget"           => SetBudget:         Operator;
     // messaging
     "send"                 => Send:              Both(Group(G::Messaging));

@@ -46,6 +46,11 @@ pub struct AgentConfig {
     /// What the agent may spend per calendar window (issue 16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// The most one claude run may cost, in dollars (issue 16): passed as the
+    /// CLI's own `--max-budget-usd` to every run; a turn that reaches it is
+    /// acked with a notice to the parent, never run again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_usd: Option<f64>,
 }
 
 closed_enum! {
@@ -93,6 +98,16 @@ impl Budget {
     }
 }
 
+/// The rule of `turn_usd`, the error naming the field under `at`.
+pub fn check_turn_usd(v: Option<f64>, at: &str) -> Result<(), String> {
+    match v {
+        Some(u) if !u.is_finite() || u <= 0.0 || u > 1_000_000.0 => Err(format!(
+            "{at}.turn_usd: {u} must be a number of dollars above 0 and at most 1000000"
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl AgentConfig {
     /// A root agent with every default, as `hive broker --agents` makes them.
     pub fn named(name: &str) -> AgentConfig {
@@ -111,16 +126,18 @@ impl AgentConfig {
         self.capabilities.contains(&cap)
     }
 
-    /// The keys that apply without a restart (issue 16): `budget` and
-    /// `account`, which the broker reads at every hand-out. The supervisor
+    /// The keys that apply without a restart (issue 16): `budget`,
+    /// `account` and `turn_usd`, which the broker reads at every hand-out
+    /// (`turn_usd` travels with the hand-out to the harness). The supervisor
     /// leaves them out of its up-to-date comparison.
-    pub const LIVE_KEYS: [&'static str; 2] = ["budget", "account"];
+    pub const LIVE_KEYS: [&'static str; 3] = ["budget", "account", "turn_usd"];
 
     /// The entry with its live keys taken from `from`.
     pub fn with_live_keys_of(&self, from: &AgentConfig) -> AgentConfig {
         AgentConfig {
             budget: from.budget.clone(),
             account: from.account.clone(),
+            turn_usd: from.turn_usd,
             ..self.clone()
         }
     }

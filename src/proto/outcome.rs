@@ -32,6 +32,9 @@ pub enum TurnOutcomeKind {
     Hung,
     /// An MCP server of the run did not start.
     McpStartFailed,
+    /// The run reached its cap, `--max-budget-usd` (the fleet entry's
+    /// `turn_usd`).
+    TurnBudget,
     /// Claude was never started (a missing binary, no descriptors…).
     NotStarted,
     /// The harness stopped during the run.
@@ -44,7 +47,7 @@ pub enum TurnOutcomeKind {
 }
 
 impl TurnOutcomeKind {
-    pub const ALL: [TurnOutcomeKind; 14] = [
+    pub const ALL: [TurnOutcomeKind; 15] = [
         TurnOutcomeKind::Ok,
         TurnOutcomeKind::Compacted,
         TurnOutcomeKind::Interrupted,
@@ -55,6 +58,7 @@ impl TurnOutcomeKind {
         TurnOutcomeKind::TimedOut,
         TurnOutcomeKind::Hung,
         TurnOutcomeKind::McpStartFailed,
+        TurnOutcomeKind::TurnBudget,
         TurnOutcomeKind::NotStarted,
         TurnOutcomeKind::Stopped,
         TurnOutcomeKind::Failed,
@@ -74,6 +78,7 @@ impl TurnOutcomeKind {
             TurnOutcomeKind::TimedOut => "timed_out",
             TurnOutcomeKind::Hung => "hung",
             TurnOutcomeKind::McpStartFailed => "mcp_start_failed",
+            TurnOutcomeKind::TurnBudget => "turn_budget",
             TurnOutcomeKind::NotStarted => "not_started",
             TurnOutcomeKind::Stopped => "stopped",
             TurnOutcomeKind::Failed => "failed",

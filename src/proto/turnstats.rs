@@ -2,7 +2,11 @@
 //! and its migrations. The harness's writer opens the file through [`migrate`]
 //! and stores outcomes through [`stored_outcome`], so the `outcome` column holds
 //! only [`TurnOutcomeKind`] names and `/metrics` exports a small closed set of
-//! labels; readers open the file read-only and never migrate it.
+//! labels; readers open the file read-only and never migrate it. Since version
+//! 3 each row also holds the run's spend row for the broker (`report_spend`:
+//! its idempotency key, cost, tokens, cache reads) and whether the broker
+//! acknowledged it, so a row a dead harness never got acknowledged is sent
+//! again at the next boot.
 
 use super::outcome::TurnOutcomeKind;
 use super::schema::{self, Step};
@@ -41,6 +45,24 @@ pub const STEPS: &[Step] = &[
         version: 2,
         what: "outcomes become closed kinds, their text moves to the note",
         apply: closed_outcomes,
+    },
+    Step {
+        version: 3,
+        what: "each run's spend row and whether the broker acknowledged it",
+        apply: |tx| {
+            // Rows from before were reported in memory only: whether the
+            // broker has them is unknown, and they carry no key, so they
+            // count as acknowledged and are never re-sent.
+            tx.execute_batch(
+                "ALTER TABLE turns ADD COLUMN spend_key TEXT;
+                 ALTER TABLE turns ADD COLUMN spend_usd REAL;
+                 ALTER TABLE turns ADD COLUMN spend_tokens INTEGER NOT NULL DEFAULT 0;
+                 ALTER TABLE turns ADD COLUMN spend_cache_read INTEGER NOT NULL DEFAULT 0;
+                 ALTER TABLE turns ADD COLUMN spend_acked INTEGER NOT NULL DEFAULT 1;
+                 CREATE INDEX turns_spend_unacked ON turns (id) WHERE spend_acked = 0;
+                 CREATE UNIQUE INDEX turns_spend_key ON turns (spend_key);",
+            )
+        },
     },
 ];
 

@@ -4,14 +4,60 @@
 //! live gauges of the harness, the number of SSE clients, the turns stopped
 //! because one of hive's MCP servers did not start, and the seconds spent
 //! rate-limited since this web server started (a [`RateClock`] fed by a thread,
-//! `web-rate-clock`, that watches the harness's live stream).
+//! `web-rate-clock`, that watches the harness's live stream), and the agent's
+//! and the hive's spend against their budgets in the current window (issue
+//! 16), from the broker's `own_budget` through a [`BudgetCache`]: asked at most
+//! once per [`BUDGET_TTL`] and waited for at most [`BUDGET_TIMEOUT`], so the
+//! page never hangs on the broker; `hive_budget_up` says whether the figures
+//! are there.
 
 use super::harness::{Gauges, Harness, TurnPhase, TurnTotals};
-use crate::proto::TurnOutcomeKind;
+use crate::proto::cmd::{BudgetReply, BudgetRow, OwnBudget};
+use crate::proto::{Client, TurnOutcomeKind};
 use crossbeam_channel::{select, Receiver};
 use std::fmt::Write;
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// How long the broker's `own_budget` answer (or its absence) is reused.
+pub const BUDGET_TTL: Duration = Duration::from_secs(10);
+
+/// How long `/metrics` waits for the broker's answer.
+pub const BUDGET_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The broker's last `own_budget` answer, `None` when it did not answer.
+#[derive(Default)]
+pub struct BudgetCache {
+    last: Mutex<Option<(Instant, Option<BudgetReply>)>>,
+}
+
+impl BudgetCache {
+    /// The budget rows, asked from the broker on `socket` when the cached
+    /// ones are older than [`BUDGET_TTL`].
+    pub fn get(&self, socket: &Path) -> Option<BudgetReply> {
+        if let Some((at, r)) = &*self.last.lock().unwrap_or_else(|p| p.into_inner()) {
+            if at.elapsed() < BUDGET_TTL {
+                return r.clone();
+            }
+        }
+        let r = ask_budget(socket);
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), r.clone()));
+        r
+    }
+}
+
+fn ask_budget(socket: &Path) -> Option<BudgetReply> {
+    let ask = || -> Result<BudgetReply, String> {
+        let mut c = Client::connect(socket).map_err(|e| e.to_string())?;
+        c.set_read_timeout(Some(BUDGET_TIMEOUT))
+            .map_err(|e| e.to_string())?;
+        c.call(&OwnBudget {}).map_err(|e| e.to_string())
+    };
+    ask()
+        .map_err(|e| log::debug!("/metrics: no budget figures from the broker: {e}"))
+        .ok()
+}
 
 /// Time spent with `rate_limited` set.
 #[derive(Default)]
@@ -99,12 +145,92 @@ fn by_outcome_kind(totals: &[TurnTotals]) -> Vec<TurnTotals> {
     out
 }
 
+/// The spend and budget families: one series per scope (`agent`, the
+/// page's own; `hive`) of the broker's `own_budget` rows.
+fn render_budget(o: &mut String, budget: Option<&BudgetReply>) {
+    family(
+        o,
+        "hive_budget_up",
+        "gauge",
+        "1 when the broker answered for the spend and budget figures below.",
+    );
+    let _ = writeln!(o, "hive_budget_up {}", u8::from(budget.is_some()));
+    let Some(b) = budget else {
+        return;
+    };
+    let scoped: Vec<(&str, &BudgetRow)> = b
+        .rows
+        .iter()
+        .map(|r| (if r.scope == "hive" { "hive" } else { "agent" }, r))
+        .collect();
+    type Figure = (&'static str, &'static str, fn(&BudgetRow) -> Option<f64>);
+    let figures: [Figure; 8] = [
+        (
+            "hive_spend_usd",
+            "Dollars spent in the budget's current window (total_cost_usd; the API-equivalent price for subscriptions).",
+            |r| Some(r.spent_usd),
+        ),
+        (
+            "hive_spend_tokens",
+            "Tokens counted against the budget in the current window (input + cache writes + output).",
+            |r| Some(r.tokens as f64),
+        ),
+        (
+            "hive_spend_cache_read_tokens",
+            "Cache reads in the current window (shown apart, not counted).",
+            |r| Some(r.cache_read as f64),
+        ),
+        (
+            "hive_spend_unknown_cost_runs",
+            "Runs in the current window that printed no result line (cost unknown).",
+            |r| Some(r.unknown_runs as f64),
+        ),
+        (
+            "hive_budget_usd",
+            "The dollar limit per window, when one is set.",
+            |r| r.usd,
+        ),
+        (
+            "hive_budget_tokens",
+            "The token limit per window, when one is set.",
+            |r| r.budget_tokens.map(|t| t as f64),
+        ),
+        (
+            "hive_budget_window_end_seconds",
+            "Unix seconds when the current window ends (UTC).",
+            |r| Some(r.window_end as f64),
+        ),
+        (
+            "hive_budget_reached",
+            "1 when the limit is reached: the scope's agents start no new run.",
+            |r| Some(f64::from(u8::from(r.reached))),
+        ),
+    ];
+    for (name, help, get) in figures {
+        family(o, name, "gauge", help);
+        for (scope, r) in &scoped {
+            if let Some(v) = get(r) {
+                let _ = writeln!(o, "{name}{{scope=\"{scope}\",per=\"{}\"}} {v}", r.per);
+            }
+        }
+    }
+    family(
+        o,
+        "hive_paused_by_budget",
+        "gauge",
+        "1 while the agent's or the hive's budget is reached.",
+    );
+    let paused = b.rows.iter().any(|r| r.reached);
+    let _ = writeln!(o, "hive_paused_by_budget {}", u8::from(paused));
+}
+
 /// The whole exposition.
 pub fn render(
     totals: &[TurnTotals],
     state: &Gauges,
     sse_clients: usize,
     rate_limited_secs: f64,
+    budget: Option<&BudgetReply>,
 ) -> String {
     let mut o = String::new();
     type Family = (&'static str, &'static str, fn(&TurnTotals) -> f64);
@@ -230,6 +356,7 @@ pub fn render(
             u8::from(state.phase == phase)
         );
     }
+    render_budget(&mut o, budget);
     o
 }
 
@@ -259,7 +386,12 @@ mod tests {
             tokens_out: 5,
             cost_usd: 0.25,
         }];
-        let text = render(&totals, &gauges, 3, 0.0);
+        let text = render(&totals, &gauges, 3, 0.0, None);
+        assert!(text.contains("hive_budget_up 0\n"), "{text}");
+        assert!(
+            !text.contains("hive_spend_usd{"),
+            "no figures without the broker"
+        );
         assert!(
             text.contains("hive_turns_total{kind=\"we\\\"ird\\n\",outcome=\"other\"} 2\n"),
             "{text}"
@@ -270,7 +402,7 @@ mod tests {
         assert!(text.contains("hive_sse_clients 3\n"));
         assert!(text.contains("hive_mcp_start_failures_total{server=\"bash\"} 0\n"));
         gauges.mcp_start_failures[0].1 = 2;
-        let text = render(&totals, &gauges, 3, 0.0);
+        let text = render(&totals, &gauges, 3, 0.0, None);
         assert!(
             text.contains("hive_mcp_start_failures_total{server=\"hyperhive\"} 2\n"),
             "{text}"
@@ -310,7 +442,7 @@ mod tests {
             row("rate limited (resets at 1795323782)", 4),
             row("rate_limited", 5),
         ];
-        let text = render(&totals, &gauges, 0, 0.0);
+        let text = render(&totals, &gauges, 0, 0.0, None);
         let series: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("hive_turns_total{"))
@@ -322,6 +454,58 @@ mod tests {
                 "hive_turns_total{kind=\"turn\",outcome=\"rate_limited\"} 9",
             ]
         );
+    }
+
+    #[test]
+    fn spend_and_budget_gauges_per_scope_and_limits_only_when_set() {
+        let gauges = Gauges {
+            phase: TurnPhase::Idle,
+            unread: 0,
+            inflight: false,
+            rate_limited: false,
+            needs_login: false,
+            online: true,
+            context_window_tokens: 200_000,
+            context_tokens: None,
+            mcp_start_failures: Vec::new(),
+        };
+        let row = |scope: &str, usd: Option<f64>, reached| BudgetRow {
+            scope: scope.into(),
+            per: crate::proto::Per::Week,
+            window_start: 100,
+            window_end: 700,
+            spent_usd: 0.05,
+            unknown_runs: 1,
+            tokens: 550,
+            cache_read: 250,
+            usd,
+            budget_tokens: None,
+            reached,
+        };
+        let b = BudgetReply {
+            rows: vec![row("hive", None, false), row("ana", Some(0.05), true)],
+        };
+        let text = render(&[], &gauges, 0, 0.0, Some(&b));
+        for want in [
+            "hive_budget_up 1\n",
+            "hive_spend_usd{scope=\"hive\",per=\"week\"} 0.05\n",
+            "hive_spend_usd{scope=\"agent\",per=\"week\"} 0.05\n",
+            "hive_spend_tokens{scope=\"agent\",per=\"week\"} 550\n",
+            "hive_spend_cache_read_tokens{scope=\"agent\",per=\"week\"} 250\n",
+            "hive_spend_unknown_cost_runs{scope=\"agent\",per=\"week\"} 1\n",
+            "hive_budget_usd{scope=\"agent\",per=\"week\"} 0.05\n",
+            "hive_budget_window_end_seconds{scope=\"hive\",per=\"week\"} 700\n",
+            "hive_budget_reached{scope=\"agent\",per=\"week\"} 1\n",
+            "hive_budget_reached{scope=\"hive\",per=\"week\"} 0\n",
+            "hive_paused_by_budget 1\n",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        assert!(
+            !text.contains("hive_budget_usd{scope=\"hive\""),
+            "no limit, no series"
+        );
+        assert!(!text.contains("hive_budget_tokens{"), "{text}");
     }
 
     #[test]

@@ -145,6 +145,8 @@ struct App<H> {
     cfg: WebConfig,
     stream: sse::Params,
     rate_clock: Arc<metrics::RateClock>,
+    /// The broker's spend and budget figures for `/metrics` (issue 16).
+    budget: metrics::BudgetCache,
     /// The turn log's reader (`STATE/history.db`, read-only).
     history: crate::history::Reader,
 }
@@ -265,6 +267,7 @@ pub fn start<H: Harness>(harness: H, cfg: WebConfig) -> Result<WebHandle, String
             harness: Arc::new(harness),
             cfg,
             rate_clock: rate_clock.clone(),
+            budget: metrics::BudgetCache::default(),
             history,
         },
         guard,
@@ -415,6 +418,7 @@ fn metrics_reply<H: Harness>(app: &App<H>, _: &Ctx<'_>) -> Reply {
         &h.gauges(),
         app.stream.slots.count(),
         app.rate_clock.seconds(),
+        app.budget.get(h.socket()).as_ref(),
     );
     Reply::new(200, "text/plain; version=0.0.4; charset=utf-8", text)
 }

@@ -251,50 +251,62 @@ impl Hub {
     /// `budget`: the hive's row, then every agent's.
     pub(super) fn get_budget(&mut self) -> Result<BudgetReply, String> {
         let t = now();
-        let mut rows = Vec::new();
         let names: Vec<Option<String>> = std::iter::once(None)
             .chain(self.cfg.agents.iter().map(|a| Some(a.name.clone())))
             .collect();
-        for scope in names {
-            let s = match self.standing(scope.as_deref(), t)? {
-                Some(s) => s,
-                None => {
-                    // No budget: the day's spend, for the record.
-                    let (start, end) = window(&Per::Day, t);
-                    let (usd, unknown, tokens, cache_read) = self
-                        .db
-                        .spend_since(scope.as_deref(), start)
-                        .map_err(db_err)?;
-                    Standing {
-                        budget: Budget {
-                            usd: None,
-                            tokens: None,
-                            per: Per::Day,
-                        },
-                        start,
-                        end,
-                        usd,
-                        unknown,
-                        tokens,
-                        cache_read,
-                    }
-                }
-            };
-            rows.push(BudgetRow {
-                scope: scope.unwrap_or_else(|| "hive".into()),
-                per: s.budget.per,
-                window_start: s.start,
-                window_end: s.end,
-                spent_usd: s.usd,
-                unknown_runs: s.unknown,
-                tokens: s.tokens,
-                cache_read: s.cache_read,
-                usd: s.budget.usd,
-                budget_tokens: s.budget.tokens,
-                reached: (s.budget.usd.is_some() || s.budget.tokens.is_some()) && s.reached(),
-            });
-        }
+        let rows = names
+            .iter()
+            .map(|scope| self.budget_row(scope.as_deref(), t))
+            .collect::<Result<_, _>>()?;
         Ok(BudgetReply { rows })
+    }
+
+    /// `own_budget`: the hive's row, then the calling agent's.
+    pub(super) fn own_budget(&mut self, agent: &str) -> Result<BudgetReply, String> {
+        let t = now();
+        Ok(BudgetReply {
+            rows: vec![self.budget_row(None, t)?, self.budget_row(Some(agent), t)?],
+        })
+    }
+
+    /// One scope's row of `budget`: its window's spend against its budget,
+    /// or the day's spend when it has none.
+    fn budget_row(&self, scope: Option<&str>, t: i64) -> Result<BudgetRow, String> {
+        let s = match self.standing(scope, t)? {
+            Some(s) => s,
+            None => {
+                // No budget: the day's spend, for the record.
+                let (start, end) = window(&Per::Day, t);
+                let (usd, unknown, tokens, cache_read) =
+                    self.db.spend_since(scope, start).map_err(db_err)?;
+                Standing {
+                    budget: Budget {
+                        usd: None,
+                        tokens: None,
+                        per: Per::Day,
+                    },
+                    start,
+                    end,
+                    usd,
+                    unknown,
+                    tokens,
+                    cache_read,
+                }
+            }
+        };
+        Ok(BudgetRow {
+            scope: scope.unwrap_or("hive").to_string(),
+            per: s.budget.per,
+            window_start: s.start,
+            window_end: s.end,
+            spent_usd: s.usd,
+            unknown_runs: s.unknown,
+            tokens: s.tokens,
+            cache_read: s.cache_read,
+            usd: s.budget.usd,
+            budget_tokens: s.budget.tokens,
+            reached: (s.budget.usd.is_some() || s.budget.tokens.is_some()) && s.reached(),
+        })
     }
 
     /// The budget `c` makes of `current`; `None` when no limit is left.

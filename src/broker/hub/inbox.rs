@@ -207,6 +207,7 @@ impl Hub {
                 status_text: None,
                 status_set_at: None,
                 paused: Some(p),
+                turn_usd: self.cfg.agent(agent).and_then(|e| e.turn_usd),
             }));
         }
         let popped = self.pop_next(agent)?;
@@ -241,6 +242,7 @@ impl Hub {
             status_text: status.as_ref().map(|s| s.status_text.clone()),
             status_set_at: status.and_then(|s| s.status_set_at),
             paused: None,
+            turn_usd: self.cfg.agent(agent).and_then(|e| e.turn_usd),
         }))
     }
 

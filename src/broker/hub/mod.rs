@@ -498,6 +498,7 @@ impl Hub {
             // budgets.rs (issue 16)
             Request::ReportSpend(c) => self.now(c, |h, c| h.report_spend(agent, c)),
             Request::GetBudget(c) => self.now(c, |h, _| h.get_budget()),
+            Request::OwnBudget(c) => self.now(c, |h, _| h.own_budget(agent)),
             Request::SetBudget(c) => self.done(c, |h, c| h.set_budget(c)),
             // lifecycle.rs
             Request::RequestSpawn(c) => self.now(c, |h, c| h.request_spawn(agent, c)),

@@ -17,6 +17,14 @@
 //! pool [`NearLimit`] until the window resets, a later run says `allowed`,
 //! or the limit itself parks the pool; kept in memory only (the next run of
 //! the pool says it again).
+//!
+//! Both reports are open to any process holding the agent's socket — claude's
+//! own tools included: nothing separates the harness from its claude (same
+//! user, same sandbox). So what one report can do is bounded: a pause is
+//! capped at [`MAX_PAUSE_SECS`] ahead, a usage limit must name the credential
+//! of the agent's current pool (else it is refused), a change of an agent's
+//! pool is logged, and the operator's notice names the reporting agent
+//! (`docs/security.md`).
 
 use super::{db_err, ConnId, Hub};
 use crate::proto::cmd::{PoolReply, ReportPool, ReportUsageLimit, UsageSeen, UsageStatus};
@@ -25,6 +33,11 @@ use crate::sys::hash::{hex, hmac_sha256};
 
 /// Seconds between the resumes of a pool's agents after its reset.
 pub const STAGGER_SECS: i64 = 1;
+
+/// The furthest ahead one usage-limit report can park a pool: the harness's
+/// default `HIVE_RATE_LIMIT_MAX_SLEEP_SECS` (6 h). A later reset is reported
+/// again when the harness's next run meets it.
+pub const MAX_PAUSE_SECS: i64 = 6 * 3600;
 
 /// The pool state the hub keeps in memory (mirrored in `broker.db` where it
 /// must outlive a restart).
@@ -95,22 +108,35 @@ impl Hub {
             .unwrap_or_else(|| format!("agent:{agent}"))
     }
 
-    /// `report_pool`.
-    pub(super) fn report_pool(&mut self, agent: &str, c: ReportPool) -> Result<PoolReply, String> {
-        self.pools_loaded();
-        let usage = c.usage;
-        let reported = if let Some(u) = c.account_uuid {
+    /// The pool name of what a harness reports of its credential.
+    fn reported_name(&mut self, agent: &str, c: &ReportPool) -> Result<String, String> {
+        Ok(if let Some(u) = &c.account_uuid {
             format!("uuid:{}", u.to_ascii_lowercase())
-        } else if let Some(d) = c.credential_sha256 {
+        } else if let Some(d) = &c.credential_sha256 {
             let salt = self.db.salt().map_err(db_err)?;
             let mac = hmac_sha256(&salt, d.to_ascii_lowercase().as_bytes());
             format!("key:{}", &hex(&mac)[..8])
         } else {
             format!("agent:{agent}")
-        };
+        })
+    }
+
+    /// `report_pool`.
+    pub(super) fn report_pool(&mut self, agent: &str, c: ReportPool) -> Result<PoolReply, String> {
+        self.pools_loaded();
+        let reported = self.reported_name(agent, &c)?;
+        let usage = c.usage;
+        match self.pools.reported.get(agent) {
+            Some(old) if *old == reported => {}
+            Some(old) => {
+                // A new login may move an agent; so may any process holding
+                // its socket. Either way the operator can read it here.
+                log::warn!("{agent} moves from pool {old} to pool {reported} (report_pool)");
+            }
+            None => log::info!("{agent} draws on pool {reported}"),
+        }
         if self.pools.reported.get(agent) != Some(&reported) {
             self.db.set_pool(agent, &reported, now()).map_err(db_err)?;
-            log::info!("{agent} draws on pool {reported}");
             self.pools.reported.insert(agent.to_string(), reported);
         }
         let pool = self.pool_of(agent);
@@ -195,6 +221,35 @@ impl Hub {
             return Ok(Empty {});
         }
         let pool = self.pool_of(agent);
+        // The credential of the run must be the agent's pool: a stale report
+        // (after a new login) or one that does not know it parks nothing.
+        let named = match self.cfg.agent(agent).and_then(|e| e.account.clone()) {
+            Some(a) => format!("account:{a}"),
+            None => self.reported_name(agent, &c.credential)?,
+        };
+        if named != pool {
+            log::warn!(
+                "{agent} reported a usage limit for pool {named}, but it draws on pool {pool}: refused"
+            );
+            return Err(format!(
+                "report_usage_limit: the credential named is pool {named}, but {agent} draws on \
+                 pool {pool} (report_pool); nothing was parked"
+            ));
+        }
+        let c = if c.until > t + MAX_PAUSE_SECS {
+            log::warn!(
+                "{agent} reported a usage limit until {}, over {MAX_PAUSE_SECS}s ahead: pool {pool} \
+                 is parked until {} at most",
+                c.until,
+                t + MAX_PAUSE_SECS
+            );
+            ReportUsageLimit {
+                until: t + MAX_PAUSE_SECS,
+                ..c
+            }
+        } else {
+            c
+        };
         let current = self.pools.paused.get(&pool).cloned();
         let fresh = current.as_ref().is_none_or(|(u, _)| *u <= t);
         let until = match &current {

@@ -850,8 +850,9 @@ fn a_usage_limit_parks_the_pool_answers_the_pause_once_and_notices_once() {
         false,
     );
     let until = crate::proto::now() + 3600;
-    let limit =
-        format!(r#"{{"cmd":"report_usage_limit","until":{until},"detail":"session limit"}}"#);
+    let limit = format!(
+        r#"{{"cmd":"report_usage_limit","until":{until},"detail":"session limit","credential":{{"account_uuid":"3F1C-AA"}}}}"#
+    );
     assert_eq!(m.call_on("ana", 1, &limit, false).0, r#"{"ok":true}"#);
     // A second limit in the same window: no second notice.
     m.call_on("ana", 1, &limit, false);
@@ -971,7 +972,9 @@ fn a_pool_pause_ends_on_the_hubs_timer_and_hands_out_in_order() {
         false,
     );
     let until = crate::proto::now() + 1;
-    let limit = format!(r#"{{"cmd":"report_usage_limit","until":{until}}}"#);
+    let limit = format!(
+        r#"{{"cmd":"report_usage_limit","until":{until},"credential":{{"account_uuid":"u1"}}}}"#
+    );
     m.call_on("ana", 1, &limit, false);
     let next = r#"{"cmd":"recv_next","wait_seconds":30}"#;
     assert!(m.call_on("bob", 2, next, true).0.contains("usage_limit"));

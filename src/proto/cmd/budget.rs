@@ -1,7 +1,9 @@
 //! Spend and budgets (issue 16): `report_spend`, one row per claude run a
 //! harness reports with an idempotency key (re-sent until acknowledged; the
 //! broker keeps the first), `budget`, every agent's and the hive's spend
-//! against their budgets in the current UTC window, and `set_budget`, the
+//! against their budgets in the current UTC window, `own_budget`, the same
+//! for the calling agent and its hive only (its page's `/metrics` asks it;
+//! read-only, so any process holding the agent socket may), and `set_budget`, the
 //! operator's change of a budget (written to the fleet file with the merge
 //! rule of the operator's other writes).
 
@@ -100,6 +102,16 @@ impl Command for GetBudget {
     type Reply = BudgetReply;
 }
 
+/// The calling agent's spend against its budget and the hive's: `rows` holds
+/// the hive's row, then the agent's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnBudget {}
+
+impl Command for OwnBudget {
+    type Reply = BudgetReply;
+}
+
 /// The operator sets an agent's budget (`agent`) or the hive's (`hive`):
 /// `usd`/`tokens` set a limit, `clear_usd`/`clear_tokens` remove one, `per`
 /// sets the window; what is not named stays.
@@ -175,6 +187,11 @@ mod samples {
     impl Sample for GetBudget {
         fn sample() -> Self {
             GetBudget {}
+        }
+    }
+    impl Sample for OwnBudget {
+        fn sample() -> Self {
+            OwnBudget {}
         }
     }
     impl Sample for SetBudget {

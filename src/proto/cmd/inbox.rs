@@ -150,6 +150,11 @@ pub struct RecvNextReply {
     /// and pause; a later call on that connection parks until it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<crate::proto::Paused>,
+    /// The agent's `turn_usd` (issue 16) as the broker's fleet entry has it
+    /// now, so a live change reaches the next run: the harness passes it as
+    /// `--max-budget-usd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_usd: Option<f64>,
 }
 
 impl Command for RecvNext {

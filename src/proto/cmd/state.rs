@@ -197,13 +197,17 @@ impl Command for ReportPool {
 
 /// A usage limit with a reset time, as the harness's run ended: the broker
 /// parks the agent's whole pool until `until` (the harness has capped it at
-/// `HIVE_RATE_LIMIT_MAX_SLEEP_SECS`).
+/// `HIVE_RATE_LIMIT_MAX_SLEEP_SECS`; the broker caps it too). `credential`
+/// is what identified the run's credential, as `report_pool` sent it before
+/// the run: a report whose credential is not the agent's pool is refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReportUsageLimit {
     pub until: i64,
     #[serde(default)]
     pub detail: String,
+    #[serde(default)]
+    pub credential: ReportPool,
 }
 
 impl Command for ReportUsageLimit {
@@ -212,6 +216,7 @@ impl Command for ReportUsageLimit {
         if self.until < 0 {
             return Err(Invalid::arg("until", "must be unix seconds"));
         }
+        self.credential.validate()?;
         let n = self.detail.chars().count();
         if n > MAX_PAUSE_DETAIL_CHARS || self.detail.chars().any(is_control_or_bidi) {
             return Err(Invalid::arg(
@@ -262,6 +267,7 @@ mod samples {
             ReportUsageLimit {
                 until: 1_795_323_782,
                 detail: "You've hit your session limit · resets 5:03am (UTC)".into(),
+                credential: ReportPool::sample(),
             }
         }
     }
@@ -287,10 +293,14 @@ mod samples {
         let limit = |until, detail: &str| ReportUsageLimit {
             until,
             detail: detail.into(),
+            credential: ReportPool::default(),
         };
         assert!(limit(5, "x").validate().is_ok());
         assert!(limit(-1, "x").validate().is_err());
         assert!(limit(5, "a\nb").validate().is_err());
+        let mut bad = limit(5, "x");
+        bad.credential = uuid("a b");
+        assert!(bad.validate().is_err(), "the credential is checked too");
     }
 
     #[test]

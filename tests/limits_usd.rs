@@ -1,0 +1,541 @@
+//! The budget side of issue 16 against real `hive broker` and `hive serve`
+//! processes: `turn_usd` passed as the CLI's `--max-budget-usd` and a turn
+//! stopped at it acked once with a notice to the parent (with the fake claude
+//! printing what CLI 2.1.197 prints, and with the real CLI against the fake
+//! Anthropic API); a spend row that outlives a harness killed before the broker
+//! answered; what one usage-limit report can do to a pool, bounded; the spend
+//! and budget gauges of the agent page's `/metrics` over HTTP.
+
+mod common;
+
+use common::claude_cli::{claude_env, require_real_claude, run_claude, Sandbox};
+use common::fake_anthropic::{FakeAnthropic, RequestKind, Scenario, Step, Usage};
+use common::hive::*;
+use common::web::Page;
+use hyperhive::harness::classify::{ExitInfo, TurnObserver, TurnOutcome};
+use hyperhive::proto::cmd::{BudgetReply, GetBudget, OwnBudget, ReportPool, ReportUsageLimit};
+use hyperhive::proto::{now, MsgKind};
+use rusqlite::Connection;
+use serde_json::json;
+use std::path::Path;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(30);
+
+/// What CLI 2.1.197 prints when `--max-budget-usd` is reached (probed with
+/// the real CLI against the fake API; `errors` names the cap).
+const MAX_BUDGET_STEP: &str = r#"init
+say "working on it"
+printf '{"type":"result","subtype":"error_max_budget_usd","duration_ms":70,"duration_api_ms":0,"is_error":true,"num_turns":1,"stop_reason":"tool_use","session_id":"%s","total_cost_usd":0.34155,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,"server_tool_use":{"web_search_requests":0,"web_fetch_requests":0},"service_tier":"standard","cache_creation":{"ephemeral_1h_input_tokens":0,"ephemeral_5m_input_tokens":0},"inference_geo":"","iterations":[],"speed":"standard"},"modelUsage":{"claude-sonnet-4-5":{"inputTokens":100000,"outputTokens":2000,"cacheReadInputTokens":0,"cacheCreationInputTokens":0,"webSearchRequests":0,"costUSD":0.34155,"contextWindow":200000,"maxOutputTokens":32000}},"permission_denials":[],"fast_mode_state":"off","uuid":"u-res","errors":["Reached maximum budget ($0.05)"]}\n' "$SESSION"
+exit 1
+"#;
+
+/// A run that costs one cent (110 counted tokens, 50 cache reads).
+const CENT: &str = r#"init
+say "done"
+printf '{"type":"result","subtype":"success","is_error":false,"api_error_status":null,"duration_ms":5,"num_turns":1,"result":"done","stop_reason":"end_turn","session_id":"%s","total_cost_usd":0.01,"usage":{"input_tokens":100,"cache_creation_input_tokens":0,"cache_read_input_tokens":50,"output_tokens":10},"modelUsage":{},"permission_denials":[],"terminal_reason":"completed","uuid":"u-res"}\n' "$SESSION"
+exit 0
+"#;
+
+/// A scenario dir for the fake claude, made before the harness starts (so
+/// the boot's kick turn already follows it), with its default step.
+fn scenario(default: &str) -> (TempDir, FakeClaude) {
+    let dir = TempDir::new("usd");
+    std::fs::write(dir.path().join("default.sh"), default).unwrap();
+    let fake = FakeClaude {
+        dir: dir.path().to_path_buf(),
+    };
+    (dir, fake)
+}
+
+fn spent(b: &Broker, scope: &str) -> (f64, u64) {
+    let r: BudgetReply = b.host().call(&GetBudget {}).unwrap();
+    let row = r.rows.into_iter().find(|r| r.scope == scope).unwrap();
+    (row.spent_usd, row.tokens)
+}
+
+fn drained(b: &Broker, agent: &str) -> bool {
+    let r = agent_row(b, agent);
+    r.unread == 0 && r.inflight.is_none()
+}
+
+// ---- turn_usd → --max-budget-usd ----
+
+#[test]
+fn turn_usd_is_passed_and_a_turn_stopped_at_it_is_acked_once_with_a_notice() {
+    let (_d, fake) = scenario(CENT);
+    let b = Broker::start_config(r#"{"agents":[{"name":"ana","turn_usd":0.05}]}"#);
+    let fake_dir = fake.dir.display().to_string();
+    let h = Harness::start(&b, "ana", &[("FAKE_CLAUDE_DIR", &fake_dir)]);
+    fake.wait_count(1);
+    wait_for(T, "the kick turn", || drained(&b, "ana").then_some(()));
+    let argv = fake.argv(1);
+    let at = argv
+        .iter()
+        .position(|a| a == "--max-budget-usd")
+        .unwrap_or_else(|| panic!("no --max-budget-usd in {argv:?}"));
+    assert_eq!(argv[at + 1], "0.05");
+    operator_inbox(&b);
+
+    fake.step(2, MAX_BUDGET_STEP);
+    let id = operator_send(&b, "ana", "an expensive job");
+    fake.wait_count(2);
+    let notice = wait_for(T, "the parent's notice", || {
+        operator_inbox(&b)
+            .into_iter()
+            .find(|m| m.body.contains("per-run budget"))
+    });
+    assert!(
+        notice.body.contains(&format!("message #{id}"))
+            && notice.body.contains("turn_usd $0.05")
+            && notice.body.contains("Reached maximum budget ($0.05)")
+            && notice.body.contains("after costing $0.341"),
+        "names the message, the cap, the CLI's words and the cost: {}",
+        notice.body
+    );
+    wait_for(T, "the message to be acked", || {
+        drained(&b, "ana").then_some(())
+    });
+    let row = agent_row(&b, "ana");
+    assert_eq!(row.failed, 0, "acked, not dead-lettered");
+    // Its spend is reported like any run's: the kick's cent and this run.
+    wait_for(T, "the spend of the stopped run", || {
+        let (usd, tokens) = spent(&b, "ana");
+        ((usd - 0.35155).abs() < 1e-9 && tokens == 110 + 102_000).then_some(())
+    });
+    // Never requeued: a peek of the inbox and a pause show nothing more runs.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(fake.count(), 2, "the turn is not run again");
+    let stats = Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
+    let outcome: String = stats
+        .query_row(
+            "SELECT outcome FROM turns ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(outcome, "turn_budget");
+}
+
+/// `turn_usd` applies live under `hive up`: a hand edit of the fleet file
+/// reaches the next run's `--max-budget-usd`, with no restart and no
+/// `needs_update`.
+#[test]
+fn turn_usd_applies_live_under_hive_up() {
+    let up = common::up::Up::start(
+        r#"{"agents":[{"name":"ana","turn_usd":0.05,"env":{"FAKE_CLAUDE_DIR":"@FAKE(ana)"}}]}"#,
+        &["ana"],
+    );
+    let fake = up.fake("ana");
+    fake.wait_count(1);
+    let flag = |n: usize| {
+        let argv = fake.argv(n);
+        argv.iter()
+            .position(|a| a == "--max-budget-usd")
+            .map(|i| argv[i + 1].clone())
+    };
+    assert_eq!(flag(1).as_deref(), Some("0.05"));
+    let pid = up.wait_running("ana");
+    let path = up.fleet_file();
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v["agents"][0]["turn_usd"] = json!(0.2);
+    std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    wait_for(T, "the supervisor to take the edit", || {
+        up.state("ana")
+            .filter(|s| s.applied.turn_usd == Some(0.2))
+            .map(|_| ())
+    });
+    let _: hyperhive::proto::SentReply = up
+        .host()
+        .call(&hyperhive::proto::cmd::Send {
+            to: "ana".into(),
+            body: "after the edit".into(),
+            in_reply_to: None,
+        })
+        .unwrap();
+    fake.wait_count(2);
+    assert_eq!(flag(2).as_deref(), Some("0.2"), "{:?}", fake.argv(2));
+    let st = up.state("ana").unwrap();
+    assert!(st.up_to_date, "a live key is no reason to update: {st:?}");
+    assert_eq!(st.pid, Some(pid), "no restart");
+}
+
+/// What the real CLI 2.1.197 prints when `--max-budget-usd` is reached, run
+/// by hand against the fake API answering a tool call with a large `usage`:
+/// the line the fake claude above and the classifier's unit test copy, and
+/// the classifier's reading of it.
+#[test]
+fn the_real_cli_ends_a_run_past_max_budget_usd_with_error_max_budget_usd() {
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    let big = Usage {
+        input_tokens: 200_000,
+        output_tokens: 1000,
+        ..Usage::default()
+    };
+    let api = FakeAnthropic::start(
+        Scenario::new()
+            .then(Step::tool_use("Read", json!({"file_path": "/etc/hostname"})).with_usage(big))
+            .otherwise(Step::text("went on past the cap")),
+    );
+    let sb = Sandbox::new("max-budget");
+    let run = run_claude(
+        &cli,
+        &sb.cwd,
+        &claude_env(&sb.home, &api.base_url()),
+        &[
+            "--print",
+            "--verbose",
+            "--output-format",
+            "stream-json",
+            "--model",
+            "claude-sonnet-4-5",
+            "--tools",
+            "Read",
+            "--allowedTools",
+            "Read",
+            "--max-budget-usd",
+            "0.01",
+        ],
+        "read the hostname",
+        Duration::from_secs(90),
+    );
+    let result = run.result();
+    assert_eq!(result["subtype"], "error_max_budget_usd", "{run}");
+    assert_eq!(result["is_error"], true, "{run}");
+    assert_eq!(
+        result["errors"][0], "Reached maximum budget ($0.01)",
+        "{run}"
+    );
+    assert!(result["total_cost_usd"].as_f64().unwrap() > 0.01, "{run}");
+    let calls = api
+        .posts()
+        .iter()
+        .filter(|r| r.kind == RequestKind::Messages)
+        .count();
+    assert_eq!(calls, 1, "stopped before the next call: {run}");
+    let mut o = TurnObserver::new();
+    for line in run.stdout.lines() {
+        o.on_stdout_line(line);
+    }
+    let report = o.finish(ExitInfo {
+        code: run.code,
+        ..ExitInfo::default()
+    });
+    assert_eq!(
+        report.outcome,
+        TurnOutcome::TurnBudget("Reached maximum budget ($0.01)".into())
+    );
+    assert_eq!(
+        (report.input_tokens, report.output_tokens),
+        (200_000, 1000),
+        "the tokens, from modelUsage (the line's usage is zeros)"
+    );
+}
+
+/// The real CLI 2.1.197 against the fake API: the harness passes
+/// `--max-budget-usd` (without it the CLI would go on to the tool's next
+/// call), the CLI stops the run with `error_max_budget_usd`, and the turn is
+/// acked, not retried.
+#[test]
+fn the_real_cli_stops_at_the_turn_budget_and_the_turn_is_not_retried() {
+    let Some(cli) = require_real_claude() else {
+        return;
+    };
+    let big = Usage {
+        input_tokens: 200_000,
+        output_tokens: 1000,
+        ..Usage::default()
+    };
+    let api = FakeAnthropic::start(
+        Scenario::new()
+            .first(Step::text("noted the restart"))
+            .then(Step::tool_use("Read", json!({"file_path": "/etc/hostname"})).with_usage(big))
+            .otherwise(Step::text("went on past the cap")),
+    );
+    let b = Broker::start_config(r#"{"agents":[{"name":"ruth","turn_usd":0.01}]}"#);
+    let cli = cli.display().to_string();
+    let base = api.base_url();
+    let h = Harness::start(
+        &b,
+        "ruth",
+        &[
+            ("HIVE_CLAUDE_BIN", cli.as_str()),
+            ("ANTHROPIC_BASE_URL", base.as_str()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+            ("DISABLE_TELEMETRY", "1"),
+            ("HIVE_TURN_TIMEOUT_SECS", "90"),
+        ],
+    );
+    wait_for(Duration::from_secs(90), "the kick turn", || {
+        (!api.posts().is_empty() && drained(&b, "ruth")).then_some(())
+    });
+    operator_inbox(&b);
+    let posts_before = api.posts().len();
+    operator_send(&b, "ruth", "read the hostname");
+    let notice = wait_for(Duration::from_secs(90), "the parent's notice", || {
+        operator_inbox(&b)
+            .into_iter()
+            .find(|m| m.body.contains("per-run budget"))
+    });
+    assert!(
+        notice.body.contains("Reached maximum budget"),
+        "the CLI's own words: {}",
+        notice.body
+    );
+    wait_for(T, "the message to be acked", || {
+        drained(&b, "ruth").then_some(())
+    });
+    let stats = Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
+    let (outcome, cost): (String, f64) = stats
+        .query_row(
+            "SELECT outcome, cost_usd FROM turns ORDER BY id DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(outcome, "turn_budget");
+    assert!(cost > 0.01, "the run cost past its cap: {cost}");
+    std::thread::sleep(Duration::from_secs(2));
+    let mentions = api
+        .posts()
+        .iter()
+        .skip(posts_before)
+        .filter(|r| r.mentions("read the hostname"))
+        .count();
+    assert_eq!(
+        mentions, 1,
+        "one API call for the message: stopped, not retried"
+    );
+    assert_eq!(agent_row(&b, "ruth").failed, 0);
+}
+
+// ---- spend rows survive a harness death ----
+
+fn stats_keys(state: &Path) -> Vec<(String, bool)> {
+    let c = Connection::open(state.join("turn-stats.db")).unwrap();
+    let mut stmt = c
+        .prepare("SELECT spend_key, spend_acked FROM turns WHERE spend_key IS NOT NULL ORDER BY id")
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? == 1)))
+        .unwrap();
+    rows.collect::<rusqlite::Result<_>>().unwrap()
+}
+
+fn broker_keys(b: &Broker) -> Vec<String> {
+    let c = Connection::open(b.state_dir().join("broker.db")).unwrap();
+    let mut stmt = c.prepare("SELECT key FROM spend ORDER BY key").unwrap();
+    let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+    rows.collect::<rusqlite::Result<_>>().unwrap()
+}
+
+#[test]
+fn a_spend_row_outlives_a_harness_killed_before_the_broker_answered() {
+    let (_d, fake) = scenario(CENT);
+    let mut b = Broker::start_config(r#"{"agents":[{"name":"ana"}]}"#);
+    let fake_dir = fake.dir.display().to_string();
+    let mut h = Harness::start(&b, "ana", &[("FAKE_CLAUDE_DIR", &fake_dir)]);
+    fake.wait_count(1);
+    wait_for(T, "the kick's spend", || {
+        (broker_keys(&b).len() == 1).then_some(())
+    });
+
+    // The next run waits for a go, so the broker can be stopped under it.
+    let go = fake.dir.join("go");
+    fake.step(
+        2,
+        &format!(
+            "touch \"$dir/running\"\nfor i in $(seq 300); do [ -e '{}' ] && break; sleep 0.1; done\n{CENT}",
+            go.display()
+        ),
+    );
+    operator_send(&b, "ana", "a job during the outage");
+    wait_for(T, "the run to start", || {
+        fake.dir.join("running").exists().then_some(())
+    });
+    b.kill9();
+    std::fs::write(&go, "").unwrap();
+    let lost = wait_for(T, "the run's stats row", || {
+        let k = stats_keys(&h.state_dir());
+        (k.len() == 2).then_some(k)
+    });
+    assert!(!lost[1].1, "the broker never answered: {lost:?}");
+    let lost_key = lost[1].0.clone();
+    h.kill9();
+
+    b.restart();
+    assert_eq!(broker_keys(&b).len(), 1, "the row was never delivered");
+    h.spawn();
+    // At boot the harness sends it again; the broker keeps it once, and every
+    // later run (the redelivered job, the new kick) is counted too.
+    let broker = wait_for(T, "every run's spend row acknowledged", || {
+        let rows = stats_keys(&h.state_dir());
+        let mut harness: Vec<String> = rows.iter().map(|(k, _)| k.clone()).collect();
+        harness.sort();
+        let broker = broker_keys(&b);
+        let settled = rows.len() >= 3
+            && rows.iter().all(|(_, acked)| *acked)
+            && drained(&b, "ana")
+            && broker == harness;
+        settled.then_some(broker)
+    });
+    assert!(broker.contains(&lost_key), "{broker:?}");
+    assert_eq!(
+        broker.iter().filter(|k| **k == lost_key).count(),
+        1,
+        "the lost run counted exactly once"
+    );
+    let (usd, tokens) = spent(&b, "ana");
+    assert!(
+        (usd - 0.01 * broker.len() as f64).abs() < 1e-9,
+        "{usd} for {} runs",
+        broker.len()
+    );
+    assert_eq!(tokens, 110 * broker.len() as u64);
+}
+
+// ---- what one report can do to a pool ----
+
+fn uuid(u: &str) -> ReportPool {
+    ReportPool {
+        account_uuid: Some(u.into()),
+        credential_sha256: None,
+        usage: None,
+    }
+}
+
+#[test]
+fn usage_limit_reports_are_capped_and_refused_for_a_pool_not_the_agents() {
+    let b = Broker::start_config(
+        r#"{"agents":[{"name":"ana"},{"name":"bob"},{"name":"cat"},{"name":"dan","account":"own"}]}"#,
+    );
+    let (mut ana, mut bob, mut cat, mut dan) = (
+        b.agent("ana"),
+        b.agent("bob"),
+        b.agent("cat"),
+        b.agent("dan"),
+    );
+    ok(&mut ana, uuid("u-1"));
+    ok(&mut bob, uuid("u-1"));
+    ok(&mut cat, uuid("u-2"));
+    let limit = |until, credential| ReportUsageLimit {
+        until,
+        detail: "You've hit your session limit".into(),
+        credential,
+    };
+    let t = now();
+    // cat names ana's pool without being in it: refused, nothing parked.
+    let e = refused(&mut cat, limit(t + 600, uuid("u-1")));
+    assert!(
+        e.contains("the credential named is pool uuid:u-1, but cat draws on pool uuid:u-2"),
+        "{e}"
+    );
+    // A report that names no credential is not the pool's either.
+    let e = refused(&mut ana, limit(t + 600, ReportPool::default()));
+    assert!(e.contains("agent:ana"), "{e}");
+    assert!(agent_row(&b, "ana").paused.is_none());
+    assert!(agent_row(&b, "bob").paused.is_none());
+    assert!(
+        !operator_inbox(&b)
+            .iter()
+            .any(|m| m.kind == MsgKind::UsageLimit),
+        "no notice for a refused report"
+    );
+
+    // A reset 30 days ahead parks the pool for 6 h at most.
+    ok(&mut ana, limit(t + 30 * 86_400, uuid("u-1")));
+    let paused = agent_row(&b, "bob").paused.expect("bob shares ana's pool");
+    let until = paused.until.unwrap();
+    assert!(
+        until <= now() + 6 * 3600 && until >= t + 6 * 3600,
+        "capped at 6 h: {until}"
+    );
+    assert!(
+        agent_row(&b, "cat").paused.is_none(),
+        "another pool runs on"
+    );
+    let notice = operator_inbox(&b)
+        .into_iter()
+        .find(|m| m.kind == MsgKind::UsageLimit)
+        .expect("one notice");
+    assert!(notice.body.contains("reported by ana"), "{}", notice.body);
+
+    // dan's fleet entry names its account: its reports cannot move it, and
+    // its limit parks its own account only.
+    ok(&mut dan, uuid("u-2"));
+    ok(&mut dan, limit(now() + 600, uuid("u-2")));
+    let notice = operator_inbox(&b)
+        .into_iter()
+        .find(|m| m.kind == MsgKind::UsageLimit)
+        .expect("dan's notice");
+    assert!(
+        notice.body.contains("pool account:own (dan)") && notice.body.contains("reported by dan"),
+        "{}",
+        notice.body
+    );
+    assert!(
+        agent_row(&b, "cat").paused.is_none(),
+        "uuid:u-2 is not parked"
+    );
+
+    // A move between pools is the broker's to log.
+    ok(&mut cat, uuid("u-1"));
+    wait_for(T, "the move in the broker's log", || {
+        b.log()
+            .contains("cat moves from pool uuid:u-2 to pool uuid:u-1")
+            .then_some(())
+    });
+}
+
+// ---- /metrics ----
+
+#[test]
+fn the_agent_page_exports_spend_and_budget_gauges_and_own_budget_is_the_agents() {
+    let (_d, fake) = scenario(CENT);
+    let b = Broker::start_config(
+        r#"{"budget":{"usd":7.0,"per":"week"},"agents":[{"name":"ana","budget":{"usd":0.01,"tokens":5000,"per":"day"}}]}"#,
+    );
+    let fake_dir = fake.dir.display().to_string();
+    let h = Harness::start(&b, "ana", &[("FAKE_CLAUDE_DIR", &fake_dir)]);
+    fake.wait_count(1);
+    wait_for(T, "the kick's spend", || {
+        (spent(&b, "ana").0 > 0.0).then_some(())
+    });
+    let page = Page::of(&h.state_dir());
+    // The figures are cached for 10 s: wait until they include the kick.
+    let text = wait_for(Duration::from_secs(40), "the spend in /metrics", || {
+        let r = page.get("/metrics");
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body
+            .contains("hive_spend_usd{scope=\"agent\",per=\"day\"} 0.01\n")
+            .then_some(r.body)
+    });
+    for want in [
+        "hive_budget_up 1\n",
+        "hive_spend_tokens{scope=\"agent\",per=\"day\"} 110\n",
+        "hive_spend_cache_read_tokens{scope=\"agent\",per=\"day\"} 50\n",
+        "hive_budget_usd{scope=\"agent\",per=\"day\"} 0.01\n",
+        "hive_budget_tokens{scope=\"agent\",per=\"day\"} 5000\n",
+        "hive_budget_usd{scope=\"hive\",per=\"week\"} 7\n",
+        "hive_spend_usd{scope=\"hive\",per=\"week\"} 0.01\n",
+        "hive_budget_reached{scope=\"agent\",per=\"day\"} 1\n",
+        "hive_budget_reached{scope=\"hive\",per=\"week\"} 0\n",
+        "hive_paused_by_budget 1\n",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    // Without its token the page answers nothing of it.
+    let bare = common::web::get(&page.url("/metrics"));
+    assert_eq!(bare.status, 401);
+    assert!(!bare.body.contains("hive_spend"), "{}", bare.body);
+    // own_budget is the agent's: the hive's row and its own, never another's;
+    // the operator's socket is refused it.
+    let own: BudgetReply = b.agent("ana").call(&OwnBudget {}).unwrap();
+    let scopes: Vec<&str> = own.rows.iter().map(|r| r.scope.as_str()).collect();
+    assert_eq!(scopes, ["hive", "ana"]);
+    let e = refused(&mut b.host(), OwnBudget {});
+    assert!(e.contains("own_budget"), "{e}");
+}
