@@ -943,8 +943,11 @@ fn an_early_warning_marks_the_pool_until_allowed_or_the_limit() {
     // The limit itself replaces it.
     m.call_on("ana", 1, &warn, false);
     assert_eq!(near("bob")["reported_by"], "ana");
-    let limit = format!(r#"{{"cmd":"report_usage_limit","until":{until}}}"#);
-    m.call_on("ana", 1, &limit, false);
+    let limit = format!(
+        r#"{{"cmd":"report_usage_limit","until":{until},"credential":{{"account_uuid":"u1"}}}}"#
+    );
+    let (said, _) = m.call_on("ana", 1, &limit, false);
+    assert_eq!(said, r#"{"ok":true}"#);
     assert_eq!(near("bob"), serde_json::Value::Null);
     assert_eq!(rows()[1]["paused"]["reason"], "usage_limit", "{}", rows());
     // A bad report is refused with what is wrong, and changes nothing.
