@@ -269,8 +269,12 @@ fn a_kill_9_keeps_the_turns_and_the_live_ids_go_on() {
     assert_eq!(hits["hits"][0]["turn"], before["id"]);
     // The killed run may have handed out ids it never stored: the new ones
     // start past them, and a browser that saw the old ones just goes on.
-    let newest = history(&page, "limit=1");
-    let first_new = newest["turns"][0]["events"][0]["id"].as_u64().unwrap();
+    // The log writes a batch within 100 ms (LINGER) of its first event.
+    let first_new = wait_for(T, "the new run's first turn in the log", || {
+        let newest = history(&page, "limit=1");
+        let id = newest["turns"][0]["events"][0]["id"].as_u64()?;
+        (id > last).then_some(id)
+    });
     assert!(
         first_new > last + history::writer::RESTART_SKIP,
         "{first_new} after {last}"
@@ -300,8 +304,10 @@ fn a_kill_9_keeps_the_turns_and_the_live_ids_go_on() {
 #[test]
 fn without_a_log_the_ids_restart_and_an_old_client_is_reset() {
     let (b, mut h, page) = started(&[]);
-    let last = history(&page, "limit=1")["last_event_id"].as_u64().unwrap();
-    assert!(last > 0);
+    let last = wait_for(T, "the boot turn in the log", || {
+        let id = history(&page, "limit=1")["last_event_id"].as_u64()?;
+        (id > 0).then_some(id)
+    });
     h.terminate();
     let db = h.state_dir().join(history::FILE);
     for suffix in ["", "-wal", "-shm"] {
