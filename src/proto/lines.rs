@@ -157,19 +157,18 @@ pub fn decode<T: DeserializeOwned>(line: &str, peer: &str, what: &str) -> Result
 pub struct Conn {
     /// Who answers, for messages ("the broker", "the bash task daemon").
     peer: &'static str,
+    /// The stream, read through the buffer and written directly (`&UnixStream`
+    /// writes), so a connection is one descriptor.
     reader: BufReader<UnixStream>,
-    writer: UnixStream,
 }
 
 impl Conn {
     /// Connects to the socket at `path`; the error is the system's.
     pub fn connect(path: &Path, peer: &'static str) -> io::Result<Conn> {
         let stream = UnixStream::connect(path)?;
-        let writer = stream.try_clone()?;
         Ok(Conn {
             peer,
             reader: BufReader::new(stream),
-            writer,
         })
     }
 
@@ -192,7 +191,7 @@ impl Conn {
             return self.exchange_now(line, what);
         };
         let io = |e: io::Error| CallError::Io(format!("{} connection failed: {e}", self.peer));
-        let handle = self.writer.try_clone().map_err(io)?;
+        let handle = self.reader.get_ref().try_clone().map_err(io)?;
         let (done_tx, done_rx) = bounded::<()>(0);
         let cancel = cancel.clone();
         let cancelled = Arc::new(AtomicBool::new(false));
@@ -224,10 +223,8 @@ impl Conn {
         let mut out = Vec::with_capacity(line.len() + 1);
         out.extend_from_slice(line.as_bytes());
         out.push(b'\n');
-        let sent = self
-            .writer
-            .write_all(&out)
-            .and_then(|_| self.writer.flush());
+        let mut writer: &UnixStream = self.reader.get_ref();
+        let sent = writer.write_all(&out);
         if let Err(e) = sent {
             // A server that refuses a connection (too many on its socket) says
             // why in one line and closes: that line is the better error.
@@ -260,7 +257,7 @@ impl Conn {
 
     /// A second handle on the stream (`shutdown(Both)` on it ends a blocked call).
     pub fn shutdown_handle(&self) -> io::Result<UnixStream> {
-        self.writer.try_clone()
+        self.reader.get_ref().try_clone()
     }
 }
 
