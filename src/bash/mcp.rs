@@ -257,6 +257,22 @@ mod tests {
         }
     }
 
+    /// `tools/list` writes these schemas as text: the text is the serialized
+    /// schema, byte for byte.
+    #[test]
+    fn the_written_schemas_are_the_serialized_schemas() {
+        for t in (BashTools {
+            socket: "/nonexistent/bash.sock".into(),
+        })
+        .list()
+        {
+            let mut text = String::new();
+            t.input_schema.write_json(&mut text);
+            assert_eq!(text, t.input_schema.to_value().to_string(), "{}", t.name);
+            assert!(matches!(t.input_schema, InputSchema::Args(_)), "{}", t.name);
+        }
+    }
+
     #[test]
     fn ids_may_be_strings_or_integers() {
         let id = |v: serde_json::Value| {
