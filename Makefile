@@ -60,11 +60,18 @@ musl: musl-check
 	$(CARGO) build --release --target $(MUSL_TARGET) --bin hive
 	@ls -l $(MUSL_BIN)
 
-## Benchmarks, printed as ratios against baselines run side by side.
+## Benchmarks, printed as ratios against baselines run side by side, and the
+## goals of issue 19 at the end. The MCP servers compared with `hive mcp` (the
+## floor and an rmcp 1.7 server) are their own package with their own lockfile
+## (tests/bench/servers), built here only.
+BENCH_SERVERS := target/bench-servers/$(MUSL_TARGET)/release
 bench: musl
 	$(CARGO) build --release --target $(MUSL_TARGET) --example empty
+	$(CARGO) build --release --target $(MUSL_TARGET) --locked \
+	  --manifest-path tests/bench/servers/Cargo.toml --target-dir target/bench-servers
 	$(CARGO) bench --bench hive -- \
-	  --hive $(MUSL_BIN) --empty target/$(MUSL_TARGET)/release/examples/empty
+	  --hive $(MUSL_BIN) --empty target/$(MUSL_TARGET)/release/examples/empty \
+	  --floor $(BENCH_SERVERS)/mcp-floor --rmcp $(BENCH_SERVERS)/mcp-rmcp
 
 clean:
 	$(CARGO) clean

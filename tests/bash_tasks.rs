@@ -287,6 +287,33 @@ fn a_fast_task_answers_inline_and_fires_no_wake() {
     assert_eq!(mode & 0o777, 0o600);
 }
 
+/// `hive bash-mcp` answers claude's start-up on its main thread alone; the
+/// first call starts the signal, reader and writer threads.
+#[test]
+fn bash_mcp_answers_its_start_up_on_one_thread() {
+    let threads = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let mut mcp = Mcp::start(Path::new("/nonexistent/bash.sock"));
+    mcp.write(json!({"jsonrpc":"2.0","id":100,"method":"tools/list"}));
+    let list = mcp.response(100);
+    let tools = list["result"]["tools"].as_array().expect("a tool list");
+    assert_eq!(tools.len(), 2, "{list}");
+    assert_eq!(
+        threads(mcp.child.id()),
+        1,
+        "only the main thread before any call"
+    );
+    let (text, err) = mcp.call("status", json!({"id": "1"}));
+    assert!(err, "{text}");
+    assert!(
+        threads(mcp.child.id()) >= 4,
+        "signals, reader and writer after the first call"
+    );
+}
+
 #[test]
 fn a_slow_task_returns_an_id_then_wakes_the_agent() {
     let broker = Broker::start(&["ana"]);

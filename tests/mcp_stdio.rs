@@ -168,6 +168,42 @@ fn tools_list_shows_exactly_the_tools_of_the_groups() {
     );
 }
 
+/// The threads of process `pid`, from /proc.
+fn threads(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Claude's start-up messages are answered by `hive mcp`'s main thread alone:
+/// no thread (not even the signal thread) exists until the first `tools/call`,
+/// which starts the signal, reader and writer threads; a signal then ends it
+/// the usual way (128 + the signal).
+#[test]
+fn hive_mcp_answers_its_start_up_on_one_thread() {
+    let tmp = TempDir::new("mcp-start");
+    let log = tmp.path().join("mcp.log");
+    let mut p = McpProc::start(&[("HIVE_SOCKET", "/nonexistent/mcp.sock")], &log);
+    let init = p.initialize();
+    assert_eq!(init["result"]["serverInfo"]["name"], "hyperhive");
+    let list = p.request(1, "tools/list", json!({}));
+    assert!(!names(&list).is_empty(), "{list}");
+    let again = p.request(2, "tools/list", json!({}));
+    assert_eq!(names(&again), names(&list));
+    assert_eq!(threads(p.pid()), 1, "only the main thread before any call");
+    let text = p.tool_error(3, "get_agent_meta", json!({}));
+    assert!(
+        text.contains("no broker at /nonexistent/mcp.sock"),
+        "{text}"
+    );
+    assert!(
+        threads(p.pid()) >= 4,
+        "main, signals, reader and writer after the first call"
+    );
+    p.signal(libc::SIGTERM);
+    assert_eq!(p.wait_exit(ANSWER_WAIT), Some(143), "{}", p.log());
+}
+
 #[test]
 fn an_unknown_tool_group_stops_hive_mcp_with_its_name() {
     let (code, out, err) = run_hive(
@@ -269,6 +305,9 @@ fn recv_waits_for_the_first_message() {
 fn rows_return_to_the_inbox_when_hive_mcp_dies_before_writing_the_result() {
     let hive = Hive::start();
     let mut ruth = hive.mcp("ruth");
+    // A first call starts the reader and writer threads (before it, `hive mcp`
+    // answers on its main thread, and a full stdout would block that).
+    ruth.ok(2, "get_agent_meta", json!({}));
     // About 300 KB of answers nobody reads: the stdout pipe fills and the writer
     // thread blocks.
     let gate = ruth.stdout_gate();

@@ -101,6 +101,15 @@ fn the_static_binary_runs_alone_in_an_empty_root() {
         "{} is dynamically linked",
         bin.display()
     );
+    // ET_EXEC: linked at a fixed address (.cargo/config.toml), so it applies no
+    // relocations of its own at start (a static PIE is ET_DYN; see
+    // docs/performance.md).
+    assert_eq!(
+        u16::from_le_bytes([elf[0x10], elf[0x11]]),
+        2,
+        "{} is not linked at a fixed address",
+        bin.display()
+    );
     let size = elf.len() as u64;
     eprintln!(
         "release binary: {} bytes ({:.2} MiB)",

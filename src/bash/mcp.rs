@@ -8,7 +8,7 @@ use super::client::{self, CallError};
 use super::proto::{TaskReply, TaskStatus, TaskView, DEFAULT_RUN_WAIT_SECS};
 use super::report::outcome_line;
 use crate::mcp::schema::{self, Arg, Ty};
-use crate::mcp::{self, CallCtx, ServerInfo, ToolDef, ToolOutcome, Tools};
+use crate::mcp::{self, CallCtx, InputSchema, ServerInfo, ToolDef, ToolOutcome, Tools};
 use crate::proto::bashwire::Request;
 use serde::Deserialize;
 use serde_json::Value;
@@ -88,12 +88,12 @@ impl Tools for BashTools {
             ToolDef {
                 name: "run",
                 description: RUN_DESCRIPTION.into(),
-                input_schema: schema::schema(RUN_ARGS),
+                input_schema: InputSchema::Args(RUN_ARGS),
             },
             ToolDef {
                 name: "status",
                 description: STATUS_DESCRIPTION.into(),
-                input_schema: schema::schema(STATUS_ARGS),
+                input_schema: InputSchema::Args(STATUS_ARGS),
             },
         ]
     }
@@ -198,7 +198,6 @@ pub fn render(t: &TaskView) -> String {
 /// `hive bash-mcp`: serves MCP on stdin/stdout until EOF or a signal, then exits
 /// the process with the matching status.
 pub fn run_server(socket: PathBuf) -> Result<(), String> {
-    let signals = crate::sys::signals()?;
     let info = ServerInfo {
         name: "bash".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -207,8 +206,9 @@ pub fn run_server(socket: PathBuf) -> Result<(), String> {
     let tools = Arc::new(BashTools { socket });
     // `StdinLock` is not `Send`, so stdin goes in behind a `BufReader`.
     let input = std::io::BufReader::new(std::io::stdin());
-    let reason =
-        mcp::serve(info, tools, input, std::io::stdout(), signals).map_err(|e| e.to_string())?;
+    // The signal thread starts with the first call (see `mcp::serve`).
+    let reason = mcp::serve(info, tools, input, std::io::stdout(), crate::sys::signals)
+        .map_err(|e| e.to_string())?;
     std::process::exit(reason.exit_code());
 }
 
@@ -255,6 +255,22 @@ mod tests {
         ];
         for (v, want) in cases {
             assert_eq!(render(&v), want);
+        }
+    }
+
+    /// `tools/list` writes these schemas as text: the text is the serialized
+    /// schema, byte for byte.
+    #[test]
+    fn the_written_schemas_are_the_serialized_schemas() {
+        for t in (BashTools {
+            socket: "/nonexistent/bash.sock".into(),
+        })
+        .list()
+        {
+            let mut text = String::new();
+            t.input_schema.write_json(&mut text);
+            assert_eq!(text, t.input_schema.to_value().to_string(), "{}", t.name);
+            assert!(matches!(t.input_schema, InputSchema::Args(_)), "{}", t.name);
         }
     }
 

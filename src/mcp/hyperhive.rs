@@ -17,7 +17,7 @@ mod privileged;
 pub mod reminder_file;
 
 use super::schema::{self, Arg};
-use super::{CallCtx, ServerInfo, ToolDef, ToolOutcome, Tools};
+use super::{CallCtx, InputSchema, ServerInfo, ToolDef, ToolOutcome, Tools};
 use crate::groups::{self, Capability, ToolGroup};
 use crate::proto::command::Row;
 use crate::proto::paths::DEFAULT_AGENT_SOCKET;
@@ -217,7 +217,7 @@ impl Tools for HyperhiveTools {
             .map(|t| ToolDef {
                 name: t.name,
                 description: t.description.to_string(),
-                input_schema: schema::schema(t.args),
+                input_schema: InputSchema::Args(t.args),
             })
             .collect()
     }
@@ -280,7 +280,6 @@ fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
 /// Runs `hive mcp`: the hyperhive server on stdin and stdout until EOF or a
 /// signal; returns the process exit code.
 pub fn main() -> Result<i32, String> {
-    let signals = crate::sys::signals()?;
     let tools = HyperhiveTools::from_env()?;
     log::info!(
         "hive mcp: socket {}, groups {}, capabilities {}, tools {}",
@@ -305,7 +304,8 @@ pub fn main() -> Result<i32, String> {
         Arc::new(tools),
         input,
         io::stdout(),
-        signals,
+        // The signal thread starts with the first call (see `serve`).
+        crate::sys::signals,
     )
     .map_err(|e| e.to_string())?;
     Ok(reason.exit_code())

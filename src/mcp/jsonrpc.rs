@@ -2,7 +2,8 @@
 //! module owns the closed [`Message`] enum (request, notification, response), the
 //! request id, the error codes, and the framing: [`Message::read`] turns one input
 //! line into a message or into the error response that line deserves, and
-//! [`Message::write`] puts one message on one line and flushes. It knows nothing
+//! [`Message::line`] puts one message on one line ([`Message::write`] also
+//! flushes it). It knows nothing
 //! about MCP methods; `server.rs` gives them meaning.
 
 use crate::proto::lines::{self as wire, Line};
@@ -241,14 +242,19 @@ impl Message {
         }
     }
 
-    /// Writes the message as one line and flushes.
-    pub fn write(&self, w: &mut dyn Write) -> io::Result<()> {
+    /// The message as one line, its newline included.
+    pub fn line(&self) -> io::Result<Vec<u8>> {
         let mut line = serde_json::to_vec(&JsonRpc {
             jsonrpc: "2.0",
             msg: self,
         })?;
         line.push(b'\n');
-        w.write_all(&line)?;
+        Ok(line)
+    }
+
+    /// Writes the message as one line and flushes.
+    pub fn write(&self, w: &mut dyn Write) -> io::Result<()> {
+        w.write_all(&self.line()?)?;
         w.flush()
     }
 }

@@ -36,7 +36,42 @@ pub struct ToolDef {
     pub name: &'static str,
     pub description: String,
     /// A JSON Schema object describing `arguments`.
-    pub input_schema: Value,
+    pub input_schema: InputSchema,
+}
+
+/// A tool's JSON Schema.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InputSchema {
+    /// Declared as arguments (`schema.rs`): `tools/list` writes it straight
+    /// to JSON text, without building it as a `Value` first.
+    Args(&'static [schema::Arg]),
+    /// Any other schema object.
+    Json(Value),
+}
+
+impl InputSchema {
+    /// The schema as a JSON value.
+    pub fn to_value(&self) -> Value {
+        match self {
+            InputSchema::Args(args) => schema::schema(args),
+            InputSchema::Json(v) => v.clone(),
+        }
+    }
+
+    /// Appends the schema as JSON text: what serializing [`InputSchema::to_value`]
+    /// gives.
+    pub fn write_json(&self, out: &mut String) {
+        match self {
+            InputSchema::Args(args) => schema::write_schema(args, out),
+            InputSchema::Json(v) => out.push_str(&v.to_string()),
+        }
+    }
+}
+
+impl From<Value> for InputSchema {
+    fn from(v: Value) -> InputSchema {
+        InputSchema::Json(v)
+    }
 }
 
 /// Runs after the result line was written and flushed, on the writer thread, so it
@@ -79,8 +114,9 @@ impl From<Result<ToolOutcome, ToolOutcome>> for ToolOutcome {
 
 /// A tool provider. One instance serves every call, each on its own thread.
 pub trait Tools: Send + Sync + 'static {
-    /// The tools to advertise. Called for `tools/list` and to check the name of
-    /// every `tools/call`, inline on the server's loop, so it must be fast.
+    /// The tools to advertise. Called once, inline on the server's loop, for
+    /// the first `tools/list` or `tools/call`; the server keeps the answer (to
+    /// list them and to check the name of every call), so it must not change.
     fn list(&self) -> Vec<ToolDef>;
 
     /// Runs one call on its own thread. `name` is one of [`Tools::list`]'s names and

@@ -112,6 +112,125 @@ impl Arg {
     }
 }
 
+/// Appends `s` as a JSON string, escaped as serde_json escapes it (`\"`,
+/// `\\`, the short escapes of `\b \f \n \r \t`, `\u00xx` for the other
+/// control characters; nothing else). Runs of bytes that need no escape (all
+/// of a tool's description, as a rule) are found eight bytes at a time and
+/// copied whole.
+pub fn push_json_str(out: &mut String, s: &str) {
+    use std::fmt::Write as _;
+    out.push('"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(word) = bytes.get(i..i + 8) {
+            let word = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+            if !needs_escape(word) {
+                i += 8;
+                continue;
+            }
+        }
+        let b = bytes[i];
+        let short = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        // Every escaped byte is ASCII, so `i` is a character boundary.
+        out.push_str(&s[start..i]);
+        if short.is_empty() {
+            let _ = write!(out, "\\u{b:04x}");
+        } else {
+            out.push_str(short);
+        }
+        i += 1;
+        start = i;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}
+
+/// Whether one of the eight bytes of `w` is a control character, `"` or `\\`
+/// (the word-at-a-time tests for a byte below a bound and for a zero byte:
+/// exact about whether there is one, not about where).
+fn needs_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+    let quote = zero_byte(w ^ (ONES * u64::from(b'"')));
+    let backslash = zero_byte(w ^ (ONES * u64::from(b'\\')));
+    control | quote | backslash != 0
+}
+
+/// [`schema`] written straight to JSON text: byte for byte what serializing
+/// [`schema`] gives (its keys in order), without building the value. Every
+/// agent's `hive mcp` answers `tools/list` from this at start-up.
+pub fn write_schema(args: &[Arg], out: &mut String) {
+    use std::fmt::Write as _;
+    out.push_str(r#"{"additionalProperties":false,"properties":{"#);
+    let mut sorted: Vec<&Arg> = args.iter().collect();
+    sorted.sort_by_key(|a| a.name);
+    sorted.dedup_by_key(|a| a.name);
+    for (i, a) in sorted.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_json_str(out, a.name);
+        out.push_str(r#":{"description":"#);
+        push_json_str(out, a.description);
+        match a.ty {
+            Ty::Str | Ty::Id => out.push_str(r#","type":"string""#),
+            Ty::StrMax(n) => {
+                let _ = write!(out, r#","maxLength":{n},"type":"string""#);
+            }
+            Ty::Enum(values) => {
+                out.push_str(r#","enum":["#);
+                for (j, v) in values.iter().enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    push_json_str(out, v);
+                }
+                out.push_str(r#"],"type":"string""#);
+            }
+            Ty::Int => out.push_str(r#","type":"integer""#),
+            Ty::Uint { min, max } => {
+                if let Some(m) = max {
+                    let _ = write!(out, r#","maximum":{m}"#);
+                }
+                let _ = write!(out, r#","minimum":{min},"type":"integer""#);
+            }
+            Ty::Bool => out.push_str(r#","type":"boolean""#),
+            Ty::StrList => out.push_str(r#","items":{"type":"string"},"type":"array""#),
+        }
+        out.push('}');
+    }
+    out.push('}');
+    let mut required = args.iter().filter(|a| a.required).peekable();
+    if required.peek().is_some() {
+        out.push_str(r#","required":["#);
+        for (i, a) in required.enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            push_json_str(out, a.name);
+        }
+        out.push(']');
+    }
+    out.push_str(r#","type":"object"}"#);
+}
+
 /// The JSON Schema of `args`: a closed object.
 pub fn schema(args: &[Arg]) -> Value {
     let mut props = Map::new();
@@ -203,6 +322,51 @@ pub fn decode<T: DeserializeOwned>(args: &[Arg], value: Value) -> Result<T, Tool
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The schema written as text is the serialized schema, byte for byte,
+    /// for every type of argument, none, and strings that need escaping; and
+    /// a string is escaped as serde_json escapes it.
+    #[test]
+    fn the_written_schema_is_the_serialized_schema() {
+        const ALL: &[Arg] = &[
+            Arg::req("z", Ty::Str, "a \"quoted\"\\ line\nwith\ttabs \u{1} and é"),
+            Arg::opt("a", Ty::StrMax(9), "m"),
+            Arg::req("e", Ty::Enum(&["x", "y\"z"]), "e"),
+            Arg::opt("i", Ty::Id, "i"),
+            Arg::opt("n", Ty::Int, "n"),
+            Arg::opt(
+                "u",
+                Ty::Uint {
+                    min: 0,
+                    max: Some(30),
+                },
+                "u",
+            ),
+            Arg::opt("v", Ty::Uint { min: 1, max: None }, "v"),
+            Arg::opt("b", Ty::Bool, "b"),
+            Arg::req("l", Ty::StrList, "l"),
+        ];
+        for args in [ALL, &ALL[1..2], &[][..]] {
+            let mut out = String::new();
+            write_schema(args, &mut out);
+            assert_eq!(out, schema(args).to_string());
+        }
+        let long = "eight by eight: \"quoted\" and\\back, a\ttab\u{0}, é→ and a long plain run";
+        for s in [
+            "",
+            "plain",
+            "\"\\\u{8}\u{c}\n\r\t\u{0}\u{1f}\u{7f}/é→",
+            long,
+            &long[1..],
+            &long[3..],
+            "ends with a quote\"",
+            "\u{1f}\u{20}\u{21}\u{22}\u{5b}\u{5c}\u{5d}\u{7e}\u{7f}\u{80}ÿ",
+        ] {
+            let mut out = String::new();
+            push_json_str(&mut out, s);
+            assert_eq!(out, serde_json::to_string(s).unwrap());
+        }
+    }
 
     const ARGS: &[Arg] = &[
         Arg::req("to", Ty::Str, "who"),

@@ -1,13 +1,19 @@
 //! The MCP server loop and its threads. [`serve`] owns one loop that answers
 //! `initialize`, `ping` and `tools/list` inline, starts one thread per `tools/call`,
 //! routes `notifications/cancelled` to the call it names, and decides which call
-//! results reach the writer; a reader thread owns stdin and a writer thread owns
-//! stdout, running each result's post-write hook after its line is flushed. The
-//! loop ends on stdin EOF, on an exit signal (see `crate::sys::signals`) or when
-//! stdout fails, without waiting for tool threads: their calls are cancelled.
+//! results reach the writer. Until the first `tools/call` the loop runs alone on
+//! the caller's thread, reading stdin and writing stdout itself: claude's
+//! start-up messages (`initialize`, `tools/list`) are answered before any thread
+//! exists, and a server that is never called never starts one. The first call
+//! starts the signal thread, a reader thread that owns stdin and a writer thread
+//! that owns stdout, running each result's post-write hook after its line is
+//! flushed. The `tools/list` answer is built once and kept. The loop ends on
+//! stdin EOF, on an exit signal (see `crate::sys::signals`) or when stdout
+//! fails, without waiting for tool threads: their calls are cancelled.
 
 use super::jsonrpc::{Message, Notification, Request, RequestId, Response};
 use super::jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND};
+use super::schema::push_json_str;
 use super::{AfterWrite, CallCtx, ServerInfo, ToolOutcome, Tools};
 use crossbeam_channel::{never, select, Receiver, Sender};
 use log::{debug, error, info, warn};
@@ -52,29 +58,61 @@ impl ExitReason {
     }
 }
 
-/// Serves MCP on `input` and `output` until EOF, a signal on `signals` (pass
-/// [`crossbeam_channel::never`] for none) or a failed write, which is the `Err`
-/// case, as is a failed read. `input` and `output` go to their own threads, which
-/// are not joined: a read blocked on stdin must not hold up the exit. Tool threads
-/// still running are cancelled and their results dropped.
+/// Serves MCP on `input` and `output` until EOF, an exit signal or a failed
+/// write, which is the `Err` case, as is a failed read. `signals` is called when
+/// the first `tools/call` arrives (it installs the signal thread and gives its
+/// channel; pass `|| Ok(never())` for none): until then the server runs on this
+/// thread alone and a signal takes its default action, ending a process that
+/// has nothing in flight. From the first call on, `input` and `output` go to
+/// their own threads, which are not joined: a read blocked on stdin must not
+/// hold up the exit. Tool threads still running are cancelled and their
+/// results dropped.
 pub fn serve(
     info: ServerInfo,
     tools: Arc<dyn Tools>,
-    input: impl BufRead + Send + 'static,
+    mut input: impl BufRead + Send + 'static,
     output: impl Write + Send + 'static,
-    signals: Receiver<i32>,
+    signals: impl FnOnce() -> Result<Receiver<i32>, String>,
 ) -> io::Result<ExitReason> {
     let (events_tx, events_rx) = crossbeam_channel::unbounded();
-    let closing = Arc::new(AtomicBool::new(false));
+    let mut server = Server {
+        info,
+        tools,
+        listing: None,
+        sink: Sink::Direct(Box::new(output)),
+        events: events_tx,
+        inflight: HashMap::new(),
+        next_serial: 0,
+    };
+    // Alone on this thread until a call needs one of its own.
+    let first_call = loop {
+        let event = match Message::read(&mut input) {
+            Ok(Some(Ok(Message::Request(req)))) if req.method == "tools/call" => break req,
+            Ok(Some(incoming)) => Event::Incoming(incoming),
+            Ok(None) => Event::InputEnded(Ok(())),
+            Err(e) => Event::InputEnded(Err(e)),
+        };
+        if let Some(exit) = server.on_event(event) {
+            return exit;
+        }
+        if let Some(e) = server.sink.failed() {
+            return Err(output_failed(e));
+        }
+    };
 
-    let reader_events = events_tx.clone();
+    let signals = signals().map_err(io::Error::other)?;
+    let closing = Arc::new(AtomicBool::new(false));
+    let reader_events = server.events.clone();
     thread::Builder::new()
         .name("mcp-reader".into())
         .spawn(move || read_loop(input, reader_events))?;
-
+    let output = match std::mem::replace(&mut server.sink, Sink::Gone) {
+        Sink::Direct(output) => output,
+        _ => return Err(io::Error::other("stdout was lost before the first call")),
+    };
     let (writer_tx, writer_rx) = crossbeam_channel::unbounded();
     let (writer_done_tx, writer_done) = crossbeam_channel::bounded::<()>(0);
-    let writer_events = events_tx.clone();
+    let writer_events = server.events.clone();
     let writer_closing = Arc::clone(&closing);
     thread::Builder::new()
         .name("mcp-writer".into())
@@ -82,15 +120,8 @@ pub fn serve(
             write_loop(output, writer_rx, writer_events, writer_closing);
             drop(writer_done_tx);
         })?;
-
-    let mut server = Server {
-        info,
-        tools,
-        writer: writer_tx,
-        events: events_tx,
-        inflight: HashMap::new(),
-        next_serial: 0,
-    };
+    server.sink = Sink::Writer(writer_tx);
+    server.handle_request(first_call);
     let result = server.run(events_rx, signals);
 
     // From here on no hook runs: a result still queued may never reach the client.
@@ -109,6 +140,11 @@ pub fn serve(
     result
 }
 
+fn output_failed(e: io::Error) -> io::Error {
+    let msg = format!("writing MCP output failed: {e}");
+    io::Error::new(e.kind(), msg)
+}
+
 /// Everything the loop sees, from the reader, the writer and the call threads.
 enum Event {
     Incoming(Result<Message, Response>),
@@ -121,10 +157,72 @@ enum Event {
     OutputFailed(io::Error),
 }
 
-/// One line for the writer and the hook to run once it is flushed.
+/// One line for the writer (serialized on the loop, newline included) and the
+/// hook to run once it is flushed.
 struct Outgoing {
-    msg: Message,
+    line: Vec<u8>,
     after: Option<AfterWrite>,
+}
+
+/// Where the loop's answers go.
+enum Sink {
+    /// Before the threads start: written and flushed on the loop's thread;
+    /// the first failure is kept here and ends the loop.
+    Direct(Box<dyn Write + Send>),
+    Failed(io::Error),
+    /// The writer thread's queue.
+    Writer(Sender<Outgoing>),
+    /// Only while the sink is being swapped.
+    Gone,
+}
+
+impl Sink {
+    /// The error of a failed direct write, once.
+    fn failed(&mut self) -> Option<io::Error> {
+        match std::mem::replace(self, Sink::Gone) {
+            Sink::Failed(e) => Some(e),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+}
+
+/// The `tools/list` answer, built once: the provider's list does not change
+/// while the server runs.
+struct Listing {
+    names: Vec<&'static str>,
+    /// The `result` member as JSON text.
+    result: String,
+}
+
+impl Listing {
+    /// Written as JSON text straight from the definitions: the same text as
+    /// serializing `{"tools": [{"name", "description", "inputSchema"}, …]}`
+    /// (keys in order), without building that value.
+    fn of(tools: &dyn Tools) -> Listing {
+        let defs = tools.list();
+        let mut result = String::with_capacity(16 * 1024);
+        result.push_str(r#"{"tools":["#);
+        for (i, t) in defs.iter().enumerate() {
+            if i > 0 {
+                result.push(',');
+            }
+            result.push_str(r#"{"description":"#);
+            push_json_str(&mut result, &t.description);
+            result.push_str(r#","inputSchema":"#);
+            t.input_schema.write_json(&mut result);
+            result.push_str(r#","name":"#);
+            push_json_str(&mut result, t.name);
+            result.push('}');
+        }
+        result.push_str("]}");
+        Listing {
+            names: defs.iter().map(|t| t.name).collect(),
+            result,
+        }
+    }
 }
 
 fn read_loop(mut input: impl BufRead, events: Sender<Event>) {
@@ -142,13 +240,13 @@ fn read_loop(mut input: impl BufRead, events: Sender<Event>) {
 }
 
 fn write_loop(
-    mut output: impl Write,
+    mut output: Box<dyn Write + Send>,
     outgoing: Receiver<Outgoing>,
     events: Sender<Event>,
     closing: Arc<AtomicBool>,
 ) {
-    for Outgoing { msg, after } in outgoing {
-        if let Err(e) = msg.write(&mut output) {
+    for Outgoing { line, after } in outgoing {
+        if let Err(e) = output.write_all(&line).and_then(|_| output.flush()) {
             // The hook, if any, is dropped unrun; so is everything still queued.
             let _ = events.send(Event::OutputFailed(e));
             return;
@@ -172,7 +270,8 @@ struct Inflight {
 struct Server {
     info: ServerInfo,
     tools: Arc<dyn Tools>,
-    writer: Sender<Outgoing>,
+    listing: Option<Listing>,
+    sink: Sink,
     events: Sender<Event>,
     inflight: HashMap<RequestId, Inflight>,
     /// Tells a late result of a cancelled call from a new call reusing its id.
@@ -224,22 +323,41 @@ impl Server {
                 serial,
                 outcome,
             } => self.finish_call(id, serial, outcome),
-            Event::OutputFailed(e) => {
-                let msg = format!("writing MCP output failed: {e}");
-                return Some(Err(io::Error::new(e.kind(), msg)));
-            }
+            Event::OutputFailed(e) => return Some(Err(output_failed(e))),
         }
         None
     }
 
-    fn send(&self, response: Response, after: Option<AfterWrite>) {
-        let out = Outgoing {
-            msg: response.into(),
-            after,
-        };
-        if self.writer.send(out).is_err() {
-            debug!("the writer is gone; dropping a response");
+    fn send(&mut self, response: Response, after: Option<AfterWrite>) {
+        match Message::from(response).line() {
+            Ok(line) => self.send_line(line, after),
+            Err(e) => error!("cannot serialize a response: {e}"),
         }
+    }
+
+    /// Sends one serialized line: written here before the threads start, else
+    /// queued for the writer.
+    fn send_line(&mut self, line: Vec<u8>, after: Option<AfterWrite>) {
+        match &mut self.sink {
+            Sink::Direct(out) => {
+                if let Err(e) = out.write_all(&line).and_then(|_| out.flush()) {
+                    self.sink = Sink::Failed(e);
+                }
+                // Only tool results carry hooks, and none runs before the threads.
+                debug_assert!(after.is_none());
+            }
+            Sink::Writer(tx) => {
+                if tx.send(Outgoing { line, after }).is_err() {
+                    debug!("the writer is gone; dropping a response");
+                }
+            }
+            Sink::Failed(_) | Sink::Gone => debug!("stdout failed; dropping a response"),
+        }
+    }
+
+    fn listing(&mut self) -> &Listing {
+        self.listing
+            .get_or_insert_with(|| Listing::of(&*self.tools))
     }
 
     fn handle(&mut self, msg: Message) {
@@ -255,7 +373,7 @@ impl Server {
         let result = match method.as_str() {
             "initialize" => self.initialize(&params),
             "ping" => json!({}),
-            "tools/list" => self.tools_list(),
+            "tools/list" => return self.tools_list(&id),
             "tools/call" => return self.start_call(id, params),
             _ => {
                 let msg = format!("Method not found: {method}");
@@ -291,16 +409,20 @@ impl Server {
         result
     }
 
-    fn tools_list(&self) -> Value {
-        let tools: Vec<Value> = self
-            .tools
-            .list()
-            .into_iter()
-            .map(|t| {
-                json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema})
-            })
-            .collect();
-        json!({ "tools": tools })
+    /// The kept listing in a response line, as `Message::line` would write it.
+    fn tools_list(&mut self, id: &RequestId) {
+        let id = match serde_json::to_string(id) {
+            Ok(id) => id,
+            Err(e) => return error!("cannot serialize id {id}: {e}"),
+        };
+        let result = &self.listing().result;
+        let mut line = Vec::with_capacity(result.len() + id.len() + 40);
+        line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+        line.extend_from_slice(id.as_bytes());
+        line.extend_from_slice(br#","result":"#);
+        line.extend_from_slice(result.as_bytes());
+        line.extend_from_slice(b"}\n");
+        self.send_line(line, None);
     }
 
     fn start_call(&mut self, id: RequestId, params: Value) {
@@ -309,7 +431,7 @@ impl Server {
             Ok(parsed) => parsed,
             Err(msg) => return self.send(invalid(msg), None),
         };
-        if !self.tools.list().iter().any(|t| t.name == name) {
+        if !self.listing().names.contains(&name.as_str()) {
             return self.send(invalid(format!("unknown tool: {name}")), None);
         }
         if self.inflight.contains_key(&id) {

@@ -157,19 +157,18 @@ pub fn decode<T: DeserializeOwned>(line: &str, peer: &str, what: &str) -> Result
 pub struct Conn {
     /// Who answers, for messages ("the broker", "the bash task daemon").
     peer: &'static str,
+    /// The stream, read through the buffer and written directly (`&UnixStream`
+    /// writes), so a connection is one descriptor.
     reader: BufReader<UnixStream>,
-    writer: UnixStream,
 }
 
 impl Conn {
     /// Connects to the socket at `path`; the error is the system's.
     pub fn connect(path: &Path, peer: &'static str) -> io::Result<Conn> {
         let stream = UnixStream::connect(path)?;
-        let writer = stream.try_clone()?;
         Ok(Conn {
             peer,
             reader: BufReader::new(stream),
-            writer,
         })
     }
 
@@ -192,7 +191,7 @@ impl Conn {
             return self.exchange_now(line, what);
         };
         let io = |e: io::Error| CallError::Io(format!("{} connection failed: {e}", self.peer));
-        let handle = self.writer.try_clone().map_err(io)?;
+        let handle = self.reader.get_ref().try_clone().map_err(io)?;
         let (done_tx, done_rx) = bounded::<()>(0);
         let cancel = cancel.clone();
         let cancelled = Arc::new(AtomicBool::new(false));
@@ -224,10 +223,8 @@ impl Conn {
         let mut out = Vec::with_capacity(line.len() + 1);
         out.extend_from_slice(line.as_bytes());
         out.push(b'\n');
-        let sent = self
-            .writer
-            .write_all(&out)
-            .and_then(|_| self.writer.flush());
+        let mut writer: &UnixStream = self.reader.get_ref();
+        let sent = writer.write_all(&out);
         if let Err(e) = sent {
             // A server that refuses a connection (too many on its socket) says
             // why in one line and closes: that line is the better error.
@@ -260,7 +257,7 @@ impl Conn {
 
     /// A second handle on the stream (`shutdown(Both)` on it ends a blocked call).
     pub fn shutdown_handle(&self) -> io::Result<UnixStream> {
-        self.writer.try_clone()
+        self.reader.get_ref().try_clone()
     }
 }
 
@@ -272,6 +269,12 @@ fn refuse(stream: UnixStream, why: &str) {
         let _ = (&stream).write_all(&line);
     }
 }
+
+/// How long a connection thread whose client left waits for the next client
+/// before it exits: a burst of short connections (`hive wake`, one per tool
+/// call of `hive mcp`) is served by the threads of the burst before it, not
+/// by a new thread each.
+const IDLE_KEEP: Duration = Duration::from_secs(10);
 
 /// The first pause after a failed accept; it doubles per failure in a row.
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
@@ -294,11 +297,14 @@ pub struct Acceptor {
 impl Acceptor {
     /// Accepts clients until `stop`, each on its own thread running `serve`
     /// with the connection, its id and what `admit` gave it (a slot under a
-    /// cap, released when dropped). A client `admit` refuses gets one
-    /// `ok:false` line saying why and is closed. A failed accept or a thread
-    /// that cannot be started (out of descriptors, memory or threads) never ends
-    /// the loop or drops the listener: it pauses with a doubling, capped backoff
-    /// and logs the first failure of each burst and the recovery.
+    /// cap, released when dropped). A thread whose client has left (and whose
+    /// slot is released) waits up to [`IDLE_KEEP`] for the next client, which
+    /// it is handed when it is idle; only when no thread is idle is a new one
+    /// started. A client `admit` refuses gets one `ok:false` line saying why
+    /// and is closed. A failed accept or a thread that cannot be started (out
+    /// of descriptors, memory or threads) never ends the loop or drops the
+    /// listener: it pauses with a doubling, capped backoff and logs the first
+    /// failure of each burst and the recovery.
     pub fn run<G: Send + 'static>(
         self,
         listener: UnixListener,
@@ -306,6 +312,8 @@ impl Acceptor {
         serve: impl Fn(UnixStream, u64, G) + Send + Sync + 'static,
     ) {
         let serve = Arc::new(serve);
+        // Zero capacity: a send succeeds only into an idle thread's receive.
+        let (idle_tx, idle_rx) = bounded::<(UnixStream, u64, G)>(0);
         let what = &self.what;
         let mut failures: u64 = 0;
         let mut refused: u64 = 0;
@@ -334,12 +342,27 @@ impl Acceptor {
                             refused = 0;
                         }
                         let id = self.ids.fetch_add(1, Ordering::Relaxed);
-                        let serve = serve.clone();
-                        std::thread::Builder::new()
-                            .name(format!("{}-{id}", self.thread))
-                            .spawn(move || serve(stream, id, guard))
-                            .err()
-                            .map(|e| format!("cannot start a connection thread for {what}: {e}"))
+                        match idle_tx.try_send((stream, id, guard)) {
+                            Ok(()) => None,
+                            Err(e) => {
+                                let (stream, id, guard) = e.into_inner();
+                                let serve = serve.clone();
+                                let idle = idle_rx.clone();
+                                std::thread::Builder::new()
+                                    .name(format!("{}-{id}", self.thread))
+                                    .spawn(move || {
+                                        let mut next = Some((stream, id, guard));
+                                        while let Some((stream, id, guard)) = next {
+                                            serve(stream, id, guard);
+                                            next = idle.recv_timeout(IDLE_KEEP).ok();
+                                        }
+                                    })
+                                    .err()
+                                    .map(|e| {
+                                        format!("cannot start a connection thread for {what}: {e}")
+                                    })
+                            }
+                        }
                     }
                 },
             };
@@ -498,6 +521,77 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         drop(cancel_tx);
         assert_eq!(t.join().unwrap(), Err(CallError::Cancelled));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Short connections one after another are served by the threads of the
+    /// ones before (a thread whose client left takes the next client), each
+    /// with its own id and its own slot, released when its client leaves.
+    #[test]
+    fn connections_in_a_row_reuse_idle_threads_and_release_their_slots() {
+        let dir = std::env::temp_dir().join(format!("hive-lines-reuse-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let acceptor = Acceptor {
+            what: "the test socket".into(),
+            thread: "test-conn",
+            ids: Arc::new(AtomicU64::new(1)),
+            stop: None,
+        };
+        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let slots = open.clone();
+        let (seen_tx, seen) = crossbeam_channel::unbounded();
+        std::thread::spawn(move || {
+            acceptor.run(
+                listener,
+                move || {
+                    // A slot: counted while a client holds it.
+                    struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+                    impl Drop for Slot {
+                        fn drop(&mut self) {
+                            self.0.fetch_sub(1, Ordering::SeqCst);
+                        }
+                    }
+                    slots.fetch_add(1, Ordering::SeqCst);
+                    Ok(Slot(slots.clone()))
+                },
+                move |stream, id, _slot| {
+                    let _ = seen_tx.send((id, std::thread::current().id()));
+                    serve_conn(
+                        stream,
+                        "busy",
+                        |l| (ok_line(&serde_json::json!({ "echo": l })), None::<()>),
+                        |_| {},
+                    );
+                },
+            )
+        });
+        let rounds = 20;
+        let mut threads = std::collections::HashSet::new();
+        let mut ids = std::collections::HashSet::new();
+        for i in 0..rounds {
+            let mut c = Conn::connect(&path, "the test server").unwrap();
+            let line = c.exchange(&format!("m{i}"), "m", None).unwrap();
+            assert_eq!(line, format!(r#"{{"ok":true,"echo":"m{i}"}}"#));
+            drop(c);
+            let (id, thread) = seen.recv_timeout(Duration::from_secs(10)).unwrap();
+            ids.insert(id);
+            threads.insert(thread);
+            // The client left: its slot is given back.
+            let end = std::time::Instant::now() + Duration::from_secs(10);
+            while open.load(Ordering::SeqCst) != 0 {
+                assert!(std::time::Instant::now() < end, "the slot was not released");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        assert_eq!(ids.len(), rounds, "each connection has its own id");
+        assert!(
+            threads.len() < rounds,
+            "{} threads served {rounds} connections in a row",
+            threads.len()
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -49,7 +49,7 @@ impl Tools for Echo {
         vec![ToolDef {
             name: "echo",
             description: "echoes its arguments".into(),
-            input_schema: serde_json::json!({"type":"object"}),
+            input_schema: serde_json::json!({"type":"object"}).into(),
         }]
     }
     fn call(&self, _name: &str, args: serde_json::Value, _ctx: &CallCtx) -> ToolOutcome {
@@ -85,7 +85,7 @@ pub fn jsonrpc(data: &[u8]) {
         Arc::new(Echo),
         std::io::Cursor::new(data.to_vec()),
         std::io::sink(),
-        crossbeam_channel::never(),
+        || Ok(crossbeam_channel::never()),
     );
 }
 

@@ -89,6 +89,8 @@ impl Write for BrokenWriter {
 struct TestTools {
     journal: Sender<String>,
     release: Receiver<()>,
+    /// How many times `list` was called.
+    lists: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl TestTools {
@@ -100,14 +102,26 @@ impl TestTools {
     }
 }
 
+impl TestTools {
+    /// Tools nobody watches (their journal and release go nowhere).
+    fn idle() -> TestTools {
+        TestTools {
+            journal: unbounded().0,
+            release: unbounded().1,
+            lists: Arc::default(),
+        }
+    }
+}
+
 impl Tools for TestTools {
     fn list(&self) -> Vec<ToolDef> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
         ["echo", "park", "boom", "fail", "hooked"]
             .into_iter()
             .map(|name| ToolDef {
                 name,
                 description: format!("the {name} test tool"),
-                input_schema: json!({"type": "object"}),
+                input_schema: json!({"type": "object"}).into(),
             })
             .collect()
     }
@@ -149,6 +163,9 @@ struct Harness {
     signals: Sender<i32>,
     release: Sender<()>,
     done: Receiver<io::Result<ExitReason>>,
+    /// One `()` when `serve` asked for its signal channel (its first call).
+    signals_asked: Receiver<()>,
+    lists: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn info() -> ServerInfo {
@@ -171,9 +188,12 @@ impl Harness {
         let (signals, signals_rx) = unbounded();
         let (release, release_rx) = unbounded();
         let (done_tx, done) = unbounded();
+        let (asked_tx, signals_asked) = unbounded();
+        let lists = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let tools = Arc::new(TestTools {
             journal: journal_tx.clone(),
             release: release_rx,
+            lists: Arc::clone(&lists),
         });
         let reader = ChanReader {
             rx: input_rx,
@@ -187,7 +207,11 @@ impl Harness {
             })
         });
         thread::spawn(move || {
-            let _ = done_tx.send(serve(info, tools, reader, output, signals_rx));
+            let signals = move || {
+                let _ = asked_tx.send(());
+                Ok(signals_rx)
+            };
+            let _ = done_tx.send(serve(info, tools, reader, output, signals));
         });
         Harness {
             input: Some(input),
@@ -195,6 +219,8 @@ impl Harness {
             signals,
             release,
             done,
+            signals_asked,
+            lists,
         }
     }
 
@@ -516,6 +542,110 @@ fn a_signal_returns_at_once_and_runs_no_hook() {
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(h.next(), "park cancelled");
     h.assert_quiet();
+}
+
+/// Claude's start-up (initialize, initialized, tools/list, ping, a bad line)
+/// is answered before `serve` starts anything: the signal channel is asked for
+/// only when the first call arrives, and then once.
+#[test]
+fn start_up_is_answered_before_the_signal_thread_and_the_first_call_starts_it() {
+    let h = Harness::start();
+    let got = h.request(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}"#);
+    assert_eq!(got["result"]["protocolVersion"], "2025-11-25");
+    h.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let got = h.request(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    assert_eq!(got["result"]["tools"].as_array().unwrap().len(), 5);
+    let got = h.request("{oops");
+    assert_eq!(got["error"]["code"], -32700);
+    let got = h.request(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#);
+    expect(got, r#"{"jsonrpc":"2.0","id":2,"result":{}}"#);
+    assert!(
+        h.signals_asked.try_recv().is_err(),
+        "no signal thread before the first call"
+    );
+    let got = h.request(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}"#);
+    assert_eq!(got["result"]["content"][0]["text"], "hi");
+    h.signals_asked
+        .recv_timeout(WAIT)
+        .expect("asked at the first call");
+    let got = h.request(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"text":"again"}}}"#);
+    assert_eq!(got["result"]["content"][0]["text"], "again");
+    assert!(h.signals_asked.try_recv().is_err(), "asked once");
+}
+
+/// The provider's list is read once, for the first tools/list, and serves every
+/// later listing and every call's name check; the kept answer is the same line
+/// each time.
+#[test]
+fn the_tool_list_is_built_once_and_kept() {
+    let h = Harness::start();
+    let first = {
+        h.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        h.next()
+    };
+    h.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    assert_eq!(h.next(), first, "the same answer, byte for byte");
+    let got = h.request(r#"{"jsonrpc":"2.0","id":"s","method":"tools/list"}"#);
+    assert_eq!(got["id"], "s");
+    let got = h.request(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}"#);
+    assert_eq!(got["result"]["content"][0]["text"], "x");
+    let got =
+        h.request(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"nope"}}"#);
+    assert_eq!(got["error"]["message"], "unknown tool: nope");
+    let got = h.request(r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#);
+    assert_eq!(got["result"]["tools"][0]["name"], "echo");
+    assert_eq!(h.lists.load(Ordering::SeqCst), 1);
+}
+
+/// Before the first call stdout is written on `serve`'s own thread: a failed
+/// write ends it with the same error the writer thread would give, and EOF
+/// ends it at once, both without a thread or a signal handler started.
+#[test]
+fn before_the_first_call_a_failed_write_or_eof_ends_serve_on_its_own_thread() {
+    let h = Harness::with(info(), Some(Box::new(BrokenWriter)));
+    h.send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    let err = h.exit().unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+    assert!(
+        err.to_string().starts_with("writing MCP output failed"),
+        "{err}"
+    );
+    assert!(h.signals_asked.try_recv().is_err());
+
+    let mut h = Harness::start();
+    let got = h.request(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    assert_eq!(got["id"], 1);
+    h.close_input();
+    assert_eq!(h.exit().unwrap(), ExitReason::Eof);
+    assert!(h.signals_asked.try_recv().is_err());
+}
+
+/// The listing written as text is what serializing the listing as a value
+/// gives, byte for byte, for every hyperhive tool (the bash server's schemas:
+/// `bash::mcp`'s tests).
+#[test]
+fn the_written_listing_is_the_serialized_listing() {
+    use crate::groups::{Capability, ToolGroup};
+    let hyperhive = crate::mcp::hyperhive::HyperhiveTools::new(
+        ToolGroup::ALL.to_vec(),
+        Capability::ALL.to_vec(),
+        "/nonexistent/mcp.sock".into(),
+        None,
+    );
+    let providers: [&dyn Tools; 2] = [&hyperhive, &TestTools::idle()];
+    for tools in providers {
+        let listing = Listing::of(tools);
+        let list: Vec<Value> = tools
+            .list()
+            .into_iter()
+            .map(|t| {
+                json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema.to_value()})
+            })
+            .collect();
+        assert!(list.len() >= 2);
+        assert_eq!(listing.result, json!({ "tools": list }).to_string());
+        assert_eq!(listing.names.len(), list.len());
+    }
 }
 
 #[test]
