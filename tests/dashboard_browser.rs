@@ -201,46 +201,10 @@ fn the_json_api_shows_the_hive_and_acts_as_the_operator() {
     assert!(icon.into_string().unwrap().starts_with("<svg"));
 }
 
-/// Clicks the element `css` matches from inside the page: the cards are
-/// redrawn whenever the live snapshot changes, so an element found over
-/// WebDriver may be gone by the time its click arrives.
-fn press(d: &Driver, css: &str) {
-    wait_for(T, css, || {
-        (d.js(&format!(
-            "const e = document.querySelector({css:?}); if (!e) return false; e.click(); return true"
-        )) == true)
-            .then_some(())
-    });
-}
-
-/// The text of the first element `css` matches, or None.
-fn text(d: &Driver, css: &str) -> Option<String> {
-    let v = d.js(&format!(
-        "const e = document.querySelector({css:?}); return e ? e.textContent.trim() : null"
-    ));
-    v.as_str().map(str::to_string)
-}
-
 fn badge(d: &Driver, agent: &str, kind: &str) -> Option<String> {
-    text(
-        d,
-        &format!(".card.agent[data-agent=\"{agent}\"] [data-badge=\"{kind}\"]"),
-    )
-}
-
-/// "HH:MM" of unix time `t` in the browser's time zone, computed here from
-/// the browser's offset (not with the page's own code).
-fn local_hhmm(d: &Driver, t: i64) -> String {
-    let offset = d
-        .js(&format!("return new Date({t} * 1000).getTimezoneOffset()"))
-        .as_i64()
-        .unwrap();
-    let local = t - offset * 60;
-    format!(
-        "{:02}:{:02}",
-        local.rem_euclid(86400) / 3600,
-        local.rem_euclid(3600) / 60
-    )
+    d.text_of(&format!(
+        ".card.agent[data-agent=\"{agent}\"] [data-badge=\"{kind}\"]"
+    ))
 }
 
 const BADGE_FLEET: &str = r#"{"agents": [
@@ -287,9 +251,10 @@ fn every_badge_link_and_button_of_a_card() {
     let q = ask(&up, "Deploy on Friday?", &["yes", "no"], false);
     d.click("#tabs button[data-tab=questions]");
     wait_for(T, "the question's cancel button", || {
-        text(&d, &format!("button[data-cancel-q=\"{q}\"]")).filter(|t| t == "Cancel question")
+        d.text_of(&format!("button[data-cancel-q=\"{q}\"]"))
+            .filter(|t| t == "Cancel question")
     });
-    press(&d, &format!("button[data-cancel-q=\"{q}\"]"));
+    d.press(&format!("button[data-cancel-q=\"{q}\"]"));
     wait_for(T, "the question to go", || {
         (d.js(&format!(
             "return document.querySelectorAll('[data-question=\"{q}\"]').length"
@@ -300,27 +265,20 @@ fn every_badge_link_and_button_of_a_card() {
     d.click("#tabs button[data-tab=agents]");
 
     // zed: stopped with its button; the card then offers Start.
-    press(
-        &d,
-        ".card.agent[data-agent=\"zed\"] button[data-act=\"stop\"]",
-    );
+    d.press(".card.agent[data-agent=\"zed\"] button[data-act=\"stop\"]");
     wait_for(T, "zed's stopped badge", || {
         badge(&d, "zed", "state").filter(|t| t == "stopped")
     });
     wait_for(T, "zed's stop result", || {
-        text(&d, ".card.agent[data-agent=\"zed\"] [data-result=\"done\"]")
+        d.text_of(".card.agent[data-agent=\"zed\"] [data-result=\"done\"]")
             .filter(|t| t == "zed is stopping and stays stopped")
     });
-    assert!(text(
-        &d,
-        ".card.agent[data-agent=\"zed\"] button[data-act=\"start\"]"
-    )
-    .is_some());
-    assert!(text(
-        &d,
-        ".card.agent[data-agent=\"zed\"] button[data-act=\"stop\"]"
-    )
-    .is_none());
+    assert!(d
+        .text_of(".card.agent[data-agent=\"zed\"] button[data-act=\"start\"]")
+        .is_some());
+    assert!(d
+        .text_of(".card.agent[data-agent=\"zed\"] button[data-act=\"stop\"]")
+        .is_none());
     wait_for(T, "zed's page link to go", || {
         (d.js("return !!document.querySelector('.card.agent[data-agent=\"zed\"] a[data-link=\"page\"]')")
             == false)
@@ -360,7 +318,7 @@ fn every_badge_link_and_button_of_a_card() {
             .then(|| kid["live"]["paused"]["until"].as_i64())
             .flatten()
     });
-    let want = format!("⊘ rate limited until {}", local_hhmm(&d, until));
+    let want = format!("⊘ rate limited until {}", d.local_hhmm(until));
     wait_for(T, "kid's rate-limit badge", || {
         badge(&d, "kid", "rate").filter(|t| *t == want)
     });
@@ -442,10 +400,7 @@ fn every_badge_link_and_button_of_a_card() {
     );
 
     // Update on boss: a spinner while it rebuilds, then how it ended.
-    press(
-        &d,
-        ".card.agent[data-agent=\"boss\"] button[data-act=\"update\"]",
-    );
+    d.press(".card.agent[data-agent=\"boss\"] button[data-act=\"update\"]");
     wait_for(T, "boss's rebuilding badge with its spinner", || {
         let spin = d.js(
             "return !!document.querySelector('.card.agent[data-agent=\"boss\"] [data-badge=\"state\"] .spin')",
@@ -459,11 +414,8 @@ fn every_badge_link_and_button_of_a_card() {
     let png = d.screenshot();
     std::fs::write(artifacts().join("dashboard-rebuilding.png"), png).unwrap();
     wait_for(T, "boss's update result", || {
-        text(
-            &d,
-            ".card.agent[data-agent=\"boss\"] [data-result=\"updated\"]",
-        )
-        .filter(|t| t.starts_with("✓ boss runs the current binary and config ("))
+        d.text_of(".card.agent[data-agent=\"boss\"] [data-result=\"updated\"]")
+            .filter(|t| t.starts_with("✓ boss runs the current binary and config ("))
     });
     // crash_watch's next tick sees it current.
     wait_for(T, "boss's needs-update badge to go", || {
@@ -472,10 +424,7 @@ fn every_badge_link_and_button_of_a_card() {
     assert_eq!(badge(&d, "boss", "state").as_deref(), Some("running"));
 
     // Start brings zed back.
-    press(
-        &d,
-        ".card.agent[data-agent=\"zed\"] button[data-act=\"start\"]",
-    );
+    d.press(".card.agent[data-agent=\"zed\"] button[data-act=\"start\"]");
     wait_for(T, "zed to run", || {
         badge(&d, "zed", "state").filter(|t| t == "running")
     });

@@ -60,45 +60,10 @@ fn send(up: &Up, to: &str, body: &str) {
     );
 }
 
-/// Clicks `css` once it exists (a card may be redrawn under a held element;
-/// typed text survives that).
-fn press(d: &Driver, css: &str) {
-    wait_for(T, css, || {
-        (d.js(&format!(
-            "const e = document.querySelector({css:?}); if (!e) return false; e.click(); return true"
-        )) == true)
-            .then_some(())
-    });
-}
-
-/// The text of the first element `css` matches, or None.
-fn text(d: &Driver, css: &str) -> Option<String> {
-    let v = d.js(&format!(
-        "const e = document.querySelector({css:?}); return e && !e.hidden ? e.textContent.trim() : null"
-    ));
-    v.as_str().map(str::to_string)
-}
-
 fn badge(d: &Driver, agent: &str, kind: &str) -> Option<String> {
-    text(
-        d,
-        &format!(".card.agent[data-agent=\"{agent}\"] [data-badge=\"{kind}\"]"),
-    )
-}
-
-/// "HH:MM" of unix time `t` in the browser's time zone, computed here from
-/// the browser's offset (not with the page's own code).
-fn local_hhmm(d: &Driver, t: i64) -> String {
-    let offset = d
-        .js(&format!("return new Date({t} * 1000).getTimezoneOffset()"))
-        .as_i64()
-        .unwrap();
-    let local = t - offset * 60;
-    format!(
-        "{:02}:{:02}",
-        local.rem_euclid(86400) / 3600,
-        local.rem_euclid(3600) / 60
-    )
+    d.shown_text_of(&format!(
+        ".card.agent[data-agent=\"{agent}\"] [data-badge=\"{kind}\"]"
+    ))
 }
 
 /// Whether `t` reads "⊘ usage limit · until HH:MM (in N…)" for `until`.
@@ -118,7 +83,7 @@ fn usage_badge_reads(t: &str, hhmm: &str) -> bool {
 fn page_badge(d: &Driver, up: &Up, agent: &str, want: impl Fn(&str) -> bool) -> String {
     d.goto(&format!("{}/agent/{agent}/open", up.dashboard().base));
     wait_for(LONG, &format!("{agent}'s page badge"), || {
-        text(d, "#rl").filter(|t| want(t))
+        d.shown_text_of("#rl").filter(|t| want(t))
     })
 }
 
@@ -178,7 +143,7 @@ fn the_limit_and_budget_badges_and_the_budget_field() {
             .find(|a| a["name"] == "bob")?["near_limit"]["until"]
             .as_i64()
     });
-    let want = format!("⚠ near usage limit · resets {}", local_hhmm(&d, near_until));
+    let want = format!("⚠ near usage limit · resets {}", d.local_hhmm(near_until));
     for a in ["ana", "bob"] {
         wait_for(LONG, &format!("{a}'s near-limit badge"), || {
             badge(&d, a, "near-limit").filter(|t| *t == want)
@@ -237,7 +202,7 @@ fn the_limit_and_budget_badges_and_the_budget_field() {
             .flatten()
     });
     send(&up, "bob", "bob's job while parked");
-    let hhmm = local_hhmm(&d, until);
+    let hhmm = d.local_hhmm(until);
     for a in ["ana", "bob"] {
         let t = wait_for(LONG, &format!("{a}'s usage-limit badge"), || {
             badge(&d, a, "usage").filter(|t| usage_badge_reads(t, &hhmm))
@@ -266,7 +231,7 @@ fn the_limit_and_budget_badges_and_the_budget_field() {
         (d.js("return !!document.getElementById('budget-cat')") == true).then_some(())
     });
     d.type_into("#budget-cat", "0.05");
-    press(&d, "button[data-budget=\"cat\"]");
+    d.press("button[data-budget=\"cat\"]");
     wait_for(LONG, "the queued job to run", || {
         (cat.count() >= 3).then_some(())
     });

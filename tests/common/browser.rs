@@ -204,4 +204,49 @@ impl Driver {
         let id = self.element(css);
         self.post(&format!("/element/{id}/click"), json!({}));
     }
+
+    /// Clicks the element `css` matches from inside the page, once it
+    /// exists: cards are redrawn whenever the live snapshot changes, so an
+    /// element found over WebDriver may be gone by the time its click
+    /// arrives (typed text survives a redraw).
+    pub fn press(&self, css: &str) {
+        wait_for(T, css, || {
+            (self.js(&format!(
+                "const e = document.querySelector({css:?}); if (!e) return false; e.click(); return true"
+            )) == true)
+                .then_some(())
+        });
+    }
+
+    /// The trimmed text of the first element `css` matches (hidden or not),
+    /// or None.
+    pub fn text_of(&self, css: &str) -> Option<String> {
+        let v = self.js(&format!(
+            "const e = document.querySelector({css:?}); return e ? e.textContent.trim() : null"
+        ));
+        v.as_str().map(str::to_string)
+    }
+
+    /// The same, but None when the element is hidden.
+    pub fn shown_text_of(&self, css: &str) -> Option<String> {
+        let v = self.js(&format!(
+            "const e = document.querySelector({css:?}); return e && !e.hidden ? e.textContent.trim() : null"
+        ));
+        v.as_str().map(str::to_string)
+    }
+
+    /// "HH:MM" of unix time `t` in the browser's time zone, computed here
+    /// from the browser's offset (not with the page's own code).
+    pub fn local_hhmm(&self, t: i64) -> String {
+        let offset = self
+            .js(&format!("return new Date({t} * 1000).getTimezoneOffset()"))
+            .as_i64()
+            .unwrap();
+        let local = t - offset * 60;
+        format!(
+            "{:02}:{:02}",
+            local.rem_euclid(86400) / 3600,
+            local.rem_euclid(3600) / 60
+        )
+    }
 }
