@@ -270,6 +270,9 @@ impl Hub {
         let members = self.pool_members(&pool);
         for m in &members {
             self.pools.resume_at.remove(m);
+            // An idle member parked in `recv_next` hears the pause now (its
+            // page shows it), not only when mail comes.
+            self.notify(m);
         }
         // The limit itself is shown now; the warning was about this window.
         self.pools.warned.remove(&pool);

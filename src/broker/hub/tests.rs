@@ -957,6 +957,32 @@ fn an_early_warning_marks_the_pool_until_allowed_or_the_limit() {
 }
 
 #[test]
+fn an_idle_member_parked_in_recv_next_hears_its_pool_park_at_once() {
+    let m = Mem::new(HIVE);
+    let uuid = r#"{"cmd":"report_pool","account_uuid":"u1"}"#;
+    m.call_on("ana", 1, uuid, false);
+    m.call_on("bob", 2, uuid, false);
+    // bob has no mail: his harness waits in recv_next.
+    let next = r#"{"cmd":"recv_next","wait_seconds":30}"#;
+    let (parked, woken) = m.call_on("bob", 2, next, true);
+    assert_eq!(parked, "WAIT");
+    let until = crate::proto::now() + 600;
+    let limit = format!(
+        r#"{{"cmd":"report_usage_limit","until":{until},"credential":{{"account_uuid":"u1"}}}}"#
+    );
+    m.call_on("ana", 1, &limit, false);
+    woken
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the park wakes bob's waiting recv_next");
+    // Asked again, as the connection thread does, the call answers the pause.
+    let got = m.call_on("bob", 2, next, true).0;
+    assert!(got.contains(r#""reason":"usage_limit""#), "{got}");
+    assert!(got.contains(&format!(r#""until":{until}"#)), "{got}");
+    // Told once: the next call parks again until the hub's timer ends it.
+    assert_eq!(m.call_on("bob", 2, next, true).0, "WAIT");
+}
+
+#[test]
 fn a_pool_pause_ends_on_the_hubs_timer_and_hands_out_in_order() {
     let m = Mem::new(HIVE);
     let uuid = r#"{"cmd":"report_pool","account_uuid":"u1"}"#;
