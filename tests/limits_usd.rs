@@ -4,7 +4,10 @@
 //! printing what CLI 2.1.197 prints, and with the real CLI against the fake
 //! Anthropic API); a spend row that outlives a harness killed before the broker
 //! answered; what one usage-limit report can do to a pool, bounded; the spend
-//! and budget gauges of the agent page's `/metrics` over HTTP.
+//! and budget gauges of the agent page's `/metrics` over HTTP; a spend row
+//! dated yesterday (re-sent after midnight) counting in yesterday's window,
+//! not today's; `turn_usd` known before the first run, also one that no
+//! hand-out drove.
 
 mod common;
 
@@ -13,7 +16,9 @@ use common::fake_anthropic::{FakeAnthropic, RequestKind, Scenario, Step, Usage};
 use common::hive::*;
 use common::web::Page;
 use hyperhive::harness::classify::{ExitInfo, TurnObserver, TurnOutcome};
-use hyperhive::proto::cmd::{BudgetReply, GetBudget, OwnBudget, ReportPool, ReportUsageLimit};
+use hyperhive::proto::cmd::{
+    BudgetReply, GetBudget, OwnBudget, ReportPool, ReportSpend, ReportUsageLimit,
+};
 use hyperhive::proto::{now, MsgKind};
 use rusqlite::Connection;
 use serde_json::json;
@@ -538,4 +543,116 @@ fn the_agent_page_exports_spend_and_budget_gauges_and_own_budget_is_the_agents()
     assert_eq!(scopes, ["hive", "ana"]);
     let e = refused(&mut b.host(), OwnBudget {});
     assert!(e.contains("own_budget"), "{e}");
+}
+
+// ---- a spend row counts in its run's window ----
+
+/// A run of ana's, reported on her socket as a harness reports it.
+fn spend(b: &Broker, key: &str, usd: f64, at: Option<i64>) -> ReportSpend {
+    let c = ReportSpend {
+        key: key.into(),
+        usd: Some(usd),
+        tokens: 1000,
+        cache_read: 0,
+        at,
+    };
+    let _: hyperhive::proto::Empty = b.agent("ana").call(&c).unwrap();
+    c
+}
+
+fn spend_at(b: &Broker, key: &str) -> i64 {
+    let c = Connection::open(b.state_dir().join("broker.db")).unwrap();
+    c.query_row("SELECT at FROM spend WHERE key = ?1", [key], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn a_spend_row_dated_yesterday_counts_in_yesterdays_window_not_todays() {
+    let b = Broker::start_config(
+        r#"{"budget":{"usd":0.05,"per":"day"},"agents":[{"name":"ana","budget":{"usd":0.05,"per":"day"}}]}"#,
+    );
+    // A run that ended yesterday, re-sent today (after a restart): a dollar,
+    // twenty times the day's budget.
+    let yesterday = now() - 86_400;
+    spend(&b, "b00t:1", 1.0, Some(yesterday));
+    assert_eq!(spend_at(&b, "b00t:1"), yesterday, "kept at the run's end");
+    assert_eq!(spent(&b, "ana"), (0.0, 0), "not today's spend");
+    assert_eq!(spent(&b, "hive"), (0.0, 0), "nor the hive's today");
+    let r: BudgetReply = b.host().call(&GetBudget {}).unwrap();
+    assert!(r.rows.iter().all(|r| !r.reached), "{r:?}");
+    // Its own window is over: nobody is told.
+    let told = operator_inbox(&b);
+    assert!(
+        told.iter().all(|m| !m.body.contains("[budget]")),
+        "{told:?}"
+    );
+    // The re-send of the same key is still kept once, where it was.
+    spend(&b, "b00t:1", 1.0, Some(yesterday));
+    assert_eq!(spent(&b, "ana"), (0.0, 0));
+
+    // A row without `at` (an older harness) counts when it arrives; one of
+    // a run that ended a minute ago counts today too, and reaching the
+    // budget is told once.
+    spend(&b, "old:1", 0.01, None);
+    assert!(spend_at(&b, "old:1") >= yesterday + 86_400);
+    spend(&b, "b00t:2", 0.04, Some(now() - 60));
+    let (usd, tokens) = spent(&b, "ana");
+    assert!((usd - 0.05).abs() < 1e-9, "{usd}");
+    assert_eq!(tokens, 2000);
+    let told: Vec<String> = operator_inbox(&b)
+        .into_iter()
+        .map(|m| m.body)
+        .filter(|b| b.contains("budget reached"))
+        .collect();
+    assert_eq!(told.len(), 2, "ana's and the hive's: {told:?}");
+
+    // A run ending an hour from now, or in 1970, is refused, naming `at`.
+    for at in [now() + 3600, 0] {
+        let e = refused(
+            &mut b.agent("ana"),
+            ReportSpend {
+                key: format!("bad:{at}"),
+                usd: Some(0.01),
+                tokens: 1,
+                cache_read: 0,
+                at: Some(at),
+            },
+        );
+        assert!(e.contains(&format!("at {at} must be the run's end")), "{e}");
+    }
+    let (usd, _) = spent(&b, "ana");
+    assert!((usd - 0.05).abs() < 1e-9, "nothing refused was kept: {usd}");
+}
+
+// ---- turn_usd before the first hand-out ----
+
+#[test]
+fn a_compaction_before_any_hand_out_carries_max_budget_usd() {
+    let (_d, fake) = scenario(CENT);
+    fake.step(1, "compact_ok 50000 1000");
+    let b = Broker::start_config(
+        r#"{"agents":[{"name":"ana","turn_usd":0.05,"budget":{"usd":0.01,"per":"day"}}]}"#,
+    );
+    // The day's budget is spent: the broker hands ana nothing, not even
+    // the boot's kick, so no `recv_next` answer ever carries a message.
+    spend(&b, "earlier:1", 0.02, None);
+    let fake_dir = fake.dir.display().to_string();
+    let h = Harness::start(&b, "ana", &[("FAKE_CLAUDE_DIR", &fake_dir)]);
+    let page = Page::of(&h.state_dir());
+    wait_for(T, "the budget pause on the page", || {
+        let s = page.get("/api/state").json();
+        (s["paused"]["reason"] == "budget").then_some(())
+    });
+    assert_eq!(fake.count(), 0, "nothing ran under the pause");
+    // The operator compacts the session: the run is capped like any other.
+    assert_eq!(page.post("/api/compact", "{}").status, 200);
+    fake.wait_count(1);
+    assert_eq!(fake.stdin(1).trim(), "/compact");
+    let argv = fake.argv(1);
+    let at = argv
+        .iter()
+        .position(|a| a == "--max-budget-usd")
+        .unwrap_or_else(|| panic!("no --max-budget-usd in {argv:?}"));
+    assert_eq!(argv[at + 1], "0.05");
+    assert_eq!(fake.count(), 1, "{argv:?}");
 }

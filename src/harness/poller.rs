@@ -1,9 +1,10 @@
 //! The harness's three connections to its agent socket, each owned by a
 //! thread: `poller` long-polls `recv_next` when the turn loop asks for the
 //! next message (or peeks once, without waiting, before a requested
-//! continue), `broker-calls` carries the loop's other requests (kick, ack,
-//! requeue, dead letters, counters, its pause, notices to the parent) in the
-//! order they were sent, and `status-watch` keeps a `status` call parked with
+//! continue and at boot; every answer carries the agent's `turn_usd`),
+//! `broker-calls` carries the loop's other requests (kick, ack, requeue,
+//! dead letters, counters, its pause, notices to the parent) in the order
+//! they were sent, and `status-watch` keeps a `status` call parked with
 //! what it has `seen` of the agent's status line and unread count, so a
 //! change reaches the loop (and the page) at once, also while a turn runs —
 //! when no `recv_next` can be parked, since the broker answers it with the
@@ -66,6 +67,9 @@ pub enum FromPoller {
     BrokerPause(Option<crate::proto::Paused>),
     /// The broker acknowledged the spend row with this key (issue 16).
     SpendAcked(String),
+    /// The agent's `turn_usd` as a `recv_next` answer gave it, before the
+    /// answer's other events (issue 16).
+    TurnUsd(Option<f64>),
 }
 
 /// What the long-poll thread is asked.
@@ -393,6 +397,11 @@ impl Conn {
             });
             if matches!(r, Ok(_) | Err(ClientError::Refused(_))) {
                 self.answered();
+            }
+            if let Ok(reply) = &r {
+                // Every answer says the agent's `turn_usd`, also one that
+                // hands out nothing: the loop knows it before its first run.
+                let _ = self.events.send(FromPoller::TurnUsd(reply.turn_usd));
             }
             if let Ok(RecvNextReply {
                 message: None,

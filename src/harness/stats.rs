@@ -4,7 +4,9 @@
 //! keeps the run's spend row for the broker (issue 16): its idempotency key
 //! (the boot id of the harness that ran it and the row id, stored with the row
 //! so it is the same after any restart) and whether the broker acknowledged
-//! it; at boot the loop sends the unacknowledged ones again, oldest first.
+//! it; at boot the loop sends the unacknowledged ones again, oldest first,
+//! each with its run's end (`started_at` + the duration), so the broker
+//! counts it in the window the run happened in.
 
 use crate::proto::cmd::ReportSpend;
 use crate::proto::turnstats;
@@ -110,6 +112,7 @@ impl Stats {
                 usd,
                 tokens,
                 cache_read,
+                at: Some(run_end(r.started_at, r.duration_ms as i64)),
             },
         ))
     }
@@ -129,7 +132,8 @@ impl Stats {
     pub fn unacked_spend(&self, limit: u32) -> Result<Vec<ReportSpend>, String> {
         let read = || -> rusqlite::Result<Vec<ReportSpend>> {
             let mut stmt = self.conn.prepare(
-                "SELECT spend_key, spend_usd, spend_tokens, spend_cache_read FROM turns
+                "SELECT spend_key, spend_usd, spend_tokens, spend_cache_read, started_at,
+                        duration_ms FROM turns
                  WHERE spend_acked = 0 AND spend_key IS NOT NULL ORDER BY id LIMIT ?1",
             )?;
             let rows = stmt.query_map(params![limit], |r| {
@@ -138,6 +142,7 @@ impl Stats {
                     usd: r.get(1)?,
                     tokens: r.get::<_, i64>(2)?.max(0) as u64,
                     cache_read: r.get::<_, i64>(3)?.max(0) as u64,
+                    at: Some(run_end(r.get(4)?, r.get(5)?)),
                 })
             })?;
             rows.collect()
@@ -149,6 +154,11 @@ impl Stats {
     pub fn last(&self) -> Option<TurnRow> {
         query(&self.conn, 1).ok()?.pop()
     }
+}
+
+/// When a run ended, unix seconds: its start plus its duration.
+fn run_end(started_at: i64, duration_ms: i64) -> i64 {
+    started_at.saturating_add(duration_ms.max(0) / 1000)
 }
 
 fn query(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<TurnRow>> {
@@ -227,4 +237,52 @@ pub fn recent(path: &Path, limit: u32) -> Result<Vec<TurnRow>, String> {
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(|e| format!("cannot read turn stats {}: {e}", path.display()))?;
     query(&conn, limit).map_err(|e| format!("cannot read turn stats: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(started_at: i64, duration_ms: u64) -> TurnRow {
+        TurnRow {
+            id: 0,
+            started_at,
+            duration_ms,
+            kind: "turn".into(),
+            outcome: "ok".into(),
+            model: "sonnet".into(),
+            sender: "operator".into(),
+            message_id: Some(1),
+            context_tokens: None,
+            tokens_in: 100,
+            tokens_out: 10,
+            cost_usd: 0.01,
+            session_id: None,
+            note: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_spend_row_carries_its_runs_end_also_when_sent_again() {
+        let dir = std::env::temp_dir().join(format!("hive-stats-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("turn-stats.db");
+        let stats = Stats::open(&path).unwrap();
+        // A run that started yesterday at 23:59:50 and took 20.5 s.
+        let start = 1_795_305_590;
+        let (_, sent) = stats
+            .record_with_spend(&row(start, 20_500), "b00t", Some(0.01), 110, 50)
+            .unwrap();
+        assert_eq!(sent.at, Some(start + 20));
+        // After a restart the unacknowledged row goes again, with the same
+        // end: the broker counts it in the run's window, not the re-send's.
+        drop(stats);
+        let stats = Stats::open(&path).unwrap();
+        let again = stats.unacked_spend(10).unwrap();
+        assert_eq!(again, vec![sent.clone()]);
+        stats.spend_acked(&sent.key).unwrap();
+        assert!(stats.unacked_spend(10).unwrap().is_empty());
+        drop(stats);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

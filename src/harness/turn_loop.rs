@@ -209,6 +209,9 @@ pub struct TurnLoop {
     /// The agent's `turn_usd` as the broker last handed it out (issue 16):
     /// passed to every run as `--max-budget-usd`.
     turn_usd: Option<f64>,
+    /// A `recv_next` answer gave `turn_usd`: until then no run starts (the
+    /// boot's first ask is a peek, answered at once), so none runs uncapped.
+    turn_usd_heard: bool,
 }
 
 impl TurnLoop {
@@ -258,6 +261,7 @@ impl TurnLoop {
             ),
             spend_seq: 0,
             turn_usd: None,
+            turn_usd_heard: false,
         }
     }
 
@@ -350,6 +354,7 @@ impl TurnLoop {
             }) => {
                 self.asked = false;
                 self.turn_usd = turn_usd;
+                self.turn_usd_heard = true;
                 let key = WorkKey::Message(message.id);
                 let work = Work {
                     key,
@@ -380,6 +385,15 @@ impl TurnLoop {
                 }
             }
             Event::Broker(FromPoller::BrokerPause(p)) => self.on_broker_pause(p),
+            Event::Broker(FromPoller::TurnUsd(u)) => {
+                self.turn_usd = u;
+                let first = !self.turn_usd_heard;
+                self.turn_usd_heard = true;
+                if first && self.compact_requested && self.free() {
+                    // A compaction asked for before the broker answered.
+                    self.advance();
+                }
+            }
             Event::Broker(FromPoller::SpendAcked(key)) => {
                 if let Some(stats) = &self.stats {
                     if let Err(e) = stats.spend_acked(&key) {
@@ -491,8 +505,14 @@ impl TurnLoop {
                 _ => self.bus.note("nothing to interrupt: no turn is running"),
             },
             Control::Compact => {
-                if self.free() {
+                if self.free() && self.turn_usd_heard {
                     self.start_compaction(Running::OperatorCompact, "operator request");
+                } else if self.free() {
+                    self.compact_requested = true;
+                    self.bus.note(
+                        "compaction queued: it runs once the broker has answered (it says the \
+                         agent's turn_usd)",
+                    );
                 } else {
                     self.compact_requested = true;
                     self.bus
@@ -515,7 +535,8 @@ impl TurnLoop {
     // ---- what comes next -------------------------------------------------
 
     /// The loop is free: an arrived message, a queued compaction, a waiting
-    /// continue (after a peek), or the next message, in that order.
+    /// continue (after a peek), or the next message, in that order. Nothing
+    /// runs before a `recv_next` answer said the agent's `turn_usd`.
     fn advance(&mut self) {
         self.phase = Phase::Idle;
         self.bus.set_turn_state(TurnState::Idle);
@@ -525,7 +546,7 @@ impl TurnLoop {
         if let Some(w) = self.arrived.take() {
             return self.start_work(w);
         }
-        if self.compact_requested && self.broker_pause.is_none() {
+        if self.compact_requested && self.broker_pause.is_none() && self.turn_usd_heard {
             self.compact_requested = false;
             return self.start_compaction(Running::OperatorCompact, "operator request");
         }
@@ -533,7 +554,9 @@ impl TurnLoop {
             return;
         }
         self.asked = true;
-        if self.continue_requested {
+        // A peek is answered at once: before a continue, and at boot, so
+        // `turn_usd` is known before any run.
+        if self.continue_requested || !self.turn_usd_heard {
             self.poller.peek();
         } else {
             self.poller.next();
@@ -1130,6 +1153,7 @@ impl TurnLoop {
                 usd: rep.cost_usd,
                 tokens: rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens,
                 cache_read: rep.cache_read_tokens,
+                at: Some(now()),
             }
         });
         self.poller.tell(Request::from(spend));

@@ -10,7 +10,9 @@
 //! one run each). The parent (the operator for a root agent; the operator for
 //! the hive) hears once at 80 % and once at 100 % per scope and window. The
 //! pause ends by itself at the rollover (the hub's timer) or when the budget
-//! is raised (`set_budget`, written with the fleet file's merge rule).
+//! is raised (`set_budget`, written with the fleet file's merge rule). A row
+//! counts in the window holding its run's end (`at`), so one re-sent after a
+//! restart past midnight is yesterday's, never today's.
 
 use super::approvals::follow;
 use super::{db_err, Done, Followup, Handled, Hub, Identity};
@@ -191,12 +193,17 @@ impl Hub {
         None
     }
 
-    /// `report_spend`: keeps the row (once per key), then the notices.
+    /// `report_spend`: keeps the row (once per key) at the run's end (`at`;
+    /// its arrival for a harness that does not say), then the notices of the
+    /// windows it changed: a row of a window already past counts there only,
+    /// and tells nobody.
     pub(super) fn report_spend(&mut self, agent: &str, c: ReportSpend) -> Result<Empty, String> {
         let t = now();
+        // The minute of slack `validate` allows ahead is this window's.
+        let at = c.at.map_or(t, |a| a.min(t));
         let new = self
             .db
-            .insert_spend(&c.key, agent, t, c.usd, c.tokens, c.cache_read)
+            .insert_spend(&c.key, agent, at, c.usd, c.tokens, c.cache_read)
             .map_err(db_err)?;
         if !new {
             return Ok(Empty {});
@@ -205,6 +212,10 @@ impl Hub {
             let Some(s) = self.standing(scope, t)? else {
                 continue;
             };
+            if at < s.start {
+                // Its own window is over: the current one did not change.
+                continue;
+            }
             let level = if s.reached() {
                 100
             } else if s.near() {

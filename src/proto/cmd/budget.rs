@@ -5,7 +5,9 @@
 //! for the calling agent and its hive only (its page's `/metrics` asks it;
 //! read-only, so any process holding the agent socket may), and `set_budget`, the
 //! operator's change of a budget (written to the fleet file with the merge
-//! rule of the operator's other writes).
+//! rule of the operator's other writes). A spend row carries the run's end
+//! time (`at`), so a row re-sent after a restart counts in the window its run
+//! happened in, not in the one it arrives in.
 
 use crate::proto::command::{Command, Invalid};
 use crate::proto::fleet::Per;
@@ -15,6 +17,14 @@ use serde::{Deserialize, Serialize};
 
 /// Longest idempotency key.
 pub const MAX_SPEND_KEY: usize = 80;
+
+/// How far in the future a spend row's `at` may be (clocks of one machine
+/// agree; a little slack for a run ending as the row is sent), seconds.
+pub const SPEND_AT_AHEAD: i64 = 60;
+
+/// The oldest `at` a spend row may carry: 2020-01-01 UTC, before any hive
+/// ran. Older is a clock that was never set, not a run.
+pub const SPEND_AT_MIN: i64 = 1_577_836_800;
 
 /// One claude run's spend. `usd` null: the run printed no `result` line, its
 /// cost is unknown (shown as such, counted as 0).
@@ -32,6 +42,11 @@ pub struct ReportSpend {
     /// Cache reads, shown apart and not counted against a budget.
     #[serde(default)]
     pub cache_read: u64,
+    /// When the run ended, unix seconds: the row counts in the budget window
+    /// holding it (a row re-sent after midnight counts in yesterday's). A
+    /// harness that does not send it: the broker's time of arrival.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<i64>,
 }
 
 impl Command for ReportSpend {
@@ -60,6 +75,19 @@ impl Command for ReportSpend {
         }
         if self.tokens > 1_000_000_000_000 || self.cache_read > 1_000_000_000_000 {
             return Err(Invalid::arg("tokens", "must be at most 10^12"));
+        }
+        if let Some(at) = self.at {
+            let latest = crate::proto::now() + SPEND_AT_AHEAD;
+            if !(SPEND_AT_MIN..=latest).contains(&at) {
+                return Err(Invalid::arg(
+                    "at",
+                    format!(
+                        "{at} must be the run's end in unix seconds: not before 2020 and not \
+                         more than {SPEND_AT_AHEAD} s ahead of the broker's clock (is this \
+                         machine's clock set?)"
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -181,6 +209,7 @@ mod samples {
                 usd: Some(0.014),
                 tokens: 2484,
                 cache_read: 6000,
+                at: Some(1_795_000_000),
             }
         }
     }
@@ -213,6 +242,22 @@ mod samples {
         assert!(s.validate().is_err());
         let mut s = ReportSpend::sample();
         s.usd = Some(f64::NAN);
+        assert!(s.validate().is_err());
+        // `at`: absent (an older harness) or the run's end, not far ahead,
+        // not before 2020.
+        let mut s = ReportSpend::sample();
+        s.at = None;
+        assert!(s.validate().is_ok());
+        s.at = Some(crate::proto::now() - 86_400);
+        assert!(s.validate().is_ok(), "yesterday's run re-sent");
+        s.at = Some(crate::proto::now() + 30);
+        assert!(s.validate().is_ok(), "within the minute's slack");
+        s.at = Some(crate::proto::now() + 3600);
+        let e = s.validate().unwrap_err();
+        assert!(e.to_string().starts_with("at "), "{e}");
+        s.at = Some(0);
+        assert!(s.validate().is_err(), "1970: a clock never set");
+        s.at = Some(i64::MAX);
         assert!(s.validate().is_err());
         assert!(SetBudget::sample().validate().is_ok());
         assert!(SetBudget::default().validate().is_err(), "nobody named");
