@@ -3,9 +3,10 @@
 //! own process group (a `sys::ProcessGroup`), an environment without the
 //! operator's variables, the prompt on stdin (from a writer thread when it is
 //! big), and one pump thread per output pipe, so a full pipe never blocks it.
-//! The pumps feed one bounded channel of lines and the waiter (a
-//! `sys::ExitWatch`, which waits without reaping) a one-shot exit notice; the
-//! loop selects on both next to everything else it waits for, so a running
+//! The pumps feed one bounded channel of lines and the waiter (which waits
+//! without reaping) a one-shot exit notice. These threads are
+//! `sys::process::Worker`s, kept idle after a run for the next one, so a turn
+//! on a busy harness starts no thread. The loop selects on both next to everything else it waits for, so a running
 //! turn is a phase of the loop, not a call it is stuck in, and the loop reaps
 //! the child itself ([`ClaudeRun::on_exit`]), so no signal of the ladder can
 //! reach a recycled pid. Every helper thread exists before claude is started,
@@ -20,11 +21,14 @@
 
 use crate::agent_proc::{self, StartFault};
 use crate::proto::lines::{self as wire, Line};
-use crate::sys::{ExitWatch, ProcessGroup};
+use crate::sys::process::{wait_exit_no_reap, Worker};
+use crate::sys::ProcessGroup;
 use crossbeam_channel::{bounded, Receiver, Sender};
+use std::ffi::OsString;
 use std::io::{self, BufReader, Read, Write};
 use std::path::PathBuf;
-use std::process::{ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Longest stdout line parsed; longer ones are dropped with a note.
@@ -92,31 +96,14 @@ pub enum Output {
     Stderr(Pipe),
 }
 
-/// A thread started ahead of the thing it works on, which it gets through the
-/// returned sender; dropping the sender unused ends the thread.
-fn worker<T: Send + 'static>(
-    name: &str,
-    job: impl FnOnce(T) + Send + 'static,
-) -> io::Result<Sender<T>> {
-    let (tx, rx) = bounded::<T>(1);
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            if let Ok(x) = rx.recv() {
-                job(x);
-            }
-        })?;
-    Ok(tx)
-}
-
-/// A reader thread for one output pipe, waiting for the pipe; what it reads
-/// goes on `tx`, tagged by `tag`.
+/// The job of a reader thread for one output pipe: what it reads goes on
+/// `tx`, tagged by `tag`, until the pipe closes.
 fn pump<R: Read + Send + 'static>(
-    name: &str,
+    stream: R,
     tx: Sender<Output>,
     tag: fn(Pipe) -> Output,
-) -> io::Result<Sender<R>> {
-    worker(&format!("claude-{name}"), move |stream: R| {
+) -> impl FnOnce() + Send + 'static {
+    move || {
         let mut r = BufReader::with_capacity(64 * 1024, stream);
         loop {
             let ev = match wire::read_line(&mut r, MAX_STDOUT_LINE) {
@@ -132,12 +119,30 @@ fn pump<R: Read + Send + 'static>(
                 return;
             }
         }
+    }
+}
+
+/// The operator's variables among those this process inherited, which every
+/// claude must not see. The environment does not change while the harness
+/// runs, so it is scanned once, not at every spawn.
+fn inherited_operator_vars() -> &'static [OsString] {
+    static VARS: OnceLock<Vec<OsString>> = OnceLock::new();
+    VARS.get_or_init(|| {
+        std::env::vars_os()
+            .map(|(k, _)| k)
+            .filter(|k| k.to_str().is_some_and(agent_proc::is_operator_var))
+            .collect()
     })
 }
 
-/// Starts the helper threads, then claude, then hands each thread its part. A
-/// thread, pipe or process that cannot be created leaves nothing running and
-/// returns why, with what to do about it.
+/// The name of the helper threads; a thread is kept idle after its run and
+/// serves the next one (`sys::process::Worker`), so one name fits every job.
+const THREAD: &str = "claude-io";
+
+/// Reserves the helper threads (idle ones of earlier runs, or new ones),
+/// then starts claude, then hands each thread its part. A thread, pipe or
+/// process that cannot be created leaves nothing running and returns why,
+/// with what to do about it.
 fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
     let fault = |what: &str, e: io::Error| match StartFault::of(&e) {
         StartFault::Resources => {
@@ -149,25 +154,13 @@ fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
         ),
     };
     let thread = |e| fault("cannot start a thread for claude", e);
-    // Bulk output is bounded: a claude that prints faster than the loop reads
-    // waits on its pipe.
-    let (lines_tx, output) = bounded::<Output>(256);
-    let out_tx = pump::<ChildStdout>("stdout", lines_tx.clone(), Output::Stdout).map_err(thread)?;
-    let err_tx = pump::<ChildStderr>("stderr", lines_tx, Output::Stderr).map_err(thread)?;
-    let (exit_tx, exit) = bounded::<()>(1);
-    let waiter = ExitWatch::start("claude-wait".into(), move || {
-        let _ = exit_tx.send(());
-    })
-    .map_err(thread)?;
+    let out_worker = Worker::reserve(THREAD).map_err(thread)?;
+    let err_worker = Worker::reserve(THREAD).map_err(thread)?;
+    let waiter = Worker::reserve(THREAD).map_err(thread)?;
     // A prompt that fits the pipe buffer is written at once; a bigger one from
     // a thread, so a child that reads slowly never blocks the loop.
     let writer = if inv.stdin.len() > SMALL_PROMPT {
-        let prompt = inv.stdin.clone();
-        let w = worker("claude-stdin", move |mut stdin: ChildStdin| {
-            let _ = stdin.write_all(prompt.as_bytes());
-        })
-        .map_err(thread)?;
-        Some(w)
+        Some(Worker::reserve(THREAD).map_err(thread)?)
     } else {
         None
     };
@@ -178,18 +171,32 @@ fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    for (k, v) in &inv.env {
-        cmd.env(k, v);
+    // The operator's variables stay out (`agent_proc::scrub_operator_env`,
+    // with the inherited ones found once).
+    for k in inherited_operator_vars() {
+        cmd.env_remove(k);
     }
-    agent_proc::scrub_operator_env(&mut cmd);
+    for (k, v) in &inv.env {
+        if !agent_proc::is_operator_var(k) {
+            cmd.env(k, v);
+        }
+    }
     let mut group = ProcessGroup::spawn(&mut cmd)
         .map_err(|e| fault(&format!("cannot start claude ({})", inv.bin), e))?;
+    // Bulk output is bounded: a claude that prints faster than the loop reads
+    // waits on its pipe.
+    let (lines_tx, output) = bounded::<Output>(256);
+    let (exit_tx, exit) = bounded::<()>(1);
+    let pid = group.id();
     let child = group.child_mut();
     // A child that exits without reading is normal; EPIPE is ignored.
     if let Some(mut stdin) = child.stdin.take() {
         match writer {
             Some(w) => {
-                let _ = w.send(stdin);
+                let prompt = inv.stdin.clone();
+                w.run(move || {
+                    let _ = stdin.write_all(prompt.as_bytes());
+                });
             }
             None => {
                 let _ = stdin.write_all(inv.stdin.as_bytes());
@@ -197,12 +204,17 @@ fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
         }
     }
     if let Some(s) = child.stdout.take() {
-        let _ = out_tx.send(s);
+        out_worker.run(pump(s, lines_tx.clone(), Output::Stdout));
     }
     if let Some(s) = child.stderr.take() {
-        let _ = err_tx.send(s);
+        err_worker.run(pump(s, lines_tx, Output::Stderr));
     }
-    waiter.watch(&group);
+    // Waits without reaping: the loop reaps (`on_exit`), so the pid stays
+    // claude's until then.
+    waiter.run(move || {
+        wait_exit_no_reap(pid);
+        let _ = exit_tx.send(());
+    });
     Ok(ClaudeRun {
         group: Some(group),
         output,

@@ -42,16 +42,46 @@ conversation that knows only what is in your state dir. Write open tasks, decisi
 paths and who is waiting on what into your notes, then end the turn. Do not start new work, \
 and message no one unless it is urgent.";
 
-/// Reads one variable of this process's environment; the `env` argument for real
-/// use of the functions below.
-pub fn process_env(key: &str) -> Option<String> {
-    std::env::var(key).ok()
+/// The variables this module reads (every one starts with `HIVE_`), taken once
+/// from this process's environment, which does not change while the harness
+/// runs: a turn looks them up here instead of scanning the environment again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContextEnv {
+    vars: Vec<(String, String)>,
 }
 
-/// This process's environment as pairs, skipping variables that are not UTF-8
-/// (`std::env::vars` would panic on them).
-pub fn process_env_pairs() -> impl Iterator<Item = (String, String)> {
-    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+impl ContextEnv {
+    /// This process's `HIVE_` variables, skipping any that are not UTF-8
+    /// (`std::env::vars` would panic on them).
+    pub fn process() -> ContextEnv {
+        ContextEnv::from_pairs(
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+        )
+    }
+
+    /// The `HIVE_` variables of `pairs`.
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (String, String)>) -> ContextEnv {
+        ContextEnv {
+            vars: pairs
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("HIVE_"))
+                .collect(),
+        }
+    }
+
+    /// One variable, the `env` argument of the functions below.
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.vars
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// Every variable, the `env` argument of [`context_window_tokens`].
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
 }
 
 /// The context window of `model`, first match wins:
@@ -409,6 +439,31 @@ mod tests {
             Duration::from_secs(300)
         );
         assert_eq!(cache_ttl(&lookup(&[("HIVE_CACHE_TTL_SECS", "x")])), hour);
+    }
+
+    #[test]
+    fn the_context_env_keeps_the_hive_variables_and_answers_like_the_environment() {
+        let env = ContextEnv::from_pairs(
+            [
+                ("HIVE_CACHE_TTL_SECS", "60"),
+                ("HIVE_CONTEXT_WINDOW_TOKENS_SONNET", "1000000"),
+                ("HOME", "/home/ana"),
+                ("ANTHROPIC_API_KEY", "sk-secret"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+        assert_eq!(env.get("HOME"), None, "only HIVE_ variables are kept");
+        assert_eq!(env.get("ANTHROPIC_API_KEY"), None);
+        assert_eq!(env.get("HIVE_CACHE_TTL_SECS").as_deref(), Some("60"));
+        assert_eq!(cache_ttl(&|k| env.get(k)), Duration::from_secs(60));
+        assert_eq!(
+            context_window_tokens("claude-sonnet-4-5", None, env.pairs()),
+            1_000_000
+        );
+        assert_eq!(
+            context_window_tokens("claude-opus-4", Some(300_000), env.pairs()),
+            300_000
+        );
     }
 
     #[test]

@@ -35,7 +35,8 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     let vars = PromptVars::from_env(&s.label);
     let (control_tx, control_rx) = unbounded::<Control>();
     let model = control::model(&s);
-    let window = context::context_window_tokens(&model, None, context::process_env_pairs());
+    let window =
+        context::context_window_tokens(&model, None, context::ContextEnv::process().pairs());
     let bus = Bus::new(&s.label, &vars.qualified_label, &model, window);
     // The turn log before the first event: the live stream's ids go on from
     // its. Without it the harness runs as before, its ids starting at 1.

@@ -59,12 +59,15 @@ impl Stats {
     /// Stores one run; its row id (the spend row's idempotency key uses it).
     pub fn record(&self, r: &TurnRow) -> Result<i64, String> {
         let (outcome, note) = turnstats::stored_outcome(&r.outcome, &r.note);
+        // Prepared once per connection (the statement cache), not per run.
         self.conn
-            .execute(
+            .prepare_cached(
                 "INSERT INTO turns (started_at, duration_ms, kind, outcome, model, sender,
                     message_id, context_tokens, tokens_in, tokens_out, cost_usd, session_id, note)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                params![
+            )
+            .and_then(|mut st| {
+                st.execute(params![
                     r.started_at,
                     r.duration_ms as i64,
                     r.kind,
@@ -78,8 +81,8 @@ impl Stats {
                     r.cost_usd,
                     r.session_id,
                     note
-                ],
-            )
+                ])
+            })
             .map(|_| self.conn.last_insert_rowid())
             .map_err(|e| format!("cannot record turn stats: {e}"))
     }
@@ -98,11 +101,11 @@ impl Stats {
         let tx = self.conn.unchecked_transaction().map_err(err)?;
         let id = self.record(r)?;
         let key = format!("{boot_id}:{id}");
-        tx.execute(
+        tx.prepare_cached(
             "UPDATE turns SET spend_key = ?1, spend_usd = ?2, spend_tokens = ?3,
                  spend_cache_read = ?4, spend_acked = 0 WHERE id = ?5",
-            params![key, usd, tokens as i64, cache_read as i64, id],
         )
+        .and_then(|mut st| st.execute(params![key, usd, tokens as i64, cache_read as i64, id]))
         .map_err(err)?;
         tx.commit().map_err(err)?;
         Ok((
@@ -120,10 +123,10 @@ impl Stats {
     /// The broker acknowledged the spend row `key`.
     pub fn spend_acked(&self, key: &str) -> Result<(), String> {
         self.conn
-            .execute(
+            .prepare_cached(
                 "UPDATE turns SET spend_acked = 1 WHERE spend_key = ?1 AND spend_acked = 0",
-                params![key],
             )
+            .and_then(|mut st| st.execute(params![key]))
             .map(|_| ())
             .map_err(|e| format!("cannot mark the spend row {key} acknowledged: {e}"))
     }

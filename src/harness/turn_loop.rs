@@ -25,6 +25,7 @@ use super::invocation::{self, ToolLists};
 use super::login::{self, DirSnapshot};
 use super::policy::{self, Decision, Facts, Outcome, PauseReason, Resume, Running, Wait};
 use super::poller::{FromPoller, Poller};
+use super::pool::PoolCache;
 use super::settings::Settings;
 use super::stats::{Stats, TurnRow};
 use super::work::{Ack, Inflight, Ledger, Requeue, Work, WorkKey};
@@ -199,6 +200,10 @@ pub struct TurnLoop {
     /// The pool last reported to the broker (`report_pool`), sent again
     /// when what identifies the credential changes.
     pool_reported: Option<cmd::ReportPool>,
+    /// The pool report, computed again only when a credential file changed.
+    pool: PoolCache,
+    /// The `HIVE_` variables the context arithmetic reads, taken at boot.
+    env: context::ContextEnv,
     /// What a run's `rate_limit_event` last said of the usage limit, as told
     /// to the broker with the pool (the early warning, issue 16).
     usage_reported: Option<cmd::UsageSeen>,
@@ -254,6 +259,8 @@ impl TurnLoop {
             stopping: false,
             broker_pause: None,
             pool_reported: None,
+            pool: PoolCache::default(),
+            env: context::ContextEnv::process(),
             usage_reported: None,
             boot_id: crate::sys::hash::random_bytes(6).map_or_else(
                 |_| format!("p{}t{}", std::process::id(), now()),
@@ -604,7 +611,7 @@ impl TurnLoop {
         }
         let model = self.shared.model();
         let window = self.window(&model);
-        let env = |k: &str| context::process_env(k);
+        let env = |k: &str| self.env.get(k);
         let since = self
             .session
             .last_turn_end
@@ -656,7 +663,7 @@ impl TurnLoop {
         context::context_window_tokens(
             model,
             self.session.cli_windows.get(model).copied(),
-            context::process_env_pairs(),
+            self.env.pairs(),
         )
     }
 
@@ -1187,7 +1194,7 @@ impl TurnLoop {
                 self.end_work(d, true, String::new(), &text, &e);
                 let model = self.shared.model();
                 let window = self.window(&model);
-                let env = |k: &str| context::process_env(k);
+                let env = |k: &str| self.env.get(k);
                 let wm = context::compact_watermark(window, &env);
                 if context::needs_proactive_compact(e.report.context_tokens, wm) {
                     self.bus.note("checkpoint turn: context is filling up");
@@ -1574,7 +1581,7 @@ impl TurnLoop {
     /// Tells the broker what identifies the credential of the claude about
     /// to start, when it changed since it was last told (issue 16).
     fn report_pool(&mut self) {
-        let r = super::pool::report(&self.s);
+        let r = self.pool.report(&self.s);
         if self.pool_reported.as_ref() == Some(&r) {
             return;
         }

@@ -7,11 +7,16 @@
 //! (`waitid(…, WNOWAIT)`), so the pid stays the owner's until the owner reaps it
 //! and a signal can never reach a recycled pid. [`run_with_timeout`] runs a short
 //! command to completion under a wall-clock limit with both pipes drained.
+//! [`Worker`]s are threads kept for the next child: a harness that starts a
+//! claude per turn, each with its pumps and its waiter, takes them from the
+//! threads the last turn left idle instead of starting three new ones.
 
 use std::fmt;
 use std::io::{self, Read};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A child that leads its own process group.
@@ -147,6 +152,129 @@ impl ExitWatch {
     pub fn watch(self, group: &ProcessGroup) {
         let _ = self.pid.send(group.id() as libc::id_t);
     }
+}
+
+/// How long an idle [`Worker`] thread waits for its next job before it ends.
+pub const WORKER_IDLE: Duration = Duration::from_secs(10);
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Idle worker threads, by id, each with the sender of its jobs.
+struct Pool {
+    idle: Mutex<Vec<(u64, crossbeam_channel::Sender<Job>)>>,
+    keep: Duration,
+}
+
+impl Pool {
+    const fn new(keep: Duration) -> Pool {
+        Pool {
+            idle: Mutex::new(Vec::new()),
+            keep,
+        }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(u64, crossbeam_channel::Sender<Job>)>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn reserve(&'static self, name: &str) -> io::Result<Worker> {
+        if let Some((id, jobs)) = self.idle().pop() {
+            return Ok(Worker {
+                pool: self,
+                id,
+                jobs: Some(jobs),
+            });
+        }
+        let (tx, rx) = crossbeam_channel::bounded::<Job>(1);
+        let id = WORKER_IDS.fetch_add(1, Ordering::Relaxed);
+        let own = tx.clone();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || self.serve(id, own, rx))?;
+        Ok(Worker {
+            pool: self,
+            id,
+            jobs: Some(tx),
+        })
+    }
+
+    /// A worker thread: its jobs, one at a time, until it sat idle for
+    /// `keep` without being reserved.
+    fn serve(
+        &self,
+        id: u64,
+        own: crossbeam_channel::Sender<Job>,
+        jobs: crossbeam_channel::Receiver<Job>,
+    ) {
+        loop {
+            match jobs.recv_timeout(self.keep) {
+                Ok(job) => {
+                    job();
+                    self.idle().push((id, own.clone()));
+                }
+                Err(_) => {
+                    let mut idle = self.idle();
+                    if let Some(i) = idle.iter().position(|(x, _)| *x == id) {
+                        idle.swap_remove(i);
+                        return;
+                    }
+                    // Reserved meanwhile: its job (or its return to the idle
+                    // ones) is on the way.
+                }
+            }
+        }
+    }
+}
+
+static WORKERS: Pool = Pool::new(WORKER_IDLE);
+static WORKER_IDS: AtomicU64 = AtomicU64::new(0);
+
+/// A thread that exists and waits for one job: an idle one left by an earlier
+/// job, or a new one (named `name`) when none is idle. Reserving before a
+/// child is started is what lets an owner refuse to start a child it could
+/// not serve. After its job the thread waits [`WORKER_IDLE`] for the next
+/// reservation, then ends; a reservation dropped unused leaves it idle. A
+/// reused thread keeps the name it was started with.
+pub struct Worker {
+    pool: &'static Pool,
+    id: u64,
+    jobs: Option<crossbeam_channel::Sender<Job>>,
+}
+
+impl Worker {
+    /// An idle thread, or a new one named `name`.
+    pub fn reserve(name: &str) -> io::Result<Worker> {
+        WORKERS.reserve(name)
+    }
+
+    /// Runs `job` on the reserved thread.
+    pub fn run(mut self, job: impl FnOnce() + Send + 'static) {
+        if let Some(jobs) = self.jobs.take() {
+            // The thread holds its own sender, so it cannot be gone unless a
+            // job panicked on it; then the job runs on a thread of its own.
+            if let Err(e) = jobs.send(Box::new(job)) {
+                let job = e.into_inner();
+                if let Err(e) = std::thread::Builder::new().spawn(job) {
+                    log::error!("cannot start a thread: {e}");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    /// Unused: the thread goes back to the idle ones.
+    fn drop(&mut self) {
+        if let Some(jobs) = self.jobs.take() {
+            self.pool.idle().push((self.id, jobs));
+        }
+    }
+}
+
+/// Blocks until child `pid` has exited (or is no child of ours any more),
+/// leaving it for its owner to reap; for a waiter on a [`Worker`].
+pub fn wait_exit_no_reap(pid: u32) {
+    wait_no_reap(pid as libc::id_t);
 }
 
 /// Makes the child `cmd` starts get `parent_death_signal` when the thread that
@@ -394,5 +522,61 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(missing, RunError::Start(_)), "{missing}");
+    }
+
+    /// The thread a job ran on, by its kernel id.
+    fn tid() -> i64 {
+        // SAFETY: gettid has no memory effects.
+        unsafe { libc::syscall(libc::SYS_gettid) }
+    }
+
+    fn job_on(w: Worker) -> i64 {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        w.run(move || {
+            let _ = tx.send(tid());
+        });
+        rx.recv_timeout(Duration::from_secs(10)).unwrap()
+    }
+
+    fn wait_idle(pool: &Pool, n: usize) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while pool.idle().len() != n {
+            assert!(
+                Instant::now() < until,
+                "{} idle, not {n}",
+                pool.idle().len()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn workers_serve_the_next_job_on_the_same_thread_and_end_when_idle() {
+        let pool: &'static Pool = Box::leak(Box::new(Pool::new(Duration::from_secs(2))));
+        let first = job_on(pool.reserve("test-worker").unwrap());
+        wait_idle(pool, 1);
+        // Two at once: the idle thread and a new one.
+        let (a, b) = (
+            pool.reserve("test-worker").unwrap(),
+            pool.reserve("test-worker").unwrap(),
+        );
+        assert_eq!(pool.idle().len(), 0);
+        let (ta, tb) = (job_on(a), job_on(b));
+        assert!(ta == first || tb == first, "{first} reused: {ta} {tb}");
+        assert_ne!(ta, tb);
+        wait_idle(pool, 2);
+        // A reservation dropped unused leaves its thread idle, still there.
+        drop(pool.reserve("test-worker").unwrap());
+        assert_eq!(pool.idle().len(), 2);
+        // Idle past `keep`, every thread ends.
+        wait_idle(pool, 0);
+        std::thread::sleep(Duration::from_millis(50));
+        for t in [ta, tb] {
+            let alive = std::path::Path::new(&format!("/proc/self/task/{t}")).exists();
+            assert!(!alive, "thread {t} ended");
+        }
+        // And a reservation then starts a new one.
+        let later = job_on(pool.reserve("test-worker").unwrap());
+        assert!(later != ta && later != tb);
     }
 }
