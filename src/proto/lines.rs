@@ -79,17 +79,15 @@ pub fn read_line(reader: &mut dyn BufRead, max: usize) -> io::Result<Line> {
     }
 }
 
-/// Builds the `{"ok":true,...}` line for a typed answer (`ok` first, which
-/// reads better in logs and for people using socat).
+/// Builds the `{"ok":true,...}` line for a typed answer: `ok` first (which
+/// reads better in logs and for people using socat), then the answer's fields
+/// in their declared order, written straight from the typed value. No answer
+/// type has a top-level field named `ok`; a payload that is not an object
+/// adds nothing.
 pub fn ok_line<T: Serialize>(payload: &T) -> String {
-    match serde_json::to_value(payload) {
-        Ok(Value::Object(mut map)) => {
-            map.remove("ok");
-            if map.is_empty() {
-                return r#"{"ok":true}"#.into();
-            }
-            let rest = Value::Object(map).to_string();
-            format!(r#"{{"ok":true,{}"#, &rest[1..])
+    match serde_json::to_string(payload) {
+        Ok(body) if body.starts_with('{') && body.len() > 2 => {
+            format!(r#"{{"ok":true,{}"#, &body[1..])
         }
         _ => r#"{"ok":true}"#.into(),
     }
@@ -261,8 +259,8 @@ impl Conn {
     }
 }
 
-/// Tells a refused client why, without ever blocking the accept thread.
-fn refuse(stream: UnixStream, why: &str) {
+/// Tells a refused client why, without ever blocking the accept loop.
+pub fn refuse(stream: UnixStream, why: &str) {
     let mut line = err_line(why).into_bytes();
     line.push(b'\n');
     if stream.set_nonblocking(true).is_ok() {
