@@ -7,7 +7,8 @@
 //! and budget gauges of the agent page's `/metrics` over HTTP; a spend row
 //! dated yesterday (re-sent after midnight) counting in yesterday's window,
 //! not today's; `turn_usd` known before the first run, also one that no
-//! hand-out drove.
+//! hand-out drove: an operator `/compact` asked for under a budget pause,
+//! which waits for the pause to end and then runs capped.
 
 mod common;
 
@@ -626,15 +627,21 @@ fn a_spend_row_dated_yesterday_counts_in_yesterdays_window_not_todays() {
 
 // ---- turn_usd before the first hand-out ----
 
+/// An operator `/compact` is a synthetic run: under the broker's pause (here
+/// a budget reached before the harness started, so no `recv_next` answer
+/// ever handed out a message) it is kept, not run and not dropped; once the
+/// operator raises the budget it runs, capped by `turn_usd` like any run.
 #[test]
-fn a_compaction_before_any_hand_out_carries_max_budget_usd() {
-    let (_d, fake) = scenario(CENT);
-    fake.step(1, "compact_ok 50000 1000");
+fn a_compaction_asked_for_under_a_budget_pause_waits_for_it_and_carries_max_budget_usd() {
+    // The compaction's run compacts; any other run costs a cent.
+    let (_d, fake) = scenario(&format!(
+        "grep -qx /compact \"$dir/inv-$FAKE_N.stdin\" && compact_ok 50000 1000\n{CENT}"
+    ));
     let b = Broker::start_config(
         r#"{"agents":[{"name":"ana","turn_usd":0.05,"budget":{"usd":0.01,"per":"day"}}]}"#,
     );
     // The day's budget is spent: the broker hands ana nothing, not even
-    // the boot's kick, so no `recv_next` answer ever carries a message.
+    // the boot's kick.
     spend(&b, "earlier:1", 0.02, None);
     let fake_dir = fake.dir.display().to_string();
     let h = Harness::start(&b, "ana", &[("FAKE_CLAUDE_DIR", &fake_dir)]);
@@ -643,16 +650,32 @@ fn a_compaction_before_any_hand_out_carries_max_budget_usd() {
         let s = page.get("/api/state").json();
         (s["paused"]["reason"] == "budget").then_some(())
     });
-    assert_eq!(fake.count(), 0, "nothing ran under the pause");
-    // The operator compacts the session: the run is capped like any other.
+    // The operator compacts the session: it waits for the pause to end.
     assert_eq!(page.post("/api/compact", "{}").status, 200);
-    fake.wait_count(1);
-    assert_eq!(fake.stdin(1).trim(), "/compact");
-    let argv = fake.argv(1);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(fake.count(), 0, "nothing ran under the pause");
+
+    // The budget is raised: the kick and the kept compaction run, capped.
+    let sock = b.host_socket().display().to_string();
+    let (code, out, err) = run_hive(
+        &["budget", "set", "ana", "--usd", "1", "--socket", &sock],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let n = wait_for(T, "the /compact run", || {
+        (1..=fake.count()).find(|n| fake.stdin(*n).trim() == "/compact")
+    });
+    let argv = fake.argv(n);
     let at = argv
         .iter()
         .position(|a| a == "--max-budget-usd")
         .unwrap_or_else(|| panic!("no --max-budget-usd in {argv:?}"));
     assert_eq!(argv[at + 1], "0.05");
-    assert_eq!(fake.count(), 1, "{argv:?}");
+    wait_for(T, "ana to drain", || drained(&b, "ana").then_some(()));
+    std::thread::sleep(Duration::from_millis(500));
+    let compactions = (1..=fake.count())
+        .filter(|n| fake.stdin(*n).trim() == "/compact")
+        .count();
+    assert_eq!(compactions, 1, "kept once, run once");
 }

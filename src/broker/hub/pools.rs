@@ -7,9 +7,11 @@
 //! digits are kept, the credential never reaches the broker). A usage limit
 //! with a reset (`report_usage_limit`) parks the whole pool: `recv_next` hands
 //! none of its agents anything until then and answers the pause (once per
-//! connection, then parks). The hub's timer ends it — no process polls — and
-//! the pool's agents resume one [`STAGGER_SECS`] apart, the one with the
-//! oldest queued message first. The operator hears once per pool and window.
+//! connection, then parks; once it ended, that connection's next call is
+//! answered at once, with a message or without). The hub's timer ends it — no
+//! process polls — and the pool's agents resume one [`STAGGER_SECS`] apart,
+//! the one with the oldest queued message first. The operator hears once per
+//! pool and window.
 //! A pause is never an attempt: nothing is handed out, so nothing counts.
 //! The budget pause (`budgets.rs`) is answered the same way, after these.
 //! A run whose CLI warned that the account is near its limit
@@ -316,6 +318,13 @@ impl Hub {
     pub(super) fn pause_told(&mut self, conn: ConnId, p: &Paused) -> bool {
         let until = p.until.unwrap_or(0);
         self.pools.told.insert(conn, until) == Some(until)
+    }
+
+    /// Whether `conn` was answered a pause that has ended since: it is
+    /// answered the end once, at once (so a harness waiting to run a
+    /// continue hears it without mail); forgets it.
+    pub(super) fn pause_end_untold(&mut self, conn: ConnId) -> bool {
+        self.pools.told.remove(&conn).is_some()
     }
 
     pub(super) fn pause_conn_closed(&mut self, conn: ConnId) {
