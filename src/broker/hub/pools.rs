@@ -11,7 +11,10 @@
 //! answered at once, with a message or without). The hub's timer ends it — no
 //! process polls — and the pool's agents resume one [`STAGGER_SECS`] apart,
 //! the one with the oldest queued message first. The operator hears once per
-//! pool and window.
+//! pool and window, and again when a later report moves the park's end more
+//! than [`EXTEND_NOTICE_SECS`] past the end it was told (a real second limit
+//! does that; so could any process on the agent's socket, and the operator
+//! should see it).
 //! A pause is never an attempt: nothing is handed out, so nothing counts.
 //! The budget pause (`budgets.rs`) is answered the same way, after these.
 //! A run whose CLI warned that the account is near its limit
@@ -41,6 +44,11 @@ pub const STAGGER_SECS: i64 = 1;
 /// again when the harness's next run meets it.
 pub const MAX_PAUSE_SECS: i64 = 6 * 3600;
 
+/// How far past the end the operator was told a report may move a standing
+/// park's end before the operator hears of it again (naming the reporter and
+/// the new end).
+pub const EXTEND_NOTICE_SECS: i64 = 600;
+
 /// The pool state the hub keeps in memory (mirrored in `broker.db` where it
 /// must outlive a restart).
 #[derive(Default)]
@@ -53,6 +61,9 @@ pub struct Pools {
     resume_at: std::collections::HashMap<String, i64>,
     /// A pool's early warning: near its usage limit until `until`.
     warned: std::collections::HashMap<String, NearLimit>,
+    /// The end of each pool's park as the operator was last told it (memory
+    /// only: after a restart, the end kept in the store).
+    noticed: std::collections::HashMap<String, i64>,
     /// The pause (its `until`) each `recv_next` connection was answered.
     told: std::collections::HashMap<ConnId, i64>,
     loaded: bool,
@@ -258,6 +269,14 @@ impl Hub {
             Some((u, _)) if !fresh => (*u).max(c.until),
             _ => c.until,
         };
+        // The end the operator was told, when this report moves it far
+        // enough later to tell again: measured from the told end, so a chain
+        // of small moves is told too once it adds up.
+        let extended_from = current
+            .as_ref()
+            .filter(|_| !fresh)
+            .map(|(u, _)| self.pools.noticed.get(&pool).copied().unwrap_or(*u))
+            .filter(|told| until > told + EXTEND_NOTICE_SECS);
         let detail = if c.detail.is_empty() {
             "usage limit".to_string()
         } else {
@@ -287,6 +306,24 @@ impl Hub {
             );
             log::warn!("{body}");
             self.tell("operator", MsgKind::UsageLimit, &body)?;
+            self.pools.noticed.insert(pool, until);
+        } else if let Some(old) = extended_from {
+            let body = format!(
+                "[usage limit] pool {pool} ({}) stays parked longer, reported by {agent}: {detail}. \
+                 No agent of it starts claude until {} (it was {}); queued mail waits and runs \
+                 after it.",
+                members.join(", "),
+                clock(until, t),
+                clock(old, t)
+            );
+            log::warn!("{body}");
+            self.tell("operator", MsgKind::UsageLimit, &body)?;
+            self.pools.noticed.insert(pool, until);
+        } else {
+            log::info!(
+                "pool {pool}: {agent} reported its usage limit again; the park ends {}",
+                clock(until, t)
+            );
         }
         Ok(Empty {})
     }
@@ -353,6 +390,7 @@ impl Hub {
             .collect();
         for (pool, until) in due {
             self.pools.paused.remove(&pool);
+            self.pools.noticed.remove(&pool);
             if let Err(e) = self.db.clear_pool_pause(&pool) {
                 log::error!("cannot clear the pause of pool {pool}: {e}");
             }
