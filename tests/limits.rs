@@ -4,6 +4,8 @@
 //! parks the whole pool in the broker (nothing handed out, no claude spawned,
 //! the pause answered), the hub's timer ends it, both resume, nothing is
 //! lost and the operator hears once. An agent on another account runs on.
+//! `hive agents` shows each agent's pool. A request_apply_commit patch of a
+//! live key is flagged on the approval card and applies without a restart.
 
 mod common;
 
@@ -99,6 +101,23 @@ fn a_usage_limit_parks_the_whole_pool_until_its_reset() {
     assert_eq!(pool("ana").len(), "key:".len() + 8, "{pools:?}");
     assert_eq!(pool("ana"), pool("bob"), "one credential, one pool");
     assert_eq!(pool("cat"), "account:other");
+    // `hive agents` shows each agent's pool as the JSON names it.
+    let sock = up.data().join("run/host.sock").display().to_string();
+    let (code, out, err) = common::hive::run_hive(&["agents", "--socket", &sock], None, &[]);
+    assert_eq!(code, 0, "{err}");
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header.get(5), Some(&"POOL"), "{out}");
+    for a in ["ana", "bob", "cat"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{a} ")))
+            .unwrap();
+        assert_eq!(
+            line.split_whitespace().nth(5),
+            Some(pool(a).as_str()),
+            "{out}"
+        );
+    }
 
     // ana's next run hits the usage limit, resetting a few seconds ahead.
     let ana = up.fake("ana");
