@@ -8,7 +8,9 @@
 //! dated yesterday (re-sent after midnight) counting in yesterday's window,
 //! not today's; `turn_usd` known before the first run, also one that no
 //! hand-out drove: an operator `/compact` asked for under a budget pause,
-//! which waits for the pause to end and then runs capped.
+//! which waits for the pause to end and then runs capped; the hive's budget
+//! pausing every agent until it is raised; a run without a `result` line
+//! kept as cost unknown and shown as `+?`.
 
 mod common;
 
@@ -678,4 +680,90 @@ fn a_compaction_asked_for_under_a_budget_pause_waits_for_it_and_carries_max_budg
         .filter(|n| fake.stdin(*n).trim() == "/compact")
         .count();
     assert_eq!(compactions, 1, "kept once, run once");
+}
+
+// ---- the hive's budget ----
+
+/// The fleet file's top-level `budget` covers every agent: once the hive's
+/// spend reaches it, no agent is handed its mail (each shows the hive's
+/// budget pause), and `hive budget set --hive` raising it resumes them all.
+#[test]
+fn a_hive_budget_pauses_every_agent_and_raising_it_resumes_them() {
+    let b = Broker::start_config(
+        r#"{"budget":{"usd":0.02,"per":"day"},"agents":[{"name":"ana"},{"name":"bob"}]}"#,
+    );
+    // Every fake run costs $0.014 (`ok_turn`): the two kicks pass $0.02.
+    let ha = Harness::start(&b, "ana", &[]);
+    let hb = Harness::start(&b, "bob", &[]);
+    ha.fake.wait_count(1);
+    hb.fake.wait_count(1);
+    wait_for(T, "both kicks' spend", || {
+        (spent(&b, "hive").0 > 0.0279).then_some(())
+    });
+    operator_send(&b, "ana", "for ana");
+    operator_send(&b, "bob", "for bob");
+    for a in ["ana", "bob"] {
+        let p = wait_for(T, "the hive's budget pause", || {
+            agent_row(&b, a)
+                .paused
+                .filter(|p| p.reason.as_str() == "budget")
+        });
+        assert!(
+            p.detail
+                .starts_with("the hive's budget reached · $0.03 of $0.02 today"),
+            "{a}: {p:?}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    for (a, h) in [("ana", &ha), ("bob", &hb)] {
+        assert_eq!(h.fake.count(), 1, "{a} ran nothing over the hive's budget");
+        assert_eq!(agent_row(&b, a).unread, 1, "{a}'s mail waits");
+    }
+
+    let sock = b.host_socket().display().to_string();
+    let (code, out, err) = run_hive(
+        &["budget", "set", "--hive", "--usd", "1", "--socket", &sock],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    for (a, h) in [("ana", &ha), ("bob", &hb)] {
+        h.fake.wait_count(2);
+        assert!(h.fake.stdin(2).contains(&format!("for {a}")), "{a}");
+        wait_for(T, "the mail to run", || drained(&b, a).then_some(()));
+        assert!(agent_row(&b, a).paused.is_none(), "{a}");
+    }
+}
+
+// ---- a run of unknown cost ----
+
+/// A run that printed no `result` line has no cost: the broker keeps its
+/// spend row as cost unknown, and `hive budget` shows the spend with `+?`.
+#[test]
+fn a_run_without_a_result_line_is_kept_as_cost_unknown_and_shown_so() {
+    let b = Broker::start_config(r#"{"agents":[{"name":"ana"}]}"#);
+    let h = Harness::start(&b, "ana", &[]);
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    // The message's first run dies before its result; the retry is a
+    // normal $0.014 turn, like the kick.
+    h.fake.step(2, "init\nsay \"half way\"\nexit 1");
+    operator_send(&b, "ana", "a job");
+    h.fake.wait_count(3);
+    wait_drained(&b, "ana");
+    let r = wait_for(T, "the three spend rows", || {
+        let r: BudgetReply = b.host().call(&GetBudget {}).unwrap();
+        let row = r.rows.into_iter().find(|r| r.scope == "ana").unwrap();
+        (row.unknown_runs == 1 && (row.spent_usd - 0.028).abs() < 1e-9).then_some(row)
+    });
+    assert_eq!(broker_keys(&b).len(), 3, "{r:?}");
+    let sock = b.host_socket().display().to_string();
+    let (code, out, err) = run_hive(&["budget", "--socket", &sock], None, &[]);
+    assert_eq!(code, 0, "{err}");
+    let line = out.lines().find(|l| l.starts_with("ana ")).unwrap();
+    assert!(line.contains(" $0.03+? "), "{out}");
+    assert!(
+        out.contains("+? : some runs printed no result line; their cost is unknown"),
+        "{out}"
+    );
 }

@@ -429,7 +429,86 @@ impl Hub {
 
 #[cfg(test)]
 mod tests {
-    use super::clock;
+    use super::{clock, Hub, STAGGER_SECS};
+    use crate::broker::db::{Db, Durability};
+    use crate::broker::hub::HubSettings;
+    use crate::config::HiveConfig;
+    use crate::proto::cmd::{ReportPool, ReportUsageLimit};
+    use crate::proto::{now, MsgKind};
+    use std::time::Duration;
+
+    fn uuid() -> ReportPool {
+        ReportPool {
+            account_uuid: Some("u1".into()),
+            ..ReportPool::default()
+        }
+    }
+
+    /// The order of the resumes, read from the hub's own state: the timer's
+    /// ticks a second apart would make it a matter of timing.
+    #[test]
+    fn after_the_reset_the_agent_with_the_oldest_queued_message_resumes_first() {
+        let dir = std::env::temp_dir().join(format!("hive-pools-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Db::open(&dir.join("broker.db"), Durability::Normal).unwrap();
+        let cfg = HiveConfig::parse(
+            r#"{"agents":[{"name":"ana"},{"name":"bob"},{"name":"cat"},{"name":"dan","account":"x"}]}"#,
+        )
+        .unwrap();
+        let mut hub = Hub::new(
+            db,
+            cfg,
+            HubSettings {
+                state_dir: dir.clone(),
+                hyperhive_rev: "test-rev".into(),
+                max_pending_timers: 3,
+                lifecycle: None,
+                supervisor_timeout: Duration::from_secs(10),
+                config_path: None,
+                logs: None,
+                listeners: None,
+            },
+        );
+        for a in ["ana", "bob", "cat"] {
+            hub.report_pool(a, uuid()).unwrap();
+        }
+        // cat's mail is the oldest, then ana's; bob has none.
+        hub.tell("cat", MsgKind::Message, "first").unwrap();
+        hub.tell("ana", MsgKind::Message, "second").unwrap();
+        let t = now();
+        let limit = ReportUsageLimit {
+            until: t + 600,
+            detail: "session limit".into(),
+            credential: uuid(),
+        };
+        hub.report_usage_limit("bob", limit).unwrap();
+        let waiter = |hub: &mut Hub, a: &str| {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            hub.wait_for(a, &tx);
+            rx
+        };
+        let (cat, ana, bob) = (
+            waiter(&mut hub, "cat"),
+            waiter(&mut hub, "ana"),
+            waiter(&mut hub, "bob"),
+        );
+        // The reset passes; the hub's timer fires.
+        let pool = hub.pool_of("ana");
+        hub.pools.paused.get_mut(&pool).unwrap().0 = t - 10;
+        hub.fire_pauses();
+        assert!(
+            cat.try_recv().is_ok(),
+            "cat, the oldest mail, is woken first"
+        );
+        assert!(ana.try_recv().is_err() && bob.try_recv().is_err());
+        let at = |a: &str| hub.pools.resume_at.get(a).copied();
+        assert_eq!(at("cat"), None, "resumed");
+        let (ana_at, bob_at) = (at("ana").unwrap(), at("bob").unwrap());
+        assert_eq!(bob_at - ana_at, STAGGER_SECS, "nothing queued: last");
+        assert_eq!(at("dan"), None, "another pool");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn clock_reads_as_a_time_and_a_span() {
