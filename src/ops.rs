@@ -220,8 +220,8 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
     // Under `hive up` the supervisor's view replaces the bare yes/no.
     let sup: Option<SupervisionReply> = c.call(&Supervision {}).ok();
     println!(
-        "{:<10} {:<10} {:>6} {:>9} {:>6} {:<26} STATUS",
-        "NAME", "PARENT", "UNREAD", "INFLIGHT", "FAILED", "STATE"
+        "{:<10} {:<10} {:>6} {:>9} {:>6} {:<16} {:<26} STATUS",
+        "NAME", "PARENT", "UNREAD", "INFLIGHT", "FAILED", "POOL", "STATE"
     );
     for a in r.agents {
         let inflight = a
@@ -232,12 +232,13 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
             .as_ref()
             .and_then(|s| s.agents.iter().find(|x| x.name == a.name));
         println!(
-            "{:<10} {:<10} {:>6} {:>9} {:>6} {:<26} {}",
+            "{:<10} {:<10} {:>6} {:>9} {:>6} {:<16} {:<26} {}",
             line(&a.name),
             line(&a.parent),
             a.unread,
             inflight,
             a.failed,
+            line(&short_pool(a.pool.as_deref())),
             line(&agent_state(&a, s)),
             line(&a.status_text)
         );
@@ -247,6 +248,25 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
         println!("{}", bridge_line(b));
     }
     Ok(())
+}
+
+/// `hive agents`' POOL: the pool as `--json` names it (`account:NAME`,
+/// `key:` and its 8 hex digits, `agent:NAME` for a pool of its own), an
+/// account id cut to its first 8 characters, anything longer than 16
+/// characters cut with `…`; `-` from a broker that does not say.
+fn short_pool(pool: Option<&str>) -> String {
+    let Some(p) = pool else {
+        return "-".into();
+    };
+    let p = match p.strip_prefix("uuid:") {
+        Some(id) => format!("uuid:{}", id.chars().take(8).collect::<String>()),
+        None => p.to_string(),
+    };
+    if p.chars().count() > 16 {
+        format!("{}…", p.chars().take(15).collect::<String>())
+    } else {
+        p
+    }
 }
 
 /// One word or two for `hive agents`' STATE: `needs login` while its harness
@@ -777,5 +797,22 @@ mod tests {
             super::printable("plain text", true),
             std::borrow::Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn the_pool_column_is_short() {
+        for (pool, shown) in [
+            (Some("key:1a2b3c4d"), "key:1a2b3c4d"),
+            (
+                Some("uuid:3f1c2a9e-7d1b-4c55-9e0a-2b6f8d9c1e00"),
+                "uuid:3f1c2a9e",
+            ),
+            (Some("account:team"), "account:team"),
+            (Some("account:research-team"), "account:researc…"),
+            (Some("agent:ana"), "agent:ana"),
+            (None, "-"),
+        ] {
+            assert_eq!(super::short_pool(pool), shown, "{pool:?}");
+        }
     }
 }

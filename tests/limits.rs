@@ -4,12 +4,14 @@
 //! parks the whole pool in the broker (nothing handed out, no claude spawned,
 //! the pause answered), the hub's timer ends it, both resume, nothing is
 //! lost and the operator hears once. An agent on another account runs on.
+//! `hive agents` shows each agent's pool. A request_apply_commit patch of a
+//! live key is flagged on the approval card and applies without a restart.
 
 mod common;
 
 use common::hive::wait_for;
 use common::up::Up;
-use hyperhive::proto::cmd::{Agents, AgentsReply, Inbox, Send};
+use hyperhive::proto::cmd::{Agents, AgentsReply, Approve, Inbox, RequestApplyCommit, Send};
 use hyperhive::proto::{AgentRow, MessagesReply, MsgKind};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -99,6 +101,23 @@ fn a_usage_limit_parks_the_whole_pool_until_its_reset() {
     assert_eq!(pool("ana").len(), "key:".len() + 8, "{pools:?}");
     assert_eq!(pool("ana"), pool("bob"), "one credential, one pool");
     assert_eq!(pool("cat"), "account:other");
+    // `hive agents` shows each agent's pool as the JSON names it.
+    let sock = up.data().join("run/host.sock").display().to_string();
+    let (code, out, err) = common::hive::run_hive(&["agents", "--socket", &sock], None, &[]);
+    assert_eq!(code, 0, "{err}");
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header.get(5), Some(&"POOL"), "{out}");
+    for a in ["ana", "bob", "cat"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{a} ")))
+            .unwrap();
+        assert_eq!(
+            line.split_whitespace().nth(5),
+            Some(pool(a).as_str()),
+            "{out}"
+        );
+    }
 
     // ana's next run hits the usage limit, resetting a few seconds ahead.
     let ana = up.fake("ana");
@@ -350,4 +369,80 @@ fn budgets_are_the_operators_alone() {
     assert!(e.contains("set_budget"), "{e}");
     let file = std::fs::read_to_string(up.fleet_file()).unwrap();
     assert!(!file.contains("budget"), "nothing written: {file}");
+}
+
+// ---- approvals of live keys ----
+
+/// A `request_apply_commit` patch that touches `turn_usd` is flagged on the
+/// dashboard's approval card (the snapshot's `live_keys`, which the card
+/// shows) and in the operator's notice; approved, it applies without
+/// restarting the agent. A patch of other keys is not flagged.
+#[test]
+fn an_apply_commit_of_turn_usd_is_flagged_and_applies_without_a_restart() {
+    let up = Up::start(
+        r#"{"agents": [
+  {"name": "boss", "tool_groups": ["messaging", "approvals"], "env": {"FAKE_CLAUDE_DIR": "@FAKE(boss)"}},
+  {"name": "kid", "parent": "boss", "env": {"FAKE_CLAUDE_DIR": "@FAKE(kid)"}}
+]}"#,
+        &["boss", "kid"],
+    );
+    let pid = up.wait_running("kid");
+    let mut boss = up.agent("boss");
+    let mut propose = |patch: &str| {
+        common::hive::ok(
+            &mut boss,
+            RequestApplyCommit {
+                agent: "kid".into(),
+                commit_ref: patch.into(),
+            },
+        )["id"]
+            .as_i64()
+            .unwrap()
+    };
+    let live = propose(r#"{"turn_usd":0.5}"#);
+    let other = propose(r#"{"model":"opus"}"#);
+    let dash = up.dashboard();
+    let hive = wait_for(T, "both approvals on the dashboard", || {
+        let h = dash.get("/api/hive").ok()?;
+        (h["approvals"].as_array()?.len() == 2).then_some(h)
+    });
+    let card = |id: i64| {
+        hive["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["id"] == id)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(
+        card(live)["live_keys"],
+        serde_json::json!(["turn_usd"]),
+        "{hive}"
+    );
+    assert_eq!(
+        card(live)["live_flag"],
+        "sets turn_usd: applies at once, no restart",
+        "{hive}"
+    );
+    assert_eq!(card(other)["live_keys"], serde_json::json!([]), "{hive}");
+    assert_eq!(card(other)["live_flag"], serde_json::Value::Null, "{hive}");
+    let notice = operator_messages(&up)
+        .into_iter()
+        .find(|m| m.body.starts_with(&format!("[approval #{live}]")))
+        .expect("the approval's notice");
+    assert!(
+        notice
+            .body
+            .contains("[sets turn_usd: applies at once, no restart]"),
+        "{}",
+        notice.body
+    );
+
+    common::hive::ok(&mut up.host(), Approve { id: live });
+    let st = wait_for(T, "kid to run with the new turn_usd", || {
+        up.state("kid").filter(|s| s.applied.turn_usd == Some(0.5))
+    });
+    assert_eq!(st.pid, Some(pid), "no restart");
+    assert!(st.up_to_date, "{st:?}");
 }

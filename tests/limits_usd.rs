@@ -7,7 +7,10 @@
 //! and budget gauges of the agent page's `/metrics` over HTTP; a spend row
 //! dated yesterday (re-sent after midnight) counting in yesterday's window,
 //! not today's; `turn_usd` known before the first run, also one that no
-//! hand-out drove.
+//! hand-out drove: an operator `/compact` asked for under a budget pause,
+//! which waits for the pause to end and then runs capped; the hive's budget
+//! pausing every agent until it is raised; a run without a `result` line
+//! kept as cost unknown and shown as `+?`.
 
 mod common;
 
@@ -626,15 +629,21 @@ fn a_spend_row_dated_yesterday_counts_in_yesterdays_window_not_todays() {
 
 // ---- turn_usd before the first hand-out ----
 
+/// An operator `/compact` is a synthetic run: under the broker's pause (here
+/// a budget reached before the harness started, so no `recv_next` answer
+/// ever handed out a message) it is kept, not run and not dropped; once the
+/// operator raises the budget it runs, capped by `turn_usd` like any run.
 #[test]
-fn a_compaction_before_any_hand_out_carries_max_budget_usd() {
-    let (_d, fake) = scenario(CENT);
-    fake.step(1, "compact_ok 50000 1000");
+fn a_compaction_asked_for_under_a_budget_pause_waits_for_it_and_carries_max_budget_usd() {
+    // The compaction's run compacts; any other run costs a cent.
+    let (_d, fake) = scenario(&format!(
+        "grep -qx /compact \"$dir/inv-$FAKE_N.stdin\" && compact_ok 50000 1000\n{CENT}"
+    ));
     let b = Broker::start_config(
         r#"{"agents":[{"name":"ana","turn_usd":0.05,"budget":{"usd":0.01,"per":"day"}}]}"#,
     );
     // The day's budget is spent: the broker hands ana nothing, not even
-    // the boot's kick, so no `recv_next` answer ever carries a message.
+    // the boot's kick.
     spend(&b, "earlier:1", 0.02, None);
     let fake_dir = fake.dir.display().to_string();
     let h = Harness::start(&b, "ana", &[("FAKE_CLAUDE_DIR", &fake_dir)]);
@@ -643,16 +652,118 @@ fn a_compaction_before_any_hand_out_carries_max_budget_usd() {
         let s = page.get("/api/state").json();
         (s["paused"]["reason"] == "budget").then_some(())
     });
-    assert_eq!(fake.count(), 0, "nothing ran under the pause");
-    // The operator compacts the session: the run is capped like any other.
+    // The operator compacts the session: it waits for the pause to end.
     assert_eq!(page.post("/api/compact", "{}").status, 200);
-    fake.wait_count(1);
-    assert_eq!(fake.stdin(1).trim(), "/compact");
-    let argv = fake.argv(1);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(fake.count(), 0, "nothing ran under the pause");
+
+    // The budget is raised: the kick and the kept compaction run, capped.
+    let sock = b.host_socket().display().to_string();
+    let (code, out, err) = run_hive(
+        &["budget", "set", "ana", "--usd", "1", "--socket", &sock],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let n = wait_for(T, "the /compact run", || {
+        (1..=fake.count()).find(|n| fake.stdin(*n).trim() == "/compact")
+    });
+    let argv = fake.argv(n);
     let at = argv
         .iter()
         .position(|a| a == "--max-budget-usd")
         .unwrap_or_else(|| panic!("no --max-budget-usd in {argv:?}"));
     assert_eq!(argv[at + 1], "0.05");
-    assert_eq!(fake.count(), 1, "{argv:?}");
+    wait_for(T, "ana to drain", || drained(&b, "ana").then_some(()));
+    std::thread::sleep(Duration::from_millis(500));
+    let compactions = (1..=fake.count())
+        .filter(|n| fake.stdin(*n).trim() == "/compact")
+        .count();
+    assert_eq!(compactions, 1, "kept once, run once");
+}
+
+// ---- the hive's budget ----
+
+/// The fleet file's top-level `budget` covers every agent: once the hive's
+/// spend reaches it, no agent is handed its mail (each shows the hive's
+/// budget pause), and `hive budget set --hive` raising it resumes them all.
+#[test]
+fn a_hive_budget_pauses_every_agent_and_raising_it_resumes_them() {
+    let b = Broker::start_config(
+        r#"{"budget":{"usd":0.02,"per":"day"},"agents":[{"name":"ana"},{"name":"bob"}]}"#,
+    );
+    // Every fake run costs $0.014 (`ok_turn`): the two kicks pass $0.02.
+    let ha = Harness::start(&b, "ana", &[]);
+    let hb = Harness::start(&b, "bob", &[]);
+    ha.fake.wait_count(1);
+    hb.fake.wait_count(1);
+    wait_for(T, "both kicks' spend", || {
+        (spent(&b, "hive").0 > 0.0279).then_some(())
+    });
+    operator_send(&b, "ana", "for ana");
+    operator_send(&b, "bob", "for bob");
+    for a in ["ana", "bob"] {
+        let p = wait_for(T, "the hive's budget pause", || {
+            agent_row(&b, a)
+                .paused
+                .filter(|p| p.reason.as_str() == "budget")
+        });
+        assert!(
+            p.detail
+                .starts_with("the hive's budget reached · $0.03 of $0.02 today"),
+            "{a}: {p:?}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    for (a, h) in [("ana", &ha), ("bob", &hb)] {
+        assert_eq!(h.fake.count(), 1, "{a} ran nothing over the hive's budget");
+        assert_eq!(agent_row(&b, a).unread, 1, "{a}'s mail waits");
+    }
+
+    let sock = b.host_socket().display().to_string();
+    let (code, out, err) = run_hive(
+        &["budget", "set", "--hive", "--usd", "1", "--socket", &sock],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    for (a, h) in [("ana", &ha), ("bob", &hb)] {
+        h.fake.wait_count(2);
+        assert!(h.fake.stdin(2).contains(&format!("for {a}")), "{a}");
+        wait_for(T, "the mail to run", || drained(&b, a).then_some(()));
+        assert!(agent_row(&b, a).paused.is_none(), "{a}");
+    }
+}
+
+// ---- a run of unknown cost ----
+
+/// A run that printed no `result` line has no cost: the broker keeps its
+/// spend row as cost unknown, and `hive budget` shows the spend with `+?`.
+#[test]
+fn a_run_without_a_result_line_is_kept_as_cost_unknown_and_shown_so() {
+    let b = Broker::start_config(r#"{"agents":[{"name":"ana"}]}"#);
+    let h = Harness::start(&b, "ana", &[]);
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    // The message's first run dies before its result; the retry is a
+    // normal $0.014 turn, like the kick.
+    h.fake.step(2, "init\nsay \"half way\"\nexit 1");
+    operator_send(&b, "ana", "a job");
+    h.fake.wait_count(3);
+    wait_drained(&b, "ana");
+    let r = wait_for(T, "the three spend rows", || {
+        let r: BudgetReply = b.host().call(&GetBudget {}).unwrap();
+        let row = r.rows.into_iter().find(|r| r.scope == "ana").unwrap();
+        (row.unknown_runs == 1 && (row.spent_usd - 0.028).abs() < 1e-9).then_some(row)
+    });
+    assert_eq!(broker_keys(&b).len(), 3, "{r:?}");
+    let sock = b.host_socket().display().to_string();
+    let (code, out, err) = run_hive(&["budget", "--socket", &sock], None, &[]);
+    assert_eq!(code, 0, "{err}");
+    let line = out.lines().find(|l| l.starts_with("ana ")).unwrap();
+    assert!(line.contains(" $0.03+? "), "{out}");
+    assert!(
+        out.contains("+? : some runs printed no result line; their cost is unknown"),
+        "{out}"
+    );
 }

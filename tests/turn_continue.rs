@@ -1,9 +1,10 @@
 //! A requested continue (`request_next_turn`, the `hyperhive-continue`
-//! sentinel) in the turn loop (issue 14): it waits out a rate-limit pause and
-//! the login park exactly like a broker message and never runs before them,
-//! it is dropped when real mail is waiting, and its turns are recorded with
-//! stats kind `continue`. Real broker, real `hive serve`, the scripted fake
-//! claude; the boot kick is invocation 1.
+//! sentinel) in the turn loop (issue 14): it waits out a rate-limit pause, the
+//! login park and the broker's budget pause (issue 16) exactly like a broker
+//! message and never runs before them — and runs once the budget is raised,
+//! with no new mail —, it is dropped when real mail is waiting, and its turns
+//! are recorded with stats kind `continue`. Real broker, real `hive serve`,
+//! the scripted fake claude; the boot kick is invocation 1.
 
 mod common;
 
@@ -139,4 +140,58 @@ fn a_continue_waits_out_the_login_park() {
     );
     assert_eq!(rows[4].1, "ok", "{rows:?}");
     assert!(!sentinel.exists());
+}
+
+/// The broker's budget pause begins with a continue pending: the continue
+/// waits (no peek loop, no run), and when the operator raises the budget it
+/// runs with no new message — the broker answers the harness's parked
+/// `recv_next` that the pause ended.
+#[test]
+fn a_continue_waiting_on_a_budget_pause_runs_once_the_budget_is_raised() {
+    // Every fake run costs $0.014 (`ok_turn`): the kick and the turn that
+    // asks for the continue reach the day's $0.02.
+    let b =
+        Broker::start_config(r#"{"agents":[{"name":"ana","budget":{"usd":0.02,"per":"day"}}]}"#);
+    let h = Harness::start(&b, "ana", &[]);
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    let page = AgentPage::of(&h);
+    h.fake.step(2, &requests_continue(&h));
+    operator_send(&b, "ana", "start a loop");
+    h.fake.wait_count(2);
+    let s = page.wait_state("the budget pause", |s| s["paused"]["reason"] == "budget");
+    assert!(
+        s["paused"]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("budget reached"),
+        "{s}"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        h.fake.count(),
+        2,
+        "the continue never runs during the pause"
+    );
+    assert_eq!(agent_row(&b, "ana").unread, 0, "no mail is waiting");
+
+    let sock = b.host_socket().display().to_string();
+    let (code, out, err) = run_hive(
+        &["budget", "set", "ana", "--usd", "1", "--socket", &sock],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    h.fake.wait_count(3);
+    let rows = wait_for(Duration::from_secs(10), "three stats rows", || {
+        Some(stats(&h)).filter(|r| r.len() >= 3)
+    });
+    assert_eq!(
+        (rows[2].0.as_str(), rows[2].1.as_str(), rows[2].2.as_str()),
+        ("continue", "ok", "self"),
+        "{rows:?}"
+    );
+    page.wait_state("the pause to end", |s| s["paused"].is_null());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(h.fake.count(), 3, "one continue, not two");
 }

@@ -758,7 +758,17 @@ fn snapshot(app: &App) -> Value {
         }
     };
     let (questions, questions_more) = capped(&questions["questions"]);
-    let (approvals, approvals_more) = capped(&approvals["approvals"]);
+    let (mut approvals, approvals_more) = capped(&approvals["approvals"]);
+    // issue 16: the keys of a merge patch that apply live, and the card's flag.
+    for a in approvals.as_array_mut().into_iter().flatten() {
+        if a["kind"] == "apply_commit" {
+            let patch = &a["payload"];
+            let keys = crate::proto::AgentConfig::live_keys_in(patch);
+            let flag = crate::proto::AgentConfig::live_flag(patch);
+            a["live_keys"] = json!(keys);
+            a["live_flag"] = json!(flag);
+        }
+    }
     let (failed, failed_more) = capped(&failed["failed"]);
     let mut snap = json!({
         "agents": cards,

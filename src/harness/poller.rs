@@ -54,7 +54,8 @@ pub enum FromPoller {
         /// The agent's `turn_usd` now (issue 16).
         turn_usd: Option<f64>,
     },
-    /// A peek found the inbox empty and nothing inflight.
+    /// A peek found the inbox empty and nothing inflight, or a long-poll
+    /// was answered that the broker's pause ended with nothing to hand out.
     Empty,
     /// The agent's status line or unread count changed (or this is the
     /// first look at them).
@@ -62,13 +63,15 @@ pub enum FromPoller {
     /// The broker became reachable (true) or unreachable (false).
     Online(bool),
     /// The broker pauses this agent (its pool's usage limit, a budget) and
-    /// hands out nothing until the pause ends; `None` once a hand-out
-    /// shows it ended (issue 16).
+    /// hands out nothing until the pause ends; `None` once an answer without
+    /// a pause shows it ended — a hand-out, or an empty answer, which then
+    /// also comes as [`FromPoller::Empty`] (issue 16).
     BrokerPause(Option<crate::proto::Paused>),
     /// The broker acknowledged the spend row with this key (issue 16).
     SpendAcked(String),
-    /// The agent's `turn_usd` as a `recv_next` answer gave it, before the
-    /// answer's other events (issue 16).
+    /// The agent's `turn_usd` as a `recv_next` answer gave it, after the
+    /// answer's pause (or its end) and before its message or `Empty`
+    /// (issue 16).
     TurnUsd(Option<f64>),
 }
 
@@ -398,36 +401,38 @@ impl Conn {
             if matches!(r, Ok(_) | Err(ClientError::Refused(_))) {
                 self.answered();
             }
+            // The pause first, then `turn_usd`: the loop knows whether it may
+            // start a queued `/compact` when it learns the cap.
+            let paused = match &r {
+                Ok(RecvNextReply {
+                    message: None,
+                    paused: Some(p),
+                    ..
+                }) => Some(p.clone()),
+                _ => None,
+            };
+            // Any answer without a pause ends the one shown — a hand-out, or
+            // the broker's word that it ended with nothing to hand out — and
+            // the loop hears that (a waiting continue may run now).
+            let ended = self.pause_shown && matches!(&r, Ok(RecvNextReply { paused: None, .. }));
+            if let Some(p) = paused.clone() {
+                self.pause_shown = true;
+                let _ = self.events.send(FromPoller::BrokerPause(Some(p)));
+            } else if ended {
+                self.pause_shown = false;
+                let _ = self.events.send(FromPoller::BrokerPause(None));
+            }
             if let Ok(reply) = &r {
                 // Every answer says the agent's `turn_usd`, also one that
                 // hands out nothing: the loop knows it before its first run.
                 let _ = self.events.send(FromPoller::TurnUsd(reply.turn_usd));
             }
-            if let Ok(RecvNextReply {
-                message: None,
-                paused: Some(p),
-                ..
-            }) = &r
-            {
+            if paused.is_some() {
                 // Answered once per pause: the next call parks until it ends.
-                self.pause_shown = true;
-                let _ = self.events.send(FromPoller::BrokerPause(Some(p.clone())));
                 if ask == Ask::Peek {
                     return Some(FromPoller::Empty);
                 }
                 continue;
-            }
-            if self.pause_shown
-                && matches!(
-                    &r,
-                    Ok(RecvNextReply {
-                        message: Some(_),
-                        ..
-                    })
-                )
-            {
-                self.pause_shown = false;
-                let _ = self.events.send(FromPoller::BrokerPause(None));
             }
             match r {
                 Ok(RecvNextReply {
@@ -446,7 +451,7 @@ impl Conn {
                         turn_usd,
                     })
                 }
-                Ok(_) if ask == Ask::Peek => return Some(FromPoller::Empty),
+                Ok(_) if ask == Ask::Peek || ended => return Some(FromPoller::Empty),
                 Ok(_) => continue,
                 Err(ClientError::Refused(e)) => {
                     log::error!("broker refused recv_next: {e}");

@@ -195,7 +195,9 @@ pub struct TurnLoop {
     reported_pause: Option<Option<crate::proto::Paused>>,
     stopping: bool,
     /// The broker's pause of this agent (its pool's usage limit, a budget):
-    /// no synthetic run (continue, `/compact`) starts while it stands.
+    /// no synthetic run (continue, `/compact`) starts while it stands. Set
+    /// and cleared by the poller's `BrokerPause`: every `recv_next` answer
+    /// without a pause ends it.
     broker_pause: Option<crate::proto::Paused>,
     /// The pool last reported to the broker (`report_pool`), sent again
     /// when what identifies the credential changes.
@@ -410,17 +412,9 @@ impl TurnLoop {
             }
             Event::Broker(FromPoller::Empty) => {
                 self.asked = false;
-                if let Some(until) = self.broker_pause.as_ref().and_then(|p| p.until) {
-                    if self.free() && self.continue_requested {
-                        // The continue waits for the pause's end, on a timer.
-                        let left = (until - now()).max(1) as u64;
-                        self.phase = Phase::Paused {
-                            until: Instant::now() + Duration::from_secs(left),
-                        };
-                        return;
-                    }
-                }
-                if self.free() && self.continue_requested {
+                // Under the broker's pause the continue waits (`advance`
+                // parks a `recv_next`, answered when the pause ends).
+                if self.free() && self.continue_requested && self.broker_pause.is_none() {
                     self.continue_requested = false;
                     let key = WorkKey::Continue;
                     self.start_work(Work {
@@ -512,13 +506,19 @@ impl TurnLoop {
                 _ => self.bus.note("nothing to interrupt: no turn is running"),
             },
             Control::Compact => {
-                if self.free() && self.turn_usd_heard {
+                if self.free() && self.turn_usd_heard && self.broker_pause.is_none() {
                     self.start_compaction(Running::OperatorCompact, "operator request");
-                } else if self.free() {
+                } else if self.free() && !self.turn_usd_heard {
                     self.compact_requested = true;
                     self.bus.note(
                         "compaction queued: it runs once the broker has answered (it says the \
                          agent's turn_usd)",
+                    );
+                } else if self.free() {
+                    self.compact_requested = true;
+                    self.bus.note(
+                        "compaction queued: the broker pauses this agent (its pool's usage \
+                         limit or a budget); it runs once the pause ends",
                     );
                 } else {
                     self.compact_requested = true;
@@ -543,7 +543,10 @@ impl TurnLoop {
 
     /// The loop is free: an arrived message, a queued compaction, a waiting
     /// continue (after a peek), or the next message, in that order. Nothing
-    /// runs before a `recv_next` answer said the agent's `turn_usd`.
+    /// runs before a `recv_next` answer said the agent's `turn_usd`, and no
+    /// compaction or continue while the broker pauses the agent: the loop
+    /// then parks a `recv_next`, which the broker answers when the pause
+    /// ends (with a message, which drops the continue, or without one).
     fn advance(&mut self) {
         self.phase = Phase::Idle;
         self.bus.set_turn_state(TurnState::Idle);
@@ -563,7 +566,7 @@ impl TurnLoop {
         self.asked = true;
         // A peek is answered at once: before a continue, and at boot, so
         // `turn_usd` is known before any run.
-        if self.continue_requested || !self.turn_usd_heard {
+        if (self.continue_requested && self.broker_pause.is_none()) || !self.turn_usd_heard {
             self.poller.peek();
         } else {
             self.poller.next();

@@ -132,6 +132,37 @@ impl AgentConfig {
     /// leaves them out of its up-to-date comparison.
     pub const LIVE_KEYS: [&'static str; 3] = ["budget", "account", "turn_usd"];
 
+    /// The live keys a merge patch sets (or removes), in [`Self::LIVE_KEYS`]
+    /// order: what the approval card and the operator's notice flag.
+    pub fn live_keys_in(patch: &serde_json::Value) -> Vec<&'static str> {
+        Self::LIVE_KEYS
+            .into_iter()
+            .filter(|k| patch.get(*k).is_some())
+            .collect()
+    }
+
+    /// What the approval card and the operator's notice say of a merge
+    /// patch that touches live keys: that they apply at once, and whether
+    /// the patch's other keys restart the agent; `None` without live keys.
+    pub fn live_flag(patch: &serde_json::Value) -> Option<String> {
+        let live = Self::live_keys_in(patch);
+        if live.is_empty() {
+            return None;
+        }
+        let others = patch
+            .as_object()
+            .is_some_and(|o| o.keys().any(|k| !Self::LIVE_KEYS.contains(&k.as_str())));
+        Some(format!(
+            "sets {}: applies at once, {}",
+            live.join(", "),
+            if others {
+                "but its other keys restart the agent"
+            } else {
+                "no restart"
+            }
+        ))
+    }
+
     /// The entry with its live keys taken from `from`.
     pub fn with_live_keys_of(&self, from: &AgentConfig) -> AgentConfig {
         AgentConfig {
@@ -145,5 +176,36 @@ impl AgentConfig {
     /// True when `self` and `other` differ in their live keys only.
     pub fn differs_only_live(&self, other: &AgentConfig) -> bool {
         self != other && self.with_live_keys_of(other) == *other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AgentConfig;
+    use serde_json::json;
+
+    #[test]
+    fn a_patch_of_live_keys_is_flagged_and_says_whether_it_restarts() {
+        for (patch, keys, flag) in [
+            (
+                json!({"turn_usd": 0.5}),
+                vec!["turn_usd"],
+                Some("sets turn_usd: applies at once, no restart"),
+            ),
+            (
+                json!({"account": "team", "budget": null}),
+                vec!["budget", "account"],
+                Some("sets budget, account: applies at once, no restart"),
+            ),
+            (
+                json!({"turn_usd": 1, "model": "opus"}),
+                vec!["turn_usd"],
+                Some("sets turn_usd: applies at once, but its other keys restart the agent"),
+            ),
+            (json!({"model": "opus"}), vec![], None),
+        ] {
+            assert_eq!(AgentConfig::live_keys_in(&patch), keys, "{patch}");
+            assert_eq!(AgentConfig::live_flag(&patch).as_deref(), flag, "{patch}");
+        }
     }
 }

@@ -179,15 +179,8 @@ impl Hub {
             )
             .map_err(db_err)?;
         // issue 16: keys that apply live are named on the card.
-        let live: Vec<&str> = crate::proto::AgentConfig::LIVE_KEYS
-            .into_iter()
-            .filter(|k| patch.get(*k).is_some())
-            .collect();
-        let flag = if live.is_empty() {
-            String::new()
-        } else {
-            format!(" [sets {}: applies at once, no restart]", live.join(", "))
-        };
+        let flag = crate::proto::AgentConfig::live_flag(patch)
+            .map_or_else(String::new, |f| format!(" [{f}]"));
         self.announce_approval(
             id,
             &format!(

@@ -192,7 +192,8 @@ impl Hub {
             .insert(ctx.conn);
         // issue 16: while the broker pauses the agent nothing is handed out
         // (so nothing counts as an attempt); the pause is answered once per
-        // connection, and a later call parks until the hub's timer ends it.
+        // connection, and a later call parks until the pause ends (the hub's
+        // timer, a raised budget), which is answered once too.
         if let Some(p) = self.broker_pause(agent) {
             let told = self.pause_told(ctx.conn, &p);
             if told && ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
@@ -219,7 +220,15 @@ impl Hub {
             (Some(seen), Some(s)) => seen.unread != unread || seen.status_text != s.status_text,
             _ => false,
         };
-        if popped.is_none() && !changed && ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
+        // A connection that was answered a pause hears its end at once, also
+        // with nothing to hand out: its harness may have a continue waiting.
+        let pause_ended = self.pause_end_untold(ctx.conn);
+        if popped.is_none()
+            && !changed
+            && !pause_ended
+            && ctx.can_wait
+            && c.wait_seconds.unwrap_or(0) > 0
+        {
             self.wait_for(agent, ctx.conn);
             return Ok(Done::Wait);
         }

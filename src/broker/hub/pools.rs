@@ -7,9 +7,14 @@
 //! digits are kept, the credential never reaches the broker). A usage limit
 //! with a reset (`report_usage_limit`) parks the whole pool: `recv_next` hands
 //! none of its agents anything until then and answers the pause (once per
-//! connection, then parks). The hub's timer ends it — no process polls — and
-//! the pool's agents resume one [`STAGGER_SECS`] apart, the one with the
-//! oldest queued message first. The operator hears once per pool and window.
+//! connection, then parks; once it ended, that connection's next call is
+//! answered at once, with a message or without). The hub's timer ends it — no
+//! process polls — and the pool's agents resume one [`STAGGER_SECS`] apart,
+//! the one with the oldest queued message first. The operator hears once per
+//! pool and window, and again when a later report moves the park's end more
+//! than [`EXTEND_NOTICE_SECS`] past the end it was told (a real second limit
+//! does that; so could any process on the agent's socket, and the operator
+//! should see it).
 //! A pause is never an attempt: nothing is handed out, so nothing counts.
 //! The budget pause (`budgets.rs`) is answered the same way, after these.
 //! A run whose CLI warned that the account is near its limit
@@ -39,6 +44,11 @@ pub const STAGGER_SECS: i64 = 1;
 /// again when the harness's next run meets it.
 pub const MAX_PAUSE_SECS: i64 = 6 * 3600;
 
+/// How far past the end the operator was told a report may move a standing
+/// park's end before the operator hears of it again (naming the reporter and
+/// the new end).
+pub const EXTEND_NOTICE_SECS: i64 = 600;
+
 /// The pool state the hub keeps in memory (mirrored in `broker.db` where it
 /// must outlive a restart).
 #[derive(Default)]
@@ -51,6 +61,9 @@ pub struct Pools {
     resume_at: std::collections::HashMap<String, i64>,
     /// A pool's early warning: near its usage limit until `until`.
     warned: std::collections::HashMap<String, NearLimit>,
+    /// The end of each pool's park as the operator was last told it (memory
+    /// only: after a restart, the end kept in the store).
+    noticed: std::collections::HashMap<String, i64>,
     /// The pause (its `until`) each `recv_next` connection was answered.
     told: std::collections::HashMap<ConnId, i64>,
     loaded: bool,
@@ -256,6 +269,14 @@ impl Hub {
             Some((u, _)) if !fresh => (*u).max(c.until),
             _ => c.until,
         };
+        // The end the operator was told, when this report moves it far
+        // enough later to tell again: measured from the told end, so a chain
+        // of small moves is told too once it adds up.
+        let extended_from = current
+            .as_ref()
+            .filter(|_| !fresh)
+            .map(|(u, _)| self.pools.noticed.get(&pool).copied().unwrap_or(*u))
+            .filter(|told| until > told + EXTEND_NOTICE_SECS);
         let detail = if c.detail.is_empty() {
             "usage limit".to_string()
         } else {
@@ -285,6 +306,24 @@ impl Hub {
             );
             log::warn!("{body}");
             self.tell("operator", MsgKind::UsageLimit, &body)?;
+            self.pools.noticed.insert(pool, until);
+        } else if let Some(old) = extended_from {
+            let body = format!(
+                "[usage limit] pool {pool} ({}) stays parked longer, reported by {agent}: {detail}. \
+                 No agent of it starts claude until {} (it was {}); queued mail waits and runs \
+                 after it.",
+                members.join(", "),
+                clock(until, t),
+                clock(old, t)
+            );
+            log::warn!("{body}");
+            self.tell("operator", MsgKind::UsageLimit, &body)?;
+            self.pools.noticed.insert(pool, until);
+        } else {
+            log::info!(
+                "pool {pool}: {agent} reported its usage limit again; the park ends {}",
+                clock(until, t)
+            );
         }
         Ok(Empty {})
     }
@@ -318,6 +357,13 @@ impl Hub {
         self.pools.told.insert(conn, until) == Some(until)
     }
 
+    /// Whether `conn` was answered a pause that has ended since: it is
+    /// answered the end once, at once (so a harness waiting to run a
+    /// continue hears it without mail); forgets it.
+    pub(super) fn pause_end_untold(&mut self, conn: ConnId) -> bool {
+        self.pools.told.remove(&conn).is_some()
+    }
+
     pub(super) fn pause_conn_closed(&mut self, conn: ConnId) {
         self.pools.told.remove(&conn);
     }
@@ -344,6 +390,7 @@ impl Hub {
             .collect();
         for (pool, until) in due {
             self.pools.paused.remove(&pool);
+            self.pools.noticed.remove(&pool);
             if let Err(e) = self.db.clear_pool_pause(&pool) {
                 log::error!("cannot clear the pause of pool {pool}: {e}");
             }
@@ -382,7 +429,81 @@ impl Hub {
 
 #[cfg(test)]
 mod tests {
-    use super::clock;
+    use super::{clock, Hub, STAGGER_SECS};
+    use crate::broker::db::{Db, Durability};
+    use crate::broker::hub::HubSettings;
+    use crate::config::HiveConfig;
+    use crate::proto::cmd::{ReportPool, ReportUsageLimit};
+    use crate::proto::{now, MsgKind};
+    use std::time::Duration;
+
+    fn uuid() -> ReportPool {
+        ReportPool {
+            account_uuid: Some("u1".into()),
+            ..ReportPool::default()
+        }
+    }
+
+    /// The order of the resumes, read from the hub's own state: the timer's
+    /// ticks a second apart would make it a matter of timing.
+    #[test]
+    fn after_the_reset_the_agent_with_the_oldest_queued_message_resumes_first() {
+        let dir = std::env::temp_dir().join(format!("hive-pools-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Db::open(&dir.join("broker.db"), Durability::Normal).unwrap();
+        let cfg = HiveConfig::parse(
+            r#"{"agents":[{"name":"ana"},{"name":"bob"},{"name":"cat"},{"name":"dan","account":"x"}]}"#,
+        )
+        .unwrap();
+        let mut hub = Hub::new(
+            db,
+            cfg,
+            HubSettings {
+                state_dir: dir.clone(),
+                hyperhive_rev: "test-rev".into(),
+                max_pending_timers: 3,
+                lifecycle: None,
+                supervisor_timeout: Duration::from_secs(10),
+                config_path: None,
+                logs: None,
+                run_dir: None,
+            },
+        );
+        for a in ["ana", "bob", "cat"] {
+            hub.report_pool(a, uuid()).unwrap();
+        }
+        // cat's mail is the oldest, then ana's; bob has none.
+        hub.tell("cat", MsgKind::Message, "first").unwrap();
+        hub.tell("ana", MsgKind::Message, "second").unwrap();
+        let t = now();
+        let limit = ReportUsageLimit {
+            until: t + 600,
+            detail: "session limit".into(),
+            credential: uuid(),
+        };
+        hub.report_usage_limit("bob", limit).unwrap();
+        // Each agent's connection parks (connection ids 1, 2, 3).
+        let (cat, ana, bob) = (1, 2, 3);
+        hub.wait_for("cat", cat);
+        hub.wait_for("ana", ana);
+        hub.wait_for("bob", bob);
+        // The reset passes; the hub's timer fires.
+        let pool = hub.pool_of("ana");
+        hub.pools.paused.get_mut(&pool).unwrap().0 = t - 10;
+        hub.fire_pauses();
+        assert_eq!(
+            hub.take_woken(),
+            [cat],
+            "cat, the oldest mail, is woken first (and alone)"
+        );
+        let at = |a: &str| hub.pools.resume_at.get(a).copied();
+        assert_eq!(at("cat"), None, "resumed");
+        let (ana_at, bob_at) = (at("ana").unwrap(), at("bob").unwrap());
+        assert_eq!(bob_at - ana_at, STAGGER_SECS, "nothing queued: last");
+        assert_eq!(at("dan"), None, "another pool");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn clock_reads_as_a_time_and_a_span() {

@@ -1090,3 +1090,58 @@ fn a_pool_pause_ends_on_the_hubs_timer_and_hands_out_in_order() {
     assert!(got.contains(r#""body":"one""#), "{got}");
     assert!(!got.contains("paused"), "{got}");
 }
+
+#[test]
+fn a_report_moving_a_parks_end_over_ten_minutes_later_is_noticed_again() {
+    let m = Mem::new(HIVE);
+    let uuid = r#"{"cmd":"report_pool","account_uuid":"u1"}"#;
+    m.call_on("ana", 1, uuid, false);
+    m.call_on("bob", 2, uuid, false);
+    let limit = |until: i64| {
+        format!(
+            r#"{{"cmd":"report_usage_limit","until":{until},"detail":"session limit","credential":{{"account_uuid":"u1"}}}}"#
+        )
+    };
+    // The operator's usage-limit notices, in order (answers are scrubbed of
+    // times, so they are read as text).
+    let notices = || -> Vec<String> {
+        let inbox = m
+            .call_on("operator", 9, r#"{"cmd":"inbox","peek":true}"#, false)
+            .0;
+        inbox
+            .split(r#""body":""#)
+            .skip(1)
+            .map(|b| b.split('"').next().unwrap().to_string())
+            .filter(|b| b.starts_with("[usage limit]"))
+            .collect()
+    };
+    // "HH:MM UTC" of a time.
+    let hhmm = |t: i64| pools::clock(t, t).split(" (").next().unwrap().to_string();
+    let t = crate::proto::now();
+    assert_eq!(
+        m.call_on("ana", 1, &limit(t + 600), false).0,
+        r#"{"ok":true}"#
+    );
+    assert_eq!(notices().len(), 1);
+    // A second limit of the window, a little later or earlier: no notice.
+    m.call_on("ana", 1, &limit(t + 900), false);
+    m.call_on("bob", 2, &limit(t + 60), false);
+    m.call_on("bob", 2, &limit(t + 1100), false);
+    assert_eq!(notices().len(), 1, "{:?}", notices());
+    // Over ten minutes past the end the operator was told (a chain of small
+    // moves adds up): one more, naming who and the new end.
+    let later = t + 600 + 601;
+    m.call_on("bob", 2, &limit(later), false);
+    let told = notices();
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert!(
+        told[1].contains("pool uuid:u1 (ana, bob) stays parked longer, reported by bob")
+            && told[1].contains(&format!("until {}", hhmm(later)))
+            && told[1].contains(&format!("(it was {}", hhmm(t + 600))),
+        "{}",
+        told[1]
+    );
+    let agents: serde_json::Value =
+        serde_json::from_str(&m.call_on("operator", 9, r#"{"cmd":"agents"}"#, false).0).unwrap();
+    assert_eq!(agents["agents"][0]["paused"]["until"], later);
+}
