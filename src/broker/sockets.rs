@@ -46,6 +46,9 @@ const ACCEPTS_PER_TURN: usize = 64;
 const READ_CHUNK: usize = 64 * 1024;
 /// An output buffer larger than this is given back once it is written.
 const KEEP_OUTPUT: usize = 64 * 1024;
+/// Requests answered for one client in a row before the others get a turn
+/// (a client that sends many at once waits for the rest in the next turn).
+const REQUESTS_PER_TURN: usize = 32;
 
 /// A listening socket as the broker starts with it.
 pub struct Listening {
@@ -198,6 +201,9 @@ pub struct Loop {
     fds: Vec<PollFd>,
     targets: Vec<Target>,
     scratch: Vec<u8>,
+    /// Clients with whole requests read and not yet answered because they
+    /// had their share of a turn: the next poll does not sleep.
+    backlog: Vec<ConnId>,
 }
 
 impl Loop {
@@ -214,6 +220,7 @@ impl Loop {
             fds: Vec::new(),
             targets: Vec::new(),
             scratch: vec![0; READ_CHUNK],
+            backlog: Vec::new(),
         }
     }
 
@@ -264,7 +271,11 @@ impl Loop {
                     log::error!("{e}");
                 }
             }
-            let timeout = self.timeout(Instant::now());
+            let timeout = if self.backlog.is_empty() {
+                self.timeout(Instant::now())
+            } else {
+                Some(Duration::ZERO)
+            };
             self.poll_set(Instant::now());
             let mut fds = std::mem::take(&mut self.fds);
             if let Err(e) = poll(&mut fds, timeout) {
@@ -285,6 +296,9 @@ impl Loop {
             }
             self.fds = fds;
             self.targets = targets;
+            for id in std::mem::take(&mut self.backlog) {
+                self.pump(id);
+            }
             if woken {
                 self.rx.clear();
                 while let Ok(msg) = self.rx.rx.try_recv() {
@@ -355,8 +369,21 @@ impl Loop {
         }
     }
 
-    /// Accepts what socket `k` has waiting, up to [`ACCEPTS_PER_TURN`].
+    /// Accepts what socket `k` has waiting, up to [`ACCEPTS_PER_TURN`], and
+    /// answers what each new client has sent already (a client like `hive
+    /// wake` writes its request as soon as it is connected), without waiting
+    /// for the next turn of the loop.
     fn accept(&mut self, k: usize) {
+        let mut accepted = Vec::new();
+        self.accept_some(k, &mut accepted);
+        for id in accepted {
+            if self.read(id) {
+                self.pump(id);
+            }
+        }
+    }
+
+    fn accept_some(&mut self, k: usize, accepted: &mut Vec<ConnId>) {
         for _ in 0..ACCEPTS_PER_TURN {
             let s = &mut self.sockets[k];
             let stream = match s.listener.accept() {
@@ -420,6 +447,7 @@ impl Loop {
             let id = self.next_id;
             self.next_id += 1;
             let who = s.who.clone();
+            accepted.push(id);
             self.clients.insert(
                 id,
                 Client {
@@ -504,8 +532,9 @@ impl Loop {
 
     /// Answers the requests client `id` has sent, one at a time, while it is
     /// free (not parked, busy or writing); closes it at the end of its input.
+    /// After [`REQUESTS_PER_TURN`] the rest wait for the next turn.
     fn pump(&mut self, id: ConnId) {
-        loop {
+        for _ in 0..REQUESTS_PER_TURN {
             let Some(c) = self.clients.get_mut(&id) else {
                 return;
             };
@@ -544,6 +573,7 @@ impl Loop {
             };
             self.respond(id, answer, "request");
         }
+        self.backlog.push(id);
     }
 
     /// Asks the hub; answers, parks or offloads as it says.
@@ -722,5 +752,198 @@ impl Loop {
         }
         self.clients.clear();
         log::debug!("hub stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::db::{Db, Durability};
+    use crate::broker::hub::{channel, HubSettings};
+    use crate::config::HiveConfig;
+    use std::io::{BufRead, BufReader};
+
+    /// A hub serving one agent socket (`ana`) and the host socket from its
+    /// own thread, on a temp store; stopped and removed when dropped.
+    struct Served {
+        dir: PathBuf,
+        tx: HubTx,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Served {
+        fn start(tag: &str) -> Served {
+            let dir =
+                std::env::temp_dir().join(format!("hive-sockets-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let db = Db::open(&dir.join("broker.db"), Durability::Normal).unwrap();
+            let cfg = HiveConfig::parse(r#"{"agents":[{"name":"ana"}]}"#).unwrap();
+            let hub = Hub::new(
+                db,
+                cfg,
+                HubSettings {
+                    state_dir: dir.clone(),
+                    hyperhive_rev: "test-rev".into(),
+                    max_pending_timers: 3,
+                    lifecycle: None,
+                    supervisor_timeout: Duration::from_secs(10),
+                    config_path: None,
+                    logs: None,
+                    run_dir: None,
+                },
+            );
+            let (tx, rx) = channel().unwrap();
+            let limits = ConnLimits::new(1024, 1, 8, Duration::from_secs(60));
+            let mut serve = Loop::new(hub, rx, tx.clone(), limits);
+            for (name, who) in [
+                ("ana.sock", Identity::Agent("ana".into())),
+                ("host.sock", Identity::Operator),
+            ] {
+                let path = dir.join(name);
+                let listener = UnixListener::bind(&path).unwrap();
+                serve
+                    .listen(Listening {
+                        listener,
+                        who,
+                        path,
+                    })
+                    .unwrap();
+            }
+            let thread = std::thread::spawn(move || serve.run());
+            Served {
+                dir,
+                tx,
+                thread: Some(thread),
+            }
+        }
+
+        fn connect(&self, name: &str) -> (UnixStream, BufReader<UnixStream>) {
+            let s = UnixStream::connect(self.dir.join(name)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let r = BufReader::new(s.try_clone().unwrap());
+            (s, r)
+        }
+    }
+
+    impl Drop for Served {
+        fn drop(&mut self) {
+            let _ = self.tx.send(HubMsg::Shutdown);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn answer(r: &mut BufReader<UnixStream>) -> serde_json::Value {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    }
+
+    #[test]
+    fn many_requests_sent_at_once_are_answered_in_order() {
+        let s = Served::start("order");
+        let (mut w, mut r) = s.connect("ana.sock");
+        let n = 3 * REQUESTS_PER_TURN + 5;
+        let mut all = String::new();
+        for i in 0..n {
+            all.push_str(&format!(
+                "{{\"cmd\":\"wake\",\"from\":\"cron\",\"body\":\"m{i}\"}}\n"
+            ));
+        }
+        w.write_all(all.as_bytes()).unwrap();
+        let ids: Vec<i64> = (0..n)
+            .map(|_| answer(&mut r)["id"].as_i64().unwrap())
+            .collect();
+        assert_eq!(ids, (1..=n as i64).collect::<Vec<_>>());
+        // Meanwhile and after, another client is served.
+        let (mut w2, mut r2) = s.connect("host.sock");
+        w2.write_all(b"{\"cmd\":\"agents\"}\n").unwrap();
+        assert_eq!(answer(&mut r2)["ok"], true);
+    }
+
+    #[test]
+    fn a_parked_call_holds_up_nobody_and_its_hang_up_returns_what_it_held() {
+        let s = Served::start("park");
+        let (mut parked, mut parked_r) = s.connect("ana.sock");
+        parked
+            .write_all(b"{\"cmd\":\"recv_next\",\"wait_seconds\":30}\n")
+            .unwrap();
+        // The boot of an empty inbox parks it; others are answered meanwhile.
+        let (mut w, mut r) = s.connect("host.sock");
+        w.write_all(b"{\"cmd\":\"send\",\"to\":\"ana\",\"body\":\"hello\"}\n")
+            .unwrap();
+        assert_eq!(answer(&mut r)["ok"], true);
+        let got = answer(&mut parked_r);
+        assert_eq!(got["message"]["body"], "hello", "{got}");
+        // A `recv` holds rows for its connection until confirmed; a client
+        // that hangs up while parked gives them back.
+        let (mut m, mut mr) = s.connect("ana.sock");
+        m.write_all(b"{\"cmd\":\"ack_turn\",\"id\":1}\n").unwrap();
+        assert_eq!(answer(&mut mr)["ok"], true);
+        w.write_all(b"{\"cmd\":\"send\",\"to\":\"ana\",\"body\":\"held\"}\n")
+            .unwrap();
+        assert_eq!(answer(&mut r)["ok"], true);
+        m.write_all(b"{\"cmd\":\"recv\"}\n").unwrap();
+        assert_eq!(answer(&mut mr)["messages"][0]["body"], "held");
+        m.write_all(b"{\"cmd\":\"recv\",\"wait_seconds\":30}\n")
+            .unwrap();
+        drop(mr);
+        drop(m);
+        let (mut again, mut again_r) = s.connect("ana.sock");
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            again.write_all(b"{\"cmd\":\"recv\"}\n").unwrap();
+            let got = answer(&mut again_r);
+            if got["messages"][0]["body"] == "held" {
+                break;
+            }
+            assert!(Instant::now() < end, "the held row came back: {got}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn a_long_line_in_pieces_and_a_last_line_without_newline_are_answered() {
+        let s = Served::start("lines");
+        let (mut w, mut r) = s.connect("ana.sock");
+        let chunk = vec![b'x'; 256 * 1024];
+        for _ in 0..5 {
+            w.write_all(&chunk).unwrap();
+        }
+        w.write_all(b"\n{\"cmd\":\"hello\"}\n").unwrap();
+        let e = answer(&mut r);
+        assert!(e["error"].as_str().unwrap().contains("longer than"), "{e}");
+        assert_eq!(answer(&mut r)["identity"], "ana");
+        w.write_all(b"{\"cmd\":\"hello\"}").unwrap();
+        w.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_eq!(answer(&mut r)["identity"], "ana");
+        let mut rest = String::new();
+        assert_eq!(r.read_line(&mut rest).unwrap(), 0, "then closed: {rest}");
+    }
+
+    #[test]
+    fn a_client_that_does_not_read_holds_up_nobody() {
+        let s = Served::start("slow");
+        let (mut w, mut r) = s.connect("host.sock");
+        // Twenty messages of 60 KB: each inbox page is a large answer.
+        let body = "y".repeat(60_000);
+        for _ in 0..20 {
+            let line = format!("{{\"cmd\":\"send\",\"to\":\"ana\",\"body\":\"{body}\"}}\n");
+            w.write_all(line.as_bytes()).unwrap();
+            assert_eq!(answer(&mut r)["ok"], true);
+        }
+        let (mut slow, _slow_r) = s.connect("ana.sock");
+        for _ in 0..20 {
+            slow.write_all(b"{\"cmd\":\"recv\",\"max\":20}\n").unwrap();
+        }
+        // The slow client never reads; the hub answers others meanwhile.
+        let (mut w2, mut r2) = s.connect("host.sock");
+        for _ in 0..10 {
+            w2.write_all(b"{\"cmd\":\"agents\"}\n").unwrap();
+            assert_eq!(answer(&mut r2)["ok"], true);
+        }
     }
 }
