@@ -603,7 +603,15 @@ impl Loop {
                 let started = std::thread::Builder::new()
                     .name("conn-job".into())
                     .spawn(move || {
-                        let line = job(&tx);
+                        // A job that panics (a bug) still answers its caller.
+                        let line = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            job(&tx)
+                        }))
+                        .unwrap_or_else(|_| {
+                            err_line(&format!(
+                                "the broker failed while carrying out {cmd} (a broker bug: please report it); nothing is known to have changed"
+                            ))
+                        });
                         let _ = tx.send(HubMsg::Answered { conn: id, line });
                     });
                 if let Err(e) = started {

@@ -177,12 +177,16 @@ impl HubTx {
 }
 
 impl HubRx {
-    /// Takes the pending wake (before the messages are read, so a message
-    /// sent after this wakes the loop again).
+    /// Takes the pending wake, before the messages are read: first the
+    /// bytes out of the socket, then the flag, so a byte in the socket and a
+    /// raised flag always go together. (The other order could drain the byte
+    /// of a message sent in between and leave the flag raised with no byte:
+    /// every later sender would see a wake pending that never comes.) A
+    /// message sent after this wakes the loop again.
     pub fn clear(&self) {
-        self.wake.pending.store(false, Ordering::Release);
         let mut buf = [0u8; 64];
         while matches!(std::io::Read::read(&mut &self.readable, &mut buf), Ok(n) if n > 0) {}
+        self.wake.pending.swap(false, Ordering::AcqRel);
     }
 }
 

@@ -1145,3 +1145,42 @@ fn a_report_moving_a_parks_end_over_ten_minutes_later_is_noticed_again() {
         serde_json::from_str(&m.call_on("operator", 9, r#"{"cmd":"agents"}"#, false).0).unwrap();
     assert_eq!(agents["agents"][0]["paused"]["until"], later);
 }
+
+/// The hub's channel wakes its loop for every message, however senders race
+/// the loop taking the wake: four threads send in bursts while a loop like
+/// the broker's (poll the wake-up socket, clear it, drain the channel) waits
+/// only on the socket; every message arrives.
+#[test]
+fn racing_senders_never_lose_a_wake() {
+    use crate::sys::fd::{poll, PollFd};
+    use std::os::fd::AsRawFd;
+    let (tx, rx) = channel().unwrap();
+    let senders = 4;
+    let per = 2000;
+    let threads: Vec<_> = (0..senders)
+        .map(|_| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for i in 0..per {
+                    tx.send(HubMsg::HiveBudget(None)).unwrap();
+                    if i % 64 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut got = 0;
+    while got < senders * per {
+        let mut fds = [PollFd::new(rx.readable.as_raw_fd(), true, false)];
+        let n = poll(&mut fds, Some(Duration::from_secs(10))).unwrap();
+        assert!(n > 0, "no wake for a pending message: got {got}");
+        rx.clear();
+        while rx.rx.try_recv().is_ok() {
+            got += 1;
+        }
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+}
