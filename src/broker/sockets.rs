@@ -609,7 +609,7 @@ impl Loop {
                         }))
                         .unwrap_or_else(|_| {
                             err_line(&format!(
-                                "the broker failed while carrying out {cmd} (a broker bug: please report it); nothing is known to have changed"
+                                "the broker failed while carrying out {cmd} (a broker bug: please report it); check whether it took effect before trying again"
                             ))
                         });
                         let _ = tx.send(HubMsg::Answered { conn: id, line });
