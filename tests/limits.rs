@@ -376,7 +376,8 @@ fn budgets_are_the_operators_alone() {
 /// A `request_apply_commit` patch that touches `turn_usd` is flagged on the
 /// dashboard's approval card (the snapshot's `live_keys`, which the card
 /// shows) and in the operator's notice; approved, it applies without
-/// restarting the agent. A patch of other keys is not flagged.
+/// restarting the agent. A patch of other keys is not flagged. A patch of
+/// the values the entry has says so and restarts nothing.
 #[test]
 fn an_apply_commit_of_turn_usd_is_flagged_and_applies_without_a_restart() {
     let up = Up::start(
@@ -444,5 +445,35 @@ fn an_apply_commit_of_turn_usd_is_flagged_and_applies_without_a_restart() {
         up.state("kid").filter(|s| s.applied.turn_usd == Some(0.5))
     });
     assert_eq!(st.pid, Some(pid), "no restart");
+    assert!(st.up_to_date, "{st:?}");
+
+    // The same values again (`model` is unset already): the card and the
+    // notice say it changes nothing, and approving it restarts nothing.
+    let same = propose(r#"{"turn_usd":0.5,"model":null}"#);
+    let said = "sets turn_usd to its current value: changes nothing, no restart";
+    wait_for(T, "the no-op patch's card", || {
+        let h = dash.get("/api/hive").ok()?;
+        let card = h["approvals"]
+            .as_array()?
+            .iter()
+            .find(|a| a["id"] == same)?
+            .clone();
+        (card["live_flag"] == said).then_some(())
+    });
+    let notice = operator_messages(&up)
+        .into_iter()
+        .find(|m| m.body.starts_with(&format!("[approval #{same}]")))
+        .expect("the no-op approval's notice");
+    assert!(notice.body.contains(said), "{}", notice.body);
+    let done = common::hive::ok(&mut up.host(), Approve { id: same });
+    assert!(
+        done["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("nothing changes, no restart")),
+        "{done:?}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let st = up.state("kid").unwrap();
+    assert_eq!(st.pid, Some(pid), "still no restart: {st:?}");
     assert!(st.up_to_date, "{st:?}");
 }

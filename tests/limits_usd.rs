@@ -10,7 +10,9 @@
 //! hand-out drove: an operator `/compact` asked for under a budget pause,
 //! which waits for the pause to end and then runs capped; the hive's budget
 //! pausing every agent until it is raised; a run without a `result` line
-//! kept as cost unknown and shown as `+?`.
+//! kept as cost unknown and shown as `+?`; the checkpoint and `/compact`
+//! after a turn that reached the budget, each kept until a raise, and an
+//! operator `/compact` queued behind such a turn.
 
 mod common;
 
@@ -766,4 +768,148 @@ fn a_run_without_a_result_line_is_kept_as_cost_unknown_and_shown_so() {
         out.contains("+? : some runs printed no result line; their cost is unknown"),
         "{out}"
     );
+}
+
+// ---- a checkpoint after a turn that reached the budget ----
+
+/// Raises ana's day budget to `usd` with `hive budget set`.
+fn set_budget(b: &Broker, usd: &str) {
+    let sock = b.host_socket().display().to_string();
+    let (code, out, err) = run_hive(
+        &["budget", "set", "ana", "--usd", usd, "--socket", &sock],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+/// The turn that fills the context past the watermark also reaches the
+/// agent's budget. The checkpoint turn and its `/compact` are synthetic
+/// runs: no claude starts while the broker pauses the agent. A raised budget
+/// lets the checkpoint run, whose own cost reaches the new budget, so the
+/// `/compact` waits in turn for the next raise; mail sent meanwhile waits
+/// behind both, and nothing is dropped.
+#[test]
+fn a_checkpoint_after_a_turn_that_reaches_the_budget_waits_until_it_is_raised() {
+    // Every fake turn costs $0.014 (`ok_turn`): the kick and the big turn
+    // reach the day's $0.02.
+    let b =
+        Broker::start_config(r#"{"agents":[{"name":"ana","budget":{"usd":0.02,"per":"day"}}]}"#);
+    let h = Harness::start(&b, "ana", &[("HIVE_COMPACT_WATERMARK_TOKENS", "10000")]);
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    let page = common::agent_page::AgentPage::of(&h);
+    h.fake.default_step(
+        "grep -qx /compact \"$dir/inv-$FAKE_N.stdin\" && compact_ok 50000 1000\nok_turn done",
+    );
+    h.fake.step(2, "ok_turn \"read it all\" 20000");
+    operator_send(&b, "ana", "read everything");
+    h.fake.wait_count(2);
+    let s = page.wait_state("the budget pause", |s| s["paused"]["reason"] == "budget");
+    assert!(
+        s["paused"]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("of $0.02 today"),
+        "{s}"
+    );
+    wait_drained(&b, "ana");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(h.fake.count(), 2, "no checkpoint under the pause");
+    let id = operator_send(&b, "ana", "later mail");
+
+    // $0.028 of $0.04: the checkpoint runs, and its $0.014 reaches it.
+    set_budget(&b, "0.04");
+    h.fake.wait_count(3);
+    assert!(
+        h.fake
+            .stdin(3)
+            .contains("Checkpoint: context is filling up"),
+        "the checkpoint first, before the mail: {}",
+        h.fake.stdin(3)
+    );
+    page.wait_state("the pause before the /compact", |s| {
+        s["paused"]["reason"] == "budget"
+            && s["paused"]["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("of $0.04 today")
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(h.fake.count(), 3, "no /compact under the pause");
+    assert_eq!(agent_row(&b, "ana").unread, 1, "the mail waits");
+
+    set_budget(&b, "1");
+    h.fake.wait_count(5);
+    assert_eq!(h.fake.stdin(4).trim(), "/compact");
+    assert!(
+        h.fake.stdin(5).contains("later mail"),
+        "{}",
+        h.fake.stdin(5)
+    );
+    wait_drained(&b, "ana");
+    let db = Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
+    let rows: Vec<(String, String, Option<i64>)> = db
+        .prepare("SELECT kind, outcome, message_id FROM turns ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let kinds: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["turn", "turn", "checkpoint", "compact", "turn"],
+        "{rows:?}"
+    );
+    assert_eq!(rows[4].2, Some(id), "{rows:?}");
+    let outcomes: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    assert_eq!(outcomes, ["ok", "ok", "ok", "compacted", "ok"], "{rows:?}");
+    let row = agent_row(&b, "ana");
+    assert_eq!(row.failed, 0, "{row:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(h.fake.count(), 5, "each ran once");
+}
+
+/// An operator `/compact` queued behind a running turn whose spend reaches
+/// the budget: after the turn the harness asks the broker first, so the
+/// compaction waits for the raise instead of running under the new pause.
+#[test]
+fn an_operator_compact_queued_behind_a_turn_that_reaches_the_budget_waits_for_a_raise() {
+    let b =
+        Broker::start_config(r#"{"agents":[{"name":"ana","budget":{"usd":0.02,"per":"day"}}]}"#);
+    let h = Harness::start(&b, "ana", &[]);
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    let page = common::agent_page::AgentPage::of(&h);
+    h.fake.default_step(
+        "grep -qx /compact \"$dir/inv-$FAKE_N.stdin\" && compact_ok 50000 1000\nok_turn done",
+    );
+    // The turn waits for the operator's /compact to be queued behind it.
+    let go = h.fake.dir.join("go");
+    h.fake.step(
+        2,
+        &format!(
+            "init\nfor i in $(seq 300); do [ -e '{}' ] && break; sleep 0.1; done\nsay done\nresult_ok done\nexit 0",
+            go.display()
+        ),
+    );
+    operator_send(&b, "ana", "a job");
+    h.fake.wait_count(2);
+    // Answered once the request is on the loop's channel, well before the
+    // turn can end.
+    assert_eq!(page.post("/api/compact", "{}").status, 200);
+    std::fs::write(&go, "").unwrap();
+    page.wait_state("the budget pause", |s| s["paused"]["reason"] == "budget");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(h.fake.count(), 2, "no /compact under the pause");
+
+    set_budget(&b, "1");
+    h.fake.wait_count(3);
+    assert_eq!(h.fake.stdin(3).trim(), "/compact");
+    page.wait_state("idle again", |s| {
+        s["turn_state"] == "idle" && s["paused"].is_null()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(h.fake.count(), 3, "kept once, run once");
 }

@@ -759,12 +759,18 @@ fn snapshot(app: &App) -> Value {
     };
     let (questions, questions_more) = capped(&questions["questions"]);
     let (mut approvals, approvals_more) = capped(&approvals["approvals"]);
-    // issue 16: the keys of a merge patch that apply live, and the card's flag.
+    // issue 16: the keys of a merge patch that apply live, and the card's
+    // flag, judged against the entry the agent runs with (as the supervisor
+    // judges it when the patch is approved).
     for a in approvals.as_array_mut().into_iter().flatten() {
         if a["kind"] == "apply_commit" {
             let patch = &a["payload"];
+            let current = sup_rows.iter().find(|s| a["agent"] == s.name.as_str());
+            let patched =
+                current.and_then(|s| crate::broker::fleetfile::patched(&s.applied, patch).ok());
+            let entries = current.zip(patched.as_ref()).map(|(s, p)| (&s.applied, p));
             let keys = crate::proto::AgentConfig::live_keys_in(patch);
-            let flag = crate::proto::AgentConfig::live_flag(patch);
+            let flag = crate::proto::AgentConfig::live_flag(patch, entries);
             a["live_keys"] = json!(keys);
             a["live_flag"] = json!(flag);
         }

@@ -422,12 +422,19 @@ impl Supervisor {
             self.reload_desired(&written.config);
         }
         self.set_hive_entry(&applied);
-        let live_only = applied.differs_only_live(&base);
+        let unchanged = applied == base;
+        let restarts = applied.restarts_from(&base);
         let a = self.agent(&name)?;
         a.desired = a.desired.take().filter(|d| *d != applied);
         a.applied = applied;
-        if live_only {
-            // issue 16: budget and account apply without a restart.
+        if unchanged {
+            // A patch of the values the entry has: nothing to restart for.
+            return Ok(format!(
+                "{name}'s config already had these values: nothing changes, no restart"
+            ));
+        }
+        if !restarts {
+            // issue 16: budget, turn_usd and account apply without a restart.
             let applied = a.applied.clone();
             let _ = self.hub.send(HubMsg::ApplyAgent(applied));
             return Ok(format!("{name} has its new config; it applies at once"));
@@ -658,7 +665,7 @@ impl Supervisor {
     /// Each agent's `desired` entry from the fleet file `cfg`: its entry there
     /// when it differs from what the agent runs.
     fn reload_desired(&mut self, cfg: &HiveConfig) {
-        // issue 16: `budget` and `account` apply live — taken
+        // issue 16: `budget`, `turn_usd` and `account` apply live — taken
         // into what the agent runs and handed to the broker, never a
         // reason for an update.
         let mut live = Vec::new();

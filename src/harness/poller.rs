@@ -1,7 +1,8 @@
 //! The harness's three connections to its agent socket, each owned by a
 //! thread: `poller` long-polls `recv_next` when the turn loop asks for the
 //! next message (or peeks once, without waiting, before a requested
-//! continue and at boot; every answer carries the agent's `turn_usd`),
+//! continue, before a checkpoint or `/compact` after a run, and at boot;
+//! every answer carries the agent's `turn_usd`),
 //! `broker-calls` carries the loop's other requests (kick, ack, requeue,
 //! dead letters, counters, its pause, notices to the parent) in the order
 //! they were sent, and `status-watch` keeps a `status` call parked with

@@ -155,6 +155,25 @@ struct Session {
     cli_windows: HashMap<String, u64>,
 }
 
+/// The best-effort runs after a clean turn past the watermark, in order:
+/// the checkpoint turn, then `/compact`. Each waits for a `recv_next`
+/// answer asked after the run before it, and for the end of the broker's
+/// pause (issue 16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proactive {
+    Checkpoint,
+    Compact,
+}
+
+impl Proactive {
+    fn what(self) -> &'static str {
+        match self {
+            Proactive::Checkpoint => "the checkpoint turn",
+            Proactive::Compact => "the compaction after the checkpoint",
+        }
+    }
+}
+
 /// Counters of failures in a row, for backoffs and one notice per burst.
 #[derive(Default)]
 struct Streaks {
@@ -190,14 +209,22 @@ pub struct TurnLoop {
     compact_requested: bool,
     /// A continue was requested and waits its turn, like a requeued message.
     continue_requested: bool,
+    /// The proactive checkpoint or its `/compact`, due next (before mail).
+    proactive: Option<Proactive>,
+    /// A claude run ended and no `recv_next` answered since, nor was a
+    /// long-poll sent: what the loop knows of the broker's pause predates
+    /// the run's spend row, so no synthetic run starts before it asks.
+    after_run: bool,
+    /// A peek asked after a run, before a synthetic run, is unanswered.
+    checking: bool,
     /// The pause last reported to the broker (`report_state`); None when it
     /// must be reported again (at start, after a reconnect).
     reported_pause: Option<Option<crate::proto::Paused>>,
     stopping: bool,
     /// The broker's pause of this agent (its pool's usage limit, a budget):
-    /// no synthetic run (continue, `/compact`) starts while it stands. Set
-    /// and cleared by the poller's `BrokerPause`: every `recv_next` answer
-    /// without a pause ends it.
+    /// no synthetic run (continue, checkpoint, `/compact`) starts while it
+    /// stands. Set and cleared by the poller's `BrokerPause`: every
+    /// `recv_next` answer without a pause ends it.
     broker_pause: Option<crate::proto::Paused>,
     /// The pool last reported to the broker (`report_pool`), sent again
     /// when what identifies the credential changes.
@@ -257,6 +284,9 @@ impl TurnLoop {
             asked: false,
             compact_requested: false,
             continue_requested: false,
+            proactive: None,
+            after_run: false,
+            checking: false,
             reported_pause: Some(None),
             stopping: false,
             broker_pause: None,
@@ -362,6 +392,8 @@ impl TurnLoop {
                 turn_usd,
             }) => {
                 self.asked = false;
+                self.checking = false;
+                self.after_run = false;
                 self.turn_usd = turn_usd;
                 self.turn_usd_heard = true;
                 let key = WorkKey::Message(message.id);
@@ -379,6 +411,17 @@ impl TurnLoop {
                 if self.used_up(&work) {
                     return self.dead_letter_used_up(work);
                 }
+                if let Some(p) = self.proactive {
+                    // The hand-out says the broker does not pause the agent,
+                    // but the checkpoint and its `/compact` come first: the
+                    // message goes back (at the head, its hand-out given
+                    // back) and is asked for again after them.
+                    self.give_back(work, p);
+                    if self.free() {
+                        self.advance();
+                    }
+                    return;
+                }
                 if self.continue_requested {
                     // Mail drives the next turn; the continue is dropped.
                     self.continue_requested = false;
@@ -395,11 +438,17 @@ impl TurnLoop {
             }
             Event::Broker(FromPoller::BrokerPause(p)) => self.on_broker_pause(p),
             Event::Broker(FromPoller::TurnUsd(u)) => {
+                // Every `recv_next` answer, after its pause (or its end):
+                // what the loop knows of the pause is current again.
                 self.turn_usd = u;
                 let first = !self.turn_usd_heard;
                 self.turn_usd_heard = true;
-                if first && self.compact_requested && self.free() {
-                    // A compaction asked for before the broker answered.
+                let was_after_run = std::mem::replace(&mut self.after_run, false);
+                let synthetic = self.compact_requested || self.proactive.is_some();
+                if self.free() && !self.checking && synthetic && (first || was_after_run) {
+                    // A compaction asked for before the broker answered, or
+                    // a synthetic run that waited for an answer to a
+                    // long-poll sent before the last run (its window ended).
                     self.advance();
                 }
             }
@@ -412,9 +461,17 @@ impl TurnLoop {
             }
             Event::Broker(FromPoller::Empty) => {
                 self.asked = false;
+                self.checking = false;
+                self.after_run = false;
                 // Under the broker's pause the continue waits (`advance`
-                // parks a `recv_next`, answered when the pause ends).
-                if self.free() && self.continue_requested && self.broker_pause.is_none() {
+                // parks a `recv_next`, answered when the pause ends); a
+                // checkpoint or a `/compact` due goes first.
+                let synthetic = self.proactive.is_some() || self.compact_requested;
+                if self.free()
+                    && self.continue_requested
+                    && self.broker_pause.is_none()
+                    && !synthetic
+                {
                     self.continue_requested = false;
                     let key = WorkKey::Continue;
                     self.start_work(Work {
@@ -506,7 +563,8 @@ impl TurnLoop {
                 _ => self.bus.note("nothing to interrupt: no turn is running"),
             },
             Control::Compact => {
-                if self.free() && self.turn_usd_heard && self.broker_pause.is_none() {
+                let known = !self.after_run && self.proactive.is_none();
+                if self.free() && self.turn_usd_heard && self.broker_pause.is_none() && known {
                     self.start_compaction(Running::OperatorCompact, "operator request");
                 } else if self.free() && !self.turn_usd_heard {
                     self.compact_requested = true;
@@ -514,11 +572,17 @@ impl TurnLoop {
                         "compaction queued: it runs once the broker has answered (it says the \
                          agent's turn_usd)",
                     );
-                } else if self.free() {
+                } else if self.free() && self.broker_pause.is_some() {
                     self.compact_requested = true;
                     self.bus.note(
                         "compaction queued: the broker pauses this agent (its pool's usage \
                          limit or a budget); it runs once the pause ends",
+                    );
+                } else if self.free() {
+                    self.compact_requested = true;
+                    self.bus.note(
+                        "compaction queued: it runs once the broker has answered whether the \
+                         last run's spend pauses this agent",
                     );
                 } else {
                     self.compact_requested = true;
@@ -541,12 +605,17 @@ impl TurnLoop {
 
     // ---- what comes next -------------------------------------------------
 
-    /// The loop is free: an arrived message, a queued compaction, a waiting
-    /// continue (after a peek), or the next message, in that order. Nothing
-    /// runs before a `recv_next` answer said the agent's `turn_usd`, and no
-    /// compaction or continue while the broker pauses the agent: the loop
-    /// then parks a `recv_next`, which the broker answers when the pause
-    /// ends (with a message, which drops the continue, or without one).
+    /// The loop is free: an arrived message, the proactive checkpoint or
+    /// its `/compact`, a queued compaction, a waiting continue (after a
+    /// peek), or the next message, in that order. Nothing runs before a
+    /// `recv_next` answer said the agent's `turn_usd`, and no synthetic run
+    /// (checkpoint, compaction, continue) while the broker pauses the agent:
+    /// the loop then parks a `recv_next`, which the broker answers when the
+    /// pause ends (with a message, which drops the continue and waits behind
+    /// a checkpoint, or without one). After a run the loop knows nothing of
+    /// the pause its spend row may have caused (a budget reached) or that
+    /// began meanwhile (its pool parked): a synthetic run first asks (a peek,
+    /// answered after the spend row).
     fn advance(&mut self) {
         self.phase = Phase::Idle;
         self.bus.set_turn_state(TurnState::Idle);
@@ -554,9 +623,16 @@ impl TurnLoop {
             return;
         }
         if let Some(w) = self.arrived.take() {
-            return self.start_work(w);
+            match self.proactive {
+                Some(p) => self.give_back(w, p),
+                None => return self.start_work(w),
+            }
         }
-        if self.compact_requested && self.broker_pause.is_none() && self.turn_usd_heard {
+        let synthetic = self.proactive.is_some() || self.compact_requested;
+        if synthetic && self.turn_usd_heard && self.broker_pause.is_none() && !self.after_run {
+            if let Some(p) = self.proactive.take() {
+                return self.start_proactive(p);
+            }
             self.compact_requested = false;
             return self.start_compaction(Running::OperatorCompact, "operator request");
         }
@@ -564,12 +640,50 @@ impl TurnLoop {
             return;
         }
         self.asked = true;
-        // A peek is answered at once: before a continue, and at boot, so
-        // `turn_usd` is known before any run.
-        if (self.continue_requested && self.broker_pause.is_none()) || !self.turn_usd_heard {
+        // A peek is answered at once: before a continue, before a synthetic
+        // run after a run, and at boot, so `turn_usd` is known before any
+        // run. A long-poll sent while the loop knows of no pause is answered
+        // at once if the broker pauses the agent, so it stands for an answer.
+        let peek = !self.turn_usd_heard
+            || (self.broker_pause.is_none() && (self.continue_requested || synthetic));
+        if peek {
+            self.checking = synthetic;
             self.poller.peek();
         } else {
+            if let (Some(p), Some(pause)) = (self.proactive, &self.broker_pause) {
+                self.bus.note(format!(
+                    "{} waits: the broker pauses this agent ({}); it runs once the pause ends",
+                    p.what(),
+                    pause.detail
+                ));
+            }
+            self.after_run = false;
             self.poller.next();
+        }
+    }
+
+    /// Gives a handed-out message back (at the head, its hand-out given
+    /// back): `p` runs first, and the message is asked for again after it.
+    fn give_back(&mut self, w: Work, p: Proactive) {
+        self.bus
+            .note(format!("{} waits behind {}", w.what(), p.what()));
+        w.guard.requeue(Requeue::head());
+    }
+
+    /// The checkpoint turn or the `/compact` after it.
+    fn start_proactive(&mut self, p: Proactive) {
+        match p {
+            Proactive::Checkpoint => {
+                self.bus.note("checkpoint turn: context is filling up");
+                self.start_run(
+                    Running::ProactiveCheckpoint,
+                    context::CHECKPOINT_PROMPT.into(),
+                    true,
+                );
+            }
+            Proactive::Compact => {
+                self.start_compaction(Running::ProactiveCompact, "context watermark reached")
+            }
         }
     }
 
@@ -1019,6 +1133,8 @@ impl TurnLoop {
     // ---- after a run: bookkeeping, then the policy -----------------------
 
     fn conclude(&mut self, e: Ended) {
+        // Its spend row goes to the broker before any later ask.
+        self.after_run = true;
         if e.started {
             self.record(&e);
         }
@@ -1200,15 +1316,11 @@ impl TurnLoop {
                 let env = |k: &str| self.env.get(k);
                 let wm = context::compact_watermark(window, &env);
                 if context::needs_proactive_compact(e.report.context_tokens, wm) {
-                    self.bus.note("checkpoint turn: context is filling up");
-                    self.start_run(
-                        Running::ProactiveCheckpoint,
-                        context::CHECKPOINT_PROMPT.into(),
-                        true,
-                    );
-                } else {
-                    self.advance();
+                    // It waits for the broker's word first: this turn's
+                    // spend may have reached a budget (`advance`).
+                    self.proactive = Some(Proactive::Checkpoint);
                 }
+                self.advance();
             }
             Decision::AckInterrupted => {
                 let what = self.work.as_ref().map(Work::what).unwrap_or_default();
@@ -1299,7 +1411,8 @@ impl TurnLoop {
                         self.bus
                             .note(format!("checkpoint turn failed ({text}); going on"));
                     }
-                    self.start_compaction(Running::ProactiveCompact, "context watermark reached");
+                    self.proactive = Some(Proactive::Compact);
+                    self.advance();
                 }
                 _ => self.advance(),
             },

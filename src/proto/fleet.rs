@@ -144,18 +144,39 @@ impl AgentConfig {
     /// What the approval card and the operator's notice say of a merge
     /// patch that touches live keys: that they apply at once, and whether
     /// the patch's other keys restart the agent; `None` without live keys.
-    pub fn live_flag(patch: &serde_json::Value) -> Option<String> {
+    /// Given the entry as it is and as the patch would make it (`entries`),
+    /// the restart is judged as the supervisor judges it
+    /// ([`Self::restarts_from`]): other keys that keep their values restart
+    /// nothing, and a patch that changes nothing says so. Without them, any
+    /// other key counts as a change.
+    pub fn live_flag(
+        patch: &serde_json::Value,
+        entries: Option<(&AgentConfig, &AgentConfig)>,
+    ) -> Option<String> {
         let live = Self::live_keys_in(patch);
         if live.is_empty() {
             return None;
         }
-        let others = patch
-            .as_object()
-            .is_some_and(|o| o.keys().any(|k| !Self::LIVE_KEYS.contains(&k.as_str())));
+        let keys = live.join(", ");
+        let restarts = match entries {
+            Some((current, patched)) if current == patched => {
+                let values = if live.len() == 1 {
+                    "its current value"
+                } else {
+                    "their current values"
+                };
+                return Some(format!(
+                    "sets {keys} to {values}: changes nothing, no restart"
+                ));
+            }
+            Some((current, patched)) => patched.restarts_from(current),
+            None => patch
+                .as_object()
+                .is_some_and(|o| o.keys().any(|k| !Self::LIVE_KEYS.contains(&k.as_str()))),
+        };
         Some(format!(
-            "sets {}: applies at once, {}",
-            live.join(", "),
-            if others {
+            "sets {keys}: applies at once, {}",
+            if restarts {
                 "but its other keys restart the agent"
             } else {
                 "no restart"
@@ -173,9 +194,11 @@ impl AgentConfig {
         }
     }
 
-    /// True when `self` and `other` differ in their live keys only.
-    pub fn differs_only_live(&self, other: &AgentConfig) -> bool {
-        self != other && self.with_live_keys_of(other) == *other
+    /// Whether an agent running `base` must restart to run `self`: a key
+    /// other than the live ones differs. Equal entries restart nothing, nor
+    /// do entries that differ in live keys only.
+    pub fn restarts_from(&self, base: &AgentConfig) -> bool {
+        self.with_live_keys_of(base) != *base
     }
 }
 
@@ -205,7 +228,82 @@ mod tests {
             (json!({"model": "opus"}), vec![], None),
         ] {
             assert_eq!(AgentConfig::live_keys_in(&patch), keys, "{patch}");
-            assert_eq!(AgentConfig::live_flag(&patch).as_deref(), flag, "{patch}");
+            assert_eq!(
+                AgentConfig::live_flag(&patch, None).as_deref(),
+                flag,
+                "{patch}"
+            );
         }
+    }
+
+    fn entry(v: serde_json::Value) -> AgentConfig {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn only_a_change_of_a_key_that_is_not_live_restarts_the_agent() {
+        let base = entry(json!({"name": "kid", "model": "opus", "turn_usd": 0.5,
+            "budget": {"usd": 5.0, "per": "day"}}));
+        for (now, restarts) in [
+            // A patch that changed nothing (every key as it was).
+            (base.clone(), false),
+            (
+                entry(json!({"name": "kid", "model": "opus", "turn_usd": 2.0,
+                "budget": {"usd": 5.0, "per": "day"}, "account": "team"})),
+                false,
+            ),
+            (entry(json!({"name": "kid", "model": "opus"})), false),
+            (
+                entry(json!({"name": "kid", "model": "sonnet", "turn_usd": 0.5,
+                "budget": {"usd": 5.0, "per": "day"}})),
+                true,
+            ),
+            (
+                entry(json!({"name": "kid", "model": "sonnet", "turn_usd": 1.0})),
+                true,
+            ),
+        ] {
+            assert_eq!(now.restarts_from(&base), restarts, "{now:?}");
+        }
+    }
+
+    #[test]
+    fn the_flag_judges_a_patch_against_the_entry_it_changes() {
+        let base = entry(json!({"name": "kid", "model": "opus", "turn_usd": 0.5}));
+        let flag = |patch: serde_json::Value, now: serde_json::Value| {
+            AgentConfig::live_flag(&patch, Some((&base, &entry(now))))
+        };
+        assert_eq!(
+            flag(
+                json!({"turn_usd": 0.5}),
+                json!({"name": "kid", "model": "opus", "turn_usd": 0.5})
+            )
+            .as_deref(),
+            Some("sets turn_usd to its current value: changes nothing, no restart")
+        );
+        // The model is opus already: the patch restarts nothing.
+        assert_eq!(
+            flag(
+                json!({"turn_usd": 1, "model": "opus"}),
+                json!({"name": "kid", "model": "opus", "turn_usd": 1.0})
+            )
+            .as_deref(),
+            Some("sets turn_usd: applies at once, no restart")
+        );
+        assert_eq!(
+            flag(
+                json!({"turn_usd": 1, "model": "sonnet"}),
+                json!({"name": "kid", "model": "sonnet", "turn_usd": 1.0})
+            )
+            .as_deref(),
+            Some("sets turn_usd: applies at once, but its other keys restart the agent")
+        );
+        assert_eq!(
+            flag(
+                json!({"model": "opus"}),
+                json!({"name": "kid", "model": "opus", "turn_usd": 0.5})
+            ),
+            None
+        );
     }
 }

@@ -167,7 +167,8 @@ impl Hub {
         agent: &str,
         patch: &Value,
     ) -> Result<QueuedReply, String> {
-        self.patched(agent, patch)?;
+        let (_, entry) = self.patched(agent, patch)?;
+        let current = self.cfg.agent(agent).map(|c| (c, &entry));
         let id = self
             .db
             .insert_approval(
@@ -179,7 +180,7 @@ impl Hub {
             )
             .map_err(db_err)?;
         // issue 16: keys that apply live are named on the card.
-        let flag = crate::proto::AgentConfig::live_flag(patch)
+        let flag = crate::proto::AgentConfig::live_flag(patch, current)
             .map_or_else(String::new, |f| format!(" [{f}]"));
         self.announce_approval(
             id,
