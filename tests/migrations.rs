@@ -554,16 +554,16 @@ fn old_turn_stats_gain_spend_rows_and_new_ones_wait_for_their_ack() {
         note: String::new(),
     };
     let (id1, s1) = s
-        .record_with_spend(&row, "b00t", Some(0.01), 110, 50)
+        .record_with_spend(&row, "b00t", Some(0.01), 110, 50, &[])
         .unwrap();
-    let (_, s2) = s.record_with_spend(&row, "b00t", None, 5, 0).unwrap();
+    let (_, s2) = s.record_with_spend(&row, "b00t", None, 5, 0, &[]).unwrap();
     assert_eq!(s1.key, format!("b00t:{id1}"));
     drop(s);
     // A new boot of the harness finds both, oldest first, keys unchanged.
     let s = Stats::open(&path).unwrap();
     assert_eq!(s.unacked_spend(10).unwrap(), vec![s1.clone(), s2.clone()]);
     assert_eq!(s.unacked_spend(1).unwrap(), vec![s1.clone()], "bounded");
-    s.spend_acked(&s1.key).unwrap();
+    s.spend_acked(std::slice::from_ref(&s1.key)).unwrap();
     assert_eq!(s.unacked_spend(10).unwrap(), vec![s2.clone()]);
     assert_eq!(s2.usd, None, "a run of unknown cost stays unknown");
     assert_eq!(rows(&path, "turns").len(), before.len() + 2);

@@ -513,7 +513,7 @@ impl Db {
     /// attempts with this hand-out, and whether it was inflight already;
     /// and the count of queued rows after it.
     pub fn take_next(&self, agent: &str, queued_too: bool) -> Res<(Option<Taken>, u64)> {
-        self.in_transaction(|c| {
+        schema::in_transaction(&self.conn, |c| {
             let mut taken = None;
             for state in ["inflight", "queued"] {
                 if state == "queued" && !queued_too {
@@ -550,23 +550,6 @@ impl Db {
                 .query_row(params![agent], |r| r.get::<_, i64>(0).map(|n| n as u64))?;
             Ok((taken, queued))
         })
-    }
-
-    /// Runs `f` in one transaction whose `BEGIN` and `COMMIT` are prepared
-    /// once per connection (rusqlite's own transactions parse them anew each
-    /// time); a failure rolls back.
-    fn in_transaction<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
-        self.conn.prepare_cached("BEGIN")?.execute([])?;
-        let done = f(&self.conn).and_then(|v| {
-            self.conn.prepare_cached("COMMIT")?.execute([])?;
-            Ok(v)
-        });
-        if done.is_err() && !self.conn.is_autocommit() {
-            if let Err(e) = self.conn.execute_batch("ROLLBACK") {
-                log::error!("message store: cannot roll a failed transaction back: {e}");
-            }
-        }
-        done
     }
 
     /// The first queued rows of a recipient, in queue order.

@@ -240,6 +240,9 @@ pub struct TurnLoop {
     /// idempotency key (the stats row id, or a counter, is the second).
     boot_id: String,
     spend_seq: u64,
+    /// Spend rows the broker acknowledged, not yet marked so in the stats
+    /// db: written with the next run's row (one commit), or at the end.
+    spend_acked: Vec<String>,
     /// The agent's `turn_usd` as the broker last handed it out (issue 16):
     /// passed to every run as `--max-budget-usd`.
     turn_usd: Option<f64>,
@@ -299,6 +302,7 @@ impl TurnLoop {
                 |b| crate::sys::hash::hex(&b),
             ),
             spend_seq: 0,
+            spend_acked: Vec::new(),
             turn_usd: None,
             turn_usd_heard: false,
         }
@@ -329,6 +333,19 @@ impl TurnLoop {
             drop(w);
         }
         self.poller.shutdown();
+        // The acknowledgements heard up to the end are written down (had
+        // the harness died first, the rows would be sent again at its next
+        // boot and counted once).
+        while let Ok(ev) = self.poller.events.try_recv() {
+            if let FromPoller::SpendAcked(key) = ev {
+                self.spend_acked.push(key);
+            }
+        }
+        if let (Some(stats), false) = (&self.stats, self.spend_acked.is_empty()) {
+            if let Err(e) = stats.spend_acked(&self.spend_acked) {
+                log::error!("{e}");
+            }
+        }
     }
 
     fn boot(&mut self) {
@@ -452,11 +469,11 @@ impl TurnLoop {
                     self.advance();
                 }
             }
+            // Marked in the stats db with the next run's row: no commit on
+            // the way to the next turn.
             Event::Broker(FromPoller::SpendAcked(key)) => {
-                if let Some(stats) = &self.stats {
-                    if let Err(e) = stats.spend_acked(&key) {
-                        log::error!("{e}");
-                    }
+                if self.stats.is_some() {
+                    self.spend_acked.push(key);
                 }
             }
             Event::Broker(FromPoller::Empty) => {
@@ -1133,6 +1150,10 @@ impl TurnLoop {
     // ---- after a run: bookkeeping, then the policy -----------------------
 
     fn conclude(&mut self, e: Ended) {
+        // What the end of a run tells the broker (its spend, its counters,
+        // the ack or requeue, an ask for the next message) goes out in one
+        // write when this returns.
+        let _cork = self.poller.teller().cork();
         // Its spend row goes to the broker before any later ask.
         self.after_run = true;
         if e.started {
@@ -1256,8 +1277,12 @@ impl TurnLoop {
                 rep.cost_usd,
                 tokens,
                 rep.cache_read_tokens,
+                &self.spend_acked,
             ) {
-                Ok((_, s)) => spend = Some(s),
+                Ok((_, s)) => {
+                    spend = Some(s);
+                    self.spend_acked.clear();
+                }
                 Err(err) => log::error!("{err}"),
             }
         }
