@@ -206,6 +206,114 @@ fn an_old_broker_store_migrates_with_every_row() {
     }
 }
 
+/// The store of the release before step 8 (schema 7, written by a real
+/// broker and killed): step 8 rebuilds `messages` with its state check as a
+/// chain of ORs, and every row, the id sequence, the indexes, the trigger and
+/// the check itself are what they were.
+#[test]
+fn a_version_7_store_keeps_every_message_through_step_8() {
+    let dir = TempDir::new("mig7");
+    let path = copy_fixture("broker-v7.db", dir.path(), db::FILE);
+    let before = rows(&path, "messages");
+    assert_eq!(before.len(), 9, "the fixture as its README describes it");
+    let others = ["spend", "agent_pools", "agents", "sqlite_sequence"];
+    let kept: Vec<_> = others.iter().map(|t| rows(&path, t)).collect();
+    {
+        let c = Connection::open(&path).unwrap();
+        assert_eq!(schema::version(&c).unwrap(), 7);
+    }
+
+    let store = Db::open(&path, Durability::Normal).unwrap();
+    let c = Connection::open(&path).unwrap();
+    assert_eq!(
+        schema::version(&c).unwrap(),
+        db::MIGRATIONS.last().unwrap().version
+    );
+    let mut new = rows(&path, "messages");
+    // Opening the store puts rows that were inflight or held when the broker
+    // died back into their inbox (the restart rule, not a step).
+    let state = 6;
+    for (o, n) in before.iter().zip(new.iter_mut()) {
+        if matches!(&o[state], Value::Text(s) if s == "inflight" || s == "held") {
+            assert_eq!(n[state], Value::Text("queued".into()));
+            n[state] = o[state].clone();
+        }
+    }
+    assert_eq!(new, before, "every row, every column");
+    for (t, old) in others.iter().zip(&kept) {
+        assert_eq!(&rows(&path, t), old, "{t}");
+    }
+    let sql: String = c
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'messages'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        sql.contains("state = 'queued' OR state = 'inflight'") && !sql.contains(" IN ("),
+        "{sql}"
+    );
+    let mut objects: Vec<String> = c
+        .prepare("SELECT name FROM sqlite_master WHERE tbl_name = 'messages' AND type != 'table'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    objects.sort();
+    assert_eq!(
+        objects,
+        ["messages_inbox", "messages_seq", "messages_seq_on_insert"]
+    );
+    // The check still refuses a state it does not know.
+    let bad = c.execute("UPDATE messages SET state = 'lost' WHERE id = 1", []);
+    assert!(
+        format!("{bad:?}").contains("CHECK constraint failed"),
+        "{bad:?}"
+    );
+    // Ids go on after the sequence, and a new row queues last in ana's inbox.
+    let id = store
+        .insert_message(
+            &db::NewMessage {
+                from: &Peer::Operator,
+                to: "ana",
+                body: "after step 8",
+                kind: &MsgKind::Message,
+                in_reply_to: None,
+            },
+            1,
+        )
+        .unwrap();
+    assert_eq!(id, 10);
+    let ana: Vec<(i64, String)> = store
+        .queued("ana", 100)
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.id, m.body))
+        .collect();
+    assert_eq!(
+        ana,
+        [
+            (4, "from bob, inflight".to_string()),
+            (5, "queued one".to_string()),
+            (6, "queued two".to_string()),
+            (10, "after step 8".to_string()),
+        ]
+    );
+    let (taken, queued) = store.take_next("ana", true).unwrap();
+    let taken = taken.unwrap();
+    assert_eq!(
+        (taken.message.id, taken.attempts, taken.was_inflight, queued),
+        (4, 3, false, 3),
+        "the row that was inflight comes back first, its attempts counted on"
+    );
+    let check: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
+
 /// Step 6 with the spill file still there: the payload is read into the row
 /// once, and the reminder fires with the whole text.
 #[test]
@@ -446,16 +554,16 @@ fn old_turn_stats_gain_spend_rows_and_new_ones_wait_for_their_ack() {
         note: String::new(),
     };
     let (id1, s1) = s
-        .record_with_spend(&row, "b00t", Some(0.01), 110, 50)
+        .record_with_spend(&row, "b00t", Some(0.01), 110, 50, &[])
         .unwrap();
-    let (_, s2) = s.record_with_spend(&row, "b00t", None, 5, 0).unwrap();
+    let (_, s2) = s.record_with_spend(&row, "b00t", None, 5, 0, &[]).unwrap();
     assert_eq!(s1.key, format!("b00t:{id1}"));
     drop(s);
     // A new boot of the harness finds both, oldest first, keys unchanged.
     let s = Stats::open(&path).unwrap();
     assert_eq!(s.unacked_spend(10).unwrap(), vec![s1.clone(), s2.clone()]);
     assert_eq!(s.unacked_spend(1).unwrap(), vec![s1.clone()], "bounded");
-    s.spend_acked(&s1.key).unwrap();
+    s.spend_acked(std::slice::from_ref(&s1.key)).unwrap();
     assert_eq!(s.unacked_spend(10).unwrap(), vec![s2.clone()]);
     assert_eq!(s2.usd, None, "a run of unknown cost stays unknown");
     assert_eq!(rows(&path, "turns").len(), before.len() + 2);

@@ -1,26 +1,20 @@
-//! The accept threads, one per socket, on the transport's accept loop
-//! (`proto::lines::Acceptor`: a failed accept backs off and tries again,
-//! logging once per burst, and the listener is never dropped). Each hands a new
-//! connection to its own connection thread (`conn.rs`) unless the socket is at
-//! its cap; a refused client gets one `ok:false` line saying why and is closed.
-//! The caps ([`ConnLimits`]) keep the connections of every agent together well
-//! below the process's descriptor limit, keep one agent from taking all of
-//! them, and keep a share for the operator's host socket, so no agent can lock
-//! out the operator or the other agents.
+//! How many connections the broker takes: the caps ([`ConnLimits`]) keep the
+//! connections of every agent together well below the process's descriptor
+//! limit, keep one agent from taking all of them, and keep a share for the
+//! operator's host socket, so no agent can lock out the operator or the other
+//! agents; [`Caps`] counts one socket's connections against them. The loop
+//! that accepts (`sockets.rs`) gives a client over a cap one `ok:false` line
+//! saying why and closes it.
 
-use super::conn;
-use super::hub::{HubMsg, Identity};
-use crate::proto::lines::Acceptor;
+use super::hub::Identity;
 use crate::sys::env::Env;
-use crossbeam_channel::{Receiver, Sender};
-use std::os::unix::net::UnixListener;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Descriptors one connection may hold: its stream, and the pipe of its
-/// hang-up watcher while it is parked in a long-poll.
-const FDS_PER_CONN: u64 = 3;
+/// Descriptors one connection may hold: its stream, and a file or pipe an
+/// offloaded job of it opens (a patch file, a log, `journalctl`'s output).
+const FDS_PER_CONN: u64 = 2;
 
 /// Descriptors kept for everything else in the process (stdio, logs, the
 /// store, a journalctl's pipes, files being read); per agent two more (its
@@ -158,7 +152,7 @@ impl Caps {
     }
 
     /// A slot for one more connection, or why there is none.
-    fn take(&self, who: &Identity) -> Result<Slot, String> {
+    pub fn take(&self, who: &Identity) -> Result<Slot, String> {
         if !self.socket.take() {
             return Err(format!(
                 "too many connections on the socket of {} ({} open, its limit); close some and try again",
@@ -192,44 +186,6 @@ impl Drop for Slot {
     }
 }
 
-/// Everything an accept thread needs besides its listener.
-pub struct AcceptCtx {
-    pub who: Identity,
-    pub caps: Caps,
-    pub idle: Duration,
-    pub hub: Sender<HubMsg>,
-    pub stop: Receiver<()>,
-    pub ids: Arc<AtomicU64>,
-}
-
-/// Serves `listener` for as long as the process runs: each admitted client on
-/// its own connection thread (`conn-N`).
-pub fn serve_socket(listener: UnixListener, ctx: AcceptCtx) {
-    let acceptor = Acceptor {
-        what: format!("the socket of {}", ctx.who.name()),
-        thread: "conn",
-        ids: ctx.ids.clone(),
-        stop: None,
-    };
-    let AcceptCtx {
-        who,
-        caps,
-        idle,
-        hub,
-        stop,
-        ..
-    } = ctx;
-    let admit_who = who.clone();
-    acceptor.run(
-        listener,
-        move || caps.take(&admit_who),
-        move |stream, conn, slot| {
-            let _slot = slot;
-            conn::serve(stream, who.clone(), conn, hub.clone(), stop.clone(), idle);
-        },
-    );
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,7 +194,7 @@ mod tests {
     fn limits_follow_the_descriptor_limit_and_keep_a_share_for_the_operator() {
         let idle = DEFAULT_IDLE;
         let small = ConnLimits::new(256, 2, DEFAULT_CONNS_PER_AGENT, idle);
-        assert_eq!((small.per_agent, small.agents, small.host), (12, 24, 7));
+        assert_eq!((small.per_agent, small.agents, small.host), (18, 36, 11));
         let worst = (small.agents + small.host) as u64 * FDS_PER_CONN;
         assert!(worst + RESERVED_FDS < 256, "{worst}");
         let big = ConnLimits::new(65536, 2, DEFAULT_CONNS_PER_AGENT, idle);

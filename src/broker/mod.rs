@@ -1,31 +1,32 @@
 //! `hive broker`: the host-side message broker. This module owns start-up and
 //! shutdown — config, the store, the directories and sockets with their
-//! permissions (the host socket, one per agent, and the Matrix bridge's for a
-//! hive in a swarm), and the signal thread — and hands every request to the hub
-//! thread (`hub/`) through the accept threads (`accept.rs`, which also cap
-//! the connections) and the connection threads (`conn.rs`). The sqlite
-//! statements and schema versions live in `db.rs`, the port the supervisor of
-//! `hive up` implements in `lifecycle.rs`, the changes hive makes to the fleet
-//! file in `fleetfile.rs`. The wire contract is `proto`.
+//! permissions (`bind.rs`: the host socket, one per agent, and the Matrix
+//! bridge's for a hive in a swarm) — and starts the hub thread, which serves
+//! every socket itself (`sockets.rs`: one poll loop, under the caps of
+//! `accept.rs`) and decides every request (`hub/`). The sqlite statements and
+//! schema versions live in `db.rs`, the port the supervisor of `hive up`
+//! implements in `lifecycle.rs`, the changes hive makes to the fleet file in
+//! `fleetfile.rs`. The wire contract is `proto`.
 
 pub mod accept;
-pub mod conn;
+pub mod bind;
 pub mod db;
 pub mod fleetfile;
 pub mod hub;
 pub mod lifecycle;
+pub mod sockets;
 
 pub use crate::proto::paths::{agent_socket, bridge_socket, host_socket};
 
 use crate::config::HiveConfig;
-use accept::{AcceptCtx, Caps, ConnLimits};
-use crossbeam_channel::{unbounded, Receiver, Sender};
+use accept::ConnLimits;
+use bind::{bind, create_dir};
+use crossbeam_channel::Sender;
 use db::{Db, Durability};
-use hub::{Hub, HubMsg, HubSettings, Identity};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use hub::{Hub, HubMsg, HubSettings, HubTx, Identity};
+use sockets::{Listening, Loop};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Where the broker keeps its store and sockets, and what it serves (from
@@ -55,58 +56,6 @@ pub fn load_config(args: &BrokerSettings) -> Result<HiveConfig, String> {
         return Err("no agents: pass --agents a,b or --config FILE with an agents list".into());
     }
     Ok(cfg)
-}
-
-/// Creates `path` and its missing parents with `mode`, whatever the umask;
-/// directories that exist already keep theirs.
-pub(crate) fn create_dirs(path: &Path, mode: u32) -> std::io::Result<()> {
-    if path.is_dir() {
-        return Ok(());
-    }
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        create_dirs(parent, mode)?;
-    }
-    match std::fs::DirBuilder::new().mode(mode).create(path) {
-        Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Creates a directory the broker owns (with missing parents) and gives it
-/// `mode`, whether it was there or not.
-fn create_dir(path: &Path, mode: u32) -> Result<(), String> {
-    create_dirs(path, mode)
-        .and_then(|_| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)))
-        .map_err(|e| format!("cannot create directory {}: {e}", path.display()))
-}
-
-/// Binds a socket, refusing to steal one a live broker is serving.
-fn bind(path: &Path, uid: Option<u32>, gid: Option<u32>) -> Result<UnixListener, String> {
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(format!(
-                "another broker is already listening on {}; stop it first",
-                path.display()
-            ));
-        }
-        std::fs::remove_file(path)
-            .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display()))?;
-    }
-    let listener = UnixListener::bind(path)
-        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
-    if uid.is_some() || gid.is_some() {
-        std::os::unix::fs::chown(path, uid, gid).map_err(|e| {
-            format!(
-                "cannot give socket {} to uid {uid:?} gid {gid:?}: {e} (the broker must run as root to do that)",
-                path.display()
-            )
-        })?;
-    }
-    let mode = if gid.is_some() { 0o660 } else { 0o600 };
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| format!("cannot set permissions of {}: {e}", path.display()))?;
-    Ok(listener)
 }
 
 /// Why `hive broker` stopped with an error.
@@ -140,71 +89,18 @@ pub struct BrokerDeps {
 /// How long a lifecycle call waits for the supervisor.
 pub const SUPERVISOR_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A running broker: its hub thread and sockets. [`BrokerHandle::stop`] removes
-/// the sockets, ends every parked long-poll and stops the hub.
+/// A running broker: its hub thread, which serves the sockets.
+/// [`BrokerHandle::stop`] removes the sockets, ends every parked long-poll and
+/// stops the hub.
 pub struct BrokerHandle {
-    hub_tx: Sender<HubMsg>,
+    hub_tx: HubTx,
     hub_thread: Option<std::thread::JoinHandle<()>>,
-    stop_tx: Option<Sender<()>>,
-    listeners: Arc<Listeners>,
     stopped: Vec<String>,
-}
-
-/// Binds agent sockets and starts their accept threads; shared with the hub so a
-/// spawned agent gets its socket without a broker restart.
-pub struct Listeners {
-    run_dir: PathBuf,
-    hub_tx: Sender<HubMsg>,
-    stop_rx: Receiver<()>,
-    ids: Arc<AtomicU64>,
-    paths: std::sync::Mutex<Vec<PathBuf>>,
-    limits: ConnLimits,
-    /// Open connections on every agent socket together.
-    agents_open: Arc<AtomicUsize>,
-}
-
-impl Listeners {
-    fn listen(&self, listener: UnixListener, who: Identity, path: PathBuf) -> Result<(), String> {
-        let caps = match who {
-            Identity::Operator => Caps::host(&self.limits),
-            Identity::Agent(_) => Caps::agent(&self.limits, &self.agents_open),
-            Identity::Bridge => Caps::bridge(),
-        };
-        let ctx = AcceptCtx {
-            who: who.clone(),
-            caps,
-            idle: self.limits.idle,
-            hub: self.hub_tx.clone(),
-            stop: self.stop_rx.clone(),
-            ids: self.ids.clone(),
-        };
-        std::thread::Builder::new()
-            .name(format!("accept-{}", who.name()))
-            .spawn(move || accept::serve_socket(listener, ctx))
-            .map_err(|e| format!("cannot start an accept thread: {e}"))?;
-        if let Ok(mut p) = self.paths.lock() {
-            p.push(path);
-        }
-        Ok(())
-    }
-
-    /// Binds the socket of an agent and starts serving it. `RUN/agents` and
-    /// `RUN/agents/NAME` let everyone through (0755), so a harness running as
-    /// the socket's `socket_uid` reaches it; the socket's own mode decides who
-    /// may connect.
-    pub fn add_agent(&self, a: &crate::config::AgentConfig) -> Result<(), String> {
-        let path = agent_socket(&self.run_dir, &a.name);
-        let dir = path.parent().unwrap_or(&self.run_dir).to_path_buf();
-        create_dir(&self.run_dir.join("agents"), 0o755)?;
-        create_dir(&dir, 0o755)?;
-        let l = bind(&path, a.socket_uid, a.socket_gid)?;
-        self.listen(l, Identity::Agent(a.name.clone()), path)
-    }
 }
 
 impl BrokerHandle {
     /// The hub's channel, for in-process senders (the supervisor's events).
-    pub fn hub(&self) -> Sender<HubMsg> {
+    pub fn hub(&self) -> HubTx {
         self.hub_tx.clone()
     }
 
@@ -220,14 +116,8 @@ impl BrokerHandle {
     }
 
     fn shutdown(&mut self) {
-        if let Ok(paths) = self.listeners.paths.lock() {
-            for p in paths.iter() {
-                let _ = std::fs::remove_file(p);
-            }
-        }
-        drop(self.stop_tx.take());
-        // Accept threads hold hub senders until the process exits, so the hub is
-        // told to stop explicitly; it closes the store as it returns.
+        // The hub's loop removes the socket files, answers the parked
+        // long-polls and closes the store as it returns.
         let _ = self.hub_tx.send(HubMsg::Shutdown);
         if let Some(t) = self.hub_thread.take() {
             let _ = t.join();
@@ -243,7 +133,7 @@ impl Drop for BrokerHandle {
     }
 }
 
-/// Starts the broker in this process: store, sockets, hub and accept threads.
+/// Starts the broker in this process: store, sockets and the hub thread.
 /// The caller owns signals and calls [`BrokerHandle::stop`].
 pub fn start(
     args: &BrokerSettings,
@@ -295,19 +185,28 @@ pub fn start(
         None => None,
     };
     let names: Vec<String> = cfg.agents.iter().map(|a| a.name.clone()).collect();
-    let agents = cfg.agents.clone();
-    let (hub_tx, hub_rx) = unbounded::<HubMsg>();
-    // Dropping `stop_tx` ends every parked long-poll at once.
-    let (stop_tx, stop_rx) = unbounded::<()>();
-    let listeners = Arc::new(Listeners {
-        run_dir: args.run_dir.clone(),
-        hub_tx: hub_tx.clone(),
-        stop_rx,
-        ids: Arc::new(AtomicU64::new(1)),
-        paths: std::sync::Mutex::new(Vec::new()),
-        limits,
-        agents_open: Arc::new(AtomicUsize::new(0)),
-    });
+    let mut listening = vec![Listening {
+        listener: host_listener,
+        who: Identity::Operator,
+        path: host.clone(),
+    }];
+    if let Some((listener, path)) = bridge_listener {
+        listening.push(Listening {
+            listener,
+            who: Identity::Bridge,
+            path,
+        });
+    }
+    for a in &cfg.agents {
+        let (listener, path) = bind::agent_listener(&args.run_dir, a)?;
+        listening.push(Listening {
+            listener,
+            who: Identity::Agent(a.name.clone()),
+            path,
+        });
+    }
+    let (hub_tx, hub_rx) =
+        hub::channel().map_err(|e| format!("cannot make the hub's wake-up socket: {e}"))?;
     let hub = Hub::new(
         db,
         cfg,
@@ -319,27 +218,22 @@ pub fn start(
             supervisor_timeout: SUPERVISOR_TIMEOUT,
             config_path: deps.config_path,
             logs: deps.logs,
-            listeners: Some(listeners.clone()),
+            run_dir: Some(args.run_dir.clone()),
         },
     );
+    let mut serve = Loop::new(hub, hub_rx, hub_tx.clone(), limits);
+    for l in listening {
+        serve.listen(l)?;
+    }
     let hub_thread = std::thread::Builder::new()
         .name("hub".into())
-        .spawn(move || hub.run(hub_rx))
+        .spawn(move || serve.run())
         .map_err(|e| format!("cannot start the hub thread: {e}"))?;
     let handle = BrokerHandle {
         hub_tx,
         hub_thread: Some(hub_thread),
-        stop_tx: Some(stop_tx),
-        listeners: listeners.clone(),
         stopped,
     };
-    listeners.listen(host_listener, Identity::Operator, host.clone())?;
-    if let Some((listener, path)) = bridge_listener {
-        listeners.listen(listener, Identity::Bridge, path)?;
-    }
-    for a in &agents {
-        listeners.add_agent(a)?;
-    }
     log::info!(
         "connection limits: {} per agent socket, {} on all agent sockets, {} on the host socket \
          (descriptor limit {nofile}); connections idle for {} s are closed",

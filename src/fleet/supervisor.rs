@@ -26,7 +26,7 @@ use super::logfile::LogFile;
 use super::watch::{Axes, Watch, WatchEvent};
 use super::UpSettings;
 use crate::broker::fleetfile::{self, Change};
-use crate::broker::hub::HubMsg;
+use crate::broker::hub::{HubMsg, HubTx};
 use crate::broker::lifecycle::{EntryChange, LifecycleCmd};
 use crate::config::{AgentConfig, HiveConfig};
 use crate::proto::Rebuild;
@@ -102,7 +102,7 @@ pub struct Supervisor {
     s: UpSettings,
     hive: HiveConfig,
     agents: BTreeMap<String, Agent>,
-    hub: Sender<HubMsg>,
+    hub: HubTx,
     config_mtime: Option<SystemTime>,
     exited_tx: Sender<Exited>,
     exited: Receiver<Exited>,
@@ -129,7 +129,7 @@ impl Supervisor {
     pub fn new(
         s: UpSettings,
         hive: HiveConfig,
-        hub: Sender<HubMsg>,
+        hub: HubTx,
         stopped: &[String],
         bash: BashSup,
     ) -> Supervisor {

@@ -29,6 +29,7 @@ use super::bus::Bus;
 use crate::proto::cmd::{self, RecvNext, RecvNextReply, Seen, Status, StatusReply};
 use crate::proto::{Client, ClientError, Message, Request};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -89,19 +90,71 @@ enum Ask {
 enum ToCalls {
     Tell(Request),
     Ask(Ask),
+    /// What a [`Cork`] held, in the order it was sent.
+    Batch(Vec<ToCalls>),
 }
+
+/// Requests in a row the calls thread writes at once, at most.
+const PIPELINE_MAX: usize = 32;
 
 /// A handle that sends broker requests in order; cheap to clone (the
 /// inflight guard holds one).
 #[derive(Clone)]
 pub struct Teller {
     tx: Sender<ToCalls>,
+    /// While a [`Cork`] stands, what every clone sends is held here.
+    corked: Arc<Mutex<Option<Vec<ToCalls>>>>,
+}
+
+/// Holds what every clone of a [`Teller`] sends until it is dropped, then
+/// hands it to the calls thread at once, which writes it in one go: the end
+/// of a turn (its spend, its counters, its ack) costs one round trip to the
+/// broker instead of one each.
+pub struct Cork {
+    teller: Teller,
+}
+
+impl Drop for Cork {
+    fn drop(&mut self) {
+        let held = self.teller.held().take();
+        if let Some(held) = held.filter(|h| !h.is_empty()) {
+            let _ = self.teller.tx.send(ToCalls::Batch(held));
+        }
+    }
 }
 
 impl Teller {
+    fn held(&self) -> std::sync::MutexGuard<'_, Option<Vec<ToCalls>>> {
+        self.corked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn send(&self, c: ToCalls) {
+        let mut held = self.held();
+        match held.as_mut() {
+            Some(h) => h.push(c),
+            None => {
+                drop(held);
+                let _ = self.tx.send(c);
+            }
+        }
+    }
+
     /// Sends `req`; its answer is not waited for (a refusal is logged).
     pub fn tell(&self, req: Request) {
-        let _ = self.tx.send(ToCalls::Tell(req));
+        self.send(ToCalls::Tell(req));
+    }
+
+    /// Holds what is sent from now on until the guard is dropped (a cork
+    /// already standing keeps holding; the outer one sends).
+    pub fn cork(&self) -> Option<Cork> {
+        let mut held = self.held();
+        if held.is_some() {
+            return None;
+        }
+        *held = Some(Vec::new());
+        Some(Cork {
+            teller: self.clone(),
+        })
     }
 
     /// Tells the broker to dead-letter the inflight message `id`: it keeps
@@ -195,7 +248,10 @@ impl Poller {
             Err(e) => log::error!("cannot start the status-watch thread: {e}"),
         }
         Poller {
-            teller: Teller { tx: calls_tx },
+            teller: Teller {
+                tx: calls_tx,
+                corked: Arc::new(Mutex::new(None)),
+            },
             events: ev_rx,
             stop: Some(stop_tx),
             parked: vec![poll_stream, watch_stream],
@@ -206,13 +262,13 @@ impl Poller {
     /// Asks for the next message (after every request sent before); it arrives
     /// on `events`.
     pub fn next(&self) {
-        let _ = self.teller.tx.send(ToCalls::Ask(Ask::Next));
+        self.teller.send(ToCalls::Ask(Ask::Next));
     }
 
     /// Asks, without waiting, whether anything is queued or inflight: a
     /// [`FromPoller::Message`] (now inflight) or [`FromPoller::Empty`].
     pub fn peek(&self) {
-        let _ = self.teller.tx.send(ToCalls::Ask(Ask::Peek));
+        self.teller.send(ToCalls::Ask(Ask::Peek));
     }
 
     /// Sends `req` in order with the others; nobody waits for the answer.
@@ -274,31 +330,56 @@ impl Conn {
     }
 
     /// The calls thread: requests in order; an ask is passed to the long-poll
-    /// thread once everything before it was answered.
+    /// thread once everything before it was answered. Requests waiting in a
+    /// row (a corked batch, or several sent meanwhile) are written at once
+    /// and their answers read in order.
     fn run_calls(&mut self, rx: Receiver<ToCalls>, asks: Sender<Ask>) {
+        let mut queue: VecDeque<ToCalls> = VecDeque::new();
         loop {
-            let cmd = select! {
-                recv(rx) -> c => match c { Ok(c) => c, Err(_) => return },
-                recv(self.stop) -> _ => break,
-            };
-            match cmd {
-                ToCalls::Tell(req) => match self.call(&req) {
+            if queue.is_empty() {
+                select! {
+                    recv(rx) -> c => match c { Ok(c) => flatten(c, &mut queue), Err(_) => return },
+                    recv(self.stop) -> _ => break,
+                }
+            }
+            while let Ok(c) = rx.try_recv() {
+                flatten(c, &mut queue);
+            }
+            let mut tells = Vec::new();
+            while tells.len() < PIPELINE_MAX {
+                match queue.front() {
+                    Some(ToCalls::Tell(_)) => {
+                        if let Some(ToCalls::Tell(req)) = queue.pop_front() {
+                            tells.push(req);
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            if tells.is_empty() {
+                if let Some(ToCalls::Ask(a)) = queue.pop_front() {
+                    let _ = asks.send(a);
+                }
+                continue;
+            }
+            for (req, r) in tells.iter().zip(self.call_all(&tells)) {
+                match r {
                     Ok(()) => {
-                        if let Request::ReportSpend(c) = &req {
+                        if let Request::ReportSpend(c) = req {
                             let _ = self.events.send(FromPoller::SpendAcked(c.key.clone()));
                         }
                     }
                     Err(e) => log::warn!("{} refused: {e}", req.cmd()),
-                },
-                ToCalls::Ask(a) => {
-                    let _ = asks.send(a);
                 }
             }
         }
         // Stopping: whatever is still queued (a requeue from the inflight
         // guard, typically) gets one try, without waiting out a backoff.
-        while let Ok(cmd) = rx.try_recv() {
-            if let ToCalls::Tell(req) = cmd {
+        while let Ok(c) = rx.try_recv() {
+            flatten(c, &mut queue);
+        }
+        for c in queue {
+            if let ToCalls::Tell(req) = c {
                 if let Err(e) = self.last_try(&req) {
                     log::warn!("{} not sent while stopping: {e}", req.cmd());
                 }
@@ -533,36 +614,48 @@ impl Conn {
     /// when the harness stops. A connection the broker closed while it sat
     /// unused (`HIVE_BROKER_IDLE_SECS`) is reopened at once, without counting
     /// as a failure.
-    fn call(&mut self, req: &Request) -> Result<(), String> {
+    /// Sends `reqs` in one write and reads their answers: each `Ok` or the
+    /// broker's refusal. A broken connection is reopened and the requests
+    /// not yet answered are sent again (at least once, as a single call
+    /// always was), with the backoff of [`Conn::lost`] when it keeps failing.
+    fn call_all(&mut self, reqs: &[Request]) -> Vec<Result<(), String>> {
+        let mut results = Vec::with_capacity(reqs.len());
         let mut fresh = self.client.is_none();
-        loop {
+        while results.len() < reqs.len() {
             let Some(c) = self.client() else {
-                return Err("the harness is stopping".into());
+                results.resize(reqs.len(), Err("the harness is stopping".to_string()));
+                break;
             };
             let _ = c.set_read_timeout(Some(CALL_TIMEOUT));
-            match c.request(req).and_then(|line| refusal(req, &line)) {
-                Ok(_) => {
-                    self.answered();
-                    return Ok(());
-                }
-                Err(ClientError::Refused(e)) => {
-                    self.answered();
-                    return Err(e);
-                }
-                Err(e) => {
-                    if self.stopped() {
-                        return Err("the harness is stopping".into());
+            let rest = &reqs[results.len()..];
+            let mut broken = None;
+            for (req, answer) in rest.iter().zip(c.request_all(rest)) {
+                match answer.and_then(|line| refusal(req, &line)) {
+                    Ok(_) => results.push(Ok(())),
+                    Err(ClientError::Refused(e)) => results.push(Err(e)),
+                    Err(e) => {
+                        broken = Some(e);
+                        break;
                     }
-                    if !fresh {
-                        log::debug!("reopening the broker connection ({}): {e}", self.what);
-                        self.client = None;
-                        fresh = true;
-                        continue;
-                    }
-                    self.lost(&e);
                 }
             }
+            let Some(e) = broken else {
+                self.answered();
+                continue;
+            };
+            if self.stopped() {
+                results.resize(reqs.len(), Err("the harness is stopping".to_string()));
+                break;
+            }
+            if !fresh {
+                log::debug!("reopening the broker connection ({}): {e}", self.what);
+                self.client = None;
+                fresh = true;
+                continue;
+            }
+            self.lost(&e);
         }
+        results
     }
 
     /// One try while stopping, on the open connection or one fresh one.
@@ -600,12 +693,35 @@ fn refusal(req: &Request, line: &str) -> Result<(), ClientError> {
 pub(crate) fn test_teller() -> (Teller, impl Fn() -> Vec<Request>) {
     let (tx, rx) = unbounded::<ToCalls>();
     let read = move || {
-        rx.try_iter()
+        let mut queue = VecDeque::new();
+        for c in rx.try_iter() {
+            flatten(c, &mut queue);
+        }
+        queue
+            .into_iter()
             .filter_map(|c| match c {
                 ToCalls::Tell(r) => Some(r),
-                ToCalls::Ask(_) => None,
+                _ => None,
             })
             .collect()
     };
-    (Teller { tx }, read)
+    (
+        Teller {
+            tx,
+            corked: Arc::new(Mutex::new(None)),
+        },
+        read,
+    )
+}
+
+/// Appends `c` to `queue`, a batch as the requests it holds.
+fn flatten(c: ToCalls, queue: &mut VecDeque<ToCalls>) {
+    match c {
+        ToCalls::Batch(held) => {
+            for c in held {
+                flatten(c, queue);
+            }
+        }
+        c => queue.push_back(c),
+    }
 }

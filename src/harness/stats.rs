@@ -58,37 +58,14 @@ impl Stats {
 
     /// Stores one run; its row id (the spend row's idempotency key uses it).
     pub fn record(&self, r: &TurnRow) -> Result<i64, String> {
-        let (outcome, note) = turnstats::stored_outcome(&r.outcome, &r.note);
-        // Prepared once per connection (the statement cache), not per run.
-        self.conn
-            .prepare_cached(
-                "INSERT INTO turns (started_at, duration_ms, kind, outcome, model, sender,
-                    message_id, context_tokens, tokens_in, tokens_out, cost_usd, session_id, note)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-            )
-            .and_then(|mut st| {
-                st.execute(params![
-                    r.started_at,
-                    r.duration_ms as i64,
-                    r.kind,
-                    outcome,
-                    r.model,
-                    r.sender,
-                    r.message_id,
-                    r.context_tokens.map(|t| t as i64),
-                    r.tokens_in as i64,
-                    r.tokens_out as i64,
-                    r.cost_usd,
-                    r.session_id,
-                    note
-                ])
-            })
-            .map(|_| self.conn.last_insert_rowid())
-            .map_err(|e| format!("cannot record turn stats: {e}"))
+        insert_row(&self.conn, r).map_err(|e| format!("cannot record turn stats: {e}"))
     }
 
     /// Stores one run with its spend row, in one transaction: the row's id
     /// and the spend row to send, keyed `BOOT:ID` and not yet acknowledged.
+    /// The same transaction marks the spend rows in `acked` acknowledged (the
+    /// broker's acknowledgements since the last run: writing them here costs
+    /// the turn no commit of its own).
     pub fn record_with_spend(
         &self,
         r: &TurnRow,
@@ -96,18 +73,23 @@ impl Stats {
         usd: Option<f64>,
         tokens: u64,
         cache_read: u64,
+        acked: &[String],
     ) -> Result<(i64, ReportSpend), String> {
         let err = |e: rusqlite::Error| format!("cannot record turn stats: {e}");
-        let tx = self.conn.unchecked_transaction().map_err(err)?;
-        let id = self.record(r)?;
-        let key = format!("{boot_id}:{id}");
-        tx.prepare_cached(
-            "UPDATE turns SET spend_key = ?1, spend_usd = ?2, spend_tokens = ?3,
-                 spend_cache_read = ?4, spend_acked = 0 WHERE id = ?5",
-        )
-        .and_then(|mut st| st.execute(params![key, usd, tokens as i64, cache_read as i64, id]))
+        let (id, key) = crate::proto::schema::in_transaction(&self.conn, |c| {
+            for key in acked {
+                mark_acked(c, key)?;
+            }
+            let id = insert_row(c, r)?;
+            let key = format!("{boot_id}:{id}");
+            c.prepare_cached(
+                "UPDATE turns SET spend_key = ?1, spend_usd = ?2, spend_tokens = ?3,
+                     spend_cache_read = ?4, spend_acked = 0 WHERE id = ?5",
+            )?
+            .execute(params![key, usd, tokens as i64, cache_read as i64, id])?;
+            Ok((id, key))
+        })
         .map_err(err)?;
-        tx.commit().map_err(err)?;
         Ok((
             id,
             ReportSpend {
@@ -120,15 +102,13 @@ impl Stats {
         ))
     }
 
-    /// The broker acknowledged the spend row `key`.
-    pub fn spend_acked(&self, key: &str) -> Result<(), String> {
-        self.conn
-            .prepare_cached(
-                "UPDATE turns SET spend_acked = 1 WHERE spend_key = ?1 AND spend_acked = 0",
-            )
-            .and_then(|mut st| st.execute(params![key]))
-            .map(|_| ())
-            .map_err(|e| format!("cannot mark the spend row {key} acknowledged: {e}"))
+    /// The broker acknowledged the spend rows `keys`: marked so in one
+    /// transaction.
+    pub fn spend_acked(&self, keys: &[String]) -> Result<(), String> {
+        crate::proto::schema::in_transaction(&self.conn, |c| {
+            keys.iter().try_for_each(|key| mark_acked(c, key))
+        })
+        .map_err(|e| format!("cannot mark {} spend rows acknowledged: {e}", keys.len()))
     }
 
     /// At most `limit` spend rows the broker never acknowledged, oldest first.
@@ -204,6 +184,40 @@ pub struct Totals {
 }
 
 /// Per-(kind, outcome) sums over the whole table, through a read-only connection.
+/// Inserts one run's row; its id.
+fn insert_row(c: &Connection, r: &TurnRow) -> rusqlite::Result<i64> {
+    let (outcome, note) = turnstats::stored_outcome(&r.outcome, &r.note);
+    // Prepared once per connection (the statement cache), not per run.
+    c.prepare_cached(
+        "INSERT INTO turns (started_at, duration_ms, kind, outcome, model, sender,
+            message_id, context_tokens, tokens_in, tokens_out, cost_usd, session_id, note)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?
+    .execute(params![
+        r.started_at,
+        r.duration_ms as i64,
+        r.kind,
+        outcome,
+        r.model,
+        r.sender,
+        r.message_id,
+        r.context_tokens.map(|t| t as i64),
+        r.tokens_in as i64,
+        r.tokens_out as i64,
+        r.cost_usd,
+        r.session_id,
+        note
+    ])?;
+    Ok(c.last_insert_rowid())
+}
+
+/// Marks the spend row `key` acknowledged.
+fn mark_acked(c: &Connection, key: &str) -> rusqlite::Result<()> {
+    c.prepare_cached("UPDATE turns SET spend_acked = 1 WHERE spend_key = ?1 AND spend_acked = 0")?
+        .execute(params![key])
+        .map(|_| ())
+}
+
 pub fn totals(path: &Path) -> Result<Vec<Totals>, String> {
     if !path.exists() {
         return Ok(Vec::new());
@@ -274,7 +288,7 @@ mod tests {
         // A run that started yesterday at 23:59:50 and took 20.5 s.
         let start = 1_795_305_590;
         let (_, sent) = stats
-            .record_with_spend(&row(start, 20_500), "b00t", Some(0.01), 110, 50)
+            .record_with_spend(&row(start, 20_500), "b00t", Some(0.01), 110, 50, &[])
             .unwrap();
         assert_eq!(sent.at, Some(start + 20));
         // After a restart the unacknowledged row goes again, with the same
@@ -283,7 +297,7 @@ mod tests {
         let stats = Stats::open(&path).unwrap();
         let again = stats.unacked_spend(10).unwrap();
         assert_eq!(again, vec![sent.clone()]);
-        stats.spend_acked(&sent.key).unwrap();
+        stats.spend_acked(std::slice::from_ref(&sent.key)).unwrap();
         assert!(stats.unacked_spend(10).unwrap().is_empty());
         drop(stats);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -47,6 +47,11 @@ use std::time::{Duration, Instant};
 /// harness recorded but the broker never acknowledged.
 pub const SPEND_RESEND_MAX: u32 = 1000;
 
+/// How long the broker's spend acknowledgements wait for the next run's
+/// stats row, which writes them in its own commit, before they are written
+/// on their own.
+const SPEND_ACKS_AFTER: Duration = Duration::from_millis(250);
+
 /// MCP start failures in a row after which the loop backs off and tells the
 /// parent.
 pub const MCP_FAILURES_BEFORE_BACKOFF: u32 = 3;
@@ -240,6 +245,11 @@ pub struct TurnLoop {
     /// idempotency key (the stats row id, or a counter, is the second).
     boot_id: String,
     spend_seq: u64,
+    /// Spend rows the broker acknowledged, not yet marked so in the stats
+    /// db: written with the next run's row (one commit), or on their own
+    /// at `acks_due` when no run came first, or at the end.
+    spend_acked: Vec<String>,
+    acks_due: Option<Instant>,
     /// The agent's `turn_usd` as the broker last handed it out (issue 16):
     /// passed to every run as `--max-budget-usd`.
     turn_usd: Option<f64>,
@@ -299,6 +309,8 @@ impl TurnLoop {
                 |b| crate::sys::hash::hex(&b),
             ),
             spend_seq: 0,
+            spend_acked: Vec::new(),
+            acks_due: None,
             turn_usd: None,
             turn_usd_heard: false,
         }
@@ -329,6 +341,15 @@ impl TurnLoop {
             drop(w);
         }
         self.poller.shutdown();
+        // The acknowledgements heard up to the end are written down (had
+        // the harness died first, the rows would be sent again at its next
+        // boot and counted once).
+        while let Ok(ev) = self.poller.events.try_recv() {
+            if let FromPoller::SpendAcked(key) = ev {
+                self.spend_acked.push(key);
+            }
+        }
+        self.write_spend_acks();
     }
 
     fn boot(&mut self) {
@@ -452,11 +473,13 @@ impl TurnLoop {
                     self.advance();
                 }
             }
+            // Marked in the stats db with the next run's row: no commit on
+            // the way to the next turn.
             Event::Broker(FromPoller::SpendAcked(key)) => {
-                if let Some(stats) = &self.stats {
-                    if let Err(e) = stats.spend_acked(&key) {
-                        log::error!("{e}");
-                    }
+                if self.stats.is_some() {
+                    self.spend_acked.push(key);
+                    self.acks_due
+                        .get_or_insert_with(|| Instant::now() + SPEND_ACKS_AFTER);
                 }
             }
             Event::Broker(FromPoller::Empty) => {
@@ -511,7 +534,15 @@ impl TurnLoop {
             }
             Event::Control(c) => self.on_control(c),
             Event::Claude(c) => self.on_claude(c),
-            Event::Timer => self.on_timer(),
+            Event::Timer => {
+                let now = Instant::now();
+                if self.acks_due.is_some_and(|t| t <= now) {
+                    self.write_spend_acks();
+                }
+                if self.phase_deadline().is_some_and(|t| t <= now) {
+                    self.on_timer();
+                }
+            }
             Event::Signal => self.stop(),
         }
     }
@@ -521,7 +552,27 @@ impl TurnLoop {
         matches!(self.phase, Phase::Idle) && self.work.is_none() && self.arrived.is_none()
     }
 
+    /// The phase's next deadline, or when the spend acknowledgements are
+    /// written if that comes first.
     fn next_deadline(&self) -> Option<Instant> {
+        match (self.phase_deadline(), self.acks_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Writes the spend acknowledgements heard since the last run's row.
+    fn write_spend_acks(&mut self) {
+        self.acks_due = None;
+        if let (Some(stats), false) = (&self.stats, self.spend_acked.is_empty()) {
+            match stats.spend_acked(&self.spend_acked) {
+                Ok(()) => self.spend_acked.clear(),
+                Err(e) => log::error!("{e}"),
+            }
+        }
+    }
+
+    fn phase_deadline(&self) -> Option<Instant> {
         match &self.phase {
             Phase::Idle => None,
             Phase::Paused { until } => Some(*until),
@@ -1133,6 +1184,10 @@ impl TurnLoop {
     // ---- after a run: bookkeeping, then the policy -----------------------
 
     fn conclude(&mut self, e: Ended) {
+        // What the end of a run tells the broker (its spend, its counters,
+        // the ack or requeue, an ask for the next message) goes out in one
+        // write when this returns.
+        let _cork = self.poller.teller().cork();
         // Its spend row goes to the broker before any later ask.
         self.after_run = true;
         if e.started {
@@ -1256,8 +1311,13 @@ impl TurnLoop {
                 rep.cost_usd,
                 tokens,
                 rep.cache_read_tokens,
+                &self.spend_acked,
             ) {
-                Ok((_, s)) => spend = Some(s),
+                Ok((_, s)) => {
+                    spend = Some(s);
+                    self.spend_acked.clear();
+                    self.acks_due = None;
+                }
                 Err(err) => log::error!("{err}"),
             }
         }

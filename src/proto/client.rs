@@ -132,6 +132,24 @@ impl Client {
         self.exchange(req, None)
     }
 
+    /// Sends `reqs` in one write and returns their answer lines as they
+    /// came, in order ([`Conn::exchange_all`]): the answers before a broken
+    /// connection, then its error.
+    pub fn request_all(&mut self, reqs: &[Request]) -> Vec<Result<String, ClientError>> {
+        let mut lines = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            match serde_json::to_string(req) {
+                Ok(line) => lines.push((line, req.cmd())),
+                Err(e) => return vec![Err(ClientError::Io(e.to_string()))],
+            }
+        }
+        self.conn
+            .exchange_all(&lines)
+            .into_iter()
+            .map(|r| r.map_err(ClientError::from))
+            .collect()
+    }
+
     /// Sends one line as it is and returns the answer line as it came: for
     /// scripts and tests that speak the protocol by hand (including lines no
     /// [`Request`] can produce).

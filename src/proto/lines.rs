@@ -79,17 +79,15 @@ pub fn read_line(reader: &mut dyn BufRead, max: usize) -> io::Result<Line> {
     }
 }
 
-/// Builds the `{"ok":true,...}` line for a typed answer (`ok` first, which
-/// reads better in logs and for people using socat).
+/// Builds the `{"ok":true,...}` line for a typed answer: `ok` first (which
+/// reads better in logs and for people using socat), then the answer's fields
+/// in their declared order, written straight from the typed value. No answer
+/// type has a top-level field named `ok`; a payload that is not an object
+/// adds nothing.
 pub fn ok_line<T: Serialize>(payload: &T) -> String {
-    match serde_json::to_value(payload) {
-        Ok(Value::Object(mut map)) => {
-            map.remove("ok");
-            if map.is_empty() {
-                return r#"{"ok":true}"#.into();
-            }
-            let rest = Value::Object(map).to_string();
-            format!(r#"{{"ok":true,{}"#, &rest[1..])
+    match serde_json::to_string(payload) {
+        Ok(body) if body.starts_with('{') && body.len() > 2 => {
+            format!(r#"{{"ok":true,{}"#, &body[1..])
         }
         _ => r#"{"ok":true}"#.into(),
     }
@@ -217,6 +215,34 @@ impl Conn {
         result
     }
 
+    /// Sends several request lines in one write and reads their answers, in
+    /// order: a server answers a connection's requests one at a time, so
+    /// this is [`Conn::exchange`] for each without a round trip between them.
+    /// The answers read before a failure are kept; the failure ends the list
+    /// (the requests after it may or may not have been carried out).
+    pub fn exchange_all(&mut self, lines: &[(String, &str)]) -> Vec<Result<String, CallError>> {
+        let peer = self.peer;
+        let mut out = Vec::with_capacity(lines.iter().map(|(l, _)| l.len() + 1).sum());
+        for (line, _) in lines {
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
+        let mut writer: &UnixStream = self.reader.get_ref();
+        if let Err(e) = writer.write_all(&out) {
+            return vec![Err(CallError::Io(format!("{peer} connection failed: {e}")))];
+        }
+        let mut answers = Vec::with_capacity(lines.len());
+        for (_, what) in lines {
+            let answer = self.read_answer(what);
+            let failed = answer.is_err();
+            answers.push(answer);
+            if failed {
+                break;
+            }
+        }
+        answers
+    }
+
     fn exchange_now(&mut self, line: &str, what: &str) -> Result<String, CallError> {
         let peer = self.peer;
         let io = |e: io::Error| CallError::Io(format!("{peer} connection failed: {e}"));
@@ -239,6 +265,13 @@ impl Conn {
                 _ => Err(io(e)),
             };
         }
+        self.read_answer(what)
+    }
+
+    /// Reads the answer line to `what`.
+    fn read_answer(&mut self, what: &str) -> Result<String, CallError> {
+        let peer = self.peer;
+        let io = |e: io::Error| CallError::Io(format!("{peer} connection failed: {e}"));
         match read_line(&mut self.reader, MAX_LINE).map_err(io)? {
             Line::Text(s) => Ok(s),
             Line::Eof => Err(CallError::Io(format!(
@@ -261,8 +294,8 @@ impl Conn {
     }
 }
 
-/// Tells a refused client why, without ever blocking the accept thread.
-fn refuse(stream: UnixStream, why: &str) {
+/// Tells a refused client why, without ever blocking the accept loop.
+pub fn refuse(stream: UnixStream, why: &str) {
     let mut line = err_line(why).into_bytes();
     line.push(b'\n');
     if stream.set_nonblocking(true).is_ok() {

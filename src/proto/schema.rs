@@ -6,7 +6,9 @@
 //! mid-upgrade leaves the file at the last finished step. A file written by a
 //! newer hive (a version above the last step) is refused, never guessed at.
 //! A release that changes a schema appends a step; it never edits one that
-//! shipped. `tests/migrations.rs` opens the fixtures of older releases.
+//! shipped. `tests/migrations.rs` opens the fixtures of older releases. Also
+//! here, for the same files: [`in_transaction`], a transaction whose `BEGIN`
+//! and `COMMIT` are prepared once per connection.
 
 use rusqlite::{Connection, Transaction};
 
@@ -19,6 +21,27 @@ pub struct Step {
     pub what: &'static str,
     /// The change, inside the step's transaction.
     pub apply: fn(&Transaction) -> rusqlite::Result<()>,
+}
+
+/// Runs `f` in one transaction whose `BEGIN` and `COMMIT` are prepared once
+/// per connection (rusqlite's own transactions parse them anew each time,
+/// which costs a short write as much as the write); a failure rolls back.
+/// Not for a caller already inside a transaction.
+pub fn in_transaction<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.prepare_cached("BEGIN")?.execute([])?;
+    let done = f(conn).and_then(|v| {
+        conn.prepare_cached("COMMIT")?.execute([])?;
+        Ok(v)
+    });
+    if done.is_err() && !conn.is_autocommit() {
+        if let Err(e) = conn.execute_batch("ROLLBACK") {
+            log::error!("cannot roll a failed transaction back: {e}");
+        }
+    }
+    done
 }
 
 /// The version a file is at.

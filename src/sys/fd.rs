@@ -1,8 +1,10 @@
 //! Descriptors and sockets: a close-on-exec pipe, the socket options and
 //! queries the web servers need (timeouts, the unsent queue, a hang-up, a
-//! shutdown), and [`HangupWatch`], which turns a peer hanging up into an event
-//! on a channel (a thread blocked in `poll` on the socket and on a cancel pipe,
-//! so it costs nothing while it waits and ends as soon as it is dropped).
+//! shutdown), [`poll`] over many descriptors (the broker serves its sockets
+//! from one such loop), and [`HangupWatch`], which turns a peer hanging up
+//! into an event on a channel (a thread blocked in `poll` on the socket and on
+//! a cancel pipe, so it costs nothing while it waits and ends as soon as it is
+//! dropped).
 
 use crossbeam_channel::{bounded, Receiver};
 use std::io;
@@ -73,6 +75,77 @@ pub fn hung_up(fd: RawFd) -> bool {
     // SAFETY: one valid pollfd, no wait.
     let n = unsafe { libc::poll(&mut p, 1, 0) };
     n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// One descriptor of a [`poll`]: what to wait for, then what happened.
+#[derive(Debug, Clone, Copy)]
+#[repr(transparent)]
+pub struct PollFd(libc::pollfd);
+
+impl PollFd {
+    /// Waits on `fd` for input (`read`), for room to write (`write`), and
+    /// always for the peer hanging up or an error.
+    pub fn new(fd: RawFd, read: bool, write: bool) -> PollFd {
+        let mut events = libc::POLLRDHUP;
+        if read {
+            events |= libc::POLLIN;
+        }
+        if write {
+            events |= libc::POLLOUT;
+        }
+        PollFd(libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        })
+    }
+
+    /// Something to read (or the end of input).
+    pub fn readable(&self) -> bool {
+        self.0.revents & libc::POLLIN != 0
+    }
+
+    /// Room to write.
+    pub fn writable(&self) -> bool {
+        self.0.revents & libc::POLLOUT != 0
+    }
+
+    /// The peer closed its side or hung up, or the descriptor failed.
+    pub fn hung_up(&self) -> bool {
+        self.0.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+    }
+
+    /// The descriptor failed or is not open (not a mere end of input).
+    pub fn failed(&self) -> bool {
+        self.0.revents & (libc::POLLERR | libc::POLLNVAL) != 0
+    }
+
+    /// Anything happened.
+    pub fn any(&self) -> bool {
+        self.0.revents != 0
+    }
+}
+
+/// Waits until something happens on one of `fds`, at most `timeout` (`None`
+/// waits as long as it takes); returns how many have news. An interrupted
+/// wait returns 0.
+pub fn poll(fds: &mut [PollFd], timeout: Option<Duration>) -> io::Result<usize> {
+    let ms = match timeout {
+        None => -1,
+        // Rounded up, so a deadline is never woken for a moment early.
+        Some(d) => d.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
+    };
+    // SAFETY: PollFd is a transparent pollfd, so the slice is an array of
+    // `fds.len()` initialised pollfd structs poll(2) may write `revents` of.
+    let n = unsafe { libc::poll(fds.as_mut_ptr().cast(), fds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(n as usize)
 }
 
 /// A thread that reports the hang-up of one socket's peer as an event. The

@@ -11,7 +11,7 @@
 //! stays pending.
 
 use super::lifecycle::{ask_supervisor, NO_SUPERVISOR};
-use super::{db_err, Done, Followup, Handled, Hub, HubMsg, Identity, Work};
+use super::{db_err, Done, Followup, Handled, Hub, HubMsg, HubTx, Identity, NewSocket, Work};
 use crate::broker::fleetfile::{self, Change};
 use crate::broker::lifecycle::{EntryChange, LifecycleCmd};
 use crate::config::{AgentConfig, HiveConfig};
@@ -23,14 +23,13 @@ use crate::proto::text::{excerpt, preview};
 use crate::proto::{
     now, Approval, ApprovalKind, ApprovalState, Empty, MsgKind, QueuedReply, TextReply,
 };
-use crossbeam_channel::Sender;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Sends a follow-up to the hub and waits for its answer line.
-fn follow_up(hub: &Sender<HubMsg>, who: Identity, followup: Followup) -> Result<String, String> {
+fn follow_up(hub: &HubTx, who: Identity, followup: Followup) -> Result<String, String> {
     let (reply, answer) = crossbeam_channel::bounded(1);
     hub.send(HubMsg::Followup {
         who,
@@ -52,7 +51,7 @@ pub(super) fn relay<R: serde::de::DeserializeOwned>(
 
 /// Sends a follow-up and decodes its answer.
 pub(super) fn follow<R: serde::de::DeserializeOwned>(
-    hub: &Sender<HubMsg>,
+    hub: &HubTx,
     who: Identity,
     followup: Followup,
 ) -> Result<R, String> {
@@ -312,8 +311,16 @@ impl Hub {
         let added = cfg
             .validate()
             .map_err(|e| format!("approval #{id} cannot be applied: {e}"))
-            .and_then(|_| match &self.settings.listeners {
-                Some(l) => l.add_agent(&entry),
+            .and_then(|_| match &self.settings.run_dir {
+                Some(run_dir) => {
+                    let (listener, path) = crate::broker::bind::agent_listener(run_dir, &entry)?;
+                    self.new_sockets.push(NewSocket {
+                        listener,
+                        who: Identity::Agent(entry.name.clone()),
+                        path,
+                    });
+                    Ok(())
+                }
                 None => Ok(()),
             });
         if let Err(e) = added {

@@ -411,7 +411,7 @@ impl Hub {
     pub(super) fn bridge_next(&mut self, ctx: &Ctx, c: BridgeNext) -> Handled<BridgeNextReply> {
         let rows = self.db.outbox_pending(NEXT_ROWS).map_err(db_err)?;
         if rows.is_empty() && ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
-            self.wait_for(BRIDGE, ctx.waiter);
+            self.wait_for(BRIDGE, ctx.conn);
             return Ok(Done::Wait);
         }
         let mut events = Vec::new();

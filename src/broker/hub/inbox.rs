@@ -197,7 +197,7 @@ impl Hub {
         if let Some(p) = self.broker_pause(agent) {
             let told = self.pause_told(ctx.conn, &p);
             if told && ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
-                self.wait_for(agent, ctx.waiter);
+                self.wait_for(agent, ctx.conn);
                 return Ok(Done::Wait);
             }
             return Ok(Done::Reply(RecvNextReply {
@@ -211,8 +211,7 @@ impl Hub {
                 turn_usd: self.cfg.agent(agent).and_then(|e| e.turn_usd),
             }));
         }
-        let popped = self.pop_next(agent)?;
-        let unread = self.unread(agent)?;
+        let (popped, unread) = self.pop_next(agent)?;
         let status = match &c.seen {
             Some(_) => Some(self.db.stats(agent).map_err(db_err)?),
             None => None,
@@ -230,7 +229,7 @@ impl Hub {
             && ctx.can_wait
             && c.wait_seconds.unwrap_or(0) > 0
         {
-            self.wait_for(agent, ctx.waiter);
+            self.wait_for(agent, ctx.conn);
             return Ok(Done::Wait);
         }
         let with_message = popped.is_some();
@@ -256,28 +255,29 @@ impl Hub {
     }
 
     /// The inflight row again, or the next row made inflight; either way one
-    /// more attempt.
-    fn pop_next(&mut self, agent: &str) -> Result<Option<Popped>, String> {
+    /// more attempt. Also the unread count after it. Transient wakes take
+    /// their turn between the inflight row and the queued ones.
+    fn pop_next(&mut self, agent: &str) -> Result<(Option<Popped>, u64), String> {
+        let transient = |hub: &Hub| hub.transient.get(agent).map_or(0, |q| q.len() as u64);
         if let Some(m) = self.transient_inflight.get(agent).cloned() {
             let attempts = self.transient_attempt(m.id);
-            return Ok(Some(Popped::new(m, true, attempts)));
+            return Ok((Some(Popped::new(m, true, attempts)), self.unread(agent)?));
         }
-        if let Some(m) = self.db.inflight(agent).map_err(db_err)? {
-            let attempts = self.db.hand_out(m.id, agent, false).map_err(db_err)?;
-            return Ok(Some(Popped::new(m, true, attempts.unwrap_or(1))));
+        let queued_too = transient(self) == 0;
+        let (taken, queued) = self.db.take_next(agent, queued_too).map_err(db_err)?;
+        if let Some(t) = taken {
+            let popped = Popped::new(t.message, t.was_inflight, t.attempts);
+            return Ok((Some(popped), queued + transient(self)));
         }
         if let Some(m) = self.transient.get_mut(agent).and_then(VecDeque::pop_front) {
             self.transient_inflight.insert(agent.to_string(), m.clone());
             let attempts = self.transient_attempt(m.id);
-            return Ok(Some(Popped::new(m, false, attempts)));
+            return Ok((
+                Some(Popped::new(m, false, attempts)),
+                queued + transient(self),
+            ));
         }
-        let Some(m) = self.db.queued(agent, 1).map_err(db_err)?.pop() else {
-            return Ok(None);
-        };
-        let Some(attempts) = self.db.hand_out(m.id, agent, true).map_err(db_err)? else {
-            return Err("message changed state while being popped; try again".into());
-        };
-        Ok(Some(Popped::new(m, false, attempts)))
+        Ok((None, queued))
     }
 
     /// One more attempt of transient wake `id`; the count so far.
@@ -291,7 +291,7 @@ impl Hub {
         let max = c.max.unwrap_or(1).clamp(1, RECV_MAX as u64) as u32;
         let page = self.drain(agent, ctx.conn, max)?;
         if page.messages.is_empty() && ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
-            self.wait_for(agent, ctx.waiter);
+            self.wait_for(agent, ctx.conn);
             return Ok(Done::Wait);
         }
         Ok(Done::Reply(page))
@@ -450,7 +450,7 @@ impl Hub {
             status_text: stats.status_text.clone(),
         };
         if current == seen && ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
-            self.wait_for(agent, ctx.waiter);
+            self.wait_for(agent, ctx.conn);
             return Ok(Done::Wait);
         }
         Ok(Done::Reply(StatusReply {
@@ -475,6 +475,17 @@ impl Hub {
 
     /// `ack_turn`: the inflight row is done.
     pub(super) fn ack_turn(&mut self, agent: &str, id: i64) -> Result<Empty, String> {
+        // The usual case in one statement: the row is the agent's inflight
+        // one (there is at most one, and no transient wake is inflight).
+        if id >= 0
+            && !self.transient_inflight.contains_key(agent)
+            && self
+                .db
+                .transition(id, agent, &MsgState::Inflight, &MsgState::Acked, now())
+                .map_err(db_err)?
+        {
+            return Ok(Empty {});
+        }
         self.check_inflight("ack_turn", agent, id)?;
         if id < 0 {
             self.transient_inflight.remove(agent);
@@ -706,7 +717,7 @@ impl Hub {
         let had_more = rows.len() >= INBOX_ROWS as usize;
         let page = limits::page(rows, had_more);
         if page.messages.is_empty() && ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
-            self.wait_for("operator", ctx.waiter);
+            self.wait_for("operator", ctx.conn);
             return Ok(Done::Wait);
         }
         Ok(Done::Reply(page))

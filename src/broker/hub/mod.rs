@@ -1,8 +1,11 @@
-//! The hub: the one thread that owns the broker's state — the sqlite store, the
-//! config, the long-poll waiters, rows held by `recv` connections, transient
-//! wakes and the timers. Connection threads send it a [`HubMsg`] and get an
-//! [`Outcome`] back. Every request passes one gate here, in this order: its row
-//! of the privilege table (`proto::command`, checked with [`Access::admits`] on
+//! The hub: the broker's state and its rules — the sqlite store, the config,
+//! the long-poll waiters, rows held by `recv` connections, transient wakes and
+//! the timers. It lives on one thread, whose loop (`sockets.rs`) reads the
+//! requests off the connections and hands each to [`Hub::handle`], which
+//! answers with an [`Outcome`]; the other threads (the supervisor, offloaded
+//! jobs, `main`) reach it with a [`HubMsg`] through a [`HubTx`], which wakes
+//! that loop. Every request passes one gate here, in this order: its row of
+//! the privilege table (`proto::command`, checked with [`Access::admits`] on
 //! the socket it came in on), its own validation (`Command::validate`), then
 //! its handler, one per command, in the file of its concern:
 //!
@@ -19,23 +22,26 @@
 //! - `history.rs`: the operator's search of the agents' histories (`hive up`'s
 //!   supervisor asks their pages).
 //! - `bridge.rs`: the swarm — mail and questions to and from other hives
-//!   through the Matrix bridge's outbox and inbox, and the bridge's state.
+//!   through the Matrix bridge's outbox and inbox, and the bridge's state;
+//! - `pools.rs`, `budgets.rs`: credential pools, usage limits and budgets.
 //!
 //! The hub never blocks on another actor or on slow I/O: such work is an
-//! [`Outcome::Offload`] run on the caller's connection thread, and whatever it
-//! changes comes back as a [`HubMsg::Followup`]. Answers are typed: a handler
-//! returns its command's `Reply`, serialized here once.
+//! [`Outcome::Offload`] run on a thread of its own, and whatever it changes
+//! comes back as a [`HubMsg::Followup`]. A long-poll that finds nothing is
+//! parked: the hub remembers which connection waits for what, and lists it in
+//! [`Hub::take_woken`] when something arrives, for the loop to ask again.
+//! Answers are typed: a handler returns its command's `Reply`, serialized here
+//! once.
 
 mod agents;
 mod approvals;
 mod bridge;
+mod budgets;
 mod diagnostics;
 mod history;
 mod inbox;
 mod lifecycle;
 mod limits;
-// issue 16: pools and their pauses
-mod budgets;
 mod pools;
 mod questions;
 mod timers;
@@ -52,9 +58,11 @@ use crate::proto::command::Row;
 use crate::proto::lines::{err_line, ok_line};
 use crate::proto::text::excerpt;
 use crate::proto::{Command, Message, Request};
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -81,20 +89,11 @@ impl Identity {
 
 pub type ConnId = u64;
 
-/// What a connection thread (or the supervisor) asks of the hub.
+/// What the other threads tell the hub: the supervisor's events, offloaded
+/// jobs' results, `main`'s stop. Sent through a [`HubTx`].
 pub enum HubMsg {
-    Call {
-        who: Identity,
-        conn: ConnId,
-        req: Request,
-        /// False once the caller's wait has run out: answer now, even if empty.
-        can_wait: bool,
-        /// Signalled when something arrives for the caller while it waits.
-        waiter: Sender<()>,
-        reply: Sender<Outcome>,
-    },
-    /// The connection is gone: release what it held.
-    Closed { conn: ConnId },
+    /// An offloaded job finished: its answer for connection `conn`.
+    Answered { conn: ConnId, line: String },
     /// A system event for an agent's (or the operator's) inbox, from the
     /// supervisor's crash_watch.
     System {
@@ -119,14 +118,87 @@ pub enum HubMsg {
     Shutdown,
 }
 
+/// The sending side of the hub's channel: a [`HubMsg`] is queued, then the
+/// hub's loop is woken (one byte on a socket pair, written only when no wake
+/// is pending, so a burst of messages costs one).
+#[derive(Clone)]
+pub struct HubTx {
+    tx: Sender<HubMsg>,
+    wake: Arc<Wake>,
+}
+
+/// The write end of the hub loop's wake-up, and whether a wake is pending.
+pub struct Wake {
+    pending: AtomicBool,
+    fd: std::os::unix::net::UnixStream,
+}
+
+/// The hub's side of a [`HubTx`]: the messages, and the socket that is
+/// readable while a wake is pending.
+pub struct HubRx {
+    pub rx: crossbeam_channel::Receiver<HubMsg>,
+    pub wake: Arc<Wake>,
+    pub readable: std::os::unix::net::UnixStream,
+}
+
+/// The hub is gone (the broker stopped).
+#[derive(Debug)]
+pub struct HubGone;
+
+/// A new hub channel: its sender and the loop's side.
+pub fn channel() -> std::io::Result<(HubTx, HubRx)> {
+    let (readable, fd) = std::os::unix::net::UnixStream::pair()?;
+    readable.set_nonblocking(true)?;
+    fd.set_nonblocking(true)?;
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let wake = Arc::new(Wake {
+        pending: AtomicBool::new(false),
+        fd,
+    });
+    Ok((
+        HubTx {
+            tx,
+            wake: wake.clone(),
+        },
+        HubRx { rx, wake, readable },
+    ))
+}
+
+impl HubTx {
+    /// Queues `msg` and wakes the hub's loop.
+    pub fn send(&self, msg: HubMsg) -> Result<(), HubGone> {
+        self.tx.send(msg).map_err(|_| HubGone)?;
+        if !self.wake.pending.swap(true, Ordering::AcqRel) {
+            // A full socket means a wake is pending already.
+            let _ = std::io::Write::write(&mut &self.wake.fd, &[1]);
+        }
+        Ok(())
+    }
+}
+
+impl HubRx {
+    /// Takes the pending wake, before the messages are read: first the
+    /// bytes out of the socket, then the flag, so a byte in the socket and a
+    /// raised flag always go together. (The other order could drain the byte
+    /// of a message sent in between and leave the flag raised with no byte:
+    /// every later sender would see a wake pending that never comes.) A
+    /// message sent after this wakes the loop again.
+    pub fn clear(&self) {
+        let mut buf = [0u8; 64];
+        while matches!(std::io::Read::read(&mut &self.readable, &mut buf), Ok(n) if n > 0) {}
+        self.wake.pending.swap(false, Ordering::AcqRel);
+    }
+}
+
 /// Work the hub has authorised but that would block it (asking the supervisor,
-/// running a command, reading a file): the connection thread runs it and sends
-/// the answer line it returns. A job that must change the hub's state sends a
-/// [`HubMsg::Followup`] on the channel it is given and waits for its answer.
-pub type Job = Box<dyn FnOnce(&Sender<HubMsg>) -> String + Send>;
+/// running a command, reading a file): a thread of its own runs it, and the
+/// answer line it returns goes to the caller. A job that must change the
+/// hub's state sends a [`HubMsg::Followup`] on the channel it is given and
+/// waits for its answer.
+pub type Job = Box<dyn FnOnce(&HubTx) -> String + Send>;
 
 /// The typed form of a [`Job`], as a handler returns it.
-pub type Work<R> = Box<dyn FnOnce(&Sender<HubMsg>) -> Result<R, String> + Send>;
+pub type Work<R> = Box<dyn FnOnce(&HubTx) -> Result<R, String> + Send>;
 
 /// What an offloaded job hands back to the hub.
 pub enum Followup {
@@ -177,9 +249,10 @@ pub enum Followup {
 /// The hub's answer to a call.
 pub enum Outcome {
     Answer(String),
-    /// Nothing yet; the waiter is registered and will be signalled.
+    /// Nothing yet: the connection is parked, and listed by
+    /// [`Hub::take_woken`] when something arrives for it.
     Wait,
-    /// Authorised; the caller's connection thread computes the answer.
+    /// Authorised; a thread of its own computes the answer.
     Offload(Job),
 }
 
@@ -208,7 +281,6 @@ struct Ctx<'a> {
     who: &'a Identity,
     conn: ConnId,
     can_wait: bool,
-    waiter: &'a Sender<()>,
 }
 
 /// Settings the hub needs besides the store and config.
@@ -225,8 +297,17 @@ pub struct HubSettings {
     pub config_path: Option<PathBuf>,
     /// The agents' supervised logs (`hive up` only).
     pub logs: Option<Arc<dyn LogTail>>,
-    /// Binds the socket of an agent spawned at run time.
-    pub listeners: Option<Arc<super::Listeners>>,
+    /// Where the socket of an agent spawned at run time is bound (`None`:
+    /// nowhere, in the hub's tests).
+    pub run_dir: Option<PathBuf>,
+}
+
+/// A socket the hub bound at run time (an approved spawn's), for its loop to
+/// serve.
+pub struct NewSocket {
+    pub listener: UnixListener,
+    pub who: Identity,
+    pub path: PathBuf,
 }
 
 /// A row handed out by `recv` and not yet confirmed.
@@ -239,7 +320,15 @@ pub struct Hub {
     db: Db,
     cfg: HiveConfig,
     settings: HubSettings,
-    waiters: HashMap<String, Vec<Sender<()>>>,
+    /// The parked connections, by what they wait for (an agent's name,
+    /// `operator`, the bridge's key).
+    waiters: HashMap<String, Vec<ConnId>>,
+    /// What each parked connection waits for.
+    parked: HashMap<ConnId, String>,
+    /// Parked connections something arrived for, until the loop takes them.
+    woken: Vec<ConnId>,
+    /// Sockets bound at run time, until the loop takes them.
+    new_sockets: Vec<NewSocket>,
     held: HashMap<ConnId, (String, Vec<Held>)>,
     transient: HashMap<String, VecDeque<Message>>,
     transient_inflight: HashMap<String, Message>,
@@ -297,6 +386,9 @@ impl Hub {
             cfg,
             settings,
             waiters: HashMap::new(),
+            parked: HashMap::new(),
+            woken: Vec::new(),
+            new_sockets: Vec::new(),
             held: HashMap::new(),
             transient: HashMap::new(),
             transient_inflight: HashMap::new(),
@@ -313,77 +405,76 @@ impl Hub {
         }
     }
 
-    /// Runs the hub until every sender of `rx` is gone or it is told to stop.
-    pub fn run(mut self, rx: Receiver<HubMsg>) {
+    /// Fires what fell due while the broker was down; the loop calls it once
+    /// before serving.
+    pub fn begin(&mut self) {
         self.fire_due();
         self.fire_pauses();
-        loop {
-            let msg = match self.next_wake().map(until) {
-                Some(wait) => match rx.recv_timeout(wait) {
-                    Ok(m) => m,
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                        self.fire_due();
-                        self.fire_pauses();
-                        continue;
-                    }
-                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-                },
-                None => match rx.recv() {
-                    Ok(m) => m,
-                    Err(_) => break,
-                },
-            };
-            match msg {
-                HubMsg::Call {
-                    who,
-                    conn,
-                    req,
-                    can_wait,
-                    waiter,
-                    reply,
-                } => {
-                    let out = self.handle(&who, conn, req, can_wait, &waiter);
-                    // A caller that went away is a normal outcome.
-                    let _ = reply.send(out);
-                }
-                HubMsg::Closed { conn } => {
-                    self.release(conn);
-                    self.bridge_closed(conn);
-                }
-                HubMsg::System { to, kind, body } => {
-                    if let Err(e) =
-                        self.deliver(&crate::proto::Peer::System, &to, &body, kind, None)
-                    {
-                        log::error!("cannot deliver a system event to {to}: {e}");
-                    }
-                }
-                HubMsg::ApplyAgent(a) => self.apply_agent(a),
-                HubMsg::HiveBudget(b) => {
-                    if self.cfg.budget != b {
-                        self.cfg.budget = b;
-                        self.wake_all();
-                    }
-                }
-                HubMsg::Followup {
-                    who,
-                    followup,
-                    reply,
-                } => {
-                    let _ = reply.send(self.followup(&who, followup));
-                }
-                HubMsg::Shutdown => break,
+    }
+
+    /// Handles one message from another thread; false for
+    /// [`HubMsg::Shutdown`]. ([`HubMsg::Answered`] is the loop's, which
+    /// hands it to the connection.)
+    pub fn on_msg(&mut self, msg: HubMsg) -> bool {
+        match msg {
+            HubMsg::Answered { conn, .. } => {
+                log::error!("connection {conn}: an offloaded answer reached the hub itself");
             }
-            if self.next_due.is_some_and(|t| t <= crate::proto::now()) {
-                self.fire_due();
+            HubMsg::System { to, kind, body } => {
+                if let Err(e) = self.deliver(&crate::proto::Peer::System, &to, &body, kind, None) {
+                    log::error!("cannot deliver a system event to {to}: {e}");
+                }
             }
-            if self
-                .next_pause_deadline()
-                .is_some_and(|t| t <= crate::proto::now())
-            {
-                self.fire_pauses();
+            HubMsg::ApplyAgent(a) => self.apply_agent(a),
+            HubMsg::HiveBudget(b) => {
+                if self.cfg.budget != b {
+                    self.cfg.budget = b;
+                    self.wake_all();
+                }
             }
+            HubMsg::Followup {
+                who,
+                followup,
+                reply,
+            } => {
+                let _ = reply.send(self.followup(&who, followup));
+            }
+            HubMsg::Shutdown => return false,
         }
-        log::debug!("hub stopped");
+        true
+    }
+
+    /// Fires the timers and ends the pauses that are due.
+    pub fn tick(&mut self) {
+        let now = crate::proto::now();
+        if self.next_due.is_some_and(|t| t <= now) {
+            self.fire_due();
+        }
+        if self.next_pause_deadline().is_some_and(|t| t <= now) {
+            self.fire_pauses();
+        }
+    }
+
+    /// How long until the hub's next deadline, if it has one.
+    pub fn next_deadline(&mut self) -> Option<Duration> {
+        self.next_wake().map(until)
+    }
+
+    /// Connection `conn` is gone: release what it held and stop waiting for it.
+    pub fn closed(&mut self, conn: ConnId) {
+        self.unpark(conn);
+        self.release(conn);
+        self.bridge_closed(conn);
+    }
+
+    /// The parked connections something arrived for since the last call.
+    pub fn take_woken(&mut self) -> Vec<ConnId> {
+        std::mem::take(&mut self.woken)
+    }
+
+    /// The sockets bound since the last call.
+    pub fn take_sockets(&mut self) -> Vec<NewSocket> {
+        std::mem::take(&mut self.new_sockets)
     }
 
     /// The hub's next deadline: a timer (`timers.rs`) or a pause's end
@@ -396,14 +487,18 @@ impl Hub {
     }
 
     /// Decides one request: the gate, the command's own rules, its handler.
+    /// `can_wait` is false once the caller's wait has run out: answer now,
+    /// even if empty. A connection asking again is no longer parked.
     pub fn handle(
         &mut self,
         who: &Identity,
         conn: ConnId,
         req: Request,
         can_wait: bool,
-        waiter: &Sender<()>,
     ) -> Outcome {
+        if !self.parked.is_empty() {
+            self.unpark(conn);
+        }
         let cmd = req.cmd();
         if let Err(e) = self.admit(who, cmd, req.access()) {
             return Outcome::Answer(err_line(&e));
@@ -415,7 +510,6 @@ impl Hub {
             who,
             conn,
             can_wait,
-            waiter,
         };
         self.dispatch(&ctx, req)
     }
@@ -613,18 +707,36 @@ impl Hub {
         }
     }
 
+    /// Something arrived for `recipient`: its parked connections are woken.
     fn notify(&mut self, recipient: &str) {
         if let Some(list) = self.waiters.remove(recipient) {
-            for w in list {
-                let _ = w.try_send(());
+            for conn in list {
+                self.parked.remove(&conn);
+                self.woken.push(conn);
             }
         }
     }
 
-    fn wait_for(&mut self, recipient: &str, waiter: &Sender<()>) {
-        let list = self.waiters.entry(recipient.to_string()).or_default();
-        list.retain(|w| !w.is_full());
-        list.push(waiter.clone());
+    /// Parks connection `conn` until something arrives for `recipient`.
+    fn wait_for(&mut self, recipient: &str, conn: ConnId) {
+        self.unpark(conn);
+        self.waiters
+            .entry(recipient.to_string())
+            .or_default()
+            .push(conn);
+        self.parked.insert(conn, recipient.to_string());
+    }
+
+    /// Connection `conn` waits for nothing any more.
+    fn unpark(&mut self, conn: ConnId) {
+        if let Some(key) = self.parked.remove(&conn) {
+            if let Some(list) = self.waiters.get_mut(&key) {
+                list.retain(|c| *c != conn);
+                if list.is_empty() {
+                    self.waiters.remove(&key);
+                }
+            }
+        }
     }
 }
 

@@ -1,0 +1,957 @@
+//! The broker's sockets, served on the hub's own thread: one `poll(2)` loop
+//! over the listening sockets (the host socket, one per agent, the bridge's),
+//! every client connection and the wake-up of the hub's channel ([`HubRx`]).
+//! A request is read, handed to [`Hub::handle`] and answered on this thread,
+//! so it costs two wake-ups (the hub's, then the client's), not a hop to a
+//! connection thread and back. Nothing here blocks: sockets are non-blocking,
+//! an answer the client does not read yet waits in its connection's buffer,
+//! and work the hub offloads runs on a thread of its own (`conn-job`) whose
+//! answer comes back as [`HubMsg::Answered`].
+//!
+//! This file owns the connections and their rules: one request at a time per
+//! connection, answered in order; request lines bounded by [`MAX_LINE`] (a
+//! longer line is consumed up to its newline and refused); no answer longer
+//! than that ever leaves (it becomes an error line); a connection that sends
+//! no whole request for the idle timeout, or does not read its answer for as
+//! long, is closed, while a parked long-poll is not idle; a long-poll ends at
+//! its deadline, when the hub wakes it, or when its client hangs up. The
+//! accept side keeps the caps of `accept.rs` (a client over one gets one
+//! `ok:false` line), and a failed accept (out of descriptors) pauses that
+//! socket with a doubling backoff, logging the first failure of a burst and
+//! the recovery; the listener is never dropped.
+
+use super::accept::{Caps, ConnLimits, Slot};
+use super::hub::{ConnId, Hub, HubMsg, HubRx, HubTx, Identity, NewSocket, Outcome};
+use crate::proto::limits::{MAX_LINE, MAX_WAIT_SECS};
+use crate::proto::lines::{err_line, refuse};
+use crate::proto::Request;
+use crate::sys::fd::{poll, PollFd};
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The first pause after a failed accept; it doubles per failure in a row.
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// The cap on that pause.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Clients accepted from one socket per turn of the loop, so a flood on one
+/// socket cannot starve the others.
+const ACCEPTS_PER_TURN: usize = 64;
+/// Bytes read from one client per turn of the loop.
+const READ_CHUNK: usize = 64 * 1024;
+/// An output buffer larger than this is given back once it is written.
+const KEEP_OUTPUT: usize = 64 * 1024;
+/// Requests answered for one client in a row before the others get a turn
+/// (a client that sends many at once waits for the rest in the next turn).
+const REQUESTS_PER_TURN: usize = 32;
+
+/// A listening socket as the broker starts with it.
+pub struct Listening {
+    pub listener: UnixListener,
+    pub who: Identity,
+    pub path: PathBuf,
+}
+
+/// One listening socket and its accept state.
+struct Socket {
+    listener: UnixListener,
+    who: Identity,
+    /// The socket in log lines: "the socket of ana".
+    what: String,
+    path: PathBuf,
+    caps: Caps,
+    /// Failed accepts in a row, and clients refused in a row (one log line
+    /// per burst of each).
+    failures: u64,
+    refused: u64,
+    backoff: Duration,
+    /// Not polled until then, after a failed accept.
+    paused_until: Option<Instant>,
+}
+
+/// Where one connection is.
+enum State {
+    /// Reading its next request (or writing the answer to the last one).
+    Reading,
+    /// A long-poll waiting for the hub's wake-up or its deadline.
+    Parked { req: Request, until: Instant },
+    /// An offloaded job is computing the answer to `cmd`.
+    Busy { cmd: &'static str },
+}
+
+/// One client connection.
+struct Client {
+    stream: UnixStream,
+    who: Identity,
+    _slot: Slot,
+    /// Bytes read and not yet a whole line; how far they were searched for
+    /// a newline.
+    input: Vec<u8>,
+    scanned: usize,
+    /// A line over [`MAX_LINE`] is being skipped up to its newline.
+    too_long: bool,
+    /// The client closed its side: what it sent is answered, then it is closed.
+    eof: bool,
+    /// The answer being written, and how much of it is.
+    output: Vec<u8>,
+    written: usize,
+    state: State,
+    /// Reading: the idle deadline; writing: when an answer not read is given
+    /// up; parked: unused (the wait's own deadline is in the state).
+    deadline: Instant,
+}
+
+/// What the next line of input was: its end in `input` (a whole line, its
+/// newline excluded), or a line that was refused.
+enum Line {
+    /// `input[..end]`, to be consumed up to `next` once handled.
+    Text {
+        end: usize,
+        next: usize,
+    },
+    TooLong,
+}
+
+impl Client {
+    fn writing(&self) -> bool {
+        self.written < self.output.len()
+    }
+
+    /// The next whole line of input, if there is one; at the end of input a
+    /// last line without a newline counts. A line over [`MAX_LINE`] is
+    /// skipped up to its newline and reported as too long.
+    fn next_line(&mut self) -> Option<Line> {
+        let found = self.input[self.scanned..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|i| self.scanned + i);
+        let (end, next) = match found {
+            Some(end) => (end, end + 1),
+            None => {
+                if self.input.len() > MAX_LINE {
+                    self.too_long = true;
+                    self.input.clear();
+                }
+                self.scanned = self.input.len();
+                if !self.eof || (!self.too_long && self.input.is_empty()) {
+                    return None;
+                }
+                (self.input.len(), self.input.len())
+            }
+        };
+        self.scanned = 0;
+        if std::mem::take(&mut self.too_long) || end > MAX_LINE {
+            self.input.drain(..next);
+            return Some(Line::TooLong);
+        }
+        let end = if end > 0 && self.input[end - 1] == b'\r' {
+            end - 1
+        } else {
+            end
+        };
+        Some(Line::Text { end, next })
+    }
+
+    /// Writes what it can of the pending answer: true once all of it is out.
+    fn flush(&mut self) -> io::Result<bool> {
+        while self.written < self.output.len() {
+            match (&self.stream).write(&self.output[self.written..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.output.clear();
+        self.written = 0;
+        if self.output.capacity() > KEEP_OUTPUT {
+            self.output = Vec::new();
+        }
+        Ok(true)
+    }
+}
+
+/// What a slot of the poll set stands for.
+#[derive(Clone, Copy)]
+enum Target {
+    Wake,
+    Socket(usize),
+    Client(ConnId),
+}
+
+/// The hub and its sockets, run by [`Loop::run`] on the hub's thread.
+pub struct Loop {
+    hub: Hub,
+    rx: HubRx,
+    /// For offloaded jobs: their follow-ups and answers.
+    tx: HubTx,
+    sockets: Vec<Socket>,
+    clients: HashMap<ConnId, Client>,
+    next_id: ConnId,
+    limits: ConnLimits,
+    /// Open connections on every agent socket together.
+    agents_open: Arc<AtomicUsize>,
+    /// Reused per turn: the poll set, what each slot is, a read buffer.
+    fds: Vec<PollFd>,
+    targets: Vec<Target>,
+    scratch: Vec<u8>,
+    /// Clients with whole requests read and not yet answered because they
+    /// had their share of a turn: the next poll does not sleep.
+    backlog: Vec<ConnId>,
+}
+
+impl Loop {
+    pub fn new(hub: Hub, rx: HubRx, tx: HubTx, limits: ConnLimits) -> Loop {
+        Loop {
+            hub,
+            rx,
+            tx,
+            sockets: Vec::new(),
+            clients: HashMap::new(),
+            next_id: 1,
+            limits,
+            agents_open: Arc::new(AtomicUsize::new(0)),
+            fds: Vec::new(),
+            targets: Vec::new(),
+            scratch: vec![0; READ_CHUNK],
+            backlog: Vec::new(),
+        }
+    }
+
+    /// Serves `l` from now on, under the caps of its kind of socket.
+    pub fn listen(&mut self, l: Listening) -> Result<(), String> {
+        l.listener.set_nonblocking(true).map_err(|e| {
+            format!(
+                "cannot make the socket {} non-blocking: {e}",
+                l.path.display()
+            )
+        })?;
+        let caps = match &l.who {
+            Identity::Operator => Caps::host(&self.limits),
+            Identity::Agent(_) => Caps::agent(&self.limits, &self.agents_open),
+            Identity::Bridge => Caps::bridge(),
+        };
+        self.sockets.push(Socket {
+            what: format!("the socket of {}", l.who.name()),
+            listener: l.listener,
+            who: l.who,
+            path: l.path,
+            caps,
+            failures: 0,
+            refused: 0,
+            backoff: BACKOFF_MIN,
+            paused_until: None,
+        });
+        Ok(())
+    }
+
+    /// Serves until [`HubMsg::Shutdown`]; then removes the socket files,
+    /// tells every parked client the broker is stopping, and returns (the
+    /// hub, dropped with the loop, closes the store).
+    pub fn run(mut self) {
+        self.hub.begin();
+        loop {
+            for s in self.hub.take_sockets() {
+                let NewSocket {
+                    listener,
+                    who,
+                    path,
+                } = s;
+                if let Err(e) = self.listen(Listening {
+                    listener,
+                    who,
+                    path,
+                }) {
+                    log::error!("{e}");
+                }
+            }
+            let timeout = if self.backlog.is_empty() {
+                self.timeout(Instant::now())
+            } else {
+                Some(Duration::ZERO)
+            };
+            self.poll_set(Instant::now());
+            let mut fds = std::mem::take(&mut self.fds);
+            if let Err(e) = poll(&mut fds, timeout) {
+                log::error!("the broker cannot wait for its sockets: {e}");
+                std::thread::sleep(BACKOFF_MIN);
+            }
+            let targets = std::mem::take(&mut self.targets);
+            let mut woken = false;
+            for (fd, target) in fds.iter().zip(&targets) {
+                if !fd.any() {
+                    continue;
+                }
+                match *target {
+                    Target::Wake => woken = true,
+                    Target::Socket(k) => self.accept(k),
+                    Target::Client(id) => self.client_event(id, fd),
+                }
+            }
+            self.fds = fds;
+            self.targets = targets;
+            for id in std::mem::take(&mut self.backlog) {
+                self.pump(id);
+            }
+            if woken {
+                self.rx.clear();
+                while let Ok(msg) = self.rx.rx.try_recv() {
+                    if !self.message(msg) {
+                        self.shutdown();
+                        return;
+                    }
+                }
+            }
+            self.expire(Instant::now());
+            self.hub.tick();
+            self.wake_parked();
+        }
+    }
+
+    /// How long the loop may sleep: until the nearest deadline of the hub,
+    /// a client or a paused socket.
+    fn timeout(&mut self, now: Instant) -> Option<Duration> {
+        let mut next = self.hub.next_deadline().map(|d| now + d);
+        let mut nearer = |t: Instant| {
+            if next.is_none_or(|n| t < n) {
+                next = Some(t);
+            }
+        };
+        for c in self.clients.values() {
+            match &c.state {
+                State::Reading => nearer(c.deadline),
+                State::Parked { until, .. } => nearer(*until),
+                State::Busy { .. } => {}
+            }
+        }
+        for s in &self.sockets {
+            if let Some(t) = s.paused_until {
+                nearer(t);
+            }
+        }
+        next.map(|t| t.saturating_duration_since(now))
+    }
+
+    /// The poll set of this turn: the wake-up, the sockets not paused, every
+    /// client (for input while it reads a request, for room while an answer
+    /// is pending, for a hang-up always).
+    fn poll_set(&mut self, now: Instant) {
+        self.fds.clear();
+        self.targets.clear();
+        self.fds
+            .push(PollFd::new(self.rx.readable.as_raw_fd(), true, false));
+        self.targets.push(Target::Wake);
+        for (k, s) in self.sockets.iter_mut().enumerate() {
+            if s.paused_until.is_some_and(|t| t > now) {
+                continue;
+            }
+            s.paused_until = None;
+            self.fds
+                .push(PollFd::new(s.listener.as_raw_fd(), true, false));
+            self.targets.push(Target::Socket(k));
+        }
+        for (id, c) in &self.clients {
+            let reading = matches!(c.state, State::Reading);
+            let (read, write) = match (reading, c.writing()) {
+                (true, true) => (false, true),
+                (true, false) => (true, false),
+                (false, _) => (false, false),
+            };
+            self.fds
+                .push(PollFd::new(c.stream.as_raw_fd(), read, write));
+            self.targets.push(Target::Client(*id));
+        }
+    }
+
+    /// Accepts what socket `k` has waiting, up to [`ACCEPTS_PER_TURN`], and
+    /// answers what each new client has sent already (a client like `hive
+    /// wake` writes its request as soon as it is connected), without waiting
+    /// for the next turn of the loop.
+    fn accept(&mut self, k: usize) {
+        let mut accepted = Vec::new();
+        self.accept_some(k, &mut accepted);
+        for id in accepted {
+            if self.read(id) {
+                self.pump(id);
+            }
+        }
+    }
+
+    fn accept_some(&mut self, k: usize, accepted: &mut Vec<ConnId>) {
+        for _ in 0..ACCEPTS_PER_TURN {
+            let s = &mut self.sockets[k];
+            let stream = match s.listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => {
+                    s.failures += 1;
+                    if s.failures == 1 {
+                        log::warn!(
+                            "accept on {} failed: {e}; the socket stays open, retrying with a backoff up to {BACKOFF_MAX:?}",
+                            s.what
+                        );
+                    } else {
+                        log::debug!("{}: {} failures in a row", s.what, s.failures);
+                    }
+                    s.paused_until = Some(Instant::now() + s.backoff);
+                    s.backoff = (s.backoff * 2).min(BACKOFF_MAX);
+                    return;
+                }
+            };
+            if s.failures > 0 {
+                log::info!(
+                    "accepting on {} again after {} failures: it accepts again",
+                    s.what,
+                    s.failures
+                );
+                s.failures = 0;
+                s.backoff = BACKOFF_MIN;
+            }
+            let slot = match s.caps.take(&s.who) {
+                Ok(slot) => slot,
+                Err(why) => {
+                    if s.refused == 0 {
+                        log::warn!("refusing connections: {why}");
+                    }
+                    s.refused += 1;
+                    refuse(stream, &why);
+                    continue;
+                }
+            };
+            if s.refused > 0 {
+                log::info!(
+                    "accepting on {} again after refusing {} connections",
+                    s.what,
+                    s.refused
+                );
+                s.refused = 0;
+            }
+            if let Err(e) = stream.set_nonblocking(true) {
+                log::warn!("{}: cannot make a connection non-blocking: {e}", s.what);
+                continue;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            let who = s.who.clone();
+            accepted.push(id);
+            self.clients.insert(
+                id,
+                Client {
+                    stream,
+                    who,
+                    _slot: slot,
+                    input: Vec::new(),
+                    scanned: 0,
+                    too_long: false,
+                    eof: false,
+                    output: Vec::new(),
+                    written: 0,
+                    state: State::Reading,
+                    deadline: Instant::now() + self.limits.idle,
+                },
+            );
+        }
+    }
+
+    /// Something happened on client `id`'s connection.
+    fn client_event(&mut self, id: ConnId, fd: &PollFd) {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        if fd.failed() {
+            self.close(id);
+            return;
+        }
+        match c.state {
+            State::Parked { .. } | State::Busy { .. } => {
+                // Only a hang-up is watched for here.
+                if fd.hung_up() {
+                    log::debug!("connection {id} of {}: the client hung up", c.who.name());
+                    self.close(id);
+                }
+            }
+            State::Reading if c.writing() => match c.flush() {
+                Ok(true) => {
+                    c.deadline = Instant::now() + self.limits.idle;
+                    self.pump(id);
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    log::debug!("connection {id}: cannot write the answer: {e}");
+                    self.close(id);
+                }
+            },
+            State::Reading => {
+                if self.read(id) {
+                    self.pump(id);
+                }
+            }
+        }
+    }
+
+    /// Reads what client `id` sent (one chunk); false when the connection
+    /// broke and was closed.
+    fn read(&mut self, id: ConnId) -> bool {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return false;
+        };
+        loop {
+            match (&c.stream).read(&mut self.scratch) {
+                Ok(0) => {
+                    c.eof = true;
+                    return true;
+                }
+                Ok(n) => {
+                    c.input.extend_from_slice(&self.scratch[..n]);
+                    return true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log::debug!("connection {id}: read error: {e}");
+                    self.close(id);
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Answers the requests client `id` has sent, one at a time, while it is
+    /// free (not parked, busy or writing); closes it at the end of its input.
+    /// After [`REQUESTS_PER_TURN`] the rest wait for the next turn.
+    fn pump(&mut self, id: ConnId) {
+        for _ in 0..REQUESTS_PER_TURN {
+            let Some(c) = self.clients.get_mut(&id) else {
+                return;
+            };
+            if !matches!(c.state, State::Reading) || c.writing() {
+                return;
+            }
+            let Some(line) = c.next_line() else {
+                if c.eof {
+                    self.close(id);
+                }
+                return;
+            };
+            let (end, next) = match line {
+                Line::TooLong => {
+                    let e = format!("request line longer than {MAX_LINE} bytes refused");
+                    self.respond(id, err_line(&e), "request");
+                    continue;
+                }
+                Line::Text { end, next } => (end, next),
+            };
+            let parsed = match std::str::from_utf8(&c.input[..end]) {
+                Err(_) => Err("request line is not valid UTF-8".to_string()),
+                Ok(t) if t.trim().is_empty() => Ok(None),
+                Ok(t) => Request::parse(t).map(Some),
+            };
+            c.input.drain(..next);
+            let answer = match parsed {
+                Ok(None) => continue,
+                Ok(Some(req)) => {
+                    let wait = req.wait_seconds().unwrap_or(0).min(MAX_WAIT_SECS);
+                    let until = Instant::now() + Duration::from_secs(wait);
+                    self.call(id, req, wait > 0, until);
+                    continue;
+                }
+                Err(e) => err_line(&e),
+            };
+            self.respond(id, answer, "request");
+        }
+        self.backlog.push(id);
+    }
+
+    /// Asks the hub; answers, parks or offloads as it says.
+    fn call(&mut self, id: ConnId, req: Request, can_wait: bool, until: Instant) {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        let cmd = req.cmd();
+        let kept = can_wait.then(|| req.clone());
+        match self.hub.handle(&c.who, id, req, can_wait) {
+            Outcome::Answer(line) => self.respond(id, line, cmd),
+            Outcome::Wait => match kept {
+                Some(req) if !c.eof => c.state = State::Parked { req, until },
+                // Nobody would read the answer.
+                Some(_) => self.close(id),
+                None => self.respond(
+                    id,
+                    err_line(&format!(
+                        "the broker parked {cmd}, which cannot wait (a broker bug: please report it)"
+                    )),
+                    cmd,
+                ),
+            },
+            Outcome::Offload(job) => {
+                c.state = State::Busy { cmd };
+                let tx = self.tx.clone();
+                let started = std::thread::Builder::new()
+                    .name("conn-job".into())
+                    .spawn(move || {
+                        // A job that panics (a bug) still answers its caller.
+                        let line = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            job(&tx)
+                        }))
+                        .unwrap_or_else(|_| {
+                            err_line(&format!(
+                                "the broker failed while carrying out {cmd} (a broker bug: please report it); check whether it took effect before trying again"
+                            ))
+                        });
+                        let _ = tx.send(HubMsg::Answered { conn: id, line });
+                    });
+                if let Err(e) = started {
+                    log::warn!("connection {id}: cannot start a thread for {cmd}: {e}");
+                    self.respond(
+                        id,
+                        err_line(&format!(
+                            "the broker cannot start a thread for {cmd} now ({e}); try again"
+                        )),
+                        cmd,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Asks again for parked client `id`: woken (`can_wait`) or at its
+    /// deadline (answer now).
+    fn ask_again(&mut self, id: ConnId, can_wait: bool) {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        let State::Parked { until, .. } = c.state else {
+            return;
+        };
+        let State::Parked { req, .. } = std::mem::replace(&mut c.state, State::Reading) else {
+            return;
+        };
+        self.call(id, req, can_wait, until);
+        self.pump(id);
+    }
+
+    /// Queues `line` as the answer to `cmd` on client `id` and writes what
+    /// the socket takes now.
+    fn respond(&mut self, id: ConnId, line: String, cmd: &str) {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        // The last line of defence: no reader accepts a longer line, so a
+        // longer answer (a bug) becomes an error the client can read.
+        let line = if line.len() > MAX_LINE {
+            log::error!(
+                "connection {id}: the answer to {cmd} is {} bytes, over the line limit; sent an error instead",
+                line.len()
+            );
+            err_line(&format!(
+                "the answer to {cmd} would be {} bytes, over the {MAX_LINE}-byte line limit, and was not sent (a broker bug: please report it)",
+                line.len()
+            ))
+        } else {
+            line
+        };
+        c.state = State::Reading;
+        c.output.extend_from_slice(line.as_bytes());
+        c.output.push(b'\n');
+        c.deadline = Instant::now() + self.limits.idle;
+        if let Err(e) = c.flush() {
+            log::debug!("connection {id}: cannot write the answer: {e}");
+            self.close(id);
+        }
+    }
+
+    /// Handles a message from another thread; false to stop.
+    fn message(&mut self, msg: HubMsg) -> bool {
+        match msg {
+            HubMsg::Answered { conn, line } => {
+                if let Some(State::Busy { cmd }) = self.clients.get(&conn).map(|c| &c.state) {
+                    let cmd = *cmd;
+                    self.respond(conn, line, cmd);
+                    self.pump(conn);
+                }
+                true
+            }
+            msg => self.hub.on_msg(msg),
+        }
+    }
+
+    /// Ends the waits that are due and closes connections idle too long.
+    fn expire(&mut self, now: Instant) {
+        let mut due = Vec::new();
+        let mut idle = Vec::new();
+        for (id, c) in &self.clients {
+            match &c.state {
+                State::Parked { until, .. } if *until <= now => due.push(*id),
+                State::Reading if c.deadline <= now => idle.push(*id),
+                _ => {}
+            }
+        }
+        for id in due {
+            self.ask_again(id, false);
+        }
+        for id in idle {
+            let Some(c) = self.clients.get(&id) else {
+                continue;
+            };
+            if c.writing() {
+                log::debug!(
+                    "connection {id} of {}: the answer was not read for {} s, closed",
+                    c.who.name(),
+                    self.limits.idle.as_secs()
+                );
+            } else {
+                log::debug!(
+                    "connection {id} of {}: idle for {} s, closed",
+                    c.who.name(),
+                    self.limits.idle.as_secs()
+                );
+            }
+            self.close(id);
+        }
+    }
+
+    /// Asks again for every parked connection the hub woke.
+    fn wake_parked(&mut self) {
+        loop {
+            let woken = self.hub.take_woken();
+            if woken.is_empty() {
+                return;
+            }
+            for id in woken {
+                self.ask_again(id, true);
+            }
+        }
+    }
+
+    /// Closes client `id`: the hub releases what it held.
+    fn close(&mut self, id: ConnId) {
+        if let Some(c) = self.clients.remove(&id) {
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+            self.hub.closed(id);
+        }
+    }
+
+    fn shutdown(&mut self) {
+        for s in &self.sockets {
+            let _ = std::fs::remove_file(&s.path);
+        }
+        let parked: Vec<ConnId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| matches!(c.state, State::Parked { .. }))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in parked {
+            self.respond(id, err_line("broker is stopping"), "request");
+        }
+        self.clients.clear();
+        log::debug!("hub stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::db::{Db, Durability};
+    use crate::broker::hub::{channel, HubSettings};
+    use crate::config::HiveConfig;
+    use std::io::{BufRead, BufReader};
+
+    /// A hub serving one agent socket (`ana`) and the host socket from its
+    /// own thread, on a temp store; stopped and removed when dropped.
+    struct Served {
+        dir: PathBuf,
+        tx: HubTx,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Served {
+        fn start(tag: &str) -> Served {
+            let dir =
+                std::env::temp_dir().join(format!("hive-sockets-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let db = Db::open(&dir.join("broker.db"), Durability::Normal).unwrap();
+            let cfg = HiveConfig::parse(r#"{"agents":[{"name":"ana"}]}"#).unwrap();
+            let hub = Hub::new(
+                db,
+                cfg,
+                HubSettings {
+                    state_dir: dir.clone(),
+                    hyperhive_rev: "test-rev".into(),
+                    max_pending_timers: 3,
+                    lifecycle: None,
+                    supervisor_timeout: Duration::from_secs(10),
+                    config_path: None,
+                    logs: None,
+                    run_dir: None,
+                },
+            );
+            let (tx, rx) = channel().unwrap();
+            let limits = ConnLimits::new(1024, 1, 8, Duration::from_secs(60));
+            let mut serve = Loop::new(hub, rx, tx.clone(), limits);
+            for (name, who) in [
+                ("ana.sock", Identity::Agent("ana".into())),
+                ("host.sock", Identity::Operator),
+            ] {
+                let path = dir.join(name);
+                let listener = UnixListener::bind(&path).unwrap();
+                serve
+                    .listen(Listening {
+                        listener,
+                        who,
+                        path,
+                    })
+                    .unwrap();
+            }
+            let thread = std::thread::spawn(move || serve.run());
+            Served {
+                dir,
+                tx,
+                thread: Some(thread),
+            }
+        }
+
+        fn connect(&self, name: &str) -> (UnixStream, BufReader<UnixStream>) {
+            let s = UnixStream::connect(self.dir.join(name)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let r = BufReader::new(s.try_clone().unwrap());
+            (s, r)
+        }
+    }
+
+    impl Drop for Served {
+        fn drop(&mut self) {
+            let _ = self.tx.send(HubMsg::Shutdown);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn answer(r: &mut BufReader<UnixStream>) -> serde_json::Value {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    }
+
+    #[test]
+    fn many_requests_sent_at_once_are_answered_in_order() {
+        let s = Served::start("order");
+        let (mut w, mut r) = s.connect("ana.sock");
+        let n = 3 * REQUESTS_PER_TURN + 5;
+        let mut all = String::new();
+        for i in 0..n {
+            all.push_str(&format!(
+                "{{\"cmd\":\"wake\",\"from\":\"cron\",\"body\":\"m{i}\"}}\n"
+            ));
+        }
+        w.write_all(all.as_bytes()).unwrap();
+        let ids: Vec<i64> = (0..n)
+            .map(|_| answer(&mut r)["id"].as_i64().unwrap())
+            .collect();
+        assert_eq!(ids, (1..=n as i64).collect::<Vec<_>>());
+        // Meanwhile and after, another client is served.
+        let (mut w2, mut r2) = s.connect("host.sock");
+        w2.write_all(b"{\"cmd\":\"agents\"}\n").unwrap();
+        assert_eq!(answer(&mut r2)["ok"], true);
+    }
+
+    #[test]
+    fn a_parked_call_holds_up_nobody_and_its_hang_up_returns_what_it_held() {
+        let s = Served::start("park");
+        let (mut parked, mut parked_r) = s.connect("ana.sock");
+        parked
+            .write_all(b"{\"cmd\":\"recv_next\",\"wait_seconds\":30}\n")
+            .unwrap();
+        // The boot of an empty inbox parks it; others are answered meanwhile.
+        let (mut w, mut r) = s.connect("host.sock");
+        w.write_all(b"{\"cmd\":\"send\",\"to\":\"ana\",\"body\":\"hello\"}\n")
+            .unwrap();
+        assert_eq!(answer(&mut r)["ok"], true);
+        let got = answer(&mut parked_r);
+        assert_eq!(got["message"]["body"], "hello", "{got}");
+        // A `recv` holds rows for its connection until confirmed; a client
+        // that hangs up while parked gives them back.
+        let (mut m, mut mr) = s.connect("ana.sock");
+        m.write_all(b"{\"cmd\":\"ack_turn\",\"id\":1}\n").unwrap();
+        assert_eq!(answer(&mut mr)["ok"], true);
+        w.write_all(b"{\"cmd\":\"send\",\"to\":\"ana\",\"body\":\"held\"}\n")
+            .unwrap();
+        assert_eq!(answer(&mut r)["ok"], true);
+        m.write_all(b"{\"cmd\":\"recv\"}\n").unwrap();
+        assert_eq!(answer(&mut mr)["messages"][0]["body"], "held");
+        m.write_all(b"{\"cmd\":\"recv\",\"wait_seconds\":30}\n")
+            .unwrap();
+        drop(mr);
+        drop(m);
+        let (mut again, mut again_r) = s.connect("ana.sock");
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            again.write_all(b"{\"cmd\":\"recv\"}\n").unwrap();
+            let got = answer(&mut again_r);
+            if got["messages"][0]["body"] == "held" {
+                break;
+            }
+            assert!(Instant::now() < end, "the held row came back: {got}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn a_long_line_in_pieces_and_a_last_line_without_newline_are_answered() {
+        let s = Served::start("lines");
+        let (mut w, mut r) = s.connect("ana.sock");
+        let chunk = vec![b'x'; 256 * 1024];
+        for _ in 0..5 {
+            w.write_all(&chunk).unwrap();
+        }
+        w.write_all(b"\n{\"cmd\":\"hello\"}\n").unwrap();
+        let e = answer(&mut r);
+        assert!(e["error"].as_str().unwrap().contains("longer than"), "{e}");
+        assert_eq!(answer(&mut r)["identity"], "ana");
+        w.write_all(b"{\"cmd\":\"hello\"}").unwrap();
+        w.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_eq!(answer(&mut r)["identity"], "ana");
+        let mut rest = String::new();
+        assert_eq!(r.read_line(&mut rest).unwrap(), 0, "then closed: {rest}");
+    }
+
+    #[test]
+    fn a_client_that_does_not_read_holds_up_nobody() {
+        let s = Served::start("slow");
+        let (mut w, mut r) = s.connect("host.sock");
+        // Twenty messages of 60 KB: each inbox page is a large answer.
+        let body = "y".repeat(60_000);
+        for _ in 0..20 {
+            let line = format!("{{\"cmd\":\"send\",\"to\":\"ana\",\"body\":\"{body}\"}}\n");
+            w.write_all(line.as_bytes()).unwrap();
+            assert_eq!(answer(&mut r)["ok"], true);
+        }
+        let (mut slow, _slow_r) = s.connect("ana.sock");
+        for _ in 0..20 {
+            slow.write_all(b"{\"cmd\":\"recv\",\"max\":20}\n").unwrap();
+        }
+        // The slow client never reads; the hub answers others meanwhile.
+        let (mut w2, mut r2) = s.connect("host.sock");
+        for _ in 0..10 {
+            w2.write_all(b"{\"cmd\":\"agents\"}\n").unwrap();
+            assert_eq!(answer(&mut r2)["ok"], true);
+        }
+    }
+}
