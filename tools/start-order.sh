@@ -55,14 +55,17 @@ HIVE_SOCKET=$sock profile wake "$hive" wake --from start-order --body ping </dev
 # Every function named in the profiles (callgrind marks a recursion level with
 # a 'N suffix) that the binary defines. Callgrind names musl's assembly
 # (_start, memcpy, …) by address only and calls __libc_start_main
-# "(below main)": those are looked up in the symbol table.
+# "(below main)": those are looked up among the binary's functions.
 for p in version mcp bash-mcp wake; do
     sed -n "s/^c\{0,1\}fn=([0-9]*) //p" "$tmp/$p.cg"
 done | sed "s/'[0-9]*\$//" | sort -u >"$tmp/named"
-nm -n --defined-only "$hive" | awk 'NF == 3 && $2 ~ /^[tTwW]$/ { print $1, 0, $3 }' >"$tmp/text"
+readelf -sW "$hive" | awk '$4 == "FUNC" && $7 != "UND" && NF == 8 { print $2, 0, $8, $3 }' >"$tmp/text"
 sed -n 's/^0x\([0-9a-f]*\)$/\1 1 0x\1/p' "$tmp/named" >"$tmp/addresses"
-LC_ALL=C sort "$tmp/text" "$tmp/addresses" \
-    | awk '$2 == 0 { last = $3 } $2 == 1 && last != "" { print $3, last }' >"$tmp/resolved"
+# An address within the function before it (or past one of unknown size).
+LC_ALL=C sort "$tmp/text" "$tmp/addresses" | awk '
+    function hex(s,   i, n) { n = 0; for (i = 1; i <= length(s); i++) n = n * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1; return n }
+    $2 == 0 { last = $3; from = hex($1); size = $4 + 0 }
+    $2 == 1 && last != "" && (size == 0 || hex($1) < from + size) { print $3, last }' >"$tmp/resolved"
 awk 'FNR == NR { at[$1] = $2; next }
      /^0x/ { if ($0 in at) print at[$0]; next }
      $0 == "(below main)" { print "__libc_start_main"; next }
