@@ -71,6 +71,8 @@ awk 'FNR == NR { at[$1] = $2; next }
      $0 == "(below main)" { print "__libc_start_main"; next }
      { print }' "$tmp/resolved" "$tmp/named" >"$tmp/executed"
 awk '{ print $3 }' "$tmp/text" | sort -u >"$tmp/defined"
+# _Exit ends the process in its own exit_group, before callgrind records it.
+echo _Exit >>"$tmp/executed"
 awk 'FNR == NR { defined[$1] = 1; next } $0 in defined' "$tmp/defined" "$tmp/executed" \
     | LC_ALL=C sort -u >"$tmp/names"
 
