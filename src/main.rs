@@ -113,7 +113,7 @@ std::arch::global_asm!(
 /// `hive mcp` start, and their faults; docs/performance.md). Freeing or
 /// resizing the arena's newest block gives its space back or grows it in place
 /// (a growing `Vec` or `String`); other arena blocks are never reused, so the
-/// arena holds at most its size of a long-running process's memory.
+/// daemons close the arena once their command line is parsed (`main`).
 mod start_alloc {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::UnsafeCell;
@@ -145,6 +145,14 @@ mod start_alloc {
                 arena: Arena(UnsafeCell::new([0; SIZE])),
                 next: AtomicUsize::new(0),
             }
+        }
+
+        /// From now on every allocation is the system allocator's. Blocks
+        /// already carved stay valid and are freed as arena blocks, and the
+        /// arena's pages not yet touched are never touched.
+        pub fn close(&self) {
+            // Past the end, where no block ends: nothing is carved or given back.
+            self.next.store(SIZE + 1, Release);
         }
 
         fn base(&self) -> usize {
@@ -284,6 +292,17 @@ fn bridge_settings(a: MatrixBridgeArgs, env: &Env) -> Result<bridge::BridgeSetti
     bridge::BridgeSettings::read(socket, state, env)
 }
 
+/// Whether `cmd` is a daemon: it allocates from the system allocator from the
+/// start, since the start-up arena's blocks are never reused and would only
+/// add to its memory (the MCP servers, which live for a session of claude,
+/// keep it).
+fn daemon(cmd: &Cmd) -> bool {
+    matches!(
+        cmd,
+        Cmd::Broker(_) | Cmd::Up(_) | Cmd::Serve(_) | Cmd::BashDaemon(_) | Cmd::MatrixBridge(_)
+    )
+}
+
 /// Whether `cmd` runs until stopped: those get every descriptor the hard
 /// limit allows.
 fn long_running(cmd: &Cmd) -> bool {
@@ -382,6 +401,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if daemon(&cmd) {
+        ALLOC.close();
+    }
     if long_running(&cmd) {
         match sys::raise_nofile_limit() {
             Ok(n) => log::debug!("descriptor limit: {n}"),
