@@ -41,23 +41,27 @@ while [ ! -S "$sock" ]; do
     sleep 0.1
 done
 
+# Each start twice: with RUST_LOG=warn (as the bench runs them) and with the
+# default, info (as claude and scripts mostly do: the log lines' code runs too).
 profile() {
     name=$1
     shift
     RUST_LOG=warn valgrind -q --tool=callgrind --demangle=no \
-        --callgrind-out-file="$tmp/$name.cg" "$@" >/dev/null
+        --callgrind-out-file="$tmp/$name.warn.cg" "$@" <"$input" >/dev/null
+    env -u RUST_LOG valgrind -q --tool=callgrind --demangle=no \
+        --callgrind-out-file="$tmp/$name.info.cg" "$@" <"$input" >/dev/null 2>&1
 }
-profile version "$hive" --version </dev/null
-HIVE_SOCKET=/nonexistent/hive.sock profile mcp "$hive" mcp <"$tmp/handshake"
-profile bash-mcp "$hive" bash-mcp --socket /nonexistent/bash.sock <"$tmp/handshake"
-HIVE_SOCKET=$sock profile wake "$hive" wake --from start-order --body ping </dev/null
+input=/dev/null profile version "$hive" --version
+HIVE_SOCKET=/nonexistent/hive.sock input=$tmp/handshake profile mcp "$hive" mcp
+input=$tmp/handshake profile bash-mcp "$hive" bash-mcp --socket /nonexistent/bash.sock
+HIVE_SOCKET=$sock input=/dev/null profile wake "$hive" wake --from start-order --body ping
 
 # Every function named in the profiles (callgrind marks a recursion level with
 # a 'N suffix) that the binary defines. Callgrind names musl's assembly
 # (_start, memcpy, …) by address only and calls __libc_start_main
 # "(below main)": those are looked up among the binary's functions.
-for p in version mcp bash-mcp wake; do
-    sed -n "s/^c\{0,1\}fn=([0-9]*) //p" "$tmp/$p.cg"
+for p in "$tmp"/*.cg; do
+    sed -n "s/^c\{0,1\}fn=([0-9]*) //p" "$p"
 done | sed "s/'[0-9]*\$//" | sort -u >"$tmp/named"
 readelf -sW "$hive" | awk '$4 == "FUNC" && $7 != "UND" && NF == 8 { print $2, 0, $8, $3 }' >"$tmp/text"
 sed -n 's/^0x\([0-9a-f]*\)$/\1 1 0x\1/p' "$tmp/named" >"$tmp/addresses"
@@ -78,7 +82,8 @@ awk 'FNR == NR { defined[$1] = 1; next } $0 in defined' "$tmp/defined" "$tmp/exe
 
 {
     echo "# Written by tools/start-order.sh (make start-order), read by tools/link-musl:"
-    echo "# the functions hive --version, hive mcp, hive bash-mcp and hive wake ran,"
+    echo "# the functions hive --version, hive mcp, hive bash-mcp and hive wake ran"
+    echo "# (with RUST_LOG=warn and with the default, info),"
     echo "# $(wc -l <"$tmp/names") names, sorted (the order within the group matters little)."
     cat "$tmp/names"
 } >tools/start-order.txt
