@@ -13,24 +13,24 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOC: start_alloc::StartAlloc = start_alloc::StartAlloc::new();
 
-/// The entry point of the static musl binary (tools/link-musl links with `-e
-/// hive_start -z pack-relative-relocs` when it is defined). Before musl's
-/// `_start` it does the static PIE's self-relocation, faster than musl would:
-///
-/// 1. `madvise(MADV_POPULATE_WRITE)` from the page after `.text` (where the
-///    writable segments start) to `_edata`: the 35 or so pages of
-///    `.data.rel.ro`, `.got` and `.data` the relocation writes, each otherwise
-///    copied on a write fault of its own. (A kernel older than 5.14 answers
-///    EINVAL, and the faults happen as before.)
-/// 2. Applies the `DT_RELR` table (some 7,000 relative relocations packed in
-///    2 KB, where `.rela.dyn` took 167 KB) a set bit at a time, then sets
-///    `DT_RELRSZ` to 0 so that musl's `_start_c`, whose loop tests every bit
-///    of every bitmap word (about 98k instructions here), finds nothing left.
-///    Without a `DT_RELR` (a link without tools/link-musl) it leaves the
-///    relocation to musl.
-///
-/// Nothing is relocated yet, so it is position-independent code that needs
-/// no stack; it leaves the stack pointer, which `_start` reads, as it was.
+// The entry point of the static musl binary (tools/link-musl links with `-e
+// hive_start -z pack-relative-relocs` when it is defined). Before musl's
+// `_start` it does the static PIE's self-relocation, faster than musl would:
+//
+// 1. `madvise(MADV_POPULATE_WRITE)` from the page after `.text` (where the
+//    writable segments start) to `_edata`: the 35 or so pages of
+//    `.data.rel.ro`, `.got` and `.data` the relocation writes, each otherwise
+//    copied on a write fault of its own. (A kernel older than 5.14 answers
+//    EINVAL, and the faults happen as before.)
+// 2. Applies the `DT_RELR` table (some 7,000 relative relocations packed in
+//    2 KB, where `.rela.dyn` took 167 KB) a set bit at a time, then sets
+//    `DT_RELRSZ` to 0 so that musl's `_start_c`, whose loop tests every bit
+//    of every bitmap word (about 98k instructions here), finds nothing left.
+//    Without a `DT_RELR` (a link without tools/link-musl) it leaves the
+//    relocation to musl.
+//
+// Nothing is relocated yet, so it is position-independent code that needs
+// no stack; it leaves the stack pointer, which `_start` reads, as it was.
 #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "musl"))]
 std::arch::global_asm!(
     ".globl hive_start",
