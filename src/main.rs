@@ -33,6 +33,8 @@ static ALLOC: start_alloc::StartAlloc = start_alloc::StartAlloc::new();
 // no stack; it leaves the stack pointer, which `_start` reads, as it was.
 #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "musl"))]
 std::arch::global_asm!(
+    // Weak: a link that is no static PIE has no _DYNAMIC (then 0: step 2 is skipped).
+    ".weak _DYNAMIC",
     ".globl hive_start",
     ".type hive_start,@function",
     "hive_start:",
@@ -49,6 +51,8 @@ std::arch::global_asm!(
     "lea rcx, [rip + _DYNAMIC]",
     "xor r8d, r8d",
     "xor r9d, r9d",
+    "test rcx, rcx",
+    "jz 9f",
     "2:",
     "mov rax, [rcx]",
     "test rax, rax",
