@@ -1,6 +1,6 @@
 #!/bin/sh
-# `make start-order`: writes tools/start-order.txt, the functions the static
-# musl `hive` runs at its per-turn and per-script starts, which tools/link-musl
+# `make start-order`: writes src/link/start-order.txt, the functions the static
+# musl `hive` runs at its per-turn and per-script starts, which src/link/link-musl
 # places first in .text. Takes the binary `make musl` built (the linker also
 # leaves it unstripped next to it), runs under callgrind `hive
 # --version`, `hive mcp` and `hive bash-mcp` answering claude's start-up
@@ -10,13 +10,13 @@
 # dependency update: `make musl` says when the list has gone stale.
 set -eu
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 command -v valgrind >/dev/null || { echo "start-order: valgrind is needed" >&2; exit 1; }
 target=x86_64-unknown-linux-musl
 release=target/$target/release
 linked=$(find $release/deps -samefile $release/hive | head -1)
 hive=$PWD/$linked.unstripped
-[ -x "$hive" ] || { echo "start-order: no $hive: run make musl (the linker must be tools/link-musl)" >&2; exit 1; }
+[ -x "$hive" ] || { echo "start-order: no $hive: run make musl (the linker must be src/link/link-musl)" >&2; exit 1; }
 
 tmp=$(mktemp -d)
 broker=
@@ -81,10 +81,10 @@ awk 'FNR == NR { defined[$1] = 1; next } $0 in defined' "$tmp/defined" "$tmp/exe
     | LC_ALL=C sort -u >"$tmp/names"
 
 {
-    echo "# Written by tools/start-order.sh (make start-order), read by tools/link-musl:"
+    echo "# Written by src/link/start-order.sh (make start-order), read by src/link/link-musl:"
     echo "# the functions hive --version, hive mcp, hive bash-mcp and hive wake ran"
     echo "# (with RUST_LOG=warn and with the default, info),"
     echo "# $(wc -l <"$tmp/names") names, sorted (the order within the group matters little)."
     cat "$tmp/names"
-} >tools/start-order.txt
-echo "start-order: $(wc -l <"$tmp/names") functions written to tools/start-order.txt"
+} >src/link/start-order.txt
+echo "start-order: $(wc -l <"$tmp/names") functions written to src/link/start-order.txt"
