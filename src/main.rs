@@ -10,6 +10,9 @@ use hyperhive::{bash, bridge, broker, fleet, harness, mcp, ops, sys};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOC: sys::start::StartAlloc = sys::start::StartAlloc::new();
+
 /// `hive broker`'s flags as the broker takes them.
 fn broker_settings(a: BrokerArgs) -> broker::BrokerSettings {
     broker::BrokerSettings {
@@ -53,6 +56,17 @@ fn bridge_settings(a: MatrixBridgeArgs, env: &Env) -> Result<bridge::BridgeSetti
         .state_dir
         .unwrap_or_else(|| PathBuf::from(cli::BROKER_STATE_DIR).join(cli::BRIDGE_STATE));
     bridge::BridgeSettings::read(socket, state, env)
+}
+
+/// Whether `cmd` is a daemon: it allocates from the system allocator from the
+/// start, since the start-up arena's blocks are never reused and would only
+/// add to its memory (the MCP servers, which live for a session of claude,
+/// keep it).
+fn daemon(cmd: &Cmd) -> bool {
+    matches!(
+        cmd,
+        Cmd::Broker(_) | Cmd::Up(_) | Cmd::Serve(_) | Cmd::BashDaemon(_) | Cmd::MatrixBridge(_)
+    )
 }
 
 /// Whether `cmd` runs until stopped: those get every descriptor the hard
@@ -153,6 +167,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if daemon(&cmd) {
+        ALLOC.close();
+    }
     if long_running(&cmd) {
         match sys::raise_nofile_limit() {
             Ok(n) => log::debug!("descriptor limit: {n}"),

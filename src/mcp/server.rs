@@ -19,7 +19,7 @@ use crossbeam_channel::{never, select, Receiver, Sender};
 use log::{debug, error, info, warn};
 use serde_json::{json, Value};
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io::{self, BufRead, Write};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,7 +81,7 @@ pub fn serve(
         listing: None,
         sink: Sink::Direct(Box::new(output)),
         events: events_tx,
-        inflight: HashMap::new(),
+        inflight: BTreeMap::new(),
         next_serial: 0,
     };
     // Alone on this thread until a call needs one of its own.
@@ -273,7 +273,8 @@ struct Server {
     listing: Option<Listing>,
     sink: Sink,
     events: Sender<Event>,
-    inflight: HashMap<RequestId, Inflight>,
+    // A map without a random hasher: no `getrandom` before the first answer.
+    inflight: BTreeMap<RequestId, Inflight>,
     /// Tells a late result of a cancelled call from a new call reusing its id.
     next_serial: u64,
 }
@@ -371,7 +372,7 @@ impl Server {
     fn handle_request(&mut self, req: Request) {
         let Request { id, method, params } = req;
         let result = match method.as_str() {
-            "initialize" => self.initialize(&params),
+            "initialize" => return self.initialize(&id, &params),
             "ping" => json!({}),
             "tools/list" => return self.tools_list(&id),
             "tools/call" => return self.start_call(id, params),
@@ -391,37 +392,40 @@ impl Server {
         }
     }
 
-    fn initialize(&self, params: &Value) -> Value {
+    fn initialize(&mut self, id: &RequestId, params: &Value) {
         let asked = params.get("protocolVersion").and_then(Value::as_str);
         let version = negotiate(asked);
         info!(
             "initialize from {}: asked protocol {asked:?}, answering {version}",
             params.get("clientInfo").unwrap_or(&Value::Null)
         );
-        let mut result = json!({
-            "protocolVersion": version,
-            "capabilities": {"tools": {"listChanged": false}},
-            "serverInfo": {"name": self.info.name, "version": self.info.version},
-        });
-        if let Some(instructions) = &self.info.instructions {
-            result["instructions"] = Value::String(instructions.clone());
+        let result = initialize_result(&self.info, version);
+        if let Some(head) = result_head(id) {
+            let mut line = head.into_bytes();
+            line.extend_from_slice(result.as_bytes());
+            line.extend_from_slice(b"}\n");
+            self.send_line(line, None);
         }
-        result
     }
 
     /// The kept listing in a response line, as `Message::line` would write it.
+    /// Before the threads start it goes out in one `writev` of the line's
+    /// head, the listing and the tail, not copied into a line of its own.
     fn tools_list(&mut self, id: &RequestId) {
-        let id = match serde_json::to_string(id) {
-            Ok(id) => id,
-            Err(e) => return error!("cannot serialize id {id}: {e}"),
-        };
-        let result = &self.listing().result;
-        let mut line = Vec::with_capacity(result.len() + id.len() + 40);
-        line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-        line.extend_from_slice(id.as_bytes());
-        line.extend_from_slice(br#","result":"#);
-        line.extend_from_slice(result.as_bytes());
-        line.extend_from_slice(b"}\n");
+        let Some(head) = result_head(id) else { return };
+        let tools = &*self.tools;
+        let result = &self
+            .listing
+            .get_or_insert_with(|| Listing::of(tools))
+            .result;
+        let parts = [head.as_bytes(), result.as_bytes(), b"}\n"];
+        if let Sink::Direct(out) = &mut self.sink {
+            if let Err(e) = write_parts(out, parts) {
+                self.sink = Sink::Failed(e);
+            }
+            return;
+        }
+        let line = parts.concat();
         self.send_line(line, None);
     }
 
@@ -503,6 +507,58 @@ impl Server {
         };
         self.send(Response::ok(id, result), after);
     }
+}
+
+/// The start of a response line to `id` up to its `result` member's value:
+/// what `Message::line` writes before it. `None` (logged) if the id cannot be
+/// written.
+fn result_head(id: &RequestId) -> Option<String> {
+    match serde_json::to_string(id) {
+        Ok(id) => Some(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#)),
+        Err(e) => {
+            error!("cannot serialize id {id}: {e}");
+            None
+        }
+    }
+}
+
+/// The `result` of an `initialize` answered with protocol `version`, as JSON
+/// text: the same text as serializing `{"protocolVersion", "capabilities",
+/// "serverInfo", "instructions"}` (keys in order), without building that value.
+fn initialize_result(info: &ServerInfo, version: &str) -> String {
+    let extra = info.instructions.as_ref().map_or(0, String::len);
+    let mut r = String::with_capacity(160 + extra);
+    r.push_str(r#"{"capabilities":{"tools":{"listChanged":false}},"#);
+    if let Some(instructions) = &info.instructions {
+        r.push_str(r#""instructions":"#);
+        push_json_str(&mut r, instructions);
+        r.push(',');
+    }
+    r.push_str(r#""protocolVersion":"#);
+    push_json_str(&mut r, version);
+    r.push_str(r#","serverInfo":{"name":"#);
+    push_json_str(&mut r, &info.name);
+    r.push_str(r#","version":"#);
+    push_json_str(&mut r, &info.version);
+    r.push_str("}}");
+    r
+}
+
+/// Writes `parts` as one line with as few `write`s as `out` allows (one
+/// `writev` on stdout) and flushes.
+fn write_parts(out: &mut dyn Write, parts: [&[u8]; 3]) -> io::Result<()> {
+    let mut slices = parts.map(io::IoSlice::new);
+    let mut rest = &mut slices[..];
+    io::IoSlice::advance_slices(&mut rest, 0);
+    while !rest.is_empty() {
+        match out.write_vectored(rest) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => io::IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    out.flush()
 }
 
 /// The answer to an `initialize` asking for `asked`.

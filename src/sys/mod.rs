@@ -6,9 +6,10 @@
 //! run-with-timeout), [`signals`] (first signal forwarded, a second exits with
 //! 128 + the signal), [`env`] (settings from environment variables), [`fd`]
 //! (pipes, socket options, a hang-up as an event), [`fs`] (files only their
-//! owner reads, written whole), [`hash`] (SHA-256, HMAC) and [`ns`] (the sandbox's
-//! namespaces, mounts and capabilities); here, the descriptor limit, the
-//! umask and the effective ids. It imports nothing else of the crate.
+//! owner reads, written whole), [`hash`] (SHA-256, HMAC), [`ns`] (the sandbox's
+//! namespaces, mounts and capabilities) and [`start`] (the binary's entry point
+//! and start-up allocator); here, the descriptor limit, the umask and the
+//! effective ids. It imports nothing else of the crate.
 
 pub mod env;
 pub mod fd;
@@ -17,6 +18,7 @@ pub mod hash;
 pub mod ns;
 pub mod process;
 pub mod signals;
+pub mod start;
 
 pub use process::{kill_group, run_with_timeout, ExitWatch, ProcessGroup, RunError};
 pub use signals::signals;

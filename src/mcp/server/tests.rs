@@ -653,3 +653,76 @@ fn exit_codes_follow_shell_conventions() {
     assert_eq!(ExitReason::Eof.exit_code(), 0);
     assert_eq!(ExitReason::Signal(15).exit_code(), 143);
 }
+
+/// The `initialize` answer as `Message::line` wrote it from a JSON value
+/// before it was written as text.
+fn initialize_line_from_value(id: RequestId, info: &ServerInfo, version: &str) -> Vec<u8> {
+    let mut result = json!({
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": false}},
+        "serverInfo": {"name": info.name, "version": info.version},
+    });
+    if let Some(instructions) = &info.instructions {
+        result["instructions"] = Value::String(instructions.clone());
+    }
+    Message::from(Response::ok(id, result)).line().unwrap()
+}
+
+#[test]
+fn the_written_initialize_answer_is_the_serialized_answer() {
+    let plain = info();
+    let with_text = ServerInfo {
+        name: "na\"me".into(),
+        version: "1.2.3-\u{7f}\u{1}".into(),
+        instructions: Some("Use \"these\"\ttools\\ wisely.\nÜber \u{2028} \u{0}".into()),
+    };
+    let ids: [RequestId; 4] = [0.into(), (-7).into(), "x-1".into(), "q\"\\\n".into()];
+    for info in [&plain, &with_text] {
+        for version in SUPPORTED_PROTOCOL_VERSIONS {
+            for id in &ids {
+                let mut line = result_head(id).unwrap().into_bytes();
+                line.extend_from_slice(initialize_result(info, version).as_bytes());
+                line.extend_from_slice(b"}\n");
+                let want = initialize_line_from_value(id.clone(), info, version);
+                assert_eq!(
+                    String::from_utf8(line).unwrap(),
+                    String::from_utf8(want).unwrap()
+                );
+            }
+        }
+    }
+}
+
+/// Takes at most `n` bytes per call and no vectored writes: `write_parts`
+/// must still write every byte, in order.
+struct Trickle {
+    n: usize,
+    out: Vec<u8>,
+    flushed: bool,
+}
+
+impl Write for Trickle {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = buf.len().min(self.n);
+        self.out.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.flushed = true;
+        Ok(())
+    }
+}
+
+#[test]
+fn a_line_in_parts_is_written_whole_and_flushed() {
+    for n in [1, 3, 1000] {
+        let mut w = Trickle {
+            n,
+            out: Vec::new(),
+            flushed: false,
+        };
+        write_parts(&mut w, [b"{\"id\":", b"", b"1}\n"]).unwrap();
+        assert_eq!(w.out, b"{\"id\":1}\n");
+        assert!(w.flushed);
+    }
+}

@@ -1,0 +1,250 @@
+//! How the `hive` binary starts: its entry point in the static musl build
+//! (`hive_start`, which does the static PIE's self-relocation before musl's
+//! `_start`, faster than musl does) and its global allocator (a start-up
+//! arena in front of the system allocator, [`StartAlloc`]). Both serve the
+//! processes claude and scripts start often and briefly — `hive mcp`, `hive
+//! bash-mcp`, `hive wake` — whose whole run is a few hundred microseconds;
+//! `docs/performance.md` ("Process start") has what each saves. `main`
+//! installs the allocator and closes its arena for the daemons.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::UnsafeCell;
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+
+// The entry point of the static musl binary (src/link/link-musl links with `-e
+// hive_start -z pack-relative-relocs` when it is defined). Before musl's
+// `_start` it does the static PIE's self-relocation, faster than musl would:
+//
+// 1. `madvise(MADV_POPULATE_WRITE)` from the page after `.text` (where the
+//    writable segments start) to `_edata`: the 35 or so pages of
+//    `.data.rel.ro`, `.got` and `.data` the relocation writes, each otherwise
+//    copied on a write fault of its own. (A kernel older than 5.14 answers
+//    EINVAL, and the faults happen as before.)
+// 2. Applies the `DT_RELR` table (some 7,000 relative relocations packed in
+//    2 KB, where `.rela.dyn` took 167 KB) a set bit at a time, then sets
+//    `DT_RELRSZ` to 0 so that musl's `_start_c`, whose loop tests every bit
+//    of every bitmap word (about 98k instructions here), finds nothing left.
+//    Without a `DT_RELR` (a link without src/link/link-musl) it leaves the
+//    relocation to musl.
+//
+// Nothing is relocated yet, so it is position-independent code that needs
+// no stack; it leaves the stack pointer, which `_start` reads, as it was.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "musl"))]
+std::arch::global_asm!(
+    // Weak: a link that is no static PIE has no _DYNAMIC (then 0: step 2 is skipped).
+    ".weak _DYNAMIC",
+    ".globl hive_start",
+    ".type hive_start,@function",
+    "hive_start:",
+    // 1. madvise(page after .text, up to _edata, MADV_POPULATE_WRITE)
+    "lea rdi, [rip + _etext]",
+    "add rdi, 4095",
+    "and rdi, -4096",
+    "lea rsi, [rip + _edata]",
+    "sub rsi, rdi",
+    "mov edx, 23",
+    "mov eax, 28",
+    "syscall",
+    // 2. r8 = DT_RELR (36), r9 = &DT_RELRSZ (35) in _DYNAMIC
+    "lea rcx, [rip + _DYNAMIC]",
+    "xor r8d, r8d",
+    "xor r9d, r9d",
+    "test rcx, rcx",
+    "jz 9f",
+    "2:",
+    "mov rax, [rcx]",
+    "test rax, rax",
+    "jz 4f",
+    "cmp rax, 36",
+    "jne 3f",
+    "mov r8, [rcx + 8]",
+    "3:",
+    "cmp rax, 35",
+    "jne 5f",
+    "lea r9, [rcx + 8]",
+    "5:",
+    "add rcx, 16",
+    "jmp 2b",
+    "4:",
+    "test r9, r9",
+    "jz 9f",
+    // r10 = load base, r8 = the table, r11 = its end, rdx = next address
+    "lea r10, [rip + __ehdr_start]",
+    "add r8, r10",
+    "mov r11, [r9]",
+    "add r11, r8",
+    "xor edx, edx",
+    "6:",
+    "cmp r8, r11",
+    "jae 8f",
+    "mov rax, [r8]",
+    "add r8, 8",
+    "test al, 1",
+    "jnz 7f",
+    // an address: relocate it, the next bitmap starts after it
+    "lea rdx, [r10 + rax]",
+    "add [rdx], r10",
+    "add rdx, 8",
+    "jmp 6b",
+    // a bitmap of the 63 words from rdx: relocate each one whose bit is set
+    "7:",
+    "shr rax, 1",
+    "bsf rcx, rax",
+    "jz 11f",
+    "10:",
+    "add [rdx + rcx * 8], r10",
+    "lea rsi, [rax - 1]",
+    "and rax, rsi",
+    "bsf rcx, rax",
+    "jnz 10b",
+    "11:",
+    "add rdx, 504",
+    "jmp 6b",
+    "8:",
+    "mov qword ptr [r9], 0",
+    "9:",
+    "jmp _start",
+);
+
+/// The arena's size: what a start needs, with room to spare.
+const SIZE: usize = 256 << 10;
+/// Larger blocks (and stricter alignments) go to the system allocator.
+const MAX_BLOCK: usize = 64 << 10;
+const MAX_ALIGN: usize = 4096;
+
+#[repr(C, align(4096))]
+struct Arena(UnsafeCell<[u8; SIZE]>);
+
+/// The allocator of the `hive` binary. Allocations are carved in order from an
+/// arena in `.bss` until it is used up, then made by the system allocator
+/// (musl's mallocng in the static build). A short process — `hive mcp` or `hive
+/// bash-mcp` answering claude's start-up messages, `hive wake` — so never asks
+/// the kernel for heap: mallocng maps a group of slots per size class as it
+/// goes and unmaps each as soon as it is empty (14 `brk`/`mmap`/`munmap` in a
+/// `hive mcp` start, and their faults; docs/performance.md). Freeing or
+/// resizing the arena's newest block gives its space back or grows it in place
+/// (a growing `Vec` or `String`); other arena blocks are never reused, so the
+/// daemons close the arena once their command line is parsed (`main`).
+pub struct StartAlloc {
+    arena: Arena,
+    /// The offset of the arena's first free byte.
+    next: AtomicUsize,
+}
+
+// SAFETY: the arena's bytes are handed out in disjoint blocks, each one
+// claimed by a compare-and-swap of `next`.
+unsafe impl Sync for StartAlloc {}
+
+impl Default for StartAlloc {
+    fn default() -> StartAlloc {
+        StartAlloc::new()
+    }
+}
+
+impl StartAlloc {
+    pub const fn new() -> StartAlloc {
+        StartAlloc {
+            arena: Arena(UnsafeCell::new([0; SIZE])),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// From now on every allocation is the system allocator's. Blocks
+    /// already carved stay valid and are freed as arena blocks, and the
+    /// arena's pages not yet touched are never touched.
+    pub fn close(&self) {
+        // Past the end, where no block ends: nothing is carved or given back.
+        self.next.store(SIZE + 1, Release);
+    }
+
+    fn base(&self) -> usize {
+        self.arena.0.get() as usize
+    }
+
+    /// The offset of `p` in the arena, if it is an arena block.
+    fn offset(&self, p: *mut u8) -> Option<usize> {
+        (p as usize).checked_sub(self.base()).filter(|&o| o < SIZE)
+    }
+
+    /// A block for `layout` from the arena; null when it does not fit.
+    fn carve(&self, layout: Layout) -> *mut u8 {
+        if layout.size() > MAX_BLOCK || layout.align() > MAX_ALIGN {
+            return ptr::null_mut();
+        }
+        let base = self.base();
+        let mut next = self.next.load(Acquire);
+        loop {
+            let start = (base + next).next_multiple_of(layout.align()) - base;
+            let end = start + layout.size();
+            if end > SIZE {
+                return ptr::null_mut();
+            }
+            match self.next.compare_exchange_weak(next, end, AcqRel, Acquire) {
+                Ok(_) => return (base + start) as *mut u8,
+                Err(now) => next = now,
+            }
+        }
+    }
+}
+
+unsafe impl GlobalAlloc for StartAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = self.carve(layout);
+        if p.is_null() {
+            System.alloc(layout)
+        } else {
+            p
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = self.carve(layout);
+        if p.is_null() {
+            System.alloc_zeroed(layout)
+        } else {
+            // A block given back and carved again is not zero any more.
+            ptr::write_bytes(p, 0, layout.size());
+            p
+        }
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        match self.offset(p) {
+            // The newest block gives its space back; any other stays used.
+            Some(off) => {
+                let _ = self
+                    .next
+                    .compare_exchange(off + layout.size(), off, AcqRel, Relaxed);
+            }
+            None => System.dealloc(p, layout),
+        }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let Some(off) = self.offset(p) else {
+            return System.realloc(p, layout, new_size);
+        };
+        // The newest block grows or shrinks where it is.
+        if new_size <= MAX_BLOCK
+            && off + new_size <= SIZE
+            && self
+                .next
+                .compare_exchange(off + layout.size(), off + new_size, AcqRel, Relaxed)
+                .is_ok()
+        {
+            return p;
+        }
+        // Another block shrinks where it is, its tail unused.
+        if new_size <= layout.size() {
+            return p;
+        }
+        let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+        let q = self.alloc(new_layout);
+        if !q.is_null() {
+            ptr::copy_nonoverlapping(p, q, layout.size());
+            self.dealloc(p, layout);
+        }
+        q
+    }
+}
