@@ -85,19 +85,32 @@ fn record(up: &Up, id: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// Host pids of the processes whose command line holds `marker`.
+/// Host pids of the processes whose command line holds `marker` and whose
+/// parent's does not: the task's shell, without the copies of itself it forks
+/// for a moment before each `sleep` is exec'd.
 fn pids_with(marker: &str) -> Vec<u32> {
-    let mut pids = Vec::new();
+    let mut found = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
         let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
         if String::from_utf8_lossy(&cmdline).contains(marker) && pid != std::process::id() {
-            pids.push(pid);
+            // The parent pid is the field after the command's parenthesis.
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            found.push((pid, ppid));
         }
     }
-    pids
+    let pids: Vec<u32> = found.iter().map(|(p, _)| *p).collect();
+    found
+        .into_iter()
+        .filter(|(_, ppid)| !ppid.is_some_and(|pp| pids.contains(&pp)))
+        .map(|(p, _)| p)
+        .collect()
 }
 
 /// The pids `hive up` logged for ruth's daemon, in order of starting.

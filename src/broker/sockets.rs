@@ -584,7 +584,15 @@ impl Loop {
         let cmd = req.cmd();
         let kept = can_wait.then(|| req.clone());
         match self.hub.handle(&c.who, id, req, can_wait) {
-            Outcome::Answer(line) => self.respond(id, line, cmd),
+            Outcome::Answer(line) => {
+                // The long-polls this request woke (a message for a parked
+                // `recv_next`) are answered first: a harness waiting for its
+                // next message is on the way to a turn, the request's sender
+                // only waits for its `ok`, and answering it first would let it
+                // take the CPU back before the harness is told.
+                self.wake_parked();
+                self.respond(id, line, cmd)
+            }
             Outcome::Wait => match kept {
                 Some(req) if !c.eof => c.state = State::Parked { req, until },
                 // Nobody would read the answer.
@@ -724,13 +732,24 @@ impl Loop {
         }
     }
 
-    /// Asks again for every parked connection the hub woke.
+    /// Asks again for every parked connection the hub woke: the harnesses'
+    /// `recv_next` first (a turn waits on it), then the rest (status
+    /// watches, `recv`, the operator's inbox) in the order they parked.
     fn wake_parked(&mut self) {
         loop {
-            let woken = self.hub.take_woken();
+            let mut woken = self.hub.take_woken();
             if woken.is_empty() {
                 return;
             }
+            woken.sort_by_key(|id| {
+                !matches!(
+                    self.clients.get(id).map(|c| &c.state),
+                    Some(State::Parked {
+                        req: Request::RecvNext(_),
+                        ..
+                    })
+                )
+            });
             for id in woken {
                 self.ask_again(id, true);
             }

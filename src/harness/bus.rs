@@ -191,6 +191,10 @@ struct Inner {
     state: StateSnapshot,
     /// The turn log's queue, while the log is kept.
     log: Option<Tap<LiveEvent>>,
+    /// Since when the state says rate-limited, and the time it said so
+    /// before (the page's `hive_rate_limited_seconds_total`).
+    rate_limited_since: Option<std::time::Instant>,
+    rate_limited_before: std::time::Duration,
 }
 
 /// A cheap, cloneable handle on the bus.
@@ -236,6 +240,8 @@ impl Bus {
                 subscribers: Vec::new(),
                 state,
                 log: None,
+                rate_limited_since: None,
+                rate_limited_before: std::time::Duration::ZERO,
             })),
         }
     }
@@ -348,11 +354,30 @@ impl Bus {
                 .context_tokens
                 .filter(|_| s.context_window_tokens > 0)
                 .map(|t| (t as f64 * 1000.0 / s.context_window_tokens as f64).round() / 10.0);
+            match (inner.rate_limited_since, inner.state.rate_limited) {
+                (None, true) => inner.rate_limited_since = Some(std::time::Instant::now()),
+                (Some(since), false) => {
+                    inner.rate_limited_before += since.elapsed();
+                    inner.rate_limited_since = None;
+                }
+                _ => {}
+            }
             (inner.state != before).then(|| Box::new(inner.state.clone()))
         };
         if let Some(state) = changed {
             self.emit(LiveEvent::State { state });
         }
+    }
+
+    /// Seconds the state said rate-limited since the bus was made.
+    pub fn rate_limited_seconds(&self) -> f64 {
+        let inner = self.lock();
+        (inner.rate_limited_before
+            + inner
+                .rate_limited_since
+                .map(|s| s.elapsed())
+                .unwrap_or_default())
+        .as_secs_f64()
     }
 
     pub fn set_turn_state(&self, t: TurnState) {
@@ -368,6 +393,20 @@ impl Bus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rate_limited_clock_adds_up_the_time_the_state_said_so() {
+        let bus = Bus::new("a", "a", "haiku", 200_000);
+        assert_eq!(bus.rate_limited_seconds(), 0.0);
+        bus.update(|s| s.rate_limited = true);
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        bus.update(|s| s.rate_limited = false);
+        let s = bus.rate_limited_seconds();
+        assert!(s >= 0.03, "{s}");
+        bus.note("other events do not count");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        assert_eq!(bus.rate_limited_seconds(), s);
+    }
 
     #[test]
     fn replay_then_live_without_gaps_or_duplicates() {

@@ -25,7 +25,7 @@ use crate::sys::process::{wait_exit_no_reap, Worker};
 use crate::sys::ProcessGroup;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::ffi::OsString;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
@@ -97,14 +97,16 @@ pub enum Output {
 }
 
 /// The job of a reader thread for one output pipe: what it reads goes on
-/// `tx`, tagged by `tag`, until the pipe closes.
+/// `tx`, tagged by `tag`, until the pipe closes. Its 64 KiB read buffer is the
+/// thread's own, kept for the next run the thread serves ([`KeptBuf`]), so a
+/// turn does not map and unmap one per pipe.
 fn pump<R: Read + Send + 'static>(
     stream: R,
     tx: Sender<Output>,
     tag: fn(Pipe) -> Output,
 ) -> impl FnOnce() + Send + 'static {
     move || {
-        let mut r = BufReader::with_capacity(64 * 1024, stream);
+        let mut r = KeptBuf::take(stream);
         loop {
             let ev = match wire::read_line(&mut r, MAX_STDOUT_LINE) {
                 Ok(Line::Text(s)) => Pipe::Line(s),
@@ -119,6 +121,70 @@ fn pump<R: Read + Send + 'static>(
                 return;
             }
         }
+    }
+}
+
+/// The read buffer of a pump, kept by its worker thread between runs.
+const PUMP_BUFFER: usize = 64 * 1024;
+
+thread_local! {
+    static PUMP_BUF: std::cell::Cell<Option<Box<[u8]>>> = const { std::cell::Cell::new(None) };
+}
+
+/// A buffered reader over the thread's kept buffer, which it gives back when
+/// dropped.
+struct KeptBuf<R> {
+    inner: R,
+    buf: Option<Box<[u8]>>,
+    pos: usize,
+    end: usize,
+}
+
+impl<R: Read> KeptBuf<R> {
+    fn take(inner: R) -> KeptBuf<R> {
+        let buf = PUMP_BUF
+            .take()
+            .unwrap_or_else(|| vec![0; PUMP_BUFFER].into_boxed_slice());
+        KeptBuf {
+            inner,
+            buf: Some(buf),
+            pos: 0,
+            end: 0,
+        }
+    }
+}
+
+impl<R> Drop for KeptBuf<R> {
+    fn drop(&mut self) {
+        PUMP_BUF.set(self.buf.take());
+    }
+}
+
+impl<R: Read> Read for KeptBuf<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = {
+            let available = io::BufRead::fill_buf(self)?;
+            let n = available.len().min(out.len());
+            out[..n].copy_from_slice(&available[..n]);
+            n
+        };
+        io::BufRead::consume(self, n);
+        Ok(n)
+    }
+}
+
+impl<R: Read> io::BufRead for KeptBuf<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        let buf = self.buf.as_deref_mut().unwrap_or_default();
+        if self.pos >= self.end {
+            self.end = self.inner.read(buf)?;
+            self.pos = 0;
+        }
+        Ok(&buf[self.pos..self.end])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.end);
     }
 }
 
@@ -432,6 +498,36 @@ mod tests {
             out.push(o);
         }
         out
+    }
+
+    #[test]
+    fn a_pump_reads_lines_longer_than_its_buffer_and_keeps_it_for_the_next_run() {
+        let long = "x".repeat(3 * PUMP_BUFFER + 17);
+        let input = format!("short\n{long}\nlast without a newline");
+        let run = |input: String| {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            pump(std::io::Cursor::new(input.into_bytes()), tx, Output::Stdout)();
+            rx.try_iter().collect::<Vec<_>>()
+        };
+        let first = run(input.clone());
+        let kept = PUMP_BUF.take().expect("the buffer is kept");
+        let at = kept.as_ptr();
+        PUMP_BUF.set(Some(kept));
+        let second = run(input);
+        assert_eq!(first, second);
+        let lines: Vec<String> = first
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Stdout(Pipe::Line(l)) => Some(l),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(lines, ["short", long.as_str(), "last without a newline"]);
+        assert_eq!(
+            PUMP_BUF.take().map(|b| b.as_ptr()),
+            Some(at),
+            "the second run read through the first one's buffer"
+        );
     }
 
     #[test]

@@ -117,6 +117,7 @@ impl crate::web::harness::Harness for Shared {
             unread: s.unread,
             inflight: s.inflight.is_some(),
             rate_limited: s.rate_limited,
+            rate_limited_seconds: self.bus.rate_limited_seconds(),
             needs_login: s.needs_login,
             online: s.online,
             context_window_tokens: s.context_window_tokens,

@@ -39,6 +39,10 @@ use std::time::{Duration, Instant};
 /// The first pause before reconnecting; it doubles per failure up to the cap.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 
+/// How long the status watch waits after a change before it asks again: the
+/// page shows a burst of changes this late at most.
+const STATUS_COALESCE: Duration = Duration::from_millis(50);
+
 /// How long one broker call may take to answer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -582,6 +586,7 @@ impl Conn {
                         unread: reply.unread,
                         status_text: reply.status_text.unwrap_or_default(),
                     };
+                    let changed = seen.as_ref().is_some_and(|s| *s != now);
                     if published.as_ref() != Some(&now) {
                         let ev = FromPoller::Status {
                             unread: now.unread,
@@ -593,6 +598,16 @@ impl Conn {
                         published = Some(now.clone());
                     }
                     seen = Some(now);
+                    // Changes that come in a burst (the unread count of an
+                    // agent working through its queue moves twice a turn)
+                    // reach the page at most every STATUS_COALESCE, not at
+                    // the cost of a round trip each.
+                    if changed {
+                        select! {
+                            recv(crossbeam_channel::after(STATUS_COALESCE)) -> _ => {},
+                            recv(self.stop) -> _ => return,
+                        }
+                    }
                 }
                 Err(ClientError::Refused(e)) => {
                     // A broker from before the watch: the status line shows
@@ -610,10 +625,6 @@ impl Conn {
         }
     }
 
-    /// One request, retried across reconnects until answered; gives up only
-    /// when the harness stops. A connection the broker closed while it sat
-    /// unused (`HIVE_BROKER_IDLE_SECS`) is reopened at once, without counting
-    /// as a failure.
     /// Sends `reqs` in one write and reads their answers: each `Ok` or the
     /// broker's refusal. A broken connection is reopened and the requests
     /// not yet answered are sent again (at least once, as a single call

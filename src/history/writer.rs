@@ -246,43 +246,62 @@ fn run<E: Loggable>(mut log: Log, rx: Receiver<Msg<E>>, _done: Sender<()>) {
     let mut batch: Vec<(u64, E, u64)> = Vec::new();
     let mut flush_at: Option<Instant> = None;
     loop {
-        let linger = flush_at.map_or_else(never, at);
+        // While a batch lingers the queue is not watched: the events of the
+        // turn gather in it (it holds far more than a turn sends in
+        // [`LINGER`]) and are taken at once when the batch is written, so a
+        // turn wakes this thread once, not once per event.
+        let (events, linger) = match flush_at {
+            Some(t) => (never(), at(t)),
+            None => (rx.clone(), never()),
+        };
         let mut flush = false;
         let mut stop = None;
+        let mut gone = false;
         select! {
-            recv(rx) -> msg => {
-                let mut next = Some(msg);
-                while let Some(msg) = next.take() {
-                    match msg {
-                        Ok(Msg::Event { id, event, dropped_before }) => {
-                            batch.push((id, event, dropped_before));
-                        }
-                        Ok(Msg::Stop { last_id, dropped }) => stop = Some((last_id, dropped)),
-                        // The bus is gone without a stop (a panic): what
-                        // is gathered is written, the next start skips ahead.
-                        Err(_) => {
-                            if !batch.is_empty() {
-                                log.write(&batch);
-                            }
-                            return;
-                        }
-                    }
-                    if stop.is_none() && batch.len() < BATCH {
-                        next = rx.try_recv().ok().map(Ok);
-                    }
+            recv(events) -> msg => {
+                match msg {
+                    Ok(m) => take(m, &mut batch, &mut stop),
+                    Err(_) => gone = true,
                 }
-                flush |= stop.is_some() || batch.len() >= BATCH;
-                if !flush && flush_at.is_none() && !batch.is_empty() {
+                if stop.is_none() && !gone && batch.len() < BATCH {
                     flush_at = Some(Instant::now() + LINGER);
                 }
+                flush = stop.is_some() || batch.len() >= BATCH;
             }
             recv(linger) -> _ => flush = true,
             recv(prune) -> _ => log.prune(),
         }
-        if flush && !batch.is_empty() {
-            log.write(&batch);
-            batch.clear();
+        if flush {
+            // Everything queued meanwhile joins the batch, written in
+            // transactions of at most BATCH events.
+            loop {
+                while stop.is_none() && batch.len() < BATCH {
+                    match rx.try_recv() {
+                        Ok(m) => take(m, &mut batch, &mut stop),
+                        Err(crossbeam_channel::TryRecvError::Empty) => break,
+                        Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                            gone = true;
+                            break;
+                        }
+                    }
+                }
+                if !batch.is_empty() {
+                    log.write(&batch);
+                    batch.clear();
+                }
+                if stop.is_some() || gone || rx.is_empty() {
+                    break;
+                }
+            }
             flush_at = None;
+        }
+        if gone {
+            // The bus is gone without a stop (a panic): what is gathered is
+            // written, the next start skips ahead.
+            if !batch.is_empty() {
+                log.write(&batch);
+            }
+            return;
         }
         if let Some((last_id, dropped)) = stop {
             log.stop(last_id, dropped);
@@ -291,6 +310,18 @@ fn run<E: Loggable>(mut log: Log, rx: Receiver<Msg<E>>, _done: Sender<()>) {
         if log.st.written >= log.prune_after() {
             log.prune();
         }
+    }
+}
+
+/// Adds one message of the queue to the batch, or notes the stop.
+fn take<E>(msg: Msg<E>, batch: &mut Vec<(u64, E, u64)>, stop: &mut Option<(u64, u64)>) {
+    match msg {
+        Msg::Event {
+            id,
+            event,
+            dropped_before,
+        } => batch.push((id, event, dropped_before)),
+        Msg::Stop { last_id, dropped } => *stop = Some((last_id, dropped)),
     }
 }
 

@@ -36,6 +36,9 @@ pub struct Gauges {
     pub unread: u64,
     pub inflight: bool,
     pub rate_limited: bool,
+    /// Seconds spent rate-limited since the harness started
+    /// (`hive_rate_limited_seconds_total`).
+    pub rate_limited_seconds: f64,
     pub needs_login: bool,
     pub online: bool,
     pub context_window_tokens: u64,

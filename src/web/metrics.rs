@@ -3,18 +3,17 @@
 //! always one of the closed [`TurnOutcomeKind`]s, whatever the db holds), the
 //! live gauges of the harness, the number of SSE clients, the turns stopped
 //! because one of hive's MCP servers did not start, and the seconds spent
-//! rate-limited since this web server started (a [`RateClock`] fed by a thread,
-//! `web-rate-clock`, that watches the harness's live stream), and the agent's
+//! rate-limited since the harness started (its bus keeps the clock as its state
+//! changes), and the agent's
 //! and the hive's spend against their budgets in the current window (issue
 //! 16), from the broker's `own_budget` through a [`BudgetCache`]: asked at most
 //! once per [`BUDGET_TTL`] and waited for at most [`BUDGET_TIMEOUT`], so the
 //! page never hangs on the broker; `hive_budget_up` says whether the figures
 //! are there.
 
-use super::harness::{Gauges, Harness, TurnPhase, TurnTotals};
+use super::harness::{Gauges, TurnPhase, TurnTotals};
 use crate::proto::cmd::{BudgetReply, BudgetRow, OwnBudget};
 use crate::proto::{Client, TurnOutcomeKind};
-use crossbeam_channel::{select, Receiver};
 use std::fmt::Write;
 use std::path::Path;
 use std::sync::Mutex;
@@ -57,53 +56,6 @@ fn ask_budget(socket: &Path) -> Option<BudgetReply> {
     ask()
         .map_err(|e| log::debug!("/metrics: no budget figures from the broker: {e}"))
         .ok()
-}
-
-/// Time spent with `rate_limited` set.
-#[derive(Default)]
-pub struct RateClock {
-    inner: Mutex<(Option<Instant>, Duration)>,
-}
-
-impl RateClock {
-    pub fn observe(&self, rate_limited: bool) {
-        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        match (g.0, rate_limited) {
-            (None, true) => g.0 = Some(Instant::now()),
-            (Some(since), false) => {
-                g.1 += since.elapsed();
-                g.0 = None;
-            }
-            _ => {}
-        }
-    }
-
-    pub fn seconds(&self) -> f64 {
-        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        (g.1 + g.0.map(|s| s.elapsed()).unwrap_or_default()).as_secs_f64()
-    }
-}
-
-/// Feeds `clock` from the harness's state at every event of its live stream,
-/// until `stop` disconnects (the web server stops).
-pub fn watch<H: Harness>(harness: &H, clock: &RateClock, stop: Receiver<()>) {
-    clock.observe(harness.gauges().rate_limited);
-    let mut last = harness.last_event_id();
-    let (_, mut rx) = harness.subscribe(Some(last));
-    loop {
-        select! {
-            recv(rx) -> event => match event {
-                Ok(e) => last = H::event_id(&e),
-                Err(_) => {
-                    // Dropped for falling behind: go on from the newest.
-                    last = harness.last_event_id().max(last);
-                    rx = harness.subscribe(Some(last)).1;
-                }
-            },
-            recv(stop) -> _ => return,
-        }
-        clock.observe(harness.gauges().rate_limited);
-    }
 }
 
 /// Escapes a label value.
@@ -229,9 +181,9 @@ pub fn render(
     totals: &[TurnTotals],
     state: &Gauges,
     sse_clients: usize,
-    rate_limited_secs: f64,
     budget: Option<&BudgetReply>,
 ) -> String {
+    let rate_limited_secs = state.rate_limited_seconds;
     let mut o = String::new();
     type Family = (&'static str, &'static str, fn(&TurnTotals) -> f64);
     let per_turn: [Family; 5] = [
@@ -371,6 +323,7 @@ mod tests {
             unread: 0,
             inflight: false,
             rate_limited: false,
+            rate_limited_seconds: 0.0,
             needs_login: false,
             online: true,
             context_window_tokens: 200_000,
@@ -386,7 +339,7 @@ mod tests {
             tokens_out: 5,
             cost_usd: 0.25,
         }];
-        let text = render(&totals, &gauges, 3, 0.0, None);
+        let text = render(&totals, &gauges, 3, None);
         assert!(text.contains("hive_budget_up 0\n"), "{text}");
         assert!(
             !text.contains("hive_spend_usd{"),
@@ -402,7 +355,7 @@ mod tests {
         assert!(text.contains("hive_sse_clients 3\n"));
         assert!(text.contains("hive_mcp_start_failures_total{server=\"bash\"} 0\n"));
         gauges.mcp_start_failures[0].1 = 2;
-        let text = render(&totals, &gauges, 3, 0.0, None);
+        let text = render(&totals, &gauges, 3, None);
         assert!(
             text.contains("hive_mcp_start_failures_total{server=\"hyperhive\"} 2\n"),
             "{text}"
@@ -417,6 +370,7 @@ mod tests {
             unread: 0,
             inflight: false,
             rate_limited: false,
+            rate_limited_seconds: 0.0,
             needs_login: false,
             online: true,
             context_window_tokens: 200_000,
@@ -442,7 +396,7 @@ mod tests {
             row("rate limited (resets at 1795323782)", 4),
             row("rate_limited", 5),
         ];
-        let text = render(&totals, &gauges, 0, 0.0, None);
+        let text = render(&totals, &gauges, 0, None);
         let series: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("hive_turns_total{"))
@@ -463,6 +417,7 @@ mod tests {
             unread: 0,
             inflight: false,
             rate_limited: false,
+            rate_limited_seconds: 0.0,
             needs_login: false,
             online: true,
             context_window_tokens: 200_000,
@@ -485,7 +440,7 @@ mod tests {
         let b = BudgetReply {
             rows: vec![row("hive", None, false), row("ana", Some(0.05), true)],
         };
-        let text = render(&[], &gauges, 0, 0.0, Some(&b));
+        let text = render(&[], &gauges, 0, Some(&b));
         for want in [
             "hive_budget_up 1\n",
             "hive_spend_usd{scope=\"hive\",per=\"week\"} 0.05\n",
@@ -506,17 +461,5 @@ mod tests {
             "no limit, no series"
         );
         assert!(!text.contains("hive_budget_tokens{"), "{text}");
-    }
-
-    #[test]
-    fn the_clock_adds_up_parked_time() {
-        let c = RateClock::default();
-        c.observe(true);
-        std::thread::sleep(Duration::from_millis(30));
-        c.observe(false);
-        let s = c.seconds();
-        assert!(s >= 0.03, "{s}");
-        std::thread::sleep(Duration::from_millis(10));
-        assert_eq!(c.seconds(), s);
     }
 }

@@ -26,7 +26,6 @@ use harness::{Ask, Harness};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 use tiny_http::Request;
 
@@ -144,7 +143,6 @@ struct App<H> {
     harness: Arc<H>,
     cfg: WebConfig,
     stream: sse::Params,
-    rate_clock: Arc<metrics::RateClock>,
     /// The broker's spend and budget figures for `/metrics` (issue 16).
     budget: metrics::BudgetCache,
     /// The turn log's reader (`STATE/history.db`, read-only).
@@ -155,8 +153,6 @@ struct App<H> {
 pub struct WebHandle {
     port: u16,
     workers: server::Workers,
-    /// `web-rate-clock`, which ends when the workers' stop switch flips.
-    clock: Option<JoinHandle<()>>,
 }
 
 impl WebHandle {
@@ -171,9 +167,6 @@ impl WebHandle {
 
     fn stop_and_join(&mut self) {
         self.workers.stop();
-        if let Some(t) = self.clock.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -250,7 +243,6 @@ pub fn start<H: Harness>(harness: H, cfg: WebConfig) -> Result<WebHandle, String
         format!("hive_token_{port}"),
     );
     let switch = server::StopSwitch::new();
-    let rate_clock = Arc::new(metrics::RateClock::default());
     let body_time = cfg.timeouts.read;
     let history = crate::history::Reader::start(&state_dir)?;
     let site = Arc::new(Site {
@@ -266,7 +258,6 @@ pub fn start<H: Harness>(harness: H, cfg: WebConfig) -> Result<WebHandle, String
             },
             harness: Arc::new(harness),
             cfg,
-            rate_clock: rate_clock.clone(),
             budget: metrics::BudgetCache::default(),
             history,
         },
@@ -274,18 +265,8 @@ pub fn start<H: Harness>(harness: H, cfg: WebConfig) -> Result<WebHandle, String
         routes: routes(),
         body_time,
     });
-    let watched = site.app.harness.clone();
-    let stopped = switch.watch();
     let workers = server::start("web", listener, site, WORKERS, switch)?;
-    let clock = std::thread::Builder::new()
-        .name("web-rate-clock".into())
-        .spawn(move || metrics::watch(&*watched, &rate_clock, stopped))
-        .map_err(|e| format!("cannot start a web thread: {e}"))?;
-    Ok(WebHandle {
-        port,
-        workers,
-        clock: Some(clock),
-    })
+    Ok(WebHandle { port, workers })
 }
 
 /// Every endpoint of the page. The guard runs before any of them
@@ -417,7 +398,6 @@ fn metrics_reply<H: Harness>(app: &App<H>, _: &Ctx<'_>) -> Reply {
         &totals,
         &h.gauges(),
         app.stream.slots.count(),
-        app.rate_clock.seconds(),
         app.budget.get(h.socket()).as_ref(),
     );
     Reply::new(200, "text/plain; version=0.0.4; charset=utf-8", text)
