@@ -84,7 +84,8 @@ bench: musl
 	  --manifest-path tests/bench/servers/Cargo.toml --target-dir target/bench-servers
 	$(CARGO) bench --bench hive -- \
 	  --hive $(MUSL_BIN) --empty target/$(MUSL_TARGET)/release/examples/empty \
-	  --floor $(BENCH_SERVERS)/mcp-floor --rmcp $(BENCH_SERVERS)/mcp-rmcp
+	  --floor $(BENCH_SERVERS)/mcp-floor --rmcp $(BENCH_SERVERS)/mcp-rmcp \
+	  --wake-floor $(BENCH_SERVERS)/wake-floor
 
 clean:
 	$(CARGO) clean
