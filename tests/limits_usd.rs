@@ -805,14 +805,7 @@ fn a_checkpoint_after_a_turn_that_reaches_the_budget_waits_until_it_is_raised() 
     h.fake.step(2, "ok_turn \"read it all\" 20000");
     operator_send(&b, "ana", "read everything");
     h.fake.wait_count(2);
-    let s = page.wait_state("the budget pause", |s| s["paused"]["reason"] == "budget");
-    assert!(
-        s["paused"]["detail"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("of $0.02 today"),
-        "{s}"
-    );
+    page.wait_budget_pause("of $0.02 today");
     wait_drained(&b, "ana");
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(h.fake.count(), 2, "no checkpoint under the pause");

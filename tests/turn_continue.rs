@@ -159,14 +159,7 @@ fn a_continue_waiting_on_a_budget_pause_runs_once_the_budget_is_raised() {
     h.fake.step(2, &requests_continue(&h));
     operator_send(&b, "ana", "start a loop");
     h.fake.wait_count(2);
-    let s = page.wait_state("the budget pause", |s| s["paused"]["reason"] == "budget");
-    assert!(
-        s["paused"]["detail"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("budget reached"),
-        "{s}"
-    );
+    page.wait_budget_pause("budget reached");
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(
         h.fake.count(),

@@ -806,20 +806,7 @@ mod tests {
             std::fs::create_dir_all(&dir).unwrap();
             let db = Db::open(&dir.join("broker.db"), Durability::Normal).unwrap();
             let cfg = HiveConfig::parse(r#"{"agents":[{"name":"ana"}]}"#).unwrap();
-            let hub = Hub::new(
-                db,
-                cfg,
-                HubSettings {
-                    state_dir: dir.clone(),
-                    hyperhive_rev: "test-rev".into(),
-                    max_pending_timers: 3,
-                    lifecycle: None,
-                    supervisor_timeout: Duration::from_secs(10),
-                    config_path: None,
-                    logs: None,
-                    run_dir: None,
-                },
-            );
+            let hub = Hub::new(db, cfg, HubSettings::for_tests(&dir));
             let (tx, rx) = channel().unwrap();
             let limits = ConnLimits::new(1024, 1, 8, Duration::from_secs(60));
             let mut serve = Loop::new(hub, rx, tx.clone(), limits);

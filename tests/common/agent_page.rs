@@ -72,4 +72,18 @@ impl AgentPage {
     pub fn wait_state(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         wait_for(T, what, || Some(self.state()).filter(|s| pred(s)))
     }
+
+    /// Waits until the page shows the broker's budget pause, and checks its
+    /// detail holds `detail`; the state.
+    pub fn wait_budget_pause(&self, detail: &str) -> Value {
+        let s = self.wait_state("the budget pause", |s| s["paused"]["reason"] == "budget");
+        assert!(
+            s["paused"]["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(detail),
+            "{s}"
+        );
+        s
+    }
 }

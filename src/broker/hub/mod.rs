@@ -302,6 +302,24 @@ pub struct HubSettings {
     pub run_dir: Option<PathBuf>,
 }
 
+#[cfg(test)]
+impl HubSettings {
+    /// The settings of a hub in the unit tests: its store's dir, no
+    /// supervisor, no fleet file, no logs, no sockets bound at run time.
+    pub(crate) fn for_tests(state_dir: &std::path::Path) -> HubSettings {
+        HubSettings {
+            state_dir: state_dir.to_path_buf(),
+            hyperhive_rev: "test-rev".into(),
+            max_pending_timers: 3,
+            lifecycle: None,
+            supervisor_timeout: Duration::from_secs(10),
+            config_path: None,
+            logs: None,
+            run_dir: None,
+        }
+    }
+}
+
 /// A socket the hub bound at run time (an approved spawn's), for its loop to
 /// serve.
 pub struct NewSocket {

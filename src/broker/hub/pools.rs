@@ -435,7 +435,6 @@ mod tests {
     use crate::config::HiveConfig;
     use crate::proto::cmd::{ReportPool, ReportUsageLimit};
     use crate::proto::{now, MsgKind};
-    use std::time::Duration;
 
     fn uuid() -> ReportPool {
         ReportPool {
@@ -456,20 +455,7 @@ mod tests {
             r#"{"agents":[{"name":"ana"},{"name":"bob"},{"name":"cat"},{"name":"dan","account":"x"}]}"#,
         )
         .unwrap();
-        let mut hub = Hub::new(
-            db,
-            cfg,
-            HubSettings {
-                state_dir: dir.clone(),
-                hyperhive_rev: "test-rev".into(),
-                max_pending_timers: 3,
-                lifecycle: None,
-                supervisor_timeout: Duration::from_secs(10),
-                config_path: None,
-                logs: None,
-                run_dir: None,
-            },
-        );
+        let mut hub = Hub::new(db, cfg, HubSettings::for_tests(&dir));
         for a in ["ana", "bob", "cat"] {
             hub.report_pool(a, uuid()).unwrap();
         }

@@ -108,14 +108,9 @@ impl Mem {
             db,
             cfg,
             HubSettings {
-                state_dir: dir.clone(),
-                hyperhive_rev: "test-rev".into(),
-                max_pending_timers: 3,
                 lifecycle,
                 supervisor_timeout: timeout,
-                config_path: None,
-                logs: None,
-                run_dir: None,
+                ..HubSettings::for_tests(&dir)
             },
         );
         let (tx, rx) = channel().unwrap();
