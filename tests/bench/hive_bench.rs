@@ -7,7 +7,9 @@
 //! Arguments: `--hive PATH` (the binary to measure, the musl build under `make
 //! bench`), `--empty PATH` (a binary that only exits), `--floor PATH` (the
 //! minimal static MCP server, `tests/bench/servers`), `--rmcp PATH` (an MCP
-//! server on rmcp 1.7, the same crate), `--quick` (fewer rounds), `--only NAME`.
+//! server on rmcp 1.7, the same crate), `--wake-floor PATH` (a std-only client
+//! sending `hive wake`'s line), `--turn-floor PATH` (a std-only harness loop:
+//! recv_next, spawn, ack), `--quick` (fewer rounds), `--only NAME`.
 
 use hyperhive::proto::cmd::{AckTurn, Hello, Recv, RecvNext, Status, Wake};
 use hyperhive::proto::Client;
@@ -25,6 +27,8 @@ struct Args {
     rmcp: Option<PathBuf>,
     /// The floor of `hive wake`: a std-only client sending the same line.
     wake_floor: Option<PathBuf>,
+    /// The floor of a harness turn: a std-only loop of recv_next, spawn, ack.
+    turn_floor: Option<PathBuf>,
     quick: bool,
     /// `--only NAME`: run one benchmark (wake, cycles, mcp, turns, latency,
     /// memory, sse).
@@ -38,6 +42,7 @@ fn parse_args() -> Args {
         floor: None,
         rmcp: None,
         wake_floor: None,
+        turn_floor: None,
         quick: false,
         only: None,
     };
@@ -49,6 +54,7 @@ fn parse_args() -> Args {
             "--floor" => a.floor = Some(it.next().expect("--floor PATH").into()),
             "--rmcp" => a.rmcp = Some(it.next().expect("--rmcp PATH").into()),
             "--wake-floor" => a.wake_floor = Some(it.next().expect("--wake-floor PATH").into()),
+            "--turn-floor" => a.turn_floor = Some(it.next().expect("--turn-floor PATH").into()),
             "--quick" => a.quick = true,
             "--only" => a.only = it.next(),
             // cargo bench passes --bench; ignore what is not ours.
@@ -61,6 +67,7 @@ fn parse_args() -> Args {
         a.floor.as_ref(),
         a.rmcp.as_ref(),
         a.wake_floor.as_ref(),
+        a.turn_floor.as_ref(),
     ]
     .into_iter()
     .flatten()
@@ -378,29 +385,44 @@ fn unread_and_inflight(c: &mut Client) -> (u64, bool) {
     (s.unread, s.inflight.is_some())
 }
 
-/// Turn overhead: N queued messages through `hive serve` with a claude that exits
-/// at once, per turn, against spawning that claude alone N times.
-fn bench_turns(a: &Args) {
-    let n = if a.quick { 20 } else { 200 };
-    let b = BrokerProc::start(&a.hive, "normal");
-    let fake = fast_fake(&b.dir, None);
-    let mut c = Client::connect(&b.socket()).unwrap();
-    // Boot (kick turn) first, so only steady-state turns are timed.
-    let mut serve = start_serve(a, &b, &fake);
-    let settle = |c: &mut Client| {
-        let end = Instant::now() + Duration::from_secs(120);
-        loop {
-            let (u, i) = unread_and_inflight(c);
-            if u == 0 && !i {
-                break;
-            }
-            assert!(Instant::now() < end, "turns did not drain");
-            std::thread::sleep(Duration::from_millis(2));
+/// The floor of a harness turn (`--turn-floor`) on `b`, running `claude`.
+fn start_turn_floor(floor: &Path, b: &BrokerProc, claude: &Path) -> Child {
+    Command::new(floor)
+        .arg(b.socket())
+        .arg(claude)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start turn-floor")
+}
+
+/// Waits until the agent's inbox is empty and nothing is inflight.
+fn settle(c: &mut Client) {
+    let end = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (u, i) = unread_and_inflight(c);
+        if u == 0 && !i {
+            break;
         }
-    };
+        assert!(Instant::now() < end, "turns did not drain");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// N messages queued at once to a fresh broker's agent, worked through by the
+/// harness `start` starts: ms per turn, from the first wake to an empty inbox.
+fn queued_turns(
+    a: &Args,
+    n: usize,
+    fake: &Path,
+    start: impl Fn(&BrokerProc, &Path) -> Child,
+) -> f64 {
+    let b = BrokerProc::start(&a.hive, "normal");
+    let mut c = Client::connect(&b.socket()).unwrap();
+    let mut harness = start(&b, fake);
+    // Boot (`hive serve`'s kick turn) first, so only steady-state turns are timed.
     std::thread::sleep(Duration::from_millis(300));
     settle(&mut c);
-    let start = Instant::now();
+    let t = Instant::now();
     for i in 0..n {
         c.call(&Wake {
             from: "bench".into(),
@@ -411,9 +433,26 @@ fn bench_turns(a: &Args) {
         .unwrap();
     }
     settle(&mut c);
-    let per_turn = start.elapsed().as_secs_f64() * 1e3 / n as f64;
-    let _ = serve.kill();
-    let _ = serve.wait();
+    let per_turn = t.elapsed().as_secs_f64() * 1e3 / n as f64;
+    let _ = harness.kill();
+    let _ = harness.wait();
+    per_turn
+}
+
+/// Turn overhead: N queued messages through `hive serve` with a claude that exits
+/// at once, per turn, against spawning that claude alone N times; and through
+/// the turn floor (the least any harness does), which shows what is the
+/// harness's own work and what is the broker's round trips and the spawn.
+fn bench_turns(a: &Args) {
+    let n = if a.quick { 20 } else { 200 };
+    let dir = PathBuf::from(format!("/tmp/hv-bench-{}-fake", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = fast_fake(&dir, None);
+    let per_turn = queued_turns(a, n, &fake, |b, fake| start_serve(a, b, fake));
+    let floor = a
+        .turn_floor
+        .as_ref()
+        .map(|f| queued_turns(a, n, &fake, |b, fake| start_turn_floor(f, b, fake)));
 
     let mut alone = Vec::new();
     for _ in 0..n {
@@ -433,11 +472,19 @@ fn bench_turns(a: &Args) {
         child.wait_with_output().unwrap();
         alone.push(t.elapsed().as_secs_f64() * 1e3);
     }
+    let _ = std::fs::remove_dir_all(&dir);
     let alone_mean = alone.iter().sum::<f64>() / n as f64;
     println!(
         "turns   hive serve {per_turn:.2} ms/turn | fake claude alone {alone_mean:.2} ms | ratio {:.2}x (goal <= 1.2x)",
         per_turn / alone_mean
     );
+    if let Some(f) = floor {
+        println!(
+            "turns   the floor (std-only harness: recv_next, spawn, ack) {f:.2} ms/turn = {:.2}x the fake alone; hive serve is {:.2}x the floor",
+            f / alone_mean,
+            per_turn / f
+        );
+    }
     goal(
         "harness turn vs spawning its claude alone",
         per_turn / alone_mean,
@@ -447,14 +494,20 @@ fn bench_turns(a: &Args) {
     );
 }
 
-/// Wake → claude spawned: an idle harness, one message at a time.
-fn bench_wake_latency(a: &Args) {
-    let n = if a.quick { 10 } else { 60 };
+/// Wake → claude spawned on the idle harness `start` starts on a fresh broker,
+/// one message at a time, after the `kicks` runs it makes at boot by itself:
+/// the latencies in ms, from the fake's start stamps.
+fn wake_latencies(
+    a: &Args,
+    n: usize,
+    kicks: usize,
+    start: impl Fn(&BrokerProc, &Path) -> Child,
+) -> Vec<f64> {
     let b = BrokerProc::start(&a.hive, "normal");
     let stamps = b.dir.join("stamps");
     let fake = fast_fake(&b.dir, Some(&stamps));
     let mut c = Client::connect(&b.socket()).unwrap();
-    let mut serve = start_serve(a, &b, &fake);
+    let mut harness = start(&b, &fake);
     let count = || {
         std::fs::read_to_string(&stamps)
             .map(|s| s.lines().count())
@@ -467,7 +520,7 @@ fn bench_wake_latency(a: &Args) {
             std::thread::sleep(Duration::from_micros(200));
         }
     };
-    wait_count(1); // the kick turn
+    wait_count(kicks);
     let mut lat = Vec::new();
     for i in 0..n {
         // Let the harness go back to its long-poll.
@@ -486,18 +539,38 @@ fn bench_wake_latency(a: &Args) {
             to: None,
         })
         .unwrap();
-        wait_count(i + 2);
+        wait_count(kicks + i + 1);
         let text = std::fs::read_to_string(&stamps).unwrap();
         let spawned: i128 = text.lines().last().unwrap().trim().parse().unwrap();
         lat.push((spawned - sent) as f64 / 1e6);
     }
-    let _ = serve.kill();
-    let _ = serve.wait();
-    let mut sorted = lat.clone();
+    let _ = harness.kill();
+    let _ = harness.wait();
+    lat
+}
+
+/// The median and the p99 of `lat`.
+fn median_and_p99(lat: &[f64]) -> (f64, f64) {
+    let mut sorted = lat.to_vec();
     let med = median(&mut sorted);
     sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)];
+    (med, sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)])
+}
+
+/// Wake → claude spawned: an idle harness, one message at a time; and the same
+/// for the turn floor, whose p99 is what this machine allows any harness.
+fn bench_wake_latency(a: &Args) {
+    let n = if a.quick { 10 } else { 60 };
+    let (med, p99) = median_and_p99(&wake_latencies(a, n, 1, |b, fake| start_serve(a, b, fake)));
     println!("latency wake → claude spawned: median {med:.2} ms, p99 {p99:.2} ms ({n} samples; goal: p99 <= 2 ms)");
+    if let Some(f) = &a.turn_floor {
+        let (fmed, fp99) = median_and_p99(&wake_latencies(a, n, 0, |b, fake| {
+            start_turn_floor(f, b, fake)
+        }));
+        println!(
+            "latency the floor (std-only harness, same broker and fake): median {fmed:.2} ms, p99 {fp99:.2} ms"
+        );
+    }
     goal(
         "wake -> claude spawned on an idle harness, p99",
         p99,
