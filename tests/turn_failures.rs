@@ -65,8 +65,12 @@ fn a_rate_limited_compaction_keeps_the_message_and_compacts_again_before_the_ret
     });
     assert_eq!(s["rate_limited"], true, "{s}");
     assert!(s["paused"]["until"].is_i64(), "{s}");
-    let row = agent_row(&b, "ana");
-    assert_eq!((row.unread, row.inflight), (1, None), "{row:?}");
+    // The page may show the pause a moment before the requeue reaches the
+    // broker (the run's end goes to the broker in one batch after `conclude`).
+    wait_for(T, "the message back in the inbox", || {
+        let row = agent_row(&b, "ana");
+        ((row.unread, row.inflight) == (1, None)).then_some(())
+    });
     assert_eq!(h.fake.count(), 3, "nothing runs during the pause");
 
     h.fake.wait_count(5);
