@@ -660,13 +660,7 @@ fn a_compaction_asked_for_under_a_budget_pause_waits_for_it_and_carries_max_budg
     assert_eq!(fake.count(), 0, "nothing ran under the pause");
 
     // The budget is raised: the kick and the kept compaction run, capped.
-    let sock = b.host_socket().display().to_string();
-    let (code, out, err) = run_hive(
-        &["budget", "set", "ana", "--usd", "1", "--socket", &sock],
-        None,
-        &[],
-    );
-    assert_eq!(code, 0, "{out}{err}");
+    budget_set(&b.host_socket(), &["ana", "--usd", "1"]);
     let n = wait_for(T, "the /compact run", || {
         (1..=fake.count()).find(|n| fake.stdin(*n).trim() == "/compact")
     });
@@ -722,13 +716,7 @@ fn a_hive_budget_pauses_every_agent_and_raising_it_resumes_them() {
         assert_eq!(agent_row(&b, a).unread, 1, "{a}'s mail waits");
     }
 
-    let sock = b.host_socket().display().to_string();
-    let (code, out, err) = run_hive(
-        &["budget", "set", "--hive", "--usd", "1", "--socket", &sock],
-        None,
-        &[],
-    );
-    assert_eq!(code, 0, "{out}{err}");
+    budget_set(&b.host_socket(), &["--hive", "--usd", "1"]);
     for (a, h) in [("ana", &ha), ("bob", &hb)] {
         h.fake.wait_count(2);
         assert!(h.fake.stdin(2).contains(&format!("for {a}")), "{a}");
@@ -772,17 +760,6 @@ fn a_run_without_a_result_line_is_kept_as_cost_unknown_and_shown_so() {
 
 // ---- a checkpoint after a turn that reached the budget ----
 
-/// Raises ana's day budget to `usd` with `hive budget set`.
-fn set_budget(b: &Broker, usd: &str) {
-    let sock = b.host_socket().display().to_string();
-    let (code, out, err) = run_hive(
-        &["budget", "set", "ana", "--usd", usd, "--socket", &sock],
-        None,
-        &[],
-    );
-    assert_eq!(code, 0, "{out}{err}");
-}
-
 /// The turn that fills the context past the watermark also reaches the
 /// agent's budget. The checkpoint turn and its `/compact` are synthetic
 /// runs: no claude starts while the broker pauses the agent. A raised budget
@@ -812,7 +789,7 @@ fn a_checkpoint_after_a_turn_that_reaches_the_budget_waits_until_it_is_raised() 
     let id = operator_send(&b, "ana", "later mail");
 
     // $0.028 of $0.04: the checkpoint runs, and its $0.014 reaches it.
-    set_budget(&b, "0.04");
+    budget_set(&b.host_socket(), &["ana", "--usd", "0.04"]);
     h.fake.wait_count(3);
     assert!(
         h.fake
@@ -832,7 +809,7 @@ fn a_checkpoint_after_a_turn_that_reaches_the_budget_waits_until_it_is_raised() 
     assert_eq!(h.fake.count(), 3, "no /compact under the pause");
     assert_eq!(agent_row(&b, "ana").unread, 1, "the mail waits");
 
-    set_budget(&b, "1");
+    budget_set(&b.host_socket(), &["ana", "--usd", "1"]);
     h.fake.wait_count(5);
     assert_eq!(h.fake.stdin(4).trim(), "/compact");
     assert!(
@@ -897,7 +874,7 @@ fn an_operator_compact_queued_behind_a_turn_that_reaches_the_budget_waits_for_a_
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(h.fake.count(), 2, "no /compact under the pause");
 
-    set_budget(&b, "1");
+    budget_set(&b.host_socket(), &["ana", "--usd", "1"]);
     h.fake.wait_count(3);
     assert_eq!(h.fake.stdin(3).trim(), "/compact");
     page.wait_state("idle again", |s| {

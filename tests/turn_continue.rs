@@ -168,13 +168,7 @@ fn a_continue_waiting_on_a_budget_pause_runs_once_the_budget_is_raised() {
     );
     assert_eq!(agent_row(&b, "ana").unread, 0, "no mail is waiting");
 
-    let sock = b.host_socket().display().to_string();
-    let (code, out, err) = run_hive(
-        &["budget", "set", "ana", "--usd", "1", "--socket", &sock],
-        None,
-        &[],
-    );
-    assert_eq!(code, 0, "{out}{err}");
+    budget_set(&b.host_socket(), &["ana", "--usd", "1"]);
     h.fake.wait_count(3);
     let rows = wait_for(Duration::from_secs(10), "three stats rows", || {
         Some(stats(&h)).filter(|r| r.len() >= 3)

@@ -304,6 +304,16 @@ pub fn refused(c: &mut Client, cmd: impl Into<Request>) -> String {
     }
 }
 
+/// `hive budget set ARGS` through the operator's `host_socket`; it must exit 0.
+pub fn budget_set(host_socket: &Path, args: &[&str]) {
+    let sock = host_socket.display().to_string();
+    let mut argv = vec!["budget", "set"];
+    argv.extend_from_slice(args);
+    argv.extend(["--socket", sock.as_str()]);
+    let (code, out, err) = run_hive(&argv, None, &[]);
+    assert_eq!(code, 0, "hive {argv:?}: {out}{err}");
+}
+
 /// Runs `hive ARGS` with a timeout; returns (exit code, stdout, stderr).
 pub fn run_hive(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> (i32, String, String) {
     use std::io::Write;
