@@ -100,6 +100,16 @@ impl Mem {
         Mem::with(config, None, Duration::from_secs(10))
     }
 
+    /// The hive of `HIVE` with ana and bob in one pool: both reported the
+    /// account `u1`.
+    fn pool_of_two() -> Mem {
+        let m = Mem::new(HIVE);
+        let uuid = r#"{"cmd":"report_pool","account_uuid":"u1"}"#;
+        m.call_on("ana", 1, uuid, false);
+        m.call_on("bob", 2, uuid, false);
+        m
+    }
+
     fn with(config: &str, lifecycle: Option<Sender<LifecycleCmd>>, timeout: Duration) -> Mem {
         let dir = temp_dir();
         let db = Db::open(&dir.join("broker.db"), Durability::Normal).unwrap();
@@ -964,10 +974,7 @@ fn a_usage_limit_parks_the_pool_answers_the_pause_once_and_notices_once() {
 
 #[test]
 fn an_early_warning_marks_the_pool_until_allowed_or_the_limit() {
-    let m = Mem::new(HIVE);
-    let uuid = r#"{"cmd":"report_pool","account_uuid":"u1"}"#;
-    m.call_on("ana", 1, uuid, false);
-    m.call_on("bob", 2, uuid, false);
+    let m = Mem::pool_of_two();
     let rows = || -> serde_json::Value {
         let a: serde_json::Value =
             serde_json::from_str(&m.call_on("operator", 9, r#"{"cmd":"agents"}"#, false).0)
@@ -1026,10 +1033,7 @@ fn an_early_warning_marks_the_pool_until_allowed_or_the_limit() {
 
 #[test]
 fn an_idle_member_parked_in_recv_next_hears_its_pool_park_at_once() {
-    let m = Mem::new(HIVE);
-    let uuid = r#"{"cmd":"report_pool","account_uuid":"u1"}"#;
-    m.call_on("ana", 1, uuid, false);
-    m.call_on("bob", 2, uuid, false);
+    let m = Mem::pool_of_two();
     // bob has no mail: his harness waits in recv_next.
     let next = r#"{"cmd":"recv_next","wait_seconds":30}"#;
     let (parked, woken) = m.call_on("bob", 2, next, true);
@@ -1052,10 +1056,7 @@ fn an_idle_member_parked_in_recv_next_hears_its_pool_park_at_once() {
 
 #[test]
 fn a_pool_pause_ends_on_the_hubs_timer_and_hands_out_in_order() {
-    let m = Mem::new(HIVE);
-    let uuid = r#"{"cmd":"report_pool","account_uuid":"u1"}"#;
-    m.call_on("ana", 1, uuid, false);
-    m.call_on("bob", 2, uuid, false);
+    let m = Mem::pool_of_two();
     m.call_on(
         "operator",
         9,
@@ -1088,10 +1089,7 @@ fn a_pool_pause_ends_on_the_hubs_timer_and_hands_out_in_order() {
 
 #[test]
 fn a_report_moving_a_parks_end_over_ten_minutes_later_is_noticed_again() {
-    let m = Mem::new(HIVE);
-    let uuid = r#"{"cmd":"report_pool","account_uuid":"u1"}"#;
-    m.call_on("ana", 1, uuid, false);
-    m.call_on("bob", 2, uuid, false);
+    let m = Mem::pool_of_two();
     let limit = |until: i64| {
         format!(
             r#"{{"cmd":"report_usage_limit","until":{until},"detail":"session limit","credential":{{"account_uuid":"u1"}}}}"#
