@@ -262,10 +262,8 @@ fn a_version_7_store_keeps_every_message_through_step_8() {
         .collect::<rusqlite::Result<_>>()
         .unwrap();
     objects.sort();
-    assert_eq!(
-        objects,
-        ["messages_inbox", "messages_seq", "messages_seq_on_insert"]
-    );
+    // Step 8 kept the seq index and its trigger; step 9 then drops them.
+    assert_eq!(objects, ["messages_inbox"]);
     // The check still refuses a state it does not know.
     let bad = c.execute("UPDATE messages SET state = 'lost' WHERE id = 1", []);
     assert!(
@@ -307,6 +305,99 @@ fn a_version_7_store_keeps_every_message_through_step_8() {
         (taken.message.id, taken.attempts, taken.was_inflight, queued),
         (4, 3, false, 3),
         "the row that was inflight comes back first, its attempts counted on"
+    );
+    let check: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
+
+/// Step 9: the seq index and its insert trigger go, every row stays, and the
+/// broker's own queue tail starts after the last place of a live row — here
+/// ana's message put behind the others before the old broker died, whose
+/// place is above every id.
+#[test]
+fn a_version_8_store_keeps_every_message_through_step_9() {
+    let dir = TempDir::new("mig8");
+    let path = copy_fixture("broker-v8.db", dir.path(), db::FILE);
+    let before = rows(&path, "messages");
+    assert_eq!(before.len(), 9, "the fixture as its README describes it");
+    let others = ["spend", "agent_pools", "agents", "sqlite_sequence"];
+    let kept: Vec<_> = others.iter().map(|t| rows(&path, t)).collect();
+    {
+        let c = Connection::open(&path).unwrap();
+        assert_eq!(schema::version(&c).unwrap(), 8);
+    }
+
+    let store = Db::open(&path, Durability::Normal).unwrap();
+    let c = Connection::open(&path).unwrap();
+    assert_eq!(
+        schema::version(&c).unwrap(),
+        db::MIGRATIONS.last().unwrap().version
+    );
+    let mut new = rows(&path, "messages");
+    // Opening the store puts held rows back into their inbox (the restart
+    // rule, not a step).
+    let state = 6;
+    for (o, n) in before.iter().zip(new.iter_mut()) {
+        if matches!(&o[state], Value::Text(s) if s == "held") {
+            assert_eq!(n[state], Value::Text("queued".into()));
+            n[state] = o[state].clone();
+        }
+    }
+    assert_eq!(new, before, "every row, every column");
+    for (t, old) in others.iter().zip(&kept) {
+        assert_eq!(&rows(&path, t), old, "{t}");
+    }
+    let objects: Vec<String> = c
+        .prepare("SELECT name FROM sqlite_master WHERE tbl_name = 'messages' AND type != 'table'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(objects, ["messages_inbox"]);
+    let place = |id: i64| -> i64 {
+        c.query_row("SELECT seq FROM messages WHERE id = ?1", [id], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(place(4), 10, "the fixture's message put behind");
+    let new_message = |to: &'static str, body: &'static str| db::NewMessage {
+        from: &Peer::Operator,
+        to,
+        body,
+        kind: &MsgKind::Message,
+        in_reply_to: None,
+    };
+    let id = store
+        .insert_message(&new_message("ana", "after step 9"), 1)
+        .unwrap();
+    assert_eq!(id, 10, "ids go on after the sequence");
+    assert!(place(10) > 10, "a new row goes behind every live row");
+    let bob = store
+        .insert_message(&new_message("bob", "bob's after step 9"), 1)
+        .unwrap();
+    assert!(place(bob) > place(10), "places only grow");
+    let ana: Vec<(i64, String)> = store
+        .queued("ana", 100)
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.id, m.body))
+        .collect();
+    assert_eq!(
+        ana,
+        [
+            (5, "queued one".to_string()),
+            (6, "queued two".to_string()),
+            (4, "from bob, inflight".to_string()),
+            (10, "after step 9".to_string()),
+        ]
+    );
+    let (taken, queued) = store.take_next("ana", true).unwrap();
+    let taken = taken.unwrap();
+    assert_eq!(
+        (taken.message.id, taken.attempts, taken.was_inflight, queued),
+        (5, 1, false, 3)
     );
     let check: String = c
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))

@@ -17,6 +17,8 @@ use crate::proto::{
     Question, Reminder, RunningTask, Scheduled,
 };
 use rusqlite::{params, Connection, OptionalExtension, Row};
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 use std::path::Path;
 
 /// How hard sqlite works to keep a commit.
@@ -119,7 +121,22 @@ pub const MIGRATIONS: &[Step] = &[
         what: "the messages' state check without an IN list (cheaper writes)",
         apply: |tx| tx.execute_batch(MESSAGES_V8),
     },
+    Step {
+        version: 9,
+        what: "queue positions handed out by the broker (the seq index and its insert trigger go)",
+        apply: |tx| tx.execute_batch(MESSAGES_V9),
+    },
 ];
+
+/// Step 9 (issue 19): the broker hands out queue positions itself
+/// ([`Db`]'s tail, seeded at open from the inbox index), so `messages_seq`
+/// (kept only to find the last position, and written on every insert) and
+/// the trigger that filled in a missing `seq` go. The rows, their ids and
+/// positions stay as they are.
+const MESSAGES_V9: &str = "
+DROP TRIGGER messages_seq_on_insert;
+DROP INDEX messages_seq;
+";
 
 /// Step 6: a long reminder's payload used to spill to a file under the
 /// broker's state dir, which an agent running as its own user could not read.
@@ -378,20 +395,76 @@ pub enum Side {
 
 pub struct Db {
     conn: Connection,
+    tail: Tail,
+    /// The agents that may have an inflight row. Only [`Db::take_next`] makes
+    /// a row inflight (and at most one per agent), opening the store puts
+    /// every inflight row back, and an agent leaves the set only once a
+    /// committed write moved its inflight row on; so an agent outside it has
+    /// none, and its hand-out needs no look for one.
+    inflight: RefCell<HashSet<String>>,
 }
 
 type Res<T> = rusqlite::Result<T>;
 
-/// Queues `rows` inside transaction `tx`.
-fn insert_all(tx: &rusqlite::Transaction, rows: &[NewMessage], now: i64) -> Res<()> {
-    let mut stmt = tx.prepare_cached(
-        "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
-    )?;
+/// Queues `rows` inside transaction `tx`, each at the next place of `tail`.
+fn insert_all(tx: &rusqlite::Transaction, tail: &Tail, rows: &[NewMessage], now: i64) -> Res<()> {
+    let mut stmt = tx.prepare_cached(INSERT_QUEUED)?;
     for m in rows {
-        stmt.execute(params![m.from, m.to, m.body, m.kind, m.in_reply_to, now])?;
+        stmt.execute(params![
+            m.from,
+            m.to,
+            m.body,
+            m.kind,
+            m.in_reply_to,
+            now,
+            tail.next()
+        ])?;
     }
     Ok(())
+}
+
+/// A queued row at a place in the queue.
+const INSERT_QUEUED: &str =
+    "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at, seq)
+     VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)";
+
+/// The last place in the queue handed out (`seq`), kept by the one
+/// connection that writes `broker.db`: a new row, a row moved behind, a dead
+/// letter put back each take the next one. Seeded at open with the last place
+/// of any row that can still be handed out ([`queue_tail`]); a place taken
+/// by a transaction that rolled back is skipped, never reused out of order.
+struct Tail(Cell<i64>);
+
+impl Tail {
+    fn next(&self) -> i64 {
+        let n = self.0.get().saturating_add(1);
+        self.0.set(n);
+        n
+    }
+}
+
+/// The last queue place of the rows that can still be handed out (queued,
+/// inflight, held), found through the inbox index: its recipients one seek
+/// at a time, then the last place of each of their live states. An acked row
+/// never returns to a queue, and a dead letter put back takes a new place,
+/// so their places need not be passed.
+fn queue_tail(conn: &Connection) -> Res<i64> {
+    let mut first = conn.prepare("SELECT MIN(recipient) FROM messages")?;
+    let mut after = conn.prepare(
+        "SELECT recipient FROM messages WHERE recipient > ?1 ORDER BY recipient LIMIT 1",
+    )?;
+    let mut last =
+        conn.prepare("SELECT MAX(seq) FROM messages WHERE recipient = ?1 AND state = ?2")?;
+    let mut tail = 0;
+    let mut recipient: Option<String> = first.query_row([], |r| r.get(0))?;
+    while let Some(r) = recipient {
+        for state in ["queued", "inflight", "held"] {
+            let seq: Option<i64> = last.query_row(params![r, state], |row| row.get(0))?;
+            tail = tail.max(seq.unwrap_or(0));
+        }
+        recipient = after.query_row([&r], |row| row.get(0)).optional()?;
+    }
+    Ok(tail)
 }
 
 fn message_from_row(row: &Row) -> Res<Message> {
@@ -469,29 +542,45 @@ impl Db {
         conn.execute_batch(&setup)
             .map_err(|e| format!("cannot prepare message store {}: {e}", path.display()))?;
         schema::migrate(&mut conn, &path.display().to_string(), MIGRATIONS)?;
-        let db = Db { conn };
-        db.conn
-            .execute(
-                "UPDATE messages SET state = 'queued' WHERE state IN ('inflight', 'held')",
-                [],
-            )
-            .map_err(|e| format!("cannot requeue interrupted messages: {e}"))?;
-        Ok(db)
+        conn.execute(
+            "UPDATE messages SET state = 'queued' WHERE state IN ('inflight', 'held')",
+            [],
+        )
+        .map_err(|e| format!("cannot requeue interrupted messages: {e}"))?;
+        let tail = queue_tail(&conn)
+            .map_err(|e| format!("cannot read the queues of {}: {e}", path.display()))?;
+        Ok(Db {
+            conn,
+            tail: Tail(Cell::new(tail)),
+            inflight: RefCell::new(HashSet::new()),
+        })
     }
 
-    /// Queues a message. Its place in the queue (`seq`) is the last one plus
-    /// one, taken in the same statement (the `messages_seq_on_insert` trigger
-    /// does the same for rows inserted without one, at the cost of a second
-    /// write of the row).
+    /// Queues a message at the tail of the queue.
     pub fn insert_message(&self, m: &NewMessage, now: i64) -> Res<i64> {
-        self.conn
-            .prepare_cached(
-                "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at, seq)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6,
-                         (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages))",
-            )?
-            .execute(params![m.from, m.to, m.body, m.kind, m.in_reply_to, now])?;
+        self.conn.prepare_cached(INSERT_QUEUED)?.execute(params![
+            m.from,
+            m.to,
+            m.body,
+            m.kind,
+            m.in_reply_to,
+            now,
+            self.tail.next()
+        ])?;
         Ok(self.conn.last_insert_rowid())
+    }
+
+    /// `agent` may have an inflight row from now on.
+    fn mark_inflight(&self, agent: &str) {
+        let mut set = self.inflight.borrow_mut();
+        if !set.contains(agent) {
+            set.insert(agent.to_string());
+        }
+    }
+
+    /// A committed write moved `agent`'s inflight row on (there is at most one).
+    fn clear_inflight(&self, agent: &str) {
+        self.inflight.borrow_mut().remove(agent);
     }
 
     /// The agent's inflight row, if any (there is at most one; in queue
@@ -511,11 +600,15 @@ impl Db {
     /// row again, else (with `queued_too`) its first queued row made
     /// inflight; either way its attempts go up by one. Returns the row, its
     /// attempts with this hand-out, and whether it was inflight already;
-    /// and the count of queued rows after it.
+    /// and the count of queued rows after it (read by the same statement as
+    /// the row).
     pub fn take_next(&self, agent: &str, queued_too: bool) -> Res<(Option<Taken>, u64)> {
+        let look_for_inflight = self.inflight.borrow().contains(agent);
         schema::in_transaction(&self.conn, |c| {
-            let mut taken = None;
             for state in ["inflight", "queued"] {
+                if state == "inflight" && !look_for_inflight {
+                    continue;
+                }
                 if state == "queued" && !queued_too {
                     break;
                 }
@@ -523,32 +616,42 @@ impl Db {
                     .prepare_cached(concat!(
                         "SELECT ",
                         msg_cols!(),
-                        ", attempts FROM messages WHERE recipient = ?1 AND state = ?2 \
+                        ", attempts, (SELECT COUNT(*) FROM messages \
+                         WHERE recipient = ?1 AND state = 'queued') \
+                         FROM messages WHERE recipient = ?1 AND state = ?2 \
                          ORDER BY seq, id LIMIT 1"
                     ))?
                     .query_row(params![agent, state], |r| {
-                        Ok((message_from_row(r)?, r.get::<_, i64>(7)?))
+                        Ok((
+                            message_from_row(r)?,
+                            r.get::<_, i64>(7)?,
+                            r.get::<_, i64>(8)?,
+                        ))
                     })
                     .optional()?;
-                if let Some((message, attempts)) = row {
-                    c.prepare_cached(
-                        "UPDATE messages SET state = 'inflight', attempts = attempts + 1 WHERE id = ?1",
-                    )?
-                    .execute(params![message.id])?;
-                    taken = Some(Taken {
-                        message,
-                        attempts: (attempts + 1).clamp(0, u32::MAX as i64) as u32,
-                        was_inflight: state == "inflight",
-                    });
-                    break;
-                }
-            }
-            let queued = c
-                .prepare_cached(
-                    "SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued'",
+                let Some((message, attempts, queued)) = row else {
+                    if state == "queued" {
+                        return Ok((None, 0));
+                    }
+                    continue;
+                };
+                let was_inflight = state == "inflight";
+                self.mark_inflight(agent);
+                c.prepare_cached(
+                    "UPDATE messages SET state = 'inflight', attempts = attempts + 1 WHERE id = ?1",
                 )?
-                .query_row(params![agent], |r| r.get::<_, i64>(0).map(|n| n as u64))?;
-            Ok((taken, queued))
+                .execute(params![message.id])?;
+                // The count was read with this row still queued.
+                let queued = if was_inflight { queued } else { queued - 1 };
+                let taken = Taken {
+                    message,
+                    attempts: (attempts + 1).clamp(0, u32::MAX as i64) as u32,
+                    was_inflight,
+                };
+                return Ok((Some(taken), queued.max(0) as u64));
+            }
+            // Nothing handed out, and the queue not looked at.
+            Ok((None, self.count_queued(agent)?))
         })
     }
 
@@ -591,6 +694,9 @@ impl Db {
         now: i64,
     ) -> Res<bool> {
         let done_at = (*to_state == MsgState::Acked).then_some(now);
+        if *to_state == MsgState::Inflight {
+            self.mark_inflight(recipient);
+        }
         let n = self
             .conn
             .prepare_cached(
@@ -598,6 +704,9 @@ impl Db {
                  WHERE id = ?3 AND recipient = ?4 AND state = ?5",
             )?
             .execute(params![to_state, done_at, id, recipient, from_state])?;
+        if n == 1 && *from_state == MsgState::Inflight && *to_state != MsgState::Inflight {
+            self.clear_inflight(recipient);
+        }
         Ok(n == 1)
     }
 
@@ -610,6 +719,9 @@ impl Db {
         to_state: &MsgState,
         now: i64,
     ) -> Res<usize> {
+        if *to_state == MsgState::Inflight {
+            self.mark_inflight(recipient);
+        }
         let tx = self.conn.transaction()?;
         let mut n = 0;
         {
@@ -623,6 +735,9 @@ impl Db {
             }
         }
         tx.commit()?;
+        if n > 0 && *from_state == MsgState::Inflight && *to_state != MsgState::Inflight {
+            self.clear_inflight(recipient);
+        }
         Ok(n)
     }
 
@@ -671,16 +786,13 @@ impl Db {
                     ids.push(l?);
                 }
             }
-            let tail: i64 =
-                tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM messages", [], |r| {
-                    r.get(0)
-                })?;
             let mut stmt = tx.prepare_cached("UPDATE messages SET seq = ?1 WHERE id = ?2")?;
-            for (i, moved) in ids.iter().enumerate() {
-                stmt.execute(params![tail + 1 + i as i64, moved])?;
+            for moved in &ids {
+                stmt.execute(params![self.tail.next(), moved])?;
             }
         }
         tx.commit()?;
+        self.clear_inflight(recipient);
         Ok(true)
     }
 
@@ -705,9 +817,12 @@ impl Db {
             params![error, now, id, recipient, ran],
         )?;
         if n == 1 {
-            insert_all(&tx, notices, now)?;
+            insert_all(&tx, &self.tail, notices, now)?;
         }
         tx.commit()?;
+        if n == 1 {
+            self.clear_inflight(recipient);
+        }
         Ok(n == 1)
     }
 
@@ -725,8 +840,8 @@ impl Db {
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at,
-                done_at, attempts, last_error)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'failed', ?6, ?6, ?7, ?8)",
+                done_at, attempts, last_error, seq)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'failed', ?6, ?6, ?7, ?8, ?9)",
             params![
                 m.from,
                 m.to,
@@ -735,7 +850,8 @@ impl Db {
                 m.in_reply_to,
                 now,
                 attempts,
-                error
+                error,
+                self.tail.next()
             ],
         )?;
         let id = tx.last_insert_rowid();
@@ -750,7 +866,7 @@ impl Db {
                 in_reply_to: None,
             })
             .collect();
-        insert_all(&tx, &rows, now)?;
+        insert_all(&tx, &self.tail, &rows, now)?;
         tx.commit()?;
         Ok(id)
     }
@@ -808,9 +924,9 @@ impl Db {
     pub fn retry(&self, id: i64) -> Res<bool> {
         Ok(self.conn.execute(
             "UPDATE messages SET state = 'queued', attempts = 0, last_error = NULL,
-                done_at = NULL, seq = (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages)
+                done_at = NULL, seq = ?2
              WHERE id = ?1 AND state = 'failed'",
-            params![id],
+            params![id, self.tail.next()],
         )? == 1)
     }
 
@@ -964,9 +1080,16 @@ impl Db {
         if n == 1 {
             if let Some(m) = notice {
                 tx.execute(
-                    "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
-                    params![m.from, m.to, m.body, m.kind, m.in_reply_to, now],
+                    INSERT_QUEUED,
+                    params![
+                        m.from,
+                        m.to,
+                        m.body,
+                        m.kind,
+                        m.in_reply_to,
+                        now,
+                        self.tail.next()
+                    ],
                 )?;
             }
         }
@@ -1030,9 +1153,16 @@ impl Db {
         let mut new_id = None;
         if n == 1 {
             tx.execute(
-                "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
-                params![msg.from, msg.to, msg.body, msg.kind, msg.in_reply_to, now],
+                INSERT_QUEUED,
+                params![
+                    msg.from,
+                    msg.to,
+                    msg.body,
+                    msg.kind,
+                    msg.in_reply_to,
+                    now,
+                    self.tail.next()
+                ],
             )?;
             new_id = Some(tx.last_insert_rowid());
         }
@@ -1115,9 +1245,16 @@ impl Db {
             None => tx.execute("DELETE FROM scheduled WHERE id = ?1", params![s.id])?,
         };
         tx.execute(
-            "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)",
-            params![msg.from, msg.to, msg.body, msg.kind, msg.in_reply_to, now],
+            INSERT_QUEUED,
+            params![
+                msg.from,
+                msg.to,
+                msg.body,
+                msg.kind,
+                msg.in_reply_to,
+                now,
+                self.tail.next()
+            ],
         )?;
         tx.commit()
     }
@@ -1485,6 +1622,62 @@ mod tests {
             !db.requeue(later, "a", true, true, None).unwrap(),
             "not inflight"
         );
+    }
+
+    /// The hand-out looks for an inflight row only for agents that may have
+    /// one: a row made inflight any way is handed out again first, and once
+    /// it moved on (acked, requeued, dead-lettered) the queue comes next.
+    #[test]
+    fn an_inflight_row_is_handed_out_again_until_it_moves_on() {
+        let fresh = fresh_db("inflight");
+        let mut db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        static SYS: Peer = Peer::System;
+        let new = |body: &'static str| NewMessage {
+            from: &SYS,
+            to: "a",
+            body,
+            kind: &MsgKind::Message,
+            in_reply_to: None,
+        };
+        let ids: Vec<i64> = ["1", "2", "3", "4"]
+            .iter()
+            .map(|b| db.insert_message(&new(b), 1).unwrap())
+            .collect();
+        let next = |db: &Db| {
+            let (t, queued) = db.take_next("a", true).unwrap();
+            let t = t.unwrap();
+            (t.message.body, t.was_inflight, queued)
+        };
+        // Made inflight by a plain transition, not a hand-out.
+        assert!(db
+            .transition(ids[2], "a", &MsgState::Queued, &MsgState::Inflight, 2)
+            .unwrap());
+        assert_eq!(next(&db), ("3".to_string(), true, 3));
+        assert!(db
+            .transition(ids[2], "a", &MsgState::Inflight, &MsgState::Acked, 2)
+            .unwrap());
+        assert_eq!(next(&db), ("1".to_string(), false, 2));
+        assert_eq!(next(&db), ("1".to_string(), true, 2), "not acked yet");
+        assert!(db.requeue(ids[0], "a", false, false, None).unwrap());
+        assert_eq!(next(&db), ("1".to_string(), false, 2), "back at the head");
+        assert!(db
+            .dead_letter(ids[0], "a", "gave up", true, 3, &[])
+            .unwrap());
+        assert_eq!(next(&db), ("2".to_string(), false, 1));
+        assert_eq!(
+            db.transition_many(&[ids[1]], "a", &MsgState::Inflight, &MsgState::Acked, 4)
+                .unwrap(),
+            1
+        );
+        assert_eq!(next(&db), ("4".to_string(), false, 0));
+        // A restart puts the inflight row back, at its place.
+        drop(db);
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        assert_eq!(next(&db), ("4".to_string(), false, 0));
+        let (t, queued) = db.take_next("a", false).unwrap();
+        assert_eq!((t.map(|t| t.was_inflight), queued), (Some(true), 0));
+        let (t, queued) = db.take_next("nobody", false).unwrap();
+        assert_eq!((t, queued), (None, 0));
     }
 
     #[test]
