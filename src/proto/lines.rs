@@ -85,12 +85,19 @@ pub fn read_line(reader: &mut dyn BufRead, max: usize) -> io::Result<Line> {
 /// type has a top-level field named `ok`; a payload that is not an object
 /// adds nothing.
 pub fn ok_line<T: Serialize>(payload: &T) -> String {
-    match serde_json::to_string(payload) {
-        Ok(body) if body.starts_with('{') && body.len() > 2 => {
-            format!(r#"{{"ok":true,{}"#, &body[1..])
+    const OK: &[u8] = br#"{"ok":true,"#;
+    // Written once, after the `ok`, in one buffer; the answer's own opening
+    // brace is then taken out.
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(OK);
+    let written = serde_json::to_writer(&mut out, payload).is_ok();
+    if written && out.len() > OK.len() + 2 && out[OK.len()] == b'{' {
+        out.remove(OK.len());
+        if let Ok(line) = String::from_utf8(out) {
+            return line;
         }
-        _ => r#"{"ok":true}"#.into(),
     }
+    r#"{"ok":true}"#.into()
 }
 
 /// Builds the `{"ok":false,"error":...}` line; an error longer than
