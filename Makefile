@@ -85,7 +85,8 @@ bench: musl
 	$(CARGO) bench --bench hive -- \
 	  --hive $(MUSL_BIN) --empty target/$(MUSL_TARGET)/release/examples/empty \
 	  --floor $(BENCH_SERVERS)/mcp-floor --rmcp $(BENCH_SERVERS)/mcp-rmcp \
-	  --wake-floor $(BENCH_SERVERS)/wake-floor --turn-floor $(BENCH_SERVERS)/turn-floor
+	  --wake-floor $(BENCH_SERVERS)/wake-floor --turn-floor $(BENCH_SERVERS)/turn-floor \
+	  --cycle-floor $(BENCH_SERVERS)/cycle-floor
 
 clean:
 	$(CARGO) clean

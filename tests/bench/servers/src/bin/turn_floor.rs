@@ -53,11 +53,22 @@ fn run(socket: &str, claude: &str) -> std::io::Result<()> {
             .stderr(Stdio::null())
             .spawn()?;
         // The prompt: the answer's line as it came (its size is the message's).
-        child.stdin.take().expect("piped").write_all(answer.as_bytes())?;
+        child
+            .stdin
+            .take()
+            .expect("piped")
+            .write_all(answer.as_bytes())?;
         output.clear();
-        child.stdout.take().expect("piped").read_to_end(&mut output)?;
+        child
+            .stdout
+            .take()
+            .expect("piped")
+            .read_to_end(&mut output)?;
         child.wait()?;
-        exchange(&format!("{{\"cmd\":\"ack_turn\",\"id\":{id}}}\n"), &mut answer)?;
+        exchange(
+            &format!("{{\"cmd\":\"ack_turn\",\"id\":{id}}}\n"),
+            &mut answer,
+        )?;
         if !answer.starts_with("{\"ok\":true") {
             return Err(std::io::Error::other(format!(
                 "ack_turn refused: {}",
