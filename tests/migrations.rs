@@ -42,6 +42,56 @@ fn copy_fixture(name: &str, dir: &Path, to: &str) -> PathBuf {
     path
 }
 
+/// Opens a copy of the broker store `name` (written at schema `version`)
+/// with the current code, which migrates it to the last step, and checks
+/// that every message and every row of the tables steps 7 to 9 left alone is
+/// still there, column by column. Opening a store puts rows that were
+/// inflight or held when the broker died back into their inbox (the restart
+/// rule, not a step). The migrated store, a second connection to it, and
+/// the dir that holds them.
+fn migrate_broker_fixture(name: &str, version: u32) -> (Db, Connection, TempDir) {
+    let dir = TempDir::new("mig-v");
+    let path = copy_fixture(name, dir.path(), db::FILE);
+    let before = rows(&path, "messages");
+    assert_eq!(before.len(), 9, "the fixture as its README describes it");
+    let others = ["spend", "agent_pools", "agents", "sqlite_sequence"];
+    let kept: Vec<_> = others.iter().map(|t| rows(&path, t)).collect();
+    {
+        let c = Connection::open(&path).unwrap();
+        assert_eq!(schema::version(&c).unwrap(), version);
+    }
+
+    let store = Db::open(&path, Durability::Normal).unwrap();
+    let c = Connection::open(&path).unwrap();
+    assert_eq!(
+        schema::version(&c).unwrap(),
+        db::MIGRATIONS.last().unwrap().version
+    );
+    let mut new = rows(&path, "messages");
+    let state = 6;
+    for (o, n) in before.iter().zip(new.iter_mut()) {
+        if matches!(&o[state], Value::Text(s) if s == "inflight" || s == "held") {
+            assert_eq!(n[state], Value::Text("queued".into()));
+            n[state] = o[state].clone();
+        }
+    }
+    assert_eq!(new, before, "every row, every column");
+    for (t, old) in others.iter().zip(&kept) {
+        assert_eq!(&rows(&path, t), old, "{t}");
+    }
+    (store, c, dir)
+}
+
+/// `agent`'s queued messages in queue order, as ids and bodies.
+fn queue(store: &Db, agent: &str) -> Vec<(i64, String)> {
+    store
+        .queued(agent, 100)
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.id, m.body))
+        .collect()
+}
+
 #[test]
 fn an_old_broker_store_migrates_with_every_row() {
     let dir = TempDir::new("mig");
@@ -212,37 +262,7 @@ fn an_old_broker_store_migrates_with_every_row() {
 /// the check itself are what they were.
 #[test]
 fn a_version_7_store_keeps_every_message_through_step_8() {
-    let dir = TempDir::new("mig7");
-    let path = copy_fixture("broker-v7.db", dir.path(), db::FILE);
-    let before = rows(&path, "messages");
-    assert_eq!(before.len(), 9, "the fixture as its README describes it");
-    let others = ["spend", "agent_pools", "agents", "sqlite_sequence"];
-    let kept: Vec<_> = others.iter().map(|t| rows(&path, t)).collect();
-    {
-        let c = Connection::open(&path).unwrap();
-        assert_eq!(schema::version(&c).unwrap(), 7);
-    }
-
-    let store = Db::open(&path, Durability::Normal).unwrap();
-    let c = Connection::open(&path).unwrap();
-    assert_eq!(
-        schema::version(&c).unwrap(),
-        db::MIGRATIONS.last().unwrap().version
-    );
-    let mut new = rows(&path, "messages");
-    // Opening the store puts rows that were inflight or held when the broker
-    // died back into their inbox (the restart rule, not a step).
-    let state = 6;
-    for (o, n) in before.iter().zip(new.iter_mut()) {
-        if matches!(&o[state], Value::Text(s) if s == "inflight" || s == "held") {
-            assert_eq!(n[state], Value::Text("queued".into()));
-            n[state] = o[state].clone();
-        }
-    }
-    assert_eq!(new, before, "every row, every column");
-    for (t, old) in others.iter().zip(&kept) {
-        assert_eq!(&rows(&path, t), old, "{t}");
-    }
+    let (store, c, _dir) = migrate_broker_fixture("broker-v7.db", 7);
     let sql: String = c
         .query_row(
             "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'messages'",
@@ -284,14 +304,8 @@ fn a_version_7_store_keeps_every_message_through_step_8() {
         )
         .unwrap();
     assert_eq!(id, 10);
-    let ana: Vec<(i64, String)> = store
-        .queued("ana", 100)
-        .unwrap()
-        .into_iter()
-        .map(|m| (m.id, m.body))
-        .collect();
     assert_eq!(
-        ana,
+        queue(&store, "ana"),
         [
             (4, "from bob, inflight".to_string()),
             (5, "queued one".to_string()),
@@ -318,37 +332,7 @@ fn a_version_7_store_keeps_every_message_through_step_8() {
 /// place is above every id.
 #[test]
 fn a_version_8_store_keeps_every_message_through_step_9() {
-    let dir = TempDir::new("mig8");
-    let path = copy_fixture("broker-v8.db", dir.path(), db::FILE);
-    let before = rows(&path, "messages");
-    assert_eq!(before.len(), 9, "the fixture as its README describes it");
-    let others = ["spend", "agent_pools", "agents", "sqlite_sequence"];
-    let kept: Vec<_> = others.iter().map(|t| rows(&path, t)).collect();
-    {
-        let c = Connection::open(&path).unwrap();
-        assert_eq!(schema::version(&c).unwrap(), 8);
-    }
-
-    let store = Db::open(&path, Durability::Normal).unwrap();
-    let c = Connection::open(&path).unwrap();
-    assert_eq!(
-        schema::version(&c).unwrap(),
-        db::MIGRATIONS.last().unwrap().version
-    );
-    let mut new = rows(&path, "messages");
-    // Opening the store puts held rows back into their inbox (the restart
-    // rule, not a step).
-    let state = 6;
-    for (o, n) in before.iter().zip(new.iter_mut()) {
-        if matches!(&o[state], Value::Text(s) if s == "held") {
-            assert_eq!(n[state], Value::Text("queued".into()));
-            n[state] = o[state].clone();
-        }
-    }
-    assert_eq!(new, before, "every row, every column");
-    for (t, old) in others.iter().zip(&kept) {
-        assert_eq!(&rows(&path, t), old, "{t}");
-    }
+    let (store, c, _dir) = migrate_broker_fixture("broker-v8.db", 8);
     let objects: Vec<String> = c
         .prepare("SELECT name FROM sqlite_master WHERE tbl_name = 'messages' AND type != 'table'")
         .unwrap()
@@ -378,14 +362,8 @@ fn a_version_8_store_keeps_every_message_through_step_9() {
         .insert_message(&new_message("bob", "bob's after step 9"), 1)
         .unwrap();
     assert!(place(bob) > place(10), "places only grow");
-    let ana: Vec<(i64, String)> = store
-        .queued("ana", 100)
-        .unwrap()
-        .into_iter()
-        .map(|m| (m.id, m.body))
-        .collect();
     assert_eq!(
-        ana,
+        queue(&store, "ana"),
         [
             (5, "queued one".to_string()),
             (6, "queued two".to_string()),

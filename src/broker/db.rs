@@ -408,19 +408,24 @@ type Res<T> = rusqlite::Result<T>;
 
 /// Queues `rows` inside transaction `tx`, each at the next place of `tail`.
 fn insert_all(tx: &rusqlite::Transaction, tail: &Tail, rows: &[NewMessage], now: i64) -> Res<()> {
-    let mut stmt = tx.prepare_cached(INSERT_QUEUED)?;
     for m in rows {
-        stmt.execute(params![
-            m.from,
-            m.to,
-            m.body,
-            m.kind,
-            m.in_reply_to,
-            now,
-            tail.next()
-        ])?;
+        queue_row(tx, tail, m, now)?;
     }
     Ok(())
+}
+
+/// Queues `m` at the next place of `tail`; its id.
+fn queue_row(conn: &Connection, tail: &Tail, m: &NewMessage, now: i64) -> Res<i64> {
+    conn.prepare_cached(INSERT_QUEUED)?.execute(params![
+        m.from,
+        m.to,
+        m.body,
+        m.kind,
+        m.in_reply_to,
+        now,
+        tail.next()
+    ])?;
+    Ok(conn.last_insert_rowid())
 }
 
 /// A queued row at a place in the queue.
@@ -558,16 +563,7 @@ impl Db {
 
     /// Queues a message at the tail of the queue.
     pub fn insert_message(&self, m: &NewMessage, now: i64) -> Res<i64> {
-        self.conn.prepare_cached(INSERT_QUEUED)?.execute(params![
-            m.from,
-            m.to,
-            m.body,
-            m.kind,
-            m.in_reply_to,
-            now,
-            self.tail.next()
-        ])?;
-        Ok(self.conn.last_insert_rowid())
+        queue_row(&self.conn, &self.tail, m, now)
     }
 
     /// `agent` may have an inflight row from now on.
@@ -1079,18 +1075,7 @@ impl Db {
         )?;
         if n == 1 {
             if let Some(m) = notice {
-                tx.execute(
-                    INSERT_QUEUED,
-                    params![
-                        m.from,
-                        m.to,
-                        m.body,
-                        m.kind,
-                        m.in_reply_to,
-                        now,
-                        self.tail.next()
-                    ],
-                )?;
+                queue_row(&tx, &self.tail, m, now)?;
             }
         }
         tx.commit()?;
@@ -1152,19 +1137,7 @@ impl Db {
         let n = tx.execute("DELETE FROM reminders WHERE id = ?1", params![id])?;
         let mut new_id = None;
         if n == 1 {
-            tx.execute(
-                INSERT_QUEUED,
-                params![
-                    msg.from,
-                    msg.to,
-                    msg.body,
-                    msg.kind,
-                    msg.in_reply_to,
-                    now,
-                    self.tail.next()
-                ],
-            )?;
-            new_id = Some(tx.last_insert_rowid());
+            new_id = Some(queue_row(&tx, &self.tail, msg, now)?);
         }
         tx.commit()?;
         Ok(new_id)
@@ -1244,18 +1217,7 @@ impl Db {
             )?,
             None => tx.execute("DELETE FROM scheduled WHERE id = ?1", params![s.id])?,
         };
-        tx.execute(
-            INSERT_QUEUED,
-            params![
-                msg.from,
-                msg.to,
-                msg.body,
-                msg.kind,
-                msg.in_reply_to,
-                now,
-                self.tail.next()
-            ],
-        )?;
+        queue_row(&tx, &self.tail, msg, now)?;
         tx.commit()
     }
 
