@@ -11,7 +11,9 @@ use super::cmd::*;
 use super::text::excerpt;
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
+use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::fmt;
 
 /// A command's own fields break one of its rules.
@@ -256,17 +258,16 @@ impl Request {
 
     /// [`Request::parse`] through a [`Value`], with every error worded.
     fn parse_slowly(line: &str) -> Result<Request, String> {
-        let value = match serde_json::from_str::<Strict>(line) {
-            Ok(Strict(v)) => v,
-            Err(e) => {
-                let msg = shorten_quoted(&e.to_string());
-                return Err(if msg.starts_with(DUPLICATE_KEY) {
-                    format!("bad request: {msg}")
-                } else {
-                    format!("malformed JSON request line: {msg}")
-                });
+        let words = |e: serde_json::Error| {
+            let msg = shorten_quoted(&e.to_string());
+            if msg.starts_with(DUPLICATE_KEY) {
+                format!("bad request: {msg}")
+            } else {
+                format!("malformed JSON request line: {msg}")
             }
         };
+        serde_json::from_str::<NoDupes>(line).map_err(words)?;
+        let value: Value = serde_json::from_str(line).map_err(words)?;
         let Some(obj) = value.as_object() else {
             return Err("request must be a JSON object with a \"cmd\" field".into());
         };
@@ -288,78 +289,10 @@ impl Request {
 
 const DUPLICATE_KEY: &str = "duplicate key";
 
-/// A JSON value read with one rule more than serde_json's: no object may
-/// repeat a key.
-struct Strict(Value);
-
-impl<'de> Deserialize<'de> for Strict {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Strict, D::Error> {
-        d.deserialize_any(StrictVisitor).map(Strict)
-    }
-}
-
-struct StrictVisitor;
-
-impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(v.into())
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(v.into())
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        Strict::deserialize(d).map(|s| s.0)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(Strict(v)) = seq.next_element()? {
-            items.push(v);
-        }
-        Ok(Value::Array(items))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if out.contains_key(&key) {
-                return Err(de::Error::custom(format!(
-                    "{DUPLICATE_KEY} {}; give each field once",
-                    excerpt(&key)
-                )));
-            }
-            let Strict(v) = map.next_value()?;
-            out.insert(key, v);
-        }
-        Ok(Value::Object(out))
-    }
-}
-
-/// Any JSON value in which no object repeats a key, read without keeping
-/// anything: each object's keys are compared with the ones before them
-/// (borrowed from the line when they hold no escapes), its values checked the
-/// same way and dropped.
+/// Any JSON value in which no object repeats a key (JSON parsers disagree on
+/// which one wins), read without keeping anything: each object's keys are
+/// looked up among the ones before them (borrowed from the line when they
+/// hold no escapes), its values checked the same way and dropped.
 struct NoDupes;
 
 impl<'de> Deserialize<'de> for NoDupes {
@@ -405,37 +338,23 @@ impl<'de> Visitor<'de> for NoDupesVisitor {
         Ok(NoDupes)
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NoDupes, A::Error> {
-        let mut keys: Vec<Key<'de>> = Vec::new();
-        while let Some(key) = map.next_key::<Key<'de>>()? {
-            // Keys are compared one by one: an object with many of them is
-            // left to the slow way, which looks them up.
-            if keys.len() >= FAST_KEYS || keys.iter().any(|k| k.text() == key.text()) {
-                return Err(de::Error::custom(DUPLICATE_KEY));
+        let mut keys = BTreeSet::new();
+        while let Some(Key(key)) = map.next_key()? {
+            if keys.contains(&key) {
+                return Err(de::Error::custom(format!(
+                    "{DUPLICATE_KEY} {}; give each field once",
+                    excerpt(&key)
+                )));
             }
-            keys.push(key);
+            keys.insert(key);
             map.next_value::<NoDupes>()?;
         }
         Ok(NoDupes)
     }
 }
 
-/// The most keys of one object [`NoDupes`] compares one by one.
-const FAST_KEYS: usize = 32;
-
 /// An object's key, borrowed from the line unless it held an escape.
-enum Key<'de> {
-    Borrowed(&'de str),
-    Owned(String),
-}
-
-impl Key<'_> {
-    fn text(&self) -> &str {
-        match self {
-            Key::Borrowed(s) => s,
-            Key::Owned(s) => s,
-        }
-    }
-}
+struct Key<'de>(Cow<'de, str>);
 
 impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key<'de>, D::Error> {
@@ -446,10 +365,10 @@ impl<'de> Deserialize<'de> for Key<'de> {
                 f.write_str("an object key")
             }
             fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key::Borrowed(v))
+                Ok(Key(Cow::Borrowed(v)))
             }
             fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key::Owned(v.to_owned()))
+                Ok(Key(Cow::Owned(v.to_owned())))
             }
         }
         d.deserialize_str(KeyVisitor)
