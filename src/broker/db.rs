@@ -574,9 +574,18 @@ impl Db {
         }
     }
 
-    /// A committed write moved `agent`'s inflight row on (there is at most one).
-    fn clear_inflight(&self, agent: &str) {
-        self.inflight.borrow_mut().remove(agent);
+    /// Keeps [`Db::inflight`] true after a committed write moved `moved`
+    /// rows of `agent` from `from` to `to`: into inflight, the agent may
+    /// have one; out of it, its one inflight row moved on.
+    fn moved(&self, agent: &str, from: &MsgState, to: &MsgState, moved: usize) {
+        if moved == 0 || from == to {
+            return;
+        }
+        if *to == MsgState::Inflight {
+            self.mark_inflight(agent);
+        } else if *from == MsgState::Inflight {
+            self.inflight.borrow_mut().remove(agent);
+        }
     }
 
     /// The agent's inflight row, if any (there is at most one; in queue
@@ -690,9 +699,6 @@ impl Db {
         now: i64,
     ) -> Res<bool> {
         let done_at = (*to_state == MsgState::Acked).then_some(now);
-        if *to_state == MsgState::Inflight {
-            self.mark_inflight(recipient);
-        }
         let n = self
             .conn
             .prepare_cached(
@@ -700,9 +706,7 @@ impl Db {
                  WHERE id = ?3 AND recipient = ?4 AND state = ?5",
             )?
             .execute(params![to_state, done_at, id, recipient, from_state])?;
-        if n == 1 && *from_state == MsgState::Inflight && *to_state != MsgState::Inflight {
-            self.clear_inflight(recipient);
-        }
+        self.moved(recipient, from_state, to_state, n);
         Ok(n == 1)
     }
 
@@ -715,9 +719,6 @@ impl Db {
         to_state: &MsgState,
         now: i64,
     ) -> Res<usize> {
-        if *to_state == MsgState::Inflight {
-            self.mark_inflight(recipient);
-        }
         let tx = self.conn.transaction()?;
         let mut n = 0;
         {
@@ -731,9 +732,7 @@ impl Db {
             }
         }
         tx.commit()?;
-        if n > 0 && *from_state == MsgState::Inflight && *to_state != MsgState::Inflight {
-            self.clear_inflight(recipient);
-        }
+        self.moved(recipient, from_state, to_state, n);
         Ok(n)
     }
 
@@ -788,7 +787,7 @@ impl Db {
             }
         }
         tx.commit()?;
-        self.clear_inflight(recipient);
+        self.moved(recipient, &MsgState::Inflight, &MsgState::Queued, 1);
         Ok(true)
     }
 
@@ -816,9 +815,7 @@ impl Db {
             insert_all(&tx, &self.tail, notices, now)?;
         }
         tx.commit()?;
-        if n == 1 {
-            self.clear_inflight(recipient);
-        }
+        self.moved(recipient, &MsgState::Inflight, &MsgState::Failed, n);
         Ok(n == 1)
     }
 
