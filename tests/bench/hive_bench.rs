@@ -173,16 +173,27 @@ impl BrokerProc {
             .spawn()
             .expect("start broker");
         let b = BrokerProc { child, dir };
-        let end = Instant::now() + Duration::from_secs(10);
-        while Client::connect(&b.socket()).is_err() {
-            assert!(Instant::now() < end, "broker did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        connect_within(&b.socket(), "broker");
         b
     }
 
     fn socket(&self) -> PathBuf {
         self.dir.join("r/agents/bench/mcp.sock")
+    }
+}
+
+/// A client of the server `what` just started on `socket`, once it answers
+/// (within 10 s).
+fn connect_within(socket: &Path, what: &str) -> Client {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        match Client::connect(socket) {
+            Ok(c) => return c,
+            Err(_) => {
+                assert!(Instant::now() < end, "{what} did not start");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
     }
 }
 
@@ -285,16 +296,7 @@ fn bench_cycles(a: &Args, durability: &str) {
             .arg(durability)
             .spawn()
             .expect("start cycle-floor");
-        let end = Instant::now() + Duration::from_secs(10);
-        let mut c = loop {
-            match Client::connect(&socket) {
-                Ok(c) => break c,
-                Err(_) => {
-                    assert!(Instant::now() < end, "cycle-floor did not start");
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-        };
+        let mut c = connect_within(&socket, "cycle-floor");
         let rate = cycles_on(&mut c, n);
         let _ = child.kill();
         let _ = child.wait();
@@ -446,9 +448,10 @@ fn start_turn_floor(floor: &Path, b: &BrokerProc, claude: &Path) -> Child {
         .expect("start turn-floor")
 }
 
-/// Waits until the agent's inbox is empty and nothing is inflight.
-fn settle(c: &mut Client) {
-    let end = Instant::now() + Duration::from_secs(120);
+/// Waits until the agent's inbox is empty and nothing is inflight (within
+/// `secs`).
+fn settle(c: &mut Client, secs: u64) {
+    let end = Instant::now() + Duration::from_secs(secs);
     loop {
         let (u, i) = unread_and_inflight(c);
         if u == 0 && !i {
@@ -472,7 +475,7 @@ fn queued_turns(
     let mut harness = start(&b, fake);
     // Boot (`hive serve`'s kick turn) first, so only steady-state turns are timed.
     std::thread::sleep(Duration::from_millis(300));
-    settle(&mut c);
+    settle(&mut c, 120);
     let t = Instant::now();
     for i in 0..n {
         c.call(&Wake {
@@ -483,7 +486,7 @@ fn queued_turns(
         })
         .unwrap();
     }
-    settle(&mut c);
+    settle(&mut c, 120);
     let per_turn = t.elapsed().as_secs_f64() * 1e3 / n as f64;
     let _ = harness.kill();
     let _ = harness.wait();
@@ -827,19 +830,8 @@ fn bench_memory_and_idle_cpu(a: &Args) {
     let fake = fast_fake(&b.dir, None);
     let mut serve = start_serve(a, &b, &fake);
     let mut c = Client::connect(&b.socket()).unwrap();
-    let settle = |c: &mut Client| {
-        let end = Instant::now() + Duration::from_secs(300);
-        loop {
-            let (u, i) = unread_and_inflight(c);
-            if u == 0 && !i {
-                break;
-            }
-            assert!(Instant::now() < end, "turns did not drain");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    };
     std::thread::sleep(Duration::from_millis(500));
-    settle(&mut c);
+    settle(&mut c, 300);
     std::thread::sleep(Duration::from_secs(1));
     let (bp, sp) = (b.child.id(), serve.id());
     let rest = (proc_kb(bp, "VmRSS"), proc_kb(sp, "VmRSS"));
@@ -857,7 +849,7 @@ fn bench_memory_and_idle_cpu(a: &Args) {
         })
         .unwrap();
     }
-    settle(&mut c);
+    settle(&mut c, 300);
     let load = (proc_kb(bp, "VmHWM"), proc_kb(sp, "VmHWM"));
     let after = (proc_kb(bp, "VmRSS"), proc_kb(sp, "VmRSS"));
     let _ = serve.kill();
