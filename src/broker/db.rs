@@ -448,25 +448,23 @@ impl Tail {
     }
 }
 
-/// The last queue place of the rows that can still be handed out (queued,
-/// inflight, held), found through the inbox index: its recipients one seek
-/// at a time, then the last place of each of their live states. An acked row
-/// never returns to a queue, and a dead letter put back takes a new place,
-/// so their places need not be passed.
+/// The last queue place of the rows that can still be handed out, once
+/// opening the store put every inflight and held row back into its queue: the
+/// last queued place of each recipient, found through the inbox index one seek
+/// at a time. An acked row never returns to a queue, and a dead letter put
+/// back takes a new place, so their places need not be passed.
 fn queue_tail(conn: &Connection) -> Res<i64> {
     let mut first = conn.prepare("SELECT MIN(recipient) FROM messages")?;
     let mut after = conn.prepare(
         "SELECT recipient FROM messages WHERE recipient > ?1 ORDER BY recipient LIMIT 1",
     )?;
     let mut last =
-        conn.prepare("SELECT MAX(seq) FROM messages WHERE recipient = ?1 AND state = ?2")?;
+        conn.prepare("SELECT MAX(seq) FROM messages WHERE recipient = ?1 AND state = 'queued'")?;
     let mut tail = 0;
     let mut recipient: Option<String> = first.query_row([], |r| r.get(0))?;
     while let Some(r) = recipient {
-        for state in ["queued", "inflight", "held"] {
-            let seq: Option<i64> = last.query_row(params![r, state], |row| row.get(0))?;
-            tail = tail.max(seq.unwrap_or(0));
-        }
+        let seq: Option<i64> = last.query_row([&r], |row| row.get(0))?;
+        tail = tail.max(seq.unwrap_or(0));
         recipient = after.query_row([&r], |row| row.get(0)).optional()?;
     }
     Ok(tail)
