@@ -6,8 +6,9 @@ mod common;
 use common::hive::*;
 use hyperhive::proto::cmd::{
     AckTurn, Agents, Answer, Ask, CancelLooseEnd, DeadLetter, Failed, FailedReply, GetAgentMeta,
-    GetLooseEnds, Inbox, Questions, Recv, RecvAck, RecvNext, RecvNextReply, Remind, ReportState,
-    RequeueInflight, Retry, Send, SendToParent, SetStatus, Status, StatusReply, Version, Wake,
+    GetLooseEnds, HarnessStarted, Inbox, Questions, Recv, RecvAck, RecvNext, RecvNextReply, Remind,
+    ReportState, RequeueInflight, Retry, Send, SendToParent, SetStatus, Status, StatusReply,
+    Version, Wake,
 };
 use hyperhive::proto::{Attempt, Client, LooseEndKind, Message, MessagesReply, Place, Request};
 use serde_json::Value;
@@ -216,6 +217,46 @@ fn a_harness_killed_mid_turn_gets_its_inflight_row_again() {
     let r = recv_next(&mut a2, 5);
     assert_eq!(r.message.unwrap().id, id);
     assert!(r.redelivered);
+}
+
+fn kick(c: &mut Client) -> i64 {
+    let r = ok(
+        c,
+        HarnessStarted {
+            hyperhive_rev: None,
+        },
+    );
+    r["id"].as_i64().expect("the kick's id")
+}
+
+#[test]
+fn a_harness_killed_during_its_kick_turn_gets_that_kick_and_no_second() {
+    let b = Broker::start(&["ana"]);
+    let mut a = b.agent("ana");
+    let k1 = kick(&mut a);
+    assert_eq!(pop(&mut a).id, k1);
+    let mail = wake(&mut a, "x", "while you were down");
+    drop(a); // the harness dies before its kick turn ends
+    let mut a2 = b.agent("ana");
+    assert_eq!(kick(&mut a2), k1, "the waiting kick is the kick");
+    let r = recv_next(&mut a2, 5);
+    assert_eq!(r.message.as_ref().map(|m| m.id), Some(k1));
+    assert!(r.redelivered);
+    ok(&mut a2, AckTurn { id: k1 });
+    let m = pop(&mut a2);
+    assert_eq!(m.id, mail);
+    ok(&mut a2, AckTurn { id: m.id });
+    assert!(recv_next(&mut a2, 0).message.is_none(), "no second kick");
+    // Started again before its kick was handed out: still one kick.
+    drop(a2);
+    let mut a3 = b.agent("ana");
+    let k2 = kick(&mut a3);
+    assert_ne!(k2, k1, "an acked kick is not the next start's kick");
+    let mut a4 = b.agent("ana");
+    assert_eq!(kick(&mut a4), k2);
+    assert_eq!(pop(&mut a4).id, k2);
+    ok(&mut a4, AckTurn { id: k2 });
+    assert!(recv_next(&mut a4, 0).message.is_none());
 }
 
 #[test]

@@ -7,11 +7,11 @@
 mod common;
 
 use common::hive::{call_raw, ok, refused, run_hive, wait_for, Broker};
-use common::up::Up;
+use common::up::{Launch, Up};
 use hyperhive::proto::cmd::{
     Agents, Approvals, Approve, CancelLooseEnd, CancelScheduled, GetHostJournal, GetLogs,
     GetLooseEnds, Inbox, Kill, ListScheduled, RequestApplyCommit, RequestSpawn, Restart,
-    SchedulePrompt, Send, Start, Supervision, Update,
+    SchedulePrompt, Send, Start, Status, StatusReply, Supervision, Update,
 };
 use hyperhive::proto::{LooseEndKind, Request};
 use std::time::Duration;
@@ -66,6 +66,47 @@ fn a_killed_harness_is_restarted_with_one_kick_and_nothing_lost() {
     assert_eq!(up.prompts_with("kid1", "while you were down"), 1);
     // The others were not touched.
     assert_eq!(up.prompts_with("kid2", KICK), 1);
+}
+
+#[test]
+fn a_harness_killed_during_its_kick_turn_gets_that_kick_and_no_second() {
+    // kid1's first turn (its kick) waits for `go`, so the kill lands mid-turn.
+    let wait_for_go = r#"for _ in $(seq 300); do [ -f "$dir/go" ] && break; sleep 0.1; done
+ok_turn "done""#;
+    let launch = Launch {
+        steps: vec![("kid1".into(), 1, wait_for_go.into())],
+        ..Launch::default()
+    };
+    let up = Up::launch(FLEET, &AGENTS, launch);
+    up.wait_prompt("kid1", KICK, 1);
+    let pid = up.wait_running("kid1");
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    ok(
+        &mut up.host(),
+        Send {
+            to: "kid1".into(),
+            body: "while you were down".into(),
+            in_reply_to: None,
+        },
+    );
+    std::fs::write(up.fake("kid1").dir.join("go"), "").unwrap();
+    wait_for(Duration::from_secs(30), "kid1 to come back", || {
+        let s = up.state("kid1")?;
+        (s.state == "running" && s.pid != Some(pid)).then_some(())
+    });
+    up.wait_prompt("kid1", "while you were down", 1);
+    wait_for(Duration::from_secs(30), "kid1's inbox to drain", || {
+        let s: StatusReply = up.agent("kid1").call(&Status::default()).ok()?;
+        (s.unread == 0 && s.inflight.is_none()).then_some(())
+    });
+    // The kick the dead harness had is handed out again; the new harness's
+    // own start queued no second one.
+    assert_eq!(
+        up.prompts_with("kid1", KICK),
+        2,
+        "the kick once more, no second"
+    );
+    assert_eq!(up.prompts_with("kid1", "while you were down"), 1);
 }
 
 #[test]

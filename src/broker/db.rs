@@ -599,6 +599,18 @@ impl Db {
             .optional()
     }
 
+    /// The id of a system event of `kind` still waiting for `agent`
+    /// (queued, held, or inflight from a harness that died mid-turn).
+    pub fn waiting_event(&self, agent: &str, kind: &MsgKind) -> Res<Option<i64>> {
+        self.conn
+            .prepare_cached(
+                "SELECT id FROM messages WHERE recipient = ?1 AND kind = ?2 \
+                 AND state IN ('queued', 'inflight', 'held') ORDER BY seq, id LIMIT 1",
+            )?
+            .query_row(params![agent, kind.as_str()], |r| r.get(0))
+            .optional()
+    }
+
     /// What `recv_next` hands out, in one transaction: the agent's inflight
     /// row again, else (with `queued_too`) its first queued row made
     /// inflight; either way its attempts go up by one. Returns the row, its

@@ -34,6 +34,9 @@ pub struct Launch {
     pub owner: Option<u32>,
     /// Do not wait for the agents (for a `hive up` expected to refuse to start).
     pub no_wait: bool,
+    /// Fake-claude steps written before `hive up` starts: (agent, invocation,
+    /// script), for a first turn (the kick's) that must behave its own way.
+    pub steps: Vec<(String, usize, String)>,
 }
 
 impl Up {
@@ -96,6 +99,12 @@ impl Up {
             let fake = dir.path().join(format!("fake-{a}"));
             std::fs::create_dir_all(&fake).unwrap();
             text = text.replace(&format!("@FAKE({a})"), &fake.display().to_string());
+        }
+        for (agent, n, script) in &launch.steps {
+            let fake = FakeClaude {
+                dir: dir.path().join(format!("fake-{agent}")),
+            };
+            fake.step(*n, script);
         }
         let shared = dir.path().join("fake-shared");
         std::fs::create_dir_all(&shared).unwrap();

@@ -17,6 +17,7 @@ use crate::proto::cmd::{
     VersionReply,
 };
 use crate::proto::command::Row;
+use crate::proto::ident::Peer;
 use crate::proto::{now, AgentRow, Empty, LooseEndKind, MsgKind, SentReply, PROTOCOL_VERSION};
 
 /// The first message of every harness start.
@@ -62,6 +63,19 @@ impl Hub {
             .insert(conn);
         if let Some(rev) = c.hyperhive_rev {
             self.db.set_rev(agent, &rev).map_err(db_err)?;
+        }
+        // A kick still waiting (queued, or inflight from a harness that died
+        // before its turn ended) already says "you were just (re)started":
+        // the new harness gets that one, not a second.
+        if let Some(id) = self
+            .db
+            .waiting_event(agent, &MsgKind::Kick)
+            .map_err(db_err)?
+        {
+            return Ok(SentReply {
+                id: Some(id),
+                to: Peer::sender(agent),
+            });
         }
         self.tell(agent, MsgKind::Kick, KICK_BODY)
     }
