@@ -18,7 +18,7 @@ use crate::proto::{
 };
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 /// How hard sqlite works to keep a commit.
@@ -395,7 +395,7 @@ pub enum Side {
 
 pub struct Db {
     conn: Connection,
-    tail: Tail,
+    queues: Queues,
     /// The agents that may have an inflight row. Only [`Db::take_next`] makes
     /// a row inflight (and at most one per agent), opening the store puts
     /// every inflight row back, and an agent leaves the set only once a
@@ -406,16 +406,21 @@ pub struct Db {
 
 type Res<T> = rusqlite::Result<T>;
 
-/// Queues `rows` inside transaction `tx`, each at the next place of `tail`.
-fn insert_all(tx: &rusqlite::Transaction, tail: &Tail, rows: &[NewMessage], now: i64) -> Res<()> {
+/// Queues `rows` inside transaction `tx`, each at the next place of the queues.
+fn insert_all(
+    tx: &rusqlite::Transaction,
+    queues: &Queues,
+    rows: &[NewMessage],
+    now: i64,
+) -> Res<()> {
     for m in rows {
-        queue_row(tx, tail, m, now)?;
+        queue_row(tx, queues, m, now)?;
     }
     Ok(())
 }
 
-/// Queues `m` at the next place of `tail`; its id.
-fn queue_row(conn: &Connection, tail: &Tail, m: &NewMessage, now: i64) -> Res<i64> {
+/// Queues `m` at the next place of the queues; its id.
+fn queue_row(conn: &Connection, queues: &Queues, m: &NewMessage, now: i64) -> Res<i64> {
     conn.prepare_cached(INSERT_QUEUED)?.execute(params![
         m.from,
         m.to,
@@ -423,9 +428,13 @@ fn queue_row(conn: &Connection, tail: &Tail, m: &NewMessage, now: i64) -> Res<i6
         m.kind,
         m.in_reply_to,
         now,
-        tail.next()
+        queues.next_place()
     ])?;
-    Ok(conn.last_insert_rowid())
+    let id = conn.last_insert_rowid();
+    // Outside a transaction the row is committed; inside one it may still
+    // roll back, so what is known of its queue is forgotten.
+    queues.queued(m, id, now, conn.is_autocommit());
+    Ok(id)
 }
 
 /// A queued row at a place in the queue.
@@ -433,18 +442,111 @@ const INSERT_QUEUED: &str =
     "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at, seq)
      VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)";
 
-/// The last place in the queue handed out (`seq`), kept by the one
-/// connection that writes `broker.db`: a new row, a row moved behind, a dead
-/// letter put back each take the next one. Seeded at open with the last place
-/// of any row that can still be handed out ([`queue_tail`]); a place taken
-/// by a transaction that rolled back is skipped, never reused out of order.
-struct Tail(Cell<i64>);
+/// What the one connection that writes `broker.db` knows of the queues
+/// without reading them.
+///
+/// The tail: the last place in the queue handed out (`seq`). A new row, a row
+/// moved behind, a dead letter put back each take the next one. Seeded at
+/// open with the last place of any row that can still be handed out
+/// ([`queue_tail`]); a place taken by a transaction that rolled back is
+/// skipped, never reused out of order.
+///
+/// The heads: for some agents, that their queue is empty, or its first
+/// queued row (as [`message_from_row`] would read it, with no hand-out yet)
+/// and how many queued rows are behind it. An agent is known only from a
+/// hand-out that left its queue empty, and stays known only through committed
+/// single-row inserts and hand-outs; every other write that adds, removes or
+/// reorders queued rows forgets it (or every agent), so what is known is
+/// never stale. An agent working through one message at a time is then
+/// handed its next row without a `SELECT`.
+struct Queues {
+    tail: Cell<i64>,
+    heads: RefCell<HashMap<String, Head>>,
+}
 
-impl Tail {
-    fn next(&self) -> i64 {
-        let n = self.0.get().saturating_add(1);
-        self.0.set(n);
+/// The known state of one agent's queue (see [`Queues`]).
+enum Head {
+    Empty,
+    First { message: Message, behind: u64 },
+}
+
+impl Queues {
+    fn new(tail: i64) -> Queues {
+        Queues {
+            tail: Cell::new(tail),
+            heads: RefCell::new(HashMap::new()),
+        }
+    }
+
+    fn next_place(&self) -> i64 {
+        let n = self.tail.get().saturating_add(1);
+        self.tail.set(n);
         n
+    }
+
+    /// Row `id` was queued for `m.to`; `committed` when no transaction can
+    /// take it back.
+    fn queued(&self, m: &NewMessage, id: i64, now: i64, committed: bool) {
+        let mut heads = self.heads.borrow_mut();
+        if !committed {
+            heads.remove(m.to);
+            return;
+        }
+        match heads.get_mut(m.to) {
+            Some(Head::First { behind, .. }) => *behind += 1,
+            Some(h @ Head::Empty) => {
+                *h = Head::First {
+                    message: Message {
+                        id,
+                        from: Peer::sender(m.from.as_str()),
+                        to: Peer::sender(m.to),
+                        body: m.body.to_string(),
+                        kind: MsgKind::parse(m.kind.as_str()),
+                        in_reply_to: m.in_reply_to,
+                        sent_at: now,
+                        transient: false,
+                    },
+                    behind: 0,
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// `agent`'s queue was found empty (after a hand-out, or none to hand out).
+    fn empty(&self, agent: &str) {
+        let mut heads = self.heads.borrow_mut();
+        match heads.get_mut(agent) {
+            Some(h) => *h = Head::Empty,
+            None => {
+                heads.insert(agent.to_string(), Head::Empty);
+            }
+        }
+    }
+
+    /// Takes `agent`'s known first queued row and the count behind it; the
+    /// agent stays known only when nothing is behind it.
+    fn take_first(&self, agent: &str) -> Option<(Message, u64)> {
+        let mut heads = self.heads.borrow_mut();
+        let h = heads.get_mut(agent)?;
+        if matches!(h, Head::Empty) {
+            return None;
+        }
+        let Head::First { message, behind } = std::mem::replace(h, Head::Empty) else {
+            return None;
+        };
+        if behind > 0 {
+            heads.remove(agent);
+        }
+        Some((message, behind))
+    }
+
+    fn forget(&self, agent: &str) {
+        self.heads.borrow_mut().remove(agent);
+    }
+
+    fn forget_all(&self) {
+        self.heads.borrow_mut().clear();
     }
 }
 
@@ -554,14 +656,14 @@ impl Db {
             .map_err(|e| format!("cannot read the queues of {}: {e}", path.display()))?;
         Ok(Db {
             conn,
-            tail: Tail(Cell::new(tail)),
+            queues: Queues::new(tail),
             inflight: RefCell::new(HashSet::new()),
         })
     }
 
     /// Queues a message at the tail of the queue.
     pub fn insert_message(&self, m: &NewMessage, now: i64) -> Res<i64> {
-        queue_row(&self.conn, &self.tail, m, now)
+        queue_row(&self.conn, &self.queues, m, now)
     }
 
     /// `agent` may have an inflight row from now on.
@@ -574,10 +676,14 @@ impl Db {
 
     /// Keeps [`Db::inflight`] true after a committed write moved `moved`
     /// rows of `agent` from `from` to `to`: into inflight, the agent may
-    /// have one; out of it, its one inflight row moved on.
+    /// have one; out of it, its one inflight row moved on. Rows into or out
+    /// of the queue make what [`Queues`] knows of it stale: forgotten.
     fn moved(&self, agent: &str, from: &MsgState, to: &MsgState, moved: usize) {
         if moved == 0 || from == to {
             return;
+        }
+        if *from == MsgState::Queued || *to == MsgState::Queued {
+            self.queues.forget(agent);
         }
         if *to == MsgState::Inflight {
             self.mark_inflight(agent);
@@ -619,6 +725,57 @@ impl Db {
     /// the row).
     pub fn take_next(&self, agent: &str, queued_too: bool) -> Res<(Option<Taken>, u64)> {
         let look_for_inflight = self.inflight.borrow().contains(agent);
+        if queued_too && !look_for_inflight {
+            if let Some(taken) = self.take_known_first(agent)? {
+                return Ok(taken);
+            }
+        }
+        let (taken, queued) = self.read_next(agent, queued_too, look_for_inflight)?;
+        if queued_too && queued == 0 {
+            self.queues.empty(agent);
+        }
+        Ok((taken, queued))
+    }
+
+    /// [`Db::take_next`] of the first queued row when [`Queues`] knows it:
+    /// one `UPDATE` by id, no `SELECT`. None when it is not known (or, which
+    /// would be a bug, the row was not queued after all: then it is
+    /// forgotten, and the queue is read).
+    fn take_known_first(&self, agent: &str) -> Res<Option<(Option<Taken>, u64)>> {
+        let Some((message, behind)) = self.queues.take_first(agent) else {
+            return Ok(None);
+        };
+        self.mark_inflight(agent);
+        let n = self
+            .conn
+            .prepare_cached(
+                "UPDATE messages SET state = 'inflight', attempts = attempts + 1 \
+                 WHERE id = ?1 AND state = 'queued'",
+            )?
+            .execute(params![message.id])?;
+        if n != 1 {
+            log::warn!(
+                "message {} of {agent} was not queued as the broker knew it; reading the queue",
+                message.id
+            );
+            self.queues.forget(agent);
+            return Ok(None);
+        }
+        let taken = Taken {
+            message,
+            attempts: 1,
+            was_inflight: false,
+        };
+        Ok(Some((Some(taken), behind)))
+    }
+
+    /// [`Db::take_next`] by reading the queue.
+    fn read_next(
+        &self,
+        agent: &str,
+        queued_too: bool,
+        look_for_inflight: bool,
+    ) -> Res<(Option<Taken>, u64)> {
         schema::in_transaction(&self.conn, |c| {
             for state in ["inflight", "queued"] {
                 if state == "inflight" && !look_for_inflight {
@@ -793,7 +950,7 @@ impl Db {
             }
             let mut stmt = tx.prepare_cached("UPDATE messages SET seq = ?1 WHERE id = ?2")?;
             for moved in &ids {
-                stmt.execute(params![self.tail.next(), moved])?;
+                stmt.execute(params![self.queues.next_place(), moved])?;
             }
         }
         tx.commit()?;
@@ -822,7 +979,7 @@ impl Db {
             params![error, now, id, recipient, ran],
         )?;
         if n == 1 {
-            insert_all(&tx, &self.tail, notices, now)?;
+            insert_all(&tx, &self.queues, notices, now)?;
         }
         tx.commit()?;
         self.moved(recipient, &MsgState::Inflight, &MsgState::Failed, n);
@@ -854,7 +1011,7 @@ impl Db {
                 now,
                 attempts,
                 error,
-                self.tail.next()
+                self.queues.next_place()
             ],
         )?;
         let id = tx.last_insert_rowid();
@@ -869,7 +1026,7 @@ impl Db {
                 in_reply_to: None,
             })
             .collect();
-        insert_all(&tx, &self.tail, &rows, now)?;
+        insert_all(&tx, &self.queues, &rows, now)?;
         tx.commit()?;
         Ok(id)
     }
@@ -925,11 +1082,13 @@ impl Db {
     /// Puts the dead letter `id` back at the tail of its recipient's queue,
     /// its attempts and last error reset; false when it was not `failed`.
     pub fn retry(&self, id: i64) -> Res<bool> {
+        // Its recipient is not at hand: forget every agent's queue.
+        self.queues.forget_all();
         Ok(self.conn.execute(
             "UPDATE messages SET state = 'queued', attempts = 0, last_error = NULL,
                 done_at = NULL, seq = ?2
              WHERE id = ?1 AND state = 'failed'",
-            params![id, self.tail.next()],
+            params![id, self.queues.next_place()],
         )? == 1)
     }
 
@@ -1082,7 +1241,7 @@ impl Db {
         )?;
         if n == 1 {
             if let Some(m) = notice {
-                queue_row(&tx, &self.tail, m, now)?;
+                queue_row(&tx, &self.queues, m, now)?;
             }
         }
         tx.commit()?;
@@ -1144,7 +1303,7 @@ impl Db {
         let n = tx.execute("DELETE FROM reminders WHERE id = ?1", params![id])?;
         let mut new_id = None;
         if n == 1 {
-            new_id = Some(queue_row(&tx, &self.tail, msg, now)?);
+            new_id = Some(queue_row(&tx, &self.queues, msg, now)?);
         }
         tx.commit()?;
         Ok(new_id)
@@ -1224,7 +1383,7 @@ impl Db {
             )?,
             None => tx.execute("DELETE FROM scheduled WHERE id = ?1", params![s.id])?,
         };
-        queue_row(&tx, &self.tail, msg, now)?;
+        queue_row(&tx, &self.queues, msg, now)?;
         tx.commit()
     }
 
@@ -1596,6 +1755,122 @@ mod tests {
     /// The hand-out looks for an inflight row only for agents that may have
     /// one: a row made inflight any way is handed out again first, and once
     /// it moved on (acked, requeued, dead-lettered) the queue comes next.
+    /// What [`Queues`] knows of `agent`'s queue: None, or the known first
+    /// row's id and the count behind it (0, 0 for a known empty queue).
+    fn known(db: &Db, agent: &str) -> Option<(i64, u64)> {
+        db.queues.heads.borrow().get(agent).map(|h| match h {
+            Head::Empty => (0, 0),
+            Head::First { message, behind } => (message.id, *behind),
+        })
+    }
+
+    #[test]
+    fn a_known_first_row_is_handed_out_as_the_queue_would_hand_it_out() {
+        let fresh = fresh_db("known");
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        assert_eq!(db.take_next("a", true).unwrap(), (None, 0));
+        assert_eq!(known(&db, "a"), Some((0, 0)), "found empty");
+        let remote = Peer::sender("bob@other");
+        let kinds = [
+            MsgKind::Kick,
+            MsgKind::parse("custom_event"),
+            MsgKind::Message,
+        ];
+        let froms = [Peer::System, remote, Peer::Operator];
+        let bodies = ["first \u{1F41D} \"q\"", "", "third"];
+        let mut ids = Vec::new();
+        for i in 0..3 {
+            let m = NewMessage {
+                from: &froms[i],
+                to: "a",
+                body: bodies[i],
+                kind: &kinds[i],
+                in_reply_to: (i == 1).then_some(7),
+            };
+            ids.push(db.insert_message(&m, 100 + i as i64).unwrap());
+        }
+        assert_eq!(known(&db, "a"), Some((ids[0], 2)));
+        // Each row handed out, whether known or read, is the row as stored.
+        for (i, id) in ids.iter().enumerate() {
+            let (t, queued) = db.take_next("a", true).unwrap();
+            let t = t.unwrap();
+            assert_eq!(t.message.id, *id);
+            assert_eq!(queued, 2 - i as u64);
+            assert_eq!((t.attempts, t.was_inflight), (1, false));
+            assert_eq!(Some(t.message.clone()), db.inflight("a").unwrap());
+            assert_eq!(db.attempts(*id).unwrap(), Some(1));
+            assert!(db
+                .transition(*id, "a", &MsgState::Inflight, &MsgState::Acked, 200)
+                .unwrap());
+        }
+        // The last hand-out left the queue known empty again.
+        assert_eq!(known(&db, "a"), Some((0, 0)));
+        let id = db.insert_message(&msg("a", "next"), 300).unwrap();
+        assert_eq!(known(&db, "a"), Some((id, 0)));
+        let (t, queued) = db.take_next("a", true).unwrap();
+        assert_eq!((t.unwrap().message.body, queued), ("next".to_string(), 0));
+    }
+
+    #[test]
+    fn what_is_known_of_a_queue_is_forgotten_by_every_other_write() {
+        let fresh = fresh_db("forget");
+        let mut db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        let body = |db: &Db| {
+            let (t, _) = db.take_next("a", true).unwrap();
+            t.map(|t| t.message.body)
+        };
+        assert_eq!(body(&db), None);
+        let first = db.insert_message(&msg("a", "1"), 1).unwrap();
+        assert_eq!(body(&db).as_deref(), Some("1"));
+        db.insert_message(&msg("a", "2"), 1).unwrap();
+        assert!(known(&db, "a").is_some());
+        // The inflight row put back at the head goes before the known row.
+        assert!(db.requeue(first, "a", false, false, None).unwrap());
+        assert_eq!(known(&db, "a"), None);
+        assert_eq!(body(&db).as_deref(), Some("1"));
+        assert!(db
+            .transition(first, "a", &MsgState::Inflight, &MsgState::Acked, 2)
+            .unwrap());
+        let (t, _) = db.take_next("a", true).unwrap();
+        let second = t.unwrap().message;
+        assert_eq!((second.body.as_str(), known(&db, "a")), ("2", Some((0, 0))));
+        assert!(db
+            .transition(second.id, "a", &MsgState::Inflight, &MsgState::Acked, 2)
+            .unwrap());
+        // Drained by the MCP tool (held), the known row is not handed out.
+        let held = db.insert_message(&msg("a", "3"), 1).unwrap();
+        assert!(known(&db, "a").is_some());
+        let moved = db
+            .transition_many(&[held], "a", &MsgState::Queued, &MsgState::Held, 3)
+            .unwrap();
+        assert_eq!(moved, 1);
+        assert_eq!(known(&db, "a"), None);
+        assert_eq!(db.take_next("a", false).unwrap().0, None);
+        // A row inserted in a transaction that rolls back is never handed out.
+        assert_eq!(
+            db.take_next("a", true).unwrap().0.map(|t| t.message.id),
+            None
+        );
+        assert_eq!(known(&db, "a"), Some((0, 0)));
+        {
+            let batch = db.batch().unwrap();
+            batch.insert_message(&msg("a", "rolled back"), 4).unwrap();
+            assert_eq!(known(&db, "a"), None);
+        }
+        assert_eq!(body(&db), None);
+        // A dead letter put back (its recipient not at hand) forgets them all.
+        db.insert_message(&msg("a", "4"), 5).unwrap();
+        let (t, _) = db.take_next("a", true).unwrap();
+        let dead = t.unwrap().message.id;
+        assert!(db.dead_letter(dead, "a", "gave up", true, 6, &[]).unwrap());
+        assert_eq!(body(&db), None);
+        db.insert_message(&msg("a", "5"), 7).unwrap();
+        assert!(known(&db, "a").is_some());
+        assert!(db.retry(dead).unwrap());
+        assert_eq!(known(&db, "a"), None);
+        assert_eq!(body(&db).as_deref(), Some("5"));
+    }
+
     #[test]
     fn an_inflight_row_is_handed_out_again_until_it_moves_on() {
         let fresh = fresh_db("inflight");

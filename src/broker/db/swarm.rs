@@ -236,6 +236,8 @@ impl Db {
             )?;
         }
         tx.commit()?;
+        // A queued row may have left its queue.
+        self.queues.forget_all();
         Ok(Some(row))
     }
 
