@@ -16,7 +16,7 @@ use crate::proto::{
     Approval, ApprovalKind, ApprovalState, FailedMessage, Message, MsgKind, MsgState, Peer,
     Question, Reminder, RunningTask, Scheduled,
 };
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{params, Connection, OptionalExtension, Row, Statement};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -386,6 +386,65 @@ pub struct NewMessage<'a> {
     pub in_reply_to: Option<i64>,
 }
 
+/// The hub's view of the store: every [`Db`] method, with the statements on
+/// every message's path (queue a row, hand out a known first row, move a row
+/// between states) prepared once and held here for the life of the hub.
+/// rusqlite's statement cache would hash and compare their SQL text on every
+/// use and again when the statement goes back (about 3 k instructions each).
+/// It borrows the `Db`, so the hub that owns it lives in the frame of the
+/// thread that opened it.
+pub struct Store<'c> {
+    db: &'c Db,
+    insert: RefCell<Statement<'c>>,
+    hand_out: RefCell<Statement<'c>>,
+    transition: RefCell<Statement<'c>>,
+}
+
+impl std::ops::Deref for Store<'_> {
+    type Target = Db;
+    fn deref(&self) -> &Db {
+        self.db
+    }
+}
+
+impl<'c> Store<'c> {
+    pub fn new(db: &'c Db) -> Res<Store<'c>> {
+        let prepare = |sql| db.conn.prepare(sql).map(RefCell::new);
+        Ok(Store {
+            db,
+            insert: prepare(INSERT_QUEUED)?,
+            hand_out: prepare(HAND_OUT_KNOWN)?,
+            transition: prepare(TRANSITION)?,
+        })
+    }
+
+    /// [`Db::insert_message`].
+    pub fn insert_message(&self, m: &NewMessage, now: i64) -> Res<i64> {
+        let held = &mut *self.insert.borrow_mut();
+        queue_row_by(&self.db.conn, Some(held), &self.db.queues, m, now)
+    }
+
+    /// [`Db::take_next`].
+    pub fn take_next(&self, agent: &str, queued_too: bool) -> Res<(Option<Taken>, u64)> {
+        let held = &mut *self.hand_out.borrow_mut();
+        self.db.take_next_by(Some(held), agent, queued_too)
+    }
+
+    /// [`Db::transition`].
+    pub fn transition(
+        &self,
+        id: i64,
+        recipient: &str,
+        from_state: &MsgState,
+        to_state: &MsgState,
+        now: i64,
+    ) -> Res<bool> {
+        let held = &mut *self.transition.borrow_mut();
+        self.db
+            .transition_by(Some(held), id, recipient, from_state, to_state, now)
+    }
+}
+
 /// Which side of a question an agent is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -421,7 +480,18 @@ fn insert_all(
 
 /// Queues `m` at the next place of the queues; its id.
 fn queue_row(conn: &Connection, queues: &Queues, m: &NewMessage, now: i64) -> Res<i64> {
-    conn.prepare_cached(INSERT_QUEUED)?.execute(params![
+    queue_row_by(conn, None, queues, m, now)
+}
+
+/// [`queue_row`], through the statement `held` when the hub holds it.
+fn queue_row_by(
+    conn: &Connection,
+    held: Option<&mut Statement>,
+    queues: &Queues,
+    m: &NewMessage,
+    now: i64,
+) -> Res<i64> {
+    let p = params![
         m.from,
         m.to,
         m.body,
@@ -429,13 +499,36 @@ fn queue_row(conn: &Connection, queues: &Queues, m: &NewMessage, now: i64) -> Re
         m.in_reply_to,
         now,
         queues.next_place()
-    ])?;
+    ];
+    execute(conn, held, INSERT_QUEUED, p)?;
     let id = conn.last_insert_rowid();
     // Outside a transaction the row is committed; inside one it may still
     // roll back, so what is known of its queue is forgotten.
     queues.queued(m, id, now, conn.is_autocommit());
     Ok(id)
 }
+
+/// Runs `sql` with `p`: through `held` when the hub holds it prepared
+/// ([`Store`]), else through rusqlite's statement cache.
+fn execute<P: rusqlite::Params>(
+    conn: &Connection,
+    held: Option<&mut Statement>,
+    sql: &str,
+    p: P,
+) -> Res<usize> {
+    match held {
+        Some(stmt) => stmt.execute(p),
+        None => conn.prepare_cached(sql)?.execute(p),
+    }
+}
+
+/// The first queued row, known to [`Queues`], handed out.
+const HAND_OUT_KNOWN: &str = "UPDATE messages SET state = 'inflight', attempts = attempts + 1 \
+     WHERE id = ?1 AND state = 'queued'";
+
+/// One row moved between states (an ack, a hold, a release).
+const TRANSITION: &str = "UPDATE messages SET state = ?1, done_at = ?2 \
+     WHERE id = ?3 AND recipient = ?4 AND state = ?5";
 
 /// A queued row at a place in the queue.
 const INSERT_QUEUED: &str =
@@ -724,9 +817,19 @@ impl Db {
     /// and the count of queued rows after it (read by the same statement as
     /// the row).
     pub fn take_next(&self, agent: &str, queued_too: bool) -> Res<(Option<Taken>, u64)> {
+        self.take_next_by(None, agent, queued_too)
+    }
+
+    /// [`Db::take_next`], through the statement `held` when the hub holds it.
+    fn take_next_by(
+        &self,
+        held: Option<&mut Statement>,
+        agent: &str,
+        queued_too: bool,
+    ) -> Res<(Option<Taken>, u64)> {
         let look_for_inflight = self.inflight.borrow().contains(agent);
         if queued_too && !look_for_inflight {
-            if let Some(taken) = self.take_known_first(agent)? {
+            if let Some(taken) = self.take_known_first(held, agent)? {
                 return Ok(taken);
             }
         }
@@ -741,18 +844,16 @@ impl Db {
     /// one `UPDATE` by id, no `SELECT`. None when it is not known (or, which
     /// would be a bug, the row was not queued after all: then it is
     /// forgotten, and the queue is read).
-    fn take_known_first(&self, agent: &str) -> Res<Option<(Option<Taken>, u64)>> {
+    fn take_known_first(
+        &self,
+        held: Option<&mut Statement>,
+        agent: &str,
+    ) -> Res<Option<(Option<Taken>, u64)>> {
         let Some((message, behind)) = self.queues.take_first(agent) else {
             return Ok(None);
         };
         self.mark_inflight(agent);
-        let n = self
-            .conn
-            .prepare_cached(
-                "UPDATE messages SET state = 'inflight', attempts = attempts + 1 \
-                 WHERE id = ?1 AND state = 'queued'",
-            )?
-            .execute(params![message.id])?;
+        let n = execute(&self.conn, held, HAND_OUT_KNOWN, params![message.id])?;
         if n != 1 {
             log::warn!(
                 "message {} of {agent} was not queued as the broker knew it; reading the queue",
@@ -865,35 +966,40 @@ impl Db {
         to_state: &MsgState,
         now: i64,
     ) -> Res<bool> {
+        self.transition_by(None, id, recipient, from_state, to_state, now)
+    }
+
+    /// [`Db::transition`], through the statement `held` when the hub holds it.
+    fn transition_by(
+        &self,
+        held: Option<&mut Statement>,
+        id: i64,
+        recipient: &str,
+        from_state: &MsgState,
+        to_state: &MsgState,
+        now: i64,
+    ) -> Res<bool> {
         let done_at = (*to_state == MsgState::Acked).then_some(now);
-        let n = self
-            .conn
-            .prepare_cached(
-                "UPDATE messages SET state = ?1, done_at = ?2
-                 WHERE id = ?3 AND recipient = ?4 AND state = ?5",
-            )?
-            .execute(params![to_state, done_at, id, recipient, from_state])?;
+        let p = params![to_state, done_at, id, recipient, from_state];
+        let n = execute(&self.conn, held, TRANSITION, p)?;
         self.moved(recipient, from_state, to_state, n);
         Ok(n == 1)
     }
 
     /// Moves several rows between states in one transaction.
     pub fn transition_many(
-        &mut self,
+        &self,
         ids: &[i64],
         recipient: &str,
         from_state: &MsgState,
         to_state: &MsgState,
         now: i64,
     ) -> Res<usize> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.unchecked_transaction()?;
         let mut n = 0;
         {
             let done_at = (*to_state == MsgState::Acked).then_some(now);
-            let mut stmt = tx.prepare_cached(
-                "UPDATE messages SET state = ?1, done_at = ?2
-                 WHERE id = ?3 AND recipient = ?4 AND state = ?5",
-            )?;
+            let mut stmt = tx.prepare_cached(TRANSITION)?;
             for id in ids {
                 n += stmt.execute(params![to_state, done_at, id, recipient, from_state])?;
             }
@@ -910,14 +1016,14 @@ impl Db {
     /// goes first; otherwise it keeps its place at the head. False when it was
     /// not inflight.
     pub fn requeue(
-        &mut self,
+        &self,
         id: i64,
         recipient: &str,
         counted: bool,
         behind: bool,
         error: Option<&str>,
     ) -> Res<bool> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.unchecked_transaction()?;
         let found: Option<(String, i64)> = tx
             .query_row(
                 "SELECT sender, seq FROM messages WHERE id = ?1 AND recipient = ?2
@@ -963,7 +1069,7 @@ impl Db {
     /// it `ran`), and `notices` queued, in one transaction. False (and nothing
     /// queued) when it was not inflight, so the notices go out once.
     pub fn dead_letter(
-        &mut self,
+        &self,
         id: i64,
         recipient: &str,
         error: &str,
@@ -971,7 +1077,7 @@ impl Db {
         now: i64,
         notices: &[NewMessage],
     ) -> Res<bool> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.unchecked_transaction()?;
         let n = tx.execute(
             "UPDATE messages SET state = 'failed', last_error = ?1, done_at = ?2,
                 attempts = CASE WHEN ?5 THEN attempts ELSE MAX(attempts - 1, 0) END
@@ -990,14 +1096,14 @@ impl Db {
     /// own, with `notices` (built for its new id by `notices`), in one
     /// transaction; returns the new id.
     pub fn insert_dead_letter(
-        &mut self,
+        &self,
         m: &NewMessage,
         attempts: u32,
         error: &str,
         now: i64,
         notices: impl FnOnce(i64) -> Vec<(Peer, String, String)>,
     ) -> Res<i64> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.unchecked_transaction()?;
         tx.execute(
             "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at,
                 done_at, attempts, last_error, seq)
@@ -1226,14 +1332,14 @@ impl Db {
 
     /// Records an answer and queues the notice for `notify` in one transaction.
     pub fn close_question(
-        &mut self,
+        &self,
         id: i64,
         answer: &str,
         by: &Peer,
         now: i64,
         notice: Option<&NewMessage>,
     ) -> Res<bool> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.unchecked_transaction()?;
         let n = tx.execute(
             "UPDATE questions SET answer = ?1, answered_by = ?2, answered_at = ?3
              WHERE id = ?4 AND answer IS NULL",
@@ -1298,8 +1404,8 @@ impl Db {
     }
 
     /// Turns a due reminder into an inbox message, atomically.
-    pub fn fire_reminder(&mut self, id: i64, msg: &NewMessage, now: i64) -> Res<Option<i64>> {
-        let tx = self.conn.transaction()?;
+    pub fn fire_reminder(&self, id: i64, msg: &NewMessage, now: i64) -> Res<Option<i64>> {
+        let tx = self.conn.unchecked_transaction()?;
         let n = tx.execute("DELETE FROM reminders WHERE id = ?1", params![id])?;
         let mut new_id = None;
         if n == 1 {
@@ -1369,13 +1475,13 @@ impl Db {
     /// Delivers a due scheduled prompt and moves it on (or deletes a one-shot),
     /// atomically.
     pub fn fire_scheduled(
-        &mut self,
+        &self,
         s: &Scheduled,
         next: Option<i64>,
         msg: &NewMessage,
         now: i64,
     ) -> Res<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.unchecked_transaction()?;
         match next {
             Some(at) => tx.execute(
                 "UPDATE scheduled SET fire_at = ?1 WHERE id = ?2",
@@ -1448,8 +1554,8 @@ impl Db {
 
 impl Db {
     /// Replaces the running bash tasks of `agent` with `tasks`.
-    pub fn set_tasks(&mut self, agent: &str, tasks: &[RunningTask]) -> Res<()> {
-        let tx = self.conn.transaction()?;
+    pub fn set_tasks(&self, agent: &str, tasks: &[RunningTask]) -> Res<()> {
+        let tx = self.conn.unchecked_transaction()?;
         tx.execute("DELETE FROM running_tasks WHERE agent = ?1", params![agent])?;
         {
             let mut stmt = tx.prepare_cached(
@@ -1693,7 +1799,7 @@ mod tests {
     #[test]
     fn a_failure_of_its_own_goes_behind_other_senders_with_its_own_later_mail() {
         let fresh = fresh_db("seq");
-        let mut db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
         let bob = Peer::Agent("bob".into());
         let from = |p: &'static Peer, body: &'static str| NewMessage {
             from: p,
@@ -1814,7 +1920,7 @@ mod tests {
     #[test]
     fn what_is_known_of_a_queue_is_forgotten_by_every_other_write() {
         let fresh = fresh_db("forget");
-        let mut db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
         let body = |db: &Db| {
             let (t, _) = db.take_next("a", true).unwrap();
             t.map(|t| t.message.body)
@@ -1874,7 +1980,7 @@ mod tests {
     #[test]
     fn an_inflight_row_is_handed_out_again_until_it_moves_on() {
         let fresh = fresh_db("inflight");
-        let mut db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
         static SYS: Peer = Peer::System;
         let new = |body: &'static str| NewMessage {
             from: &SYS,

@@ -22,7 +22,7 @@ use crate::config::HiveConfig;
 use accept::ConnLimits;
 use bind::{bind, create_dir};
 use crossbeam_channel::Sender;
-use db::{Db, Durability};
+use db::{Db, Durability, Store};
 use hub::{Hub, HubMsg, HubSettings, HubTx, Identity};
 use sockets::{Listening, Loop};
 use std::os::unix::fs::PermissionsExt;
@@ -207,28 +207,50 @@ pub fn start(
     }
     let (hub_tx, hub_rx) =
         hub::channel().map_err(|e| format!("cannot make the hub's wake-up socket: {e}"))?;
-    let hub = Hub::new(
-        db,
-        cfg,
-        HubSettings {
-            state_dir: args.state_dir.clone(),
-            hyperhive_rev: crate::proto::HYPERHIVE_REV.into(),
-            max_pending_timers,
-            lifecycle: deps.lifecycle,
-            supervisor_timeout: SUPERVISOR_TIMEOUT,
-            config_path: deps.config_path,
-            logs: deps.logs,
-            run_dir: Some(args.run_dir.clone()),
-        },
-    );
-    let mut serve = Loop::new(hub, hub_rx, hub_tx.clone(), limits);
-    for l in listening {
-        serve.listen(l)?;
-    }
+    let settings = HubSettings {
+        state_dir: args.state_dir.clone(),
+        hyperhive_rev: crate::proto::HYPERHIVE_REV.into(),
+        max_pending_timers,
+        lifecycle: deps.lifecycle,
+        supervisor_timeout: SUPERVISOR_TIMEOUT,
+        config_path: deps.config_path,
+        logs: deps.logs,
+        run_dir: Some(args.run_dir.clone()),
+    };
+    // The hub holds statements that borrow the store, so both live in the
+    // frame of the hub thread; it says whether it could start before it
+    // serves.
+    let (started_tx, started_rx) = crossbeam_channel::bounded::<Result<(), String>>(1);
+    let loop_tx = hub_tx.clone();
     let hub_thread = std::thread::Builder::new()
         .name("hub".into())
-        .spawn(move || serve.run())
+        .spawn(move || {
+            let store = match Store::new(&db) {
+                Ok(store) => store,
+                Err(e) => {
+                    let _ = started_tx.send(Err(format!("cannot prepare the message store: {e}")));
+                    return;
+                }
+            };
+            let hub = Hub::new(store, cfg, settings);
+            let mut serve = Loop::new(hub, hub_rx, loop_tx, limits);
+            for l in listening {
+                if let Err(e) = serve.listen(l) {
+                    let _ = started_tx.send(Err(e));
+                    return;
+                }
+            }
+            let _ = started_tx.send(Ok(()));
+            serve.run()
+        })
         .map_err(|e| format!("cannot start the hub thread: {e}"))?;
+    let started = started_rx
+        .recv()
+        .unwrap_or_else(|_| Err("the hub thread ended before it started serving".into()));
+    if let Err(e) = started {
+        let _ = hub_thread.join();
+        return Err(e);
+    }
     let handle = BrokerHandle {
         hub_tx,
         hub_thread: Some(hub_thread),

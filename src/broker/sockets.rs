@@ -186,8 +186,8 @@ enum Target {
 }
 
 /// The hub and its sockets, run by [`Loop::run`] on the hub's thread.
-pub struct Loop {
-    hub: Hub,
+pub struct Loop<'c> {
+    hub: Hub<'c>,
     rx: HubRx,
     /// For offloaded jobs: their follow-ups and answers.
     tx: HubTx,
@@ -206,8 +206,8 @@ pub struct Loop {
     backlog: Vec<ConnId>,
 }
 
-impl Loop {
-    pub fn new(hub: Hub, rx: HubRx, tx: HubTx, limits: ConnLimits) -> Loop {
+impl<'c> Loop<'c> {
+    pub fn new(hub: Hub<'c>, rx: HubRx, tx: HubTx, limits: ConnLimits) -> Loop<'c> {
         Loop {
             hub,
             rx,
@@ -785,7 +785,7 @@ impl Loop {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::db::{Db, Durability};
+    use crate::broker::db::{Db, Durability, Store};
     use crate::broker::hub::{channel, HubSettings};
     use crate::config::HiveConfig;
     use std::io::{BufRead, BufReader};
@@ -806,25 +806,30 @@ mod tests {
             std::fs::create_dir_all(&dir).unwrap();
             let db = Db::open(&dir.join("broker.db"), Durability::Normal).unwrap();
             let cfg = HiveConfig::parse(r#"{"agents":[{"name":"ana"}]}"#).unwrap();
-            let hub = Hub::new(db, cfg, HubSettings::for_tests(&dir));
             let (tx, rx) = channel().unwrap();
             let limits = ConnLimits::new(1024, 1, 8, Duration::from_secs(60));
-            let mut serve = Loop::new(hub, rx, tx.clone(), limits);
+            let mut listening = Vec::new();
             for (name, who) in [
                 ("ana.sock", Identity::Agent("ana".into())),
                 ("host.sock", Identity::Operator),
             ] {
                 let path = dir.join(name);
                 let listener = UnixListener::bind(&path).unwrap();
-                serve
-                    .listen(Listening {
-                        listener,
-                        who,
-                        path,
-                    })
-                    .unwrap();
+                listening.push(Listening {
+                    listener,
+                    who,
+                    path,
+                });
             }
-            let thread = std::thread::spawn(move || serve.run());
+            let (loop_tx, settings) = (tx.clone(), HubSettings::for_tests(&dir));
+            let thread = std::thread::spawn(move || {
+                let hub = Hub::new(Store::new(&db).unwrap(), cfg, settings);
+                let mut serve = Loop::new(hub, rx, loop_tx, limits);
+                for l in listening {
+                    serve.listen(l).unwrap();
+                }
+                serve.run()
+            });
             Served {
                 dir,
                 tx,

@@ -24,7 +24,7 @@ use crate::proto::{now, AgentRow, Empty, LooseEndKind, MsgKind, SentReply, PROTO
 pub const KICK_BODY: &str = "You were just (re)started. Check your state dir for your notes; \
 your --continue session is intact.";
 
-impl Hub {
+impl Hub<'_> {
     pub(super) fn hello(&self, who: &Identity, c: Hello) -> Result<HelloReply, String> {
         if let Some(v) = c.version.filter(|v| *v != PROTOCOL_VERSION) {
             return Err(format!(

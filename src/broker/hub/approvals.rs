@@ -58,7 +58,7 @@ pub(super) fn follow<R: serde::de::DeserializeOwned>(
     relay(follow_up(hub, who, followup))
 }
 
-impl Hub {
+impl Hub<'_> {
     /// The fleet config with `patch` merged into `agent`'s entry, validated.
     pub(super) fn patched(
         &self,

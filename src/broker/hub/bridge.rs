@@ -81,7 +81,7 @@ enum Fate {
     Ignored(String),
 }
 
-impl Hub {
+impl Hub<'_> {
     /// This hive's name and `matrix` section, when it is in a swarm.
     fn swarm(&self) -> Option<(&str, &MatrixConfig)> {
         Some((self.cfg.hive_name.as_deref()?, self.cfg.matrix.as_ref()?))

@@ -141,7 +141,7 @@ impl Standing {
     }
 }
 
-impl Hub {
+impl Hub<'_> {
     /// The standing of `agent`'s budget, or of the hive's (`None`); `None`
     /// without a budget.
     fn standing(&self, agent: Option<&str>, t: i64) -> Result<Option<Standing>, String> {

@@ -13,7 +13,7 @@ use std::time::Duration;
 /// How long `journalctl` may run.
 const JOURNAL_TIMEOUT: Duration = Duration::from_secs(10);
 
-impl Hub {
+impl Hub<'_> {
     pub(super) fn get_logs(&mut self, caller: &str, c: GetLogs) -> Handled<TextReply> {
         let target = c.agent.unwrap_or_else(|| caller.to_string());
         self.check_agent(&target)?;

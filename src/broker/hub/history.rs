@@ -30,7 +30,7 @@ fn ask<T>(
         .map_err(|_| format!("the supervisor did not answer in {}", fmt_wait(timeout)))?
 }
 
-impl Hub {
+impl Hub<'_> {
     pub(super) fn search(&mut self, c: Search) -> Handled<SearchReply> {
         if let Some(a) = &c.agent {
             self.check_agent(a)?;

@@ -35,7 +35,7 @@ use std::collections::VecDeque;
 /// Most rows one `inbox` answer looks at.
 const INBOX_ROWS: u32 = 1000;
 
-impl Hub {
+impl Hub<'_> {
     /// Stores a message and wakes whoever waits for the recipient.
     pub(super) fn deliver(
         &mut self,

@@ -72,7 +72,7 @@ pub(super) fn ask_supervisor(
     }
 }
 
-impl Hub {
+impl Hub<'_> {
     /// Work that asks the supervisor on the caller's thread.
     pub(super) fn supervisor_work(
         &self,

@@ -49,7 +49,7 @@ mod timers;
 #[cfg(test)]
 mod tests;
 
-use super::db::Db;
+use super::db::Store;
 use super::lifecycle::{LifecycleCmd, LogTail};
 use crate::config::HiveConfig;
 use crate::proto::access::{Access, Caller};
@@ -334,8 +334,8 @@ enum Held {
     Transient(Message),
 }
 
-pub struct Hub {
-    db: Db,
+pub struct Hub<'c> {
+    db: Store<'c>,
     cfg: HiveConfig,
     settings: HubSettings,
     /// The parked connections, by what they wait for (an agent's name,
@@ -397,8 +397,8 @@ fn fmt_wait(d: Duration) -> String {
     }
 }
 
-impl Hub {
-    pub fn new(db: Db, cfg: HiveConfig, settings: HubSettings) -> Hub {
+impl<'c> Hub<'c> {
+    pub fn new(db: Store<'c>, cfg: HiveConfig, settings: HubSettings) -> Hub<'c> {
         Hub {
             db,
             cfg,

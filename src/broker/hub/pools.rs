@@ -86,7 +86,7 @@ pub fn clock(until: i64, now: i64) -> String {
     format!("{:02}:{:02} UTC (in {span})", day / 3600, day % 3600 / 60)
 }
 
-impl Hub {
+impl Hub<'_> {
     /// Loads the pools and pauses kept in the store, once.
     fn pools_loaded(&mut self) {
         if self.pools.loaded {
@@ -430,7 +430,7 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::{clock, Hub, STAGGER_SECS};
-    use crate::broker::db::{Db, Durability};
+    use crate::broker::db::{Db, Durability, Store};
     use crate::broker::hub::HubSettings;
     use crate::config::HiveConfig;
     use crate::proto::cmd::{ReportPool, ReportUsageLimit};
@@ -455,7 +455,8 @@ mod tests {
             r#"{"agents":[{"name":"ana"},{"name":"bob"},{"name":"cat"},{"name":"dan","account":"x"}]}"#,
         )
         .unwrap();
-        let mut hub = Hub::new(db, cfg, HubSettings::for_tests(&dir));
+        let store = Store::new(&db).unwrap();
+        let mut hub = Hub::new(store, cfg, HubSettings::for_tests(&dir));
         for a in ["ana", "bob", "cat"] {
             hub.report_pool(a, uuid()).unwrap();
         }

@@ -12,7 +12,7 @@ use crate::proto::cmd::{Answer, Ask, CancelQuestion, QuestionsReply};
 use crate::proto::ident::Peer;
 use crate::proto::{now, Empty, IdReply, MsgKind, Question};
 
-impl Hub {
+impl Hub<'_> {
     pub(super) fn ask(&mut self, asker: &str, c: Ask) -> Result<IdReply, String> {
         let to = c.to.as_deref().unwrap_or("operator");
         let to = self.cfg.own_name(to).unwrap_or(to).to_string();

@@ -6,7 +6,7 @@
 //! integration tests' (`tests/broker*.rs`).
 
 use super::*;
-use crate::broker::db::{Db, Durability};
+use crate::broker::db::{Db, Durability, Store};
 use crate::proto::lines::err_line;
 use crossbeam_channel::{after, bounded, never, select, unbounded, Receiver};
 use std::path::PathBuf;
@@ -114,18 +114,17 @@ impl Mem {
         let dir = temp_dir();
         let db = Db::open(&dir.join("broker.db"), Durability::Normal).unwrap();
         let cfg = HiveConfig::parse(config).unwrap();
-        let hub = Hub::new(
-            db,
-            cfg,
-            HubSettings {
-                lifecycle,
-                supervisor_timeout: timeout,
-                ..HubSettings::for_tests(&dir)
-            },
-        );
+        let settings = HubSettings {
+            lifecycle,
+            supervisor_timeout: timeout,
+            ..HubSettings::for_tests(&dir)
+        };
         let (tx, rx) = channel().unwrap();
         let (calls, calls_rx) = unbounded();
-        let thread = std::thread::spawn(move || drive(hub, rx, calls_rx));
+        let thread = std::thread::spawn(move || {
+            let hub = Hub::new(Store::new(&db).unwrap(), cfg, settings);
+            drive(hub, rx, calls_rx)
+        });
         Mem {
             tx,
             calls,

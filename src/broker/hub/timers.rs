@@ -15,7 +15,7 @@ use crate::proto::cmd::{
 use crate::proto::ident::Peer;
 use crate::proto::{now, Empty, MsgKind};
 
-impl Hub {
+impl Hub<'_> {
     /// Re-reads when the next timer is due; called whenever reminders,
     /// scheduled prompts or questions change.
     pub(super) fn recompute_due(&mut self) {
