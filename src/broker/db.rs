@@ -617,21 +617,19 @@ impl Queues {
         }
     }
 
-    /// Takes `agent`'s known first queued row and the count behind it; the
-    /// agent stays known only when nothing is behind it.
-    fn take_first(&self, agent: &str) -> Option<(Message, u64)> {
+    /// Takes `agent`'s known first queued row and the count behind it
+    /// (`Some(None)`: its queue is known to be empty; None: not known). The
+    /// agent stays known only when nothing is behind the row taken.
+    fn take_first(&self, agent: &str) -> Option<Option<(Message, u64)>> {
         let mut heads = self.heads.borrow_mut();
         let h = heads.get_mut(agent)?;
-        if matches!(h, Head::Empty) {
-            return None;
-        }
         let Head::First { message, behind } = std::mem::replace(h, Head::Empty) else {
-            return None;
+            return Some(None);
         };
         if behind > 0 {
             heads.remove(agent);
         }
-        Some((message, behind))
+        Some(Some((message, behind)))
     }
 
     fn forget(&self, agent: &str) {
@@ -840,17 +838,20 @@ impl Db {
         Ok((taken, queued))
     }
 
-    /// [`Db::take_next`] of the first queued row when [`Queues`] knows it:
-    /// one `UPDATE` by id, no `SELECT`. None when it is not known (or, which
-    /// would be a bug, the row was not queued after all: then it is
-    /// forgotten, and the queue is read).
+    /// [`Db::take_next`] when [`Queues`] knows the queue: nothing for a
+    /// queue known to be empty (a harness's long-poll after its ack), its
+    /// first row by one `UPDATE` by id, no `SELECT`. None when it is not known
+    /// (or, which would be a bug, the row was not queued after all: then it
+    /// is forgotten, and the queue is read).
     fn take_known_first(
         &self,
         held: Option<&mut Statement>,
         agent: &str,
     ) -> Res<Option<(Option<Taken>, u64)>> {
-        let Some((message, behind)) = self.queues.take_first(agent) else {
-            return Ok(None);
+        let (message, behind) = match self.queues.take_first(agent) {
+            None => return Ok(None),
+            Some(None) => return Ok(Some((None, 0))),
+            Some(Some(first)) => first,
         };
         self.mark_inflight(agent);
         let n = execute(&self.conn, held, HAND_OUT_KNOWN, params![message.id])?;
@@ -1876,6 +1877,9 @@ mod tests {
         let db = Db::open(&fresh.path, Durability::Normal).unwrap();
         assert_eq!(db.take_next("a", true).unwrap(), (None, 0));
         assert_eq!(known(&db, "a"), Some((0, 0)), "found empty");
+        // A long-poll on a queue known to be empty reads nothing.
+        assert_eq!(db.take_next("a", true).unwrap(), (None, 0));
+        assert_eq!(known(&db, "a"), Some((0, 0)));
         let remote = Peer::sender("bob@other");
         let kinds = [
             MsgKind::Kick,
