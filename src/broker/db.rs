@@ -18,7 +18,7 @@ use crate::proto::{
 };
 use rusqlite::{params, Connection, OptionalExtension, Row, Statement};
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// How hard sqlite works to keep a commit.
@@ -460,7 +460,7 @@ pub struct Db {
     /// every inflight row back, and an agent leaves the set only once a
     /// committed write moved its inflight row on; so an agent outside it has
     /// none, and its hand-out needs no look for one.
-    inflight: RefCell<HashSet<String>>,
+    inflight: RefCell<BTreeSet<String>>,
 }
 
 type Res<T> = rusqlite::Result<T>;
@@ -554,7 +554,7 @@ const INSERT_QUEUED: &str =
 /// handed its next row without a `SELECT`.
 struct Queues {
     tail: Cell<i64>,
-    heads: RefCell<HashMap<String, Head>>,
+    heads: RefCell<BTreeMap<String, Head>>,
 }
 
 /// The known state of one agent's queue (see [`Queues`]).
@@ -567,7 +567,7 @@ impl Queues {
     fn new(tail: i64) -> Queues {
         Queues {
             tail: Cell::new(tail),
-            heads: RefCell::new(HashMap::new()),
+            heads: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -748,7 +748,7 @@ impl Db {
         Ok(Db {
             conn,
             queues: Queues::new(tail),
-            inflight: RefCell::new(HashSet::new()),
+            inflight: RefCell::new(BTreeSet::new()),
         })
     }
 

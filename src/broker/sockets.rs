@@ -26,7 +26,7 @@ use crate::proto::limits::{MAX_LINE, MAX_WAIT_SECS};
 use crate::proto::lines::{err_line, refuse};
 use crate::proto::Request;
 use crate::sys::fd::{poll, PollFd};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -192,7 +192,7 @@ pub struct Loop<'c> {
     /// For offloaded jobs: their follow-ups and answers.
     tx: HubTx,
     sockets: Vec<Socket>,
-    clients: HashMap<ConnId, Client>,
+    clients: BTreeMap<ConnId, Client>,
     next_id: ConnId,
     limits: ConnLimits,
     /// Open connections on every agent socket together.
@@ -213,7 +213,7 @@ impl<'c> Loop<'c> {
             rx,
             tx,
             sockets: Vec::new(),
-            clients: HashMap::new(),
+            clients: BTreeMap::new(),
             next_id: 1,
             limits,
             agents_open: Arc::new(AtomicUsize::new(0)),

@@ -20,7 +20,7 @@ use crate::proto::limits::{MAX_REMOTE_BODY, PAGE_BYTES};
 use crate::proto::swarm::{BridgeRow, BridgeState, MatrixConfig};
 use crate::proto::text::excerpt;
 use crate::proto::{now, Empty, IdReply, MsgKind, Peer, Question, SentReply};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 
 /// The waiter key of a parked `bridge_next` (no agent can have the name).
 const BRIDGE: &str = "@bridge";
@@ -43,7 +43,7 @@ pub(super) struct BridgeLink {
     state: BridgeState,
     since: i64,
     detail: Option<String>,
-    conns: HashSet<ConnId>,
+    conns: BTreeSet<ConnId>,
 }
 
 impl Default for BridgeLink {
@@ -52,7 +52,7 @@ impl Default for BridgeLink {
             state: BridgeState::NotRunning,
             since: now(),
             detail: None,
-            conns: HashSet::new(),
+            conns: BTreeSet::new(),
         }
     }
 }

@@ -59,7 +59,7 @@ use crate::proto::lines::{err_line, ok_line};
 use crate::proto::text::excerpt;
 use crate::proto::{Command, Message, Request};
 use crossbeam_channel::Sender;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -340,35 +340,35 @@ pub struct Hub<'c> {
     settings: HubSettings,
     /// The parked connections, by what they wait for (an agent's name,
     /// `operator`, the bridge's key).
-    waiters: HashMap<String, Vec<ConnId>>,
+    waiters: BTreeMap<String, Vec<ConnId>>,
     /// What each parked connection waits for.
-    parked: HashMap<ConnId, String>,
+    parked: BTreeMap<ConnId, String>,
     /// Parked connections something arrived for, until the loop takes them.
     woken: Vec<ConnId>,
     /// Sockets bound at run time, until the loop takes them.
     new_sockets: Vec<NewSocket>,
-    held: HashMap<ConnId, (String, Vec<Held>)>,
-    transient: HashMap<String, VecDeque<Message>>,
-    transient_inflight: HashMap<String, Message>,
+    held: BTreeMap<ConnId, (String, Vec<Held>)>,
+    transient: BTreeMap<String, VecDeque<Message>>,
+    transient_inflight: BTreeMap<String, Message>,
     /// Hand-outs of transient wakes that counted, by id (stored rows keep
     /// theirs in the store).
-    transient_attempts: HashMap<i64, u32>,
+    transient_attempts: BTreeMap<i64, u32>,
     next_transient_id: i64,
-    harness_conns: HashMap<String, HashSet<ConnId>>,
+    harness_conns: BTreeMap<String, BTreeSet<ConnId>>,
     /// Each harness's pause as it last reported it (`report_state`), while it
     /// is connected.
-    paused: HashMap<String, crate::proto::Paused>,
+    paused: BTreeMap<String, crate::proto::Paused>,
     /// Agents whose harness last reported the login park; unlike `paused`,
     /// kept when the harness disconnects (its next one reports at connect).
-    needs_login: HashSet<String>,
+    needs_login: BTreeSet<String>,
     /// When the next reminder, scheduled prompt or question expiry is due
     /// (unix s), kept in memory so the hub's loop costs no query per request.
     next_due: Option<i64>,
     /// Approvals being carried out (waiting for the supervisor).
-    deciding: HashSet<i64>,
+    deciding: BTreeSet<i64>,
     /// Agents whose fleet entry a change is being written to (an approval, a
     /// permissions save): one at a time each.
-    changing: HashSet<String>,
+    changing: BTreeSet<String>,
     /// The Matrix bridge's link as it last reported it, and its connections.
     bridge: bridge::BridgeLink,
     /// Credential pools and their usage-limit pauses (`pools.rs`).
@@ -403,21 +403,21 @@ impl<'c> Hub<'c> {
             db,
             cfg,
             settings,
-            waiters: HashMap::new(),
-            parked: HashMap::new(),
+            waiters: BTreeMap::new(),
+            parked: BTreeMap::new(),
             woken: Vec::new(),
             new_sockets: Vec::new(),
-            held: HashMap::new(),
-            transient: HashMap::new(),
-            transient_inflight: HashMap::new(),
-            transient_attempts: HashMap::new(),
+            held: BTreeMap::new(),
+            transient: BTreeMap::new(),
+            transient_inflight: BTreeMap::new(),
+            transient_attempts: BTreeMap::new(),
             next_transient_id: -1,
-            harness_conns: HashMap::new(),
-            paused: HashMap::new(),
-            needs_login: HashSet::new(),
+            harness_conns: BTreeMap::new(),
+            paused: BTreeMap::new(),
+            needs_login: BTreeSet::new(),
             next_due: None,
-            deciding: HashSet::new(),
-            changing: HashSet::new(),
+            deciding: BTreeSet::new(),
+            changing: BTreeSet::new(),
             bridge: bridge::BridgeLink::default(),
             pools: pools::Pools::default(),
         }

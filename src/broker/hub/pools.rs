@@ -54,18 +54,18 @@ pub const EXTEND_NOTICE_SECS: i64 = 600;
 #[derive(Default)]
 pub struct Pools {
     /// Each agent's pool as its harness last reported it.
-    reported: std::collections::HashMap<String, String>,
+    reported: std::collections::BTreeMap<String, String>,
     /// A pool's pause: until (unix s) and what the CLI said.
-    paused: std::collections::HashMap<String, (i64, String)>,
+    paused: std::collections::BTreeMap<String, (i64, String)>,
     /// After a pool's reset: when each of its agents may be handed mail again.
-    resume_at: std::collections::HashMap<String, i64>,
+    resume_at: std::collections::BTreeMap<String, i64>,
     /// A pool's early warning: near its usage limit until `until`.
-    warned: std::collections::HashMap<String, NearLimit>,
+    warned: std::collections::BTreeMap<String, NearLimit>,
     /// The end of each pool's park as the operator was last told it (memory
     /// only: after a restart, the end kept in the store).
-    noticed: std::collections::HashMap<String, i64>,
+    noticed: std::collections::BTreeMap<String, i64>,
     /// The pause (its `until`) each `recv_next` connection was answered.
-    told: std::collections::HashMap<ConnId, i64>,
+    told: std::collections::BTreeMap<ConnId, i64>,
     loaded: bool,
     /// The earliest end of a budget window some agent is paused until
     /// (`budgets.rs`): every agent looks again then.

@@ -9,6 +9,7 @@ use super::*;
 use crate::broker::db::{Db, Durability, Store};
 use crate::proto::lines::err_line;
 use crossbeam_channel::{after, bounded, never, select, unbounded, Receiver};
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// What a test asks of the hub's thread.
