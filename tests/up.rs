@@ -40,30 +40,50 @@ fn up() -> Up {
     up
 }
 
-#[test]
-fn a_killed_harness_is_restarted_with_one_kick_and_nothing_lost() {
-    let up = up();
-    let pid = up.wait_running("kid1");
+const DOWN: &str = "while you were down";
+
+/// Kills `agent`'s harness and, while it is down, the operator writes to it;
+/// the dead harness's pid.
+fn kill_and_write(up: &Up, agent: &str) -> u32 {
+    let pid = up.wait_running(agent);
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    // While kid1 is down, the operator writes to it.
     ok(
         &mut up.host(),
         Send {
-            to: "kid1".into(),
-            body: "while you were down".into(),
+            to: agent.into(),
+            body: DOWN.into(),
             in_reply_to: None,
         },
     );
-    let new_pid = wait_for(Duration::from_secs(30), "kid1 to come back", || {
-        let s = up.state("kid1")?;
+    pid
+}
+
+/// Waits until `agent` runs again after the harness `pid` died, got the
+/// operator's message and has nothing left queued or inflight; its new pid.
+fn wait_back_and_drained(up: &Up, agent: &str, pid: u32) -> u32 {
+    let new_pid = wait_for(Duration::from_secs(30), "the agent to come back", || {
+        let s = up.state(agent)?;
         (s.state == "running" && s.pid != Some(pid) && s.restarts >= 1).then_some(s.pid?)
     });
-    assert_ne!(new_pid, pid);
-    up.wait_prompt("kid1", "while you were down", 1);
-    up.wait_prompt("kid1", KICK, 2);
-    std::thread::sleep(Duration::from_millis(500));
+    up.wait_prompt(agent, DOWN, 1);
+    wait_for(
+        Duration::from_secs(30),
+        "the agent's inbox to drain",
+        || {
+            let s: StatusReply = up.agent(agent).call(&Status::default()).ok()?;
+            (s.unread == 0 && s.inflight.is_none()).then_some(())
+        },
+    );
+    new_pid
+}
+
+#[test]
+fn a_killed_harness_is_restarted_with_one_kick_and_nothing_lost() {
+    let up = up();
+    let pid = kill_and_write(&up, "kid1");
+    assert_ne!(wait_back_and_drained(&up, "kid1", pid), pid);
     assert_eq!(up.prompts_with("kid1", KICK), 2, "one kick per (re)start");
-    assert_eq!(up.prompts_with("kid1", "while you were down"), 1);
+    assert_eq!(up.prompts_with("kid1", DOWN), 1);
     // The others were not touched.
     assert_eq!(up.prompts_with("kid2", KICK), 1);
 }
@@ -79,26 +99,9 @@ ok_turn "done""#;
     };
     let up = Up::launch(FLEET, &AGENTS, launch);
     up.wait_prompt("kid1", KICK, 1);
-    let pid = up.wait_running("kid1");
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    ok(
-        &mut up.host(),
-        Send {
-            to: "kid1".into(),
-            body: "while you were down".into(),
-            in_reply_to: None,
-        },
-    );
+    let pid = kill_and_write(&up, "kid1");
     std::fs::write(up.fake("kid1").dir.join("go"), "").unwrap();
-    wait_for(Duration::from_secs(30), "kid1 to come back", || {
-        let s = up.state("kid1")?;
-        (s.state == "running" && s.pid != Some(pid)).then_some(())
-    });
-    up.wait_prompt("kid1", "while you were down", 1);
-    wait_for(Duration::from_secs(30), "kid1's inbox to drain", || {
-        let s: StatusReply = up.agent("kid1").call(&Status::default()).ok()?;
-        (s.unread == 0 && s.inflight.is_none()).then_some(())
-    });
+    wait_back_and_drained(&up, "kid1", pid);
     // The kick the dead harness had is handed out again; the new harness's
     // own start queued no second one.
     assert_eq!(
@@ -106,7 +109,7 @@ ok_turn "done""#;
         2,
         "the kick once more, no second"
     );
-    assert_eq!(up.prompts_with("kid1", "while you were down"), 1);
+    assert_eq!(up.prompts_with("kid1", DOWN), 1);
 }
 
 #[test]
