@@ -1,7 +1,11 @@
 //! The broker's sqlite store: schema versions, pragmas and every statement the
-//! broker runs. A `Db` is owned by the hub thread alone (the connection never
-//! crosses threads); each method is one short transaction, so an answer the
-//! broker sends after a write is an answer about committed data. The schema is
+//! broker runs. A `Db` is owned by the hub thread alone (opened before it
+//! starts, then moved in; the connection is never shared between threads);
+//! each method is one short transaction, so an answer the broker sends after
+//! a write is an answer about committed data. The hub sees it through a
+//! [`Store`], which holds the statements on every message's path prepared,
+//! and the `Db` keeps what it knows of the queues without reading them
+//! (`Queues`: their tail, and an agent's first queued row). The schema is
 //! the ordered list [`MIGRATIONS`] (`PRAGMA user_version`, `proto::schema`).
 //! The swarm's tables and statements are `db/swarm.rs`.
 
