@@ -92,6 +92,45 @@ fn queue(store: &Db, agent: &str) -> Vec<(i64, String)> {
         .collect()
 }
 
+/// The names of the indexes and triggers on the messages table, sorted.
+fn message_objects(c: &Connection) -> Vec<String> {
+    let mut objects: Vec<String> = c
+        .prepare("SELECT name FROM sqlite_master WHERE tbl_name = 'messages' AND type != 'table'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    objects.sort();
+    objects
+}
+
+/// A message from the operator.
+fn operator_mail(to: &'static str, body: &'static str) -> db::NewMessage<'static> {
+    db::NewMessage {
+        from: &Peer::Operator,
+        to,
+        body,
+        kind: &MsgKind::Message,
+        in_reply_to: None,
+    }
+}
+
+/// `agent`'s next hand-out: its id, attempts, whether it was inflight, and
+/// the count queued behind it.
+fn hand_out(store: &Db, agent: &str) -> (i64, u32, bool, u64) {
+    let (taken, queued) = store.take_next(agent, true).unwrap();
+    let t = taken.expect("a row to hand out");
+    (t.message.id, t.attempts, t.was_inflight, queued)
+}
+
+fn assert_intact(c: &Connection) {
+    let check: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
+
 #[test]
 fn an_old_broker_store_migrates_with_every_row() {
     let dir = TempDir::new("mig");
@@ -173,16 +212,7 @@ fn an_old_broker_store_migrates_with_every_row() {
     // Step 3: ids go on where they were, and a new row queues last.
     let db = Db::open(&path, Durability::Normal).unwrap();
     let id = db
-        .insert_message(
-            &db::NewMessage {
-                from: &Peer::Operator,
-                to: "kid",
-                body: "after the upgrade",
-                kind: &MsgKind::Message,
-                in_reply_to: None,
-            },
-            1,
-        )
+        .insert_message(&operator_mail("kid", "after the upgrade"), 1)
         .unwrap();
     assert_eq!(id, 24);
     let kid: Vec<i64> = db
@@ -274,16 +304,8 @@ fn a_version_7_store_keeps_every_message_through_step_8() {
         sql.contains("state = 'queued' OR state = 'inflight'") && !sql.contains(" IN ("),
         "{sql}"
     );
-    let mut objects: Vec<String> = c
-        .prepare("SELECT name FROM sqlite_master WHERE tbl_name = 'messages' AND type != 'table'")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
-    objects.sort();
     // Step 8 kept the seq index and its trigger; step 9 then drops them.
-    assert_eq!(objects, ["messages_inbox"]);
+    assert_eq!(message_objects(&c), ["messages_inbox"]);
     // The check still refuses a state it does not know.
     let bad = c.execute("UPDATE messages SET state = 'lost' WHERE id = 1", []);
     assert!(
@@ -292,16 +314,7 @@ fn a_version_7_store_keeps_every_message_through_step_8() {
     );
     // Ids go on after the sequence, and a new row queues last in ana's inbox.
     let id = store
-        .insert_message(
-            &db::NewMessage {
-                from: &Peer::Operator,
-                to: "ana",
-                body: "after step 8",
-                kind: &MsgKind::Message,
-                in_reply_to: None,
-            },
-            1,
-        )
+        .insert_message(&operator_mail("ana", "after step 8"), 1)
         .unwrap();
     assert_eq!(id, 10);
     assert_eq!(
@@ -313,17 +326,12 @@ fn a_version_7_store_keeps_every_message_through_step_8() {
             (10, "after step 8".to_string()),
         ]
     );
-    let (taken, queued) = store.take_next("ana", true).unwrap();
-    let taken = taken.unwrap();
     assert_eq!(
-        (taken.message.id, taken.attempts, taken.was_inflight, queued),
+        hand_out(&store, "ana"),
         (4, 3, false, 3),
         "the row that was inflight comes back first, its attempts counted on"
     );
-    let check: String = c
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
+    assert_intact(&c);
 }
 
 /// Step 9: the seq index and its insert trigger go, every row stays, and the
@@ -333,33 +341,19 @@ fn a_version_7_store_keeps_every_message_through_step_8() {
 #[test]
 fn a_version_8_store_keeps_every_message_through_step_9() {
     let (store, c, _dir) = migrate_broker_fixture("broker-v8.db", 8);
-    let objects: Vec<String> = c
-        .prepare("SELECT name FROM sqlite_master WHERE tbl_name = 'messages' AND type != 'table'")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
-    assert_eq!(objects, ["messages_inbox"]);
+    assert_eq!(message_objects(&c), ["messages_inbox"]);
     let place = |id: i64| -> i64 {
         c.query_row("SELECT seq FROM messages WHERE id = ?1", [id], |r| r.get(0))
             .unwrap()
     };
     assert_eq!(place(4), 10, "the fixture's message put behind");
-    let new_message = |to: &'static str, body: &'static str| db::NewMessage {
-        from: &Peer::Operator,
-        to,
-        body,
-        kind: &MsgKind::Message,
-        in_reply_to: None,
-    };
     let id = store
-        .insert_message(&new_message("ana", "after step 9"), 1)
+        .insert_message(&operator_mail("ana", "after step 9"), 1)
         .unwrap();
     assert_eq!(id, 10, "ids go on after the sequence");
     assert!(place(10) > 10, "a new row goes behind every live row");
     let bob = store
-        .insert_message(&new_message("bob", "bob's after step 9"), 1)
+        .insert_message(&operator_mail("bob", "bob's after step 9"), 1)
         .unwrap();
     assert!(place(bob) > place(10), "places only grow");
     assert_eq!(
@@ -371,16 +365,8 @@ fn a_version_8_store_keeps_every_message_through_step_9() {
             (10, "after step 9".to_string()),
         ]
     );
-    let (taken, queued) = store.take_next("ana", true).unwrap();
-    let taken = taken.unwrap();
-    assert_eq!(
-        (taken.message.id, taken.attempts, taken.was_inflight, queued),
-        (5, 1, false, 3)
-    );
-    let check: String = c
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
+    assert_eq!(hand_out(&store, "ana"), (5, 1, false, 3));
+    assert_intact(&c);
 }
 
 /// Step 6 with the spill file still there: the payload is read into the row

@@ -621,19 +621,16 @@ impl Queues {
         }
     }
 
-    /// Takes `agent`'s known first queued row and the count behind it
-    /// (`Some(None)`: its queue is known to be empty; None: not known). The
-    /// agent stays known only when nothing is behind the row taken.
-    fn take_first(&self, agent: &str) -> Option<Option<(Message, u64)>> {
+    /// Takes what is known of `agent`'s queue: a known first row leaves it
+    /// known empty when nothing was behind the row, unknown otherwise.
+    fn take_first(&self, agent: &str) -> Option<Head> {
         let mut heads = self.heads.borrow_mut();
         let h = heads.get_mut(agent)?;
-        let Head::First { message, behind } = std::mem::replace(h, Head::Empty) else {
-            return Some(None);
-        };
-        if behind > 0 {
+        let head = std::mem::replace(h, Head::Empty);
+        if matches!(head, Head::First { behind, .. } if behind > 0) {
             heads.remove(agent);
         }
-        Some(Some((message, behind)))
+        Some(head)
     }
 
     fn forget(&self, agent: &str) {
@@ -854,8 +851,8 @@ impl Db {
     ) -> Res<Option<(Option<Taken>, u64)>> {
         let (message, behind) = match self.queues.take_first(agent) {
             None => return Ok(None),
-            Some(None) => return Ok(Some((None, 0))),
-            Some(Some(first)) => first,
+            Some(Head::Empty) => return Ok(Some((None, 0))),
+            Some(Head::First { message, behind }) => (message, behind),
         };
         self.mark_inflight(agent);
         let n = execute(&self.conn, held, HAND_OUT_KNOWN, params![message.id])?;
@@ -1863,9 +1860,6 @@ mod tests {
         );
     }
 
-    /// The hand-out looks for an inflight row only for agents that may have
-    /// one: a row made inflight any way is handed out again first, and once
-    /// it moved on (acked, requeued, dead-lettered) the queue comes next.
     /// What [`Queues`] knows of `agent`'s queue: None, or the known first
     /// row's id and the count behind it (0, 0 for a known empty queue).
     fn known(db: &Db, agent: &str) -> Option<(i64, u64)> {
@@ -1985,6 +1979,9 @@ mod tests {
         assert_eq!(body(&db).as_deref(), Some("5"));
     }
 
+    /// The hand-out looks for an inflight row only for agents that may have
+    /// one: a row made inflight any way is handed out again first, and once
+    /// it moved on (acked, requeued, dead-lettered) the queue comes next.
     #[test]
     fn an_inflight_row_is_handed_out_again_until_it_moves_on() {
         let fresh = fresh_db("inflight");

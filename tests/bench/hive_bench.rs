@@ -370,17 +370,22 @@ fn bench_cycles(a: &Args, durability: &str) {
     goal(what, pct, "%", bound, false);
 }
 
+/// Queues `body` for the agent of `c`, from `bench`.
+fn queue_from_bench(c: &mut Client, body: String) {
+    c.call(&Wake {
+        from: "bench".into(),
+        body,
+        transient: false,
+        to: None,
+    })
+    .unwrap();
+}
+
 /// `n` send → recv_next → ack_turn cycles on `c`; cycles per second.
 fn cycles_on(c: &mut Client, n: usize) -> f64 {
     let start = Instant::now();
     for i in 0..n {
-        c.call(&Wake {
-            from: "bench".into(),
-            body: format!("cycle {i}"),
-            transient: false,
-            to: None,
-        })
-        .unwrap();
+        queue_from_bench(c, format!("cycle {i}"));
         let m = c
             .call(&RecvNext {
                 wait_seconds: Some(0),
@@ -478,13 +483,7 @@ fn queued_turns(
     settle(&mut c, 120);
     let t = Instant::now();
     for i in 0..n {
-        c.call(&Wake {
-            from: "bench".into(),
-            body: format!("turn {i}"),
-            transient: false,
-            to: None,
-        })
-        .unwrap();
+        queue_from_bench(&mut c, format!("turn {i}"));
     }
     settle(&mut c, 120);
     let per_turn = t.elapsed().as_secs_f64() * 1e3 / n as f64;
@@ -586,13 +585,7 @@ fn wake_latencies(
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos() as i128;
-        c.call(&Wake {
-            from: "bench".into(),
-            body: format!("ping {i}"),
-            transient: false,
-            to: None,
-        })
-        .unwrap();
+        queue_from_bench(&mut c, format!("ping {i}"));
         wait_count(kicks + i + 1);
         let text = std::fs::read_to_string(&stamps).unwrap();
         let spawned: i128 = text.lines().last().unwrap().trim().parse().unwrap();
@@ -841,13 +834,7 @@ fn bench_memory_and_idle_cpu(a: &Args) {
     let (b1, s1) = (cpu_ticks(bp), cpu_ticks(sp));
     let n = if a.quick { 200 } else { 2000 };
     for i in 0..n {
-        c.call(&Wake {
-            from: "bench".into(),
-            body: format!("load {i} {}", "x".repeat(2000)),
-            transient: false,
-            to: None,
-        })
-        .unwrap();
+        queue_from_bench(&mut c, format!("load {i} {}", "x".repeat(2000)));
     }
     settle(&mut c, 300);
     let load = (proc_kb(bp, "VmHWM"), proc_kb(sp, "VmHWM"));
