@@ -1225,36 +1225,40 @@ impl Db {
         Ok(found.unwrap_or_default())
     }
 
-    fn ensure_agent(&self, agent: &str) -> Res<()> {
-        self.conn.execute(
-            "INSERT OR IGNORE INTO agents (name) VALUES (?1)",
-            params![agent],
-        )?;
+    /// Runs `sql`, an `UPDATE agents … WHERE name = ?N`, on `agent`'s row,
+    /// creating the row first when it is not there yet. The row of an agent
+    /// that was ever seen is there, so this is one held statement and one
+    /// commit: `post_turn_counts` runs it at the end of every turn.
+    fn update_agent<P: rusqlite::Params + Copy>(&self, agent: &str, sql: &str, p: P) -> Res<()> {
+        if self.conn.prepare_cached(sql)?.execute(p)? == 0 {
+            self.conn
+                .prepare_cached("INSERT OR IGNORE INTO agents (name) VALUES (?1)")?
+                .execute(params![agent])?;
+            self.conn.prepare_cached(sql)?.execute(p)?;
+        }
         Ok(())
     }
 
     pub fn set_status(&self, agent: &str, text: &str, now: i64) -> Res<()> {
-        self.ensure_agent(agent)?;
         let at = (!text.is_empty()).then_some(now);
-        self.conn.execute(
+        self.update_agent(
+            agent,
             "UPDATE agents SET status_text = ?1, status_set_at = ?2 WHERE name = ?3",
             params![text, at, agent],
-        )?;
-        Ok(())
+        )
     }
 
     pub fn set_rev(&self, agent: &str, rev: &str) -> Res<()> {
-        self.ensure_agent(agent)?;
-        self.conn.execute(
+        self.update_agent(
+            agent,
             "UPDATE agents SET hyperhive_rev = ?1 WHERE name = ?2",
             params![rev, agent],
-        )?;
-        Ok(())
+        )
     }
 
     pub fn add_counts(&self, agent: &str, c: &PostTurnCounts) -> Res<()> {
-        self.ensure_agent(agent)?;
-        self.conn.execute(
+        self.update_agent(
+            agent,
             "UPDATE agents SET turns = turns + ?1, turns_ok = turns_ok + ?2,
                 turns_failed = turns_failed + ?3, tokens_in = tokens_in + ?4,
                 tokens_out = tokens_out + ?5, cost_usd = cost_usd + ?6 WHERE name = ?7",
@@ -1267,8 +1271,7 @@ impl Db {
                 c.cost_usd,
                 agent
             ],
-        )?;
-        Ok(())
+        )
     }
 
     #[allow(clippy::too_many_arguments)]

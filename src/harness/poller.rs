@@ -13,7 +13,10 @@
 //! logged. An ask for the next message goes through the calls thread too, so
 //! it reaches the long-poll only after every earlier request was answered —
 //! an ack always lands before the next `recv_next`, and while the broker is
-//! unreachable the loop simply gets no message, using up no attempt.
+//! unreachable the loop simply gets no message, using up no attempt. An ask
+//! right behind other requests (the end of a run) is first put in their write
+//! as a `recv_next` that does not wait: a queued message comes back with the
+//! ack's answer, and only an empty inbox sends the ask on to the long-poll.
 //!
 //! When the broker is gone each connection reconnects with a backoff that
 //! doubles up to `HIVE_RECONNECT_MAX_MS`. An answer it cannot use (too long,
@@ -32,6 +35,7 @@ use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -199,8 +203,9 @@ struct Conn {
     failures: u32,
     /// No new connection before this, after an unusable answer.
     retry_at: Option<Instant>,
-    /// A broker pause was passed to the loop and not yet seen to end.
-    pause_shown: bool,
+    /// A broker pause was passed to the loop and not yet seen to end (the
+    /// long-poll sets it; the calls thread asks for no message while it is).
+    pause_shown: Arc<AtomicBool>,
 }
 
 impl Poller {
@@ -211,6 +216,7 @@ impl Poller {
         let (stop_tx, stop_rx) = unbounded::<()>();
         let poll_stream = Arc::new(Mutex::new(None));
         let watch_stream = Arc::new(Mutex::new(None));
+        let pause_shown = Arc::new(AtomicBool::new(false));
         let conn = |what, stream| Conn {
             what,
             socket: socket.clone(),
@@ -224,7 +230,7 @@ impl Poller {
             unreachable: false,
             failures: 0,
             retry_at: None,
-            pause_shown: false,
+            pause_shown: pause_shown.clone(),
         };
         let mut poll = conn("long-poll", poll_stream.clone());
         let mut calls = conn("calls", Arc::new(Mutex::new(None)));
@@ -366,15 +372,49 @@ impl Conn {
                 }
                 continue;
             }
-            for (req, r) in tells.iter().zip(self.call_all(&tells)) {
+            // The next message asked for right behind these requests (the end
+            // of a run: its ack, then the ask) is asked in the same write, as
+            // a `recv_next` that does not wait: when one is queued it comes
+            // back with the answers, without a second round trip and the
+            // long-poll thread's hop. Otherwise, and while a broker pause is
+            // shown (the long-poll thread tracks its end), the ask goes on to
+            // the long-poll as before.
+            let peek = matches!(queue.front(), Some(ToCalls::Ask(_)))
+                && !self.pause_shown.load(Ordering::SeqCst);
+            if peek {
+                tells.push(Request::from(RecvNext {
+                    wait_seconds: Some(0),
+                    seen: None,
+                }));
+            }
+            let mut results = self.call_all(&tells);
+            let handed_out = if peek {
+                tells.pop();
+                results.pop().and_then(|r| r.ok()).and_then(|line| handed_out(&line))
+            } else {
+                None
+            };
+            for (req, r) in tells.iter().zip(results) {
                 match r {
-                    Ok(()) => {
+                    Ok(_) => {
                         if let Request::ReportSpend(c) = req {
                             let _ = self.events.send(FromPoller::SpendAcked(c.key.clone()));
                         }
                     }
                     Err(e) => log::warn!("{} refused: {e}", req.cmd()),
                 }
+            }
+            if let Some(reply) = handed_out {
+                queue.pop_front();
+                // As the long-poll thread tells it: `turn_usd`, then the message.
+                let _ = self.events.send(FromPoller::TurnUsd(reply.turn_usd));
+                let _ = self.events.send(FromPoller::Message {
+                    message: reply.message.expect("handed_out has a message"),
+                    redelivered: reply.redelivered,
+                    unread: reply.unread,
+                    attempts: reply.attempts,
+                    turn_usd: reply.turn_usd,
+                });
             }
         }
         // Stopping: whatever is still queued (a requeue from the inflight
@@ -500,12 +540,13 @@ impl Conn {
             // Any answer without a pause ends the one shown — a hand-out, or
             // the broker's word that it ended with nothing to hand out — and
             // the loop hears that (a waiting continue may run now).
-            let ended = self.pause_shown && matches!(&r, Ok(RecvNextReply { paused: None, .. }));
+            let ended = self.pause_shown.load(Ordering::SeqCst)
+                && matches!(&r, Ok(RecvNextReply { paused: None, .. }));
             if let Some(p) = paused.clone() {
-                self.pause_shown = true;
+                self.pause_shown.store(true, Ordering::SeqCst);
                 let _ = self.events.send(FromPoller::BrokerPause(Some(p)));
             } else if ended {
-                self.pause_shown = false;
+                self.pause_shown.store(false, Ordering::SeqCst);
                 let _ = self.events.send(FromPoller::BrokerPause(None));
             }
             if let Ok(reply) = &r {
@@ -629,7 +670,7 @@ impl Conn {
     /// broker's refusal. A broken connection is reopened and the requests
     /// not yet answered are sent again (at least once, as a single call
     /// always was), with the backoff of [`Conn::lost`] when it keeps failing.
-    fn call_all(&mut self, reqs: &[Request]) -> Vec<Result<(), String>> {
+    fn call_all(&mut self, reqs: &[Request]) -> Vec<Result<String, String>> {
         let mut results = Vec::with_capacity(reqs.len());
         let mut fresh = self.client.is_none();
         while results.len() < reqs.len() {
@@ -641,8 +682,8 @@ impl Conn {
             let rest = &reqs[results.len()..];
             let mut broken = None;
             for (req, answer) in rest.iter().zip(c.request_all(rest)) {
-                match answer.and_then(|line| refusal(req, &line)) {
-                    Ok(_) => results.push(Ok(())),
+                match answer.and_then(|line| refusal(req, &line).map(|()| line)) {
+                    Ok(line) => results.push(Ok(line)),
                     Err(ClientError::Refused(e)) => results.push(Err(e)),
                     Err(e) => {
                         broken = Some(e);
@@ -699,6 +740,14 @@ fn refusal(req: &Request, line: &str) -> Result<(), ClientError> {
     }
 }
 
+/// The answer to a `recv_next` that did not wait, when it handed out a
+/// message and says no pause.
+fn handed_out(line: &str) -> Option<RecvNextReply> {
+    crate::proto::lines::decode::<RecvNextReply>(line, "the broker", "recv_next")
+        .ok()
+        .filter(|r| r.message.is_some() && r.paused.is_none())
+}
+
 /// A teller whose requests a test reads back instead of a broker.
 #[cfg(test)]
 pub(crate) fn test_teller() -> (Teller, impl Fn() -> Vec<Request>) {
@@ -734,5 +783,146 @@ fn flatten(c: ToCalls, queue: &mut VecDeque<ToCalls>) {
             }
         }
         c => queue.push_back(c),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+
+    /// A broker stand-in on `socket`: it answers every request at once,
+    /// except a `recv_next` that may wait (it never answers those), hands out
+    /// `queued` to the first `recv_next` that does not wait, and records
+    /// each request as (connection number, line).
+    fn fake_broker(
+        socket: &std::path::Path,
+        queued: Option<&'static str>,
+    ) -> Arc<Mutex<Vec<(usize, String)>>> {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let listener = UnixListener::bind(socket).unwrap();
+        let log = seen.clone();
+        let queued = Arc::new(Mutex::new(queued));
+        std::thread::spawn(move || {
+            for (n, conn) in listener.incoming().enumerate() {
+                let Ok(conn) = conn else { return };
+                let (log, queued) = (log.clone(), queued.clone());
+                std::thread::spawn(move || {
+                    let mut out = conn.try_clone().unwrap();
+                    for line in BufReader::new(conn).lines() {
+                        let Ok(line) = line else { return };
+                        log.lock().unwrap().push((n, line.clone()));
+                        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+                        let answer = match v["cmd"].as_str().unwrap() {
+                            "recv_next" if v["wait_seconds"].as_u64().unwrap_or(0) > 0 => continue,
+                            "recv_next" => match queued.lock().unwrap().take() {
+                                Some(body) => format!(
+                                    r#"{{"ok":true,"message":{{"id":8,"from":"bob","to":"ana","body":"{body}","kind":"message","in_reply_to":null,"sent_at":1,"transient":false}},"redelivered":false,"unread":0,"attempts":1,"turn_usd":0.5}}"#
+                                ),
+                                None => r#"{"ok":true,"message":null,"redelivered":false}"#.into(),
+                            },
+                            "status" if v["wait_seconds"].as_u64().unwrap_or(0) > 0 => continue,
+                            "status" => r#"{"ok":true,"unread":0,"inflight":null,"status_text":""}"#.into(),
+                            _ => r#"{"ok":true}"#.into(),
+                        };
+                        if writeln!(out, "{answer}").is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        seen
+    }
+
+    fn poller_on(socket: &std::path::Path) -> Poller {
+        let bus = Bus::new("ana", "ana", "haiku", 200_000);
+        Poller::start(socket.to_path_buf(), 30, Duration::from_millis(200), bus)
+    }
+
+    /// The next event of `p` that is not about reachability or the status line.
+    fn next_event(p: &Poller) -> FromPoller {
+        loop {
+            match p.events.recv_timeout(Duration::from_secs(10)) {
+                Ok(FromPoller::Online(_) | FromPoller::Status { .. }) => {}
+                Ok(ev) => return ev,
+                Err(e) => panic!("no event from the poller: {e}"),
+            }
+        }
+    }
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hive-poller-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// The end of a run asks for the next message in the same write as its
+    /// ack: a queued message comes back with the ack's answer, and the
+    /// long-poll is never asked.
+    #[test]
+    fn the_next_message_is_asked_for_in_the_same_write_as_the_ack() {
+        let d = dir("pipelined");
+        let socket = d.join("s.sock");
+        let seen = fake_broker(&socket, Some("hi"));
+        let p = poller_on(&socket);
+        {
+            let _cork = p.teller().cork();
+            p.tell(Request::from(cmd::AckTurn { id: 7 }));
+            p.next();
+        }
+        assert!(matches!(next_event(&p), FromPoller::TurnUsd(Some(u)) if u == 0.5));
+        match next_event(&p) {
+            FromPoller::Message {
+                message, attempts, ..
+            } => {
+                assert_eq!((message.id, message.body.as_str(), attempts), (8, "hi", 1));
+            }
+            ev => panic!("expected the message, got {ev:?}"),
+        }
+        let seen = seen.lock().unwrap().clone();
+        let ack = seen.iter().position(|(_, l)| l.contains("ack_turn")).unwrap();
+        let (conn, peek) = &seen[ack + 1];
+        assert_eq!(*conn, seen[ack].0, "the ask went on the ack's connection: {seen:?}");
+        assert!(peek.contains(r#""cmd":"recv_next""#) && peek.contains(r#""wait_seconds":0"#));
+        assert!(
+            !seen.iter().any(|(_, l)| l.contains("recv_next") && !l.contains(r#""wait_seconds":0"#)),
+            "the long-poll was asked as well: {seen:?}"
+        );
+        drop(p);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// With nothing queued the ask goes on to the long-poll, which waits.
+    #[test]
+    fn with_nothing_queued_the_ask_goes_on_to_the_long_poll() {
+        let d = dir("empty");
+        let socket = d.join("s.sock");
+        let seen = fake_broker(&socket, None);
+        let p = poller_on(&socket);
+        {
+            let _cork = p.teller().cork();
+            p.tell(Request::from(cmd::AckTurn { id: 7 }));
+            p.next();
+        }
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let polled = seen.lock().unwrap().iter().any(|(_, l)| {
+                l.contains(r#""cmd":"recv_next""#) && l.contains(r#""wait_seconds":30"#)
+            });
+            if polled {
+                break;
+            }
+            assert!(Instant::now() < end, "the long-poll was not asked: {:?}", seen.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            p.events.try_iter().all(|ev| !matches!(ev, FromPoller::Message { .. } | FromPoller::Empty)),
+            "an empty peek is not an answer to the ask"
+        );
+        drop(p);
+        let _ = std::fs::remove_dir_all(&d);
     }
 }
