@@ -1796,6 +1796,47 @@ mod tests {
         }
     }
 
+    /// The counters, the status line and the rev land on an agent's row
+    /// whether or not it was there before, and add up.
+    #[test]
+    fn an_agent_row_is_made_by_its_first_update_and_kept_by_the_next() {
+        let fresh = fresh_db("agent-row");
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        let counts = PostTurnCounts {
+            turns: 1,
+            ok: 1,
+            failed: 0,
+            tokens_in: 10,
+            tokens_out: 2,
+            cost_usd: 0.25,
+        };
+        db.add_counts("zed", &counts).unwrap();
+        db.add_counts("zed", &counts).unwrap();
+        db.set_status("yan", "reviewing", 1_795_000_000).unwrap();
+        db.set_rev("xi", "abc123").unwrap();
+        let zed = db.stats("zed").unwrap();
+        assert_eq!(
+            (zed.turns, zed.turns_ok, zed.tokens_in, zed.tokens_out),
+            (2, 2, 20, 4)
+        );
+        assert!((zed.cost_usd - 0.5).abs() < 1e-9);
+        let yan = db.stats("yan").unwrap();
+        assert_eq!(
+            (yan.status_text.as_str(), yan.status_set_at),
+            ("reviewing", Some(1_795_000_000))
+        );
+        assert_eq!(db.stats("xi").unwrap().hyperhive_rev, "abc123");
+        let rows: i64 = db
+            .conn
+            .query_row(
+                "SELECT count(*) FROM agents WHERE name IN ('zed', 'yan', 'xi')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(rows, 3);
+    }
+
     #[test]
     fn the_migrations_are_numbered() {
         assert!(schema::well_numbered(MIGRATIONS));

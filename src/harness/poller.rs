@@ -390,7 +390,10 @@ impl Conn {
             let mut results = self.call_all(&tells);
             let handed_out = if peek {
                 tells.pop();
-                results.pop().and_then(|r| r.ok()).and_then(|line| handed_out(&line))
+                results
+                    .pop()
+                    .and_then(|r| r.ok())
+                    .and_then(|line| handed_out(&line))
             } else {
                 None
             };
@@ -823,7 +826,9 @@ mod tests {
                                 None => r#"{"ok":true,"message":null,"redelivered":false}"#.into(),
                             },
                             "status" if v["wait_seconds"].as_u64().unwrap_or(0) > 0 => continue,
-                            "status" => r#"{"ok":true,"unread":0,"inflight":null,"status_text":""}"#.into(),
+                            "status" => {
+                                r#"{"ok":true,"unread":0,"inflight":null,"status_text":""}"#.into()
+                            }
                             _ => r#"{"ok":true}"#.into(),
                         };
                         if writeln!(out, "{answer}").is_err() {
@@ -883,12 +888,20 @@ mod tests {
             ev => panic!("expected the message, got {ev:?}"),
         }
         let seen = seen.lock().unwrap().clone();
-        let ack = seen.iter().position(|(_, l)| l.contains("ack_turn")).unwrap();
+        let ack = seen
+            .iter()
+            .position(|(_, l)| l.contains("ack_turn"))
+            .unwrap();
         let (conn, peek) = &seen[ack + 1];
-        assert_eq!(*conn, seen[ack].0, "the ask went on the ack's connection: {seen:?}");
+        assert_eq!(
+            *conn, seen[ack].0,
+            "the ask went on the ack's connection: {seen:?}"
+        );
         assert!(peek.contains(r#""cmd":"recv_next""#) && peek.contains(r#""wait_seconds":0"#));
         assert!(
-            !seen.iter().any(|(_, l)| l.contains("recv_next") && !l.contains(r#""wait_seconds":0"#)),
+            !seen
+                .iter()
+                .any(|(_, l)| l.contains("recv_next") && !l.contains(r#""wait_seconds":0"#)),
             "the long-poll was asked as well: {seen:?}"
         );
         drop(p);
@@ -915,11 +928,17 @@ mod tests {
             if polled {
                 break;
             }
-            assert!(Instant::now() < end, "the long-poll was not asked: {:?}", seen.lock().unwrap());
+            assert!(
+                Instant::now() < end,
+                "the long-poll was not asked: {:?}",
+                seen.lock().unwrap()
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(
-            p.events.try_iter().all(|ev| !matches!(ev, FromPoller::Message { .. } | FromPoller::Empty)),
+            p.events
+                .try_iter()
+                .all(|ev| !matches!(ev, FromPoller::Message { .. } | FromPoller::Empty)),
             "an empty peek is not an answer to the ask"
         );
         drop(p);
