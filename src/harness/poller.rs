@@ -387,7 +387,7 @@ impl Conn {
                     seen: None,
                 }));
             }
-            let mut results = self.call_all(&tells);
+            let mut results = self.call_all(&tells, peek);
             let handed_out = if peek {
                 tells.pop();
                 results
@@ -673,7 +673,12 @@ impl Conn {
     /// broker's refusal. A broken connection is reopened and the requests
     /// not yet answered are sent again (at least once, as a single call
     /// always was), with the backoff of [`Conn::lost`] when it keeps failing.
-    fn call_all(&mut self, reqs: &[Request]) -> Vec<Result<String, String>> {
+    /// With `last_optional` (the pipelined `recv_next` of the end of a run)
+    /// an unusable answer to the last request is not tried again: the
+    /// connection is dropped, to be reopened for the next requests, and the
+    /// ask goes on to the long-poll, which owns that trouble: the requests
+    /// behind it are not held up by a broker that cannot answer it.
+    fn call_all(&mut self, reqs: &[Request], last_optional: bool) -> Vec<Result<String, String>> {
         let mut results = Vec::with_capacity(reqs.len());
         let mut fresh = self.client.is_none();
         while results.len() < reqs.len() {
@@ -698,6 +703,12 @@ impl Conn {
                 self.answered();
                 continue;
             };
+            if last_optional && results.len() + 1 == reqs.len() {
+                log::debug!("no next message with the answers ({}): {e}", self.what);
+                self.client = None;
+                results.push(Err(e.to_string()));
+                break;
+            }
             if self.stopped() {
                 results.resize(reqs.len(), Err("the harness is stopping".to_string()));
                 break;
@@ -737,6 +748,10 @@ impl Conn {
 /// The broker's refusal in an answer line, if it is one; the answer itself is
 /// not needed by anyone who only tells.
 fn refusal(req: &Request, line: &str) -> Result<(), ClientError> {
+    // The broker writes `ok` first: most answers are read no further.
+    if line.starts_with(r#"{"ok":true"#) {
+        return Ok(());
+    }
     match crate::proto::lines::decode::<serde::de::IgnoredAny>(line, "the broker", req.cmd()) {
         Err(crate::proto::lines::CallError::Refused(e)) => Err(ClientError::Refused(e)),
         _ => Ok(()),
@@ -795,18 +810,22 @@ mod tests {
     use std::io::{BufRead, BufReader, Write};
     use std::os::unix::net::UnixListener;
 
+    /// A message with this body, as the broker hands it out.
+    const HI: &str = r#"{"ok":true,"message":{"id":8,"from":"bob","to":"ana","body":"hi","kind":"message","in_reply_to":null,"sent_at":1,"transient":false},"redelivered":false,"unread":0,"attempts":1,"turn_usd":0.5}"#;
+
     /// A broker stand-in on `socket`: it answers every request at once,
-    /// except a `recv_next` that may wait (it never answers those), hands out
-    /// `queued` to the first `recv_next` that does not wait, and records
-    /// each request as (connection number, line).
+    /// except a `recv_next` that may wait (it never answers those), answers
+    /// the first `recv_next` that does not wait with `first` (then with
+    /// nothing queued), and records each request as (connection number,
+    /// line).
     fn fake_broker(
         socket: &std::path::Path,
-        queued: Option<&'static str>,
+        first: Option<&'static str>,
     ) -> Arc<Mutex<Vec<(usize, String)>>> {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let listener = UnixListener::bind(socket).unwrap();
         let log = seen.clone();
-        let queued = Arc::new(Mutex::new(queued));
+        let queued = Arc::new(Mutex::new(first));
         std::thread::spawn(move || {
             for (n, conn) in listener.incoming().enumerate() {
                 let Ok(conn) = conn else { return };
@@ -820,9 +839,7 @@ mod tests {
                         let answer = match v["cmd"].as_str().unwrap() {
                             "recv_next" if v["wait_seconds"].as_u64().unwrap_or(0) > 0 => continue,
                             "recv_next" => match queued.lock().unwrap().take() {
-                                Some(body) => format!(
-                                    r#"{{"ok":true,"message":{{"id":8,"from":"bob","to":"ana","body":"{body}","kind":"message","in_reply_to":null,"sent_at":1,"transient":false}},"redelivered":false,"unread":0,"attempts":1,"turn_usd":0.5}}"#
-                                ),
+                                Some(line) => line.to_string(),
                                 None => r#"{"ok":true,"message":null,"redelivered":false}"#.into(),
                             },
                             "status" if v["wait_seconds"].as_u64().unwrap_or(0) > 0 => continue,
@@ -871,7 +888,7 @@ mod tests {
     fn the_next_message_is_asked_for_in_the_same_write_as_the_ack() {
         let d = dir("pipelined");
         let socket = d.join("s.sock");
-        let seen = fake_broker(&socket, Some("hi"));
+        let seen = fake_broker(&socket, Some(HI));
         let p = poller_on(&socket);
         {
             let _cork = p.teller().cork();
@@ -908,12 +925,33 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 
-    /// With nothing queued the ask goes on to the long-poll, which waits.
+    /// Only an `ok:false` answer is a refusal; an answer that cannot be read
+    /// is not one either (the connection's reader already judged it).
+    #[test]
+    fn only_an_ok_false_answer_is_a_refusal() {
+        let req = Request::from(cmd::AckTurn { id: 7 });
+        assert!(refusal(&req, r#"{"ok":true}"#).is_ok());
+        assert!(refusal(&req, r#"{"ok":true,"acked":1}"#).is_ok());
+        assert!(refusal(&req, "not json").is_ok());
+        match refusal(&req, r#"{"ok":false,"error":"stale id 7"}"#) {
+            Err(ClientError::Refused(e)) => assert!(e.contains("stale id 7"), "{e}"),
+            r => panic!("expected a refusal, got {r:?}"),
+        }
+    }
+
+    /// With nothing queued, or an answer that cannot be read, the ask goes
+    /// on to the long-poll, which waits; the requests after it still go out.
     #[test]
     fn with_nothing_queued_the_ask_goes_on_to_the_long_poll() {
-        let d = dir("empty");
+        for (tag, first) in [("empty", None), ("garbage", Some("{not json"))] {
+            ask_goes_on_to_the_long_poll(tag, first);
+        }
+    }
+
+    fn ask_goes_on_to_the_long_poll(tag: &str, first: Option<&'static str>) {
+        let d = dir(tag);
         let socket = d.join("s.sock");
-        let seen = fake_broker(&socket, None);
+        let seen = fake_broker(&socket, first);
         let p = poller_on(&socket);
         {
             let _cork = p.teller().cork();
@@ -940,6 +978,33 @@ mod tests {
                 .try_iter()
                 .all(|ev| !matches!(ev, FromPoller::Message { .. } | FromPoller::Empty)),
             "an empty peek is not an answer to the ask"
+        );
+        p.tell(Request::from(cmd::AckTurn { id: 9 }));
+        let end = Instant::now() + Duration::from_secs(10);
+        while !seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, l)| l.contains(r#""id":9"#))
+        {
+            assert!(
+                Instant::now() < end,
+                "a later request was held up: {:?}",
+                seen.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let peeks = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, l)| l.contains(r#""wait_seconds":0"#))
+            .count();
+        assert_eq!(
+            peeks,
+            1,
+            "an unusable peek is not tried again: {:?}",
+            seen.lock().unwrap()
         );
         drop(p);
         let _ = std::fs::remove_dir_all(&d);
