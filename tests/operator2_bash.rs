@@ -1,6 +1,6 @@
 //! Background tasks outlive the harness (issue 15 item 4): under a real `hive
 //! up` with the fake claude, each agent's bash-task daemon is a child of its
-//! own (`src/fleet/bashd.rs`), logged to `DATA/logs/NAME-bash.log`. A task
+//! own (`src/fleet/bashd.rs`), logged to `DATA/logs/NAME.bash.log`. A task
 //! keeps running through `hive restart`, `hive update` and a SIGKILLed
 //! harness; a task that ends while the harness is down wakes the agent once it
 //! is back; `hive stop` stops the daemon and its tasks (recorded
@@ -158,7 +158,7 @@ fn a_task_outlives_restart_update_and_a_crash_and_wakes_the_agent_after() {
         let p = pids_with(marker);
         (!p.is_empty()).then_some(p)
     });
-    let log = up.data().join("logs/ruth-bash.log");
+    let log = up.data().join("logs/ruth.bash.log");
     let logged = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(logged.contains(&format!("task {id} started")), "{logged}");
     // The harness started no daemon of its own.

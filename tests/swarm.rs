@@ -89,7 +89,7 @@ fn wait_bridge(up: &Up, state: BridgeState) {
 }
 
 fn bridge_log(up: &Up) -> String {
-    std::fs::read_to_string(up.data().join("logs/bridge.log")).unwrap_or_default()
+    std::fs::read_to_string(up.data().join("logs/matrix.bridge.log")).unwrap_or_default()
 }
 
 /// Sends as the operator of `up` (`hive send`'s command).

@@ -63,7 +63,7 @@ pub fn call<T: DeserializeOwned + Send + 'static>(
         CallError::NoDaemon(format!(
             "the bash task daemon is not running: cannot connect to {} ({e}). It runs \
              as `hive bash-daemon` next to the harness (under `hive up`, or its own unit), \
-             or inside `hive serve`; check that it is up (its log: NAME-bash.log under \
+             or inside `hive serve`; check that it is up (its log: NAME.bash.log under \
              hive up) and that HIVE_BASH_SOCKET points at its socket.",
             socket.display()
         ))

@@ -1,7 +1,7 @@
 //! `hive up`'s bash-task daemons: one `hive bash-daemon` child per running
 //! agent, apart from its `hive serve`, so background tasks outlive a restart,
 //! an update or a crash of the harness. The `bash-sup` thread owns every
-//! daemon (a `sys::ProcessGroup`, its output in `DATA/logs/NAME-bash.log`),
+//! daemon (a `sys::ProcessGroup`, its output in `DATA/logs/NAME.bash.log`),
 //! started the way the agent is ([`AgentLaunch`]: same uid, environment, umask,
 //! working dir and sandbox view, so a task sees what the agent sees and the
 //! agent's sandbox reaches the daemon's socket in its own run dir). The
@@ -151,9 +151,11 @@ impl Drop for BashSup {
     }
 }
 
-/// The log file of agent `name`'s daemon, under `DATA/logs`.
+/// The log file of agent `name`'s daemon, under `DATA/logs`. It has a dot
+/// in its stem, which no agent name has, so it is never an agent's own log
+/// (`NAME-bash.log` was agent `NAME-bash`'s).
 pub fn log_name(name: &str) -> String {
-    format!("{name}-bash.log")
+    format!("{name}.bash.log")
 }
 
 /// Identity of the `hive` binary on disk: a rebuild changes it.
@@ -487,4 +489,30 @@ fn spawn_child(name: &str, d: &Daemon) -> Result<ProcessGroup, String> {
         .map_err(|e| format!("cannot run {} bash-daemon: {e}", d.launch.exe.display()))?;
     child::log_output(&mut child, &format!("log-{name}-bash"), &d.log);
     Ok(child)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::proto::ident::check_name;
+
+    /// No daemon's log is an agent's own (`NAME.log`): the stem of each is
+    /// no agent name, also next to the agents whose logs they once were.
+    #[test]
+    fn a_daemon_log_is_never_an_agent_log() {
+        for agent in ["x", "ruth", "x-bash", "bridge", "a1-b2"] {
+            check_name(agent).unwrap();
+            let log = super::log_name(agent);
+            let stem = log.strip_suffix(".log").unwrap();
+            assert!(
+                check_name(stem).is_err(),
+                "{log} could be agent {stem}'s log"
+            );
+        }
+        let bridge = super::super::bridge::LOG_NAME;
+        let stem = bridge.strip_suffix(".log").unwrap();
+        assert!(
+            check_name(stem).is_err(),
+            "{bridge} could be agent {stem}'s log"
+        );
+    }
 }

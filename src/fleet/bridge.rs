@@ -1,6 +1,6 @@
 //! `hive up`'s Matrix bridge: when the fleet file has a `matrix` section, the
 //! `bridge-sup` thread keeps one `hive matrix-bridge` child alive (a
-//! `sys::ProcessGroup`, its output in `DATA/logs/bridge.log`), restarting it
+//! `sys::ProcessGroup`, its output in `DATA/logs/matrix.bridge.log`), restarting it
 //! after a crash with the agents' capped backoff, and stops it at shutdown
 //! (SIGTERM, then SIGKILL after the grace). Its one `select!` waits on the stop
 //! channel, the child's exit (`wait-bridge` reports it, the thread reaps) and
@@ -23,8 +23,10 @@ use std::time::Instant;
 /// The bridge's state dir under the data dir (its access token).
 pub const STATE_DIR: &str = "matrix";
 
-/// The log file's name under `DATA/logs`.
-pub const LOG_NAME: &str = "bridge.log";
+/// The log file's name under `DATA/logs`: a dot in its stem, which no agent
+/// name has, so it is never an agent's log (`bridge.log` was agent
+/// `bridge`'s).
+pub const LOG_NAME: &str = "matrix.bridge.log";
 
 /// Logs the bridge in once before `hive up` starts anything: a refused login
 /// or an unreadable secret file is the error to exit 2 with.

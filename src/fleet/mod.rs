@@ -4,11 +4,11 @@
 //! (`logfile.rs`). The data dir holds everything: `DATA/broker.db` (the broker's
 //! state dir is DATA), `DATA/run/` (sockets), `DATA/agents/NAME/{state,run,claude}` and
 //! `DATA/logs/NAME.log`; each agent's bash-task daemon is a child of its own
-//! (`bashd.rs`, logged to `DATA/logs/NAME-bash.log`). Each agent runs in a
+//! (`bashd.rs`, logged to `DATA/logs/NAME.bash.log`). Each agent runs in a
 //! sandbox that hides all of that but its own dirs (`isolation.rs`,
 //! `sandbox.rs`). A fleet file with a `matrix` section also gets the Matrix
 //! bridge, supervised by `bridge.rs` (its token in `DATA/matrix/`, its log
-//! `DATA/logs/bridge.log`). The three supervisors (agents, bash-task daemons,
+//! `DATA/logs/matrix.bridge.log`). The three supervisors (agents, bash-task daemons,
 //! bridge) share one child's machinery, `child.rs`: its phase, restart backoff
 //! and stop ladder. Documented in `docs/fleet.md` and `docs/swarm.md`.
 
