@@ -407,17 +407,13 @@ impl Conn {
                     Err(e) => log::warn!("{} refused: {e}", req.cmd()),
                 }
             }
-            if let Some(reply) = handed_out {
+            if let Some(message) = handed_out {
                 queue.pop_front();
                 // As the long-poll thread tells it: `turn_usd`, then the message.
-                let _ = self.events.send(FromPoller::TurnUsd(reply.turn_usd));
-                let _ = self.events.send(FromPoller::Message {
-                    message: reply.message.expect("handed_out has a message"),
-                    redelivered: reply.redelivered,
-                    unread: reply.unread,
-                    attempts: reply.attempts,
-                    turn_usd: reply.turn_usd,
-                });
+                if let FromPoller::Message { turn_usd, .. } = &message {
+                    let _ = self.events.send(FromPoller::TurnUsd(*turn_usd));
+                }
+                let _ = self.events.send(message);
             }
         }
         // Stopping: whatever is still queued (a requeue from the inflight
@@ -758,12 +754,20 @@ fn refusal(req: &Request, line: &str) -> Result<(), ClientError> {
     }
 }
 
-/// The answer to a `recv_next` that did not wait, when it handed out a
-/// message and says no pause.
-fn handed_out(line: &str) -> Option<RecvNextReply> {
-    crate::proto::lines::decode::<RecvNextReply>(line, "the broker", "recv_next")
-        .ok()
-        .filter(|r| r.message.is_some() && r.paused.is_none())
+/// The message a `recv_next` that did not wait handed out, for the loop;
+/// None when it handed out nothing or says a pause.
+fn handed_out(line: &str) -> Option<FromPoller> {
+    let reply: RecvNextReply = crate::proto::lines::decode(line, "the broker", "recv_next").ok()?;
+    if reply.paused.is_some() {
+        return None;
+    }
+    Some(FromPoller::Message {
+        message: reply.message?,
+        redelivered: reply.redelivered,
+        unread: reply.unread,
+        attempts: reply.attempts,
+        turn_usd: reply.turn_usd,
+    })
 }
 
 /// A teller whose requests a test reads back instead of a broker.
@@ -939,11 +943,17 @@ mod tests {
         }
     }
 
-    /// With nothing queued, or an answer that cannot be read, the ask goes
-    /// on to the long-poll, which waits; the requests after it still go out.
+    /// With nothing queued, an answer that cannot be read or a pause, the
+    /// ask goes on to the long-poll, which waits (and tells the loop of a
+    /// pause); the requests after it still go out.
     #[test]
     fn with_nothing_queued_the_ask_goes_on_to_the_long_poll() {
-        for (tag, first) in [("empty", None), ("garbage", Some("{not json"))] {
+        let paused = r#"{"ok":true,"message":null,"paused":{"reason":"rate_limit","until":null,"detail":"limit"}}"#;
+        for (tag, first) in [
+            ("empty", None),
+            ("garbage", Some("{not json")),
+            ("paused", Some(paused)),
+        ] {
             ask_goes_on_to_the_long_poll(tag, first);
         }
     }
