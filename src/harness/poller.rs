@@ -560,25 +560,10 @@ impl Conn {
                 }
                 continue;
             }
-            match r {
-                Ok(RecvNextReply {
-                    message: Some(message),
-                    redelivered,
-                    unread,
-                    attempts,
-                    turn_usd,
-                    ..
-                }) => {
-                    return Some(FromPoller::Message {
-                        message,
-                        redelivered,
-                        unread,
-                        attempts,
-                        turn_usd,
-                    })
-                }
-                Ok(_) if ask == Ask::Peek || ended => return Some(FromPoller::Empty),
-                Ok(_) => continue,
+            match r.map(message_of) {
+                Ok(Some(message)) => return Some(message),
+                Ok(None) if ask == Ask::Peek || ended => return Some(FromPoller::Empty),
+                Ok(None) => continue,
                 Err(ClientError::Refused(e)) => {
                     log::error!("broker refused recv_next: {e}");
                     self.bus.note(format!("broker refused recv_next: {e}"));
@@ -761,6 +746,11 @@ fn handed_out(line: &str) -> Option<FromPoller> {
     if reply.paused.is_some() {
         return None;
     }
+    message_of(reply)
+}
+
+/// The message a `recv_next` answer handed out, as the loop gets it.
+fn message_of(reply: RecvNextReply) -> Option<FromPoller> {
     Some(FromPoller::Message {
         message: reply.message?,
         redelivered: reply.redelivered,
