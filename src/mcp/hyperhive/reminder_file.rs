@@ -95,8 +95,9 @@ mod tests {
         }
     }
 
-    fn temp() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hv-remfile-{}", std::process::id()));
+    /// A fresh directory of this test's own (the tests run in parallel).
+    fn temp(test: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hv-remfile-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
@@ -104,7 +105,7 @@ mod tests {
 
     #[test]
     fn a_long_reminder_goes_to_a_private_file_and_a_preview() {
-        let d = temp();
+        let d = temp("long");
         let text = "é".repeat(3000);
         let m = msg(
             Peer::Reminder,
@@ -132,7 +133,7 @@ mod tests {
 
     #[test]
     fn short_reminders_other_kinds_and_no_state_dir_stay_whole() {
-        let d = temp();
+        let d = temp("short");
         let long = format!("[reminder #1] {}", "x".repeat(5000));
         for m in [
             msg(Peer::Reminder, MsgKind::Reminder, "[reminder #1] short"),
