@@ -8,6 +8,7 @@
 //! the command's own `validate`, shared with every other client.
 
 use super::ToolOutcome;
+use crate::proto::lines::push_json_str;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 
@@ -110,67 +111,6 @@ impl Arg {
             description,
         }
     }
-}
-
-/// Appends `s` as a JSON string, escaped as serde_json escapes it (`\"`,
-/// `\\`, the short escapes of `\b \f \n \r \t`, `\u00xx` for the other
-/// control characters; nothing else). Runs of bytes that need no escape (all
-/// of a tool's description, as a rule) are found eight bytes at a time and
-/// copied whole.
-pub fn push_json_str(out: &mut String, s: &str) {
-    use std::fmt::Write as _;
-    out.push('"');
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        if let Some(word) = bytes.get(i..i + 8) {
-            let word = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
-            if !needs_escape(word) {
-                i += 8;
-                continue;
-            }
-        }
-        let b = bytes[i];
-        let short = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0x08 => "\\b",
-            0x0c => "\\f",
-            0..=0x1f => "",
-            _ => {
-                i += 1;
-                continue;
-            }
-        };
-        // Every escaped byte is ASCII, so `i` is a character boundary.
-        out.push_str(&s[start..i]);
-        if short.is_empty() {
-            let _ = write!(out, "\\u{b:04x}");
-        } else {
-            out.push_str(short);
-        }
-        i += 1;
-        start = i;
-    }
-    out.push_str(&s[start..]);
-    out.push('"');
-}
-
-/// Whether one of the eight bytes of `w` is a control character, `"` or `\\`
-/// (the word-at-a-time tests for a byte below a bound and for a zero byte:
-/// exact about whether there is one, not about where).
-fn needs_escape(w: u64) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
-    let quote = zero_byte(w ^ (ONES * u64::from(b'"')));
-    let backslash = zero_byte(w ^ (ONES * u64::from(b'\\')));
-    control | quote | backslash != 0
 }
 
 /// [`schema`] written straight to JSON text: byte for byte what serializing
@@ -324,8 +264,7 @@ mod tests {
     use super::*;
 
     /// The schema written as text is the serialized schema, byte for byte,
-    /// for every type of argument, none, and strings that need escaping; and
-    /// a string is escaped as serde_json escapes it.
+    /// for every type of argument, none, and strings that need escaping.
     #[test]
     fn the_written_schema_is_the_serialized_schema() {
         const ALL: &[Arg] = &[
@@ -350,21 +289,6 @@ mod tests {
             let mut out = String::new();
             write_schema(args, &mut out);
             assert_eq!(out, schema(args).to_string());
-        }
-        let long = "eight by eight: \"quoted\" and\\back, a\ttab\u{0}, é→ and a long plain run";
-        for s in [
-            "",
-            "plain",
-            "\"\\\u{8}\u{c}\n\r\t\u{0}\u{1f}\u{7f}/é→",
-            long,
-            &long[1..],
-            &long[3..],
-            "ends with a quote\"",
-            "\u{1f}\u{20}\u{21}\u{22}\u{5b}\u{5c}\u{5d}\u{7e}\u{7f}\u{80}ÿ",
-        ] {
-            let mut out = String::new();
-            push_json_str(&mut out, s);
-            assert_eq!(out, serde_json::to_string(s).unwrap());
         }
     }
 

@@ -13,8 +13,8 @@
 
 use super::jsonrpc::{Message, Notification, Request, RequestId, Response};
 use super::jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND};
-use super::schema::push_json_str;
 use super::{AfterWrite, CallCtx, ServerInfo, ToolOutcome, Tools};
+use crate::proto::lines::push_json_str;
 use crossbeam_channel::{never, select, Receiver, Sender};
 use log::{debug, error, info, warn};
 use serde_json::{json, Value};

@@ -8,6 +8,7 @@
 
 use super::access::{Access, Gate, ToolGroup};
 use super::cmd::*;
+use super::lines::ok_line;
 use super::text::excerpt;
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -93,6 +94,12 @@ pub trait Command:
     /// How long the broker may park the call for an answer (long-polls only).
     fn wait_seconds(&self) -> Option<u64> {
         None
+    }
+
+    /// The `ok:true` line of an answer: [`ok_line`]'s, unless a command on
+    /// every turn's path writes the same bytes by hand (`recv_next`).
+    fn reply_line(reply: &Self::Reply) -> String {
+        ok_line(reply)
     }
 }
 
@@ -243,13 +250,17 @@ impl Request {
     /// of any value it echoes.
     ///
     /// A good line is read twice, never built as a [`Value`]: once for keys
-    /// given twice (keys borrowed from the line, nothing else kept), then as
-    /// the typed request. A line either refuses is read again the slow way,
-    /// which words every error.
+    /// given twice (by bytes when every key is plain, else by serde with
+    /// keys borrowed from the line), then as the typed request. A line either
+    /// refuses is read again the slow way, which words every error.
     pub fn parse(line: &str) -> Result<Request, String> {
-        let fast = serde_json::from_str::<NoDupes>(line)
-            .ok()
-            .and_then(|_| serde_json::from_str::<Request>(line).ok());
+        let unique = match plain_keys_unique(line.as_bytes()) {
+            Some(unique) => unique,
+            None => serde_json::from_str::<NoDupes>(line).is_ok(),
+        };
+        let fast = unique
+            .then(|| serde_json::from_str::<Request>(line).ok())
+            .flatten();
         match fast {
             Some(req) => Ok(req),
             None => Request::parse_slowly(line),
@@ -351,6 +362,73 @@ impl<'de> Visitor<'de> for NoDupesVisitor {
         }
         Ok(NoDupes)
     }
+}
+
+/// Whether no object of a JSON line repeats a key, read by bytes, as every
+/// request line is (issue 19: serde's visitor cost the broker more than the
+/// typed read): `Some(true)` when none does, `Some(false)` when one does, and
+/// `None` when it cannot tell cheaply — a key with an escape (which may equal
+/// another spelled differently), objects nested deeper than 16 or holding
+/// more than 32 keys in all, a line that ends inside a string — for
+/// [`NoDupes`] to decide. It checks nothing else: what is not JSON is
+/// refused by the typed read that follows.
+fn plain_keys_unique(line: &[u8]) -> Option<bool> {
+    const DEPTH: usize = 16;
+    const KEYS: usize = 32;
+    // Per open container: where its keys start in `keys` (`None`: an array).
+    let mut open: [Option<usize>; DEPTH] = [None; DEPTH];
+    let mut depth = 0;
+    let mut keys: [&[u8]; KEYS] = [&[]; KEYS];
+    let mut count = 0;
+    let mut expect_key = false;
+    let mut i = 0;
+    while i < line.len() {
+        match line[i] {
+            b'{' | b'[' => {
+                *open.get_mut(depth)? = (line[i] == b'{').then_some(count);
+                depth += 1;
+                expect_key = line[i] == b'{';
+            }
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                count = open[depth].unwrap_or(count);
+                expect_key = false;
+            }
+            b',' => expect_key = depth > 0 && open[depth - 1].is_some(),
+            b'"' => {
+                let start = i + 1;
+                let mut end = start;
+                let mut escaped = false;
+                loop {
+                    match *line.get(end)? {
+                        b'"' => break,
+                        b'\\' => {
+                            escaped = true;
+                            end += 2;
+                        }
+                        _ => end += 1,
+                    }
+                }
+                if expect_key {
+                    let first = open[depth - 1]?;
+                    let key = &line[start..end];
+                    if escaped {
+                        return None;
+                    }
+                    if keys[first..count].contains(&key) {
+                        return Some(false);
+                    }
+                    *keys.get_mut(count)? = key;
+                    count += 1;
+                    expect_key = false;
+                }
+                i = end;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Some(true)
 }
 
 /// An object's key, borrowed from the line unless it held an escape.
@@ -526,6 +604,18 @@ mod tests {
             r#"{"cmd":"hello","cmd":"hello"}"#.to_string(),
             format!(r#"{{"cmd":"hello","x":{{{many_keys}}}}}"#),
             format!(r#"{{"cmd":"hello",{many_keys},"k3":0}}"#),
+            r#"{"cmd":"hello","\u0063md":"hello"}"#.to_string(),
+            r#"{"cmd":"wake","from":"a","body":"{\"from\":1,\"from\":2}, [\"x\"]"}"#.to_string(),
+            r#"{"cmd":"wake","from":"a","body":"b","x":[{"k":1},{"k":1,"k":2}]}"#.to_string(),
+            r#"{"cmd":"wake","x":{"from":1},"from":"a","body":"b"}"#.to_string(),
+            r#"{"cmd":"wake","from":"a","x":{"y":{"from":1}},"body":"b","from":"c"}"#.to_string(),
+            format!(
+                r#"{{"cmd":"hello","x":{}1{}}}"#,
+                "[".repeat(20),
+                "]".repeat(20)
+            ),
+            r#"{"cmd":"hello","x":"unterminated}"#.to_string(),
+            r#"{"cmd":"hello"}}"#.to_string(),
         ];
         for line in &lines[..6] {
             assert!(Request::parse(line).is_ok(), "{line}");
@@ -533,6 +623,76 @@ mod tests {
         for line in &lines {
             assert_eq!(Request::parse(line), Request::parse_slowly(line), "{line}");
         }
+        // Every command as hive's clients write it, and the commands on
+        // every turn's path spelled every way their struct may refuse.
+        for r in Request::samples() {
+            let line = serde_json::to_string(&r).unwrap();
+            assert_eq!(Request::parse(&line), Ok(r), "{line}");
+        }
+        let hot = [
+            r#"{"cmd":"wake","from":"cron","body":"b","transient":true,"to":null}"#,
+            r#"{"cmd":"wake","from":"cron","body":"b","body":"c"}"#,
+            r#"{"cmd":"wake","from":"cron"}"#,
+            r#"{"cmd":"wake","from":7,"body":"b"}"#,
+            r#"{"cmd":"wake"}"#,
+            r#"{"cmd":"wake","from":"cron","body":"b","cmd":"wake"}"#,
+            r#"{"cmd":"wake" ,"from":"cron","body":"b"}"#,
+            r#"{"cmd":"wake","from":"cron","body":"b"}   "#,
+            r#"{"cmd":"send","to":"peer","body":"b","in_reply_to":3}"#,
+            r#"{"cmd":"send","to":"peer","body":"b","in_reply_to":-3}"#,
+            r#"{"cmd":"recv_next"}"#,
+            r#"{"cmd":"recv_next","wait_seconds":null}"#,
+            r#"{"cmd":"recv_next","wait_seconds":0,"seen":{"unread":1,"unread":2}}"#,
+            r#"{"cmd":"recv_next","wait_seconds":0,"seen":{"unread":1,"other":2}}"#,
+            r#"{"cmd":"recv_next","wait_seconds":-1}"#,
+            r#"{"cmd":"ack_turn","id":17}"#,
+            r#"{"cmd":"ack_turn","id":17.0}"#,
+            r#"{"cmd":"ack_turn","id":"17"}"#,
+            r#"{"cmd":"ack_turn","id":9223372036854775808}"#,
+            r#"{"cmd":"report_spend","usd":1,"turns":1}"#,
+            r#"{"cmd":"report_spend","usd":0.25}"#,
+            r#"{"cmd":"post_turn_counts","tokens_in":1}"#,
+            r#"{"cmd":"report_state","state":"idle"}"#,
+            r#"{"cmd":"report_state","state":"no_such_state"}"#,
+            r#"{"cmd":"hello","extra":1}"#,
+        ];
+        for line in hot {
+            assert_eq!(Request::parse(line), Request::parse_slowly(line), "{line}");
+        }
+    }
+
+    /// The byte scan says "no key repeats" only when none does, "one
+    /// repeats" only when one does, and leaves what it cannot tell to serde.
+    #[test]
+    fn the_byte_scan_of_keys_is_sure_or_says_it_is_not() {
+        let cases: &[(&str, Option<bool>)] = &[
+            (r#"{"cmd":"ack_turn","id":17}"#, Some(true)),
+            (r#"{"cmd":"ack_turn","id":17,"cmd":"x"}"#, Some(false)),
+            (
+                r#"{"a":{"b":1,"c":2},"b":{"a":3},"c":[{"a":1},{"a":2}]}"#,
+                Some(true),
+            ),
+            (r#"{"a":{"b":1,"b":2}}"#, Some(false)),
+            (r#"{"a":{"b":1},"c":2,"a":3}"#, Some(false)),
+            (r#"[{"a":1},{"a":1}]"#, Some(true)),
+            (
+                r#"{"a":"\"a\":1,\"a\":2 {\"a\"} [","b":"\\","c":"x"}"#,
+                Some(true),
+            ),
+            (r#"{"a":1,"\u0061":2}"#, None),
+            (r#"{"a\"":1,"a\"":2}"#, None),
+            (r#"{"a":"unterminated}"#, None),
+            ("{}", Some(true)),
+            ("7", Some(true)),
+        ];
+        for (line, want) in cases {
+            assert_eq!(plain_keys_unique(line.as_bytes()), *want, "{line}");
+        }
+        let deep = format!("{}1{}", "[".repeat(17), "]".repeat(17));
+        assert_eq!(plain_keys_unique(deep.as_bytes()), None);
+        let many = (0..33).map(|i| format!("\"k{i}\":{i}")).collect::<Vec<_>>();
+        let many = format!("{{{}}}", many.join(","));
+        assert_eq!(plain_keys_unique(many.as_bytes()), None);
     }
 
     #[test]

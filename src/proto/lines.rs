@@ -1,7 +1,8 @@
 //! The one JSON-lines transport of hive's unix sockets (the broker's and the
 //! bash task daemon's): one request line answered by one line, many per
 //! connection. This file owns the bounded line reader ([`read_line`]), the
-//! answer framing ([`ok_line`], [`err_line`], [`decode`]), the server side (an
+//! answer framing ([`ok_line`], [`err_line`], [`decode`], and the pieces a
+//! hand-written answer is made of: [`push_json_str`], [`push_int`], [`push_uint`]), the server side (an
 //! accept loop that survives descriptor exhaustion with a capped backoff and
 //! can refuse clients over a cap, one thread per connection, and a plain
 //! request/answer loop for a connection) and the client side ([`Conn`]: one
@@ -98,6 +99,90 @@ pub fn ok_line<T: Serialize>(payload: &T) -> String {
         }
     }
     r#"{"ok":true}"#.into()
+}
+
+/// Appends `s` as a JSON string, escaped as serde_json escapes it (`\"`,
+/// `\\`, the short escapes of `\b \f \n \r \t`, `\u00xx` for the other
+/// control characters; nothing else). Runs of bytes that need no escape (all
+/// of a tool's description, as a rule) are found eight bytes at a time and
+/// copied whole.
+pub fn push_json_str(out: &mut String, s: &str) {
+    use std::fmt::Write as _;
+    out.push('"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(word) = bytes.get(i..i + 8) {
+            let word = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+            if !needs_escape(word) {
+                i += 8;
+                continue;
+            }
+        }
+        let b = bytes[i];
+        let short = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        // Every escaped byte is ASCII, so `i` is a character boundary.
+        out.push_str(&s[start..i]);
+        if short.is_empty() {
+            let _ = write!(out, "\\u{b:04x}");
+        } else {
+            out.push_str(short);
+        }
+        i += 1;
+        start = i;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}
+
+/// Whether one of the eight bytes of `w` is a control character, `"` or `\\`
+/// (the word-at-a-time tests for a byte below a bound and for a zero byte:
+/// exact about whether there is one, not about where).
+fn needs_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+    let quote = zero_byte(w ^ (ONES * u64::from(b'"')));
+    let backslash = zero_byte(w ^ (ONES * u64::from(b'\\')));
+    control | quote | backslash != 0
+}
+
+/// Appends `n` in decimal, as serde_json writes an integer.
+pub fn push_int(out: &mut String, n: i64) {
+    if n < 0 {
+        out.push('-');
+    }
+    push_uint(out, n.unsigned_abs());
+}
+
+/// Appends `n` in decimal, as serde_json writes an integer.
+pub fn push_uint(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or("0"));
 }
 
 /// Builds the `{"ok":false,"error":...}` line; an error longer than
@@ -478,6 +563,55 @@ pub fn serve_conn<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A string is escaped as serde_json escapes it.
+    #[test]
+    fn strings_are_written_as_serde_json_writes_them() {
+        let long = "eight by eight: \"quoted\" and\\back, a\ttab\u{0}, é→ and a long plain run";
+        for s in [
+            "",
+            "plain",
+            "\"\\\u{8}\u{c}\n\r\t\u{0}\u{1f}\u{7f}/é→",
+            long,
+            &long[1..],
+            &long[3..],
+            "ends with a quote\"",
+            "\u{1f}\u{20}\u{21}\u{22}\u{5b}\u{5c}\u{5d}\u{7e}\u{7f}\u{80}ÿ",
+        ] {
+            let mut out = String::new();
+            push_json_str(&mut out, s);
+            assert_eq!(out, serde_json::to_string(s).unwrap());
+        }
+    }
+
+    #[test]
+    fn integers_are_written_as_serde_json_writes_them() {
+        for n in [
+            0,
+            7,
+            -7,
+            10,
+            99,
+            -100,
+            1_795_833_464,
+            i64::MAX,
+            i64::MIN,
+            i64::MIN + 1,
+        ] {
+            let mut out = String::from("x");
+            push_int(&mut out, n);
+            assert_eq!(
+                out,
+                format!("x{}", serde_json::to_string(&n).unwrap()),
+                "{n}"
+            );
+        }
+        for n in [0, 9, 10, u64::MAX, u64::MAX / 10] {
+            let mut out = String::new();
+            push_uint(&mut out, n);
+            assert_eq!(out, serde_json::to_string(&n).unwrap(), "{n}");
+        }
+    }
 
     #[test]
     fn read_line_bounds_memory_and_recovers() {

@@ -6,6 +6,7 @@
 use super::fleet::AgentConfig;
 use super::ident::Peer;
 use super::kinds::{AgentPhase, ApprovalKind, ApprovalState, MsgKind, PauseReason};
+use super::lines::{push_int, push_json_str};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -34,6 +35,48 @@ pub struct Message {
     /// True for a transient wake, which lives only in the broker's memory.
     #[serde(default)]
     pub transient: bool,
+}
+
+impl Message {
+    /// Appends the message as JSON text: byte for byte what serde_json writes
+    /// for it (its fields in declared order), without serde's machinery. The
+    /// harness is handed one with every turn (`recv_next`); the fields are
+    /// taken apart whole, so a new field does not compile until it is
+    /// written here too, and `cmd::inbox`'s tests compare both ways.
+    pub fn push_json(&self, out: &mut String) {
+        let Message {
+            id,
+            from,
+            to,
+            body,
+            kind,
+            in_reply_to,
+            sent_at,
+            transient,
+        } = self;
+        out.push_str(r#"{"id":"#);
+        push_int(out, *id);
+        out.push_str(r#","from":"#);
+        push_json_str(out, from.as_str());
+        out.push_str(r#","to":"#);
+        push_json_str(out, to.as_str());
+        out.push_str(r#","body":"#);
+        push_json_str(out, body);
+        out.push_str(r#","kind":"#);
+        push_json_str(out, kind.as_str());
+        out.push_str(r#","in_reply_to":"#);
+        match in_reply_to {
+            Some(i) => push_int(out, *i),
+            None => out.push_str("null"),
+        }
+        out.push_str(r#","sent_at":"#);
+        push_int(out, *sent_at);
+        out.push_str(if *transient {
+            r#","transient":true}"#
+        } else {
+            r#","transient":false}"#
+        });
+    }
 }
 
 /// A question as listed by `questions` and `get_loose_ends`.
