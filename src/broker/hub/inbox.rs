@@ -186,10 +186,15 @@ impl Hub<'_> {
         agent: &str,
         c: RecvNext,
     ) -> Handled<RecvNextReply> {
-        self.harness_conns
-            .entry(agent.to_string())
-            .or_default()
-            .insert(ctx.conn);
+        match self.harness_conns.get_mut(agent) {
+            Some(conns) => {
+                conns.insert(ctx.conn);
+            }
+            None => {
+                self.harness_conns
+                    .insert(agent.to_string(), [ctx.conn].into());
+            }
+        }
         // issue 16: while the broker pauses the agent nothing is handed out
         // (so nothing counts as an attempt); the pause is answered once per
         // connection, and a later call parks until the pause ends (the hub's

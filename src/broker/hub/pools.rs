@@ -331,21 +331,26 @@ impl Hub<'_> {
     /// Why the broker hands `agent` nothing now, if it does not.
     pub(super) fn broker_pause(&mut self, agent: &str) -> Option<Paused> {
         let t = now();
-        let pool = self.pool_of(agent);
-        if let Some((until, detail)) = self.pools.paused.get(&pool) {
-            if *until > t {
-                return Some(Paused {
-                    reason: PauseReason::UsageLimit,
-                    until: Some(*until),
-                    detail: format!("pool {pool}: {detail}"),
-                });
+        self.pools_loaded();
+        // The pool's name is made only when some pool is paused (every
+        // `recv_next` asks).
+        if !self.pools.paused.is_empty() {
+            let pool = self.pool_of(agent);
+            if let Some((until, detail)) = self.pools.paused.get(&pool) {
+                if *until > t {
+                    return Some(Paused {
+                        reason: PauseReason::UsageLimit,
+                        until: Some(*until),
+                        detail: format!("pool {pool}: {detail}"),
+                    });
+                }
             }
         }
         match self.pools.resume_at.get(agent) {
             Some(at) if *at > t => Some(Paused {
                 reason: PauseReason::UsageLimit,
                 until: Some(*at),
-                detail: format!("pool {pool}: resuming after the reset"),
+                detail: format!("pool {}: resuming after the reset", self.pool_of(agent)),
             }),
             _ => self.budget_pause(agent),
         }
