@@ -283,6 +283,11 @@ pub struct FailedMessage {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Empty {}
 
+impl Empty {
+    /// Its `ok:true` line, as [`ok_line`](super::lines::ok_line) writes it.
+    pub const LINE: &'static str = r#"{"ok":true}"#;
+}
+
 /// Answer to `ask`: the new row's id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IdReply {
@@ -303,6 +308,26 @@ pub struct SentReply {
     pub id: Option<i64>,
     /// The recipient after `<parent>` resolution.
     pub to: Peer,
+}
+
+impl SentReply {
+    /// The `ok:true` line, byte for byte what
+    /// [`ok_line`](super::lines::ok_line) writes for it, by hand: every
+    /// `wake` and `send` is answered one (issue 19). The fields are taken
+    /// apart whole, so a new one does not compile until it is written here.
+    pub fn ok_line(&self) -> String {
+        let SentReply { id, to } = self;
+        let mut out = String::with_capacity(48 + to.as_str().len());
+        out.push_str(r#"{"ok":true,"id":"#);
+        match id {
+            Some(id) => push_int(&mut out, *id),
+            None => out.push_str("null"),
+        }
+        out.push_str(r#","to":"#);
+        push_json_str(&mut out, to.as_str());
+        out.push('}');
+        out
+    }
 }
 
 /// Answer to `recv` and `inbox`.

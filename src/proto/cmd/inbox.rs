@@ -27,6 +27,9 @@ pub struct Wake {
 
 impl Command for Wake {
     type Reply = SentReply;
+    fn reply_line(reply: &SentReply) -> String {
+        reply.ok_line()
+    }
     fn validate(&self) -> Result<(), Invalid> {
         check_sender(&self.from).map_err(|e| Invalid::arg("from", e))?;
         check_text("body", &self.body)
@@ -46,6 +49,9 @@ pub struct Send {
 
 impl Command for Send {
     type Reply = SentReply;
+    fn reply_line(reply: &SentReply) -> String {
+        reply.ok_line()
+    }
     fn validate(&self) -> Result<(), Invalid> {
         if self.to.trim().is_empty() {
             return Err(Invalid::arg("to", "must not be empty"));
@@ -276,6 +282,9 @@ pub struct AckTurn {
 
 impl Command for AckTurn {
     type Reply = Empty;
+    fn reply_line(_: &Empty) -> String {
+        Empty::LINE.into()
+    }
 }
 
 /// Puts the inflight row back into the inbox: by default (what older
@@ -460,13 +469,14 @@ mod tests {
     use crate::proto::lines::ok_line;
     use crate::proto::Paused;
 
-    /// The hand-written `recv_next` answer is serde's, byte for byte, for
-    /// every shape the broker answers: no message, a message of every kind of
-    /// sender and recipient with bodies that need escaping, a redelivery, and
-    /// each of the optional fields there and absent; and it reads back as the
-    /// same reply.
+    /// The hand-written answers are serde's, byte for byte: `wake`'s and
+    /// `send`'s with and without an id, `ack_turn`'s, and `recv_next`'s for
+    /// every shape the broker answers — no message, a message of every kind
+    /// of sender and recipient with bodies that need escaping, a redelivery,
+    /// and each of the optional fields there and absent —, which also reads
+    /// back as the same reply.
     #[test]
-    fn the_written_recv_next_answer_is_the_serialized_answer() {
+    fn the_written_answers_are_the_serialized_answers() {
         let message = |from: Peer, to: Peer, body: &str, kind: MsgKind| Message {
             id: 1_795_833_464,
             from,
@@ -550,6 +560,25 @@ mod tests {
             turn_usd: Some(1e21),
             ..replies[0].clone()
         });
+        let sent = [
+            SentReply {
+                id: Some(42),
+                to: Peer::Agent("bench".into()),
+            },
+            SentReply {
+                id: None,
+                to: Peer::Remote("ana@other \"hive\"".into()),
+            },
+            SentReply {
+                id: Some(-1),
+                to: Peer::Operator,
+            },
+        ];
+        for r in &sent {
+            assert_eq!(Wake::reply_line(r), ok_line(r));
+            assert_eq!(Send::reply_line(r), ok_line(r));
+        }
+        assert_eq!(AckTurn::reply_line(&Empty {}), ok_line(&Empty {}));
         for r in &replies {
             let line = RecvNext::reply_line(r);
             assert_eq!(line, ok_line(r));
