@@ -97,7 +97,8 @@ pub trait Command:
     }
 
     /// The `ok:true` line of an answer: [`ok_line`]'s, unless a command on
-    /// every turn's path writes the same bytes by hand (`recv_next`).
+    /// every message's path writes the same bytes by hand (`wake`, `send`,
+    /// `recv_next`, `ack_turn`).
     fn reply_line(reply: &Self::Reply) -> String {
         ok_line(reply)
     }
