@@ -159,7 +159,13 @@ struct BrokerProc {
 
 impl BrokerProc {
     fn start(hive: &Path, durability: &str) -> BrokerProc {
-        let dir = PathBuf::from(format!("/tmp/hv-bench-{}-{durability}", std::process::id()));
+        // Each its own directory: the turn bench keeps two brokers running.
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = PathBuf::from(format!(
+            "/tmp/hv-bench-{}-{durability}-{n}",
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let child = Command::new(hive)
@@ -501,50 +507,57 @@ fn settle(c: &mut Client, secs: u64) {
     }
 }
 
-/// N messages queued at once to a fresh broker's agent, worked through by the
-/// harness `start` starts: ms per turn, from the first wake to an empty inbox.
-fn queued_turns(
-    a: &Args,
-    n: usize,
-    fake: &Path,
-    start: impl Fn(&BrokerProc, &Path) -> Child,
-) -> f64 {
-    let b = BrokerProc::start(&a.hive, "normal");
-    let mut c = Client::connect(&b.socket()).unwrap();
-    let mut harness = start(&b, fake);
-    // Boot (`hive serve`'s kick turn) first, so only steady-state turns are timed.
-    std::thread::sleep(Duration::from_millis(300));
-    settle(&mut c, 120);
-    let t = Instant::now();
-    for i in 0..n {
-        queue_from_bench(&mut c, format!("turn {i}"));
-    }
-    settle(&mut c, 120);
-    let per_turn = t.elapsed().as_secs_f64() * 1e3 / n as f64;
-    let _ = harness.kill();
-    let _ = harness.wait();
-    per_turn
+/// A broker with a harness on it, booted: where queued turns are timed.
+struct TurnRig {
+    _broker: BrokerProc,
+    client: Client,
+    harness: Child,
+    queued: usize,
 }
 
-/// Turn overhead: N queued messages through `hive serve` with a claude that exits
-/// at once, per turn, against spawning that claude alone N times; and through
-/// the turn floor (the least any harness does), which shows what is the
-/// harness's own work and what is the broker's round trips and the spawn.
-fn bench_turns(a: &Args) {
-    let n = if a.quick { 20 } else { 200 };
-    let dir = PathBuf::from(format!("/tmp/hv-bench-{}-fake", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let fake = fast_fake(&dir, None);
-    let per_turn = queued_turns(a, n, &fake, |b, fake| start_serve(a, b, fake));
-    let floor = a
-        .turn_floor
-        .as_ref()
-        .map(|f| queued_turns(a, n, &fake, |b, fake| start_turn_floor(f, b, fake)));
+impl TurnRig {
+    /// A fresh broker and the harness `start` starts on it, its boot turn
+    /// (`hive serve`'s kick) done, so only steady-state turns are timed.
+    fn start(a: &Args, fake: &Path, start: impl Fn(&BrokerProc, &Path) -> Child) -> TurnRig {
+        let broker = BrokerProc::start(&a.hive, "normal");
+        let mut client = Client::connect(&broker.socket()).unwrap();
+        let harness = start(&broker, fake);
+        std::thread::sleep(Duration::from_millis(300));
+        settle(&mut client, 120);
+        TurnRig {
+            _broker: broker,
+            client,
+            harness,
+            queued: 0,
+        }
+    }
 
-    let mut alone = Vec::new();
-    for _ in 0..n {
+    /// N messages queued at once, worked through: ms per turn, from the
+    /// first wake to an empty inbox.
+    fn turns(&mut self, n: usize) -> f64 {
         let t = Instant::now();
-        let mut child = Command::new(&fake)
+        for _ in 0..n {
+            queue_from_bench(&mut self.client, format!("turn {}", self.queued));
+            self.queued += 1;
+        }
+        settle(&mut self.client, 120);
+        t.elapsed().as_secs_f64() * 1e3 / n as f64
+    }
+}
+
+impl Drop for TurnRig {
+    fn drop(&mut self) {
+        let _ = self.harness.kill();
+        let _ = self.harness.wait();
+    }
+}
+
+/// `fake` spawned alone `n` times, its prompt written and its output read
+/// as a harness does: ms per run.
+fn spawn_alone(fake: &Path, n: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        let mut child = Command::new(fake)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -557,24 +570,64 @@ fn bench_turns(a: &Args) {
             .write_all(b"Message from bench")
             .unwrap();
         child.wait_with_output().unwrap();
-        alone.push(t.elapsed().as_secs_f64() * 1e3);
     }
+    t.elapsed().as_secs_f64() * 1e3 / n as f64
+}
+
+/// Turn overhead: queued messages through `hive serve` with a claude that
+/// exits at once, per turn, against spawning that claude alone; and through
+/// the turn floor (the least any harness does), which shows what is the
+/// harness's own work and what is the broker's round trips and the spawn.
+/// The three take turns, five rounds of 40, the order rotated each round;
+/// each ratio is the median of the rounds' ratios.
+fn bench_turns(a: &Args) {
+    let (rounds, per) = if a.quick { (2, 10) } else { (5, 40) };
+    let dir = PathBuf::from(format!("/tmp/hv-bench-{}-fake", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = fast_fake(&dir, None);
+    let mut serve = TurnRig::start(a, &fake, |b, fake| start_serve(a, b, fake));
+    let mut floor = a
+        .turn_floor
+        .as_ref()
+        .map(|f| TurnRig::start(a, &fake, |b, fake| start_turn_floor(f, b, fake)));
+    let (mut serve_ms, mut floor_ms, mut alone_ms) = (vec![], vec![], vec![]);
+    for r in 0..rounds {
+        for k in 0..3 {
+            match (r + k) % 3 {
+                0 => serve_ms.push(serve.turns(per)),
+                1 => {
+                    if let Some(f) = floor.as_mut() {
+                        floor_ms.push(f.turns(per));
+                    }
+                }
+                _ => alone_ms.push(spawn_alone(&fake, per)),
+            }
+        }
+    }
+    drop(serve);
+    drop(floor);
     let _ = std::fs::remove_dir_all(&dir);
-    let alone_mean = alone.iter().sum::<f64>() / n as f64;
+    let ratio = |num: &[f64], den: &[f64]| {
+        let mut v: Vec<f64> = num.iter().zip(den).map(|(n, d)| n / d).collect();
+        median(&mut v)
+    };
+    let per_turn = median(&mut serve_ms.clone());
+    let alone = median(&mut alone_ms.clone());
+    let serve_ratio = ratio(&serve_ms, &alone_ms);
     println!(
-        "turns   hive serve {per_turn:.2} ms/turn | fake claude alone {alone_mean:.2} ms | ratio {:.2}x (goal <= 1.2x)",
-        per_turn / alone_mean
+        "turns   hive serve {per_turn:.2} ms/turn | fake claude alone {alone:.2} ms (medians of {rounds} rounds of {per}) | ratio {serve_ratio:.2}x, the median of the rounds' (goal <= 1.2x)"
     );
-    if let Some(f) = floor {
+    if !floor_ms.is_empty() {
         println!(
-            "turns   the floor (std-only harness: recv_next, spawn, ack) {f:.2} ms/turn = {:.2}x the fake alone; hive serve is {:.2}x the floor",
-            f / alone_mean,
-            per_turn / f
+            "turns   the floor (std-only harness: recv_next, spawn, ack) {:.2} ms/turn = {:.2}x the fake alone; hive serve is {:.2}x the floor",
+            median(&mut floor_ms.clone()),
+            ratio(&floor_ms, &alone_ms),
+            ratio(&serve_ms, &floor_ms)
         );
     }
     goal(
         "harness turn vs spawning its claude alone",
-        per_turn / alone_mean,
+        serve_ratio,
         "x",
         1.2,
         true,
