@@ -89,11 +89,13 @@ impl Tools for BashTools {
                 name: "run",
                 description: RUN_DESCRIPTION.into(),
                 input_schema: InputSchema::Args(RUN_ARGS),
+                listed: None,
             },
             ToolDef {
                 name: "status",
                 description: STATUS_DESCRIPTION.into(),
                 input_schema: InputSchema::Args(STATUS_ARGS),
+                listed: None,
             },
         ]
     }

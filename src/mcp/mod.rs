@@ -37,6 +37,26 @@ pub struct ToolDef {
     pub description: String,
     /// A JSON Schema object describing `arguments`.
     pub input_schema: InputSchema,
+    /// The whole tool as `tools/list` shows it (`{"description", "inputSchema",
+    /// "name"}` as JSON text), written out ahead when the provider has it:
+    /// `hive mcp` then answers `tools/list` without building the text at
+    /// every start. It must be what [`ToolDef::write_listed`] writes.
+    pub listed: Option<&'static str>,
+}
+
+impl ToolDef {
+    /// Appends the tool as `tools/list` shows it: the same text as
+    /// serializing `{"description", "inputSchema", "name"}` (keys in order),
+    /// without building that value.
+    pub fn write_listed(&self, out: &mut String) {
+        out.push_str(r#"{"description":"#);
+        crate::proto::lines::push_json_str(out, &self.description);
+        out.push_str(r#","inputSchema":"#);
+        self.input_schema.write_json(out);
+        out.push_str(r#","name":"#);
+        crate::proto::lines::push_json_str(out, self.name);
+        out.push('}');
+    }
 }
 
 /// A tool's JSON Schema.

@@ -209,13 +209,10 @@ impl Listing {
             if i > 0 {
                 result.push(',');
             }
-            result.push_str(r#"{"description":"#);
-            push_json_str(&mut result, &t.description);
-            result.push_str(r#","inputSchema":"#);
-            t.input_schema.write_json(&mut result);
-            result.push_str(r#","name":"#);
-            push_json_str(&mut result, t.name);
-            result.push('}');
+            match t.listed {
+                Some(text) => result.push_str(text),
+                None => t.write_listed(&mut result),
+            }
         }
         result.push_str("]}");
         Listing {
