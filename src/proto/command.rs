@@ -259,9 +259,11 @@ impl Request {
             Some(unique) => unique,
             None => serde_json::from_str::<NoDupes>(line).is_ok(),
         };
-        let fast = unique
-            .then(|| serde_json::from_str::<Request>(line).ok())
-            .flatten();
+        let fast = if unique {
+            serde_json::from_str::<Request>(line).ok()
+        } else {
+            None
+        };
         match fast {
             Some(req) => Ok(req),
             None => Request::parse_slowly(line),

@@ -98,7 +98,7 @@ pub fn ok_line<T: Serialize>(payload: &T) -> String {
             return line;
         }
     }
-    r#"{"ok":true}"#.into()
+    super::reply::Empty::LINE.into()
 }
 
 /// Appends `s` as a JSON string, escaped as serde_json escapes it (`\"`,
