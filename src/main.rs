@@ -148,18 +148,58 @@ fn run(cmd: Cmd) -> Result<(), String> {
     Ok(())
 }
 
+/// The logger on stderr: `RUST_LOG` (default `info`) and `RUST_LOG_STYLE`
+/// as `env_logger::Builder::from_env` reads them, but from `sys::env`'s one
+/// pass over the environment, and without the colour probe's three lookups
+/// when stderr is no terminal: there its answer is "no colour" unless
+/// `CLICOLOR_FORCE` is set, which leaves the probe to decide. ureq's debug
+/// lines print request headers, tokens included: a filter that lets debug
+/// lines through gets ureq capped at info. Only such a filter gets the cap,
+/// which would otherwise raise the level every `log!` call checks (the
+/// arguments of an `info!` are built when the level allows it) from the
+/// asked `warn` to `info`.
+fn logger() {
+    use env_logger::WriteStyle;
+    use log::LevelFilter;
+    use std::io::IsTerminal;
+    let filters = sys::env::var("RUST_LOG");
+    let style = sys::env::var("RUST_LOG_STYLE");
+    let auto = style
+        .as_deref()
+        .is_none_or(|s| !matches!(s, "always" | "never"));
+    let plain = auto && !sys::env::is_set("CLICOLOR_FORCE") && !std::io::stderr().is_terminal();
+    let build = |cap_ureq: bool| {
+        let mut b = env_logger::Builder::new();
+        b.parse_filters(filters.as_deref().unwrap_or("info"));
+        if let Some(s) = &style {
+            b.parse_write_style(s);
+        }
+        if plain {
+            b.write_style(WriteStyle::Never);
+        }
+        if cap_ureq {
+            b.filter_module("ureq", LevelFilter::Info)
+                .filter_module("ureq::unit", LevelFilter::Info);
+        }
+        b.target(env_logger::Target::Stderr).build()
+    };
+    let mut logger = build(false);
+    if logger.filter() > LevelFilter::Info {
+        logger = build(true);
+    }
+    let max = logger.filter();
+    if log::set_boxed_logger(Box::new(logger)).is_ok() {
+        log::set_max_level(max);
+    }
+}
+
 fn main() -> ExitCode {
     // `hive up`'s re-exec into an agent's sandbox: hidden, and single-threaded.
     let mut args = std::env::args_os().skip(1);
     if args.next().is_some_and(|a| a == fleet::sandbox::SUBCOMMAND) {
         fleet::sandbox::run_command(args.collect());
     }
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .target(env_logger::Target::Stderr)
-        // ureq's debug lines print request headers, tokens included: never.
-        .filter_module("ureq", log::LevelFilter::Info)
-        .filter_module("ureq::unit", log::LevelFilter::Info)
-        .init();
+    logger();
     let cmd = match cli::parse(std::env::args_os().skip(1).collect()) {
         Ok(c) => c,
         Err(e) => {

@@ -822,3 +822,74 @@ fn hive_mcp_help_names_its_environment() {
         assert!(out.contains(var), "{out}");
     }
 }
+
+/// `hive mcp`'s stderr for an empty stdin, with exactly `vars` of the log
+/// and colour settings set (the test's own are taken out) among a few
+/// hundred others, as claude's environment may hold.
+fn start_log(vars: &[(&str, &str)]) -> String {
+    use std::process::{Command, Stdio};
+    let mut cmd = Command::new(common::hive::hive_bin());
+    cmd.arg("mcp")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for k in [
+        "RUST_LOG",
+        "RUST_LOG_STYLE",
+        "NO_COLOR",
+        "CLICOLOR",
+        "CLICOLOR_FORCE",
+    ] {
+        cmd.env_remove(k);
+    }
+    for i in 0..300 {
+        cmd.env(format!("HIVE_UNUSED_{i}"), "x");
+        cmd.env(format!("OTHER_{i}"), "y");
+    }
+    cmd.env("HIVE_SOCKET", "/nonexistent/env-test.sock")
+        .env("HIVE_TOOL_GROUPS", "messaging");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run hive mcp");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// The logger and the settings are read from one pass over the environment
+/// (issue 19), with the same meaning as before: `RUST_LOG` filters (default
+/// `info`), `RUST_LOG_STYLE` wins, and on a stderr that is no terminal there
+/// is no colour unless `CLICOLOR_FORCE` asks for it and `NO_COLOR` does not
+/// forbid it.
+#[test]
+fn hive_mcp_reads_its_log_settings_as_env_logger_does() {
+    let start = "hive mcp: socket /nonexistent/env-test.sock, groups messaging";
+    let plain = start_log(&[]);
+    assert!(
+        plain.contains(start) && !plain.contains('\x1b'),
+        "{plain:?}"
+    );
+    assert_eq!(start_log(&[("RUST_LOG", "warn")]), "");
+    assert_eq!(
+        start_log(&[("RUST_LOG", "")]),
+        "",
+        "an empty filter: errors only"
+    );
+    let debug = start_log(&[("RUST_LOG", "debug")]);
+    assert!(debug.contains(start), "{debug:?}");
+    for (vars, colour) in [
+        (&[("RUST_LOG_STYLE", "always")][..], true),
+        (
+            &[("RUST_LOG_STYLE", "never"), ("CLICOLOR_FORCE", "1")],
+            false,
+        ),
+        (&[("CLICOLOR_FORCE", "1")], true),
+        (&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")], false),
+        (&[("CLICOLOR", "1")], false),
+        (&[("RUST_LOG_STYLE", "auto")], false),
+    ] {
+        let log = start_log(vars);
+        assert!(log.contains("hive mcp: socket"), "{vars:?}: {log:?}");
+        assert_eq!(log.contains('\x1b'), colour, "{vars:?}: {log:?}");
+    }
+}

@@ -82,22 +82,32 @@ struct StatusArgs {
     wait_seconds: Option<u64>,
 }
 
+/// The two tools; each with its entry written out ahead (`listed.rs`) when
+/// `written`.
+fn tool_defs(written: bool) -> Vec<ToolDef> {
+    let entry = |name: &str| {
+        let found = super::listed::LISTED.iter().find(|(n, _)| *n == name);
+        found.filter(|_| written).map(|(_, text)| *text)
+    };
+    vec![
+        ToolDef {
+            name: "run",
+            description: RUN_DESCRIPTION.into(),
+            input_schema: InputSchema::Args(RUN_ARGS),
+            listed: entry("run"),
+        },
+        ToolDef {
+            name: "status",
+            description: STATUS_DESCRIPTION.into(),
+            input_schema: InputSchema::Args(STATUS_ARGS),
+            listed: entry("status"),
+        },
+    ]
+}
+
 impl Tools for BashTools {
     fn list(&self) -> Vec<ToolDef> {
-        vec![
-            ToolDef {
-                name: "run",
-                description: RUN_DESCRIPTION.into(),
-                input_schema: InputSchema::Args(RUN_ARGS),
-                listed: None,
-            },
-            ToolDef {
-                name: "status",
-                description: STATUS_DESCRIPTION.into(),
-                input_schema: InputSchema::Args(STATUS_ARGS),
-                listed: None,
-            },
-        ]
+        tool_defs(true)
     }
 
     fn call(&self, name: &str, args: Value, ctx: &CallCtx) -> ToolOutcome {
@@ -218,6 +228,30 @@ pub fn run_server(socket: PathBuf) -> Result<(), String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// `listed.rs` holds both tools as `tools/list` shows them, written out
+    /// from their definitions, so `hive bash-mcp` need not build the text at
+    /// every start (issue 19). After a description or an argument changes,
+    /// `HIVE_BLESS=1 cargo test --lib the_written_out_listing_is_the_definitions`
+    /// writes it again (then `cargo fmt`).
+    #[test]
+    fn the_written_out_listing_is_the_definitions() {
+        crate::mcp::written_out::check(
+            "src/bash/listed.rs",
+            "hive bash-mcp",
+            "bash::mcp::tests::the_written_out_listing_is_the_definitions",
+            &tool_defs(false),
+            super::super::listed::LISTED,
+        );
+        let listed = BashTools {
+            socket: PathBuf::from("/nonexistent/b.sock"),
+        }
+        .list();
+        assert!(
+            listed.iter().all(|t| t.listed.is_some()),
+            "every tool written out"
+        );
+    }
 
     fn view(status: TaskStatus, out: &str, out_bytes: u64) -> TaskView {
         TaskView {

@@ -329,59 +329,22 @@ mod tests {
     /// writes it again (then `cargo fmt`).
     #[test]
     fn the_written_out_listing_is_the_tables() {
-        let built: Vec<(&str, String)> = tools()
-            .map(|t| {
-                let def = ToolDef {
-                    name: t.name,
-                    description: t.description.to_string(),
-                    input_schema: InputSchema::Args(t.args),
-                    listed: None,
-                };
-                let mut text = String::new();
-                def.write_listed(&mut text);
-                (t.name, text)
+        let defs: Vec<ToolDef> = tools()
+            .map(|t| ToolDef {
+                name: t.name,
+                description: t.description.to_string(),
+                input_schema: InputSchema::Args(t.args),
+                listed: None,
             })
             .collect();
-        let kept: Vec<(&str, String)> = listed::LISTED
-            .iter()
-            .map(|(name, text)| (*name, text.to_string()))
-            .collect();
-        if kept != built && std::env::var_os("HIVE_BLESS").is_some() {
-            let mut file = String::from(LISTED_HEAD);
-            for (name, text) in &built {
-                let mut hashes = String::from("#");
-                while text.contains(&format!("\"{hashes}")) {
-                    hashes.push('#');
-                }
-                file.push_str(&format!("    (\"{name}\", r{hashes}\"{text}\"{hashes}),\n"));
-            }
-            file.push_str("];\n");
-            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/mcp/hyperhive/listed.rs");
-            std::fs::write(path, file).unwrap();
-            return;
-        }
-        assert!(
-            kept == built,
-            "src/mcp/hyperhive/listed.rs is not the tool table's listing: run \
-             HIVE_BLESS=1 cargo test --lib the_written_out_listing_is_the_tables, then cargo fmt"
+        crate::mcp::written_out::check(
+            "src/mcp/hyperhive/listed.rs",
+            "hive mcp",
+            "mcp::hyperhive::tests::the_written_out_listing_is_the_tables",
+            &defs,
+            listed::LISTED,
         );
-        for (name, text) in &built {
-            let v: Value = serde_json::from_str(text).unwrap();
-            assert_eq!(v["name"], *name);
-        }
     }
-
-    const LISTED_HEAD: &str = "\
-//! Every hyperhive tool as `tools/list` shows it (`{\"description\",
-//! \"inputSchema\", \"name\"}` as JSON text), written out from the tool table by
-//! `mcp::hyperhive::tests::the_written_out_listing_is_the_tables`, which fails
-//! when this file and the table disagree and, run with `HIVE_BLESS=1`, writes
-//! it again: not to be edited by hand. `hive mcp` answers `tools/list` from
-//! it instead of building the text at every start (issue 19).
-
-/// Each tool's name and its `tools/list` entry, in the table's order.
-pub const LISTED: &[(&str, &str)] = &[
-";
 
     fn provider(groups: &[ToolGroup], capabilities: &[Capability]) -> HyperhiveTools {
         HyperhiveTools::new(

@@ -202,6 +202,41 @@ impl Message {
 
     /// Parses one line, or returns the error response it deserves.
     pub fn parse(line: &str) -> Result<Message, Response> {
+        match Message::parse_plain(line) {
+            Some(msg) => Ok(msg),
+            None => Message::parse_any(line),
+        }
+    }
+
+    /// The shape nearly every line has, read straight into its parts: a
+    /// request or a notification, `"jsonrpc":"2.0"` spelled plainly, an id
+    /// that is an integer or a string, params that are absent, null, an
+    /// object or an array, no key twice. `None` for every other line, which
+    /// [`Message::parse_any`] reads (and gives its error, if it deserves
+    /// one); where this gives a message, it is the one `parse_any` gives.
+    fn parse_plain(line: &str) -> Option<Message> {
+        // A struct also reads from a JSON array: only objects come here.
+        if !line.trim_start().starts_with('{') {
+            return None;
+        }
+        let plain: Plain = serde_json::from_str(line).ok()?;
+        if plain.jsonrpc != "2.0"
+            || !matches!(
+                plain.params,
+                Value::Null | Value::Object(_) | Value::Array(_)
+            )
+        {
+            return None;
+        }
+        let (method, params) = (plain.method, plain.params);
+        Some(match plain.id {
+            PlainId::Absent => Notification { method, params }.into(),
+            PlainId::Id(id) => Request { id, method, params }.into(),
+        })
+    }
+
+    /// Parses any line as a JSON value first, then as a message.
+    fn parse_any(line: &str) -> Result<Message, Response> {
         let value: Value = serde_json::from_str(line)
             .map_err(|e| Response::err(None, PARSE_ERROR, format!("Parse error: {e}")))?;
         let Value::Object(mut obj) = value else {
@@ -256,6 +291,54 @@ impl Message {
     pub fn write(&self, w: &mut dyn Write) -> io::Result<()> {
         w.write_all(&self.line()?)?;
         w.flush()
+    }
+}
+
+/// A request or a notification as [`Message::parse_plain`] reads it: a
+/// repeated key, an escaped `jsonrpc` (it is borrowed) or a missing `method`
+/// fails to deserialize; unknown keys are ignored, as `parse_any` ignores them.
+#[derive(Deserialize)]
+struct Plain<'a> {
+    jsonrpc: &'a str,
+    #[serde(default)]
+    id: PlainId,
+    method: String,
+    #[serde(default)]
+    params: Value,
+}
+
+/// `id` as `parse_any` takes it: an integer that fits an `i64` or a string;
+/// `null` and every other type fail to deserialize.
+#[derive(Default)]
+enum PlainId {
+    #[default]
+    Absent,
+    Id(RequestId),
+}
+
+impl<'de> Deserialize<'de> for PlainId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PlainId, D::Error> {
+        struct IdVisitor;
+        impl serde::de::Visitor<'_> for IdVisitor {
+            type Value = PlainId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an integer")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<PlainId, E> {
+                Ok(PlainId::Id(v.into()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<PlainId, E> {
+                let v = i64::try_from(v).map_err(|_| E::custom("id out of range"))?;
+                Ok(PlainId::Id(v.into()))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PlainId, E> {
+                Ok(PlainId::Id(v.into()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<PlainId, E> {
+                Ok(PlainId::Id(v.into()))
+            }
+        }
+        d.deserialize_any(IdVisitor)
     }
 }
 
@@ -335,6 +418,63 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(Message::parse(text), Ok(want), "{text}");
+        }
+    }
+
+    /// Every line the plain way reads, it reads as the general way does; it
+    /// reads claude's start-up messages and calls; it leaves every odd line
+    /// (responses, repeated keys, wrong types, escapes it would have to
+    /// decode) to the general way.
+    #[test]
+    fn the_plain_way_reads_every_line_as_the_general_way_does() {
+        let plain = [
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"roots":{},"elicitation":{}},"clientInfo":{"name":"claude-code","version":"2.1.197"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#,
+            r#"{"method":"tools/call","params":{"name":"send","arguments":{"to":"a","body":"x\ny \u00e9"}},"jsonrpc":"2.0","id":2}"#,
+            r#" {"jsonrpc":"2.0","id":"s-\"1","method":"ping","params":null}"#,
+            r#"{"jsonrpc":"2.0","id":-9223372036854775808,"method":"a\u002fb","params":[1,2]}"#,
+            r#"{"jsonrpc":"2.0","id":9223372036854775807,"method":"x","extra":{"y":[1]}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"m","result":{},"error":7}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"m","params":{"k":1,"k":2}}"#,
+        ];
+        let odd = [
+            r#"{"jsonrpc":"2.0","id":7,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":8,"error":{"code":-32601,"message":"no"}}"#,
+            r#"{"jsonrpc":"2\u002e0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","method":"a","method":"b"}"#,
+            r#"{"jsonrpc":"2.0","jsonrpc":"2.0","method":"a"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":1,"params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1e3,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1.0,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":null}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":["x"]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":"p"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":false}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#,
+            r#"{"jsonrpc":2.0,"id":1,"method":"x"}"#,
+            r#"{"id":1,"method":"x"}"#,
+            r#"["2.0",1,"x",{}]"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"x"}]"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x"} {}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x""#,
+            "\u{a0}{\"jsonrpc\":\"2.0\",\"method\":\"x\"}",
+            "",
+            "null",
+        ];
+        for line in plain {
+            let got = Message::parse_plain(line);
+            assert!(got.is_some(), "the plain way should read {line}");
+            assert_eq!(got.map(Ok), Some(Message::parse_any(line)), "{line}");
+        }
+        for line in odd {
+            assert_eq!(Message::parse_plain(line), None, "{line}");
+            assert_eq!(Message::parse(line), Message::parse_any(line), "{line}");
         }
     }
 

@@ -3,12 +3,91 @@
 //! error naming the variable, quoting a short prefix of what it held and saying
 //! what was expected. [`Env`] reads the process environment, or a test's map,
 //! so each module's `from_env` is a pure function of an `Env` that runs once at
-//! start.
+//! start. The process's own variables and the logger's ([`KEPT`]) are taken
+//! from the environment in one pass the first time one is read ([`var`]),
+//! since musl's `getenv` compares every variable for every lookup.
 
+use std::borrow::Cow;
+use std::ffi::{c_char, CStr};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::OnceLock;
 use std::time::Duration;
+
+/// The prefixes of the variables [`var`] takes from its one pass over the
+/// environment: hive's own settings, the logger's, and the colour switches
+/// the logger's terminal check reads. Every other variable is looked up when
+/// asked for.
+pub const KEPT: [&[u8]; 4] = [b"HIVE_", b"RUST_LOG", b"NO_COLOR", b"CLICOLOR"];
+
+type Vars = Vec<(Box<[u8]>, Box<[u8]>)>;
+
+/// The variable `key` of the process's environment, as `std::env::var`
+/// reads it: `None` when unset or not UTF-8. Variables named by [`KEPT`]
+/// come from one pass over the environment at the first such read (hive
+/// never changes its own environment).
+pub fn var(key: &str) -> Option<String> {
+    let raw = var_bytes(key)?;
+    String::from_utf8(raw.to_vec()).ok()
+}
+
+/// Whether `key` is set at all, to any value (as `std::env::var_os` sees it).
+pub fn is_set(key: &str) -> bool {
+    var_bytes(key).is_some()
+}
+
+fn var_bytes(name: &str) -> Option<Cow<'static, [u8]>> {
+    let key = name.as_bytes();
+    if KEPT.iter().any(|k| key.starts_with(k)) {
+        static KEPT_VARS: OnceLock<Vars> = OnceLock::new();
+        let vars = KEPT_VARS.get_or_init(|| scan(&KEPT));
+        // The first of a repeated name, as getenv(3) finds it.
+        let (_, value) = vars.iter().find(|(k, _)| **k == *key)?;
+        return Some(Cow::Borrowed(value));
+    }
+    use std::os::unix::ffi::OsStringExt;
+    std::env::var_os(name).map(|v| Cow::Owned(v.into_vec()))
+}
+
+/// Every variable whose name starts with one of `prefixes`, in the
+/// environment's order, read straight from `environ`: an entry that does not
+/// start with a prefix costs the comparison of its first bytes and is not
+/// copied.
+fn scan(prefixes: &[&[u8]]) -> Vars {
+    extern "C" {
+        static environ: *const *const c_char;
+    }
+    let mut vars = Vars::new();
+    // SAFETY: hive never changes its own environment (no `set_var`,
+    // `setenv` or `putenv` anywhere), so `environ` and the strings it points
+    // to stay as `execve` left them: a null-terminated array of pointers to
+    // NUL-terminated strings. `starts_with` reads an entry only up to the
+    // first byte that differs from the prefix, which the entry's NUL is at
+    // the latest (no prefix holds a NUL).
+    unsafe {
+        let mut entry = environ;
+        if entry.is_null() {
+            return vars;
+        }
+        while !(*entry).is_null() {
+            let start = (*entry).cast::<u8>();
+            let first = *start;
+            let starts_with = |p: &[u8]| p.iter().enumerate().all(|(i, b)| *start.add(i) == *b);
+            if prefixes
+                .iter()
+                .any(|p| p.first() == Some(&first) && starts_with(p))
+            {
+                let text = CStr::from_ptr(*entry).to_bytes();
+                if let Some(eq) = text.iter().position(|&b| b == b'=') {
+                    vars.push((text[..eq].into(), text[eq + 1..].into()));
+                }
+            }
+            entry = entry.add(1);
+        }
+    }
+    vars
+}
 
 /// Where variables come from.
 pub struct Env<'a> {
@@ -16,7 +95,7 @@ pub struct Env<'a> {
 }
 
 fn process_var(key: &str) -> Option<String> {
-    std::env::var(key).ok()
+    var(key)
 }
 
 /// How much of a bad value an error quotes.
@@ -137,6 +216,33 @@ mod tests {
             .collect();
         let lookup = move |k: &str| m.get(k).cloned();
         f(&Env::new(&lookup))
+    }
+
+    /// The one pass over `environ` finds what std's reading of the
+    /// environment finds, in its order, repeated names included; `var`
+    /// answers as `std::env::var` does for a kept name and any other.
+    #[test]
+    fn the_one_pass_reads_what_std_reads() {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        // cargo sets CARGO_* for every test process, and PATH is everywhere.
+        let prefixes: [&[u8]; 2] = [b"CARGO_", b"PATH"];
+        let std_reads: Vars = std::env::vars_os()
+            .filter(|(k, _)| prefixes.iter().any(|p| k.as_bytes().starts_with(p)))
+            .map(|(k, v)| (k.into_vec().into(), v.into_vec().into()))
+            .collect();
+        assert!(std_reads.len() > 2, "{std_reads:?}");
+        assert_eq!(scan(&prefixes), std_reads);
+        assert_eq!(scan(&[b"NO SUCH PREFIX"]), Vars::new());
+        for key in [
+            "PATH",
+            "CARGO_PKG_NAME",
+            "HOME",
+            "HIVE_NOT_SET_HERE",
+            "RUST_LOG",
+        ] {
+            assert_eq!(var(key), std::env::var(key).ok(), "{key}");
+            assert_eq!(is_set(key), std::env::var_os(key).is_some(), "{key}");
+        }
     }
 
     #[test]
