@@ -60,7 +60,7 @@ fn scan(prefixes: &[&[u8]]) -> Vars {
     }
     let mut vars = Vars::new();
     // SAFETY: hive never changes its own environment (no `set_var`,
-    // `setenv` or `putenv` anywhere), so `environ` and the strings it points
+    // `setenv` or `putenv` anywhere; .clippy.toml refuses the first two), so `environ` and the strings it points
     // to stay as `execve` left them: a null-terminated array of pointers to
     // NUL-terminated strings. `starts_with` reads an entry only up to the
     // first byte that differs from the prefix, which the entry's NUL is at
