@@ -60,9 +60,9 @@ fn scan(prefixes: &[&[u8]]) -> Vars {
     }
     let mut vars = Vars::new();
     // SAFETY: hive never changes its own environment (no `set_var`,
-    // `setenv` or `putenv` anywhere; .clippy.toml refuses the first two), so `environ` and the strings it points
-    // to stay as `execve` left them: a null-terminated array of pointers to
-    // NUL-terminated strings. `starts_with` reads an entry only up to the
+    // `setenv` or `putenv` anywhere; .clippy.toml refuses the first two),
+    // so `environ` and the strings it points to stay as `execve` left them:
+    // a null-terminated array of pointers to NUL-terminated strings. `starts_with` reads an entry only up to the
     // first byte that differs from the prefix, which the entry's NUL is at
     // the latest (no prefix holds a NUL).
     unsafe {
