@@ -159,10 +159,10 @@ fn yaml_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
-/// Writes `tea`'s config with one default login (mode 0600, parents created).
+/// Writes `tea`'s config with one default login (mode 0600, parents
+/// created), whole: `tea`, or anyone, reads the old file or the new one,
+/// never a part (`sys::fs::write_private`).
 pub fn write_tea_config(path: &Path, url: &str, token: &str, user: &str) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let host = url
         .split("://")
         .nth(1)
@@ -189,14 +189,7 @@ pub fn write_tea_config(path: &Path, url: &str, token: &str, user: &str) -> Resu
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(fail)?;
     }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(fail)?;
-    f.write_all(text.as_bytes()).map_err(fail)
+    crate::sys::fs::write_private(path, text.as_bytes()).map_err(fail)
 }
 
 /// One notification thread as Forgejo sends it (only what the summary needs).

@@ -448,6 +448,15 @@ impl Conn {
                     if let Ok(s) = c.shutdown_handle() {
                         *self.stream.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
                     }
+                    // `Poller::shutdown` ends the stop channel, then shuts
+                    // down the streams it finds: a stream put in place after
+                    // it looked is this thread's to drop. Without this look a
+                    // long-poll connected just then (its first, typically)
+                    // parked for its whole wait, and `hive serve` took that
+                    // long to exit on SIGTERM.
+                    if self.stopped() {
+                        return None;
+                    }
                     if self.unreachable {
                         log::info!("reconnected to the broker at {}", self.socket.display());
                         self.bus.note("broker reachable again");
