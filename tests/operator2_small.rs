@@ -92,7 +92,9 @@ fn claude_runs_in_the_state_dir_and_the_label_defaults_to_hive() {
     h.spawn();
     h.fake.wait_count(2);
     let cwd = wait_for(Duration::from_secs(20), "the recorded cwd", || {
-        std::fs::read_to_string(h.fake.dir.join("cwd-2")).ok()
+        // The shell makes the file, then writes the line: wait for all of it.
+        let text = std::fs::read_to_string(h.fake.dir.join("cwd-2")).ok()?;
+        text.ends_with('\n').then_some(text)
     });
     let state = h.state_dir().canonicalize().unwrap();
     assert_eq!(cwd.trim(), state.display().to_string());
