@@ -82,32 +82,24 @@ struct StatusArgs {
     wait_seconds: Option<u64>,
 }
 
-/// The two tools; each with its entry written out ahead (`listed.rs`) when
-/// `written`.
-fn tool_defs(written: bool) -> Vec<ToolDef> {
-    let entry = |name: &str| {
-        let found = super::listed::LISTED.iter().find(|(n, _)| *n == name);
-        found.filter(|_| written).map(|(_, text)| *text)
-    };
-    vec![
-        ToolDef {
-            name: "run",
-            description: RUN_DESCRIPTION.into(),
-            input_schema: InputSchema::Args(RUN_ARGS),
-            listed: entry("run"),
-        },
-        ToolDef {
-            name: "status",
-            description: STATUS_DESCRIPTION.into(),
-            input_schema: InputSchema::Args(STATUS_ARGS),
-            listed: entry("status"),
-        },
-    ]
-}
-
 impl Tools for BashTools {
+    /// The two tools, each with its entry written out ahead (`listed.rs`).
     fn list(&self) -> Vec<ToolDef> {
-        tool_defs(true)
+        let listed = |name| ToolDef::listed_in(super::listed::LISTED, name);
+        vec![
+            ToolDef {
+                name: "run",
+                description: RUN_DESCRIPTION.into(),
+                input_schema: InputSchema::Args(RUN_ARGS),
+                listed: listed("run"),
+            },
+            ToolDef {
+                name: "status",
+                description: STATUS_DESCRIPTION.into(),
+                input_schema: InputSchema::Args(STATUS_ARGS),
+                listed: listed("status"),
+            },
+        ]
     }
 
     fn call(&self, name: &str, args: Value, ctx: &CallCtx) -> ToolOutcome {
@@ -236,17 +228,17 @@ mod tests {
     /// writes it again (then `cargo fmt`).
     #[test]
     fn the_written_out_listing_is_the_definitions() {
-        crate::mcp::written_out::check(
-            "src/bash/listed.rs",
-            "hive bash-mcp",
-            "bash::mcp::tests::the_written_out_listing_is_the_definitions",
-            &tool_defs(false),
-            super::super::listed::LISTED,
-        );
         let listed = BashTools {
             socket: PathBuf::from("/nonexistent/b.sock"),
         }
         .list();
+        crate::mcp::written_out::check(
+            "src/bash/listed.rs",
+            "hive bash-mcp",
+            "bash::mcp::tests::the_written_out_listing_is_the_definitions",
+            &listed,
+            super::super::listed::LISTED,
+        );
         assert!(
             listed.iter().all(|t| t.listed.is_some()),
             "every tool written out"

@@ -219,10 +219,7 @@ impl Tools for HyperhiveTools {
                 name: t.name,
                 description: t.description.to_string(),
                 input_schema: InputSchema::Args(t.args),
-                listed: listed::LISTED
-                    .iter()
-                    .find(|(name, _)| *name == t.name)
-                    .map(|(_, text)| *text),
+                listed: ToolDef::listed_in(listed::LISTED, t.name),
             })
             .collect()
     }

@@ -45,6 +45,15 @@ pub struct ToolDef {
 }
 
 impl ToolDef {
+    /// The entry of the tool `name` in a provider's written-out `LISTED`
+    /// table, for [`ToolDef::listed`].
+    pub fn listed_in(table: &[(&str, &'static str)], name: &str) -> Option<&'static str> {
+        table
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, text)| *text)
+    }
+
     /// Appends the tool as `tools/list` shows it: the same text as
     /// serializing `{"description", "inputSchema", "name"}` (keys in order),
     /// without building that value.
@@ -178,7 +187,8 @@ pub(crate) mod written_out {
     use super::ToolDef;
 
     /// Fails unless `kept` is `defs` written out by [`ToolDef::write_listed`],
-    /// in order; with `HIVE_BLESS=1` writes the file `path` (from the crate's
+    /// in order, and every entry a definition carries (`listed`) is its own;
+    /// with `HIVE_BLESS=1` writes the file `path` (from the crate's
     /// root) again instead, naming `server` and the `test` that checks it.
     pub fn check(path: &str, server: &str, test: &str, defs: &[ToolDef], kept: &[(&str, &str)]) {
         let built: Vec<(&str, String)> = defs
@@ -220,9 +230,12 @@ pub const LISTED: &[(&str, &str)] = &[
             kept == built,
             "{path} is not the tools' listing: run {bless}"
         );
-        for (name, text) in &built {
+        for ((name, text), def) in built.iter().zip(defs) {
             let v: serde_json::Value = serde_json::from_str(text).unwrap();
             assert_eq!(v["name"], *name);
+            if let Some(carried) = def.listed {
+                assert_eq!(carried, text, "{name} carries another tool's entry");
+            }
         }
     }
 }

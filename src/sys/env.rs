@@ -28,8 +28,7 @@ type Vars = Vec<(Box<[u8]>, Box<[u8]>)>;
 /// come from one pass over the environment at the first such read (hive
 /// never changes its own environment).
 pub fn var(key: &str) -> Option<String> {
-    let raw = var_bytes(key)?;
-    String::from_utf8(raw.to_vec()).ok()
+    String::from_utf8(var_bytes(key)?.into_owned()).ok()
 }
 
 /// Whether `key` is set at all, to any value (as `std::env::var_os` sees it).
