@@ -108,6 +108,15 @@ fn read_text(arg: &str, what: &str) -> Result<String, String> {
     if arg != "-" {
         return Ok(arg.to_string());
     }
+    read_stdin(what)
+}
+
+/// [`read_text`] of stdin. A function of its own: `io::copy`'s 8 KiB buffer
+/// on the stack would otherwise be in the frame of every `hive wake` and
+/// `hive send`, whose stack probes touch (and fault in) two more pages of
+/// stack even when the text is an argument.
+#[inline(never)]
+fn read_stdin(what: &str) -> Result<String, String> {
     let cannot = |e: std::io::Error| format!("cannot read {what} from stdin: {e}");
     let mut stdin = std::io::stdin().lock();
     let mut buf = Vec::new();

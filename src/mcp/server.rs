@@ -19,6 +19,7 @@ use crossbeam_channel::{never, select, Receiver, Sender};
 use log::{debug, error, info, warn};
 use serde_json::{json, Value};
 use std::any::Any;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Write};
 use std::panic::{self, AssertUnwindSafe};
@@ -193,8 +194,9 @@ impl Sink {
 /// while the server runs.
 struct Listing {
     names: Vec<&'static str>,
-    /// The `result` member as JSON text.
-    result: String,
+    /// The `result` member as JSON text, in pieces: a tool's written-out
+    /// entry is one piece, not copied (it goes out in the same `writev`).
+    result: Vec<Cow<'static, str>>,
 }
 
 impl Listing {
@@ -203,18 +205,22 @@ impl Listing {
     /// (keys in order), without building that value.
     fn of(tools: &dyn Tools) -> Listing {
         let defs = tools.list();
-        let mut result = String::with_capacity(16 * 1024);
-        result.push_str(r#"{"tools":["#);
+        let mut result = Vec::with_capacity(2 * defs.len() + 2);
+        result.push(Cow::Borrowed(r#"{"tools":["#));
         for (i, t) in defs.iter().enumerate() {
             if i > 0 {
-                result.push(',');
+                result.push(Cow::Borrowed(","));
             }
-            match t.listed {
-                Some(text) => result.push_str(text),
-                None => t.write_listed(&mut result),
-            }
+            result.push(match t.listed {
+                Some(text) => Cow::Borrowed(text),
+                None => {
+                    let mut text = String::new();
+                    t.write_listed(&mut text);
+                    Cow::Owned(text)
+                }
+            });
         }
-        result.push_str("]}");
+        result.push(Cow::Borrowed("]}"));
         Listing {
             names: defs.iter().map(|t| t.name).collect(),
             result,
@@ -407,7 +413,8 @@ impl Server {
 
     /// The kept listing in a response line, as `Message::line` would write it.
     /// Before the threads start it goes out in one `writev` of the line's
-    /// head, the listing and the tail, not copied into a line of its own.
+    /// head, the listing's pieces and the tail, not copied into a line of its
+    /// own.
     fn tools_list(&mut self, id: &RequestId) {
         let Some(head) = result_head(id) else { return };
         let tools = &*self.tools;
@@ -415,9 +422,12 @@ impl Server {
             .listing
             .get_or_insert_with(|| Listing::of(tools))
             .result;
-        let parts = [head.as_bytes(), result.as_bytes(), b"}\n"];
+        let parts: Vec<&[u8]> = std::iter::once(head.as_bytes())
+            .chain(result.iter().map(|p| p.as_bytes()))
+            .chain(std::iter::once(&b"}\n"[..]))
+            .collect();
         if let Sink::Direct(out) = &mut self.sink {
-            if let Err(e) = write_parts(out, parts) {
+            if let Err(e) = write_parts(out, &parts) {
                 self.sink = Sink::Failed(e);
             }
             return;
@@ -543,8 +553,8 @@ fn initialize_result(info: &ServerInfo, version: &str) -> String {
 
 /// Writes `parts` as one line with as few `write`s as `out` allows (one
 /// `writev` on stdout) and flushes.
-fn write_parts(out: &mut dyn Write, parts: [&[u8]; 3]) -> io::Result<()> {
-    let mut slices = parts.map(io::IoSlice::new);
+fn write_parts(out: &mut dyn Write, parts: &[&[u8]]) -> io::Result<()> {
+    let mut slices: Vec<io::IoSlice> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
     let mut rest = &mut slices[..];
     io::IoSlice::advance_slices(&mut rest, 0);
     while !rest.is_empty() {

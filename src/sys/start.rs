@@ -17,10 +17,15 @@ use std::sync::atomic::{AtomicUsize, Ordering::*};
 // `_start` it does the static PIE's self-relocation, faster than musl would:
 //
 // 1. `madvise(MADV_POPULATE_WRITE)` from the page after `.text` (where the
-//    writable segments start) to `_edata`: the 35 or so pages of
+//    writable segments start) to 36 KiB past `_edata`: the 35 or so pages of
 //    `.data.rel.ro`, `.got` and `.data` the relocation writes, each otherwise
-//    copied on a write fault of its own. (A kernel older than 5.14 answers
-//    EINVAL, and the faults happen as before.)
+//    copied on a write fault of its own, and the first nine pages of `.bss`,
+//    each otherwise zeroed on a fault of its own: musl's statics, which every
+//    start writes, and the start of the allocator's arena (`StartAlloc`, the
+//    first Rust static in `.bss`), which `hive mcp` fills five pages of
+//    before its first answer. (A kernel older than 5.14 answers EINVAL, and
+//    the faults happen as before; `.bss` is longer than the arena, so the
+//    range never runs past the mapping.)
 // 2. Applies the `DT_RELR` table (some 7,000 relative relocations packed in
 //    2 KB, where `.rela.dyn` took 167 KB) a set bit at a time, then sets
 //    `DT_RELRSZ` to 0 so that musl's `_start_c`, whose loop tests every bit
@@ -37,11 +42,11 @@ std::arch::global_asm!(
     ".globl hive_start",
     ".type hive_start,@function",
     "hive_start:",
-    // 1. madvise(page after .text, up to _edata, MADV_POPULATE_WRITE)
+    // 1. madvise(page after .text, up to _edata + 36 KiB, MADV_POPULATE_WRITE)
     "lea rdi, [rip + _etext]",
     "add rdi, 4095",
     "and rdi, -4096",
-    "lea rsi, [rip + _edata]",
+    "lea rsi, [rip + _edata + 36864]",
     "sub rsi, rdi",
     "mov edx, 23",
     "mov eax, 28",
@@ -126,10 +131,14 @@ struct Arena(UnsafeCell<[u8; SIZE]>);
 /// resizing the arena's newest block gives its space back or grows it in place
 /// (a growing `Vec` or `String`); other arena blocks are never reused, so the
 /// daemons close the arena once their command line is parsed (`main`).
+// In this order (`repr(C)`): `next` on the page before the arena, which
+// `hive_start` populates with the arena's first pages, rather than on a page
+// of its own after it (two faults at every start, a read and then a write).
+#[repr(C)]
 pub struct StartAlloc {
-    arena: Arena,
     /// The offset of the arena's first free byte.
     next: AtomicUsize,
+    arena: Arena,
 }
 
 // SAFETY: the arena's bytes are handed out in disjoint blocks, each one
@@ -145,8 +154,8 @@ impl Default for StartAlloc {
 impl StartAlloc {
     pub const fn new() -> StartAlloc {
         StartAlloc {
-            arena: Arena(UnsafeCell::new([0; SIZE])),
             next: AtomicUsize::new(0),
+            arena: Arena(UnsafeCell::new([0; SIZE])),
         }
     }
 
