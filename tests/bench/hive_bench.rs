@@ -852,11 +852,13 @@ fn main() {
         println!("hive bench: not run under cargo test; use `make bench`");
         return;
     }
-    let a = parse_args();
+    let mut a = parse_args();
     println!(
         "hive bench — {} vs baselines, ratios are what to compare",
         a.hive.display()
     );
+    let copies = PathBuf::from(format!("/tmp/hv-bench-{}-bin", std::process::id()));
+    install_copies(&mut a, &copies);
     let run = |name: &str| a.only.as_deref().is_none_or(|o| o == name);
     if run("wake") {
         bench_wake(&a);
@@ -881,6 +883,44 @@ fn main() {
         bench_sse_fanout(&a);
     }
     print_goals();
+    let _ = std::fs::remove_dir_all(&copies);
+}
+
+/// Replaces every binary the bench times with a fresh copy in `dir`, synced:
+/// what runs is a file written the way an installed binary is (by `cp`,
+/// `install` or nix), and each run reads it from page-cache pages of its own.
+/// The same bytes start at different speeds from different files (the
+/// linker's output of one build read `hive --version` about 0.15x slower
+/// than copies of it, and copies differ by a few hundredths among
+/// themselves: docs/performance.md, "The last faults of a start"), so a
+/// fixed file would carry its own luck into every run; a copy per run lets
+/// the median of three runs average it.
+fn install_copies(a: &mut Args, dir: &Path) {
+    std::fs::create_dir_all(dir).expect("bench: cannot create the copies' directory");
+    let copy = |p: &mut PathBuf| {
+        let to = dir.join(p.file_name().expect("a binary's path has a file name"));
+        std::fs::copy(&*p, &to)
+            .unwrap_or_else(|e| panic!("bench: cannot copy {}: {e}", p.display()));
+        std::fs::File::open(&to)
+            .and_then(|f| f.sync_all())
+            .unwrap_or_else(|e| panic!("bench: cannot sync {}: {e}", to.display()));
+        *p = to;
+    };
+    copy(&mut a.hive);
+    copy(&mut a.empty);
+    for p in [
+        &mut a.floor,
+        &mut a.rmcp,
+        &mut a.wake_floor,
+        &mut a.turn_floor,
+        &mut a.cycle_floor,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        copy(p);
+    }
+    println!("binaries: fresh copies in {}", dir.display());
 }
 
 /// A field of /proc/PID/status in kB (`VmRSS`, `VmHWM`).
