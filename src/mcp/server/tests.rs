@@ -644,7 +644,10 @@ fn the_written_listing_is_the_serialized_listing() {
             })
             .collect();
         assert!(list.len() >= 2);
-        assert_eq!(listing.result.concat(), json!({ "tools": list }).to_string());
+        assert_eq!(
+            listing.result.concat(),
+            json!({ "tools": list }).to_string()
+        );
         assert_eq!(listing.names.len(), list.len());
     }
 }
