@@ -449,6 +449,9 @@ fn the_dashboard_counts_dead_letters_and_retries_one_behind_its_guard() {
         r#"if grep -q poison "$dir/inv-$FAKE_N.stdin" && [ ! -f "$dir/healed" ]; then init; exit 139; fi
 ok_turn done"#,
     );
+    // The boot kick first, so that it is the message before the poison (the
+    // refusal below names it); sent earlier, the poison could take id 1.
+    fake.wait_count(1);
     let id = ok(
         &mut up.host(),
         cmd::Send {
