@@ -1032,3 +1032,77 @@ fn attempts_positions_and_dead_letters_survive_a_broker_restart() {
     let r = recv_next(&mut a, 0);
     assert_eq!((r.message.unwrap().id, r.attempts), (one, 1));
 }
+
+/// `hive` has no std runtime start (`sys::start::enter` does its part): it
+/// ignores SIGPIPE, and a process started with its standard descriptors
+/// closed still gets `/dev/null` on them, so the store it opens never takes descriptor 0, 1 or
+/// 2 (where a log line or a stray print would land in `broker.db`), and
+/// `hive wake`, its stdout closed, still stores its message.
+#[test]
+fn a_hive_started_with_its_standard_descriptors_closed_keeps_its_files_off_them() {
+    use std::process::{Command, Stdio};
+    let dir = TempDir::new("fds");
+    let (state, run) = (dir.path().join("s"), dir.path().join("r"));
+    // `exec` with 0, 1 and 2 closed, as a careless init script would start it.
+    let mut broker = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(r#"exec "$0" "$@" <&- >&- 2>&-"#)
+        .arg(hive_bin())
+        .args(["broker", "--agents", "ana", "--state-dir"])
+        .arg(&state)
+        .arg("--run-dir")
+        .arg(&run)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = run.join("agents").join("ana").join("mcp.sock");
+    let mut a = wait_for(Duration::from_secs(30), "the agent socket", || {
+        Client::connect(&socket).ok()
+    });
+    a.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let fd = |n: u32| {
+        std::fs::read_link(format!("/proc/{}/fd/{n}", broker.id()))
+            .unwrap()
+            .display()
+            .to_string()
+    };
+    for n in 0..3 {
+        assert_eq!(fd(n), "/dev/null", "descriptor {n} of the broker");
+    }
+    // And SIGPIPE is ignored, as std's start had it: a client gone is EPIPE.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", broker.id())).unwrap();
+    let ignored = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    assert_ne!(
+        ignored & (1 << (libc::SIGPIPE - 1)),
+        0,
+        "SigIgn {ignored:x}"
+    );
+    let one = wake(&mut a, "cron", "first");
+    // The wake command, its stdout and stderr closed.
+    let st = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(r#"exec "$0" "$@" >&- 2>&-"#)
+        .arg(hive_bin())
+        .args(["wake", "--socket"])
+        .arg(&socket)
+        .args(["--from", "cron", "--body", "second"])
+        .stdin(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(
+        st.success(),
+        "hive wake with stdout and stderr closed: {st}"
+    );
+    let r = recv_next(&mut a, 0);
+    assert_eq!(r.message.unwrap().id, one);
+    ok(&mut a, AckTurn { id: one });
+    assert_eq!(recv_next(&mut a, 0).message.unwrap().body, "second");
+    let _ = broker.kill();
+    let _ = broker.wait();
+}

@@ -714,7 +714,7 @@ mod tests {
             base: Some(&kid),
             patch: &patch,
         };
-        let root = unsafe { libc::geteuid() } == 0;
+        let root = crate::sys::is_root();
         if root {
             std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
         }

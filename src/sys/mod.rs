@@ -1,5 +1,7 @@
-//! The operating system, in one place: every `unsafe` of hive outside the
-//! vendored tiny_http is in this module, each call one libc function with its
+//! The operating system, in one place: every `unsafe` of hive is in this
+//! module — outside it only the vendored tiny_http, a test's `waitpid` in
+//! `fleet/child.rs` and the binary's entry point in `main.rs`, which hands
+//! libc's arguments to [`start::enter`] — each call one libc function with its
 //! `SAFETY` note, and callers get safe functions, plain values and
 //! `io::Error`s. It owns the mechanisms every process uses one way:
 //! [`process`] (children in their own process group, killed and reaped on drop;
@@ -7,8 +9,9 @@
 //! 128 + the signal), [`env`] (settings from environment variables), [`fd`]
 //! (pipes, socket options, a hang-up as an event), [`fs`] (files only their
 //! owner reads, written whole), [`hash`] (SHA-256, HMAC), [`ns`] (the sandbox's
-//! namespaces, mounts and capabilities) and [`start`] (the binary's entry point
-//! and start-up allocator); here, the descriptor limit, the umask and the
+//! namespaces, mounts and capabilities) and [`start`] (the binary's entry point,
+//! what runs before `main` in place of std's runtime start, and the start-up
+//! allocator); here, the descriptor limit, the umask and the
 //! effective ids. It imports nothing else of the crate.
 
 pub mod env;

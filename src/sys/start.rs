@@ -1,14 +1,18 @@
 //! How the `hive` binary starts: its entry point in the static musl build
 //! (`hive_start`, which does the static PIE's self-relocation before musl's
-//! `_start`, faster than musl does) and its global allocator (a start-up
-//! arena in front of the system allocator, [`StartAlloc`]). Both serve the
-//! processes claude and scripts start often and briefly — `hive mcp`, `hive
-//! bash-mcp`, `hive wake` — whose whole run is a few hundred microseconds;
-//! `docs/performance.md` ("Process start") has what each saves. `main`
-//! installs the allocator and closes its arena for the daemons.
+//! `_start`, faster than musl does), what runs before `main`'s own code in
+//! place of std's runtime start ([`enter`]), and its global allocator (a
+//! start-up arena in front of the system allocator, [`StartAlloc`]). All
+//! three serve the processes claude and scripts start often and briefly —
+//! `hive mcp`, `hive bash-mcp`, `hive wake` — whose whole run is a few
+//! hundred microseconds; `docs/performance.md` ("Process start", "std's
+//! runtime start") has what each saves. `main` installs the allocator,
+//! enters through [`enter`] and closes the arena for the daemons.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
+use std::ffi::{c_char, c_int, CStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 
@@ -111,6 +115,90 @@ std::arch::global_asm!(
     "9:",
     "jmp _start",
 );
+
+/// The binary's `main` past libc's start, in place of std's runtime start
+/// (the binary is `#![no_main]`): it does what std would do before and
+/// after `main` that hive relies on, and leaves out what it does not use.
+///
+/// Kept, as std does them: a standard descriptor (0, 1, 2) that is closed
+/// is opened on `/dev/null`, so no file hive opens later takes its number
+/// and receives what was meant for the terminal (one `poll`); `SIGPIPE` is
+/// ignored, so a write to a closed pipe or socket is an `EPIPE` error
+/// (children still start with it at its default: std's spawn resets it);
+/// a panic that reaches `main` exits with 101 after the panic hook printed
+/// it; `std::process::exit` at the end flushes standard output.
+///
+/// Left out: std's stack-overflow handler (a `sigaltstack` mapped for the
+/// main thread and for every thread std starts, with its guard page, and
+/// the `SIGSEGV` and `SIGBUS` handlers: eleven system calls at every start
+/// and four at every thread's), which only turns the crash of a stack
+/// overflow into a message before the abort — an overflow is still a
+/// `SIGSEGV` that ends the process. And the main thread's name, so a panic
+/// on it is reported from thread `<unnamed>`. `std::env::args` is empty on
+/// musl without std's start: `main` takes the arguments from here.
+///
+/// # Safety
+/// `argv` must point to `argc` pointers to NUL-terminated strings, as libc
+/// hands them to `main`.
+pub unsafe fn enter(
+    argc: c_int,
+    argv: *const *const c_char,
+    main: fn(Vec<OsString>) -> u8,
+) -> c_int {
+    standard_fds();
+    // SAFETY: signal(2) with SIG_IGN installs no handler code.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let args = (0..usize::try_from(argc).unwrap_or(0))
+        // SAFETY: the caller's promise: argc pointers to C strings.
+        .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
+        .map(|a| std::ffi::OsStr::from_bytes(a.to_bytes()).to_os_string())
+        .collect();
+    let code = std::panic::catch_unwind(|| main(args)).unwrap_or(101);
+    std::process::exit(code.into())
+}
+
+/// Opens `/dev/null` on each of the standard descriptors that is closed, as
+/// std's runtime start does (and aborts, as it does, when that fails: the
+/// process could not keep its own files apart from its output).
+fn standard_fds() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    let reopen = || {
+        // SAFETY: open(2) of a constant C string; the descriptor is kept.
+        if unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR, 0) } == -1 {
+            // SAFETY: abort(3) has no preconditions.
+            unsafe { libc::abort() }
+        }
+    };
+    // SAFETY: poll(2) on an array of three pollfd it owns.
+    while unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } == -1 {
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINTR) => continue,
+            // A descriptor limit of 0 or no memory: one descriptor at a time.
+            Some(libc::EINVAL | libc::EAGAIN | libc::ENOMEM) => {
+                for fd in 0..3 {
+                    // SAFETY: fcntl(F_GETFD) only reads the descriptor's flags.
+                    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1
+                        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF)
+                    {
+                        reopen();
+                    }
+                }
+                return;
+            }
+            // SAFETY: abort(3) has no preconditions.
+            _ => unsafe { libc::abort() },
+        }
+    }
+    for fd in fds {
+        if fd.revents & libc::POLLNVAL != 0 {
+            reopen();
+        }
+    }
+}
 
 /// The arena's size: what a start needs, with room to spare.
 const SIZE: usize = 256 << 10;
