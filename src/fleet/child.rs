@@ -319,10 +319,10 @@ impl Supervised {
 /// Copies the new `child`'s stdout and stderr into `log`, on the threads
 /// `THREADS-out` and `THREADS-err`.
 pub fn log_output(child: &mut ProcessGroup, threads: &str, log: &Arc<Mutex<LogFile>>) {
-    if let Some(out) = child.child_mut().stdout.take() {
+    if let Some(out) = child.child_mut().and_then(|c| c.stdout.take()) {
         logfile::pump(format!("{threads}-out"), out, log.clone());
     }
-    if let Some(err) = child.child_mut().stderr.take() {
+    if let Some(err) = child.child_mut().and_then(|c| c.stderr.take()) {
         logfile::pump(format!("{threads}-err"), err, log.clone());
     }
 }
@@ -424,7 +424,7 @@ mod tests {
     /// Starts `script` as `sv`'s child and waits for its first line.
     fn run_ready(sv: &mut Supervised, exits: &Sender<Exited>, script: &str) -> u32 {
         let mut child = sh(script);
-        let out = child.child_mut().stdout.take().unwrap();
+        let out = child.child_mut().unwrap().stdout.take().unwrap();
         let pid = sv.run(child, "wait-kid".into(), "kid", exits).unwrap();
         let mut line = String::new();
         BufReader::new(out).read_line(&mut line).unwrap();

@@ -1,12 +1,14 @@
 //! The claude actor: one running claude process, owned by a [`ClaudeRun`]
 //! that the turn loop holds in its phase. The child gets explicit stdio, its
-//! own process group (a `sys::ProcessGroup`), an environment without the
-//! operator's variables, the prompt on stdin (from a writer thread when it is
+//! own process group (a `sys::ProcessGroup`, started by `posix_spawn`), an
+//! environment without the operator's variables (built once, `child_env`),
+//! the prompt on stdin (from a writer thread when it is
 //! big), and one pump thread per output pipe, so a full pipe never blocks it.
 //! The pumps feed one bounded channel of lines and the waiter (which waits
 //! without reaping) a one-shot exit notice. These threads are
 //! `sys::process::Worker`s, kept idle after a run for the next one, so a turn
-//! on a busy harness starts no thread. The loop selects on both next to everything else it waits for, so a running
+//! on a busy harness starts no thread. The loop selects on both next to
+//! everything else it waits for, so a running
 //! turn is a phase of the loop, not a call it is stuck in, and the loop reaps
 //! the child itself ([`ClaudeRun::on_exit`]), so no signal of the ladder can
 //! reach a recycled pid. Every helper thread exists before claude is started,
@@ -21,13 +23,12 @@
 
 use crate::agent_proc::{self, StartFault};
 use crate::proto::lines::{self as wire, Line};
-use crate::sys::process::{wait_exit_no_reap, Worker};
+use crate::sys::process::{wait_exit_no_reap, ChildEnv, Piped, Spawn, Worker};
 use crate::sys::ProcessGroup;
 use crossbeam_channel::{bounded, Receiver, Sender};
-use std::ffi::OsString;
 use std::io::{self, Read, Write};
-use std::path::PathBuf;
-use std::process::{Command, ExitStatus, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -188,16 +189,13 @@ impl<R: Read> io::BufRead for KeptBuf<R> {
     }
 }
 
-/// The operator's variables among those this process inherited, which every
-/// claude must not see. The environment does not change while the harness
-/// runs, so it is scanned once, not at every spawn.
-fn inherited_operator_vars() -> &'static [OsString] {
-    static VARS: OnceLock<Vec<OsString>> = OnceLock::new();
-    VARS.get_or_init(|| {
-        std::env::vars_os()
-            .map(|(k, _)| k)
-            .filter(|k| k.to_str().is_some_and(agent_proc::is_operator_var))
-            .collect()
+/// What every claude inherits: this process's environment less the
+/// operator's variables (`agent_proc::is_operator_var`). The environment does
+/// not change while the harness runs, so it is read once, not at every spawn.
+fn child_env() -> &'static ChildEnv {
+    static ENV: OnceLock<ChildEnv> = OnceLock::new();
+    ENV.get_or_init(|| {
+        ChildEnv::inherited(|k| !k.to_str().is_some_and(agent_proc::is_operator_var))
     })
 }
 
@@ -231,50 +229,46 @@ fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
         None
     };
 
-    let mut cmd = Command::new(&inv.bin);
-    cmd.args(&inv.args)
-        .current_dir(&inv.cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // The operator's variables stay out (`agent_proc::scrub_operator_env`,
-    // with the inherited ones found once).
-    for k in inherited_operator_vars() {
-        cmd.env_remove(k);
-    }
-    for (k, v) in &inv.env {
-        if !agent_proc::is_operator_var(k) {
-            cmd.env(k, v);
-        }
-    }
-    let mut group = ProcessGroup::spawn(&mut cmd)
-        .map_err(|e| fault(&format!("cannot start claude ({})", inv.bin), e))?;
+    // The operator's variables stay out (`child_env`, and none is set here).
+    let set: Vec<(String, String)> = inv
+        .env
+        .iter()
+        .filter(|(k, _)| !agent_proc::is_operator_var(k))
+        .cloned()
+        .collect();
+    let Piped {
+        group,
+        mut stdin,
+        stdout,
+        stderr,
+    } = ProcessGroup::spawn_piped(&Spawn {
+        program: Path::new(&inv.bin),
+        args: &inv.args,
+        env: child_env(),
+        set: &set,
+        cwd: &inv.cwd,
+    })
+    .map_err(|e| fault(&format!("cannot start claude ({})", inv.bin), e))?;
     // Bulk output is bounded: a claude that prints faster than the loop reads
     // waits on its pipe.
     let (lines_tx, output) = bounded::<Output>(256);
     let (exit_tx, exit) = bounded::<()>(1);
     let pid = group.id();
-    let child = group.child_mut();
     // A child that exits without reading is normal; EPIPE is ignored.
-    if let Some(mut stdin) = child.stdin.take() {
-        match writer {
-            Some(w) => {
-                let prompt = inv.stdin.clone();
-                w.run(move || {
-                    let _ = stdin.write_all(prompt.as_bytes());
-                });
-            }
-            None => {
-                let _ = stdin.write_all(inv.stdin.as_bytes());
-            }
+    match writer {
+        Some(w) => {
+            let prompt = inv.stdin.clone();
+            w.run(move || {
+                let _ = stdin.write_all(prompt.as_bytes());
+            });
+        }
+        None => {
+            let _ = stdin.write_all(inv.stdin.as_bytes());
+            drop(stdin);
         }
     }
-    if let Some(s) = child.stdout.take() {
-        out_worker.run(pump(s, lines_tx.clone(), Output::Stdout));
-    }
-    if let Some(s) = child.stderr.take() {
-        err_worker.run(pump(s, lines_tx, Output::Stderr));
-    }
+    out_worker.run(pump(stdout, lines_tx.clone(), Output::Stdout));
+    err_worker.run(pump(stderr, lines_tx, Output::Stderr));
     // Waits without reaping: the loop reaps (`on_exit`), so the pid stays
     // claude's until then.
     waiter.run(move || {
