@@ -236,10 +236,12 @@ pub fn open<E: Loggable>(state_dir: &Path, bounds: Bounds) -> Result<Opened<E>, 
 }
 
 /// The writer's loop: events gather into a batch that is written in one
-/// transaction when a turn ends, when [`LINGER`] has passed since its first
-/// event, when it is full ([`BATCH`]) or at the stop; and the prune tick.
-/// One commit per turn rather than one per event keeps the writer's share of
-/// a short turn small (it shares the cores with the turn it records).
+/// transaction when [`LINGER`] has passed since its first event, when it is
+/// full ([`BATCH`]) or at the stop (not at a turn's end: a turn's last events
+/// wait out the linger with the rest); and the prune tick. One commit per
+/// linger rather than one per event — one per turn or fewer, however short
+/// the turns — keeps the writer's share of a turn small (it shares the cores
+/// with the turn it records).
 fn run<E: Loggable>(mut log: Log, rx: Receiver<Msg<E>>, _done: Sender<()>) {
     log.prune();
     let prune = tick(PRUNE_EVERY);
