@@ -64,26 +64,30 @@ impl ProcessGroup {
     /// environment built once ([`ChildEnv`]) plus `what.set`, so nothing of
     /// the environment is copied at the spawn.
     pub fn spawn_piped(what: &Spawn) -> io::Result<Piped> {
-        let c = |b: &[u8]| {
+        // The error names what held the NUL, never a variable's value (a
+        // token).
+        let c = |b: &[u8], what: &dyn Fn() -> String| {
             CString::new(b).map_err(|_| {
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!(
-                        "a NUL byte in {:?}, which cannot be passed to a program",
-                        String::from_utf8_lossy(b)
-                    ),
+                    format!("{} holds a NUL byte, which no program can be given", what()),
                 )
             })
         };
-        let program = c(what.program.as_os_str().as_bytes())?;
+        let path = what.program.as_os_str().as_bytes();
+        let program = c(path, &|| format!("the program name {:?}", what.program))?;
         let mut args = vec![program.clone()];
-        for a in what.args {
-            args.push(c(a.as_bytes())?);
+        for (i, a) in what.args.iter().enumerate() {
+            args.push(c(a.as_bytes(), &|| format!("argument {}", i + 1))?);
         }
-        let cwd = c(what.cwd.as_os_str().as_bytes())?;
+        let cwd = c(what.cwd.as_os_str().as_bytes(), &|| {
+            format!("the working directory {:?}", what.cwd)
+        })?;
         let mut set = Vec::with_capacity(what.set.len());
         for (k, v) in what.set {
-            set.push(c(format!("{k}={v}").as_bytes())?);
+            set.push(c(format!("{k}={v}").as_bytes(), &|| {
+                format!("the variable {k:?}")
+            })?);
         }
         let mut argv: Vec<*const c_char> = args.iter().map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
@@ -99,7 +103,7 @@ impl ProcessGroup {
         let (stdin, to_stdin) = super::fd::pipe()?;
         let (from_stdout, stdout) = super::fd::pipe()?;
         let (from_stderr, stderr) = super::fd::pipe()?;
-        let search = !what.program.as_os_str().as_bytes().contains(&b'/');
+        let search = !path.contains(&b'/');
         let pid = posix_spawn(
             &program,
             search,
@@ -722,7 +726,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         // PATH stays (`sh` is looked up in it); HOME is left out and set again.
         let env = ChildEnv::inherited(|k| k != "HOME");
-        let script = r#"read line; echo "in:$line"; echo "home:${HOME-unset}"; echo "x:$HV_X"; pwd; ps_pgid=$(cut -d' ' -f5 /proc/$$/stat); echo "pgid:$ps_pgid"; grep -E '^Sig(Blk|Ign)' /proc/$$/status; echo oops >&2; exit 7"#;
+        let script = r#"read line; echo "in:$line"; echo "home:${HOME-unset}"; echo "x:$HV_X"; pwd; echo oops >&2; exit 7"#;
         let args = ["-c".to_string(), script.to_string()];
         let set = [
             ("HV_X".to_string(), "one two".to_string()),
@@ -760,20 +764,38 @@ mod tests {
                 &*dir.display().to_string()
             ]
         );
-        assert_eq!(
-            lines[4],
-            format!("pgid:{}", group.id()),
-            "a group of its own"
-        );
-        // No signal blocked, SIGPIPE (bit 13) at its default.
-        let mask = |name: &str| {
-            let l = lines.iter().find(|l| l.starts_with(name)).unwrap();
-            u64::from_str_radix(l[name.len()..].trim(), 16).unwrap()
-        };
-        assert_eq!(mask("SigBlk:"), 0);
-        assert_eq!(mask("SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0);
+        assert_eq!(lines.len(), 4, "{out}");
         assert_eq!(err, "oops\n");
         let _ = std::fs::remove_dir_all(&dir);
+        // What the program runs with, read by the program itself (a shell
+        // would show its own transient mask while it waits for a child).
+        let args = [
+            "/proc/self/stat".to_string(),
+            "/proc/self/status".to_string(),
+        ];
+        let mut p = ProcessGroup::spawn_piped(&Spawn {
+            program: Path::new("cat"),
+            args: &args,
+            env: &env,
+            set: &[],
+            cwd: Path::new("/"),
+        })
+        .unwrap();
+        drop(p.stdin);
+        let mut out = String::new();
+        p.stdout.read_to_string(&mut out).unwrap();
+        assert!(p.group.wait().unwrap().success());
+        // /proc/PID/stat: "pid (comm) state ppid pgrp ...".
+        let after_comm = &out[out.find(") ").unwrap() + 2..];
+        let pgrp: u32 = after_comm.split(' ').nth(2).unwrap().parse().unwrap();
+        assert_eq!(pgrp, p.group.id(), "a group of its own");
+        let mask = |name: &str| {
+            let l = out.lines().find(|l| l.starts_with(name)).unwrap();
+            u64::from_str_radix(l[name.len()..].trim(), 16).unwrap()
+        };
+        // No signal blocked, SIGPIPE (13) at its default.
+        assert_eq!(mask("SigBlk:"), 0);
+        assert_eq!(mask("SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0);
     }
 
     #[test]
@@ -812,7 +834,23 @@ mod tests {
         .map(|_| ())
         .unwrap_err();
         assert_eq!(nul.kind(), io::ErrorKind::InvalidInput);
-        assert!(nul.to_string().contains("NUL"), "{nul}");
+        assert_eq!(
+            nul.to_string(),
+            "argument 1 holds a NUL byte, which no program can be given"
+        );
+        // A variable's value (a token) is never in the error.
+        let secret = ProcessGroup::spawn_piped(&Spawn {
+            program: Path::new("sh"),
+            args: &[],
+            env: &env,
+            set: &[("ANTHROPIC_API_KEY".to_string(), "sk-se\0cret".to_string())],
+            cwd: Path::new("/"),
+        })
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+        assert!(!secret.contains("sk-se"), "{secret}");
+        assert!(secret.contains("ANTHROPIC_API_KEY"), "{secret}");
     }
 
     #[test]
