@@ -31,7 +31,7 @@ pub const BRIDGE_STATE: &str = "matrix";
 pub const SERVE_RUN_DIR: &str = "/run/hive";
 
 /// One entry of the command table: name, one-line summary, usage text. In the
-/// usage, `{NAME}` stands for a default ([`DEFAULTS`]).
+/// usage, `{NAME}` stands for a default (`defaults()`).
 pub struct CommandHelp {
     pub name: &'static str,
     pub summary: &'static str,

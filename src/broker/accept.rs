@@ -32,7 +32,7 @@ pub const BRIDGE_CONNS: usize = 8;
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
 
 /// How many connections the broker keeps open, derived from the descriptor
-/// limit: at most half of what is left after [`RESERVED_FDS`] goes to
+/// limit: at most half of what is left after `RESERVED_FDS` goes to
 /// connections, a quarter of that to the host socket alone, the rest to every
 /// agent socket together, and one agent's socket takes at most its configured
 /// cap and never more than half of the agents' share.

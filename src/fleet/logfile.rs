@@ -99,7 +99,7 @@ pub fn pump(name: String, pipe: impl Read + Send + 'static, log: Arc<Mutex<LogFi
 }
 
 /// The agents' logs under one directory (`NAME.log`), as the broker reads them
-/// for `get_logs` (the lifecycle port's [`LogTail`]).
+/// for `get_logs` (the lifecycle port's [`LogTail`](crate::broker::lifecycle::LogTail)).
 pub struct AgentLogs {
     dir: PathBuf,
 }

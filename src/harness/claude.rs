@@ -437,7 +437,7 @@ impl ClaudeRun {
 impl Drop for ClaudeRun {
     /// Nothing claude started outlives its run, and the child is reaped: here
     /// once it has exited, or, when a killed claude does not exit within
-    /// [`REAP_WAIT`] (stuck in the kernel), on a `claude-reaper` thread, so the
+    /// `REAP_WAIT` (stuck in the kernel), on a `claude-reaper` thread, so the
     /// loop is never held up.
     fn drop(&mut self) {
         let Some(group) = self.group.take() else {

@@ -1,5 +1,5 @@
 //! The turn loop: one thread, one [`Event`] enum, one `select!`, and the
-//! loop's [`Phase`] as data — idle (waiting for mail), running one claude
+//! loop's `Phase` as data — idle (waiting for mail), running one claude
 //! process (a turn, a `/compact` or a checkpoint), paused until a time for a
 //! reason, or parked until claude is logged in again. Every trigger — a
 //! message, an operator request, a line or the exit of claude, a timer, a

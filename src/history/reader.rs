@@ -1,6 +1,6 @@
 //! The log's readers' side: [`Reader`] starts the `history-read` thread,
 //! which owns a read-only connection to `STATE/history.db` (opened when first
-//! needed, again after an error) and answers [`Ask`]s one at a time: the
+//! needed, again after an error) and answers `Ask`s one at a time: the
 //! newest turns or those before a turn (the page's scrollback), the turns
 //! after one (exports), one turn (`/turn/ID`) and searches. Every answer is
 //! read in one snapshot and bounded in size ([`PAGE_BUDGET`]). A search

@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tiny_http::Request;
 
-/// Login attempts a peer address may make per [`LOGIN_WINDOW`].
+/// Login attempts a peer address may make per `LOGIN_WINDOW`.
 pub const LOGIN_TRIES: u32 = 5;
 const LOGIN_WINDOW: Duration = Duration::from_secs(1);
 /// Peers remembered by the throttle before the stale ones are dropped.

@@ -1,7 +1,7 @@
 //! The wire commands as types, in the style of lsp-server's typed requests:
 //! one struct per command (in `cmd/`) with its [`Command`] impl — the answer
 //! type and the rules on the command's own fields — and one row per command in
-//! [`commands!`]'s table below: its `cmd` tag and who may send it ([`Access`]).
+//! `commands!`'s table below: its `cmd` tag and who may send it ([`Access`]).
 //! From that table come the [`Request`] enum every server parses (one JSON
 //! object per line, tagged by `cmd`), [`PRIVILEGES`] and the per-request
 //! accessors, so no hand-written mirror of the tags exists.
@@ -62,7 +62,7 @@ impl fmt::Display for Invalid {
     }
 }
 
-/// A command's row of the privilege table; implemented by [`commands!`].
+/// A command's row of the privilege table; implemented by `commands!`.
 pub trait Row {
     /// The `cmd` tag on the wire.
     const CMD: &'static str;

@@ -423,7 +423,7 @@ impl Acceptor {
     /// Accepts clients until `stop`, each on its own thread running `serve`
     /// with the connection, its id and what `admit` gave it (a slot under a
     /// cap, released when dropped). A thread whose client has left (and whose
-    /// slot is released) waits up to [`IDLE_KEEP`] for the next client, which
+    /// slot is released) waits up to `IDLE_KEEP` for the next client, which
     /// it is handed when it is idle; only when no thread is idle is a new one
     /// started. A client `admit` refuses gets one `ok:false` line saying why
     /// and is closed. A failed accept or a thread that cannot be started (out

@@ -5,8 +5,8 @@
 //! `SAFETY` note, and callers get safe functions, plain values and
 //! `io::Error`s. It owns the mechanisms every process uses one way:
 //! [`process`] (children in their own process group, killed and reaped on drop;
-//! run-with-timeout), [`signals`] (first signal forwarded, a second exits with
-//! 128 + the signal), [`env`] (settings from environment variables), [`fd`]
+//! run-with-timeout), [`signals`](mod@signals) (first signal forwarded, a second exits with
+//! 128 + the signal), [`env`](mod@env) (settings from environment variables), [`fd`]
 //! (pipes, socket options, a hang-up as an event), [`fs`] (files only their
 //! owner reads, written whole), [`hash`] (SHA-256, HMAC), [`ns`] (the sandbox's
 //! namespaces, mounts and capabilities) and [`start`] (the binary's entry point,
