@@ -208,13 +208,13 @@ extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) 
 /// The command line (the program's name first) to the exit code.
 #[cfg_attr(test, allow(dead_code))]
 fn hive_main(argv: Vec<OsString>) -> u8 {
-    let args: Vec<OsString> = argv.into_iter().skip(1).collect();
+    let mut args: Vec<OsString> = argv.into_iter().skip(1).collect();
     // `hive up`'s re-exec into an agent's sandbox: hidden, and single-threaded.
     if args
         .first()
         .is_some_and(|a| a == fleet::sandbox::SUBCOMMAND)
     {
-        fleet::sandbox::run_command(args[1..].to_vec());
+        fleet::sandbox::run_command(args.split_off(1));
     }
     logger();
     let cmd = match cli::parse(args) {

@@ -2,14 +2,13 @@
 //! that the turn loop holds in its phase. The child gets explicit stdio, its
 //! own process group (a `sys::ProcessGroup`, started by `posix_spawn`), an
 //! environment without the operator's variables (built once, `child_env`),
-//! the prompt on stdin (from a writer thread when it is
-//! big), and one pump thread per output pipe, so a full pipe never blocks it.
-//! The pumps feed one bounded channel of lines and the waiter (which waits
-//! without reaping) a one-shot exit notice. These threads are
-//! `sys::process::Worker`s, kept idle after a run for the next one, so a turn
-//! on a busy harness starts no thread. The loop selects on both next to
-//! everything else it waits for, so a running
-//! turn is a phase of the loop, not a call it is stuck in, and the loop reaps
+//! the prompt on stdin (from a writer thread when it is big), and one pump
+//! thread per output pipe, so a full pipe never blocks it. The pumps feed one
+//! bounded channel of lines and the waiter (which waits without reaping) a
+//! one-shot exit notice. These threads are `sys::process::Worker`s, kept idle
+//! after a run for the next one, so a turn on a busy harness starts no
+//! thread. The loop selects on both next to everything else it waits for, so
+//! a running turn is a phase of the loop, not a call it is stuck in, and the loop reaps
 //! the child itself ([`ClaudeRun::on_exit`]), so no signal of the ladder can
 //! reach a recycled pid. Every helper thread exists before claude is started,
 //! so a claude that cannot be given its threads is never started at all:

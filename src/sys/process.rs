@@ -76,7 +76,7 @@ impl ProcessGroup {
         };
         let path = what.program.as_os_str().as_bytes();
         let program = c(path, &|| format!("the program name {:?}", what.program))?;
-        let mut args = vec![program.clone()];
+        let mut args = Vec::with_capacity(what.args.len());
         for (i, a) in what.args.iter().enumerate() {
             args.push(c(a.as_bytes(), &|| format!("argument {}", i + 1))?);
         }
@@ -89,13 +89,14 @@ impl ProcessGroup {
                 format!("the variable {k:?}")
             })?);
         }
-        let mut argv: Vec<*const c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        let mut argv: Vec<*const c_char> = std::iter::once(&program)
+            .chain(&args)
+            .map(|a| a.as_ptr())
+            .collect();
         argv.push(std::ptr::null());
         let mut envp: Vec<*const c_char> = what
             .env
-            .vars
-            .iter()
-            .filter(|v| !what.set.iter().any(|(k, _)| key_of(v) == k.as_bytes()))
+            .except(what.set)
             .chain(&set)
             .map(|v| v.as_ptr())
             .collect();
@@ -250,7 +251,8 @@ pub struct Piped {
 /// once: hive never changes its own environment (`sys::env`), so what a
 /// child inherits is the same at every spawn.
 pub struct ChildEnv {
-    vars: Vec<CString>,
+    /// Each variable with the length of its name.
+    vars: Vec<(CString, usize)>,
 }
 
 impl ChildEnv {
@@ -260,19 +262,25 @@ impl ChildEnv {
             .filter(|(k, _)| keep(k))
             .filter_map(|(k, v)| {
                 let mut var = k.into_encoded_bytes();
+                let name = var.len();
                 var.push(b'=');
                 var.extend(v.into_encoded_bytes());
-                CString::new(var).ok()
+                Some((CString::new(var).ok()?, name))
             })
             .collect();
         ChildEnv { vars }
     }
-}
 
-/// The name of a `NAME=value` variable.
-fn key_of(var: &CString) -> &[u8] {
-    let b = var.as_bytes();
-    b.iter().position(|&c| c == b'=').map_or(b, |i| &b[..i])
+    /// Its `NAME=value` strings, less those named in `set`.
+    fn except<'a>(&'a self, set: &'a [(String, String)]) -> impl Iterator<Item = &'a CString> + 'a {
+        self.vars
+            .iter()
+            .filter(|(var, name)| {
+                let name = &var.as_bytes()[..*name];
+                !set.iter().any(|(k, _)| k.as_bytes() == name)
+            })
+            .map(|(var, _)| var)
+    }
 }
 
 /// `posix_spawn` (or `posix_spawnp` when `search`) of `program` with `argv`

@@ -6,8 +6,9 @@
 //! three serve the processes claude and scripts start often and briefly —
 //! `hive mcp`, `hive bash-mcp`, `hive wake` — whose whole run is a few
 //! hundred microseconds; `docs/performance.md` ("Process start", "std's
-//! runtime start, and claude's spawn") has what each saves. `main` installs the allocator,
-//! enters through [`enter`] and closes the arena for the daemons.
+//! runtime start, and claude's spawn") has what each saves. `main` installs
+//! the allocator, enters through [`enter`] and closes the arena for the
+//! daemons.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
