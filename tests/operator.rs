@@ -39,10 +39,24 @@ const FLEET: &str = r#"{
 
 const AGENTS: [&str; 3] = ["boss", "kid", "pal"];
 
+/// A `hive up` of the three agents, each done with its first turn: the
+/// kick acknowledged, nothing inflight (a stop during that turn would
+/// requeue the kick, and the counts below would be off by one).
 fn up() -> Up {
     let up = Up::start(FLEET, &AGENTS);
     for a in AGENTS {
         up.wait_prompt(a, KICK, 1);
+    }
+    for a in AGENTS {
+        wait_for(
+            Duration::from_secs(20),
+            &format!("{a}'s first turn to end"),
+            || {
+                let r: AgentsReply = up.host().call(&Agents {}).ok()?;
+                let row = r.agents.into_iter().find(|r| r.name == a)?;
+                (row.inflight.is_none() && row.unread == 0).then_some(())
+            },
+        );
     }
     up
 }
