@@ -9,7 +9,8 @@
 //! answer comes back as [`HubMsg::Answered`].
 //!
 //! This file owns the connections and their rules: one request at a time per
-//! connection, answered in order; request lines bounded by [`MAX_LINE`] (a
+//! connection, answered in order, the answers to the requests that arrived
+//! together written together; request lines bounded by [`MAX_LINE`] (a
 //! longer line is consumed up to its newline and refused); no answer longer
 //! than that ever leaves (it becomes an error line); a connection that sends
 //! no whole request for the idle timeout, or does not read its answer for as
@@ -97,9 +98,12 @@ struct Client {
     too_long: bool,
     /// The client closed its side: what it sent is answered, then it is closed.
     eof: bool,
-    /// The answer being written, and how much of it is.
+    /// The answers being written, and how much of them is.
     output: Vec<u8>,
     written: usize,
+    /// A write of `output` found the socket full: the client is not reading.
+    /// Nothing more of its input is answered until there is room again.
+    stalled: bool,
     state: State,
     /// Reading: the idle deadline; writing: when an answer not read is given
     /// up; parked: unused (the wait's own deadline is in the state).
@@ -118,8 +122,9 @@ enum Line {
 }
 
 impl Client {
+    /// An answer is waiting for room in the socket.
     fn writing(&self) -> bool {
-        self.written < self.output.len()
+        self.stalled
     }
 
     /// The next whole line of input, if there is one; at the end of input a
@@ -157,17 +162,22 @@ impl Client {
         Some(Line::Text { end, next })
     }
 
-    /// Writes what it can of the pending answer: true once all of it is out.
+    /// Writes what it can of the pending answers: true once all of them
+    /// are out.
     fn flush(&mut self) -> io::Result<bool> {
         while self.written < self.output.len() {
             match (&self.stream).write(&self.output[self.written..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => self.written += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.stalled = true;
+                    return Ok(false);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
+        self.stalled = false;
         self.output.clear();
         self.written = 0;
         if self.output.capacity() > KEEP_OUTPUT {
@@ -175,6 +185,16 @@ impl Client {
         }
         Ok(true)
     }
+}
+
+/// Why [`Loop::answer_requests`] stopped.
+enum Stop {
+    /// No whole request is left.
+    Drained,
+    /// The client waits (parked, busy, stalled) or is gone.
+    Held,
+    /// Its share of this turn is used: the rest in the next.
+    Capped,
 }
 
 /// What a slot of the poll set stands for.
@@ -460,6 +480,7 @@ impl<'c> Loop<'c> {
                     eof: false,
                     output: Vec::new(),
                     written: 0,
+                    stalled: false,
                     state: State::Reading,
                     deadline: Instant::now() + self.limits.idle,
                 },
@@ -531,21 +552,48 @@ impl<'c> Loop<'c> {
     }
 
     /// Answers the requests client `id` has sent, one at a time, while it is
-    /// free (not parked, busy or writing); closes it at the end of its input.
-    /// After [`REQUESTS_PER_TURN`] the rest wait for the next turn.
+    /// free (not parked, busy or stalled), then writes the answers in one go
+    /// (a harness sends the end of a turn as four requests at once: it is
+    /// woken once, not four times); closes it at the end of its input once
+    /// they are out. After [`REQUESTS_PER_TURN`] requests, or
+    /// [`KEEP_OUTPUT`] bytes of answers, the rest wait for the next turn.
     fn pump(&mut self, id: ConnId) {
-        for _ in 0..REQUESTS_PER_TURN {
-            let Some(c) = self.clients.get_mut(&id) else {
-                return;
-            };
-            if !matches!(c.state, State::Reading) || c.writing() {
+        let stop = self.answer_requests(id);
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        match c.flush() {
+            Ok(true) => {}
+            // Resumed when there is room (`client_event`).
+            Ok(false) => return,
+            Err(e) => {
+                log::debug!("connection {id}: cannot write the answer: {e}");
+                self.close(id);
                 return;
             }
+        }
+        match stop {
+            Stop::Capped => self.backlog.push(id),
+            Stop::Drained if c.eof => self.close(id),
+            Stop::Drained | Stop::Held => {}
+        }
+    }
+
+    /// Answers client `id`'s whole requests into its output buffer, in order,
+    /// while it is free; says why it stopped.
+    fn answer_requests(&mut self, id: ConnId) -> Stop {
+        for _ in 0..REQUESTS_PER_TURN {
+            let Some(c) = self.clients.get_mut(&id) else {
+                return Stop::Held;
+            };
+            if !matches!(c.state, State::Reading) || c.stalled {
+                return Stop::Held;
+            }
+            if c.output.len() >= KEEP_OUTPUT {
+                return Stop::Capped;
+            }
             let Some(line) = c.next_line() else {
-                if c.eof {
-                    self.close(id);
-                }
-                return;
+                return Stop::Drained;
             };
             let (end, next) = match line {
                 Line::TooLong => {
@@ -573,7 +621,7 @@ impl<'c> Loop<'c> {
             };
             self.respond(id, answer, "request");
         }
-        self.backlog.push(id);
+        Stop::Capped
     }
 
     /// Asks the hub; answers, parks or offloads as it says.
@@ -595,8 +643,11 @@ impl<'c> Loop<'c> {
             }
             Outcome::Wait => match kept {
                 Some(req) if !c.eof => c.state = State::Parked { req, until },
-                // Nobody would read the answer.
-                Some(_) => self.close(id),
+                // Nobody would read the answer; the ones before it go out.
+                Some(_) => {
+                    let _ = c.flush();
+                    self.close(id)
+                }
                 None => self.respond(
                     id,
                     err_line(&format!(
@@ -652,8 +703,8 @@ impl<'c> Loop<'c> {
         self.pump(id);
     }
 
-    /// Queues `line` as the answer to `cmd` on client `id` and writes what
-    /// the socket takes now.
+    /// Queues `line` as the answer to `cmd` on client `id`; the [`Loop::pump`]
+    /// that follows every answer writes it.
     fn respond(&mut self, id: ConnId, line: String, cmd: &str) {
         let Some(c) = self.clients.get_mut(&id) else {
             return;
@@ -676,10 +727,6 @@ impl<'c> Loop<'c> {
         c.output.extend_from_slice(line.as_bytes());
         c.output.push(b'\n');
         c.deadline = Instant::now() + self.limits.idle;
-        if let Err(e) = c.flush() {
-            log::debug!("connection {id}: cannot write the answer: {e}");
-            self.close(id);
-        }
     }
 
     /// Handles a message from another thread; false to stop.
@@ -776,6 +823,9 @@ impl<'c> Loop<'c> {
             .collect();
         for id in parked {
             self.respond(id, err_line("broker is stopping"), "request");
+            if let Some(c) = self.clients.get_mut(&id) {
+                let _ = c.flush();
+            }
         }
         self.clients.clear();
         log::debug!("hub stopped");
@@ -881,6 +931,60 @@ mod tests {
         let (mut w2, mut r2) = s.connect("host.sock");
         w2.write_all(b"{\"cmd\":\"agents\"}\n").unwrap();
         assert_eq!(answer(&mut r2)["ok"], true);
+    }
+
+    #[test]
+    fn requests_sent_at_once_are_answered_in_one_write() {
+        let s = Served::start("batch");
+        let (mut w, r) = s.connect("ana.sock");
+        // What a harness sends at the end of a turn, in one write.
+        let batch = concat!(
+            "{\"cmd\":\"wake\",\"from\":\"cron\",\"body\":\"a\"}\n",
+            "{\"cmd\":\"wake\",\"from\":\"cron\",\"body\":\"b\"}\n",
+            "{\"cmd\":\"status\"}\n",
+            "{\"cmd\":\"recv_next\",\"wait_seconds\":0}\n",
+        );
+        w.write_all(batch.as_bytes()).unwrap();
+        // One read gets all four answers: they were written together.
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = r.get_ref().read(&mut buf).unwrap();
+        let text = std::str::from_utf8(&buf[..n]).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert_eq!(lines[0]["id"], 1);
+        assert_eq!(lines[1]["id"], 2);
+        assert_eq!(lines[2]["unread"], 2);
+        assert_eq!(lines[3]["message"]["body"], "a");
+    }
+
+    #[test]
+    fn a_client_that_stops_sending_gets_every_answer_before_the_close() {
+        let s = Served::start("halfclose");
+        let (w, mut r) = s.connect("ana.sock");
+        // Two requests, then a long-poll on an empty inbox that nobody would
+        // read: the two answers still go out, then the connection closes.
+        (&w).write_all(
+            concat!(
+                "{\"cmd\":\"status\"}\n",
+                "{\"cmd\":\"hello\"}\n",
+                "{\"cmd\":\"recv_next\",\"wait_seconds\":30}\n",
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        w.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = String::new();
+        r.read_to_string(&mut rest).unwrap();
+        let lines: Vec<serde_json::Value> = rest
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "{rest:?}");
+        assert_eq!(lines[0]["unread"], 0);
+        assert_eq!(lines[1]["identity"], "ana");
     }
 
     #[test]
