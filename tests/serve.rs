@@ -131,6 +131,32 @@ fn boot_kick_then_a_turn_with_the_exact_invocation() {
     assert_eq!((row.turns, row.turns_ok), (2, 2));
 }
 
+/// The model file, edited by hand between turns, is what the next turn
+/// runs with (the loop reads it once per event, never caches it longer).
+#[test]
+fn a_model_file_edited_by_hand_applies_to_the_next_turn() {
+    let (b, h) = started("ana", &[]);
+    operator_send(&b, "ana", "one");
+    h.fake.wait_count(2);
+    wait_drained(&b, "ana");
+    let model = |n: usize| {
+        let argv = h.fake.argv(n);
+        let i = argv.iter().position(|a| a == "--model").unwrap();
+        argv[i + 1].clone()
+    };
+    assert_eq!(model(2), "haiku");
+    std::fs::write(h.state_dir().join("hyperhive-model"), "sonnet\n").unwrap();
+    operator_send(&b, "ana", "two");
+    h.fake.wait_count(3);
+    wait_drained(&b, "ana");
+    assert_eq!(model(3), "sonnet");
+    std::fs::remove_file(h.state_dir().join("hyperhive-model")).unwrap();
+    operator_send(&b, "ana", "three");
+    h.fake.wait_count(4);
+    wait_drained(&b, "ana");
+    assert_eq!(model(4), "haiku");
+}
+
 #[test]
 fn unread_hint_in_the_wake_prompt() {
     let (b, h) = started("ana", &[]);

@@ -256,6 +256,9 @@ pub struct TurnLoop {
     /// A `recv_next` answer gave `turn_usd`: until then no run starts (the
     /// boot's first ask is a peek, answered at once), so none runs uncapped.
     turn_usd_heard: bool,
+    /// The model file as read during the event being handled (`model`):
+    /// read once per event, not once per use (three times a turn).
+    model_now: Option<String>,
 }
 
 impl TurnLoop {
@@ -313,6 +316,7 @@ impl TurnLoop {
             acks_due: None,
             turn_usd: None,
             turn_usd_heard: false,
+            model_now: None,
         }
     }
 
@@ -322,6 +326,8 @@ impl TurnLoop {
         self.boot();
         while !self.stopping || matches!(self.phase, Phase::Running(_)) {
             let ev = self.next_event();
+            // The operator's model choice may have changed since.
+            self.model_now = None;
             self.handle(ev);
             self.report_pause();
         }
@@ -777,7 +783,7 @@ impl TurnLoop {
         if self.shared.take_skip_continue() {
             self.session.force_fresh = true;
         }
-        let model = self.shared.model();
+        let model = self.model();
         let window = self.window(&model);
         let env = |k: &str| self.env.get(k);
         let since = self
@@ -827,6 +833,14 @@ impl TurnLoop {
         self.start_run(running, "/compact".into(), true);
     }
 
+    /// The model the next run uses: the operator's choice (the model file)
+    /// or the default, read once per event.
+    fn model(&mut self) -> String {
+        self.model_now
+            .get_or_insert_with(|| self.shared.model())
+            .clone()
+    }
+
     fn window(&self, model: &str) -> u64 {
         context::context_window_tokens(
             model,
@@ -860,7 +874,7 @@ impl TurnLoop {
         } else {
             TurnState::Thinking
         });
-        let model = self.shared.model();
+        let model = self.model();
         let inv = self.invocation(prompt, &model, resume);
         let started_at = now();
         let started = Instant::now();
@@ -1371,7 +1385,7 @@ impl TurnLoop {
                     w.guard.ack(Ack::Completed);
                 }
                 self.end_work(d, true, String::new(), &text, &e);
-                let model = self.shared.model();
+                let model = self.model();
                 let window = self.window(&model);
                 let env = |k: &str| self.env.get(k);
                 let wm = context::compact_watermark(window, &env);
