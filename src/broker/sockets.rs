@@ -933,6 +933,13 @@ mod tests {
         assert_eq!(answer(&mut r2)["ok"], true);
     }
 
+    /// Every answer line of `text`, parsed.
+    fn answers(text: &str) -> Vec<serde_json::Value> {
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     #[test]
     fn requests_sent_at_once_are_answered_in_one_write() {
         let s = Served::start("batch");
@@ -949,10 +956,7 @@ mod tests {
         let mut buf = vec![0u8; 64 * 1024];
         let n = r.get_ref().read(&mut buf).unwrap();
         let text = std::str::from_utf8(&buf[..n]).unwrap();
-        let lines: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let lines = answers(text);
         assert_eq!(lines.len(), 4, "{text}");
         assert_eq!(lines[0]["id"], 1);
         assert_eq!(lines[1]["id"], 2);
@@ -978,10 +982,7 @@ mod tests {
         w.shutdown(std::net::Shutdown::Write).unwrap();
         let mut rest = String::new();
         r.read_to_string(&mut rest).unwrap();
-        let lines: Vec<serde_json::Value> = rest
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let lines = answers(&rest);
         assert_eq!(lines.len(), 2, "{rest:?}");
         assert_eq!(lines[0]["unread"], 0);
         assert_eq!(lines[1]["identity"], "ana");
