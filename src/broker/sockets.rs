@@ -377,12 +377,10 @@ impl<'c> Loop<'c> {
             self.targets.push(Target::Socket(k));
         }
         for (id, c) in &self.clients {
+            // Room is watched in every state: answers queued before a
+            // long-poll parked may be waiting for it.
             let reading = matches!(c.state, State::Reading);
-            let (read, write) = match (reading, c.writing()) {
-                (true, true) => (false, true),
-                (true, false) => (true, false),
-                (false, _) => (false, false),
-            };
+            let (read, write) = (reading && !c.writing(), c.writing());
             self.fds
                 .push(PollFd::new(c.stream.as_raw_fd(), read, write));
             self.targets.push(Target::Client(*id));
@@ -497,6 +495,22 @@ impl<'c> Loop<'c> {
             self.close(id);
             return;
         }
+        if c.writing() {
+            match c.flush() {
+                Ok(true) if matches!(c.state, State::Reading) => {
+                    c.deadline = Instant::now() + self.limits.idle;
+                    self.pump(id);
+                    return;
+                }
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    log::debug!("connection {id}: cannot write the answer: {e}");
+                    self.close(id);
+                    return;
+                }
+            }
+        }
         match c.state {
             State::Parked { .. } | State::Busy { .. } => {
                 // Only a hang-up is watched for here.
@@ -505,17 +519,6 @@ impl<'c> Loop<'c> {
                     self.close(id);
                 }
             }
-            State::Reading if c.writing() => match c.flush() {
-                Ok(true) => {
-                    c.deadline = Instant::now() + self.limits.idle;
-                    self.pump(id);
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    log::debug!("connection {id}: cannot write the answer: {e}");
-                    self.close(id);
-                }
-            },
             State::Reading => {
                 if self.read(id) {
                     self.pump(id);
