@@ -45,7 +45,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 const ACCEPTS_PER_TURN: usize = 64;
 /// Bytes read from one client per turn of the loop.
 const READ_CHUNK: usize = 64 * 1024;
-/// An output buffer larger than this is given back once it is written.
+/// An output buffer larger than this is given back once it is written; a
+/// connection's answers are written once they reach this much, before more
+/// of its requests are answered.
 const KEEP_OUTPUT: usize = 64 * 1024;
 /// Requests answered for one client in a row before the others get a turn
 /// (a client that sends many at once waits for the rest in the next turn).
