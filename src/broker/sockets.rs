@@ -498,21 +498,21 @@ impl<'c> Loop<'c> {
             return;
         }
         if c.writing() {
-            match c.flush() {
-                Ok(true) if matches!(c.state, State::Reading) => {
-                    c.deadline = Instant::now() + self.limits.idle;
-                    self.pump(id);
-                    return;
-                }
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(e) => {
-                    log::debug!("connection {id}: cannot write the answer: {e}");
-                    self.close(id);
-                    return;
-                }
+            if self.write_out(id) != Some(true) {
+                return;
+            }
+            let Some(c) = self.clients.get_mut(&id) else {
+                return;
+            };
+            if matches!(c.state, State::Reading) {
+                c.deadline = Instant::now() + self.limits.idle;
+                self.pump(id);
+                return;
             }
         }
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
         match c.state {
             State::Parked { .. } | State::Busy { .. } => {
                 // Only a hang-up is watched for here.
@@ -564,23 +564,29 @@ impl<'c> Loop<'c> {
     /// [`KEEP_OUTPUT`] bytes of answers, the rest wait for the next turn.
     fn pump(&mut self, id: ConnId) {
         let stop = self.answer_requests(id);
-        let Some(c) = self.clients.get_mut(&id) else {
+        // Not all out: resumed when there is room (`client_event`).
+        if self.write_out(id) != Some(true) {
             return;
-        };
-        match c.flush() {
-            Ok(true) => {}
-            // Resumed when there is room (`client_event`).
-            Ok(false) => return,
+        }
+        let eof = self.clients.get(&id).is_some_and(|c| c.eof);
+        match stop {
+            Stop::Capped => self.backlog.push(id),
+            Stop::Drained if eof => self.close(id),
+            Stop::Drained | Stop::Held => {}
+        }
+    }
+
+    /// Writes what the socket takes of client `id`'s answers: whether all of
+    /// them are out, or None when the client is gone (a failed write closes
+    /// it).
+    fn write_out(&mut self, id: ConnId) -> Option<bool> {
+        match self.clients.get_mut(&id)?.flush() {
+            Ok(done) => Some(done),
             Err(e) => {
                 log::debug!("connection {id}: cannot write the answer: {e}");
                 self.close(id);
-                return;
+                None
             }
-        }
-        match stop {
-            Stop::Capped => self.backlog.push(id),
-            Stop::Drained if c.eof => self.close(id),
-            Stop::Drained | Stop::Held => {}
         }
     }
 
