@@ -25,7 +25,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// A child that leads its own process group.
@@ -422,9 +422,31 @@ pub const WORKER_IDLE: Duration = Duration::from_secs(10);
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// Idle worker threads, by id, each with the sender of its jobs.
+/// Where a [`Worker`]'s next job is handed over: a job slot under a mutex and
+/// the condition variable its thread sleeps on. Not a channel: a crossbeam
+/// receive that finds nothing spins, then calls `sched_yield` four times
+/// before it sleeps, and the three threads of every turn, idle for the rest
+/// of it, spent about a tenth of a busy harness's samples in those yields
+/// (`perf`, docs/performance.md).
+///
+/// A slot is reachable only through its thread's entry among the idle ones
+/// or the one [`Worker`] that took that entry, and the thread ends only after
+/// taking its entry out (or when a job panics, after its reservation was
+/// used), so a job put in a slot always has a thread to run it.
+struct Slot {
+    job: Mutex<Option<Job>>,
+    ready: Condvar,
+}
+
+impl Slot {
+    fn job(&self) -> std::sync::MutexGuard<'_, Option<Job>> {
+        self.job.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Idle worker threads, by id, each with the slot of its jobs.
 struct Pool {
-    idle: Mutex<Vec<(u64, crossbeam_channel::Sender<Job>)>>,
+    idle: Mutex<Vec<(u64, Arc<Slot>)>>,
     keep: Duration,
 }
 
@@ -436,46 +458,51 @@ impl Pool {
         }
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(u64, crossbeam_channel::Sender<Job>)>> {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Arc<Slot>)>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn reserve(&'static self, name: &str) -> io::Result<Worker> {
-        if let Some((id, jobs)) = self.idle().pop() {
+        if let Some((id, slot)) = self.idle().pop() {
             return Ok(Worker {
                 pool: self,
                 id,
-                jobs: Some(jobs),
+                slot: Some(slot),
             });
         }
-        let (tx, rx) = crossbeam_channel::bounded::<Job>(1);
+        let slot = Arc::new(Slot {
+            job: Mutex::new(None),
+            ready: Condvar::new(),
+        });
         let id = WORKER_IDS.fetch_add(1, Ordering::Relaxed);
-        let own = tx.clone();
+        let own = Arc::clone(&slot);
         std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || self.serve(id, own, rx))?;
+            .spawn(move || self.serve(id, own))?;
         Ok(Worker {
             pool: self,
             id,
-            jobs: Some(tx),
+            slot: Some(slot),
         })
     }
 
     /// A worker thread: its jobs, one at a time, until it sat idle for
     /// `keep` without being reserved.
-    fn serve(
-        &self,
-        id: u64,
-        own: crossbeam_channel::Sender<Job>,
-        jobs: crossbeam_channel::Receiver<Job>,
-    ) {
+    fn serve(&self, id: u64, slot: Arc<Slot>) {
         loop {
-            match jobs.recv_timeout(self.keep) {
-                Ok(job) => {
+            let job = {
+                let (mut job, _) = slot
+                    .ready
+                    .wait_timeout_while(slot.job(), self.keep, |j| j.is_none())
+                    .unwrap_or_else(|p| p.into_inner());
+                job.take()
+            };
+            match job {
+                Some(job) => {
                     job();
-                    self.idle().push((id, own.clone()));
+                    self.idle().push((id, Arc::clone(&slot)));
                 }
-                Err(_) => {
+                None => {
                     let mut idle = self.idle();
                     if let Some(i) = idle.iter().position(|(x, _)| *x == id) {
                         idle.swap_remove(i);
@@ -501,7 +528,7 @@ static WORKER_IDS: AtomicU64 = AtomicU64::new(0);
 pub struct Worker {
     pool: &'static Pool,
     id: u64,
-    jobs: Option<crossbeam_channel::Sender<Job>>,
+    slot: Option<Arc<Slot>>,
 }
 
 impl Worker {
@@ -512,15 +539,9 @@ impl Worker {
 
     /// Runs `job` on the reserved thread.
     pub fn run(mut self, job: impl FnOnce() + Send + 'static) {
-        if let Some(jobs) = self.jobs.take() {
-            // The thread holds its own sender, so it cannot be gone unless a
-            // job panicked on it; then the job runs on a thread of its own.
-            if let Err(e) = jobs.send(Box::new(job)) {
-                let job = e.into_inner();
-                if let Err(e) = std::thread::Builder::new().spawn(job) {
-                    log::error!("cannot start a thread: {e}");
-                }
-            }
+        if let Some(slot) = self.slot.take() {
+            *slot.job() = Some(Box::new(job));
+            slot.ready.notify_one();
         }
     }
 }
@@ -528,8 +549,8 @@ impl Worker {
 impl Drop for Worker {
     /// Unused: the thread goes back to the idle ones.
     fn drop(&mut self) {
-        if let Some(jobs) = self.jobs.take() {
-            self.pool.idle().push((self.id, jobs));
+        if let Some(slot) = self.slot.take() {
+            self.pool.idle().push((self.id, slot));
         }
     }
 }
