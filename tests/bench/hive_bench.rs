@@ -331,20 +331,26 @@ fn bench_cycles(a: &Args, durability: &str) {
         }
         n as f64 / start.elapsed().as_secs_f64()
     };
-    let (mut hive_rates, mut floor_rates, mut bare_rates) = (vec![], vec![], vec![]);
-    for r in 0..rounds {
-        for k in 0..3 {
-            match (r + k) % 3 {
-                0 => hive_rates.push(cycles_on(&mut c, per)),
-                1 => {
-                    if let Some((_, fc)) = floor.as_mut() {
-                        floor_rates.push(cycles_on(fc, per));
+    // `rounds` rounds of hive, the floor and bare, the order rotated each
+    // round: their rates, in that order.
+    let mut rotate = |c: &mut Client, floor: &mut Option<(Child, Client)>| {
+        let mut rates = [vec![], vec![], vec![]];
+        for r in 0..rounds {
+            for k in 0..3 {
+                match (r + k) % 3 {
+                    0 => rates[0].push(cycles_on(c, per)),
+                    1 => {
+                        if let Some((_, fc)) = floor.as_mut() {
+                            rates[1].push(cycles_on(fc, per));
+                        }
                     }
+                    _ => rates[2].push(bare_cycles(per)),
                 }
-                _ => bare_rates.push(bare_cycles(per)),
             }
         }
-    }
+        rates
+    };
+    let [hive_rates, floor_rates, bare_rates] = rotate(&mut c, &mut floor);
     // The same three round trips with requests that touch no store: what the
     // broker's requests cost before any statement.
     let start = Instant::now();
@@ -354,6 +360,20 @@ fn bench_cycles(a: &Args, durability: &str) {
         }
     }
     let null_rate = (rounds * per) as f64 / start.elapsed().as_secs_f64();
+    // The same rounds with the bench, the broker and the floor on one CPU: what
+    // the ratios read when the scheduler cannot put the two ends of a request on
+    // two CPUs, where each request wakes an idle one (docs/performance.md,
+    // "Where the scheduler puts a request").
+    let pinned = {
+        let mut pids = vec![b.child.id()];
+        pids.extend(floor.as_ref().map(|(child, _)| child.id()));
+        OneCpu::pin(&pids)
+    };
+    let [pin_hive, pin_floor, pin_bare] = match pinned {
+        Some(_) => rotate(&mut c, &mut floor),
+        None => Default::default(),
+    };
+    drop(pinned);
     drop(b);
     if let Some((mut child, _)) = floor.take() {
         let _ = child.kill();
@@ -366,14 +386,11 @@ fn bench_cycles(a: &Args, durability: &str) {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
     // Each round's rate against bare's in the same round.
-    let of_bare = |rates: &[f64]| {
-        let mut v: Vec<f64> = rates
-            .iter()
-            .zip(&bare_rates)
-            .map(|(r, b)| 100.0 * r / b)
-            .collect();
+    let of = |rates: &[f64], bare: &[f64]| {
+        let mut v: Vec<f64> = rates.iter().zip(bare).map(|(r, b)| 100.0 * r / b).collect();
         median(&mut v)
     };
+    let of_bare = |rates: &[f64]| of(rates, &bare_rates);
     let pct = of_bare(&hive_rates);
     let floor_pct = (!floor_rates.is_empty()).then(|| of_bare(&floor_rates));
     let hive_rate = median(&mut hive_rates.clone());
@@ -407,7 +424,78 @@ fn bench_cycles(a: &Args, durability: &str) {
             "cycles  [{durability}] cycle-floor (one thread, the bare statements behind the same socket) {floor_rate:.0}/s = {floor_pct:.0}% of bare, the floor of the ratio"
         );
     }
+    if !pin_hive.is_empty() {
+        let floor = if pin_floor.is_empty() {
+            String::new()
+        } else {
+            format!(", cycle-floor {:.0}%", of(&pin_floor, &pin_bare))
+        };
+        println!(
+            "cycles  [{durability}] on one CPU (bench, broker and floor pinned together, {rounds} rounds more): hive {:.0}% of bare{floor}",
+            of(&pin_hive, &pin_bare)
+        );
+    }
     goal(what, pct, "%", bound, false);
+}
+
+/// Every thread of the processes `pids` and the calling thread held on the CPU
+/// this thread runs on, until dropped, which gives this thread its CPUs back
+/// (the processes are the bench's own, killed after). `None` where there is
+/// one CPU only or the affinity cannot be set: nothing is pinned then.
+struct OneCpu {
+    saved: libc::cpu_set_t,
+}
+
+impl OneCpu {
+    fn pin(pids: &[u32]) -> Option<OneCpu> {
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: cpu_set_t is plain bits; sched_getaffinity and sched_getcpu
+        // write only the set they are given.
+        let (saved, cpu) = unsafe {
+            let mut saved: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, size, &mut saved) != 0 {
+                return None;
+            }
+            (saved, libc::sched_getcpu())
+        };
+        // SAFETY: CPU_COUNT reads the set.
+        if cpu < 0 || unsafe { libc::CPU_COUNT(&saved) } < 2 {
+            return None;
+        }
+        // SAFETY: as above; CPU_SET writes one bit of a set this owns.
+        let one = unsafe {
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut one);
+            one
+        };
+        let mut tids = vec![0];
+        for pid in pids {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+            tids.extend(
+                tasks
+                    .flatten()
+                    .filter_map(|t| t.file_name().to_str()?.parse::<libc::pid_t>().ok()),
+            );
+        }
+        let pinned = OneCpu { saved };
+        for tid in tids {
+            // SAFETY: sched_setaffinity reads the set; a thread that ended
+            // meanwhile is an error, which leaves the measurement unpinned.
+            if unsafe { libc::sched_setaffinity(tid, size, &one) } != 0 {
+                return None;
+            }
+        }
+        Some(pinned)
+    }
+}
+
+impl Drop for OneCpu {
+    fn drop(&mut self) {
+        // SAFETY: sched_setaffinity reads the set saved at `pin`.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.saved);
+        }
+    }
 }
 
 /// Queues `body` for the agent of `c`, from `bench`.
