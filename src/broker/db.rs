@@ -457,6 +457,9 @@ pub enum Side {
 }
 
 pub struct Db {
+    /// The hook after each commit ([`Db::on_commit`]); taken off before the
+    /// connection closes (`Drop`).
+    wal_hook: Option<crate::sys::sqlite::WalHook>,
     conn: Connection,
     queues: Queues,
     /// The agents that may have an inflight row. Only [`Db::take_next`] makes
@@ -747,10 +750,19 @@ impl Db {
         let tail = queue_tail(&conn)
             .map_err(|e| format!("cannot read the queues of {}: {e}", path.display()))?;
         Ok(Db {
+            wal_hook: None,
             conn,
             queues: Queues::new(tail),
             inflight: RefCell::new(BTreeSet::new()),
         })
+    }
+
+    /// Calls `hook` after every commit with the frames in the store's log, in
+    /// place of sqlite's auto-checkpoint (`checkpoint.rs` checkpoints instead);
+    /// true from `hook` checkpoints in the commit.
+    pub fn on_commit(&mut self, hook: impl FnMut(u32) -> bool + Send + 'static) {
+        self.wal_hook = None;
+        self.wal_hook = Some(crate::sys::sqlite::on_wal_commit(&self.conn, hook));
     }
 
     /// Queues a message at the tail of the queue.
@@ -1756,6 +1768,13 @@ impl Db {
             })
         })?;
         rows.collect()
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        // The hook goes before the connection it is set on closes.
+        self.wal_hook = None;
     }
 }
 

@@ -10,6 +10,7 @@
 
 pub mod accept;
 pub mod bind;
+pub mod checkpoint;
 pub mod db;
 pub mod fleetfile;
 pub mod hub;
@@ -146,7 +147,7 @@ pub fn start(
     create_dir(&args.state_dir, 0o700)?;
     create_dir(&args.run_dir, 0o755)?;
     let db_path = args.state_dir.join(db::FILE);
-    let db = Db::open(&db_path, args.durability)?;
+    let mut db = Db::open(&db_path, args.durability)?;
     let stopped = db.stopped_agents().map_err(|e| {
         format!(
             "cannot read the stopped agents from {}: {e}",
@@ -163,6 +164,8 @@ pub fn start(
                 .map_err(|e| format!("cannot make {} private: {e}", p.display()))?;
         }
     }
+    // Checkpoints run on a thread of their own, never inside a request.
+    checkpoint::start(&mut db, &db_path)?;
     let nofile = crate::sys::nofile_limit()
         .map(|(soft, _)| soft)
         .map_err(|e| format!("cannot read the descriptor limit: {e}"))?;

@@ -11,7 +11,8 @@
 //! owner reads, written whole), [`hash`] (SHA-256, HMAC), [`ns`] (the sandbox's
 //! namespaces, mounts and capabilities) and [`start`] (the binary's entry point,
 //! what runs before `main` in place of std's runtime start, and the start-up
-//! allocator); here, the descriptor limit, the umask and the
+//! allocator) and [`sqlite`](mod@sqlite) (sqlite's WAL hook, which rusqlite
+//! does not wrap); here, the descriptor limit, the umask and the
 //! effective ids. It imports nothing else of the crate.
 
 pub mod env;
@@ -21,6 +22,7 @@ pub mod hash;
 pub mod ns;
 pub mod process;
 pub mod signals;
+pub mod sqlite;
 pub mod start;
 
 pub use process::{kill_group, run_with_timeout, ExitWatch, ProcessGroup, RunError};
