@@ -86,7 +86,7 @@ bench: musl
 	  --hive $(MUSL_BIN) --empty target/$(MUSL_TARGET)/release/examples/empty \
 	  --floor $(BENCH_SERVERS)/mcp-floor --rmcp $(BENCH_SERVERS)/mcp-rmcp \
 	  --wake-floor $(BENCH_SERVERS)/wake-floor --turn-floor $(BENCH_SERVERS)/turn-floor \
-	  --cycle-floor $(BENCH_SERVERS)/cycle-floor
+	  --cycle-floor $(BENCH_SERVERS)/cycle-floor --claude-stamp $(BENCH_SERVERS)/claude-stamp
 
 clean:
 	$(CARGO) clean
