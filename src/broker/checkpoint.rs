@@ -93,16 +93,37 @@ mod tests {
     use super::*;
     use crate::broker::db::{Durability, NewMessage};
     use crate::proto::{MsgKind, Peer};
+    use std::path::PathBuf;
     use std::time::{Duration, Instant};
 
-    #[test]
-    fn the_store_is_checkpointed_by_the_thread_once_its_log_is_long() {
-        let dir = std::env::temp_dir().join(format!("hive-checkpoint-{}", std::process::id()));
+    /// A fresh store in a directory of its own, its checkpoints handed to the
+    /// thread: the directory, the store's path, the store.
+    fn checkpointed(tag: &str) -> (PathBuf, PathBuf, Db) {
+        let dir = std::env::temp_dir().join(format!("hive-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("broker.db");
         let mut db = Db::open(&path, Durability::Normal).unwrap();
         start(&mut db, &path).unwrap();
+        (dir, path, db)
+    }
+
+    /// One commit: message `n` queued for `a`.
+    fn queue(db: &Db, n: usize) {
+        let body = format!("message {n}");
+        let m = NewMessage {
+            from: &Peer::System,
+            to: "a",
+            body: &body,
+            kind: &MsgKind::Message,
+            in_reply_to: None,
+        };
+        db.insert_message(&m, 1).unwrap();
+    }
+
+    #[test]
+    fn the_store_is_checkpointed_by_the_thread_once_its_log_is_long() {
+        let (dir, path, db) = checkpointed("checkpoint");
         let size = || std::fs::metadata(&path).unwrap().len();
         let before = size();
         let mut sent = 0;
@@ -112,15 +133,7 @@ mod tests {
         while size() == before {
             assert!(Instant::now() < until, "no checkpoint after {sent} commits");
             for _ in 0..100 {
-                let body = format!("message {sent}");
-                let m = NewMessage {
-                    from: &Peer::System,
-                    to: "a",
-                    body: &body,
-                    kind: &MsgKind::Message,
-                    in_reply_to: None,
-                };
-                db.insert_message(&m, 1).unwrap();
+                queue(&db, sent);
                 sent += 1;
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -139,26 +152,13 @@ mod tests {
 
     #[test]
     fn a_stream_of_commits_without_a_pause_keeps_the_log_bounded() {
-        let dir = std::env::temp_dir().join(format!("hive-checkpoint-cap-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("broker.db");
-        let mut db = Db::open(&path, Durability::Normal).unwrap();
-        start(&mut db, &path).unwrap();
+        let (dir, _, db) = checkpointed("checkpoint-cap");
         let wal = dir.join("broker.db-wal");
         let mut largest = 0;
         // Several times the cap's worth of frames, with no pause for the
         // thread to catch up in.
         for i in 0..15_000 {
-            let body = format!("message {i}");
-            let m = NewMessage {
-                from: &Peer::System,
-                to: "a",
-                body: &body,
-                kind: &MsgKind::Message,
-                in_reply_to: None,
-            };
-            db.insert_message(&m, 1).unwrap();
+            queue(&db, i);
             if i % 500 == 0 {
                 largest = largest.max(std::fs::metadata(&wal).unwrap().len());
             }

@@ -82,6 +82,31 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
+    /// A fresh WAL database in a directory of its own (`tag`), whose hook
+    /// records the log's length after each commit and asks for a checkpoint
+    /// when `ask` says: the directory, the connection, the hook, the lengths.
+    fn hooked(
+        tag: &str,
+        ask: fn(u32) -> bool,
+    ) -> (
+        std::path::PathBuf,
+        Connection,
+        WalHook,
+        Arc<Mutex<Vec<u32>>>,
+    ) {
+        let dir = std::env::temp_dir().join(format!("hive-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let conn = wal_db(&dir);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let hook = on_wal_commit(&conn, move |frames| {
+            s.lock().unwrap().push(frames);
+            ask(frames)
+        });
+        (dir, conn, hook, seen)
+    }
+
     fn wal_db(dir: &std::path::Path) -> Connection {
         let conn = Connection::open(dir.join("t.db")).unwrap();
         conn.execute_batch(
@@ -105,16 +130,7 @@ mod tests {
 
     #[test]
     fn the_hook_sees_every_commit_and_no_commit_checkpoints_while_it_is_set() {
-        let dir = std::env::temp_dir().join(format!("hive-wal-hook-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let conn = wal_db(&dir);
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let s = seen.clone();
-        let hook = on_wal_commit(&conn, move |frames| {
-            s.lock().unwrap().push(frames);
-            false
-        });
+        let (dir, conn, hook, seen) = hooked("wal-hook", |_| false);
         let before = db_bytes(&dir);
         // Well past sqlite's auto-checkpoint: without the hook, one of these
         // commits would have copied the log into the database file.
@@ -135,22 +151,14 @@ mod tests {
 
     #[test]
     fn a_hook_that_asks_for_a_checkpoint_gets_it_in_the_commit() {
-        let dir = std::env::temp_dir().join(format!("hive-wal-ask-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let conn = wal_db(&dir);
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let s = seen.clone();
-        let _hook = on_wal_commit(&conn, move |frames| {
-            s.lock().unwrap().push(frames);
-            frames >= 50
-        });
+        let (dir, conn, hook, seen) = hooked("wal-ask", |frames| frames >= 50);
         let before = db_bytes(&dir);
         commits(&conn, 200);
         assert!(db_bytes(&dir) > before, "checkpointed");
         // Checkpointed in full, the log starts over at the next commit.
         let frames = seen.lock().unwrap().clone();
         assert!(frames.iter().all(|&f| f < 60), "{frames:?}");
+        drop(hook);
         drop(conn);
         let _ = std::fs::remove_dir_all(&dir);
     }
