@@ -27,7 +27,9 @@ use std::path::Path;
 /// (about 16 MB with 4 KiB pages).
 pub const LOG_CAP: u32 = 4 * AUTOCHECKPOINT_FRAMES;
 
-/// Hands the checkpoints of `db` (the store at `path`) to a new thread.
+/// Hands the checkpoints of `db` (the store at `path`) to a new thread. When
+/// that thread or its connection cannot be had, `db` keeps sqlite's own
+/// auto-checkpoint and the error says why.
 pub fn start(db: &mut Db, path: &Path) -> Result<(), String> {
     let conn = Connection::open(path)
         .map_err(|e| format!("cannot open {} for its checkpoints: {e}", path.display()))?;

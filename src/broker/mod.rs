@@ -164,8 +164,12 @@ pub fn start(
                 .map_err(|e| format!("cannot make {} private: {e}", p.display()))?;
         }
     }
-    // Checkpoints run on a thread of their own, never inside a request.
-    checkpoint::start(&mut db, &db_path)?;
+    // Checkpoints run on a thread of their own, never inside a request; a
+    // broker that cannot start that thread still serves, checkpointing in
+    // its commits as sqlite does by itself.
+    if let Err(e) = checkpoint::start(&mut db, &db_path) {
+        log::warn!("{e}; the store checkpoints in its commits instead");
+    }
     let nofile = crate::sys::nofile_limit()
         .map(|(soft, _)| soft)
         .map_err(|e| format!("cannot read the descriptor limit: {e}"))?;
