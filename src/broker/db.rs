@@ -761,6 +761,8 @@ impl Db {
     /// place of sqlite's auto-checkpoint (`checkpoint.rs` checkpoints instead);
     /// true from `hook` checkpoints in the commit.
     pub fn on_commit(&mut self, hook: impl FnMut(u32) -> bool + Send + 'static) {
+        // The old hook goes first: dropping it puts the auto-checkpoint back,
+        // which would replace a new hook set before it.
         self.wal_hook = None;
         self.wal_hook = Some(crate::sys::sqlite::on_wal_commit(&self.conn, hook));
     }
