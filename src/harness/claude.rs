@@ -2,17 +2,19 @@
 //! that the turn loop holds in its phase. The child gets explicit stdio, its
 //! own process group (a `sys::ProcessGroup`, started by `posix_spawn`), an
 //! environment without the operator's variables (built once, `child_env`),
-//! the prompt on stdin (from a writer thread when it is big), and one pump
-//! thread per output pipe, so a full pipe never blocks it. The pumps feed one
-//! bounded channel of lines and the waiter (which waits without reaping) a
-//! one-shot exit notice. These threads are `sys::process::Worker`s, kept idle
-//! after a run for the next one, so a turn on a busy harness starts no
-//! thread. The loop selects on both next to everything else it waits for, so
-//! a running turn is a phase of the loop, not a call it is stuck in, and the loop reaps
-//! the child itself ([`ClaudeRun::on_exit`]), so no signal of the ladder can
-//! reach a recycled pid. Every helper thread exists before claude is started,
-//! so a claude that cannot be given its threads is never started at all:
-//! that, like a failed spawn, is `NotStarted` and not the message's fault.
+//! the prompt on stdin (from a writer thread when it is big), and one io
+//! thread that polls both output pipes and a descriptor that tells claude's
+//! exit (a pidfd, or a waiter's pipe where the host gives no pidfds:
+//! `sys::process::ExitNotice`), so a full pipe never blocks it, and hands
+//! the loop what each wake found as one batch on one bounded channel. These
+//! threads are `sys::process::Worker`s, kept idle after a run for the next
+//! one, so a turn on a busy harness starts no thread. The loop selects on
+//! that channel next to everything else it waits for, so a running turn is a
+//! phase of the loop, not a call it is stuck in, and the loop reaps the child
+//! itself ([`ClaudeRun::on_exit`]), so no signal of the ladder can reach a
+//! recycled pid. Every helper thread exists before claude is started, so a
+//! claude that cannot be given its threads is never started at all: that,
+//! like a failed spawn, is `NotStarted` and not the message's fault.
 //! Stopping a child is a ladder the loop drives from its timer: SIGINT to
 //! claude (it then aborts its tools and stops its MCP servers), SIGTERM and
 //! finally SIGKILL to the whole group. Once claude exits, whatever is left in
@@ -21,11 +23,14 @@
 //! that takes longer than a few seconds).
 
 use crate::agent_proc::{self, StartFault};
-use crate::proto::lines::{self as wire, Line};
-use crate::sys::process::{wait_exit_no_reap, ChildEnv, Piped, Spawn, Worker};
+use crate::proto::lines::{Line, Splitter};
+use crate::sys::fd::{poll, PollFd};
+use crate::sys::process::{ChildEnv, ExitNotice, Piped, Spawn, Worker};
 use crate::sys::ProcessGroup;
 use crossbeam_channel::{bounded, Receiver, Sender};
+use std::fs::File;
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::OnceLock;
@@ -79,7 +84,7 @@ impl std::fmt::Debug for Invocation {
     }
 }
 
-/// One thing a pump read from an output pipe.
+/// One thing read from an output pipe.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pipe {
     Line(String),
@@ -89,102 +94,186 @@ pub enum Pipe {
     Closed,
 }
 
-/// What the pumps hand the loop, tagged with the pipe it came from.
+/// What claude's io thread hands the loop: a line (or the end) of one of
+/// its pipes, tagged with the pipe, or its exit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
     Stdout(Pipe),
     Stderr(Pipe),
+    /// claude has exited (it is not reaped yet: [`ClaudeRun::on_exit`]).
+    Exited,
 }
 
-/// The job of a reader thread for one output pipe: what it reads goes on
-/// `tx`, tagged by `tag`, until the pipe closes. Its 64 KiB read buffer is the
-/// thread's own, kept for the next run the thread serves ([`KeptBuf`]), so a
-/// turn does not map and unmap one per pipe.
-fn pump<R: Read + Send + 'static>(
-    stream: R,
-    tx: Sender<Output>,
-    tag: fn(Pipe) -> Output,
-) -> impl FnOnce() + Send + 'static {
-    move || {
-        let mut r = KeptBuf::take(stream);
-        loop {
-            let ev = match wire::read_line(&mut r, MAX_STDOUT_LINE) {
-                Ok(Line::Text(s)) => Pipe::Line(s),
-                Ok(Line::NotUtf8) => Pipe::Line("(a line that is not UTF-8)".into()),
-                Ok(Line::TooLong) => Pipe::TooLong,
-                Ok(Line::Eof) | Err(_) => {
-                    let _ = tx.send(tag(Pipe::Closed));
-                    return;
-                }
-            };
-            if tx.send(tag(ev)).is_err() {
-                return;
-            }
-        }
-    }
-}
+/// The read buffer of the io thread, kept by its worker thread between runs,
+/// so a turn does not map and unmap one.
+const IO_BUFFER: usize = 64 * 1024;
 
-/// The read buffer of a pump, kept by its worker thread between runs.
-const PUMP_BUFFER: usize = 64 * 1024;
+/// The most a batch holds, and the most reads it waits through, before it
+/// is handed over though more is ready (a long line arriving in many reads
+/// holds up the lines before it no longer than that).
+const BATCH_MAX: usize = 256;
+const BATCH_READS: usize = 16;
+
+/// How long the io thread holds the end of a pipe, and what it read once
+/// both pipes have closed, for the rest of the end of the run to go with it
+/// in one hand-over (claude's pipes close one after the other as it exits,
+/// a moment before its exit is seen): one wake of the loop at the end of a
+/// run, not three.
+const EXIT_HOLD: Duration = Duration::from_millis(50);
 
 thread_local! {
-    static PUMP_BUF: std::cell::Cell<Option<Box<[u8]>>> = const { std::cell::Cell::new(None) };
+    static IO_BUF: std::cell::Cell<Option<Box<[u8]>>> = const { std::cell::Cell::new(None) };
 }
 
-/// A buffered reader over the thread's kept buffer, which it gives back when
-/// dropped.
-struct KeptBuf<R> {
-    inner: R,
-    buf: Option<Box<[u8]>>,
-    pos: usize,
-    end: usize,
+/// One output pipe as the io thread reads it.
+struct Reading {
+    file: Option<File>,
+    lines: Splitter,
+    tag: fn(Pipe) -> Output,
 }
 
-impl<R: Read> KeptBuf<R> {
-    fn take(inner: R) -> KeptBuf<R> {
-        let buf = PUMP_BUF
-            .take()
-            .unwrap_or_else(|| vec![0; PUMP_BUFFER].into_boxed_slice());
-        KeptBuf {
-            inner,
-            buf: Some(buf),
-            pos: 0,
-            end: 0,
+impl Reading {
+    fn new(file: File, tag: fn(Pipe) -> Output) -> Reading {
+        Reading {
+            file: Some(file),
+            lines: Splitter::new(MAX_STDOUT_LINE),
+            tag,
         }
     }
-}
 
-impl<R> Drop for KeptBuf<R> {
-    fn drop(&mut self) {
-        PUMP_BUF.set(self.buf.take());
-    }
-}
-
-impl<R: Read> Read for KeptBuf<R> {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        let n = {
-            let available = io::BufRead::fill_buf(self)?;
-            let n = available.len().min(out.len());
-            out[..n].copy_from_slice(&available[..n]);
-            n
+    /// One read of the pipe, which `poll` said is readable (so it does not
+    /// block): its whole lines, or its last line and its end.
+    fn read(&mut self, buf: &mut [u8], out: &mut Vec<Output>) {
+        let Some(file) = self.file.as_mut() else {
+            return;
         };
-        io::BufRead::consume(self, n);
-        Ok(n)
+        let n = match file.read(buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return,
+            Err(_) => 0,
+        };
+        if n == 0 {
+            out.extend(piped(self.lines.end()).map(self.tag));
+            out.push((self.tag)(Pipe::Closed));
+            self.file = None;
+            return;
+        }
+        let mut data = &buf[..n];
+        while !data.is_empty() {
+            let (used, line) = self.lines.feed(data);
+            data = &data[used..];
+            out.extend(line.and_then(piped).map(self.tag));
+        }
     }
 }
 
-impl<R: Read> io::BufRead for KeptBuf<R> {
-    fn fill_buf(&mut self) -> io::Result<&[u8]> {
-        let buf = self.buf.as_deref_mut().unwrap_or_default();
-        if self.pos >= self.end {
-            self.end = self.inner.read(buf)?;
-            self.pos = 0;
-        }
-        Ok(&buf[self.pos..self.end])
+/// A line as the loop is given it (`None` for the end of input).
+fn piped(line: Line) -> Option<Pipe> {
+    match line {
+        Line::Text(s) => Some(Pipe::Line(s)),
+        Line::NotUtf8 => Some(Pipe::Line("(a line that is not UTF-8)".into())),
+        Line::TooLong => Some(Pipe::TooLong),
+        Line::Eof => None,
     }
+}
 
-    fn consume(&mut self, n: usize) {
-        self.pos = (self.pos + n).min(self.end);
+/// The job of claude's io thread: one `poll` over both output pipes and the
+/// descriptor that tells claude's exit ([`ExitNotice`]), so one thread serves
+/// a run where a thread per pipe and a waiter took three and woke the loop
+/// once each at the end of every run. What it reads (every pipe's lines,
+/// their ends, the exit) goes to the loop in batches: lines as soon as
+/// nothing more is ready (or at [`BATCH_MAX`] items or [`BATCH_READS`]
+/// reads), the end of a pipe held up to [`EXIT_HOLD`] for the rest of the
+/// end of the run. The job ends when both pipes have closed and claude has
+/// exited, or when the loop has dropped the run.
+fn io(
+    stdout: File,
+    stderr: File,
+    exited: OwnedFd,
+    tx: Sender<Vec<Output>>,
+) -> impl FnOnce() + Send {
+    move || {
+        let mut buf = IO_BUF
+            .take()
+            .unwrap_or_else(|| vec![0; IO_BUFFER].into_boxed_slice());
+        let mut pipes = [
+            Reading::new(stdout, Output::Stdout),
+            Reading::new(stderr, Output::Stderr),
+        ];
+        let mut exited = Some(exited);
+        let mut batch = Vec::new();
+        let mut reads = 0;
+        loop {
+            let open = pipes.iter().any(|p| p.file.is_some());
+            if !open && exited.is_none() {
+                if !batch.is_empty() {
+                    let _ = tx.send(batch);
+                }
+                break;
+            }
+            // Lines (and the exit) go to the loop as soon as nothing more is
+            // ready; the end of a pipe waits for the rest of the end of the
+            // run (the other pipe, the exit), for at most EXIT_HOLD.
+            let urgent = batch.iter().any(|o| {
+                !matches!(
+                    o,
+                    Output::Stdout(Pipe::Closed) | Output::Stderr(Pipe::Closed)
+                )
+            });
+            let wait = if batch.is_empty() {
+                None
+            } else if urgent && open {
+                Some(Duration::ZERO)
+            } else {
+                Some(EXIT_HOLD)
+            };
+            let mut fds: Vec<PollFd> = pipes
+                .iter()
+                .filter_map(|p| p.file.as_ref())
+                .map(|f| PollFd::new(f.as_raw_fd(), true, false))
+                .chain(
+                    exited
+                        .as_ref()
+                        .map(|e| PollFd::new(e.as_raw_fd(), true, false)),
+                )
+                .collect();
+            let ready = match poll(&mut fds, wait) {
+                Ok(n) => n,
+                Err(e) => {
+                    // Cannot happen with open descriptors; the loop takes a
+                    // vanished io thread as the exit and kills the group.
+                    log::error!("cannot wait on claude's pipes: {e}");
+                    break;
+                }
+            };
+            if ready == 0 {
+                if !batch.is_empty() && tx.send(std::mem::take(&mut batch)).is_err() {
+                    break;
+                }
+                continue;
+            }
+            reads += 1;
+            let mut at = 0;
+            for p in pipes.iter_mut().filter(|p| p.file.is_some()) {
+                if fds[at].any() {
+                    p.read(&mut buf, &mut batch);
+                }
+                at += 1;
+            }
+            if exited.is_some() && fds[at].any() {
+                exited = None;
+                batch.push(Output::Exited);
+            }
+            if batch.is_empty() {
+                reads = 0;
+            } else if batch.len() >= BATCH_MAX || reads >= BATCH_READS {
+                reads = 0;
+                if tx.send(std::mem::take(&mut batch)).is_err() {
+                    break;
+                }
+            }
+        }
+        IO_BUF.set(Some(buf));
     }
 }
 
@@ -207,6 +296,15 @@ const THREAD: &str = "claude-io";
 /// process that cannot be created leaves nothing running and returns why,
 /// with what to do about it.
 fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
+    start_watched(inv, ExitNotice::prepare)
+}
+
+/// [`start`], with claude's exit told through the notice `notice` prepares
+/// (a test asks for the waiter a host without pidfds gets).
+fn start_watched(
+    inv: &Invocation,
+    notice: fn(&str) -> io::Result<ExitNotice>,
+) -> Result<ClaudeRun, String> {
     let fault = |what: &str, e: io::Error| match StartFault::of(&e) {
         StartFault::Resources => {
             format!("{what}: {e} (the host is short of file descriptors, memory or processes)")
@@ -217,9 +315,8 @@ fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
         ),
     };
     let thread = |e| fault("cannot start a thread for claude", e);
-    let out_worker = Worker::reserve(THREAD).map_err(thread)?;
-    let err_worker = Worker::reserve(THREAD).map_err(thread)?;
-    let waiter = Worker::reserve(THREAD).map_err(thread)?;
+    let io_worker = Worker::reserve(THREAD).map_err(thread)?;
+    let notice = notice(THREAD).map_err(thread)?;
     // A prompt that fits the pipe buffer is written at once; a bigger one from
     // a thread, so a child that reads slowly never blocks the loop.
     let writer = if inv.stdin.len() > SMALL_PROMPT {
@@ -248,11 +345,15 @@ fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
         cwd: &inv.cwd,
     })
     .map_err(|e| fault(&format!("cannot start claude ({})", inv.bin), e))?;
+    // Waits without reaping: the loop reaps (`on_exit`), so the pid stays
+    // claude's until then. A pidfd that cannot be had (no descriptor left)
+    // drops the group, which kills and reaps the claude just started.
+    let exited = notice
+        .watch(group.id())
+        .map_err(|e| fault("cannot watch claude's exit", e))?;
     // Bulk output is bounded: a claude that prints faster than the loop reads
     // waits on its pipe.
-    let (lines_tx, output) = bounded::<Output>(256);
-    let (exit_tx, exit) = bounded::<()>(1);
-    let pid = group.id();
+    let (tx, output) = bounded::<Vec<Output>>(4);
     // A child that exits without reading is normal; EPIPE is ignored.
     match writer {
         Some(w) => {
@@ -266,18 +367,11 @@ fn start(inv: &Invocation) -> Result<ClaudeRun, String> {
             drop(stdin);
         }
     }
-    out_worker.run(pump(stdout, lines_tx.clone(), Output::Stdout));
-    err_worker.run(pump(stderr, lines_tx, Output::Stderr));
-    // Waits without reaping: the loop reaps (`on_exit`), so the pid stays
-    // claude's until then.
-    waiter.run(move || {
-        wait_exit_no_reap(pid);
-        let _ = exit_tx.send(());
-    });
+    io_worker.run(io(stdout, stderr, exited, tx));
     Ok(ClaudeRun {
         group: Some(group),
         output,
-        exit,
+        io_running: true,
         open_pipes: 2,
         exited: false,
         stop: Stop::Running,
@@ -296,17 +390,18 @@ enum Stop {
     SentKill,
 }
 
-/// One running claude. The loop selects on [`ClaudeRun::output`] and
-/// [`ClaudeRun::exit`] while they are open, calls [`ClaudeRun::stop`] to start
-/// the stop ladder and [`ClaudeRun::step`] when [`ClaudeRun::ladder_due`]
-/// passes, and [`ClaudeRun::on_exit`] once [`ClaudeRun::exit`] said claude
-/// exited. Dropping it kills the whole group and reaps it.
+/// One running claude. The loop selects on [`ClaudeRun::output`] while the
+/// io thread runs, passes each [`Output`] to [`ClaudeRun::on_output`], calls
+/// [`ClaudeRun::on_exit`] at [`Output::Exited`] (or when the io thread is
+/// gone, [`ClaudeRun::io_gone`]), calls [`ClaudeRun::stop`] to start the stop
+/// ladder and [`ClaudeRun::step`] when [`ClaudeRun::ladder_due`] passes.
+/// Dropping it kills the whole group and reaps it.
 pub struct ClaudeRun {
     /// The child; `None` once dropped by [`Drop`].
     group: Option<ProcessGroup>,
-    output: Receiver<Output>,
-    /// One notice when claude has exited (not reaped yet).
-    exit: Receiver<()>,
+    /// What the io thread hands over, a batch at a time.
+    output: Receiver<Vec<Output>>,
+    io_running: bool,
     open_pipes: u8,
     exited: bool,
     stop: Stop,
@@ -323,18 +418,13 @@ impl ClaudeRun {
         start(inv)
     }
 
-    /// The lines of both pipes, while either is open.
-    pub fn output(&self) -> Option<&Receiver<Output>> {
-        (self.open_pipes > 0).then_some(&self.output)
+    /// The batches of the io thread (lines of both pipes, their ends, the
+    /// exit), while it runs.
+    pub fn output(&self) -> Option<&Receiver<Vec<Output>>> {
+        self.io_running.then_some(&self.output)
     }
 
-    /// The notice that claude exited, until it was taken ([`ClaudeRun::on_exit`]).
-    pub fn exit(&self) -> Option<&Receiver<()>> {
-        (!self.exited).then_some(&self.exit)
-    }
-
-    /// Notes a pipe that closed (the output channel stays open while the
-    /// other pump runs).
+    /// Notes a pipe that closed.
     pub fn on_output(&mut self, o: &Output) {
         if matches!(
             o,
@@ -344,12 +434,15 @@ impl ClaudeRun {
         }
     }
 
-    /// Both pumps are gone (their channel disconnected).
-    pub fn pipes_gone(&mut self) {
+    /// The io thread has ended (its channel disconnected): nothing more can
+    /// be read. It ends once it has handed over both pipes' ends and the
+    /// exit; ending sooner (a failed `poll`) is taken as the exit.
+    pub fn io_gone(&mut self) {
+        self.io_running = false;
         self.open_pipes = 0;
     }
 
-    /// claude exited (or its waiter is gone): whatever it left in its group
+    /// claude exited (or its io thread is gone): whatever it left in its group
     /// dies with the turn, while the group's number is still claude's (it is
     /// not reaped yet), and then claude is reaped; its exit status.
     pub fn on_exit(&mut self) -> io::Result<ExitStatus> {
@@ -449,7 +542,11 @@ impl Drop for ClaudeRun {
             return;
         }
         group.kill();
-        if self.exit.recv_timeout(REAP_WAIT).is_ok() {
+        // The io thread tells the exit; what comes before it is dropped.
+        let deadline = Instant::now() + REAP_WAIT;
+        let exited = std::iter::from_fn(|| self.output.recv_deadline(deadline).ok())
+            .any(|batch| batch.contains(&Output::Exited));
+        if exited {
             drop(group); // claude has exited: reaped now
             return;
         }
@@ -469,6 +566,7 @@ impl Drop for ClaudeRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crossbeam_channel::RecvTimeoutError;
     use std::os::unix::process::ExitStatusExt;
 
     fn sh(script: &str) -> Invocation {
@@ -483,65 +581,100 @@ mod tests {
         }
     }
 
-    fn lines(run: &mut ClaudeRun) -> Vec<Output> {
+    /// Everything the io thread hands over until it ends, in order.
+    fn outputs(run: &mut ClaudeRun) -> Vec<Output> {
         let mut out = Vec::new();
         while let Some(rx) = run.output() {
-            let o = rx.recv_timeout(Duration::from_secs(10)).expect("a line");
-            run.on_output(&o);
-            out.push(o);
+            match rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(batch) => {
+                    assert!(!batch.is_empty(), "an empty batch woke the loop");
+                    for o in batch {
+                        run.on_output(&o);
+                        out.push(o);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => run.io_gone(),
+                Err(RecvTimeoutError::Timeout) => panic!("the io thread went quiet: {out:?}"),
+            }
         }
         out
     }
 
     #[test]
-    fn a_pump_reads_lines_longer_than_its_buffer_and_keeps_it_for_the_next_run() {
-        let long = "x".repeat(3 * PUMP_BUFFER + 17);
+    fn the_io_thread_reads_lines_longer_than_its_buffer_and_keeps_it_for_the_next_run() {
+        let long = "x".repeat(3 * IO_BUFFER + 17);
         let input = format!("short\n{long}\nlast without a newline");
         let run = |input: String| {
+            let (out_r, out_w) = crate::sys::fd::pipe().unwrap();
+            let (err_r, err_w) = crate::sys::fd::pipe().unwrap();
+            let (exit_r, exit_w) = crate::sys::fd::pipe().unwrap();
+            // More than a pipe holds: written while the io thread reads.
+            let writer = std::thread::spawn(move || {
+                File::from(out_w).write_all(input.as_bytes()).unwrap();
+                File::from(err_w).write_all(b"err\n").unwrap();
+                drop(exit_w);
+            });
             let (tx, rx) = crossbeam_channel::unbounded();
-            pump(std::io::Cursor::new(input.into_bytes()), tx, Output::Stdout)();
-            rx.try_iter().collect::<Vec<_>>()
+            io(File::from(out_r), File::from(err_r), exit_r, tx)();
+            writer.join().unwrap();
+            rx.try_iter().flatten().collect::<Vec<_>>()
         };
         let first = run(input.clone());
-        let kept = PUMP_BUF.take().expect("the buffer is kept");
+        let kept = IO_BUF.take().expect("the buffer is kept");
         let at = kept.as_ptr();
-        PUMP_BUF.set(Some(kept));
+        IO_BUF.set(Some(kept));
         let second = run(input);
-        assert_eq!(first, second);
-        let lines: Vec<String> = first
-            .into_iter()
-            .filter_map(|o| match o {
-                Output::Stdout(Pipe::Line(l)) => Some(l),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(lines, ["short", long.as_str(), "last without a newline"]);
+        let stdout = |got: &[Output]| -> Vec<Output> {
+            got.iter()
+                .filter(|o| matches!(o, Output::Stdout(_)))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(stdout(&first), stdout(&second));
+        let line = |l: &str| Output::Stdout(Pipe::Line(l.into()));
         assert_eq!(
-            PUMP_BUF.take().map(|b| b.as_ptr()),
+            stdout(&first),
+            [
+                line("short"),
+                line(&long),
+                line("last without a newline"),
+                Output::Stdout(Pipe::Closed)
+            ]
+        );
+        for got in [&first, &second] {
+            assert!(got.contains(&Output::Stderr(Pipe::Line("err".into()))));
+            assert!(got.contains(&Output::Stderr(Pipe::Closed)));
+            assert_eq!(got.iter().filter(|o| **o == Output::Exited).count(), 1);
+        }
+        assert_eq!(
+            IO_BUF.take().map(|b| b.as_ptr()),
             Some(at),
             "the second run read through the first one's buffer"
         );
     }
 
     #[test]
-    fn both_pipes_reach_one_channel_and_the_exit_its_own() {
-        let mut run = ClaudeRun::start(&sh("echo out; echo err >&2; exit 3")).unwrap();
-        let got = lines(&mut run);
-        assert!(
-            got.contains(&Output::Stdout(Pipe::Line("out".into()))),
-            "{got:?}"
-        );
-        assert!(
-            got.contains(&Output::Stderr(Pipe::Line("err".into()))),
-            "{got:?}"
-        );
-        run.exit()
-            .unwrap()
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap();
-        let st = run.on_exit().unwrap();
-        assert_eq!(st.code(), Some(3));
-        assert!(run.exit().is_none() && run.output().is_none());
+    fn both_pipes_and_the_exit_reach_one_channel_with_a_pidfd_or_a_waiter() {
+        let notices: [fn(&str) -> io::Result<ExitNotice>; 2] =
+            [ExitNotice::prepare, ExitNotice::with_waiter];
+        for notice in notices {
+            let inv = sh("echo out; echo err >&2; exit 3");
+            let mut run = start_watched(&inv, notice).unwrap();
+            let got = outputs(&mut run);
+            for want in [
+                Output::Stdout(Pipe::Line("out".into())),
+                Output::Stderr(Pipe::Line("err".into())),
+                Output::Stdout(Pipe::Closed),
+                Output::Stderr(Pipe::Closed),
+                Output::Exited,
+            ] {
+                assert!(got.contains(&want), "{want:?} in {got:?}");
+            }
+            assert!(!run.pipes_open());
+            let st = run.on_exit().unwrap();
+            assert_eq!(st.code(), Some(3));
+            assert!(run.output().is_none());
+        }
     }
 
     #[test]
@@ -554,16 +687,14 @@ mod tests {
             .unwrap()
             .recv_timeout(Duration::from_secs(10))
             .unwrap();
-        assert_eq!(first, Output::Stdout(Pipe::Line("ready".into())));
+        assert_eq!(first, [Output::Stdout(Pipe::Line("ready".into()))]);
         run.stop(false);
         assert!(run.stopping());
         let due = run.ladder_due().expect("a next step");
         assert!(due > Instant::now());
         run.step(); // SIGTERM to the group
-        run.exit()
-            .unwrap()
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap();
+        let got = outputs(&mut run);
+        assert!(got.contains(&Output::Exited), "{got:?}");
         let st = run.on_exit().unwrap();
         assert_eq!(st.signal(), Some(libc::SIGTERM));
         assert_eq!(run.ladder_due(), None);

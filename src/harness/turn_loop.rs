@@ -76,11 +76,11 @@ pub enum Event {
 
 #[derive(Debug)]
 pub enum ClaudeEvent {
-    Output(Output),
-    /// Both pumps ended (their channel closed).
-    PipesGone,
-    /// claude exited (the loop reaps it: `ClaudeRun::on_exit`).
-    Exited,
+    /// What one wake of the io thread found, in order: lines, the ends of
+    /// the pipes, the exit (the loop reaps claude: `ClaudeRun::on_exit`).
+    Output(Vec<Output>),
+    /// The io thread ended (its channel closed).
+    IoGone,
 }
 
 /// What the loop is doing.
@@ -376,15 +376,11 @@ impl TurnLoop {
     // ---- the one select -------------------------------------------------
 
     fn next_event(&self) -> Event {
-        let no_output = never::<Output>();
-        let no_exit = never::<()>();
+        let no_output = never::<Vec<Output>>();
         let no_signal = never::<i32>();
-        let (output, exit) = match &self.phase {
-            Phase::Running(r) => (
-                r.claude.output().unwrap_or(&no_output),
-                r.claude.exit().unwrap_or(&no_exit),
-            ),
-            _ => (&no_output, &no_exit),
+        let output = match &self.phase {
+            Phase::Running(r) => r.claude.output().unwrap_or(&no_output),
+            _ => &no_output,
         };
         let timer = self.next_deadline().map_or_else(never, at);
         // A closed signal channel stays ready: watch it until acted on.
@@ -400,10 +396,7 @@ impl TurnLoop {
                 // Never closed: the loop's own `shared` holds a sender.
                 Err(_) => Event::SourceGone("the control channel"),
             },
-            recv(output) -> o => Event::Claude(o.map_or(ClaudeEvent::PipesGone, ClaudeEvent::Output)),
-            // A waiter that is gone is taken as the exit: `on_exit` kills the
-            // group before it reaps, so that cannot block.
-            recv(exit) -> _ => Event::Claude(ClaudeEvent::Exited),
+            recv(output) -> o => Event::Claude(o.map_or(ClaudeEvent::IoGone, ClaudeEvent::Output)),
             recv(timer) -> _ => Event::Timer,
             recv(signals) -> _ => Event::Signal,
         }
@@ -939,64 +932,97 @@ impl TurnLoop {
     // ---- a running claude ------------------------------------------------
 
     fn on_claude(&mut self, ev: ClaudeEvent) {
-        let Phase::Running(r) = &mut self.phase else {
-            return;
-        };
-        let mut signals = Vec::new();
         match ev {
-            ClaudeEvent::Output(o) => {
-                r.claude.on_output(&o);
-                r.last_output = Instant::now();
-                match o {
-                    Output::Stdout(Pipe::Line(line)) => {
-                        if line.trim().is_empty() {
-                            return;
-                        }
-                        match serde_json::from_str::<serde_json::Value>(&line) {
-                            Ok(v) => {
-                                signals = r.observer.on_stdout_value(&v);
-                                if line.len() > MAX_EVENT_BYTES {
-                                    let ty = v.get("type").cloned().unwrap_or_default();
-                                    self.bus.emit(LiveEvent::Stream {
-                                        value: serde_json::json!({"type": ty, "hive_truncated": true, "bytes": line.len()}),
-                                    });
-                                    self.bus.note(format!(
-                                        "a {} byte stdout line is not shown in full",
-                                        line.len()
-                                    ));
-                                } else {
-                                    self.bus.emit(LiveEvent::Stream { value: v });
-                                }
-                            }
-                            Err(_) => self.bus.note(format!("stdout: {line}")),
-                        }
-                    }
-                    Output::Stdout(Pipe::TooLong) => self.bus.note(format!(
-                        "a stdout line over {MAX_STDOUT_LINE} bytes was dropped"
-                    )),
-                    Output::Stderr(Pipe::Line(line)) => {
-                        signals = r.observer.on_stderr_line(&line);
-                        self.bus.note(line);
-                    }
-                    Output::Stderr(Pipe::TooLong) => {
-                        self.bus.note("a stderr line too long to show was dropped")
-                    }
-                    Output::Stdout(Pipe::Closed) | Output::Stderr(Pipe::Closed) => {}
+            ClaudeEvent::Output(batch) => {
+                for o in batch {
+                    self.on_output(o);
                 }
             }
-            ClaudeEvent::PipesGone => r.claude.pipes_gone(),
-            ClaudeEvent::Exited => {
-                r.exit = Some(r.claude.on_exit());
-                r.drain_until = Some(Instant::now() + DRAIN_GRACE);
+            ClaudeEvent::IoGone => {
+                let Phase::Running(r) = &mut self.phase else {
+                    return;
+                };
+                r.claude.io_gone();
+                // An io thread that ended before it saw the exit is taken as
+                // the exit: `on_exit` kills the group before it reaps, so
+                // that cannot block.
+                if !r.claude.has_exited() {
+                    self.on_output(Output::Exited);
+                }
             }
-        }
-        for s in signals {
-            self.on_signal(s);
         }
         if let Phase::Running(r) = &self.phase {
             if r.exit.is_some() && !r.claude.pipes_open() {
                 self.finish_run();
             }
+        }
+    }
+
+    /// One line of claude's output, the end of a pipe, or its exit.
+    fn on_output(&mut self, o: Output) {
+        let Phase::Running(r) = &mut self.phase else {
+            return;
+        };
+        r.claude.on_output(&o);
+        let signals = match o {
+            Output::Exited => {
+                r.exit = Some(r.claude.on_exit());
+                r.drain_until = Some(Instant::now() + DRAIN_GRACE);
+                return;
+            }
+            Output::Stdout(Pipe::Line(line)) => {
+                r.last_output = Instant::now();
+                if line.trim().is_empty() {
+                    return;
+                }
+                match serde_json::from_str::<serde_json::Value>(&line) {
+                    Ok(v) => {
+                        let signals = r.observer.on_stdout_value(&v);
+                        if line.len() > MAX_EVENT_BYTES {
+                            let ty = v.get("type").cloned().unwrap_or_default();
+                            self.bus.emit(LiveEvent::Stream {
+                                value: serde_json::json!({"type": ty, "hive_truncated": true, "bytes": line.len()}),
+                            });
+                            self.bus.note(format!(
+                                "a {} byte stdout line is not shown in full",
+                                line.len()
+                            ));
+                        } else {
+                            self.bus.emit(LiveEvent::Stream { value: v });
+                        }
+                        signals
+                    }
+                    Err(_) => {
+                        self.bus.note(format!("stdout: {line}"));
+                        Vec::new()
+                    }
+                }
+            }
+            Output::Stdout(Pipe::TooLong) => {
+                r.last_output = Instant::now();
+                self.bus.note(format!(
+                    "a stdout line over {MAX_STDOUT_LINE} bytes was dropped"
+                ));
+                Vec::new()
+            }
+            Output::Stderr(Pipe::Line(line)) => {
+                r.last_output = Instant::now();
+                let signals = r.observer.on_stderr_line(&line);
+                self.bus.note(line);
+                signals
+            }
+            Output::Stderr(Pipe::TooLong) => {
+                r.last_output = Instant::now();
+                self.bus.note("a stderr line too long to show was dropped");
+                Vec::new()
+            }
+            Output::Stdout(Pipe::Closed) | Output::Stderr(Pipe::Closed) => {
+                r.last_output = Instant::now();
+                Vec::new()
+            }
+        };
+        for s in signals {
+            self.on_signal(s);
         }
     }
 

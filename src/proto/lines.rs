@@ -1,6 +1,7 @@
 //! The one JSON-lines transport of hive's unix sockets (the broker's and the
 //! bash task daemon's): one request line answered by one line, many per
-//! connection. This file owns the bounded line reader ([`read_line`]), the
+//! connection. This file owns the bounded line reader ([`read_line`], over
+//! a [`Splitter`] that also cuts lines fed in pieces), the
 //! answer framing ([`ok_line`], [`err_line`], [`decode`], and the pieces a
 //! hand-written answer is made of: [`push_json_str`], [`push_int`], [`push_uint`]), the server side (an
 //! accept loop that survives descriptor exhaustion with a capped backoff and
@@ -36,8 +37,7 @@ pub enum Line {
 /// Reads one newline-terminated line of at most `max` bytes without ever holding
 /// more than `max` bytes of it in memory. A final line without a newline counts.
 pub fn read_line(reader: &mut dyn BufRead, max: usize) -> io::Result<Line> {
-    let mut buf: Vec<u8> = Vec::new();
-    let mut too_long = false;
+    let mut split = Splitter::new(max);
     loop {
         let available = match reader.fill_buf() {
             Ok(b) => b,
@@ -45,38 +45,78 @@ pub fn read_line(reader: &mut dyn BufRead, max: usize) -> io::Result<Line> {
             Err(e) => return Err(e),
         };
         if available.is_empty() {
-            if buf.is_empty() && !too_long {
-                return Ok(Line::Eof);
-            }
-            break;
+            return Ok(split.end());
         }
-        let (chunk, found) = match available.iter().position(|&b| b == b'\n') {
-            Some(i) => (&available[..i], Some(i)),
-            None => (available, None),
-        };
-        if !too_long {
-            if buf.len() + chunk.len() > max {
-                too_long = true;
-                buf = Vec::new();
-            } else {
-                buf.extend_from_slice(chunk);
-            }
-        }
-        let used = found.map(|i| i + 1).unwrap_or(chunk.len());
+        let (used, line) = split.feed(available);
         reader.consume(used);
-        if found.is_some() {
-            break;
+        if let Some(line) = line {
+            return Ok(line);
         }
     }
-    if too_long {
-        return Ok(Line::TooLong);
+}
+
+/// Cuts bytes into lines as they arrive, in pieces of any size, holding at
+/// most `max` bytes of the line it is in: [`read_line`] over a reader, and a
+/// thread that reads several pipes as they become readable (claude's output).
+#[derive(Debug)]
+pub struct Splitter {
+    buf: Vec<u8>,
+    too_long: bool,
+    max: usize,
+}
+
+impl Splitter {
+    pub fn new(max: usize) -> Splitter {
+        Splitter {
+            buf: Vec::new(),
+            too_long: false,
+            max,
+        }
     }
-    if buf.last() == Some(&b'\r') {
-        buf.pop();
+
+    /// Takes `data` up to and including its first newline: how many bytes it
+    /// took, and the line that newline ended (all of `data` and no line when
+    /// it holds no newline).
+    pub fn feed(&mut self, data: &[u8]) -> (usize, Option<Line>) {
+        let (chunk, found) = match data.iter().position(|&b| b == b'\n') {
+            Some(i) => (&data[..i], Some(i)),
+            None => (data, None),
+        };
+        if !self.too_long {
+            if self.buf.len() + chunk.len() > self.max {
+                self.too_long = true;
+                self.buf = Vec::new();
+            } else {
+                self.buf.extend_from_slice(chunk);
+            }
+        }
+        match found {
+            Some(i) => (i + 1, Some(self.finish())),
+            None => (data.len(), None),
+        }
     }
-    match String::from_utf8(buf) {
-        Ok(s) => Ok(Line::Text(s)),
-        Err(_) => Ok(Line::NotUtf8),
+
+    /// The end of input: the last line, if it had no newline, or
+    /// [`Line::Eof`].
+    pub fn end(&mut self) -> Line {
+        if self.buf.is_empty() && !self.too_long {
+            return Line::Eof;
+        }
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Line {
+        if std::mem::take(&mut self.too_long) {
+            return Line::TooLong;
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+        match String::from_utf8(buf) {
+            Ok(s) => Line::Text(s),
+            Err(_) => Line::NotUtf8,
+        }
     }
 }
 
@@ -626,6 +666,36 @@ mod tests {
         let r: &mut dyn BufRead = &mut bad;
         assert_eq!(read_line(r, 10).unwrap(), Line::NotUtf8);
         assert_eq!(read_line(r, 10).unwrap(), Line::Text("ok".into()));
+    }
+
+    #[test]
+    fn a_splitter_fed_in_pieces_cuts_the_lines_read_line_cuts() {
+        let input: &[u8] = b"short\r\n0123456789abc\n\xff\xfe\n\nnext\nlast";
+        let whole = {
+            let mut r = input;
+            let mut v = Vec::new();
+            loop {
+                match read_line(&mut r, 10).unwrap() {
+                    Line::Eof => break v,
+                    l => v.push(l),
+                }
+            }
+        };
+        assert_eq!(whole.len(), 6, "{whole:?}");
+        for piece in 1..input.len() {
+            let mut split = Splitter::new(10);
+            let mut got = Vec::new();
+            for mut data in input.chunks(piece) {
+                while !data.is_empty() {
+                    let (used, line) = split.feed(data);
+                    data = &data[used..];
+                    got.extend(line);
+                }
+            }
+            got.push(split.end());
+            assert_eq!(got.pop(), Some(Line::Eof), "pieces of {piece}");
+            assert_eq!(got, whole, "pieces of {piece}");
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::ffi::{c_char, CString, OsStr};
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -555,10 +555,80 @@ impl Drop for Worker {
     }
 }
 
-/// Blocks until child `pid` has exited (or is no child of ours any more),
-/// leaving it for its owner to reap; for a waiter on a [`Worker`].
-pub fn wait_exit_no_reap(pid: u32) {
-    wait_no_reap(pid as libc::id_t);
+/// How an owner that polls descriptors learns that its child exited, without
+/// reaping it (the pid stays the owner's until it reaps): a descriptor that
+/// becomes readable, or hangs up, once the child has exited. That is a pidfd
+/// where the kernel gives one (Linux 5.3 and later, with no seccomp filter
+/// refusing `pidfd_open`); elsewhere it is the read end of a pipe whose
+/// write end a waiter thread closes when `waitid(WNOWAIT)` returns. Made
+/// before the child is started ([`ExitNotice::prepare`]), so the waiter
+/// thread, when one is needed, exists before there is a child to watch.
+pub struct ExitNotice {
+    /// The waiter and its pipe, where pidfds cannot be had.
+    waiter: Option<(Worker, OwnedFd, OwnedFd)>,
+}
+
+impl ExitNotice {
+    /// A notice for the next child: a pidfd where this host gives them, or
+    /// a waiter thread named `name` (reserved now) and its pipe.
+    pub fn prepare(name: &str) -> io::Result<ExitNotice> {
+        if pidfds_work() {
+            Ok(ExitNotice { waiter: None })
+        } else {
+            ExitNotice::with_waiter(name)
+        }
+    }
+
+    /// A notice through a waiter thread and a pipe, whatever the host gives
+    /// (what [`ExitNotice::prepare`] falls back to).
+    pub fn with_waiter(name: &str) -> io::Result<ExitNotice> {
+        let worker = Worker::reserve(name)?;
+        let (read, write) = super::fd::pipe()?;
+        Ok(ExitNotice {
+            waiter: Some((worker, read, write)),
+        })
+    }
+
+    /// The descriptor that tells when child `pid`, just started, has exited.
+    /// Only a pidfd can fail here (the process is out of descriptors).
+    pub fn watch(self, pid: u32) -> io::Result<OwnedFd> {
+        match self.waiter {
+            Some((worker, read, write)) => {
+                worker.run(move || {
+                    wait_no_reap(pid as libc::id_t);
+                    drop(write);
+                });
+                Ok(read)
+            }
+            None => pidfd_open(pid),
+        }
+    }
+}
+
+/// A pidfd for process `pid`: readable once it has exited.
+fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new
+    // descriptor, owned here exactly once.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just returned by the kernel, open and ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Whether this host gives pidfds, asked once (of this process's own pid):
+/// a kernel before 5.3 says ENOSYS, a container's seccomp filter may say
+/// EPERM.
+fn pidfds_work() -> bool {
+    static WORK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WORK.get_or_init(|| match pidfd_open(std::process::id()) {
+        Ok(_) => true,
+        Err(e) => {
+            log::info!("no pidfds here ({e}): a waiter thread watches each claude's exit");
+            false
+        }
+    })
 }
 
 /// Makes the child `cmd` starts get `parent_death_signal` when the thread that
