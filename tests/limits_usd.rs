@@ -12,7 +12,8 @@
 //! pausing every agent until it is raised; a run without a `result` line
 //! kept as cost unknown and shown as `+?`; the checkpoint and `/compact`
 //! after a turn that reached the budget, each kept until a raise, and an
-//! operator `/compact` queued behind such a turn.
+//! operator `/compact` queued behind such a turn; the spend the hub keeps
+//! in memory per window agreeing with the store's rows.
 
 mod common;
 
@@ -627,6 +628,83 @@ fn a_spend_row_dated_yesterday_counts_in_yesterdays_window_not_todays() {
     }
     let (usd, _) = spent(&b, "ana");
     assert!((usd - 0.05).abs() < 1e-9, "nothing refused was kept: {usd}");
+}
+
+/// The hub keeps each scope's spend in its window in memory (a month of a
+/// busy hive is too many rows to sum at every `recv_next`): what `budget`
+/// shows must be what the store holds, through rows of several agents, of
+/// unknown cost, re-sent, dated yesterday, reported before and after the
+/// sums were first read, and after a restart reads them afresh.
+#[test]
+fn the_spend_the_hub_keeps_in_memory_is_what_the_store_holds() {
+    let mut b = Broker::start_config(
+        r#"{"budget":{"usd":100,"per":"month"},"agents":[{"name":"ana","budget":{"usd":50,"per":"day"}},{"name":"bob"}]}"#,
+    );
+    let report = |b: &Broker, agent: &str, key: &str, usd: Option<f64>, at: Option<i64>| {
+        let c = ReportSpend {
+            key: key.into(),
+            usd,
+            tokens: 1000,
+            cache_read: 7,
+            at,
+        };
+        let _: hyperhive::proto::Empty = b.agent(agent).call(&c).unwrap();
+    };
+    // Before anything asked for the sums: read from the store at the first ask.
+    report(&b, "ana", "a:1", Some(0.25), None);
+    report(&b, "bob", "b:1", Some(0.5), None);
+    let rows = |b: &Broker| -> Vec<(String, f64, u64, u64, u64)> {
+        let r: BudgetReply = b.host().call(&GetBudget {}).unwrap();
+        r.rows
+            .into_iter()
+            .map(|r| (r.scope, r.spent_usd, r.unknown_runs, r.tokens, r.cache_read))
+            .collect()
+    };
+    let first = rows(&b);
+    // After: moved by each new row, once per key, in the windows it falls in.
+    report(&b, "ana", "a:2", None, None);
+    report(&b, "ana", "a:2", None, None);
+    report(&b, "bob", "b:2", Some(0.125), Some(now() - 60));
+    report(&b, "ana", "a:3", Some(9.0), Some(now() - 86_400 * 40));
+    report(&b, "ana", "a:4", Some(1.0), Some(now() - 86_400));
+    let kept = rows(&b);
+    assert_ne!(first, kept);
+    // What the store says, summed the way `budget` sums a window.
+    let db = Connection::open(b.state_dir().join("broker.db")).unwrap();
+    let stored = |scope: &str, start: i64| -> (f64, u64, u64, u64) {
+        db.query_row(
+            "SELECT COALESCE(SUM(usd), 0), COALESCE(SUM(usd IS NULL), 0),
+                    COALESCE(SUM(tokens), 0), COALESCE(SUM(cache_read), 0)
+             FROM spend WHERE at >= ?1 AND (?2 = 'hive' OR agent = ?2)",
+            rusqlite::params![start, scope],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap()
+    };
+    let r: BudgetReply = b.host().call(&GetBudget {}).unwrap();
+    for row in &r.rows {
+        let (usd, unknown, tokens, cache_read) = stored(&row.scope, row.window_start);
+        assert!((row.spent_usd - usd).abs() < 1e-9, "{row:?} vs {usd}");
+        assert_eq!(
+            (row.unknown_runs, row.tokens, row.cache_read),
+            (unknown, tokens, cache_read),
+            "{row:?}"
+        );
+    }
+    let ana = kept.iter().find(|r| r.0 == "ana").unwrap();
+    assert_eq!(
+        (ana.2, ana.3, ana.4),
+        (1, 2000, 14),
+        "today's two rows: {kept:?}"
+    );
+    assert!((ana.1 - 0.25).abs() < 1e-9, "{kept:?}");
+    // A restarted broker reads the sums afresh: the same figures.
+    b.restart();
+    let again = rows(&b);
+    for (k, a) in kept.iter().zip(&again) {
+        assert_eq!((&k.0, k.2, k.3, k.4), (&a.0, a.2, a.3, a.4));
+        assert!((k.1 - a.1).abs() < 1e-9, "{kept:?} vs {again:?}");
+    }
 }
 
 // ---- turn_usd before the first hand-out ----

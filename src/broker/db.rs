@@ -1728,12 +1728,23 @@ impl Db {
     /// Spend since `since` (unix s) of `agent`, or of every agent: dollars,
     /// runs of unknown cost, tokens, cache reads.
     pub fn spend_since(&self, agent: Option<&str>, since: i64) -> Res<(f64, u64, u64, u64)> {
-        self.conn
-            .prepare_cached(
+        // Two statements, so an agent's is a range of `spend_agent_at` (one
+        // with `?2 IS NULL OR agent = ?2` walked every agent's rows of the
+        // window through `spend_at`).
+        let sql = match agent {
+            Some(_) => {
                 "SELECT COALESCE(SUM(usd), 0), COALESCE(SUM(usd IS NULL), 0),
                         COALESCE(SUM(tokens), 0), COALESCE(SUM(cache_read), 0)
-                 FROM spend WHERE at >= ?1 AND (?2 IS NULL OR agent = ?2)",
-            )?
+                 FROM spend WHERE agent = ?2 AND at >= ?1"
+            }
+            None => {
+                "SELECT COALESCE(SUM(usd), 0), COALESCE(SUM(usd IS NULL), 0),
+                        COALESCE(SUM(tokens), 0), COALESCE(SUM(cache_read), 0)
+                 FROM spend WHERE at >= ?1 AND ?2 IS NULL"
+            }
+        };
+        self.conn
+            .prepare_cached(sql)?
             .query_row(params![since, agent], |r| {
                 Ok((
                     r.get::<_, f64>(0)?,

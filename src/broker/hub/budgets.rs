@@ -75,6 +75,72 @@ fn window_word(per: &Per) -> &'static str {
     }
 }
 
+/// What one scope spent since a window's start: dollars, runs of unknown
+/// cost, tokens, cache reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Sums {
+    usd: f64,
+    unknown: u64,
+    tokens: u64,
+    cache_read: u64,
+}
+
+impl Sums {
+    fn add(&mut self, usd: Option<f64>, tokens: u64, cache_read: u64) {
+        self.usd += usd.unwrap_or(0.0);
+        self.unknown += u64::from(usd.is_none());
+        self.tokens += tokens;
+        self.cache_read += cache_read;
+    }
+}
+
+/// Each scope's spend since the start of its window, kept by the hub so
+/// that checking a budget scans no rows: every `recv_next` of an agent with
+/// a budget asks, and every `report_spend` asks again, and a month's window
+/// of a busy hive holds hundreds of thousands of rows (a scan of 300 000
+/// took 40–60 ms of the hub's thread: docs/performance.md). A scope's sums
+/// are read from the store once (at its first ask, and again at each new
+/// window), then moved by each new spend row; the `spend` table changes in
+/// no other way while the broker runs.
+#[derive(Default)]
+pub struct Spent {
+    /// The hive's: the window start the sums count from, and the sums.
+    hive: Option<(i64, Sums)>,
+    /// Each agent's, the same way.
+    agents: std::collections::HashMap<String, (i64, Sums)>,
+}
+
+impl Spent {
+    fn get(&self, scope: Option<&str>) -> Option<&(i64, Sums)> {
+        match scope {
+            None => self.hive.as_ref(),
+            Some(a) => self.agents.get(a),
+        }
+    }
+
+    fn set(&mut self, scope: Option<&str>, start: i64, sums: Sums) {
+        match scope {
+            None => self.hive = Some((start, sums)),
+            Some(a) => {
+                self.agents.insert(a.to_string(), (start, sums));
+            }
+        }
+    }
+
+    /// A new row of `agent`'s, at `at`: counted in the sums of each scope it
+    /// belongs to whose window it falls in.
+    fn add(&mut self, agent: &str, at: i64, usd: Option<f64>, tokens: u64, cache_read: u64) {
+        for kept in [self.hive.as_mut(), self.agents.get_mut(agent)]
+            .into_iter()
+            .flatten()
+        {
+            if at >= kept.0 {
+                kept.1.add(usd, tokens, cache_read);
+            }
+        }
+    }
+}
+
 /// One scope's budget and spend in its current window.
 struct Standing {
     budget: Budget,
@@ -87,6 +153,18 @@ struct Standing {
 }
 
 impl Standing {
+    fn new(budget: Budget, (start, end): (i64, i64), sums: Sums) -> Standing {
+        Standing {
+            budget,
+            start,
+            end,
+            usd: sums.usd,
+            unknown: sums.unknown,
+            tokens: sums.tokens,
+            cache_read: sums.cache_read,
+        }
+    }
+
     /// The larger of the two shares of the budget spent (0 without limits).
     fn share(&self) -> f64 {
         let u = self.budget.usd.map_or(0.0, |l| {
@@ -144,7 +222,7 @@ impl Standing {
 impl Hub<'_> {
     /// The standing of `agent`'s budget, or of the hive's (`None`); `None`
     /// without a budget.
-    fn standing(&self, agent: Option<&str>, t: i64) -> Result<Option<Standing>, String> {
+    fn standing(&mut self, agent: Option<&str>, t: i64) -> Result<Option<Standing>, String> {
         let budget = match agent {
             Some(a) => self.cfg.agent(a).and_then(|e| e.budget.clone()),
             None => self.cfg.budget.clone(),
@@ -152,18 +230,29 @@ impl Hub<'_> {
         let Some(budget) = budget else {
             return Ok(None);
         };
-        let (start, end) = window(&budget.per, t);
+        let w = window(&budget.per, t);
+        let sums = self.spent_since(agent, w.0)?;
+        Ok(Some(Standing::new(budget, w, sums)))
+    }
+
+    /// What `scope` spent since `start`: kept ([`Spent`]), or read from the
+    /// store and kept.
+    fn spent_since(&mut self, scope: Option<&str>, start: i64) -> Result<Sums, String> {
+        if let Some((from, sums)) = self.pools.spent.get(scope) {
+            if *from == start {
+                return Ok(*sums);
+            }
+        }
         let (usd, unknown, tokens, cache_read) =
-            self.db.spend_since(agent, start).map_err(db_err)?;
-        Ok(Some(Standing {
-            budget,
-            start,
-            end,
+            self.db.spend_since(scope, start).map_err(db_err)?;
+        let sums = Sums {
             usd,
             unknown,
             tokens,
             cache_read,
-        }))
+        };
+        self.pools.spent.set(scope, start, sums);
+        Ok(sums)
     }
 
     /// The budget pause of `agent`, if its own or the hive's budget is
@@ -208,6 +297,9 @@ impl Hub<'_> {
         if !new {
             return Ok(Empty {});
         }
+        self.pools
+            .spent
+            .add(agent, at, c.usd, c.tokens, c.cache_read);
         for scope in [Some(agent), None] {
             let Some(s) = self.standing(scope, t)? else {
                 continue;
@@ -282,27 +374,19 @@ impl Hub<'_> {
 
     /// One scope's row of `budget`: its window's spend against its budget,
     /// or the day's spend when it has none.
-    fn budget_row(&self, scope: Option<&str>, t: i64) -> Result<BudgetRow, String> {
+    fn budget_row(&mut self, scope: Option<&str>, t: i64) -> Result<BudgetRow, String> {
         let s = match self.standing(scope, t)? {
             Some(s) => s,
             None => {
                 // No budget: the day's spend, for the record.
-                let (start, end) = window(&Per::Day, t);
-                let (usd, unknown, tokens, cache_read) =
-                    self.db.spend_since(scope, start).map_err(db_err)?;
-                Standing {
-                    budget: Budget {
-                        usd: None,
-                        tokens: None,
-                        per: Per::Day,
-                    },
-                    start,
-                    end,
-                    usd,
-                    unknown,
-                    tokens,
-                    cache_read,
-                }
+                let w = window(&Per::Day, t);
+                let sums = self.spent_since(scope, w.0)?;
+                let budget = Budget {
+                    usd: None,
+                    tokens: None,
+                    per: Per::Day,
+                };
+                Standing::new(budget, w, sums)
             }
         };
         Ok(BudgetRow {

@@ -70,6 +70,8 @@ pub struct Pools {
     /// The earliest end of a budget window some agent is paused until
     /// (`budgets.rs`): every agent looks again then.
     pub(super) budget_wake: Option<i64>,
+    /// Each scope's spend in its window (`budgets.rs`).
+    pub(super) spent: super::budgets::Spent,
 }
 
 /// "HH:MM UTC (in 2h 13m)" for a time ahead.
