@@ -12,9 +12,10 @@
 //! recv_next, spawn, ack), `--cycle-floor PATH` (one thread serving the bare
 //! baseline's statements over the broker's socket protocol), `--claude-stamp
 //! PATH` (the claude stand-in of the wake → spawn latency), `--quick` (fewer
-//! rounds), `--only NAME`.
+//! rounds), `--only NAME` (wake, cycles, mcp, turns, budget, latency, memory,
+//! sse).
 
-use hyperhive::proto::cmd::{AckTurn, Hello, Recv, RecvNext, Status, Wake};
+use hyperhive::proto::cmd::{AckTurn, Hello, Recv, RecvNext, ReportSpend, Status, Wake};
 use hyperhive::proto::Client;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -168,6 +169,19 @@ struct BrokerProc {
 
 impl BrokerProc {
     fn start(hive: &Path, durability: &str) -> BrokerProc {
+        BrokerProc::start_with(hive, durability, |_| {
+            vec!["--agents".into(), "bench".into()]
+        })
+    }
+
+    /// A broker on a fresh directory that `prepare` is given first (`s` is
+    /// the state dir, `r` the run dir), with the arguments it returns (its
+    /// agents or its config).
+    fn start_with(
+        hive: &Path,
+        durability: &str,
+        prepare: impl FnOnce(&Path) -> Vec<String>,
+    ) -> BrokerProc {
         // Each its own directory: the turn bench keeps two brokers running.
         static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -177,8 +191,11 @@ impl BrokerProc {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        let args = prepare(&dir);
         let child = Command::new(hive)
-            .args(["broker", "--agents", "bench", "--durability", durability])
+            .arg("broker")
+            .args(args)
+            .args(["--durability", durability])
             .arg("--state-dir")
             .arg(dir.join("s"))
             .arg("--run-dir")
@@ -533,6 +550,125 @@ fn cycles_on(c: &mut Client, n: usize) -> f64 {
         c.call(&AckTurn { id }).unwrap();
     }
     n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// `n` turns' worth of requests on `c` as a harness sends them: a message
+/// queued, handed out, its run's spend reported (keyed `key`), acked;
+/// turns per second.
+fn spend_cycles_on(c: &mut Client, n: usize, key: &mut u64) -> f64 {
+    let start = Instant::now();
+    for i in 0..n {
+        queue_from_bench(c, format!("cycle {i}"));
+        let m = c
+            .call(&RecvNext {
+                wait_seconds: Some(0),
+                seen: None,
+            })
+            .unwrap();
+        let id = m.message.expect("the message just woken").id;
+        *key += 1;
+        c.call(&ReportSpend {
+            key: format!("bench:{key}"),
+            usd: Some(0.001),
+            tokens: 100,
+            cache_read: 10,
+            at: None,
+        })
+        .unwrap();
+        c.call(&AckTurn { id }).unwrap();
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Budgets on a long-running hive: the same turns' requests (queue, hand
+/// out, report the spend, ack) on a broker whose agent and hive have a
+/// month's budget and whose store already holds a busy month of spend rows
+/// (50 agents), against a broker without budgets. Each `recv_next` of an
+/// agent with a budget checks it and each spend row moves it; the hub keeps
+/// the window's sums, so neither should cost a scan of the month's rows.
+/// Five rounds of 300, the order alternated; the median of the rounds'
+/// ratios. Not a goal of issue 19.
+fn bench_budget(a: &Args) {
+    let (rounds, per, rows) = if a.quick {
+        (2, 50, 30_000)
+    } else {
+        (5, 300, 300_000)
+    };
+    let plain = BrokerProc::start(&a.hive, "normal");
+    let budgeted = BrokerProc::start_with(&a.hive, "normal", |dir| {
+        let config = dir.join("hive.json");
+        std::fs::write(
+            &config,
+            r#"{"budget":{"usd":1000000,"per":"month"},
+                "agents":[{"name":"bench","budget":{"usd":1000000,"per":"month"}}]}"#,
+        )
+        .unwrap();
+        // A broker that made the store and stopped, then the month's rows.
+        let mut made = Command::new(&a.hive);
+        made.args(["broker", "--agents", "bench"])
+            .arg("--state-dir")
+            .arg(dir.join("s"))
+            .arg("--run-dir")
+            .arg(dir.join("r0"))
+            .env("RUST_LOG", "warn")
+            .stderr(Stdio::null());
+        let mut child = made.spawn().expect("start broker");
+        connect_within(&dir.join("r0/agents/bench/mcp.sock"), "broker");
+        let _ = child.kill();
+        let _ = child.wait();
+        let mut db = rusqlite::Connection::open(dir.join("s/broker.db")).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        // Dated today so far: inside this month's window whatever the date.
+        let today = now - now.rem_euclid(86_400);
+        let span = (now - today).max(1);
+        let tx = db.transaction().unwrap();
+        {
+            let mut ins = tx
+                .prepare(
+                    "INSERT INTO spend (key, agent, at, usd, tokens, cache_read)
+                     VALUES (?1, ?2, ?3, 0.001, 100, 10)",
+                )
+                .unwrap();
+            for i in 0..rows {
+                let agent = if i % 50 == 0 {
+                    "bench".to_string()
+                } else {
+                    format!("a{}", i % 50)
+                };
+                let at = today + (i as i64 * span) / rows as i64;
+                ins.execute(rusqlite::params![format!("old:{i}"), agent, at])
+                    .unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        vec!["--config".into(), config.display().to_string()]
+    });
+    let mut pc = Client::connect(&plain.socket()).unwrap();
+    let mut bc = connect_within(&budgeted.socket(), "the broker with budgets");
+    let (mut key, mut plain_tps, mut budget_tps) = (0, vec![], vec![]);
+    for r in 0..rounds {
+        for k in 0..2 {
+            if (r + k) % 2 == 0 {
+                plain_tps.push(spend_cycles_on(&mut pc, per, &mut key));
+            } else {
+                budget_tps.push(spend_cycles_on(&mut bc, per, &mut key));
+            }
+        }
+    }
+    let mut ratios: Vec<f64> = budget_tps
+        .iter()
+        .zip(&plain_tps)
+        .map(|(b, p)| b / p)
+        .collect();
+    println!(
+        "budget  [normal] a turn's requests (wake, recv_next, report_spend, ack) with a month's budget over {rows} spend rows {:.0}/s | without budgets {:.0}/s | ratio {:.0}% (medians of {rounds} rounds of {per})",
+        median(&mut budget_tps),
+        median(&mut plain_tps),
+        median(&mut ratios) * 100.0
+    );
 }
 
 /// A claude stand-in that reads its prompt and exits at once with a result line;
@@ -983,6 +1119,9 @@ fn main() {
     }
     if run("turns") {
         bench_turns(&a);
+    }
+    if run("budget") {
+        bench_budget(&a);
     }
     if run("latency") {
         bench_wake_latency(&a);
