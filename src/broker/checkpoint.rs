@@ -12,7 +12,8 @@
 //! caught up with it, which a pause of the traffic gives; under a stream of
 //! commits with no pause it would grow without end, so at [`LOG_CAP`] frames
 //! the hub checkpoints in the commit, as sqlite would have, copying only what
-//! this thread has not copied yet. A commit is as durable as before: a
+//! this thread has not copied yet (waiting out a checkpoint of the thread's
+//! first, which sqlite would otherwise refuse it). A commit is as durable as before: a
 //! checkpoint copies what is already in the log, and a crash in the middle
 //! of one loses nothing. The thread sleeps until the log has grown, and ends
 //! when the store is closed.
@@ -22,6 +23,7 @@ use crate::sys::sqlite::AUTOCHECKPOINT_FRAMES;
 use crossbeam_channel::{bounded, Receiver};
 use rusqlite::Connection;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 /// The log's length, in frames, at which the hub checkpoints in the commit
 /// (about 16 MB with 4 KiB pages).
@@ -36,37 +38,53 @@ pub fn start(db: &mut Db, path: &Path) -> Result<(), String> {
     // One pending ask is enough: the checkpoint copies whatever the log holds
     // when it runs.
     let (due_tx, due) = bounded::<()>(1);
+    // Held by whichever of the two checkpoints: sqlite refuses a checkpoint
+    // while another connection runs one, and the hub's at the cap must not
+    // be refused (the log could not start over).
+    let copying = Arc::new(Mutex::new(()));
     let path = path.to_path_buf();
+    let theirs = Arc::clone(&copying);
     std::thread::Builder::new()
         .name("checkpoint".into())
-        .spawn(move || run(&conn, &path, &due))
+        .spawn(move || run(&conn, &path, &due, &theirs))
         .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?;
     // The log's length at which this thread is asked next; the log started
     // over when a commit finds it shorter than the one before.
     let (mut next, mut last) = (AUTOCHECKPOINT_FRAMES, 0);
-    db.on_commit(move |frames| {
+    db.on_commit(move |frames, wal| {
         if frames < last {
             next = AUTOCHECKPOINT_FRAMES;
         }
         last = frames;
         if frames >= LOG_CAP {
-            return true;
+            // Waits out a checkpoint of the thread's (only a stream of
+            // commits with no pause gets here).
+            let _copying = hold(&copying);
+            wal.checkpoint();
+            return;
         }
         if frames >= next {
             next = frames + AUTOCHECKPOINT_FRAMES;
             let _ = due_tx.try_send(());
         }
-        false
     });
     Ok(())
 }
 
+fn hold(m: &Mutex<()>) -> std::sync::MutexGuard<'_, ()> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Checkpoints each time it is asked, until the store is closed (the asking
 /// side is dropped with it).
-fn run(conn: &Connection, path: &Path, due: &Receiver<()>) {
+fn run(conn: &Connection, path: &Path, due: &Receiver<()>, copying: &Mutex<()>) {
     let mut failing = false;
     for () in due.iter() {
-        match checkpoint(conn) {
+        let done = {
+            let _copying = hold(copying);
+            checkpoint(conn)
+        };
+        match done {
             Ok(()) if failing => {
                 failing = false;
                 log::info!("checkpoints of {} work again", path.display());

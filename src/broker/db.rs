@@ -759,8 +759,8 @@ impl Db {
 
     /// Calls `hook` after every commit with the frames in the store's log, in
     /// place of sqlite's auto-checkpoint (`checkpoint.rs` checkpoints instead);
-    /// true from `hook` checkpoints in the commit.
-    pub fn on_commit(&mut self, hook: impl FnMut(u32) -> bool + Send + 'static) {
+    /// `hook` may checkpoint in the commit (`Wal::checkpoint`).
+    pub fn on_commit(&mut self, hook: impl FnMut(u32, &crate::sys::sqlite::Wal) + Send + 'static) {
         // The old hook goes first: dropping it puts the auto-checkpoint back,
         // which would replace a new hook set before it.
         self.wal_hook = None;

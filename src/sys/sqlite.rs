@@ -2,7 +2,7 @@
 //! (`sqlite3_wal_hook`), called after every commit of a connection with the
 //! number of frames its write-ahead log holds. sqlite's own auto-checkpoint is
 //! this hook (`sqlite3_wal_autocheckpoint` sets it), so setting one takes the
-//! checkpoint out of the committing thread, unless the hook asks for one
+//! checkpoint out of the committing thread, unless the hook checkpoints
 //! there: the broker hands its checkpoints to a thread of their own this way
 //! (`broker/checkpoint.rs`).
 
@@ -12,7 +12,24 @@ use std::ffi::{c_char, c_int, c_void};
 /// sqlite's default auto-checkpoint, in frames of the log.
 pub const AUTOCHECKPOINT_FRAMES: u32 = 1000;
 
-type Hook = Box<dyn FnMut(u32) -> bool + Send>;
+type Hook = Box<dyn FnMut(u32, &Wal) + Send>;
+
+/// The log a hook is called for, inside the commit.
+pub struct Wal {
+    db: *mut ffi::sqlite3,
+    name: *const c_char,
+}
+
+impl Wal {
+    /// Checkpoints the log there and then, as the auto-checkpoint would
+    /// (`PASSIVE`: what no other connection is checkpointing or still
+    /// reading; nothing when another connection holds the checkpoint lock).
+    pub fn checkpoint(&self) {
+        // SAFETY: the connection and schema name sqlite passed to the hook
+        // that was given this `Wal`, used during that call.
+        unsafe { ffi::sqlite3_wal_checkpoint(self.db, self.name) };
+    }
+}
 
 /// A hook set by [`on_wal_commit`]. Dropping it gives the connection its
 /// auto-checkpoint back; it must be dropped before the connection is closed.
@@ -29,10 +46,9 @@ unsafe impl Send for WalHook {}
 /// Calls `hook` after every commit of `conn`, with the frames in its log, in
 /// place of sqlite's auto-checkpoint (which is off while the hook is set).
 /// `hook` runs on the committing thread, inside the commit: it must be quick
-/// and must not use the connection. When it returns true, the connection
-/// checkpoints there and then, as its auto-checkpoint would (`PASSIVE`: what
-/// no other connection is checkpointing or still reading).
-pub fn on_wal_commit(conn: &Connection, hook: impl FnMut(u32) -> bool + Send + 'static) -> WalHook {
+/// and must not use the connection, except to checkpoint there and then
+/// ([`Wal::checkpoint`]), as its auto-checkpoint would.
+pub fn on_wal_commit(conn: &Connection, hook: impl FnMut(u32, &Wal) + Send + 'static) -> WalHook {
     let hook: *mut Hook = Box::into_raw(Box::new(Box::new(hook)));
     // SAFETY: `handle` is the open connection's; `call` casts the data pointer
     // back to the `Hook` leaked here, which lives until `WalHook::drop` takes
@@ -53,15 +69,13 @@ unsafe extern "C" fn call(
 ) -> c_int {
     // SAFETY: `data` is the `Hook` `on_wal_commit` leaked, alive while set.
     let hook = unsafe { &mut *data.cast::<Hook>() };
+    // What sqlite's own auto-checkpoint hook checkpoints with (a busy or
+    // failed checkpoint is tried at the next commit).
+    let wal = Wal { db, name };
     // A panic must not unwind into sqlite's C frames.
-    let here = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        hook(u32::try_from(frames).unwrap_or(0))
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        hook(u32::try_from(frames).unwrap_or(0), &wal)
     }));
-    if here.unwrap_or(false) {
-        // SAFETY: what sqlite's own auto-checkpoint hook does with the same
-        // arguments; a busy or failed checkpoint is tried at the next commit.
-        unsafe { ffi::sqlite3_wal_checkpoint(db, name) };
-    }
     ffi::SQLITE_OK
 }
 
@@ -100,9 +114,11 @@ mod tests {
         let conn = wal_db(&dir);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
-        let hook = on_wal_commit(&conn, move |frames| {
+        let hook = on_wal_commit(&conn, move |frames, wal| {
             s.lock().unwrap().push(frames);
-            ask(frames)
+            if ask(frames) {
+                wal.checkpoint();
+            }
         });
         (dir, conn, hook, seen)
     }
