@@ -243,6 +243,9 @@ fn io(
                     // Cannot happen with open descriptors; the loop takes a
                     // vanished io thread as the exit and kills the group.
                     log::error!("cannot wait on claude's pipes: {e}");
+                    if !batch.is_empty() {
+                        let _ = tx.send(batch);
+                    }
                     break;
                 }
             };
