@@ -537,6 +537,12 @@ fn queue_from_bench(c: &mut Client, body: String) {
 
 /// `n` send → recv_next → ack_turn cycles on `c`; cycles per second.
 fn cycles_on(c: &mut Client, n: usize) -> f64 {
+    cycles_with(c, n, |_| {})
+}
+
+/// `n` cycles on `c`, each a message queued, handed out, `between` (what a
+/// harness sends before it acks), acked; cycles per second.
+fn cycles_with(c: &mut Client, n: usize, mut between: impl FnMut(&mut Client)) -> f64 {
     let start = Instant::now();
     for i in 0..n {
         queue_from_bench(c, format!("cycle {i}"));
@@ -547,25 +553,17 @@ fn cycles_on(c: &mut Client, n: usize) -> f64 {
             })
             .unwrap();
         let id = m.message.expect("the message just woken").id;
+        between(c);
         c.call(&AckTurn { id }).unwrap();
     }
     n as f64 / start.elapsed().as_secs_f64()
 }
 
 /// `n` turns' worth of requests on `c` as a harness sends them: a message
-/// queued, handed out, its run's spend reported (keyed `key`), acked;
-/// turns per second.
+/// queued, handed out, its run's spend reported (keyed by `key`, counted
+/// up), acked; turns per second.
 fn spend_cycles_on(c: &mut Client, n: usize, key: &mut u64) -> f64 {
-    let start = Instant::now();
-    for i in 0..n {
-        queue_from_bench(c, format!("cycle {i}"));
-        let m = c
-            .call(&RecvNext {
-                wait_seconds: Some(0),
-                seen: None,
-            })
-            .unwrap();
-        let id = m.message.expect("the message just woken").id;
+    cycles_with(c, n, |c| {
         *key += 1;
         c.call(&ReportSpend {
             key: format!("bench:{key}"),
@@ -575,9 +573,7 @@ fn spend_cycles_on(c: &mut Client, n: usize, key: &mut u64) -> f64 {
             at: None,
         })
         .unwrap();
-        c.call(&AckTurn { id }).unwrap();
-    }
-    n as f64 / start.elapsed().as_secs_f64()
+    })
 }
 
 /// Budgets on a long-running hive: the same turns' requests (queue, hand
