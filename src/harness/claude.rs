@@ -352,7 +352,7 @@ fn start_watched(
     // claude's until then. A pidfd that cannot be had (no descriptor left)
     // drops the group, which kills and reaps the claude just started.
     let exited = notice
-        .watch(group.id())
+        .watch(&group)
         .map_err(|e| fault("cannot watch claude's exit", e))?;
     // Bulk output is bounded: a claude that prints faster than the loop reads
     // waits on its pipe.

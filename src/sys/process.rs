@@ -560,17 +560,17 @@ impl Drop for Worker {
 /// becomes readable, or hangs up, once the child has exited. That is a pidfd
 /// where the kernel gives one (Linux 5.3 and later, with no seccomp filter
 /// refusing `pidfd_open`); elsewhere it is the read end of a pipe whose
-/// write end a waiter thread closes when `waitid(WNOWAIT)` returns. Made
-/// before the child is started ([`ExitNotice::prepare`]), so the waiter
-/// thread, when one is needed, exists before there is a child to watch.
+/// write end an [`ExitWatch`] closes once the child has exited. Made before
+/// the child is started ([`ExitNotice::prepare`]), so the waiter thread,
+/// when one is needed, exists before there is a child to watch.
 pub struct ExitNotice {
-    /// The waiter and its pipe, where pidfds cannot be had.
-    waiter: Option<(Worker, OwnedFd, OwnedFd)>,
+    /// The waiter and its pipe's read end, where pidfds cannot be had.
+    waiter: Option<(ExitWatch, OwnedFd)>,
 }
 
 impl ExitNotice {
     /// A notice for the next child: a pidfd where this host gives them, or
-    /// a waiter thread named `name` (reserved now) and its pipe.
+    /// a waiter thread named `name` (started now) and its pipe.
     pub fn prepare(name: &str) -> io::Result<ExitNotice> {
         if pidfds_work() {
             Ok(ExitNotice { waiter: None })
@@ -582,25 +582,23 @@ impl ExitNotice {
     /// A notice through a waiter thread and a pipe, whatever the host gives
     /// (what [`ExitNotice::prepare`] falls back to).
     pub fn with_waiter(name: &str) -> io::Result<ExitNotice> {
-        let worker = Worker::reserve(name)?;
         let (read, write) = super::fd::pipe()?;
+        let watch = ExitWatch::start(name.into(), move || drop(write))?;
         Ok(ExitNotice {
-            waiter: Some((worker, read, write)),
+            waiter: Some((watch, read)),
         })
     }
 
-    /// The descriptor that tells when child `pid`, just started, has exited.
-    /// Only a pidfd can fail here (the process is out of descriptors).
-    pub fn watch(self, pid: u32) -> io::Result<OwnedFd> {
+    /// The descriptor that tells when the leader of `group`, just started,
+    /// has exited. Only a pidfd can fail here (the process is out of
+    /// descriptors).
+    pub fn watch(self, group: &ProcessGroup) -> io::Result<OwnedFd> {
         match self.waiter {
-            Some((worker, read, write)) => {
-                worker.run(move || {
-                    wait_no_reap(pid as libc::id_t);
-                    drop(write);
-                });
+            Some((watch, read)) => {
+                watch.watch(group);
                 Ok(read)
             }
-            None => pidfd_open(pid),
+            None => pidfd_open(group.id()),
         }
     }
 }
@@ -625,7 +623,7 @@ fn pidfds_work() -> bool {
     *WORK.get_or_init(|| match pidfd_open(std::process::id()) {
         Ok(_) => true,
         Err(e) => {
-            log::info!("no pidfds here ({e}): a waiter thread watches each claude's exit");
+            log::info!("no pidfds here ({e}): a waiter thread watches each child's exit");
             false
         }
     })
