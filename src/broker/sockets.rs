@@ -26,7 +26,7 @@ use super::hub::{ConnId, Hub, HubMsg, HubRx, HubTx, Identity, NewSocket, Outcome
 use crate::proto::limits::{MAX_LINE, MAX_WAIT_SECS};
 use crate::proto::lines::{err_line, refuse};
 use crate::proto::Request;
-use crate::sys::fd::{poll, PollFd};
+use crate::sys::fd::{self, poll, PollFd};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
@@ -199,6 +199,18 @@ enum Stop {
     Capped,
 }
 
+/// What [`Loop::accept_one`] found.
+enum Accepted {
+    /// Nothing is waiting (or accepting failed and backs off).
+    None,
+    /// A connection came and went: refused, or aborted before its accept.
+    Skipped,
+    Client(ConnId),
+}
+
+/// Buffers of closed clients kept for the next ones (input and output).
+const SPARE_BUFFERS: usize = 16;
+
 /// What a slot of the poll set stands for.
 #[derive(Clone, Copy)]
 enum Target {
@@ -223,6 +235,8 @@ pub struct Loop<'c> {
     fds: Vec<PollFd>,
     targets: Vec<Target>,
     scratch: Vec<u8>,
+    /// Closed clients' input and output buffers, emptied, for new clients.
+    spare: Vec<(Vec<u8>, Vec<u8>)>,
     /// Clients with whole requests read and not yet answered because they
     /// had their share of a turn: the next poll does not sleep.
     backlog: Vec<ConnId>,
@@ -242,6 +256,7 @@ impl<'c> Loop<'c> {
             fds: Vec::new(),
             targets: Vec::new(),
             scratch: vec![0; READ_CHUNK],
+            spare: Vec::new(),
             backlog: Vec::new(),
         }
     }
@@ -391,101 +406,98 @@ impl<'c> Loop<'c> {
 
     /// Accepts what socket `k` has waiting, up to [`ACCEPTS_PER_TURN`], and
     /// answers what each new client has sent already (a client like `hive
-    /// wake` writes its request as soon as it is connected), without waiting
-    /// for the next turn of the loop.
+    /// wake` writes its request as soon as it is connected) before the next
+    /// accept: the `accept` that finds the queue empty comes after the
+    /// answer, not on the client's path.
     fn accept(&mut self, k: usize) {
-        let mut accepted = Vec::new();
-        self.accept_some(k, &mut accepted);
-        for id in accepted {
-            if self.read(id) {
-                self.pump(id);
+        for _ in 0..ACCEPTS_PER_TURN {
+            match self.accept_one(k) {
+                Accepted::None => return,
+                Accepted::Skipped => {}
+                Accepted::Client(id) => {
+                    if self.read(id) {
+                        self.pump(id);
+                    }
+                }
             }
         }
     }
 
-    fn accept_some(&mut self, k: usize, accepted: &mut Vec<ConnId>) {
-        for _ in 0..ACCEPTS_PER_TURN {
-            let s = &mut self.sockets[k];
-            let stream = match s.listener.accept() {
-                Ok((stream, _)) => stream,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
-                    ) =>
-                {
-                    continue
+    /// Accepts the next client of socket `k`, if one is waiting.
+    fn accept_one(&mut self, k: usize) -> Accepted {
+        let s = &mut self.sockets[k];
+        let stream = match fd::accept_nonblocking(&s.listener) {
+            Ok(stream) => stream,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Accepted::None,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => return Accepted::Skipped,
+            Err(e) => {
+                s.failures += 1;
+                if s.failures == 1 {
+                    log::warn!(
+                        "accept on {} failed: {e}; the socket stays open, retrying with a backoff up to {BACKOFF_MAX:?}",
+                        s.what
+                    );
+                } else {
+                    log::debug!("{}: {} failures in a row", s.what, s.failures);
                 }
-                Err(e) => {
-                    s.failures += 1;
-                    if s.failures == 1 {
-                        log::warn!(
-                            "accept on {} failed: {e}; the socket stays open, retrying with a backoff up to {BACKOFF_MAX:?}",
-                            s.what
-                        );
-                    } else {
-                        log::debug!("{}: {} failures in a row", s.what, s.failures);
-                    }
-                    s.paused_until = Some(Instant::now() + s.backoff);
-                    s.backoff = (s.backoff * 2).min(BACKOFF_MAX);
-                    return;
-                }
-            };
-            if s.failures > 0 {
-                log::info!(
-                    "accepting on {} again after {} failures: it accepts again",
-                    s.what,
-                    s.failures
-                );
-                s.failures = 0;
-                s.backoff = BACKOFF_MIN;
+                s.paused_until = Some(Instant::now() + s.backoff);
+                s.backoff = (s.backoff * 2).min(BACKOFF_MAX);
+                return Accepted::None;
             }
-            let slot = match s.caps.take(&s.who) {
-                Ok(slot) => slot,
-                Err(why) => {
-                    if s.refused == 0 {
-                        log::warn!("refusing connections: {why}");
-                    }
-                    s.refused += 1;
-                    refuse(stream, &why);
-                    continue;
-                }
-            };
-            if s.refused > 0 {
-                log::info!(
-                    "accepting on {} again after refusing {} connections",
-                    s.what,
-                    s.refused
-                );
-                s.refused = 0;
-            }
-            if let Err(e) = stream.set_nonblocking(true) {
-                log::warn!("{}: cannot make a connection non-blocking: {e}", s.what);
-                continue;
-            }
-            let id = self.next_id;
-            self.next_id += 1;
-            let who = s.who.clone();
-            accepted.push(id);
-            self.clients.insert(
-                id,
-                Client {
-                    stream,
-                    who,
-                    _slot: slot,
-                    input: Vec::new(),
-                    scanned: 0,
-                    too_long: false,
-                    eof: false,
-                    output: Vec::new(),
-                    written: 0,
-                    stalled: false,
-                    state: State::Reading,
-                    deadline: Instant::now() + self.limits.idle,
-                },
+        };
+        if s.failures > 0 {
+            log::info!(
+                "accepting on {} again after {} failures: it accepts again",
+                s.what,
+                s.failures
             );
+            s.failures = 0;
+            s.backoff = BACKOFF_MIN;
         }
+        let slot = match s.caps.take(&s.who) {
+            Ok(slot) => slot,
+            Err(why) => {
+                if s.refused == 0 {
+                    log::warn!("refusing connections: {why}");
+                }
+                s.refused += 1;
+                refuse(stream, &why);
+                return Accepted::Skipped;
+            }
+        };
+        if s.refused > 0 {
+            log::info!(
+                "accepting on {} again after refusing {} connections",
+                s.what,
+                s.refused
+            );
+            s.refused = 0;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let who = s.who.clone();
+        // A closed client's buffers, kept: a connection of its own per
+        // `hive wake` would otherwise allocate and free them each time, and
+        // musl's allocator maps and unmaps a group for them as often.
+        let (input, output) = self.spare.pop().unwrap_or_default();
+        self.clients.insert(
+            id,
+            Client {
+                stream,
+                who,
+                _slot: slot,
+                input,
+                scanned: 0,
+                too_long: false,
+                eof: false,
+                output,
+                written: 0,
+                stalled: false,
+                state: State::Reading,
+                deadline: Instant::now() + self.limits.idle,
+            },
+        );
+        Accepted::Client(id)
     }
 
     /// Something happened on client `id`'s connection.
@@ -735,6 +747,7 @@ impl<'c> Loop<'c> {
             line
         };
         c.state = State::Reading;
+        c.output.reserve(line.len() + 1);
         c.output.extend_from_slice(line.as_bytes());
         c.output.push(b'\n');
         c.deadline = Instant::now() + self.limits.idle;
@@ -819,6 +832,15 @@ impl<'c> Loop<'c> {
         if let Some(c) = self.clients.remove(&id) {
             let _ = c.stream.shutdown(std::net::Shutdown::Both);
             self.hub.closed(id);
+            let (mut input, mut output) = (c.input, c.output);
+            if self.spare.len() < SPARE_BUFFERS
+                && input.capacity() <= KEEP_OUTPUT
+                && output.capacity() <= KEEP_OUTPUT
+            {
+                input.clear();
+                output.clear();
+                self.spare.push((input, output));
+            }
         }
     }
 
@@ -861,6 +883,10 @@ mod tests {
 
     impl Served {
         fn start(tag: &str) -> Served {
+            Served::start_with(tag, ConnLimits::new(1024, 1, 8, Duration::from_secs(60)))
+        }
+
+        fn start_with(tag: &str, limits: ConnLimits) -> Served {
             let dir =
                 std::env::temp_dir().join(format!("hive-sockets-{tag}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
@@ -868,7 +894,6 @@ mod tests {
             let db = Db::open(&dir.join("broker.db"), Durability::Normal).unwrap();
             let cfg = HiveConfig::parse(r#"{"agents":[{"name":"ana"}]}"#).unwrap();
             let (tx, rx) = channel().unwrap();
-            let limits = ConnLimits::new(1024, 1, 8, Duration::from_secs(60));
             let mut listening = Vec::new();
             for (name, who) in [
                 ("ana.sock", Identity::Agent("ana".into())),
@@ -1079,6 +1104,41 @@ mod tests {
         for _ in 0..10 {
             w2.write_all(b"{\"cmd\":\"agents\"}\n").unwrap();
             assert_eq!(answer(&mut r2)["ok"], true);
+        }
+    }
+
+    #[test]
+    fn what_a_closed_client_left_unread_never_reaches_the_next_one() {
+        // One connection per agent: the next is accepted only once the
+        // first is closed, so its buffers are the ones the first left.
+        let limits = ConnLimits::new(1024, 1, 1, Duration::from_secs(60));
+        let s = Served::start_with("spare", limits);
+        for round in 0..3 {
+            let (mut w, r) = s.connect("ana.sock");
+            // A long-poll on an empty inbox parks; half a request behind it
+            // stays unread in the connection's input, and an answer is
+            // never asked for.
+            w.write_all(b"{\"cmd\":\"recv_next\",\"wait_seconds\":30}\n{\"cmd\":\"hel")
+                .unwrap();
+            drop((w, r));
+            let mut tries = 0;
+            let hello = loop {
+                let (mut w, mut r) = s.connect("ana.sock");
+                w.write_all(b"{\"cmd\":\"hello\"}\n").unwrap();
+                let a = answer(&mut r);
+                if a["ok"] == true {
+                    break a;
+                }
+                let why = a["error"].as_str().unwrap_or_default().to_string();
+                assert!(why.contains("connections"), "round {round}: {a}");
+                tries += 1;
+                assert!(
+                    tries < 1000,
+                    "round {round}: the first connection was never closed"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            assert_eq!(hello["identity"], "ana", "round {round}: {hello}");
         }
     }
 }

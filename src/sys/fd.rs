@@ -9,6 +9,7 @@
 use crossbeam_channel::{bounded, Receiver};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::Duration;
 
 /// A pipe whose two ends are closed on exec: (read end, write end).
@@ -20,6 +21,31 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
             return Err(io::Error::last_os_error());
         }
         Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
+
+/// Accepts one connection of `listener`, already non-blocking and
+/// close-on-exec (`accept4` with both flags: one system call where std's
+/// `accept` and `set_nonblocking` take two).
+pub fn accept_nonblocking(listener: &UnixListener) -> io::Result<UnixStream> {
+    loop {
+        // SAFETY: a valid listening fd; no address is asked for.
+        let fd = unsafe {
+            libc::accept4(
+                listener.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: accept4 returned a new descriptor that nothing else owns.
+            return Ok(unsafe { UnixStream::from_raw_fd(fd) });
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }
 
@@ -229,6 +255,34 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn an_accepted_connection_is_non_blocking_and_closed_on_exec() {
+        let dir = std::env::temp_dir().join(format!("hive-fd-accept-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let listener = UnixListener::bind(dir.join("s")).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let err = accept_nonblocking(&listener).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock, "{err}");
+        let mut client = UnixStream::connect(dir.join("s")).unwrap();
+        client.write_all(b"ping").unwrap();
+        let mut conn = accept_nonblocking(&listener).unwrap();
+        // SAFETY: F_GETFL and F_GETFD only read the descriptor's flags.
+        let (fl, fd) = unsafe {
+            (
+                libc::fcntl(conn.as_raw_fd(), libc::F_GETFL),
+                libc::fcntl(conn.as_raw_fd(), libc::F_GETFD),
+            )
+        };
+        assert_ne!(fl & libc::O_NONBLOCK, 0);
+        assert_ne!(fd & libc::FD_CLOEXEC, 0);
+        let mut buf = [0u8; 8];
+        assert_eq!(conn.read(&mut buf).unwrap(), 4);
+        let err = conn.read(&mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock, "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_hang_up_is_an_event_and_dropping_the_watch_ends_its_thread() {
