@@ -208,9 +208,6 @@ enum Accepted {
     Client(ConnId),
 }
 
-/// Buffers of closed clients kept for the next ones (input and output).
-const SPARE_BUFFERS: usize = 16;
-
 /// What a slot of the poll set stands for.
 #[derive(Clone, Copy)]
 enum Target {
@@ -235,8 +232,6 @@ pub struct Loop<'c> {
     fds: Vec<PollFd>,
     targets: Vec<Target>,
     scratch: Vec<u8>,
-    /// Closed clients' input and output buffers, emptied, for new clients.
-    spare: Vec<(Vec<u8>, Vec<u8>)>,
     /// Clients with whole requests read and not yet answered because they
     /// had their share of a turn: the next poll does not sleep.
     backlog: Vec<ConnId>,
@@ -256,7 +251,6 @@ impl<'c> Loop<'c> {
             fds: Vec::new(),
             targets: Vec::new(),
             scratch: vec![0; READ_CHUNK],
-            spare: Vec::new(),
             backlog: Vec::new(),
         }
     }
@@ -476,21 +470,17 @@ impl<'c> Loop<'c> {
         let id = self.next_id;
         self.next_id += 1;
         let who = s.who.clone();
-        // A closed client's buffers, kept: a connection of its own per
-        // `hive wake` would otherwise allocate and free them each time, and
-        // musl's allocator maps and unmaps a group for them as often.
-        let (input, output) = self.spare.pop().unwrap_or_default();
         self.clients.insert(
             id,
             Client {
                 stream,
                 who,
                 _slot: slot,
-                input,
+                input: Vec::new(),
                 scanned: 0,
                 too_long: false,
                 eof: false,
-                output,
+                output: Vec::new(),
                 written: 0,
                 stalled: false,
                 state: State::Reading,
@@ -832,15 +822,6 @@ impl<'c> Loop<'c> {
         if let Some(c) = self.clients.remove(&id) {
             let _ = c.stream.shutdown(std::net::Shutdown::Both);
             self.hub.closed(id);
-            let (mut input, mut output) = (c.input, c.output);
-            if self.spare.len() < SPARE_BUFFERS
-                && input.capacity() <= KEEP_OUTPUT
-                && output.capacity() <= KEEP_OUTPUT
-            {
-                input.clear();
-                output.clear();
-                self.spare.push((input, output));
-            }
         }
     }
 
@@ -1110,7 +1091,7 @@ mod tests {
     #[test]
     fn what_a_closed_client_left_unread_never_reaches_the_next_one() {
         // One connection per agent: the next is accepted only once the
-        // first is closed, so its buffers are the ones the first left.
+        // first is closed, right behind it on the same socket.
         let limits = ConnLimits::new(1024, 1, 1, Duration::from_secs(60));
         let s = Served::start_with("spare", limits);
         for round in 0..3 {
