@@ -964,6 +964,9 @@ impl TurnLoop {
             return;
         };
         r.claude.on_output(&o);
+        if !matches!(o, Output::Exited) {
+            r.last_output = Instant::now();
+        }
         let signals = match o {
             Output::Exited => {
                 r.exit = Some(r.claude.on_exit());
@@ -971,7 +974,6 @@ impl TurnLoop {
                 return;
             }
             Output::Stdout(Pipe::Line(line)) => {
-                r.last_output = Instant::now();
                 if line.trim().is_empty() {
                     return;
                 }
@@ -999,27 +1001,21 @@ impl TurnLoop {
                 }
             }
             Output::Stdout(Pipe::TooLong) => {
-                r.last_output = Instant::now();
                 self.bus.note(format!(
                     "a stdout line over {MAX_STDOUT_LINE} bytes was dropped"
                 ));
                 Vec::new()
             }
             Output::Stderr(Pipe::Line(line)) => {
-                r.last_output = Instant::now();
                 let signals = r.observer.on_stderr_line(&line);
                 self.bus.note(line);
                 signals
             }
             Output::Stderr(Pipe::TooLong) => {
-                r.last_output = Instant::now();
                 self.bus.note("a stderr line too long to show was dropped");
                 Vec::new()
             }
-            Output::Stdout(Pipe::Closed) | Output::Stderr(Pipe::Closed) => {
-                r.last_output = Instant::now();
-                Vec::new()
-            }
+            Output::Stdout(Pipe::Closed) | Output::Stderr(Pipe::Closed) => Vec::new(),
         };
         for s in signals {
             self.on_signal(s);
