@@ -202,6 +202,8 @@ fn io(
         ];
         let mut exited = Some(exited);
         let mut batch = Vec::new();
+        // The poll set, refilled each time round: two pipes and the exit.
+        let mut fds: Vec<PollFd> = Vec::with_capacity(3);
         let mut reads = 0;
         loop {
             let open = pipes.iter().any(|p| p.file.is_some());
@@ -227,16 +229,18 @@ fn io(
             } else {
                 Some(EXIT_HOLD)
             };
-            let mut fds: Vec<PollFd> = pipes
-                .iter()
-                .filter_map(|p| p.file.as_ref())
-                .map(|f| PollFd::new(f.as_raw_fd(), true, false))
-                .chain(
-                    exited
-                        .as_ref()
-                        .map(|e| PollFd::new(e.as_raw_fd(), true, false)),
-                )
-                .collect();
+            fds.clear();
+            fds.extend(
+                pipes
+                    .iter()
+                    .filter_map(|p| p.file.as_ref())
+                    .map(|f| PollFd::new(f.as_raw_fd(), true, false))
+                    .chain(
+                        exited
+                            .as_ref()
+                            .map(|e| PollFd::new(e.as_raw_fd(), true, false)),
+                    ),
+            );
             let ready = match poll(&mut fds, wait) {
                 Ok(n) => n,
                 Err(e) => {
