@@ -1,4 +1,6 @@
-//! Descriptors and sockets: a close-on-exec pipe, the socket options and
+//! Descriptors and sockets: a close-on-exec pipe, a file opened beneath a
+//! directory without following a symlink on the way ([`open_beneath`]), the
+//! socket options and
 //! queries the web servers need (timeouts, the unsent queue, a hang-up, a
 //! shutdown), [`poll`] over many descriptors (the broker serves its sockets
 //! from one such loop), and [`HangupWatch`], which turns a peer hanging up
@@ -22,6 +24,65 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
         }
         Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
     }
+}
+
+/// Opens `rel`, a relative path of plain names (no `..`, no `.`, no root),
+/// inside the directory `dir` for reading, walking it one component at a
+/// time with `O_NOFOLLOW`: a component that is a symlink — or has become one
+/// since the caller looked — fails the open (`ENOTDIR` for a directory
+/// component, `ELOOP` for the last one) instead of leading out of `dir`.
+/// `extra` adds open flags for the last component (`O_NONBLOCK`, say).
+pub fn open_beneath(
+    dir: &std::path::Path,
+    rel: &std::path::Path,
+    extra: libc::c_int,
+) -> io::Result<std::fs::File> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Component;
+    let cstr = |b: &[u8]| {
+        CString::new(b)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a path"))
+    };
+    let names = rel
+        .components()
+        .map(|c| match c {
+            Component::Normal(n) => Ok(n),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a path of plain names", rel.display()),
+            )),
+        })
+        .collect::<io::Result<Vec<_>>>()?;
+    let Some((last, dirs)) = names.split_last() else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "an empty path"));
+    };
+    let walk = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let top = cstr(dir.as_os_str().as_bytes())?;
+    let open_at = |at: Option<&OwnedFd>, name: &CString, flags: libc::c_int| loop {
+        let at = at.map_or(libc::AT_FDCWD, |fd| fd.as_raw_fd());
+        // SAFETY: `at` is the working directory or an open directory
+        // descriptor; the name is NUL-terminated.
+        let fd = unsafe { libc::openat(at, name.as_ptr(), flags) };
+        if fd >= 0 {
+            // SAFETY: openat returned a new descriptor nothing else owns.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    let mut at = open_at(None, &top, walk)?;
+    for name in dirs {
+        at = open_at(Some(&at), &cstr(name.as_bytes())?, walk)?;
+    }
+    let file = open_at(
+        Some(&at),
+        &cstr(last.as_bytes())?,
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY | extra,
+    )?;
+    Ok(std::fs::File::from(file))
 }
 
 /// Accepts one connection of `listener`, already non-blocking and
@@ -255,6 +316,7 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
+    use std::path::Path;
 
     #[test]
     fn an_accepted_connection_is_non_blocking_and_closed_on_exec() {
@@ -282,6 +344,44 @@ mod tests {
         let err = conn.read(&mut buf).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock, "{err}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_beneath_a_dir_opens_only_along_real_directories() {
+        let root = std::env::temp_dir().join(format!("hive-fd-beneath-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let own = root.join("own");
+        std::fs::create_dir_all(own.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("elsewhere/b")).unwrap();
+        std::fs::write(own.join("a/b/patch.json"), "inside").unwrap();
+        std::fs::write(root.join("elsewhere/b/patch.json"), "outside").unwrap();
+        let mut text = String::new();
+        open_beneath(&own, Path::new("a/b/patch.json"), 0)
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "inside");
+        // A directory on the way that is a symlink out of `own` (what a path
+        // checked a moment before can turn into) is not followed.
+        std::os::unix::fs::symlink(root.join("elsewhere"), own.join("link")).unwrap();
+        let e = open_beneath(&own, Path::new("link/b/patch.json"), 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR), "{e}");
+        // Nor is a last component that is a symlink.
+        std::os::unix::fs::symlink(root.join("elsewhere/b/patch.json"), own.join("p.json"))
+            .unwrap();
+        let e = open_beneath(&own, Path::new("p.json"), 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{e}");
+        // Only plain names.
+        for bad in [
+            "../elsewhere/b/patch.json",
+            "/etc/hostname",
+            "./a/b/patch.json",
+            "",
+        ] {
+            let e = open_beneath(&own, Path::new(bad), 0).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

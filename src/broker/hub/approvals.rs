@@ -25,7 +25,7 @@ use crate::proto::{
 };
 use serde_json::{json, Value};
 use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 /// Sends a follow-up to the hub and waits for its answer line.
@@ -489,11 +489,29 @@ fn read_patch_file(own: &Path, commit_ref: &str) -> Result<Value, String> {
             own.display()
         ));
     }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
-        .open(&real)
-        .map_err(not_readable)?;
+    // Opened along the checked path without following a symlink, so a
+    // directory on it swapped for a symlink since the check (the agent
+    // writes its own dir) cannot lead the broker out of it.
+    let rel = real.strip_prefix(&own).map_err(|_| {
+        format!(
+            "commit_ref {shown} is outside your own dir {}",
+            own.display()
+        )
+    })?;
+    if rel.as_os_str().is_empty() {
+        return Err(format!(
+            "commit_ref {shown} is a directory, not a regular file; write the patch into a regular file in your state dir, or pass it inline"
+        ));
+    }
+    let file = crate::sys::fd::open_beneath(&own, rel, libc::O_NONBLOCK).map_err(|e| {
+        match e.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) => format!(
+                "commit_ref {shown} changed while it was read (a symlink is now on its way); \
+                 write the patch into a regular file in your state dir, or pass it inline"
+            ),
+            _ => not_readable(e),
+        }
+    })?;
     let meta = file.metadata().map_err(not_readable)?;
     let ft = meta.file_type();
     if !ft.is_file() {
@@ -526,4 +544,60 @@ fn read_patch_file(own: &Path, commit_ref: &str) -> Result<Value, String> {
         ));
     }
     parse_patch(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// An agent that swaps a directory of its patch's path for a symlink out
+    /// of its own dir, over and over, while the broker reads the patch: the
+    /// broker reads its own file or refuses, and never the file outside.
+    #[test]
+    fn a_directory_swapped_for_a_symlink_never_leads_the_read_outside() {
+        let root = std::env::temp_dir().join(format!("hive-patch-swap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let own = root.join("agents/ana");
+        let state = own.join("state");
+        std::fs::create_dir_all(state.join("d")).unwrap();
+        std::fs::write(state.join("d/patch.json"), r#"{"model":"opus"}"#).unwrap();
+        std::fs::create_dir_all(root.join("outside")).unwrap();
+        std::fs::write(root.join("outside/patch.json"), r#"{"model":"stolen"}"#).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, state, outside) = (stop.clone(), state.clone(), root.join("outside"));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::fs::rename(state.join("d"), state.join("d.real")).unwrap();
+                    std::os::unix::fs::symlink(&outside, state.join("d")).unwrap();
+                    std::fs::remove_file(state.join("d")).unwrap();
+                    std::fs::rename(state.join("d.real"), state.join("d")).unwrap();
+                }
+            })
+        };
+        let (mut read, mut refused, mut tries) = (0, 0, 0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while tries < 5000 || read == 0 || refused == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the race was not seen both ways in a minute: read {read}, refused {refused}"
+            );
+            tries += 1;
+            match read_patch_file(&own, "d/patch.json") {
+                Ok(v) => {
+                    assert_eq!(v, json!({"model":"opus"}), "read outside the agent's dir");
+                    read += 1;
+                }
+                Err(e) => {
+                    assert!(!e.contains("stolen"), "{e}");
+                    refused += 1;
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }
