@@ -10,7 +10,9 @@
 //! server on rmcp 1.7, the same crate), `--wake-floor PATH` (a std-only client
 //! sending `hive wake`'s line), `--turn-floor PATH` (a std-only harness loop:
 //! recv_next, spawn, ack), `--cycle-floor PATH` (one thread serving the bare
-//! baseline's statements over the broker's socket protocol), `--claude-stamp
+//! baseline's statements over the broker's socket protocol, run twice: asleep
+//! in its reads, and learning of each request from `poll(2)` first, as the
+//! broker does), `--claude-stamp
 //! PATH` (the claude stand-in of the wake → spawn latency), `--quick` (fewer
 //! rounds), `--only NAME` (wake, cycles, mcp, turns, budget, latency, memory,
 //! sse).
@@ -300,7 +302,8 @@ fn bench_wake(a: &Args) {
 /// commit can be shared between two of them, since each is answered (or handed
 /// out) before the next request exists.
 ///
-/// The broker, `cycle-floor` and bare sqlite take turns: ten rounds of 300
+/// The broker, `cycle-floor` (sleeping in its reads, and learning of each
+/// request from poll(2) first) and bare sqlite take turns: ten rounds of 300
 /// cycles each, the order rotated every round, and each ratio is the median of
 /// the rounds' ratios — on a shared machine a burst of other work lands in one
 /// round of each rather than in one whole run of one of them.
@@ -312,18 +315,27 @@ fn bench_cycles(a: &Args, durability: &str) {
         "/tmp/hv-bench-cycle-floor-{}-{durability}",
         std::process::id()
     ));
-    let mut floor = a.cycle_floor.as_ref().map(|f| {
+    if a.cycle_floor.is_some() {
         let _ = std::fs::remove_dir_all(&floor_dir);
         std::fs::create_dir_all(&floor_dir).unwrap();
-        let socket = floor_dir.join("floor.sock");
-        let child = Command::new(f)
-            .arg(&socket)
-            .arg(floor_dir.join("floor.db"))
-            .arg(durability)
-            .spawn()
-            .expect("start cycle-floor");
-        (child, connect_within(&socket, "cycle-floor"))
-    });
+    }
+    // The floor, and the floor learning of each request from poll(2) as the
+    // broker does.
+    let start_floor = |how: &str| {
+        a.cycle_floor.as_ref().map(|f| {
+            let socket = floor_dir.join(format!("{how}.sock"));
+            let child = Command::new(f)
+                .arg(&socket)
+                .arg(floor_dir.join(format!("{how}.db")))
+                .arg(durability)
+                .arg(how)
+                .spawn()
+                .expect("start cycle-floor");
+            (child, connect_within(&socket, "cycle-floor"))
+        })
+    };
+    let mut floor = start_floor("read");
+    let mut floor_poll = start_floor("poll");
     let path = PathBuf::from(format!("/tmp/hv-bench-bare-{}.db", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let db = rusqlite::Connection::open(&path).unwrap();
@@ -357,26 +369,34 @@ fn bench_cycles(a: &Args, durability: &str) {
         }
         n as f64 / start.elapsed().as_secs_f64()
     };
-    // `rounds` rounds of hive, the floor and bare, the order rotated each
-    // round: their rates, in that order.
-    let mut rotate = |c: &mut Client, floor: &mut Option<(Child, Client)>| {
-        let mut rates = [vec![], vec![], vec![]];
+    // `rounds` rounds of hive, the floor, the polling floor and bare, the
+    // order rotated each round: their rates, in that order.
+    let mut rotate = |c: &mut Client,
+                      floor: &mut Option<(Child, Client)>,
+                      floor_poll: &mut Option<(Child, Client)>| {
+        let mut rates = [vec![], vec![], vec![], vec![]];
         for r in 0..rounds {
-            for k in 0..3 {
-                match (r + k) % 3 {
+            for k in 0..4 {
+                match (r + k) % 4 {
                     0 => rates[0].push(cycles_on(c, per)),
                     1 => {
                         if let Some((_, fc)) = floor.as_mut() {
                             rates[1].push(cycles_on(fc, per));
                         }
                     }
-                    _ => rates[2].push(bare_cycles(per)),
+                    2 => {
+                        if let Some((_, fc)) = floor_poll.as_mut() {
+                            rates[2].push(cycles_on(fc, per));
+                        }
+                    }
+                    _ => rates[3].push(bare_cycles(per)),
                 }
             }
         }
         rates
     };
-    let [hive_rates, floor_rates, bare_rates] = rotate(&mut c, &mut floor);
+    let [hive_rates, floor_rates, poll_rates, bare_rates] =
+        rotate(&mut c, &mut floor, &mut floor_poll);
     // The same three round trips with requests that touch no store: what the
     // broker's requests cost before any statement.
     let start = Instant::now();
@@ -393,19 +413,20 @@ fn bench_cycles(a: &Args, durability: &str) {
     let pinned = {
         let mut pids = vec![b.child.id()];
         pids.extend(floor.as_ref().map(|(child, _)| child.id()));
+        pids.extend(floor_poll.as_ref().map(|(child, _)| child.id()));
         OneCpu::pin(&pids)
     };
-    let [pin_hive, pin_floor, pin_bare] = match pinned {
-        Some(_) => rotate(&mut c, &mut floor),
+    let [pin_hive, pin_floor, pin_poll, pin_bare] = match pinned {
+        Some(_) => rotate(&mut c, &mut floor, &mut floor_poll),
         None => Default::default(),
     };
     drop(pinned);
     drop(b);
-    if let Some((mut child, _)) = floor.take() {
+    for (mut child, _) in [floor.take(), floor_poll.take()].into_iter().flatten() {
         let _ = child.kill();
         let _ = child.wait();
-        let _ = std::fs::remove_dir_all(&floor_dir);
     }
+    let _ = std::fs::remove_dir_all(&floor_dir);
     drop(db);
     let _ = std::fs::remove_file(&path);
     for suffix in ["-wal", "-shm"] {
@@ -422,6 +443,8 @@ fn bench_cycles(a: &Args, durability: &str) {
     let hive_rate = median(&mut hive_rates.clone());
     let bare_rate = median(&mut bare_rates.clone());
     let floor_rate = (!floor_rates.is_empty()).then(|| median(&mut floor_rates.clone()));
+    let poll_pct = (!poll_rates.is_empty()).then(|| of_bare(&poll_rates));
+    let poll_rate = (!poll_rates.is_empty()).then(|| median(&mut poll_rates.clone()));
     let (what, bound) = if durability == "full" {
         (
             "broker send/recv_next/ack_turn cycles vs bare rusqlite, FULL",
@@ -450,11 +473,20 @@ fn bench_cycles(a: &Args, durability: &str) {
             "cycles  [{durability}] cycle-floor (one thread, the bare statements behind the same socket) {floor_rate:.0}/s = {floor_pct:.0}% of bare, the floor of the ratio"
         );
     }
+    if let (Some(poll_rate), Some(poll_pct)) = (poll_rate, poll_pct) {
+        println!(
+            "cycles  [{durability}] cycle-floor served by poll (each request learnt of from poll(2), then read, as a server of many sockets on one thread must) {poll_rate:.0}/s = {poll_pct:.0}% of bare"
+        );
+    }
     if !pin_hive.is_empty() {
         let floor = if pin_floor.is_empty() {
             String::new()
         } else {
-            format!(", cycle-floor {:.0}%", of(&pin_floor, &pin_bare))
+            format!(
+                ", cycle-floor {:.0}%, served by poll {:.0}%",
+                of(&pin_floor, &pin_bare),
+                of(&pin_poll, &pin_bare)
+            )
         };
         println!(
             "cycles  [{durability}] on one CPU (bench, broker and floor pinned together, {rounds} rounds more): hive {:.0}% of bare{floor}",

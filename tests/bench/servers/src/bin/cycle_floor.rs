@@ -10,12 +10,16 @@
 //! shows is what serving the same commits behind a socket costs any broker on
 //! this machine, the server waking cold for every request where the bare loop
 //! runs hot. `make bench` runs it with the same client as `hive broker`.
-//! Usage: `cycle-floor SOCKET DB normal|full`; it serves one connection after
-//! another until it is killed.
+//! With `poll` it learns of each request from `poll(2)` on the connection
+//! before it reads it, as a server of many sockets on one thread (the broker)
+//! must, instead of sleeping in the read itself: the floor of that design.
+//! Usage: `cycle-floor SOCKET DB normal|full [read|poll]` (`read` when not
+//! given); it serves one connection after another until it is killed.
 
 use rusqlite::{params, Connection};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::process::ExitCode;
 
@@ -37,7 +41,7 @@ fn number_field(line: &str, key: &str) -> Option<i64> {
     rest[..end].parse().ok()
 }
 
-fn serve(socket: &str, db: &str, sync: &str) -> Result<(), String> {
+fn serve(socket: &str, db: &str, sync: &str, poll: bool) -> Result<(), String> {
     let conn = Connection::open(db).map_err(|e| format!("{db}: {e}"))?;
     conn.execute_batch(&format!(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync};
@@ -67,6 +71,17 @@ fn serve(socket: &str, db: &str, sync: &str) -> Result<(), String> {
         let mut answer = String::with_capacity(512);
         loop {
             line.clear();
+            if poll && lines.buffer().is_empty() {
+                let mut p = libc::pollfd {
+                    fd: out.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one pollfd of a descriptor this thread holds open.
+                if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
+                    return Err(std::io::Error::last_os_error().to_string());
+                }
+            }
             if lines.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
                 break;
             }
@@ -113,11 +128,19 @@ fn serve(socket: &str, db: &str, sync: &str) -> Result<(), String> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let (Some(socket), Some(db), Some(mode)) = (args.get(1), args.get(2), args.get(3)) else {
-        eprintln!("usage: cycle-floor SOCKET DB normal|full");
+        eprintln!("usage: cycle-floor SOCKET DB normal|full [read|poll]");
         return ExitCode::from(2);
     };
     let sync = if mode == "full" { "FULL" } else { "NORMAL" };
-    match serve(socket, db, sync) {
+    let poll = match args.get(4).map(String::as_str) {
+        None | Some("read") => false,
+        Some("poll") => true,
+        Some(other) => {
+            eprintln!("cycle-floor: {other}: say read or poll");
+            return ExitCode::from(2);
+        }
+    };
+    match serve(socket, db, sync, poll) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cycle-floor: {e}");
