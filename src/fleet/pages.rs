@@ -4,7 +4,8 @@
 //! its token is the fleet entry's `HIVE_WEB_TOKEN`, else the one the harness
 //! generated (`…/state/web-token`), else `hive up`'s own `HIVE_WEB_TOKEN`.
 //! Both files are the agent's, so they are read as [`read_agent_file`] reads:
-//! a small regular file, never through a symlink, never waiting on a FIFO.
+//! a small regular file, reached from the agent's dir without following a
+//! symlink on the way, never waiting on a FIFO.
 
 use crate::http::auth::PAGE_TOKEN_FILE;
 use crate::proto::AgentConfig;
@@ -24,10 +25,17 @@ pub fn state_dir(data: &Path, name: &str) -> PathBuf {
     data.join("agents").join(name).join("state")
 }
 
+/// `file` of `name`'s state dir, as the agent wrote it.
+fn state_file(data: &Path, name: &str, file: &str) -> Option<String> {
+    read_agent_file(
+        &data.join("agents").join(name),
+        &Path::new("state").join(file),
+    )
+}
+
 /// The port `name`'s page listens on, from its port file.
 pub fn port(data: &Path, name: &str) -> Option<u16> {
-    read_agent_file(&state_dir(data, name).join("hyperhive-port"))
-        .and_then(|p| p.trim().parse().ok())
+    state_file(data, name, "hyperhive-port").and_then(|p| p.trim().parse().ok())
 }
 
 /// The token of `name`'s page (see the module's rule); `fallback` is `hive
@@ -47,7 +55,7 @@ pub fn token(
         .and_then(|t| nonblank(t))
         .or_else(|| {
             plain_name(name)
-                .then(|| read_agent_file(&state_dir(data, name).join(PAGE_TOKEN_FILE)))
+                .then(|| state_file(data, name, PAGE_TOKEN_FILE))
                 .flatten()
                 .and_then(|t| nonblank(&t))
         })
@@ -77,17 +85,16 @@ pub fn plain_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
-/// Reads a small file an agent writes (it can replace it with anything): a
-/// regular file only, never following a symlink, never blocking on a FIFO, at
-/// most 4 KiB.
-pub fn read_agent_file(path: &Path) -> Option<String> {
+/// Reads a small file an agent writes (it can replace it with anything),
+/// `rel` inside the agent's dir `agent_dir` (`DATA/agents/NAME`, which the
+/// agent cannot replace: its view of `DATA/agents` is read-only): a regular
+/// file only, reached without following a symlink on the way — the agent can
+/// swap its `state` dir for a symlink to another agent's at any moment
+/// ([`crate::sys::fd::open_beneath`]) —, never blocking on a FIFO, at most
+/// 4 KiB.
+pub fn read_agent_file(agent_dir: &Path, rel: &Path) -> Option<String> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)
-        .ok()?;
+    let f = crate::sys::fd::open_beneath(agent_dir, rel, libc::O_NONBLOCK).ok()?;
     if !f.metadata().ok()?.is_file() {
         return None;
     }
@@ -122,23 +129,37 @@ mod tests {
     fn an_agents_file_is_read_only_when_it_is_a_small_regular_file() {
         let dir = std::env::temp_dir().join(format!("hive-agentfile-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let (file, fifo, link) = (dir.join("port"), dir.join("fifo"), dir.join("link"));
-        std::fs::write(&file, "4242\n").unwrap();
-        assert_eq!(read_agent_file(&file).as_deref(), Some("4242\n"));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        let read = |rel: &str| read_agent_file(&dir, Path::new(rel));
+        std::fs::write(dir.join("port"), "4242\n").unwrap();
+        assert_eq!(read("port").as_deref(), Some("4242\n"));
         assert!(std::process::Command::new("mkfifo")
-            .arg(&fifo)
+            .arg(dir.join("fifo"))
             .status()
             .unwrap()
             .success());
-        assert_eq!(
-            read_agent_file(&fifo),
-            None,
-            "a FIFO is not read (nor waited on)"
-        );
-        std::os::unix::fs::symlink(&file, &link).unwrap();
-        assert_eq!(read_agent_file(&link), None, "a symlink is not followed");
-        assert_eq!(read_agent_file(&dir), None);
+        assert_eq!(read("fifo"), None, "a FIFO is not read (nor waited on)");
+        std::os::unix::fs::symlink(dir.join("port"), dir.join("link")).unwrap();
+        assert_eq!(read("link"), None, "a symlink is not followed");
+        assert_eq!(read("sub"), None);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An agent that points its `state` dir at another agent's: `hive up`
+    /// reads neither that agent's port nor its token for it.
+    #[test]
+    fn a_state_dir_swapped_for_a_symlink_is_not_followed() {
+        let data = std::env::temp_dir().join(format!("hive-pages-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        let other = state_dir(&data, "bob");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join(PAGE_TOKEN_FILE), "bobs-token\n").unwrap();
+        std::fs::write(other.join("hyperhive-port"), "4343\n").unwrap();
+        std::fs::create_dir_all(data.join("agents/ana")).unwrap();
+        std::os::unix::fs::symlink(&other, state_dir(&data, "ana")).unwrap();
+        assert_eq!(token(&data, None, "ana", None), None);
+        assert_eq!(page(&data, None, "ana", None).port, None);
+        assert_eq!(page(&data, None, "bob", None).port, Some(4343));
+        let _ = std::fs::remove_dir_all(&data);
     }
 }

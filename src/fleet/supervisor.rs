@@ -34,7 +34,7 @@ use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, never, select, tick, unbounded, Receiver, Sender};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
@@ -512,10 +512,12 @@ impl Supervisor {
         let state = dir.join("state");
         let run = dir.join("run");
         let claude = dir.join("claude");
-        for d in [&state, &run, &claude, &self.s.data.join("logs")] {
-            std::fs::create_dir_all(d)
-                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        for d in [&state, &run, &claude] {
+            own_dir(d)?;
         }
+        let logs = self.s.data.join("logs");
+        std::fs::create_dir_all(&logs)
+            .map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
         // A fresh port file is written by this start.
         let _ = std::fs::remove_file(state.join("hyperhive-port"));
         let cfg = self
@@ -860,9 +862,50 @@ fn mtime(p: &std::path::Path) -> Option<SystemTime> {
     std::fs::metadata(p).and_then(|m| m.modified()).ok()
 }
 
+/// Makes sure `d`, a dir inside an agent's own dir, is a directory, creating
+/// it when missing. The agent can write its own dir, so it could have left a
+/// symlink there; `hive up` (which reads and removes files in these dirs, and
+/// mounts them into the agent's sandbox) refuses to follow it, to another
+/// agent's dir or anywhere else on the host.
+fn own_dir(d: &Path) -> Result<(), String> {
+    match std::fs::symlink_metadata(d) {
+        Ok(m) if m.file_type().is_symlink() => Err(format!(
+            "{} is a symlink, not a directory: hive up does not follow an agent's own dirs \
+             through symlinks; replace it with a directory",
+            d.display()
+        )),
+        Ok(m) if !m.is_dir() => Err(format!(
+            "{} is not a directory; move it away so hive up can create it",
+            d.display()
+        )),
+        Ok(_) => Ok(()),
+        Err(_) => {
+            std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agents_own_dir_is_created_but_never_followed_through_a_symlink() {
+        let root = std::env::temp_dir().join(format!("hive-own-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let ana = root.join("agents/ana");
+        own_dir(&ana.join("state")).unwrap();
+        assert!(ana.join("state").is_dir());
+        own_dir(&ana.join("state")).unwrap();
+        std::fs::create_dir_all(root.join("agents/bob/run")).unwrap();
+        std::os::unix::fs::symlink(root.join("agents/bob/run"), ana.join("run")).unwrap();
+        let e = own_dir(&ana.join("run")).unwrap_err();
+        assert!(e.contains("is a symlink"), "{e}");
+        std::fs::write(ana.join("claude"), "").unwrap();
+        let e = own_dir(&ana.join("claude")).unwrap_err();
+        assert!(e.contains("is not a directory"), "{e}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     #[test]
     fn operator_variables_are_told_from_agent_ones() {
