@@ -470,9 +470,10 @@ fn supervision_of(app: &App, name: &str) -> Result<AgentState, String> {
 /// (its fleet entry's, else `hive up`'s, else the default), when it has a
 /// forge token (`STATE/forge-token`) and the URL is not switched off (`""`).
 fn forge_link(app: &App, name: &str, s: &AgentState) -> Option<String> {
-    let state =
-        super::pages::plain_name(name).then(|| app.data.join("agents").join(name).join("state"))?;
-    if !state.join("forge-token").is_file() {
+    // Read as the page's own files are: not through a symlink the agent left.
+    if !super::pages::plain_name(name)
+        || super::pages::state_file(&app.data, name, "forge-token").is_none()
+    {
         return None;
     }
     let url = match s.applied.env.get("HIVE_FORGE_URL") {

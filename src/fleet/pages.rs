@@ -20,17 +20,14 @@ pub struct Page {
     pub token: Option<String>,
 }
 
-/// `DATA/agents/NAME/state`.
-pub fn state_dir(data: &Path, name: &str) -> PathBuf {
-    data.join("agents").join(name).join("state")
+/// `DATA/agents/NAME`, the agent's own dir.
+pub fn agent_dir(data: &Path, name: &str) -> PathBuf {
+    data.join("agents").join(name)
 }
 
-/// `file` of `name`'s state dir, as the agent wrote it.
-fn state_file(data: &Path, name: &str, file: &str) -> Option<String> {
-    read_agent_file(
-        &data.join("agents").join(name),
-        &Path::new("state").join(file),
-    )
+/// `file` of `name`'s state dir, as the agent wrote it ([`read_agent_file`]).
+pub fn state_file(data: &Path, name: &str, file: &str) -> Option<String> {
+    read_agent_file(&agent_dir(data, name), &Path::new("state").join(file))
 }
 
 /// The port `name`'s page listens on, from its port file.
@@ -111,7 +108,7 @@ mod tests {
     fn the_entrys_token_comes_first_then_the_file_then_hive_ups() {
         let data = std::env::temp_dir().join(format!("hive-pages-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
-        let state = state_dir(&data, "ana");
+        let state = agent_dir(&data, "ana").join("state");
         std::fs::create_dir_all(&state).unwrap();
         assert_eq!(token(&data, None, "ana", Some("up")), Some("up".into()));
         std::fs::write(state.join(PAGE_TOKEN_FILE), "made\n").unwrap();
@@ -151,12 +148,12 @@ mod tests {
     fn a_state_dir_swapped_for_a_symlink_is_not_followed() {
         let data = std::env::temp_dir().join(format!("hive-pages-link-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
-        let other = state_dir(&data, "bob");
+        let other = agent_dir(&data, "bob").join("state");
         std::fs::create_dir_all(&other).unwrap();
         std::fs::write(other.join(PAGE_TOKEN_FILE), "bobs-token\n").unwrap();
         std::fs::write(other.join("hyperhive-port"), "4343\n").unwrap();
         std::fs::create_dir_all(data.join("agents/ana")).unwrap();
-        std::os::unix::fs::symlink(&other, state_dir(&data, "ana")).unwrap();
+        std::os::unix::fs::symlink(&other, agent_dir(&data, "ana").join("state")).unwrap();
         assert_eq!(token(&data, None, "ana", None), None);
         assert_eq!(page(&data, None, "ana", None).port, None);
         assert_eq!(page(&data, None, "bob", None).port, Some(4343));

@@ -483,21 +483,15 @@ fn read_patch_file(own: &Path, commit_ref: &str) -> Result<Value, String> {
     let path: PathBuf = own.join("state").join(commit_ref);
     let real = path.canonicalize().map_err(not_readable)?;
     let own = own.canonicalize().map_err(not_readable)?;
-    if !real.starts_with(&own) {
+    let Ok(rel) = real.strip_prefix(&own) else {
         return Err(format!(
             "commit_ref {shown} is outside your own dir {}; write the patch into your state dir, or pass it inline",
             own.display()
         ));
-    }
+    };
     // Opened along the checked path without following a symlink, so a
     // directory on it swapped for a symlink since the check (the agent
     // writes its own dir) cannot lead the broker out of it.
-    let rel = real.strip_prefix(&own).map_err(|_| {
-        format!(
-            "commit_ref {shown} is outside your own dir {}",
-            own.display()
-        )
-    })?;
     if rel.as_os_str().is_empty() {
         return Err(format!(
             "commit_ref {shown} is a directory, not a regular file; write the patch into a regular file in your state dir, or pass it inline"
