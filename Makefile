@@ -8,7 +8,7 @@ export CC_x86_64_unknown_linux_musl ?= musl-gcc
 # rust-lld, with the start-up code gathered first in .text (src/link/link-musl).
 export CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER ?= $(CURDIR)/src/link/link-musl
 
-.PHONY: all build test lint musl musl-check musl-if-available start-order bench soak fuzz clean
+.PHONY: all build test lint musl musl-check musl-if-available start-order bench bench-build wake-path soak fuzz clean
 
 all: build
 
@@ -78,15 +78,28 @@ start-order: musl
 ## floor and an rmcp 1.7 server) are their own package with their own lockfile
 ## (tests/bench/servers), built here only.
 BENCH_SERVERS := target/bench-servers/$(MUSL_TARGET)/release
-bench: musl
-	$(CARGO) build --release --target $(MUSL_TARGET) --example empty
-	$(CARGO) build --release --target $(MUSL_TARGET) --locked \
-	  --manifest-path tests/bench/servers/Cargo.toml --target-dir target/bench-servers
-	$(CARGO) bench --bench hive -- \
+BENCH := $(CARGO) bench --bench hive -- \
 	  --hive $(MUSL_BIN) --empty target/$(MUSL_TARGET)/release/examples/empty \
 	  --floor $(BENCH_SERVERS)/mcp-floor --rmcp $(BENCH_SERVERS)/mcp-rmcp \
 	  --wake-floor $(BENCH_SERVERS)/wake-floor --turn-floor $(BENCH_SERVERS)/turn-floor \
 	  --cycle-floor $(BENCH_SERVERS)/cycle-floor --claude-stamp $(BENCH_SERVERS)/claude-stamp
+bench: bench-build
+	$(BENCH)
+
+bench-build: musl
+	$(CARGO) build --release --target $(MUSL_TARGET) --example empty
+	$(CARGO) build --release --target $(MUSL_TARGET) --locked \
+	  --manifest-path tests/bench/servers/Cargo.toml --target-dir target/bench-servers
+	$(CARGO) bench --bench hive --no-run
+
+## Where a wake's time goes between the broker and claude's start, thread by
+## thread: the wake → spawn bench alone under `perf sched record -a` (needs
+## perf, and root or kernel.perf_event_paranoid <= -1), read by
+## tests/bench/wake_path.py.
+wake-path: bench-build
+	perf sched record -a -o target/wake-path.data -- $(BENCH) --only latency
+	perf script -i target/wake-path.data -F comm,pid,tid,cpu,time,event,trace \
+	  | python3 tests/bench/wake_path.py
 
 clean:
 	$(CARGO) clean
