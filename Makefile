@@ -98,7 +98,7 @@ bench-build: musl
 ## tests/bench/wake_path.py.
 wake-path: bench-build
 	perf sched record -a -o target/wake-path.data -- $(BENCH) --only latency
-	perf script -i target/wake-path.data -F comm,pid,tid,cpu,time,event,trace \
+	perf script -i target/wake-path.data -F trace:comm,pid,tid,cpu,time,event,trace \
 	  | python3 tests/bench/wake_path.py
 
 clean:

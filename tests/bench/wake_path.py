@@ -21,7 +21,7 @@ through the wake-ups that led to it and splits the path into:
 It prints each segment's median, p90, p99 and slowest per harness, how often
 the child started on another CPU than its parent's, and the slowest wakes
 whole, so a slow sample shows which thread waited. Reads `perf script -F
-comm,pid,tid,cpu,time,event,trace` on stdin (or the file named first).
+trace:comm,pid,tid,cpu,time,event,trace` on stdin (or the file named first).
 """
 
 import re
