@@ -744,9 +744,8 @@ fn unread_and_inflight(c: &mut Client) -> (u64, bool) {
     (s.unread, s.inflight.is_some())
 }
 
-/// The floor of a harness turn (`--turn-floor`) on `b`, running `claude`.
-/// `turn-floor` on `b`'s agent socket; with `handoff`, one thread talks to the
-/// broker and another spawns claude.
+/// The floor of a harness turn (`--turn-floor`) on `b`, running `claude`;
+/// with `handoff`, one thread talks to the broker and another spawns claude.
 fn start_turn_floor(floor: &Path, b: &BrokerProc, claude: &Path, handoff: bool) -> Child {
     Command::new(floor)
         .arg(b.socket())
