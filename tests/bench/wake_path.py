@@ -48,73 +48,75 @@ def woken_pid(rest):
     return int(m.group(1)) if m else None
 
 
+def last_waking(ev, target, before):
+    """The index of the last `sched_waking` of thread `target` at or before
+    index `before`, or None."""
+    for j in range(before, -1, -1):
+        if ev[j][5] == "sched:sched_waking" and woken_pid(ev[j][6]) == target:
+            return j
+    return None
+
+
+def switch_in(ev, target, lo, hi):
+    """When thread `target` first ran between indexes `lo` and `hi` (the
+    time of `lo` if the record shows no switch to it: it was running)."""
+    for e in ev[lo : hi + 1]:
+        if e[5] == "sched:sched_switch" and f"next_pid={target} " in e[6] + " ":
+            return e[0]
+    return ev[lo][0]
+
+
+def child_cpu(ev, i, child):
+    """The CPU the kernel put new task `child` on, from the `sched_wakeup_new`
+    just after its fork at index `i`."""
+    for e in ev[i : i + 50]:
+        if e[5] == "sched:sched_wakeup_new" and woken_pid(e[6]) == child:
+            return int(re.search(r"target_cpu=(\d+)", e[6]).group(1))
+    return None
+
+
 def main():
     src = open(sys.argv[1]) if len(sys.argv) > 1 else sys.stdin
     ev = events(src)
-    # Who spawned each claude, and when it first ran as claude.
+    # When each claude first ran as claude (after its `execve`).
     first = {}
-    for i, (t, comm, pid, tid, cpu, name, rest) in enumerate(ev):
+    for t, comm, pid, tid, cpu, name, rest in ev:
         if comm == CHILD and tid not in first:
             first[tid] = t
-    # The last waking of each thread before index i: walked back per spawn.
     results = {}
-    for i, (t, comm, pid, tid, cpu, name, rest) in enumerate(ev):
+    for i, (t, comm, pid, spawner, cpu, name, rest) in enumerate(ev):
         if name != "sched:sched_process_fork":
             continue
         child = int(re.search(r"child_pid=(\d+)", rest).group(1))
         if child not in first:
             continue
-        spawner = tid
-
-        def last_waking(target, before):
-            j = before
-            while j > 0:
-                e = ev[j]
-                if e[5] == "sched:sched_waking" and woken_pid(e[6]) == target:
-                    return j
-                j -= 1
-            return None
-
-        def switch_in(target, lo, hi):
-            for x in range(lo, hi + 1):
-                e = ev[x]
-                if e[5] == "sched:sched_switch" and f"next_pid={target} " in e[6] + " ":
-                    return e[0]
-            return ev[lo][0]
-
-        w = last_waking(spawner, i)
+        w = last_waking(ev, spawner, i)
         if w is None:
             continue
         if ev[w][1] == "hub":
-            # The spawner read the answer itself (the floor).
-            hub_at, reader_in = ev[w][0], switch_in(spawner, w, i)
-            woke_spawner = spawner_in = None
+            # The spawner read the answer itself (the floor): no hop.
+            hub_at, reader_in = ev[w][0], switch_in(ev, spawner, w, i)
+            woke_spawner = spawner_in = t
             label = comm
         else:
             reader = ev[w][3]
-            h = last_waking(reader, w)
+            h = last_waking(ev, reader, w)
             if h is None or ev[h][1] != "hub":
                 continue
-            hub_at, reader_in = ev[h][0], switch_in(reader, h, w)
-            woke_spawner, spawner_in = ev[w][0], switch_in(spawner, w, i)
+            hub_at, reader_in = ev[h][0], switch_in(ev, reader, h, w)
+            woke_spawner, spawner_in = ev[w][0], switch_in(ev, spawner, w, i)
             label = f"{comm} ({ev[w][1]} → {comm})"
         if t - hub_at > 0.05:
             continue  # not a wake's path (a spawn long after the last wake-up)
         seg = {
             "hub → reader": reader_in - hub_at,
-            "reader": (woke_spawner or t) - reader_in,
-            "hop": (spawner_in - woke_spawner) if woke_spawner else 0.0,
-            "spawner": t - (spawner_in or t) if spawner_in else 0.0,
+            "reader": woke_spawner - reader_in,
+            "hop": spawner_in - woke_spawner,
+            "spawner": t - spawner_in,
             "exec": first[child] - t,
             "total": first[child] - hub_at,
         }
-        target_cpu = None
-        for x in range(i, min(i + 50, len(ev))):
-            e = ev[x]
-            if e[5] == "sched:sched_wakeup_new" and woken_pid(e[6]) == child:
-                target_cpu = int(re.search(r"target_cpu=(\d+)", e[6]).group(1))
-                break
-        seg["other cpu"] = target_cpu is not None and target_cpu != cpu
+        seg["other cpu"] = child_cpu(ev, i, child) not in (None, cpu)
         results.setdefault(label, []).append(seg)
     if not results:
         sys.exit("wake_path: no spawn of claude-stamp after a wake-up by the hub in this record")

@@ -45,9 +45,12 @@ fn turn(claude: &str, prompt: &str, output: &mut Vec<u8>) -> std::io::Result<()>
     Ok(())
 }
 
-/// The broker's side of the loop: `recv_next`, then, once `turn` has run the
+/// The broker's side of the loop: `recv_next`, then, once `run_turn` has run the
 /// message, `ack_turn`, for ever.
-fn serve(socket: &str, mut turn: impl FnMut(&str) -> std::io::Result<()>) -> std::io::Result<()> {
+fn serve(
+    socket: &str,
+    mut run_turn: impl FnMut(&str) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let stream = UnixStream::connect(socket)?;
     let mut out = stream.try_clone()?;
     let mut answers = BufReader::new(stream);
@@ -71,7 +74,7 @@ fn serve(socket: &str, mut turn: impl FnMut(&str) -> std::io::Result<()>) -> std
         let Some(id) = message_id(&answer) else {
             continue;
         };
-        turn(&answer)?;
+        run_turn(&answer)?;
         exchange(
             &format!("{{\"cmd\":\"ack_turn\",\"id\":{id}}}\n"),
             &mut answer,
