@@ -9,13 +9,25 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Mutex;
 
 fn nix_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("nix")
 }
 
-/// Runs nix-instantiate in `nix/`; None when it is not installed.
+/// Held around every nix-instantiate run of this test binary. On a machine
+/// where nix never ran, each run first creates the state dir
+/// (`/nix/var/nix/profiles`, its gcroots symlink, the db); two first runs at
+/// once race there and one fails with "creating symlink … File exists"
+/// (reproduced with `NIX_STATE_DIR` pointed at an empty dir). The tests run
+/// in parallel threads, so they take turns.
+static NIX: Mutex<()> = Mutex::new(());
+
+/// Runs nix-instantiate in `nix/`, one run at a time; None when it is not
+/// installed.
 fn nix_instantiate(args: &[&str]) -> Option<Output> {
+    // A test that panicked after its run left nothing half-done behind the lock.
+    let _turn = NIX.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let out = Command::new("nix-instantiate")
         .current_dir(nix_dir())
         .args(args)
