@@ -6,6 +6,8 @@
 //! starts them keeps what it needs for itself. [`StartFault`] tells a start that
 //! failed for a passing shortage of resources from one that needs a fix, so the
 //! caller can keep the work it was about to do instead of failing it.
+//! [`CLAUDE_CLI_WINDOW`] is the range of Claude Code CLI versions hive is
+//! tested against, and [`cli_window_notice`] what a run outside it is told.
 
 use std::ffi::OsString;
 use std::io;
@@ -65,9 +67,80 @@ impl StartFault {
     }
 }
 
+/// The Claude Code CLI versions hive supports, oldest and newest: CI runs
+/// every real-CLI test against both ends (`docs/claude-cli.md` says how the
+/// window moves). A version outside it still runs, with one notice.
+pub const CLAUDE_CLI_WINDOW: (&str, &str) = ("2.1.197", "2.1.332");
+
+/// The npm package of the CLI, named in notices about it.
+pub const CLAUDE_CLI_PACKAGE: &str = "@anthropic-ai/claude-code";
+
+/// A CLI version as `MAJOR.MINOR.PATCH` numbers; None for anything else
+/// (`claude --version` prints `2.1.332 (Claude Code)`: the first word counts).
+pub fn cli_version(text: &str) -> Option<(u32, u32, u32)> {
+    let word = text.split_whitespace().next()?;
+    let mut parts = word.split('.').map(|p| p.parse::<u32>().ok());
+    let v = (parts.next()??, parts.next()??, parts.next()??);
+    parts.next().is_none().then_some(v)
+}
+
+/// Whether `version` lies inside [`CLAUDE_CLI_WINDOW`]; an unreadable
+/// version is outside.
+pub fn cli_in_window(version: &str) -> bool {
+    let (Some(v), Some(lo), Some(hi)) = (
+        cli_version(version),
+        cli_version(CLAUDE_CLI_WINDOW.0),
+        cli_version(CLAUDE_CLI_WINDOW.1),
+    ) else {
+        return false;
+    };
+    (lo..=hi).contains(&v)
+}
+
+/// What the operator is told, once per hive and version, of a CLI outside
+/// the window; None inside it. The turn runs either way.
+pub fn cli_window_notice(version: &str) -> Option<String> {
+    if cli_in_window(version) {
+        return None;
+    }
+    let (lo, hi) = CLAUDE_CLI_WINDOW;
+    let shown: String = version
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(40)
+        .collect();
+    Some(format!(
+        "Claude Code CLI {shown:?} is outside the versions hive is tested with \
+         ({lo} to {hi}); turns run, but what the CLI prints may be read wrong. \
+         Install one inside the window (npm install -g {CLAUDE_CLI_PACKAGE}@{hi}) \
+         or point HIVE_CLAUDE_BIN at one."
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cli_window_holds_its_ends_and_refuses_the_rest() {
+        let (lo, hi) = CLAUDE_CLI_WINDOW;
+        assert_eq!(cli_version("2.1.332 (Claude Code)"), Some((2, 1, 332)));
+        for v in [lo, hi, "2.1.250", "2.1.250 (Claude Code)"] {
+            assert!(cli_in_window(v), "{v}");
+            assert_eq!(cli_window_notice(v), None, "{v}");
+        }
+        for v in [
+            "2.1.196", "2.1.333", "2.2.0", "1.9.999", "", "2.1", "2.1.x", "v2.1.200",
+        ] {
+            assert!(!cli_in_window(v), "{v}");
+        }
+        let notice = cli_window_notice("2.1.400\u{1b}[2J").unwrap();
+        assert!(
+            notice.contains("2.1.400") && notice.contains(hi),
+            "{notice}"
+        );
+        assert!(!notice.contains('\u{1b}'), "{notice}");
+    }
 
     #[test]
     fn operator_variables_are_named_and_prefixed() {

@@ -1,4 +1,4 @@
-//! Usage limits with the real Claude Code CLI 2.1.197 (issue 16): two agents
+//! Usage limits with the real Claude Code CLI, both ends of the supported window (issue 16): two agents
 //! of one pool (the fleet's explicit `"account"`), each a `hive serve` running
 //! the real CLI with an OAuth token against its own fake Anthropic API, so the
 //! requests of each agent are counted apart. The API answers with the unified
@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::claude_cli::require_real_claude;
+use common::claude_cli::{real_cli_tests, RealCli};
 use common::fake_anthropic::{FakeAnthropic, RecordedRequest, Scenario, Step};
 use common::hive::*;
 use hyperhive::proto::cmd::Inbox;
@@ -108,13 +108,9 @@ fn mentions(posts: &[RecordedRequest], needle: &str) -> bool {
     posts.iter().any(|r| r.mentions(needle))
 }
 
-#[test]
-fn the_real_clis_usage_limit_parks_the_pool_until_the_reset_it_reported() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn the_real_clis_usage_limit_parks_the_pool_until_the_reset_it_reported(cli: &RealCli) {
     let (b, ana, bob) = pool(
-        &cli,
+        cli,
         Scenario::new().otherwise(Step::text("ana's job done")),
         Scenario::new().otherwise(Step::text("bob's job done")),
     );
@@ -150,10 +146,13 @@ fn the_real_clis_usage_limit_parks_the_pool_until_the_reset_it_reported() {
         "{rows:?}"
     );
     assert_eq!(paused.until, Some(reset), "{paused:?}");
-    assert!(
-        paused.detail.contains("You've hit your session limit"),
-        "{paused:?}"
-    );
+    // 2.1.197 says "session limit", 2.1.332 "5-hour limit".
+    let wording = if cli.at_least("2.1.332") {
+        "You've hit your 5-hour limit"
+    } else {
+        "You've hit your session limit"
+    };
+    assert!(paused.detail.contains(wording), "{paused:?}");
 
     // bob has mail while the pool is parked: it waits, and bob's claude does
     // not start (its API sees nothing) before the reset.
@@ -232,11 +231,7 @@ fn the_real_clis_usage_limit_parks_the_pool_until_the_reset_it_reported() {
     );
 }
 
-#[test]
-fn the_real_clis_early_warning_marks_the_pool_until_the_reset() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn the_real_clis_early_warning_marks_the_pool_until_the_reset(cli: &RealCli) {
     let (b, ana, _bob) = pool(
         &cli,
         Scenario::new().otherwise(Step::text("done")),
@@ -318,13 +313,9 @@ fn the_real_clis_early_warning_marks_the_pool_until_the_reset() {
 /// The same pool under a real `hive up`, the real CLI for both agents and
 /// one fake API: the warning ana's run printed is on both agents' cards of
 /// the dashboard, in its JSON and as the badge in headless Chromium.
-#[test]
-fn the_real_clis_early_warning_is_on_the_dashboard_of_hive_up() {
+fn the_real_clis_early_warning_is_on_the_dashboard_of_hive_up(cli: &RealCli) {
     use common::browser::{browser, Driver};
     use common::up::{Launch, Up};
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
     let Some((chromium, chromedriver)) = browser() else {
         return;
     };
@@ -427,3 +418,9 @@ fn the_real_clis_early_warning_is_on_the_dashboard_of_hive_up() {
         });
     }
 }
+
+real_cli_tests!(
+    the_real_clis_early_warning_is_on_the_dashboard_of_hive_up,
+    the_real_clis_usage_limit_parks_the_pool_until_the_reset_it_reported,
+    the_real_clis_early_warning_marks_the_pool_until_the_reset,
+);

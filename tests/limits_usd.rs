@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::claude_cli::{claude_env, require_real_claude, run_claude, Sandbox};
+use common::claude_cli::{claude_env, real_cli_tests, run_claude, RealCli, Sandbox};
 use common::fake_anthropic::{FakeAnthropic, RequestKind, Scenario, Step, Usage};
 use common::hive::*;
 use common::web::Page;
@@ -176,11 +176,7 @@ fn turn_usd_applies_live_under_hive_up() {
 /// by hand against the fake API answering a tool call with a large `usage`:
 /// the line the fake claude above and the classifier's unit test copy, and
 /// the classifier's reading of it.
-#[test]
-fn the_real_cli_ends_a_run_past_max_budget_usd_with_error_max_budget_usd() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn the_real_cli_ends_a_run_past_max_budget_usd_with_error_max_budget_usd(cli: &RealCli) {
     let big = Usage {
         input_tokens: 200_000,
         output_tokens: 1000,
@@ -250,11 +246,7 @@ fn the_real_cli_ends_a_run_past_max_budget_usd_with_error_max_budget_usd() {
 /// `--max-budget-usd` (without it the CLI would go on to the tool's next
 /// call), the CLI stops the run with `error_max_budget_usd`, and the turn is
 /// acked, not retried.
-#[test]
-fn the_real_cli_stops_at_the_turn_budget_and_the_turn_is_not_retried() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn the_real_cli_stops_at_the_turn_budget_and_the_turn_is_not_retried(cli: &RealCli) {
     let big = Usage {
         input_tokens: 200_000,
         output_tokens: 1000,
@@ -961,3 +953,8 @@ fn an_operator_compact_queued_behind_a_turn_that_reaches_the_budget_waits_for_a_
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(h.fake.count(), 3, "kept once, run once");
 }
+
+real_cli_tests!(
+    the_real_cli_ends_a_run_past_max_budget_usd_with_error_max_budget_usd,
+    the_real_cli_stops_at_the_turn_budget_and_the_turn_is_not_retried,
+);

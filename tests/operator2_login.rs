@@ -9,7 +9,7 @@
 mod common;
 
 use common::agent_page::AgentPage;
-use common::claude_cli::require_real_claude;
+use common::claude_cli::{real_cli_tests, RealCli};
 use common::fake_anthropic::{ErrorType, FakeAnthropic, Scenario, Step};
 use common::hive::*;
 use serde_json::{json, Value};
@@ -199,11 +199,7 @@ fn a_harness_parked_with_a_refused_key_stays_parked_across_a_restart_with_it() {
     h.fake.wait_count(3);
 }
 
-#[test]
-fn the_real_cli_checks_a_token_against_the_api() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn the_real_cli_checks_a_token_against_the_api(cli: &RealCli) {
     let b = Broker::start(&["ana"]);
     let api = FakeAnthropic::start(
         Scenario::new()
@@ -341,3 +337,5 @@ fn an_expired_oauth_token_reaches_the_manager() {
         up.log()
     );
 }
+
+real_cli_tests!(the_real_cli_checks_a_token_against_the_api,);

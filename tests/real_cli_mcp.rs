@@ -7,20 +7,19 @@
 
 mod common;
 
-use common::claude_cli::{claude_env, require_real_claude, run_claude, CliRun, Sandbox};
+use common::claude_cli::{
+    claude_env, harness_invocation, real_cli_tests, run_claude, CliRun, RealCli, Sandbox,
+};
 use common::fake_anthropic::{FakeAnthropic, Scenario, Step};
-use common::hive::{hive_bin, ok, run_hive, wait_for, Broker, TempDir};
+use common::hive::{ok, run_hive, wait_for, Broker, TempDir};
 use hyperhive::groups::ToolGroup;
 use hyperhive::mcp::hyperhive::allowed_hyperhive_tools;
 use hyperhive::proto::cmd::{Inbox, QuestionsReply, Recv, Send};
 use hyperhive::proto::{MessagesReply, Request};
 use serde_json::{json, Value};
-use std::path::Path;
 use std::time::Duration;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
-
-const SETTINGS: &str = r#"{"autoCompactEnabled":false,"autoMemoryEnabled":false}"#;
 
 /// One agent `ruth` with a broker, a state dir and a CLI sandbox.
 struct Agent {
@@ -38,58 +37,66 @@ impl Agent {
         }
     }
 
-    /// One `claude --print` turn whose model follows `steps`.
-    fn turn(&self, cli: &Path, steps: Vec<Step>) -> (CliRun, FakeAnthropic) {
+    /// One `claude --print` turn whose model follows `steps`, run with the
+    /// argv, MCP config and settings the harness itself writes.
+    fn turn(&self, cli: &RealCli, steps: Vec<Step>) -> (CliRun, FakeAnthropic) {
         let fake = FakeAnthropic::start(Scenario::of(steps));
-        let config = json!({"mcpServers": {"hyperhive": {
-            "command": hive_bin(),
-            "args": ["mcp"],
-            "env": {
-                "HIVE_SOCKET": self.broker.agent_socket("ruth"),
-                "HIVE_STATE_DIR": self.state.path(),
-                "RUST_LOG": "debug",
-            },
-        }}});
-        let config = self.sandbox.write("mcp.json", &config.to_string());
-        let settings = self.sandbox.write("settings.json", SETTINGS);
-        let allowed = allowed_hyperhive_tools(&ToolGroup::AGENT_DEFAULT, &[]).join(",");
-        let args = [
-            "--print",
-            "--verbose",
-            "--output-format",
-            "stream-json",
-            "--model",
+        let socket = self.broker.agent_socket("ruth");
+        let state = self.state.path().to_str().unwrap();
+        let bash_socket = self.state.path().join("bash.sock");
+        let harness = harness_invocation(
+            self.state.path(),
+            &self.state.path().join("run"),
+            &[
+                ("HIVE_SOCKET", socket.to_str().unwrap()),
+                ("HIVE_STATE_DIR", state),
+                ("HIVE_BASH_SOCKET", bash_socket.to_str().unwrap()),
+            ],
             "claude-sonnet-4-5",
-            "--settings",
-            settings.to_str().unwrap(),
-            "--mcp-config",
-            config.to_str().unwrap(),
-            "--strict-mcp-config",
-            "--tools",
-            "",
-            "--allowedTools",
-            &allowed,
-        ];
+            false,
+        );
+        let allowed = allowed_hyperhive_tools(&ToolGroup::AGENT_DEFAULT, &[]);
+        let args = harness.argv();
         let env = claude_env(&self.sandbox.home, &fake.base_url());
         // The prompt goes on stdin: the flags above are variadic.
         let run = run_claude(cli, &self.sandbox.cwd, &env, &args, "do it\n", RUN_TIMEOUT);
         assert!(!run.timed_out, "the CLI hung\n{run}");
         assert_eq!(run.code, Some(0), "{run}");
         let init = &run.find("system", Some("init"))[0];
-        assert_eq!(
-            init["mcp_servers"],
-            json!([{"name":"hyperhive","status":"connected"}]),
-            "{run}"
-        );
+        let servers = init["mcp_servers"].as_array().expect("mcp_servers");
+        // 2.1.332 adds `"source":"dynamic"` to each entry.
+        for name in ["hyperhive", "bash"] {
+            assert!(
+                servers
+                    .iter()
+                    .any(|s| s["name"] == name && s["status"] == "connected"),
+                "{name} is not connected\n{run}"
+            );
+        }
         let tools: Vec<&str> = init["tools"]
             .as_array()
             .unwrap()
             .iter()
             .filter_map(Value::as_str)
             .collect();
-        for name in allowed.split(',') {
-            assert!(tools.contains(&name), "{name} missing from {tools:?}");
+        for name in &allowed {
+            assert!(
+                tools.contains(&name.as_str()),
+                "{name} missing from {tools:?}"
+            );
         }
+        // Every tool is offered to the model in the first request, none of
+        // them deferred behind ToolSearch (`"alwaysLoad": true`).
+        let offered: Vec<String> = fake.posts()[0].body["tools"]
+            .as_array()
+            .expect("the first request offers tools")
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_string))
+            .collect();
+        for name in &allowed {
+            assert!(offered.contains(name), "{name} not offered: {offered:?}");
+        }
+        assert!(!offered.iter().any(|t| t == "ToolSearch"), "{offered:?}");
         (run, fake)
     }
 
@@ -130,11 +137,7 @@ fn result_text(block: &Value) -> String {
     }
 }
 
-#[test]
-fn the_model_sends_to_the_operator() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn the_model_sends_to_the_operator(cli: &RealCli) {
     let agent = Agent::new("cli-send");
     let (run, fake) = agent.turn(
         &cli,
@@ -174,11 +177,7 @@ fn the_model_sends_to_the_operator() {
     );
 }
 
-#[test]
-fn the_model_receives_a_queued_message_which_is_then_confirmed() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn the_model_receives_a_queued_message_which_is_then_confirmed(cli: &RealCli) {
     let agent = Agent::new("cli-recv");
     let id = ok(
         &mut agent.broker.host(),
@@ -217,11 +216,7 @@ fn the_model_receives_a_queued_message_which_is_then_confirmed() {
     });
 }
 
-#[test]
-fn the_model_asks_and_the_operator_answers() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn the_model_asks_and_the_operator_answers(cli: &RealCli) {
     let agent = Agent::new("cli-ask");
     let (run, _fake) = agent.turn(
         &cli,
@@ -266,11 +261,7 @@ fn the_model_asks_and_the_operator_answers() {
     assert!(got[0].body.contains("operator answered: yes"), "{got:?}");
 }
 
-#[test]
-fn the_model_sets_a_reminder_that_reaches_the_inbox() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn the_model_sets_a_reminder_that_reaches_the_inbox(cli: &RealCli) {
     let agent = Agent::new("cli-remind");
     let (run, _fake) = agent.turn(
         &cli,
@@ -299,3 +290,10 @@ fn the_model_sets_a_reminder_that_reaches_the_inbox() {
     // It came inside the 10 s wait, so the 1 s reminder fired.
     assert!(got[0].body.ends_with("look at the oven"), "{got:?}");
 }
+
+real_cli_tests!(
+    the_model_sends_to_the_operator,
+    the_model_receives_a_queued_message_which_is_then_confirmed,
+    the_model_asks_and_the_operator_answers,
+    the_model_sets_a_reminder_that_reaches_the_inbox,
+);

@@ -1,5 +1,5 @@
 //! The whole loop with the real Claude Code CLI: `hive broker` + `hive serve`
-//! running the real CLI 2.1.197 against the fake Anthropic API on 127.0.0.1.
+//! running the real CLI (each end of the supported window) against the fake Anthropic API on 127.0.0.1.
 //! `hive wake` → a turn → the model calls `mcp__hyperhive__send` → the message is
 //! in the operator inbox; the next turn's request carries the first turn's history
 //! (`--continue`); a prompt-too-long turn is compacted by the harness and retried;
@@ -9,20 +9,19 @@
 
 mod common;
 
-use common::claude_cli::require_real_claude;
+use common::claude_cli::{real_cli_tests, RealCli};
 use common::fake_anthropic::{FakeAnthropic, RequestKind, Scenario, Step};
 use common::hive::*;
 use serde_json::json;
 use std::time::Duration;
 
 /// A broker, the fake API answering `scenario` after the boot kick turn, and a
-/// harness running the real CLI against it, with the kick turn done; `None`
-/// (said loudly) without the real CLI.
+/// harness running the real CLI `cli` against it, with the kick turn done.
 fn ready(
+    cli: &RealCli,
     scenario: Scenario,
     extra_env: &[(&str, &str)],
-) -> Option<(Broker, FakeAnthropic, Harness)> {
-    let cli = require_real_claude()?;
+) -> (Broker, FakeAnthropic, Harness) {
     let b = Broker::start(&["ruth"]);
     let api = FakeAnthropic::start(scenario.first(Step::text("noted the restart")));
     let cli = cli.display().to_string();
@@ -40,7 +39,7 @@ fn ready(
         (!api.posts().is_empty() && agent_row(&b, "ruth").inflight.is_none()).then_some(())
     });
     wait_drained(&b, "ruth");
-    Some((b, api, h))
+    (b, api, h)
 }
 
 /// The harness's turns so far, as (kind, outcome) in order.
@@ -67,9 +66,9 @@ fn first_note(h: &Harness, kind: &str) -> String {
     .unwrap()
 }
 
-#[test]
-fn wake_turn_tool_call_and_continue_through_hive_serve() {
-    let Some((b, api, _h)) = ready(
+fn wake_turn_tool_call_and_continue_through_hive_serve(cli: &RealCli) {
+    let (b, api, _h) = ready(
+        cli,
         Scenario::new()
             // The woken turn: a tool call, then text.
             .then(Step::tool_use(
@@ -79,9 +78,7 @@ fn wake_turn_tool_call_and_continue_through_hive_serve() {
             .then(Step::text("sent it"))
             .otherwise(Step::text("second turn done")),
         &[],
-    ) else {
-        return;
-    };
+    );
     let sock = b.agent_socket("ruth");
     let (code, _, err) = run_hive(
         &["wake", "--from", "cron", "--body", "nightly report please"],
@@ -116,17 +113,15 @@ fn wake_turn_tool_call_and_continue_through_hive_serve() {
     );
 }
 
-#[test]
-fn prompt_too_long_is_compacted_by_the_harness_and_retried() {
-    let Some((b, api, h)) = ready(
+fn prompt_too_long_is_compacted_by_the_harness_and_retried(cli: &RealCli) {
+    let (b, api, h) = ready(
+        cli,
         Scenario::new()
             .then(Step::prompt_too_long())
             .auto_compact("COMPACT-SUMMARY: the agent restarted")
             .otherwise(Step::text("handled after compaction")),
         &[],
-    ) else {
-        return;
-    };
+    );
     operator_send(&b, "ruth", "a big job");
     wait_for(Duration::from_secs(90), "the retried turn", || {
         let posts = api.posts();
@@ -150,9 +145,9 @@ fn prompt_too_long_is_compacted_by_the_harness_and_retried() {
     assert_eq!(kinds[3].1, "ok");
 }
 
-#[test]
-fn a_rate_limited_compaction_keeps_the_message_then_compacts_again_and_retries() {
-    let Some((b, api, h)) = ready(
+fn a_rate_limited_compaction_keeps_the_message_then_compacts_again_and_retries(cli: &RealCli) {
+    let (b, api, h) = ready(
+        cli,
         Scenario::new()
             .then(Step::prompt_too_long())
             // The first /compact's request is refused (and not retried: the
@@ -164,9 +159,7 @@ fn a_rate_limited_compaction_keeps_the_message_then_compacts_again_and_retries()
             ("HIVE_CLAUDE_MAX_RETRIES", "0"),
             ("HIVE_RATE_LIMIT_SLEEP_SECS", "1"),
         ],
-    ) else {
-        return;
-    };
+    );
     let id = operator_send(&b, "ruth", "a big job");
     wait_for(Duration::from_secs(90), "the retried turn", || {
         (stats(&h).len() >= 5).then_some(())
@@ -205,9 +198,9 @@ fn a_rate_limited_compaction_keeps_the_message_then_compacts_again_and_retries()
     );
 }
 
-#[test]
-fn a_session_compaction_cannot_shrink_is_replaced_by_a_fresh_one() {
-    let Some((b, api, h)) = ready(
+fn a_session_compaction_cannot_shrink_is_replaced_by_a_fresh_one(cli: &RealCli) {
+    let (b, api, h) = ready(
+        cli,
         Scenario::new()
             .then(Step::prompt_too_long())
             // Every compaction request is too long too: after trimming and
@@ -216,9 +209,7 @@ fn a_session_compaction_cannot_shrink_is_replaced_by_a_fresh_one() {
             .compact_always(Step::prompt_too_long())
             .otherwise(Step::text("handled in a fresh session")),
         &[],
-    ) else {
-        return;
-    };
+    );
     let id = operator_send(&b, "ruth", "a big job");
     let notice = wait_for(Duration::from_secs(90), "the parent notice", || {
         operator_inbox(&b)
@@ -247,9 +238,9 @@ fn a_session_compaction_cannot_shrink_is_replaced_by_a_fresh_one() {
     );
 }
 
-#[test]
-fn a_429_is_requeued_and_retried_after_the_pause() {
-    let Some((b, api, h)) = ready(
+fn a_429_is_requeued_and_retried_after_the_pause(cli: &RealCli) {
+    let (b, api, h) = ready(
+        cli,
         Scenario::new()
             .then(Step::rate_limited())
             .otherwise(Step::text("done after the limit")),
@@ -257,9 +248,7 @@ fn a_429_is_requeued_and_retried_after_the_pause() {
             ("HIVE_CLAUDE_MAX_RETRIES", "0"),
             ("HIVE_RATE_LIMIT_SLEEP_SECS", "1"),
         ],
-    ) else {
-        return;
-    };
+    );
     operator_send(&b, "ruth", "limited job");
     wait_for(Duration::from_secs(90), "the retry", || {
         (api.posts().len() >= 3).then_some(())
@@ -273,11 +262,7 @@ fn a_429_is_requeued_and_retried_after_the_pause() {
     assert!(last.mentions("[system] Retry"), "the retry is a short note");
 }
 
-#[test]
-fn the_real_cli_honours_the_harness_settings_file() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn the_real_cli_honours_the_harness_settings_file(cli: &RealCli) {
     use common::claude_cli::{claude_env, run_claude, Sandbox};
     // The CLI silently ignores a settings file with one badly typed value; the
     // evidence that ours is read whole is that auto-memory is off (no
@@ -315,9 +300,9 @@ fn the_real_cli_honours_the_harness_settings_file() {
     assert_eq!(run.code, Some(0), "{run:?}");
 }
 
-#[test]
-fn a_background_bash_task_wakes_the_agent_for_a_new_turn() {
-    let Some((b, api, h)) = ready(
+fn a_background_bash_task_wakes_the_agent_for_a_new_turn(cli: &RealCli) {
+    let (b, api, h) = ready(
+        cli,
         Scenario::new()
             // The woken turn starts a slow task without waiting for it.
             .then(Step::tool_use(
@@ -327,9 +312,7 @@ fn a_background_bash_task_wakes_the_agent_for_a_new_turn() {
             .then(Step::text("started the build"))
             .otherwise(Step::text("the build finished")),
         &[],
-    ) else {
-        return;
-    };
+    );
     operator_send(&b, "ruth", "run the build");
     // The tool answered `task started`, the turn ended, and the task's
     // completion wake (from bash-task-N, transient) started another turn.
@@ -352,3 +335,13 @@ fn a_background_bash_task_wakes_the_agent_for_a_new_turn() {
         .expect("the task's output file");
     assert_eq!(std::fs::read_to_string(out.path()).unwrap(), "built-ok\n");
 }
+
+real_cli_tests!(
+    wake_turn_tool_call_and_continue_through_hive_serve,
+    prompt_too_long_is_compacted_by_the_harness_and_retried,
+    a_rate_limited_compaction_keeps_the_message_then_compacts_again_and_retries,
+    a_session_compaction_cannot_shrink_is_replaced_by_a_fresh_one,
+    a_429_is_requeued_and_retried_after_the_pause,
+    a_background_bash_task_wakes_the_agent_for_a_new_turn,
+    the_real_cli_honours_the_harness_settings_file,
+);

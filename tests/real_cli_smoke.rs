@@ -7,27 +7,27 @@
 
 mod common;
 
-use common::claude_cli::{claude_env, require_real_claude, run_claude, CliRun, Sandbox};
+use common::claude_cli::{
+    claude_env, harness_invocation, real_cli_tests, run_claude, CliRun, RealCli, Sandbox,
+};
 use common::fake_anthropic::{FakeAnthropic, RequestKind, Scenario, Step};
+use hyperhive::harness::classify::TurnOutcome;
 use serde_json::{json, Value};
-use std::path::Path;
 use std::time::Duration;
 
 /// Longest any one CLI run may take before it is killed.
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Settings the harness passes: no automatic compaction, no memory files.
-const SETTINGS: &str = r#"{"autoCompactEnabled":false,"autoMemoryEnabled":false}"#;
-
-/// One CLI process in a sandbox, talking to one fake API.
+/// One CLI process in a sandbox, talking to one fake API, run with the
+/// argv, boot files and variables the harness itself uses.
 struct Session<'a> {
-    cli: &'a Path,
+    cli: &'a RealCli,
     sandbox: Sandbox,
     fake: &'a FakeAnthropic,
 }
 
 impl<'a> Session<'a> {
-    fn new(cli: &'a Path, fake: &'a FakeAnthropic, label: &str) -> Session<'a> {
+    fn new(cli: &'a RealCli, fake: &'a FakeAnthropic, label: &str) -> Session<'a> {
         Session {
             cli,
             sandbox: Sandbox::new(label),
@@ -42,23 +42,14 @@ impl<'a> Session<'a> {
 
     /// A turn with variables added to the hermetic environment.
     fn turn_with_env(&self, prompt: &str, resume: bool, extra_env: &[(&str, &str)]) -> CliRun {
-        let settings = self.sandbox.write("settings.json", SETTINGS);
-        let settings = settings.to_str().expect("temp paths are UTF-8");
-        let mut args = vec![
-            "--print",
-            "--verbose",
-            "--output-format",
-            "stream-json",
-            "--model",
+        let state = self.sandbox.write_dir("state");
+        let harness = harness_invocation(
+            &state,
+            &self.sandbox.write_dir("run"),
+            &[],
             "claude-sonnet-4-5",
-            "--settings",
-            settings,
-            "--tools",
-            "Read,Edit",
-        ];
-        if resume {
-            args.push("--continue");
-        }
+            resume,
+        );
         let mut env = claude_env(&self.sandbox.home, &self.fake.base_url());
         env.extend(
             extra_env
@@ -69,7 +60,7 @@ impl<'a> Session<'a> {
             self.cli,
             &self.sandbox.cwd,
             &env,
-            &args,
+            &harness.argv(),
             prompt,
             RUN_TIMEOUT,
         );
@@ -78,20 +69,16 @@ impl<'a> Session<'a> {
     }
 }
 
-#[test]
-fn text_turn_prints_init_assistant_and_success() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn text_turn_prints_init_assistant_and_success(cli: &RealCli) {
     let fake = FakeAnthropic::start(Scenario::of([Step::text("hello from the fake")]));
-    let session = Session::new(&cli, &fake, "text-turn");
+    let session = Session::new(cli, &fake, "text-turn");
 
     let run = session.turn("say hello\n", false);
 
     assert_eq!(run.code, Some(0), "{run}");
     let init = run.find("system", Some("init"));
     assert_eq!(init.len(), 1, "{run}");
-    assert_eq!(init[0]["claude_code_version"], "2.1.197");
+    assert_eq!(init[0]["claude_code_version"], cli.version);
     let assistant = run.find("assistant", None);
     assert_eq!(
         assistant[0]["message"]["content"][0]["text"], "hello from the fake",
@@ -104,28 +91,26 @@ fn text_turn_prints_init_assistant_and_success() {
 
     let requests = fake.requests();
     let kinds: Vec<RequestKind> = requests.iter().map(|request| request.kind).collect();
-    assert_eq!(
-        kinds,
-        [RequestKind::Warmup, RequestKind::Messages],
-        "{requests:#?}"
-    );
-    let post = &requests[1];
+    // 2.1.197 warms the connection up with a `HEAD /` first; 2.1.332 does not.
+    let want: &[RequestKind] = if cli.at_least("2.1.332") {
+        &[RequestKind::Messages]
+    } else {
+        &[RequestKind::Warmup, RequestKind::Messages]
+    };
+    assert_eq!(kinds, want, "{requests:#?}");
+    let post = requests.last().expect("the message request");
     assert_eq!(post.path, "/v1/messages?beta=true");
     assert_eq!(post.header("x-api-key"), Some("sk-test"));
     assert_eq!(post.body["stream"], true);
     assert!(post.mentions("say hello"), "{:#?}", post.body);
 }
 
-#[test]
-fn continue_turn_carries_the_first_prompt() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn continue_turn_carries_the_first_prompt(cli: &RealCli) {
     let fake = FakeAnthropic::start(Scenario::of([
         Step::text("answer-1"),
         Step::text("answer-2"),
     ]));
-    let session = Session::new(&cli, &fake, "continue");
+    let session = Session::new(cli, &fake, "continue");
 
     let first = session.turn("remember the word PINEAPPLE\n", false);
     assert_eq!(first.code, Some(0), "{first}");
@@ -147,13 +132,9 @@ fn continue_turn_carries_the_first_prompt() {
     assert!(posts[1].mentions("which word?"));
 }
 
-#[test]
-fn rate_limit_without_retries_fails_the_turn() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn rate_limit_without_retries_fails_the_turn(cli: &RealCli) {
     let fake = FakeAnthropic::start(Scenario::of([Step::rate_limited()]));
-    let session = Session::new(&cli, &fake, "rate-limit");
+    let session = Session::new(cli, &fake, "rate-limit");
 
     let run = session.turn("hello\n", false);
 
@@ -173,11 +154,7 @@ fn rate_limit_without_retries_fails_the_turn() {
     );
 }
 
-#[test]
-fn compact_after_prompt_too_long_writes_a_boundary() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn compact_after_prompt_too_long_writes_a_boundary(cli: &RealCli) {
     let fake = FakeAnthropic::start(
         Scenario::of([
             Step::text("answer-1"),
@@ -186,7 +163,7 @@ fn compact_after_prompt_too_long_writes_a_boundary() {
         ])
         .auto_compact("the user asked to remember PINEAPPLE"),
     );
-    let session = Session::new(&cli, &fake, "compact");
+    let session = Session::new(cli, &fake, "compact");
 
     for (prompt, resume) in [("remember PINEAPPLE\n", false), ("and MANGO\n", true)] {
         let run = session.turn(prompt, resume);
@@ -224,13 +201,9 @@ fn compact_after_prompt_too_long_writes_a_boundary() {
     );
 }
 
-#[test]
-fn tool_use_runs_the_tool_and_sends_its_result() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn tool_use_runs_the_tool_and_sends_its_result(cli: &RealCli) {
     let fake = FakeAnthropic::start(Scenario::new());
-    let session = Session::new(&cli, &fake, "tool-use");
+    let session = Session::new(cli, &fake, "tool-use");
     let note = session.sandbox.cwd.join("note.txt");
     std::fs::write(&note, "the note says KIWI\n").unwrap();
     fake.set_scenario(Scenario::of([
@@ -256,13 +229,9 @@ fn tool_use_runs_the_tool_and_sends_its_result() {
     assert!(tool_result.to_string().contains("KIWI"), "{tool_result}");
 }
 
-#[test]
-fn dropped_connection_fails_the_turn() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn dropped_connection_fails_the_turn(cli: &RealCli) {
     let fake = FakeAnthropic::start(Scenario::of([Step::close()]));
-    let session = Session::new(&cli, &fake, "close");
+    let session = Session::new(cli, &fake, "close");
 
     let run = session.turn("hello\n", false);
 
@@ -271,24 +240,47 @@ fn dropped_connection_fails_the_turn() {
     assert_eq!(result["is_error"], true, "{run}");
     assert_eq!(result["api_error_status"], Value::Null, "{run}");
     let message = result["result"].as_str().unwrap_or_default();
+    // 2.1.197: "API Error: Unable to connect to API (ECONNRESET)"; 2.1.332:
+    // "API Error: Connection dropped (ECONNRESET). Check the gateway …", with
+    // `terminal_reason: api_error`.
     assert!(
-        message.starts_with("API Error: Unable to connect to API"),
+        message.starts_with("API Error: ") && message.contains("(ECONNRESET)"),
         "{run}"
     );
+    if cli.at_least("2.1.332") {
+        assert_eq!(result["terminal_reason"], "api_error", "{run}");
+    }
     assert_eq!(fake.posts().len(), 1);
+    assert!(
+        matches!(run.classified().outcome, TurnOutcome::ApiUnavailable(_)),
+        "{run}"
+    );
 }
 
-#[test]
-fn hung_request_times_out_with_api_timeout_ms() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn hung_request_times_out_with_api_timeout_ms(cli: &RealCli) {
     let fake = FakeAnthropic::start(Scenario::of([Step::hang()]));
-    let session = Session::new(&cli, &fake, "hang");
+    let session = Session::new(cli, &fake, "hang");
 
     let run = session.turn_with_env("hello\n", false, &[("API_TIMEOUT_MS", "2000")]);
 
     assert_eq!(run.code, Some(1), "{run}");
-    assert_eq!(run.result()["result"], "Request timed out", "{run}");
+    // 2.1.332 goes on: "Request timed out. If the API is slow to answer, …".
+    let result = run.result();
+    let message = result["result"].as_str().unwrap_or_default();
+    assert!(message.starts_with("Request timed out"), "{run}");
     assert_eq!(fake.posts().len(), 1);
+    assert!(
+        matches!(run.classified().outcome, TurnOutcome::ApiUnavailable(_)),
+        "{run}"
+    );
 }
+
+real_cli_tests!(
+    text_turn_prints_init_assistant_and_success,
+    continue_turn_carries_the_first_prompt,
+    rate_limit_without_retries_fails_the_turn,
+    compact_after_prompt_too_long_writes_a_boundary,
+    tool_use_runs_the_tool_and_sends_its_result,
+    dropped_connection_fails_the_turn,
+    hung_request_times_out_with_api_timeout_ms,
+);

@@ -1,53 +1,45 @@
-//! What the turn loop relies on the real Claude Code CLI 2.1.197 to print when
+//! What the turn loop relies on the real Claude Code CLI to print when
 //! hive's MCP servers do not start, checked against the CLI itself: with
 //! `"alwaysLoad": true`, a server that exits is `failed` and one that does not
-//! answer within the connect timeout is `pending` in the `system/init` line, the
+//! answer within the connect timeout is `pending` (2.1.197) or `failed`
+//! (2.1.332) in the `system/init` line, the
 //! turn goes on without their tools, and the classifier turns that line into
 //! the signal that makes the harness stop the turn. Skips loudly without the
 //! CLI; fails under `HIVE_REQUIRE_REAL_CLAUDE=1`.
 
 mod common;
 
-use common::claude_cli::{claude_env, require_real_claude, run_claude, Sandbox};
+use common::claude_cli::{
+    claude_env, harness_invocation, real_cli_tests, run_claude, RealCli, Sandbox,
+};
 use common::fake_anthropic::{FakeAnthropic, Scenario, Step};
 use hyperhive::harness::classify::{Signal, TurnObserver};
 use std::time::Duration;
 
-#[test]
-fn the_init_line_names_hives_servers_that_failed_or_are_pending() {
-    let Some(cli) = require_real_claude() else {
-        return;
-    };
+fn the_init_line_names_hives_servers_that_failed_or_are_pending(cli: &RealCli) {
     let api = FakeAnthropic::start(Scenario::new().otherwise(Step::text("went on without tools")));
     let sb = Sandbox::new("mcp-start");
-    let settings = hyperhive::harness::invocation::settings_json().to_string();
-    let settings = sb.write("settings.json", &settings);
-    // hyperhive exits at once; bash never answers `initialize`.
-    let mcp = sb.write(
-        "mcp.json",
+    // The harness's own invocation, its MCP config then replaced: hyperhive
+    // exits at once; bash never answers `initialize`.
+    let harness = harness_invocation(
+        &sb.write_dir("state"),
+        &sb.write_dir("run"),
+        &[],
+        "claude-sonnet-4-5",
+        false,
+    );
+    std::fs::write(
+        harness.settings.mcp_config_path(),
         r#"{"mcpServers":{
             "hyperhive":{"command":"/bin/false","args":[],"alwaysLoad":true},
             "bash":{"command":"/bin/sleep","args":["60"],"alwaysLoad":true}}}"#,
-    );
+    )
+    .unwrap();
     let run = run_claude(
-        &cli,
+        cli,
         &sb.cwd,
         &claude_env(&sb.home, &api.base_url()),
-        &[
-            "--print",
-            "--verbose",
-            "--output-format",
-            "stream-json",
-            "--model",
-            "claude-sonnet-4-5",
-            "--settings",
-            settings.to_str().unwrap(),
-            "--mcp-config",
-            mcp.to_str().unwrap(),
-            "--strict-mcp-config",
-            "--tools",
-            "Read",
-        ],
+        &harness.argv(),
         "hello",
         Duration::from_secs(90),
     );
@@ -61,7 +53,15 @@ fn the_init_line_names_hives_servers_that_failed_or_are_pending() {
             .map(|s| s["status"].clone())
     };
     assert_eq!(status("hyperhive"), Some("failed".into()), "{servers}");
-    assert_eq!(status("bash"), Some("pending".into()), "{servers}");
+    // 2.1.197 gives up on a silent server after MCP_CONNECT_TIMEOUT_MS (5 s)
+    // and calls it pending; 2.1.332 waits for MCP_TIMEOUT (30 s) and calls
+    // it failed.
+    let silent = if cli.at_least("2.1.332") {
+        "failed"
+    } else {
+        "pending"
+    };
+    assert_eq!(status("bash"), Some(silent.into()), "{servers}");
     // Without the harness the CLI carries on blind and reports success.
     assert_eq!(run.result()["is_error"], false, "{run}");
 
@@ -81,8 +81,10 @@ fn the_init_line_names_hives_servers_that_failed_or_are_pending() {
         missing,
         [vec![
             ("hyperhive".to_string(), "failed".to_string()),
-            ("bash".to_string(), "pending".to_string())
+            ("bash".to_string(), silent.to_string())
         ]],
         "{run}"
     );
 }
+
+real_cli_tests!(the_init_line_names_hives_servers_that_failed_or_are_pending,);

@@ -155,10 +155,17 @@ pub fn extra_servers(raw: Option<&str>) -> Result<(Map<String, Value>, Vec<Strin
     Ok((config, allowed))
 }
 
-/// Writes the three boot files; returns the tool lists for every invocation.
+/// Writes the three boot files, with this binary as the MCP servers' command;
+/// returns the tool lists for every invocation.
 pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find the running hive binary: {e}"))?;
+    write_boot_files_for(s, &exe)
+}
+
+/// [`write_boot_files`] with `exe` as the `hive` binary the MCP servers run
+/// (the real-CLI tests give the built `hive`, not the test binary).
+pub fn write_boot_files_for(s: &Settings, exe: &Path) -> Result<ToolLists, String> {
     let exe = exe.display().to_string();
     let groups: Vec<&str> = s.tool_groups.iter().map(|g| g.name()).collect();
     let capabilities: Vec<&str> = s.capabilities.iter().map(|c| c.name()).collect();
@@ -217,6 +224,17 @@ pub fn write_boot_files(s: &Settings) -> Result<ToolLists, String> {
     allowed.extend(BASH_TOOLS.iter().map(|t| t.to_string()));
     allowed.extend(extra_allowed);
     Ok(ToolLists { builtins, allowed })
+}
+
+/// The variables every claude run gets on top of the environment it
+/// inherits (which has no operator variables): the CLI's own retries, kept
+/// low so a refused request comes back to the harness's policy instead of
+/// blocking the turn for minutes.
+pub fn claude_vars(max_retries: u32) -> Vec<(String, String)> {
+    vec![(
+        "CLAUDE_CODE_MAX_RETRIES".to_string(),
+        max_retries.to_string(),
+    )]
 }
 
 /// The argv after the binary: exactly the specification's invocation. The prompt

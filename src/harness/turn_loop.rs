@@ -843,10 +843,7 @@ impl TurnLoop {
     }
 
     fn invocation(&self, prompt: String, model: &str, resume: bool) -> Invocation {
-        let mut env = vec![(
-            "CLAUDE_CODE_MAX_RETRIES".to_string(),
-            self.s.claude_max_retries.to_string(),
-        )];
+        let mut env = invocation::claude_vars(self.s.claude_max_retries);
         env.extend(login::token_env(&self.s));
         Invocation {
             bin: self.s.claude_bin.clone(),
