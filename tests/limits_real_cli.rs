@@ -233,7 +233,7 @@ fn the_real_clis_usage_limit_parks_the_pool_until_the_reset_it_reported(cli: &Re
 
 fn the_real_clis_early_warning_marks_the_pool_until_the_reset(cli: &RealCli) {
     let (b, ana, _bob) = pool(
-        &cli,
+        cli,
         Scenario::new().otherwise(Step::text("done")),
         Scenario::new().otherwise(Step::text("done")),
     );

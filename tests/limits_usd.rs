@@ -189,7 +189,7 @@ fn the_real_cli_ends_a_run_past_max_budget_usd_with_error_max_budget_usd(cli: &R
     );
     let sb = Sandbox::new("max-budget");
     let run = run_claude(
-        &cli,
+        cli,
         &sb.cwd,
         &claude_env(&sb.home, &api.base_url()),
         &[

@@ -140,7 +140,7 @@ fn result_text(block: &Value) -> String {
 fn the_model_sends_to_the_operator(cli: &RealCli) {
     let agent = Agent::new("cli-send");
     let (run, fake) = agent.turn(
-        &cli,
+        cli,
         vec![
             Step::tool_use(
                 "mcp__hyperhive__send",
@@ -190,7 +190,7 @@ fn the_model_receives_a_queued_message_which_is_then_confirmed(cli: &RealCli) {
         .as_i64()
         .unwrap();
     let (run, _fake) = agent.turn(
-        &cli,
+        cli,
         vec![
             Step::tool_use("mcp__hyperhive__recv", json!({"max": 5})),
             Step::text("read it"),
@@ -219,7 +219,7 @@ fn the_model_receives_a_queued_message_which_is_then_confirmed(cli: &RealCli) {
 fn the_model_asks_and_the_operator_answers(cli: &RealCli) {
     let agent = Agent::new("cli-ask");
     let (run, _fake) = agent.turn(
-        &cli,
+        cli,
         vec![
             Step::tool_use(
                 "mcp__hyperhive__ask",
@@ -264,7 +264,7 @@ fn the_model_asks_and_the_operator_answers(cli: &RealCli) {
 fn the_model_sets_a_reminder_that_reaches_the_inbox(cli: &RealCli) {
     let agent = Agent::new("cli-remind");
     let (run, _fake) = agent.turn(
-        &cli,
+        cli,
         vec![
             Step::tool_use(
                 "mcp__hyperhive__remind",

@@ -272,7 +272,7 @@ fn the_real_cli_honours_the_harness_settings_file(cli: &RealCli) {
     let settings = hyperhive::harness::invocation::settings_json().to_string();
     let path = sb.write("settings.json", &settings);
     let run = run_claude(
-        &cli,
+        cli,
         &sb.cwd,
         &claude_env(&sb.home, &api.base_url()),
         &[

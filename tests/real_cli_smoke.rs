@@ -13,6 +13,7 @@ use common::claude_cli::{
 use common::fake_anthropic::{FakeAnthropic, RequestKind, Scenario, Step};
 use hyperhive::harness::classify::TurnOutcome;
 use serde_json::{json, Value};
+use std::path::Path;
 use std::time::Duration;
 
 /// Longest any one CLI run may take before it is killed.
@@ -284,3 +285,22 @@ real_cli_tests!(
     dropped_connection_fails_the_turn,
     hung_request_times_out_with_api_timeout_ms,
 );
+
+/// `.ci/run` installs exactly the two ends of the window the harness names,
+/// so moving the window in `src/agent_proc.rs` without CI (or the reverse)
+/// fails here, not silently.
+#[test]
+fn ci_installs_both_ends_of_the_window() {
+    let ci = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/run"))
+        .expect(".ci/run");
+    let line = ci
+        .lines()
+        .find(|l| l.starts_with("CLAUDE_CLI_VERSIONS=("))
+        .expect("CLAUDE_CLI_VERSIONS in .ci/run");
+    let listed: Vec<&str> = line
+        .trim_start_matches("CLAUDE_CLI_VERSIONS=(")
+        .trim_end_matches(')')
+        .split_whitespace()
+        .collect();
+    assert_eq!(listed, common::claude_cli::CLI_VERSIONS, "{line}");
+}

@@ -15,6 +15,7 @@
 pub mod bashd;
 pub mod bridge;
 pub mod child;
+pub mod cli;
 pub mod dashboard;
 pub mod isolation;
 pub mod logfile;
@@ -24,6 +25,7 @@ pub mod search;
 pub mod supervisor;
 pub mod watch;
 
+use crate::broker::hub::HubMsg;
 use crate::broker::lifecycle::LifecycleCmd;
 use crate::broker::{self, db::Durability, BrokerDeps, BrokerSettings};
 use crate::config::{AgentConfig, HiveConfig};
@@ -178,6 +180,13 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
             ))),
         },
     )?;
+    for body in cli::check_at_start(&cfg, env.get("HIVE_CLAUDE_BIN").as_deref(), &data) {
+        let _ = broker.hub().send(HubMsg::System {
+            to: "operator".into(),
+            kind: crate::proto::MsgKind::CliVersion,
+            body,
+        });
+    }
     let sup = Supervisor::new(
         settings.clone(),
         cfg.clone(),

@@ -579,6 +579,9 @@ impl Supervisor {
         if let Some(h) = &self.hive.swarm_name {
             set("HIVE_SWARM_NAME", h.into());
         }
+        // hive up tells the operator of a CLI outside the supported window
+        // itself, once per hive and version (`cli::check_at_start`).
+        set("HIVE_CLI_WINDOW_NOTICE", "off".into());
         for (k, v) in &cfg.env {
             set(k, v.into());
         }

@@ -278,6 +278,9 @@ pub struct TurnReport {
     pub session_id: Option<String>,
     /// The model `system/init` named.
     pub model: Option<String>,
+    /// The CLI's version, `system/init`'s `claude_code_version` (checked
+    /// against `agent_proc::CLAUDE_CLI_WINDOW`).
+    pub cli_version: Option<String>,
     /// Context size after the turn: input + cache read + cache creation tokens of
     /// the last main-session, non-synthetic assistant message; after a successful
     /// compaction with no such message, the boundary's `post_tokens`.
@@ -357,6 +360,7 @@ pub struct TurnObserver {
     mode: Mode,
     session_id: Option<String>,
     model: Option<String>,
+    cli_version: Option<String>,
     reached_session: bool,
     last_message_id: Option<String>,
     context_tokens: Option<u64>,
@@ -469,6 +473,7 @@ impl TurnObserver {
             outcome,
             session_id: self.session_id,
             model: self.model,
+            cli_version: self.cli_version,
             context_tokens,
             context_window,
             max_output_tokens,
@@ -495,6 +500,10 @@ impl TurnObserver {
                 }
                 if let Some(m) = str_at(v, "model") {
                     self.model = Some(m.to_string());
+                }
+                if let Some(version) = str_at(v, "claude_code_version") {
+                    // Bounded: it ends up in a notice.
+                    self.cli_version = Some(cut(version, 64));
                 }
                 let missing = mcp_not_connected(v);
                 if !missing.is_empty() && !self.sent_mcp {

@@ -57,6 +57,10 @@ pub struct Settings {
     pub plugin_marketplaces: Vec<String>,
     pub plugins: Vec<String>,
     pub plugins_auto_update: bool,
+    /// Tell the parent (once per version) when claude's version is outside
+    /// the supported window (`HIVE_CLI_WINDOW_NOTICE`, on by default); `hive
+    /// up` turns it off for its harnesses and tells the operator itself.
+    pub cli_window_notice: bool,
 }
 
 /// The claude config dir the CLI uses: `CLAUDE_CONFIG_DIR`, else `~/.claude`.
@@ -157,6 +161,7 @@ impl Settings {
             plugin_marketplaces: env.list("HIVE_CLAUDE_MARKETPLACES"),
             plugins: env.list("HIVE_CLAUDE_PLUGINS"),
             plugins_auto_update: env.switch("HIVE_CLAUDE_PLUGINS_AUTO_UPDATE", false)?,
+            cli_window_notice: env.switch("HIVE_CLI_WINDOW_NOTICE", true)?,
         })
     }
 

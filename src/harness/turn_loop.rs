@@ -36,7 +36,7 @@ use crate::proto::text::{is_control_or_bidi, preview};
 use crate::proto::Place;
 use crate::proto::{cmd, Request};
 use crossbeam_channel::{at, never, select, Receiver};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -158,6 +158,9 @@ struct Session {
     last_turn_end: Option<i64>,
     /// Context windows the CLI reported, by model.
     cli_windows: HashMap<String, u64>,
+    /// CLI versions the `system/init` lines named, each checked once
+    /// against the supported window (`check_cli_version`).
+    cli_versions: HashSet<String>,
 }
 
 /// The best-effort runs after a clean turn past the watermark, in order:
@@ -1293,6 +1296,9 @@ impl TurnLoop {
         if let (Some(m), Some(w)) = (&rep.model, rep.context_window) {
             self.session.cli_windows.insert(m.clone(), w);
         }
+        if let Some(v) = &rep.cli_version {
+            self.check_cli_version(v);
+        }
         if let Some(ctx) = rep.context_tokens {
             self.session.last_context = Some(ctx);
         }
@@ -1796,6 +1802,46 @@ impl TurnLoop {
         }
         self.poller.tell(Request::from(r.clone()));
         self.pool_reported = Some(r);
+    }
+
+    /// A CLI version outside the supported window is shown on the page and
+    /// logged once per harness, and told to the parent once per version for
+    /// good (the versions told are kept in the state dir), unless `hive up`
+    /// tells the operator itself (`cli_window_notice` off). The turn runs
+    /// either way.
+    fn check_cli_version(&mut self, version: &str) {
+        let version: String = version.chars().filter(|c| !c.is_control()).collect();
+        let version = version.as_str();
+        if !self.session.cli_versions.insert(version.to_string()) {
+            return;
+        }
+        let Some(notice) = crate::agent_proc::cli_window_notice(version) else {
+            return;
+        };
+        log::warn!("{notice}");
+        self.bus.note(notice.clone());
+        if !self.s.cli_window_notice {
+            return;
+        }
+        let told = self
+            .s
+            .state_dir
+            .join(crate::proto::paths::state::CLI_VERSIONS_TOLD);
+        let before = std::fs::read_to_string(&told).unwrap_or_default();
+        if before.lines().any(|l| l == version) {
+            return;
+        }
+        // Appended before the notice is sent: a crash in between loses one
+        // notice rather than repeating it at every start.
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&told)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{version}\n").as_bytes()));
+        if let Err(e) = appended {
+            log::warn!("cannot write {}: {e}", told.display());
+        }
+        self.to_parent(format!("[{}] {notice}", self.s.label));
     }
 
     /// Tells the broker, with the pool, what the run's `rate_limit_event`

@@ -46,6 +46,9 @@ open_enum! {
         /// A budget passed 80 % or was reached (once per scope, window and
         /// level).
         Budget = "budget",
+        /// `hive up` found a Claude Code CLI outside the supported window
+        /// (once per hive and version).
+        CliVersion = "cli_version",
     }
 }
 

@@ -54,4 +54,7 @@ pub mod state {
     pub const WEB_TOKEN: &str = "web-token";
     /// Links the agent shows on the dashboard.
     pub const DASHBOARD_LINKS: &str = "hyperhive-dashboard-links.json";
+    /// Claude Code CLI versions outside the supported window that the harness
+    /// already told its parent about, one a line.
+    pub const CLI_VERSIONS_TOLD: &str = "hyperhive-cli-versions-told";
 }

@@ -12,7 +12,7 @@ init() {
 # (`connected`, `failed` when a server exits, `pending` when it did not answer
 # in time); the real CLI lists every server of its config.
 init_mcp() {
-    printf '{"type":"system","subtype":"init","cwd":"%s","session_id":"%s","tools":["Edit","Read"],"mcp_servers":[{"name":"hyperhive","status":"%s"},{"name":"bash","status":"%s"}],"model":"%s","permissionMode":"default","apiKeySource":"ANTHROPIC_API_KEY","claude_code_version":"2.1.197","uuid":"u-init"}\n' "$PWD" "$SESSION" "$1" "$2" "$MODEL"
+    printf '{"type":"system","subtype":"init","cwd":"%s","session_id":"%s","tools":["Edit","Read"],"mcp_servers":[{"name":"hyperhive","status":"%s"},{"name":"bash","status":"%s"}],"model":"%s","permissionMode":"default","apiKeySource":"ANTHROPIC_API_KEY","claude_code_version":"%s","uuid":"u-init"}\n' "$PWD" "$SESSION" "$1" "$2" "$MODEL" "${FAKE_CLAUDE_VERSION:-2.1.197}"
 }
 
 # usage_json CTX: a usage object whose context size is CTX.
