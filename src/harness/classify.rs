@@ -5,10 +5,13 @@
 //! sleep, park for login, compact, report a failure), the context size that drives
 //! the watermarks, and the session and cost figures for the stats sink.
 //!
-//! The real CLI (2.1.197) prints every API error on stdout as JSON and leaves stderr
-//! empty, so the structured fields win: the `result` line's `is_error`,
-//! `api_error_status` and `terminal_reason`, the synthetic assistant line's `error`,
-//! `system/api_retry` and `rate_limit_event` lines. Text markers are only a fallback
+//! The real CLI (2.1.197 to 2.1.332, `docs/claude-cli.md`) prints every API error
+//! on stdout as JSON and leaves stderr empty, so the structured fields win: the
+//! `result` line's `is_error`, `api_error_status`, `terminal_reason` and (since
+//! 2.1.292) `api_error` kind, the synthetic assistant line's `error`, `api_error`
+//! and `api_error_params.rate_limit_info`, `system/api_retry` and
+//! `rate_limit_event` lines (with their `unifiedWindows` since 2.1.3xx). Lines of
+//! a type or subtype it does not know are passed over, never an error. Text markers are only a fallback
 //! and are only looked for where text cannot come from the conversation: raw stderr
 //! lines and parsed `{"type":"error"}` events, never assistant text. Nothing here does
 //! I/O; the runner owns the child and calls in from its pump threads' channel.
@@ -52,17 +55,35 @@ pub const RATE_LIMIT_MARKERS: &[&str] = &[
 ];
 
 /// Texts of the CLI's own "the API could not be reached or is overloaded" results,
-/// matched case-insensitively as substrings of the result text.
+/// matched case-insensitively as substrings of the result text. The stalled
+/// stream's texts: 2.1.197 "The operation timed out." (and "Response stalled
+/// mid-stream", never seen against a gateway), 2.1.332 "The response stopped
+/// arriving", "The response stalled before a response was produced", "Stream
+/// idle timeout - no chunks received", "stream idle: no bytes for Nms".
 const API_UNAVAILABLE_MARKERS: &[&str] = &[
     "request timed out",
+    "operation timed out",
     "unable to connect",
+    "connection dropped",
     "overloaded",
     "repeated 529",
     "internal server error",
     "connection error",
     "econnreset",
     "service unavailable",
+    "stalled mid-stream",
+    "response stalled",
+    "stopped arriving",
+    "stream idle",
 ];
+
+/// The typed `api_error` of a usage limit (CLI 2.1.292+): the reset is in
+/// `api_error_params.rate_limit_info` or the `rate_limit_event`.
+pub const USAGE_LIMIT_REACHED: &str = "usage_limit_reached";
+
+/// Typed `api_error` kinds (CLI 2.1.292+) of an API that could not be
+/// reached or stopped answering: retried with backoff.
+const API_UNAVAILABLE_KINDS: &[&str] = &["connection_failed", "stream_idle_timeout"];
 
 /// The most tokens one turn can report in any one count: the broker's bound
 /// on one `post_turn_counts` (`proto::limits`, its one home). A `result` or
@@ -326,6 +347,9 @@ struct ResultLine {
     is_error: bool,
     api_error_status: Option<i64>,
     terminal_reason: Option<String>,
+    /// The typed error kind of CLI 2.1.292+ (`usage_limit_reached`,
+    /// `connection_failed`, `stream_idle_timeout`, …).
+    api_error: Option<String>,
     text: Option<String>,
 }
 
@@ -372,7 +396,16 @@ pub struct TurnObserver {
     synthetic_error: Option<String>,
     synthetic_text: Option<String>,
     evidence: Evidence,
+    /// The reset of what refused the request: a rejected `rate_limit_info`'s
+    /// own `resetsAt` (a `rate_limit_event`'s, or the `usage_limit_reached`
+    /// error's `api_error_params`).
     resets_at: Option<i64>,
+    /// The latest `resetsAt` among the rejected `unifiedWindows`, for a
+    /// refusal whose own `rate_limit_info` names no reset (a weekly limit
+    /// whose reset only its window carries).
+    window_reset: Option<i64>,
+    /// The synthetic assistant line's typed error kind (`api_error`).
+    api_error: Option<String>,
     usage_seen: Option<UsageSeen>,
     api_retries: u32,
     sent_kill: bool,
@@ -425,7 +458,7 @@ impl TurnObserver {
         let mut signals = Vec::new();
         match str_at(v, "type").unwrap_or("") {
             "system" => self.on_system(v, &mut signals),
-            "assistant" => self.on_assistant(v),
+            "assistant" => self.on_assistant(v, &mut signals),
             "user" => self.on_user(v),
             "result" => self.on_result(v),
             "rate_limit_event" => self.on_rate_limit_event(v, &mut signals),
@@ -563,7 +596,7 @@ impl TurnObserver {
         }
     }
 
-    fn on_assistant(&mut self, v: &Value) {
+    fn on_assistant(&mut self, v: &Value, signals: &mut Vec<Signal>) {
         self.reached_session = true;
         for block in content_blocks(v) {
             if str_at(block, "type") == Some("tool_use") {
@@ -584,6 +617,16 @@ impl TurnObserver {
                 self.synthetic_error = Some(e.to_string());
             }
             self.synthetic_text = first_text(msg);
+            if let Some(kind) = str_at(v, "api_error") {
+                self.api_error = Some(cut(kind, 64));
+            }
+            if let Some(info) = v.pointer("/api_error_params/rate_limit_info") {
+                self.note_refusal(info);
+            }
+            if self.api_error.as_deref() == Some(USAGE_LIMIT_REACHED) {
+                self.evidence.rate_limited = true;
+                self.signal_rate_limited(signals);
+            }
             return;
         }
         if v.get("parent_tool_use_id").is_some_and(|p| !p.is_null()) {
@@ -647,6 +690,7 @@ impl TurnObserver {
             is_error: v.get("is_error").and_then(Value::as_bool).unwrap_or(false),
             api_error_status: v.get("api_error_status").and_then(Value::as_i64),
             terminal_reason: str_at(v, "terminal_reason").map(str::to_string),
+            api_error: str_at(v, "api_error").map(|k| cut(k, 64)),
             text: str_at(v, "result").map(str::to_string),
         });
     }
@@ -656,13 +700,12 @@ impl TurnObserver {
             return;
         };
         let resets_at = info.get("resetsAt").and_then(Value::as_i64);
+        self.note_windows(info);
         match str_at(info, "status") {
             Some("rejected") => {
                 // Only a refusal's reset is the limit's: a warning's names
                 // a window that has not run out.
-                if resets_at.is_some() {
-                    self.resets_at = resets_at;
-                }
+                self.note_refusal(info);
                 self.evidence.rate_limited = true;
                 self.signal_rate_limited(signals);
             }
@@ -718,11 +761,46 @@ impl TurnObserver {
         self.evidence.error_message = Some(message.to_string());
     }
 
+    /// A `rate_limit_info` that refused the request: its own reset, when it
+    /// names one, is the limit's; its windows are noted too.
+    fn note_refusal(&mut self, info: &Value) {
+        self.note_windows(info);
+        if str_at(info, "status") != Some("rejected") {
+            return;
+        }
+        if let Some(at) = info.get("resetsAt").and_then(Value::as_i64) {
+            self.resets_at = Some(at);
+        }
+    }
+
+    /// The latest reset among the `unifiedWindows` that are `rejected`. A
+    /// rejected window alone does not say the request was refused (the
+    /// top-level `status` does); it only says when, if it was.
+    fn note_windows(&mut self, info: &Value) {
+        let Some(Value::Object(windows)) = info.get("unifiedWindows") else {
+            return;
+        };
+        let latest = windows
+            .values()
+            .filter(|w| str_at(w, "status") == Some("rejected"))
+            .filter_map(|w| w.get("resetsAt").and_then(Value::as_i64))
+            .max();
+        if latest.is_some() {
+            self.window_reset = self.window_reset.max(latest);
+        }
+    }
+
+    /// When the limit that refused the run lifts: its own reset, else its
+    /// rejected windows' latest.
+    fn refusal_reset(&self) -> Option<i64> {
+        self.resets_at.or(self.window_reset)
+    }
+
     fn signal_rate_limited(&mut self, signals: &mut Vec<Signal>) {
         if !self.sent_rate_limited {
             self.sent_rate_limited = true;
             signals.push(Signal::RateLimited {
-                resets_at: self.resets_at,
+                resets_at: self.refusal_reset(),
             });
         }
     }
@@ -780,7 +858,7 @@ impl TurnObserver {
             // the API's refusals.
             return if stderr_rate_limited(err) {
                 TurnOutcome::RateLimited {
-                    resets_at: self.resets_at,
+                    resets_at: self.refusal_reset(),
                 }
             } else if stderr_auth_failed(err) {
                 TurnOutcome::AuthFailed
@@ -815,12 +893,19 @@ impl TurnObserver {
     /// The error kind, from the most structured source that names one.
     fn error_outcome(&self, result: Option<&ResultLine>) -> Option<TurnOutcome> {
         let rate_limited = TurnOutcome::RateLimited {
-            resets_at: self.resets_at,
+            resets_at: self.refusal_reset(),
         };
         let text = result
             .and_then(|r| r.text.clone())
             .filter(|t| !t.trim().is_empty())
             .or_else(|| self.synthetic_text.clone());
+        // The typed kind (2.1.292+), from the result or the synthetic line.
+        let kind = result
+            .and_then(|r| r.api_error.as_deref())
+            .or(self.api_error.as_deref());
+        if kind == Some(USAGE_LIMIT_REACHED) {
+            return Some(rate_limited);
+        }
         if let Some(r) = result {
             match r.api_error_status {
                 Some(429) => return Some(rate_limited),
@@ -845,6 +930,9 @@ impl TurnObserver {
             Some("server_error") => return Some(unavailable()),
             _ => {}
         }
+        if matches!(kind, Some(k) if API_UNAVAILABLE_KINDS.contains(&k)) {
+            return Some(unavailable());
+        }
         if let Some(r) = result {
             let server_status = r.api_error_status.is_some_and(|s| s >= 500);
             if server_status || text.as_deref().is_some_and(is_api_unavailable) {
@@ -857,6 +945,13 @@ impl TurnObserver {
             }
         }
         let ev = &self.evidence;
+        if result.is_some_and(|r| r.terminal_reason.as_deref() == Some("api_error"))
+            && !(ev.rate_limited || ev.auth_failed || ev.prompt_too_long)
+        {
+            // 2.1.332 ends every failed API call with this reason; what no
+            // field above names is an API failure, retried with backoff.
+            return Some(unavailable());
+        }
         if ev.rate_limited {
             Some(rate_limited)
         } else if ev.auth_failed {
@@ -1315,6 +1410,110 @@ mod tests {
             assert_eq!(&r.outcome, want, "{name}");
             assert!(r.prompt_reached_session, "{name}");
         }
+    }
+
+    // What CLI 2.1.332 prints (probed against the fake API, usage blocks cut):
+    // every API failure ends with `terminal_reason: api_error`, the result line's
+    // keys come in another order, and the synthetic line carries the typed kind.
+    const INIT_332: &str = r#"{"type":"system","subtype":"init","cwd":"w","session_id":"s332","tools":[],"mcp_servers":[{"name":"hyperhive","status":"connected","source":"dynamic"},{"name":"bash","status":"connected","source":"dynamic"}],"model":"claude-sonnet-4-5","claude_code_version":"2.1.332","uuid":"u"}"#;
+    const RLE_5H_332: &str = r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1796540511,"rateLimitType":"five_hour","isUsingOverage":false,"unifiedWindows":{"five_hour":{"utilization":1,"resetsAt":1796540511,"status":"rejected"},"seven_day":{"utilization":0.63,"resetsAt":1796792511,"status":"allowed"}}},"uuid":"u","session_id":"s332"}"#;
+    const SYN_5H_332: &str = r#"{"type":"assistant","message":{"diagnostics":null,"id":"de09","container":null,"model":"<synthetic>","role":"assistant","stop_reason":"stop_sequence","type":"message","usage":{"input_tokens":0,"output_tokens":0},"content":[{"type":"text","text":"You've hit your 5-hour limit · resets 7:01am (UTC)"}],"context_management":null},"parent_tool_use_id":null,"session_id":"s332","uuid":"u","error":"rate_limit","request_id":"req_fake_13","is_api_error_message":true,"api_error_status":429,"api_error":"usage_limit_reached","api_error_params":{"rate_limit_info":{"status":"rejected","resetsAt":1796540511,"rateLimitType":"five_hour","isUsingOverage":false}},"api_error_type":"rate_limit_error"}"#;
+    const RESULT_5H_332: &str = r#"{"duration_api_ms":0,"stop_reason":"stop_sequence","session_id":"s332","total_cost_usd":0,"modelUsage":{},"permission_denials":[],"terminal_reason":"api_error","safety_stops":0,"is_error":true,"num_turns":1,"subtype":"success","api_error_status":429,"api_error_type":"rate_limit_error","api_error":"usage_limit_reached","result":"You've hit your 5-hour limit · resets 7:01am (UTC)","type":"result","duration_ms":166,"uuid":"u"}"#;
+    // A weekly limit whose reset only its window carries: no `resetsAt` at
+    // the top, none in `api_error_params`, no time in the text.
+    const RLE_WEEK_332: &str = r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","rateLimitType":"seven_day","isUsingOverage":false,"unifiedWindows":{"five_hour":{"utilization":0.4,"resetsAt":1796537853,"status":"allowed"},"seven_day":{"utilization":1,"resetsAt":1796543853,"status":"rejected"}}},"uuid":"u","session_id":"s332"}"#;
+    const SYN_WEEK_332: &str = r#"{"type":"assistant","message":{"id":"4460","model":"<synthetic>","role":"assistant","type":"message","usage":{"input_tokens":0,"output_tokens":0},"content":[{"type":"text","text":"You've hit your weekly limit"}]},"parent_tool_use_id":null,"session_id":"s332","uuid":"u","error":"rate_limit","request_id":"req_fake_1","is_api_error_message":true,"api_error_status":429,"api_error":"usage_limit_reached","api_error_params":{"rate_limit_info":{"status":"rejected","rateLimitType":"seven_day","isUsingOverage":false}},"api_error_type":"rate_limit_error"}"#;
+    const RESULT_WEEK_332: &str = r#"{"duration_api_ms":0,"session_id":"s332","total_cost_usd":0,"modelUsage":{},"terminal_reason":"api_error","is_error":true,"num_turns":1,"subtype":"success","api_error_status":429,"api_error_type":"rate_limit_error","api_error":"usage_limit_reached","result":"You've hit your weekly limit","type":"result","uuid":"u"}"#;
+    const SYN_DROP_332: &str = r#"{"type":"assistant","message":{"id":"d","model":"<synthetic>","role":"assistant","type":"message","content":[{"type":"text","text":"API Error: Connection dropped (ECONNRESET). Check the gateway set in ANTHROPIC_BASE_URL, then try again."}]},"parent_tool_use_id":null,"session_id":"s332","uuid":"u","error":"server_error","is_api_error_message":true,"api_error":"connection_failed"}"#;
+    const RESULT_DROP_332: &str = r#"{"session_id":"s332","is_error":true,"api_error_status":null,"api_error":"connection_failed","terminal_reason":"api_error","result":"API Error: Connection dropped (ECONNRESET). Check the gateway set in ANTHROPIC_BASE_URL, then try again.","num_turns":1,"subtype":"success","type":"result"}"#;
+    const SYN_STALL_332: &str = r#"{"type":"assistant","message":{"id":"st","model":"<synthetic>","role":"assistant","type":"message","content":[{"type":"text","text":"API Error: The response stopped arriving. The response above may be incomplete."}]},"parent_tool_use_id":null,"session_id":"s332","uuid":"u","error":"server_error","is_api_error_message":true,"api_error":"stream_idle_timeout"}"#;
+    const RESULT_STALL_332: &str = r#"{"session_id":"s332","is_error":true,"api_error_status":null,"api_error":"stream_idle_timeout","terminal_reason":"api_error","result":"API Error: The response stopped arriving. The response above may be incomplete.","num_turns":4,"subtype":"success","type":"result"}"#;
+    const SYN_IDLE_332: &str = r#"{"type":"assistant","message":{"id":"si","model":"<synthetic>","role":"assistant","type":"message","content":[{"type":"text","text":"API Error: stream idle: no bytes for 10000ms"}]},"parent_tool_use_id":null,"session_id":"s332","uuid":"u","error":"unknown","is_api_error_message":true}"#;
+    const RESULT_IDLE_332: &str = r#"{"session_id":"s332","is_error":true,"api_error_status":null,"terminal_reason":"api_error","result":"API Error: stream idle: no bytes for 10000ms","num_turns":1,"subtype":"success","type":"result"}"#;
+    const RESULT_TIMEOUT_332: &str = r#"{"session_id":"s332","is_error":true,"api_error_status":null,"terminal_reason":"api_error","result":"Request timed out. If the API is slow to answer, or a proxy or gateway holds responses, set API_TIMEOUT_MS above 3000.","num_turns":1,"subtype":"success","type":"result"}"#;
+    const RESULT_401_332: &str = r#"{"session_id":"s332","is_error":true,"api_error_status":401,"api_error_type":"authentication_error","terminal_reason":"api_error","result":"Invalid API key · Fix external API key","num_turns":1,"subtype":"success","type":"result"}"#;
+    const RESULT_PTL_332: &str = r#"{"session_id":"s332","is_error":true,"api_error_status":400,"api_error_type":"invalid_request_error","terminal_reason":"prompt_too_long","result":"Prompt is too long","num_turns":1,"subtype":"success","type":"result"}"#;
+    // A kind no version printed yet: still an API failure.
+    const RESULT_NEW_KIND: &str = r#"{"session_id":"s332","is_error":true,"api_error_status":null,"api_error":"gateway_melted","terminal_reason":"api_error","result":"API Error: something new","num_turns":1,"subtype":"success","type":"result"}"#;
+
+    #[test]
+    fn the_table_of_error_results_of_cli_2_1_332() {
+        let cases: &[(&str, &[&str], TurnOutcome)] = &[
+            (
+                "5-hour usage limit",
+                &[INIT_332, RLE_5H_332, SYN_5H_332, RESULT_5H_332],
+                rate_limited(Some(1_796_540_511)),
+            ),
+            (
+                "usage limit from the typed kind alone",
+                &[INIT_332, SYN_5H_332, RESULT_5H_332],
+                rate_limited(Some(1_796_540_511)),
+            ),
+            (
+                "weekly limit, its reset only in its window",
+                &[INIT_332, RLE_WEEK_332, SYN_WEEK_332, RESULT_WEEK_332],
+                rate_limited(Some(1_796_543_853)),
+            ),
+            (
+                "dropped connection",
+                &[INIT_332, SYN_DROP_332, RESULT_DROP_332],
+                TurnOutcome::ApiUnavailable(text_of(RESULT_DROP_332)),
+            ),
+            (
+                "stalled stream after a block",
+                &[INIT_332, SYN_STALL_332, RESULT_STALL_332],
+                TurnOutcome::ApiUnavailable(text_of(RESULT_STALL_332)),
+            ),
+            (
+                "stalled stream, no kind",
+                &[INIT_332, SYN_IDLE_332, RESULT_IDLE_332],
+                TurnOutcome::ApiUnavailable(text_of(RESULT_IDLE_332)),
+            ),
+            (
+                "timeout",
+                &[INIT_332, SYN_SERVER, RESULT_TIMEOUT_332],
+                TurnOutcome::ApiUnavailable(text_of(RESULT_TIMEOUT_332)),
+            ),
+            (
+                "401",
+                &[INIT_332, SYN_401, RESULT_401_332],
+                TurnOutcome::AuthFailed,
+            ),
+            (
+                "prompt too long",
+                &[INIT_332, SYN_PTL, RESULT_PTL_332],
+                TurnOutcome::PromptTooLong,
+            ),
+            (
+                "an api_error kind never seen",
+                &[INIT_332, RESULT_NEW_KIND],
+                TurnOutcome::ApiUnavailable("API Error: something new".into()),
+            ),
+        ];
+        for (name, lines, want) in cases {
+            let r = run(lines, &[], ExitInfo::exited(1));
+            assert_eq!(&r.outcome, want, "{name}");
+            assert_eq!(r.cli_version.as_deref(), Some("2.1.332"), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_usage_limit_signals_early_with_the_reset_of_what_refused() {
+        let mut o = TurnObserver::new();
+        let mut signals = Vec::new();
+        for line in [INIT_332, RLE_WEEK_332, SYN_WEEK_332] {
+            signals.extend(o.on_stdout_line(line));
+        }
+        assert_eq!(
+            signals,
+            [Signal::RateLimited {
+                resets_at: Some(1_796_543_853)
+            }]
+        );
+        // A rejected window in an event that did not refuse says nothing.
+        let allowed = r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed","unifiedWindows":{"seven_day":{"utilization":1,"resetsAt":5,"status":"rejected"}}}}"#;
+        let r = run(&[INIT_332, allowed, DONE, RESULT_OK], &[], ExitInfo::exited(0));
+        assert_eq!(r.outcome, TurnOutcome::Ok);
     }
 
     fn text_of(result_line: &str) -> String {
