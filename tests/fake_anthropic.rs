@@ -178,6 +178,7 @@ fn auto_compact_answers_summaries_without_consuming_steps() {
     let fake = FakeAnthropic::start(Scenario::of([Step::text("next")]).auto_compact("SUMMARY"));
     let compaction = json!({
         "model": "claude-sonnet-4-5",
+        "stream": true,
         "messages": [
             {"role": "user", "content": "remember PINEAPPLE"},
             {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
@@ -242,4 +243,56 @@ fn unknown_paths_get_404() {
     );
     assert_eq!(outcome.unwrap().status(), 404);
     assert_eq!(fake.requests()[0].kind, RequestKind::Other);
+}
+
+#[test]
+fn a_request_without_streaming_gets_one_json_message() {
+    let fake = FakeAnthropic::start(Scenario::of([
+        Step::text("whole"),
+        Step::tool_use("Read", json!({"file_path": "/x"})),
+    ]));
+    let mut body = user_turn("x");
+    body["stream"] = json!(false);
+    let r = post(&fake, &body).unwrap();
+    assert_eq!(r.content_type(), "application/json");
+    let v: Value = r.into_json().unwrap();
+    assert_eq!(v["type"], "message");
+    assert_eq!(v["content"][0]["text"], "whole");
+    assert_eq!(v["stop_reason"], "end_turn");
+    let v: Value = post(&fake, &body).unwrap().into_json().unwrap();
+    assert_eq!(v["content"][0]["type"], "tool_use");
+    assert_eq!(v["content"][0]["input"], json!({"file_path": "/x"}));
+}
+
+#[test]
+fn a_stall_sends_the_start_of_a_stream_then_nothing_until_dropped() {
+    use std::io::Read;
+    let fake = FakeAnthropic::start(Scenario::of([Step::stall("half a")]));
+    let url = format!("{}/v1/messages?beta=true", fake.base_url());
+    let reader = std::thread::spawn(move || {
+        let r = ureq::AgentBuilder::new()
+            .timeout_read(Duration::from_millis(1500))
+            .build()
+            .post(&url)
+            .send_json(user_turn("x"))
+            .unwrap();
+        assert_eq!(r.content_type(), "text/event-stream");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let mut body = r.into_reader();
+        // Read until the read times out: what arrived is all there is.
+        while let Ok(n) = body.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8(got).unwrap()
+    });
+    let got = reader.join().unwrap();
+    assert!(got.contains("event: message_start"), "{got}");
+    assert!(got.contains(r#""text":"half a""#), "{got}");
+    assert!(!got.contains("message_stop"), "{got}");
+    // Dropping the fake releases the held connection and joins its thread.
+    drop(fake);
 }

@@ -419,7 +419,60 @@ fn the_real_clis_early_warning_is_on_the_dashboard_of_hive_up(cli: &RealCli) {
     }
 }
 
+/// A weekly limit whose reset only its window names (2.5 h ahead, no time in
+/// the CLI's text): 2.1.332's `unifiedWindows` give the reset, and the pool
+/// is parked until exactly then; 2.1.197 prints no windows, so its agent
+/// waits the rate-limit default (`HIVE_RATE_LIMIT_SLEEP_SECS`) and nothing
+/// parks the pool.
+fn a_weekly_limit_parks_the_pool_until_its_windows_reset(cli: &RealCli) {
+    let (b, ana, _bob) = pool(
+        cli,
+        Scenario::new().otherwise(Step::text("ana's job done")),
+        Scenario::new().otherwise(Step::text("bob's job done")),
+    );
+    ana.api.set_scenario(
+        Scenario::new()
+            .then(Step::weekly_limit_reset_only_in_window(9000))
+            .otherwise(Step::text("ana's job done after the reset")),
+    );
+    operator_send(&b, "ana", "ana's job");
+    let paused = wait_for(T, "ana to pause", || agent_row(&b, "ana").paused);
+    let limited = ana.api.posts().pop().unwrap();
+    let reset: i64 = limited
+        .answered_header("anthropic-ratelimit-unified-7d-reset")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        limited
+            .answered_header("anthropic-ratelimit-unified-reset")
+            .is_none(),
+        "the reset is only in the window"
+    );
+    if cli.at_least("2.1.332") {
+        assert_eq!(paused.reason.as_str(), "usage_limit", "{paused:?}");
+        assert_eq!(paused.until, Some(reset), "{paused:?}");
+        let bob = wait_for(T, "the pool to be parked", || {
+            agent_row(&b, "bob")
+                .paused
+                .filter(|p| p.reason.as_str() == "usage_limit")
+        });
+        assert_eq!(bob.until, Some(reset), "{bob:?}");
+        assert!(
+            bob.detail.contains("You've hit your weekly limit"),
+            "{bob:?}"
+        );
+    } else {
+        // No window, no reset: the default pause of this agent alone.
+        assert_eq!(paused.reason.as_str(), "rate_limit", "{paused:?}");
+        let until = paused.until.expect("a pause ends");
+        assert!(until < reset, "{paused:?} against the window's {reset}");
+        assert_eq!(agent_row(&b, "bob").paused, None);
+    }
+}
+
 real_cli_tests!(
+    a_weekly_limit_parks_the_pool_until_its_windows_reset,
     the_real_clis_early_warning_is_on_the_dashboard_of_hive_up,
     the_real_clis_usage_limit_parks_the_pool_until_the_reset_it_reported,
     the_real_clis_early_warning_marks_the_pool_until_the_reset,

@@ -262,31 +262,74 @@ fn a_429_is_requeued_and_retried_after_the_pause(cli: &RealCli) {
     assert!(last.mentions("[system] Retry"), "the retry is a short note");
 }
 
+/// A stream that stops mid-answer: 2.1.332, whose byte watchdog works with a
+/// gateway (`CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS`, at least 10 s), ends the run
+/// itself with `api_error: stream_idle_timeout`, an API failure the harness
+/// retries after its backoff; 2.1.197 ignores that variable for a gateway
+/// and would wait 300 s, so the harness's idle watchdog stops it as hung.
+/// Either way the message is kept and answered on the next try.
+fn a_stalled_stream_keeps_the_message_and_the_retry_answers_it(cli: &RealCli) {
+    let env: &[(&str, &str)] = if cli.at_least("2.1.332") {
+        &[
+            ("CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS", "10000"),
+            ("CLAUDE_CODE_DISABLE_NONSTREAMING_FALLBACK", "1"),
+            ("HIVE_API_BACKOFF_SECS", "1"),
+        ]
+    } else {
+        &[("HIVE_TURN_IDLE_SECS", "3")]
+    };
+    let (b, api, h) = ready(
+        cli,
+        Scenario::new()
+            .then(Step::stall("I was about to say"))
+            .otherwise(Step::text("answered after the stall")),
+        env,
+    );
+    operator_send(&b, "ruth", "a job the stream drops");
+    wait_for(Duration::from_secs(90), "the retry", || {
+        (api.posts().len() >= 3).then_some(())
+    });
+    wait_drained(&b, "ruth");
+    let outcomes: Vec<String> = stats(&h).into_iter().map(|(_, o)| o).collect();
+    let stalled = if cli.at_least("2.1.332") {
+        "api_unavailable"
+    } else {
+        "hung"
+    };
+    assert_eq!(outcomes[1], stalled, "{outcomes:?}");
+    assert_eq!(outcomes.last().unwrap(), "ok", "{outcomes:?}");
+    if cli.at_least("2.1.332") {
+        let db = rusqlite::Connection::open(h.state_dir().join("turn-stats.db")).unwrap();
+        let note: String = db
+            .query_row(
+                "SELECT note FROM turns ORDER BY id LIMIT 1 OFFSET 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(note.contains("Stream idle timeout"), "{note}");
+    }
+}
+
 fn the_real_cli_honours_the_harness_settings_file(cli: &RealCli) {
-    use common::claude_cli::{claude_env, run_claude, Sandbox};
+    use common::claude_cli::{claude_env, harness_invocation, run_claude, Sandbox};
     // The CLI silently ignores a settings file with one badly typed value; the
     // evidence that ours is read whole is that auto-memory is off (no
     // `memory_paths` in system/init).
     let api = FakeAnthropic::start(Scenario::new().otherwise(Step::text("ok")));
     let sb = Sandbox::new("settings");
-    let settings = hyperhive::harness::invocation::settings_json().to_string();
-    let path = sb.write("settings.json", &settings);
+    let harness = harness_invocation(
+        &sb.write_dir("state"),
+        &sb.write_dir("run"),
+        &[],
+        "claude-sonnet-4-5",
+        false,
+    );
     let run = run_claude(
         cli,
         &sb.cwd,
         &claude_env(&sb.home, &api.base_url()),
-        &[
-            "--print",
-            "--verbose",
-            "--output-format",
-            "stream-json",
-            "--model",
-            "claude-sonnet-4-5",
-            "--settings",
-            path.to_str().unwrap(),
-            "--tools",
-            "Read",
-        ],
+        &harness.argv(),
         "hello",
         Duration::from_secs(60),
     );
@@ -337,6 +380,7 @@ fn a_background_bash_task_wakes_the_agent_for_a_new_turn(cli: &RealCli) {
 }
 
 real_cli_tests!(
+    a_stalled_stream_keeps_the_message_and_the_retry_answers_it,
     wake_turn_tool_call_and_continue_through_hive_serve,
     prompt_too_long_is_compacted_by_the_harness_and_retried,
     a_rate_limited_compaction_keeps_the_message_then_compacts_again_and_retries,

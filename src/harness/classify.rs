@@ -1512,7 +1512,11 @@ mod tests {
         );
         // A rejected window in an event that did not refuse says nothing.
         let allowed = r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed","unifiedWindows":{"seven_day":{"utilization":1,"resetsAt":5,"status":"rejected"}}}}"#;
-        let r = run(&[INIT_332, allowed, DONE, RESULT_OK], &[], ExitInfo::exited(0));
+        let r = run(
+            &[INIT_332, allowed, DONE, RESULT_OK],
+            &[],
+            ExitInfo::exited(0),
+        );
         assert_eq!(r.outcome, TurnOutcome::Ok);
     }
 

@@ -25,7 +25,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::io::Read;
+use std::io::{Read, Write as _};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -137,6 +137,13 @@ pub enum Reply {
     Error(ApiError),
     /// No answer at all until the fake is dropped.
     Hang,
+    /// A stream that stops: `200`, `message_start`, a text block started
+    /// with one delta of this text (with `after_block`, that block finished
+    /// and a second one started), then nothing more until the fake is
+    /// dropped, the connection kept open. A `"stream": false` request (the
+    /// CLI's fallback after a broken stream) gets the start of a JSON body,
+    /// then the same silence.
+    Stall { text: String, after_block: bool },
     /// The connection is shut down without an answer.
     Close,
 }
@@ -175,6 +182,14 @@ impl Step {
         }))
     }
 
+    /// A stream that stops after one delta of `text` (see [`Reply::Stall`]).
+    pub fn stall(text: impl Into<String>) -> Step {
+        Step::from(Reply::Stall {
+            text: text.into(),
+            after_block: false,
+        })
+    }
+
     /// The 429 the API sends when a per-minute limit is hit.
     pub fn rate_limited() -> Step {
         Step::error(
@@ -202,6 +217,33 @@ impl Step {
             "anthropic-ratelimit-unified-representative-claim",
             "five_hour",
         )
+    }
+
+    /// A 429 of a weekly usage limit whose reset only its window names, the
+    /// way the issue's user met it: status `rejected`, claim `seven_day`, no
+    /// `…-unified-reset`, and the per-window headers `…-7d-{status,reset,
+    /// utilization}` (rejected, `secs_ahead` after the answer, 1.0) beside an
+    /// allowed five-hour window. CLI 2.1.332 (OAuth) prints a rejected
+    /// `rate_limit_event` without `resetsAt` whose `unifiedWindows.seven_day`
+    /// carries the reset, and "You've hit your weekly limit" with no time;
+    /// 2.1.197 prints no windows at all.
+    pub fn weekly_limit_reset_only_in_window(secs_ahead: i64) -> Step {
+        Step::error(
+            429,
+            ErrorType::RateLimit,
+            "This request would exceed your account's rate limit. Please try again later.",
+        )
+        .with_response_header("anthropic-ratelimit-unified-status", "rejected")
+        .with_response_header(
+            "anthropic-ratelimit-unified-representative-claim",
+            "seven_day",
+        )
+        .with_response_header("anthropic-ratelimit-unified-7d-status", "rejected")
+        .with_reset_header("anthropic-ratelimit-unified-7d-reset", secs_ahead)
+        .with_response_header("anthropic-ratelimit-unified-7d-utilization", "1.0")
+        .with_response_header("anthropic-ratelimit-unified-5h-status", "allowed")
+        .with_reset_header("anthropic-ratelimit-unified-5h-reset", secs_ahead / 3)
+        .with_response_header("anthropic-ratelimit-unified-5h-utilization", "0.4")
     }
 
     /// A text answer whose unified rate-limit headers say the five-hour
@@ -630,6 +672,13 @@ fn handle(mut request: Request, state: &Mutex<State>, stopped: &Receiver<()>) {
     };
     let model = body["model"].as_str().unwrap_or("claude-sonnet-4-5");
     let ids = Ids::new(number);
+    // 2.1.332 sends `"stream": false` once a stream broke (2.1.197 leaves
+    // `stream` out then): the answer is one JSON message, not events.
+    let streaming = body["stream"].as_bool().unwrap_or(false);
+    if !streaming {
+        let _ = respond_whole(request, &ids, model, step, &extra, stopped);
+        return;
+    }
     // A gone client is a normal outcome for a fake: the CLI may have been killed.
     let _ = match step.reply {
         Reply::Text(text) => respond_sse(
@@ -665,7 +714,125 @@ fn handle(mut request: Request, state: &Mutex<State>, stopped: &Receiver<()>) {
             shut_down_connection(&request);
             Ok(())
         }
+        Reply::Stall { text, after_block } => {
+            let mut events = vec![message_start(&ids, model, step.usage)];
+            events.push(json!({
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""}
+            }));
+            events.push(json!({"type": "ping"}));
+            events.push(json!({
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": text}
+            }));
+            if after_block {
+                events.push(json!({"type": "content_block_stop", "index": 0}));
+                events.push(json!({
+                    "type": "content_block_start",
+                    "index": 1,
+                    "content_block": {"type": "text", "text": ""}
+                }));
+                events.push(json!({
+                    "type": "content_block_delta",
+                    "index": 1,
+                    "delta": {"type": "text_delta", "text": "and then"}
+                }));
+            }
+            let mut head = String::from(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n\
+                 Cache-Control: no-cache\r\nConnection: close\r\n",
+            );
+            let _ = write!(head, "request-id: {}\r\n", ids.request);
+            for (name, value) in &extra {
+                let _ = write!(head, "{name}: {value}\r\n");
+            }
+            head.push_str("\r\n");
+            for event in &events {
+                let name = event["type"].as_str().unwrap_or("message");
+                let _ = write!(head, "event: {name}\ndata: {event}\n\n");
+            }
+            stall_after(request, &head, stopped)
+        }
     };
+}
+
+/// Writes `bytes` raw on the connection (a response the client has only
+/// part of), flushes it, then holds the connection open until the fake is
+/// dropped.
+fn stall_after(request: Request, bytes: &str, stopped: &Receiver<()>) -> std::io::Result<()> {
+    let mut writer = request.into_writer();
+    writer.write_all(bytes.as_bytes())?;
+    writer.flush()?;
+    let _ = stopped.recv();
+    Ok(())
+}
+
+/// The answer to a `"stream": false` request: the step's message as one JSON
+/// body, an error as usual, and the start of a body then silence for a stall.
+fn respond_whole(
+    request: Request,
+    ids: &Ids,
+    model: &str,
+    step: Step,
+    extra: &[(String, String)],
+    stopped: &Receiver<()>,
+) -> std::io::Result<()> {
+    let message = |content: Value, stop_reason: &str| {
+        json!({
+            "id": ids.message,
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": null,
+            "usage": {
+                "input_tokens": step.usage.input_tokens,
+                "cache_read_input_tokens": step.usage.cache_read_input_tokens,
+                "cache_creation_input_tokens": step.usage.cache_creation_input_tokens,
+                "output_tokens": step.usage.output_tokens
+            }
+        })
+    };
+    let body = match &step.reply {
+        Reply::Text(text) => message(json!([{"type": "text", "text": text}]), "end_turn"),
+        Reply::Compact(summary) => message(
+            json!([{"type": "text", "text": format!(
+                "<analysis>The fake API summarises without analysing.</analysis>\n<summary>{summary}</summary>"
+            )}]),
+            "end_turn",
+        ),
+        Reply::ToolUse { name, input } => message(
+            json!([{"type": "tool_use", "id": ids.tool_use, "name": name, "input": input}]),
+            "tool_use",
+        ),
+        Reply::Error(error) => return respond_error(request, ids, error, extra),
+        Reply::Hang => {
+            let _ = stopped.recv();
+            return Ok(());
+        }
+        Reply::Close => {
+            shut_down_connection(&request);
+            return Ok(());
+        }
+        Reply::Stall { .. } => {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\
+                 request-id: {}\r\n\r\n{{\"id\":\"{}\",\"type\":\"message\",",
+                ids.request, ids.message
+            );
+            return stall_after(request, &head, stopped);
+        }
+    };
+    let mut response = Response::from_string(body.to_string())
+        .with_header(header("Content-Type", "application/json"))
+        .with_header(header("request-id", &ids.request));
+    for (name, value) in extra {
+        response.add_header(header(name, value));
+    }
+    request.respond(response)
 }
 
 fn recorded_headers(request: &Request) -> Vec<(String, String)> {
