@@ -1436,6 +1436,33 @@ mod tests {
     // A kind no version printed yet: still an API failure.
     const RESULT_NEW_KIND: &str = r#"{"session_id":"s332","is_error":true,"api_error_status":null,"api_error":"gateway_melted","terminal_reason":"api_error","result":"API Error: something new","num_turns":1,"subtype":"success","type":"result"}"#;
 
+    /// Every frame and field the CLI added after 2.1.197 (field-reports §6.2:
+    /// new `system` subtypes, `task_*` frames, `tool_progress`, `stream_event`
+    /// fields, the init line's `mcp_server_errors`, the result's new fields),
+    /// a frame type and a `system` subtype no CLI printed yet, and a line
+    /// that is not JSON: the turn is what its `result` says, and no line
+    /// but the init's version is read as anything.
+    const DRIFT: &str = include_str!("../../tests/fixtures/cli-frames.jsonl");
+
+    #[test]
+    fn frames_and_fields_it_does_not_know_change_nothing() {
+        let mut lines: Vec<&str> = DRIFT.lines().collect();
+        lines.insert(3, "plain text the CLI printed, not JSON");
+        let mut o = TurnObserver::new();
+        let mut signals = Vec::new();
+        for line in &lines {
+            signals.extend(o.on_stdout_line(line));
+        }
+        assert_eq!(signals, [], "no signal from a frame it does not know");
+        let r = o.finish(ExitInfo::exited(0));
+        assert_eq!(r.outcome, TurnOutcome::Ok);
+        assert_eq!(r.result_text.as_deref(), Some("drift handled"));
+        assert_eq!(r.cli_version.as_deref(), Some("2.1.332"));
+        assert_eq!(r.context_tokens, Some(4700));
+        assert_eq!((r.input_tokens, r.output_tokens), (200, 20));
+        assert_eq!(r.session_id.as_deref(), Some("drift-1"));
+    }
+
     #[test]
     fn the_table_of_error_results_of_cli_2_1_332() {
         let cases: &[(&str, &[&str], TurnOutcome)] = &[
