@@ -624,8 +624,12 @@ fn request_next_turn_without_a_state_dir_is_a_tool_error() {
     assert!(text.starts_with("HIVE_STATE_DIR is not set"), "{text}");
 }
 
+/// Wrong arguments come back as a result the model reads (`isError`: MCP
+/// 2025-11-25's input validation error), naming the argument, quoting the
+/// value and saying what is allowed; an unknown tool stays a JSON-RPC -32602
+/// error.
 #[test]
-fn bad_arguments_are_invalid_params_naming_the_argument() {
+fn bad_arguments_are_error_results_naming_the_argument() {
     let hive = Hive::start();
     let mut ruth = hive.mcp("ruth");
     let long = "x".repeat(201);
@@ -648,7 +652,7 @@ fn bad_arguments_are_invalid_params_naming_the_argument() {
         (
             "send",
             json!({"to":5,"body":"x"}),
-            "argument \"to\" must be a string, got a number",
+            "argument \"to\" must be a string, got 5",
         ),
         (
             "send",
@@ -658,27 +662,27 @@ fn bad_arguments_are_invalid_params_naming_the_argument() {
         (
             "recv",
             json!({"wait_seconds":"5"}),
-            "argument \"wait_seconds\" must be a non-negative integer, got a string",
+            "argument \"wait_seconds\" must be a non-negative integer, got \"5\"",
         ),
         (
             "recv",
             json!({"max":-1}),
-            "argument \"max\" must be a non-negative integer, got a number",
+            "argument \"max\" must be a non-negative integer, got -1",
         ),
         (
             "ask",
             json!({"question":"q","options":"yes"}),
-            "argument \"options\" must be an array of strings, got a string",
+            "argument \"options\" must be an array of strings, got \"yes\"",
         ),
         (
             "ask",
             json!({"question":"q","multi":"yes"}),
-            "argument \"multi\" must be a boolean, got a string",
+            "argument \"multi\" must be a boolean, got \"yes\"",
         ),
         (
             "answer",
             json!({"id":"3","answer":"x"}),
-            "argument \"id\" must be an integer, got a string",
+            "argument \"id\" must be an integer, got \"3\"",
         ),
         (
             "answer",
@@ -724,11 +728,13 @@ fn bad_arguments_are_invalid_params_naming_the_argument() {
     ];
     for (i, (tool, args, want)) in cases.iter().enumerate() {
         let r = ruth.call(i as i64 + 1, tool, args.clone());
-        assert_eq!(
-            r,
-            json!({"jsonrpc":"2.0","id":i + 1,"error":{"code":-32602,"message":want}}),
-            "{tool}({args})"
-        );
+        let expected = if *tool == "kill" {
+            json!({"jsonrpc":"2.0","id":i + 1,"error":{"code":-32602,"message":want}})
+        } else {
+            json!({"jsonrpc":"2.0","id":i + 1,"result":{
+                "content":[{"type":"text","text":want}],"isError":true}})
+        };
+        assert_eq!(r, expected, "{tool}({args})");
     }
 }
 

@@ -5,7 +5,9 @@
 //! The MCP servers get only the variables named in their entries on top of
 //! claude's environment, which has no operator variables; hive's own two are
 //! `"alwaysLoad": true`, so the CLI waits for them to connect before the turn
-//! instead of going on without their tools after 2 s. This module
+//! instead of going on without their tools after 2 s (2.1.197) or hiding them
+//! behind `ToolSearch` (2.1.332, when that tool is on), and a `timeout` above
+//! their longest wait. This module
 //! also owns the tool whitelist: the built-ins in `--tools` and everything in
 //! `--allowedTools`.
 
@@ -177,6 +179,7 @@ pub fn write_boot_files_for(s: &Settings, exe: &Path) -> Result<ToolLists, Strin
             "command": exe,
             "args": ["mcp"],
             "alwaysLoad": true,
+            "timeout": HYPERHIVE_CALL_TIMEOUT_MS,
             "env": {
                 "HIVE_SOCKET": s.socket.display().to_string(),
                 "HIVE_STATE_DIR": s.state_dir.display().to_string(),
@@ -193,6 +196,7 @@ pub fn write_boot_files_for(s: &Settings, exe: &Path) -> Result<ToolLists, Strin
             "command": exe,
             "args": ["bash-mcp"],
             "alwaysLoad": true,
+            "timeout": BASH_CALL_TIMEOUT_MS,
             "env": {
                 "HIVE_BASH_SOCKET": s.bash_socket.display().to_string(),
                 "RUST_LOG": "warn",
@@ -229,13 +233,34 @@ pub fn write_boot_files_for(s: &Settings, exe: &Path) -> Result<ToolLists, Strin
 /// The variables every claude run gets on top of the environment it
 /// inherits (which has no operator variables): the CLI's own retries, kept
 /// low so a refused request comes back to the harness's policy instead of
-/// blocking the turn for minutes.
+/// blocking the turn for minutes; and no moving of MCP calls to the
+/// background (CLI 2.1.212+, on in print mode with
+/// `CLAUDE_AUTO_BACKGROUND_TASKS`): a backgrounded call's result may never
+/// reach the model once the turn ends (`docs/claude-cli.md`). The MCP servers
+/// inherit them, so `hive mcp` sizes its waits by them.
 pub fn claude_vars(max_retries: u32) -> Vec<(String, String)> {
-    vec![(
-        "CLAUDE_CODE_MAX_RETRIES".to_string(),
-        max_retries.to_string(),
-    )]
+    vec![
+        (
+            "CLAUDE_CODE_MAX_RETRIES".to_string(),
+            max_retries.to_string(),
+        ),
+        (
+            "CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS".to_string(),
+            "0".to_string(),
+        ),
+    ]
 }
+
+/// The per-server `timeout` (ms) of hive's MCP servers in the config: the
+/// CLI's own limit on one call (2.1.197 and 2.1.332 honour the key; neither
+/// has a default, and `request_timeout_ms` is ignored for stdio), set above
+/// the longest any of their tools waits, so it only ends a call that hangs.
+/// A call it ends is cancelled (`notifications/cancelled`): a `recv` then
+/// confirms nothing.
+pub const HYPERHIVE_CALL_TIMEOUT_MS: u64 = (crate::proto::limits::RECV_WAIT_CAP_SECS + 50) * 1000;
+
+/// The bash server's: its waits are at most `bash::proto::MAX_WAIT_SECS`.
+pub const BASH_CALL_TIMEOUT_MS: u64 = (crate::bash::proto::MAX_WAIT_SECS + 30) * 1000;
 
 /// The argv after the binary: exactly the specification's invocation. The prompt
 /// goes on stdin: `--tools`, `--allowedTools` and `--mcp-config` are variadic.
@@ -310,6 +335,18 @@ mod tests {
         assert_eq!(with[at + 1], "0.25");
         let bad = claude_args(&s, &tools, "m", true, Some(f64::NAN));
         assert!(!bad.iter().any(|a| a == "--max-budget-usd"));
+    }
+
+    /// The CLI's per-call limit on hive's servers is above their longest
+    /// wait, and backgrounding is off for every run.
+    #[test]
+    fn the_call_timeouts_clear_the_longest_waits() {
+        use crate::proto::limits::RECV_WAIT_CAP_SECS;
+        assert!(HYPERHIVE_CALL_TIMEOUT_MS > RECV_WAIT_CAP_SECS * 1000);
+        assert!(BASH_CALL_TIMEOUT_MS > crate::bash::proto::MAX_WAIT_SECS * 1000);
+        let vars = claude_vars(2);
+        assert!(vars.contains(&("CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS".into(), "0".into())));
+        assert!(vars.contains(&("CLAUDE_CODE_MAX_RETRIES".into(), "2".into())));
     }
 
     #[test]

@@ -21,6 +21,7 @@ use super::schema::{self, Arg};
 use super::{CallCtx, InputSchema, ServerInfo, ToolDef, ToolOutcome, Tools};
 use crate::groups::{self, Capability, ToolGroup};
 use crate::proto::command::Row;
+use crate::proto::limits::RECV_WAIT_CAP_SECS;
 use crate::proto::paths::DEFAULT_AGENT_SOCKET;
 use crate::proto::{Access, Client, ClientError, Command};
 use serde::Serialize;
@@ -116,6 +117,8 @@ pub struct HyperhiveTools {
     capabilities: Vec<Capability>,
     socket: PathBuf,
     state_dir: Option<PathBuf>,
+    /// The longest `recv` waits ([`recv_cap`]).
+    recv_cap: u64,
 }
 
 impl HyperhiveTools {
@@ -130,11 +133,12 @@ impl HyperhiveTools {
             capabilities,
             socket,
             state_dir,
+            recv_cap: RECV_WAIT_CAP_SECS,
         }
     }
 
     /// Reads `HIVE_TOOL_GROUPS`, `HIVE_CAPABILITIES`, `HIVE_SOCKET` and
-    /// `HIVE_STATE_DIR`.
+    /// `HIVE_STATE_DIR`, and claude's own limits on a tool call ([`recv_cap`]).
     pub fn from_env() -> Result<HyperhiveTools, String> {
         let env = crate::sys::env::Env::process();
         let list = env.get("HIVE_TOOL_GROUPS").unwrap_or_default();
@@ -143,12 +147,16 @@ impl HyperhiveTools {
         let capabilities =
             groups::parse_capabilities(&list).map_err(|e| format!("HIVE_CAPABILITIES: {e}"))?;
         let socket = env.path_or("HIVE_SOCKET", DEFAULT_AGENT_SOCKET);
-        Ok(HyperhiveTools::new(
-            groups,
-            capabilities,
-            socket,
-            env.path("HIVE_STATE_DIR"),
-        ))
+        let mut tools =
+            HyperhiveTools::new(groups, capabilities, socket, env.path("HIVE_STATE_DIR"));
+        tools.recv_cap = recv_cap(&env);
+        if tools.recv_cap < RECV_WAIT_CAP_SECS {
+            log::info!(
+                "recv waits at most {} s: claude's environment limits a tool call",
+                tools.recv_cap
+            );
+        }
+        Ok(tools)
     }
 
     pub fn info() -> ServerInfo {
@@ -209,6 +217,46 @@ impl HyperhiveTools {
             )
         })
     }
+}
+
+/// The longest the `recv` tool waits: [`RECV_WAIT_CAP_SECS`], or less when
+/// claude's environment (which `hive mcp` inherits) puts a lower limit on a
+/// tool call: `MCP_TOOL_TIMEOUT` (ms; the per-server `timeout` the harness
+/// writes is above the cap), `CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT` (ms, CLI
+/// 2.1.332's idle watchdog) and, when background tasks are on
+/// (`CLAUDE_AUTO_BACKGROUND_TASKS`), `CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS`
+/// (ms; 0 turns backgrounding off, and the harness sets 0). A call that
+/// ends before the client's limit is never backgrounded or abandoned, so
+/// no message is confirmed that the model does not see. Each limit is kept
+/// clear of by a tenth of it, at least 5 s.
+pub fn recv_cap(env: &crate::sys::env::Env) -> u64 {
+    let ms = |key: &str| {
+        env.get(key)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|ms| *ms > 0)
+    };
+    let background_on = env
+        .get("CLAUDE_AUTO_BACKGROUND_TASKS")
+        .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
+    let mut limits = vec![
+        ms("MCP_TOOL_TIMEOUT"),
+        ms("CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT"),
+    ];
+    if background_on {
+        // Unset is the CLI's default threshold of 120 s.
+        limits.push(match env.get("CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS") {
+            None => Some(120_000),
+            Some(_) => ms("CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS"),
+        });
+    }
+    limits
+        .into_iter()
+        .flatten()
+        .map(|ms| {
+            let secs = ms / 1000;
+            secs.saturating_sub((secs / 10).max(5))
+        })
+        .fold(RECV_WAIT_CAP_SECS, u64::min)
 }
 
 impl Tools for HyperhiveTools {
@@ -318,6 +366,46 @@ mod tests {
     use super::*;
     use crate::proto::access::{Caller, Capability, Gate};
     use crate::proto::PRIVILEGES;
+
+    /// `recv` waits below every limit claude's environment puts on a call.
+    #[test]
+    fn recv_waits_below_the_clients_limits() {
+        let cap = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let lookup = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            recv_cap(&crate::sys::env::Env::new(&lookup))
+        };
+        assert_eq!(cap(&[]), RECV_WAIT_CAP_SECS);
+        // The harness's own setting: backgrounding off.
+        let off = [
+            ("CLAUDE_AUTO_BACKGROUND_TASKS", "1"),
+            ("CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS", "0"),
+        ];
+        assert_eq!(cap(&off), RECV_WAIT_CAP_SECS);
+        // Background tasks on: the CLI's default threshold is 120 s, or the
+        // one set; a threshold alone (tasks off) changes nothing.
+        assert_eq!(
+            cap(&[("CLAUDE_AUTO_BACKGROUND_TASKS", "1")]),
+            RECV_WAIT_CAP_SECS
+        );
+        let low = [
+            ("CLAUDE_AUTO_BACKGROUND_TASKS", "1"),
+            ("CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS", "20000"),
+        ];
+        assert_eq!(cap(&low), 15);
+        assert_eq!(cap(&[("CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS", "20000")]), 100);
+        assert_eq!(cap(&[("MCP_TOOL_TIMEOUT", "60000")]), 54);
+        assert_eq!(cap(&[("CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT", "30000")]), 25);
+        assert_eq!(
+            cap(&[("MCP_TOOL_TIMEOUT", "3000")]),
+            0,
+            "a tiny limit: no wait"
+        );
+        assert_eq!(cap(&[("MCP_TOOL_TIMEOUT", "soon")]), RECV_WAIT_CAP_SECS);
+    }
 
     /// `listed.rs` holds every tool as `tools/list` shows it, written out
     /// from the table, so `hive mcp` need not build 8 KB of JSON text at every

@@ -117,8 +117,12 @@ pub enum ToolOutcome {
     OkThen(String, AfterWrite),
     /// A failure the model can act on: `isError: true` with this text.
     Err(String),
-    /// The arguments are wrong: a JSON-RPC -32602 error with this message, which
-    /// should name the argument.
+    /// The arguments are wrong: an `isError: true` result (MCP 2025-11-25: an
+    /// input validation error is a tool execution error, which the model can
+    /// read and act on, where the CLI shows a JSON-RPC error as a failed call
+    /// it cannot). The text names the argument, quotes the value and says what
+    /// is allowed. An unknown tool and a malformed `tools/call` stay JSON-RPC
+    /// -32602 errors, answered by the server before any tool runs.
     InvalidParams(String),
 }
 

@@ -3,7 +3,8 @@
 //! are checked against it before they become the tool's typed struct
 //! ([`decode`]). The check is what names the argument in an error (serde's
 //! own messages do not): an unknown argument, a missing one, one of the wrong
-//! type, each a JSON-RPC -32602 error. An explicit `null` counts as absent.
+//! type, each an `isError` result that names the argument, quotes the value
+//! it got and says what is allowed. An explicit `null` counts as absent.
 //! Rules beyond the type (not blank, at most so long, exactly one of two) are
 //! the command's own `validate`, shared with every other client.
 
@@ -187,19 +188,23 @@ pub fn schema(args: &[Arg]) -> Value {
     s
 }
 
-fn type_name(v: &Value) -> &'static str {
+/// A value as an error quotes it: a string quoted and cut, anything else as
+/// its JSON, cut.
+fn shown(v: &Value) -> String {
     match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+        Value::String(s) => crate::proto::text::excerpt(s),
+        other => {
+            let text = other.to_string();
+            match text.char_indices().nth(60) {
+                Some((at, _)) => format!("{}…", &text[..at]),
+                None => text,
+            }
+        }
     }
 }
 
 /// Checks `value` (a call's `arguments` object) against `args`: returns the
-/// object without nulls and with ids as strings, or the -32602 message.
+/// object without nulls and with ids as strings, or the error's text.
 pub fn check(args: &[Arg], value: Value) -> Result<Value, String> {
     let Value::Object(given) = value else {
         return Err("the arguments must be an object".into());
@@ -232,7 +237,7 @@ pub fn check(args: &[Arg], value: Value) -> Result<Value, String> {
                         "argument \"{}\" must be {}, got {}",
                         a.name,
                         a.ty.wanted(),
-                        type_name(&v)
+                        shown(&v)
                     )
                 })?;
                 if let (Ty::Enum(values), Value::String(s)) = (a.ty, &v) {
@@ -326,25 +331,26 @@ mod tests {
                 json!({"to":null}),
                 "missing required argument \"to\" (a string)",
             ),
+            (json!({"to":5}), "argument \"to\" must be a string, got 5"),
             (
-                json!({"to":5}),
-                "argument \"to\" must be a string, got a number",
-            ),
-            (
-                json!({"to":"a","n":-1}),
-                "argument \"n\" must be a non-negative integer, got a number",
+                json!({"to":"a","n":-5}),
+                "argument \"n\" must be a non-negative integer, got -5",
             ),
             (
                 json!({"to":"a","neg":1.5}),
-                "argument \"neg\" must be an integer, got a number",
+                "argument \"neg\" must be an integer, got 1.5",
             ),
             (
                 json!({"to":"a","b":"yes"}),
-                "argument \"b\" must be a boolean, got a string",
+                "argument \"b\" must be a boolean, got \"yes\"",
             ),
             (
                 json!({"to":"a","l":["x",1]}),
-                "argument \"l\" must be an array of strings, got an array",
+                "argument \"l\" must be an array of strings, got [\"x\",1]",
+            ),
+            (
+                json!({"to":"a","l":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30]}),
+                "argument \"l\" must be an array of strings, got [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,…",
             ),
             (
                 json!({"to":"a","k":"task"}),

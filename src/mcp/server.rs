@@ -507,9 +507,8 @@ impl Server {
         let (result, after) = match outcome {
             ToolOutcome::Ok(text) => (text_result(text, false), None),
             ToolOutcome::OkThen(text, after) => (text_result(text, false), Some(after)),
-            ToolOutcome::Err(text) => (text_result(text, true), None),
-            ToolOutcome::InvalidParams(msg) => {
-                return self.send(Response::err(Some(id), INVALID_PARAMS, msg), None)
+            ToolOutcome::Err(text) | ToolOutcome::InvalidParams(text) => {
+                (text_result(text, true), None)
             }
         };
         self.send(Response::ok(id, result), after);

@@ -36,6 +36,13 @@ pub const PAGE_BYTES: usize = 512 * 1024;
 /// Longest `recv_next` / `recv` / `inbox` wait the broker honours, in seconds.
 pub const MAX_WAIT_SECS: u64 = 180;
 
+/// The longest the MCP tool `recv` waits, in seconds: below every limit the
+/// supported CLIs put on a tool call by default (2.1.332 moves a call past
+/// 120 s to the background when background tasks are on, and then may never
+/// hand its result to the model; `docs/claude-cli.md`). `hive mcp` waits less
+/// when claude's environment sets a lower limit (`mcp::hyperhive::recv_cap`).
+pub const RECV_WAIT_CAP_SECS: u64 = 100;
+
 /// Most messages one `recv` hands out.
 pub const RECV_MAX: u32 = 32;
 

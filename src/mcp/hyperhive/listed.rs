@@ -1,11 +1,12 @@
-//! Every hyperhive tool as `tools/list` shows it (`{"description",
-//! "inputSchema", "name"}` as JSON text), written out from the tool table by
-//! `mcp::hyperhive::tests::the_written_out_listing_is_the_tables`, which fails
-//! when this file and the table disagree and, run with `HIVE_BLESS=1`, writes
-//! it again: not to be edited by hand. `hive mcp` answers `tools/list` from
-//! it instead of building the text at every start (issue 19).
+//! Every tool of `hive mcp` as `tools/list` shows it (`{"description",
+//! "inputSchema", "name"}` as JSON text), written out from its definitions by
+//! `mcp::hyperhive::tests::the_written_out_listing_is_the_tables`,
+//! which fails when this file and the definitions disagree and, run with
+//! `HIVE_BLESS=1`, writes it again: not to be edited by hand. `hive mcp`
+//! answers `tools/list` from it instead of building the text at every start
+//! (issue 19).
 
-/// Each tool's name and its `tools/list` entry, in the table's order.
+/// Each tool's name and its `tools/list` entry, in the definitions' order.
 pub const LISTED: &[(&str, &str)] = &[
     (
         "send",
@@ -13,7 +14,7 @@ pub const LISTED: &[(&str, &str)] = &[
     ),
     (
         "recv",
-        r#"{"description":"Read messages from your inbox: messages from agents and the operator, answers to your questions, questions for you, fired reminders. Without `wait_seconds` (or with 0) it returns at once; with a positive value it waits up to that many seconds (at most 180) for the first message and returns as soon as one arrives. `max` (default 1, at most 32) is how many messages to take. Each message comes back as `#ID from SENDER (KIND): BODY`; KIND is `message` for ordinary mail or an event such as `question_asked`, `question_answered` or `reminder`. Returns \"no messages\" when the inbox is empty. Messages you read are removed from the inbox.","inputSchema":{"additionalProperties":false,"properties":{"max":{"description":"How many messages to take at most (default 1, capped at 32).","maximum":32,"minimum":1,"type":"integer"},"wait_seconds":{"description":"How long to wait for the first message; 0 or absent returns at once. Capped at 180.","maximum":180,"minimum":0,"type":"integer"}},"type":"object"},"name":"recv"}"#,
+        r#"{"description":"Read messages from your inbox: messages from agents and the operator, answers to your questions, questions for you, fired reminders. Without `wait_seconds` (or with 0) it returns at once; with a positive value it waits up to that many seconds for the first message and returns as soon as one arrives. One call waits at most 100 seconds (less when Claude Code limits tool calls more): a longer wait is cut there, and the answer says so; call again to keep waiting. `max` (default 1, at most 32) is how many messages to take. Each message comes back as `#ID from SENDER (KIND): BODY`; KIND is `message` for ordinary mail or an event such as `question_asked`, `question_answered` or `reminder`. Returns \"no messages\" when the inbox is empty. Messages you read are removed from the inbox.","inputSchema":{"additionalProperties":false,"properties":{"max":{"description":"How many messages to take at most (default 1, capped at 32).","maximum":32,"minimum":1,"type":"integer"},"wait_seconds":{"description":"How long to wait for the first message; 0 or absent returns at once. One call waits at most 100 (a longer value waits 100; call again to wait longer).","maximum":180,"minimum":0,"type":"integer"}},"type":"object"},"name":"recv"}"#,
     ),
     (
         "ask",

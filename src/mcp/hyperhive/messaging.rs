@@ -37,8 +37,10 @@ it in its own inbox; this does not wait for a reply.",
     tool::<Recv>(
         "Read messages from your inbox: messages from agents and the operator, \
 answers to your questions, questions for you, fired reminders. Without `wait_seconds` (or with \
-0) it returns at once; with a positive value it waits up to that many seconds (at most 180) for \
-the first message and returns as soon as one arrives. `max` (default 1, at most 32) is how many \
+0) it returns at once; with a positive value it waits up to that many seconds for the first \
+message and returns as soon as one arrives. One call waits at most 100 seconds (less when \
+Claude Code limits tool calls more): a longer wait is cut there, and the answer says so; call \
+again to keep waiting. `max` (default 1, at most 32) is how many \
 messages to take. Each message comes back as `#ID from SENDER (KIND): BODY`; KIND is `message` \
 for ordinary mail or an event such as `question_asked`, `question_answered` or `reminder`. \
 Returns \"no messages\" when the inbox is empty. Messages you read are removed from the inbox.",
@@ -49,7 +51,8 @@ Returns \"no messages\" when the inbox is empty. Messages you read are removed f
                     min: 0,
                     max: Some(MAX_WAIT_SECS),
                 },
-                "How long to wait for the first message; 0 or absent returns at once. Capped at 180.",
+                "How long to wait for the first message; 0 or absent returns at once. One call \
+waits at most 100 (a longer value waits 100; call again to wait longer).",
             ),
             Arg::opt(
                 "max",
@@ -105,7 +108,10 @@ fn send(h: &HyperhiveTools, c: cmd::Send, ctx: &CallCtx) -> Handled {
 }
 
 fn recv(h: &HyperhiveTools, c: Recv, ctx: &CallCtx) -> Handled {
-    let wait = c.wait_seconds.unwrap_or(0).min(MAX_WAIT_SECS);
+    let asked = c.wait_seconds.unwrap_or(0);
+    // Below the client's own limits on a call (`recv_cap`): a call it moves
+    // to the background or abandons could confirm rows the model never sees.
+    let wait = asked.min(h.recv_cap);
     let c = Recv {
         wait_seconds: Some(wait),
         max: Some(c.max.unwrap_or(1).clamp(1, RECV_MAX as u64)),
@@ -117,6 +123,7 @@ fn recv(h: &HyperhiveTools, c: Recv, ctx: &CallCtx) -> Handled {
     if reply.messages.is_empty() {
         let text = match wait {
             0 => "no messages".to_string(),
+            w if asked > w => format!("no messages (waited {w} s, the longest wait)"),
             w => format!("no messages (waited {w} s)"),
         };
         return Ok(ToolOutcome::Ok(text));

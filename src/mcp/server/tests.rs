@@ -383,13 +383,21 @@ fn every_error_code_has_its_exact_error_object() {
             r#"{"jsonrpc":"2.0","id":8,"method":"tools/call"}"#,
             r#"{"jsonrpc":"2.0","id":8,"error":{"code":-32602,"message":"tools/call params must be an object with \"name\" and \"arguments\""}}"#,
         ),
+        // Before any initialize: CLI 2.1.332 probes with `server/discover`
+        // (a string id) and goes on to `initialize` as soon as it is refused.
+        (
+            r#"{"jsonrpc":"2.0","id":"server-discover-probe-1","method":"server/discover","params":{"_meta":{"protocolVersion":"2026-07-28"}}}"#,
+            r#"{"jsonrpc":"2.0","id":"server-discover-probe-1","error":{"code":-32601,"message":"Method not found: server/discover"}}"#,
+        ),
+        // Wrong arguments are a result the model reads (`isError`), naming
+        // the argument, quoting the value and saying what is allowed.
         (
             r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#,
-            r#"{"jsonrpc":"2.0","id":9,"error":{"code":-32602,"message":"missing required argument \"text\" (a string)"}}"#,
+            r#"{"jsonrpc":"2.0","id":9,"result":{"content":[{"text":"missing required argument \"text\" (a string)","type":"text"}],"isError":true}}"#,
         ),
         (
             r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"echo","arguments":{"text":3}}}"#,
-            r#"{"jsonrpc":"2.0","id":10,"error":{"code":-32602,"message":"argument \"text\" must be a string, got a number"}}"#,
+            r#"{"jsonrpc":"2.0","id":10,"result":{"content":[{"text":"argument \"text\" must be a string, got 3","type":"text"}],"isError":true}}"#,
         ),
     ];
     let h = Harness::start();
