@@ -973,7 +973,7 @@ impl TurnLoop {
                 r.drain_until = Some(Instant::now() + DRAIN_GRACE);
                 return;
             }
-            Output::Stdout(Pipe::Line(line)) => {
+            Output::Stdout(Pipe::Line(line), _) => {
                 if line.trim().is_empty() {
                     return;
                 }
@@ -1000,7 +1000,7 @@ impl TurnLoop {
                     }
                 }
             }
-            Output::Stdout(Pipe::TooLong) => {
+            Output::Stdout(Pipe::TooLong, _) => {
                 self.bus.note(format!(
                     "a stdout line over {MAX_STDOUT_LINE} bytes was dropped"
                 ));
@@ -1015,7 +1015,7 @@ impl TurnLoop {
                 self.bus.note("a stderr line too long to show was dropped");
                 Vec::new()
             }
-            Output::Stdout(Pipe::Closed) | Output::Stderr(Pipe::Closed) => Vec::new(),
+            Output::Stdout(Pipe::Closed, _) | Output::Stderr(Pipe::Closed) => Vec::new(),
         };
         for s in signals {
             self.on_signal(s);
