@@ -27,7 +27,7 @@ use super::policy::{self, Decision, Facts, Outcome, PauseReason, Resume, Running
 use super::poller::{FromPoller, Poller};
 use super::pool::PoolCache;
 use super::settings::Settings;
-use super::stats::{Stats, TurnRow};
+use super::stats::{Spend, Stats, TurnRow};
 use super::work::{Ack, Inflight, Ledger, Requeue, Work, WorkKey};
 use crate::mcp::hyperhive::reminder_file;
 use crate::proto::limits::MAX_PAUSE_DETAIL_CHARS;
@@ -1343,15 +1343,13 @@ impl TurnLoop {
                 },
             };
             // Only runs that started get here (`conclude`).
-            let tokens = rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens;
-            match stats.record_with_spend(
-                &row,
-                &self.boot_id,
-                rep.cost_usd,
-                tokens,
-                rep.cache_read_tokens,
-                &self.spend_acked,
-            ) {
+            let spend_row = Spend {
+                boot_id: &self.boot_id,
+                usd: rep.cost_usd,
+                tokens: rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens,
+                cache_read: rep.cache_read_tokens,
+            };
+            match stats.record_with_spend(&row, &spend_row, &self.spend_acked, None) {
                 Ok((_, s)) => {
                     spend = Some(s);
                     self.spend_acked.clear();
