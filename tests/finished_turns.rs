@@ -17,15 +17,6 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(30);
 
-/// Starts a harness and waits until its boot kick turn is acked.
-fn started(agent: &str, env: &[(&str, &str)]) -> (Broker, Harness) {
-    let b = Broker::start(&[agent]);
-    let h = Harness::start(&b, agent, env);
-    h.fake.wait_count(1);
-    wait_drained(&b, agent);
-    (b, h)
-}
-
 /// One run as the turn-stats db keeps it.
 #[derive(Debug)]
 struct Row {
@@ -68,6 +59,18 @@ fn wait_file(h: &Harness, name: &str) {
     });
 }
 
+/// Sends `body` to `ana` as the operator, waits for the fake's file `when`
+/// and stops the harness (SIGTERM, as `hive restart` does): what the broker
+/// then holds of ana's mail (unread, inflight) and the message's run.
+fn stopped_after(b: &Broker, h: &mut Harness, body: &str, when: &str) -> ((u64, Option<i64>), Row) {
+    let id = operator_send(b, "ana", body);
+    wait_file(h, when);
+    let st = h.terminate();
+    assert!(st.success(), "{st}: {}", h.log());
+    let r = agent_row(b, "ana");
+    ((r.unread, r.inflight), run_of(h, id))
+}
+
 /// The invocations (from 2 on) whose prompt holds `body`.
 fn runs_of(h: &Harness, body: &str) -> Vec<usize> {
     (2..=h.fake.count())
@@ -83,7 +86,7 @@ fn settled(h: &Harness, n: usize) {
 
 #[test]
 fn success_before_a_stop_of_the_harness_is_acked_and_never_runs_again() {
-    let (b, mut h) = started("ana", &[]);
+    let (b, mut h) = started_harness("ana", &[]);
     // The result, then a claude slow to exit: it ignores SIGINT and takes
     // its time over SIGTERM, so the stop lands between the two.
     h.fake.step(
@@ -91,13 +94,8 @@ fn success_before_a_stop_of_the_harness_is_acked_and_never_runs_again() {
         r#"init; say deployed; result_ok deployed; touch "$dir/reported"
 trap '' INT; trap 'sleep 2; exit 143' TERM; sleep 30 & wait"#,
     );
-    let id = operator_send(&b, "ana", "deploy once");
-    wait_file(&h, "reported");
-    let st = h.terminate();
-    assert!(st.success(), "{st}: {}", h.log());
-    let r = agent_row(&b, "ana");
-    assert_eq!((r.unread, r.inflight), (0, None), "acked");
-    let run = run_of(&h, id);
+    let (mail, run) = stopped_after(&b, &mut h, "deploy once", "reported");
+    assert_eq!(mail, (0, None), "acked");
     assert_eq!((run.kind.as_str(), run.outcome.as_str()), ("turn", "ok"));
     assert!(
         run.note
@@ -114,44 +112,33 @@ trap '' INT; trap 'sleep 2; exit 143' TERM; sleep 30 & wait"#,
 }
 
 #[test]
-fn success_before_the_turn_timeout_is_acked() {
-    let (b, h) = started("ana", &[("HIVE_TURN_TIMEOUT_SECS", "1")]);
-    h.fake
-        .step(2, "init; say reported; result_ok reported; sleep 30");
-    let id = operator_send(&b, "ana", "reply once");
-    let run = run_of(&h, id);
-    assert_eq!(run.outcome, "ok", "{run:?}");
-    assert!(
-        run.note
-            .starts_with("success was reported before the turn timeout"),
-        "{run:?}"
-    );
-    wait_drained(&b, "ana");
-    settled(&h, 2);
-}
-
-#[test]
-fn success_before_the_idle_watchdog_is_acked() {
-    let (b, h) = started("ana", &[("HIVE_TURN_IDLE_SECS", "1")]);
-    h.fake
-        .step(2, "init; say reported; result_ok reported; sleep 30");
-    let id = operator_send(&b, "ana", "commit once");
-    let run = run_of(&h, id);
-    assert_eq!(run.outcome, "ok", "{run:?}");
-    assert!(
-        run.note
-            .starts_with("success was reported before the idle watchdog"),
-        "{run:?}"
-    );
-    wait_drained(&b, "ana");
-    settled(&h, 2);
+fn success_before_the_turn_timeout_or_the_idle_watchdog_is_acked() {
+    for (limit, stop) in [
+        ("HIVE_TURN_TIMEOUT_SECS", "the turn timeout"),
+        ("HIVE_TURN_IDLE_SECS", "the idle watchdog"),
+    ] {
+        let (b, h) = started_harness("ana", &[(limit, "1")]);
+        // The result, then a claude that neither exits nor prints.
+        h.fake
+            .step(2, "init; say reported; result_ok reported; sleep 30");
+        let id = operator_send(&b, "ana", "reply once");
+        let run = run_of(&h, id);
+        assert_eq!(run.outcome, "ok", "{limit}: {run:?}");
+        assert!(
+            run.note
+                .starts_with(&format!("success was reported before {stop}; claude then")),
+            "{limit}: {run:?}"
+        );
+        wait_drained(&b, "ana");
+        settled(&h, 2);
+    }
 }
 
 #[test]
 fn a_success_written_in_answer_to_the_stop_is_kept_and_not_counted() {
     // With a limit of one attempt, a counted stop would dead-letter the
     // message at its next hand-out instead of running it.
-    let (b, mut h) = started("ana", &[("HIVE_TURN_MAX_ATTEMPTS", "1")]);
+    let (b, mut h) = started_harness("ana", &[("HIVE_TURN_MAX_ATTEMPTS", "1")]);
     // As the CLI can after a SIGTERM mid-tool-call: `success` only once the
     // harness has signalled it.
     h.fake.step(
@@ -159,13 +146,8 @@ fn a_success_written_in_answer_to_the_stop_is_kept_and_not_counted() {
         r#"trap 'result_ok "too late"; kill $!; exit 143' INT TERM
 init; tool_call mcp__bash__run '{"cmd":"make"}'; touch "$dir/working"; sleep 30 & wait"#,
     );
-    let id = operator_send(&b, "ana", "build once");
-    wait_file(&h, "working");
-    let st = h.terminate();
-    assert!(st.success(), "{st}: {}", h.log());
-    let r = agent_row(&b, "ana");
-    assert_eq!((r.unread, r.inflight), (1, None), "kept");
-    let run = run_of(&h, id);
+    let (mail, run) = stopped_after(&b, &mut h, "build once", "working");
+    assert_eq!(mail, (1, None), "kept");
     assert_eq!(run.outcome, "stopped", "{run:?}");
     assert!(run.note.contains("came after the signal"), "{run:?}");
 
@@ -180,7 +162,7 @@ init; tool_call mcp__bash__run '{"cmd":"make"}'; touch "$dir/working"; sleep 30 
 
 #[test]
 fn a_success_that_says_interrupted_by_shutdown_is_kept_and_not_counted() {
-    let (b, h) = started("ana", &[("HIVE_TURN_MAX_ATTEMPTS", "1")]);
+    let (b, h) = started_harness("ana", &[("HIVE_TURN_MAX_ATTEMPTS", "1")]);
     // Shut down by someone other than the harness, and the CLI says so.
     h.fake.step(
         2,
@@ -200,7 +182,7 @@ fn a_success_that_says_interrupted_by_shutdown_is_kept_and_not_counted() {
 
 #[test]
 fn a_message_whose_ack_was_lost_is_acked_at_its_next_hand_out_without_running() {
-    let (mut b, mut h) = started("ana", &[]);
+    let (mut b, mut h) = started_harness("ana", &[]);
     // The result waits for the test's word (30 s at most).
     h.fake.step(
         2,
