@@ -438,9 +438,10 @@ fn start_watched(
         cwd: &inv.cwd,
     })
     .map_err(|e| fault(&format!("cannot start claude ({})", inv.bin), e))?;
-    // What the stop ladder asks how much claude had written before its first
-    // signal (`written`); a claude whose pipe cannot be duplicated (no
-    // descriptor left) is dropped, killed and reaped, like one not watched.
+    // A second handle on claude's stdout, which the stop ladder asks what
+    // still waits in it (`written`); a claude whose pipe cannot be
+    // duplicated (no descriptor left) is dropped, killed and reaped, like one
+    // whose exit cannot be watched.
     let stdout_end = stdout
         .try_clone()
         .map(OwnedFd::from)

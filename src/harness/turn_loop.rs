@@ -20,8 +20,9 @@
 //! the turn timeout, the idle watchdog, a nonzero exit: the message is acked
 //! (`Reported::Finished`). One written after that signal, or one that says
 //! `interrupted_by_shutdown`, finishes nothing: the run ends as its stop says
-//! (a stop of the harness, or a shutdown from outside, gives the message back
-//! at the head, not counted). Every run that lets its message go records it
+//! (a stop of the harness or a shutdown from outside gives the message back
+//! at the head, not counted; the timeout and the watchdog count as they do
+//! without a result). Every run that lets its message go records it
 //! in the turn-stats db before the ack is sent, and a message handed out
 //! again after such a run (its ack never reached the broker) is acked without
 //! running claude.
