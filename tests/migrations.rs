@@ -8,7 +8,7 @@ mod common;
 
 use common::hive::{agent_row, ok, operator_inbox, Broker, TempDir};
 use hyperhive::broker::db::{self, Db, Durability};
-use hyperhive::harness::stats::{self, Stats};
+use hyperhive::harness::stats::{self, MessageKey, Spend, Stats};
 use hyperhive::proto::cmd::{
     AckTurn, Approvals, DeadLetter, Failed, Questions, RecvNext, RecvNextReply, Retry,
 };
@@ -608,10 +608,18 @@ fn old_turn_stats_gain_spend_rows_and_new_ones_wait_for_their_ack() {
         session_id: None,
         note: String::new(),
     };
+    let spend = |usd, tokens, cache_read| Spend {
+        boot_id: "b00t",
+        usd,
+        tokens,
+        cache_read,
+    };
     let (id1, s1) = s
-        .record_with_spend(&row, "b00t", Some(0.01), 110, 50, &[])
+        .record_with_spend(&row, &spend(Some(0.01), 110, 50), &[], None)
         .unwrap();
-    let (_, s2) = s.record_with_spend(&row, "b00t", None, 5, 0, &[]).unwrap();
+    let (_, s2) = s
+        .record_with_spend(&row, &spend(None, 5, 0), &[], None)
+        .unwrap();
     assert_eq!(s1.key, format!("b00t:{id1}"));
     drop(s);
     // A new boot of the harness finds both, oldest first, keys unchanged.
@@ -622,4 +630,74 @@ fn old_turn_stats_gain_spend_rows_and_new_ones_wait_for_their_ack() {
     assert_eq!(s.unacked_spend(10).unwrap(), vec![s2.clone()]);
     assert_eq!(s2.usd, None, "a run of unknown cost stays unknown");
     assert_eq!(rows(&path, "turns").len(), before.len() + 2);
+}
+
+/// Step 4 of turn-stats.db: the messages the harness let go. The previous
+/// release's file (schema 3, `turn-stats-v3.db`) opens with every run, its
+/// spend row and whether the broker acknowledged it unchanged, and no message
+/// recorded; a run that lets its message go is then found again after a
+/// reopening, and only that message.
+#[test]
+fn the_previous_releases_turn_stats_gain_the_messages_let_go() {
+    let dir = TempDir::new("mig");
+    let path = copy_fixture("turn-stats-v3.db", dir.path(), turnstats::FILE);
+    {
+        let c = Connection::open(&path).unwrap();
+        assert_eq!(schema::version(&c).unwrap(), 3);
+    }
+    let before = rows(&path, "turns");
+    assert_eq!(before.len(), 6, "the fixture as its README describes it");
+    let s = Stats::open(&path).unwrap();
+    let c = Connection::open(&path).unwrap();
+    assert_eq!(schema::version(&c).unwrap(), turnstats::STEPS.len() as u32);
+    assert_eq!(turnstats::STEPS.last().unwrap().version, 4);
+    assert_eq!(rows(&path, "turns"), before, "every run, every column");
+    assert!(rows(&path, "completed").is_empty());
+    let keys: Vec<String> = s
+        .unacked_spend(10)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    assert_eq!(keys, ["f1x7ure0:5", "f1x7ure0:6"], "still to be sent");
+
+    let message = |id: i64, body: &str| {
+        let m: hyperhive::proto::Message = serde_json::from_value(serde_json::json!({
+            "id": id, "from": "operator", "to": "ana", "body": body, "sent_at": 1_795_400_400,
+        }))
+        .unwrap();
+        MessageKey::of(&m)
+    };
+    // Message 43 ran and was let go; nothing else was.
+    let run = stats::TurnRow {
+        id: 0,
+        started_at: 1_795_400_500,
+        duration_ms: 1500,
+        kind: "turn".into(),
+        outcome: "ok".into(),
+        model: "m".into(),
+        sender: "operator".into(),
+        message_id: Some(43),
+        context_tokens: None,
+        tokens_in: 1,
+        tokens_out: 1,
+        cost_usd: 0.0,
+        session_id: None,
+        note: String::new(),
+    };
+    let spend = Spend {
+        boot_id: "b00t",
+        usd: None,
+        tokens: 2,
+        cache_read: 0,
+    };
+    let done = message(43, "ship it");
+    s.record_with_spend(&run, &spend, &[], Some(&done)).unwrap();
+    drop(s);
+    let s = Stats::open(&path).unwrap();
+    assert_eq!(s.completed(&done).unwrap().as_deref(), Some("ok"));
+    assert_eq!(s.completed(&message(43, "another body")).unwrap(), None);
+    assert_eq!(s.completed(&message(41, "ship it")).unwrap(), None);
+    assert_eq!(rows(&path, "turns").len(), 7);
+    assert_intact(&c);
 }

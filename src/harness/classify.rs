@@ -1027,6 +1027,32 @@ pub fn is_prompt_too_long(text: &str) -> bool {
         .contains(&PROMPT_TOO_LONG_MARKER.to_lowercase())
 }
 
+/// What a `result` line says of a turn that went well, for the rule that a
+/// turn which finished is never run again (`turn_loop`): a `success` that is
+/// not an error nor an abort, and whether the CLI added that a shutdown
+/// interrupted it (`interrupted_by_shutdown: true`, which newer CLIs print).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Success {
+    /// The turn ran to its end.
+    Finished,
+    /// The CLI was being shut down: the turn did not finish.
+    Shutdown,
+}
+
+/// The [`Success`] a stdout line reports, if it is such a `result`.
+pub fn success_of(v: &Value) -> Option<Success> {
+    let clean = str_at(v, "type") == Some("result")
+        && str_at(v, "subtype") == Some("success")
+        && v.get("is_error").and_then(Value::as_bool) != Some(true)
+        && str_at(v, "terminal_reason") != Some("aborted_tools");
+    let shutdown = v.get("interrupted_by_shutdown").and_then(Value::as_bool) == Some(true);
+    clean.then_some(if shutdown {
+        Success::Shutdown
+    } else {
+        Success::Finished
+    })
+}
+
 /// True for the CLI's texts of a compaction that ran but cannot make the
 /// session smaller.
 fn cannot_compact(text: &str) -> bool {
@@ -2096,5 +2122,25 @@ mod tests {
         assert_eq!(TurnOutcome::Failed("x".into()).to_string(), "failed: x");
         assert_eq!(TurnOutcome::Hung("x".into()).to_string(), "hung: x");
         assert!(TurnOutcome::Compacted.is_ok() && !TurnOutcome::AuthFailed.is_ok());
+    }
+
+    #[test]
+    fn only_a_clean_success_result_reports_a_finished_turn() {
+        let line = |l: &str| serde_json::from_str::<Value>(l).unwrap();
+        assert_eq!(success_of(&line(RESULT_OK)), Some(Success::Finished));
+        let mut shut = line(RESULT_OK);
+        shut["interrupted_by_shutdown"] = Value::Bool(true);
+        assert_eq!(success_of(&shut), Some(Success::Shutdown));
+        shut["interrupted_by_shutdown"] = Value::Bool(false);
+        assert_eq!(success_of(&shut), Some(Success::Finished));
+        for not in [
+            RESULT_429,
+            RESULT_EXEC_ERROR,
+            RESULT_ABORTED_TOOLS,
+            RESULT_MAX_BUDGET,
+            r#"{"type":"assistant","subtype":"success","is_error":false}"#,
+        ] {
+            assert_eq!(success_of(&line(not)), None, "{not}");
+        }
     }
 }

@@ -21,10 +21,19 @@
 //! its group is killed, so no grandchild outlives the turn; dropping a
 //! `ClaudeRun` kills the group and reaps it (on a `claude-reaper` thread when
 //! that takes longer than a few seconds).
+//!
+//! Each stdout line comes with the stdout byte offset of its end, and before
+//! the ladder's first signal the run takes the count of bytes claude had
+//! written by then ([`ClaudeRun::written_before_stop`]): what the io thread
+//! has read plus what still waits in the pipe (`FIONREAD` on a duplicate of
+//! its read end), taken so that no read falls between the two. A line that
+//! ends within it was written before the harness signalled claude, however
+//! late the loop reads it: a `result` there says how the turn went, one past
+//! it may be the CLI's answer to the signal.
 
 use crate::agent_proc::{self, StartFault};
 use crate::proto::lines::{Line, Splitter};
-use crate::sys::fd::{poll, PollFd};
+use crate::sys::fd::{self, poll, PollFd};
 use crate::sys::process::{ChildEnv, ExitNotice, Piped, Spawn, Worker};
 use crate::sys::ProcessGroup;
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -33,7 +42,8 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Longest stdout line parsed; longer ones are dropped with a note.
@@ -98,7 +108,8 @@ pub enum Pipe {
 /// its pipes, tagged with the pipe, or its exit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
-    Stdout(Pipe),
+    /// A stdout line (or the end), with the stdout byte offset of its end.
+    Stdout(Pipe, u64),
     Stderr(Pipe),
     /// claude has exited (it is not reaped yet: [`ClaudeRun::on_exit`]).
     Exited,
@@ -125,36 +136,108 @@ thread_local! {
     static IO_BUF: std::cell::Cell<Option<Box<[u8]>>> = const { std::cell::Cell::new(None) };
 }
 
+/// How far the io thread has read claude's stdout, shared with the
+/// [`ClaudeRun`]: twice the bytes read, plus one while a read is under way,
+/// so the run can tell a count that a read in flight is about to change
+/// ([`written`]).
+#[derive(Debug, Default)]
+struct ReadCount(AtomicU64);
+
+impl ReadCount {
+    /// A read is about to take bytes out of the pipe.
+    fn reading(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The read under way took `n` bytes (none at the end or on an error).
+    fn read(&self, n: usize) {
+        // Adds 2n and takes the one of `reading` back, in one step.
+        self.0
+            .fetch_add((n as u64 * 2).wrapping_sub(1), Ordering::SeqCst);
+    }
+}
+
+/// How long [`written`] looks for a moment with no read under way before it
+/// settles for what it sees (a read takes microseconds: the io thread reads
+/// only what `poll` said is ready, so this is only reached when it is not
+/// given the CPU for that long).
+const WRITTEN_WAIT: Duration = Duration::from_secs(1);
+
+/// The bytes claude has written to stdout by now: those the io thread has
+/// read (`count`) plus those still in the pipe (`pipe`, a duplicate of its
+/// read end), looked at when no read was under way and with none between
+/// the two looks, so no byte is counted twice or missed.
+fn written(count: &ReadCount, pipe: &OwnedFd) -> u64 {
+    let queued = || {
+        fd::unread(pipe.as_raw_fd()).unwrap_or_else(|e| {
+            log::warn!("cannot tell what waits in claude's stdout: {e}");
+            0
+        })
+    };
+    let deadline = Instant::now() + WRITTEN_WAIT;
+    while Instant::now() < deadline {
+        let before = count.0.load(Ordering::SeqCst);
+        if before.is_multiple_of(2) {
+            let queued = queued();
+            if count.0.load(Ordering::SeqCst) == before {
+                return before / 2 + queued;
+            }
+        }
+        std::thread::yield_now();
+    }
+    // What a read under way took is missed: its lines count as written
+    // after the signal, which keeps their message rather than lose it.
+    let seen = count.0.load(Ordering::SeqCst) / 2 + queued();
+    log::warn!("claude's stdout was being read for {WRITTEN_WAIT:?}; counting {seen} bytes");
+    seen
+}
+
 /// One output pipe as the io thread reads it.
 struct Reading {
     file: Option<File>,
     lines: Splitter,
-    tag: fn(Pipe) -> Output,
+    tag: fn(Pipe, u64) -> Output,
+    /// Bytes taken from the pipe so far.
+    at: u64,
+    /// Where the count is shared (stdout only).
+    count: Option<Arc<ReadCount>>,
 }
 
 impl Reading {
-    fn new(file: File, tag: fn(Pipe) -> Output) -> Reading {
+    fn new(file: File, tag: fn(Pipe, u64) -> Output, count: Option<Arc<ReadCount>>) -> Reading {
         Reading {
             file: Some(file),
             lines: Splitter::new(MAX_STDOUT_LINE),
             tag,
+            at: 0,
+            count,
         }
     }
 
     /// One read of the pipe, which `poll` said is readable (so it does not
-    /// block): its whole lines, or its last line and its end.
+    /// block): its whole lines, or its last line and its end, each with the
+    /// offset of its end.
     fn read(&mut self, buf: &mut [u8], out: &mut Vec<Output>) {
         let Some(file) = self.file.as_mut() else {
             return;
         };
-        let n = match file.read(buf) {
+        if let Some(c) = &self.count {
+            c.reading();
+        }
+        let got = file.read(buf);
+        let n = *got.as_ref().unwrap_or(&0);
+        if let Some(c) = &self.count {
+            c.read(n);
+        }
+        let n = match got {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return,
             Err(_) => 0,
         };
+        let at = self.at;
         if n == 0 {
-            out.extend(piped(self.lines.end()).map(self.tag));
-            out.push((self.tag)(Pipe::Closed));
+            out.extend(piped(self.lines.end()).map(|p| (self.tag)(p, at)));
+            out.push((self.tag)(Pipe::Closed, at));
             self.file = None;
             return;
         }
@@ -162,7 +245,9 @@ impl Reading {
         while !data.is_empty() {
             let (used, line) = self.lines.feed(data);
             data = &data[used..];
-            out.extend(line.and_then(piped).map(self.tag));
+            self.at += used as u64;
+            let at = self.at;
+            out.extend(line.and_then(piped).map(|p| (self.tag)(p, at)));
         }
     }
 }
@@ -190,6 +275,7 @@ fn io(
     stdout: File,
     stderr: File,
     exited: OwnedFd,
+    count: Arc<ReadCount>,
     tx: Sender<Vec<Output>>,
 ) -> impl FnOnce() + Send {
     move || {
@@ -197,8 +283,8 @@ fn io(
             .take()
             .unwrap_or_else(|| vec![0; IO_BUFFER].into_boxed_slice());
         let mut pipes = [
-            Reading::new(stdout, Output::Stdout),
-            Reading::new(stderr, Output::Stderr),
+            Reading::new(stdout, Output::Stdout, Some(count)),
+            Reading::new(stderr, |p, _| Output::Stderr(p), None),
         ];
         let mut exited = Some(exited);
         let mut batch = Vec::new();
@@ -219,7 +305,7 @@ fn io(
             let urgent = batch.iter().any(|o| {
                 !matches!(
                     o,
-                    Output::Stdout(Pipe::Closed) | Output::Stderr(Pipe::Closed)
+                    Output::Stdout(Pipe::Closed, _) | Output::Stderr(Pipe::Closed)
                 )
             });
             let wait = if batch.is_empty() {
@@ -352,6 +438,14 @@ fn start_watched(
         cwd: &inv.cwd,
     })
     .map_err(|e| fault(&format!("cannot start claude ({})", inv.bin), e))?;
+    // A second handle on claude's stdout, which the stop ladder asks what
+    // still waits in it (`written`); a claude whose pipe cannot be
+    // duplicated (no descriptor left) is dropped, killed and reaped, like one
+    // whose exit cannot be watched.
+    let stdout_end = stdout
+        .try_clone()
+        .map(OwnedFd::from)
+        .map_err(|e| fault("cannot watch claude's output", e))?;
     // Waits without reaping: the loop reaps (`on_exit`), so the pid stays
     // claude's until then. A pidfd that cannot be had (no descriptor left)
     // drops the group, which kills and reaps the claude just started.
@@ -374,10 +468,14 @@ fn start_watched(
             drop(stdin);
         }
     }
-    io_worker.run(io(stdout, stderr, exited, tx));
+    let count = Arc::new(ReadCount::default());
+    io_worker.run(io(stdout, stderr, exited, count.clone(), tx));
     Ok(ClaudeRun {
         group: Some(group),
         output,
+        stdout_read: count,
+        stdout_end,
+        before_stop: None,
         io_running: true,
         open_pipes: 2,
         exited: false,
@@ -408,6 +506,13 @@ pub struct ClaudeRun {
     group: Option<ProcessGroup>,
     /// What the io thread hands over, a batch at a time.
     output: Receiver<Vec<Output>>,
+    /// How far the io thread has read claude's stdout.
+    stdout_read: Arc<ReadCount>,
+    /// A duplicate of the read end of claude's stdout, to ask what waits in it.
+    stdout_end: OwnedFd,
+    /// The stdout bytes claude had written when the ladder took its first
+    /// step: taken just before that signal was sent.
+    before_stop: Option<u64>,
     io_running: bool,
     open_pipes: u8,
     exited: bool,
@@ -435,7 +540,7 @@ impl ClaudeRun {
     pub fn on_output(&mut self, o: &Output) {
         if matches!(
             o,
-            Output::Stdout(Pipe::Closed) | Output::Stderr(Pipe::Closed)
+            Output::Stdout(Pipe::Closed, _) | Output::Stderr(Pipe::Closed)
         ) {
             self.open_pipes = self.open_pipes.saturating_sub(1);
         }
@@ -493,6 +598,12 @@ impl ClaudeRun {
         self.stop != Stop::Running
     }
 
+    /// True when the stdout line that ends at offset `end` was written
+    /// before the harness first signalled claude (or no signal was sent).
+    pub fn written_before_stop(&self, end: u64) -> bool {
+        self.before_stop.is_none_or(|b| end <= b)
+    }
+
     /// When the ladder takes its next step.
     pub fn ladder_due(&self) -> Option<Instant> {
         self.ladder_at
@@ -517,6 +628,8 @@ impl ClaudeRun {
         };
         self.stop = match self.stop {
             Stop::Running => {
+                // What claude wrote before it is signalled, counted first.
+                self.before_stop = Some(written(&self.stdout_read, &self.stdout_end));
                 group.signal_leader(libc::SIGINT);
                 Stop::SentInt
             }
@@ -611,6 +724,7 @@ mod tests {
     fn the_io_thread_reads_lines_longer_than_its_buffer_and_keeps_it_for_the_next_run() {
         let long = "x".repeat(3 * IO_BUFFER + 17);
         let input = format!("short\n{long}\nlast without a newline");
+        let all = input.len();
         let run = |input: String| {
             let (out_r, out_w) = crate::sys::fd::pipe().unwrap();
             let (err_r, err_w) = crate::sys::fd::pipe().unwrap();
@@ -622,8 +736,17 @@ mod tests {
                 drop(exit_w);
             });
             let (tx, rx) = crossbeam_channel::unbounded();
-            io(File::from(out_r), File::from(err_r), exit_r, tx)();
+            let count = Arc::new(ReadCount::default());
+            io(
+                File::from(out_r),
+                File::from(err_r),
+                exit_r,
+                count.clone(),
+                tx,
+            )();
             writer.join().unwrap();
+            let read = count.0.load(Ordering::SeqCst);
+            assert_eq!(read, 2 * all as u64, "every byte counted once");
             rx.try_iter().flatten().collect::<Vec<_>>()
         };
         let first = run(input.clone());
@@ -633,19 +756,20 @@ mod tests {
         let second = run(input);
         let stdout = |got: &[Output]| -> Vec<Output> {
             got.iter()
-                .filter(|o| matches!(o, Output::Stdout(_)))
+                .filter(|o| matches!(o, Output::Stdout(..)))
                 .cloned()
                 .collect()
         };
         assert_eq!(stdout(&first), stdout(&second));
-        let line = |l: &str| Output::Stdout(Pipe::Line(l.into()));
+        // Each line with the offset of its end: its newline, or the end.
+        let line = |l: &str, end: usize| Output::Stdout(Pipe::Line(l.into()), end as u64);
         assert_eq!(
             stdout(&first),
             [
-                line("short"),
-                line(&long),
-                line("last without a newline"),
-                Output::Stdout(Pipe::Closed)
+                line("short", 6),
+                line(&long, 6 + long.len() + 1),
+                line("last without a newline", all),
+                Output::Stdout(Pipe::Closed, all as u64)
             ]
         );
         for got in [&first, &second] {
@@ -669,9 +793,9 @@ mod tests {
             let mut run = start_watched(&inv, notice).unwrap();
             let got = outputs(&mut run);
             for want in [
-                Output::Stdout(Pipe::Line("out".into())),
+                Output::Stdout(Pipe::Line("out".into()), 4),
                 Output::Stderr(Pipe::Line("err".into())),
-                Output::Stdout(Pipe::Closed),
+                Output::Stdout(Pipe::Closed, 4),
                 Output::Stderr(Pipe::Closed),
                 Output::Exited,
             ] {
@@ -694,7 +818,7 @@ mod tests {
             .unwrap()
             .recv_timeout(Duration::from_secs(10))
             .unwrap();
-        assert_eq!(first, [Output::Stdout(Pipe::Line("ready".into()))]);
+        assert_eq!(first, [Output::Stdout(Pipe::Line("ready".into()), 6)]);
         run.stop(false);
         assert!(run.stopping());
         let due = run.ladder_due().expect("a next step");
@@ -712,6 +836,68 @@ mod tests {
         // A zombie keeps its /proc entry: gone means killed and reaped.
         let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
         assert!(!alive, "dropped and reaped");
+    }
+
+    #[test]
+    fn what_was_written_counts_the_bytes_read_and_those_still_in_the_pipe() {
+        let (r, w) = crate::sys::fd::pipe().unwrap();
+        let count = Arc::new(ReadCount::default());
+        File::from(w).write_all(b"0123456789").unwrap();
+        assert_eq!(written(&count, &r), 10, "nothing read yet");
+        let mut pipe = File::from(r.try_clone().unwrap());
+        let mut buf = [0u8; 4];
+        count.reading();
+        pipe.read_exact(&mut buf).unwrap();
+        // A read under way: the count waits for its end.
+        let reader = count.clone();
+        let end = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            reader.read(4);
+        });
+        assert_eq!(written(&count, &r), 10, "4 read and 6 in the pipe");
+        end.join().unwrap();
+        count.reading();
+        count.read(0);
+        assert_eq!(written(&count, &r), 10, "an end of input takes nothing");
+    }
+
+    #[test]
+    fn lines_written_before_the_first_signal_are_told_from_the_answer_to_it() {
+        // The shell answers SIGINT with a line of its own, as the CLI may
+        // answer a stop with a `result`.
+        let mut run = ClaudeRun::start(&sh(
+            "trap 'echo late; kill $!; exit 0' INT; echo early; echo also early; sleep 60 & wait",
+        ))
+        .unwrap();
+        let mut got = Vec::new();
+        while !got.contains(&Output::Stdout(Pipe::Line("also early".into()), 17)) {
+            let batch = run
+                .output()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the early lines");
+            got.extend(batch);
+        }
+        assert!(run.written_before_stop(u64::MAX), "no signal sent yet");
+        run.stop(false);
+        got.extend(outputs(&mut run));
+        let lines: Vec<(String, bool)> = got
+            .iter()
+            .filter_map(|o| match o {
+                Output::Stdout(Pipe::Line(l), end) => {
+                    Some((l.clone(), run.written_before_stop(*end)))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("early".to_string(), true),
+                ("also early".to_string(), true),
+                ("late".to_string(), false)
+            ]
+        );
     }
 
     #[test]

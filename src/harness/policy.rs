@@ -10,8 +10,8 @@
 //! operator interrupt, a dead letter and a turn stopped at its `turn_usd`
 //! cap (running it again would pay again). Everything else keeps the message.
 //! Only failures tied to the message count toward the attempt limit; rate and
-//! usage limits, pauses, login parks, interrupts and faults of the harness
-//! itself never do.
+//! usage limits, pauses, login parks, interrupts, shutdowns and faults of the
+//! harness itself never do.
 
 use crate::proto::Place;
 use std::fmt;
@@ -52,10 +52,15 @@ pub enum Outcome {
     /// The run reached its cap, `--max-budget-usd` (the fleet entry's
     /// `turn_usd`; `error_max_budget_usd`).
     TurnBudget,
+    /// claude was shut down by a signal the harness did not send and said
+    /// so (`interrupted_by_shutdown` on its `result`): the turn did not
+    /// finish, and not for a reason of the message's. (A stop of the harness
+    /// itself ends no run in an outcome: the message goes back as it is.)
+    Stopped,
 }
 
 /// Every outcome, in table order.
-pub const OUTCOMES: [Outcome; 14] = [
+pub const OUTCOMES: [Outcome; 15] = [
     Outcome::Completed,
     Outcome::RateLimited,
     Outcome::AuthFailed,
@@ -70,6 +75,7 @@ pub const OUTCOMES: [Outcome; 14] = [
     Outcome::NotStarted,
     Outcome::McpNotConnected,
     Outcome::TurnBudget,
+    Outcome::Stopped,
 ];
 
 impl Outcome {
@@ -90,6 +96,7 @@ impl Outcome {
             Outcome::NotStarted => "NotStarted",
             Outcome::McpNotConnected => "McpNotConnected",
             Outcome::TurnBudget => "TurnBudget",
+            Outcome::Stopped => "Stopped",
         }
     }
 }
@@ -335,6 +342,7 @@ pub fn decide(outcome: Outcome, running: Running, f: &Facts) -> Decision {
             f.succeeded_since_failure,
         ),
         O::NotStarted => keep(Wait::For(PauseReason::StartFailed), false),
+        O::Stopped => keep(Wait::Brief, false),
         O::McpNotConnected => keep(Wait::For(PauseReason::McpStart), false),
         O::PromptTooLong | O::CannotCompact => match running {
             // The message alone does not fit a fresh session.
@@ -375,7 +383,8 @@ fn best_effort(outcome: Outcome, running: Running) -> Decision {
         | O::ApiUnavailable
         | O::Interrupted
         | O::NotStarted
-        | O::McpNotConnected => Decision::GoOn,
+        | O::McpNotConnected
+        | O::Stopped => Decision::GoOn,
     }
 }
 
@@ -561,7 +570,7 @@ mod tests {
         };
         // The literal table: (outcome, [turn, reactive compact, reset
         // checkpoint, proactive checkpoint, proactive compact, operator compact]).
-        let want: [(Outcome, [Decision; 6]); 14] = [
+        let want: [(Outcome, [Decision; 6]); 15] = [
             (
                 Outcome::Completed,
                 [
@@ -716,6 +725,17 @@ mod tests {
                     D::GoOn,
                 ],
             ),
+            (
+                Outcome::Stopped,
+                [
+                    keep(Brief, false, Turn),
+                    keep(Brief, false, CompactThenTurn),
+                    keep(Brief, false, Turn),
+                    D::GoOn,
+                    D::GoOn,
+                    D::GoOn,
+                ],
+            ),
         ];
         assert_eq!(
             want.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
@@ -766,6 +786,7 @@ mod tests {
             Outcome::NotStarted,
             Outcome::McpNotConnected,
             Outcome::Completed,
+            Outcome::Stopped,
         ];
         for f in all_facts() {
             for o in OUTCOMES {

@@ -7,10 +7,17 @@
 //! it; at boot the loop sends the unacknowledged ones again, oldest first,
 //! each with its run's end (`started_at` + the duration), so the broker
 //! counts it in the window the run happened in.
+//!
+//! The run that lets a message go (acks it) also records the message in the
+//! `completed` table, in the row's own transaction and so before the ack is
+//! sent: a message handed out again because the ack never reached the
+//! broker (the broker was down, the harness was killed) is then known
+//! ([`Stats::completed`]) and acked without running claude. The table keeps
+//! the newest [`turnstats::COMPLETED_KEEP`] messages.
 
 use crate::proto::cmd::ReportSpend;
-use crate::proto::turnstats;
-use rusqlite::{params, Connection, OpenFlags};
+use crate::proto::{turnstats, Message};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use serde::Serialize;
 use std::path::Path;
 
@@ -33,6 +40,40 @@ pub struct TurnRow {
     pub cost_usd: f64,
     pub session_id: Option<String>,
     pub note: String,
+}
+
+/// What identifies a broker message among those the harness let go: its
+/// id, when it was sent, its sender and its body's digest, so a broker.db
+/// restored or rewound that reuses the id for another message does not pass
+/// for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageKey {
+    pub id: i64,
+    pub sent_at: i64,
+    pub sender: String,
+    /// SHA-256 of the body, hex.
+    pub body_sha256: String,
+}
+
+impl MessageKey {
+    pub fn of(m: &Message) -> MessageKey {
+        MessageKey {
+            id: m.id,
+            sent_at: m.sent_at,
+            sender: m.from.to_string(),
+            body_sha256: crate::sys::hash::hex(&crate::sys::hash::sha256(m.body.as_bytes())),
+        }
+    }
+}
+
+/// A run's spend row for the broker (issue 16), before it has its key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spend<'a> {
+    /// The harness's boot id, the first half of the key.
+    pub boot_id: &'a str,
+    pub usd: Option<f64>,
+    pub tokens: u64,
+    pub cache_read: u64,
 }
 
 /// The writer, owned by the turn loop.
@@ -65,17 +106,23 @@ impl Stats {
     /// and the spend row to send, keyed `BOOT:ID` and not yet acknowledged.
     /// The same transaction marks the spend rows in `acked` acknowledged (the
     /// broker's acknowledgements since the last run: writing them here costs
-    /// the turn no commit of its own).
+    /// the turn no commit of its own) and, when the run lets its message go
+    /// (`let_go`), records the message as completed with the row's outcome,
+    /// keeping the newest [`turnstats::COMPLETED_KEEP`].
     pub fn record_with_spend(
         &self,
         r: &TurnRow,
-        boot_id: &str,
-        usd: Option<f64>,
-        tokens: u64,
-        cache_read: u64,
+        spend: &Spend<'_>,
         acked: &[String],
+        let_go: Option<&MessageKey>,
     ) -> Result<(i64, ReportSpend), String> {
         let err = |e: rusqlite::Error| format!("cannot record turn stats: {e}");
+        let Spend {
+            boot_id,
+            usd,
+            tokens,
+            cache_read,
+        } = *spend;
         let (id, key) = crate::proto::schema::in_transaction(&self.conn, |c| {
             for key in acked {
                 mark_acked(c, key)?;
@@ -87,6 +134,10 @@ impl Stats {
                      spend_cache_read = ?4, spend_acked = 0 WHERE id = ?5",
             )?
             .execute(params![key, usd, tokens as i64, cache_read as i64, id])?;
+            if let Some(m) = let_go {
+                let (outcome, _) = turnstats::stored_outcome(&r.outcome, "");
+                insert_completed(c, m, &outcome, run_end(r.started_at, r.duration_ms as i64))?;
+            }
             Ok((id, key))
         })
         .map_err(err)?;
@@ -100,6 +151,24 @@ impl Stats {
                 at: Some(run_end(r.started_at, r.duration_ms as i64)),
             },
         ))
+    }
+
+    /// The outcome a run of message `m` that let it go was recorded with
+    /// (`ok`, `interrupted`, `turn_budget`…), or None when no such run is
+    /// known.
+    pub fn completed(&self, m: &MessageKey) -> Result<Option<String>, String> {
+        self.conn
+            .prepare_cached(
+                "SELECT outcome FROM completed
+                 WHERE message_id = ?1 AND sent_at = ?2 AND sender = ?3 AND body_sha256 = ?4",
+            )
+            .and_then(|mut st| {
+                st.query_row(params![m.id, m.sent_at, m.sender, m.body_sha256], |r| {
+                    r.get(0)
+                })
+                .optional()
+            })
+            .map_err(|e| format!("cannot read whether message #{} was completed: {e}", m.id))
     }
 
     /// The broker acknowledged the spend rows `keys`: marked so in one
@@ -211,6 +280,34 @@ fn insert_row(c: &Connection, r: &TurnRow) -> rusqlite::Result<i64> {
     Ok(c.last_insert_rowid())
 }
 
+/// Records message `m` as let go with `outcome` at `at`, and drops the
+/// records past the newest [`turnstats::COMPLETED_KEEP`].
+fn insert_completed(
+    c: &Connection,
+    m: &MessageKey,
+    outcome: &str,
+    at: i64,
+) -> rusqlite::Result<()> {
+    // Recorded again (a run that finished once more), it is the newest.
+    c.prepare_cached(
+        "INSERT OR REPLACE INTO completed
+             (message_id, sent_at, sender, body_sha256, outcome, completed_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        m.id,
+        m.sent_at,
+        m.sender,
+        m.body_sha256,
+        outcome,
+        at
+    ])?;
+    let newest = c.last_insert_rowid();
+    c.prepare_cached("DELETE FROM completed WHERE id <= ?1")?
+        .execute(params![newest - turnstats::COMPLETED_KEEP])?;
+    Ok(())
+}
+
 /// Marks the spend row `key` acknowledged.
 fn mark_acked(c: &Connection, key: &str) -> rusqlite::Result<()> {
     c.prepare_cached("UPDATE turns SET spend_acked = 1 WHERE spend_key = ?1 AND spend_acked = 0")?
@@ -287,8 +384,14 @@ mod tests {
         let stats = Stats::open(&path).unwrap();
         // A run that started yesterday at 23:59:50 and took 20.5 s.
         let start = 1_795_305_590;
+        let spend = Spend {
+            boot_id: "b00t",
+            usd: Some(0.01),
+            tokens: 110,
+            cache_read: 50,
+        };
         let (_, sent) = stats
-            .record_with_spend(&row(start, 20_500), "b00t", Some(0.01), 110, 50, &[])
+            .record_with_spend(&row(start, 20_500), &spend, &[], None)
             .unwrap();
         assert_eq!(sent.at, Some(start + 20));
         // After a restart the unacknowledged row goes again, with the same
@@ -299,6 +402,69 @@ mod tests {
         assert_eq!(again, vec![sent.clone()]);
         stats.spend_acked(std::slice::from_ref(&sent.key)).unwrap();
         assert!(stats.unacked_spend(10).unwrap().is_empty());
+        drop(stats);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_message_let_go_is_known_by_its_id_time_sender_and_body_and_the_newest_are_kept() {
+        let dir = std::env::temp_dir().join(format!("hive-completed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("turn-stats.db");
+        let stats = Stats::open(&path).unwrap();
+        let message = |id: i64, sent_at: i64, from: &str, body: &str| {
+            let m: Message = serde_json::from_value(serde_json::json!({
+                "id": id, "from": from, "to": "ana", "body": body, "sent_at": sent_at,
+            }))
+            .unwrap();
+            MessageKey::of(&m)
+        };
+        let spend = Spend {
+            boot_id: "b00t",
+            usd: None,
+            tokens: 0,
+            cache_read: 0,
+        };
+        let done = message(7, 1_795_300_000, "operator", "deploy it");
+        assert_eq!(stats.completed(&done).unwrap(), None);
+        stats
+            .record_with_spend(&row(1, 2), &spend, &[], Some(&done))
+            .unwrap();
+        assert_eq!(stats.completed(&done).unwrap().as_deref(), Some("ok"));
+        // The same id for another message (a rewound broker.db): unknown.
+        for other in [
+            message(7, 1_795_300_001, "operator", "deploy it"),
+            message(7, 1_795_300_000, "bob", "deploy it"),
+            message(7, 1_795_300_000, "operator", "deploy it again"),
+        ] {
+            assert_eq!(stats.completed(&other).unwrap(), None, "{other:?}");
+        }
+        // A run that does not let its message go records nothing.
+        let kept = message(8, 1, "operator", "x");
+        stats
+            .record_with_spend(&row(1, 2), &spend, &[], None)
+            .unwrap();
+        assert_eq!(stats.completed(&kept).unwrap(), None);
+        // Bounded: past the newest COMPLETED_KEEP, the oldest go.
+        // `done` is row 1; a record written as the KEEPth after it makes
+        // the next one the first past the bound.
+        stats
+            .conn
+            .execute(
+                "INSERT INTO completed VALUES (?1, 9, 9, 'x', 'x', 'ok', 9)",
+                params![turnstats::COMPLETED_KEEP],
+            )
+            .unwrap();
+        let mut again = row(1, 2);
+        again.outcome = "interrupted".into();
+        stats
+            .record_with_spend(&again, &spend, &[], Some(&kept))
+            .unwrap();
+        assert_eq!(stats.completed(&done).unwrap(), None, "pruned");
+        assert_eq!(
+            stats.completed(&kept).unwrap().as_deref(),
+            Some("interrupted")
+        );
         drop(stats);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -13,9 +13,22 @@
 //! remembers across hand-outs what a retry needs (attempts, the session that
 //! saw the prompt, where to start again). Broker requests are sent through the
 //! poller without waiting for their answers.
+//!
+//! A turn that finished is never run again. A clean `success` result that
+//! claude wrote before the harness first signalled it (or with no signal at
+//! all) completes the turn whatever happens next — a stop of the harness,
+//! the turn timeout, the idle watchdog, a nonzero exit: the message is acked
+//! (`Reported::Finished`). One written after that signal, or one that says
+//! `interrupted_by_shutdown`, finishes nothing: the run ends as its stop says
+//! (a stop of the harness or a shutdown from outside gives the message back
+//! at the head, not counted; the timeout and the watchdog count as they do
+//! without a result). Every run that lets its message go records it
+//! in the turn-stats db before the ack is sent, and a message handed out
+//! again after such a run (its ack never reached the broker) is acked without
+//! running claude.
 
 use super::bus::{Bus, LiveEvent, Paused, Retrying, TurnState};
-use super::classify::{ExitInfo, Signal, TurnObserver, TurnOutcome, TurnReport};
+use super::classify::{self, ExitInfo, Signal, Success, TurnObserver, TurnOutcome, TurnReport};
 use super::claude::{
     ClaudeRun, Invocation, Output, Pipe, DRAIN_GRACE, MAX_EVENT_BYTES, MAX_STDOUT_LINE,
 };
@@ -27,14 +40,14 @@ use super::policy::{self, Decision, Facts, Outcome, PauseReason, Resume, Running
 use super::poller::{FromPoller, Poller};
 use super::pool::PoolCache;
 use super::settings::Settings;
-use super::stats::{Stats, TurnRow};
+use super::stats::{MessageKey, Spend, Stats, TurnRow};
 use super::work::{Ack, Inflight, Ledger, Requeue, Work, WorkKey};
 use crate::mcp::hyperhive::reminder_file;
 use crate::proto::limits::MAX_PAUSE_DETAIL_CHARS;
 use crate::proto::now;
 use crate::proto::text::{is_control_or_bidi, preview};
-use crate::proto::Place;
 use crate::proto::{cmd, Request};
+use crate::proto::{Message, Place, TurnOutcomeKind};
 use crossbeam_channel::{at, never, select, Receiver};
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -114,6 +127,35 @@ enum Cause {
     Stopping,
 }
 
+impl Cause {
+    /// The stop, in words for a note.
+    fn what(&self) -> &'static str {
+        match self {
+            Cause::Interrupt => "the operator's interrupt",
+            Cause::TimedOut => "the turn timeout",
+            Cause::Hung => "the idle watchdog",
+            Cause::Mcp(_) => "the stop for MCP servers that did not start",
+            Cause::EarlyAuth => "the stop for a refused credential",
+            Cause::Stopping => "the harness's stop",
+        }
+    }
+}
+
+/// What the run's `result` line said of its turn, against the harness's
+/// first signal to claude (`ClaudeRun::written_before_stop`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reported {
+    /// No `result` that says the turn went well.
+    Nothing,
+    /// A clean `success` written before the harness signalled claude, or
+    /// with no signal sent: the turn finished, whatever comes after.
+    Finished,
+    /// A `success` written after the harness's signal (the CLI may answer
+    /// one with it), or one that says `interrupted_by_shutdown`: the turn did
+    /// not finish.
+    Stopped,
+}
+
 /// One running claude process and what the loop knows about it.
 struct Run {
     running: Running,
@@ -127,6 +169,7 @@ struct Run {
     deadline: Instant,
     last_output: Instant,
     cause: Option<Cause>,
+    reported: Reported,
     exit: Option<io::Result<ExitStatus>>,
     drain_until: Option<Instant>,
 }
@@ -143,6 +186,20 @@ struct Ended {
     model: String,
     started_at: i64,
     elapsed: Duration,
+    /// When the rule that a finished turn is never run again changed what
+    /// the classifier said: the stats row's kind, and a note for the row and
+    /// the page.
+    said: Option<(TurnOutcomeKind, String)>,
+}
+
+impl Ended {
+    /// The outcome as the page and the notes word it.
+    fn text(&self) -> String {
+        match &self.said {
+            Some((k, d)) if *k != TurnOutcomeKind::Ok => format!("{k}: {d}"),
+            _ => self.report.outcome.to_string(),
+        }
+    }
 }
 
 /// Facts about the claude session that outlive a run.
@@ -419,9 +476,14 @@ impl TurnLoop {
                 self.after_run = false;
                 self.turn_usd = turn_usd;
                 self.turn_usd_heard = true;
+                let identity = MessageKey::of(&message);
+                if let Some(outcome) = self.let_go_before(&identity) {
+                    return self.ack_again(&message, unread, &outcome);
+                }
                 let key = WorkKey::Message(message.id);
                 let work = Work {
                     key,
+                    identity: Some(identity),
                     from: message.from.to_string(),
                     // A long reminder's text goes to a file in the state dir.
                     body: reminder_file::for_model(Some(&self.s.state_dir), &message),
@@ -501,6 +563,7 @@ impl TurnLoop {
                     let key = WorkKey::Continue;
                     self.start_work(Work {
                         key,
+                        identity: None,
                         from: "self".into(),
                         body: "continue".into(),
                         unread: 0,
@@ -546,6 +609,54 @@ impl TurnLoop {
                 }
             }
             Event::Signal => self.stop(),
+        }
+    }
+
+    /// The outcome of the run that let `m` go, when one did (its ack may
+    /// never have reached the broker).
+    fn let_go_before(&self, m: &MessageKey) -> Option<String> {
+        let stats = self.stats.as_ref()?;
+        stats.completed(m).unwrap_or_else(|e| {
+            log::error!("{e}");
+            None
+        })
+    }
+
+    /// Acks message `m`, handed out again after a run that let it go (with
+    /// `outcome`), without running claude: the ack of that run never reached
+    /// the broker (it was down, or the harness was killed first). The page
+    /// shows it as a turn that says so.
+    fn ack_again(&mut self, m: &Message, unread: Option<u64>, outcome: &str) {
+        // The ack and the ask for the next message in one write.
+        let _cork = self.poller.teller().cork();
+        let what = format!("message #{} from {}", m.id, m.from);
+        let note = if TurnOutcomeKind::from_stored(outcome).0.is_ok() {
+            format!("{what} was completed before the restart; not run again")
+        } else {
+            format!("{what} was finished before the restart ({outcome}); not run again")
+        };
+        log::info!("{note}: acked");
+        self.bus.update(|s| s.unread = unread.unwrap_or(0));
+        self.bus.emit(LiveEvent::TurnStart {
+            from: m.from.to_string(),
+            body: m.body.clone(),
+            unread: unread.unwrap_or(0),
+            message_id: Some(m.id),
+        });
+        let key = WorkKey::Message(m.id);
+        Inflight::new(key, self.poller.teller()).ack(Ack::Completed);
+        self.ledger.forget(key);
+        self.bus
+            .update(|s| s.last_outcome = Some(outcome.to_string()));
+        self.bus.emit(LiveEvent::TurnEnd {
+            ok: true,
+            note,
+            outcome: outcome.to_string(),
+            duration_ms: 0,
+            decision: Some(policy::describe(Decision::Complete, Running::Turn)),
+        });
+        if self.free() {
+            self.advance();
         }
     }
 
@@ -895,6 +1006,7 @@ impl TurnLoop {
                     model,
                     started_at,
                     elapsed: started.elapsed(),
+                    said: None,
                 });
             }
             Ok(claude) => {
@@ -922,6 +1034,7 @@ impl TurnLoop {
                     deadline: started + inv.timeout,
                     last_output: started,
                     cause: None,
+                    reported: Reported::Nothing,
                     exit: None,
                     drain_until: None,
                 }));
@@ -973,13 +1086,21 @@ impl TurnLoop {
                 r.drain_until = Some(Instant::now() + DRAIN_GRACE);
                 return;
             }
-            Output::Stdout(Pipe::Line(line)) => {
+            Output::Stdout(Pipe::Line(line), end) => {
                 if line.trim().is_empty() {
                     return;
                 }
                 match serde_json::from_str::<serde_json::Value>(&line) {
                     Ok(v) => {
                         let signals = r.observer.on_stdout_value(&v);
+                        if let Some(s) = classify::success_of(&v) {
+                            let before = r.claude.written_before_stop(end);
+                            r.reported = if s == Success::Finished && before {
+                                Reported::Finished
+                            } else {
+                                Reported::Stopped
+                            };
+                        }
                         if line.len() > MAX_EVENT_BYTES {
                             let ty = v.get("type").cloned().unwrap_or_default();
                             self.bus.emit(LiveEvent::Stream {
@@ -1000,7 +1121,7 @@ impl TurnLoop {
                     }
                 }
             }
-            Output::Stdout(Pipe::TooLong) => {
+            Output::Stdout(Pipe::TooLong, _) => {
                 self.bus.note(format!(
                     "a stdout line over {MAX_STDOUT_LINE} bytes was dropped"
                 ));
@@ -1015,7 +1136,7 @@ impl TurnLoop {
                 self.bus.note("a stderr line too long to show was dropped");
                 Vec::new()
             }
-            Output::Stdout(Pipe::Closed) | Output::Stderr(Pipe::Closed) => Vec::new(),
+            Output::Stdout(Pipe::Closed, _) | Output::Stderr(Pipe::Closed) => Vec::new(),
         };
         for s in signals {
             self.on_signal(s);
@@ -1182,8 +1303,46 @@ impl TurnLoop {
             killed_early_for_auth: run.cause == Some(Cause::EarlyAuth),
             elapsed: Some(elapsed),
         });
-        let ok = report.outcome.is_ok();
-        let outcome = match &run.cause {
+        // A success after the harness's signal finishes nothing.
+        let ok = report.outcome.is_ok() && run.reported != Reported::Stopped;
+        let rule = finished_rule(
+            run.running,
+            run.reported,
+            run.cause.as_ref(),
+            run.claude.stopping(),
+            report.outcome.is_ok(),
+            &ended_words(code, signal),
+        );
+        let (outcome, said) = match rule {
+            Some((outcome, said)) => {
+                if outcome == Outcome::Completed && !report.outcome.is_ok() {
+                    report.outcome = TurnOutcome::Ok;
+                }
+                (outcome, said)
+            }
+            None => (self.stopped_for(run.cause.as_ref(), ok, &mut report), None),
+        };
+        drop(run.claude);
+        self.bus.update(|s| s.retrying = None);
+        self.conclude(Ended {
+            running: run.running,
+            report,
+            outcome,
+            started: true,
+            resumed: run.resumed,
+            epoch: run.epoch,
+            model: run.model,
+            started_at: run.started_at,
+            elapsed,
+            said,
+        });
+    }
+
+    /// The outcome of a run the loop stopped for `cause` (the classifier's,
+    /// with no cause), the report's outcome set to match; `ok`: the run
+    /// succeeded, by the classifier and against the stop.
+    fn stopped_for(&self, cause: Option<&Cause>, ok: bool, report: &mut TurnReport) -> Outcome {
+        match cause {
             Some(Cause::Interrupt) if !ok => {
                 report.outcome = TurnOutcome::Interrupted("interrupted by the operator".into());
                 Outcome::Interrupted
@@ -1201,20 +1360,7 @@ impl TurnLoop {
             }
             Some(Cause::TimedOut) if !ok => Outcome::TimedOut,
             _ => outcome_of(&report.outcome),
-        };
-        drop(run.claude);
-        self.bus.update(|s| s.retrying = None);
-        self.conclude(Ended {
-            running: run.running,
-            report,
-            outcome,
-            started: true,
-            resumed: run.resumed,
-            epoch: run.epoch,
-            model: run.model,
-            started_at: run.started_at,
-            elapsed,
-        });
+        }
     }
 
     // ---- after a run: bookkeeping, then the policy -----------------------
@@ -1226,10 +1372,13 @@ impl TurnLoop {
         let _cork = self.poller.teller().cork();
         // Its spend row goes to the broker before any later ask.
         self.after_run = true;
-        if e.started {
-            self.record(&e);
-        }
-        if self.stopping {
+        // A stop of the harness gives the message back as it is (its guard
+        // requeues it), unless its turn finished: then it is acked first.
+        let finished = e.running == Running::Turn && e.outcome == Outcome::Completed;
+        if self.stopping && !finished {
+            if e.started {
+                self.record(&e, false);
+            }
             return;
         }
         let key = self.work.as_ref().map(|w| w.key);
@@ -1237,7 +1386,8 @@ impl TurnLoop {
             if e.started {
                 self.session.last_turn_end = Some(now());
             }
-            if self.take_continue() {
+            // A harness that stops leaves the sentinel to its next boot.
+            if !self.stopping && self.take_continue() {
                 self.continue_requested = true;
             }
         }
@@ -1287,11 +1437,17 @@ impl TurnLoop {
             e.outcome,
             e.running
         );
+        // A message let go is recorded as such before its ack is sent.
+        let lets_go = decision.acks() && decision != Decision::DeadLetter;
+        if e.started {
+            self.record(&e, lets_go);
+        }
         self.apply(decision, e, facts);
     }
 
-    /// The stats row, the counters and the bus figures of a run that started.
-    fn record(&mut self, e: &Ended) {
+    /// The stats row, the counters and the bus figures of a run that
+    /// started; with `lets_go`, the row also records its message as let go.
+    fn record(&mut self, e: &Ended, lets_go: bool) {
         let rep = &e.report;
         if let (Some(m), Some(w)) = (&rep.model, rep.context_window) {
             self.session.cli_windows.insert(m.clone(), w);
@@ -1322,12 +1478,23 @@ impl TurnLoop {
         };
         let mut spend = None;
         if let Some(stats) = &self.stats {
+            let (outcome, note) = match &e.said {
+                Some((k, note)) => (*k, note.clone()),
+                None => (
+                    rep.outcome.kind(),
+                    match (e.outcome == Outcome::Interrupted, rep.outcome.detail()) {
+                        (true, Some(d)) => format!("interrupted by the operator; {d}"),
+                        (true, None) => "interrupted by the operator".into(),
+                        (false, d) => d.unwrap_or_default(),
+                    },
+                ),
+            };
             let row = TurnRow {
                 id: 0,
                 started_at: e.started_at,
                 duration_ms: e.elapsed.as_millis() as u64,
                 kind: kind.into(),
-                outcome: rep.outcome.kind().as_str().to_string(),
+                outcome: outcome.as_str().to_string(),
                 model: e.model.clone(),
                 sender: work.map_or_else(|| "harness".into(), |w| w.from.clone()),
                 message_id: work.and_then(|w| w.key.id()),
@@ -1336,22 +1503,17 @@ impl TurnLoop {
                 tokens_out: rep.output_tokens,
                 cost_usd: rep.cost_usd.unwrap_or(0.0),
                 session_id: rep.session_id.clone(),
-                note: match (e.outcome == Outcome::Interrupted, rep.outcome.detail()) {
-                    (true, Some(d)) => format!("interrupted by the operator; {d}"),
-                    (true, None) => "interrupted by the operator".into(),
-                    (false, d) => d.unwrap_or_default(),
-                },
+                note,
             };
             // Only runs that started get here (`conclude`).
-            let tokens = rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens;
-            match stats.record_with_spend(
-                &row,
-                &self.boot_id,
-                rep.cost_usd,
-                tokens,
-                rep.cache_read_tokens,
-                &self.spend_acked,
-            ) {
+            let spend_row = Spend {
+                boot_id: &self.boot_id,
+                usd: rep.cost_usd,
+                tokens: rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens,
+                cache_read: rep.cache_read_tokens,
+            };
+            let let_go = work.and_then(|w| w.identity.as_ref()).filter(|_| lets_go);
+            match stats.record_with_spend(&row, &spend_row, &self.spend_acked, let_go) {
                 Ok((_, s)) => {
                     spend = Some(s);
                     self.spend_acked.clear();
@@ -1399,7 +1561,7 @@ impl TurnLoop {
     }
 
     fn apply(&mut self, d: Decision, e: Ended, facts: Facts) {
-        let text = e.report.outcome.to_string();
+        let text = e.text();
         match d {
             Decision::Complete => {
                 self.completed_turns += 1;
@@ -1409,7 +1571,8 @@ impl TurnLoop {
                     self.ledger.forget(w.key);
                     w.guard.ack(Ack::Completed);
                 }
-                self.end_work(d, true, String::new(), &text, &e);
+                let note = e.said.as_ref().map(|(_, n)| n.clone()).unwrap_or_default();
+                self.end_work(d, true, note, &text, &e);
                 let model = self.model();
                 let window = self.window(&model);
                 let env = |k: &str| self.env.get(k);
@@ -1578,7 +1741,7 @@ impl TurnLoop {
             place,
             then,
         };
-        let text = e.report.outcome.to_string();
+        let text = e.text();
         let completed = self.completed_turns;
         let what = self.work.as_ref().map(Work::what).unwrap_or_default();
         if let Some(w) = self.work.take() {
@@ -2002,6 +2165,60 @@ fn outcome_of(o: &TurnOutcome) -> Outcome {
     }
 }
 
+/// What the rule that a turn which finished is never run again makes of a
+/// run's end where it decides (None: the usual rules do): the outcome, and,
+/// when it changes what the classifier said, the stats row's kind and a note.
+/// `signalled`: the stop ladder sent claude a signal; `classified_ok`: the
+/// classifier called the run a success; `ended`: how claude ended, in words.
+fn finished_rule(
+    running: Running,
+    reported: Reported,
+    cause: Option<&Cause>,
+    signalled: bool,
+    classified_ok: bool,
+    ended: &str,
+) -> Option<(Outcome, Option<(TurnOutcomeKind, String)>)> {
+    let stopped = |note: String| Some((Outcome::Stopped, Some((TurnOutcomeKind::Stopped, note))));
+    match cause {
+        // The turn finished before any stop: whatever came after, it is done.
+        _ if running == Running::Turn && reported == Reported::Finished => {
+            let note = match cause {
+                Some(c) => format!(
+                    "success was reported before {}; claude then {ended}",
+                    c.what()
+                ),
+                None => format!("success was reported; claude then {ended}"),
+            };
+            Some((
+                Outcome::Completed,
+                (!classified_ok).then_some((TurnOutcomeKind::Ok, note)),
+            ))
+        }
+        // The harness is stopping: the message goes back as it is.
+        Some(Cause::Stopping) if signalled || reported == Reported::Stopped => {
+            let result = match reported {
+                Reported::Stopped => "; its success came after the signal or says it was shut down",
+                _ => "",
+            };
+            stopped(format!("the harness stopped claude{result}; it {ended}"))
+        }
+        // Shut down from outside, and the CLI says so.
+        None if reported == Reported::Stopped => stopped(format!(
+            "claude was shut down before its turn finished (interrupted_by_shutdown); it {ended}"
+        )),
+        _ => None,
+    }
+}
+
+/// How claude ended, in words for a note: "exited with code 143".
+fn ended_words(code: Option<i32>, signal: Option<i32>) -> String {
+    match (code, signal) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, Some(s)) => format!("was killed by signal {s}"),
+        (None, None) => "ended".into(),
+    }
+}
+
 /// `s` as one line of at most `max` characters (controls become spaces).
 fn one_line(s: &str, max: usize) -> String {
     let flat: String = s
@@ -2028,6 +2245,95 @@ mod tests {
             .collect();
         assert_eq!(got, [15, 30, 60, 100, 100, 100]);
         assert_eq!(backoff(s(1), s(60), u32::MAX), s(60));
+    }
+
+    #[test]
+    fn a_turn_that_finished_before_any_stop_completes_and_a_later_success_does_not() {
+        use Reported::*;
+        let ended = "exited with code 143";
+        let causes = [
+            None,
+            Some(Cause::Interrupt),
+            Some(Cause::TimedOut),
+            Some(Cause::Hung),
+            Some(Cause::Mcp("bash failed".into())),
+            Some(Cause::EarlyAuth),
+            Some(Cause::Stopping),
+        ];
+        for cause in &causes {
+            let rule = |reported, signalled, ok| {
+                finished_rule(
+                    Running::Turn,
+                    reported,
+                    cause.as_ref(),
+                    signalled,
+                    ok,
+                    ended,
+                )
+            };
+            // Finished: done whatever stopped it, and the row says why.
+            let (o, said) = rule(Finished, cause.is_some(), false).unwrap();
+            assert_eq!(o, Outcome::Completed, "{cause:?}");
+            let (kind, note) = said.unwrap();
+            assert_eq!(kind, TurnOutcomeKind::Ok);
+            let want = match cause {
+                Some(c) => format!(
+                    "success was reported before {}; claude then {ended}",
+                    c.what()
+                ),
+                None => format!("success was reported; claude then {ended}"),
+            };
+            assert_eq!(note, want);
+            assert_eq!(
+                rule(Finished, false, true),
+                Some((Outcome::Completed, None)),
+                "the classifier agrees: nothing to say"
+            );
+            // A success after the signal, or a shutdown: a stop of the
+            // harness or from outside is `Stopped`; the other stops keep
+            // their own outcome (the loop's usual rules).
+            let late = rule(Stopped, cause.is_some(), true);
+            match cause {
+                None | Some(Cause::Stopping) => {
+                    let (o, said) = late.unwrap();
+                    assert_eq!(o, Outcome::Stopped, "{cause:?}");
+                    assert_eq!(said.unwrap().0, TurnOutcomeKind::Stopped);
+                }
+                _ => assert_eq!(late, None, "{cause:?}"),
+            }
+        }
+        // A stop of the harness that signalled claude, no result: `Stopped`;
+        // one that came after claude had ended by itself: the run's own.
+        let stop = Some(&Cause::Stopping);
+        let (o, said) = finished_rule(Running::Turn, Nothing, stop, true, false, ended).unwrap();
+        assert_eq!(o, Outcome::Stopped);
+        assert_eq!(
+            said.unwrap().1,
+            "the harness stopped claude; it exited with code 143"
+        );
+        assert_eq!(
+            finished_rule(Running::Turn, Nothing, stop, false, false, ended),
+            None
+        );
+        assert_eq!(
+            finished_rule(Running::Turn, Nothing, None, false, false, ended),
+            None
+        );
+        // Only a turn finishes its message: a compaction stopped is a stop.
+        let (o, _) =
+            finished_rule(Running::ReactiveCompact, Finished, stop, true, true, ended).unwrap();
+        assert_eq!(o, Outcome::Stopped);
+        assert_eq!(
+            finished_rule(
+                Running::ResetCheckpoint,
+                Finished,
+                None,
+                false,
+                false,
+                ended
+            ),
+            None
+        );
     }
 
     #[test]

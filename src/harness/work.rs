@@ -18,6 +18,7 @@
 
 use super::policy::Resume;
 use super::poller::Teller;
+use super::stats::MessageKey;
 use crate::proto::limits::MAX_LAST_ERROR_CHARS;
 use crate::proto::text::preview;
 use crate::proto::{cmd, Attempt, Place, Request};
@@ -168,6 +169,9 @@ impl Drop for Inflight {
 /// The message or continue being handled, with its guard.
 pub struct Work {
     pub key: WorkKey,
+    /// What the turn-stats db knows a broker message by once a run let it
+    /// go (None for a continue).
+    pub identity: Option<MessageKey>,
     pub from: String,
     pub body: String,
     /// The queue depth behind it, for the wake prompt.

@@ -6,7 +6,10 @@
 //! 3 each row also holds the run's spend row for the broker (`report_spend`:
 //! its idempotency key, cost, tokens, cache reads) and whether the broker
 //! acknowledged it, so a row a dead harness never got acknowledged is sent
-//! again at the next boot.
+//! again at the next boot. Since version 4 the file also keeps the messages
+//! the harness let go (acked after a run), written before the ack is sent, so
+//! a message handed out again because the ack never reached the broker is
+//! acked without running claude ([`COMPLETED_KEEP`] of them, the newest).
 
 use super::outcome::TurnOutcomeKind;
 use super::schema::{self, Step};
@@ -14,6 +17,11 @@ use rusqlite::{params, Connection, Transaction};
 
 /// The file's name in the state dir.
 pub const FILE: &str = "turn-stats.db";
+
+/// How many messages the `completed` table keeps: the newest, by when they
+/// were let go. A message whose ack was lost is handed out again at the
+/// next hand-out, long before this many others have finished.
+pub const COMPLETED_KEEP: i64 = 10_000;
 
 /// Every version of the schema, oldest first.
 pub const STEPS: &[Step] = &[
@@ -61,6 +69,29 @@ pub const STEPS: &[Step] = &[
                  ALTER TABLE turns ADD COLUMN spend_acked INTEGER NOT NULL DEFAULT 1;
                  CREATE INDEX turns_spend_unacked ON turns (id) WHERE spend_acked = 0;
                  CREATE UNIQUE INDEX turns_spend_key ON turns (spend_key);",
+            )
+        },
+    },
+    Step {
+        version: 4,
+        what: "the messages the harness let go, so none runs twice",
+        apply: |tx| {
+            // A message is known by its id, when it was sent, its sender and
+            // its body's digest, so a broker.db restored or rewound that
+            // hands out another message under a reused id is not taken for
+            // it. `id` orders the rows by when they were written (pruning).
+            tx.execute_batch(
+                "CREATE TABLE completed (
+                    id INTEGER PRIMARY KEY,
+                    message_id INTEGER NOT NULL,
+                    sent_at INTEGER NOT NULL,
+                    sender TEXT NOT NULL,
+                    body_sha256 TEXT NOT NULL,
+                    outcome TEXT NOT NULL,
+                    completed_at INTEGER NOT NULL
+                 );
+                 CREATE UNIQUE INDEX completed_message
+                     ON completed (message_id, sent_at, sender, body_sha256);",
             )
         },
     },

@@ -1,4 +1,5 @@
-//! Descriptors and sockets: a close-on-exec pipe, a file opened beneath a
+//! Descriptors and sockets: a close-on-exec pipe and what is waiting in it
+//! ([`unread`]), a file opened beneath a
 //! directory without following a symlink on the way ([`open_beneath`]), the
 //! socket options and
 //! queries the web servers need (timeouts, the unsent queue, a hang-up, a
@@ -142,6 +143,18 @@ pub fn unsent(fd: RawFd) -> Option<u64> {
     // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int through the pointer.
     let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ as _, &mut n) };
     (rc == 0).then(|| n.max(0) as u64)
+}
+
+/// Bytes waiting to be read in pipe (or socket) `fd` (`FIONREAD`): what
+/// its writer wrote that no reader has taken yet.
+pub fn unread(fd: RawFd) -> io::Result<u64> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer.
+    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD as _, &mut n) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.max(0) as u64)
 }
 
 /// Shuts both directions of socket `fd` down (the peer sees the end); the
@@ -382,6 +395,19 @@ mod tests {
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad}: {e}");
         }
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn unread_counts_what_is_in_a_pipe_and_nothing_once_it_is_read() {
+        let (r, w) = pipe().unwrap();
+        let (mut r, mut w) = (std::fs::File::from(r), std::fs::File::from(w));
+        assert_eq!(unread(r.as_raw_fd()).unwrap(), 0);
+        w.write_all(b"hello\nworld").unwrap();
+        assert_eq!(unread(r.as_raw_fd()).unwrap(), 11);
+        let mut buf = [0u8; 6];
+        r.read_exact(&mut buf).unwrap();
+        assert_eq!(unread(r.as_raw_fd()).unwrap(), 5);
+        assert!(unread(-1).is_err());
     }
 
     #[test]

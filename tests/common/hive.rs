@@ -585,6 +585,16 @@ pub fn agent_row(b: &Broker, name: &str) -> hyperhive::proto::AgentRow {
         .expect("agent row")
 }
 
+/// A broker serving root agent `agent` and its harness (`env` overriding
+/// [`Harness::start`]'s), once the harness's boot kick turn is acked.
+pub fn started_harness(agent: &str, env: &[(&str, &str)]) -> (Broker, Harness) {
+    let b = Broker::start(&[agent]);
+    let h = Harness::start(&b, agent, env);
+    h.fake.wait_count(1);
+    wait_drained(&b, agent);
+    (b, h)
+}
+
 /// Waits until the agent has nothing unread and nothing inflight.
 pub fn wait_drained(b: &Broker, name: &str) {
     wait_for(Duration::from_secs(30), "the inbox to drain", || {

@@ -48,6 +48,13 @@ result_ok() {
     printf '{"type":"result","subtype":"success","is_error":false,"api_error_status":null,"duration_ms":107,"num_turns":2,"result":"%s","stop_reason":"end_turn","session_id":"%s","total_cost_usd":0.014,"usage":{"input_tokens":2400,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":84},"modelUsage":{"%s":{"inputTokens":2400,"outputTokens":84,"contextWindow":200000,"maxOutputTokens":32000}},"permission_denials":[],"terminal_reason":"completed","uuid":"u-res"}\n' "$1" "$SESSION" "$MODEL"
 }
 
+# result_shutdown TEXT: the success result newer CLIs print when a shutdown
+# interrupted the turn (`interrupted_by_shutdown`, a field 2.1.197 does not
+# print yet).
+result_shutdown() {
+    printf '{"type":"result","subtype":"success","is_error":false,"api_error_status":null,"duration_ms":107,"num_turns":2,"result":"%s","stop_reason":"end_turn","session_id":"%s","total_cost_usd":0.014,"usage":{"input_tokens":2400,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":84},"modelUsage":{},"permission_denials":[],"terminal_reason":"completed","interrupted_by_shutdown":true,"uuid":"u-res"}\n' "$1" "$SESSION"
+}
+
 # ok_turn TEXT [CTX]: a whole successful turn, exit 0.
 ok_turn() {
     init
