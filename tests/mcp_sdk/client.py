@@ -53,6 +53,13 @@ async def tool_error(session, name, args):
     return text(r)
 
 
+async def bad_arguments(session, name, args, want):
+    """Wrong arguments are a result the model reads (isError), whose text names
+    the argument, quotes the value and says what is allowed."""
+    text_got = await tool_error(session, name, args)
+    check(text_got == want, f"{name}: {text_got!r}, want {want!r}")
+
+
 async def invalid_params(session, name, args, want):
     try:
         r = await asyncio.wait_for(session.call_tool(name, args), STEP_TIMEOUT)
@@ -99,7 +106,7 @@ async def main():
             sent = await ok(session, "send", {"to": "operator", "body": "from the python sdk"})
             check(sent.endswith(" to operator"), sent)
             await tool_error(session, "send", {"to": "nobody", "body": "x"})
-            await invalid_params(session, "send", {"body": "x"},
+            await bad_arguments(session, "send", {"body": "x"},
                                  'missing required argument "to" (a string)')
 
             asked = await ok(session, "ask", {"question": "python?", "options": ["yes", "no"]})
@@ -108,8 +115,8 @@ async def main():
             check(f"question #{qid} asked to operator: python?" in ends, ends)
             await ok(session, "cancel_loose_end", {"kind": "question", "id": qid})
             await tool_error(session, "answer", {"id": qid, "answer": "x"})
-            await invalid_params(session, "answer", {"id": "x", "answer": "y"},
-                                 'argument "id" must be an integer, got a string')
+            await bad_arguments(session, "answer", {"id": "x", "answer": "y"},
+                                 'argument "id" must be an integer, got "x"')
 
             reminded = await ok(session, "remind", {"message": "ping me", "delay_seconds": 1})
             check(reminded.startswith("reminder #"), reminded)
@@ -119,7 +126,7 @@ async def main():
             await ok(session, "set_status", {"text": "testing with python"})
             meta = await ok(session, "get_agent_meta", {})
             check('"status_text": "testing with python"' in meta, meta)
-            await invalid_params(session, "set_status", {"text": "two\nlines"},
+            await bad_arguments(session, "set_status", {"text": "two\nlines"},
                                  'argument "text" must be one line of at most 200 characters, got 9 characters')
             await ok(session, "request_next_turn", {})
             await invalid_params(session, "kill", {}, "unknown tool: kill")
