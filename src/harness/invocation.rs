@@ -342,8 +342,8 @@ mod tests {
     #[test]
     fn the_call_timeouts_clear_the_longest_waits() {
         use crate::proto::limits::RECV_WAIT_CAP_SECS;
-        assert!(HYPERHIVE_CALL_TIMEOUT_MS > RECV_WAIT_CAP_SECS * 1000);
-        assert!(BASH_CALL_TIMEOUT_MS > crate::bash::proto::MAX_WAIT_SECS * 1000);
+        const { assert!(HYPERHIVE_CALL_TIMEOUT_MS > RECV_WAIT_CAP_SECS * 1000) };
+        const { assert!(BASH_CALL_TIMEOUT_MS > crate::bash::proto::MAX_WAIT_SECS * 1000) };
         let vars = claude_vars(2);
         assert!(vars.contains(&("CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS".into(), "0".into())));
         assert!(vars.contains(&("CLAUDE_CODE_MAX_RETRIES".into(), "2".into())));
