@@ -91,7 +91,7 @@ fn hive_up_tells_the_operator_once_per_hive_and_version() {
     up.wait_prompt("ana", "(re)started", 1);
     up.wait_prompt("bob", "(re)started", 1);
     let notices = |up: &Up| -> Vec<hyperhive::proto::Message> {
-        up_operator_inbox(up)
+        read_inbox(&mut up.host())
             .into_iter()
             .filter(|m| m.body.contains(OUTSIDE))
             .collect()
@@ -124,20 +124,4 @@ fn hive_up_tells_the_operator_once_per_hive_and_version() {
     up.wait_prompt("ana", "(re)started", 2);
     let later = notices(&up);
     assert!(later.is_empty(), "told again after a restart: {later:?}");
-}
-
-/// The operator's inbox under `hive up`, read and marked read.
-fn up_operator_inbox(up: &Up) -> Vec<hyperhive::proto::Message> {
-    use hyperhive::proto::cmd::{Inbox, InboxAck};
-    let mut host = up.host();
-    let r: hyperhive::proto::MessagesReply = host
-        .call(&Inbox {
-            wait_seconds: None,
-            peek: false,
-            after: None,
-        })
-        .unwrap();
-    let ids = r.messages.iter().map(|m| m.id).collect();
-    host.call(&InboxAck { ids }).unwrap();
-    r.messages
 }

@@ -123,6 +123,37 @@ impl Agent {
         (run, fake)
     }
 
+    /// A turn during which the operator sends ruth "sent meanwhile" once the
+    /// API had `posts` requests and `pause` more passed; returns the run and
+    /// the message's id, after the broker marked it delivered (which it does
+    /// only once `hive mcp` wrote the result that holds it).
+    fn send_during(
+        &self,
+        cli: &RealCli,
+        steps: Vec<Step>,
+        env: &[(&str, &str)],
+        posts: usize,
+        pause: Duration,
+    ) -> (CliRun, i64) {
+        let sent = std::sync::Mutex::new(None);
+        let (run, _fake) = self.turn_with(
+            cli,
+            steps,
+            env,
+            |_| (),
+            |fake| {
+                wait_posts(fake, posts);
+                std::thread::sleep(pause);
+                *sent.lock().unwrap() = Some(send_to_ruth(self, "sent meanwhile"));
+            },
+        );
+        let id = sent.lock().unwrap().expect("sent");
+        wait_for(Duration::from_secs(10), "the row to be acked", || {
+            (state_of(self, id).as_deref() == Some("acked")).then_some(())
+        });
+        (run, id)
+    }
+
     fn inbox(&self, req: impl Into<Request>, host: bool) -> Vec<hyperhive::proto::Message> {
         let mut c = if host {
             self.broker.host()
@@ -182,15 +213,9 @@ fn wait_posts(fake: &FakeAnthropic, n: usize) {
 
 /// The `tool_result` the CLI printed for the tool call, as JSON text.
 fn tool_result(run: &CliRun) -> Value {
-    run.find("user", None)
+    tool_results(run)
         .into_iter()
-        .flat_map(|line| {
-            line["message"]["content"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .find(|block| block["type"] == "tool_result")
+        .next()
         .unwrap_or_else(|| panic!("no tool_result in the CLI's output\n{run}"))
 }
 
@@ -271,17 +296,8 @@ fn the_model_receives_a_queued_message_which_is_then_confirmed(cli: &RealCli) {
         format!("#{id} from operator (message): queued for claude"),
         "{run}"
     );
-    let db = agent.broker.state_dir().join("broker.db");
     wait_for(Duration::from_secs(10), "the row to be acked", || {
-        let c =
-            rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-                .ok()?;
-        let state: String = c
-            .query_row("SELECT state FROM messages WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
-            .ok()?;
-        (state == "acked").then_some(())
+        (state_of(&agent, id).as_deref() == Some("acked")).then_some(())
     });
 }
 
@@ -364,36 +380,22 @@ fn the_model_sets_a_reminder_that_reaches_the_inbox(cli: &RealCli) {
 /// call's `tool_result` and is confirmed after it.
 fn a_message_arriving_while_recv_waits_reaches_the_tool_result(cli: &RealCli) {
     let agent = Agent::new("cli-recv-wait");
-    let sent = std::sync::Mutex::new(None);
-    let (run, _fake) = agent.turn_with(
-        cli,
-        vec![
-            Step::tool_use(
-                "mcp__hyperhive__recv",
-                json!({"wait_seconds": 60, "max": 1}),
-            ),
-            Step::text("got it"),
-        ],
-        &[],
-        |_| (),
-        |fake| {
-            // The model has asked for the call; give hive mcp a moment to
-            // be inside its wait.
-            wait_posts(fake, 1);
-            std::thread::sleep(Duration::from_millis(1500));
-            *sent.lock().unwrap() = Some(send_to_ruth(&agent, "arrived while waiting"));
-        },
-    );
-    let id = sent.lock().unwrap().expect("sent");
+    let steps = vec![
+        Step::tool_use(
+            "mcp__hyperhive__recv",
+            json!({"wait_seconds": 60, "max": 1}),
+        ),
+        Step::text("got it"),
+    ];
+    // The model has asked for the call; give hive mcp a moment to be inside
+    // its wait.
+    let (run, id) = agent.send_during(cli, steps, &[], 1, Duration::from_millis(1500));
     let text = result_text(&tool_result(&run));
     assert_eq!(
         text,
-        format!("#{id} from operator (message): arrived while waiting"),
+        format!("#{id} from operator (message): sent meanwhile"),
         "{run}"
     );
-    wait_for(Duration::from_secs(10), "the row to be acked", || {
-        (state_of(&agent, id).as_deref() == Some("acked")).then_some(())
-    });
 }
 
 /// With the CLI's background threshold forced low (background tasks on, 20 s;
@@ -403,32 +405,19 @@ fn a_message_arriving_while_recv_waits_reaches_the_tool_result(cli: &RealCli) {
 /// broker marks delivered is in a `tool_result` the model got.
 fn recv_waits_below_a_background_threshold_and_confirms_only_what_the_model_saw(cli: &RealCli) {
     let agent = Agent::new("cli-recv-cap");
-    let sent = std::sync::Mutex::new(None);
-    let (run, _fake) = agent.turn_with(
-        cli,
-        vec![
-            Step::tool_use(
-                "mcp__hyperhive__recv",
-                json!({"wait_seconds": 150, "max": 1}),
-            ),
-            Step::tool_use(
-                "mcp__hyperhive__recv",
-                json!({"wait_seconds": 150, "max": 1}),
-            ),
-            Step::text("done waiting"),
-        ],
-        &[
-            ("CLAUDE_AUTO_BACKGROUND_TASKS", "1"),
-            ("CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS", "20000"),
-        ],
-        |_| (),
-        |fake| {
-            // The first call came back: the model asks again.
-            wait_posts(fake, 2);
-            *sent.lock().unwrap() = Some(send_to_ruth(&agent, "after the first wait"));
-        },
-    );
-    let id = sent.lock().unwrap().expect("sent");
+    let wait = || {
+        Step::tool_use(
+            "mcp__hyperhive__recv",
+            json!({"wait_seconds": 150, "max": 1}),
+        )
+    };
+    let env = [
+        ("CLAUDE_AUTO_BACKGROUND_TASKS", "1"),
+        ("CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS", "20000"),
+    ];
+    // Sent once the first call came back and the model asks again.
+    let steps = vec![wait(), wait(), Step::text("done waiting")];
+    let (run, id) = agent.send_during(cli, steps, &env, 2, Duration::ZERO);
     let results = tool_results(&run);
     assert_eq!(results.len(), 2, "{run}");
     assert_eq!(
@@ -438,18 +427,13 @@ fn recv_waits_below_a_background_threshold_and_confirms_only_what_the_model_saw(
     );
     assert_eq!(
         result_text(&results[1]),
-        format!("#{id} from operator (message): after the first wait"),
+        format!("#{id} from operator (message): sent meanwhile"),
         "{run}"
     );
     assert!(
         run.find("system", Some("task_started")).is_empty(),
         "a call went to the background\n{run}"
     );
-    wait_for(Duration::from_secs(10), "the row to be acked", || {
-        (state_of(&agent, id).as_deref() == Some("acked")).then_some(())
-    });
-    let seen: String = results.iter().map(result_text).collect();
-    assert!(seen.contains(&format!("#{id} ")), "{seen}");
 }
 
 /// CLI 2.1.332 probes a stdio server with `server/discover` before

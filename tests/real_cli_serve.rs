@@ -312,19 +312,13 @@ fn a_stalled_stream_keeps_the_message_and_the_retry_answers_it(cli: &RealCli) {
 }
 
 fn the_real_cli_honours_the_harness_settings_file(cli: &RealCli) {
-    use common::claude_cli::{claude_env, harness_invocation, run_claude, Sandbox};
+    use common::claude_cli::{claude_env, run_claude, Sandbox};
     // The CLI silently ignores a settings file with one badly typed value; the
     // evidence that ours is read whole is that auto-memory is off (no
     // `memory_paths` in system/init).
     let api = FakeAnthropic::start(Scenario::new().otherwise(Step::text("ok")));
     let sb = Sandbox::new("settings");
-    let harness = harness_invocation(
-        &sb.write_dir("state"),
-        &sb.write_dir("run"),
-        &[],
-        "claude-sonnet-4-5",
-        false,
-    );
+    let harness = sb.harness();
     let run = run_claude(
         cli,
         &sb.cwd,

@@ -9,9 +9,7 @@
 
 mod common;
 
-use common::claude_cli::{
-    claude_env, harness_invocation, real_cli_tests, run_claude, RealCli, Sandbox,
-};
+use common::claude_cli::{claude_env, real_cli_tests, run_claude, RealCli, Sandbox};
 use common::fake_anthropic::{FakeAnthropic, Scenario, Step};
 use hyperhive::harness::classify::{Signal, TurnObserver};
 use std::time::Duration;
@@ -21,13 +19,7 @@ fn the_init_line_names_hives_servers_that_failed_or_are_pending(cli: &RealCli) {
     let sb = Sandbox::new("mcp-start");
     // The harness's own invocation, its MCP config then replaced: hyperhive
     // exits at once; bash never answers `initialize`.
-    let harness = harness_invocation(
-        &sb.write_dir("state"),
-        &sb.write_dir("run"),
-        &[],
-        "claude-sonnet-4-5",
-        false,
-    );
+    let harness = sb.harness();
     std::fs::write(
         harness.settings.mcp_config_path(),
         r#"{"mcpServers":{

@@ -346,6 +346,19 @@ impl Sandbox {
         path
     }
 
+    /// The harness's invocation of a first turn on `claude-sonnet-4-5`, its
+    /// state and boot files in the sandbox ([`harness_invocation`] with no
+    /// agent variables).
+    pub fn harness(&self) -> HarnessInvocation {
+        harness_invocation(
+            &self.write_dir("state"),
+            &self.write_dir("run"),
+            &[],
+            "claude-sonnet-4-5",
+            false,
+        )
+    }
+
     /// Writes `name` at the sandbox root and returns its path.
     pub fn write(&self, name: &str, contents: &str) -> PathBuf {
         let path = self.root.join(name);

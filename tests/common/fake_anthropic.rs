@@ -715,18 +715,7 @@ fn handle(mut request: Request, state: &Mutex<State>, stopped: &Receiver<()>) {
             Ok(())
         }
         Reply::Stall { text, after_block } => {
-            let mut events = vec![message_start(&ids, model, step.usage)];
-            events.push(json!({
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""}
-            }));
-            events.push(json!({"type": "ping"}));
-            events.push(json!({
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "text_delta", "text": text}
-            }));
+            let mut events = text_start(&ids, model, &text, step.usage);
             if after_block {
                 events.push(json!({"type": "content_block_stop", "index": 0}));
                 events.push(json!({
@@ -907,21 +896,29 @@ impl Ids {
 }
 
 fn text_stream(ids: &Ids, model: &str, text: &str, usage: Usage) -> Vec<Value> {
-    let mut events = vec![message_start(ids, model, usage)];
-    events.push(json!({
-        "type": "content_block_start",
-        "index": 0,
-        "content_block": {"type": "text", "text": ""}
-    }));
-    events.push(json!({"type": "ping"}));
-    events.push(json!({
-        "type": "content_block_delta",
-        "index": 0,
-        "delta": {"type": "text_delta", "text": text}
-    }));
+    let mut events = text_start(ids, model, text, usage);
     events.push(json!({"type": "content_block_stop", "index": 0}));
     events.extend(message_end("end_turn", usage));
     events
+}
+
+/// The start of a text answer: the message and its text block begun, with
+/// `text` as its one delta (a stall stops here).
+fn text_start(ids: &Ids, model: &str, text: &str, usage: Usage) -> Vec<Value> {
+    vec![
+        message_start(ids, model, usage),
+        json!({
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "text", "text": ""}
+        }),
+        json!({"type": "ping"}),
+        json!({
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": text}
+        }),
+    ]
 }
 
 fn tool_use_stream(ids: &Ids, model: &str, name: &str, input: &Value, usage: Usage) -> Vec<Value> {

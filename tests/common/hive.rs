@@ -605,7 +605,11 @@ pub fn wait_drained(b: &Broker, name: &str) {
 
 /// The operator's unread messages (then marked read, as `hive inbox` does).
 pub fn operator_inbox(b: &Broker) -> Vec<hyperhive::proto::Message> {
-    let mut host = b.host();
+    read_inbox(&mut b.host())
+}
+
+/// The inbox of a host connection (the operator's), read and marked read.
+pub fn read_inbox(host: &mut Client) -> Vec<hyperhive::proto::Message> {
     let r: hyperhive::proto::MessagesReply = host
         .call(&Inbox {
             wait_seconds: None,
