@@ -1,6 +1,6 @@
 //! The official MCP Python SDK as the client of `hive mcp`: it initializes, lists
 //! the tools and calls each of them against a real broker, checking results,
-//! tool errors and -32602 errors (`tests/mcp_sdk/client.py`). Without the `mcp`
+//! tool errors, bad arguments (isError) and -32602 errors (`tests/mcp_sdk/client.py`). Without the `mcp`
 //! package the test skips loudly, and fails under `HIVE_REQUIRE_REAL_CLAUDE=1`,
 //! as in CI, where `.ci/run` installs it.
 
