@@ -411,7 +411,7 @@ fn events<H: Harness>(app: &App<H>, req: Request, c: &Ctx<'_>) {
         .or_else(|| http::form_value(c.query, "last_event_id"))
         .and_then(|v| v.trim().parse::<u64>().ok());
     let h = app.harness.clone();
-    sse::start(req, &app.stream, "web-sse", move || {
+    sse::start(req, c.client, &app.stream, "web-sse", move || {
         // A client that saw ids beyond ours saw an earlier run: start it afresh.
         let reset = last_id.is_some_and(|l| l > h.last_event_id());
         let (replay, rx) = h.subscribe(if reset { None } else { last_id });
