@@ -312,6 +312,18 @@ pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
+/// True for a URL a page may show as a link an agent supplied: `http://` or
+/// `https://` (in any case) from its first character, and no control
+/// character a browser would strip or read past. Anything else
+/// (`javascript:`, `data:`, a leading space) is never an `href`.
+pub fn web_url(url: &str) -> bool {
+    let scheme = |s: &str| {
+        url.get(..s.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(s))
+    };
+    (scheme("http://") || scheme("https://")) && !url.chars().any(|c| c.is_control())
+}
+
 /// Splits a request target into its path and query.
 pub fn split_url(url: &str) -> (&str, &str) {
     url.split_once('?').unwrap_or((url, ""))
@@ -369,6 +381,32 @@ mod tests {
         let p = prefix(&long);
         assert!(p.starts_with(&"é".repeat(ECHO_CHARS)), "{p}");
         assert!(p.ends_with("… (2000 bytes)"), "{p}");
+    }
+
+    #[test]
+    fn only_http_urls_are_links() {
+        for ok in [
+            "http://stats.test:9001/",
+            "https://pad",
+            "HTTPS://X.example/a?b",
+        ] {
+            assert!(web_url(ok), "{ok}");
+        }
+        for bad in [
+            "javascript:alert(1)",
+            "JavaScript:fetch('/api/permissions')",
+            "data:text/html,<script>alert(1)</script>",
+            " http://x",
+            "\u{1}javascript:alert(1)",
+            "http://x\ny",
+            "//evil.example",
+            "/agent/x/open",
+            "vbscript:x",
+            "http:x",
+            "",
+        ] {
+            assert!(!web_url(bad), "{bad:?}");
+        }
     }
 
     #[test]
