@@ -98,7 +98,10 @@ fn point_at(up: &Up, page: &FakePage) {
 fn card(dash: &Dash, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
     wait_for(T, what, || {
         let h = dash.get("/api/hive").ok()?;
-        let ana = h["agents"].as_array()?.iter().find(|a| a["name"] == "ana")?;
+        let ana = h["agents"]
+            .as_array()?
+            .iter()
+            .find(|a| a["name"] == "ana")?;
         pred(ana).then(|| ana.clone())
     })
 }
@@ -127,7 +130,10 @@ fn a_page_without_its_token_file_never_gets_hive_ups_token() {
     });
     let why = ana["page_error"].as_str().unwrap();
     assert!(why.contains("state/web-token is missing"), "{why}");
-    assert!(ana.get("open").is_none(), "no link to a page hive up cannot open: {ana}");
+    assert!(
+        ana.get("open").is_none(),
+        "no link to a page hive up cannot open: {ana}"
+    );
 
     // Opening it is refused with the same reason, and sets no cookie.
     let r = ureq::AgentBuilder::new()
@@ -152,7 +158,11 @@ fn a_page_without_its_token_file_never_gets_hive_ups_token() {
             limit: None,
         })
         .unwrap();
-    let err = reply.errors.iter().find(|e| e.agent == "ana").expect("ana's error");
+    let err = reply
+        .errors
+        .iter()
+        .find(|e| e.agent == "ana")
+        .expect("ana's error");
     assert!(err.error.contains("web-token is missing"), "{err:?}");
 
     let heads = page.heads();
@@ -243,5 +253,8 @@ fn a_200_mb_answer_from_a_page_is_dropped_at_its_bound() {
             .contains("ana's page answered /api/state with more than 262144 bytes; dropped")
             .then_some(())
     });
-    assert!(page.heads().iter().any(|h| h.starts_with("GET /api/state ")));
+    assert!(page
+        .heads()
+        .iter()
+        .any(|h| h.starts_with("GET /api/state ")));
 }

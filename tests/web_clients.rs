@@ -125,3 +125,152 @@ fn urllib_and_http_1_0_clients_get_the_live_stream() {
     );
     live_turn(&b, &close, "for Connection: close");
 }
+
+/// A GET with ureq (HTTP/1.1 with keep-alive; through nginx the answer comes
+/// chunked); the status and the body's lines.
+fn stream(url: &str, headers: &[(&str, &str)]) -> (u16, Lines) {
+    let agent = ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_secs(10))
+        .timeout_read(T)
+        .redirects(0)
+        .build();
+    let mut r = agent.get(url);
+    for (k, v) in headers {
+        r = r.set(k, v);
+    }
+    match r.call() {
+        Ok(resp) | Err(ureq::Error::Status(_, resp)) => {
+            (resp.status(), Lines::spawn(resp.into_reader()))
+        }
+        Err(e) => panic!("GET {url}: {e}"),
+    }
+}
+
+/// Logs in to the page whose token is `token` through `base` (a browser's
+/// form post): its cookie, `NAME=SESSION`.
+fn log_in(base: &str, token: &str) -> String {
+    let r = ureq::AgentBuilder::new()
+        .redirects(0)
+        .build()
+        .post(&format!("{base}/login"))
+        .set("Content-Type", "application/x-www-form-urlencoded")
+        .send_string(&format!("token={token}"))
+        .unwrap_or_else(|e| panic!("POST /login: {e}"));
+    assert_eq!(r.status(), 303);
+    let set = r.header("Set-Cookie").expect("a cookie").to_string();
+    let cookie = set.split(';').next().unwrap().to_string();
+    assert!(
+        !cookie.contains(token),
+        "the cookie holds a session, not the token"
+    );
+    cookie
+}
+
+/// ana's page behind its own nginx (the `Host` it forwards is listed in
+/// `HIVE_WEB_HOSTS`, as `docs/fleet.md` says); None after a SKIPPED line.
+fn page_behind_nginx() -> Option<(Broker, Harness, Page, Nginx)> {
+    let bin = nginx()?;
+    let port = free_port();
+    let (b, h, p) = page(&[("HIVE_WEB_HOSTS", &format!("127.0.0.1:{port}"))]);
+    let n = Nginx::start(&bin, port, p.port);
+    Some((b, h, p, n))
+}
+
+#[test]
+fn a_stream_through_nginx_carries_every_later_turn() {
+    let Some((b, _h, p, n)) = page_behind_nginx() else {
+        return;
+    };
+    let t = p.token.clone().unwrap();
+    let url = format!("{}/events", n.base());
+    let (status, lines) = stream(&url, &[("X-Hive-Token", &t)]);
+    assert_eq!(status, 200, "{}", n.log());
+    live_turn(&b, &lines, "through nginx");
+    operator_send(&b, "ana", "through nginx again");
+    lines.turn_end_of("through nginx again", T);
+
+    // urllib through nginx too (Connection: close on both legs).
+    let (_py, py) = urllib(&url, &[("X-Hive-Token", &t)]);
+    assert_eq!(py.next(T).as_deref(), Some("status 200"));
+    live_turn(&b, &py, "urllib through nginx");
+}
+
+#[test]
+fn eight_streams_through_nginx_leave_the_operator_its_own() {
+    let Some((b, _h, p, n)) = page_behind_nginx() else {
+        return;
+    };
+    let t = p.token.clone().unwrap();
+    let url = format!("{}/events", n.base());
+    // Eight scripts with the token: all from nginx's address, one client.
+    let scripts: Vec<Lines> = (0..8)
+        .map(|_| {
+            let (status, lines) = stream(&url, &[("X-Hive-Token", &t)]);
+            assert_eq!(status, 200);
+            lines.wait(T, "the stream's retry line", |l| l == "retry: 2000");
+            lines
+        })
+        .collect();
+    wait_for(T, "eight live clients", || {
+        p.get("/metrics")
+            .body
+            .contains("\nhive_sse_clients 8\n")
+            .then_some(())
+    });
+    // A ninth from that address is one too many (HIVE_SSE_MAX_PER_PEER).
+    let (status, refused) = stream(&url, &[("X-Hive-Token", &t)]);
+    assert_eq!(status, 503);
+    let why = refused.next(T).unwrap_or_default();
+    assert!(
+        why.contains("too many live clients from 127.0.0.1"),
+        "{why}"
+    );
+
+    // The operator's browser logs in through nginx: a session of its own.
+    let cookie = log_in(&n.base(), &t);
+    let (status, operator) = stream(&url, &[("Cookie", &cookie)]);
+    assert_eq!(status, 200, "the operator's stream beside eight scripts");
+    live_turn(&b, &operator, "for everyone");
+    for s in &scripts {
+        s.turn_end_of("for everyone", T);
+    }
+}
+
+#[test]
+fn the_dashboard_streams_through_nginx() {
+    let Some(bin) = nginx() else {
+        return;
+    };
+    use hyperhive::proto::cmd::Ask;
+    let port = free_port();
+    let up = Up::start_env(
+        r#"{"agents": [{"name": "ana", "env": {"FAKE_CLAUDE_DIR": "@FAKE(ana)"}}]}"#,
+        &["ana"],
+        &[
+            ("HIVE_DASHBOARD_HOSTS", &format!("127.0.0.1:{port}")),
+            ("HIVE_DASHBOARD_POLL_MS", "100"),
+        ],
+    );
+    let dash = up.dashboard();
+    let n = Nginx::start(&bin, port, dash.port);
+    let (status, lines) = stream(
+        &format!("{}/events", n.base()),
+        &[("X-Hive-Token", &dash.token)],
+    );
+    assert_eq!(status, 200, "{}", n.log());
+    lines.wait(T, "the first snapshot", |l| l.starts_with("data: {"));
+    // A change after the client connected reaches it.
+    ok(
+        &mut up.agent("ana"),
+        Ask {
+            question: "Ship it through the proxy?".into(),
+            options: vec!["yes".into(), "no".into()],
+            multi: false,
+            ttl_seconds: None,
+            to: None,
+        },
+    );
+    lines.wait(T, "a snapshot with ana's question", |l| {
+        l.starts_with("data: {") && l.contains("Ship it through the proxy?")
+    });
+}

@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use std::fmt;
 use std::fs::File;
 use std::io::{Cursor, ErrorKind, Read};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tiny_http::{Header, Request, Response, StatusCode};
 
 /// The largest request body any endpoint accepts.
@@ -126,21 +126,42 @@ pub fn header_value<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
         .map(|h| h.value.as_str())
 }
 
-/// Reads a request body of at most `max` bytes that must arrive by `deadline`
-/// (each read also ends after the socket's read timeout): `413` past the size,
-/// `408` past the time, so a client that stalls its body holds a worker no
-/// longer than that. A body refused here is left on the socket, which closes
-/// the connection after the answer (see the vendored tiny_http's PATCHES.md).
+/// Reads a request body of at most `max` bytes that must arrive by `deadline`:
+/// `413` past the size, `408` past the time (each read waits at most until
+/// the deadline: the socket's read timeout is cut to it, and put back after),
+/// so a client that stalls its body holds its reader no longer than that. A
+/// body refused here is left on the socket, which closes the connection
+/// after the answer (see the vendored tiny_http's PATCHES.md).
 pub fn read_body(req: &mut Request, max: usize, deadline: Instant) -> Result<Vec<u8>, Reply> {
     if req.body_length().is_some_and(|n| n > max) {
         return Err(too_large(max));
     }
+    let socket = req
+        .socket_fd()
+        .and_then(|fd| Some((fd, crate::sys::fd::read_timeout(fd).ok()?)));
+    let read = read_until(req, max, deadline, socket.map(|(fd, _)| fd));
+    if let Some((fd, timeout)) = socket {
+        let _ = crate::sys::fd::set_read_timeout(fd, timeout);
+    }
+    read
+}
+
+fn read_until(
+    req: &mut Request,
+    max: usize,
+    deadline: Instant,
+    socket: Option<std::os::fd::RawFd>,
+) -> Result<Vec<u8>, Reply> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     let reader = req.as_reader();
     loop {
-        if Instant::now() > deadline {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
             return Err(body_timeout());
+        };
+        if let Some(fd) = socket {
+            // Zero would mean no timeout at all.
+            let _ = crate::sys::fd::set_read_timeout(fd, left.max(Duration::from_millis(1)));
         }
         match reader.read(&mut chunk) {
             Ok(0) => return Ok(buf),
