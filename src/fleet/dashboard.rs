@@ -291,7 +291,7 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
                 slots: sse::Slots::new(
                     MAX_SSE_CLIENTS,
                     MAX_SSE_PER_PEER,
-                    ("the dashboard's 16", "the dashboard's 8 per address"),
+                    ("the dashboard's 16", "the dashboard's 8 per client"),
                 ),
                 ping: Duration::from_secs(15),
                 stop: switch.watch(),

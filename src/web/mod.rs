@@ -57,7 +57,8 @@ pub struct WebConfig {
     pub dist: Option<PathBuf>,
     /// `HIVE_SSE_MAX_CLIENTS`.
     pub sse_max_clients: usize,
-    /// `HIVE_SSE_MAX_PER_PEER`: live clients from one address.
+    /// `HIVE_SSE_MAX_PER_PEER`: live clients of one client (a login session,
+    /// else an address).
     pub sse_max_per_peer: usize,
     /// `HIVE_SSE_PING_SECS`.
     pub sse_ping: Duration,
