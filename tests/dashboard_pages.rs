@@ -106,15 +106,6 @@ fn card(dash: &Dash, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
     })
 }
 
-/// A value in kB from /proc/PID/status.
-fn proc_kb(pid: u32, key: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}:")))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
-}
-
 #[test]
 fn a_page_without_its_token_file_never_gets_hive_ups_token() {
     let up = Up::start_env(FLEET, &["ana"], &[("HIVE_WEB_TOKEN", MARKER)]);

@@ -167,45 +167,63 @@ fn log_in(base: &str, token: &str) -> String {
 }
 
 /// ana's page behind its own nginx (the `Host` it forwards is listed in
-/// `HIVE_WEB_HOSTS`, as `docs/fleet.md` says); None after a SKIPPED line.
-fn page_behind_nginx() -> Option<(Broker, Harness, Page, Nginx)> {
+/// `HIVE_WEB_HOSTS`, as `docs/fleet.md` says), the page's token and its
+/// stream's URL through nginx.
+struct Behind {
+    b: Broker,
+    _h: Harness,
+    p: Page,
+    n: Nginx,
+    token: String,
+    events: String,
+}
+
+/// [`Behind`], or None after a SKIPPED line.
+fn page_behind_nginx() -> Option<Behind> {
     let bin = nginx()?;
     let port = free_port();
     let (b, h, p) = page(&[("HIVE_WEB_HOSTS", &format!("127.0.0.1:{port}"))]);
     let n = Nginx::start(&bin, port, p.port);
-    Some((b, h, p, n))
+    let (token, events) = (p.token.clone().unwrap(), format!("{}/events", n.base()));
+    Some(Behind {
+        b,
+        _h: h,
+        p,
+        n,
+        token,
+        events,
+    })
 }
 
 #[test]
 fn a_stream_through_nginx_carries_every_later_turn() {
-    let Some((b, _h, p, n)) = page_behind_nginx() else {
+    let Some(x) = page_behind_nginx() else {
         return;
     };
-    let t = p.token.clone().unwrap();
-    let url = format!("{}/events", n.base());
-    let (status, lines) = stream(&url, &[("X-Hive-Token", &t)]);
+    let (b, n, t, url) = (&x.b, &x.n, x.token.as_str(), x.events.as_str());
+    let (status, lines) = stream(url, &[("X-Hive-Token", t)]);
     assert_eq!(status, 200, "{}", n.log());
-    live_turn(&b, &lines, "through nginx");
-    operator_send(&b, "ana", "through nginx again");
+    live_turn(b, &lines, "through nginx");
+    operator_send(b, "ana", "through nginx again");
     lines.turn_end_of("through nginx again", T);
 
     // urllib through nginx too (Connection: close on both legs).
-    let (_py, py) = urllib(&url, &[("X-Hive-Token", &t)]);
+    let (_py, py) = urllib(url, &[("X-Hive-Token", t)]);
     assert_eq!(py.next(T).as_deref(), Some("status 200"));
-    live_turn(&b, &py, "urllib through nginx");
+    live_turn(b, &py, "urllib through nginx");
 }
 
 #[test]
 fn eight_streams_through_nginx_leave_the_operator_its_own() {
-    let Some((b, _h, p, n)) = page_behind_nginx() else {
+    let Some(x) = page_behind_nginx() else {
         return;
     };
-    let t = p.token.clone().unwrap();
-    let url = format!("{}/events", n.base());
+    let (b, p, n) = (&x.b, &x.p, &x.n);
+    let (t, url) = (x.token.as_str(), x.events.as_str());
     // Eight scripts with the token: all from nginx's address, one client.
     let scripts: Vec<Lines> = (0..8)
         .map(|_| {
-            let (status, lines) = stream(&url, &[("X-Hive-Token", &t)]);
+            let (status, lines) = stream(url, &[("X-Hive-Token", t)]);
             assert_eq!(status, 200);
             lines.wait(T, "the stream's retry line", |l| l == "retry: 2000");
             lines
@@ -218,7 +236,7 @@ fn eight_streams_through_nginx_leave_the_operator_its_own() {
             .then_some(())
     });
     // A ninth from that address is one too many (HIVE_SSE_MAX_PER_PEER).
-    let (status, refused) = stream(&url, &[("X-Hive-Token", &t)]);
+    let (status, refused) = stream(url, &[("X-Hive-Token", t)]);
     assert_eq!(status, 503);
     let why = refused.next(T).unwrap_or_default();
     assert!(
@@ -227,10 +245,10 @@ fn eight_streams_through_nginx_leave_the_operator_its_own() {
     );
 
     // The operator's browser logs in through nginx: a session of its own.
-    let cookie = log_in(&n.base(), &t);
-    let (status, operator) = stream(&url, &[("Cookie", &cookie)]);
+    let cookie = log_in(&n.base(), t);
+    let (status, operator) = stream(url, &[("Cookie", &cookie)]);
     assert_eq!(status, 200, "the operator's stream beside eight scripts");
-    live_turn(&b, &operator, "for everyone");
+    live_turn(b, &operator, "for everyone");
     for s in &scripts {
         s.turn_end_of("for everyone", T);
     }

@@ -79,15 +79,6 @@ fn attacks(token: Option<&str>) -> Vec<String> {
     ]
 }
 
-/// A value in kB from /proc/PID/status.
-fn proc_kb(pid: u32, key: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}:")))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
-}
-
 fn mode(p: &std::path::Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
 }
