@@ -128,7 +128,8 @@ pub fn header_value<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
 
 /// Reads a request body of at most `max` bytes that must arrive by `deadline`:
 /// `413` past the size, `408` past the time (each read waits at most until
-/// the deadline: the socket's read timeout is cut to it, and put back after),
+/// the deadline: for a body still on the socket its read timeout is cut to
+/// it, and put back after),
 /// so a client that stalls its body holds its reader no longer than that. A
 /// body refused here is left on the socket, which closes the connection
 /// after the answer (see the vendored tiny_http's PATCHES.md).
@@ -136,8 +137,12 @@ pub fn read_body(req: &mut Request, max: usize, deadline: Instant) -> Result<Vec
     if req.body_length().is_some_and(|n| n > max) {
         return Err(too_large(max));
     }
+    // Only a body still on the socket waits on the client; then the
+    // connection's own thread waits for this read to end, so the timeout is
+    // this read's alone.
     let socket = req
         .socket_fd()
+        .filter(|_| req.body_pending())
         .and_then(|fd| Some((fd, crate::sys::fd::read_timeout(fd).ok()?)));
     let read = read_until(req, max, deadline, socket.map(|(fd, _)| fd));
     if let Some((fd, timeout)) = socket {
