@@ -21,15 +21,6 @@ fn online(page: &common::web::Page) -> bool {
     r.json()["online"].as_bool().expect("online in /api/state")
 }
 
-/// A value in kB from /proc/PID/status (`VmHWM`, `VmRSS`).
-fn proc_kb(pid: u32, key: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}:")))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
-}
-
 #[test]
 fn the_harness_reconnects_when_the_broker_socket_goes_away() {
     let mut b = Broker::start(&["ana"]);

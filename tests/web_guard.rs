@@ -2,8 +2,9 @@
 //! and `hive up`'s dashboard), from the reproducers of the robustness probe
 //! (issue 12; probe §1–§5, §11, §18, §21, §22): cross-site and foreign-`Host`
 //! requests are refused with nothing changed, another local user gets 401, a
-//! 1 GiB header is refused without the memory, stalled bodies do not freeze
-//! the page, a page out of descriptors serves again, clients that never read
+//! 1 GiB header is refused without the memory, stalled bodies (stalled login
+//! forms too, issue 38) do not freeze the page or the dashboard, a page out
+//! of descriptors serves again, clients that never read
 //! do not lock out one that does, `HEAD` works, `/login` is throttled and the
 //! dashboard's one-time link works once. Every wait has a timeout.
 
@@ -76,15 +77,6 @@ fn attacks(token: Option<&str>) -> Vec<String> {
         format!("Content-Type: text/plain\r\n{t}"),
         format!("Content-Type: application/x-www-form-urlencoded\r\n{t}"),
     ]
-}
-
-/// A value in kB from /proc/PID/status.
-fn proc_kb(pid: u32, key: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}:")))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
 }
 
 fn mode(p: &std::path::Path) -> u32 {
@@ -528,6 +520,62 @@ fn stalled_bodies_do_not_freeze_the_page() {
         assert_eq!(status_of(&a), 408, "{a}");
     }
     assert_eq!(agent_row(&b, "ana").unread, 0, "a stalled body was sent");
+}
+
+/// `n` `POST /login`s to `port`, each from an address of its own (so the
+/// throttle's count per address lets them all through): the head with a
+/// `Content-Length`, and never the body.
+fn stalled_logins(port: u16, n: u8) -> Vec<TcpStream> {
+    (0..n)
+        .map(|i| {
+            let mut s = connect_from([127, 0, 7, i + 1], port);
+            s.set_read_timeout(Some(T)).unwrap();
+            write!(
+                s,
+                "POST /login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+                 Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 4000\r\n\r\n"
+            )
+            .unwrap();
+            s
+        })
+        .collect()
+}
+
+#[test]
+fn stalled_login_bodies_hold_no_worker() {
+    let up = Up::start(
+        r#"{"agents": [{"name": "ana", "env": {"FAKE_CLAUDE_DIR": "@FAKE(ana)"}}]}"#,
+        &["ana"],
+    );
+    let dash = up.dashboard();
+    let p = Page::of(&up.data().join("agents/ana/state"));
+    // Sixteen on each server: four times their workers.
+    let mut held = stalled_logins(dash.port, 16);
+    held.extend(stalled_logins(p.port, 16));
+    // Let them reach the servers first.
+    std::thread::sleep(Duration::from_millis(300));
+    let hive = wait_for(
+        T,
+        "the dashboard to answer beside 16 stalled logins",
+        || dash.get("/api/hive").ok(),
+    );
+    assert!(hive["agents"].is_array(), "{hive}");
+    let r = wait_for(T, "the page to answer beside 16 stalled logins", || {
+        p.try_get("/api/state").filter(|r| r.status == 200)
+    });
+    assert_eq!(r.json()["label"], "ana");
+    // Each stalled login gets its answer once its body is late: one
+    // connection each, never a worker. (The head is enough: the connection
+    // closes later.)
+    for mut s in held {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap_or(0) == 1 {
+            head.push(byte[0]);
+        }
+        let a = String::from_utf8_lossy(&head);
+        assert_eq!(status_of(&a), 408, "{a}");
+    }
 }
 
 #[test]

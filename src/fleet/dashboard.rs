@@ -15,6 +15,7 @@
 //! string (bounded in size: long texts are cut with a marker). Documented in
 //! `docs/fleet.md`.
 
+use super::pages::MAX_ANSWER;
 use crate::http::auth::{self, OneTimeCodes};
 use crate::http::guard::{Guard, Names};
 use crate::http::server::{self, Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
@@ -28,7 +29,6 @@ use crate::proto::{cmd, AgentState, Client, Command};
 use crate::sys::env::Env;
 use crossbeam_channel::{bounded, select, Receiver, Sender, TrySendError};
 use serde_json::{json, Value};
-use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -48,8 +48,8 @@ pub const LINK_TTL: Duration = Duration::from_secs(10 * 60);
 const CUT_BYTES: usize = 16 * 1024;
 /// Entries of a list in the snapshot (questions, approvals, dead letters).
 const LIST_MAX: usize = 200;
-/// The largest agent icon the dashboard passes on.
-const ICON_BYTES: u64 = 256 * 1024;
+/// The most dashboard links of one agent a card shows.
+const LINKS_MAX: usize = 32;
 
 /// The dashboard's settings (`HIVE_DASHBOARD_*`).
 #[derive(Debug, Clone, PartialEq)]
@@ -69,9 +69,6 @@ pub struct DashConfig {
     /// The web servers' socket timeouts (`HIVE_WEB_READ_TIMEOUT_SECS`,
     /// `HIVE_WEB_SEND_TIMEOUT_SECS`).
     pub timeouts: Timeouts,
-    /// `hive up`'s own `HIVE_WEB_TOKEN`: the last guess at an agent page's
-    /// token, after its fleet entry's and its generated one.
-    pub page_token: Option<String>,
     /// `hive up`'s own `HIVE_FORGE_URL`, which the agents inherit unless their
     /// fleet entry sets one.
     pub forge_url: Option<String>,
@@ -98,7 +95,6 @@ impl DashConfig {
                 .millis("HIVE_DASHBOARD_POLL_MS", 1000)?
                 .max(Duration::from_millis(50)),
             timeouts: Timeouts::read(env)?,
-            page_token: env.get("HIVE_WEB_TOKEN"),
             forge_url: env.get("HIVE_FORGE_URL"),
         };
         cfg.check()?;
@@ -295,7 +291,7 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
                 slots: sse::Slots::new(
                     MAX_SSE_CLIENTS,
                     MAX_SSE_PER_PEER,
-                    ("the dashboard's 16", "the dashboard's 8 per address"),
+                    ("the dashboard's 16", "the dashboard's 8 per client"),
                 ),
                 ping: Duration::from_secs(15),
                 stop: switch.watch(),
@@ -453,7 +449,7 @@ fn host(app: &App) -> Result<Client, String> {
 /// The token of `name`'s page (`pages.rs` says where it comes from).
 fn agent_token(app: &App, name: &str, supervision: Option<&AgentState>) -> Option<String> {
     let entry = supervision.map(|s| &s.applied);
-    super::pages::token(&app.data, entry, name, app.cfg.page_token.as_deref())
+    super::pages::token(&app.data, entry, name)
 }
 
 /// The supervision row of `name`.
@@ -540,7 +536,7 @@ fn agent_link(app: &App, c: &Ctx<'_>) -> Reply {
     };
     let token = agent_token(app, name, Some(&sup));
     if what == "icon" {
-        return agent_icon(app, port, token.as_deref());
+        return agent_icon(app, name, port, token.as_deref());
     }
     let host_name = match c.host.rsplit_once(':') {
         Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
@@ -548,30 +544,51 @@ fn agent_link(app: &App, c: &Ctx<'_>) -> Reply {
     };
     let path = turn.map_or_else(String::new, |id| format!("turn/{id}"));
     let reply = Reply::redirect(&format!("http://{host_name}:{port}/{path}"));
-    match token {
-        Some(t) => reply.header(
+    let Some(t) = token else {
+        // No token of its own: the page opens only if it needs none
+        // (`HIVE_WEB_AUTH=off`); hive up never lends it one.
+        return match page_refusal(app, name, port, None) {
+            Some(why) => Reply::error(503, format!("{name}: {why}")),
+            None => reply,
+        };
+    };
+    match auth::new_session(&t) {
+        Ok(session) => reply.header(
             "Set-Cookie",
-            auth::cookie_header(&format!("hive_token_{port}"), &t),
+            auth::cookie_header(&format!("hive_token_{port}"), &session),
         ),
-        None => reply,
+        Err(e) => Reply::error(500, e),
     }
 }
 
-fn agent_icon(app: &App, port: u16, token: Option<&str>) -> Reply {
-    let mut r = app.http.get(&format!("http://127.0.0.1:{port}/icon"));
-    if let Some(t) = token {
-        r = r.set("X-Hive-Token", t);
+/// Why `name`'s page at `port` refuses `token` (a 401), if it does.
+fn page_refusal(app: &App, name: &str, port: u16, token: Option<&str>) -> Option<String> {
+    let (status, _) =
+        super::pages::fetch(&app.http, name, port, "/api/state", token, MAX_ANSWER).ok()?;
+    (status == 401).then(|| refused(name, token))
+}
+
+/// What the card says of a page that answered 401 to `token`.
+fn refused(name: &str, token: Option<&str>) -> String {
+    match token {
+        None => super::pages::no_token(name),
+        Some(_) => "its page refused the token hive up has for it (its fleet entry's \
+                    HIVE_WEB_TOKEN, or its state dir's web-token)"
+            .into(),
     }
-    let mut svg = Vec::new();
-    let read = r.call().map_err(|e| e.to_string()).and_then(|resp| {
-        resp.into_reader()
-            .take(ICON_BYTES)
-            .read_to_end(&mut svg)
-            .map_err(|e| e.to_string())
-    });
-    if let Err(e) = read {
-        return Reply::error(502, format!("cannot read the agent's icon: {e}"));
-    }
+}
+
+fn agent_icon(app: &App, name: &str, port: u16, token: Option<&str>) -> Reply {
+    let svg = match super::pages::fetch(&app.http, name, port, "/icon", token, MAX_ANSWER) {
+        Ok((200, svg)) => svg,
+        Ok((code, _)) => {
+            return Reply::error(
+                502,
+                format!("cannot read the agent's icon: it answered {code}"),
+            )
+        }
+        Err(e) => return Reply::error(502, format!("cannot read the agent's icon: {e}")),
+    };
     // The SVG is the agent's: it may not run anything in the dashboard's origin.
     Reply::new(200, "image/svg+xml", svg)
         .header(
@@ -641,6 +658,22 @@ fn message(app: &App, c: &Ctx<'_>) -> Reply {
             None => Reply::error(404, format!("no unread operator message #{id}")),
         },
     }
+}
+
+/// The dashboard links an agent's page answered, as a card shows them: only
+/// entries with a label and an http(s) URL ([`http::web_url`]; the page
+/// filters its file the same way, but the answer is the agent's), at most
+/// [`LINKS_MAX`], each with its three fields as strings and nothing else.
+fn links(answer: Value) -> Value {
+    let Value::Array(list) = answer else {
+        return json!([]);
+    };
+    let kept = list.iter().filter_map(|l| {
+        let (label, url) = (l["label"].as_str()?, l["url"].as_str()?);
+        let icon = l["icon"].as_str().unwrap_or("");
+        http::web_url(url).then(|| json!({"label": label, "url": url, "icon": icon}))
+    });
+    Value::Array(kept.take(LINKS_MAX).collect())
 }
 
 /// Cuts `s` to [`CUT_BYTES`] (on a character boundary) with a marker; true when
@@ -722,23 +755,27 @@ fn snapshot(app: &App) -> Value {
             }
         }
         if let Some(port) = s.and_then(|s| s.port) {
-            let base = format!("http://127.0.0.1:{port}");
             let token = agent_token(app, &name, s);
-            let fetch = |path: &str| -> Value {
-                let mut r = app.http.get(&format!("{base}{path}"));
-                if let Some(t) = &token {
-                    r = r.set("X-Hive-Token", t);
+            // Null when the page does not answer 200 with JSON in time.
+            let fetch = |path: &str| -> Result<Value, u16> {
+                let fetched =
+                    super::pages::fetch(&app.http, &name, port, path, token.as_deref(), MAX_ANSWER);
+                match fetched {
+                    Ok((200, body)) => Ok(serde_json::from_slice(&body).unwrap_or(Value::Null)),
+                    Ok((code, _)) => Err(code),
+                    Err(_) => Ok(Value::Null),
                 }
-                r.call()
-                    .ok()
-                    .and_then(|r| r.into_json::<Value>().ok())
-                    .unwrap_or(Value::Null)
             };
-            card["live"] = fetch("/api/state");
-            card["links"] = fetch("/api/dashboard-links");
-            card["url"] = json!(format!("{base}/"));
-            card["open"] = json!(format!("/agent/{name}/open"));
-            card["icon"] = json!(format!("/agent/{name}/icon"));
+            match fetch("/api/state") {
+                Err(401) => card["page_error"] = json!(refused(&name, token.as_deref())),
+                live => {
+                    card["live"] = live.unwrap_or(Value::Null);
+                    card["links"] = fetch("/api/dashboard-links").map_or(Value::Null, links);
+                    card["url"] = json!(format!("http://127.0.0.1:{port}/"));
+                    card["open"] = json!(format!("/agent/{name}/open"));
+                    card["icon"] = json!(format!("/agent/{name}/icon"));
+                }
+            }
         }
         cards.push(card);
     }
@@ -862,9 +899,9 @@ impl sse::Source for SnapshotFeed {
 }
 
 /// `GET /events`: the snapshot, again whenever it changes, with pings between.
-fn events(app: &App, req: tiny_http::Request, _: &Ctx<'_>) {
+fn events(app: &App, req: tiny_http::Request, c: &Ctx<'_>) {
     let (feed, wake) = (app.feed.clone(), app.wake.clone());
-    sse::start(req, &app.stream, "dashboard-sse", move || {
+    sse::start(req, c.client, &app.stream, "dashboard-sse", move || {
         let notices = feed.watch();
         let _ = wake.send(FeedCmd::Wake);
         SnapshotFeed {

@@ -62,9 +62,6 @@ pub struct UpSettings {
     /// `hive up`'s own environment names an Anthropic key or OAuth token,
     /// which every agent inherits (so each counts as logged in).
     pub inherited_login: bool,
-    /// `hive up`'s own `HIVE_WEB_TOKEN`: the last guess at an agent page's
-    /// token (`pages.rs`), for the operator's searches.
-    pub page_token: Option<String>,
 }
 
 impl UpSettings {
@@ -94,7 +91,6 @@ impl UpSettings {
             inherited_login: ["ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"]
                 .iter()
                 .any(|k| env.get(k).is_some()),
-            page_token: env.get("HIVE_WEB_TOKEN"),
         })
     }
 }

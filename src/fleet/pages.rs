@@ -2,14 +2,23 @@
 //! dashboard and the supervisor's searches share: the page's port is in the
 //! port file its harness writes (`DATA/agents/NAME/state/hyperhive-port`), and
 //! its token is the fleet entry's `HIVE_WEB_TOKEN`, else the one the harness
-//! generated (`…/state/web-token`), else `hive up`'s own `HIVE_WEB_TOKEN`.
+//! generated (`…/state/web-token`), else none: `hive up` never sends a token
+//! of its own (its `HIVE_WEB_TOKEN` is the operator's) to a page whose agent
+//! removed its file, and shows such a page as unavailable ([`no_token`]).
 //! Both files are the agent's, so they are read as [`read_agent_file`] reads:
 //! a small regular file, reached from the agent's dir without following a
-//! symlink on the way, never waiting on a FIFO.
+//! symlink on the way, never waiting on a FIFO. Every answer read from a page
+//! is bounded too ([`fetch`]): past its bound it is dropped, with a log line,
+//! so a page cannot raise `hive up`'s memory.
 
 use crate::http::auth::PAGE_TOKEN_FILE;
 use crate::proto::AgentConfig;
+use std::io::Read;
 use std::path::{Path, PathBuf};
+
+/// The most bytes `hive up` reads of one small answer of a page: its
+/// `/api/state`, `/api/dashboard-links` or `/icon`.
+pub const MAX_ANSWER: u64 = 256 * 1024;
 
 /// An agent's page as `hive up` reaches it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,14 +44,9 @@ pub fn port(data: &Path, name: &str) -> Option<u16> {
     state_file(data, name, "hyperhive-port").and_then(|p| p.trim().parse().ok())
 }
 
-/// The token of `name`'s page (see the module's rule); `fallback` is `hive
-/// up`'s own `HIVE_WEB_TOKEN`.
-pub fn token(
-    data: &Path,
-    entry: Option<&AgentConfig>,
-    name: &str,
-    fallback: Option<&str>,
-) -> Option<String> {
+/// The token of `name`'s page (see the module's rule); None when neither its
+/// fleet entry nor its token file names one.
+pub fn token(data: &Path, entry: Option<&AgentConfig>, name: &str) -> Option<String> {
     let nonblank = |t: &str| {
         let t = t.trim();
         (!t.is_empty()).then(|| t.to_string())
@@ -56,11 +60,60 @@ pub fn token(
                 .flatten()
                 .and_then(|t| nonblank(&t))
         })
-        .or_else(|| fallback.and_then(nonblank))
+}
+
+/// Why `name`'s page, which wants a token, cannot be read: `hive up` has
+/// none for it.
+pub fn no_token(name: &str) -> String {
+    format!(
+        "its page is unavailable: it wants a token and hive up has none for it \
+         (DATA/agents/{name}/state/web-token is missing or unreadable; `hive restart {name}` \
+         makes a new one)"
+    )
+}
+
+/// `GET path` on `name`'s page at `port` with `token` through `http`: the
+/// status and the body. A body over `max` bytes is dropped (not read past
+/// `max`) with a log line naming the page, and is an error.
+pub fn fetch(
+    http: &ureq::Agent,
+    name: &str,
+    port: u16,
+    path: &str,
+    token: Option<&str>,
+    max: u64,
+) -> Result<(u16, Vec<u8>), String> {
+    let mut req = http.get(&format!("http://127.0.0.1:{port}{path}"));
+    if let Some(t) = token {
+        req = req.set("X-Hive-Token", t);
+    }
+    let resp = match req.call() {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => return Err(format!("its page did not answer: {e}")),
+    };
+    let status = resp.status();
+    let said = resp
+        .header("Content-Length")
+        .and_then(|l| l.trim().parse::<u64>().ok());
+    let mut body = Vec::new();
+    if said.is_none_or(|n| n <= max) {
+        resp.into_reader()
+            .take(max + 1)
+            .read_to_end(&mut body)
+            .map_err(|e| format!("cannot read its page's answer: {e}"))?;
+    }
+    if said.is_some_and(|n| n > max) || body.len() as u64 > max {
+        log::warn!(
+            "{name}'s page answered {} with more than {max} bytes; dropped",
+            path.split('?').next().unwrap_or(path)
+        );
+        return Err(format!("its page's answer is over {max} bytes; dropped"));
+    }
+    Ok((status, body))
 }
 
 /// `name`'s page: its port and token.
-pub fn page(data: &Path, entry: Option<&AgentConfig>, name: &str, fallback: Option<&str>) -> Page {
+pub fn page(data: &Path, entry: Option<&AgentConfig>, name: &str) -> Page {
     Page {
         agent: name.to_string(),
         port: if plain_name(name) {
@@ -68,7 +121,7 @@ pub fn page(data: &Path, entry: Option<&AgentConfig>, name: &str, fallback: Opti
         } else {
             None
         },
-        token: token(data, entry, name, fallback),
+        token: token(data, entry, name),
     }
 }
 
@@ -105,21 +158,73 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_entrys_token_comes_first_then_the_file_then_hive_ups() {
+    fn the_entrys_token_comes_first_then_the_file_and_nothing_else() {
         let data = std::env::temp_dir().join(format!("hive-pages-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
         let state = agent_dir(&data, "ana").join("state");
         std::fs::create_dir_all(&state).unwrap();
-        assert_eq!(token(&data, None, "ana", Some("up")), Some("up".into()));
+        assert_eq!(token(&data, None, "ana"), None, "no token of hive up's own");
         std::fs::write(state.join(PAGE_TOKEN_FILE), "made\n").unwrap();
-        assert_eq!(token(&data, None, "ana", Some("up")), Some("made".into()));
+        assert_eq!(token(&data, None, "ana"), Some("made".into()));
         let mut entry = AgentConfig::named("ana");
         entry.env.insert("HIVE_WEB_TOKEN".into(), " set ".into());
-        assert_eq!(token(&data, Some(&entry), "ana", None), Some("set".into()));
+        assert_eq!(token(&data, Some(&entry), "ana"), Some("set".into()));
         std::fs::write(state.join("hyperhive-port"), "4242\n").unwrap();
-        assert_eq!(page(&data, None, "ana", None).port, Some(4242));
-        assert_eq!(page(&data, None, "../x", None).port, None);
+        assert_eq!(page(&data, None, "ana").port, Some(4242));
+        assert_eq!(page(&data, None, "../x").port, None);
         let _ = std::fs::remove_dir_all(&data);
+    }
+
+    /// A page stand-in on 127.0.0.1 that answers every request with `head`
+    /// and then `body_len` bytes of `x` (as fast as they are read).
+    fn page_answering(head: String, body_len: usize) -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut conn in l.incoming().flatten() {
+                use std::io::{BufRead, Write};
+                let mut r = std::io::BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                while r.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let _ = conn.write_all(head.as_bytes());
+                let chunk = [b'x'; 64 * 1024];
+                let mut left = body_len;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if conn.write_all(&chunk[..n]).is_err() {
+                        break;
+                    }
+                    left -= n;
+                }
+            }
+        });
+        port
+    }
+
+    #[test]
+    fn an_answer_over_its_bound_is_dropped_unread() {
+        let http = ureq::AgentBuilder::new()
+            .timeout(std::time::Duration::from_secs(10))
+            .build();
+        let big = 64 << 20;
+        // With a Content-Length that says so, and without one (read to the
+        // bound, then dropped).
+        for head in [
+            format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {big}\r\n\r\n"),
+            "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n".to_string(),
+        ] {
+            let port = page_answering(head, big);
+            let e = fetch(&http, "ana", port, "/api/state", None, MAX_ANSWER).unwrap_err();
+            assert!(e.contains("over 262144 bytes"), "{e}");
+        }
+        let small = "HTTP/1.1 401 Unauthorized\r\nContent-Length: 2\r\n\r\n".to_string();
+        let port = page_answering(small, 2);
+        assert_eq!(
+            fetch(&http, "ana", port, "/api/state", Some("t"), MAX_ANSWER).unwrap(),
+            (401, b"xx".to_vec())
+        );
     }
 
     #[test]
@@ -154,9 +259,9 @@ mod tests {
         std::fs::write(other.join("hyperhive-port"), "4343\n").unwrap();
         std::fs::create_dir_all(data.join("agents/ana")).unwrap();
         std::os::unix::fs::symlink(&other, agent_dir(&data, "ana").join("state")).unwrap();
-        assert_eq!(token(&data, None, "ana", None), None);
-        assert_eq!(page(&data, None, "ana", None).port, None);
-        assert_eq!(page(&data, None, "bob", None).port, Some(4343));
+        assert_eq!(token(&data, None, "ana"), None);
+        assert_eq!(page(&data, None, "ana").port, None);
+        assert_eq!(page(&data, None, "bob").port, Some(4343));
         let _ = std::fs::remove_dir_all(&data);
     }
 }

@@ -12,13 +12,13 @@ use crate::proto::cmd::{
     AgentError, History, HistoryReply, HitPage, Search, SearchReply, TurnPage,
 };
 use crate::proto::limits::HISTORY_LIMIT_DEFAULT;
-use std::io::Read;
 use std::time::{Duration, Instant};
 
 /// The longest one page may take to answer.
 const PER_PAGE: Duration = Duration::from_secs(5);
 
-/// The most bytes read of one page's answer.
+/// The most bytes read of one page's answer: a page of history holds at most
+/// 4 MiB of events, and at least one turn whatever its size.
 const MAX_ANSWER: u64 = 16 * 1024 * 1024;
 
 /// Runs `f` on a thread named `name` that sends its result on `reply`; a
@@ -57,32 +57,25 @@ fn get<T: serde::de::DeserializeOwned>(
         .timeout(left.min(PER_PAGE))
         .redirects(0)
         .build();
-    let mut req = agent.get(&format!("http://127.0.0.1:{port}{path_and_query}"));
-    if let Some(t) = &page.token {
-        req = req.set("X-Hive-Token", t);
-    }
-    let resp = match req.call() {
-        Ok(r) => r,
-        Err(ureq::Error::Status(code, r)) => {
-            let body = r.into_string().unwrap_or_default();
+    let token = page.token.as_deref();
+    let (status, body) =
+        super::pages::fetch(&agent, &page.agent, port, path_and_query, token, MAX_ANSWER)?;
+    match status {
+        200 => serde_json::from_slice(&body)
+            .map_err(|e| format!("its page's answer is not what hive reads: {e}")),
+        401 if token.is_none() => Err(super::pages::no_token(&page.agent)),
+        code => {
+            let body = String::from_utf8_lossy(&body);
             let why = serde_json::from_str::<serde_json::Value>(&body)
                 .ok()
                 .and_then(|v| v["error"].as_str().map(str::to_string))
-                .unwrap_or(body);
-            return Err(format!(
+                .unwrap_or_else(|| body.into_owned());
+            Err(format!(
                 "its page answered {code}: {}",
                 crate::proto::text::preview(&why, 300)
-            ));
+            ))
         }
-        Err(e) => return Err(format!("its page did not answer: {e}")),
-    };
-    let mut body = Vec::new();
-    resp.into_reader()
-        .take(MAX_ANSWER)
-        .read_to_end(&mut body)
-        .map_err(|e| format!("cannot read its page's answer: {e}"))?;
-    serde_json::from_slice(&body)
-        .map_err(|e| format!("its page's answer is not what hive reads: {e}"))
+    }
 }
 
 /// A query string of `(key, value)`s, percent-encoded.

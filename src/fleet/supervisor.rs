@@ -287,7 +287,7 @@ impl Supervisor {
     /// How `name`'s page is reached (its port and token).
     fn page(&self, name: &str) -> super::pages::Page {
         let entry = self.agents.get(name).map(|a| &a.applied);
-        super::pages::page(&self.s.data, entry, name, self.s.page_token.as_deref())
+        super::pages::page(&self.s.data, entry, name)
     }
 
     fn agent(&mut self, name: &str) -> Result<&mut Agent, String> {

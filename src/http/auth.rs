@@ -3,8 +3,13 @@
 //! a request presents it (`Authorization: Bearer T`, `X-Hive-Token: T` or the
 //! server's own `HttpOnly; SameSite=Strict` cookie, which lets `EventSource`
 //! in), the login page that sets that cookie, and the dashboard's one-time
-//! login links. Cookies are per host, not per port, so each server's cookie
-//! carries its port in its name. Comparisons are constant-time.
+//! login links. The cookie holds a login session, not the token: a random id
+//! and its HMAC-SHA-256 under the token, so each login is a client of its own
+//! for the per-client limits (behind a proxy every client has one address),
+//! any server that knows the token can check (and the dashboard mint) one,
+//! and a new token ends every session. Cookies are per host, not per port, so
+//! each server's cookie carries its port in its name. Comparisons are
+//! constant-time.
 
 use super::guard::Guard;
 use crate::http::{cookie, form_value, header_value, percent_decode, percent_encode, Reply};
@@ -30,30 +35,63 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// The token a request presents, from a header or the cookie `cookie_name`.
-pub fn presented(req: &Request, cookie_name: &str) -> Option<String> {
+/// What a request presents: a token in a header, or the value of the
+/// server's cookie (a session, or a token a client put there itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Presented {
+    Header(String),
+    Cookie(String),
+}
+
+/// What a request presents, from a header or the cookie `cookie_name`; a
+/// header wins over the cookie.
+pub fn presented(req: &Request, cookie_name: &str) -> Option<Presented> {
     if let Some(auth) = header_value(req, "Authorization") {
         if let Some(t) = auth.strip_prefix("Bearer ") {
-            return Some(t.trim().to_string());
+            return Some(Presented::Header(t.trim().to_string()));
         }
     }
     if let Some(t) = header_value(req, "X-Hive-Token") {
-        return Some(t.trim().to_string());
+        return Some(Presented::Header(t.trim().to_string()));
     }
     req.headers()
         .iter()
         .filter(|h| h.field.as_str().as_str().eq_ignore_ascii_case("Cookie"))
         .find_map(|h| cookie(h.value.as_str(), cookie_name))
         .and_then(|v| percent_decode(v, false))
+        .map(Presented::Cookie)
 }
 
 /// The `Set-Cookie` value that logs a browser in to the server whose cookie is
-/// `name`.
-pub fn cookie_header(name: &str, token: &str) -> String {
+/// `name`, with `session` (from [`new_session`]).
+pub fn cookie_header(name: &str, session: &str) -> String {
     format!(
         "{name}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=31536000",
-        percent_encode(token)
+        percent_encode(session)
     )
+}
+
+/// Hex digits of a session id.
+const SESSION_ID_HEX: usize = 32;
+
+/// A new login session of the server whose token is `token`: `ID.MAC`, a
+/// random id and its HMAC-SHA-256 under the token, both as hex.
+pub fn new_session(token: &str) -> Result<String, String> {
+    let id = &random_hex()?[..SESSION_ID_HEX];
+    Ok(format!("{id}.{}", session_mac(token, id)))
+}
+
+fn session_mac(token: &str, id: &str) -> String {
+    let mac =
+        crate::sys::hash::hmac_sha256(token.as_bytes(), format!("hive-session {id}").as_bytes());
+    crate::sys::hash::hex(&mac)
+}
+
+/// The id of the session `value` holds, when it is one of `token`'s.
+pub fn session_id<'a>(value: &'a str, token: &str) -> Option<&'a str> {
+    let (id, mac) = value.split_once('.')?;
+    let well_formed = id.len() == SESSION_ID_HEX && id.bytes().all(|b| b.is_ascii_hexdigit());
+    (well_formed && ct_eq(mac.as_bytes(), session_mac(token, id).as_bytes())).then_some(id)
 }
 
 /// 32 random bytes from the kernel, as 64 hex digits.
@@ -159,8 +197,12 @@ pub fn login(
     let Some(want) = guard.token() else {
         return Reply::redirect("/");
     };
-    let logged_in =
-        || Reply::redirect("/").header("Set-Cookie", cookie_header(guard.cookie(), want));
+    let logged_in = || match new_session(want) {
+        Ok(session) => {
+            Reply::redirect("/").header("Set-Cookie", cookie_header(guard.cookie(), &session))
+        }
+        Err(e) => Reply::error(500, e),
+    };
     let page = |status: u16, message: &str| {
         Reply::new(
             status,
@@ -247,12 +289,45 @@ mod tests {
         let ok = login(&g, None, true, "", b"token=t0k%3Ben");
         assert_eq!(ok.status, 303);
         let cookie = &ok.headers.iter().find(|h| h.0 == "Set-Cookie").unwrap().1;
-        assert!(cookie.starts_with("c_1=t0k%3Ben;"), "{cookie}");
+        let value = cookie
+            .strip_prefix("c_1=")
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap();
+        assert!(session_id(value, "t0k;en").is_some(), "{cookie}");
+        assert!(
+            !cookie.contains("t0k"),
+            "the token is not in the cookie: {cookie}"
+        );
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
         let bad = login(&g, None, true, "", b"token=nope");
         assert_eq!(bad.status, 401);
         assert!(bad.headers.iter().all(|h| h.0 != "Set-Cookie"));
         assert_eq!(login(&guard(None), None, false, "", b"").status, 303);
+    }
+
+    #[test]
+    fn a_session_is_one_login_of_one_token() {
+        let a = new_session("tok").unwrap();
+        let b = new_session("tok").unwrap();
+        let (ida, idb) = (
+            session_id(&a, "tok").unwrap(),
+            session_id(&b, "tok").unwrap(),
+        );
+        assert_ne!(ida, idb, "each login is a session of its own");
+        assert_eq!(ida.len(), SESSION_ID_HEX);
+        assert_eq!(session_id(&a, "another token"), None, "a new token ends it");
+        let (id, mac) = a.split_once('.').unwrap();
+        let forged = format!(
+            "{}{}.{mac}",
+            &id[..31],
+            if id.ends_with('0') { '1' } else { '0' }
+        );
+        assert_eq!(session_id(&forged, "tok"), None);
+        for bad in ["tok", "", ".", &format!("{id}."), &format!("x{}", &a[1..])] {
+            assert_eq!(session_id(bad, "tok"), None, "{bad}");
+        }
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //!    a name the operator configured (`HIVE_WEB_HOSTS`, `HIVE_DASHBOARD_HOSTS`).
 //!    A page on some other name that resolves here (DNS rebinding) gets `421`.
 //! 2. **Token** (unless the operator turned it off): `Authorization: Bearer`,
-//!    `X-Hive-Token` or the server's own cookie, compared in constant time.
+//!    `X-Hive-Token`, or the server's own cookie holding a login session
+//!    ([`auth::session_id`]) or the token, compared in constant time. This
+//!    also says who the client is for the per-client limits ([`Client`]): its
+//!    login session, else its address.
 //! 3. **State-changing requests** (any method but GET and HEAD) must not come
 //!    from another site: `Origin`, when present, is this server's own origin;
 //!    `Sec-Fetch-Site`, when present, is `same-origin` or `none`; the body is
@@ -15,7 +18,9 @@
 //!    preflight, which these servers never grant). The login form is the one
 //!    form post, and it only compares a token.
 //!
-//! It also keeps the login throttle: a few tries a second per peer address.
+//! It also keeps the login throttle: a few tries a second per peer address,
+//! and a few more in all, so many addresses (or many clients behind a proxy)
+//! cannot guess faster than that.
 
 use super::auth;
 use crate::http::{header_value, prefix, Reply};
@@ -27,6 +32,8 @@ use tiny_http::Request;
 
 /// Login attempts a peer address may make per `LOGIN_WINDOW`.
 pub const LOGIN_TRIES: u32 = 5;
+/// Login attempts all peers together may make per `LOGIN_WINDOW`.
+pub const LOGIN_TRIES_ALL: u32 = 20;
 const LOGIN_WINDOW: Duration = Duration::from_secs(1);
 /// Peers remembered by the throttle before the stale ones are dropped.
 const LOGIN_PEERS: usize = 4096;
@@ -42,6 +49,37 @@ pub struct Names {
     pub hosts_var: &'static str,
 }
 
+/// Who a request comes from, for the per-client limits (live-stream places):
+/// the login session its cookie holds, else its peer address (a script with a
+/// token, a page with authentication off). Behind a proxy every client has
+/// the proxy's address, but each browser login is still a client of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Client {
+    /// A session id ([`auth::session_id`]).
+    Session(String),
+    Peer(IpAddr),
+}
+
+impl Client {
+    /// The peer address of `req` as a client.
+    pub fn peer(req: &Request) -> Client {
+        Client::Peer(
+            req.remote_addr()
+                .map(|a| a.ip())
+                .unwrap_or(IpAddr::from([0, 0, 0, 0])),
+        )
+    }
+}
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Client::Session(id) => write!(f, "login session {}…", &id[..id.len().min(8)]),
+            Client::Peer(ip) => write!(f, "{ip}"),
+        }
+    }
+}
+
 pub struct Guard {
     names: Names,
     port: u16,
@@ -51,7 +89,15 @@ pub struct Guard {
     /// `None`: the operator turned authentication off.
     token: Option<String>,
     cookie: String,
-    tries: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    tries: Mutex<Tries>,
+}
+
+/// The login throttle's counts: per peer, and all together, each for the
+/// window that started at its instant.
+#[derive(Default)]
+struct Tries {
+    peers: HashMap<IpAddr, (Instant, u32)>,
+    all: Option<(Instant, u32)>,
 }
 
 impl Guard {
@@ -73,7 +119,7 @@ impl Guard {
                 .collect(),
             token,
             cookie,
-            tries: Mutex::new(HashMap::new()),
+            tries: Mutex::new(Tries::default()),
         }
     }
 
@@ -139,12 +185,19 @@ impl Guard {
         })
     }
 
-    /// Step 2: does the request carry the token (always, with auth off)?
-    pub fn authorized(&self, req: &Request) -> bool {
-        match &self.token {
-            None => true,
-            Some(want) => auth::presented(req, &self.cookie)
-                .is_some_and(|got| auth::ct_eq(got.as_bytes(), want.as_bytes())),
+    /// Step 2: who the request comes from, when it carries the token or one
+    /// of its sessions (always, with auth off); None when it does not.
+    pub fn client(&self, req: &Request) -> Option<Client> {
+        let Some(want) = &self.token else {
+            return Some(Client::peer(req));
+        };
+        let is_token = |t: &str| auth::ct_eq(t.as_bytes(), want.as_bytes());
+        match auth::presented(req, &self.cookie)? {
+            auth::Presented::Header(t) => is_token(&t).then(|| Client::peer(req)),
+            auth::Presented::Cookie(v) if is_token(&v) => Some(Client::peer(req)),
+            auth::Presented::Cookie(v) => {
+                auth::session_id(&v, want).map(|id| Client::Session(id.to_string()))
+            }
         }
     }
 
@@ -222,27 +275,37 @@ impl Guard {
         Ok(())
     }
 
-    /// Counts a login attempt from `peer`: `429` past [`LOGIN_TRIES`] a second.
+    /// Counts a login attempt from `peer`: `429` past [`LOGIN_TRIES`] a second
+    /// from it, or past [`LOGIN_TRIES_ALL`] a second from all peers.
     pub fn login_attempt(&self, peer: Option<IpAddr>) -> Result<(), Reply> {
         let peer = peer.unwrap_or(IpAddr::from([0, 0, 0, 0]));
         let now = Instant::now();
         let mut tries = self.tries.lock().unwrap_or_else(|p| p.into_inner());
-        if tries.len() >= LOGIN_PEERS {
-            tries.retain(|_, (since, _)| now.duration_since(*since) < LOGIN_WINDOW);
+        let count = |entry: &mut (Instant, u32)| {
+            if now.duration_since(entry.0) >= LOGIN_WINDOW {
+                *entry = (now, 0);
+            }
+            entry.1 += 1;
+            entry.1
+        };
+        let all = count(tries.all.get_or_insert((now, 0)));
+        if tries.peers.len() >= LOGIN_PEERS {
+            tries
+                .peers
+                .retain(|_, (since, _)| now.duration_since(*since) < LOGIN_WINDOW);
         }
-        let entry = tries.entry(peer).or_insert((now, 0));
-        if now.duration_since(entry.0) >= LOGIN_WINDOW {
-            *entry = (now, 0);
-        }
-        entry.1 += 1;
-        if entry.1 > LOGIN_TRIES {
-            return Err(Reply::error(
-                429,
-                format!("too many login attempts; at most {LOGIN_TRIES} a second, try again"),
-            )
-            .header("Retry-After", "1"));
-        }
-        Ok(())
+        let mine = count(tries.peers.entry(peer).or_insert((now, 0)));
+        let why = if mine > LOGIN_TRIES {
+            format!("at most {LOGIN_TRIES} a second from one address")
+        } else if all > LOGIN_TRIES_ALL {
+            format!("at most {LOGIN_TRIES_ALL} a second in all")
+        } else {
+            return Ok(());
+        };
+        Err(
+            Reply::error(429, format!("too many login attempts ({why}); try again"))
+                .header("Retry-After", "1"),
+        )
     }
 }
 
@@ -340,5 +403,18 @@ mod tests {
         }
         assert_eq!(g.login_attempt(a).unwrap_err().status, 429);
         assert!(g.login_attempt(b).is_ok(), "another peer has its own count");
+    }
+
+    #[test]
+    fn the_login_throttle_has_a_bucket_for_all_peers() {
+        let g = guard("127.0.0.1", &[]);
+        // One attempt from each of many addresses within a second.
+        let refused: Vec<u16> = (1..=LOGIN_TRIES_ALL + 5)
+            .filter_map(|i| {
+                let peer = IpAddr::from([127, 0, (i / 256) as u8, (i % 256) as u8]);
+                g.login_attempt(Some(peer)).err().map(|r| r.status)
+            })
+            .collect();
+        assert_eq!(refused, [429; 5], "past {LOGIN_TRIES_ALL} a second in all");
     }
 }

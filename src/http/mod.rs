@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use std::fmt;
 use std::fs::File;
 use std::io::{Cursor, ErrorKind, Read};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tiny_http::{Header, Request, Response, StatusCode};
 
 /// The largest request body any endpoint accepts.
@@ -126,21 +126,47 @@ pub fn header_value<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
         .map(|h| h.value.as_str())
 }
 
-/// Reads a request body of at most `max` bytes that must arrive by `deadline`
-/// (each read also ends after the socket's read timeout): `413` past the size,
-/// `408` past the time, so a client that stalls its body holds a worker no
-/// longer than that. A body refused here is left on the socket, which closes
-/// the connection after the answer (see the vendored tiny_http's PATCHES.md).
+/// Reads a request body of at most `max` bytes that must arrive by `deadline`:
+/// `413` past the size, `408` past the time (each read waits at most until
+/// the deadline: for a body still on the socket its read timeout is cut to
+/// it, and put back after),
+/// so a client that stalls its body holds its reader no longer than that. A
+/// body refused here is left on the socket, which closes the connection
+/// after the answer (see the vendored tiny_http's PATCHES.md).
 pub fn read_body(req: &mut Request, max: usize, deadline: Instant) -> Result<Vec<u8>, Reply> {
     if req.body_length().is_some_and(|n| n > max) {
         return Err(too_large(max));
     }
+    // Only a body still on the socket waits on the client; then the
+    // connection's own thread waits for this read to end, so the timeout is
+    // this read's alone.
+    let socket = req
+        .socket_fd()
+        .filter(|_| req.body_pending())
+        .and_then(|fd| Some((fd, crate::sys::fd::read_timeout(fd).ok()?)));
+    let read = read_until(req, max, deadline, socket.map(|(fd, _)| fd));
+    if let Some((fd, timeout)) = socket {
+        let _ = crate::sys::fd::set_read_timeout(fd, timeout);
+    }
+    read
+}
+
+fn read_until(
+    req: &mut Request,
+    max: usize,
+    deadline: Instant,
+    socket: Option<std::os::fd::RawFd>,
+) -> Result<Vec<u8>, Reply> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     let reader = req.as_reader();
     loop {
-        if Instant::now() > deadline {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
             return Err(body_timeout());
+        };
+        if let Some(fd) = socket {
+            // Zero would mean no timeout at all.
+            let _ = crate::sys::fd::set_read_timeout(fd, left.max(Duration::from_millis(1)));
         }
         match reader.read(&mut chunk) {
             Ok(0) => return Ok(buf),
@@ -312,6 +338,18 @@ pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
+/// True for a URL a page may show as a link an agent supplied: `http://` or
+/// `https://` (in any case) from its first character, and no control
+/// character a browser would strip or read past. Anything else
+/// (`javascript:`, `data:`, a leading space) is never an `href`.
+pub fn web_url(url: &str) -> bool {
+    let scheme = |s: &str| {
+        url.get(..s.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(s))
+    };
+    (scheme("http://") || scheme("https://")) && !url.chars().any(|c| c.is_control())
+}
+
 /// Splits a request target into its path and query.
 pub fn split_url(url: &str) -> (&str, &str) {
     url.split_once('?').unwrap_or((url, ""))
@@ -369,6 +407,32 @@ mod tests {
         let p = prefix(&long);
         assert!(p.starts_with(&"é".repeat(ECHO_CHARS)), "{p}");
         assert!(p.ends_with("… (2000 bytes)"), "{p}");
+    }
+
+    #[test]
+    fn only_http_urls_are_links() {
+        for ok in [
+            "http://stats.test:9001/",
+            "https://pad",
+            "HTTPS://X.example/a?b",
+        ] {
+            assert!(web_url(ok), "{ok}");
+        }
+        for bad in [
+            "javascript:alert(1)",
+            "JavaScript:fetch('/api/permissions')",
+            "data:text/html,<script>alert(1)</script>",
+            " http://x",
+            "\u{1}javascript:alert(1)",
+            "http://x\ny",
+            "//evil.example",
+            "/agent/x/open",
+            "vbscript:x",
+            "http:x",
+            "",
+        ] {
+            assert!(!web_url(bad), "{bad:?}");
+        }
     }
 
     #[test]

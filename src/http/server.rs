@@ -6,10 +6,14 @@
 //! server is a [`Site`]: its state, its [`Guard`] and its route table.
 //! A handler is reachable only through a route, and `dispatch` runs the guard
 //! (host, token, same-origin) before it looks at a route's handler, so an
-//! endpoint added to a table cannot skip the guard. `HEAD` is answered
-//! wherever `GET` is, without the body.
+//! endpoint added to a table cannot skip the guard. No body is read before the
+//! guard (and for the login form, the throttle) has passed the request's
+//! head, and a body still on the socket is read on a thread of its own
+//! (`http-body`) under a size and a time bound, the handler then running
+//! there: a client that stalls its body costs one connection, never one of
+//! the few workers. `HEAD` is answered wherever `GET` is, without the body.
 
-use super::guard::Guard;
+use super::guard::{Client, Guard};
 use crate::http::{self, Reply};
 use crate::sys::env::Env;
 use crate::sys::fd::set_socket_timeouts;
@@ -102,7 +106,7 @@ pub enum Access {
     /// off).
     Token,
     /// Anyone: the login page. Its form post is the one that need not be JSON,
-    /// and its attempts are throttled per peer.
+    /// and its attempts are throttled (per peer and in all).
     Login,
 }
 
@@ -115,6 +119,8 @@ pub struct Ctx<'a> {
     /// The `Host` header as sent (it names this server).
     pub host: &'a str,
     pub peer: Option<SocketAddr>,
+    /// Who the request comes from (its login session, else its address).
+    pub client: &'a Client,
     /// The request is a `HEAD`: the answer's body is not sent.
     pub head: bool,
     /// The body of a POST (JSON, or the login form), read whole; empty for GET.
@@ -165,6 +171,9 @@ pub struct Site<A: 'static> {
 
 /// The largest body the login form may have.
 const LOGIN_BODY: usize = 4096;
+/// The longest the login form's body may take to arrive (at most the site's
+/// `body_time`).
+const LOGIN_BODY_TIME: Duration = Duration::from_secs(2);
 
 /// What stops a server: its sender is never used, only dropped, which
 /// disconnects every receiver [`StopSwitch::watch`] handed out (the live
@@ -266,8 +275,9 @@ pub fn start<A: Send + Sync + 'static>(
     Ok(running)
 }
 
-/// Answers one request: the guard, then the route table, then the handler.
-pub fn dispatch<A>(site: &Site<A>, mut req: Request) {
+/// Answers one request: the guard, then the route table, then the body (see
+/// the module's note on bodies), then the handler.
+pub fn dispatch<A: Send + Sync + 'static>(site: &Arc<Site<A>>, mut req: Request) {
     let url = req.url().to_string();
     let (path, query) = http::split_url(&url);
     let method = req.method().as_str().to_ascii_uppercase();
@@ -292,16 +302,24 @@ pub fn dispatch<A>(site: &Site<A>, mut req: Request) {
         named
     };
     let login = on_path.iter().any(|r| r.access == Access::Login);
-    if !login && !guard.authorized(&req) {
-        let r = guard.unauthorized(&req, path);
-        return respond(req, r);
-    }
+    let client = match guard.client(&req) {
+        Some(c) => c,
+        None if login => Client::peer(&req),
+        None => {
+            let r = guard.unauthorized(&req, path);
+            return respond(req, r);
+        }
+    };
     let wanted = match method.as_str() {
         "GET" | "HEAD" => Some(Method::Get),
         "POST" => Some(Method::Post),
         _ => None,
     };
-    let Some(route) = on_path.iter().find(|r| Some(r.method) == wanted) else {
+    let Some(route) = on_path
+        .iter()
+        .find(|r| Some(r.method) == wanted)
+        .map(|r| **r)
+    else {
         let r = if on_path.is_empty() {
             Reply::not_found()
         } else {
@@ -328,22 +346,73 @@ pub fn dispatch<A>(site: &Site<A>, mut req: Request) {
             return respond(req, r);
         }
     }
-    let body = if post {
-        let max = if login { LOGIN_BODY } else { http::MAX_BODY };
-        match http::read_body(&mut req, max, Instant::now() + site.body_time) {
-            Ok(b) => b,
-            Err(r) => return respond(req, r),
-        }
-    } else {
-        Vec::new()
-    };
-    let ctx = Ctx {
-        guard,
-        path,
-        query,
-        host: &host,
-        peer: req.remote_addr().copied(),
+    let head = Head {
+        path: path.to_string(),
+        query: query.to_string(),
+        host,
+        client,
         head: method == "HEAD",
+    };
+    if !post {
+        return run(site, &route, req, &head, Vec::new());
+    }
+    let (max, time) = if login {
+        (LOGIN_BODY, LOGIN_BODY_TIME.min(site.body_time))
+    } else {
+        (http::MAX_BODY, site.body_time)
+    };
+    if !req.body_pending() {
+        // In memory already: reading it cannot wait on the client.
+        return match http::read_body(&mut req, max, Instant::now() + time) {
+            Ok(body) => run(site, &route, req, &head, body),
+            Err(r) => respond(req, r),
+        };
+    }
+    // The request goes to the thread once it runs, so a thread that cannot
+    // start leaves it here to be answered.
+    let (tx, rx) = crossbeam_channel::bounded::<Request>(1);
+    let s = site.clone();
+    let reader = std::thread::Builder::new()
+        .name("http-body".into())
+        .spawn(move || {
+            let Ok(mut req) = rx.recv() else { return };
+            match http::read_body(&mut req, max, Instant::now() + time) {
+                Ok(body) => run(&s, &route, req, &head, body),
+                Err(r) => respond(req, r),
+            }
+        });
+    match reader {
+        Ok(_) => {
+            let _ = tx.send(req);
+        }
+        Err(e) => {
+            log::warn!("cannot start a thread to read a request body: {e}");
+            let r = Reply::error(503, "the server is out of threads; try again")
+                .header("Retry-After", "1");
+            respond(req, r)
+        }
+    }
+}
+
+/// What the guard learnt of a request's head, for its handler.
+struct Head {
+    path: String,
+    query: String,
+    host: String,
+    client: Client,
+    head: bool,
+}
+
+/// Runs `route`'s handler on `req` (whose `body` has been read).
+fn run<A>(site: &Site<A>, route: &Route<A>, req: Request, head: &Head, body: Vec<u8>) {
+    let ctx = Ctx {
+        guard: &site.guard,
+        path: &head.path,
+        query: &head.query,
+        host: &head.host,
+        peer: req.remote_addr().copied(),
+        client: &head.client,
+        head: head.head,
         body,
     };
     match route.handler {

@@ -6,7 +6,8 @@
 //! on its [`Source`]'s channel, on the client hanging up (a `sys::fd::
 //! HangupWatch` thread, `NAME-watch`), on the server stopping and on the ping
 //! timer. A client holds one of a server's [`Slots`] (a cap in all and a cap
-//! per peer address) and gives it back as soon as it goes:
+//! per client: its login session, else its peer address, so clients behind
+//! one proxy are not one client) and gives it back as soon as it goes:
 //!
 //! - it hung up: the socket shows `POLLRDHUP`;
 //! - it stopped reading: at every ping interval the bytes it acknowledged
@@ -19,12 +20,12 @@
 //! So a client that never reads cannot keep a slot once data waits for it, and
 //! never holds up the turn loop or another client.
 
+use crate::http::guard::Client;
 use crate::http::Reply;
 use crate::sys::fd::{self, HangupWatch};
 use crossbeam_channel::{at, never, select, Receiver};
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::net::IpAddr;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,26 +43,26 @@ pub const HEAD: &str = "HTTP/1.1 200 OK\r\n\
 #[derive(Debug)]
 pub struct Slots {
     max: usize,
-    per_peer: usize,
+    per_client: usize,
     /// Variable names for the 503's advice.
     vars: (&'static str, &'static str),
-    held: Mutex<HashMap<IpAddr, usize>>,
+    held: Mutex<HashMap<Client, usize>>,
 }
 
 /// One client's place; given back on drop, whichever way its writer ends.
 #[derive(Debug)]
 pub struct Slot {
     slots: Arc<Slots>,
-    peer: IpAddr,
+    client: Client,
 }
 
 impl Slots {
-    /// `max` clients in all, `per_peer` from one address; `vars` name the
-    /// settings (for the 503's advice).
-    pub fn new(max: usize, per_peer: usize, vars: (&'static str, &'static str)) -> Arc<Slots> {
+    /// `max` streams in all, `per_client` for one [`Client`]; `vars` name
+    /// the settings (for the 503's advice).
+    pub fn new(max: usize, per_client: usize, vars: (&'static str, &'static str)) -> Arc<Slots> {
         Arc::new(Slots {
             max,
-            per_peer: per_peer.min(max),
+            per_client: per_client.min(max),
             vars,
             held: Mutex::new(HashMap::new()),
         })
@@ -72,27 +73,27 @@ impl Slots {
         self.lock().values().sum()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Client, usize>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A place for a client from `peer`, or the 503 that says why not.
-    pub fn take(self: &Arc<Slots>, peer: IpAddr) -> Result<Slot, Reply> {
+    /// A place for `client`, or the 503 that says why not.
+    pub fn take(self: &Arc<Slots>, client: &Client) -> Result<Slot, Reply> {
         let mut held = self.lock();
         let total: usize = held.values().sum();
-        let mine = held.get(&peer).copied().unwrap_or(0);
+        let mine = held.get(client).copied().unwrap_or(0);
         let why = if total >= self.max {
             format!("too many live clients ({}={})", self.vars.0, self.max)
-        } else if mine >= self.per_peer {
+        } else if mine >= self.per_client {
             format!(
-                "too many live clients from {peer} ({}={})",
-                self.vars.1, self.per_peer
+                "too many live clients from {client} ({}={})",
+                self.vars.1, self.per_client
             )
         } else {
-            held.insert(peer, mine + 1);
+            held.insert(client.clone(), mine + 1);
             return Ok(Slot {
                 slots: self.clone(),
-                peer,
+                client: client.clone(),
             });
         };
         Err(
@@ -105,10 +106,10 @@ impl Slots {
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut held = self.slots.lock();
-        if let Some(n) = held.get_mut(&self.peer) {
+        if let Some(n) = held.get_mut(&self.client) {
             *n -= 1;
             if *n == 0 {
-                held.remove(&self.peer);
+                held.remove(&self.client);
             }
         }
     }
@@ -141,21 +142,19 @@ pub struct Params {
     pub stop: Receiver<()>,
 }
 
-/// Answers a stream request: a 503 without a free slot, else hands the
-/// connection to a writer thread named `thread` and returns at once. The
-/// writer makes its source with `source` (a subscription, a replay): a
+/// Answers a stream request of `client`: a 503 without a free slot, else
+/// hands the connection to a writer thread named `thread` and returns at once.
+/// The writer makes its source with `source` (a subscription, a replay): a
 /// refused client costs nothing, and no worker builds a replay.
 pub fn start<S: Source>(
     req: Request,
+    client: &Client,
     p: &Params,
     thread: &str,
     source: impl FnOnce() -> S + Send + 'static,
 ) {
-    let peer = req
-        .remote_addr()
-        .map(|a| a.ip())
-        .unwrap_or(IpAddr::from([0, 0, 0, 0]));
-    let slot = match p.slots.take(peer) {
+    let peer = client.to_string();
+    let slot = match p.slots.take(client) {
         Ok(s) => s,
         Err(reply) => {
             let _ = req.respond(reply.into_response());
@@ -312,20 +311,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slots_are_capped_in_all_and_per_peer_and_freed() {
-        let slots = Slots::new(3, 2, ("MAX", "PER_PEER"));
-        let a = IpAddr::from([127, 0, 0, 1]);
-        let b = IpAddr::from([127, 0, 0, 2]);
-        let a1 = slots.take(a).unwrap();
-        let _a2 = slots.take(a).unwrap();
-        let e = slots.take(a).unwrap_err();
+    fn slots_are_capped_in_all_and_per_client_and_freed() {
+        let slots = Slots::new(3, 2, ("MAX", "PER_CLIENT"));
+        let a = Client::Peer(std::net::IpAddr::from([127, 0, 0, 1]));
+        let b = Client::Session("0123456789abcdef0123456789abcdef".into());
+        let a1 = slots.take(&a).unwrap();
+        let _a2 = slots.take(&a).unwrap();
+        let e = slots.take(&a).unwrap_err();
         assert_eq!(e.status, 503);
-        let _b1 = slots.take(b).unwrap();
+        let _b1 = slots.take(&b).unwrap();
         assert_eq!(slots.count(), 3);
-        assert!(slots.take(b).is_err(), "the total cap");
+        assert!(slots.take(&b).is_err(), "the total cap");
         drop(a1);
         assert_eq!(slots.count(), 2);
-        assert!(slots.take(b).is_ok());
+        assert!(slots.take(&b).is_ok(), "a session beside its address");
     }
 
     #[test]

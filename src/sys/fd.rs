@@ -114,24 +114,55 @@ pub fn accept_nonblocking(listener: &UnixListener) -> io::Result<UnixStream> {
 /// Sets a socket's send and receive timeouts (`SO_SNDTIMEO`, `SO_RCVTIMEO`);
 /// on a listener, Linux copies them to every accepted socket.
 pub fn set_socket_timeouts(sock: &impl AsRawFd, send: Duration, read: Duration) -> io::Result<()> {
-    for (opt, d) in [(libc::SO_SNDTIMEO, send), (libc::SO_RCVTIMEO, read)] {
-        let tv = libc::timeval {
-            tv_sec: d.as_secs() as _,
-            tv_usec: d.subsec_micros() as _,
-        };
-        // SAFETY: a valid fd and a timeval of the size passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+    set_timeout(sock.as_raw_fd(), libc::SO_SNDTIMEO, send)?;
+    set_timeout(sock.as_raw_fd(), libc::SO_RCVTIMEO, read)
+}
+
+/// The receive timeout of socket `fd` (`SO_RCVTIMEO`; zero: none).
+pub fn read_timeout(fd: RawFd) -> io::Result<Duration> {
+    let mut tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 0,
+    };
+    let mut len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: a timeval and its size, which getsockopt fills.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&mut tv as *mut libc::timeval).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Duration::new(tv.tv_sec as u64, tv.tv_usec as u32 * 1000))
+}
+
+/// Sets the receive timeout of socket `fd` (`SO_RCVTIMEO`; zero: none).
+pub fn set_read_timeout(fd: RawFd, d: Duration) -> io::Result<()> {
+    set_timeout(fd, libc::SO_RCVTIMEO, d)
+}
+
+fn set_timeout(fd: RawFd, opt: libc::c_int, d: Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: d.as_secs() as _,
+        tv_usec: d.subsec_micros() as _,
+    };
+    // SAFETY: a valid fd and a timeval of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }

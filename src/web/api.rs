@@ -151,11 +151,7 @@ pub fn parse_links(text: &str) -> Vec<Link> {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string();
-            (url.starts_with("http://") || url.starts_with("https://")).then_some(Link {
-                label,
-                url,
-                icon,
-            })
+            http::web_url(&url).then_some(Link { label, url, icon })
         })
         .collect()
 }

@@ -57,7 +57,8 @@ pub struct WebConfig {
     pub dist: Option<PathBuf>,
     /// `HIVE_SSE_MAX_CLIENTS`.
     pub sse_max_clients: usize,
-    /// `HIVE_SSE_MAX_PER_PEER`: live clients from one address.
+    /// `HIVE_SSE_MAX_PER_PEER`: live clients of one client (a login session,
+    /// else an address).
     pub sse_max_per_peer: usize,
     /// `HIVE_SSE_PING_SECS`.
     pub sse_ping: Duration,
@@ -411,7 +412,7 @@ fn events<H: Harness>(app: &App<H>, req: Request, c: &Ctx<'_>) {
         .or_else(|| http::form_value(c.query, "last_event_id"))
         .and_then(|v| v.trim().parse::<u64>().ok());
     let h = app.harness.clone();
-    sse::start(req, &app.stream, "web-sse", move || {
+    sse::start(req, c.client, &app.stream, "web-sse", move || {
         // A client that saw ids beyond ours saw an earlier run: start it afresh.
         let reset = last_id.is_some_and(|l| l > h.last_event_id());
         let (replay, rx) = h.subscribe(if reset { None } else { last_id });

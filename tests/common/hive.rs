@@ -52,6 +52,15 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<
     }
 }
 
+/// A value in kB from /proc/PID/status (`VmHWM`, `VmRSS`).
+pub fn proc_kb(pid: u32, key: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+}
+
 /// A running `hive broker` on temp dirs.
 pub struct Broker {
     pub dir: TempDir,

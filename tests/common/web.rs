@@ -461,3 +461,67 @@ impl Sse {
         out
     }
 }
+
+/// The lines a live-stream client receives (a raw socket, a child's stdout,
+/// a body through a proxy), read on a thread of their own so every wait has a
+/// timeout whatever the client is.
+pub struct Lines {
+    rx: Receiver<String>,
+}
+
+impl Lines {
+    pub fn spawn(r: impl Read + Send + 'static) -> Lines {
+        let (tx, rx) = unbounded();
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Lines { rx }
+    }
+
+    /// The next line (without its line end), or None after `timeout` or at the
+    /// end of the stream.
+    pub fn next(&self, timeout: Duration) -> Option<String> {
+        self.rx
+            .recv_timeout(timeout)
+            .ok()
+            .map(|l| l.trim_end_matches('\r').to_string())
+    }
+
+    /// Waits (at most `timeout`) for the first line that `pred` takes.
+    pub fn wait(&self, timeout: Duration, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end
+                .checked_duration_since(Instant::now())
+                .unwrap_or_else(|| panic!("no {what} within {timeout:?}"));
+            match self.next(left) {
+                Some(l) if pred(&l) => return l,
+                Some(_) => {}
+                None => panic!("no {what} within {timeout:?}: the stream ended or stalled"),
+            }
+        }
+    }
+
+    /// Waits for the `data:` events of one turn of the agent page's stream: the
+    /// `turn_start` of the message whose body is `body`, then its `turn_end`,
+    /// which it returns.
+    pub fn turn_end_of(&self, body: &str, timeout: Duration) -> serde_json::Value {
+        let end = Instant::now() + timeout;
+        let event = |l: &str| -> Option<serde_json::Value> {
+            serde_json::from_str(l.strip_prefix("data: ")?).ok()
+        };
+        self.wait(timeout, &format!("the turn_start of {body:?}"), |l| {
+            event(l).is_some_and(|v| v["type"] == "turn_start" && v["body"] == body)
+        });
+        let left = end.saturating_duration_since(Instant::now());
+        let l = self.wait(left, &format!("the turn_end of {body:?}"), |l| {
+            event(l).is_some_and(|v| v["type"] == "turn_end")
+        });
+        event(&l).unwrap()
+    }
+}

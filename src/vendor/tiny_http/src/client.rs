@@ -348,8 +348,12 @@ impl Iterator for ClientConnection {
         use crate::{Response, StatusCode};
 
         // the client sent a "connection: close" header in this previous request
-        //  or is using HTTP 1.0, meaning that no new request will come
+        //  or is using HTTP 1.0, meaning that no new request will come; the
+        //  connection is kept until that request's response is finished (a live
+        //  stream may hold its writer for hours), since dropping it shuts the
+        //  reading half, which a stream's writer takes for a hang-up
         if self.no_more_requests {
+            self.finish_responses();
             return None;
         }
 

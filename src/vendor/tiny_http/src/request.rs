@@ -317,6 +317,14 @@ impl Request {
         self.socket_fd
     }
 
+    /// True while the body is still on the socket (patched in for hive): it
+    /// is longer than what the connection's thread reads ahead (1024 bytes),
+    /// or chunked, so reading it waits on the client.
+    #[inline]
+    pub fn body_pending(&self) -> bool {
+        self.body_on_socket
+    }
+
     /// Returns true if the request was made through HTTPS.
     #[inline]
     pub fn secure(&self) -> bool {
