@@ -39,6 +39,73 @@ pub struct HiveConfig {
     /// What the whole hive may spend per calendar window (issue 16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::proto::Budget>,
+    /// Where `hive up` serves the dashboard and every agent's page (issue 38).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web: Option<WebSection>,
+}
+
+/// `hive up`'s one listener, when the default does not do: the `web` key.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebSection {
+    /// `IP:PORT` the dashboard and the agents' pages answer on
+    /// ([`DEFAULT_LISTEN`]; port 0 takes a free one, for tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// `https://NAME[:PORT]`: where a reverse proxy serves the hive. The
+    /// Host and Origin checks accept it, printed links use it, and it is what
+    /// lets `listen` be an address other than loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_origin: Option<String>,
+}
+
+/// Where `hive up` listens without a `web.listen`: the same address at every
+/// start, so bookmarks, printed links and the login cookie keep working.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7890";
+
+impl WebSection {
+    /// `web.listen` as an address (the default without one).
+    pub fn listen_addr(&self) -> Result<std::net::SocketAddr, String> {
+        let text = self.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        text.trim().parse().map_err(|_| {
+            format!(
+                "web.listen: {} is not IP:PORT (for example {DEFAULT_LISTEN})",
+                excerpt(text)
+            )
+        })
+    }
+
+    /// `web.public_origin` without a trailing slash, when set.
+    pub fn origin(&self) -> Option<String> {
+        self.public_origin
+            .as_deref()
+            .map(|o| o.trim().trim_end_matches('/').to_string())
+    }
+
+    /// The host (`NAME[:PORT]`) of `web.public_origin`, lowercase.
+    pub fn origin_host(&self) -> Option<String> {
+        self.origin()
+            .and_then(|o| o.strip_prefix("https://").map(str::to_ascii_lowercase))
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.listen_addr()?;
+        if let Some(o) = self.origin() {
+            let bad = || {
+                format!(
+                    "web.public_origin: {} is not an origin: give https://NAME or \
+                     https://NAME:PORT (no path, query or user)",
+                    excerpt(&o)
+                )
+            };
+            let host = o.strip_prefix("https://").ok_or_else(bad)?;
+            let plain = |b: u8| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b);
+            if host.is_empty() || !host.bytes().all(plain) || host.starts_with(':') {
+                return Err(bad());
+            }
+        }
+        Ok(())
+    }
 }
 
 impl HiveConfig {
@@ -74,6 +141,9 @@ impl HiveConfig {
         }
         if let Some(b) = &self.budget {
             b.check("budget")?;
+        }
+        if let Some(w) = &self.web {
+            w.check()?;
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, a) in self.agents.iter().enumerate() {
@@ -405,6 +475,38 @@ fn check_grants(v: &Value) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_web_key_is_checked_and_has_a_default() {
+        let w = WebSection::default();
+        assert_eq!(w.listen_addr().unwrap().to_string(), DEFAULT_LISTEN);
+        for (text, want) in [
+            (r#"{"web": {"listen": "localhost:80"}}"#, "web.listen"),
+            (
+                r#"{"web": {"listen": "127.0.0.1:7890", "public_origin": "http://a"}}"#,
+                "web.public_origin",
+            ),
+            (
+                r#"{"web": {"public_origin": "https://a/path"}}"#,
+                "web.public_origin",
+            ),
+            (
+                r#"{"web": {"public_origin": "https://u@a"}}"#,
+                "web.public_origin",
+            ),
+            (r#"{"web": {"port": 1}}"#, "unknown field"),
+        ] {
+            let e = HiveConfig::parse(text).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        let c = HiveConfig::parse(
+            r#"{"web": {"listen": "0.0.0.0:8080", "public_origin": "https://Hive.example:8443/"}}"#,
+        )
+        .unwrap();
+        let w = c.web.unwrap();
+        assert_eq!(w.origin().as_deref(), Some("https://Hive.example:8443"));
+        assert_eq!(w.origin_host().as_deref(), Some("hive.example:8443"));
+    }
 
     fn parse_err(text: &str) -> String {
         HiveConfig::parse(text).unwrap_err()

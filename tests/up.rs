@@ -604,6 +604,9 @@ fn hive_up_without_a_config_runs_ruth_in_hive_data_and_prints_the_pages() {
         .env("FAKE_CLAUDE_DIR", &fake)
         .env("ANTHROPIC_API_KEY", "sk-test")
         .env("HIVE_UP_STOP_GRACE_MS", "3000")
+        // Not web.listen's default, 127.0.0.1:7890, which a hive of the
+        // machine's own may hold: the old override, still honoured.
+        .env("HIVE_DASHBOARD_PORT", "0")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

@@ -16,6 +16,7 @@
 //! `docs/fleet.md`.
 
 use super::pages::MAX_ANSWER;
+use crate::config::WebSection;
 use crate::http::auth::{self, OneTimeCodes};
 use crate::http::guard::{Guard, Names};
 use crate::http::server::{self, Access, Ctx, Handler, Method, Path, Route, Site, Timeouts};
@@ -72,6 +73,9 @@ pub struct DashConfig {
     /// `hive up`'s own `HIVE_FORGE_URL`, which the agents inherit unless their
     /// fleet entry sets one.
     pub forge_url: Option<String>,
+    /// The fleet file's `web.public_origin` (`https://NAME[:PORT]`): the origin
+    /// a reverse proxy serves the hive at, which links then use.
+    pub public_origin: Option<String>,
 }
 
 /// Where an agent's forge is when neither its entry nor `hive up` say.
@@ -96,7 +100,51 @@ impl DashConfig {
                 .max(Duration::from_millis(50)),
             timeouts: Timeouts::read(env)?,
             forge_url: env.get("HIVE_FORGE_URL"),
+            public_origin: None,
         };
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// The settings of a hive whose fleet file has `web`: its `listen` (the
+    /// default, [`crate::config::DEFAULT_LISTEN`], without one) and
+    /// `public_origin`, unless `HIVE_DASHBOARD_PORT` or `HIVE_DASHBOARD_BIND`
+    /// override them, which they do for one more release, each with a notice
+    /// in `notices`.
+    pub fn for_hive(
+        env: &Env,
+        web: Option<&WebSection>,
+        notices: &mut Vec<String>,
+    ) -> Result<DashConfig, String> {
+        let web = web.cloned().unwrap_or_default();
+        let addr = web.listen_addr()?;
+        let mut cfg = DashConfig::read(&Env::new(&|k| {
+            // The old variables are read below, as overrides of web.listen.
+            (k != "HIVE_DASHBOARD_BIND" && k != "HIVE_DASHBOARD_PORT")
+                .then(|| env.get(k))
+                .flatten()
+        }))?;
+        cfg.bind = addr.ip();
+        cfg.port = addr.port();
+        if let Some(port) = env.parse::<u16>("HIVE_DASHBOARD_PORT", "a port")? {
+            cfg.port = port;
+            notices.push(format!(
+                "HIVE_DASHBOARD_PORT={port} overrides web.listen's port; it goes away in the \
+                 next release: set \"web\": {{\"listen\": \"{}\"}} in the fleet file instead",
+                SocketAddr::new(cfg.bind, port)
+            ));
+        }
+        if env.get("HIVE_DASHBOARD_BIND").is_some() {
+            cfg.bind = env.ip("HIVE_DASHBOARD_BIND", cfg.bind)?;
+            notices.push(format!(
+                "HIVE_DASHBOARD_BIND={} overrides web.listen's address; it goes away in the \
+                 next release: set \"web\": {{\"listen\": \"{}\"}} in the fleet file instead",
+                cfg.bind,
+                SocketAddr::new(cfg.bind, cfg.port)
+            ));
+        }
+        cfg.public_origin = web.origin();
+        cfg.hosts.extend(web.origin_host());
         cfg.check()?;
         Ok(cfg)
     }
@@ -110,12 +158,13 @@ impl DashConfig {
                     .into(),
             );
         }
-        if !self.bind.is_loopback() && (self.token.is_none() || !self.auth) {
+        if !self.bind.is_loopback() && (self.public_origin.is_none() || !self.auth) {
             return Err(format!(
-                "HIVE_DASHBOARD_BIND={} exposes the operator dashboard beyond this host; \
-                 set HIVE_DASHBOARD_TOKEN to a secret (and leave HIVE_DASHBOARD_AUTH on), \
-                 or bind to 127.0.0.1",
-                self.bind
+                "{} (web.listen) exposes the operator dashboard and every agent's page beyond \
+                 this host: set web.public_origin to the https:// origin a reverse proxy serves \
+                 the hive at (and leave HIVE_DASHBOARD_AUTH on: the token is \
+                 HIVE_DASHBOARD_TOKEN, or DATA/dashboard-token), or listen on 127.0.0.1",
+                SocketAddr::new(self.bind, self.port)
             ));
         }
         Ok(())
@@ -204,8 +253,12 @@ impl Dashboard {
         Ok(Some(format!("{base}login?code={code}")))
     }
 
+    /// The hive's origin and `/`: `web.public_origin` when set, else
     /// `http://ADDR:PORT/`, with a loopback address for a wildcard bind.
     pub fn base_url(&self) -> String {
+        if let Some(o) = &self.site.app.cfg.public_origin {
+            return format!("{o}/");
+        }
         let ip = match self.site.app.cfg.bind {
             b if b.is_unspecified() || b.is_loopback() => match b {
                 IpAddr::V6(_) if !b.is_unspecified() => "[::1]".to_string(),
@@ -236,6 +289,54 @@ impl Drop for Dashboard {
     }
 }
 
+/// Why `hive up` cannot listen on `addr`: it is in use, by whom when this
+/// user can see it (a process of its own: another `hive up`, most likely).
+fn in_use(addr: SocketAddr) -> String {
+    let who = match holder_of(addr.port()) {
+        Some((pid, name)) => format!("by pid {pid} ({name}): another hive up?"),
+        None => "by another process (another hive up?)".into(),
+    };
+    format!(
+        "cannot listen on {addr} (web.listen in the fleet file): it is in use {who} \
+         Stop that process, or set \"web\": {{\"listen\": \"127.0.0.1:PORT\"}} to a free port"
+    )
+}
+
+/// The process listening on TCP `port`, when it is one this user may look
+/// at: its pid and name, from `/proc/net/tcp*` and the processes' descriptors.
+fn holder_of(port: u16) -> Option<(u32, String)> {
+    let want = format!(":{port:04X}");
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local_address, st (0A: listening), …, inode
+            if f.len() > 9 && f[1].ends_with(&want) && f[3] == "0A" {
+                inodes.push(format!("socket:[{}]", f[9]));
+            }
+        }
+    }
+    for proc in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = proc.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(proc.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(link) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            if inodes.iter().any(|i| link.as_os_str() == i.as_str()) {
+                let name = std::fs::read_to_string(proc.path().join("comm")).unwrap_or_default();
+                return Some((pid, name.trim().to_string()));
+            }
+        }
+    }
+    None
+}
+
 /// The dashboard's token: the operator's, none with auth off, else the one in
 /// `DATA/dashboard-token` (generated at first start).
 fn resolve_token(cfg: &DashConfig, data: &FsPath) -> Result<Option<String>, String> {
@@ -256,12 +357,14 @@ fn resolve_token(cfg: &DashConfig, data: &FsPath) -> Result<Option<String>, Stri
 /// `data` is `hive up`'s data dir (the token file, the agents' state dirs).
 pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Dashboard, String> {
     cfg.check()?;
-    let listener = server::bind(
-        SocketAddr::new(cfg.bind, cfg.port),
-        cfg.timeouts,
-        "the dashboard",
-        "set HIVE_DASHBOARD_PORT",
-    )?;
+    let addr = SocketAddr::new(cfg.bind, cfg.port);
+    let listener =
+        server::bind(addr, cfg.timeouts, "the dashboard", "set web.listen").map_err(|e| {
+            match std::net::TcpListener::bind(addr) {
+                Err(b) if b.kind() == std::io::ErrorKind::AddrInUse => in_use(addr),
+                _ => e,
+            }
+        })?;
     let port = listener
         .local_addr()
         .map_err(|e| format!("cannot read the dashboard's address: {e}"))?

@@ -157,7 +157,15 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
     let mut settings = UpSettings::read(data.clone(), Some(config_path.clone()), &env)?;
     settings.isolation = isolation::at_start(&settings.exe, &data, &config_path, &env)?;
     let config = Some(config_path);
-    let dash_cfg = dashboard::DashConfig::read(&env)?;
+    let mut notices = Vec::new();
+    let dash_cfg = dashboard::DashConfig::for_hive(&env, cfg.web.as_ref(), &mut notices)?;
+    for n in notices {
+        eprintln!("hive up: {n}");
+        log::warn!("{n}");
+    }
+    // The listener first: an address in use stops hive up before any agent
+    // starts.
+    let dash = dashboard::start(&data, broker::host_socket(&settings.run_dir), dash_cfg)?;
     let (sup_tx, sup_rx) = unbounded::<LifecycleCmd>();
     let broker = broker::start(
         &BrokerSettings {
@@ -204,7 +212,6 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
         data.display(),
         broker::host_socket(&settings.run_dir).display()
     );
-    let dash = dashboard::start(&data, broker::host_socket(&settings.run_dir), dash_cfg)?;
     let port_file = data.join("dashboard-port");
     if let Err(e) = crate::sys::fs::write_private(&port_file, format!("{}\n", dash.port).as_bytes())
     {

@@ -100,6 +100,13 @@ impl Up {
             std::fs::create_dir_all(&fake).unwrap();
             text = text.replace(&format!("@FAKE({a})"), &fake.display().to_string());
         }
+        // Every test hive listens on a free port (web.listen's default is
+        // the one address a real hive keeps), unless its fleet says where.
+        if !text.contains("\"web\"") {
+            if let Some(at) = text.find('{') {
+                text.insert_str(at + 1, r#""web": {"listen": "127.0.0.1:0"}, "#);
+            }
+        }
         for (agent, n, script) in &launch.steps {
             let fake = FakeClaude {
                 dir: dir.path().join(format!("fake-{agent}")),
