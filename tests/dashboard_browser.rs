@@ -92,13 +92,13 @@ fn a_question_is_answered_by_clicking_an_option() {
     std::fs::write(&path, png).unwrap();
     let _ = writeln!(std::io::stderr(), "screenshot: {}", path.display());
 
-    // A card's page link goes through the dashboard, which logs the browser in
-    // to the agent's own page (its cookie for this host) and sends it there.
-    let kid_port = up.state("kid").unwrap().port.unwrap();
+    // A card's page link stays on the hive's one origin, where the
+    // dashboard's login is the page's too.
+    let kid_port = up.dashboard().port;
     let link = d.js(
         "return document.querySelector('.card.agent[data-agent=kid] a[href^=\"/agent/\"]').getAttribute('href')",
     );
-    assert_eq!(link, "/agent/kid/open");
+    assert_eq!(link, "/agent/kid/");
     d.goto(&format!(
         "{}{}",
         up.dashboard().base,
@@ -126,10 +126,8 @@ fn the_json_api_shows_the_hive_and_acts_as_the_operator() {
     assert_eq!(names, ["boss", "kid"]);
     let kid = &h["agents"][1];
     assert_eq!(kid["supervision"]["state"], "running", "{kid}");
-    assert!(kid["url"]
-        .as_str()
-        .unwrap()
-        .starts_with("http://127.0.0.1:"));
+    // Its page is on the hive's one origin.
+    assert_eq!(kid["url"], "/agent/kid/");
     assert_eq!(kid["live"]["needs_login"], false, "{kid}");
 
     // An approval through the API.
@@ -384,7 +382,7 @@ fn every_badge_link_and_button_of_a_card() {
             && href("custom") == "http://stats.test:9001/")
             .then_some(())
     });
-    assert_eq!(href("page"), "/agent/kid/open");
+    assert_eq!(href("page"), "/agent/kid/");
     assert_eq!(href("config"), "/agent/kid/config");
     assert_eq!(
         d.js("return document.querySelector('.card.agent[data-agent=\"zed\"] a[data-link=\"forge\"]')"),

@@ -5,9 +5,10 @@
 //! links with `javascript:` and `data:` URLs (N12: only http(s) links reach
 //! the dashboard, as JSON and in Chromium), and answers `/api/state` with
 //! 200 MB (N23: read up to a bound, then dropped with a log line; hive up's
-//! memory stays put). The hostile page is a std `TcpListener` in the test
-//! that the agent's port file is pointed at, as the agent could do. Every
-//! wait has a timeout.
+//! memory stays put). The hostile page is a std `UnixListener` in the test
+//! put in the place of the agent's page socket (`DATA/run/pages/ana.sock`),
+//! as an agent that is not isolated could do (an isolated one cannot see
+//! it). Every wait has a timeout.
 
 mod common;
 
@@ -17,7 +18,7 @@ use common::up::{Dash, Up};
 use hyperhive::proto::cmd::Search;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+use std::os::unix::net::UnixListener;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,17 +30,17 @@ const MARKER: &str = "up-SECRETMARKER";
 /// after the bytes).
 type Answer = (u16, Vec<u8>, usize);
 
-/// A page stand-in on 127.0.0.1 that answers each path as `answer` says and
-/// keeps every request head it got.
+/// A page stand-in in the place of ana's page socket that answers each path
+/// as `answer` says and keeps every request head it got.
 struct FakePage {
-    port: u16,
     heads: Arc<Mutex<Vec<String>>>,
 }
 
 impl FakePage {
-    fn start(answer: fn(&str) -> Answer) -> FakePage {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
+    fn start(up: &Up, answer: fn(&str) -> Answer) -> FakePage {
+        let path = up.data().join("run/pages/ana.sock");
+        std::fs::remove_file(&path).unwrap();
+        let l = UnixListener::bind(&path).unwrap();
         let heads = Arc::new(Mutex::new(Vec::new()));
         let kept = heads.clone();
         std::thread::spawn(move || {
@@ -80,18 +81,12 @@ impl FakePage {
                 });
             }
         });
-        FakePage { port, heads }
+        FakePage { heads }
     }
 
     fn heads(&self) -> Vec<String> {
         self.heads.lock().unwrap().clone()
     }
-}
-
-/// Points ana's port file at `page` (what the agent itself can do).
-fn point_at(up: &Up, page: &FakePage) {
-    let f = up.data().join("agents/ana/state/hyperhive-port");
-    std::fs::write(f, format!("{}\n", page.port)).unwrap();
 }
 
 /// ana's card in a fresh snapshot, once `pred` holds for it.
@@ -111,10 +106,9 @@ fn a_page_without_its_token_file_never_gets_hive_ups_token() {
     let up = Up::start_env(FLEET, &["ana"], &[("HIVE_WEB_TOKEN", MARKER)]);
     up.wait_prompt("ana", "You were just (re)started", 1);
     let dash = up.dashboard();
-    // The agent removes its token file and listens on a port of its own.
+    // The agent removes its token file and answers in its page's place.
     std::fs::remove_file(up.data().join("agents/ana/state/web-token")).unwrap();
-    let page = FakePage::start(|_| (401, br#"{"error":"token"}"#.to_vec(), 0));
-    point_at(&up, &page);
+    let page = FakePage::start(&up, |_| (401, br#"{"error":"token"}"#.to_vec(), 0));
 
     let ana = card(&dash, "ana's page shown as unavailable", |a| {
         a["page_error"].is_string()
@@ -126,15 +120,16 @@ fn a_page_without_its_token_file_never_gets_hive_ups_token() {
         "no link to a page hive up cannot open: {ana}"
     );
 
-    // Opening it is refused with the same reason, and sets no cookie.
+    // Reading it through the hive is refused with the same reason, and sets
+    // no cookie.
     let r = ureq::AgentBuilder::new()
         .redirects(0)
         .build()
-        .get(&format!("{}/agent/ana/open", dash.base))
+        .get(&format!("{}/agent/ana/api/state", dash.base))
         .set("X-Hive-Token", &dash.token)
         .call();
     let Err(ureq::Error::Status(503, r)) = r else {
-        panic!("/agent/ana/open: {r:?}")
+        panic!("/agent/ana/api/state: {r:?}")
     };
     assert!(r.header("Set-Cookie").is_none());
     assert!(r.into_string().unwrap().contains("web-token is missing"));
@@ -180,12 +175,11 @@ fn an_agents_links_reach_the_dashboard_only_when_http() {
     let up = Up::start(FLEET, &["ana"]);
     up.wait_prompt("ana", "You were just (re)started", 1);
     let dash = up.dashboard();
-    let page = FakePage::start(|path| match path {
+    let _page = FakePage::start(&up, |path| match path {
         "/api/dashboard-links" => (200, LINKS.as_bytes().to_vec(), 0),
         "/api/state" => (200, br#"{"turn_state":"idle"}"#.to_vec(), 0),
         _ => (404, b"{}".to_vec(), 0),
     });
-    point_at(&up, &page);
     let ana = card(&dash, "ana's links from the hostile page", |a| {
         a["links"].is_array()
     });
@@ -222,11 +216,10 @@ fn a_200_mb_answer_from_a_page_is_dropped_at_its_bound() {
     let dash = up.dashboard();
     // A first snapshot, so what it costs is in the high-water mark already.
     card(&dash, "ana's live state", |a| a["live"].is_object());
-    let page = FakePage::start(|path| match path {
+    let page = FakePage::start(&up, |path| match path {
         "/api/state" => (200, br#"{"turn_state":""#.to_vec(), 200 << 20),
         _ => (200, b"[]".to_vec(), 0),
     });
-    point_at(&up, &page);
     let before = proc_kb(up.pid(), "VmHWM");
     for _ in 0..3 {
         card(&dash, "a snapshot without ana's state", |a| {

@@ -118,7 +118,8 @@ fn a_turn_survives_a_kill_9_and_is_found_on_the_page_and_across_the_hive() {
         let v = d.js("const a = document.querySelector('#results a.hit'); return a ? a.getAttribute('href') : null");
         v.as_str().map(str::to_string)
     });
-    assert!(href.starts_with("/turn/"), "{href}");
+    // On the page's own path: /agent/ana/ under hive up.
+    assert!(href.starts_with("/agent/ana/turn/"), "{href}");
     let text = d.js("return document.querySelector('#results a.hit').textContent");
     assert!(text.as_str().unwrap().contains("xylophone"), "{text}");
     d.goto(&format!(
@@ -127,7 +128,7 @@ fn a_turn_survives_a_kill_9_and_is_found_on_the_page_and_across_the_hive() {
     ));
     wait_for(T, "the turn alone", || {
         let shown = d.js("return document.body.dataset.turn || ''");
-        (shown.as_str() == href.strip_prefix("/turn/")).then_some(())
+        (shown.as_str() == href.strip_prefix("/agent/ana/turn/")).then_some(())
     });
     wait_for(T, "its message", || {
         (count_in_chat(&d, "xylophone-5150") == 1).then_some(())

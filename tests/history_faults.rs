@@ -145,6 +145,7 @@ fn a_read_only_state_dir_keeps_turns_running() {
     let page = Page {
         port,
         token: Some("ro-test-token".into()),
+        prefix: String::new(),
     };
     let mut sse = page.sse("/events", &[]);
     let mut said = false;

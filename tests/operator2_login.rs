@@ -270,12 +270,13 @@ fn hive_up_says_next_to_the_url_and_in_its_log_that_an_agent_needs_a_login() {
         let out = up.stdout();
         out.contains("ruth needs a login").then_some(out)
     });
-    let port = up.state("ruth").unwrap().port.expect("ruth's page");
-    let line =
-        format!("ruth needs a login: open http://127.0.0.1:{port}/ or set ANTHROPIC_API_KEY");
+    let port = up.dashboard().port;
+    let line = format!(
+        "ruth needs a login: open http://127.0.0.1:{port}/agent/ruth/ or set ANTHROPIC_API_KEY"
+    );
     let url_line = out
         .lines()
-        .position(|l| l.starts_with(&format!("ruth: http://127.0.0.1:{port}/")))
+        .position(|l| l.starts_with(&format!("ruth: http://127.0.0.1:{port}/agent/ruth/")))
         .unwrap_or_else(|| panic!("{out}"));
     assert_eq!(out.lines().nth(url_line + 1), Some(line.as_str()), "{out}");
     assert!(up.log().contains(&line), "{}", up.log());

@@ -656,8 +656,12 @@ fn hive_up_without_a_config_runs_ruth_in_hive_data_and_prints_the_pages() {
     });
     let mode = std::fs::metadata(&count).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o666 & !umask, "umask {umask:o}");
-    let port_file = data.join("agents/ruth/state/hyperhive-port");
-    let mode = std::fs::metadata(port_file).unwrap().permissions().mode() & 0o777;
+    // Its page is at /agent/ruth/ on hive up's listener: the harness opens
+    // no port of its own and writes no port file.
+    assert!(ruth.contains("/agent/ruth/"), "{ruth}");
+    assert!(!data.join("agents/ruth/state/hyperhive-port").exists());
+    let token_file = data.join("agents/ruth/state/web-token");
+    let mode = std::fs::metadata(token_file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     let cfg = hyperhive::config::HiveConfig::load(&data.join("hive.json")).unwrap();
     assert_eq!(cfg.agents.len(), 1);

@@ -138,7 +138,8 @@ print(s.recv(4096))' {}"#,
         format!("cat {d}/hive.json"),
         format!("ls {d}/agents/bob"),
         format!("ls {d}/run/agents/bob"),
-        format!("cat {d}/agents/bob/state/hyperhive-port"),
+        format!("cat {d}/agents/bob/state/web-token"),
+        format!("ls {d}/run/pages"),
         format!("ls {d}/logs"),
         format!("cat {d}/broker.db"),
     ] {
@@ -185,14 +186,10 @@ print(s.recv(4096))' {}"#,
         "SECRETMARKER",
     );
 
-    // What is ana's still works: its state dir, its socket, its page.
-    let port = up.state("ana").unwrap().port.expect("ana's page port");
-    let own = succeeded(
-        up,
-        "ana",
-        &format!("cat {d}/agents/ana/state/hyperhive-port"),
-    );
-    assert_eq!(own.trim(), port.to_string());
+    // What is ana's still works: its state dir, its socket, its page (at
+    // /agent/ana/ on hive up's listener, which ana's sandbox does not show).
+    let own = succeeded(up, "ana", &format!("cat {d}/agents/ana/state/web-token"));
+    assert!(!own.trim().is_empty());
     let sock = data.join("run/agents/ana/mcp.sock");
     succeeded(
         up,
@@ -203,15 +200,19 @@ print(s.recv(4096))' {}"#,
         ),
     );
     up.wait_prompt("ana", "isolation-wake-ok", 1);
-    let page = std::net::TcpStream::connect(("127.0.0.1", port));
-    assert!(page.is_ok(), "ana's page answers on 127.0.0.1:{port}");
+    let page = up.page("ana").get("/api/state");
+    assert_eq!(page.status, 200, "ana's page answers: {}", page.body);
     // bob was never touched.
     let bob = up.state("bob").unwrap();
     assert_eq!((bob.state.as_str(), bob.restarts), ("running", 0));
-    // What ana can still write, its own dir, cannot stall the supervisor that
-    // reads its port file from there.
+    // What ana can still write, its own dir, cannot stall the supervisor (a
+    // FIFO where a port file was).
     let port_file = format!("{d}/agents/ana/state/hyperhive-port");
-    succeeded(up, "ana", &format!("rm {port_file} && mkfifo {port_file}"));
+    succeeded(
+        up,
+        "ana",
+        &format!("rm -f {port_file} && mkfifo {port_file}"),
+    );
     let ana = up.state("ana").unwrap();
     assert_eq!((ana.state.as_str(), ana.port), ("running", None));
 }

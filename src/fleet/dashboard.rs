@@ -40,6 +40,14 @@ const PAGE: &str = include_str!("dashboard.html");
 const WORKERS: usize = 4;
 const MAX_SSE_CLIENTS: usize = 16;
 const MAX_SSE_PER_PEER: usize = 8;
+/// Live streams of agents' pages passed on at once, all agents together.
+const MAX_PAGE_STREAMS: usize = 64;
+/// How long the dashboard waits for a page's answer for a card.
+const CARD_WAIT: Duration = Duration::from_millis(500);
+/// The agent page's HTML and script, built into the binary: `hive up` serves
+/// them itself at `/agent/NAME/`, so nothing an agent writes runs as the
+/// hive's origin (`hive serve` serves the same file on its own port).
+const AGENT_PAGE: &str = include_str!("../web/page.html");
 /// The file the generated token is kept in, under DATA.
 pub const TOKEN_FILE: &str = "dashboard-token";
 /// How long a printed login link works.
@@ -230,7 +238,9 @@ struct App {
     stream: sse::Params,
     feed: Arc<Feed>,
     wake: Sender<FeedCmd>,
-    http: ureq::Agent,
+    /// The live-stream places of the agents' pages, passed on
+    /// (`/agent/NAME/events`): per client, as the dashboard's own.
+    pages_stream: sse::Params,
 }
 
 /// The running dashboard; dropping it stops the workers.
@@ -401,15 +411,21 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
             },
             feed: Arc::new(Feed::default()),
             wake,
-            http: ureq::AgentBuilder::new()
-                .timeout(Duration::from_millis(500))
-                .redirects(0)
-                .build(),
+            pages_stream: sse::Params {
+                slots: sse::Slots::new(
+                    MAX_PAGE_STREAMS,
+                    MAX_SSE_PER_PEER,
+                    ("the hive's 64 page streams", "the hive's 8 per client"),
+                ),
+                ping: Duration::from_secs(15),
+                stop: switch.watch(),
+            },
             cfg,
         },
         guard,
         routes: ROUTES.to_vec(),
         body_time,
+        scoped: Some(agent_token_opens),
     });
     let stopped = switch.watch();
     let workers = server::start("dashboard", listener, site.clone(), WORKERS, switch)?;
@@ -459,8 +475,14 @@ static ROUTES: &[Route<App>] = &[
     Route {
         method: Method::Get,
         path: Path::Prefix("/agent/"),
-        access: Access::Token,
-        handler: Handler::Reply(agent_link),
+        access: Access::Scoped,
+        handler: Handler::Take(agent_route),
+    },
+    Route {
+        method: Method::Post,
+        path: Path::Prefix("/agent/"),
+        access: Access::Scoped,
+        handler: Handler::Take(agent_route),
     },
     post("/api/send", |a, c| call::<cmd::Send>(a, &c.body)),
     post("/api/answer", |a, c| call::<Answer>(a, &c.body)),
@@ -501,7 +523,9 @@ const fn post(path: &'static str, f: fn(&App, &Ctx<'_>) -> Reply) -> Route<App> 
 }
 
 fn page() -> Reply {
-    Reply::new(200, "text/html; charset=utf-8", PAGE).header("Cache-Control", "no-store")
+    Reply::new(200, "text/html; charset=utf-8", PAGE)
+        .header("Cache-Control", "no-store")
+        .header("Content-Security-Policy", http::page_csp(PAGE))
 }
 
 /// `GET /api/hive`: a fresh snapshot.
@@ -609,66 +633,95 @@ fn agent_config(sup: &AgentState) -> Reply {
     Reply::new(200, "application/json", text).header("Cache-Control", "no-store")
 }
 
-/// `GET /agent/NAME/open` logs the browser in to NAME's page (its cookie for
-/// this host: cookies are per host, not per port) and goes there, and
-/// `GET /agent/NAME/turn/ID` to that turn on it; `GET /agent/NAME/icon`
-/// passes NAME's icon on; `GET /agent/NAME/config` shows the entry it runs.
-fn agent_link(app: &App, c: &Ctx<'_>) -> Reply {
-    let rest = c.path.trim_start_matches("/agent/");
-    let Some((name, what)) = rest.split_once('/') else {
-        return Reply::not_found();
+/// True when `token` is the page token of the agent whose prefix `path` is
+/// under (`/agent/NAME/…`): a script with an agent's token reaches that
+/// agent's page through the hive, and nothing else.
+fn agent_token_opens(app: &App, path: &str, token: &str) -> bool {
+    let Some((name, _)) = path
+        .strip_prefix("/agent/")
+        .and_then(|rest| rest.split_once('/'))
+    else {
+        return false;
     };
-    let turn = match what.strip_prefix("turn/").map(str::parse::<i64>) {
-        Some(Ok(id)) => Some(id),
-        Some(Err(_)) => return Reply::not_found(),
-        None if ["open", "icon", "config"].contains(&what) => None,
-        None => return Reply::not_found(),
+    let Ok(sup) = supervision_of(app, name) else {
+        return false;
     };
-    let sup = match supervision_of(app, name) {
-        Ok(s) => s,
-        Err(e) => return Reply::error(404, e),
-    };
-    if what == "config" {
-        return agent_config(&sup);
-    }
-    let Some(port) = sup.port else {
-        return Reply::error(
-            404,
-            format!("{name} has no page yet (see DATA/logs/{name}.log)"),
-        );
-    };
-    let token = agent_token(app, name, Some(&sup));
-    if what == "icon" {
-        return agent_icon(app, name, port, token.as_deref());
-    }
-    let host_name = match c.host.rsplit_once(':') {
-        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => c.host,
-    };
-    let path = turn.map_or_else(String::new, |id| format!("turn/{id}"));
-    let reply = Reply::redirect(&format!("http://{host_name}:{port}/{path}"));
-    let Some(t) = token else {
-        // No token of its own: the page opens only if it needs none
-        // (`HIVE_WEB_AUTH=off`); hive up never lends it one.
-        return match page_refusal(app, name, port, None) {
-            Some(why) => Reply::error(503, format!("{name}: {why}")),
-            None => reply,
-        };
-    };
-    match auth::new_session(&t) {
-        Ok(session) => reply.header(
-            "Set-Cookie",
-            auth::cookie_header(&format!("hive_token_{port}"), &session),
-        ),
-        Err(e) => Reply::error(500, e),
-    }
+    agent_token(app, name, Some(&sup))
+        .is_some_and(|want| auth::ct_eq(want.as_bytes(), token.as_bytes()))
 }
 
-/// Why `name`'s page at `port` refuses `token` (a 401), if it does.
-fn page_refusal(app: &App, name: &str, port: u16, token: Option<&str>) -> Option<String> {
-    let (status, _) =
-        super::pages::fetch(&app.http, name, port, "/api/state", token, MAX_ANSWER).ok()?;
-    (status == 401).then(|| refused(name, token))
+/// Everything under `/agent/NAME/`: the page itself and its turns
+/// (`/agent/NAME/`, `/agent/NAME/turn/ID`: the page built into `hive`, served
+/// here), the entry it runs (`config`), the old links (`open`), and every
+/// other path passed on to the agent's page ([`super::proxy::pass_on`]).
+fn agent_route(app: &App, req: tiny_http::Request, c: &Ctx<'_>) {
+    let respond = |req: tiny_http::Request, r: Reply| {
+        let _ = req.respond(r.into_response());
+    };
+    let rest = c.path.trim_start_matches("/agent/");
+    let (name, what) = rest.split_once('/').unwrap_or((rest, ""));
+    if !super::pages::plain_name(name) {
+        return respond(req, Reply::not_found());
+    }
+    if !rest.contains('/') {
+        return respond(req, Reply::redirect(&format!("/agent/{name}/")));
+    }
+    let sup = match supervision_of(app, name) {
+        Ok(s) => s,
+        Err(e) => return respond(req, Reply::error(404, e)),
+    };
+    let get = matches!(
+        req.method(),
+        tiny_http::Method::Get | tiny_http::Method::Head
+    );
+    let turn = what
+        .strip_prefix("turn/")
+        .map(|id| id.trim_end_matches('/').parse::<i64>().is_ok());
+    match what {
+        "config" if get => return respond(req, agent_config(&sup)),
+        // The old link of the dashboard's cards (it logged in to the page's
+        // own port): the page is here now.
+        "open" if get => return respond(req, Reply::redirect(&format!("/agent/{name}/"))),
+        "" | "index.html" if get => return respond(req, agent_page()),
+        _ if get && turn == Some(true) => return respond(req, agent_page()),
+        _ => {}
+    }
+    let token = agent_token(app, name, Some(&sup));
+    let running = sup.pid.is_some();
+    if !running {
+        let r = Reply::error(
+            503,
+            format!(
+                "{name} does not run now (it is {}); its page is back when it runs",
+                sup.state
+            ),
+        )
+        .header("Retry-After", "2");
+        return respond(req, r);
+    }
+    let socket = super::pages::socket_path(&app.data.join("run"), name);
+    let target = if c.query.is_empty() {
+        format!("/{what}")
+    } else {
+        format!("/{what}?{}", c.query)
+    };
+    let passing = super::proxy::Passing {
+        agent: name,
+        socket: &socket,
+        target: &target,
+        token: token.as_deref(),
+        body: &c.body,
+        client: c.client,
+        refused: token.is_none().then(|| super::pages::no_token(name)),
+    };
+    super::proxy::pass_on(req, &passing, &app.pages_stream);
+}
+
+/// The agent page, as `hive` has it built in.
+fn agent_page() -> Reply {
+    Reply::new(200, "text/html; charset=utf-8", AGENT_PAGE)
+        .header("Cache-Control", "no-store")
+        .header("Content-Security-Policy", http::page_csp(AGENT_PAGE))
 }
 
 /// What the card says of a page that answered 401 to `token`.
@@ -679,26 +732,6 @@ fn refused(name: &str, token: Option<&str>) -> String {
                     HIVE_WEB_TOKEN, or its state dir's web-token)"
             .into(),
     }
-}
-
-fn agent_icon(app: &App, name: &str, port: u16, token: Option<&str>) -> Reply {
-    let svg = match super::pages::fetch(&app.http, name, port, "/icon", token, MAX_ANSWER) {
-        Ok((200, svg)) => svg,
-        Ok((code, _)) => {
-            return Reply::error(
-                502,
-                format!("cannot read the agent's icon: it answered {code}"),
-            )
-        }
-        Err(e) => return Reply::error(502, format!("cannot read the agent's icon: {e}")),
-    };
-    // The SVG is the agent's: it may not run anything in the dashboard's origin.
-    Reply::new(200, "image/svg+xml", svg)
-        .header(
-            "Content-Security-Policy",
-            "default-src 'none'; style-src 'unsafe-inline'; sandbox",
-        )
-        .header("Cache-Control", "max-age=300")
 }
 
 /// `GET /api/search?q=WORDS[&agent=A][&since=UNIX]`: `hive search` for the
@@ -767,16 +800,102 @@ fn message(app: &App, c: &Ctx<'_>) -> Reply {
 /// entries with a label and an http(s) URL ([`http::web_url`]; the page
 /// filters its file the same way, but the answer is the agent's), at most
 /// [`LINKS_MAX`], each with its three fields as strings and nothing else.
-fn links(answer: Value) -> Value {
+/// A link to this machine (a loopback address) or to the hive's own `hosts`
+/// on another port carries `risky` (why), and the card shows it as text:
+/// it could lead the operator's browser to a listener the agent runs.
+fn links(answer: Value, hosts: &[String], port: u16) -> Value {
     let Value::Array(list) = answer else {
         return json!([]);
     };
     let kept = list.iter().filter_map(|l| {
         let (label, url) = (l["label"].as_str()?, l["url"].as_str()?);
         let icon = l["icon"].as_str().unwrap_or("");
-        http::web_url(url).then(|| json!({"label": label, "url": url, "icon": icon}))
+        if !http::web_url(url) {
+            return None;
+        }
+        let mut link = json!({"label": label, "url": url, "icon": icon});
+        if let Some(why) = risky(url, hosts, port) {
+            link["risky"] = json!(why);
+        }
+        Some(link)
     });
     Value::Array(kept.take(LINKS_MAX).collect())
+}
+
+/// Why `url` (an http(s) URL) is not shown as a link, if it is not: it
+/// points at a loopback address (any spelling a browser reads as one:
+/// `localhost`, `127.1`, `2130706433`, `[::1]`) or at one of `hosts`, the
+/// hive's own names, on a port other than `port`.
+fn risky(url: &str, hosts: &[String], port: u16) -> Option<&'static str> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or("");
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, their_port) = match hostport.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(':') && p.bytes().all(|b| b.is_ascii_digit()) => {
+            (h, p.parse::<u16>().ok())
+        }
+        _ => (hostport, None),
+    };
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .trim_end_matches('.')
+        .to_ascii_lowercase();
+    let loopback = host == "localhost"
+        || host.ends_with(".localhost")
+        || host == "0.0.0.0"
+        || loose_ipv4(&host).is_some_and(|ip| ip.is_loopback() || ip.is_unspecified())
+        || host.parse::<std::net::Ipv6Addr>().is_ok_and(|ip| {
+            ip.is_loopback()
+                || ip.is_unspecified()
+                || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        });
+    if loopback {
+        return Some("it points at this machine");
+    }
+    let default = if url.to_ascii_lowercase().starts_with("https:") {
+        443
+    } else {
+        80
+    };
+    let theirs = their_port.unwrap_or(default);
+    let ours = hosts.iter().any(|h| {
+        let h = h.to_ascii_lowercase();
+        let name = h
+            .rsplit_once(':')
+            .map_or(h.as_str(), |(n, _)| n)
+            .to_string();
+        name == host
+    });
+    (ours && theirs != port).then_some("it points at the hive's host on another port")
+}
+
+/// An IPv4 address as a browser reads a host: one to four parts, each
+/// decimal, octal (`0…`) or hex (`0x…`), the last filling the rest.
+fn loose_ipv4(host: &str) -> Option<std::net::Ipv4Addr> {
+    let parts: Vec<&str> = host.split('.').collect();
+    if parts.is_empty() || parts.len() > 4 {
+        return None;
+    }
+    let num = |p: &str| -> Option<u64> {
+        if let Some(h) = p.strip_prefix("0x").or_else(|| p.strip_prefix("0X")) {
+            u64::from_str_radix(h, 16).ok()
+        } else if p.len() > 1 && p.starts_with('0') {
+            u64::from_str_radix(&p[1..], 8).ok()
+        } else {
+            p.parse().ok()
+        }
+    };
+    let nums: Vec<u64> = parts.iter().map(|p| num(p)).collect::<Option<_>>()?;
+    let (last, head) = nums.split_last()?;
+    if head.iter().any(|n| *n > 255) || *last >= 1u64 << (8 * (4 - head.len())) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for (i, n) in head.iter().enumerate() {
+        v |= n << (24 - 8 * i);
+    }
+    Some(std::net::Ipv4Addr::from((v | last) as u32))
 }
 
 /// Cuts `s` to [`CUT_BYTES`] (on a character boundary) with a marker; true when
@@ -845,6 +964,11 @@ fn snapshot(app: &App) -> Value {
         },
     );
     let mut cards = Vec::new();
+    // The hive's own names, for the links that point back at its host.
+    let mut hive_hosts = app.cfg.hosts.clone();
+    if !app.cfg.bind.is_unspecified() {
+        hive_hosts.push(app.cfg.bind.to_string());
+    }
     for row in agents["agents"].as_array().cloned().unwrap_or_default() {
         let name = row["name"].as_str().unwrap_or_default().to_string();
         let s = sup_rows.iter().find(|s| s.name == name);
@@ -857,12 +981,19 @@ fn snapshot(app: &App) -> Value {
                 card["forge"] = json!(forge);
             }
         }
-        if let Some(port) = s.and_then(|s| s.port) {
+        if s.is_some_and(|s| s.pid.is_some()) && super::pages::plain_name(&name) {
             let token = agent_token(app, &name, s);
+            let socket = super::pages::socket_path(&app.data.join("run"), &name);
             // Null when the page does not answer 200 with JSON in time.
             let fetch = |path: &str| -> Result<Value, u16> {
-                let fetched =
-                    super::pages::fetch(&app.http, &name, port, path, token.as_deref(), MAX_ANSWER);
+                let fetched = super::pages::fetch(
+                    &socket,
+                    &name,
+                    path,
+                    token.as_deref(),
+                    MAX_ANSWER,
+                    CARD_WAIT,
+                );
                 match fetched {
                     Ok((200, body)) => Ok(serde_json::from_slice(&body).unwrap_or(Value::Null)),
                     Ok((code, _)) => Err(code),
@@ -873,9 +1004,10 @@ fn snapshot(app: &App) -> Value {
                 Err(401) => card["page_error"] = json!(refused(&name, token.as_deref())),
                 live => {
                     card["live"] = live.unwrap_or(Value::Null);
-                    card["links"] = fetch("/api/dashboard-links").map_or(Value::Null, links);
-                    card["url"] = json!(format!("http://127.0.0.1:{port}/"));
-                    card["open"] = json!(format!("/agent/{name}/open"));
+                    card["links"] = fetch("/api/dashboard-links")
+                        .map_or(Value::Null, |l| links(l, &hive_hosts, app.cfg.port));
+                    card["url"] = json!(format!("/agent/{name}/"));
+                    card["open"] = json!(format!("/agent/{name}/"));
                     card["icon"] = json!(format!("/agent/{name}/icon"));
                 }
             }
@@ -1197,6 +1329,45 @@ mod tests {
         );
         drop(d);
         std::fs::remove_dir_all(&data).unwrap();
+    }
+
+    #[test]
+    fn links_to_this_machine_or_the_hives_host_on_another_port_are_marked() {
+        let hosts = vec!["hive.lan".to_string(), "10.0.0.5".to_string()];
+        for url in [
+            "http://localhost:9999/",
+            "http://LOCALHOST./x",
+            "http://foo.localhost/",
+            "http://127.0.0.1:1/",
+            "http://127.1/",
+            "http://2130706433/",
+            "http://0x7f.0.0.1/",
+            "http://[::1]:80/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://user@127.0.0.1/",
+            "http://0.0.0.0/",
+        ] {
+            assert_eq!(
+                risky(url, &hosts, 7890),
+                Some("it points at this machine"),
+                "{url}"
+            );
+        }
+        for url in [
+            "http://hive.lan:8000/",
+            "https://10.0.0.5/",
+            "http://HIVE.lan/",
+        ] {
+            assert!(risky(url, &hosts, 7890).is_some(), "{url}");
+        }
+        for url in [
+            "https://stats.test/",
+            "http://hive.lan:7890/agent/x/",
+            "http://128.0.0.1/",
+            "https://example.com/127.0.0.1",
+        ] {
+            assert_eq!(risky(url, &hosts, 7890), None, "{url}");
+        }
     }
 
     #[test]

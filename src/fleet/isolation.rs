@@ -82,7 +82,9 @@ const FIX: &str = "to isolate them, enable unprivileged user namespaces \
 fn unisolated(why: &str) -> String {
     format!(
         "hive up: agents are NOT isolated ({why}): every agent can reach the operator socket, \
-         the dashboard token, the fleet file and the other agents' files; {FIX}"
+         the dashboard token, the fleet file and the other agents' files, and the web's \
+         guarantees do not hold (an agent can reach the sockets of the other agents' pages and \
+         take the place of its own); {FIX}"
     )
 }
 

@@ -20,6 +20,7 @@ pub mod dashboard;
 pub mod isolation;
 pub mod logfile;
 pub mod pages;
+pub mod proxy;
 pub mod sandbox;
 pub mod search;
 pub mod supervisor;
@@ -62,6 +63,9 @@ pub struct UpSettings {
     /// `hive up`'s own environment names an Anthropic key or OAuth token,
     /// which every agent inherits (so each counts as logged in).
     pub inherited_login: bool,
+    /// The hive's one origin and `/` (`http://127.0.0.1:7890/`, or
+    /// `web.public_origin`): the links to the agents' pages and turns.
+    pub origin: String,
 }
 
 impl UpSettings {
@@ -91,6 +95,7 @@ impl UpSettings {
             inherited_login: ["ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"]
                 .iter()
                 .any(|k| env.get(k).is_some()),
+            origin: format!("http://{}/", crate::config::DEFAULT_LISTEN),
         })
     }
 }
@@ -166,6 +171,7 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
     // The listener first: an address in use stops hive up before any agent
     // starts.
     let dash = dashboard::start(&data, broker::host_socket(&settings.run_dir), dash_cfg)?;
+    settings.origin = dash.base_url();
     let (sup_tx, sup_rx) = unbounded::<LifecycleCmd>();
     let broker = broker::start(
         &BrokerSettings {
@@ -225,7 +231,7 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
         ),
         None => println!("dashboard: {} ({})", dash.base_url(), dash.token_hint()),
     }
-    print_pages(&sup_tx);
+    print_pages(&sup_tx, &settings.origin);
 
     let _ = signals.recv();
     log::info!("stopping the agents, then the broker");
@@ -248,8 +254,9 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
     Ok(())
 }
 
-/// Prints each agent's page once its port file appears (at most a few seconds).
-fn print_pages(sup: &crossbeam_channel::Sender<LifecycleCmd>) {
+/// Prints each agent's page (on the hive's `origin`) once its harness runs
+/// (at most a few seconds).
+fn print_pages(sup: &crossbeam_channel::Sender<LifecycleCmd>, origin: &str) {
     let end = Instant::now() + Duration::from_secs(10);
     let mut printed = std::collections::BTreeSet::new();
     loop {
@@ -267,18 +274,13 @@ fn print_pages(sup: &crossbeam_channel::Sender<LifecycleCmd>) {
                     s.name, s.name
                 );
             }
-            if let Some(port) = s.port {
-                if printed.insert(s.name.clone()) {
-                    let url = format!("http://127.0.0.1:{port}/");
-                    println!(
-                        "{}: {url} (open it from the dashboard, which logs you in)",
-                        s.name
-                    );
-                    if !s.logged_in {
-                        let line = supervisor::needs_login_line(&s.name, Some(&url));
-                        println!("{line}");
-                        log::warn!("{line}");
-                    }
+            if s.state == crate::proto::AgentPhase::Running && printed.insert(s.name.clone()) {
+                let url = supervisor::page_link(origin, &s.name);
+                println!("{}: {url} (the dashboard's login opens it)", s.name);
+                if !s.logged_in {
+                    let line = supervisor::needs_login_line(&s.name, Some(&url));
+                    println!("{line}");
+                    log::warn!("{line}");
                 }
             }
         }

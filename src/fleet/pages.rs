@@ -1,11 +1,13 @@
 //! How `hive up` reaches an agent's own page, one home for the rule the
-//! dashboard and the supervisor's searches share: the page's port is in the
-//! port file its harness writes (`DATA/agents/NAME/state/hyperhive-port`), and
-//! its token is the fleet entry's `HIVE_WEB_TOKEN`, else the one the harness
-//! generated (`…/state/web-token`), else none: `hive up` never sends a token
-//! of its own (its `HIVE_WEB_TOKEN` is the operator's) to a page whose agent
-//! removed its file, and shows such a page as unavailable ([`no_token`]).
-//! Both files are the agent's, so they are read as [`read_agent_file`] reads:
+//! dashboard and the supervisor's searches share: the page listens on a unix
+//! socket `hive up` made and keeps (`DATA/run/pages/NAME.sock`,
+//! [`socket_path`]; the harness inherits it, and no sandbox shows it), so
+//! nothing the agent writes says where `hive up` or the operator's browser
+//! goes. Its token is the fleet entry's `HIVE_WEB_TOKEN`, else the one the
+//! harness generated (`…/state/web-token`), else none: `hive up` never sends a
+//! token of its own (its `HIVE_WEB_TOKEN` is the operator's) to a page whose
+//! agent removed its file, and shows such a page as unavailable ([`no_token`]).
+//! The token file is the agent's, so it is read as [`read_agent_file`] reads:
 //! a small regular file, reached from the agent's dir without following a
 //! symlink on the way, never waiting on a FIFO. Every answer read from a page
 //! is bounded too ([`fetch`]): past its bound it is dropped, with a log line,
@@ -13,8 +15,8 @@
 
 use crate::http::auth::PAGE_TOKEN_FILE;
 use crate::proto::AgentConfig;
-use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The most bytes `hive up` reads of one small answer of a page: its
 /// `/api/state`, `/api/dashboard-links` or `/icon`.
@@ -24,8 +26,8 @@ pub const MAX_ANSWER: u64 = 256 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page {
     pub agent: String,
-    /// None while its harness has not written its port.
-    pub port: Option<u16>,
+    /// Its socket; None while its harness does not run.
+    pub socket: Option<PathBuf>,
     pub token: Option<String>,
 }
 
@@ -34,14 +36,15 @@ pub fn agent_dir(data: &Path, name: &str) -> PathBuf {
     data.join("agents").join(name)
 }
 
+/// `RUN/pages/NAME.sock`: the socket of `name`'s page, under `hive up`'s run
+/// dir (`DATA/run`), in a directory of its own that no sandbox shows.
+pub fn socket_path(run_dir: &Path, name: &str) -> PathBuf {
+    run_dir.join("pages").join(format!("{name}.sock"))
+}
+
 /// `file` of `name`'s state dir, as the agent wrote it ([`read_agent_file`]).
 pub fn state_file(data: &Path, name: &str, file: &str) -> Option<String> {
     read_agent_file(&agent_dir(data, name), &Path::new("state").join(file))
-}
-
-/// The port `name`'s page listens on, from its port file.
-pub fn port(data: &Path, name: &str) -> Option<u16> {
-    state_file(data, name, "hyperhive-port").and_then(|p| p.trim().parse().ok())
 }
 
 /// The token of `name`'s page (see the module's rule); None when neither its
@@ -72,55 +75,41 @@ pub fn no_token(name: &str) -> String {
     )
 }
 
-/// `GET path` on `name`'s page at `port` with `token` through `http`: the
-/// status and the body. A body over `max` bytes is dropped (not read past
-/// `max`) with a log line naming the page, and is an error.
+/// `GET path` on `name`'s page at `socket` with `token`, each read waiting
+/// at most `wait`: the status and the body. A body over `max` bytes is
+/// dropped (not read past `max`) with a log line naming the page, and is an
+/// error.
 pub fn fetch(
-    http: &ureq::Agent,
+    socket: &Path,
     name: &str,
-    port: u16,
     path: &str,
     token: Option<&str>,
     max: u64,
+    wait: Duration,
 ) -> Result<(u16, Vec<u8>), String> {
-    let mut req = http.get(&format!("http://127.0.0.1:{port}{path}"));
-    if let Some(t) = token {
-        req = req.set("X-Hive-Token", t);
-    }
-    let resp = match req.call() {
-        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => return Err(format!("its page did not answer: {e}")),
-    };
-    let status = resp.status();
-    let said = resp
-        .header("Content-Length")
-        .and_then(|l| l.trim().parse::<u64>().ok());
-    let mut body = Vec::new();
-    if said.is_none_or(|n| n <= max) {
-        resp.into_reader()
-            .take(max + 1)
-            .read_to_end(&mut body)
-            .map_err(|e| format!("cannot read its page's answer: {e}"))?;
-    }
-    if said.is_some_and(|n| n > max) || body.len() as u64 > max {
+    let headers: Vec<(&str, &str)> = token.map(|t| ("X-Hive-Token", t)).into_iter().collect();
+    let answer = super::proxy::request(socket, "GET", path, &headers, &[], wait)
+        .map_err(|e| format!("its page did not answer: {e}"))?;
+    let status = answer.status;
+    answer.read_body(max).map(|b| (status, b)).inspect_err(|_| {
         log::warn!(
             "{name}'s page answered {} with more than {max} bytes; dropped",
             path.split('?').next().unwrap_or(path)
         );
-        return Err(format!("its page's answer is over {max} bytes; dropped"));
-    }
-    Ok((status, body))
+    })
 }
 
-/// `name`'s page: its port and token.
-pub fn page(data: &Path, entry: Option<&AgentConfig>, name: &str) -> Page {
+/// `name`'s page: its socket (when `running`) and token.
+pub fn page(
+    data: &Path,
+    run_dir: &Path,
+    entry: Option<&AgentConfig>,
+    name: &str,
+    running: bool,
+) -> Page {
     Page {
         agent: name.to_string(),
-        port: if plain_name(name) {
-            port(data, name)
-        } else {
-            None
-        },
+        socket: (running && plain_name(name)).then(|| socket_path(run_dir, name)),
         token: token(data, entry, name),
     }
 }
@@ -169,17 +158,22 @@ mod tests {
         let mut entry = AgentConfig::named("ana");
         entry.env.insert("HIVE_WEB_TOKEN".into(), " set ".into());
         assert_eq!(token(&data, Some(&entry), "ana"), Some("set".into()));
-        std::fs::write(state.join("hyperhive-port"), "4242\n").unwrap();
-        assert_eq!(page(&data, None, "ana").port, Some(4242));
-        assert_eq!(page(&data, None, "../x").port, None);
+        let run = data.join("run");
+        assert_eq!(
+            page(&data, &run, None, "ana", true).socket,
+            Some(run.join("pages/ana.sock"))
+        );
+        assert_eq!(page(&data, &run, None, "ana", false).socket, None);
+        assert_eq!(page(&data, &run, None, "../x", true).socket, None);
         let _ = std::fs::remove_dir_all(&data);
     }
 
-    /// A page stand-in on 127.0.0.1 that answers every request with `head`
-    /// and then `body_len` bytes of `x` (as fast as they are read).
-    fn page_answering(head: String, body_len: usize) -> u16 {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
+    /// A page stand-in on a unix socket at `path` that answers every
+    /// request with `head` and then `body_len` bytes of `x` (as fast as they
+    /// are read).
+    fn page_answering(path: &Path, head: String, body_len: usize) {
+        let _ = std::fs::remove_file(path);
+        let l = std::os::unix::net::UnixListener::bind(path).unwrap();
         std::thread::spawn(move || {
             for mut conn in l.incoming().flatten() {
                 use std::io::{BufRead, Write};
@@ -200,31 +194,36 @@ mod tests {
                 }
             }
         });
-        port
     }
 
     #[test]
     fn an_answer_over_its_bound_is_dropped_unread() {
-        let http = ureq::AgentBuilder::new()
-            .timeout(std::time::Duration::from_secs(10))
-            .build();
+        let dir = std::env::temp_dir().join(format!("hive-pages-big-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let wait = Duration::from_secs(10);
         let big = 64 << 20;
         // With a Content-Length that says so, and without one (read to the
         // bound, then dropped).
-        for head in [
+        for (i, head) in [
             format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {big}\r\n\r\n"),
             "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n".to_string(),
-        ] {
-            let port = page_answering(head, big);
-            let e = fetch(&http, "ana", port, "/api/state", None, MAX_ANSWER).unwrap_err();
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let sock = dir.join(format!("big{i}.sock"));
+            page_answering(&sock, head, big);
+            let e = fetch(&sock, "ana", "/api/state", None, MAX_ANSWER, wait).unwrap_err();
             assert!(e.contains("over 262144 bytes"), "{e}");
         }
         let small = "HTTP/1.1 401 Unauthorized\r\nContent-Length: 2\r\n\r\n".to_string();
-        let port = page_answering(small, 2);
+        let sock = dir.join("small.sock");
+        page_answering(&sock, small, 2);
         assert_eq!(
-            fetch(&http, "ana", port, "/api/state", Some("t"), MAX_ANSWER).unwrap(),
+            fetch(&sock, "ana", "/api/state", Some("t"), MAX_ANSWER, wait).unwrap(),
             (401, b"xx".to_vec())
         );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -256,12 +255,10 @@ mod tests {
         let other = agent_dir(&data, "bob").join("state");
         std::fs::create_dir_all(&other).unwrap();
         std::fs::write(other.join(PAGE_TOKEN_FILE), "bobs-token\n").unwrap();
-        std::fs::write(other.join("hyperhive-port"), "4343\n").unwrap();
         std::fs::create_dir_all(data.join("agents/ana")).unwrap();
         std::os::unix::fs::symlink(&other, agent_dir(&data, "ana").join("state")).unwrap();
         assert_eq!(token(&data, None, "ana"), None);
-        assert_eq!(page(&data, None, "ana").port, None);
-        assert_eq!(page(&data, None, "bob").port, Some(4343));
+        assert_eq!(token(&data, None, "bob"), Some("bobs-token".into()));
         let _ = std::fs::remove_dir_all(&data);
     }
 }

@@ -354,6 +354,11 @@ fn read_only(path: &Path) -> Result<(), String> {
 fn pid_one(spec: &Spec, set: &SignalSet, status: OwnedFd, alive: OwnedFd) -> Result<i32, String> {
     // If the outer process dies (even by SIGKILL), so does the namespace.
     ns::set_parent_death_signal(libc::SIGKILL);
+    // It holds what the agent inherits (an agent page's listening socket):
+    // nothing the agent runs may trace it or take its descriptors.
+    if let Err(e) = crate::sys::set_non_dumpable() {
+        return Err(format!("cannot make the sandbox's PID 1 non-dumpable: {e}"));
+    }
     if hung_up(alive.as_raw_fd()) {
         return Ok(1); // it died before the death signal was armed
     }

@@ -4,7 +4,8 @@
 //! asks each agent page's `/api/history` with that page's token, like the
 //! dashboard reads `/api/state`, within the time the caller waits, and sends
 //! the answer on the query's reply channel. Hits of every agent are merged
-//! newest first, with absolute links to the agents' pages; an agent whose page
+//! newest first, with absolute links to the turns on the hive's one origin
+//! (`ORIGIN/agent/NAME/turn/ID`); an agent whose page
 //! did not answer is listed with why.
 
 use super::pages::Page;
@@ -45,21 +46,22 @@ fn get<T: serde::de::DeserializeOwned>(
     path_and_query: &str,
     deadline: Instant,
 ) -> Result<T, String> {
-    let Some(port) = page.port else {
+    let Some(socket) = &page.socket else {
         return Err("its page is not up (the agent is not running, or starting)".into());
     };
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
         return Err("not asked: the query ran out of time".into());
     }
-    let agent = ureq::AgentBuilder::new()
-        .timeout_connect(Duration::from_secs(1))
-        .timeout(left.min(PER_PAGE))
-        .redirects(0)
-        .build();
     let token = page.token.as_deref();
-    let (status, body) =
-        super::pages::fetch(&agent, &page.agent, port, path_and_query, token, MAX_ANSWER)?;
+    let (status, body) = super::pages::fetch(
+        socket,
+        &page.agent,
+        path_and_query,
+        token,
+        MAX_ANSWER,
+        left.min(PER_PAGE),
+    )?;
     match status {
         200 => serde_json::from_slice(&body)
             .map_err(|e| format!("its page's answer is not what hive reads: {e}")),
@@ -98,8 +100,9 @@ fn query(pairs: &[(&str, String)]) -> String {
 }
 
 /// Searches the pages of `pages` in turn until `within` runs out; merges the
-/// hits newest first.
-pub fn search(pages: Vec<Page>, q: &Search, within: Duration) -> SearchReply {
+/// hits newest first, each linked to its turn on the hive's `origin`
+/// (`http://127.0.0.1:7890/`).
+pub fn search(pages: Vec<Page>, q: &Search, within: Duration, origin: &str) -> SearchReply {
     let deadline = Instant::now() + within;
     let limit = q.limit.unwrap_or(HISTORY_LIMIT_DEFAULT);
     let mut params = vec![("q", q.words.clone()), ("limit", limit.to_string())];
@@ -112,12 +115,11 @@ pub fn search(pages: Vec<Page>, q: &Search, within: Duration) -> SearchReply {
         match get::<HitPage>(&page, &path, deadline) {
             Ok(p) => {
                 more |= p.more;
-                let port = page.port.unwrap_or_default();
                 // The link is made here from the turn's number: a page's own
                 // text never becomes a link the operator follows.
                 hits.extend(p.hits.into_iter().map(|mut h| {
                     h.agent = page.agent.clone();
-                    h.link = format!("http://127.0.0.1:{port}/turn/{}", h.turn);
+                    h.link = format!("{origin}agent/{}/turn/{}", page.agent, h.turn);
                     h
                 }));
             }
@@ -168,7 +170,7 @@ mod tests {
         );
         let down = Page {
             agent: "ana".into(),
-            port: None,
+            socket: None,
             token: None,
         };
         let r = search(
@@ -180,6 +182,7 @@ mod tests {
                 limit: None,
             },
             Duration::from_secs(1),
+            "http://127.0.0.1:7890/",
         );
         assert!(r.hits.is_empty());
         assert_eq!(r.errors[0].agent, "ana");

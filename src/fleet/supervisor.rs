@@ -64,6 +64,11 @@ struct Agent {
     /// Its harness reported to the broker that claude needs a login (an
     /// expired or refused credential, even with a credentials file present).
     needs_login: bool,
+    /// The listening socket of its page (`DATA/run/pages/NAME.sock`), made at
+    /// its first start and kept across restarts of its harness, each of which
+    /// inherits it: a browser that reconnects while the harness restarts
+    /// waits in its queue rather than failing.
+    page: Option<std::os::unix::net::UnixListener>,
 }
 
 impl Agent {
@@ -79,6 +84,7 @@ impl Agent {
             rebuilding: false,
             last_rebuild: None,
             needs_login: false,
+            page: None,
         }
     }
 }
@@ -259,8 +265,9 @@ impl Supervisor {
                     None => self.agents.keys().cloned().collect(),
                 };
                 let pages = names.iter().map(|n| self.page(n)).collect();
+                let origin = self.s.origin.clone();
                 super::search::spawn("sup-search", reply, move || {
-                    Ok(super::search::search(pages, &query, within))
+                    Ok(super::search::search(pages, &query, within, &origin))
                 });
             }
             LifecycleCmd::History {
@@ -284,10 +291,12 @@ impl Supervisor {
         }
     }
 
-    /// How `name`'s page is reached (its port and token).
+    /// How `name`'s page is reached (its socket while it runs, and its token).
     fn page(&self, name: &str) -> super::pages::Page {
-        let entry = self.agents.get(name).map(|a| &a.applied);
-        super::pages::page(&self.s.data, entry, name)
+        let a = self.agents.get(name);
+        let running = a.is_some_and(|a| a.child.is_running());
+        let entry = a.map(|a| &a.applied);
+        super::pages::page(&self.s.data, &self.s.run_dir, entry, name, running)
     }
 
     fn agent(&mut self, name: &str) -> Result<&mut Agent, String> {
@@ -560,7 +569,6 @@ impl Supervisor {
         set("HIVE_SOCKET", socket.into());
         set("HIVE_BASH_SOCKET", run.join("bash.sock").into());
         set("HIVE_LABEL", name.into());
-        set("HIVE_PORT", "0".into());
         set("CLAUDE_CONFIG_DIR", claude.into());
         set("HIVE_TOOL_GROUPS", {
             let g: Vec<&str> = cfg.groups().iter().map(|g| g.name()).collect();
@@ -595,6 +603,12 @@ impl Supervisor {
             umask: self.s.child_umask,
         };
         let mut cmd = launch.command(serve);
+        // Its page listens on a socket of hive up's, which the harness
+        // inherits (no TCP port of its own: hive up passes the browser's
+        // requests on), under a path its sandbox does not show.
+        let page = self.page_socket(name)?;
+        crate::sys::process::pass_fd(&mut cmd, page);
+        cmd.env(crate::http::server::INHERITED_FD_VAR, page.to_string());
         // Its bash-task daemon runs apart (bashd.rs), started with the same
         // launch, so its tasks outlive a restart of the harness.
         cmd.env(bashd::PLACEMENT_VAR, "external");
@@ -617,6 +631,32 @@ impl Supervisor {
             a.bin_at_start = bin;
         }
         Ok(child)
+    }
+
+    /// The descriptor of `name`'s page socket, made (or made again, after a
+    /// start that found it gone) under `DATA/run/pages/`, a directory only
+    /// `hive up`'s user reads and no sandbox shows.
+    fn page_socket(&mut self, name: &str) -> Result<std::os::fd::RawFd, String> {
+        use std::os::fd::AsRawFd;
+        let path = super::pages::socket_path(&self.s.run_dir, name);
+        let a = self.agent(name)?;
+        if let Some(l) = &a.page {
+            if path.exists() {
+                return Ok(l.as_raw_fd());
+            }
+        }
+        let dir = path.parent().unwrap_or(&path).to_path_buf();
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| {
+                std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            })
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let _ = std::fs::remove_file(&path);
+        let l = std::os::unix::net::UnixListener::bind(&path)
+            .map_err(|e| format!("cannot listen on {} for {name}'s page: {e}", path.display()))?;
+        let fd = l.as_raw_fd();
+        self.agent(name)?.page = Some(l);
+        Ok(fd)
     }
 
     /// SIGTERM to every agent (each requeues its inflight message), then SIGKILL
@@ -712,9 +752,9 @@ impl Supervisor {
             || dir.join("state").join("hyperhive-credentials").exists()
     }
 
-    /// The agent's page, once its port file is there.
+    /// The agent's page on the hive's one origin.
     fn page_url(&self, name: &str) -> Option<String> {
-        super::pages::port(&self.s.data, name).map(|p| format!("http://127.0.0.1:{p}/"))
+        Some(page_link(&self.s.origin, name))
     }
 
     fn axes(&self, a: &Agent) -> Axes {
@@ -790,8 +830,6 @@ impl Supervisor {
                     Phase::Backoff(_) if a.rebuilding => ("rebuilding", None),
                     Phase::Backoff(_) => ("restarting", None),
                 };
-                // A stopped agent's port file is a page that is gone.
-                let port = pid.and_then(|_| super::pages::port(&self.s.data, name));
                 AgentState {
                     name: name.clone(),
                     state: state.into(),
@@ -799,7 +837,8 @@ impl Supervisor {
                     restarts: a.child.restarts(),
                     logged_in: axes.logged_in,
                     up_to_date: axes.up_to_date,
-                    port,
+                    // Its page is at /agent/NAME/ on hive up's listener.
+                    port: None,
                     applied: a.applied.clone(),
                     last_rebuild: a.last_rebuild.clone(),
                 }
@@ -848,6 +887,12 @@ impl Owner for Supervisor {
             let _ = self.spawn(&name);
         }
     }
+}
+
+/// `name`'s page on the hive's `origin` (`http://127.0.0.1:7890/`): the same
+/// across restarts of the agent and of `hive up`.
+pub fn page_link(origin: &str, name: &str) -> String {
+    format!("{origin}agent/{name}/")
 }
 
 /// What `hive up` prints and logs for an agent claude cannot run for: where

@@ -22,6 +22,11 @@ use std::sync::Arc;
 
 /// Runs the harness until SIGTERM.
 pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
+    // Under `hive up` the page's listening socket is inherited: taken (and
+    // made close-on-exec) before anything else runs, and this process made
+    // non-dumpable, so neither claude nor anything it starts can trace the
+    // harness or take its descriptors.
+    let inherited = inherited_listener()?;
     // Held to the end, so a first signal while the rest shuts down (after the
     // loop returned by itself) is taken as a signal, not as one nobody hears.
     let signals = crate::sys::signals()?;
@@ -108,8 +113,8 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
             }
         }
     };
-    let web =
-        crate::web::WebConfig::from_env().and_then(|cfg| crate::web::start(shared.clone(), cfg))?;
+    let web = crate::web::WebConfig::from_env()
+        .and_then(|cfg| crate::web::start_on(shared.clone(), cfg, inherited))?;
     let _forge = super::forge::ForgeSettings::from_env(&s.state_dir, &s.socket, &s.label)?
         .and_then(super::forge::start);
     let poller = Poller::start(
@@ -140,4 +145,25 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     }
     log::info!("hive serve stopped");
     Ok(())
+}
+
+/// The page's listening socket `hive up` handed this harness
+/// ([`crate::http::server::INHERITED_FD_VAR`]), taken over at once (the
+/// variable is a `HIVE_WEB_…` one, which no process the harness starts gets:
+/// `agent_proc`). With one, the harness is made non-dumpable.
+fn inherited_listener() -> Result<Option<std::os::unix::net::UnixListener>, String> {
+    let var = crate::http::server::INHERITED_FD_VAR;
+    let Some(text) = std::env::var_os(var) else {
+        return Ok(None);
+    };
+    let fd: i32 = text
+        .to_str()
+        .and_then(|t| t.trim().parse().ok())
+        .filter(|fd| *fd > 2)
+        .ok_or_else(|| format!("{var}={text:?} is not a descriptor number"))?;
+    let l = crate::sys::fd::inherited_listener(fd)
+        .map_err(|e| format!("{var}={fd}: cannot take the page's socket: {e}"))?;
+    crate::sys::set_non_dumpable()
+        .map_err(|e| format!("cannot make the harness non-dumpable: {e}"))?;
+    Ok(Some(l))
 }

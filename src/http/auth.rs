@@ -184,9 +184,27 @@ impl OneTimeCodes {
     }
 }
 
+/// Where a login returns to: `next` when it is a path of this origin (`/…`,
+/// not `//host` nor `/\host`, no control character), else `/`.
+pub fn next_path(next: Option<&str>) -> String {
+    match next.map(str::trim) {
+        Some(p)
+            if p.starts_with('/')
+                && !p.starts_with("//")
+                && !p.starts_with("/\\")
+                && !p.contains('\\')
+                && !p.chars().any(char::is_control)
+                && p.len() <= 2048 =>
+        {
+            p.to_string()
+        }
+        _ => "/".into(),
+    }
+}
+
 /// `GET /login` (the form; with `?code=` a one-time link when `codes` is given)
 /// and `POST /login` (form field `token`). Both set the server's cookie and go
-/// to `/` on success.
+/// to `next` (the query's, or the form's: [`next_path`]) on success.
 pub fn login(
     guard: &Guard,
     codes: Option<&OneTimeCodes>,
@@ -194,22 +212,30 @@ pub fn login(
     query: &str,
     body: &[u8],
 ) -> Reply {
+    let form = String::from_utf8_lossy(body);
+    let next = next_path(
+        if post {
+            form_value(&form, "next")
+        } else {
+            form_value(query, "next")
+        }
+        .as_deref(),
+    );
     let Some(want) = guard.token() else {
-        return Reply::redirect("/");
+        return Reply::redirect(&next);
     };
     let logged_in = || match new_session(want) {
         Ok(session) => {
-            Reply::redirect("/").header("Set-Cookie", cookie_header(guard.cookie(), &session))
+            Reply::redirect(&next).header("Set-Cookie", cookie_header(guard.cookie(), &session))
         }
         Err(e) => Reply::error(500, e),
     };
     let page = |status: u16, message: &str| {
-        Reply::new(
-            status,
-            "text/html; charset=utf-8",
-            login_page(guard, message),
-        )
-        .header("Cache-Control", "no-store")
+        let html = login_page(guard, message, &next);
+        let csp = crate::http::page_csp(&html);
+        Reply::new(status, "text/html; charset=utf-8", html)
+            .header("Cache-Control", "no-store")
+            .header("Content-Security-Policy", csp)
     };
     if !post {
         return match (form_value(query, "code"), codes) {
@@ -221,7 +247,6 @@ pub fn login(
             (None, _) => page(200, ""),
         };
     }
-    let form = String::from_utf8_lossy(body);
     let got = form_value(&form, "token").unwrap_or_default();
     if !ct_eq(got.trim().as_bytes(), want.as_bytes()) {
         return page(401, "Wrong token.");
@@ -229,7 +254,11 @@ pub fn login(
     logged_in()
 }
 
-fn login_page(guard: &Guard, message: &str) -> String {
+fn login_page(guard: &Guard, message: &str, next: &str) -> String {
+    let next = next
+        .replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;");
     let names = guard.names();
     let what = names.what;
     let hint = names.token_hint;
@@ -247,7 +276,7 @@ border-radius:8px}}
 button{{font:inherit;padding:10px 16px;border:0;border-radius:8px;background:#2f6fde;color:#fff;width:100%}}
 p.err{{color:#b3261e;margin:0}}
 </style></head><body>
-<form method="post" action="/login">
+<form method="post" action="/login"><input type="hidden" name="next" value="{next}">
 <h1 style="font-size:20px;margin:0 0 8px">hive · log in</h1>
 <p style="margin:0;color:#5b6673">Log in to {what} with its token ({hint}).</p>
 <input type="password" name="token" autocomplete="current-password" placeholder="token" autofocus>

@@ -37,7 +37,7 @@ pub enum Body {
 
 pub struct Reply {
     pub status: u16,
-    pub content_type: &'static str,
+    pub content_type: std::borrow::Cow<'static, str>,
     pub body: Body,
     pub headers: Vec<(&'static str, String)>,
 }
@@ -55,7 +55,7 @@ impl Reply {
     pub fn new(status: u16, content_type: &'static str, body: impl Into<Vec<u8>>) -> Reply {
         Reply {
             status,
-            content_type,
+            content_type: content_type.into(),
             body: Body::Bytes(body.into()),
             headers: Vec::new(),
         }
@@ -98,7 +98,7 @@ impl Reply {
 
     pub fn into_response(self) -> Response<Box<dyn Read + Send>> {
         let mut headers = vec![
-            header("Content-Type", self.content_type),
+            header("Content-Type", &self.content_type),
             header("X-Content-Type-Options", "nosniff"),
         ];
         headers.extend(self.headers.iter().map(|(k, v)| header(k, v)));
@@ -338,6 +338,57 @@ pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
+/// The `Content-Security-Policy` of a page hive builds in (`html`, the
+/// agent page or the dashboard): its own inline scripts run, by their
+/// SHA-256, and no other script, inline or from anywhere (no
+/// `'unsafe-inline'`); it fetches and connects to its own origin only, and
+/// cannot be framed.
+pub fn page_csp(html: &str) -> String {
+    let mut scripts = String::new();
+    let mut rest = html;
+    while let Some(start) = rest.find("<script>") {
+        let body = &rest[start + "<script>".len()..];
+        let Some(end) = body.find("</script>") else {
+            break;
+        };
+        let hash = crate::sys::hash::sha256(&body.as_bytes()[..end]);
+        scripts.push_str(&format!(" 'sha256-{}'", base64(&hash)));
+        rest = &body[end..];
+    }
+    format!(
+        "default-src 'self'; script-src{}; style-src 'self' 'unsafe-inline'; \
+         img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; \
+         form-action 'self'; frame-ancestors 'none'",
+        if scripts.is_empty() {
+            " 'none'"
+        } else {
+            &scripts
+        }
+    )
+}
+
+/// Standard base64, with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> shift) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// True for a URL a page may show as a link an agent supplied: `http://` or
 /// `https://` (in any case) from its first character, and no control
 /// character a browser would strip or read past. Anything else
@@ -358,6 +409,25 @@ pub fn split_url(url: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_built_in_page_runs_its_own_scripts_by_hash_and_nothing_inline_else() {
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"abc"), "YWJj");
+        assert_eq!(base64(b"a"), "YQ==");
+        let csp = page_csp("<p>x</p><script>alert(1)</script><script>b()</script>");
+        let script = csp
+            .split(';')
+            .find(|d| d.trim().starts_with("script-src"))
+            .unwrap();
+        assert!(!script.contains("unsafe-inline"), "{csp}");
+        let want = base64(&crate::sys::hash::sha256(b"alert(1)"));
+        assert!(
+            csp.contains(&format!("script-src 'sha256-{want}' 'sha256-")),
+            "{csp}"
+        );
+        assert!(page_csp("<p>no script</p>").contains("script-src 'none'"));
+    }
 
     #[test]
     fn percent_decoding() {

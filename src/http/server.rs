@@ -24,6 +24,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tiny_http::{Limits, Request, Server};
 
+/// The variable `hive up` names an agent page's inherited listening socket
+/// in (a descriptor number): the page then answers on that unix socket only.
+pub const INHERITED_FD_VAR: &str = "HIVE_WEB_FD";
+
+/// The `Host` `hive up` sends a page it reaches through its socket.
+pub const SOCKET_HOST: &str = "localhost";
+
 /// Socket timeouts of a server; accepted connections inherit them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timeouts {
@@ -108,6 +115,10 @@ pub enum Access {
     /// Anyone: the login page. Its form post is the one that need not be JSON,
     /// and its attempts are throttled (per peer and in all).
     Login,
+    /// The server's token, or a token the site accepts for this path alone
+    /// ([`Site::scoped`]: under `hive up`, an agent's own token for
+    /// `/agent/NAME/…`), sent in a header.
+    Scoped,
 }
 
 /// What a request gets once the guard let it through.
@@ -134,6 +145,9 @@ pub enum Handler<A: 'static> {
     /// Takes the connection (the live streams); a `HEAD` gets the stream's
     /// headers instead.
     Stream(fn(&A, Request, &Ctx<'_>)),
+    /// Takes the connection, whatever the method (`HEAD` too), and answers
+    /// it itself: a request `hive up` passes on to an agent's page.
+    Take(fn(&A, Request, &Ctx<'_>)),
 }
 
 pub struct Route<A: 'static> {
@@ -167,6 +181,9 @@ pub struct Site<A: 'static> {
     pub routes: Vec<Route<A>>,
     /// The time a whole request body may take to arrive.
     pub body_time: Duration,
+    /// For [`Access::Scoped`] routes: whether a token (not the server's)
+    /// opens this path.
+    pub scoped: Option<fn(&A, &str, &str) -> bool>,
 }
 
 /// The largest body the login form may have.
@@ -240,7 +257,7 @@ impl Drop for Workers {
 /// (and its listener) goes with the returned [`Workers`].
 pub fn start<A: Send + Sync + 'static>(
     name: &str,
-    listener: TcpListener,
+    listener: impl Into<tiny_http::Listener>,
     site: Arc<Site<A>>,
     workers: usize,
     switch: StopSwitch,
@@ -302,9 +319,11 @@ pub fn dispatch<A: Send + Sync + 'static>(site: &Arc<Site<A>>, mut req: Request)
         named
     };
     let login = on_path.iter().any(|r| r.access == Access::Login);
+    let scoped = on_path.iter().any(|r| r.access == Access::Scoped);
     let client = match guard.client(&req) {
         Some(c) => c,
         None if login => Client::peer(&req),
+        None if scoped && scoped_token(site, &req, path) => Client::peer(&req),
         None => {
             let r = guard.unauthorized(&req, path);
             return respond(req, r);
@@ -394,6 +413,18 @@ pub fn dispatch<A: Send + Sync + 'static>(site: &Arc<Site<A>>, mut req: Request)
     }
 }
 
+/// True when `req` sends, in a header, a token `site` accepts for `path`
+/// alone (never a cookie: a browser logs in to the whole server).
+fn scoped_token<A>(site: &Site<A>, req: &Request, path: &str) -> bool {
+    let Some(accepts) = site.scoped else {
+        return false;
+    };
+    match super::auth::presented(req, "") {
+        Some(super::auth::Presented::Header(t)) => !t.is_empty() && accepts(&site.app, path, &t),
+        _ => false,
+    }
+}
+
 /// What the guard learnt of a request's head, for its handler.
 struct Head {
     path: String,
@@ -425,7 +456,7 @@ fn run<A>(site: &Site<A>, route: &Route<A>, req: Request, head: &Head, body: Vec
                 .header("Cache-Control", "no-store");
             respond(req, r)
         }
-        Handler::Stream(f) => f(&site.app, req, &ctx),
+        Handler::Stream(f) | Handler::Take(f) => f(&site.app, req, &ctx),
     }
 }
 

@@ -111,6 +111,48 @@ pub fn accept_nonblocking(listener: &UnixListener) -> io::Result<UnixStream> {
     }
 }
 
+/// Takes over the listening unix socket this process inherited as `fd` (an
+/// agent's page under `hive up`): it is made close-on-exec at once, so no
+/// program this process runs gets it, and must be a listening `AF_UNIX`
+/// stream socket, or it is refused (and not taken: a number that names
+/// something else is left alone).
+pub fn inherited_listener(fd: RawFd) -> io::Result<UnixListener> {
+    let int = |opt: libc::c_int| -> io::Result<libc::c_int> {
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `v`.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(v)
+    };
+    // SAFETY: fcntl with integer arguments; a bad fd is EBADF.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let ok = int(libc::SO_DOMAIN)? == libc::AF_UNIX
+        && int(libc::SO_TYPE)? == libc::SOCK_STREAM
+        && int(libc::SO_ACCEPTCONN)? == 1;
+    if !ok {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("descriptor {fd} is not a listening unix stream socket"),
+        ));
+    }
+    // SAFETY: the descriptor was handed to this process to own, and is a
+    // listening unix socket (checked above).
+    Ok(unsafe { UnixListener::from_raw_fd(fd) })
+}
+
 /// Sets a socket's send and receive timeouts (`SO_SNDTIMEO`, `SO_RCVTIMEO`);
 /// on a listener, Linux copies them to every accepted socket.
 pub fn set_socket_timeouts(sock: &impl AsRawFd, send: Duration, read: Duration) -> io::Result<()> {

@@ -12,8 +12,8 @@
 //! namespaces, mounts and capabilities) and [`start`] (the binary's entry point,
 //! what runs before `main` in place of std's runtime start, and the start-up
 //! allocator) and [`sqlite`](mod@sqlite) (sqlite's WAL hook, which rusqlite
-//! does not wrap); here, the descriptor limit, the umask and the
-//! effective ids. It imports nothing else of the crate.
+//! does not wrap); here, the descriptor limit, the umask, the
+//! effective ids and whether the process is dumpable. It imports nothing else of the crate.
 
 pub mod env;
 pub mod fd;
@@ -97,6 +97,18 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(target)
+}
+
+/// Makes this process non-dumpable (`PR_SET_DUMPABLE` 0): no process of its
+/// uid without `CAP_SYS_PTRACE` may trace it, read its memory, open its
+/// `/proc/PID/fd` or take a descriptor of it with `pidfd_getfd`. An exec
+/// makes a process dumpable again, so a program it runs is not covered.
+pub fn set_non_dumpable() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -644,6 +644,23 @@ pub fn child_setup(cmd: &mut Command, parent_death_signal: i32, umask: u32) {
     }
 }
 
+/// Makes `cmd`'s child keep descriptor `fd` of this process, under the same
+/// number, across its exec: the descriptor stays close-on-exec here (so no
+/// other child of this multi-threaded process gets it), and only the forked
+/// child clears the flag.
+pub fn pass_fd(cmd: &mut Command, fd: std::os::fd::RawFd) {
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // fcntl, which is async-signal-safe and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// SIGKILLs process group `pgid` (one recorded by an earlier run, say). A group
 /// that is gone is fine; `pgid` 0 or 1 is refused.
 pub fn kill_group(pgid: i32) {

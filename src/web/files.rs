@@ -90,7 +90,7 @@ pub fn file_reply(path: &Path) -> Reply {
     match File::open(path).and_then(|f| Ok((f.metadata()?.len() as usize, f))) {
         Ok((len, f)) => Reply {
             status: 200,
-            content_type: content_type(path),
+            content_type: content_type(path).into(),
             body: Body::File(f, len),
             headers: vec![("Cache-Control", "no-cache".into())],
         },
@@ -125,11 +125,7 @@ pub fn serve(dist: Option<&Path>, overlay: Option<&Path>, raw_path: &str) -> Opt
 pub fn page() -> Reply {
     Reply::new(200, "text/html; charset=utf-8", PAGE)
         .header("Cache-Control", "no-cache")
-        .header(
-            "Content-Security-Policy",
-            "default-src 'self'; script-src 'self' 'unsafe-inline'; \
-             style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'",
-        )
+        .header("Content-Security-Policy", crate::http::page_csp(PAGE))
 }
 
 /// `GET /icon`: the configured SVG, or the built-in mark when none is set or it

@@ -202,35 +202,59 @@ fn resolve_token(cfg: &WebConfig, state_dir: &std::path::Path) -> Result<Option<
     Ok(cfg.token.clone().filter(|_| cfg.auth))
 }
 
-/// Starts the web UI. The bound port is logged and written to
-/// `<state>/hyperhive-port` (0600).
+/// Starts the web UI on its own TCP port. The bound port is logged and
+/// written to `<state>/hyperhive-port` (0600).
 pub fn start<H: Harness>(harness: H, cfg: WebConfig) -> Result<WebHandle, String> {
+    start_on(harness, cfg, None)
+}
+
+/// Starts the web UI: on `inherited`, the listening unix socket `hive up`
+/// handed this harness (which opens no TCP port then, writes no port file,
+/// and answers only `hive up`, which passes on each browser's request), else
+/// on its own TCP port as [`start`] does.
+pub fn start_on<H: Harness>(
+    harness: H,
+    mut cfg: WebConfig,
+    inherited: Option<std::os::unix::net::UnixListener>,
+) -> Result<WebHandle, String> {
     cfg.check()?;
-    let listener = server::bind(
-        SocketAddr::new(cfg.bind, cfg.port),
-        cfg.timeouts,
-        "the web UI",
-        "set HIVE_PORT to a free port, or 0",
-    )?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| format!("cannot read the web UI's address: {e}"))?
-        .port();
     let state_dir = harness.state_dir().to_path_buf();
     let token = resolve_token(&cfg, &state_dir)?;
-    let port_file = state_dir.join("hyperhive-port");
-    if let Err(e) = crate::sys::fs::write_private(&port_file, format!("{port}\n").as_bytes()) {
-        log::warn!("cannot write {}: {e}", port_file.display());
-    }
-    log::info!(
-        "web UI on http://{}{}",
-        SocketAddr::new(cfg.bind, port),
-        match (&token, &cfg.token) {
-            (None, _) => " (no token: HIVE_WEB_AUTH=off)",
-            (Some(_), Some(_)) => " (token: HIVE_WEB_TOKEN)",
-            (Some(_), None) => " (token in the state dir's web-token)",
+    let how = match (&token, &cfg.token) {
+        (None, _) => " (no token: HIVE_WEB_AUTH=off)",
+        (Some(_), Some(_)) => " (token: HIVE_WEB_TOKEN)",
+        (Some(_), None) => " (token in the state dir's web-token)",
+    };
+    let (listener, port): (tiny_http::Listener, u16) = match inherited {
+        Some(l) => {
+            log::info!("web UI on the socket hive up handed it{how}");
+            // Every request comes from hive up, which keeps each browser's
+            // live-stream places itself: here it is one client.
+            cfg.sse_max_per_peer = cfg.sse_max_clients;
+            cfg.hosts = vec![server::SOCKET_HOST.to_string()];
+            (l.into(), 0)
         }
-    );
+        None => {
+            let listener = server::bind(
+                SocketAddr::new(cfg.bind, cfg.port),
+                cfg.timeouts,
+                "the web UI",
+                "set HIVE_PORT to a free port, or 0",
+            )?;
+            let port = listener
+                .local_addr()
+                .map_err(|e| format!("cannot read the web UI's address: {e}"))?
+                .port();
+            let port_file = state_dir.join("hyperhive-port");
+            if let Err(e) =
+                crate::sys::fs::write_private(&port_file, format!("{port}\n").as_bytes())
+            {
+                log::warn!("cannot write {}: {e}", port_file.display());
+            }
+            log::info!("web UI on http://{}{how}", SocketAddr::new(cfg.bind, port));
+            (listener.into(), port)
+        }
+    };
     let guard = Guard::new(
         Names {
             what: "this agent's web page",
@@ -265,6 +289,7 @@ pub fn start<H: Harness>(harness: H, cfg: WebConfig) -> Result<WebHandle, String
         guard,
         routes: routes(),
         body_time,
+        scoped: None,
     });
     let workers = server::start("web", listener, site, WORKERS, switch)?;
     Ok(WebHandle { port, workers })

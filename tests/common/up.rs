@@ -313,6 +313,22 @@ impl Up {
         }
     }
 
+    /// Agent `name`'s page as a script reaches it under `hive up`: at
+    /// `/agent/NAME/` on the hive's one listener, with the agent's own token
+    /// (`STATE/web-token`), which opens that prefix alone.
+    pub fn page(&self, name: &str) -> super::web::Page {
+        let d = self.dashboard();
+        let state = self.data().join("agents").join(name).join("state");
+        let token = wait_for(Duration::from_secs(30), "the page's token file", || {
+            super::web::read_token(&state)
+        });
+        super::web::Page {
+            port: d.port,
+            token: Some(token),
+            prefix: format!("/agent/{name}"),
+        }
+    }
+
     /// What `hive up` printed to stdout so far.
     pub fn stdout(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("up.out")).unwrap_or_default()

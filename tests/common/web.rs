@@ -93,6 +93,7 @@ impl Web {
         Page {
             port: self.port,
             token: self.token.clone(),
+            prefix: String::new(),
         }
     }
 
@@ -153,6 +154,9 @@ pub fn read_token(state_dir: &Path) -> Option<String> {
 pub struct Page {
     pub port: u16,
     pub token: Option<String>,
+    /// Where the page's paths start on that port: "" for a `hive serve` of
+    /// its own, `/agent/NAME` for an agent of `hive up`.
+    pub prefix: String,
 }
 
 impl Page {
@@ -165,11 +169,12 @@ impl Page {
         Page {
             port,
             token: read_token(state_dir),
+            prefix: String::new(),
         }
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        format!("http://127.0.0.1:{}{}{path}", self.port, self.prefix)
     }
 
     /// `headers` plus the token header.
@@ -211,12 +216,17 @@ impl Page {
     }
 
     pub fn sse(&self, path: &str, headers: &[(&str, &str)]) -> Sse {
-        Sse::connect(self.port, path, &self.with_token(headers))
+        Sse::connect(
+            self.port,
+            &format!("{}{path}", self.prefix),
+            &self.with_token(headers),
+        )
     }
 
-    /// A raw GET with the path exactly as given.
+    /// A raw GET with the path exactly as given (after the prefix).
     pub fn raw(&self, path: &str) -> (u16, String) {
-        raw_request(self.port, "GET", path, &self.with_token(&[]), "")
+        let path = format!("{}{path}", self.prefix);
+        raw_request(self.port, "GET", &path, &self.with_token(&[]), "")
     }
 
     pub fn raw_request(
@@ -226,7 +236,8 @@ impl Page {
         headers: &[(&str, &str)],
         body: &str,
     ) -> (u16, String) {
-        raw_request(self.port, method, path, &self.with_token(headers), body)
+        let path = format!("{}{path}", self.prefix);
+        raw_request(self.port, method, &path, &self.with_token(headers), body)
     }
 }
 
