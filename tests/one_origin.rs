@@ -31,6 +31,9 @@ fn the_dashboard_answers_at_web_listen_across_restarts_of_hive_up() {
     let d = up.dashboard();
     assert_eq!(d.port, port);
     assert!(d.get("/api/hive").is_ok());
+    let page = up.page("ana");
+    let url = page.url("/api/state");
+    assert_eq!(page.get("/api/state").status, 200);
     assert!(
         up.stdout()
             .contains(&format!("dashboard: http://127.0.0.1:{port}/login?code=")),
@@ -42,6 +45,15 @@ fn the_dashboard_answers_at_web_listen_across_restarts_of_hive_up() {
     let again = up.dashboard();
     assert_eq!(again.port, port);
     assert!(again.get("/api/hive").is_ok());
+    // ana's page too: the same URL, answering again.
+    let page = up.page("ana");
+    assert_eq!(page.url("/api/state"), url);
+    let r = wait_for(
+        Duration::from_secs(30),
+        "ana's page after the restart",
+        || Some(page.get("/api/state")).filter(|r| r.status == 200),
+    );
+    assert_eq!(r.json()["label"], "ana");
 }
 
 /// Starts `hive up` on `fleet` expecting it to refuse; what it said.
