@@ -692,7 +692,7 @@ impl Hub<'_> {
             self.needs_login.remove(agent)
         };
         if changed {
-            log::info!(
+            let text = format!(
                 "{agent}: {}",
                 if needs {
                     "claude needs a login"
@@ -700,6 +700,7 @@ impl Hub<'_> {
                     "logged in again"
                 }
             );
+            self.throttled(log::Level::Info, agent, super::throttle::Kind::Login, text);
             if let Some(sup) = &self.settings.lifecycle {
                 // Unbounded: never blocks the hub.
                 let _ = sup.send(crate::broker::lifecycle::LifecycleCmd::NeedsLogin {

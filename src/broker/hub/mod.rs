@@ -23,7 +23,8 @@
 //!   supervisor asks their pages).
 //! - `bridge.rs`: the swarm — mail and questions to and from other hives
 //!   through the Matrix bridge's outbox and inbox, and the bridge's state;
-//! - `pools.rs`, `budgets.rs`: credential pools, usage limits and budgets.
+//! - `pools.rs`, `budgets.rs`: credential pools, usage limits and budgets;
+//! - `throttle.rs`: log lines about one agent's reports, one a minute per kind.
 //!
 //! The hub never blocks on another actor or on slow I/O: such work is an
 //! [`Outcome::Offload`] run on a thread of its own, and whatever it changes
@@ -44,6 +45,7 @@ mod lifecycle;
 mod limits;
 mod pools;
 mod questions;
+mod throttle;
 mod timers;
 
 #[cfg(test)]
@@ -373,6 +375,8 @@ pub struct Hub<'c> {
     bridge: bridge::BridgeLink,
     /// Credential pools and their usage-limit pauses (`pools.rs`).
     pools: pools::Pools,
+    /// Log lines about agents' reports, counted per agent and kind.
+    throttle: throttle::Throttle,
 }
 
 fn db_err(e: rusqlite::Error) -> String {
@@ -420,6 +424,7 @@ impl<'c> Hub<'c> {
             changing: BTreeSet::new(),
             bridge: bridge::BridgeLink::default(),
             pools: pools::Pools::default(),
+            throttle: throttle::Throttle::default(),
         }
     }
 
@@ -471,6 +476,9 @@ impl<'c> Hub<'c> {
         if self.next_pause_deadline().is_some_and(|t| t <= now) {
             self.fire_pauses();
         }
+        if self.throttle.due().is_some_and(|t| t <= now) {
+            self.throttle.flush(now);
+        }
     }
 
     /// How long until the hub's next deadline, if it has one.
@@ -495,13 +503,24 @@ impl<'c> Hub<'c> {
         std::mem::take(&mut self.new_sockets)
     }
 
-    /// The hub's next deadline: a timer (`timers.rs`) or a pause's end
-    /// (`pools.rs`).
+    /// The hub's next deadline: a timer (`timers.rs`), a pause's end
+    /// (`pools.rs`) or a count of throttled log lines (`throttle.rs`).
     fn next_wake(&mut self) -> Option<i64> {
-        match (self.next_due, self.next_pause_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.next_due,
+            self.next_pause_deadline(),
+            self.throttle.due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Logs a line about what `agent` reported, at most one of `kind` a
+    /// minute (the rest are counted: `throttle.rs`).
+    fn throttled(&mut self, level: log::Level, agent: &str, kind: throttle::Kind, text: String) {
+        self.throttle
+            .log(crate::proto::now(), level, agent, kind, text);
     }
 
     /// Decides one request: the gate, the command's own rules, its handler.
@@ -615,6 +634,7 @@ impl<'c> Hub<'c> {
             Request::GetBudget(c) => self.now(c, |h, _| h.get_budget()),
             Request::OwnBudget(c) => self.now(c, |h, _| h.own_budget(agent)),
             Request::SetBudget(c) => self.done(c, |h, c| h.set_budget(c)),
+            Request::VoidSpend(c) => self.now(c, |h, c| h.void_spend(c)),
             // lifecycle.rs
             Request::RequestSpawn(c) => self.now(c, |h, c| h.request_spawn(agent, c)),
             Request::Kill(c) => self.done(c, |h, c| h.kill(agent, c)),
