@@ -135,6 +135,11 @@ pub const MIGRATIONS: &[Step] = &[
         what: "spend rows bounded per run: the clamped flag, and older rows over the bounds clamped",
         apply: |tx| tx.execute_batch(SPEND_V10),
     },
+    Step {
+        version: 11,
+        what: "the reason of an undeliverable event in the outbox",
+        apply: |tx| tx.execute_batch("ALTER TABLE outbox ADD COLUMN reason TEXT;"),
+    },
 ];
 
 /// Step 10 (issue 40): one run's row counts at most $1000 and 10^9 tokens

@@ -377,6 +377,9 @@ pub struct Hub<'c> {
     pools: pools::Pools,
     /// Log lines about agents' reports, counted per agent and kind.
     throttle: throttle::Throttle,
+    /// The process at the other end of agent connections, where a request
+    /// needed it ([`wants_peer`]).
+    peers: BTreeMap<ConnId, u32>,
 }
 
 fn db_err(e: rusqlite::Error) -> String {
@@ -425,6 +428,7 @@ impl<'c> Hub<'c> {
             bridge: bridge::BridgeLink::default(),
             pools: pools::Pools::default(),
             throttle: throttle::Throttle::default(),
+            peers: BTreeMap::new(),
         }
     }
 
@@ -486,8 +490,15 @@ impl<'c> Hub<'c> {
         self.next_wake().map(until)
     }
 
+    /// The process that connected agent connection `conn` (`SO_PEERCRED`),
+    /// told by the loop before a request [`wants_peer`] is handled.
+    pub fn peer(&mut self, conn: ConnId, pid: u32) {
+        self.peers.insert(conn, pid);
+    }
+
     /// Connection `conn` is gone: release what it held and stop waiting for it.
     pub fn closed(&mut self, conn: ConnId) {
+        self.peers.remove(&conn);
         self.unpark(conn);
         self.release(conn);
         self.bridge_closed(conn);
@@ -590,7 +601,7 @@ impl<'c> Hub<'c> {
         };
         match req {
             // inbox.rs
-            Request::Wake(c) => self.now(c, |h, c| h.wake(ctx.who, c)),
+            Request::Wake(c) => self.now(c, |h, c| h.wake(ctx, c)),
             Request::Send(c) => self.now(c, |h, c| h.send(ctx.who, c)),
             Request::SendToParent(c) => self.now(c, |h, c| h.send_to_parent(agent, c)),
             Request::RecvNext(c) => self.done(c, |h, c| h.recv_next(ctx, agent, c)),
@@ -781,6 +792,20 @@ impl<'c> Hub<'c> {
                 }
             }
         }
+    }
+}
+
+/// Whether the hub needs to know which process sent `req` on an agent's
+/// socket: the harness's own requests (which mark its connections) and a
+/// `wake` from the agent's page, taken only from the harness's process.
+pub fn wants_peer(req: &Request) -> bool {
+    match req {
+        Request::RecvNext(_)
+        | Request::Status(_)
+        | Request::HarnessStarted(_)
+        | Request::ReportState(_) => true,
+        Request::Wake(w) => w.from == crate::proto::ident::PAGE_SENDER,
+        _ => false,
     }
 }
 
