@@ -18,7 +18,8 @@
 //! naming the reporter; `hive budget void` removing a window's rows; spend
 //! that cannot be added up — past 2^64 in the store after a restart, or in
 //! the hub's memory — holding the agent (the check fails closed), told
-//! once, and `hive budget` still answering.
+//! once, and `hive budget` still answering; a flood of pool moves writing
+//! one log line a minute.
 
 mod common;
 
@@ -1228,4 +1229,27 @@ fn spend_past_two_to_the_64_in_memory_fails_closed() {
     let r = hand_out(&b, "ana");
     assert!(r.message.is_none(), "still held after a restart: {r:?}");
     assert!(report_of(&b, "ana").error.unwrap().contains("2^64"));
+}
+
+/// A flood of reports from one agent's socket writes one log line a minute
+/// per kind, not one per report (robustness review N13: 10 000 pool moves
+/// and near-limit reports wrote 1.4 MB); another agent's lines are its own.
+#[test]
+fn a_flood_of_pool_moves_writes_one_line_a_minute_per_agent() {
+    let b = Broker::start(&["ana", "bob"]);
+    let mut ana = b.agent("ana");
+    for i in 0..500 {
+        let _: hyperhive::proto::cmd::PoolReply = ana
+            .call(&uuid(if i % 2 == 0 { "u-even" } else { "u-odd" }))
+            .unwrap();
+    }
+    let mut bob = b.agent("bob");
+    for u in ["u-one", "u-two"] {
+        let _: hyperhive::proto::cmd::PoolReply = bob.call(&uuid(u)).unwrap();
+    }
+    // The hub answers in order: once bob's last report is answered, every
+    // line of ana's is written or counted.
+    let log = b.log();
+    assert_eq!(log.matches("ana moves from pool").count(), 1, "{log}");
+    assert_eq!(log.matches("bob moves from pool").count(), 1);
 }
