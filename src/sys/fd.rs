@@ -112,32 +112,6 @@ pub fn accept_nonblocking(listener: &UnixListener) -> io::Result<UnixStream> {
     }
 }
 
-/// The process that connected the other end of a unix socket
-/// (`SO_PEERCRED`, which the kernel records at `connect`), as its pid in
-/// this process's PID namespace.
-pub fn peer_pid(sock: &UnixStream) -> io::Result<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: a valid socket fd, and a ucred buffer of the length given.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    u32::try_from(cred.pid).map_err(|_| io::Error::other("the peer has no pid here"))
-}
-
 /// Sets a socket's send and receive timeouts (`SO_SNDTIMEO`, `SO_RCVTIMEO`);
 /// on a listener, Linux copies them to every accepted socket.
 pub fn set_socket_timeouts(sock: &impl AsRawFd, send: Duration, read: Duration) -> io::Result<()> {
@@ -220,6 +194,32 @@ pub fn unread(fd: RawFd) -> io::Result<u64> {
 pub fn shutdown(fd: RawFd) {
     // SAFETY: shutdown(2) on a descriptor has no memory effects.
     unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}
+
+/// The process that connected the other end of a unix socket
+/// (`SO_PEERCRED`, which the kernel records at `connect`), as its pid in
+/// this process's PID namespace.
+pub fn peer_pid(sock: &UnixStream) -> io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket fd, and a ucred buffer of the length given.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    u32::try_from(cred.pid).map_err(|_| io::Error::other("the peer has no pid here"))
 }
 
 /// True when the peer of socket `fd` hung up (or the connection broke), without
