@@ -146,6 +146,9 @@ pub struct Spent {
     hive: Option<(i64, Kept)>,
     /// Each agent's, the same way.
     agents: std::collections::HashMap<String, (i64, Kept)>,
+    /// The scopes and windows whose unsummable spend the operator was told
+    /// of (`budget_notices` has them too; this spares a write per check).
+    told: std::collections::HashSet<(String, i64)>,
 }
 
 impl Spent {
@@ -194,6 +197,7 @@ impl Spent {
     /// (`None`, the hive's rows) every scope's. They are read again at the
     /// next ask.
     fn forget(&mut self, agent: Option<&str>) {
+        self.told.clear();
         self.hive = None;
         match agent {
             Some(a) => {
@@ -367,6 +371,9 @@ impl Hub<'_> {
     /// cannot be added up and its budget holds its agents.
     fn unsummable(&mut self, scope: Option<&str>, s: &Standing, e: &str, t: i64) {
         let name = scope.unwrap_or("hive");
+        if !self.pools.spent.told.insert((name.to_string(), s.start)) {
+            return;
+        }
         match self.db.budget_notice(name, s.start, NOTICE_UNSUMMABLE) {
             Ok(true) => {}
             Ok(false) => return,
