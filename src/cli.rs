@@ -227,6 +227,7 @@ Its attempts start over. Any message that is not a dead letter is refused
         summary: "operator: spend against budgets this window (UTC); `hive budget set` changes one",
         usage: "hive budget [--socket PATH] [--json]
 hive budget set AGENT|--hive [--usd N|none] [--tokens N|none] [--per day|week|month] [--socket PATH]
+hive budget void AGENT|--hive [--socket PATH] [--json]
 
   AGENT               the agent whose budget changes (its fleet entry's `budget`)
   --hive              the whole hive's budget (the fleet file's top-level `budget`)
@@ -242,7 +243,14 @@ At 80 % of a limit the agent's parent (the operator for a root agent, or for
 the hive) is told once; at 100 % the agent (every agent, for the hive) starts
 no new run until the window rolls over or the budget is raised. The change is
 written to the fleet file with the rule of the operator's other writes (a
-conflicting hand edit is refused, nothing written).",
+conflicting hand edit is refused, nothing written).
+
+One run counts at most $1000 and 10^9 tokens: a report above is kept clamped
+and counted in CLAMPED (the operator is told once a day, naming the agent).
+A scope whose spend cannot be added up shows its error, and its budget holds
+its agents until the window ends. `void` removes the spend rows of an agent
+(or, with --hive, of every agent) in the scope's current window, with a
+notice: the budget counts from zero again.",
     },
     CommandHelp {
         name: "version",
@@ -509,11 +517,21 @@ pub struct FailedArgs {
     pub agent: Option<String>,
 }
 
-/// `hive budget` (issue 16): the report, or `set`.
+/// `hive budget` (issue 16): the report, `set`, or `void` (issue 40).
 #[derive(Debug, Clone, PartialEq)]
 pub enum BudgetArgs {
     Show(HostArgs),
     Set(SetBudgetArgs),
+    Void(VoidArgs),
+}
+
+/// `hive budget void AGENT|--hive`: the scope's spend rows of its current
+/// window go.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct VoidArgs {
+    pub host: HostArgs,
+    pub agent: Option<String>,
+    pub hive: bool,
 }
 
 /// `hive budget set AGENT|--hive …`; `Some(None)` is `none` (remove).
@@ -956,25 +974,27 @@ fn parse_failed(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     Ok(Cmd::Failed(a))
 }
 
-/// `hive budget [set AGENT|--hive …]` (issue 16).
+/// `hive budget [set|void AGENT|--hive …]` (issue 16, `void` issue 40).
 fn parse_budget(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    #[derive(PartialEq)]
+    enum Sub {
+        Set,
+        Void,
+    }
     let mut host = HostArgs::default();
-    let mut set: Option<SetBudgetArgs> = None;
+    let mut sub: Option<Sub> = None;
+    let mut s = SetBudgetArgs::default();
     while let Some(arg) = p.next()? {
         match arg {
             Long("socket") => host.socket = Some(p.value()?.into()),
             Long("json") => host.json = true,
             Long("help") | Short('h') => return Err(help()),
-            Value(v) if set.is_none() && v == "set" => set = Some(SetBudgetArgs::default()),
-            Long("hive") if set.is_some() => {
-                if let Some(s) = set.as_mut() {
-                    s.hive = true;
-                }
-            }
-            Long(k @ ("usd" | "tokens" | "per")) if set.is_some() => {
+            Value(v) if sub.is_none() && v == "set" => sub = Some(Sub::Set),
+            Value(v) if sub.is_none() && v == "void" => sub = Some(Sub::Void),
+            Long("hive") if sub.is_some() => s.hive = true,
+            Long(k @ ("usd" | "tokens" | "per")) if sub == Some(Sub::Set) => {
                 let k = k.to_string();
                 let v = utf8(p.value()?)?;
-                let Some(s) = set.as_mut() else { continue };
                 match k.as_str() {
                     "usd" if v == "none" => s.usd = Some(None),
                     "usd" => match v.parse::<f64>() {
@@ -1006,28 +1026,34 @@ fn parse_budget(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
                     }
                 }
             }
-            Value(v) if set.as_ref().is_some_and(|s| s.agent.is_none() && !s.hive) => {
-                let name = utf8(v)?;
-                if let Some(s) = set.as_mut() {
-                    s.agent = Some(name);
-                }
+            Value(v) if sub.is_some() && s.agent.is_none() && !s.hive => {
+                s.agent = Some(utf8(v)?);
             }
             other => return Err(other.unexpected()),
         }
     }
-    match set {
-        None => Ok(Cmd::Budget(BudgetArgs::Show(host))),
-        Some(mut s) => {
-            if s.agent.is_none() && !s.hive {
-                return Err("hive budget set: name an AGENT, or --hive".into());
-            }
-            if s.usd.is_none() && s.tokens.is_none() && s.per.is_none() {
-                return Err("hive budget set: give --usd, --tokens or --per".into());
-            }
-            s.host = host;
-            Ok(Cmd::Budget(BudgetArgs::Set(s)))
-        }
+    let Some(sub) = sub else {
+        return Ok(Cmd::Budget(BudgetArgs::Show(host)));
+    };
+    let word = if sub == Sub::Set { "set" } else { "void" };
+    if s.agent.is_none() && !s.hive {
+        return Err(format!("hive budget {word}: name an AGENT, or --hive").into());
     }
+    if s.agent.is_some() && s.hive {
+        return Err(format!("hive budget {word}: name an AGENT or --hive, not both").into());
+    }
+    if sub == Sub::Void {
+        return Ok(Cmd::Budget(BudgetArgs::Void(VoidArgs {
+            host,
+            agent: s.agent,
+            hive: s.hive,
+        })));
+    }
+    if s.usd.is_none() && s.tokens.is_none() && s.per.is_none() {
+        return Err("hive budget set: give --usd, --tokens or --per".into());
+    }
+    s.host = host;
+    Ok(Cmd::Budget(BudgetArgs::Set(s)))
 }
 
 /// `hive approve ID`, `hive cancel-question ID`, `hive retry ID`.
@@ -1523,5 +1549,58 @@ mod tests {
             PathBuf::from(BROKER_RUN_DIR).join(BRIDGE_SOCKET),
             paths::bridge_socket(std::path::Path::new(BROKER_RUN_DIR))
         );
+    }
+
+    /// `hive budget`: the report, `set` with each limit or `none`, and
+    /// `void`, each naming one scope.
+    #[test]
+    fn budget_parses_show_set_and_void() {
+        assert_eq!(
+            run(&["budget", "--json"]).unwrap(),
+            Cmd::Budget(BudgetArgs::Show(HostArgs {
+                socket: None,
+                json: true
+            }))
+        );
+        let Cmd::Budget(BudgetArgs::Set(s)) =
+            run(&["budget", "set", "ana", "--usd", "none", "--tokens", "500"]).unwrap()
+        else {
+            panic!("not set")
+        };
+        assert_eq!(
+            (s.agent.as_deref(), s.hive, s.usd, s.tokens),
+            (Some("ana"), false, Some(None), Some(Some(500)))
+        );
+        let Cmd::Budget(BudgetArgs::Set(s)) =
+            run(&["budget", "set", "--hive", "--tokens", "none"]).unwrap()
+        else {
+            panic!("not set")
+        };
+        assert_eq!((s.hive, s.usd, s.tokens), (true, None, Some(None)));
+        assert_eq!(
+            run(&["budget", "void", "ana"]).unwrap(),
+            Cmd::Budget(BudgetArgs::Void(VoidArgs {
+                host: HostArgs::default(),
+                agent: Some("ana".into()),
+                hive: false
+            }))
+        );
+        let Cmd::Budget(BudgetArgs::Void(v)) = run(&["budget", "void", "--hive"]).unwrap() else {
+            panic!("not void")
+        };
+        assert!(v.hive && v.agent.is_none());
+        for (bad, says) in [
+            (&["budget", "void"][..], "name an AGENT, or --hive"),
+            (&["budget", "void", "ana", "--hive"][..], "not both"),
+            (&["budget", "set", "ana"][..], "give --usd"),
+            (&["budget", "void", "ana", "--usd", "5"][..], "--usd"),
+            (
+                &["budget", "set", "ana", "--usd", "lots"][..],
+                "not a number",
+            ),
+        ] {
+            let e = run(bad).unwrap_err().message;
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
     }
 }

@@ -359,25 +359,32 @@ pub fn budget(a: &crate::cli::BudgetArgs) -> Result<(), String> {
                 return Ok(());
             }
             println!(
-                "{:<10} {:<6} {:>10} {:>10} {:>12} {:>12} {:>10}  STATE",
-                "SCOPE", "PER", "SPENT", "BUDGET", "TOKENS", "TOKEN LIMIT", "CACHE RD"
+                "{:<10} {:<6} {:>10} {:>10} {:>12} {:>12} {:>10} {:>7}  STATE",
+                "SCOPE", "PER", "SPENT", "BUDGET", "TOKENS", "TOKEN LIMIT", "CACHE RD", "CLAMPED"
             );
-            for b in &r.rows {
+            for report in &r.rows {
+                let b = &report.row;
                 let spent = if b.unknown_runs > 0 {
                     format!("${:.2}+?", b.spent_usd)
                 } else {
                     format!("${:.2}", b.spent_usd)
                 };
-                let state = if b.reached {
-                    format!(
-                        "budget reached (until {} UTC)",
-                        &fmt_time(b.window_end)[..16]
-                    )
-                } else {
-                    String::new()
+                let until = &fmt_time(b.window_end)[..16];
+                let state = match (&report.error, b.reached) {
+                    (Some(e), _) => format!(
+                        "held: its spend cannot be added up ({}); `hive budget void {}`",
+                        line(&preview(e, 200)),
+                        if b.scope == "hive" {
+                            "--hive".to_string()
+                        } else {
+                            line(&b.scope).into_owned()
+                        }
+                    ),
+                    (None, true) => format!("budget reached (until {until} UTC)"),
+                    (None, false) => String::new(),
                 };
                 println!(
-                    "{:<10} {:<6} {:>10} {:>10} {:>12} {:>12} {:>10}  {state}",
+                    "{:<10} {:<6} {:>10} {:>10} {:>12} {:>12} {:>10} {:>7}  {state}",
                     line(&b.scope),
                     b.per.to_string(),
                     spent,
@@ -386,10 +393,33 @@ pub fn budget(a: &crate::cli::BudgetArgs) -> Result<(), String> {
                     b.budget_tokens
                         .map_or_else(|| "-".into(), |t| t.to_string()),
                     b.cache_read,
+                    report.clamped_runs,
                 );
             }
-            if r.rows.iter().any(|b| b.unknown_runs > 0) {
+            if r.rows.iter().any(|b| b.row.unknown_runs > 0) {
                 println!("+? : some runs printed no result line; their cost is unknown");
+            }
+            if r.rows.iter().any(|b| b.clamped_runs > 0) {
+                println!(
+                    "CLAMPED: runs reported over the per-run bounds (${}, {} tokens), kept at \
+                     the bounds; `hive budget void SCOPE` removes a window's rows",
+                    cmd::MAX_RUN_USD,
+                    cmd::MAX_RUN_TOKENS
+                );
+            }
+            return Ok(());
+        }
+        crate::cli::BudgetArgs::Void(v) => {
+            let mut c = host_client(&v.host)?;
+            let req = checked(cmd::VoidSpend {
+                agent: v.agent.clone(),
+                hive: v.hive,
+            })?;
+            let r = call(&mut c, &req)?;
+            if v.host.json {
+                print_json(&r);
+            } else {
+                println!("{}", line(&r.text));
             }
             return Ok(());
         }

@@ -6,6 +6,8 @@
 //! lost and the operator hears once. An agent on another account runs on.
 //! `hive agents` shows each agent's pool. A request_apply_commit patch of a
 //! live key is flagged on the approval card and applies without a restart.
+//! Removing one limit of a budget removes exactly it, through the CLI and the
+//! dashboard (issue 40).
 
 mod common;
 
@@ -369,6 +371,139 @@ fn budgets_are_the_operators_alone() {
     assert!(e.contains("set_budget"), "{e}");
     let file = std::fs::read_to_string(up.fleet_file()).unwrap();
     assert!(!file.contains("budget"), "nothing written: {file}");
+}
+
+/// How a budget change reaches the broker: `hive budget set`, or the
+/// dashboard's `POST /api/budget`, which sends the same command.
+#[derive(Debug, Clone, Copy)]
+enum Channel {
+    Cli,
+    Dashboard,
+}
+
+/// `--usd none` and `--tokens none` each remove exactly their own limit (a
+/// merge patch that left a removed key out kept it: robustness review N7),
+/// and the last one removes the budget, for an agent and for the hive,
+/// through both channels: every start (both limits, one, none) and every
+/// removal. The fleet file and `hive budget` agree with what was asked.
+#[test]
+fn removing_one_limit_removes_exactly_it_through_the_cli_and_the_dashboard() {
+    let up = Up::start(
+        r#"{"agents": [{"name": "ana", "env": {"FAKE_CLAUDE_DIR": "@FAKE(ana)"}}]}"#,
+        &["ana"],
+    );
+    let dash = up.dashboard();
+    let sock = up.data().join("run/host.sock").display().to_string();
+    let cli = |args: &[&str]| {
+        let mut argv = vec!["budget", "set"];
+        argv.extend_from_slice(args);
+        argv.extend(["--socket", sock.as_str()]);
+        let (code, out, err) = common::hive::run_hive(&argv, None, &[]);
+        assert_eq!(code, 0, "hive {argv:?}: {out}{err}");
+        out
+    };
+    // The budget as the fleet file holds it: (usd, tokens), or none.
+    let in_file = |hive: bool| -> Option<(Option<f64>, Option<u64>)> {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(up.fleet_file()).unwrap()).unwrap();
+        let b = if hive {
+            &v["budget"]
+        } else {
+            &v["agents"][0]["budget"]
+        };
+        (!b.is_null()).then(|| (b["usd"].as_f64(), b["tokens"].as_u64()))
+    };
+    type Limits = (Option<f64>, Option<u64>);
+    // (start, remove usd, remove tokens, what is left)
+    let cases: [(Limits, bool, bool, Option<Limits>); 9] = [
+        (
+            (Some(5.0), Some(1000)),
+            true,
+            false,
+            Some((None, Some(1000))),
+        ),
+        (
+            (Some(5.0), Some(1000)),
+            false,
+            true,
+            Some((Some(5.0), None)),
+        ),
+        ((Some(5.0), Some(1000)), true, true, None),
+        ((Some(5.0), None), true, false, None),
+        ((Some(5.0), None), false, true, Some((Some(5.0), None))),
+        ((None, Some(1000)), true, false, Some((None, Some(1000)))),
+        ((None, Some(1000)), false, true, None),
+        ((None, None), true, false, None),
+        ((None, None), true, true, None),
+    ];
+    for channel in [Channel::Cli, Channel::Dashboard] {
+        for hive in [false, true] {
+            let who: &[&str] = if hive { &["--hive"] } else { &["ana"] };
+            for (start, no_usd, no_tokens, left) in cases {
+                let case =
+                    format!("{channel:?} hive={hive} {start:?} -usd={no_usd} -tokens={no_tokens}");
+                // The start, set through the CLI.
+                cli(&[who, &["--usd", "none", "--tokens", "none"]].concat());
+                let (usd, tokens) = (
+                    start.0.map(|u| u.to_string()),
+                    start.1.map(|t| t.to_string()),
+                );
+                let mut set: Vec<&str> = who.to_vec();
+                if let Some(u) = &usd {
+                    set.extend(["--usd", u.as_str()]);
+                }
+                if let Some(t) = &tokens {
+                    set.extend(["--tokens", t.as_str()]);
+                }
+                if set.len() > 1 {
+                    cli(&set);
+                }
+                assert_eq!(
+                    in_file(hive),
+                    (start != (None, None)).then_some(start),
+                    "{case}"
+                );
+                // The removal, through the channel.
+                match channel {
+                    Channel::Cli => {
+                        let mut args: Vec<&str> = who.to_vec();
+                        if no_usd {
+                            args.extend(["--usd", "none"]);
+                        }
+                        if no_tokens {
+                            args.extend(["--tokens", "none"]);
+                        }
+                        let out = cli(&args);
+                        let shown = match left {
+                            None => "none".to_string(),
+                            Some(_) => "{".to_string(),
+                        };
+                        assert!(out.contains(&format!("is now {shown}")), "{case}: {out}");
+                    }
+                    Channel::Dashboard => {
+                        let mut body = serde_json::json!({});
+                        if hive {
+                            body["hive"] = true.into();
+                        } else {
+                            body["agent"] = "ana".into();
+                        }
+                        if no_usd {
+                            body["clear_usd"] = true.into();
+                        }
+                        if no_tokens {
+                            body["clear_tokens"] = true.into();
+                        }
+                        let r = dash.post("/api/budget", body);
+                        assert!(r.is_ok(), "{case}: {r:?}");
+                    }
+                }
+                assert_eq!(in_file(hive), left, "{case}: the fleet file");
+                let row = scope(&budget_rows(&up), if hive { "hive" } else { "ana" });
+                let shown = (row["usd"].as_f64(), row["budget_tokens"].as_u64());
+                assert_eq!(shown, left.unwrap_or((None, None)), "{case}: hive budget");
+            }
+        }
+    }
 }
 
 // ---- approvals of live keys ----

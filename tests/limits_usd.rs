@@ -13,7 +13,13 @@
 //! kept as cost unknown and shown as `+?`; the checkpoint and `/compact`
 //! after a turn that reached the budget, each kept until a raise, and an
 //! operator `/compact` queued behind such a turn; the spend the hub keeps
-//! in memory per window agreeing with the store's rows.
+//! in memory per window agreeing with the store's rows. Issue 40: a run
+//! reported over the per-run bounds kept clamped and flagged, told once
+//! naming the reporter; `hive budget void` removing a window's rows; spend
+//! that cannot be added up — past 2^64 in the store after a restart, or in
+//! the hub's memory — holding the agent (the check fails closed), told
+//! once, and `hive budget` still answering; a flood of pool moves writing
+//! one log line a minute.
 
 mod common;
 
@@ -23,7 +29,8 @@ use common::hive::*;
 use common::web::Page;
 use hyperhive::harness::classify::{ExitInfo, TurnObserver, TurnOutcome};
 use hyperhive::proto::cmd::{
-    BudgetReply, GetBudget, OwnBudget, ReportPool, ReportSpend, ReportUsageLimit,
+    AckTurn, BudgetReply, BudgetReport, GetBudget, OwnBudget, RecvNext, RecvNextReply, ReportPool,
+    ReportSpend, ReportUsageLimit, VoidSpend, MAX_RUN_TOKENS, MAX_RUN_USD,
 };
 use hyperhive::proto::{now, MsgKind};
 use rusqlite::Connection;
@@ -59,8 +66,16 @@ fn scenario(default: &str) -> (TempDir, FakeClaude) {
     (dir, fake)
 }
 
+/// The operator's `budget`, as the rows an agent's `own_budget` has.
+fn budget(b: &Broker) -> BudgetReply {
+    let r: BudgetReport = b.host().call(&GetBudget {}).unwrap();
+    BudgetReply {
+        rows: r.rows.into_iter().map(|s| s.row).collect(),
+    }
+}
+
 fn spent(b: &Broker, scope: &str) -> (f64, u64) {
-    let r: BudgetReply = b.host().call(&GetBudget {}).unwrap();
+    let r = budget(b);
     let row = r.rows.into_iter().find(|r| r.scope == scope).unwrap();
     (row.spent_usd, row.tokens)
 }
@@ -576,7 +591,7 @@ fn a_spend_row_dated_yesterday_counts_in_yesterdays_window_not_todays() {
     assert_eq!(spend_at(&b, "b00t:1"), yesterday, "kept at the run's end");
     assert_eq!(spent(&b, "ana"), (0.0, 0), "not today's spend");
     assert_eq!(spent(&b, "hive"), (0.0, 0), "nor the hive's today");
-    let r: BudgetReply = b.host().call(&GetBudget {}).unwrap();
+    let r = budget(&b);
     assert!(r.rows.iter().all(|r| !r.reached), "{r:?}");
     // Its own window is over: nobody is told.
     let told = operator_inbox(&b);
@@ -646,7 +661,7 @@ fn the_spend_the_hub_keeps_in_memory_is_what_the_store_holds() {
     report(&b, "ana", "a:1", Some(0.25), None);
     report(&b, "bob", "b:1", Some(0.5), None);
     let rows = |b: &Broker| -> Vec<(String, f64, u64, u64, u64)> {
-        let r: BudgetReply = b.host().call(&GetBudget {}).unwrap();
+        let r = budget(b);
         r.rows
             .into_iter()
             .map(|r| (r.scope, r.spent_usd, r.unknown_runs, r.tokens, r.cache_read))
@@ -673,7 +688,7 @@ fn the_spend_the_hub_keeps_in_memory_is_what_the_store_holds() {
         )
         .unwrap()
     };
-    let r: BudgetReply = b.host().call(&GetBudget {}).unwrap();
+    let r = budget(&b);
     for row in &r.rows {
         let (usd, unknown, tokens, cache_read) = stored(&row.scope, row.window_start);
         assert!((row.spent_usd - usd).abs() < 1e-9, "{row:?} vs {usd}");
@@ -812,7 +827,7 @@ fn a_run_without_a_result_line_is_kept_as_cost_unknown_and_shown_so() {
     h.fake.wait_count(3);
     wait_drained(&b, "ana");
     let r = wait_for(T, "the three spend rows", || {
-        let r: BudgetReply = b.host().call(&GetBudget {}).unwrap();
+        let r = budget(&b);
         let row = r.rows.into_iter().find(|r| r.scope == "ana").unwrap();
         (row.unknown_runs == 1 && (row.spent_usd - 0.028).abs() < 1e-9).then_some(row)
     });
@@ -958,3 +973,283 @@ real_cli_tests!(
     the_real_cli_ends_a_run_past_max_budget_usd_with_error_max_budget_usd,
     the_real_cli_stops_at_the_turn_budget_and_the_turn_is_not_retried,
 );
+
+// ---- issue 40: spend that adds up ----
+
+/// A run of `agent`'s, reported on its socket.
+fn report(b: &Broker, agent: &str, key: &str, usd: Option<f64>, tokens: u64, at: Option<i64>) {
+    let c = ReportSpend {
+        key: key.into(),
+        usd,
+        tokens,
+        cache_read: 0,
+        at,
+    };
+    let _: hyperhive::proto::Empty = b.agent(agent).call(&c).unwrap();
+}
+
+/// The operator's `budget` row of `scope`, with its clamped runs and error.
+fn report_of(b: &Broker, scope: &str) -> hyperhive::proto::cmd::ScopeReport {
+    let r: BudgetReport = b.host().call(&GetBudget {}).unwrap();
+    r.rows.into_iter().find(|r| r.row.scope == scope).unwrap()
+}
+
+/// What `agent`'s harness would be handed now, on a fresh connection (a
+/// pause is answered once per connection).
+fn hand_out(b: &Broker, agent: &str) -> RecvNextReply {
+    b.agent(agent)
+        .call(&RecvNext {
+            wait_seconds: Some(0),
+            seen: None,
+        })
+        .unwrap()
+}
+
+/// The operator's unread notices holding `needle`, marked read.
+fn notices(b: &Broker, needle: &str) -> Vec<String> {
+    operator_inbox(b)
+        .into_iter()
+        .map(|m| m.body)
+        .filter(|body| body.contains(needle))
+        .collect()
+}
+
+/// Rows no broker writes, put into `b`'s store while it is stopped: `agent`'s
+/// runs of now with these token counts. The broker starts again on them.
+fn craft_rows(b: &mut Broker, agent: &str, tokens: &[i64]) {
+    b.kill9();
+    let db = Connection::open(b.state_dir().join("broker.db")).unwrap();
+    for (i, t) in tokens.iter().enumerate() {
+        db.execute(
+            "INSERT INTO spend (key, agent, at, usd, tokens, cache_read) VALUES (?1, ?2, ?3, 0.0, ?4, 0)",
+            rusqlite::params![format!("crafted:{i}"), agent, now(), t],
+        )
+        .unwrap();
+    }
+    drop(db);
+    b.restart();
+}
+
+/// A report over the per-run bounds ($1000, 10^9 tokens) is kept at the
+/// bounds and flagged, in the row and in `hive budget`; the operator hears
+/// once, naming the agent whose socket reported it; a run within them is
+/// kept as it is.
+#[test]
+fn a_run_over_the_per_run_bounds_is_kept_clamped_flagged_and_told_once() {
+    let b = Broker::start_config(r#"{"agents":[{"name":"ana"},{"name":"eve"}]}"#);
+    report(&b, "eve", "forged:1", Some(1e6), 1_000_000_000_000, None);
+    report(&b, "eve", "forged:2", Some(5000.0), 10, None);
+    report(&b, "ana", "real:1", Some(0.5), 2000, None);
+    let db = Connection::open(b.state_dir().join("broker.db")).unwrap();
+    let row = |key: &str| -> (f64, i64, bool) {
+        db.query_row(
+            "SELECT usd, tokens, clamped FROM spend WHERE key = ?1",
+            [key],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+    };
+    assert_eq!(row("forged:1"), (MAX_RUN_USD, MAX_RUN_TOKENS as i64, true));
+    assert_eq!(row("forged:2"), (MAX_RUN_USD, 10, true));
+    assert_eq!(row("real:1"), (0.5, 2000, false));
+
+    let eve = report_of(&b, "eve");
+    assert_eq!(eve.clamped_runs, 2, "{eve:?}");
+    assert!(
+        (eve.row.spent_usd - 2.0 * MAX_RUN_USD).abs() < 1e-6,
+        "{eve:?}"
+    );
+    assert_eq!(eve.row.tokens, MAX_RUN_TOKENS + 10);
+    assert_eq!(report_of(&b, "ana").clamped_runs, 0);
+    assert_eq!(report_of(&b, "hive").clamped_runs, 2);
+    let told = notices(&b, "over the per-run bounds");
+    assert_eq!(told.len(), 1, "once, not per row: {told:?}");
+    assert!(told[0].contains("eve reported a run"), "{told:?}");
+    assert!(told[0].contains("hive budget void eve"), "{told:?}");
+
+    let sock = b.host_socket().display().to_string();
+    let (code, out, err) = run_hive(&["budget", "--socket", &sock], None, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("CLAMPED"), "{out}");
+    let line = out.lines().find(|l| l.starts_with("eve ")).unwrap();
+    assert!(line.split_whitespace().any(|w| w == "2"), "{out}");
+    // The log says it once a minute, however many come.
+    assert_eq!(b.log().matches("eve reported a run over").count(), 1);
+}
+
+/// `hive budget void AGENT` removes the agent's rows of its current window
+/// (not yesterday's, not another agent's), tells the operator, and an agent
+/// paused on its budget is handed its mail again; `--hive` voids every
+/// agent's rows of the hive's window. Only the operator may.
+#[test]
+fn void_removes_the_current_windows_rows_and_the_pause_ends() {
+    let b = Broker::start_config(
+        r#"{"budget":{"usd":10,"per":"day"},"agents":[{"name":"ana","budget":{"usd":1,"per":"day"}},{"name":"bob"}]}"#,
+    );
+    report(&b, "ana", "ana:old", Some(0.5), 10, Some(now() - 86_400));
+    report(&b, "ana", "ana:1", Some(2.0), 10, None);
+    report(&b, "bob", "bob:1", Some(1.0), 10, None);
+    operator_send(&b, "ana", "for ana");
+    let r = hand_out(&b, "ana");
+    assert!(r.message.is_none(), "{r:?}");
+    assert_eq!(
+        r.paused.map(|p| p.reason.as_str().to_string()).as_deref(),
+        Some("budget")
+    );
+
+    let e = refused(
+        &mut b.agent("ana"),
+        VoidSpend {
+            agent: Some("ana".into()),
+            hive: false,
+        },
+    );
+    assert!(e.contains("void_spend"), "{e}");
+    let e = refused(
+        &mut b.host(),
+        VoidSpend {
+            agent: Some("zed".into()),
+            hive: false,
+        },
+    );
+    assert!(e.contains("unknown agent"), "{e}");
+
+    let _ = operator_inbox(&b);
+    let sock = b.host_socket().display().to_string();
+    let (code, out, err) = run_hive(&["budget", "void", "ana", "--socket", &sock], None, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1 run rows"), "{out}");
+    let keys = broker_keys(&b);
+    assert_eq!(keys, ["ana:old", "bob:1"], "today's row of ana's went");
+    let told = notices(&b, "is voided");
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].contains("the spend of ana today"), "{told:?}");
+    assert_eq!(spent(&b, "ana"), (0.0, 0));
+    let r = hand_out(&b, "ana");
+    assert_eq!(r.message.map(|m| m.body).as_deref(), Some("for ana"));
+
+    let (code, out, err) = run_hive(
+        &["budget", "void", "--hive", "--json", "--socket", &sock],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["scope"].clone(), v["voided"].clone()),
+        (json!("hive"), json!(1))
+    );
+    assert_eq!(broker_keys(&b), ["ana:old"], "yesterday's stays");
+    assert_eq!(spent(&b, "hive"), (0.0, 0));
+    assert!(b.log().contains("the operator voided spend"), "logged");
+}
+
+/// Spend past 2^64 in the store: after a restart the broker's sum cannot
+/// be made, and instead of handing out mail as if nothing were spent (it
+/// did: robustness review N4) the agent is held — its budget check fails
+/// closed — the operator is told once, `hive budget` answers and names the
+/// scope, and a void lets the agent run again. An agent without a budget
+/// runs on.
+#[test]
+fn spend_past_two_to_the_64_in_the_store_fails_closed_after_a_restart() {
+    // A dollar budget only: tokens alone never reach it.
+    let mut b = Broker::start_config(
+        r#"{"agents":[{"name":"ana","budget":{"usd":5,"per":"day"}},{"name":"bob"}]}"#,
+    );
+    craft_rows(&mut b, "ana", &[i64::MAX, i64::MAX, i64::MAX]);
+    operator_send(&b, "ana", "for ana");
+    operator_send(&b, "bob", "for bob");
+    for _ in 0..3 {
+        let r = hand_out(&b, "ana");
+        assert!(r.message.is_none(), "fails closed: {r:?}");
+        let p = r.paused.expect("the budget pause");
+        assert_eq!(p.reason.as_str(), "budget");
+        assert!(p.detail.contains("cannot be added up"), "{p:?}");
+        assert!(p.detail.contains("hive budget void ana"), "{p:?}");
+    }
+    let r = hand_out(&b, "bob");
+    assert_eq!(r.message.map(|m| m.body).as_deref(), Some("for bob"));
+    let told = notices(&b, "cannot be added up");
+    assert_eq!(told.len(), 1, "once: {told:?}");
+    assert!(told[0].contains("the spend of ana today"), "{told:?}");
+
+    let ana = report_of(&b, "ana");
+    assert!(ana.row.reached, "{ana:?}");
+    assert!(ana.error.as_deref().unwrap().contains("2^64"), "{ana:?}");
+    let sock = b.host_socket().display().to_string();
+    let (code, out, err) = run_hive(&["budget", "--socket", &sock], None, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let line = out.lines().find(|l| l.starts_with("ana ")).unwrap();
+    assert!(line.contains("held: its spend cannot be added up"), "{out}");
+    // The failed sum was kept: one scan, not one per check.
+    assert_eq!(
+        b.log()
+            .matches("the spend of ana cannot be added up")
+            .count(),
+        1
+    );
+
+    budget_set(&b.host_socket(), &["ana", "--usd", "9"]);
+    assert!(
+        hand_out(&b, "ana").message.is_none(),
+        "a raise is no remedy"
+    );
+    let (code, out, err) = run_hive(&["budget", "void", "ana", "--socket", &sock], None, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let r = hand_out(&b, "ana");
+    assert_eq!(r.message.map(|m| m.body).as_deref(), Some("for ana"));
+}
+
+/// Spend the store can add up (just below 2^64 tokens) and one more run
+/// on top, in the hub's memory: the sum is checked, not wrapped, so the
+/// agent is held from then on (it ran before), the operator is told once,
+/// and a restart, which reads the store again, holds it still.
+#[test]
+fn spend_past_two_to_the_64_in_memory_fails_closed() {
+    let mut b =
+        Broker::start_config(r#"{"agents":[{"name":"ana","budget":{"usd":5,"per":"day"}}]}"#);
+    craft_rows(&mut b, "ana", &[i64::MAX, i64::MAX]);
+    operator_send(&b, "ana", "first");
+    let r = hand_out(&b, "ana");
+    let m = r
+        .message
+        .expect("2^64 - 2 tokens and $0: under the dollar budget");
+    let _: hyperhive::proto::Empty = b.agent("ana").call(&AckTurn { id: m.id }).unwrap();
+    assert_eq!(report_of(&b, "ana").row.tokens, u64::MAX - 1);
+
+    report(&b, "ana", "run:1", Some(0.01), 10, None);
+    operator_send(&b, "ana", "second");
+    let r = hand_out(&b, "ana");
+    assert!(r.message.is_none(), "fails closed: {r:?}");
+    assert!(r.paused.unwrap().detail.contains("cannot be added up"));
+    assert_eq!(notices(&b, "cannot be added up").len(), 1);
+    assert!(report_of(&b, "ana").error.is_some());
+
+    b.restart();
+    let r = hand_out(&b, "ana");
+    assert!(r.message.is_none(), "still held after a restart: {r:?}");
+    assert!(report_of(&b, "ana").error.unwrap().contains("2^64"));
+}
+
+/// A flood of reports from one agent's socket writes one log line a minute
+/// per kind, not one per report (robustness review N13: 10 000 pool moves
+/// and near-limit reports wrote 1.4 MB); another agent's lines are its own.
+#[test]
+fn a_flood_of_pool_moves_writes_one_line_a_minute_per_agent() {
+    let b = Broker::start(&["ana", "bob"]);
+    let mut ana = b.agent("ana");
+    for i in 0..500 {
+        let _: hyperhive::proto::cmd::PoolReply = ana
+            .call(&uuid(if i % 2 == 0 { "u-even" } else { "u-odd" }))
+            .unwrap();
+    }
+    let mut bob = b.agent("bob");
+    for u in ["u-one", "u-two"] {
+        let _: hyperhive::proto::cmd::PoolReply = bob.call(&uuid(u)).unwrap();
+    }
+    // The hub answers in order: once bob's last report is answered, every
+    // line of ana's is written or counted.
+    let log = b.log();
+    assert_eq!(log.matches("ana moves from pool").count(), 1, "{log}");
+    assert_eq!(log.matches("bob moves from pool").count(), 1);
+}

@@ -54,8 +54,9 @@ fn migrate_broker_fixture(name: &str, version: u32) -> (Db, Connection, TempDir)
     let path = copy_fixture(name, dir.path(), db::FILE);
     let before = rows(&path, "messages");
     assert_eq!(before.len(), 9, "the fixture as its README describes it");
-    let others = ["spend", "agent_pools", "agents", "sqlite_sequence"];
+    let others = ["agent_pools", "agents", "sqlite_sequence"];
     let kept: Vec<_> = others.iter().map(|t| rows(&path, t)).collect();
+    let spend = rows(&path, "spend");
     {
         let c = Connection::open(&path).unwrap();
         assert_eq!(schema::version(&c).unwrap(), version);
@@ -79,7 +80,39 @@ fn migrate_broker_fixture(name: &str, version: u32) -> (Db, Connection, TempDir)
     for (t, old) in others.iter().zip(&kept) {
         assert_eq!(&rows(&path, t), old, "{t}");
     }
+    assert_eq!(
+        bounded(spend),
+        rows(&path, "spend"),
+        "every spend row, clamped to step 10's bounds where it was over them"
+    );
     (store, c, dir)
+}
+
+/// Spend rows of a store before step 10 (key, agent, at, usd, tokens,
+/// cache reads) as step 10 leaves them: each figure at most $1000 or 10^9,
+/// and the `clamped` column, 1 where one was cut.
+fn bounded(old: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
+    old.into_iter()
+        .map(|mut r| {
+            let mut clamped = 0;
+            if let Value::Real(u) = r[3] {
+                if u > 1000.0 {
+                    r[3] = Value::Real(1000.0);
+                    clamped = 1;
+                }
+            }
+            for i in [4, 5] {
+                if let Value::Integer(n) = r[i] {
+                    if n > 1_000_000_000 {
+                        r[i] = Value::Integer(1_000_000_000);
+                        clamped = 1;
+                    }
+                }
+            }
+            r.push(Value::Integer(clamped));
+            r
+        })
+        .collect()
 }
 
 /// `agent`'s queued messages in queue order, as ids and bodies.
@@ -366,6 +399,33 @@ fn a_version_8_store_keeps_every_message_through_step_9() {
         ]
     );
     assert_eq!(hand_out(&store, "ana"), (5, 1, false, 3));
+    assert_intact(&c);
+}
+
+/// Step 10: the spend rows gain their `clamped` flag; a row the previous
+/// release kept whole above the per-run bounds (bob's $2500 and 5·10^9
+/// tokens) is clamped and flagged, the others stay as they were (the
+/// helper checks every column), and the sums `budget` makes of them are
+/// the bounded ones.
+#[test]
+fn a_version_9_store_bounds_its_spend_rows_through_step_10() {
+    let (store, c, _dir) = migrate_broker_fixture("broker-v9.db", 9);
+    let flagged: Vec<(String, f64, i64, i64)> = c
+        .prepare("SELECT key, usd, tokens, cache_read FROM spend WHERE clamped = 1")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(
+        flagged,
+        [("boot-2:1".to_string(), 1000.0, 1_000_000_000, 1_000_000_000)]
+    );
+    let bob = store.spend_since(Some("bob"), 0).unwrap().unwrap();
+    assert_eq!(
+        (bob.usd, bob.unknown, bob.tokens, bob.clamped),
+        (1000.0, 1, 1_000_000_010, 1)
+    );
     assert_intact(&c);
 }
 

@@ -4,7 +4,9 @@
 //! oversized input, and the web UI of a running harness
 //! (loopback by default, the token on every request, static traversal) with the
 //! secrets it is given kept out of its log, its SSE stream, `/api/state` and
-//! claude's argv.
+//! claude's argv. Sender names that pass for a reserved one (an invisible
+//! format character, look-alike letters) are refused, and the page's own
+//! name (`web-ui`) is taken only from the agent's harness (issue 40).
 
 mod common;
 
@@ -483,10 +485,16 @@ fn reserved_and_control_character_senders_are_refused_on_every_socket() {
         "a\u{0}b",
         "\u{202e}evil",
         "x\u{1b}[2J",
+        // issue 40: a zero-width space, Cyrillic letters, the page's name.
+        "op\u{200b}erator",
+        "\u{43e}perator",
+        "\u{405}YSTEM",
+        "Web-UI",
+        "w\u{435}b-ui",
     ] {
         let e = must_not(&mut ana, json!({"cmd":"wake","from":from,"body":"spoof"}));
         assert!(
-            e.contains("reserved") || e.contains("control"),
+            e.contains("reserved") || e.contains("control") || e.contains("format character"),
             "{from:?}: {e}"
         );
         let e = must_not(
@@ -494,7 +502,7 @@ fn reserved_and_control_character_senders_are_refused_on_every_socket() {
             json!({"cmd":"wake","to":"ana","from":from,"body":"spoof"}),
         );
         assert!(
-            e.contains("reserved") || e.contains("control"),
+            e.contains("reserved") || e.contains("control") || e.contains("format character"),
             "{from:?}: {e}"
         );
     }
@@ -508,6 +516,48 @@ fn reserved_and_control_character_senders_are_refused_on_every_socket() {
     assert!(err.contains("reserved"), "{err}");
     assert_eq!(agent_row(&b, "ana").unread, 0, "nothing spoofed was stored");
     must(&mut ana, json!({"cmd":"wake","from":"cron","body":"real"}));
+}
+
+/// `web-ui` is what the agent's page sends as (its `/api/send`): the broker
+/// takes it only from the process of the agent's harness, which runs the
+/// page. The page's send goes through; the same name from a script on the
+/// agent's socket, from `hive wake` or on the host socket is refused, and
+/// nothing is stored.
+#[test]
+fn the_pages_name_is_taken_only_from_the_agents_harness() {
+    let b = Broker::start(&["ana"]);
+    let h = Harness::start(&b, "ana", &[]);
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    let page = common::web::Page::of(&h.state_dir());
+    let r = page.post("/api/send", r#"{"body":"typed on the page"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    h.fake.wait_count(2);
+    wait_drained(&b, "ana");
+    assert!(h.fake.stdin(2).contains("typed on the page"));
+    assert!(h.fake.stdin(2).contains("web-ui"), "{}", h.fake.stdin(2));
+
+    let e = must_not(
+        &mut b.agent("ana"),
+        json!({"cmd":"wake","from":"web-ui","body":"spoof"}),
+    );
+    assert!(e.contains("taken only from its harness"), "{e}");
+    let e = must_not(
+        &mut b.host(),
+        json!({"cmd":"wake","to":"ana","from":"web-ui","body":"spoof"}),
+    );
+    assert!(e.contains("taken only from its harness"), "{e}");
+    let sock = b.agent_socket("ana");
+    let (code, _, err) = run_hive(
+        &["wake", "--from", "web-ui", "--body", "spoof"],
+        None,
+        &[("HIVE_SOCKET", sock.to_str().unwrap())],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("taken only from its harness"), "{err}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(h.fake.count(), 2, "nothing spoofed ran");
+    assert_eq!(agent_row(&b, "ana").unread, 0, "nothing spoofed was stored");
 }
 
 /// Turn counters must be one turn's worth: finite, not negative, bounded; the

@@ -214,11 +214,11 @@ ok_turn done"#
         1,
     );
     // Mail for no agent of the other hive comes back as undeliverable.
-    operator_send(&one, "zed@two", "anyone?");
+    let lost = operator_send(&one, "zed@two", "anyone?");
     wait_for(Duration::from_secs(30), "the bounce", || {
-        operator_unread(&one)
-            .into_iter()
-            .find(|m| m.body == "[undeliverable] no agent zed on hive two")
+        operator_unread(&one).into_iter().find(|m| {
+            m.body == format!("undeliverable: your message #{lost} to zed@two: unknown agent")
+        })
     });
     // hive agents shows the bridge.
     let sock = one.data().join("run/host.sock");

@@ -157,6 +157,13 @@ fn send_goes_to_the_agent_inbox_through_the_broker() {
     let broker = Broker::start(&["ana"]);
     let sock = broker.agent_socket("ana");
     let web = Web::start_with(|_, s| s.socket = sock);
+    // The page runs in this process, as in the harness's: the broker takes
+    // the page's sender (`web-ui`) only from the process of a harness
+    // connection, which this one (reporting the harness's state) is.
+    let mut harness = broker.agent("ana");
+    let _: hyperhive::proto::Empty = harness
+        .call(&hyperhive::proto::cmd::ReportState { paused: None })
+        .unwrap();
     let r = web.post("/api/send", r#"{"body":"ship it"}"#);
     assert_eq!(r.status, 200, "{}", r.body);
     let id = r.json()["id"].as_i64().expect("the stored id");

@@ -2,7 +2,8 @@
 //! becomes an `m.room.message` whose `body` is the readable text and whose
 //! `hive.*` keys carry the rest (`hive.from`, `hive.to`, `hive.id` as a
 //! string, `hive.kind`, `hive.instance` (the sending broker's), and `hive.in_reply_to`, `hive.question`,
-//! `hive.options`, `hive.multi` when they apply); numbers travel as strings,
+//! `hive.options`, `hive.multi`, `hive.reason` (why an `undeliverable` was, from
+//! a closed set) when they apply); numbers travel as strings,
 //! which canonical JSON never refuses. Coming in, a room event is accepted only
 //! when it is well formed, addressed to this hive, and sent by the bridge of
 //! the hive its `hive.from` names ([`Room::Swarm`]), or by a listed operator
@@ -11,7 +12,9 @@
 
 use crate::matrix::RoomEvent;
 use crate::proto::address::Remote;
-use crate::proto::cmd::{is_instance, EventKind, Inbound, Outbound, MAX_MATRIX_ID};
+use crate::proto::cmd::{
+    is_instance, EventKind, Inbound, Outbound, UndeliverableReason, MAX_MATRIX_ID,
+};
 use crate::proto::ident::check_name;
 use crate::proto::limits::{MAX_BODY, MAX_OPTIONS};
 use crate::proto::swarm::MatrixConfig;
@@ -63,6 +66,9 @@ pub fn content(ev: &Outbound, instance: &str) -> Value {
     }
     if ev.multi {
         c.insert("hive.multi".into(), json!(true));
+    }
+    if let Some(r) = ev.reason {
+        c.insert("hive.reason".into(), json!(r.name()));
     }
     Value::Object(c)
 }
@@ -152,6 +158,11 @@ fn from_a_peer(ev: &RoomEvent, me: &Me<'_>) -> Result<Inbound, String> {
             Some(Value::String(s)) if is_instance(s) => Some(s.clone()),
             Some(other) => return Err(format!("hive.instance {other} is not an instance id")),
         },
+        // A reason this release does not know reads as none: the broker
+        // then quotes the peer's words as `other`.
+        reason: ev
+            .content_str("hive.reason")
+            .and_then(UndeliverableReason::from_name),
     })
 }
 
@@ -210,6 +221,7 @@ fn from_an_operator(ev: &RoomEvent, me: &Me<'_>) -> Result<Inbound, String> {
         reply_to_event,
         sent_at: (ev.origin_server_ts / 1000) as i64,
         instance: None,
+        reason: None,
     })
 }
 
@@ -267,6 +279,7 @@ mod tests {
             question: Some(9),
             options: vec!["yes".into(), "no".into()],
             multi: false,
+            reason: None,
         };
         let c = content(&ev, "6f1c2a9e-4b7d-4e21-9c3a-0d5e8f7a1b2c");
         assert_eq!(
@@ -286,6 +299,46 @@ mod tests {
         assert_eq!(content(&post, "i")["body"], "[a@one] ship it?");
     }
 
+    /// An `undeliverable` carries its reason as `hive.reason`; one from the
+    /// closed set comes back in as itself, any other value (or none) as
+    /// none, which the broker shows as `other` with the peer's words.
+    #[test]
+    fn an_undeliverables_reason_travels_and_an_unknown_one_is_none() {
+        let ev = Outbound {
+            id: 8,
+            dest: "one".into(),
+            kind: EventKind::Undeliverable,
+            from: "system@two".into(),
+            to: "a@one".into(),
+            body: "[undeliverable] no agent zed on hive two".into(),
+            in_reply_to: Some(5),
+            question: None,
+            options: vec![],
+            multi: false,
+            reason: Some(UndeliverableReason::UnknownAgent),
+        };
+        let c = content(&ev, "0a-1b");
+        assert_eq!(c["hive.reason"], "unknown_agent");
+        let m = matrix();
+        let me = Me {
+            hive: "one",
+            user_id: "@hive-one-bridge:hive.test",
+            matrix: &m,
+        };
+        let read = |c: Value| {
+            decode(&event("@hive-two-bridge:hive.test", c), Room::Swarm, &me)
+                .unwrap()
+                .reason
+        };
+        assert_eq!(read(c.clone()), Some(UndeliverableReason::UnknownAgent));
+        let mut other = c.clone();
+        other["hive.reason"] = json!("cosmic rays");
+        assert_eq!(read(other), None);
+        let mut none = c;
+        none.as_object_mut().unwrap().remove("hive.reason");
+        assert_eq!(read(none), None);
+    }
+
     #[test]
     fn what_goes_out_comes_back_in_on_the_other_hive() {
         let ev = Outbound {
@@ -299,6 +352,7 @@ mod tests {
             question: None,
             options: vec![],
             multi: false,
+            reason: None,
         };
         let m = matrix();
         let me = Me {

@@ -196,6 +196,7 @@ mod tests {
             reply_to_event: None,
             sent_at: 0,
             instance: None,
+            reason: None,
         }
     }
 

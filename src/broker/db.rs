@@ -13,7 +13,7 @@ mod swarm;
 
 pub use swarm::{new_message, Batch, OutRow, OutboxEntry, Settle};
 
-use crate::proto::cmd::PostTurnCounts;
+use crate::proto::cmd::{Bounded, PostTurnCounts};
 use crate::proto::limits::REMINDER_PREVIEW_CHARS;
 use crate::proto::schema::{self, Step};
 use crate::proto::{
@@ -130,7 +130,32 @@ pub const MIGRATIONS: &[Step] = &[
         what: "queue positions handed out by the broker (the seq index and its insert trigger go)",
         apply: |tx| tx.execute_batch(MESSAGES_V9),
     },
+    Step {
+        version: 10,
+        what: "spend rows bounded per run: the clamped flag, and older rows over the bounds clamped",
+        apply: |tx| tx.execute_batch(SPEND_V10),
+    },
+    Step {
+        version: 11,
+        what: "the reason of an undeliverable event in the outbox",
+        apply: |tx| tx.execute_batch("ALTER TABLE outbox ADD COLUMN reason TEXT;"),
+    },
 ];
+
+/// Step 10 (issue 40): one run's row counts at most $1000 and 10^9 tokens
+/// (and 10^9 cache reads; `proto::cmd::MAX_RUN_USD`, `MAX_RUN_TOKENS`); a
+/// report above is kept clamped, with `clamped` set. Rows older releases
+/// kept whole above the bounds (they took up to $10^6 and 10^12 tokens) are
+/// clamped and flagged the same way, so every row the broker wrote is within
+/// them. The figures are written out here: a shipped step never changes.
+const SPEND_V10: &str = "
+ALTER TABLE spend ADD COLUMN clamped INTEGER NOT NULL DEFAULT 0;
+UPDATE spend SET clamped = 1,
+    usd = MIN(usd, 1000.0),
+    tokens = MIN(tokens, 1000000000),
+    cache_read = MIN(cache_read, 1000000000)
+WHERE usd > 1000.0 OR tokens > 1000000000 OR cache_read > 1000000000;
+";
 
 /// Step 9 (issue 19): the broker hands out queue positions itself
 /// ([`Db`]'s tail, seeded at open from the inbox index), so `messages_seq`
@@ -230,6 +255,17 @@ CREATE TABLE budget_notices (
     PRIMARY KEY (scope, window_start, level)
 );
 ";
+
+/// What a scope's spend rows add up to (`Db::spend_since`): dollars, runs
+/// of unknown cost, tokens, cache reads, runs kept clamped.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SpendTotals {
+    pub usd: f64,
+    pub unknown: u64,
+    pub tokens: u64,
+    pub cache_read: u64,
+    pub clamped: u64,
+}
 
 /// Step 3: `attempts` (hand-outs that count toward the harness's attempt
 /// limit), `last_error`, `seq` (the queue position: new rows go last, a
@@ -1698,61 +1734,110 @@ impl Db {
             .query_row(params![agent], |r| r.get(0))
     }
 
-    /// Keeps one run's spend; false when `key` was kept before (a re-send).
-    pub fn insert_spend(
-        &self,
-        key: &str,
-        agent: &str,
-        at: i64,
-        usd: Option<f64>,
-        tokens: u64,
-        cache_read: u64,
-    ) -> Res<bool> {
+    /// Keeps one run's spend, its figures already within the per-run bounds
+    /// (`clamped`: they had to be cut); false when `key` was kept before (a
+    /// re-send).
+    pub fn insert_spend(&self, key: &str, agent: &str, at: i64, row: &Bounded) -> Res<bool> {
         let n = self
             .conn
             .prepare_cached(
-                "INSERT OR IGNORE INTO spend (key, agent, at, usd, tokens, cache_read)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT OR IGNORE INTO spend (key, agent, at, usd, tokens, cache_read, clamped)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
             .execute(params![
                 key,
                 agent,
                 at,
-                usd,
-                tokens as i64,
-                cache_read as i64
+                row.usd,
+                i64::try_from(row.tokens).unwrap_or(i64::MAX),
+                i64::try_from(row.cache_read).unwrap_or(i64::MAX),
+                row.clamped
             ])?;
         Ok(n == 1)
     }
 
-    /// Spend since `since` (unix s) of `agent`, or of every agent: dollars,
-    /// runs of unknown cost, tokens, cache reads.
-    pub fn spend_since(&self, agent: Option<&str>, since: i64) -> Res<(f64, u64, u64, u64)> {
+    /// What the spend rows since `since` (unix s) of `agent`, or of every
+    /// agent, add up to, exactly. sqlite's `SUM` of integers stops with an
+    /// error past 2^63, so each count is summed as its high and low 32 bits
+    /// (neither sum can pass 2^63 below 2^32 rows; beyond, sqlite's error
+    /// stands) and put together here in 128 bits: a total past `u64::MAX`,
+    /// or a negative figure (a row no broker wrote), is an `Err` naming it,
+    /// never a wrapped number. The outer `Err` is the store's.
+    pub fn spend_since(&self, agent: Option<&str>, since: i64) -> Res<Result<SpendTotals, String>> {
         // Two statements, so an agent's is a range of `spend_agent_at` (one
         // with `?2 IS NULL OR agent = ?2` walked every agent's rows of the
         // window through `spend_at`).
+        const SUMS: &str = "SELECT COALESCE(SUM(usd), 0), COUNT(*) - COUNT(usd),
+                COALESCE(SUM(tokens >> 32), 0), COALESCE(SUM(tokens & 4294967295), 0),
+                COALESCE(SUM(cache_read >> 32), 0), COALESCE(SUM(cache_read & 4294967295), 0),
+                COALESCE(SUM(clamped != 0), 0),
+                COALESCE(MIN(MIN(tokens, cache_read)), 0), COALESCE(MIN(usd), 0)
+             FROM spend";
         let sql = match agent {
-            Some(_) => {
-                "SELECT COALESCE(SUM(usd), 0), COALESCE(SUM(usd IS NULL), 0),
-                        COALESCE(SUM(tokens), 0), COALESCE(SUM(cache_read), 0)
-                 FROM spend WHERE agent = ?2 AND at >= ?1"
-            }
-            None => {
-                "SELECT COALESCE(SUM(usd), 0), COALESCE(SUM(usd IS NULL), 0),
-                        COALESCE(SUM(tokens), 0), COALESCE(SUM(cache_read), 0)
-                 FROM spend WHERE at >= ?1 AND ?2 IS NULL"
-            }
+            Some(_) => format!("{SUMS} WHERE agent = ?2 AND at >= ?1"),
+            None => format!("{SUMS} WHERE at >= ?1 AND ?2 IS NULL"),
         };
-        self.conn
-            .prepare_cached(sql)?
+        let row = self
+            .conn
+            .prepare_cached(&sql)?
             .query_row(params![since, agent], |r| {
                 Ok((
                     r.get::<_, f64>(0)?,
-                    r.get::<_, i64>(1)? as u64,
-                    r.get::<_, i64>(2)? as u64,
-                    r.get::<_, i64>(3)? as u64,
+                    r.get::<_, i64>(1)?,
+                    [r.get::<_, i64>(2)?, r.get::<_, i64>(3)?],
+                    [r.get::<_, i64>(4)?, r.get::<_, i64>(5)?],
+                    r.get::<_, i64>(6)?,
+                    r.get::<_, i64>(7)?,
+                    r.get::<_, f64>(8)?,
                 ))
+            })?;
+        let (usd, unknown, tokens, cache_read, clamped, least, least_usd) = row;
+        if least < 0 || least_usd < 0.0 {
+            return Ok(Err(
+                "a spend row holds a negative figure (no broker writes one)".into(),
+            ));
+        }
+        let whole = |[high, low]: [i64; 2], what: &str| -> Result<u64, String> {
+            let total = (i128::from(high) << 32) + i128::from(low);
+            u64::try_from(total)
+                .map_err(|_| format!("the {what} of the spend rows add up past 2^64 ({total})"))
+        };
+        let totals = || -> Result<SpendTotals, String> {
+            Ok(SpendTotals {
+                usd,
+                unknown: unknown.max(0) as u64,
+                tokens: whole(tokens, "tokens")?,
+                cache_read: whole(cache_read, "cache reads")?,
+                clamped: clamped.max(0) as u64,
             })
+        };
+        Ok(totals())
+    }
+
+    /// Removes the spend rows since `since` (unix s) of `agent`, or of every
+    /// agent, with the budget notices of the windows they were in (so a
+    /// budget reached again is told again); how many rows went.
+    pub fn void_spend(&self, agent: Option<&str>, since: i64) -> Res<u64> {
+        let tx = self.conn.unchecked_transaction()?;
+        let n = match agent {
+            Some(a) => tx.execute(
+                "DELETE FROM spend WHERE agent = ?1 AND at >= ?2",
+                params![a, since],
+            )?,
+            None => tx.execute("DELETE FROM spend WHERE at >= ?1", params![since])?,
+        };
+        match agent {
+            Some(a) => tx.execute(
+                "DELETE FROM budget_notices WHERE (scope = ?1 OR scope = 'hive') AND window_start >= ?2",
+                params![a, since],
+            )?,
+            None => tx.execute(
+                "DELETE FROM budget_notices WHERE window_start >= ?1",
+                params![since],
+            )?,
+        };
+        tx.commit()?;
+        Ok(n as u64)
     }
 
     /// Records a budget notice; false when it was sent before.

@@ -22,7 +22,7 @@
 //! the recovery; the listener is never dropped.
 
 use super::accept::{Caps, ConnLimits, Slot};
-use super::hub::{ConnId, Hub, HubMsg, HubRx, HubTx, Identity, NewSocket, Outcome};
+use super::hub::{self, ConnId, Hub, HubMsg, HubRx, HubTx, Identity, NewSocket, Outcome};
 use crate::proto::limits::{MAX_LINE, MAX_WAIT_SECS};
 use crate::proto::lines::{err_line, refuse};
 use crate::proto::Request;
@@ -110,6 +110,9 @@ struct Client {
     /// Reading: the idle deadline; writing: when an answer not read is given
     /// up; parked: unused (the wait's own deadline is in the state).
     deadline: Instant,
+    /// The process that connected it, once a request needed it
+    /// (`hub::wants_peer`).
+    peer: Option<u32>,
 }
 
 /// What the next line of input was: its end in `input` (a whole line, its
@@ -485,6 +488,7 @@ impl<'c> Loop<'c> {
                 stalled: false,
                 state: State::Reading,
                 deadline: Instant::now() + self.limits.idle,
+                peer: None,
             },
         );
         Accepted::Client(id)
@@ -643,6 +647,16 @@ impl<'c> Loop<'c> {
             return;
         };
         let cmd = req.cmd();
+        if c.peer.is_none() && matches!(c.who, Identity::Agent(_)) && hub::wants_peer(&req) {
+            // Once per connection, and only where the hub needs it.
+            match fd::peer_pid(&c.stream) {
+                Ok(pid) => {
+                    c.peer = Some(pid);
+                    self.hub.peer(id, pid);
+                }
+                Err(e) => log::debug!("connection {id}: no peer process: {e}"),
+            }
+        }
         let kept = can_wait.then(|| req.clone());
         match self.hub.handle(&c.who, id, req, can_wait) {
             Outcome::Answer(line) => {

@@ -187,6 +187,7 @@ commands! {
     "budget"               => GetBudget:         Operator;
     "own_budget"           => OwnBudget:         Agent(Open);
     "set_budget"           => SetBudget:         Operator;
+    "void_spend"           => VoidSpend:         Operator;
     // messaging
     "send"                 => Send:              Both(Group(G::Messaging));
     "recv"                 => Recv:              Agent(Group(G::Messaging));

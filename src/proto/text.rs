@@ -1,6 +1,7 @@
 //! Text helpers every process formats the same way: how an error echoes an
 //! input ([`excerpt`]), which characters may not reach a terminal
-//! ([`is_control_or_bidi`]), the first characters of a long text
+//! ([`is_control_or_bidi`]), which are invisible format characters
+//! ([`is_format`], Unicode's `Cf`), the first characters of a long text
 //! ([`preview`]) and times as people read and write them ([`fmt_time`],
 //! [`parse_time`]).
 
@@ -25,6 +26,53 @@ pub fn is_control_or_bidi(c: char) -> bool {
             c,
             '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
         )
+}
+
+/// The general category `Cf` (format characters) of Unicode 16.0.0, as
+/// ranges, first to last, from its `DerivedGeneralCategory.txt`: soft
+/// hyphen, Arabic and Syriac number signs, the zero-width space, joiners and
+/// marks, the bidi embeddings, overrides and isolates, the word joiner and
+/// invisible operators, the byte order mark, interlinear annotations,
+/// Kaithi, Egyptian hieroglyph, shorthand and musical format controls, and
+/// the tags. Most are invisible: a name holding one can pass for another
+/// (`op\u{200b}erator` reads as `operator`).
+pub const FORMAT_CHARS: [(char, char); 21] = [
+    ('\u{ad}', '\u{ad}'),
+    ('\u{600}', '\u{605}'),
+    ('\u{61c}', '\u{61c}'),
+    ('\u{6dd}', '\u{6dd}'),
+    ('\u{70f}', '\u{70f}'),
+    ('\u{890}', '\u{891}'),
+    ('\u{8e2}', '\u{8e2}'),
+    ('\u{180e}', '\u{180e}'),
+    ('\u{200b}', '\u{200f}'),
+    ('\u{202a}', '\u{202e}'),
+    ('\u{2060}', '\u{2064}'),
+    ('\u{2066}', '\u{206f}'),
+    ('\u{feff}', '\u{feff}'),
+    ('\u{fff9}', '\u{fffb}'),
+    ('\u{110bd}', '\u{110bd}'),
+    ('\u{110cd}', '\u{110cd}'),
+    ('\u{13430}', '\u{1343f}'),
+    ('\u{1bca0}', '\u{1bca3}'),
+    ('\u{1d173}', '\u{1d17a}'),
+    ('\u{e0001}', '\u{e0001}'),
+    ('\u{e0020}', '\u{e007f}'),
+];
+
+/// True for a format character ([`FORMAT_CHARS`], Unicode 16.0.0's `Cf`).
+pub fn is_format(c: char) -> bool {
+    FORMAT_CHARS
+        .binary_search_by(|&(first, last)| {
+            if last < c {
+                std::cmp::Ordering::Less
+            } else if first > c {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
 }
 
 /// The first `max` characters of `s`, with `…` when cut: for texts the reader
@@ -141,6 +189,74 @@ pub fn parse_time(s: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table is Unicode 16.0.0's `Cf`: sorted and apart; the members
+    /// names are refused for (among them every bidi mark of
+    /// `is_control_or_bidi`, and what Unicode 15.0 added to the Egyptian
+    /// controls), and their neighbours, which are not format characters.
+    #[test]
+    fn format_characters_are_unicode_16s_cf() {
+        for w in FORMAT_CHARS.windows(2) {
+            assert!(w[0].0 <= w[0].1 && w[0].1 < w[1].0, "{w:?}");
+        }
+        let count: u32 = FORMAT_CHARS
+            .iter()
+            .map(|&(a, b)| b as u32 - a as u32 + 1)
+            .sum();
+        assert_eq!(count, 170, "Unicode 16.0.0 has 170 Cf code points");
+        for c in [
+            '\u{ad}',
+            '\u{600}',
+            '\u{605}',
+            '\u{61c}',
+            '\u{890}',
+            '\u{180e}',
+            '\u{200b}',
+            '\u{200c}',
+            '\u{200d}',
+            '\u{200e}',
+            '\u{200f}',
+            '\u{202a}',
+            '\u{202e}',
+            '\u{2060}',
+            '\u{2064}',
+            '\u{2066}',
+            '\u{2069}',
+            '\u{206f}',
+            '\u{feff}',
+            '\u{fffb}',
+            '\u{13439}',
+            '\u{1343f}',
+            '\u{1d173}',
+            '\u{e0001}',
+            '\u{e0041}',
+            '\u{e007f}',
+        ] {
+            assert!(is_format(c), "{c:?}");
+        }
+        for c in [
+            'a',
+            ' ',
+            '\u{ac}',
+            '\u{ae}',
+            '\u{5ff}',
+            '\u{606}',
+            '\u{200a}',
+            '\u{2010}',
+            '\u{2065}',
+            '\u{fffc}',
+            '\u{13440}',
+            '\u{e0000}',
+            '\u{e0002}',
+            '\u{e0080}',
+            '\u{10ffff}',
+        ] {
+            assert!(!is_format(c), "{c:?}");
+        }
+        for c in ['\u{61c}', '\u{200e}', '\u{202a}', '\u{2066}', '\u{2069}'] {
+            assert!(is_control_or_bidi(c) && is_format(c), "{c:?}");
+        }
+    }
 
     #[test]
     fn echoes_are_short_and_times_are_utc() {

@@ -1,7 +1,8 @@
 //! Descriptors and sockets: a close-on-exec pipe and what is waiting in it
 //! ([`unread`]), a file opened beneath a
 //! directory without following a symlink on the way ([`open_beneath`]), the
-//! socket options and
+//! process at the other end of a unix socket ([`peer_pid`]), the socket
+//! options and
 //! queries the web servers need (timeouts, the unsent queue, a hang-up, a
 //! shutdown), [`poll`] over many descriptors (the broker serves its sockets
 //! from one such loop), and [`HangupWatch`], which turns a peer hanging up
@@ -237,6 +238,32 @@ pub fn shutdown(fd: RawFd) {
     unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
 }
 
+/// The process that connected the other end of a unix socket
+/// (`SO_PEERCRED`, which the kernel records at `connect`), as its pid in
+/// this process's PID namespace.
+pub fn peer_pid(sock: &UnixStream) -> io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket fd, and a ucred buffer of the length given.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    u32::try_from(cred.pid).map_err(|_| io::Error::other("the peer has no pid here"))
+}
+
 /// True when the peer of socket `fd` hung up (or the connection broke), without
 /// waiting.
 pub fn hung_up(fd: RawFd) -> bool {
@@ -403,6 +430,14 @@ mod tests {
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
     use std::path::Path;
+
+    /// Both ends of a pair made here were connected by this process.
+    #[test]
+    fn the_peer_of_a_socket_is_the_process_that_connected_it() {
+        let (a, b) = UnixStream::pair().unwrap();
+        assert_eq!(peer_pid(&a).unwrap(), std::process::id());
+        assert_eq!(peer_pid(&b).unwrap(), std::process::id());
+    }
 
     #[test]
     fn an_accepted_connection_is_non_blocking_and_closed_on_exec() {

@@ -8,7 +8,7 @@
 //! message and its outbox entry) run in one [`Batch`].
 
 use super::{Db, NewMessage, Res};
-use crate::proto::cmd::EventKind;
+use crate::proto::cmd::{EventKind, UndeliverableReason};
 use crate::proto::{MsgKind, Peer, Question};
 use rusqlite::{params, OptionalExtension};
 
@@ -66,6 +66,8 @@ pub struct OutboxEntry {
     pub question: Option<i64>,
     /// The message it answers, in the destination's ids.
     pub in_reply_to: Option<i64>,
+    /// For an `undeliverable` event: why (step 11's `reason`).
+    pub reason: Option<UndeliverableReason>,
 }
 
 /// A pending outbox row with its message (and, for a question asked, the
@@ -78,6 +80,12 @@ pub struct OutRow {
     pub body: String,
     pub options: Vec<String>,
     pub multi: bool,
+}
+
+/// An outbox row's `reason` as stored: a name this release does not know is
+/// none.
+fn reason(stored: Option<String>) -> Option<UndeliverableReason> {
+    stored.and_then(|r| UndeliverableReason::from_name(&r))
 }
 
 /// How the homeserver settled an outbox row.
@@ -163,8 +171,8 @@ impl Db {
     pub fn insert_outbox(&self, e: &OutboxEntry, now: i64) -> Res<()> {
         self.conn
             .prepare_cached(
-                "INSERT INTO outbox (msg_id, dest, kind, question, in_reply_to, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO outbox (msg_id, dest, kind, question, in_reply_to, created_at, reason)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
             .execute(params![
                 e.msg_id,
@@ -172,7 +180,8 @@ impl Db {
                 e.kind.name(),
                 e.question,
                 e.in_reply_to,
-                now
+                now,
+                e.reason.map(UndeliverableReason::name)
             ])?;
         Ok(())
     }
@@ -181,7 +190,7 @@ impl Db {
     pub fn outbox_pending(&self, limit: u32) -> Res<Vec<OutRow>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT o.msg_id, o.dest, o.kind, o.question, o.in_reply_to,
-                    m.sender, m.recipient, m.body, q.options, q.multi
+                    m.sender, m.recipient, m.body, q.options, q.multi, o.reason
              FROM outbox o JOIN messages m ON m.id = o.msg_id
              LEFT JOIN questions q ON o.kind = 'question_asked' AND q.id = o.question
              WHERE o.state = 'pending' ORDER BY o.msg_id LIMIT ?1",
@@ -196,6 +205,7 @@ impl Db {
                     kind: EventKind::from_name(&kind).unwrap_or(EventKind::Message),
                     question: r.get(3)?,
                     in_reply_to: r.get(4)?,
+                    reason: reason(r.get(10)?),
                 },
                 from: r.get(5)?,
                 to: r.get(6)?,
@@ -244,7 +254,7 @@ impl Db {
     fn outbox_pending_row(&self, msg_id: i64) -> Res<Option<OutRow>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT o.msg_id, o.dest, o.kind, o.question, o.in_reply_to,
-                    m.sender, m.recipient, m.body
+                    m.sender, m.recipient, m.body, o.reason
              FROM outbox o JOIN messages m ON m.id = o.msg_id
              WHERE o.msg_id = ?1 AND o.state = 'pending'",
         )?;
@@ -257,6 +267,7 @@ impl Db {
                     kind: EventKind::from_name(&kind).unwrap_or(EventKind::Message),
                     question: r.get(3)?,
                     in_reply_to: r.get(4)?,
+                    reason: reason(r.get(8)?),
                 },
                 from: r.get(5)?,
                 to: r.get(6)?,
@@ -382,6 +393,14 @@ impl Db {
             .query_row(params![local_id, origin], |r| r.get(0))
             .optional()?;
         Ok(id.and_then(|id| id.parse().ok()))
+    }
+
+    /// The recipient of message `msg_id` (`b@two` for mail to another hive).
+    pub fn recipient_of(&self, msg_id: i64) -> Res<Option<String>> {
+        self.conn
+            .prepare_cached("SELECT recipient FROM messages WHERE id = ?1")?
+            .query_row(params![msg_id], |r| r.get(0))
+            .optional()
     }
 
     /// Whether `msg_id` is a message this hive sent to hive `dest`: what an

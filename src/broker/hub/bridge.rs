@@ -14,7 +14,7 @@ use crate::broker::db::{new_message, Batch, NewMessage, OutboxEntry, Settle};
 use crate::proto::address::Remote;
 use crate::proto::cmd::{
     Ask, BridgeDeliver, BridgeDeliverReply, BridgeFailed, BridgeHelloReply, BridgeNext,
-    BridgeNextReply, BridgeSent, BridgeStatus, EventKind, Inbound, Outbound,
+    BridgeNextReply, BridgeSent, BridgeStatus, EventKind, Inbound, Outbound, UndeliverableReason,
 };
 use crate::proto::limits::{MAX_REMOTE_BODY, PAGE_BYTES};
 use crate::proto::swarm::{BridgeRow, BridgeState, MatrixConfig};
@@ -170,6 +170,7 @@ impl Hub<'_> {
                 kind,
                 question,
                 in_reply_to,
+                reason: None,
             },
             t,
         )
@@ -223,6 +224,7 @@ impl Hub<'_> {
                 kind,
                 question: None,
                 in_reply_to: None,
+                reason: None,
             },
             t,
         )?;
@@ -256,6 +258,7 @@ impl Hub<'_> {
                 kind: EventKind::QuestionAsked,
                 question: Some(qid),
                 in_reply_to: None,
+                reason: None,
             },
             t,
         )
@@ -304,6 +307,7 @@ impl Hub<'_> {
                 kind: EventKind::QuestionAnswered,
                 question: Some(their_id),
                 in_reply_to: None,
+                reason: None,
             },
             t,
         )
@@ -344,6 +348,7 @@ impl Hub<'_> {
                 kind: EventKind::QuestionCancelled,
                 question: Some(q.id),
                 in_reply_to: None,
+                reason: None,
             },
             t,
         )
@@ -433,6 +438,7 @@ impl Hub<'_> {
                 question: r.entry.question,
                 options: r.options,
                 multi: r.multi,
+                reason: r.entry.reason,
             };
             let size = serde_json::to_string(&ev).map_or(0, |s| s.len());
             if !events.is_empty() && used + size > PAGE_BYTES {
@@ -724,6 +730,9 @@ impl Hub<'_> {
                 Ok((Fate::Delivered, local))
             }
             EventKind::Undeliverable => {
+                // The notice is built here from the event's ids and its
+                // reason: the peer's text is shown only quoted, as `other`.
+                let reason = undeliverable_reason(e);
                 if let Some(qid) = e.question {
                     let Some((q, true)) = b.question(qid)? else {
                         return Ok((
@@ -732,20 +741,32 @@ impl Hub<'_> {
                         ));
                     };
                     let asked_there = q.target.remote().is_some_and(|r| r.hive == e.origin);
-                    if !asked_there || !b.settle_question(qid, &e.body, &Peer::System, t)? {
+                    let text = format!(
+                        "undeliverable: your question #{qid} to {}: {reason}",
+                        q.target
+                    );
+                    if !asked_there || !b.settle_question(qid, &text, &Peer::System, t)? {
                         return Ok((
                             Fate::Ignored(format!("question #{qid} was not asked there")),
                             None,
                         ));
                     }
-                    return answered(b, &q, &e.body, &Peer::System, t, woken);
+                    return answered(b, &q, &text, &Peer::System, t, woken);
                 }
                 if !here(&e.to) {
                     // Never a bounce of a bounce.
                     return Ok((Fate::Ignored(format!("no agent {} here", e.to)), None));
                 }
                 let irt = self.their_reply(b, e)?;
-                let n = new_message(&Peer::System, &e.to, &e.body, &MsgKind::Undeliverable, irt);
+                let what = match irt {
+                    Some(id) => match b.recipient_of(id)? {
+                        Some(to) => format!("your message #{id} to {to}"),
+                        None => format!("your message #{id} to hive {}", e.origin),
+                    },
+                    None => format!("a message of yours to hive {}", e.origin),
+                };
+                let text = format!("undeliverable: {what}: {reason}");
+                let n = new_message(&Peer::System, &e.to, &text, &MsgKind::Undeliverable, irt);
                 let id = b.insert_message(&n, t)?;
                 if e.to == "operator"
                     && self.copy_to_operator_room(b, id, &MsgKind::Undeliverable, t)?
@@ -788,6 +809,7 @@ impl Hub<'_> {
                 kind: EventKind::Undeliverable,
                 question: e.question.filter(|_| e.kind == EventKind::QuestionAsked),
                 in_reply_to: e.id.parse().ok(),
+                reason: Some(UndeliverableReason::UnknownAgent),
             },
             t,
         )?;
@@ -879,6 +901,23 @@ fn answered(
     let id = b.insert_message(&n, t)?;
     woken.insert(q.asker.as_str().to_string());
     Ok((Fate::Delivered, Some(id)))
+}
+
+/// Longest part of a peer's own words an `undeliverable` notice quotes, in
+/// characters.
+const PEER_WORDS_CHARS: usize = 200;
+
+/// The reason of a peer's `undeliverable`, as the local notice reads it:
+/// one of the closed set, else `other` with the peer's words quoted (control
+/// and format characters escaped, quotes too) and cut.
+fn undeliverable_reason(e: &Inbound) -> String {
+    match e.reason {
+        Some(r) => r.words().to_string(),
+        None => format!(
+            "other: {:?}",
+            crate::proto::text::preview(&e.body, PEER_WORDS_CHARS)
+        ),
+    }
 }
 
 fn origin_name(e: &Inbound) -> String {

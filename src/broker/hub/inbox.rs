@@ -24,7 +24,7 @@ use crate::proto::cmd::{
     RecvNext, RecvNextReply, ReportState, RequeueInflight, Retry, RetryReply, Seen, Status,
     StatusReply, Wake,
 };
-use crate::proto::ident::{Peer, PARENT};
+use crate::proto::ident::{Peer, PAGE_SENDER, PARENT};
 use crate::proto::limits::RECV_MAX;
 use crate::proto::text::{excerpt, preview};
 use crate::proto::{
@@ -70,7 +70,11 @@ impl Hub<'_> {
         self.deliver(&Peer::System, to, body, kind, None)
     }
 
-    pub(super) fn wake(&mut self, who: &Identity, c: Wake) -> Result<SentReply, String> {
+    pub(super) fn wake(&mut self, ctx: &Ctx, c: Wake) -> Result<SentReply, String> {
+        let who = ctx.who;
+        if c.from == PAGE_SENDER {
+            self.check_page(ctx)?;
+        }
         let target = match (who, c.to) {
             (Identity::Agent(a), None) => a.clone(),
             (Identity::Agent(a), Some(t)) if &t == a => t,
@@ -89,7 +93,11 @@ impl Hub<'_> {
             }
             (Identity::Bridge, _) => return Err("the bridge wakes no agent".into()),
         };
-        let from = Peer::External(c.from);
+        let from = if c.from == PAGE_SENDER {
+            Peer::Page
+        } else {
+            Peer::External(c.from)
+        };
         if !c.transient {
             return self.deliver(&from, &target, &c.body, MsgKind::Message, None);
         }
@@ -113,6 +121,37 @@ impl Hub<'_> {
             id: None,
             to: Peer::Agent(target),
         })
+    }
+
+    /// A `wake` from the agent's page (`web-ui`) is taken only from the
+    /// process of the agent's harness, which runs the page: the connection's
+    /// peer must be the process of one of the agent's harness connections
+    /// (those that poll `recv_next` or `status`, or reported its start or
+    /// pause). A script on the socket, `hive wake` or the host socket gets a
+    /// refusal. Until the harness has a channel of its own (issue 40, item
+    /// 1), a process that polls as the harness itself passes for it too.
+    fn check_page(&self, ctx: &Ctx) -> Result<(), String> {
+        let refusal = || {
+            format!(
+                "from {PAGE_SENDER:?} is the sender of the agent's own page (its /api/send) and is \
+                 taken only from its harness; choose another name"
+            )
+        };
+        let Identity::Agent(agent) = ctx.who else {
+            return Err(refusal());
+        };
+        let Some(pid) = self.peers.get(&ctx.conn) else {
+            return Err(refusal());
+        };
+        let from_harness = self
+            .harness_conns
+            .get(agent)
+            .is_some_and(|conns| conns.iter().any(|c| self.peers.get(c) == Some(pid)));
+        if from_harness {
+            Ok(())
+        } else {
+            Err(refusal())
+        }
     }
 
     pub(super) fn send(&mut self, who: &Identity, c: cmd::Send) -> Result<SentReply, String> {
@@ -692,7 +731,7 @@ impl Hub<'_> {
             self.needs_login.remove(agent)
         };
         if changed {
-            log::info!(
+            let text = format!(
                 "{agent}: {}",
                 if needs {
                     "claude needs a login"
@@ -700,6 +739,7 @@ impl Hub<'_> {
                     "logged in again"
                 }
             );
+            self.throttled(log::Level::Info, agent, super::throttle::Kind::Login, text);
             if let Some(sup) = &self.settings.lifecycle {
                 // Unbounded: never blocks the hub.
                 let _ = sup.send(crate::broker::lifecycle::LifecycleCmd::NeedsLogin {

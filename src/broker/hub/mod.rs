@@ -23,7 +23,8 @@
 //!   supervisor asks their pages).
 //! - `bridge.rs`: the swarm — mail and questions to and from other hives
 //!   through the Matrix bridge's outbox and inbox, and the bridge's state;
-//! - `pools.rs`, `budgets.rs`: credential pools, usage limits and budgets.
+//! - `pools.rs`, `budgets.rs`: credential pools, usage limits and budgets;
+//! - `throttle.rs`: log lines about one agent's reports, one a minute per kind.
 //!
 //! The hub never blocks on another actor or on slow I/O: such work is an
 //! [`Outcome::Offload`] run on a thread of its own, and whatever it changes
@@ -44,6 +45,7 @@ mod lifecycle;
 mod limits;
 mod pools;
 mod questions;
+mod throttle;
 mod timers;
 
 #[cfg(test)]
@@ -373,6 +375,11 @@ pub struct Hub<'c> {
     bridge: bridge::BridgeLink,
     /// Credential pools and their usage-limit pauses (`pools.rs`).
     pools: pools::Pools,
+    /// Log lines about agents' reports, counted per agent and kind.
+    throttle: throttle::Throttle,
+    /// The process at the other end of agent connections, where a request
+    /// needed it ([`wants_peer`]).
+    peers: BTreeMap<ConnId, u32>,
 }
 
 fn db_err(e: rusqlite::Error) -> String {
@@ -420,6 +427,8 @@ impl<'c> Hub<'c> {
             changing: BTreeSet::new(),
             bridge: bridge::BridgeLink::default(),
             pools: pools::Pools::default(),
+            throttle: throttle::Throttle::default(),
+            peers: BTreeMap::new(),
         }
     }
 
@@ -471,6 +480,9 @@ impl<'c> Hub<'c> {
         if self.next_pause_deadline().is_some_and(|t| t <= now) {
             self.fire_pauses();
         }
+        if self.throttle.due().is_some_and(|t| t <= now) {
+            self.throttle.flush(now);
+        }
     }
 
     /// How long until the hub's next deadline, if it has one.
@@ -478,8 +490,15 @@ impl<'c> Hub<'c> {
         self.next_wake().map(until)
     }
 
+    /// The process that connected agent connection `conn` (`SO_PEERCRED`),
+    /// told by the loop before a request [`wants_peer`] is handled.
+    pub fn peer(&mut self, conn: ConnId, pid: u32) {
+        self.peers.insert(conn, pid);
+    }
+
     /// Connection `conn` is gone: release what it held and stop waiting for it.
     pub fn closed(&mut self, conn: ConnId) {
+        self.peers.remove(&conn);
         self.unpark(conn);
         self.release(conn);
         self.bridge_closed(conn);
@@ -495,13 +514,24 @@ impl<'c> Hub<'c> {
         std::mem::take(&mut self.new_sockets)
     }
 
-    /// The hub's next deadline: a timer (`timers.rs`) or a pause's end
-    /// (`pools.rs`).
+    /// The hub's next deadline: a timer (`timers.rs`), a pause's end
+    /// (`pools.rs`) or a count of throttled log lines (`throttle.rs`).
     fn next_wake(&mut self) -> Option<i64> {
-        match (self.next_due, self.next_pause_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.next_due,
+            self.next_pause_deadline(),
+            self.throttle.due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Logs a line about what `agent` reported, at most one of `kind` a
+    /// minute (the rest are counted: `throttle.rs`).
+    fn throttled(&mut self, level: log::Level, agent: &str, kind: throttle::Kind, text: String) {
+        self.throttle
+            .log(crate::proto::now(), level, agent, kind, text);
     }
 
     /// Decides one request: the gate, the command's own rules, its handler.
@@ -571,7 +601,7 @@ impl<'c> Hub<'c> {
         };
         match req {
             // inbox.rs
-            Request::Wake(c) => self.now(c, |h, c| h.wake(ctx.who, c)),
+            Request::Wake(c) => self.now(c, |h, c| h.wake(ctx, c)),
             Request::Send(c) => self.now(c, |h, c| h.send(ctx.who, c)),
             Request::SendToParent(c) => self.now(c, |h, c| h.send_to_parent(agent, c)),
             Request::RecvNext(c) => self.done(c, |h, c| h.recv_next(ctx, agent, c)),
@@ -615,6 +645,7 @@ impl<'c> Hub<'c> {
             Request::GetBudget(c) => self.now(c, |h, _| h.get_budget()),
             Request::OwnBudget(c) => self.now(c, |h, _| h.own_budget(agent)),
             Request::SetBudget(c) => self.done(c, |h, c| h.set_budget(c)),
+            Request::VoidSpend(c) => self.now(c, |h, c| h.void_spend(c)),
             // lifecycle.rs
             Request::RequestSpawn(c) => self.now(c, |h, c| h.request_spawn(agent, c)),
             Request::Kill(c) => self.done(c, |h, c| h.kill(agent, c)),
@@ -761,6 +792,20 @@ impl<'c> Hub<'c> {
                 }
             }
         }
+    }
+}
+
+/// Whether the hub needs to know which process sent `req` on an agent's
+/// socket: the harness's own requests (which mark its connections) and a
+/// `wake` from the agent's page, taken only from the harness's process.
+pub fn wants_peer(req: &Request) -> bool {
+    match req {
+        Request::RecvNext(_)
+        | Request::Status(_)
+        | Request::HarnessStarted(_)
+        | Request::ReportState(_) => true,
+        Request::Wake(w) => w.from == crate::proto::ident::PAGE_SENDER,
+        _ => false,
     }
 }
 

@@ -31,6 +31,7 @@
 //! pool is logged, and the operator's notice names the reporting agent
 //! (`docs/security.md`).
 
+use super::throttle::Kind;
 use super::{db_err, ConnId, Hub};
 use crate::proto::cmd::{PoolReply, ReportPool, ReportUsageLimit, UsageSeen, UsageStatus};
 use crate::proto::{now, Empty, MsgKind, NearLimit, PauseReason, Paused};
@@ -146,7 +147,9 @@ impl Hub<'_> {
             Some(old) => {
                 // A new login may move an agent; so may any process holding
                 // its socket. Either way the operator can read it here.
-                log::warn!("{agent} moves from pool {old} to pool {reported} (report_pool)");
+                let text =
+                    format!("{agent} moves from pool {old} to pool {reported} (report_pool)");
+                self.throttled(log::Level::Warn, agent, Kind::PoolMove, text);
             }
             None => log::info!("{agent} draws on pool {reported}"),
         }
@@ -178,13 +181,14 @@ impl Hub<'_> {
                         w.until == near.until && w.utilization == near.utilization
                     });
                 if !known {
-                    log::warn!(
+                    let text = format!(
                         "pool {pool} is near its usage limit ({}{}), reported by {agent}; the window resets {}",
                         near.window.as_deref().unwrap_or("a window"),
                         near.utilization
                             .map_or(String::new(), |u| format!(" at {:.0} %", u * 100.0)),
                         clock(until, t)
                     );
+                    self.throttled(log::Level::Warn, agent, Kind::NearLimit, text);
                 }
                 self.pools.warned.insert(pool.to_string(), near);
             }
@@ -192,7 +196,9 @@ impl Hub<'_> {
             (UsageStatus::AllowedWarning, _) => {}
             (UsageStatus::Allowed, _) => {
                 if self.pools.warned.remove(pool).is_some() {
-                    log::info!("pool {pool} is no longer near its usage limit ({agent}'s run)");
+                    let text =
+                        format!("pool {pool} is no longer near its usage limit ({agent}'s run)");
+                    self.throttled(log::Level::Info, agent, Kind::NearLimit, text);
                 }
             }
         }
@@ -243,21 +249,23 @@ impl Hub<'_> {
             None => self.reported_name(agent, &c.credential)?,
         };
         if named != pool {
-            log::warn!(
+            let text = format!(
                 "{agent} reported a usage limit for pool {named}, but it draws on pool {pool}: refused"
             );
+            self.throttled(log::Level::Warn, agent, Kind::UsageLimitRefused, text);
             return Err(format!(
                 "report_usage_limit: the credential named is pool {named}, but {agent} draws on \
                  pool {pool} (report_pool); nothing was parked"
             ));
         }
         let c = if c.until > t + MAX_PAUSE_SECS {
-            log::warn!(
+            let text = format!(
                 "{agent} reported a usage limit until {}, over {MAX_PAUSE_SECS}s ahead: pool {pool} \
                  is parked until {} at most",
                 c.until,
                 t + MAX_PAUSE_SECS
             );
+            self.throttled(log::Level::Warn, agent, Kind::UsageLimitCapped, text);
             ReportUsageLimit {
                 until: t + MAX_PAUSE_SECS,
                 ..c
@@ -322,10 +330,11 @@ impl Hub<'_> {
             self.tell("operator", MsgKind::UsageLimit, &body)?;
             self.pools.noticed.insert(pool, until);
         } else {
-            log::info!(
+            let text = format!(
                 "pool {pool}: {agent} reported its usage limit again; the park ends {}",
                 clock(until, t)
             );
+            self.throttled(log::Level::Info, agent, Kind::UsageLimitAgain, text);
         }
         Ok(Empty {})
     }

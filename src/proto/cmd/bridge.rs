@@ -58,6 +58,36 @@ closed_enum! {
     }
 }
 
+closed_enum! {
+    /// Why a hive could not deliver mail or a question (`hive.reason` of an
+    /// `undeliverable` event): the receiving hive builds its notice from this
+    /// and the event's ids alone, never from the peer's text, which it shows
+    /// only quoted, as `other`, when the reason is missing or unknown (issue
+    /// 40: a peer's words once arrived as from `system`).
+    pub enum UndeliverableReason ("undeliverable reason", "reasons") {
+        /// No agent of that name on the hive.
+        UnknownAgent = "unknown_agent",
+        /// Over what the hive takes.
+        TooLong = "too_long",
+        /// The hive refused it (its rules, its recipient's).
+        Refused = "refused",
+        /// It waited past its time.
+        Expired = "expired",
+    }
+}
+
+impl UndeliverableReason {
+    /// The reason as the notice reads it: `unknown agent`.
+    pub fn words(self) -> &'static str {
+        match self {
+            UndeliverableReason::UnknownAgent => "unknown agent",
+            UndeliverableReason::TooLong => "too long",
+            UndeliverableReason::Refused => "refused",
+            UndeliverableReason::Expired => "expired",
+        }
+    }
+}
+
 /// The bridge at start: the hive's name and the broker's instance id (the
 /// prefix of every transaction id), the `matrix` section, and the sync token
 /// stored with the last delivered batch.
@@ -105,6 +135,9 @@ pub struct Outbound {
     pub options: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub multi: bool,
+    /// For an `undeliverable` event: why (`hive.reason`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<UndeliverableReason>,
 }
 
 /// The oldest events not yet accepted by the homeserver, in id order (which
@@ -197,6 +230,11 @@ pub struct Inbound {
     /// ids seen from the old one are forgotten.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// For an `undeliverable` event: why, when the peer said so in the
+    /// closed set (`hive.reason`; the bridge leaves out a value it does
+    /// not know).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<UndeliverableReason>,
 }
 
 impl Inbound {
@@ -393,6 +431,7 @@ mod samples {
                     reply_to_event: None,
                     sent_at: 1_763_880_000,
                     instance: Some("6f1c2a9e-4b7d-4e21-9c3a-0d5e8f7a1b2c".into()),
+                    reason: None,
                 }],
                 next_batch: Some("s72595_4483_1934".into()),
             }

@@ -5,9 +5,13 @@
 //! for the calling agent and its hive only (its page's `/metrics` asks it;
 //! read-only, so any process holding the agent socket may), and `set_budget`, the
 //! operator's change of a budget (written to the fleet file with the merge
-//! rule of the operator's other writes). A spend row carries the run's end
-//! time (`at`), so a row re-sent after a restart counts in the window its run
-//! happened in, not in the one it arrives in.
+//! rule of the operator's other writes), and `void_spend`, the operator's
+//! removal of a scope's rows in its current window. A spend row carries the
+//! run's end time (`at`), so a row re-sent after a restart counts in the
+//! window its run happened in, not in the one it arrives in. One row counts
+//! at most [`MAX_RUN_USD`] and [`MAX_RUN_TOKENS`] (issue 40): a report above
+//! is kept clamped to them and flagged ([`ReportSpend::bounded`]), since
+//! any process on the agent's socket may report spend.
 
 use crate::proto::command::{Command, Invalid};
 use crate::proto::fleet::Per;
@@ -25,6 +29,15 @@ pub const SPEND_AT_AHEAD: i64 = 60;
 /// The oldest `at` a spend row may carry: 2020-01-01 UTC, before any hive
 /// ran. Older is a clock that was never set, not a run.
 pub const SPEND_AT_MIN: i64 = 1_577_836_800;
+
+/// The most dollars one run's row counts: a report above is clamped to it
+/// and flagged. `--max-budget-usd` (`turn_usd`) keeps real runs far below.
+pub const MAX_RUN_USD: f64 = 1_000.0;
+
+/// The most tokens (and, apart, cache reads) one run's row counts: a report
+/// above is clamped to it and flagged. A run of a day at full speed stays
+/// well below.
+pub const MAX_RUN_TOKENS: u64 = 1_000_000_000;
 
 /// One claude run's spend. `usd` null: the run printed no `result` line, its
 /// cost is unknown (shown as such, counted as 0).
@@ -67,14 +80,10 @@ impl Command for ReportSpend {
                 ),
             ));
         }
-        if self
-            .usd
-            .is_some_and(|u| !u.is_finite() || !(0.0..=1_000_000.0).contains(&u))
-        {
-            return Err(Invalid::arg("usd", "must be a cost from 0 to 1000000"));
-        }
-        if self.tokens > 1_000_000_000_000 || self.cache_read > 1_000_000_000_000 {
-            return Err(Invalid::arg("tokens", "must be at most 10^12"));
+        // A cost above the bound is clamped, not refused: the row is kept
+        // (it is spend the harness saw) and flagged (`bounded`).
+        if self.usd.is_some_and(|u| !u.is_finite() || u < 0.0) {
+            return Err(Invalid::arg("usd", "must be a cost of 0 dollars or more"));
         }
         if let Some(at) = self.at {
             let latest = crate::proto::now() + SPEND_AT_AHEAD;
@@ -90,6 +99,31 @@ impl Command for ReportSpend {
             }
         }
         Ok(())
+    }
+}
+
+/// What one run's row counts: its figures within [`MAX_RUN_USD`] and
+/// [`MAX_RUN_TOKENS`], and whether any had to be clamped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounded {
+    pub usd: Option<f64>,
+    pub tokens: u64,
+    pub cache_read: u64,
+    pub clamped: bool,
+}
+
+impl ReportSpend {
+    /// The row as the broker keeps it: each figure clamped to its bound.
+    pub fn bounded(&self) -> Bounded {
+        let usd = self.usd.map(|u| u.min(MAX_RUN_USD));
+        let tokens = self.tokens.min(MAX_RUN_TOKENS);
+        let cache_read = self.cache_read.min(MAX_RUN_TOKENS);
+        Bounded {
+            usd,
+            tokens,
+            cache_read,
+            clamped: usd != self.usd || tokens != self.tokens || cache_read != self.cache_read,
+        }
     }
 }
 
@@ -116,8 +150,34 @@ pub struct BudgetRow {
     pub usd: Option<f64>,
     #[serde(default)]
     pub budget_tokens: Option<u64>,
-    /// The limit is reached: the scope's agents are paused.
+    /// The limit is reached: the scope's agents are paused. Also true when
+    /// the scope's spend cannot be added up (the operator's row says why):
+    /// a budget check that fails holds the agents (it fails closed).
     pub reached: bool,
+}
+
+/// One scope's row of the operator's `budget`: the row `own_budget` shows
+/// an agent, and what the operator acts on (issue 40).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScopeReport {
+    #[serde(flatten)]
+    pub row: BudgetRow,
+    /// Runs of this window whose report was over a per-run bound, kept
+    /// clamped ([`MAX_RUN_USD`], [`MAX_RUN_TOKENS`]).
+    #[serde(default)]
+    pub clamped_runs: u64,
+    /// Why the scope's spend cannot be added up (a sum past 2^64, a row the
+    /// store cannot read); the figures are then 0 and the budget counts as
+    /// reached until the window ends or the operator voids the rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The operator's `budget`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetReport {
+    /// The hive first, then every agent.
+    pub rows: Vec<ScopeReport>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -127,7 +187,7 @@ pub struct BudgetReply {
 }
 
 impl Command for GetBudget {
-    type Reply = BudgetReply;
+    type Reply = BudgetReport;
 }
 
 /// The calling agent's spend against its budget and the hive's: `rows` holds
@@ -197,6 +257,45 @@ impl Command for SetBudget {
     }
 }
 
+/// The operator removes the spend rows of an agent (`agent`) or of the
+/// whole hive (`hive`) in the scope's current window (its budget's, or the
+/// day's without one): what a forged or runaway report added is gone, and
+/// the budget counts from zero again.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VoidSpend {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hive: bool,
+}
+
+/// What `void_spend` removed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VoidReply {
+    /// An agent's name, or `hive`.
+    pub scope: String,
+    /// Unix seconds: the window whose rows went.
+    pub window_start: i64,
+    pub window_end: i64,
+    /// Rows removed.
+    pub voided: u64,
+    pub text: String,
+}
+
+impl Command for VoidSpend {
+    type Reply = VoidReply;
+    fn validate(&self) -> Result<(), Invalid> {
+        if self.agent.is_some() == self.hive {
+            return Err(Invalid::arg(
+                "agent",
+                "name one agent, or void the hive's spend with hive:true",
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod samples {
     use super::*;
@@ -223,6 +322,14 @@ mod samples {
             OwnBudget {}
         }
     }
+    impl Sample for VoidSpend {
+        fn sample() -> Self {
+            VoidSpend {
+                agent: Some("ana".into()),
+                hive: false,
+            }
+        }
+    }
     impl Sample for SetBudget {
         fn sample() -> Self {
             SetBudget {
@@ -241,8 +348,10 @@ mod samples {
         s.key = "a b".into();
         assert!(s.validate().is_err());
         let mut s = ReportSpend::sample();
-        s.usd = Some(f64::NAN);
-        assert!(s.validate().is_err());
+        for bad in [f64::NAN, f64::INFINITY, -0.5] {
+            s.usd = Some(bad);
+            assert!(s.validate().is_err(), "{bad}");
+        }
         // `at`: absent (an older harness) or the run's end, not far ahead,
         // not before 2020.
         let mut s = ReportSpend::sample();
@@ -273,11 +382,56 @@ mod samples {
             ..SetBudget::default()
         };
         assert!(nothing.validate().is_err());
+        assert!(VoidSpend::sample().validate().is_ok());
+        assert!(VoidSpend::default().validate().is_err(), "nobody named");
+        let both = VoidSpend {
+            agent: Some("ana".into()),
+            hive: true,
+        };
+        assert!(both.validate().is_err());
         let negative = SetBudget {
             hive: true,
             usd: Some(-1.0),
             ..SetBudget::default()
         };
         assert!(negative.validate().is_err());
+    }
+
+    /// A run above a bound is kept clamped and flagged, whatever it says;
+    /// one within them is kept as it is.
+    #[test]
+    fn a_run_over_the_bounds_is_clamped_and_flagged() {
+        let run = |usd: Option<f64>, tokens: u64, cache_read: u64| ReportSpend {
+            usd,
+            tokens,
+            cache_read,
+            ..ReportSpend::sample()
+        };
+        let cases = [
+            (run(Some(0.5), 10, 5), (Some(0.5), 10, 5, false)),
+            (run(None, 0, 0), (None, 0, 0, false)),
+            (
+                run(Some(MAX_RUN_USD), MAX_RUN_TOKENS, MAX_RUN_TOKENS),
+                (Some(MAX_RUN_USD), MAX_RUN_TOKENS, MAX_RUN_TOKENS, false),
+            ),
+            (run(Some(1e6), 1, 1), (Some(MAX_RUN_USD), 1, 1, true)),
+            (
+                run(Some(1.0), u64::MAX, 0),
+                (Some(1.0), MAX_RUN_TOKENS, 0, true),
+            ),
+            (
+                run(None, 0, MAX_RUN_TOKENS + 1),
+                (None, 0, MAX_RUN_TOKENS, true),
+            ),
+        ];
+        for (report, (usd, tokens, cache_read, clamped)) in cases {
+            assert!(report.validate().is_ok(), "{report:?}");
+            let b = report.bounded();
+            assert_eq!(
+                (b.usd, b.tokens, b.cache_read, b.clamped),
+                (usd, tokens, cache_read, clamped),
+                "{report:?}"
+            );
+        }
     }
 }
