@@ -2,7 +2,8 @@
 //! that sends `Connection: close` (Python's urllib) or speaks HTTP/1.0 gets a
 //! close-delimited stream and every later event, not only the replay; so does
 //! a client behind a real nginx with its default proxy settings, in front of
-//! `hive serve`'s page and of `hive up`'s dashboard. Live-stream places are
+//! `hive serve`'s page, of `hive up`'s dashboard and of an agent page at its
+//! stable path `/agent/NAME/` on `hive up`'s one listener. Live-stream places are
 //! kept per login session, not per address, so clients behind one proxy do not
 //! lock the operator out. Every wait has a timeout.
 
@@ -291,4 +292,52 @@ fn the_dashboard_streams_through_nginx() {
     lines.wait(T, "a snapshot with ana's question", |l| {
         l.starts_with("data: {") && l.contains("Ship it through the proxy?")
     });
+}
+
+/// An agent's page of `hive up`, at its stable path `/agent/ana/` on the
+/// hive's one listener, behind nginx: ureq and urllib (with the agent's own
+/// token, which opens that prefix alone) each get the live `turn_end` of a
+/// turn that starts after they connected, relayed by `hive up` from the
+/// harness's socket and on through nginx.
+#[test]
+fn an_agent_page_of_hive_up_streams_through_nginx() {
+    let Some(bin) = nginx() else {
+        return;
+    };
+    let port = free_port();
+    let up = Up::start_env(
+        r#"{"agents": [{"name": "ana", "env": {"FAKE_CLAUDE_DIR": "@FAKE(ana)"}}]}"#,
+        &["ana"],
+        &[
+            ("HIVE_DASHBOARD_HOSTS", &format!("127.0.0.1:{port}")),
+            ("HIVE_SSE_PING_SECS", "1"),
+        ],
+    );
+    up.wait_prompt("ana", "(re)started", 1);
+    let page = up.page("ana");
+    let n = Nginx::start(&bin, port, page.port);
+    let token = page.token.clone().unwrap();
+    let url = format!("{}/agent/ana/events", n.base());
+    let send = |body: &str| {
+        ok(
+            &mut up.host(),
+            hyperhive::proto::cmd::Send {
+                to: "ana".into(),
+                body: body.into(),
+                in_reply_to: None,
+            },
+        );
+    };
+    let (status, lines) = stream(&url, &[("X-Hive-Token", &token)]);
+    assert_eq!(status, 200, "{}", n.log());
+    lines.wait(T, "the stream's retry line", |l| l == "retry: 2000");
+    send("to ana through hive up and nginx");
+    let end = lines.turn_end_of("to ana through hive up and nginx", T);
+    assert_eq!(end["ok"], true, "{end}");
+
+    let (_py, py) = urllib(&url, &[("X-Hive-Token", &token)]);
+    assert_eq!(py.next(T).as_deref(), Some("status 200"));
+    py.wait(T, "the stream's retry line", |l| l == "retry: 2000");
+    send("to ana for urllib through nginx");
+    py.turn_end_of("to ana for urllib through nginx", T);
 }
