@@ -11,6 +11,7 @@ use crate::proto::ident::check_name;
 use crate::proto::text::excerpt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use crate::proto::fleet::AgentConfig;
@@ -57,6 +58,12 @@ pub struct WebSection {
     /// lets `listen` be an address other than loopback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_origin: Option<String>,
+    /// `{"NAME": "IP:PORT"}`: agents whose page runs scripts of its own (a
+    /// `frontend.dist`, an overlay's games), each served by `hive up` on a
+    /// loopback listener of its own, an origin apart from the hive's
+    /// (`docs/fleet.md`, *A page with scripts of its own*).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub script_pages: BTreeMap<String, String>,
 }
 
 /// Where `hive up` listens without a `web.listen`: the same address at every
@@ -88,8 +95,42 @@ impl WebSection {
             .and_then(|o| o.strip_prefix("https://").map(str::to_ascii_lowercase))
     }
 
+    /// `web.script_pages` as addresses, each checked: loopback, and neither
+    /// `web.listen`'s port nor another page's (port 0 takes a free one).
+    pub fn script_page_addrs(&self) -> Result<Vec<(String, std::net::SocketAddr)>, String> {
+        let listen = self.listen_addr()?;
+        let mut out: Vec<(String, std::net::SocketAddr)> = Vec::new();
+        for (name, text) in &self.script_pages {
+            check_name(name).map_err(|e| format!("web.script_pages.{}: {e}", excerpt(name)))?;
+            let key = format!("web.script_pages.{name}");
+            let addr: std::net::SocketAddr = text.trim().parse().map_err(|_| {
+                format!(
+                    "{key}: {} is not IP:PORT (for example 127.0.0.1:7891)",
+                    excerpt(text)
+                )
+            })?;
+            if !addr.ip().is_loopback() {
+                return Err(format!(
+                    "{key}: {addr} is not a loopback address: a page with scripts of its own \
+                     is served on this host only (127.0.0.1:PORT)"
+                ));
+            }
+            let taken = |p: u16| p != 0 && p == addr.port();
+            if taken(listen.port()) || out.iter().any(|(_, a)| taken(a.port())) {
+                return Err(format!(
+                    "{key}: port {} is already web.listen's or another script page's; give \
+                     each its own",
+                    addr.port()
+                ));
+            }
+            out.push((name.clone(), addr));
+        }
+        Ok(out)
+    }
+
     fn check(&self) -> Result<(), String> {
         self.listen_addr()?;
+        self.script_page_addrs()?;
         if let Some(o) = self.origin() {
             let bad = || {
                 format!(
@@ -144,6 +185,11 @@ impl HiveConfig {
         }
         if let Some(w) = &self.web {
             w.check()?;
+            if let Some(name) = w.script_pages.keys().find(|n| self.agent(n).is_none()) {
+                return Err(format!(
+                    "web.script_pages.{name}: no agent of that name in agents"
+                ));
+            }
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, a) in self.agents.iter().enumerate() {
@@ -506,6 +552,50 @@ mod tests {
         let w = c.web.unwrap();
         assert_eq!(w.origin().as_deref(), Some("https://Hive.example:8443"));
         assert_eq!(w.origin_host().as_deref(), Some("hive.example:8443"));
+    }
+
+    #[test]
+    fn script_pages_are_loopback_agents_on_ports_of_their_own() {
+        let fleet = |web: &str| {
+            format!(r#"{{"web": {web}, "agents": [{{"name": "ana"}}, {{"name": "bob"}}]}}"#)
+        };
+        for (web, want) in [
+            (
+                r#"{"script_pages": {"cy": "127.0.0.1:7891"}}"#,
+                "web.script_pages.cy: no agent",
+            ),
+            (
+                r#"{"script_pages": {"ana": "7891"}}"#,
+                "web.script_pages.ana: \"7891\" is not IP:PORT",
+            ),
+            (
+                r#"{"script_pages": {"ana": "0.0.0.0:7891"}}"#,
+                "not a loopback address",
+            ),
+            (
+                r#"{"script_pages": {"ana": "127.0.0.1:7890"}}"#,
+                "already web.listen's",
+            ),
+            (
+                r#"{"script_pages": {"ana": "127.0.0.1:7891", "bob": "[::1]:7891"}}"#,
+                "web.script_pages.bob: port 7891",
+            ),
+            (
+                r#"{"script_pages": {"a b": "127.0.0.1:7891"}}"#,
+                "web.script_pages.\"a b\"",
+            ),
+        ] {
+            let e = HiveConfig::parse(&fleet(web)).unwrap_err();
+            assert!(e.contains(want), "{web}: {e}");
+        }
+        let c = HiveConfig::parse(&fleet(
+            r#"{"script_pages": {"ana": "127.0.0.1:7891", "bob": "127.0.0.1:0"}}"#,
+        ))
+        .unwrap();
+        let pages = c.web.unwrap().script_page_addrs().unwrap();
+        assert_eq!(pages.len(), 2);
+        assert_eq!(pages[0].0, "ana");
+        assert_eq!(pages[0].1.to_string(), "127.0.0.1:7891");
     }
 
     fn parse_err(text: &str) -> String {

@@ -36,6 +36,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+mod script_pages;
+
 const PAGE: &str = include_str!("dashboard.html");
 const WORKERS: usize = 4;
 const MAX_SSE_CLIENTS: usize = 16;
@@ -84,6 +86,10 @@ pub struct DashConfig {
     /// The fleet file's `web.public_origin` (`https://NAME[:PORT]`): the origin
     /// a reverse proxy serves the hive at, which links then use.
     pub public_origin: Option<String>,
+    /// The fleet file's `web.script_pages`: agents whose page is also served
+    /// on a loopback listener of its own, with its own scripts
+    /// ([`script_pages`]).
+    pub script_pages: Vec<(String, SocketAddr)>,
 }
 
 /// Where an agent's forge is when neither its entry nor `hive up` say.
@@ -109,6 +115,7 @@ impl DashConfig {
             timeouts: Timeouts::read(env)?,
             forge_url: env.get("HIVE_FORGE_URL"),
             public_origin: None,
+            script_pages: Vec::new(),
         };
         cfg.check()?;
         Ok(cfg)
@@ -153,6 +160,7 @@ impl DashConfig {
         }
         cfg.public_origin = web.origin();
         cfg.hosts.extend(web.origin_host());
+        cfg.script_pages = web.script_page_addrs()?;
         cfg.check()?;
         Ok(cfg)
     }
@@ -241,12 +249,49 @@ struct App {
     /// The live-stream places of the agents' pages, passed on
     /// (`/agent/NAME/events`): per client, as the dashboard's own.
     pages_stream: sse::Params,
+    /// The dashboard's own port.
+    port: u16,
+    /// The bound port of each page served on a listener of its own
+    /// (`web.script_pages`).
+    script_ports: Vec<(String, u16)>,
+}
+
+impl App {
+    /// The hive's origin and `/` (see [`Dashboard::base_url`]).
+    fn base_url(&self) -> String {
+        if let Some(o) = &self.cfg.public_origin {
+            return format!("{o}/");
+        }
+        let ip = match self.cfg.bind {
+            b if b.is_unspecified() || b.is_loopback() => match b {
+                IpAddr::V6(_) if !b.is_unspecified() => "[::1]".to_string(),
+                _ => "127.0.0.1".to_string(),
+            },
+            IpAddr::V6(v6) => format!("[{v6}]"),
+            IpAddr::V4(v4) => v4.to_string(),
+        };
+        format!("http://{ip}:{}/", self.port)
+    }
+
+    /// Where `name`'s page with its own scripts answers, when it has one.
+    fn script_page_url(&self, name: &str) -> Option<String> {
+        let (_, port) = self.script_ports.iter().find(|(n, _)| n == name)?;
+        let ip = self
+            .cfg
+            .script_pages
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a.ip())?;
+        Some(format!("http://{}/", SocketAddr::new(ip, *port)))
+    }
 }
 
 /// The running dashboard; dropping it stops the workers.
 pub struct Dashboard {
     pub port: u16,
     site: Arc<Site<App>>,
+    /// The listeners of the pages with scripts of their own, stopped first.
+    script_workers: Vec<server::Workers>,
     workers: server::Workers,
     /// `dashboard-feed`, which ends when the workers' stop switch flips.
     feed: Option<JoinHandle<()>>,
@@ -266,18 +311,17 @@ impl Dashboard {
     /// The hive's origin and `/`: `web.public_origin` when set, else
     /// `http://ADDR:PORT/`, with a loopback address for a wildcard bind.
     pub fn base_url(&self) -> String {
-        if let Some(o) = &self.site.app.cfg.public_origin {
-            return format!("{o}/");
-        }
-        let ip = match self.site.app.cfg.bind {
-            b if b.is_unspecified() || b.is_loopback() => match b {
-                IpAddr::V6(_) if !b.is_unspecified() => "[::1]".to_string(),
-                _ => "127.0.0.1".to_string(),
-            },
-            IpAddr::V6(v6) => format!("[{v6}]"),
-            IpAddr::V4(v4) => v4.to_string(),
-        };
-        format!("http://{ip}:{}/", self.port)
+        self.site.app.base_url()
+    }
+
+    /// Each page served on a listener of its own (`web.script_pages`): the
+    /// agent and the page's URL there.
+    pub fn script_pages(&self) -> Vec<(String, String)> {
+        let app = &self.site.app;
+        app.script_ports
+            .iter()
+            .filter_map(|(n, _)| Some((n.clone(), app.script_page_url(n)?)))
+            .collect()
     }
 
     /// Where the token is, for the operator.
@@ -292,6 +336,9 @@ impl Dashboard {
 
 impl Drop for Dashboard {
     fn drop(&mut self) {
+        for w in &mut self.script_workers {
+            w.stop();
+        }
         self.workers.stop();
         if let Some(t) = self.feed.take() {
             let _ = t.join();
@@ -379,6 +426,11 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
         .local_addr()
         .map_err(|e| format!("cannot read the dashboard's address: {e}"))?
         .port();
+    let script_listeners = script_pages::bind(&cfg.script_pages, cfg.timeouts)?;
+    let script_ports = script_listeners
+        .iter()
+        .map(|(n, _, p)| (n.clone(), *p))
+        .collect();
     let token = resolve_token(&cfg, data)?;
     let guard = Guard::new(
         Names {
@@ -421,6 +473,8 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
                 stop: switch.watch(),
             },
             cfg,
+            port,
+            script_ports,
         },
         guard,
         routes: ROUTES.to_vec(),
@@ -429,6 +483,7 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
     });
     let stopped = switch.watch();
     let workers = server::start("dashboard", listener, site.clone(), WORKERS, switch)?;
+    let script_workers = script_pages::start(&site, script_listeners)?;
     let s = site.clone();
     let feed = std::thread::Builder::new()
         .name("dashboard-feed".into())
@@ -437,6 +492,7 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
     Ok(Dashboard {
         port,
         site,
+        script_workers,
         workers,
         feed: Some(feed),
     })
@@ -682,11 +738,45 @@ fn agent_route(app: &App, req: tiny_http::Request, c: &Ctx<'_>) {
         // The old link of the dashboard's cards (it logged in to the page's
         // own port): the page is here now.
         "open" if get => return respond(req, Reply::redirect(&format!("/agent/{name}/"))),
+        // The page with its own scripts, on its own listener: the link the
+        // login of that listener returns to.
+        "own" if get => {
+            let r = match app.script_page_url(name) {
+                Some(url) => Reply::redirect(&url),
+                None => Reply::error(
+                    404,
+                    format!(
+                        "{name} has no page with scripts of its own: give it a loopback \
+                         address in web.script_pages of the fleet file (\"{name}\": \
+                         \"127.0.0.1:PORT\")"
+                    ),
+                ),
+            };
+            return respond(req, r);
+        }
         "" | "index.html" if get => return respond(req, agent_page()),
         _ if get && turn == Some(true) => return respond(req, agent_page()),
         _ => {}
     }
-    let token = agent_token(app, name, Some(&sup));
+    pass_to_page(app, req, c, &sup, what, false);
+}
+
+/// Passes `req` on to the page of the agent `sup` supervises, at path
+/// `/what` (with the request's query): through the hive's origin, or
+/// (`own_origin`) through the page's own listener.
+fn pass_to_page(
+    app: &App,
+    req: tiny_http::Request,
+    c: &Ctx<'_>,
+    sup: &AgentState,
+    what: &str,
+    own_origin: bool,
+) {
+    let respond = |req: tiny_http::Request, r: Reply| {
+        let _ = req.respond(r.into_response());
+    };
+    let name = sup.name.as_str();
+    let token = agent_token(app, name, Some(sup));
     let running = sup.pid.is_some();
     if !running {
         let r = Reply::error(
@@ -713,6 +803,7 @@ fn agent_route(app: &App, req: tiny_http::Request, c: &Ctx<'_>) {
         body: &c.body,
         client: c.client,
         refused: token.is_none().then(|| super::pages::no_token(name)),
+        own_origin,
     };
     super::proxy::pass_on(req, &passing, &app.pages_stream);
 }

@@ -231,6 +231,10 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
         ),
         None => println!("dashboard: {} ({})", dash.base_url(), dash.token_hint()),
     }
+    for (name, url) in dash.script_pages() {
+        println!("{name}'s page with scripts of its own: {url} (the dashboard's login opens it)");
+        log::info!("{name}'s page with scripts of its own: {url}");
+    }
     print_pages(&sup_tx, &settings.origin);
 
     let _ = signals.recv();

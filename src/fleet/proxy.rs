@@ -11,7 +11,8 @@
 //! `Service-Worker-Allowed`, nor a `Location` outside `/agent/NAME/`), and
 //! always carries `X-Content-Type-Options: nosniff` and
 //! `Content-Security-Policy: sandbox`, so nothing a page answers runs as the
-//! hive's origin. A live stream (`text/event-stream`) is relayed frame by
+//! hive's origin (on a page's own listener, `web.script_pages`, an origin
+//! apart, its own policy passes instead and its scripts run). A live stream (`text/event-stream`) is relayed frame by
 //! frame through the one SSE writer (`http::sse`), with the hive's places per
 //! client, its pings and `X-Accel-Buffering: no`.
 
@@ -30,6 +31,10 @@ const MAX_HEADERS: usize = 100;
 /// The most bytes of one answer passed on to a browser (a history page holds
 /// at most 4 MiB of events, and at least one turn whatever its size).
 pub const MAX_PASSED: u64 = 32 * 1024 * 1024;
+
+/// The longest a page's live stream may stay silent (it pings every 15 s)
+/// before the relay gives it up.
+const STREAM_SILENCE: Duration = Duration::from_secs(60);
 
 /// The policy every answer of a page carries: an overlay's HTML, a
 /// `frontend.dist` or an icon opened on its own runs no script and is an
@@ -191,6 +196,12 @@ pub struct Passing<'a> {
     /// Why the page is unavailable if it refuses the request (a 401): `hive
     /// up` has no token for it. Such an answer becomes a 503 saying so.
     pub refused: Option<String>,
+    /// The request came to the page's own listener (`web.script_pages`), an
+    /// origin apart from the hive's: the page's own scripts may run there,
+    /// so its `Content-Security-Policy` is passed on instead of `sandbox`, it
+    /// may install a service worker (for its own origin), and its paths are
+    /// its own (a `Location` of `/x` stays `/x`).
+    pub own_origin: bool,
 }
 
 /// Passes `req` on to its agent's page as `p` says and answers it with the
@@ -198,7 +209,7 @@ pub struct Passing<'a> {
 /// relayed with `stream`'s places and pings.
 pub fn pass_on(req: tiny_http::Request, p: &Passing<'_>, stream: &sse::Params) {
     let method = req.method().as_str().to_ascii_uppercase();
-    if http::header_value(&req, "Service-Worker").is_some() {
+    if !p.own_origin && http::header_value(&req, "Service-Worker").is_some() {
         let r = Reply::error(
             403,
             "an agent's page cannot install a service worker on the hive's origin",
@@ -245,13 +256,21 @@ pub fn pass_on(req: tiny_http::Request, p: &Passing<'_>, stream: &sse::Params) {
     if !ct.is_empty() {
         reply.content_type = ct.into();
     }
+    let prefix = if p.own_origin {
+        String::new()
+    } else {
+        format!("/agent/{}", p.agent)
+    };
+    let mut csp = None;
     for (k, v) in &answer.headers {
         if let Some(name) = ANSWER_HEADERS.iter().find(|h| h.eq_ignore_ascii_case(k)) {
             reply = reply.header(name, v.clone());
         } else if k.eq_ignore_ascii_case("Location") {
-            if let Some(to) = within(p.agent, v) {
+            if let Some(to) = within(&prefix, v) {
                 reply = reply.header("Location", to);
             }
+        } else if k.eq_ignore_ascii_case("Content-Security-Policy") && p.own_origin {
+            csp = Some(v.clone());
         }
     }
     let status = answer.status;
@@ -268,19 +287,28 @@ pub fn pass_on(req: tiny_http::Request, p: &Passing<'_>, stream: &sse::Params) {
     };
     reply.body = http::Body::Bytes(body);
     reply.status = status;
-    respond(req, reply.header("Content-Security-Policy", SANDBOX))
+    let csp = if p.own_origin {
+        csp
+    } else {
+        Some(SANDBOX.into())
+    };
+    if let Some(csp) = csp {
+        reply = reply.header("Content-Security-Policy", csp);
+    }
+    respond(req, reply)
 }
 
-/// A `Location` of `agent`'s page, as a path of the hive's origin: a path of
-/// the page (`/x`) becomes `/agent/NAME/x`; anything else (another host, a
+/// A `Location` of a page, as a path of the origin it is served at: a path
+/// of the page (`/x`) becomes `PREFIX/x` (`/agent/NAME/x` on the hive's
+/// origin, `/x` on the page's own); anything else (another host, a
 /// scheme-relative `//host`) is dropped.
-fn within(agent: &str, location: &str) -> Option<String> {
+fn within(prefix: &str, location: &str) -> Option<String> {
     let l = location.trim();
     let rest = l.strip_prefix('/')?;
     if rest.starts_with('/') || rest.starts_with('\\') || l.contains(['\r', '\n']) {
         return None;
     }
-    Some(format!("/agent/{agent}/{rest}"))
+    Some(format!("{prefix}/{rest}"))
 }
 
 fn path_of(target: &str) -> &str {
@@ -331,9 +359,11 @@ fn relay(req: tiny_http::Request, answer: Answer, p: &Passing<'_>, stream: &sse:
     let Ok(conn) = answer.body.get_ref().try_clone() else {
         return respond(req, Reply::error(502, "cannot hold the page's stream"));
     };
-    // The stream waits as long as the page does (it pings, and ends when
-    // the harness does); the hive's writer ends it by shutting it down.
-    let _ = conn.set_read_timeout(None);
+    // The page pings every 15 s while its stream is open: a page silent for
+    // STREAM_SILENCE hangs (a stopped harness, a full pipe), and the relay
+    // ends, so the browser reconnects rather than waiting for ever. The
+    // hive's writer also ends it by shutting it down.
+    let _ = conn.set_read_timeout(Some(STREAM_SILENCE));
     let (tx, rx) = crossbeam_channel::bounded::<Arc<str>>(256);
     let mut body = answer.body;
     let agent = p.agent.to_string();
@@ -381,8 +411,12 @@ mod tests {
 
     #[test]
     fn a_location_stays_under_the_agents_prefix() {
-        assert_eq!(within("ana", "/").as_deref(), Some("/agent/ana/"));
-        assert_eq!(within("ana", "/login").as_deref(), Some("/agent/ana/login"));
+        assert_eq!(within("/agent/ana", "/").as_deref(), Some("/agent/ana/"));
+        assert_eq!(
+            within("/agent/ana", "/login").as_deref(),
+            Some("/agent/ana/login")
+        );
+        assert_eq!(within("", "/login").as_deref(), Some("/login"));
         for away in [
             "http://evil.example/",
             "//evil.example/",
@@ -390,7 +424,8 @@ mod tests {
             "login",
             "",
         ] {
-            assert_eq!(within("ana", away), None, "{away}");
+            assert_eq!(within("/agent/ana", away), None, "{away}");
+            assert_eq!(within("", away), None, "{away}");
         }
     }
 }
