@@ -1,7 +1,10 @@
 //! Issue 38, one origin: `hive up` serves the dashboard and every agent's
 //! page on the one address of the fleet file's `web.listen`, the same across
 //! restarts; an address in use or beyond loopback without a public origin is
-//! a start error that says what to do.
+//! a start error that says what to do. And the security tests of the one
+//! origin: nothing an agent writes sends the operator's browser (over HTTP,
+//! and in Chromium) or its cookie anywhere else, and an agent's page or overlay
+//! runs nothing on the hive's origin.
 
 mod common;
 
@@ -550,4 +553,166 @@ fetch("/api/permissions", {method: "POST", headers: {"Content-Type": "applicatio
         "fleet file"
     );
     assert!(!up.log().contains("POST /api/permissions"), "{}", up.log());
+}
+
+/// A listener of the agent's choosing: answers every request with a small
+/// page and records its head (an empty one for a connection that sent none),
+/// in order.
+fn agents_listener() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = heads.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming().flatten() {
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut w = conn.try_clone().unwrap();
+            let mut r = BufReader::new(conn);
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            kept.lock().unwrap().push(head);
+            let _ = w.write_all(
+                b"HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n<title>agent's</title>",
+            );
+        }
+    });
+    (port, heads)
+}
+
+/// N1 in a real browser: both agents write their old port file and a custom
+/// link to a listener of their own on a loopback port; the operator, logged
+/// in in Chromium, opens the dashboard and follows every `href` and `src` on
+/// it, and on every page of the hive they lead to. The listener receives
+/// nothing until the test itself sends the browser there last (the control,
+/// which also shows what it would have taken: the hive's cookie, which on
+/// plain-HTTP loopback goes to any port of the host); every link was on the
+/// hive's origin, and the agents' links were drawn as text.
+#[test]
+fn n1_in_chromium_following_every_link_of_the_dashboard_reaches_no_listener_of_the_agents() {
+    use common::browser::{browser, Driver};
+    let Some((chromium, chromedriver)) = browser() else {
+        return;
+    };
+    let up = Up::start(TWO, &["ana", "bob"]);
+    let (port, heads) = agents_listener();
+    let links = format!(
+        r#"[{{"label": "status", "url": "http://127.0.0.1:{port}/"}},
+            {{"label": "docs", "url": "http://localhost:{port}/docs"}}]"#
+    );
+    for a in ["ana", "bob"] {
+        let state = up.data().join(format!("agents/{a}/state"));
+        std::fs::write(state.join("hyperhive-port"), format!("{port}\n")).unwrap();
+        std::fs::write(state.join("hyperhive-dashboard-links.json"), &links).unwrap();
+    }
+    let dash = up.dashboard();
+    let origin = format!("{}/", dash.base);
+    let d = Driver::start(&chromium, &chromedriver);
+    d.goto(&up.login_link());
+    // The dashboard is live, with both cards' page links and both agents'
+    // two links, in whatever form it draws them.
+    let agents_links = "[data-link=\"risky\"], a[data-link=\"custom\"]";
+    wait_for(
+        Duration::from_secs(30),
+        "the cards with their links",
+        || {
+            let v = d.js(&format!(
+                "return document.body.dataset.live === '1' \
+             && document.querySelectorAll('a[data-link=\"page\"]').length === 2 \
+             && document.querySelectorAll('{agents_links}').length === 4"
+            ));
+            (v == true).then_some(())
+        },
+    );
+    let as_text = d.js("return document.querySelectorAll('[data-link=\"risky\"]').length");
+    let collect = || -> Vec<String> {
+        let v = d.js(
+            "return Array.from(document.querySelectorAll('[href], [src]'), \
+             (e) => e.href !== undefined ? String(e.href) : String(e.src))",
+        );
+        v.as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|u| u.as_str().map(str::to_string))
+            .collect()
+    };
+    let mut queue = collect();
+    let mut seen: Vec<String> = Vec::new();
+    // The pages that drew an agent's link as a link.
+    let mut linked = Vec::new();
+    while let Some(url) = queue.pop() {
+        let url = url.split('#').next().unwrap().to_string();
+        if seen.contains(&url) || !url.starts_with("http") {
+            continue;
+        }
+        seen.push(url.clone());
+        assert!(
+            seen.len() <= 60,
+            "more pages than a hive of two has: {seen:?}"
+        );
+        d.goto(&url);
+        wait_for(Duration::from_secs(30), &format!("{url} to load"), || {
+            (d.js("return document.readyState") == "complete").then_some(())
+        });
+        if !url.starts_with(&origin) {
+            continue;
+        }
+        // An agent's page draws its links once it has read them.
+        if d.js("return document.getElementById('links') !== null") == true {
+            wait_for(Duration::from_secs(30), &format!("{url}'s links"), || {
+                (d.js("return document.getElementById('links').children.length") == 2).then_some(())
+            });
+            if d.js("return document.querySelectorAll('#links a').length") != 0 {
+                linked.push(url.clone());
+            }
+        }
+        queue.extend(collect());
+    }
+    eprintln!("followed: {seen:#?}");
+
+    // The control: the browser sent to the listener by the test itself.
+    d.goto(&format!("http://127.0.0.1:{port}/control"));
+    let heads = wait_for(Duration::from_secs(30), "the control request", || {
+        let h = heads.lock().unwrap().clone();
+        h.iter()
+            .any(|h| h.starts_with("GET /control "))
+            .then_some(h)
+    });
+    assert!(
+        heads[0].starts_with("GET /control "),
+        "the agent's listener was reached before the control: {heads:?}"
+    );
+    let cookie = format!("hive_dashboard_{}=", dash.port);
+    assert!(
+        heads[0].contains(&cookie),
+        "the control carries the hive's cookie (plain HTTP): {}",
+        heads[0]
+    );
+    let outside: Vec<&String> = seen.iter().filter(|u| !u.starts_with(&origin)).collect();
+    assert!(
+        outside.is_empty(),
+        "links outside the hive's origin: {outside:?}"
+    );
+    for want in [
+        "agent/ana/",
+        "agent/bob/",
+        "agent/ana/config",
+        "agent/bob/icon",
+    ] {
+        assert!(
+            seen.contains(&format!("{origin}{want}")),
+            "{want} not followed: {seen:?}"
+        );
+    }
+    assert_eq!(as_text, 4, "the dashboard draws the agents' links as text");
+    assert!(
+        linked.is_empty(),
+        "pages linking to the listener: {linked:?}"
+    );
 }

@@ -3,18 +3,20 @@
 //! close-delimited stream and every later event, not only the replay; so does
 //! a client behind a real nginx with its default proxy settings, in front of
 //! `hive serve`'s page, of `hive up`'s dashboard and of an agent page at its
-//! stable path `/agent/NAME/` on `hive up`'s one listener. Live-stream places are
-//! kept per login session, not per address, so clients behind one proxy do not
-//! lock the operator out. Every wait has a timeout.
+//! stable path `/agent/NAME/` on `hive up`'s one listener, and of `hive up`
+//! behind nginx with TLS (its `web.public_origin`, a `Secure` cookie). Live-stream
+//! places are kept per login session, not per address, so clients behind one
+//! proxy do not lock the operator out. Every wait has a timeout.
 
 mod common;
 
 use common::hive::*;
-use common::nginx::{free_port, nginx, Nginx};
+use common::nginx::{free_port, nginx, Nginx, SelfSigned};
 use common::up::Up;
 use common::web::{Lines, Page};
 use std::io::Write;
 use std::net::TcpStream;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -135,6 +137,11 @@ fn stream(url: &str, headers: &[(&str, &str)]) -> (u16, Lines) {
         .timeout_read(T)
         .redirects(0)
         .build();
+    stream_with(&agent, url, headers)
+}
+
+/// [`stream`] with `agent` (one that trusts a test's certificate).
+fn stream_with(agent: &ureq::Agent, url: &str, headers: &[(&str, &str)]) -> (u16, Lines) {
     let mut r = agent.get(url);
     for (k, v) in headers {
         r = r.set(k, v);
@@ -340,4 +347,135 @@ fn an_agent_page_of_hive_up_streams_through_nginx() {
     py.wait(T, "the stream's retry line", |l| l == "retry: 2000");
     send("to ana for urllib through nginx");
     py.turn_end_of("to ana for urllib through nginx", T);
+}
+
+/// `hive up` behind nginx with TLS, with the config `docs/fleet.md` shows
+/// (`Nginx::start_tls`: a self-signed certificate for 127.0.0.1, which the
+/// client trusts alone). The fleet file's `web.public_origin` is nginx's https
+/// origin, and that is all the hive needs to answer through it (no
+/// `HIVE_DASHBOARD_HOSTS`): the login link `hive up` prints is on that origin
+/// and sets a `Secure` cookie, the dashboard answers through the proxy with
+/// it, a change is taken from that origin and refused from any other, and an
+/// agent page's live stream carries the turn of a message sent after the
+/// client connected.
+#[test]
+fn hive_up_behind_nginx_over_tls() {
+    let Some(bin) = nginx() else {
+        return;
+    };
+    let Some(tls) = SelfSigned::make() else {
+        return;
+    };
+    let port = free_port();
+    let origin = format!("https://127.0.0.1:{port}");
+    let up = Up::start_env(
+        &format!(
+            r#"{{"web": {{"listen": "127.0.0.1:0", "public_origin": "{origin}"}},
+                "agents": [{{"name": "ana", "env": {{"FAKE_CLAUDE_DIR": "@FAKE(ana)"}}}}]}}"#
+        ),
+        &["ana"],
+        &[("HIVE_SSE_PING_SECS", "1")],
+    );
+    up.wait_prompt("ana", "(re)started", 1);
+    let dash = up.dashboard();
+    let n = Nginx::start_tls(&bin, port, dash.port, &tls);
+    let https = tls.agent();
+
+    // The operator follows the printed link: on the proxy's origin, and its
+    // cookie goes over https only.
+    let link = up.login_link();
+    assert!(link.starts_with(&format!("{origin}/login?code=")), "{link}");
+    let r = https
+        .get(&link)
+        .call()
+        .unwrap_or_else(|e| panic!("GET {link}: {e}; nginx: {}", n.log()));
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.header("Location"), Some("/"));
+    let set = r.header("Set-Cookie").expect("a cookie").to_string();
+    let attrs: Vec<&str> = set.split("; ").collect();
+    for want in ["Path=/", "HttpOnly", "SameSite=Strict", "Secure"] {
+        assert!(attrs.contains(&want), "{want} missing: {set}");
+    }
+    let cookie = attrs[0].to_string();
+
+    // The dashboard and its API answer through the proxy.
+    let get = |path: &str| {
+        https
+            .get(&format!("{origin}{path}"))
+            .set("Cookie", &cookie)
+            .call()
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    };
+    let page = get("/");
+    assert_eq!(page.content_type(), "text/html");
+    let html = page.into_string().unwrap();
+    assert!(html.contains("<title>hive — operator dashboard</title>"));
+    let hive: serde_json::Value = get("/api/hive").into_json().unwrap();
+    assert_eq!(hive["agents"][0]["name"], "ana", "{hive}");
+
+    // A change from the proxy's origin is taken, from any other refused.
+    let send = |from: &str, body: &str| -> (u16, String) {
+        let r = https
+            .post(&format!("{origin}/api/send"))
+            .set("Cookie", &cookie)
+            .set("Content-Type", "application/json")
+            .set("Origin", from)
+            .send_string(&serde_json::json!({"to": "ana", "body": body}).to_string());
+        match r {
+            Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+            Err(e) => panic!("POST /api/send: {e}"),
+        }
+    };
+    let listener = format!("http://127.0.0.1:{}", dash.port);
+    for other in ["https://evil.example", "https://127.0.0.1:1", &listener] {
+        let (status, why) = send(other, "from elsewhere");
+        assert_eq!(status, 403, "Origin {other}: {why}");
+    }
+
+    // ana's live stream through the proxy, with the same cookie, carries the
+    // turn of a message sent (from the proxy's origin) after it connected.
+    let events = format!("{origin}/agent/ana/events");
+    let (status, lines) = stream_with(&https, &events, &[("Cookie", &cookie)]);
+    assert_eq!(status, 200, "{}", n.log());
+    lines.wait(T, "the stream's retry line", |l| l == "retry: 2000");
+    let (status, why) = send(&origin, "to ana over TLS");
+    assert_eq!(status, 200, "{why}");
+    let end = lines.turn_end_of("to ana over TLS", T);
+    assert_eq!(end["ok"], true, "{end}");
+    assert_eq!(up.prompts_with("ana", "from elsewhere"), 0);
+}
+
+/// The two nginx configs `docs/fleet.md` shows are the ones the tests run
+/// (`nginx::server`), with its ports and placeholder paths, comments aside.
+#[test]
+fn the_nginx_configs_in_the_docs_are_the_tested_ones() {
+    use common::nginx::{listen, server, tls_listen};
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fleet.md")).unwrap();
+    let shown: Vec<String> = doc
+        .split("```nginx\n")
+        .skip(1)
+        .map(|b| {
+            let block = b.split("```").next().unwrap();
+            block
+                .lines()
+                .map(|l| l.split('#').next().unwrap().trim_end())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    let tested = |listen: &str| {
+        server(listen, 7890)
+            .lines()
+            .map(|l| l.strip_prefix("    ").unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let tls = tls_listen(
+        8443,
+        Path::new("/path/to/cert.pem"),
+        Path::new("/path/to/key.pem"),
+    );
+    assert_eq!(shown, [tested(&listen(8080)), tested(&tls)]);
 }

@@ -443,7 +443,8 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
         &cfg.hosts,
         token,
         format!("hive_dashboard_{port}"),
-    );
+    )
+    .with_secure_cookie(cfg.public_origin.is_some());
     let switch = server::StopSwitch::new();
     let (wake, woken) = crossbeam_channel::unbounded();
     let body_time = cfg.timeouts.read;

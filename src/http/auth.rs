@@ -1,8 +1,8 @@
 //! Tokens of the web servers: where a server's token comes from (the operator's
 //! variable, else a random one generated at first start into a 0600 file), how
 //! a request presents it (`Authorization: Bearer T`, `X-Hive-Token: T` or the
-//! server's own `HttpOnly; SameSite=Strict` cookie, which lets `EventSource`
-//! in), the login page that sets that cookie, and the dashboard's one-time
+//! server's own `HttpOnly; SameSite=Strict` cookie, `Secure` too behind a TLS
+//! proxy, which lets `EventSource` in), the login page that sets that cookie, and the dashboard's one-time
 //! login links. The cookie holds a login session, not the token: a random id
 //! and its HMAC-SHA-256 under the token, so each login is a client of its own
 //! for the per-client limits (behind a proxy every client has one address),
@@ -63,11 +63,14 @@ pub fn presented(req: &Request, cookie_name: &str) -> Option<Presented> {
 }
 
 /// The `Set-Cookie` value that logs a browser in to the server whose cookie is
-/// `name`, with `session` (from [`new_session`]).
-pub fn cookie_header(name: &str, session: &str) -> String {
+/// `name`, with `session` (from [`new_session`]); `Secure` when the browser
+/// reaches the server over https (behind a TLS reverse proxy), so it never
+/// sends the cookie over plain HTTP.
+pub fn cookie_header(name: &str, session: &str, secure: bool) -> String {
     format!(
-        "{name}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=31536000",
-        percent_encode(session)
+        "{name}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=31536000{}",
+        percent_encode(session),
+        if secure { "; Secure" } else { "" }
     )
 }
 
@@ -226,7 +229,8 @@ pub fn login(
     };
     let logged_in = || match new_session(want) {
         Ok(session) => {
-            Reply::redirect(&next).header("Set-Cookie", cookie_header(guard.cookie(), &session))
+            let cookie = cookie_header(guard.cookie(), &session, guard.secure_cookie());
+            Reply::redirect(&next).header("Set-Cookie", cookie)
         }
         Err(e) => Reply::error(500, e),
     };
@@ -334,6 +338,32 @@ mod tests {
         assert_eq!(bad.status, 401);
         assert!(bad.headers.iter().all(|h| h.0 != "Set-Cookie"));
         assert_eq!(login(&guard(None), None, false, "", b"").status, 303);
+    }
+
+    #[test]
+    fn the_cookie_is_secure_only_behind_tls() {
+        let set_cookie = |g: &Guard| {
+            let r = login(g, None, true, "", b"token=tok");
+            assert_eq!(r.status, 303);
+            let c = r.headers.iter().find(|h| h.0 == "Set-Cookie").unwrap();
+            c.1.split("; ")
+                .skip(1)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        let plain = set_cookie(&guard(Some("tok")));
+        assert!(!plain.iter().any(|a| a == "Secure"), "{plain:?}");
+        let tls = set_cookie(&guard(Some("tok")).with_secure_cookie(true));
+        for want in ["Path=/", "HttpOnly", "SameSite=Strict", "Secure"] {
+            assert!(tls.iter().any(|a| a == want), "{want} missing: {tls:?}");
+        }
+        // A one-time link sets the same cookie.
+        let g = guard(Some("tok")).with_secure_cookie(true);
+        let codes = OneTimeCodes::new(Duration::from_secs(60));
+        let q = format!("code={}", codes.issue().unwrap());
+        let r = login(&g, Some(&codes), false, &q, b"");
+        let c = &r.headers.iter().find(|h| h.0 == "Set-Cookie").unwrap().1;
+        assert!(c.ends_with("; Secure"), "{c}");
     }
 
     #[test]

@@ -89,6 +89,9 @@ pub struct Guard {
     /// `None`: the operator turned authentication off.
     token: Option<String>,
     cookie: String,
+    /// The cookie is `Secure`: the browser reaches this server over https
+    /// (a TLS reverse proxy in front of it).
+    secure_cookie: bool,
     tries: Mutex<Tries>,
 }
 
@@ -119,8 +122,17 @@ impl Guard {
                 .collect(),
             token,
             cookie,
+            secure_cookie: false,
             tries: Mutex::new(Tries::default()),
         }
+    }
+
+    /// The same guard, whose cookie is `Secure` when `secure`: for a server
+    /// the browser reaches over https (`web.public_origin`), so the browser
+    /// never sends the login over plain HTTP.
+    pub fn with_secure_cookie(mut self, secure: bool) -> Guard {
+        self.secure_cookie = secure;
+        self
     }
 
     pub fn names(&self) -> Names {
@@ -135,6 +147,11 @@ impl Guard {
     /// The name of this server's cookie.
     pub fn cookie(&self) -> &str {
         &self.cookie
+    }
+
+    /// Whether this server's cookie is `Secure` ([`Guard::with_secure_cookie`]).
+    pub fn secure_cookie(&self) -> bool {
+        self.secure_cookie
     }
 
     /// Step 1: the `Host` header as sent, when it names this server.
