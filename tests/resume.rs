@@ -99,7 +99,9 @@ fn a_usage_limit_park_is_lifted_and_its_agents_take_their_mail_at_once() {
     // The operator resumes bob: its pool's park ends, for both.
     let out = resumed(&b, &["bob"]);
     assert!(
-        out.contains(&format!("pool {pool}'s usage-limit park is lifted: ana, bob resume now")),
+        out.contains(&format!(
+            "pool {pool}'s usage-limit park is lifted: ana, bob resume now"
+        )),
         "{out}"
     );
     bob.fake.wait_count(2);
@@ -141,11 +143,15 @@ fn a_harness_pause_ends_at_once_for_each_reason() {
     let cases = [
         (
             "rate_limit",
-            Cause::Run(r#"api_error 429 rate_limit "API Error: Request rejected (429) · rate limited""#),
+            Cause::Run(
+                r#"api_error 429 rate_limit "API Error: Request rejected (429) · rate limited""#,
+            ),
         ),
         (
             "api_backoff",
-            Cause::Run(r#"api_error 529 server_error "API Error: 529 Overloaded. This is a server-side issue""#),
+            Cause::Run(
+                r#"api_error 529 server_error "API Error: 529 Overloaded. This is a server-side issue""#,
+            ),
         ),
         (
             "mcp_start",
@@ -222,7 +228,10 @@ fn a_harness_pause_ends_at_once_for_each_reason() {
         );
         // Nothing is paused now: said plainly, exit 1.
         let e = refusal(&b, &["ana"]);
-        assert!(e.contains("ana is not paused: it waits for mail"), "{reason}: {e}");
+        assert!(
+            e.contains("ana is not paused: it waits for mail"),
+            "{reason}: {e}"
+        );
     }
 }
 
