@@ -221,6 +221,27 @@ It is kept until `hive retry ID` puts it back; bodies are shown cut.",
 Its attempts start over. Any message that is not a dead letter is refused
 (`message #ID is queued, not failed`).",
     },
+    // issue 40: the operator lifts a pause
+    CommandHelp {
+        name: "resume",
+        summary: "operator: lift an agent's pause, or a credential pool's usage-limit park, now",
+        usage: "hive resume [--socket PATH] [--json] AGENT
+hive resume [--socket PATH] [--json] --pool POOL
+
+  AGENT               the agent whose pause ends (`hive agents` shows its STATE)
+  --pool POOL         the credential pool whose usage-limit park ends (the POOL
+                      column of `hive agents`: key:…, uuid:…, account:NAME, agent:NAME)
+  --socket PATH       the host socket (default {HOST_SOCKET})
+  --json              print the broker's answer as JSON
+
+Per reason: usage_limit ends the park of the agent's whole pool (its agents
+resume one a second, the oldest queued mail first; no report parks it again
+for 10 minutes); rate_limit, api_backoff, mcp_start and start_failed make the
+harness try again at once. budget is refused with the limit reached: raise it
+(`hive budget set`) or wait for the window to roll over. login is refused:
+log the agent in on its page's login form, or give it ANTHROPIC_API_KEY. An
+agent that is not paused is refused, saying what it does (exit 1).",
+    },
     // issue 16: budgets
     CommandHelp {
         name: "budget",
@@ -546,6 +567,14 @@ pub struct SetBudgetArgs {
 }
 
 /// An operator command on one id: `hive approve`, `hive cancel-question`,
+/// `hive resume AGENT` or `hive resume --pool POOL`: exactly one of the two.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ResumeArgs {
+    pub host: HostArgs,
+    pub agent: Option<String>,
+    pub pool: Option<String>,
+}
+
 /// `hive retry`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IdArgs {
@@ -662,6 +691,7 @@ pub enum Cmd {
     Agents(HostArgs),
     Failed(FailedArgs),
     Retry(IdArgs),
+    Resume(ResumeArgs),
     Budget(BudgetArgs),
     Questions(HostArgs),
     /// `hive version`: this binary's version and the broker's.
@@ -740,6 +770,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Cmd, UsageError> {
         "agents" => parse_host(&mut p).map(Cmd::Agents),
         "failed" => parse_failed(&mut p),
         "retry" => parse_id(&mut p).map(Cmd::Retry),
+        "resume" => parse_resume(&mut p),
         "budget" => parse_budget(&mut p),
         "questions" => parse_host(&mut p).map(Cmd::Questions),
         "version" => parse_host(&mut p).map(Cmd::Versions),
@@ -1054,6 +1085,26 @@ fn parse_budget(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     }
     s.host = host;
     Ok(Cmd::Budget(BudgetArgs::Set(s)))
+}
+
+/// `hive resume AGENT|--pool POOL`.
+fn parse_resume(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut a = ResumeArgs::default();
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("socket") => a.host.socket = Some(p.value()?.into()),
+            Long("json") => a.host.json = true,
+            Long("help") | Short('h') => return Err(help()),
+            Long("pool") if a.pool.is_none() => a.pool = Some(utf8(p.value()?)?),
+            Value(v) if a.agent.is_none() => a.agent = Some(utf8(v)?),
+            other => return Err(other.unexpected()),
+        }
+    }
+    match (&a.agent, &a.pool) {
+        (None, None) => Err("missing AGENT (or --pool POOL)".into()),
+        (Some(_), Some(_)) => Err("name an AGENT or --pool POOL, not both".into()),
+        _ => Ok(Cmd::Resume(a)),
+    }
 }
 
 /// `hive approve ID`, `hive cancel-question ID`, `hive retry ID`.
@@ -1405,6 +1456,25 @@ mod tests {
             })
         );
         assert_eq!(
+            run(&["resume", "ana"]).unwrap(),
+            Cmd::Resume(ResumeArgs {
+                host: HostArgs::default(),
+                agent: Some("ana".into()),
+                pool: None
+            })
+        );
+        assert_eq!(
+            run(&["resume", "--json", "--pool", "key:0a1b2c3d"]).unwrap(),
+            Cmd::Resume(ResumeArgs {
+                host: HostArgs {
+                    socket: None,
+                    json: true
+                },
+                agent: None,
+                pool: Some("key:0a1b2c3d".into())
+            })
+        );
+        assert_eq!(
             run(&["retry", "#12"]).unwrap(),
             Cmd::Retry(IdArgs {
                 host: HostArgs::default(),
@@ -1472,6 +1542,10 @@ mod tests {
             (&["cancel-question", "3", "4"], "4"),
             (&["deny", "--why"], "--why"),
             (&["retry"], "missing ID"),
+            (&["resume"], "missing AGENT (or --pool POOL)"),
+            (&["resume", "ana", "--pool", "key:0a1b2c3d"], "not both"),
+            (&["resume", "ana", "bob"], "bob"),
+            (&["resume", "--pool"], "--pool"),
             (&["retry", "twelve"], "must be a number"),
             (&["failed", "--agent"], "--agent"),
             (&["failed", "ana"], "ana"),

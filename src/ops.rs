@@ -1,6 +1,6 @@
 //! The client commands: `hive wake` for scripts inside an agent's container and
 //! the operator commands (`send`, `inbox`, `agents`, `failed`, `retry`,
-//! `questions`, `answer`, `cancel-question`, `approvals`, `approve`, `deny`,
+//! `resume`, `questions`, `answer`, `cancel-question`, `approvals`, `approve`, `deny`,
 //! `start`, `stop`, `restart`, `update`, and `search` and `history`, which
 //! `hive up` answers from the agents' pages) on the host socket. Each
 //! builds the contract's command and sends it with the typed client
@@ -12,11 +12,11 @@
 
 use crate::cli::{
     AgentArgs, AnswerArgs, DenyArgs, FailedArgs, HistoryArgs, HostArgs, InboxArgs, Lifecycle,
-    SearchArgs, SendArgs, WakeArgs,
+    ResumeArgs, SearchArgs, SendArgs, WakeArgs,
 };
 use crate::proto::cmd::{
     self, Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Failed, History, Inbox,
-    InboxAck, Questions, RestartAgent, Retry, Search, StartAgent, StopAgent, Supervision,
+    InboxAck, Questions, RestartAgent, Resume, Retry, Search, StartAgent, StopAgent, Supervision,
     SupervisionReply, Turn, TurnKind, UpdateAgent, Version, Wake,
 };
 use crate::proto::limits::MAX_BODY;
@@ -457,6 +457,23 @@ pub fn retry(h: &HostArgs, id: i64) -> Result<(), String> {
             r.id,
             line(&r.agent)
         );
+    }
+    Ok(())
+}
+
+/// `hive resume AGENT|--pool POOL`: what the broker lifted, or why it
+/// cannot (a refusal: exit 1).
+pub fn resume(a: &ResumeArgs) -> Result<(), String> {
+    let req = checked(Resume {
+        agent: a.agent.clone(),
+        pool: a.pool.clone(),
+    })?;
+    let mut c = host_client(&a.host)?;
+    let r = call(&mut c, &req)?;
+    if a.host.json {
+        print_json(&r);
+    } else {
+        println!("{}", line(&r.text));
     }
     Ok(())
 }

@@ -87,6 +87,7 @@ fn requeue_puts_the_message_back_first_and_one_inflight_at_a_time() {
             inflight: None,
             status_text: None,
             status_set_at: None,
+            resumed: None,
         }
     );
     let m = pop(&mut a);
@@ -201,6 +202,7 @@ fn inflight_at_kill_time_is_requeued_after_restart() {
             inflight: None,
             status_text: None,
             status_set_at: None,
+            resumed: None,
         }
     );
     assert_eq!(pop(&mut a).id, first);

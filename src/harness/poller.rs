@@ -9,7 +9,8 @@
 //! what it has `seen` of the agent's status line and unread count, so a
 //! change reaches the loop (and the page) at once, also while a turn runs —
 //! when no `recv_next` can be parked, since the broker answers it with the
-//! inflight row. Nothing the loop sends waits for an answer: a refusal is
+//! inflight row — and so does the operator's `hive resume` of a pause the
+//! loop waits out by itself (the answer's resume mark moves). Nothing the loop sends waits for an answer: a refusal is
 //! logged. An ask for the next message goes through the calls thread too, so
 //! it reaches the long-poll only after every earlier request was answered —
 //! an ack always lands before the next `recv_next`, and while the broker is
@@ -83,6 +84,10 @@ pub enum FromPoller {
     /// answer's pause (or its end) and before its message or `Empty`
     /// (issue 16).
     TurnUsd(Option<f64>),
+    /// The operator resumed the agent (`hive resume`, issue 40): the status
+    /// watch saw the broker's resume mark move. A harness waiting out a
+    /// pause of its own tries again at once.
+    Resumed,
 }
 
 /// What the long-poll thread is asked.
@@ -599,6 +604,10 @@ impl Conn {
     fn run_watch(&mut self, wait_secs: u64) {
         let mut seen: Option<Seen> = None;
         let mut published: Option<Seen> = None;
+        // The broker's resume mark as last answered (None: no answer yet).
+        // Kept across reconnects: a mark that moved meanwhile is a resume
+        // the loop has not heard; the first answer of the process is not.
+        let mut resumed: Option<Option<i64>> = None;
         loop {
             let fresh = self.client.is_none();
             let Some(c) = self.client() else {
@@ -616,6 +625,13 @@ impl Conn {
             match r {
                 Ok(reply) => {
                     self.answered();
+                    if let Some(before) = resumed {
+                        if reply.resumed > before && self.events.send(FromPoller::Resumed).is_err()
+                        {
+                            return;
+                        }
+                    }
+                    resumed = Some(resumed.flatten().max(reply.resumed));
                     let now = Seen {
                         unread: reply.unread,
                         status_text: reply.status_text.unwrap_or_default(),

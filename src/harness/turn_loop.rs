@@ -1,7 +1,8 @@
 //! The turn loop: one thread, one [`Event`] enum, one `select!`, and the
 //! loop's `Phase` as data — idle (waiting for mail), running one claude
 //! process (a turn, a `/compact` or a checkpoint), paused until a time for a
-//! reason, or parked until claude is logged in again. Every trigger — a
+//! reason (or until the operator's `hive resume`, which the poller passes
+//! on), or parked until claude is logged in again. Every trigger — a
 //! message, an operator request, a line or the exit of claude, a timer, a
 //! signal — arrives as one event and is handled by one function, whatever the
 //! phase; sources that do not apply in a phase are `never()`. The loop is the
@@ -102,7 +103,8 @@ enum Phase {
     /// answer), or about to start something.
     Idle,
     Running(Box<Run>),
-    /// Waiting until `until` (the reason, if any, is on the bus).
+    /// Waiting until `until` (the reason, if any, is on the bus), or until
+    /// the operator resumes the agent.
     Paused {
         until: Instant,
     },
@@ -522,6 +524,7 @@ impl TurnLoop {
                 }
             }
             Event::Broker(FromPoller::BrokerPause(p)) => self.on_broker_pause(p),
+            Event::Broker(FromPoller::Resumed) => self.on_resumed(),
             Event::Broker(FromPoller::TurnUsd(u)) => {
                 // Every `recv_next` answer, after its pause (or its end):
                 // what the loop knows of the pause is current again.
@@ -1212,12 +1215,7 @@ impl TurnLoop {
             Phase::Idle => {}
             Phase::Paused { until } => {
                 if now_i >= *until {
-                    self.bus.update(|s| {
-                        s.paused = None;
-                        s.rate_limited = false;
-                        s.rate_limited_until = None;
-                    });
-                    self.advance();
+                    self.end_pause();
                 }
             }
             Phase::Login { snapshot, check_at } => {
@@ -2043,6 +2041,43 @@ impl TurnLoop {
                 }
             });
         }
+    }
+
+    /// The operator resumed the agent (`hive resume`): a pause of the
+    /// loop's own (a rate limit, an API backoff, MCP servers or a claude
+    /// that did not start, a usage limit) ends now, its message tried again
+    /// at once; the backoff's count stays, so a failure again waits longer.
+    /// The broker lifts its own pauses itself, and a login park ends only
+    /// with credentials.
+    fn on_resumed(&mut self) {
+        match &self.phase {
+            Phase::Paused { .. } => {
+                let what = self.bus.paused().map_or_else(
+                    || "the pause".to_string(),
+                    |p| format!("the {} pause", p.reason),
+                );
+                log::info!("the operator resumed {}: {what} ends now", self.s.label);
+                self.bus
+                    .note(format!("the operator lifted {what}: trying again now"));
+                self.end_pause();
+            }
+            Phase::Login { .. } => self
+                .bus
+                .note("the operator's resume cannot end the login park: claude needs credentials"),
+            Phase::Idle | Phase::Running(_) => {
+                log::debug!("the operator's resume found no pause of the loop's own")
+            }
+        }
+    }
+
+    /// The loop's own pause is over (its time, or the operator's resume).
+    fn end_pause(&mut self) {
+        self.bus.update(|s| {
+            s.paused = None;
+            s.rate_limited = false;
+            s.rate_limited_until = None;
+        });
+        self.advance();
     }
 
     /// Tells the broker the pause, when it changed since it was last told.

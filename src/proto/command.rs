@@ -188,6 +188,8 @@ commands! {
     "own_budget"           => OwnBudget:         Agent(Open);
     "set_budget"           => SetBudget:         Operator;
     "void_spend"           => VoidSpend:         Operator;
+    // issue 40: the operator lifts a pause
+    "resume"               => Resume:            Operator;
     // messaging
     "send"                 => Send:              Both(Group(G::Messaging));
     "recv"                 => Recv:              Agent(Group(G::Messaging));

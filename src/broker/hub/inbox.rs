@@ -469,10 +469,11 @@ impl Hub<'_> {
         self.notify(&agent);
     }
 
-    /// `status`; with `seen` also the status line, and with a wait a call
-    /// whose `seen` is current parks until the unread count or the status
-    /// line changes (the harness's watch: its connection counts as the
-    /// harness's, so an agent whose turn loop is paused still runs).
+    /// `status`; with `seen` also the status line and the operator's resume
+    /// mark, and with a wait a call whose `seen` is current parks until the
+    /// unread count or the status line changes or the operator resumes the
+    /// agent (the harness's watch: its connection counts as the harness's,
+    /// so an agent whose turn loop is paused still runs).
     pub(super) fn status(&mut self, ctx: &Ctx, agent: &str, c: Status) -> Handled<StatusReply> {
         let unread = self.unread(agent)?;
         let inflight = self.inflight_id(agent)?;
@@ -482,6 +483,7 @@ impl Hub<'_> {
                 inflight,
                 status_text: None,
                 status_set_at: None,
+                resumed: None,
             }));
         };
         self.harness_conns
@@ -493,7 +495,8 @@ impl Hub<'_> {
             unread,
             status_text: stats.status_text.clone(),
         };
-        if current == seen && ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
+        let resumed = self.resumes.untold(ctx.conn, agent);
+        if current == seen && !resumed && ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
             self.wait_for(agent, ctx.conn);
             return Ok(Done::Wait);
         }
@@ -502,6 +505,7 @@ impl Hub<'_> {
             inflight,
             status_text: Some(stats.status_text),
             status_set_at: stats.status_set_at,
+            resumed: self.resumes.tell(ctx.conn, agent),
         }))
     }
 

@@ -24,6 +24,7 @@
 //! - `bridge.rs`: the swarm — mail and questions to and from other hives
 //!   through the Matrix bridge's outbox and inbox, and the bridge's state;
 //! - `pools.rs`, `budgets.rs`: credential pools, usage limits and budgets;
+//! - `resume.rs`: the operator's lifting of a pause, per reason;
 //! - `throttle.rs`: log lines about one agent's reports, one a minute per kind.
 //!
 //! The hub never blocks on another actor or on slow I/O: such work is an
@@ -45,6 +46,7 @@ mod lifecycle;
 mod limits;
 mod pools;
 mod questions;
+mod resume;
 mod throttle;
 mod timers;
 
@@ -377,6 +379,8 @@ pub struct Hub<'c> {
     pools: pools::Pools,
     /// Log lines about agents' reports, counted per agent and kind.
     throttle: throttle::Throttle,
+    /// The operator's resumes of harnesses' own pauses (`resume.rs`).
+    resumes: resume::Resumes,
     /// The process at the other end of agent connections, where a request
     /// needed it ([`wants_peer`]).
     peers: BTreeMap<ConnId, u32>,
@@ -428,6 +432,7 @@ impl<'c> Hub<'c> {
             bridge: bridge::BridgeLink::default(),
             pools: pools::Pools::default(),
             throttle: throttle::Throttle::default(),
+            resumes: resume::Resumes::default(),
             peers: BTreeMap::new(),
         }
     }
@@ -499,6 +504,7 @@ impl<'c> Hub<'c> {
     /// Connection `conn` is gone: release what it held and stop waiting for it.
     pub fn closed(&mut self, conn: ConnId) {
         self.peers.remove(&conn);
+        self.resumes.closed(conn);
         self.unpark(conn);
         self.release(conn);
         self.bridge_closed(conn);
@@ -646,6 +652,8 @@ impl<'c> Hub<'c> {
             Request::OwnBudget(c) => self.now(c, |h, _| h.own_budget(agent)),
             Request::SetBudget(c) => self.done(c, |h, c| h.set_budget(c)),
             Request::VoidSpend(c) => self.now(c, |h, c| h.void_spend(c)),
+            // resume.rs (issue 40)
+            Request::Resume(c) => self.now(c, |h, c| h.resume(c)),
             // lifecycle.rs
             Request::RequestSpawn(c) => self.now(c, |h, c| h.request_spawn(agent, c)),
             Request::Kill(c) => self.done(c, |h, c| h.kill(agent, c)),

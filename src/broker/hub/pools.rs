@@ -29,7 +29,12 @@
 //! capped at [`MAX_PAUSE_SECS`] ahead, a usage limit must name the credential
 //! of the agent's current pool (else it is refused), a change of an agent's
 //! pool is logged, and the operator's notice names the reporting agent
-//! (`docs/security.md`).
+//! (`docs/security.md`). A report moves a pool's park later — a longer
+//! park, or a new one after the operator lifted it — at most once per
+//! [`RENEW_GAP_SECS`] (issue 40): one sooner is refused and logged (once a
+//! minute per agent), and the park stands as it was. The operator lifts a
+//! park at once (`hive resume`, [`Hub::lift_park`]); its agents then resume
+//! one [`STAGGER_SECS`] apart, as after a reset.
 
 use super::throttle::Kind;
 use super::{db_err, ConnId, Hub};
@@ -50,6 +55,15 @@ pub const MAX_PAUSE_SECS: i64 = 6 * 3600;
 /// the new end).
 pub const EXTEND_NOTICE_SECS: i64 = 600;
 
+/// How long after a pool's park was last moved later (by a report) or
+/// lifted (by the operator) no report moves it later again: a longer park,
+/// or a new one after a lift. A real limit moves a park once or twice a
+/// window; a process on an agent's socket repeating its report is held to
+/// one move per gap, and every move past [`EXTEND_NOTICE_SECS`] is told to
+/// the operator. Memory only: after a broker restart a standing park counts
+/// as moved at the restart.
+pub const RENEW_GAP_SECS: i64 = 600;
+
 /// The pool state the hub keeps in memory (mirrored in `broker.db` where it
 /// must outlive a restart).
 #[derive(Default)]
@@ -67,6 +81,10 @@ pub struct Pools {
     noticed: std::collections::BTreeMap<String, i64>,
     /// The pause (its `until`) each `recv_next` connection was answered.
     told: std::collections::BTreeMap<ConnId, i64>,
+    /// When each pool's park was last moved later by a report, or lifted by
+    /// the operator ([`RENEW_GAP_SECS`]); forgotten when a park ends by
+    /// itself.
+    moved: std::collections::BTreeMap<String, i64>,
     loaded: bool,
     /// The earliest end of a budget window some agent is paused until
     /// (`budgets.rs`): every agent looks again then.
@@ -102,7 +120,10 @@ impl Hub<'_> {
         }
         match self.db.pool_pauses() {
             Ok(rows) => {
+                let t = now();
                 for (pool, until, detail) in rows {
+                    // When it last moved is not kept: it counts as now.
+                    self.pools.moved.insert(pool.clone(), t);
                     self.pools.paused.insert(pool, (until, detail));
                 }
             }
@@ -223,7 +244,7 @@ impl Hub<'_> {
     }
 
     /// The agents of `pool` among the configured ones.
-    fn pool_members(&mut self, pool: &str) -> Vec<String> {
+    pub(super) fn pool_members(&mut self, pool: &str) -> Vec<String> {
         let names: Vec<String> = self.cfg.agents.iter().map(|a| a.name.clone()).collect();
         names
             .into_iter()
@@ -279,6 +300,30 @@ impl Hub<'_> {
             Some((u, _)) if !fresh => (*u).max(c.until),
             _ => c.until,
         };
+        // A longer park, or a new one after the operator's lift: one per gap.
+        let later = fresh || current.as_ref().is_some_and(|(u, _)| c.until > *u);
+        if let Some(moved) = self.pools.moved.get(&pool).copied().filter(|_| later) {
+            if t < moved + RENEW_GAP_SECS {
+                let stands = match &current {
+                    Some((u, _)) if !fresh => format!("stays parked until {}", clock(*u, t)),
+                    _ => "stays lifted (the operator's resume)".to_string(),
+                };
+                let text = format!(
+                    "{agent} reported a usage limit until {}: pool {pool} {stands}; its park was                      moved or lifted {}s ago and moves later at most once every {RENEW_GAP_SECS}s",
+                    c.until,
+                    t - moved
+                );
+                self.throttled(log::Level::Warn, agent, Kind::UsageLimitRenewal, text);
+                return Err(format!(
+                    "report_usage_limit: pool {pool} {stands}: its park was moved or lifted {}s                      ago, and a report moves it later at most once every {RENEW_GAP_SECS}s                      (issue 40); try again after {}",
+                    t - moved,
+                    clock(moved + RENEW_GAP_SECS, t)
+                ));
+            }
+        }
+        if later {
+            self.pools.moved.insert(pool.clone(), t);
+        }
         // The end the operator was told, when this report moves it far
         // enough later to tell again: measured from the told end, so a chain
         // of small moves is told too once it adds up.
@@ -361,7 +406,10 @@ impl Hub<'_> {
             Some(at) if *at > t => Some(Paused {
                 reason: PauseReason::UsageLimit,
                 until: Some(*at),
-                detail: format!("pool {}: resuming after the reset", self.pool_of(agent)),
+                detail: format!(
+                    "pool {}: its park ended; its agents resume one a second",
+                    self.pool_of(agent)
+                ),
             }),
             _ => self.budget_pause(agent),
         }
@@ -405,25 +453,46 @@ impl Hub<'_> {
             .map(|(p, (u, _))| (p.clone(), *u))
             .collect();
         for (pool, until) in due {
-            self.pools.paused.remove(&pool);
-            self.pools.noticed.remove(&pool);
-            if let Err(e) = self.db.clear_pool_pause(&pool) {
-                log::error!("cannot clear the pause of pool {pool}: {e}");
-            }
-            let mut members: Vec<(Option<i64>, String)> = self
-                .pool_members(&pool)
-                .into_iter()
-                .map(|m| (self.db.oldest_queued_seq(&m).ok().flatten(), m))
-                .collect();
-            // Oldest queued message first; agents with nothing queued last.
-            members.sort_by_key(|(seq, name)| (seq.is_none(), *seq, name.clone()));
             log::info!("pool {pool}: the usage limit reset; resuming its agents");
-            for (i, (_, m)) in members.into_iter().enumerate() {
-                self.pools
-                    .resume_at
-                    .insert(m, until.max(t) + i as i64 * STAGGER_SECS);
-            }
+            self.end_park(&pool, until.max(t));
+            self.pools.moved.remove(&pool);
         }
+        self.wake_resumed(t);
+        if self.pools.budget_wake.is_some_and(|w| w <= t) {
+            // A budget window rolled over: every agent looks again.
+            self.pools.budget_wake = None;
+            self.wake_all();
+        }
+    }
+
+    /// `pool`'s park ends: it is forgotten (in the store too), and its
+    /// agents may be handed mail again one [`STAGGER_SECS`] apart from
+    /// `from`, the one with the oldest queued message first, those with
+    /// nothing queued last. Returns them in that order.
+    fn end_park(&mut self, pool: &str, from: i64) -> Vec<String> {
+        self.pools.paused.remove(pool);
+        self.pools.noticed.remove(pool);
+        if let Err(e) = self.db.clear_pool_pause(pool) {
+            log::error!("cannot clear the pause of pool {pool}: {e}");
+        }
+        let mut members: Vec<(Option<i64>, String)> = self
+            .pool_members(pool)
+            .into_iter()
+            .map(|m| (self.db.oldest_queued_seq(&m).ok().flatten(), m))
+            .collect();
+        members.sort_by_key(|(seq, name)| (seq.is_none(), *seq, name.clone()));
+        let mut order = Vec::with_capacity(members.len());
+        for (i, (_, m)) in members.into_iter().enumerate() {
+            self.pools
+                .resume_at
+                .insert(m.clone(), from + i as i64 * STAGGER_SECS);
+            order.push(m);
+        }
+        order
+    }
+
+    /// Wakes the agents whose turn to resume has come.
+    fn wake_resumed(&mut self, t: i64) {
         let woken: Vec<String> = self
             .pools
             .resume_at
@@ -435,17 +504,53 @@ impl Hub<'_> {
             self.pools.resume_at.remove(&a);
             self.notify(&a);
         }
-        if self.pools.budget_wake.is_some_and(|w| w <= t) {
-            // A budget window rolled over: every agent looks again.
-            self.pools.budget_wake = None;
-            self.wake_all();
+    }
+
+    /// The operator lifts `pool`'s usage-limit park (`resume`): it ends now,
+    /// as at a reset — its agents resume one [`STAGGER_SECS`] apart, the
+    /// first at once — and no report parks it again for [`RENEW_GAP_SECS`].
+    /// Returns the pool's agents in the order they resume, or None when
+    /// the pool is not parked.
+    pub(super) fn lift_park(&mut self, pool: &str) -> Option<Vec<String>> {
+        self.pools_loaded();
+        let t = now();
+        if self.pools.paused.get(pool).is_none_or(|(u, _)| *u <= t) {
+            return None;
         }
+        let order = self.end_park(pool, t);
+        self.pools.moved.insert(pool.to_string(), t);
+        self.wake_resumed(t);
+        Some(order)
+    }
+
+    /// The operator ends `agent`'s wait for its turn after its pool's park
+    /// ended.
+    pub(super) fn lift_stagger(&mut self, agent: &str) {
+        self.pools.resume_at.remove(agent);
+        self.notify(agent);
+    }
+
+    /// Whether `pool` is parked now.
+    pub(super) fn pool_parked(&mut self, pool: &str) -> bool {
+        self.pools_loaded();
+        self.pools.paused.get(pool).is_some_and(|(u, _)| *u > now())
+    }
+
+    /// Every pool the hive knows: its agents' and the parked ones.
+    pub(super) fn known_pools(&mut self) -> Vec<String> {
+        self.pools_loaded();
+        let names: Vec<String> = self.cfg.agents.iter().map(|a| a.name.clone()).collect();
+        let mut pools: Vec<String> = names.iter().map(|n| self.pool_of(n)).collect();
+        pools.extend(self.pools.paused.keys().cloned());
+        pools.sort();
+        pools.dedup();
+        pools
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{clock, Hub, STAGGER_SECS};
+    use super::{clock, Hub, RENEW_GAP_SECS, STAGGER_SECS};
     use crate::broker::db::{Db, Durability, Store};
     use crate::broker::hub::HubSettings;
     use crate::config::HiveConfig;
@@ -505,6 +610,82 @@ mod tests {
         let (ana_at, bob_at) = (at("ana").unwrap(), at("bob").unwrap());
         assert_eq!(bob_at - ana_at, STAGGER_SECS, "nothing queued: last");
         assert_eq!(at("dan"), None, "another pool");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A report moves a standing park later at most once per gap, and
+    /// parks a pool the operator lifted no sooner than a gap after the
+    /// lift; a report that moves nothing is taken as before. The gap's
+    /// passing is the hub's own state set back, not a wait.
+    #[test]
+    fn a_park_moves_later_at_most_once_per_gap_and_a_lift_holds_for_one() {
+        let dir = std::env::temp_dir().join(format!("hive-renew-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Db::open(&dir.join("broker.db"), Durability::Normal).unwrap();
+        let cfg = HiveConfig::parse(r#"{"agents":[{"name":"ana"},{"name":"bob"}]}"#).unwrap();
+        let store = Store::new(&db).unwrap();
+        let mut hub = Hub::new(store, cfg, HubSettings::for_tests(&dir));
+        for a in ["ana", "bob"] {
+            hub.report_pool(a, uuid()).unwrap();
+        }
+        let pool = hub.pool_of("ana");
+        let t = now();
+        let limit = |until| ReportUsageLimit {
+            until,
+            detail: "session limit".into(),
+            credential: uuid(),
+        };
+        let end = |hub: &mut Hub| hub.pools.paused.get(&pool).map(|p| p.0);
+        hub.report_usage_limit("ana", limit(t + 600)).unwrap();
+        assert_eq!(end(&mut hub), Some(t + 600), "a new park is taken");
+        let e = hub.report_usage_limit("bob", limit(t + 1200)).unwrap_err();
+        assert!(e.contains("at most once every 600s"), "{e}");
+        assert_eq!(end(&mut hub), Some(t + 600), "the park stands as it was");
+        hub.report_usage_limit("ana", limit(t + 300)).unwrap();
+        assert_eq!(end(&mut hub), Some(t + 600), "an earlier end moves nothing");
+        // A gap later, one move is taken — over ten minutes past the end
+        // the operator was told, so told again, naming the reporter — and
+        // the next waits again.
+        let notices = |hub: &mut Hub| -> Vec<String> {
+            let rows = hub.db.queued_after("operator", 0, 100).unwrap();
+            rows.into_iter()
+                .map(|m| m.body)
+                .filter(|b| b.starts_with("[usage limit]"))
+                .collect()
+        };
+        assert_eq!(notices(&mut hub).len(), 1);
+        hub.pools.moved.insert(pool.clone(), t - RENEW_GAP_SECS);
+        hub.report_usage_limit("bob", limit(t + 1201)).unwrap();
+        assert_eq!(end(&mut hub), Some(t + 1201));
+        let told = notices(&mut hub);
+        assert_eq!(told.len(), 2, "{told:?}");
+        assert!(
+            told[1].contains("stays parked longer, reported by bob")
+                && told[1].contains(&format!(
+                    "(it was {}",
+                    clock(t + 600, t).split(" (").next().unwrap()
+                )),
+            "{}",
+            told[1]
+        );
+        assert!(hub.report_usage_limit("ana", limit(t + 1800)).is_err());
+        // The operator's lift ends the park, and no report parks it again
+        // until a gap has passed since the lift.
+        let order = hub.lift_park(&pool).expect("parked");
+        assert_eq!(order.len(), 2, "{order:?}");
+        assert_eq!(end(&mut hub), None);
+        assert!(
+            hub.broker_pause("ana").is_none(),
+            "the first resumes at once"
+        );
+        let e = hub.report_usage_limit("ana", limit(t + 600)).unwrap_err();
+        assert!(e.contains("stays lifted"), "{e}");
+        assert_eq!(end(&mut hub), None);
+        assert!(hub.lift_park(&pool).is_none(), "nothing left to lift");
+        hub.pools.moved.insert(pool.clone(), t - RENEW_GAP_SECS);
+        hub.report_usage_limit("ana", limit(t + 600)).unwrap();
+        assert_eq!(end(&mut hub), Some(t + 600));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -28,6 +28,9 @@ pub enum Kind {
     UsageLimitCapped,
     /// `report_usage_limit` again, for a pool parked already.
     UsageLimitAgain,
+    /// `report_usage_limit` would move a park later sooner than the pools'
+    /// renewal gap allows: refused.
+    UsageLimitRenewal,
     /// `report_spend` of a run over the per-run bounds.
     SpendClamped,
     /// `report_state` moved the agent into or out of its login park.

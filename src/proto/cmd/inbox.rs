@@ -264,6 +264,13 @@ pub struct StatusReply {
     /// When it was set (with `seen`, once set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_set_at: Option<i64>,
+    /// With `seen`: the mark of the operator's last `resume` of the agent's
+    /// own pause (unix milliseconds, later at every resume, across broker
+    /// restarts too); absent before the first. A parked watch is answered
+    /// at once when it moves, and the harness that sees it move (not in
+    /// its first answer) ends its pause and tries at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<i64>,
 }
 
 impl Command for Status {

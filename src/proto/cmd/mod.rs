@@ -3,8 +3,8 @@
 //! (reminders and scheduled prompts), what the broker keeps per agent
 //! (`agents.rs`), lifecycle, approvals and diagnostics, dead letters
 //! (`failed.rs`), what a harness reports about its pause (`state.rs`), the
-//! agents' turn history (`history.rs`) and the Matrix bridge's (`bridge.rs`).
-//! Each carries its
+//! operator's lifting of a pause (`resume.rs`), the agents' turn history
+//! (`history.rs`) and the Matrix bridge's (`bridge.rs`). Each carries its
 //! [`Command`](super::command::Command) impl: its answer type and the rules on
 //! its own fields. Who may send it is its row in `command.rs`.
 
@@ -18,6 +18,7 @@ mod history;
 mod inbox;
 mod lifecycle;
 mod questions;
+mod resume;
 mod state;
 mod timers;
 
@@ -31,6 +32,7 @@ pub use history::*;
 pub use inbox::*;
 pub use lifecycle::*;
 pub use questions::*;
+pub use resume::*;
 pub use state::*;
 pub use timers::*;
 
