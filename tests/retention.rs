@@ -45,6 +45,18 @@ fn month_start(t: i64) -> i64 {
     t.div_euclid(DAY) * DAY - (day - 1) * DAY
 }
 
+/// A message row written into a stopped broker's store: id, sender,
+/// recipient, body, state, when it was handled, the agent it is charged to.
+type Row = (
+    i64,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<i64>,
+    Option<&'static str>,
+);
+
 fn store(b: &Broker) -> Connection {
     Connection::open(b.state_dir().join("broker.db")).unwrap()
 }
@@ -118,7 +130,7 @@ fn pruning_keeps_unhandled_failed_held_referenced_and_current_rows_and_removes_o
     // needs: (id, sender, recipient, body, state, handled at, charged).
     let t = now();
     let old = t - 40 * DAY;
-    let rows: [(i64, &str, &str, &str, &str, Option<i64>, Option<&str>); 9] = [
+    let rows: [Row; 9] = [
         (
             1,
             "cron",

@@ -160,7 +160,7 @@ impl Hub<'_> {
     /// refusal. Until the harness has a channel of its own (issue 40, item
     /// 1), a process that polls as the harness itself passes for it too.
     fn check_page(&self, ctx: &Ctx) -> Result<(), String> {
-        if self.from_harness(ctx) {
+        if self.harness_sent(ctx) {
             return Ok(());
         }
         Err(format!(
@@ -172,7 +172,7 @@ impl Hub<'_> {
     /// The request came from the process of the agent's harness: the
     /// connection's peer is the process of one of its harness connections
     /// (see [`Hub::check_page`]).
-    fn from_harness(&self, ctx: &Ctx) -> bool {
+    fn harness_sent(&self, ctx: &Ctx) -> bool {
         let Identity::Agent(agent) = ctx.who else {
             return false;
         };
@@ -238,7 +238,7 @@ impl Hub<'_> {
         c: cmd::SendToParent,
     ) -> Result<SentReply, String> {
         let parent = self.cfg.parent_of(agent);
-        let charged = (!self.from_harness(ctx)).then_some(agent);
+        let charged = (!self.harness_sent(ctx)).then_some(agent);
         self.deliver_charged(
             charged,
             &Peer::Agent(agent.into()),
