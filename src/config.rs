@@ -37,6 +37,10 @@ pub struct HiveConfig {
     /// (`docs/swarm.md`). Without it, mail to `NAME@HIVE` is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matrix: Option<MatrixConfig>,
+    /// How long the broker keeps handled mail and spend rows, and how much
+    /// each agent may store (issue 40; [`Retention`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Retention>,
     /// What the whole hive may spend per calendar window (issue 16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::proto::Budget>,
@@ -179,6 +183,9 @@ impl HiveConfig {
         }
         if let Some(m) = &self.matrix {
             self.check_matrix(m)?;
+        }
+        if let Some(r) = &self.retention {
+            r.check()?;
         }
         if let Some(b) = &self.budget {
             b.check("budget")?;
@@ -432,6 +439,152 @@ impl HiveConfig {
         let own = self.hive_name.as_deref()?;
         let (name, hive) = to.split_once('@')?;
         (hive == own).then_some(name)
+    }
+}
+
+/// The `retention` key (issue 40): how long the broker keeps what is done
+/// with, and how much each agent may have stored. Every field may be left
+/// out for its default, so `{}` (or no key) is the defaults. The broker
+/// reads it when it starts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retention {
+    /// Days an acked message is kept after it was handled
+    /// ([`Retention::DEFAULT_MESSAGES_DAYS`]; 0: until the next prune pass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_days: Option<u32>,
+    /// Days a spend row is kept at least
+    /// ([`Retention::DEFAULT_SPEND_DAYS`]); it also outlives the start of
+    /// every current budget window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend_days: Option<u32>,
+    /// The bytes of message bodies one agent may have stored and not yet
+    /// pruned, in MiB ([`Retention::DEFAULT_AGENT_QUOTA_MIB`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_quota_mib: Option<u64>,
+    /// The bytes of message bodies one agent may store in any minute, in
+    /// MiB ([`Retention::DEFAULT_AGENT_MIB_PER_MINUTE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_mib_per_minute: Option<u64>,
+}
+
+impl Retention {
+    pub const DEFAULT_MESSAGES_DAYS: u32 = 30;
+    /// Three months: a monthly budget's window and the two before it.
+    pub const DEFAULT_SPEND_DAYS: u32 = 90;
+    pub const DEFAULT_AGENT_QUOTA_MIB: u64 = 256;
+    /// 256 bodies of the largest size (64 KiB) a minute: far above what an
+    /// agent's turns send, and a self-waking loop takes 16 minutes to reach
+    /// the default quota.
+    pub const DEFAULT_AGENT_MIB_PER_MINUTE: u64 = 16;
+    /// The largest number of days either period takes (a hundred years).
+    const MAX_DAYS: u32 = 36_500;
+    /// The largest MiB either limit takes (1 TiB).
+    const MAX_MIB: u64 = 1 << 20;
+
+    pub fn messages_days(&self) -> u32 {
+        self.messages_days.unwrap_or(Self::DEFAULT_MESSAGES_DAYS)
+    }
+
+    pub fn spend_days(&self) -> u32 {
+        self.spend_days.unwrap_or(Self::DEFAULT_SPEND_DAYS)
+    }
+
+    /// The per-agent quota, in bytes.
+    pub fn agent_quota_bytes(&self) -> u64 {
+        self.agent_quota_mib
+            .unwrap_or(Self::DEFAULT_AGENT_QUOTA_MIB)
+            << 20
+    }
+
+    /// The per-agent limit of one minute, in bytes.
+    pub fn agent_bytes_per_minute(&self) -> u64 {
+        self.agent_mib_per_minute
+            .unwrap_or(Self::DEFAULT_AGENT_MIB_PER_MINUTE)
+            << 20
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let days = [
+            ("messages_days", self.messages_days),
+            ("spend_days", self.spend_days),
+        ];
+        for (key, v) in days {
+            if v.is_some_and(|d| d > Self::MAX_DAYS) {
+                return Err(format!("retention.{key}: at most {} days", Self::MAX_DAYS));
+            }
+        }
+        let mib = [
+            ("agent_quota_mib", self.agent_quota_mib),
+            ("agent_mib_per_minute", self.agent_mib_per_minute),
+        ];
+        for (key, v) in mib {
+            if v.is_some_and(|m| m == 0 || m > Self::MAX_MIB) {
+                return Err(format!(
+                    "retention.{key}: from 1 to {} (MiB)",
+                    Self::MAX_MIB
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl HiveConfig {
+    /// The `retention` key, its defaults where it is absent.
+    pub fn retention(&self) -> Retention {
+        self.retention.clone().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod retention_tests {
+    use super::*;
+
+    #[test]
+    fn the_retention_key_has_defaults_and_its_errors_name_the_field() {
+        let cfg = HiveConfig::parse(r#"{"agents":[{"name":"ana"}]}"#).unwrap();
+        let r = cfg.retention();
+        assert_eq!(
+            (r.messages_days(), r.spend_days()),
+            (30, 90),
+            "the defaults"
+        );
+        assert_eq!(r.agent_quota_bytes(), 256 << 20);
+        assert_eq!(r.agent_bytes_per_minute(), 16 << 20);
+        let cfg = HiveConfig::parse(
+            r#"{"agents":[{"name":"ana"}],"retention":{"messages_days":0,"spend_days":7,
+                "agent_quota_mib":1,"agent_mib_per_minute":2}}"#,
+        )
+        .unwrap();
+        let r = cfg.retention();
+        assert_eq!((r.messages_days(), r.spend_days()), (0, 7));
+        assert_eq!(
+            (r.agent_quota_bytes(), r.agent_bytes_per_minute()),
+            (1 << 20, 2 << 20)
+        );
+        for (text, want) in [
+            (
+                r#"{"agent_quota_mib":0}"#,
+                "retention.agent_quota_mib: from 1",
+            ),
+            (
+                r#"{"agent_mib_per_minute":2000000}"#,
+                "retention.agent_mib_per_minute: from 1",
+            ),
+            (
+                r#"{"messages_days":40000}"#,
+                "retention.messages_days: at most",
+            ),
+            (r#"{"spend_days":-1}"#, "invalid value"),
+            (r#"{"keep":1}"#, "unknown field `keep`"),
+        ] {
+            let e = HiveConfig::parse(&format!(
+                r#"{{"agents":[{{"name":"ana"}}],"retention":{text}}}"#
+            ))
+            .unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use common::hive::{agent_row, ok, operator_inbox, Broker, TempDir};
 use hyperhive::broker::db::{self, Db, Durability};
 use hyperhive::harness::stats::{self, MessageKey, Spend, Stats};
 use hyperhive::proto::cmd::{
-    AckTurn, Approvals, DeadLetter, Failed, Questions, RecvNext, RecvNextReply, Retry,
+    AckTurn, Approvals, DeadLetter, Failed, Questions, RecvNext, RecvNextReply, Retry, Wake,
 };
 use hyperhive::proto::{schema, turnstats, MsgKind, Peer};
 use rusqlite::types::Value;
@@ -45,15 +45,22 @@ fn copy_fixture(name: &str, dir: &Path, to: &str) -> PathBuf {
 /// Opens a copy of the broker store `name` (written at schema `version`)
 /// with the current code, which migrates it to the last step, and checks
 /// that every message and every row of the tables steps 7 to 9 left alone is
-/// still there, column by column. Opening a store puts rows that were
-/// inflight or held when the broker died back into their inbox (the restart
-/// rule, not a step). The migrated store, a second connection to it, and
-/// the dir that holds them.
+/// still there, column by column (step 12's `charged` appended, none for
+/// every old row). Opening a store puts rows that were inflight or held
+/// when the broker died back into their inbox (the restart rule, not a
+/// step). The migrated store, a second connection to it, and the dir that
+/// holds them.
 fn migrate_broker_fixture(name: &str, version: u32) -> (Db, Connection, TempDir) {
     let dir = TempDir::new("mig-v");
     let path = copy_fixture(name, dir.path(), db::FILE);
     let before = rows(&path, "messages");
-    assert_eq!(before.len(), 9, "the fixture as its README describes it");
+    // From version 10 on, bob's run over the bounds brought a notice.
+    let messages = if version >= 10 { 10 } else { 9 };
+    assert_eq!(
+        before.len(),
+        messages,
+        "the fixture as its README describes it"
+    );
     let others = ["agent_pools", "agents", "sqlite_sequence"];
     let kept: Vec<_> = others.iter().map(|t| rows(&path, t)).collect();
     let spend = rows(&path, "spend");
@@ -69,6 +76,13 @@ fn migrate_broker_fixture(name: &str, version: u32) -> (Db, Connection, TempDir)
         db::MIGRATIONS.last().unwrap().version
     );
     let mut new = rows(&path, "messages");
+    for n in new.iter_mut() {
+        assert_eq!(
+            n.pop(),
+            Some(Value::Null),
+            "step 12: an old row is charged to no agent"
+        );
+    }
     let state = 6;
     for (o, n) in before.iter().zip(new.iter_mut()) {
         if matches!(&o[state], Value::Text(s) if s == "inflight" || s == "held") {
@@ -80,8 +94,9 @@ fn migrate_broker_fixture(name: &str, version: u32) -> (Db, Connection, TempDir)
     for (t, old) in others.iter().zip(&kept) {
         assert_eq!(&rows(&path, t), old, "{t}");
     }
+    let spend = if version < 10 { bounded(spend) } else { spend };
     assert_eq!(
-        bounded(spend),
+        spend,
         rows(&path, "spend"),
         "every spend row, clamped to step 10's bounds where it was over them"
     );
@@ -124,6 +139,15 @@ fn queue(store: &Db, agent: &str) -> Vec<(i64, String)> {
         .map(|m| (m.id, m.body))
         .collect()
 }
+
+/// The indexes and triggers on the messages table from step 12 on: the
+/// inbox's, the acked rows' by age, the two that keep the stored bytes.
+const STEP_12_OBJECTS: [&str; 4] = [
+    "messages_acked",
+    "messages_charged_delete",
+    "messages_charged_insert",
+    "messages_inbox",
+];
 
 /// The names of the indexes and triggers on the messages table, sorted.
 fn message_objects(c: &Connection) -> Vec<String> {
@@ -223,10 +247,14 @@ fn an_old_broker_store_migrates_with_every_row() {
         }
         if *table == "messages" {
             // Step 3 appended attempts (0), the last error (none) and the
-            // queue position (the row's own id) to every row.
+            // queue position (the row's own id) to every row, step 12 the
+            // agent it is charged to (none).
             for n in new.iter_mut() {
                 let added = n.split_off(9);
-                assert_eq!(added, [Value::Integer(0), Value::Null, n[0].clone()]);
+                assert_eq!(
+                    added,
+                    [Value::Integer(0), Value::Null, n[0].clone(), Value::Null]
+                );
             }
             // Opening the store puts rows that were inflight or held when the
             // broker died back into their inbox (the restart rule, not a step).
@@ -337,8 +365,9 @@ fn a_version_7_store_keeps_every_message_through_step_8() {
         sql.contains("state = 'queued' OR state = 'inflight'") && !sql.contains(" IN ("),
         "{sql}"
     );
-    // Step 8 kept the seq index and its trigger; step 9 then drops them.
-    assert_eq!(message_objects(&c), ["messages_inbox"]);
+    // Step 8 kept the seq index and its trigger; step 9 then drops them,
+    // and step 12 adds its own.
+    assert_eq!(message_objects(&c), STEP_12_OBJECTS);
     // The check still refuses a state it does not know.
     let bad = c.execute("UPDATE messages SET state = 'lost' WHERE id = 1", []);
     assert!(
@@ -374,7 +403,7 @@ fn a_version_7_store_keeps_every_message_through_step_8() {
 #[test]
 fn a_version_8_store_keeps_every_message_through_step_9() {
     let (store, c, _dir) = migrate_broker_fixture("broker-v8.db", 8);
-    assert_eq!(message_objects(&c), ["messages_inbox"]);
+    assert_eq!(message_objects(&c), STEP_12_OBJECTS);
     let place = |id: i64| -> i64 {
         c.query_row("SELECT seq FROM messages WHERE id = ?1", [id], |r| r.get(0))
             .unwrap()
@@ -427,6 +456,52 @@ fn a_version_9_store_bounds_its_spend_rows_through_step_10() {
         (1000.0, 1, 1_000_000_010, 1)
     );
     assert_intact(&c);
+}
+
+/// Step 12 (issue 40) on the store of the release before it: every message
+/// stays (charged to no agent), the running sums start empty, the index of
+/// acked rows by age and the two triggers are there, and a row charged from
+/// now on counts until it is deleted. A real broker then serves the store
+/// and counts what ana wakes herself with in `agents`.
+#[test]
+fn a_version_11_store_charges_new_messages_through_step_12() {
+    let (store, c, dir) = migrate_broker_fixture("broker-v11.db", 11);
+    assert_eq!(message_objects(&c), STEP_12_OBJECTS);
+    assert!(rows(&dir.path().join(db::FILE), "stored_bytes").is_empty());
+    let id = store
+        .insert_charged(&operator_mail("bob", "twelve bytes"), Some("ana"), 1)
+        .unwrap();
+    assert_eq!(id, 11, "ids go on after the sequence");
+    assert_eq!(
+        store.stored_bytes().unwrap(),
+        [("ana".to_string(), 12)].into()
+    );
+    c.execute("DELETE FROM messages WHERE id = ?1", [id])
+        .unwrap();
+    assert!(
+        store.stored_bytes().unwrap().is_empty(),
+        "a deleted row stops counting"
+    );
+    assert_intact(&c);
+    drop((store, c));
+
+    let state = dir.path().join("s");
+    std::fs::create_dir_all(&state).unwrap();
+    copy_fixture("broker-v11.db", &state, db::FILE);
+    let b = Broker::start_in(&["ana", "bob"], &state);
+    assert_eq!(agent_row(&b, "ana").stored_bytes, 0);
+    let body = "w".repeat(1000);
+    ok(
+        &mut b.agent("ana"),
+        Wake {
+            from: "cron".into(),
+            body,
+            transient: false,
+            to: None,
+        },
+    );
+    assert_eq!(agent_row(&b, "ana").stored_bytes, 1000);
+    assert_eq!(agent_row(&b, "bob").stored_bytes, 0);
 }
 
 /// Step 6 with the spill file still there: the payload is read into the row

@@ -12,6 +12,9 @@
 //! asserts only lost = 0 and prints the summary (cycles, accepted, delivered,
 //! duplicated, lost). `HIVE_SOAK_CYCLES` sets the number of kill cycles (default
 //! 50, `make soak` runs 1000); `HIVE_SOAK_SEED` replays a run's kill schedule.
+//! The broker prunes every acked message a second after it was handled
+//! (`retention.messages_days` 0, `HIVE_PRUNE_SECS=1`), so pruning runs through
+//! every kill.
 
 mod common;
 
@@ -151,7 +154,16 @@ fn crash_loop_loses_no_accepted_message() {
     eprintln!("soak: {cycles} kill cycles, replay with HIVE_SOAK_SEED={seed}");
     let mut rng = Rng(seed.max(1));
 
-    let mut broker = Broker::start(&["ana", "bob"]);
+    // Pruning runs all the time: every acked message goes at the pass after
+    // it was handled, a pass a second, while the kills land.
+    let mut broker = Broker::start_process(
+        &[],
+        Some(r#"{"agents":[{"name":"ana"},{"name":"bob"}],"retention":{"messages_days":0}}"#),
+        Process {
+            env: vec![("HIVE_PRUNE_SECS".into(), "1".into())],
+            ..Process::default()
+        },
+    );
     let env = [
         ("HIVE_COMPACT_WATERMARK_TOKENS", "20000"),
         ("HIVE_RECONNECT_MAX_MS", "200"),
@@ -330,6 +342,20 @@ fn crash_loop_loses_no_accepted_message() {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    // What the prune passes deleted, by the broker's log (all its starts).
+    let pruned: u64 = broker
+        .log()
+        .lines()
+        .filter(|l| l.contains(" acked messages ("))
+        .filter_map(|l| {
+            l.split("pruned ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
     eprintln!(
         "soak summary (seed {seed}, kill phase {:.1}s, total {:.1}s)\n\
          | cycles | broker kills | harness kills | accepted | delivered | duplicated | lost | not accepted |\n\
@@ -338,7 +364,8 @@ fn crash_loop_loses_no_accepted_message() {
          accepted by sender: {}\n\
          duplicated by sender: {}\n\
          lost by sender: {}\n\
-         /compact runs started: {compactions}",
+         /compact runs started: {compactions}\n\
+         acked messages pruned meanwhile: {pruned}",
         kill_phase.as_secs_f64(),
         started.elapsed().as_secs_f64(),
         kills[0],
@@ -358,6 +385,7 @@ fn crash_loop_loses_no_accepted_message() {
         &lost[..lost.len().min(20)],
         tail(&broker.log(), 3000)
     );
+    assert!(pruned > 0, "pruning ran while the kills landed");
 }
 
 fn tail(s: &str, n: usize) -> &str {

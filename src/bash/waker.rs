@@ -7,7 +7,11 @@
 //! survives a broker restart and a harness killed mid-turn gets it again. When
 //! the broker cannot be reached the work stays queued and the thread retries
 //! after a backoff that doubles up to [`MAX_BACKOFF`]; with nothing queued it
-//! just blocks on its channels. A delivered wake is reported back to the
+//! just blocks on its channels. A wake the broker refuses because the agent
+//! is over its storage quota or its limit of a minute (`OVER_QUOTA`, the
+//! fleet file's `retention`) is kept the same way, tried again after a
+//! backoff up to [`MAX_QUOTA_BACKOFF`] (the broker tells the operator once).
+//! Any other refusal is final. A delivered wake is reported back to the
 //! coordinator, which clears the task's persisted `wake_pending` flag, so a
 //! wake still pending when the daemon stops is sent again by the next daemon.
 
@@ -16,7 +20,7 @@ use super::report::wake_body;
 use super::store::TaskRecord;
 use crate::proto::bashwire::Request as BashRequest;
 use crate::proto::cmd::{ReportTasks, Wake};
-use crate::proto::limits::MAX_TASK_CMD_CHARS;
+use crate::proto::limits::{MAX_TASK_CMD_CHARS, OVER_QUOTA};
 use crate::proto::{Client, ClientError, Command, RunningTask};
 use crossbeam_channel::{after, never, select, Receiver, Sender};
 use std::collections::VecDeque;
@@ -26,6 +30,10 @@ use std::time::Duration;
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 /// Longest pause between two attempts while the broker is unreachable.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Longest pause between two attempts while the agent is over its quota:
+/// room comes back as the broker prunes, or within a minute for the limit
+/// of a minute.
+pub const MAX_QUOTA_BACKOFF: Duration = Duration::from_secs(60);
 /// How long one delivery may wait for the broker's answer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the coordinator may take to list the running tasks (it does not
@@ -47,6 +55,9 @@ enum Delivery {
     Delivered,
     /// The broker is unreachable: keep the work and retry later.
     Unreachable(String),
+    /// The broker refused it over the agent's quota: keep it and retry
+    /// later.
+    OverQuota(String),
     /// The broker refused it: retrying would not help.
     Refused(String),
 }
@@ -59,6 +70,9 @@ impl Waker {
         let mut report_due = true;
         let mut reports = self.report.clone();
         let mut backoff = FIRST_BACKOFF;
+        // The broker refuses the first wake over the agent's quota (logged
+        // once while it does).
+        let mut over_quota = false;
         loop {
             while let Ok(rec) = queue.try_recv() {
                 pending.push_back(rec);
@@ -67,6 +81,7 @@ impl Waker {
                 report_due = true;
             }
             let mut unreachable = None;
+            let mut refused_over_quota = false;
             while let Some(rec) = pending.front() {
                 match self.deliver(rec) {
                     Delivery::Delivered => {
@@ -75,11 +90,31 @@ impl Waker {
                         pending.pop_front();
                         report_due = true;
                         backoff = FIRST_BACKOFF;
+                        if std::mem::take(&mut over_quota) {
+                            log::info!("the broker takes the wakes again");
+                        }
                     }
                     Delivery::Refused(e) => {
                         log::error!("the broker refused the wake of bash-task-{}: {e}", rec.id);
                         let _ = self.events.send(Event::WakeDelivered(rec.id.clone()));
                         pending.pop_front();
+                    }
+                    Delivery::OverQuota(e) => {
+                        let level = if over_quota {
+                            log::Level::Debug
+                        } else {
+                            log::Level::Warn
+                        };
+                        log::log!(
+                            level,
+                            "the wake of bash-task-{} waits: {e}; it is kept and tried again with \
+                             backoff up to {MAX_QUOTA_BACKOFF:?}",
+                            rec.id
+                        );
+                        over_quota = true;
+                        refused_over_quota = true;
+                        unreachable = Some(e);
+                        break;
                     }
                     Delivery::Unreachable(e) => {
                         unreachable = Some(e);
@@ -87,11 +122,11 @@ impl Waker {
                     }
                 }
             }
-            if unreachable.is_none() && report_due {
+            if (unreachable.is_none() || refused_over_quota) && report_due {
                 match self.running().map(|tasks| self.report(tasks)) {
                     None => report_due = false,
                     Some(Delivery::Delivered) => report_due = false,
-                    Some(Delivery::Refused(e)) => {
+                    Some(Delivery::Refused(e) | Delivery::OverQuota(e)) => {
                         log::error!("the broker refused the running tasks: {e}");
                         report_due = false;
                     }
@@ -99,17 +134,24 @@ impl Waker {
                 }
             }
             if let Some(e) = unreachable {
-                let level = if backoff == FIRST_BACKOFF {
-                    log::Level::Warn
+                let max = if refused_over_quota {
+                    MAX_QUOTA_BACKOFF
                 } else {
-                    log::Level::Debug
+                    MAX_BACKOFF
                 };
-                log::log!(
-                    level,
-                    "cannot reach the broker yet ({} wake(s) queued), retrying with backoff up \
-                     to {MAX_BACKOFF:?}: {e}",
-                    pending.len()
-                );
+                if !refused_over_quota {
+                    let level = if backoff == FIRST_BACKOFF {
+                        log::Level::Warn
+                    } else {
+                        log::Level::Debug
+                    };
+                    log::log!(
+                        level,
+                        "cannot reach the broker yet ({} wake(s) queued), retrying with backoff \
+                         up to {MAX_BACKOFF:?}: {e}",
+                        pending.len()
+                    );
+                }
                 select! {
                     recv(queue) -> rec => match rec {
                         Ok(rec) => pending.push_back(rec),
@@ -119,7 +161,7 @@ impl Waker {
                         Ok(()) => report_due = true,
                         Err(_) => reports = never(),
                     },
-                    recv(after(backoff)) -> _ => backoff = (backoff * 2).min(MAX_BACKOFF),
+                    recv(after(backoff)) -> _ => backoff = (backoff * 2).min(max),
                 }
                 continue;
             }
@@ -138,7 +180,9 @@ impl Waker {
 
     /// The daemon is stopping: its tasks were killed, so none runs any more.
     fn stop(&self) {
-        if let Delivery::Unreachable(e) | Delivery::Refused(e) = self.report(Vec::new()) {
+        if let Delivery::Unreachable(e) | Delivery::Refused(e) | Delivery::OverQuota(e) =
+            self.report(Vec::new())
+        {
             log::debug!("could not tell the broker that no task runs: {e}");
         }
     }
@@ -194,6 +238,7 @@ impl Waker {
         }
         match client.call(cmd) {
             Ok(_) => Delivery::Delivered,
+            Err(ClientError::Refused(e)) if e.starts_with(OVER_QUOTA) => Delivery::OverQuota(e),
             Err(ClientError::Refused(e)) => Delivery::Refused(e),
             Err(e) => Delivery::Unreachable(e.to_string()),
         }

@@ -7,10 +7,14 @@
 //! and the `Db` keeps what it knows of the queues without reading them
 //! (`Queues`: their tail, and an agent's first queued row). The schema is
 //! the ordered list [`MIGRATIONS`] (`PRAGMA user_version`, `proto::schema`).
-//! The swarm's tables and statements are `db/swarm.rs`.
+//! The swarm's tables and statements are `db/swarm.rs`; what retention
+//! prunes, the prune thread's connection and each agent's stored bytes are
+//! `db/retention.rs`.
 
+mod retention;
 mod swarm;
 
+pub use retention::{PrunedMessages, Pruner};
 pub use swarm::{new_message, Batch, OutRow, OutboxEntry, Settle};
 
 use crate::proto::cmd::{Bounded, PostTurnCounts};
@@ -139,6 +143,11 @@ pub const MIGRATIONS: &[Step] = &[
         version: 11,
         what: "the reason of an undeliverable event in the outbox",
         apply: |tx| tx.execute_batch("ALTER TABLE outbox ADD COLUMN reason TEXT;"),
+    },
+    Step {
+        version: 12,
+        what: "retention: the agent each message is charged to, its running sums, acked rows by age",
+        apply: |tx| tx.execute_batch(retention::SCHEMA_V12),
     },
 ];
 
@@ -460,8 +469,13 @@ impl<'c> Store<'c> {
 
     /// [`Db::insert_message`].
     pub fn insert_message(&self, m: &NewMessage, now: i64) -> Res<i64> {
+        self.insert_charged(m, None, now)
+    }
+
+    /// [`Db::insert_charged`].
+    pub fn insert_charged(&self, m: &NewMessage, charged: Option<&str>, now: i64) -> Res<i64> {
         let held = &mut *self.insert.borrow_mut();
-        queue_row_by(&self.db.conn, Some(held), &self.db.queues, m, now)
+        queue_row_by(&self.db.conn, Some(held), &self.db.queues, m, charged, now)
     }
 
     /// [`Db::take_next`].
@@ -516,14 +530,21 @@ fn insert_all(
     now: i64,
 ) -> Res<()> {
     for m in rows {
-        queue_row(tx, queues, m, now)?;
+        queue_row(tx, queues, m, None, now)?;
     }
     Ok(())
 }
 
-/// Queues `m` at the next place of the queues; its id.
-fn queue_row(conn: &Connection, queues: &Queues, m: &NewMessage, now: i64) -> Res<i64> {
-    queue_row_by(conn, None, queues, m, now)
+/// Queues `m` at the next place of the queues, its body counted in the
+/// stored bytes of agent `charged` (step 12's trigger); its id.
+fn queue_row(
+    conn: &Connection,
+    queues: &Queues,
+    m: &NewMessage,
+    charged: Option<&str>,
+    now: i64,
+) -> Res<i64> {
+    queue_row_by(conn, None, queues, m, charged, now)
 }
 
 /// [`queue_row`], through the statement `held` when the hub holds it.
@@ -532,6 +553,7 @@ fn queue_row_by(
     held: Option<&mut Statement>,
     queues: &Queues,
     m: &NewMessage,
+    charged: Option<&str>,
     now: i64,
 ) -> Res<i64> {
     let p = params![
@@ -541,7 +563,8 @@ fn queue_row_by(
         m.kind,
         m.in_reply_to,
         now,
-        queues.next_place()
+        queues.next_place(),
+        charged
     ];
     execute(conn, held, INSERT_QUEUED, p)?;
     let id = conn.last_insert_rowid();
@@ -573,10 +596,10 @@ const HAND_OUT_KNOWN: &str = "UPDATE messages SET state = 'inflight', attempts =
 const TRANSITION: &str = "UPDATE messages SET state = ?1, done_at = ?2 \
      WHERE id = ?3 AND recipient = ?4 AND state = ?5";
 
-/// A queued row at a place in the queue.
+/// A queued row at a place in the queue, and the agent it is charged to.
 const INSERT_QUEUED: &str =
-    "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at, seq)
-     VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)";
+    "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at, seq, charged)
+     VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8)";
 
 /// What the one connection that writes `broker.db` knows of the queues
 /// without reading them.
@@ -778,6 +801,11 @@ impl Db {
         conn.execute_batch(&setup)
             .map_err(|e| format!("cannot prepare message store {}: {e}", path.display()))?;
         schema::migrate(&mut conn, &path.display().to_string(), MIGRATIONS)?;
+        // Another connection writes too (the prune thread's): a transaction
+        // that reads before it writes takes the write lock at its `BEGIN`,
+        // or a commit of the other in between would fail it with
+        // SQLITE_BUSY_SNAPSHOT, which no busy timeout waits out.
+        conn.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         conn.execute(
             "UPDATE messages SET state = 'queued' WHERE state IN ('inflight', 'held')",
             [],
@@ -805,7 +833,13 @@ impl Db {
 
     /// Queues a message at the tail of the queue.
     pub fn insert_message(&self, m: &NewMessage, now: i64) -> Res<i64> {
-        queue_row(&self.conn, &self.queues, m, now)
+        queue_row(&self.conn, &self.queues, m, None, now)
+    }
+
+    /// Queues a message at the tail of the queue, its body counted in the
+    /// stored bytes of agent `charged` (none: of no agent).
+    pub fn insert_charged(&self, m: &NewMessage, charged: Option<&str>, now: i64) -> Res<i64> {
+        queue_row(&self.conn, &self.queues, m, charged, now)
     }
 
     /// `agent` may have an inflight row from now on.
@@ -1402,7 +1436,7 @@ impl Db {
         )?;
         if n == 1 {
             if let Some(m) = notice {
-                queue_row(&tx, &self.queues, m, now)?;
+                queue_row(&tx, &self.queues, m, None, now)?;
             }
         }
         tx.commit()?;
@@ -1458,13 +1492,14 @@ impl Db {
             .query_row("SELECT MIN(fire_at) FROM reminders", [], |r| r.get(0))
     }
 
-    /// Turns a due reminder into an inbox message, atomically.
+    /// Turns a due reminder into an inbox message, atomically; the message
+    /// is charged to its agent.
     pub fn fire_reminder(&self, id: i64, msg: &NewMessage, now: i64) -> Res<Option<i64>> {
         let tx = self.conn.unchecked_transaction()?;
         let n = tx.execute("DELETE FROM reminders WHERE id = ?1", params![id])?;
         let mut new_id = None;
         if n == 1 {
-            new_id = Some(queue_row(&tx, &self.queues, msg, now)?);
+            new_id = Some(queue_row(&tx, &self.queues, msg, Some(msg.to), now)?);
         }
         tx.commit()?;
         Ok(new_id)
@@ -1528,7 +1563,7 @@ impl Db {
     }
 
     /// Delivers a due scheduled prompt and moves it on (or deletes a one-shot),
-    /// atomically.
+    /// atomically; the message is charged to its agent.
     pub fn fire_scheduled(
         &self,
         s: &Scheduled,
@@ -1544,7 +1579,7 @@ impl Db {
             )?,
             None => tx.execute("DELETE FROM scheduled WHERE id = ?1", params![s.id])?,
         };
-        queue_row(&tx, &self.queues, msg, now)?;
+        queue_row(&tx, &self.queues, msg, Some(msg.to), now)?;
         tx.commit()
     }
 

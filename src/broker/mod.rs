@@ -15,6 +15,7 @@ pub mod db;
 pub mod fleetfile;
 pub mod hub;
 pub mod lifecycle;
+pub mod prune;
 pub mod sockets;
 
 pub use crate::proto::paths::{agent_socket, bridge_socket, host_socket};
@@ -96,6 +97,8 @@ pub const SUPERVISOR_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 pub struct BrokerHandle {
     hub_tx: HubTx,
     hub_thread: Option<std::thread::JoinHandle<()>>,
+    /// The prune thread; stopped before the hub.
+    prune: Option<prune::Handle>,
     stopped: Vec<String>,
 }
 
@@ -117,6 +120,8 @@ impl BrokerHandle {
     }
 
     fn shutdown(&mut self) {
+        // Between two batches at most.
+        self.prune.take();
         // The hub's loop removes the socket files, answers the parked
         // long-polls and closes the store as it returns.
         let _ = self.hub_tx.send(HubMsg::Shutdown);
@@ -182,6 +187,15 @@ pub fn start(
         "HIVE_REMIND_MAX_PENDING_PER_AGENT",
         crate::proto::limits::DEFAULT_MAX_PENDING_TIMERS,
     )?;
+    let retention = cfg.retention();
+    let schedule = prune::Schedule {
+        messages_days: retention.messages_days(),
+        spend_days: retention.spend_days(),
+        every: env.secs("HIVE_PRUNE_SECS", prune::DEFAULT_EVERY_SECS)?,
+    };
+    if schedule.every.is_zero() {
+        return Err("HIVE_PRUNE_SECS: at least 1 second between two prune passes".into());
+    }
     // The bridge's own socket, for a hive in a swarm: only the bridge's
     // commands are accepted there (mode 0600, the broker's user).
     let bridge_listener = match &cfg.matrix {
@@ -258,9 +272,19 @@ pub fn start(
         let _ = hub_thread.join();
         return Err(e);
     }
+    // Pruning runs on a connection and a thread of its own; a broker that
+    // cannot start them still serves, and keeps every row.
+    let prune = match prune::start(&db_path, args.durability, schedule, hub_tx.clone()) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            log::error!("{e}; nothing is pruned until the broker starts again");
+            None
+        }
+    };
     let handle = BrokerHandle {
         hub_tx,
         hub_thread: Some(hub_thread),
+        prune,
         stopped,
     };
     log::info!(

@@ -49,6 +49,10 @@ open_enum! {
         /// `hive up` found a Claude Code CLI outside the supported window
         /// (once per hive and version).
         CliVersion = "cli_version",
+        /// An agent went over its storage quota (once, until pruning brings
+        /// it back under) or passed its limit of a minute (at most once an
+        /// hour): its sends and wakes are refused.
+        Quota = "quota",
     }
 }
 

@@ -7,6 +7,12 @@
 /// Longest request or response line accepted, newline excluded.
 pub const MAX_LINE: usize = 1024 * 1024;
 
+/// The start of every refusal of a send or wake that would take its agent
+/// past its storage quota or its limit of a minute (the fleet file's
+/// `retention`): a client that can wait (the bash daemon's completion wakes)
+/// keeps the message and tries again later; any other refusal is final.
+pub const OVER_QUOTA: &str = "over quota: ";
+
 /// Longest message body any path that creates a message accepts (`send`,
 /// `wake`, `send_to_parent`, questions, answers, reminders, scheduled prompts,
 /// the MCP tools, the web page and the dashboard), in bytes of UTF-8. Even

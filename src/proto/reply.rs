@@ -220,6 +220,11 @@ pub struct AgentRow {
     /// window resets; absent while the pool is parked by the limit itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub near_limit: Option<NearLimit>,
+    /// The bytes of the message bodies it caused to be stored and that are
+    /// not pruned yet: what counts against its storage quota (the fleet
+    /// file's `retention.agent_quota_mib`).
+    #[serde(default)]
+    pub stored_bytes: u64,
     pub status_text: String,
     pub turns: u64,
     pub turns_ok: u64,

@@ -26,12 +26,16 @@ pub struct Step {
 /// Runs `f` in one transaction whose `BEGIN` and `COMMIT` are prepared once
 /// per connection (rusqlite's own transactions parse them anew each time,
 /// which costs a short write as much as the write); a failure rolls back.
-/// Not for a caller already inside a transaction.
+/// Not for a caller already inside a transaction. It takes the write lock at
+/// its start (`IMMEDIATE`): a transaction that reads and then writes while
+/// another connection may write (`broker.db`'s prune thread) would otherwise
+/// fail at its first write with SQLITE_BUSY_SNAPSHOT when the other
+/// committed in between, an error no busy timeout waits out.
 pub fn in_transaction<T>(
     conn: &Connection,
     f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
 ) -> rusqlite::Result<T> {
-    conn.prepare_cached("BEGIN")?.execute([])?;
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     let done = f(conn).and_then(|v| {
         conn.prepare_cached("COMMIT")?.execute([])?;
         Ok(v)

@@ -136,6 +136,7 @@ impl Hub<'_> {
                 needs_login: self.needs_login.contains(&name),
                 failed: self.db.count_failed(&name).map_err(db_err)?,
                 near_limit,
+                stored_bytes: self.quotas.stored(&name),
                 status_text: s.status_text,
                 turns: s.turns,
                 turns_ok: s.turns_ok,

@@ -129,46 +129,53 @@ impl Hub<'_> {
         body: &str,
         in_reply_to: Option<i64>,
     ) -> Result<SentReply, String> {
-        let from = match who {
-            Identity::Operator => Peer::Operator,
+        let (from, charged) = match who {
+            Identity::Operator => (Peer::Operator, None),
             Identity::Agent(a) => {
                 self.cfg.may_send(a, &to.to_string())?;
-                Peer::Agent(a.clone())
+                (Peer::Agent(a.clone()), Some(a.as_str()))
             }
             Identity::Bridge => return Err("the bridge sends no mail".into()),
         };
         self.check_reachable(to)?;
+        if let Some(a) = charged {
+            self.may_store(a, body.len())?;
+        }
         let theirs = match in_reply_to {
             Some(id) => self.db.origin_id_of(id, &to.hive).map_err(db_err)?,
             None => None,
         };
         let to_name = to.to_string();
         let msg = new_message(&from, &to_name, body, &MsgKind::Message, in_reply_to);
-        let id = self.store_outbound(&msg, &to.hive, EventKind::Message, None, theirs)?;
+        let id = self.store_outbound(&msg, charged, &to.hive, EventKind::Message, theirs)?;
+        if let Some(a) = charged {
+            self.stored(a, body.len());
+        }
         Ok(SentReply {
             id: Some(id),
             to: Peer::Remote(to_name),
         })
     }
 
-    /// One message and its outbox entry, committed together; wakes the bridge.
+    /// One message (charged to agent `charged`) and its outbox entry,
+    /// committed together; wakes the bridge.
     fn store_outbound(
         &mut self,
         msg: &NewMessage,
+        charged: Option<&str>,
         dest: &str,
         kind: EventKind,
-        question: Option<i64>,
         in_reply_to: Option<i64>,
     ) -> Result<i64, String> {
         let t = now();
         let b = self.db.batch().map_err(db_err)?;
-        let id = b.insert_message(msg, t).map_err(db_err)?;
+        let id = b.insert_charged(msg, charged, t).map_err(db_err)?;
         b.insert_outbox(
             &OutboxEntry {
                 msg_id: id,
                 dest: dest.to_string(),
                 kind,
-                question,
+                question: None,
                 in_reply_to,
                 reason: None,
             },
@@ -180,15 +187,16 @@ impl Hub<'_> {
         Ok(id)
     }
 
-    /// Stores a message for this hive; one to the operator is also posted to
-    /// the operator room (in the same transaction) when there is one.
-    pub(super) fn store(&mut self, m: &NewMessage) -> Result<i64, String> {
+    /// Stores a message for this hive, charged to agent `charged`; one to
+    /// the operator is also posted to the operator room (in the same
+    /// transaction) when there is one.
+    pub(super) fn store(&mut self, m: &NewMessage, charged: Option<&str>) -> Result<i64, String> {
         if m.to != "operator" || !self.posts_to_operator_room(m.kind) {
-            return self.db.insert_message(m, now()).map_err(db_err);
+            return self.db.insert_charged(m, charged, now()).map_err(db_err);
         }
         let t = now();
         let b = self.db.batch().map_err(db_err)?;
-        let id = b.insert_message(m, t).map_err(db_err)?;
+        let id = b.insert_charged(m, charged, t).map_err(db_err)?;
         self.copy_to_operator_room(&b, id, m.kind, t)
             .map_err(db_err)?;
         b.commit().map_err(db_err)?;
@@ -520,7 +528,7 @@ impl Hub<'_> {
                 &MsgKind::Undeliverable,
                 Some(c.id),
             );
-            self.store(&n)?;
+            self.store(&n, None)?;
             self.notify(&to);
         }
         Ok(Empty {})

@@ -15,6 +15,9 @@
 //! and its sender are told once; the operator lists them (`failed`) and puts
 //! one back (`retry`). The harness's pause (`report_state`) is kept here while
 //! it is connected, for `agents`.
+//!
+//! What an agent causes to be stored is charged to it (`deliver_charged`)
+//! and refused over its limits (`quotas.rs`).
 
 use super::limits;
 use super::{db_err, ConnId, Ctx, Done, Handled, Held, Hub, Identity};
@@ -45,6 +48,23 @@ impl Hub<'_> {
         kind: MsgKind,
         in_reply_to: Option<i64>,
     ) -> Result<SentReply, String> {
+        self.deliver_charged(None, from, to, body, kind, in_reply_to)
+    }
+
+    /// [`Hub::deliver`], the message charged to agent `charged`
+    /// (`quotas.rs`): refused when it would take that agent past a limit.
+    pub(super) fn deliver_charged(
+        &mut self,
+        charged: Option<&str>,
+        from: &Peer,
+        to: &str,
+        body: &str,
+        kind: MsgKind,
+        in_reply_to: Option<i64>,
+    ) -> Result<SentReply, String> {
+        if let Some(a) = charged {
+            self.may_store(a, body.len())?;
+        }
         let msg = NewMessage {
             from,
             to,
@@ -52,7 +72,10 @@ impl Hub<'_> {
             kind: &kind,
             in_reply_to,
         };
-        let id = self.store(&msg)?;
+        let id = self.store(&msg, charged)?;
+        if let Some(a) = charged {
+            self.stored(a, body.len());
+        }
         self.notify(to);
         Ok(SentReply {
             id: Some(id),
@@ -99,7 +122,13 @@ impl Hub<'_> {
             Peer::External(c.from)
         };
         if !c.transient {
-            return self.deliver(&from, &target, &c.body, MsgKind::Message, None);
+            // A wake on the agent's socket is its own, but for its page's
+            // (the harness's, checked above).
+            let charged = match who {
+                Identity::Agent(a) if from != Peer::Page => Some(a.as_str()),
+                _ => None,
+            };
+            return self.deliver_charged(charged, &from, &target, &c.body, MsgKind::Message, None);
         }
         let msg = Message {
             id: self.next_transient_id,
@@ -131,27 +160,28 @@ impl Hub<'_> {
     /// refusal. Until the harness has a channel of its own (issue 40, item
     /// 1), a process that polls as the harness itself passes for it too.
     fn check_page(&self, ctx: &Ctx) -> Result<(), String> {
-        let refusal = || {
-            format!(
-                "from {PAGE_SENDER:?} is the sender of the agent's own page (its /api/send) and is \
-                 taken only from its harness; choose another name"
-            )
-        };
+        if self.harness_sent(ctx) {
+            return Ok(());
+        }
+        Err(format!(
+            "from {PAGE_SENDER:?} is the sender of the agent's own page (its /api/send) and is \
+             taken only from its harness; choose another name"
+        ))
+    }
+
+    /// The request came from the process of the agent's harness: the
+    /// connection's peer is the process of one of its harness connections
+    /// (see [`Hub::check_page`]).
+    fn harness_sent(&self, ctx: &Ctx) -> bool {
         let Identity::Agent(agent) = ctx.who else {
-            return Err(refusal());
+            return false;
         };
         let Some(pid) = self.peers.get(&ctx.conn) else {
-            return Err(refusal());
+            return false;
         };
-        let from_harness = self
-            .harness_conns
+        self.harness_conns
             .get(agent)
-            .is_some_and(|conns| conns.iter().any(|c| self.peers.get(c) == Some(pid)));
-        if from_harness {
-            Ok(())
-        } else {
-            Err(refusal())
-        }
+            .is_some_and(|conns| conns.iter().any(|c| self.peers.get(c) == Some(pid)))
     }
 
     pub(super) fn send(&mut self, who: &Identity, c: cmd::Send) -> Result<SentReply, String> {
@@ -174,8 +204,8 @@ impl Hub<'_> {
             (Identity::Agent(_), to) => to,
             (Identity::Bridge, _) => return Err("the bridge sends no mail".into()),
         };
-        let from = match who {
-            Identity::Operator => Peer::Operator,
+        let (from, charged) = match who {
+            Identity::Operator => (Peer::Operator, None),
             Identity::Bridge => return Err("the bridge sends no mail".into()),
             Identity::Agent(a) => {
                 if to.as_str() == a {
@@ -184,20 +214,33 @@ impl Hub<'_> {
                     );
                 }
                 self.cfg.may_send(a, to.as_str())?;
-                Peer::Agent(a.clone())
+                (Peer::Agent(a.clone()), Some(a.as_str()))
             }
         };
         debug_assert_ne!(to.as_str(), PARENT);
-        self.deliver(&from, to.as_str(), &c.body, MsgKind::Message, c.in_reply_to)
+        let body = &c.body;
+        self.deliver_charged(
+            charged,
+            &from,
+            to.as_str(),
+            body,
+            MsgKind::Message,
+            c.in_reply_to,
+        )
     }
 
+    /// `send_to_parent`: the harness's notices (not charged), or the same
+    /// from any other process on the agent's socket (charged to the agent).
     pub(super) fn send_to_parent(
         &mut self,
+        ctx: &Ctx,
         agent: &str,
         c: cmd::SendToParent,
     ) -> Result<SentReply, String> {
         let parent = self.cfg.parent_of(agent);
-        self.deliver(
+        let charged = (!self.harness_sent(ctx)).then_some(agent);
+        self.deliver_charged(
+            charged,
             &Peer::Agent(agent.into()),
             &parent,
             &c.body,

@@ -25,6 +25,7 @@
 //!   through the Matrix bridge's outbox and inbox, and the bridge's state;
 //! - `pools.rs`, `budgets.rs`: credential pools, usage limits and budgets;
 //! - `resume.rs`: the operator's lifting of a pause, per reason;
+//! - `quotas.rs`: what each agent may have stored, and store in a minute;
 //! - `throttle.rs`: log lines about one agent's reports, one a minute per kind.
 //!
 //! The hub never blocks on another actor or on slow I/O: such work is an
@@ -47,8 +48,11 @@ mod limits;
 mod pools;
 mod questions;
 mod resume;
+mod quotas;
 mod throttle;
 mod timers;
+
+pub use budgets::window as budget_window;
 
 #[cfg(test)]
 mod tests;
@@ -118,6 +122,9 @@ pub enum HubMsg {
         followup: Followup,
         reply: Sender<String>,
     },
+    /// The prune thread deleted a batch of messages: the agents' stored
+    /// bytes are read again (`quotas.rs`).
+    Pruned,
     /// The broker is stopping: return and close the store.
     Shutdown,
 }
@@ -384,6 +391,8 @@ pub struct Hub<'c> {
     /// The process at the other end of agent connections, where a request
     /// needed it ([`wants_peer`]).
     peers: BTreeMap<ConnId, u32>,
+    /// What each agent stored, against its quotas (`quotas.rs`).
+    quotas: quotas::Quotas,
 }
 
 fn db_err(e: rusqlite::Error) -> String {
@@ -410,6 +419,11 @@ fn fmt_wait(d: Duration) -> String {
 
 impl<'c> Hub<'c> {
     pub fn new(db: Store<'c>, cfg: HiveConfig, settings: HubSettings) -> Hub<'c> {
+        // Read once; each charged row moves it from then on.
+        let stored = db.stored_bytes().unwrap_or_else(|e| {
+            log::error!("cannot read the agents' stored bytes: {e}; they count from zero");
+            Default::default()
+        });
         Hub {
             db,
             cfg,
@@ -434,6 +448,7 @@ impl<'c> Hub<'c> {
             throttle: throttle::Throttle::default(),
             resumes: resume::Resumes::default(),
             peers: BTreeMap::new(),
+            quotas: quotas::Quotas::new(stored),
         }
     }
 
@@ -471,6 +486,7 @@ impl<'c> Hub<'c> {
             } => {
                 let _ = reply.send(self.followup(&who, followup));
             }
+            HubMsg::Pruned => self.pruned(),
             HubMsg::Shutdown => return false,
         }
         true
@@ -609,7 +625,7 @@ impl<'c> Hub<'c> {
             // inbox.rs
             Request::Wake(c) => self.now(c, |h, c| h.wake(ctx, c)),
             Request::Send(c) => self.now(c, |h, c| h.send(ctx.who, c)),
-            Request::SendToParent(c) => self.now(c, |h, c| h.send_to_parent(agent, c)),
+            Request::SendToParent(c) => self.now(c, |h, c| h.send_to_parent(ctx, agent, c)),
             Request::RecvNext(c) => self.done(c, |h, c| h.recv_next(ctx, agent, c)),
             Request::Recv(c) => self.done(c, |h, c| h.recv(ctx, agent, c)),
             Request::RecvAck(c) => self.now(c, |h, c| h.recv_ack(ctx.conn, agent, c)),
@@ -804,14 +820,16 @@ impl<'c> Hub<'c> {
 }
 
 /// Whether the hub needs to know which process sent `req` on an agent's
-/// socket: the harness's own requests (which mark its connections) and a
-/// `wake` from the agent's page, taken only from the harness's process.
+/// socket: the harness's own requests (which mark its connections), a
+/// `wake` from the agent's page, taken only from the harness's process, and
+/// `send_to_parent`, charged to the agent unless its harness sends it.
 pub fn wants_peer(req: &Request) -> bool {
     match req {
         Request::RecvNext(_)
         | Request::Status(_)
         | Request::HarnessStarted(_)
-        | Request::ReportState(_) => true,
+        | Request::ReportState(_)
+        | Request::SendToParent(_) => true,
         Request::Wake(w) => w.from == crate::proto::ident::PAGE_SENDER,
         _ => false,
     }

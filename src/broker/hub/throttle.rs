@@ -35,6 +35,9 @@ pub enum Kind {
     SpendClamped,
     /// `report_state` moved the agent into or out of its login park.
     Login,
+    /// A send or wake of the agent's was refused over its storage quota or
+    /// its limit of a minute (`quotas.rs`).
+    Quota,
 }
 
 /// The lines of one kind from one agent in the current minute.

@@ -5,6 +5,9 @@
 //! A reminder's whole payload stays in `broker.db` and fires as one message;
 //! the broker writes no file for it (the agent's `hive mcp` or harness writes
 //! a long one into the agent's own state dir when it delivers it).
+//! A timer that fires is charged to its agent, which set it (`quotas.rs`):
+//! one is refused when it is set past the agent's limits, never when it
+//! fires.
 
 use super::limits::Budget;
 use super::{db_err, Hub};
@@ -41,7 +44,12 @@ impl Hub<'_> {
                         in_reply_to: None,
                     };
                     match self.db.fire_reminder(rem.id, &msg, t) {
-                        Ok(_) => self.notify(&rem.agent),
+                        Ok(fired) => {
+                            if fired.is_some() {
+                                self.stored(&rem.agent, text.len());
+                            }
+                            self.notify(&rem.agent)
+                        }
                         Err(e) => log::error!("cannot fire reminder {}: {e}", rem.id),
                     }
                 }
@@ -71,6 +79,7 @@ impl Hub<'_> {
                 "{agent} already has {pending} pending reminders (the limit); cancel some with cancel_loose_end"
             ));
         }
+        self.may_store(agent, c.message.len())?;
         let id = self
             .db
             .insert_reminder(agent, &c.message, fire_at, t)
@@ -101,6 +110,7 @@ impl Hub<'_> {
                 "{agent} already has {pending} scheduled prompts (the limit); cancel some with cancel_scheduled"
             ));
         }
+        self.may_store(agent, c.body.len())?;
         let id = self
             .db
             .insert_scheduled(agent, &c.body, fire_at, c.every_seconds, t)
@@ -158,7 +168,10 @@ impl Hub<'_> {
                 in_reply_to: None,
             };
             match self.db.fire_scheduled(&s, next, &msg, t) {
-                Ok(()) => self.notify(&s.agent),
+                Ok(()) => {
+                    self.stored(&s.agent, body.len());
+                    self.notify(&s.agent)
+                }
                 Err(e) => log::error!("cannot fire scheduled prompt {}: {e}", s.id),
             }
         }
