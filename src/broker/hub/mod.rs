@@ -47,8 +47,8 @@ mod lifecycle;
 mod limits;
 mod pools;
 mod questions;
-mod resume;
 mod quotas;
+mod resume;
 mod throttle;
 mod timers;
 
