@@ -123,19 +123,6 @@ const TWO: &str = r#"{ "agents": [
   { "name": "ana", "env": { "FAKE_CLAUDE_DIR": "@FAKE(ana)" } },
   { "name": "bob", "env": { "FAKE_CLAUDE_DIR": "@FAKE(bob)" } } ] }"#;
 
-/// The session cookie the one-time login link sets: `NAME=VALUE`.
-fn operator_cookie(up: &Up) -> String {
-    let r = ureq::AgentBuilder::new()
-        .redirects(0)
-        .build()
-        .get(&up.login_link())
-        .call()
-        .expect("the login link");
-    let set = r.header("Set-Cookie").expect("a cookie").to_string();
-    assert!(set.contains("HttpOnly") && set.contains("Path=/"), "{set}");
-    set.split(';').next().unwrap().to_string()
-}
-
 #[test]
 fn an_agents_page_answers_under_its_prefix_and_its_token_opens_nothing_else() {
     let up = Up::start(TWO, &["ana", "bob"]);
@@ -227,7 +214,7 @@ fn the_live_stream_flows_through_the_hive_and_comes_back_after_a_restart() {
 fn one_login_covers_the_dashboard_and_every_page_and_changes_stay_same_origin() {
     let up = Up::start(TWO, &["ana", "bob"]);
     let d = up.dashboard();
-    let cookie = operator_cookie(&up);
+    let cookie = up.operator_cookie();
     let get = |path: &str, extra: &[(&str, &str)]| {
         let mut h = vec![("Cookie", cookie.as_str())];
         h.extend_from_slice(extra);
@@ -267,11 +254,24 @@ fn one_login_covers_the_dashboard_and_every_page_and_changes_stay_same_origin() 
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
+/// A request's head, up to its blank line (what came of it when the
+/// connection ends first).
+fn read_head(r: &mut impl std::io::BufRead) -> String {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            return head;
+        }
+        head.push_str(&line);
+    }
+}
+
 /// A page in the place of ana's (what an agent that is not isolated could
 /// do): answers everything with the headers an agent would like a browser
 /// to keep, and records what it was sent.
 fn hostile_page(up: &Up, cookie_name: &str) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufReader, Write};
     let path = up.data().join("run/pages/ana.sock");
     std::fs::remove_file(&path).unwrap();
     let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
@@ -289,15 +289,7 @@ fn hostile_page(up: &Up, cookie_name: &str) -> std::sync::Arc<std::sync::Mutex<V
         for conn in l.incoming().flatten() {
             let mut w = conn.try_clone().unwrap();
             let mut r = BufReader::new(conn);
-            let mut head = String::new();
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                head.push_str(&line);
-            }
-            kept.lock().unwrap().push(head);
+            kept.lock().unwrap().push(read_head(&mut r));
             let _ = w.write_all(answer.as_bytes());
         }
     });
@@ -308,7 +300,7 @@ fn hostile_page(up: &Up, cookie_name: &str) -> std::sync::Arc<std::sync::Mutex<V
 fn a_pages_answer_cannot_set_the_operators_cookie_or_send_the_browser_away() {
     let up = Up::start(TWO, &["ana", "bob"]);
     let d = up.dashboard();
-    let cookie = operator_cookie(&up);
+    let cookie = up.operator_cookie();
     let name = cookie.split('=').next().unwrap().to_string();
     let heads = hostile_page(&up, &name);
     let bearer = format!("Bearer {}", d.token);
@@ -377,7 +369,7 @@ fn n1_a_listener_of_the_agents_choosing_gets_nothing_from_the_dashboards_links()
         let f = up.data().join(format!("agents/{a}/state/hyperhive-port"));
         std::fs::write(f, format!("{port}\n")).unwrap();
     }
-    let cookie = operator_cookie(&up);
+    let cookie = up.operator_cookie();
     let hive = wait_for(Duration::from_secs(30), "both cards live", || {
         let h = d.get("/api/hive").ok()?;
         let cards = h["agents"].as_array()?;
@@ -559,7 +551,7 @@ fetch("/api/permissions", {method: "POST", headers: {"Content-Type": "applicatio
 /// page and records its head (an empty one for a connection that sent none),
 /// in order.
 fn agents_listener() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufReader, Write};
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -569,15 +561,7 @@ fn agents_listener() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
             let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
             let mut w = conn.try_clone().unwrap();
             let mut r = BufReader::new(conn);
-            let mut head = String::new();
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                head.push_str(&line);
-            }
-            kept.lock().unwrap().push(head);
+            kept.lock().unwrap().push(read_head(&mut r));
             let _ = w.write_all(
                 b"HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n<title>agent's</title>",
             );

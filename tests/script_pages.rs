@@ -65,18 +65,6 @@ fn own_base(up: &Up) -> String {
     })
 }
 
-/// The session cookie the one-time login link sets: `NAME=VALUE`.
-fn operator_cookie(up: &Up) -> String {
-    let r = ureq::AgentBuilder::new()
-        .redirects(0)
-        .build()
-        .get(&up.login_link())
-        .call()
-        .expect("the login link");
-    let set = r.header("Set-Cookie").expect("a cookie").to_string();
-    set.split(';').next().unwrap().to_string()
-}
-
 fn get(url: &str, headers: &[(&str, &str)]) -> Resp {
     call("GET", url, headers, None)
 }
@@ -88,7 +76,7 @@ fn a_page_with_scripts_of_its_own_answers_on_its_own_listener_only_to_the_hives_
     let own = own_base(&up);
     let d = up.dashboard();
     assert_ne!(own, d.base);
-    let cookie = operator_cookie(&up);
+    let cookie = up.operator_cookie();
     let with_cookie = [("Cookie", cookie.as_str())];
 
     // The hive's /agent/ana/own is the stable link to it; bob has none.

@@ -334,6 +334,20 @@ impl Up {
         std::fs::read_to_string(self.dir.path().join("up.out")).unwrap_or_default()
     }
 
+    /// The session cookie the one-time login link sets (`HttpOnly;
+    /// Path=/`), as `NAME=VALUE`.
+    pub fn operator_cookie(&self) -> String {
+        let r = ureq::AgentBuilder::new()
+            .redirects(0)
+            .build()
+            .get(&self.login_link())
+            .call()
+            .expect("the login link");
+        let set = r.header("Set-Cookie").expect("a cookie").to_string();
+        assert!(set.contains("HttpOnly") && set.contains("Path=/"), "{set}");
+        set.split(';').next().unwrap().to_string()
+    }
+
     /// The one-time login link `hive up` printed last.
     pub fn login_link(&self) -> String {
         wait_for(
