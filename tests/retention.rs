@@ -32,17 +32,10 @@ fn now() -> i64 {
         .as_secs() as i64
 }
 
-/// The start of the current UTC month, unix seconds.
+/// The start of the UTC month that holds `t`, unix seconds (the budget
+/// windows' own reckoning).
 fn month_start(t: i64) -> i64 {
-    // Howard Hinnant's civil_from_days, then days_from_civil of the 1st.
-    let z = t.div_euclid(DAY) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    t.div_euclid(DAY) * DAY - (day - 1) * DAY
+    hyperhive::broker::hub::budget_window(&hyperhive::proto::fleet::Per::Month, t).0
 }
 
 /// A message row written into a stopped broker's store: id, sender,
