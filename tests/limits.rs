@@ -612,3 +612,86 @@ fn an_apply_commit_of_turn_usd_is_flagged_and_applies_without_a_restart() {
     assert_eq!(st.pid, Some(pid), "still no restart: {st:?}");
     assert!(st.up_to_date, "{st:?}");
 }
+
+// ---- the dashboard's resume and void (issue 40) ----
+
+/// The dashboard's Resume button (`POST /api/resume`) ends a usage-limit
+/// park at once, long before its reset, and the pool's mail runs; its Void
+/// button (`POST /api/void-spend`) removes an agent's spend rows of the
+/// current window, so `hive budget` counts from zero. A budget pause is
+/// refused saying what ends it.
+#[test]
+fn the_dashboard_lifts_a_usage_limit_park_and_voids_a_windows_spend() {
+    let (_cents, path) = cent_per_run();
+    let fleet = format!(
+        r#"{{"agents": [
+  {{"name": "ana", "env": {{"FAKE_CLAUDE_DIR": "@FAKE(ana)"}}}},
+  {{"name": "bob", "budget": {{"usd": 0.01, "per": "day"}}, "env": {{"FAKE_CLAUDE_DIR": "{path}"}}}}
+]}}"#
+    );
+    let up = Up::start(&fleet, &["ana", "bob"]);
+    let dash = up.dashboard();
+    let ana = up.fake("ana");
+    let bob = fake_at(&path);
+    ana.wait_count(1);
+    bob.wait_count(1);
+    wait_for(T, "the kicks to be handled", || {
+        (drained(&up, "ana") && drained(&up, "bob")).then_some(())
+    });
+
+    // ana's next run hits a usage limit that resets in an hour.
+    ana.step(
+        2,
+        r#"rate_limit_event $(( $(date +%s) + 3600 )); api_error 429 rate_limit "You've hit your session limit · resets 5:03am (UTC)""#,
+    );
+    send(&up, "ana", "before the limit");
+    ana.wait_count(2);
+    wait_for(T, "ana's park", || {
+        row(&up, "ana")
+            .paused
+            .filter(|p| p.reason.as_str() == "usage_limit")
+    });
+    send(&up, "ana", "while parked");
+    let lifted = dash
+        .post("/api/resume", serde_json::json!({"agent": "ana"}))
+        .expect("the resume is taken");
+    assert_eq!(lifted["reason"], "usage_limit", "{lifted}");
+    assert!(lifted["agents"].to_string().contains("ana"), "{lifted}");
+    wait_for(T, "ana to run its mail after the lift", || {
+        (drained(&up, "ana") && ana.count() >= 3).then_some(())
+    });
+    assert!(row(&up, "ana").paused.is_none());
+    let all: String = (2..=ana.count()).map(|n| ana.stdin(n)).collect();
+    assert!(all.contains("while parked"), "{all}");
+
+    // bob's kick cost the day's budget: paused, and a resume is refused.
+    wait_for(T, "bob's budget pause", || {
+        row(&up, "bob")
+            .paused
+            .filter(|p| p.reason.as_str() == "budget")
+    });
+    let (code, why) = dash
+        .post("/api/resume", serde_json::json!({"agent": "bob"}))
+        .expect_err("a budget is not lifted by resume");
+    assert_eq!(code, 400);
+    assert!(why.contains("budget"), "{why}");
+    assert!(scope(&budget_rows(&up), "bob")["spent_usd"].as_f64().unwrap() > 0.0);
+
+    // Voided from the dashboard: bob's window counts from zero and it runs.
+    let voided = dash
+        .post("/api/void-spend", serde_json::json!({"agent": "bob"}))
+        .expect("the void is taken");
+    assert!(voided["voided"].as_u64().unwrap() >= 1, "{voided}");
+    let row_now = scope(&budget_rows(&up), "bob");
+    assert_eq!(row_now["spent_usd"].as_f64(), Some(0.0), "{row_now}");
+    send(&up, "bob", "after the void");
+    wait_for(T, "bob to run after the void", || {
+        (bob.count() >= 2 && drained(&up, "bob")).then_some(())
+    });
+    assert!(bob.stdin(2).contains("after the void"));
+    // A body that names nobody, or both, is refused by the command's rules.
+    let (code, _) = dash
+        .post("/api/void-spend", serde_json::json!({}))
+        .expect_err("nobody named");
+    assert_eq!(code, 400);
+}

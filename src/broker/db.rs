@@ -1343,9 +1343,16 @@ impl Db {
     pub fn add_counts(&self, agent: &str, c: &PostTurnCounts) -> Res<()> {
         self.update_agent(
             agent,
-            "UPDATE agents SET turns = turns + ?1, turns_ok = turns_ok + ?2,
-                turns_failed = turns_failed + ?3, tokens_in = tokens_in + ?4,
-                tokens_out = tokens_out + ?5, cost_usd = cost_usd + ?6 WHERE name = ?7",
+            // The totals stop at 2^63 - 1 instead of overflowing: each post
+            // is bounded (`PostTurnCounts::validate`), their number is not,
+            // and a sum that fails would freeze the agent's counters.
+            "UPDATE agents SET
+                turns = CASE WHEN turns > ?8 - ?1 THEN ?8 ELSE turns + ?1 END,
+                turns_ok = CASE WHEN turns_ok > ?8 - ?2 THEN ?8 ELSE turns_ok + ?2 END,
+                turns_failed = CASE WHEN turns_failed > ?8 - ?3 THEN ?8 ELSE turns_failed + ?3 END,
+                tokens_in = CASE WHEN tokens_in > ?8 - ?4 THEN ?8 ELSE tokens_in + ?4 END,
+                tokens_out = CASE WHEN tokens_out > ?8 - ?5 THEN ?8 ELSE tokens_out + ?5 END,
+                cost_usd = cost_usd + ?6 WHERE name = ?7",
             params![
                 c.turns as i64,
                 c.ok as i64,
@@ -1353,7 +1360,8 @@ impl Db {
                 c.tokens_in as i64,
                 c.tokens_out as i64,
                 c.cost_usd,
-                agent
+                agent,
+                i64::MAX
             ],
         )
     }
@@ -1946,6 +1954,36 @@ mod tests {
             path: dir.join("b.db"),
             dir,
         }
+    }
+
+    /// Counters near 2^63 stop there: the next post is taken (not an
+    /// `integer overflow` error that freezes them) and adds what fits.
+    #[test]
+    fn turn_counters_stop_at_the_largest_integer_instead_of_overflowing() {
+        let fresh = fresh_db("agent-row-max");
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        let big = PostTurnCounts {
+            turns: 1,
+            ok: 0,
+            failed: 1,
+            tokens_in: crate::proto::limits::MAX_TOKENS_PER_POST,
+            tokens_out: 5,
+            cost_usd: 0.0,
+        };
+        db.add_counts("zed", &big).unwrap();
+        db.conn
+            .execute(
+                "UPDATE agents SET tokens_in = ?1, turns = ?1 WHERE name = 'zed'",
+                [i64::MAX - 10],
+            )
+            .unwrap();
+        db.add_counts("zed", &big).unwrap();
+        db.add_counts("zed", &big).unwrap();
+        let zed = db.stats("zed").unwrap();
+        assert_eq!(
+            (zed.tokens_in, zed.turns, zed.turns_failed, zed.tokens_out),
+            (i64::MAX as u64, i64::MAX as u64 - 8, 3, 15)
+        );
     }
 
     /// The counters, the status line and the rev land on an agent's row

@@ -559,6 +559,9 @@ static ROUTES: &[Route<App>] = &[
     post("/api/update", |a, c| call::<UpdateAgent>(a, &c.body)),
     // issue 16: the budget field.
     post("/api/budget", |a, c| call::<cmd::SetBudget>(a, &c.body)),
+    // issue 40: lifting a pause, and voiding a window's spend.
+    post("/api/resume", |a, c| call::<cmd::Resume>(a, &c.body)),
+    post("/api/void-spend", |a, c| call::<cmd::VoidSpend>(a, &c.body)),
 ];
 
 const fn get(path: &'static str, f: fn(&App, &Ctx<'_>) -> Reply) -> Route<App> {
