@@ -675,7 +675,12 @@ fn the_dashboard_lifts_a_usage_limit_park_and_voids_a_windows_spend() {
         .expect_err("a budget is not lifted by resume");
     assert_eq!(code, 400);
     assert!(why.contains("budget"), "{why}");
-    assert!(scope(&budget_rows(&up), "bob")["spent_usd"].as_f64().unwrap() > 0.0);
+    assert!(
+        scope(&budget_rows(&up), "bob")["spent_usd"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
 
     // Voided from the dashboard: bob's window counts from zero and it runs.
     let voided = dash
