@@ -148,14 +148,18 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
     CommandHelp {
         name: "wake",
         summary: "push one message into the agent's own inbox (for scripts and daemons)",
-        usage: "hive wake --from NAME --body TEXT [--transient] [--socket PATH]
+        usage: "hive wake [--to AGENT] --from NAME --body TEXT [--transient] [--socket PATH]
 
+  --to AGENT          wake AGENT through the operator's host socket (default
+                      {HOST_SOCKET}); without it, the agent
+                      whose socket this is
   --from NAME         who the message is from (shown to the agent); not one of the
                       names the broker speaks as (operator, system, self, parent,
                       broker, reminder, scheduler), no control characters
   --body TEXT         the message, at most 64 KiB; `-` reads it from stdin
   --transient         deliver without storing it (lost if the broker restarts)
-  --socket PATH       the agent socket (default {AGENT_SOCKET})",
+  --socket PATH       the agent socket (default {AGENT_SOCKET}),
+                      or with --to the host socket",
     },
     CommandHelp {
         name: "send",
@@ -499,6 +503,8 @@ pub struct UpArgs {
 /// `hive wake`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WakeArgs {
+    /// The agent to wake through the host socket; `None`: the agent socket's.
+    pub to: Option<String>,
     pub from: String,
     /// `-` means stdin.
     pub body: String,
@@ -826,8 +832,17 @@ fn utf8(v: OsString) -> Result<String, lexopt::Error> {
 /// A number for `flag`, or an error naming the flag.
 fn number<T: std::str::FromStr>(flag: &str, v: OsString) -> Result<T, lexopt::Error> {
     let s = utf8(v)?;
-    s.parse()
-        .map_err(|_| format!("{flag} needs a number, got {}", excerpt(&s)).into())
+    s.parse().map_err(|_| {
+        // Say which rule the value broke: `-1` is a number, just not one
+        // this flag takes.
+        let why = match s.trim().parse::<f64>() {
+            Ok(n) if n < 0.0 => "cannot be negative",
+            Ok(n) if n.fract() != 0.0 => "needs a whole number",
+            Ok(_) => "is larger than it can be",
+            Err(_) => "needs a number",
+        };
+        format!("{flag} {why}, got {}", excerpt(&s)).into()
+    })
 }
 
 /// An `ID` argument (`#4` is `4`).
@@ -915,9 +930,11 @@ fn parse_serve(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
 
 fn parse_wake(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     let (mut from, mut body, mut transient, mut socket) = (None, None, false, None);
+    let mut to = None;
     while let Some(arg) = p.next()? {
         match arg {
             Long("help") | Short('h') => return Err(help()),
+            Long("to") => to = Some(utf8(p.value()?)?),
             Long("from") => from = Some(utf8(p.value()?)?),
             Long("body") => body = Some(utf8(p.value()?)?),
             Long("transient") => transient = true,
@@ -926,6 +943,7 @@ fn parse_wake(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
         }
     }
     Ok(Cmd::Wake(WakeArgs {
+        to,
         from: from.ok_or("missing --from NAME")?,
         body: body.ok_or("missing --body TEXT (or --body - for stdin)")?,
         transient,
@@ -1340,6 +1358,7 @@ mod tests {
         assert_eq!(
             run(&["wake", "--from", "cron", "--body", "-"]).unwrap(),
             Cmd::Wake(WakeArgs {
+                to: None,
                 from: "cron".into(),
                 body: "-".into(),
                 transient: false,

@@ -77,6 +77,28 @@ fn line(s: &str) -> Cow<'_, str> {
     printable(s, false)
 }
 
+/// A multi-line text (a message body, a question) made safe for a terminal
+/// and indented by two spaces on every line, so no line of it can pass for
+/// a header of the listing it is in (robustness review N11).
+fn indented(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    for (i, l) in printable(s, true).split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str("  ");
+        out.push_str(l);
+    }
+    out
+}
+
+/// An excerpt on one line: its line breaks and runs of white space are one
+/// space each (a search snippet is words around a match, not a layout).
+fn one_line(s: &str) -> Cow<'_, str> {
+    let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    Cow::Owned(line(&joined).into_owned())
+}
+
 /// A command is refused here, before anything is sent, when the broker would
 /// refuse it for its own fields.
 fn checked<C: Command>(cmd: C) -> Result<C, String> {
@@ -142,11 +164,37 @@ pub fn wake(a: &WakeArgs) -> Result<(), String> {
         from: a.from.clone(),
         body,
         transient: a.transient,
-        to: None,
+        to: a.to.clone(),
     })?;
-    let path = socket_path(&a.socket, "HIVE_SOCKET", DEFAULT_AGENT_SOCKET);
-    let mut c = Client::connect(&path).map_err(|e| e.to_string())?;
-    call(&mut c, &wake)?;
+    let mut c = match &a.to {
+        Some(_) => host_client(&HostArgs {
+            socket: a.socket.clone(),
+            json: false,
+        })?,
+        None => {
+            let path = socket_path(&a.socket, "HIVE_SOCKET", DEFAULT_AGENT_SOCKET);
+            Client::connect(&path).map_err(|e| {
+                // Run where `hive up` keeps its hive, the operator most
+                // likely meant one of its agents.
+                if a.socket.is_none() && std::path::Path::new(UP_HOST_SOCKET).exists() {
+                    format!(
+                        "{e}; here is a hive up directory: wake one of its agents with \
+                         hive wake --to AGENT (through {UP_HOST_SOCKET})"
+                    )
+                } else {
+                    e.to_string()
+                }
+            })?
+        }
+    };
+    let r = call(&mut c, &wake)?;
+    // One line for the script's log; a closed stdout (cron, a daemon) is no
+    // reason to fail: the message is stored already.
+    let said = match r.id {
+        Some(id) if !a.transient => format!("queued #{id} for {}", line(&r.to.to_string())),
+        _ => format!("delivered to {} (not stored)", line(&r.to.to_string())),
+    };
+    let _ = writeln!(std::io::stdout(), "{said}");
     Ok(())
 }
 
@@ -197,7 +245,7 @@ pub fn inbox(a: &InboxArgs) -> Result<(), String> {
                     m.id,
                     fmt_time(m.sent_at),
                     line(m.from.as_str()),
-                    printable(&m.body, true)
+                    indented(&m.body)
                 )
             })
         };
@@ -496,21 +544,33 @@ fn bridge_line(b: &crate::proto::swarm::BridgeRow) -> String {
 }
 
 /// `hive version`: this binary's version and revision, and the broker's.
+/// This binary's version, always, then the broker's; without a broker the
+/// command still fails (exit 1, the reason on stderr), after printing its
+/// own.
 pub fn versions(h: &HostArgs) -> Result<(), String> {
-    let mut c = host_client(h)?;
-    let r = call(&mut c, &Version {})?;
+    let broker = host_client(h).and_then(|mut c| call(&mut c, &Version {}));
     if h.json {
-        print_json(&r);
-        return Ok(());
+        let own = serde_json::json!({"version": env!("CARGO_PKG_VERSION"), "rev": HYPERHIVE_REV});
+        let (broker_v, error) = match &broker {
+            Ok(r) => (serde_json::to_value(r).unwrap_or_default(), None),
+            Err(e) => (serde_json::Value::Null, Some(e.clone())),
+        };
+        println!(
+            "{}",
+            serde_json::json!({"hive": own, "broker": broker_v, "error": error})
+        );
+    } else {
+        println!("hive {} ({})", env!("CARGO_PKG_VERSION"), HYPERHIVE_REV);
+        if let Ok(r) = &broker {
+            println!(
+                "broker {} ({}), protocol {}",
+                line(&r.version),
+                line(&r.hyperhive_rev),
+                r.protocol
+            );
+        }
     }
-    println!("hive {} ({})", env!("CARGO_PKG_VERSION"), HYPERHIVE_REV);
-    println!(
-        "broker {} ({}), protocol {}",
-        line(&r.version),
-        line(&r.hyperhive_rev),
-        r.protocol
-    );
-    Ok(())
+    broker.map(|_| ())
 }
 
 pub fn questions(h: &HostArgs) -> Result<(), String> {
@@ -529,11 +589,11 @@ pub fn questions(h: &HostArgs) -> Result<(), String> {
             .map(|t| format!(" (expires {})", fmt_time(t)))
             .unwrap_or_default();
         println!(
-            "#{} from {} at {}{expires}:\n  {}",
+            "#{} from {} at {}{expires}:\n{}",
             q.id,
             line(q.asker.as_str()),
             fmt_time(q.asked_at),
-            printable(&q.question, true)
+            indented(&q.question)
         );
         if let Some(options) = q.options_line() {
             println!("  {}", line(&options));
@@ -669,7 +729,7 @@ pub fn search(a: &SearchArgs) -> Result<(), String> {
             fmt_time(h.at),
             h.turn,
             line(&h.link),
-            line(&h.snippet)
+            one_line(&h.snippet)
         );
     }
     if r.more {
@@ -841,6 +901,27 @@ fn left_off(n: u64, what: &str) {
 
 #[cfg(test)]
 mod tests {
+    use super::{indented, one_line};
+
+    /// A search snippet prints on one line: no `\x0a` where the turn had
+    /// a line break; a control character is still escaped.
+    #[test]
+    fn a_snippet_is_one_line() {
+        assert_eq!(
+            one_line("runs Linux and\n\n```\nhistory.db  turn"),
+            "runs Linux and ``` history.db turn"
+        );
+        assert_eq!(one_line("a\u{1b}[31m b"), "a\\x1b[31m b");
+    }
+
+    #[test]
+    fn a_body_is_indented_on_every_line() {
+        assert_eq!(
+            indented("one\n#2 from operator:\n"),
+            "  one\n  #2 from operator:\n  "
+        );
+    }
+
     #[test]
     fn control_and_bidi_characters_become_visible() {
         let hostile = "done \u{1b}]0;PWNED\u{7}\u{1b}[2J\u{9b}x \u{202e}evil\nnext\tcol";

@@ -271,9 +271,20 @@ fn hive_up_says_next_to_the_url_and_in_its_log_that_an_agent_needs_a_login() {
         out.contains("ruth needs a login").then_some(out)
     });
     let port = up.dashboard().port;
-    let line = format!(
-        "ruth needs a login: open http://127.0.0.1:{port}/agent/ruth/ or set ANTHROPIC_API_KEY"
+    let line = hyperhive::fleet::supervisor::needs_login_line(
+        "ruth",
+        Some(&format!("http://127.0.0.1:{port}/agent/ruth/")),
     );
+    // Both ways, and the dashboard's link first: the page alone asks for a
+    // login the user does not have yet.
+    for part in [
+        "set ANTHROPIC_API_KEY",
+        "log in to the dashboard with the link above",
+        &format!("its page http://127.0.0.1:{port}/agent/ruth/"),
+        "claude setup-token",
+    ] {
+        assert!(line.contains(part), "{part}: {line}");
+    }
     let url_line = out
         .lines()
         .position(|l| l.starts_with(&format!("ruth: http://127.0.0.1:{port}/agent/ruth/")))
@@ -332,8 +343,7 @@ fn an_expired_oauth_token_reaches_the_manager() {
     assert_eq!(card["needs_login"], true, "{card}");
     assert_eq!(card["supervision"]["logged_in"], false, "{card}");
     assert!(
-        up.log()
-            .contains("kid needs a login: open http://127.0.0.1:"),
+        up.log().contains("kid needs a login, one of two ways"),
         "{}",
         up.log()
     );

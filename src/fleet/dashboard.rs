@@ -619,7 +619,7 @@ fn command<C: Command>(body: &[u8]) -> Result<C, String> {
         format!(
             "the body does not fit {}: {}",
             C::CMD,
-            http::prefix(&e.to_string())
+            http::error_text(&e.to_string())
         )
     })?;
     cmd.validate().map_err(|e| e.to_string())?;

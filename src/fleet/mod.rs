@@ -122,6 +122,47 @@ impl From<String> for UpError {
     }
 }
 
+/// The warning for a fleet file kept in a folder of other things (a project
+/// folder): isolation hides that whole folder from every agent, which the
+/// operator who ran `hive up --config hive.json` there rarely meant. `None`
+/// when the fleet file is in the data dir or in a folder of its own.
+fn hidden_folder(data: &Path, fleet: &Path) -> Option<String> {
+    if fleet.starts_with(data) {
+        return None;
+    }
+    let dir = fleet.parent()?;
+    let mut others: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p != fleet && p != data && !data.starts_with(p))
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    if others.is_empty() {
+        return None;
+    }
+    others.sort();
+    let n = others.len();
+    let shown = others
+        .iter()
+        .take(5)
+        .map(|n| crate::proto::text::excerpt(n))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = if n > 5 {
+        format!(" and {} more", n - 5)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "agents cannot see {} — the fleet file's folder is hidden from every agent with all \
+         {n} other entries in it ({shown}{more}). If agents should work there, move the fleet \
+         file to {} and run hive up without --config (or into a folder of its own)",
+        dir.display(),
+        data.join("hive.json").display()
+    ))
+}
+
 /// Runs a hive until SIGTERM or SIGINT: the broker, then the agents (and the
 /// Matrix bridge); on the signal the agents stop first (each requeues its
 /// inflight message), then the bridge, then the broker.
@@ -161,6 +202,12 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
     let env = Env::process();
     let mut settings = UpSettings::read(data.clone(), Some(config_path.clone()), &env)?;
     settings.isolation = isolation::at_start(&settings.exe, &data, &config_path, &env)?;
+    if settings.isolation.is_some() {
+        if let Some(warning) = hidden_folder(&data, &config_path) {
+            eprintln!("hive up: {warning}");
+            log::warn!("{warning}");
+        }
+    }
     let config = Some(config_path);
     let mut notices = Vec::new();
     let dash_cfg = dashboard::DashConfig::for_hive(&env, cfg.web.as_ref(), &mut notices)?;
@@ -295,5 +342,43 @@ fn print_pages(sup: &crossbeam_channel::Sender<LifecycleCmd>, origin: &str) {
             return;
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hidden_folder;
+
+    /// A fleet file among a project's files is warned about, naming some of
+    /// them and the move that helps; one in the data dir or alone is not.
+    #[test]
+    fn a_fleet_file_in_a_project_folder_is_warned_about() {
+        let dir = std::env::temp_dir().join(format!("hive-hidden-{}", std::process::id()));
+        let data = dir.join("hive-data");
+        std::fs::create_dir_all(data.join("run")).unwrap();
+        let fleet = dir.join("hive.json");
+        std::fs::write(&fleet, "{}").unwrap();
+        assert_eq!(
+            hidden_folder(&data, &fleet),
+            None,
+            "only the fleet file and the data dir"
+        );
+        assert_eq!(hidden_folder(&data, &data.join("hive.json")), None);
+        std::fs::write(dir.join("Cargo.toml"), "").unwrap();
+        std::fs::create_dir(dir.join("src")).unwrap();
+        let w = hidden_folder(&data, &fleet).expect("a warning");
+        assert!(
+            w.contains(&format!("agents cannot see {}", dir.display())),
+            "{w}"
+        );
+        assert!(
+            w.contains("2 other entries in it (\"Cargo.toml\", \"src\")"),
+            "{w}"
+        );
+        assert!(
+            w.contains(&data.join("hive.json").display().to_string()),
+            "{w}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -217,11 +217,25 @@ impl Supervisor {
             }
             LifecycleCmd::Kill { name, reply } => {
                 let r = self.stop(&name, Then::Stay);
-                let _ = reply.send(r.map(|_| format!("{name} is stopping and stays stopped")));
+                let _ = reply.send(r.map(|was_running| {
+                    if was_running {
+                        format!("{name} is stopping and stays stopped")
+                    } else {
+                        format!(
+                            "{name} was not running; it stays stopped until `hive start {name}`"
+                        )
+                    }
+                }));
             }
             LifecycleCmd::Restart { name, reply } => {
                 let r = self.stop(&name, Then::Start { rebuild: false });
-                let _ = reply.send(r.map(|_| format!("{name} is restarting")));
+                let _ = reply.send(r.map(|was_running| {
+                    if was_running {
+                        format!("{name} is restarting")
+                    } else {
+                        format!("{name} was not running; it is starting")
+                    }
+                }));
             }
             LifecycleCmd::Update { name, reply } => {
                 let r = self.update(&name);
@@ -324,10 +338,12 @@ impl Supervisor {
     }
 
     /// Asks a running agent to stop (SIGTERM: it requeues its inflight message).
-    fn stop(&mut self, name: &str, then: Then) -> Result<(), String> {
+    /// Whether there was a harness to stop (false: it was not running).
+    fn stop(&mut self, name: &str, then: Then) -> Result<bool, String> {
         let a = self.agent(name)?;
         a.then = then;
-        if !a.child.stop() && then != Then::Stay {
+        let was_running = a.child.stop();
+        if !was_running && then != Then::Stay {
             // Nothing to stop: start at once (the deadline is now).
             a.child.start_at(Instant::now());
         }
@@ -340,7 +356,7 @@ impl Supervisor {
                 name: name.to_string(),
             });
         }
-        Ok(())
+        Ok(was_running)
     }
 
     /// Restarts `name` onto the current binary and its entry as the fleet
@@ -898,12 +914,16 @@ pub fn page_link(origin: &str, name: &str) -> String {
 /// What `hive up` prints and logs for an agent claude cannot run for: where
 /// to log it in.
 pub fn needs_login_line(name: &str, url: Option<&str>) -> String {
-    match url {
-        Some(u) => format!("{name} needs a login: open {u} or set ANTHROPIC_API_KEY"),
-        None => format!(
-            "{name} needs a login: open its page from the dashboard or set ANTHROPIC_API_KEY"
-        ),
-    }
+    let page = match url {
+        Some(u) => format!("its page {u}"),
+        None => "its page".to_string(),
+    };
+    format!(
+        "{name} needs a login, one of two ways: set ANTHROPIC_API_KEY (in hive up's \
+         environment, or in {name}'s \"env\" in the fleet file) and restart it; or log in to \
+         the dashboard with the link above, open {page} from there and paste an API key or a \
+         token of `claude setup-token` into its login form"
+    )
 }
 
 fn mtime(p: &std::path::Path) -> Option<SystemTime> {

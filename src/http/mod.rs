@@ -206,6 +206,26 @@ pub fn prefix(s: &str) -> String {
     }
 }
 
+/// Most characters of an error of our own that quotes an input (serde's
+/// `unknown field `x`, expected one of …`): enough for the list of valid
+/// values whole, short enough that a hostile input is not echoed at length.
+pub const ERROR_CHARS: usize = 400;
+
+/// An error text of at most [`ERROR_CHARS`] characters, cut (when it must
+/// be) after the last whole word, so a list of valid values is never cut
+/// mid-word; marked when cut.
+pub fn error_text(s: &str) -> String {
+    let Some((end, _)) = s.char_indices().nth(ERROR_CHARS) else {
+        return s.to_string();
+    };
+    let head = &s[..end];
+    let cut = head
+        .rfind(|c: char| c.is_whitespace())
+        .filter(|&i| i > 0)
+        .unwrap_or(end);
+    format!("{}… ({} bytes)", head[..cut].trim_end(), s.len())
+}
+
 /// Parses a JSON body, refusing a key that appears twice in one object (which
 /// serde_json would otherwise resolve silently, last one wins).
 pub fn strict_json(body: &[u8]) -> Result<Value, String> {
@@ -468,6 +488,26 @@ mod tests {
         }
         assert!(strict_json(b"{} x").is_err(), "trailing input");
         assert!(strict_json(b"1e999").is_err());
+    }
+
+    /// The newcomer's case: serde's list of the fields a body may have is
+    /// shown whole; a long hostile key is cut, after a whole word.
+    #[test]
+    fn an_error_keeps_its_list_of_valid_values_whole() {
+        let serde = "unknown field `name`, expected one of `agent`, `hive`, `usd`, `clear_usd`, `tokens`, `clear_tokens`, `per`";
+        assert_eq!(error_text(serde), serde);
+        let hostile = format!(
+            "unknown field `{}`, expected one of `agent`",
+            "k ".repeat(500)
+        );
+        let cut = error_text(&hostile);
+        assert!(cut.chars().count() < ERROR_CHARS + 20, "{cut}");
+        assert!(
+            cut.ends_with(&format!("k… ({} bytes)", hostile.len())),
+            "{cut}"
+        );
+        let one_word = "x".repeat(1000);
+        assert!(error_text(&one_word).starts_with(&"x".repeat(ERROR_CHARS)));
     }
 
     #[test]

@@ -65,6 +65,16 @@ pub fn migrate(conn: &mut Connection, name: &str, steps: &[Step]) -> Result<u32,
              it was written by a newer hive; run that release, or a newer one"
         ));
     }
+    // A file with no table yet is new: its steps are logged at debug, so a
+    // first start's output is not a page of upgrades (the releases before
+    // schema versions left tables at version 0: those are upgrades).
+    let fresh = at == 0
+        && conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map_err(|e| format!("cannot read the tables of {name}: {e}"))?
+            == 0;
     for step in steps.iter().filter(|s| s.version > at) {
         let fail = |e: rusqlite::Error| {
             format!(
@@ -77,7 +87,9 @@ pub fn migrate(conn: &mut Connection, name: &str, steps: &[Step]) -> Result<u32,
         tx.pragma_update(None, "user_version", step.version)
             .map_err(fail)?;
         tx.commit().map_err(fail)?;
-        if at > 0 || step.version > 1 {
+        if fresh {
+            log::debug!("{name}: schema version {} ({})", step.version, step.what);
+        } else if at > 0 || step.version > 1 {
             log::info!("{name}: schema version {} ({})", step.version, step.what);
         }
     }

@@ -325,8 +325,24 @@ pub fn budget_set(host_socket: &Path, args: &[&str]) {
 
 /// Runs `hive ARGS` with a timeout; returns (exit code, stdout, stderr).
 pub fn run_hive(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> (i32, String, String) {
+    run_hive_in(None, args, stdin, env)
+}
+
+/// [`run_hive`] in working directory `cwd` (where `hive up` keeps
+/// `hive-data`), without the socket variables of the test's environment.
+pub fn run_hive_in(
+    cwd: Option<&Path>,
+    args: &[&str],
+    stdin: Option<&str>,
+    env: &[(&str, &str)],
+) -> (i32, String, String) {
     use std::io::Write;
     let mut cmd = Command::new(hive_bin());
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir)
+            .env_remove("HIVE_HOST_SOCKET")
+            .env_remove("HIVE_SOCKET");
+    }
     cmd.args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

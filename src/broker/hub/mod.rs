@@ -782,8 +782,31 @@ impl<'c> Hub<'c> {
         if self.cfg.agent(name).is_some() {
             Ok(())
         } else {
-            Err(format!("unknown agent {}", excerpt(name)))
+            Err(self.unknown_agent(name))
         }
+    }
+
+    /// The refusal of a name no agent has, listing the agents there are (the
+    /// first 20, then how many more).
+    fn unknown_agent(&self, name: &str) -> String {
+        const SHOWN: usize = 20;
+        let names: Vec<&str> = self.cfg.agents.iter().map(|a| a.name.as_str()).collect();
+        let mut known = names
+            .iter()
+            .take(SHOWN)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if names.len() > SHOWN {
+            known.push_str(&format!(
+                " and {} more (hive agents lists them)",
+                names.len() - SHOWN
+            ));
+        }
+        if names.is_empty() {
+            known = "none".into();
+        }
+        format!("unknown agent {}; the agents are {known}", excerpt(name))
     }
 
     /// Something arrived for `recipient`: its parked connections are woken.

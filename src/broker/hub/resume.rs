@@ -108,14 +108,7 @@ impl Hub<'_> {
     }
 
     fn resume_agent(&mut self, agent: &str) -> Result<ResumeReply, String> {
-        if self.cfg.agent(agent).is_none() {
-            let known: Vec<&str> = self.cfg.agents.iter().map(|a| a.name.as_str()).collect();
-            return Err(format!(
-                "unknown agent {}; the agents are {}",
-                excerpt(agent),
-                known.join(", ")
-            ));
-        }
+        self.check_agent(agent)?;
         match self.pause_of(agent) {
             Pause::Login => Err(self.login_refusal(agent)),
             Pause::Broker(p) if p.reason == PauseReason::Budget => Err(format!(

@@ -315,7 +315,7 @@ fn one_gate_for_every_command_then_the_commands_own_rules() {
         (
             "operator",
             r#"{"cmd":"send","to":"zed","body":"x"}"#,
-            r#"{"ok":false,"error":"unknown agent \"zed\""}"#,
+            r#"{"ok":false,"error":"unknown agent \"zed\"; the agents are ana, bob, boss, kid"}"#,
         ),
     ];
     for (who, line, want) in cases {
@@ -876,7 +876,10 @@ fn an_operator_stop_is_kept_once_the_supervisor_carried_it_out() {
         r#"{"cmd":"update_agent","name":"zed"}"#,
         false,
     );
-    assert_eq!(unknown, r#"{"ok":false,"error":"unknown agent \"zed\""}"#);
+    assert_eq!(
+        unknown,
+        r#"{"ok":false,"error":"unknown agent \"zed\"; the agents are ana, bob, boss, kid"}"#
+    );
     let (agent, _) = m.call_on("boss", 3, r#"{"cmd":"restart_agent","name":"ana"}"#, false);
     assert_eq!(
         agent,
