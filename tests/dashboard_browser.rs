@@ -263,7 +263,12 @@ fn every_badge_link_and_button_of_a_card() {
     d.click("#tabs button[data-tab=agents]");
 
     // zed: stopped with its button; the card then offers Start.
-    d.press(".card.agent[data-agent=\"zed\"] button[data-act=\"stop\"]");
+    // Stop asks first: the first tap arms it, the second stops.
+    let stop = ".card.agent[data-agent=\"zed\"] button[data-act=\"stop\"]";
+    d.press(stop);
+    assert_eq!(d.text_of(stop).as_deref(), Some("Stop zed? (tap again)"));
+    assert_eq!(badge(&d, "zed", "state").as_deref(), Some("running"));
+    d.press(stop);
     wait_for(T, "zed's stopped badge", || {
         badge(&d, "zed", "state").filter(|t| t == "stopped")
     });
@@ -338,7 +343,7 @@ fn every_badge_link_and_button_of_a_card() {
 
     // pal: no credentials, and one crash.
     wait_for(T, "pal's needs-login badge", || {
-        badge(&d, "pal", "login").filter(|t| t == "needs login")
+        badge(&d, "pal", "login").filter(|t| t == "needs login →")
     });
     let pal = up.state("pal").unwrap().pid.unwrap();
     unsafe { libc::kill(pal as i32, libc::SIGKILL) };
@@ -398,7 +403,9 @@ fn every_badge_link_and_button_of_a_card() {
     );
 
     // Update on boss: a spinner while it rebuilds, then how it ended.
-    d.press(".card.agent[data-agent=\"boss\"] button[data-act=\"update\"]");
+    let update = ".card.agent[data-agent=\"boss\"] button[data-act=\"update\"]";
+    d.press(update);
+    d.press(update);
     wait_for(T, "boss's rebuilding badge with its spinner", || {
         let spin = d.js(
             "return !!document.querySelector('.card.agent[data-agent=\"boss\"] [data-badge=\"state\"] .spin')",
@@ -485,4 +492,115 @@ fn the_lifecycle_and_cancel_endpoints_want_the_token() {
     let view = dash.get("/agent/kid/config").unwrap();
     assert_eq!(view["state"], "running");
     assert_eq!(view["applied"]["parent"], "boss");
+}
+
+/// A scenario dir whose every run costs $0.0003: three turns are $0.0009,
+/// which a cents-rounded card showed as $0.00.
+fn tiny_cost_runs() -> (common::hive::TempDir, String) {
+    let dir = common::hive::TempDir::new("tiny");
+    std::fs::write(
+        dir.path().join("default.sh"),
+        r#"init
+say "done"
+printf '{"type":"result","subtype":"success","is_error":false,"api_error_status":null,"duration_ms":5,"num_turns":1,"result":"done","stop_reason":"end_turn","session_id":"%s","total_cost_usd":0.0003,"usage":{"input_tokens":10,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":2},"modelUsage":{},"permission_denials":[],"terminal_reason":"completed","uuid":"u-res"}\n' "$SESSION"
+exit 0
+"#,
+    )
+    .unwrap();
+    let path = dir.path().display().to_string();
+    (dir, path)
+}
+
+/// The dashboard for watching (issue 39, item 6), at a desktop's 1280×800
+/// and a phone's 390×844: the parent/child tree, each agent's "now" line and
+/// last-active time, spend to four significant digits, the hive's recent
+/// activity (turn ends newest first, live), and a Deny that asks first.
+/// Screenshots of both sizes go to the test artifacts.
+#[test]
+fn the_dashboard_for_watching_at_desktop_and_phone_sizes() {
+    use hyperhive::proto::cmd::Send;
+    let Some((chromium, chromedriver)) = browser() else {
+        return;
+    };
+    let (_tiny, path) = tiny_cost_runs();
+    let fleet = format!(
+        r#"{{"agents": [
+  {{"name": "boss", "tool_groups": ["messaging", "meta", "inbox", "lifecycle"], "env": {{"FAKE_CLAUDE_DIR": "@FAKE(boss)"}}}},
+  {{"name": "kid", "parent": "boss", "env": {{"FAKE_CLAUDE_DIR": "{path}"}}}}
+]}}"#
+    );
+    let up = Up::start(&fleet, &["boss", "kid"]);
+    up.wait_prompt("boss", "You were just (re)started", 1);
+    for i in 1..=2 {
+        ok(
+            &mut up.host(),
+            Send {
+                to: "kid".into(),
+                body: format!("job {i} of the night"),
+                in_reply_to: None,
+            },
+        );
+    }
+    let spawn = ok(&mut up.agent("boss"), RequestSpawn { name: "pup".into() });
+    let approval = spawn["id"].as_i64().unwrap();
+
+    for (w, h) in [(1280, 800), (390, 844)] {
+        let d = Driver::start_sized(&chromium, &chromedriver, w, h);
+        d.goto(&format!("{}/login", up.dashboard().base));
+        d.type_into("input[name=token]", &up.dashboard().token);
+        d.click("form button[type=submit]");
+        wait_for(T, "the dashboard to go live", || {
+            (d.js("return document.body.dataset.live === '1'") == true).then_some(())
+        });
+        // The tree: kid under boss.
+        wait_for(T, "kid under boss in the tree", || {
+            (d.js("return !!document.querySelector('#tree li[data-tree=\"boss\"] > ul > li[data-tree=\"kid\"]')") == true)
+                .then_some(())
+        });
+        // kick + 2 jobs at $0.0003 each.
+        wait_for(T, "kid's three runs in its spend", || {
+            d.text_of(".card.agent[data-agent=\"kid\"] .mute")
+                .filter(|t| t.contains("3 turns · $0.0009"))
+        });
+        let now = wait_for(T, "kid's now line", || {
+            d.text_of("[data-now=\"kid\"]")
+                .filter(|t| t.starts_with("now: idle") && t.contains("last active"))
+        });
+        assert!(now.contains("last: "), "the last outcome: {now}");
+
+        d.click("#tabs button[data-tab=activity]");
+        let first = wait_for(T, "the activity list", || {
+            d.text_of("#activity-list .ev[data-event=\"turn_end\"]")
+                .filter(|t| t.contains("kid handled #"))
+        });
+        assert!(
+            first.contains("job 2 of the night"),
+            "newest first: {first}"
+        );
+        assert!(
+            d.text_of("#activity-list [data-event=\"approval_requested\"]")
+                .is_some_and(|t| t.contains("pup")),
+            "the spawn request is in the timeline"
+        );
+        let png = d.screenshot();
+        let shot = artifacts().join(format!("dashboard-watching-{w}x{h}.png"));
+        std::fs::write(&shot, png).unwrap();
+        println!("screenshot: {}", shot.display());
+
+        // Deny asks first; nothing is denied by the first tap.
+        d.click("#tabs button[data-tab=approvals]");
+        let deny = format!("button[data-deny=\"{approval}\"]");
+        wait_for(T, "the approval's deny button", || d.text_of(&deny));
+        d.press(&deny);
+        assert_eq!(d.text_of(&deny).as_deref(), Some("Deny it? (tap again)"));
+        let pending = up.dashboard().get("/api/hive").unwrap();
+        assert_eq!(pending["approvals"].as_array().unwrap().len(), 1);
+        d.click("#tabs button[data-tab=agents]");
+        let png = d.screenshot();
+        std::fs::write(
+            artifacts().join(format!("dashboard-cards-{w}x{h}.png")),
+            png,
+        )
+        .unwrap();
+    }
 }

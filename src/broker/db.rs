@@ -9,8 +9,9 @@
 //! the ordered list [`MIGRATIONS`] (`PRAGMA user_version`, `proto::schema`).
 //! The swarm's tables and statements are `db/swarm.rs`; what retention
 //! prunes, the prune thread's connection and each agent's stored bytes are
-//! `db/retention.rs`.
+//! `db/retention.rs`; the operator's recent activity, `db/activity.rs`.
 
+mod activity;
 mod retention;
 mod swarm;
 

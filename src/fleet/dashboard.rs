@@ -1044,6 +1044,8 @@ fn snapshot(app: &App) -> Value {
     let failed = get(&mut c, Failed { agent: None });
     // issue 16: every scope's spend against its budget.
     let budget = get(&mut c, cmd::GetBudget {});
+    // issue 39: the hive's recent activity, newest first.
+    let activity = get(&mut c, cmd::Activity { limit: Some(50) });
     let budget_of = |scope: &str| -> Value {
         budget["rows"]
             .as_array()
@@ -1153,6 +1155,7 @@ fn snapshot(app: &App) -> Value {
         "failed": failed,
         "failed_more": failed_more,
         "budget": budget_of("hive"),
+        "activity": activity["events"],
         "inbox": messages,
         "inbox_more": inbox["more"].as_bool().unwrap_or(false),
         "bridge": agents["bridge"],
@@ -1358,6 +1361,7 @@ mod tests {
                             "questions" => json!({"ok": true, "questions": []}),
                             "approvals" => json!({"ok": true, "approvals": []}),
                             "failed" => json!({"ok": true, "failed": []}),
+                            "activity" => json!({"ok": true, "events": []}),
                             _ => json!({"ok": true, "agents": []}),
                         };
                         if writeln!(w, "{answer}").is_err() {

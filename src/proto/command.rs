@@ -238,6 +238,7 @@ commands! {
     "retry"                => Retry:             Operator;
     "search"               => Search:            Operator;
     "history"              => History:           Operator;
+    "activity"             => Activity:          Operator;
     // the Matrix bridge, on its own socket
     "bridge_hello"         => BridgeHello:       Bridge;
     "bridge_next"          => BridgeNext:        Bridge;

@@ -52,6 +52,17 @@ pub struct Driver {
 
 impl Driver {
     pub fn start(chromium: &PathBuf, chromedriver: &PathBuf) -> Driver {
+        Driver::start_sized(chromium, chromedriver, 390, 844)
+    }
+
+    /// A browser whose viewport is `width` × `height` CSS pixels (a phone's
+    /// metrics, emulated: a desktop window cannot be narrower than 500 px).
+    pub fn start_sized(
+        chromium: &PathBuf,
+        chromedriver: &PathBuf,
+        width: u32,
+        height: u32,
+    ) -> Driver {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -88,11 +99,11 @@ impl Driver {
                 "binary": chromium,
                 // Desktop windows cannot be narrower than 500 px; a phone's
                 // metrics can.
-                "mobileEmulation": {"deviceMetrics": {"width": 390, "height": 844, "pixelRatio": 2}},
+                "mobileEmulation": {"deviceMetrics": {"width": width, "height": height, "pixelRatio": 2}},
                 "args": [
                     "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                     "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", "--hide-scrollbars", "--window-size=390,844",
+                    "--disable-sync", "--hide-scrollbars", format!("--window-size={width},{height}"),
                     format!("--user-data-dir={}", d._profile.path().display()),
                 ]
             }

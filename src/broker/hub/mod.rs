@@ -635,6 +635,11 @@ impl<'c> Hub<'c> {
             Request::DeadLetter(c) => self.now(c, |h, c| h.dead_letter(agent, c)),
             Request::ReportState(c) => self.now(c, |h, c| h.report_state(ctx.conn, agent, c)),
             Request::Failed(c) => self.now(c, |h, c| h.failed(c)),
+            Request::Activity(c) => self.now(c, |h, c| {
+                h.db.activity(c.limit())
+                    .map(|events| crate::proto::cmd::ActivityReply { events })
+                    .map_err(db_err)
+            }),
             Request::Retry(c) => self.now(c, |h, c| h.retry(c)),
             Request::Inbox(c) => self.done(c, |h, c| h.operator_inbox(ctx, c)),
             Request::InboxAck(c) => self.now(c, |h, c| h.inbox_ack(c)),

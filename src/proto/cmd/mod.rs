@@ -4,10 +4,12 @@
 //! (`agents.rs`), lifecycle, approvals and diagnostics, dead letters
 //! (`failed.rs`), what a harness reports about its pause (`state.rs`), the
 //! operator's lifting of a pause (`resume.rs`), the agents' turn history
-//! (`history.rs`) and the Matrix bridge's (`bridge.rs`). Each carries its
+//! (`history.rs`), the hive's recent activity (`activity.rs`) and the Matrix
+//! bridge's (`bridge.rs`). Each carries its
 //! [`Command`](super::command::Command) impl: its answer type and the rules on
 //! its own fields. Who may send it is its row in `command.rs`.
 
+mod activity;
 mod agents;
 mod approvals;
 mod bridge;
@@ -22,6 +24,7 @@ mod resume;
 mod state;
 mod timers;
 
+pub use activity::*;
 pub use agents::*;
 pub use approvals::*;
 pub use bridge::*;
