@@ -719,7 +719,7 @@ impl Hub<'_> {
                     }
                 };
                 let (q, open) = q;
-                if !self.asked_under(b, qid, e)? {
+                if !self.names_our_question(b, qid, e)? {
                     return Ok((
                         Fate::Ignored(format!(
                             "question #{qid} here is not the one answered (asked under another \
@@ -787,7 +787,7 @@ impl Hub<'_> {
                         ));
                     };
                     let asked_there = q.target.remote().is_some_and(|r| r.hive == e.origin)
-                        && self.asked_under(b, qid, e)?;
+                        && self.names_our_question(b, qid, e)?;
                     let text = format!(
                         "undeliverable: your question #{qid} to {}: {reason}",
                         q.target
@@ -830,7 +830,7 @@ impl Hub<'_> {
     /// `e` names: asked under the instance it says (a restored `broker.db`
     /// asks new questions under the old ids). A peer of an older release
     /// names none, and is taken at its word.
-    fn asked_under(&self, b: &Batch, qid: i64, e: &Inbound) -> rusqlite::Result<bool> {
+    fn names_our_question(&self, b: &Batch, qid: i64, e: &Inbound) -> rusqlite::Result<bool> {
         let Some(named) = &e.question_instance else {
             return Ok(true);
         };
