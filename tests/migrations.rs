@@ -981,7 +981,7 @@ fn a_version_12_swarm_store_keeps_every_event_id_through_step_13() {
         body: "hello from two".into(),
         in_reply_to: None,
         question: None,
-        question_instance: None,
+        ref_instance: None,
         options: vec![],
         multi: false,
         reply_to_event: None,

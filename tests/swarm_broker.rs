@@ -81,7 +81,7 @@ fn inbound(origin: &str, id: &str, kind: EventKind, from: &str, to: &str, body: 
         body: body.into(),
         in_reply_to: None,
         question: None,
-        question_instance: None,
+        ref_instance: None,
         options: Vec::new(),
         multi: false,
         reply_to_event: None,
@@ -546,7 +546,7 @@ fn a_peers_instances_are_told_apart_and_a_flip_forgets_nothing() {
         );
         let ev = outbox(&mut br).pop().unwrap();
         assert_eq!(
-            (ev.kind, ev.question, ev.question_instance.clone()),
+            (ev.kind, ev.question, ev.ref_instance.clone()),
             (EventKind::QuestionAnswered, Some(5), Some(instance(n)))
         );
     }
@@ -564,7 +564,7 @@ fn a_peers_instances_are_told_apart_and_a_flip_forgets_nothing() {
         2,
     );
     cancel.question = Some(5);
-    cancel.question_instance = Some(instance(2));
+    cancel.ref_instance = Some(instance(2));
     let r = deliver(&mut br, vec![cancel], "u4");
     assert_eq!(r.ignored, 1, "closed already");
     // Instances 3 to 33 push the oldest out of the last 32: hive two's
@@ -589,12 +589,14 @@ fn a_peers_instances_are_told_apart_and_a_flip_forgets_nothing() {
     );
 }
 
-/// This hive's questions to another hive are answered only by an event that
-/// names the instance they were asked under: a `broker.db` restored here asks
-/// new questions under old ids, and the answer to the old question of that
-/// id is not taken for theirs. A bounce of a question is held to the same.
+/// What an event refers to here, a message of this hive (`in_reply_to`) or
+/// a question (`question`), counts only under the instance the event names
+/// (`ref_instance`): a `broker.db` restored here sends new messages and asks
+/// new questions under old ids, and a reply or an answer meant for the old
+/// one of that id is not taken for theirs. A bounce of a question is held to
+/// the same; and a reply from here names the instance of what it answers.
 #[test]
-fn an_answer_is_taken_only_for_the_question_asked_under_its_instance() {
+fn replies_and_answers_count_only_under_the_instance_they_name() {
     let b = Broker::start_config(ONE);
     let mut br = bridge(&b);
     let mut a = b.agent("a");
@@ -609,19 +611,45 @@ fn an_answer_is_taken_only_for_the_question_asked_under_its_instance() {
     );
     let mut stale = inbound("two", "70", EventKind::QuestionAnswered, "b", "a", "stale");
     stale.question = Some(qid);
-    stale.question_instance = Some("0c3e5a7d-0000-4000-8000-00000000dead".into());
+    stale.ref_instance = Some("0c3e5a7d-0000-4000-8000-00000000dead".into());
     let mut bounce = inbound("two", "71", EventKind::Undeliverable, "system", "a", "?");
     bounce.question = Some(qid);
-    bounce.question_instance = stale.question_instance.clone();
+    bounce.ref_instance = stale.ref_instance.clone();
     let r = deliver(&mut br, vec![stale, bounce], "v1");
     assert_eq!((r.delivered, r.ignored), (0, 2));
     let mut answer = inbound("two", "72", EventKind::QuestionAnswered, "b", "a", "yes");
     answer.question = Some(qid);
-    answer.question_instance = Some(hello.instance.clone());
+    answer.ref_instance = Some(hello.instance.clone());
     let r = deliver(&mut br, vec![answer], "v2");
     assert_eq!(r.delivered, 1);
     let m = next_message(&b, "a");
     assert!(m.body.contains("b@two answered: yes"), "{}", m.body);
+
+    let sent = send(&mut a, "b@two", "ping", None);
+    let _ = outbox(&mut br);
+    for (id, instance, linked) in [
+        ("73", "0c3e5a7d-0000-4000-8000-00000000dead", None),
+        ("74", hello.instance.as_str(), Some(sent)),
+    ] {
+        let mut reply = inbound("two", id, EventKind::Message, "b", "a", "pong");
+        reply.instance = Some("0c3e5a7d-0000-4000-8000-0000000000b2".into());
+        reply.in_reply_to = Some(sent);
+        reply.ref_instance = Some(instance.into());
+        deliver(&mut br, vec![reply], "v3");
+        let m = next_message(&b, "a");
+        assert_eq!((m.body.as_str(), m.in_reply_to), ("pong", linked), "{id}");
+    }
+    // a answers b's last message: the event names its id and instance there.
+    let mut last = inbound("two", "75", EventKind::Message, "b", "a", "one more");
+    last.instance = Some("0c3e5a7d-0000-4000-8000-0000000000b3".into());
+    deliver(&mut br, vec![last], "v4");
+    let m_id = next_message(&b, "a").id;
+    send(&mut a, "b@two", "and one more", Some(m_id));
+    let ev = outbox(&mut br).pop().unwrap();
+    assert_eq!(
+        (ev.in_reply_to, ev.ref_instance.as_deref()),
+        (Some(75), Some("0c3e5a7d-0000-4000-8000-0000000000b3"))
+    );
 }
 
 /// A peer's question whose options hold a newline is refused, as a local

@@ -3,7 +3,7 @@
 //! `hive.*` keys carry the rest (`hive.from`, `hive.to`, `hive.id` as a
 //! string, `hive.kind`, `hive.instance` (the sending broker start's that
 //! committed it), and `hive.in_reply_to`, `hive.question`,
-//! `hive.question_instance`, `hive.options`, `hive.multi`, `hive.reason` (why
+//! `hive.ref_instance`, `hive.options`, `hive.multi`, `hive.reason` (why
 //! an `undeliverable` was, from a closed set) when they apply); numbers travel
 //! as strings, which canonical JSON never refuses. Coming in, a room event is
 //! accepted only when it is well formed, addressed to this hive, and sent by
@@ -64,8 +64,8 @@ pub fn content(ev: &Outbound, instance: &str) -> Value {
     if let Some(q) = ev.question {
         c.insert("hive.question".into(), json!(q.to_string()));
     }
-    if let Some(i) = &ev.question_instance {
-        c.insert("hive.question_instance".into(), json!(i));
+    if let Some(i) = &ev.ref_instance {
+        c.insert("hive.ref_instance".into(), json!(i));
     }
     if !ev.options.is_empty() {
         c.insert("hive.options".into(), json!(ev.options));
@@ -163,7 +163,7 @@ fn from_a_peer(ev: &RoomEvent, me: &Me<'_>) -> Result<Inbound, String> {
         reply_to_event: None,
         sent_at: (ev.origin_server_ts / 1000) as i64,
         instance: instance(ev, "hive.instance")?,
-        question_instance: instance(ev, "hive.question_instance")?,
+        ref_instance: instance(ev, "hive.ref_instance")?,
         // A reason this release does not know reads as none: the broker
         // then quotes the peer's words as `other`.
         reason: ev
@@ -231,7 +231,7 @@ fn from_an_operator(ev: &RoomEvent, me: &Me<'_>) -> Result<Inbound, String> {
         body: body.to_string(),
         in_reply_to: None,
         question: None,
-        question_instance: None,
+        ref_instance: None,
         options: Vec::new(),
         multi: false,
         reply_to_event,
@@ -298,7 +298,7 @@ mod tests {
         let ev = Outbound {
             id: 17,
             instance: String::new(),
-            question_instance: None,
+            ref_instance: None,
             dest: "two".into(),
             kind: EventKind::QuestionAsked,
             from: "a@one".into(),
@@ -336,7 +336,7 @@ mod tests {
         let ev = Outbound {
             id: 8,
             instance: String::new(),
-            question_instance: None,
+            ref_instance: None,
             dest: "one".into(),
             kind: EventKind::Undeliverable,
             from: "system@two".into(),
@@ -375,7 +375,7 @@ mod tests {
         let ev = Outbound {
             id: 17,
             instance: String::new(),
-            question_instance: None,
+            ref_instance: None,
             dest: "one".into(),
             kind: EventKind::Message,
             from: "b@two".into(),
@@ -411,18 +411,18 @@ mod tests {
         );
         assert_eq!((got.in_reply_to, got.sent_at), (Some(3), 1_763_880_000));
         assert_eq!(got.instance.as_deref(), Some("0a-1b"));
-        assert_eq!(got.question_instance, None);
+        assert_eq!(got.ref_instance, None);
         let answer = Outbound {
             kind: EventKind::QuestionAnswered,
             question: Some(9),
-            question_instance: Some("77-aa".into()),
+            ref_instance: Some("77-aa".into()),
             ..ev
         };
         let c = content(&answer, "0a-1b");
-        assert_eq!(c["hive.question_instance"], "77-aa");
+        assert_eq!(c["hive.ref_instance"], "77-aa");
         let got = decode(&event("@hive-two-bridge:hive.test", c), Room::Swarm, &me).unwrap();
         assert_eq!(
-            (got.question, got.question_instance.as_deref()),
+            (got.question, got.ref_instance.as_deref()),
             (Some(9), Some("77-aa"))
         );
     }
@@ -496,7 +496,7 @@ mod tests {
             ),
             (
                 "@hive-two-bridge:hive.test",
-                with("hive.question_instance", json!("x y")),
+                with("hive.ref_instance", json!("x y")),
                 "is not an instance id",
             ),
             // As local `ask` refuses them (robustness review N9).

@@ -60,20 +60,21 @@ CREATE TABLE question_mirrors (
 
 /// Schema step 13 (issue 40): an instance id per broker start. Every outbox
 /// row gets the instance it was first committed under (the old rows the one
-/// instance older releases made with `broker.db`), and answers, withdrawals
-/// and bounces of questions the instance that asked them; the inbound log
+/// instance older releases made with `broker.db`), and replies, answers,
+/// withdrawals and bounces the instance of the message or question they name
+/// (`ref_instance`); the inbound log
 /// and the question mirrors are keyed by the sender's instance too (the old
 /// rows by the peer's instance older releases kept in `swarm_meta`, which
 /// moves to `peer_instances` as the latest seen).
 pub(super) const SCHEMA_V13: &str = "
 ALTER TABLE outbox ADD COLUMN instance TEXT NOT NULL DEFAULT '';
-ALTER TABLE outbox ADD COLUMN question_instance TEXT;
+ALTER TABLE outbox ADD COLUMN ref_instance TEXT;
 UPDATE outbox SET instance = COALESCE((SELECT value FROM swarm_meta WHERE key = 'instance'), '');
-UPDATE outbox SET question_instance = CASE kind
+UPDATE outbox SET ref_instance = CASE kind
         WHEN 'question_cancelled' THEN instance
         ELSE (SELECT value FROM swarm_meta WHERE key = 'peer_instance:' || outbox.dest)
     END
-    WHERE question IS NOT NULL AND kind != 'question_asked';
+    WHERE kind != 'question_asked' AND (question IS NOT NULL OR in_reply_to IS NOT NULL);
 CREATE INDEX outbox_question ON outbox (question, kind);
 CREATE TABLE inbound_v13 (
     origin TEXT NOT NULL,
@@ -153,9 +154,9 @@ pub struct OutboxEntry {
     pub kind: EventKind,
     /// For the question kinds: the asker's question id.
     pub question: Option<i64>,
-    /// For an answer, a withdrawal or a bounce of a question: the instance
-    /// that asked it.
-    pub question_instance: Option<String>,
+    /// The instance of the message `in_reply_to` names, or of the question
+    /// `question` names (a question's own event: none).
+    pub ref_instance: Option<String>,
     /// The message it answers, in the destination's ids.
     pub in_reply_to: Option<i64>,
     /// For an `undeliverable` event: why (step 11's `reason`).
@@ -262,7 +263,7 @@ impl Db {
         self.conn
             .prepare_cached(
                 "INSERT INTO outbox (msg_id, dest, kind, question, in_reply_to, created_at, reason,
-                                     instance, question_instance)
+                                     instance, ref_instance)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?
             .execute(params![
@@ -274,7 +275,7 @@ impl Db {
                 now,
                 e.reason.map(UndeliverableReason::name),
                 self.instance,
-                e.question_instance
+                e.ref_instance
             ])?;
         Ok(())
     }
@@ -284,7 +285,7 @@ impl Db {
         let mut stmt = self.conn.prepare_cached(
             "SELECT o.msg_id, o.dest, o.kind, o.question, o.in_reply_to,
                     m.sender, m.recipient, m.body, q.options, q.multi, o.reason,
-                    o.instance, o.question_instance
+                    o.instance, o.ref_instance
              FROM outbox o JOIN messages m ON m.id = o.msg_id
              LEFT JOIN questions q ON o.kind = 'question_asked' AND q.id = o.question
              WHERE o.state = 'pending' ORDER BY o.msg_id LIMIT ?1",
@@ -298,7 +299,7 @@ impl Db {
                     dest: r.get(1)?,
                     kind: EventKind::from_name(&kind).unwrap_or(EventKind::Message),
                     question: r.get(3)?,
-                    question_instance: r.get(12)?,
+                    ref_instance: r.get(12)?,
                     in_reply_to: r.get(4)?,
                     reason: reason(r.get(10)?),
                 },
@@ -350,7 +351,7 @@ impl Db {
     fn outbox_pending_row(&self, msg_id: i64) -> Res<Option<OutRow>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT o.msg_id, o.dest, o.kind, o.question, o.in_reply_to,
-                    m.sender, m.recipient, m.body, o.reason, o.instance, o.question_instance
+                    m.sender, m.recipient, m.body, o.reason, o.instance, o.ref_instance
              FROM outbox o JOIN messages m ON m.id = o.msg_id
              WHERE o.msg_id = ?1 AND o.state = 'pending'",
         )?;
@@ -362,7 +363,7 @@ impl Db {
                     dest: r.get(1)?,
                     kind: EventKind::from_name(&kind).unwrap_or(EventKind::Message),
                     question: r.get(3)?,
-                    question_instance: r.get(10)?,
+                    ref_instance: r.get(10)?,
                     in_reply_to: r.get(4)?,
                     reason: reason(r.get(8)?),
                 },
@@ -505,13 +506,20 @@ impl Db {
 
     /// The id on hive `origin` of the local message `local_id` that came from
     /// there: what a reply to it names there.
-    pub fn origin_id_of(&self, local_id: i64, origin: &str) -> Res<Option<i64>> {
-        let id: Option<String> = self
+    /// With it, the instance it came under (none from a peer of an older
+    /// release).
+    pub fn origin_id_of(&self, local_id: i64, origin: &str) -> Res<Option<(i64, Option<String>)>> {
+        let row: Option<(String, String)> = self
             .conn
-            .prepare_cached("SELECT origin_id FROM inbound WHERE local_id = ?1 AND origin = ?2")?
-            .query_row(params![local_id, origin], |r| r.get(0))
+            .prepare_cached(
+                "SELECT origin_id, instance FROM inbound WHERE local_id = ?1 AND origin = ?2",
+            )?
+            .query_row(params![local_id, origin], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
-        Ok(id.and_then(|id| id.parse().ok()))
+        Ok(row.and_then(|(id, instance)| {
+            let id = id.parse().ok()?;
+            Some((id, Some(instance).filter(|i| !i.is_empty())))
+        }))
     }
 
     /// The recipient of message `msg_id` (`b@two` for mail to another hive).
@@ -522,13 +530,17 @@ impl Db {
             .optional()
     }
 
-    /// Whether `msg_id` is a message this hive sent to hive `dest`: what an
-    /// `in_reply_to` from there may name.
-    pub fn sent_to(&self, msg_id: i64, dest: &str) -> Res<bool> {
+    /// Whether `msg_id` is a message this hive sent to hive `dest` (under
+    /// `instance`, when it is named): what an `in_reply_to` from there may
+    /// name.
+    pub fn sent_to(&self, msg_id: i64, dest: &str, instance: Option<&str>) -> Res<bool> {
         Ok(self
             .conn
-            .prepare_cached("SELECT 1 FROM outbox WHERE msg_id = ?1 AND dest = ?2")?
-            .query_row(params![msg_id, dest], |_| Ok(()))
+            .prepare_cached(
+                "SELECT 1 FROM outbox WHERE msg_id = ?1 AND dest = ?2
+                 AND (?3 IS NULL OR instance = ?3)",
+            )?
+            .query_row(params![msg_id, dest, instance], |_| Ok(()))
             .optional()?
             .is_some())
     }

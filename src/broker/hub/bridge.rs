@@ -149,7 +149,7 @@ impl Hub<'_> {
         };
         let to_name = to.to_string();
         let msg = new_message(&from, &to_name, body, &MsgKind::Message, in_reply_to);
-        let id = self.store_outbound(&msg, charged, &to.hive, EventKind::Message, theirs)?;
+        let id = self.store_outbound(&msg, charged, &to.hive, theirs)?;
         if let Some(a) = charged {
             self.stored(a, body.len());
         }
@@ -160,15 +160,16 @@ impl Hub<'_> {
     }
 
     /// One message (charged to agent `charged`) and its outbox entry,
-    /// committed together; wakes the bridge.
+    /// committed together; wakes the bridge. `in_reply_to` is the id (and
+    /// instance) on `dest` of the message it answers.
     fn store_outbound(
         &mut self,
         msg: &NewMessage,
         charged: Option<&str>,
         dest: &str,
-        kind: EventKind,
-        in_reply_to: Option<i64>,
+        in_reply_to: Option<(i64, Option<String>)>,
     ) -> Result<i64, String> {
+        let (in_reply_to, ref_instance) = in_reply_to.unzip();
         let t = now();
         let b = self.db.batch().map_err(db_err)?;
         let id = b.insert_charged(msg, charged, t).map_err(db_err)?;
@@ -176,9 +177,9 @@ impl Hub<'_> {
             &OutboxEntry {
                 msg_id: id,
                 dest: dest.to_string(),
-                kind,
+                kind: EventKind::Message,
                 question: None,
-                question_instance: None,
+                ref_instance: ref_instance.flatten(),
                 in_reply_to,
                 reason: None,
             },
@@ -234,7 +235,7 @@ impl Hub<'_> {
                 dest: String::new(),
                 kind,
                 question: None,
-                question_instance: None,
+                ref_instance: None,
                 in_reply_to: None,
                 reason: None,
             },
@@ -269,7 +270,7 @@ impl Hub<'_> {
                 dest: to.hive.clone(),
                 kind: EventKind::QuestionAsked,
                 question: Some(qid),
-                question_instance: None,
+                ref_instance: None,
                 in_reply_to: None,
                 reason: None,
             },
@@ -320,7 +321,7 @@ impl Hub<'_> {
                 dest: origin,
                 kind: EventKind::QuestionAnswered,
                 question: Some(their_id),
-                question_instance: Some(instance).filter(|i| !i.is_empty()),
+                ref_instance: Some(instance).filter(|i| !i.is_empty()),
                 in_reply_to: None,
                 reason: None,
             },
@@ -363,7 +364,7 @@ impl Hub<'_> {
                 dest: target.hive.clone(),
                 kind: EventKind::QuestionCancelled,
                 question: Some(q.id),
-                question_instance: asked_under.filter(|i| !i.is_empty()),
+                ref_instance: asked_under.filter(|i| !i.is_empty()),
                 in_reply_to: None,
                 reason: None,
             },
@@ -454,7 +455,7 @@ impl Hub<'_> {
                 body: r.body,
                 in_reply_to: r.entry.in_reply_to,
                 question: r.entry.question,
-                question_instance: r.entry.question_instance,
+                ref_instance: r.entry.ref_instance,
                 options: r.options,
                 multi: r.multi,
                 reason: r.entry.reason,
@@ -737,7 +738,7 @@ impl Hub<'_> {
                 answered(b, &q, &e.body, &from, t, woken)
             }
             EventKind::QuestionCancelled => {
-                let asked_under = e.question_instance.as_deref();
+                let asked_under = e.ref_instance.as_deref();
                 let mirror = match e.question {
                     Some(their_id) => b.mirror_of(&e.origin, asked_under, their_id)?,
                     None => None,
@@ -831,17 +832,18 @@ impl Hub<'_> {
     /// asks new questions under the old ids). A peer of an older release
     /// names none, and is taken at its word.
     fn names_our_question(&self, b: &Batch, qid: i64, e: &Inbound) -> rusqlite::Result<bool> {
-        let Some(named) = &e.question_instance else {
+        let Some(named) = &e.ref_instance else {
             return Ok(true);
         };
         Ok(b.asked_under(qid)?.as_deref() == Some(named.as_str()))
     }
 
     /// The `in_reply_to` of an event, kept only when it names a message this
-    /// hive sent to the event's hive.
+    /// hive sent to the event's hive (under the instance it names: a
+    /// restored `broker.db` sends new messages under the old ids).
     fn their_reply(&self, b: &Batch, e: &Inbound) -> rusqlite::Result<Option<i64>> {
         match e.in_reply_to {
-            Some(id) if b.sent_to(id, &e.origin)? => Ok(Some(id)),
+            Some(id) if b.sent_to(id, &e.origin, e.ref_instance.as_deref())? => Ok(Some(id)),
             _ => Ok(None),
         }
     }
@@ -866,10 +868,7 @@ impl Hub<'_> {
                 dest: e.origin.clone(),
                 kind: EventKind::Undeliverable,
                 question: e.question.filter(|_| e.kind == EventKind::QuestionAsked),
-                question_instance: e
-                    .instance
-                    .clone()
-                    .filter(|_| e.kind == EventKind::QuestionAsked),
+                ref_instance: e.instance.clone(),
                 in_reply_to: e.id.parse().ok(),
                 reason: Some(UndeliverableReason::UnknownAgent),
             },

@@ -148,12 +148,14 @@ pub struct Outbound {
     /// For the question kinds: the asker's question id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub question: Option<i64>,
-    /// For an answer, a withdrawal or a bounce of a question: the instance
-    /// of the asker's broker start that asked it (`hive.question_instance`),
-    /// so a restored asker whose question ids start again takes no answer
-    /// meant for another question of the same id.
+    /// The instance of what this event refers to (`hive.ref_instance`):
+    /// for a reply or a bounce, the instance the message it names
+    /// (`in_reply_to`) was sent under; for an answer, a withdrawal or a
+    /// bounce of a question, the instance that asked it. So a restored hive,
+    /// whose ids start again, takes no reply or answer meant for an older
+    /// message or question of the same id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub question_instance: Option<String>,
+    pub ref_instance: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -240,11 +242,11 @@ pub struct Inbound {
     pub in_reply_to: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub question: Option<i64>,
-    /// `hive.question_instance`: for an answer, a withdrawal or a bounce of
-    /// a question, the instance that asked it ([`Outbound`]); none from a
-    /// peer of an older release.
+    /// `hive.ref_instance`: the instance of the message `in_reply_to` names
+    /// or of the question `question` names ([`Outbound`]); none from a peer
+    /// of an older release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub question_instance: Option<String>,
+    pub ref_instance: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -284,10 +286,7 @@ impl Inbound {
         if !self.to.is_empty() && self.to != "operator" {
             check_name(&self.to)?;
         }
-        for i in [&self.instance, &self.question_instance]
-            .into_iter()
-            .flatten()
-        {
+        for i in [&self.instance, &self.ref_instance].into_iter().flatten() {
             if !is_instance(i) {
                 return Err(format!(
                     "event {}: its instance {:?} is not a broker's instance id",
@@ -463,7 +462,7 @@ mod samples {
                     body: "ship it?".into(),
                     in_reply_to: None,
                     question: Some(4),
-                    question_instance: None,
+                    ref_instance: None,
                     options: vec!["yes".into(), "no".into()],
                     multi: false,
                     reply_to_event: None,
