@@ -62,10 +62,10 @@ CREATE TABLE question_mirrors (
 /// row gets the instance it was first committed under (the old rows the one
 /// instance older releases made with `broker.db`), and replies, answers,
 /// withdrawals and bounces the instance of the message or question they name
-/// (`ref_instance`); the inbound log
-/// and the question mirrors are keyed by the sender's instance too (the old
-/// rows by the peer's instance older releases kept in `swarm_meta`, which
-/// moves to `peer_instances` as the latest seen).
+/// (`ref_instance`); the inbound log and the question mirrors are keyed by
+/// the sender's instance too (the old rows by the peer's instance older
+/// releases kept in `swarm_meta`, which moves to `peer_instances` as the
+/// latest seen).
 pub(super) const SCHEMA_V13: &str = "
 ALTER TABLE outbox ADD COLUMN instance TEXT NOT NULL DEFAULT '';
 ALTER TABLE outbox ADD COLUMN ref_instance TEXT;
