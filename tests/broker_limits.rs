@@ -601,21 +601,40 @@ fn a_fifo_or_a_huge_patch_file_is_refused_and_the_hub_keeps_answering() {
         other => panic!("the FIFO patch: {other:?}"),
     }
     let mut ana = b.agent("ana");
-    for (commit_ref, want) in [
-        ("big.json", "1073741824 bytes"),
-        (".", "a directory"),
-        ("out.json", "outside your own dir"),
-        ("missing.json", "neither a JSON object nor a readable file"),
-    ] {
-        let e = refused(
+    let mut answer = |commit_ref: &str| {
+        refused(
             &mut ana,
             RequestApplyCommit {
                 agent: "ana".into(),
                 commit_ref: commit_ref.into(),
             },
-        );
+        )
+        .replace(commit_ref, "REF")
+    };
+    for (commit_ref, want) in [("big.json", "1073741824 bytes"), (".", "a directory")] {
+        let e = answer(commit_ref);
         assert!(e.contains(want), "{commit_ref}: {e}");
     }
+    // A path that is missing and one that is forbidden (outside ana's dir,
+    // or a symlink out of it) get the same answer, so no agent learns what
+    // exists outside its dir (robustness review N10).
+    std::fs::create_dir_all(b.state_dir().join("agents/bob")).unwrap();
+    std::fs::write(b.state_dir().join("agents/bob/secret.json"), "{}").unwrap();
+    let alike = answer("missing.json");
+    assert!(
+        alike.contains("not there or outside your own dir"),
+        "{alike}"
+    );
+    for commit_ref in [
+        "out.json",
+        "/etc/hostname",
+        "/etc/hostnamex",
+        "../../bob/secret.json",
+        "../../bob/nope.json",
+    ] {
+        assert_eq!(answer(commit_ref), alike, "{commit_ref}");
+    }
+    let mut ana = b.agent("ana");
     let r = ok(
         &mut ana,
         RequestApplyCommit {

@@ -290,18 +290,12 @@ fn an_old_broker_store_migrates_with_every_row() {
     assert!(store.stopped_agents().unwrap().is_empty());
     store.set_stopped("kid", "operator", 1795327382).unwrap();
     drop(store);
-    // Step 4 (the swarm) made the broker's instance id, and empty outbox,
-    // inbound log and question mirrors.
+    // Step 4 (the swarm) made empty outbox, inbound log and question
+    // mirrors, and an instance id that step 13 took away again: each broker
+    // start makes its own.
     let meta = rows(&path, "swarm_meta");
-    assert_eq!(meta.len(), 1, "{meta:?}");
-    assert_eq!(meta[0][0], Value::Text("instance".into()));
-    let Value::Text(instance) = &meta[0][1] else {
-        panic!("{meta:?}")
-    };
-    let shape: Vec<usize> = instance.split('-').map(str::len).collect();
-    assert_eq!(shape, [8, 4, 4, 4, 12], "a uuid: {instance}");
-    assert!(instance[14..].starts_with('4'), "version 4: {instance}");
-    for table in ["outbox", "inbound", "question_mirrors"] {
+    assert!(meta.is_empty(), "{meta:?}");
+    for table in ["outbox", "inbound", "question_mirrors", "peer_instances"] {
         assert!(rows(&path, table).is_empty(), "{table}");
     }
     // Opening again changes nothing.
@@ -337,7 +331,7 @@ fn an_old_broker_store_migrates_with_every_row() {
     );
     drop(store);
     assert_eq!(rows(&path, "approvals"), before[4]);
-    assert_eq!(rows(&path, "swarm_meta"), meta, "the instance id is kept");
+    assert_eq!(rows(&path, "swarm_meta"), meta);
     for (table, old) in tables
         .iter()
         .zip(&before)
@@ -835,4 +829,174 @@ fn the_previous_releases_turn_stats_gain_the_messages_let_go() {
     assert_eq!(s.completed(&message(41, "ship it")).unwrap(), None);
     assert_eq!(rows(&path, "turns").len(), 7);
     assert_intact(&c);
+}
+
+/// The text in `swarm_meta` under `key`, in rows of that table.
+fn meta_text(meta: &[Vec<Value>], key: &str) -> String {
+    let row = meta
+        .iter()
+        .find(|r| r[0] == Value::Text(key.into()))
+        .unwrap_or_else(|| panic!("no {key} in {meta:?}"));
+    match &row[1] {
+        Value::Text(t) => t.clone(),
+        other => panic!("{key}: {other:?}"),
+    }
+}
+
+/// Step 13 (issue 40) on the store of the release before it, a hive in a
+/// swarm: every message and question stays; each outbox row, sent or
+/// pending, keeps the one instance id that release made with `broker.db`
+/// (so a pending event goes out under the transaction id it had), and the
+/// inbound log and the question mirror are keyed by the instance of hive two
+/// that release kept, which is now the latest of two's remembered
+/// instances. A real broker then serves the store: the pending events under
+/// the old instance, new mail under the start's own, hive two's event seen
+/// before a replay, and the same id under another instance of two new.
+#[test]
+fn a_version_12_swarm_store_keeps_every_event_id_through_step_13() {
+    use hyperhive::proto::cmd::{
+        BridgeDeliver, BridgeDeliverReply, BridgeHello, BridgeHelloReply, BridgeNext,
+        BridgeNextReply, EventKind, Inbound, Send,
+    };
+    let dir = TempDir::new("mig-v12");
+    let path = copy_fixture("broker-v12.db", dir.path(), db::FILE);
+    let kept = ["messages", "questions", "agents", "sqlite_sequence"];
+    let before: Vec<_> = kept.iter().map(|t| rows(&path, t)).collect();
+    assert_eq!(before[0].len(), 5, "the fixture as its README describes it");
+    let (outbox, inbound, mirrors) = (
+        rows(&path, "outbox"),
+        rows(&path, "inbound"),
+        rows(&path, "question_mirrors"),
+    );
+    assert_eq!((outbox.len(), inbound.len(), mirrors.len()), (3, 2, 1));
+    let meta = rows(&path, "swarm_meta");
+    let old = meta_text(&meta, "instance");
+    let peer = meta_text(&meta, "peer_instance:two");
+    {
+        let c = Connection::open(&path).unwrap();
+        assert_eq!(schema::version(&c).unwrap(), 12);
+    }
+
+    let store = Db::open(&path, Durability::Normal).unwrap();
+    let c = Connection::open(&path).unwrap();
+    assert_eq!(schema::version(&c).unwrap(), 13);
+    assert_eq!(db::MIGRATIONS.last().unwrap().version, 13);
+    for (t, old) in kept.iter().zip(&before) {
+        assert_eq!(&rows(&path, t), old, "{t}");
+    }
+    // The outbox: every column, then the instance and no question instance
+    // (none of the rows answers or withdraws a question).
+    let want: Vec<Vec<Value>> = outbox
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r.extend([Value::Text(old.clone()), Value::Null]);
+            r
+        })
+        .collect();
+    assert_eq!(rows(&path, "outbox"), want);
+    let want: Vec<Vec<Value>> = inbound
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r.insert(1, Value::Text(peer.clone()));
+            r
+        })
+        .collect();
+    assert_eq!(rows(&path, "inbound"), want, "keyed by two's instance");
+    let mut mirror = mirrors[0].clone();
+    mirror.insert(2, Value::Text(peer.clone()));
+    assert_eq!(rows(&path, "question_mirrors"), [mirror]);
+    assert_eq!(
+        store.peer_instances("two").unwrap(),
+        std::slice::from_ref(&peer)
+    );
+    assert_eq!(
+        rows(&path, "swarm_meta"),
+        [vec![
+            Value::Text("next_batch".into()),
+            Value::Text("s1_fixture".into())
+        ]],
+        "the one instance id is gone: each start makes its own"
+    );
+    let shape: Vec<usize> = store.instance().split('-').map(str::len).collect();
+    assert_eq!(shape, [8, 4, 4, 4, 12], "a uuid: {}", store.instance());
+    assert!(store.instance()[14..].starts_with('4'), "version 4");
+    assert_ne!(store.instance(), old);
+    assert_intact(&c);
+    drop((store, c));
+
+    let config = r##"{
+      "hive_name": "one",
+      "agents": [{"name": "ana"}, {"name": "bob"}],
+      "matrix": {
+        "homeserver": "http://127.0.0.1:9",
+        "user_id": "@hive-one-bridge:hive.test",
+        "password_file": "/nonexistent/pw",
+        "room": "#swarm:hive.test",
+        "peers": {"two": "@hive-two-bridge:hive.test"}
+      }
+    }"##;
+    let mut b = Broker::start_config(config);
+    b.terminate();
+    for f in ["broker.db", "broker.db-wal", "broker.db-shm"] {
+        let _ = std::fs::remove_file(b.state_dir().join(f));
+    }
+    copy_fixture("broker-v12.db", &b.state_dir(), db::FILE);
+    b.restart();
+    let mut br = hyperhive::proto::Client::connect(&b.run_dir().join("bridge.sock")).unwrap();
+    br.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let hello: BridgeHelloReply = br.call(&BridgeHello {}).unwrap();
+    assert_ne!(hello.instance, old);
+    ok(
+        &mut b.agent("ana"),
+        Send {
+            to: "b@two".into(),
+            body: "third out".into(),
+            in_reply_to: None,
+        },
+    );
+    let next: BridgeNextReply = br.call(&BridgeNext { wait_seconds: None }).unwrap();
+    let got: Vec<(i64, &str)> = next
+        .events
+        .iter()
+        .map(|e| (e.id, e.instance.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (2, old.as_str()),
+            (3, old.as_str()),
+            (6, hello.instance.as_str())
+        ],
+        "the pending events keep their instance; new mail has the start's"
+    );
+    let from_two = |instance: &str| Inbound {
+        origin: "two".into(),
+        id: "5".into(),
+        kind: EventKind::Message,
+        from: "b".into(),
+        to: "ana".into(),
+        body: "hello from two".into(),
+        in_reply_to: None,
+        question: None,
+        ref_instance: None,
+        options: vec![],
+        multi: false,
+        reply_to_event: None,
+        sent_at: hyperhive::proto::now(),
+        instance: Some(instance.into()),
+        reason: None,
+    };
+    let r: BridgeDeliverReply = br
+        .call(&BridgeDeliver {
+            events: vec![
+                from_two(&peer),
+                from_two("3333aaaa-0000-4000-8000-000000000003"),
+            ],
+            next_batch: Some("s2".into()),
+        })
+        .unwrap();
+    assert_eq!((r.delivered, r.duplicates), (1, 1));
 }

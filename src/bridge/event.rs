@@ -1,14 +1,17 @@
 //! The swarm's events as Matrix content, both ways. Going out, an outbox event
 //! becomes an `m.room.message` whose `body` is the readable text and whose
 //! `hive.*` keys carry the rest (`hive.from`, `hive.to`, `hive.id` as a
-//! string, `hive.kind`, `hive.instance` (the sending broker's), and `hive.in_reply_to`, `hive.question`,
-//! `hive.options`, `hive.multi`, `hive.reason` (why an `undeliverable` was, from
-//! a closed set) when they apply); numbers travel as strings,
-//! which canonical JSON never refuses. Coming in, a room event is accepted only
-//! when it is well formed, addressed to this hive, and sent by the bridge of
-//! the hive its `hive.from` names ([`Room::Swarm`]), or by a listed operator
-//! in the operator room ([`Room::Operators`]); anything else is skipped with
-//! the reason, which the caller logs at debug level.
+//! string, `hive.kind`, `hive.instance` (the sending broker start's that
+//! committed it), and `hive.in_reply_to`, `hive.question`,
+//! `hive.ref_instance`, `hive.options`, `hive.multi`, `hive.reason` (why
+//! an `undeliverable` was, from a closed set) when they apply); numbers travel
+//! as strings, which canonical JSON never refuses. Coming in, a room event is
+//! accepted only when it is well formed, addressed to this hive, and sent by
+//! the bridge of the hive its `hive.from` names ([`Room::Swarm`]), or by a
+//! listed operator in the operator room ([`Room::Operators`]), and is not an
+//! edit (`m.relates_to` with `rel_type` `m.replace`: an edit changes a
+//! message already delivered, it is no new one); anything else is skipped
+//! with the reason, which the caller logs at debug level.
 
 use crate::matrix::RoomEvent;
 use crate::proto::address::Remote;
@@ -61,6 +64,9 @@ pub fn content(ev: &Outbound, instance: &str) -> Value {
     if let Some(q) = ev.question {
         c.insert("hive.question".into(), json!(q.to_string()));
     }
+    if let Some(i) = &ev.ref_instance {
+        c.insert("hive.ref_instance".into(), json!(i));
+    }
     if !ev.options.is_empty() {
         c.insert("hive.options".into(), json!(ev.options));
     }
@@ -83,6 +89,9 @@ pub fn decode(ev: &RoomEvent, room: Room, me: &Me<'_>) -> Result<Inbound, String
     }
     if ev.event_id.is_empty() {
         return Err("an event without an id".into());
+    }
+    if is_edit(ev) {
+        return Err("an edit of an earlier message (m.replace), not a new one".into());
     }
     let inbound = match room {
         Room::Swarm => from_a_peer(ev, me)?,
@@ -153,17 +162,23 @@ fn from_a_peer(ev: &RoomEvent, me: &Me<'_>) -> Result<Inbound, String> {
         multi: ev.content.get("hive.multi") == Some(&Value::Bool(true)),
         reply_to_event: None,
         sent_at: (ev.origin_server_ts / 1000) as i64,
-        instance: match ev.content.get("hive.instance") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if is_instance(s) => Some(s.clone()),
-            Some(other) => return Err(format!("hive.instance {other} is not an instance id")),
-        },
+        instance: instance(ev, "hive.instance")?,
+        ref_instance: instance(ev, "hive.ref_instance")?,
         // A reason this release does not know reads as none: the broker
         // then quotes the peer's words as `other`.
         reason: ev
             .content_str("hive.reason")
             .and_then(UndeliverableReason::from_name),
     })
+}
+
+/// A broker's instance id under `key`, when there is one.
+fn instance(ev: &RoomEvent, key: &str) -> Result<Option<String>, String> {
+    match ev.content.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if is_instance(s) => Ok(Some(s.clone())),
+        Some(other) => Err(format!("{key} {other} is not an instance id")),
+    }
 }
 
 /// A positive id sent as a string (`"17"`).
@@ -216,6 +231,7 @@ fn from_an_operator(ev: &RoomEvent, me: &Me<'_>) -> Result<Inbound, String> {
         body: body.to_string(),
         in_reply_to: None,
         question: None,
+        ref_instance: None,
         options: Vec::new(),
         multi: false,
         reply_to_event,
@@ -223,6 +239,17 @@ fn from_an_operator(ev: &RoomEvent, me: &Me<'_>) -> Result<Inbound, String> {
         instance: None,
         reason: None,
     })
+}
+
+/// Whether `ev` edits an earlier event: `m.relates_to.rel_type` is
+/// `m.replace` (what clients send; the `* ` they put before the body is a
+/// fallback for other clients, and not what tells an edit).
+fn is_edit(ev: &RoomEvent) -> bool {
+    ev.content
+        .get("m.relates_to")
+        .and_then(|r| r.get("rel_type"))
+        .and_then(Value::as_str)
+        == Some("m.replace")
 }
 
 /// `@agent: text` → (agent, text).
@@ -270,6 +297,8 @@ mod tests {
     fn an_outbound_event_is_readable_content_with_the_hive_fields() {
         let ev = Outbound {
             id: 17,
+            instance: String::new(),
+            ref_instance: None,
             dest: "two".into(),
             kind: EventKind::QuestionAsked,
             from: "a@one".into(),
@@ -306,6 +335,8 @@ mod tests {
     fn an_undeliverables_reason_travels_and_an_unknown_one_is_none() {
         let ev = Outbound {
             id: 8,
+            instance: String::new(),
+            ref_instance: None,
             dest: "one".into(),
             kind: EventKind::Undeliverable,
             from: "system@two".into(),
@@ -343,6 +374,8 @@ mod tests {
     fn what_goes_out_comes_back_in_on_the_other_hive() {
         let ev = Outbound {
             id: 17,
+            instance: String::new(),
+            ref_instance: None,
             dest: "one".into(),
             kind: EventKind::Message,
             from: "b@two".into(),
@@ -378,6 +411,20 @@ mod tests {
         );
         assert_eq!((got.in_reply_to, got.sent_at), (Some(3), 1_763_880_000));
         assert_eq!(got.instance.as_deref(), Some("0a-1b"));
+        assert_eq!(got.ref_instance, None);
+        let answer = Outbound {
+            kind: EventKind::QuestionAnswered,
+            question: Some(9),
+            ref_instance: Some("77-aa".into()),
+            ..ev
+        };
+        let c = content(&answer, "0a-1b");
+        assert_eq!(c["hive.ref_instance"], "77-aa");
+        let got = decode(&event("@hive-two-bridge:hive.test", c), Room::Swarm, &me).unwrap();
+        assert_eq!(
+            (got.question, got.ref_instance.as_deref()),
+            (Some(9), Some("77-aa"))
+        );
     }
 
     #[test]
@@ -447,6 +494,25 @@ mod tests {
                 with("hive.instance", json!("<script>")),
                 "is not an instance id",
             ),
+            (
+                "@hive-two-bridge:hive.test",
+                with("hive.ref_instance", json!("x y")),
+                "is not an instance id",
+            ),
+            // As local `ask` refuses them (robustness review N9).
+            (
+                "@hive-two-bridge:hive.test",
+                with("hive.options", json!(["a\nb", "c"])),
+                "must be one line",
+            ),
+            (
+                "@hive-two-bridge:hive.test",
+                with(
+                    "m.relates_to",
+                    json!({"rel_type": "m.replace", "event_id": "$old"}),
+                ),
+                "an edit of an earlier message",
+            ),
         ];
         for (sender, content, want) in cases {
             let e = decode(&event(sender, content.clone()), Room::Swarm, &me).unwrap_err();
@@ -510,6 +576,22 @@ mod tests {
             ),
             ("", "thanks", Some("$post"))
         );
+        // An edit is told by its relation, whatever its body says (an edit
+        // without the `* ` fallback once arrived as a second message: N9).
+        for body in ["@ana: T42 edit without star", "* @ana: T42 edit"] {
+            let e = decode(
+                &event(
+                    "@alice:hive.test",
+                    json!({"msgtype":"m.text","body":body,
+                           "m.new_content":{"msgtype":"m.text","body":"@ana: T42"},
+                           "m.relates_to":{"rel_type":"m.replace","event_id":"$first"}}),
+                ),
+                Room::Operators,
+                &me,
+            )
+            .unwrap_err();
+            assert!(e.contains("an edit of an earlier message"), "{body}: {e}");
+        }
         for (sender, body, want) in [
             ("@bob:hive.test", "@ana: hi", "not a listed operator"),
             ("@alice:hive.test", "hello all", "names no agent"),

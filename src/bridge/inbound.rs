@@ -191,6 +191,7 @@ mod tests {
             body: "x".repeat(body_len),
             in_reply_to: None,
             question: None,
+            ref_instance: None,
             options: vec![],
             multi: false,
             reply_to_event: None,

@@ -1,11 +1,12 @@
 //! The `bridge-send` thread: takes the broker's outbox in id order
 //! (`bridge_next`, parked while it is empty) and sends each event to the
-//! homeserver under the transaction id `<broker instance>-<message id>`,
+//! homeserver under the transaction id `<instance>-<message id>` (the
+//! instance of the broker start that committed it, which it keeps for good),
 //! awaiting each before the next, so every destination gets its events in
 //! order. An event is settled (`bridge_sent`) only after the homeserver
-//! answered: a crash in between sends it again under the same transaction id,
-//! which the homeserver answers with the first event (and the receiving broker
-//! deduplicates anyway). A homeserver that is down, slow or rate-limiting is
+//! answered: a crash, a restart or a restored `broker.db` sends it again
+//! under the same transaction id, which the homeserver answers with the first
+//! event (and the receiving broker deduplicates by the same pair anyway). A homeserver that is down, slow or rate-limiting is
 //! retried with the capped backoff (its `retry_after_ms` honoured) while the
 //! rest of the hive runs; one that refuses an event for good gets it settled
 //! as failed (`bridge_failed`), and the broker tells its sender.
@@ -25,7 +26,8 @@ pub struct Outbox {
     pub broker: Broker,
     pub client: Client,
     pub login: Login,
-    /// The broker's instance id: the transaction ids' prefix.
+    /// The instance of this broker start: the transaction ids' prefix for
+    /// an event of a broker of an older release, which names none.
     pub instance: String,
     /// The swarm room's id.
     pub room: String,
@@ -73,8 +75,13 @@ impl Outbox {
         } else {
             self.room.clone()
         };
-        let txn = format!("{}-{}", self.instance, ev.id);
-        let content = event::content(ev, &self.instance);
+        let instance = if ev.instance.is_empty() {
+            &self.instance
+        } else {
+            &ev.instance
+        };
+        let txn = format!("{instance}-{}", ev.id);
+        let content = event::content(ev, instance);
         loop {
             match self.client.send(&room, &txn, &content) {
                 Ok(event_id) => {

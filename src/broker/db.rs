@@ -16,7 +16,7 @@ mod retention;
 mod swarm;
 
 pub use retention::{PrunedMessages, Pruner};
-pub use swarm::{new_message, Batch, OutRow, OutboxEntry, Settle};
+pub use swarm::{new_message, Batch, OutRow, OutboxEntry, PeerInstance, Settle};
 
 use crate::proto::cmd::{Bounded, PostTurnCounts};
 use crate::proto::limits::REMINDER_PREVIEW_CHARS;
@@ -149,6 +149,11 @@ pub const MIGRATIONS: &[Step] = &[
         version: 12,
         what: "retention: the agent each message is charged to, its running sums, acked rows by age",
         apply: |tx| tx.execute_batch(retention::SCHEMA_V12),
+    },
+    Step {
+        version: 13,
+        what: "the swarm: an instance id per broker start on each outbox row, dedupe by instance",
+        apply: |tx| tx.execute_batch(swarm::SCHEMA_V13),
     },
 ];
 
@@ -519,6 +524,8 @@ pub struct Db {
     /// committed write moved its inflight row on; so an agent outside it has
     /// none, and its hand-out needs no look for one.
     inflight: RefCell<BTreeSet<String>>,
+    /// This start's instance id (`db/swarm.rs`), made at open.
+    instance: String,
 }
 
 type Res<T> = rusqlite::Result<T>;
@@ -814,7 +821,10 @@ impl Db {
         .map_err(|e| format!("cannot requeue interrupted messages: {e}"))?;
         let tail = queue_tail(&conn)
             .map_err(|e| format!("cannot read the queues of {}: {e}", path.display()))?;
+        let instance = swarm::fresh_instance(&conn)
+            .map_err(|e| format!("cannot make an instance id in {}: {e}", path.display()))?;
         Ok(Db {
+            instance,
             wal_hook: None,
             conn,
             queues: Queues::new(tail),

@@ -1,10 +1,14 @@
-//! The swarm's part of `broker.db` (schema step 4): the broker's instance id
-//! (made with the step, so with `broker.db`), the sync token the bridge
-//! resumes from, the outbox (one row per message that leaves through the
-//! bridge, pending until the homeserver answered), the inbound log that
-//! deduplicates room events by (origin hive, `hive.id`) and maps them to local
-//! messages, and the mirrors of questions other hives asked here. Several
-//! writes that must happen together (a delivered batch and its sync token, a
+//! The swarm's part of `broker.db` (schema steps 4 and 13): the sync token
+//! the bridge resumes from, the outbox (one row per message that leaves
+//! through the bridge, pending until the homeserver answered, stamped with
+//! the instance of the broker start that committed it), the inbound log that
+//! deduplicates room events by (origin hive, instance, `hive.id`) and maps
+//! them to local messages, the last instances seen of each peer hive, and
+//! the mirrors of questions other hives asked here. Each broker start makes
+//! a fresh instance id ([`fresh_instance`]): an event keeps its first
+//! (instance, id) for good, so a restart or a `broker.db` restored from a
+//! backup (whose message ids start again) never reuses one. Several writes
+//! that must happen together (a delivered batch and its sync token, a
 //! message and its outbox entry) run in one [`Batch`].
 
 use super::{Db, NewMessage, Res};
@@ -54,6 +58,92 @@ CREATE TABLE question_mirrors (
 );
 ";
 
+/// Schema step 13 (issue 40): an instance id per broker start. Every outbox
+/// row gets the instance it was first committed under (the old rows the one
+/// instance older releases made with `broker.db`), and replies, answers,
+/// withdrawals and bounces the instance of the message or question they name
+/// (`ref_instance`); the inbound log and the question mirrors are keyed by
+/// the sender's instance too (the old rows by the peer's instance older
+/// releases kept in `swarm_meta`, which moves to `peer_instances` as the
+/// latest seen).
+pub(super) const SCHEMA_V13: &str = "
+ALTER TABLE outbox ADD COLUMN instance TEXT NOT NULL DEFAULT '';
+ALTER TABLE outbox ADD COLUMN ref_instance TEXT;
+UPDATE outbox SET instance = COALESCE((SELECT value FROM swarm_meta WHERE key = 'instance'), '');
+UPDATE outbox SET ref_instance = CASE kind
+        WHEN 'question_cancelled' THEN instance
+        ELSE (SELECT value FROM swarm_meta WHERE key = 'peer_instance:' || outbox.dest)
+    END
+    WHERE kind != 'question_asked' AND (question IS NOT NULL OR in_reply_to IS NOT NULL);
+CREATE INDEX outbox_question ON outbox (question, kind);
+CREATE TABLE inbound_v13 (
+    origin TEXT NOT NULL,
+    instance TEXT NOT NULL,
+    origin_id TEXT NOT NULL,
+    local_id INTEGER,
+    received_at INTEGER NOT NULL,
+    PRIMARY KEY (origin, instance, origin_id)
+);
+INSERT INTO inbound_v13 (origin, instance, origin_id, local_id, received_at)
+    SELECT origin,
+           COALESCE((SELECT value FROM swarm_meta WHERE key = 'peer_instance:' || inbound.origin), ''),
+           origin_id, local_id, received_at
+    FROM inbound;
+DROP TABLE inbound;
+ALTER TABLE inbound_v13 RENAME TO inbound;
+CREATE INDEX inbound_local ON inbound (local_id);
+CREATE INDEX inbound_received ON inbound (received_at);
+CREATE TABLE question_mirrors_v13 (
+    question_id INTEGER PRIMARY KEY,
+    origin TEXT NOT NULL,
+    instance TEXT NOT NULL,
+    origin_id INTEGER NOT NULL,
+    UNIQUE (origin, instance, origin_id)
+);
+INSERT INTO question_mirrors_v13 (question_id, origin, instance, origin_id)
+    SELECT question_id, origin,
+           COALESCE((SELECT value FROM swarm_meta WHERE key = 'peer_instance:' || question_mirrors.origin), ''),
+           origin_id
+    FROM question_mirrors;
+DROP TABLE question_mirrors;
+ALTER TABLE question_mirrors_v13 RENAME TO question_mirrors;
+CREATE TABLE peer_instances (
+    origin TEXT NOT NULL,
+    instance TEXT NOT NULL,
+    seen INTEGER NOT NULL,
+    PRIMARY KEY (origin, instance)
+);
+INSERT INTO peer_instances (origin, instance, seen)
+    SELECT substr(key, 15), value, 1 FROM swarm_meta WHERE key LIKE 'peer_instance:%';
+DELETE FROM swarm_meta WHERE key LIKE 'peer_instance:%' OR key = 'instance';
+";
+
+/// A fresh instance id (a random uuid, version 4), made at each broker
+/// start.
+pub(super) fn fresh_instance(conn: &rusqlite::Connection) -> Res<String> {
+    let h: String = conn.query_row("SELECT lower(hex(randomblob(16)))", [], |r| r.get(0))?;
+    let variant = ["8", "9", "a", "b"][usize::from_str_radix(&h[16..17], 16).unwrap_or(0) % 4];
+    Ok(format!(
+        "{}-{}-4{}-{variant}{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    ))
+}
+
+/// What became of a peer's instance when one of its events came in.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PeerInstance {
+    /// It was not among the instances remembered of that hive.
+    pub new: bool,
+    /// The instances it pushed out of the last
+    /// [`KEEP_PEER_INSTANCES`](crate::proto::cmd::KEEP_PEER_INSTANCES):
+    /// forgotten with the events seen from them.
+    pub forgotten: Vec<String>,
+}
+
 /// Where an outbox row's event goes and what it carries besides its message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxEntry {
@@ -64,6 +154,9 @@ pub struct OutboxEntry {
     pub kind: EventKind,
     /// For the question kinds: the asker's question id.
     pub question: Option<i64>,
+    /// The instance of the message `in_reply_to` names, or of the question
+    /// `question` names (a question's own event: none).
+    pub ref_instance: Option<String>,
     /// The message it answers, in the destination's ids.
     pub in_reply_to: Option<i64>,
     /// For an `undeliverable` event: why (step 11's `reason`).
@@ -75,6 +168,8 @@ pub struct OutboxEntry {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutRow {
     pub entry: OutboxEntry,
+    /// The instance it was first committed under.
+    pub instance: String,
     pub from: Peer,
     pub to: Peer,
     pub body: String,
@@ -138,14 +233,10 @@ impl Db {
         })
     }
 
-    /// The uuid made with this store: the prefix of the bridge's transaction
-    /// ids.
-    pub fn instance(&self) -> Res<String> {
-        self.conn.query_row(
-            "SELECT value FROM swarm_meta WHERE key = 'instance'",
-            [],
-            |r| r.get(0),
-        )
+    /// The instance id of this broker start: what the outbox rows it
+    /// commits are stamped with.
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// The sync token stored with the last delivered batch.
@@ -171,8 +262,9 @@ impl Db {
     pub fn insert_outbox(&self, e: &OutboxEntry, now: i64) -> Res<()> {
         self.conn
             .prepare_cached(
-                "INSERT INTO outbox (msg_id, dest, kind, question, in_reply_to, created_at, reason)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO outbox (msg_id, dest, kind, question, in_reply_to, created_at, reason,
+                                     instance, ref_instance)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?
             .execute(params![
                 e.msg_id,
@@ -181,7 +273,9 @@ impl Db {
                 e.question,
                 e.in_reply_to,
                 now,
-                e.reason.map(UndeliverableReason::name)
+                e.reason.map(UndeliverableReason::name),
+                self.instance,
+                e.ref_instance
             ])?;
         Ok(())
     }
@@ -190,7 +284,8 @@ impl Db {
     pub fn outbox_pending(&self, limit: u32) -> Res<Vec<OutRow>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT o.msg_id, o.dest, o.kind, o.question, o.in_reply_to,
-                    m.sender, m.recipient, m.body, q.options, q.multi, o.reason
+                    m.sender, m.recipient, m.body, q.options, q.multi, o.reason,
+                    o.instance, o.ref_instance
              FROM outbox o JOIN messages m ON m.id = o.msg_id
              LEFT JOIN questions q ON o.kind = 'question_asked' AND q.id = o.question
              WHERE o.state = 'pending' ORDER BY o.msg_id LIMIT ?1",
@@ -204,9 +299,11 @@ impl Db {
                     dest: r.get(1)?,
                     kind: EventKind::from_name(&kind).unwrap_or(EventKind::Message),
                     question: r.get(3)?,
+                    ref_instance: r.get(12)?,
                     in_reply_to: r.get(4)?,
                     reason: reason(r.get(10)?),
                 },
+                instance: r.get(11)?,
                 from: r.get(5)?,
                 to: r.get(6)?,
                 body: r.get(7)?,
@@ -254,7 +351,7 @@ impl Db {
     fn outbox_pending_row(&self, msg_id: i64) -> Res<Option<OutRow>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT o.msg_id, o.dest, o.kind, o.question, o.in_reply_to,
-                    m.sender, m.recipient, m.body, o.reason
+                    m.sender, m.recipient, m.body, o.reason, o.instance, o.ref_instance
              FROM outbox o JOIN messages m ON m.id = o.msg_id
              WHERE o.msg_id = ?1 AND o.state = 'pending'",
         )?;
@@ -266,9 +363,11 @@ impl Db {
                     dest: r.get(1)?,
                     kind: EventKind::from_name(&kind).unwrap_or(EventKind::Message),
                     question: r.get(3)?,
+                    ref_instance: r.get(10)?,
                     in_reply_to: r.get(4)?,
                     reason: reason(r.get(8)?),
                 },
+                instance: r.get(9)?,
                 from: r.get(5)?,
                 to: r.get(6)?,
                 body: r.get(7)?,
@@ -302,59 +401,79 @@ impl Db {
             .optional()
     }
 
-    /// The instance id last seen from hive `origin`'s broker.
-    pub fn peer_instance(&self, origin: &str) -> Res<Option<String>> {
+    /// Notes that an event of hive `origin` came under `instance`: it becomes
+    /// the hive's latest, and the oldest beyond the last `keep` instances are
+    /// forgotten with the events seen from them (an event of theirs would be
+    /// new again). The question mirrors stay: their questions are open until
+    /// answered or cancelled.
+    pub fn note_peer_instance(
+        &self,
+        origin: &str,
+        instance: &str,
+        keep: usize,
+    ) -> Res<PeerInstance> {
+        let latest: Option<String> = self
+            .conn
+            .prepare_cached(
+                "SELECT instance FROM peer_instances WHERE origin = ?1 ORDER BY seen DESC LIMIT 1",
+            )?
+            .query_row(params![origin], |r| r.get(0))
+            .optional()?;
+        if latest.as_deref() == Some(instance) {
+            return Ok(PeerInstance::default());
+        }
+        let new = self
+            .conn
+            .prepare_cached("SELECT 1 FROM peer_instances WHERE origin = ?1 AND instance = ?2")?
+            .query_row(params![origin, instance], |_| Ok(()))
+            .optional()?
+            .is_none();
         self.conn
-            .prepare_cached("SELECT value FROM swarm_meta WHERE key = ?1")?
-            .query_row(params![format!("peer_instance:{origin}")], |r| r.get(0))
-            .optional()
-    }
-
-    /// Records `instance` as hive `origin`'s broker. When it replaces
-    /// another, that broker's `broker.db` was made anew and its message ids
-    /// start again: what was seen from the old one (the dedupe rows, the
-    /// reply map and the question mirrors' links) is forgotten, so the new
-    /// ids are not taken for replays. Returns the instance it replaced.
-    /// Its open mirrored questions are closed as cancelled (their asker is
-    /// gone with the old store).
-    pub fn set_peer_instance(&self, origin: &str, instance: &str, now: i64) -> Res<Option<String>> {
-        let old = self.peer_instance(origin)?;
-        if old.as_deref() == Some(instance) {
-            return Ok(None);
-        }
-        self.conn.execute(
-            "INSERT INTO swarm_meta (key, value) VALUES (?1, ?2)
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            params![format!("peer_instance:{origin}"), instance],
-        )?;
-        if old.is_some() {
+            .prepare_cached(
+                "INSERT INTO peer_instances (origin, instance, seen)
+                 VALUES (?1, ?2, (SELECT COALESCE(MAX(seen), 0) + 1 FROM peer_instances))
+                 ON CONFLICT (origin, instance) DO UPDATE SET seen = excluded.seen",
+            )?
+            .execute(params![origin, instance])?;
+        let forgotten: Vec<String> = self
+            .conn
+            .prepare_cached(
+                "SELECT instance FROM peer_instances WHERE origin = ?1
+                 ORDER BY seen DESC LIMIT -1 OFFSET ?2",
+            )?
+            .query_map(params![origin, keep as i64], |r| r.get(0))?
+            .collect::<Res<_>>()?;
+        for old in &forgotten {
             self.conn.execute(
-                "UPDATE questions SET answer = ?1, answered_by = ?2, answered_at = ?3
-                 WHERE answer IS NULL
-                   AND id IN (SELECT question_id FROM question_mirrors WHERE origin = ?4)",
-                params![
-                    format!("[cancelled: the broker of hive {origin} was made anew]"),
-                    Peer::System,
-                    now,
-                    origin
-                ],
+                "DELETE FROM inbound WHERE origin = ?1 AND instance = ?2",
+                params![origin, old],
             )?;
-            self.conn
-                .execute("DELETE FROM inbound WHERE origin = ?1", params![origin])?;
             self.conn.execute(
-                "DELETE FROM question_mirrors WHERE origin = ?1",
-                params![origin],
+                "DELETE FROM peer_instances WHERE origin = ?1 AND instance = ?2",
+                params![origin, old],
             )?;
         }
-        Ok(old)
+        Ok(PeerInstance { new, forgotten })
     }
 
-    /// Whether the room event (origin, id) was delivered before.
-    pub fn seen_inbound(&self, origin: &str, id: &str) -> Res<bool> {
+    /// The instances remembered of hive `origin`, the latest first.
+    pub fn peer_instances(&self, origin: &str) -> Res<Vec<String>> {
+        self.conn
+            .prepare_cached(
+                "SELECT instance FROM peer_instances WHERE origin = ?1 ORDER BY seen DESC",
+            )?
+            .query_map(params![origin], |r| r.get(0))?
+            .collect()
+    }
+
+    /// Whether the room event (origin, instance, id) was delivered before.
+    pub fn seen_inbound(&self, origin: &str, instance: &str, id: &str) -> Res<bool> {
         Ok(self
             .conn
-            .prepare_cached("SELECT 1 FROM inbound WHERE origin = ?1 AND origin_id = ?2")?
-            .query_row(params![origin, id], |_| Ok(()))
+            .prepare_cached(
+                "SELECT 1 FROM inbound WHERE origin = ?1 AND instance = ?2 AND origin_id = ?3",
+            )?
+            .query_row(params![origin, instance, id], |_| Ok(()))
             .optional()?
             .is_some())
     }
@@ -362,16 +481,17 @@ impl Db {
     pub fn record_inbound(
         &self,
         origin: &str,
+        instance: &str,
         id: &str,
         local_id: Option<i64>,
         now: i64,
     ) -> Res<()> {
         self.conn
             .prepare_cached(
-                "INSERT INTO inbound (origin, origin_id, local_id, received_at)
-                 VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO inbound (origin, instance, origin_id, local_id, received_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
             )?
-            .execute(params![origin, id, local_id, now])?;
+            .execute(params![origin, instance, id, local_id, now])?;
         Ok(())
     }
 
@@ -386,13 +506,20 @@ impl Db {
 
     /// The id on hive `origin` of the local message `local_id` that came from
     /// there: what a reply to it names there.
-    pub fn origin_id_of(&self, local_id: i64, origin: &str) -> Res<Option<i64>> {
-        let id: Option<String> = self
+    /// With it, the instance it came under (none from a peer of an older
+    /// release).
+    pub fn origin_id_of(&self, local_id: i64, origin: &str) -> Res<Option<(i64, Option<String>)>> {
+        let row: Option<(String, String)> = self
             .conn
-            .prepare_cached("SELECT origin_id FROM inbound WHERE local_id = ?1 AND origin = ?2")?
-            .query_row(params![local_id, origin], |r| r.get(0))
+            .prepare_cached(
+                "SELECT origin_id, instance FROM inbound WHERE local_id = ?1 AND origin = ?2",
+            )?
+            .query_row(params![local_id, origin], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
-        Ok(id.and_then(|id| id.parse().ok()))
+        Ok(row.and_then(|(id, instance)| {
+            let id = id.parse().ok()?;
+            Some((id, Some(instance).filter(|i| !i.is_empty())))
+        }))
     }
 
     /// The recipient of message `msg_id` (`b@two` for mail to another hive).
@@ -403,44 +530,78 @@ impl Db {
             .optional()
     }
 
-    /// Whether `msg_id` is a message this hive sent to hive `dest`: what an
-    /// `in_reply_to` from there may name.
-    pub fn sent_to(&self, msg_id: i64, dest: &str) -> Res<bool> {
+    /// Whether `msg_id` is a message this hive sent to hive `dest` (under
+    /// `instance`, when it is named): what an `in_reply_to` from there may
+    /// name.
+    pub fn sent_to(&self, msg_id: i64, dest: &str, instance: Option<&str>) -> Res<bool> {
         Ok(self
             .conn
-            .prepare_cached("SELECT 1 FROM outbox WHERE msg_id = ?1 AND dest = ?2")?
-            .query_row(params![msg_id, dest], |_| Ok(()))
+            .prepare_cached(
+                "SELECT 1 FROM outbox WHERE msg_id = ?1 AND dest = ?2
+                 AND (?3 IS NULL OR instance = ?3)",
+            )?
+            .query_row(params![msg_id, dest, instance], |_| Ok(()))
             .optional()?
             .is_some())
     }
 
-    pub fn insert_mirror(&self, question_id: i64, origin: &str, origin_id: i64) -> Res<()> {
-        self.conn.execute(
-            "INSERT INTO question_mirrors (question_id, origin, origin_id) VALUES (?1, ?2, ?3)",
-            params![question_id, origin, origin_id],
-        )?;
-        Ok(())
+    /// Records that question `question_id` here mirrors question
+    /// `origin_id` that hive `origin` asked under `instance`. False when
+    /// that question has a mirror already (a repeat under another event id).
+    pub fn insert_mirror(
+        &self,
+        question_id: i64,
+        origin: &str,
+        instance: &str,
+        origin_id: i64,
+    ) -> Res<bool> {
+        Ok(self.conn.execute(
+            "INSERT INTO question_mirrors (question_id, origin, instance, origin_id)
+             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (origin, instance, origin_id) DO NOTHING",
+            params![question_id, origin, instance, origin_id],
+        )? == 1)
     }
 
-    /// The local mirror of question `origin_id` of hive `origin`.
-    pub fn mirror_of(&self, origin: &str, origin_id: i64) -> Res<Option<i64>> {
+    /// The local mirror of question `origin_id` that hive `origin` asked
+    /// under `instance`; without one (a peer of an older release), the
+    /// latest mirror of that id.
+    pub fn mirror_of(
+        &self,
+        origin: &str,
+        instance: Option<&str>,
+        origin_id: i64,
+    ) -> Res<Option<i64>> {
         self.conn
             .query_row(
-                "SELECT question_id FROM question_mirrors WHERE origin = ?1 AND origin_id = ?2",
-                params![origin, origin_id],
+                "SELECT question_id FROM question_mirrors
+                 WHERE origin = ?1 AND origin_id = ?2 AND (?3 IS NULL OR instance = ?3)
+                 ORDER BY question_id DESC LIMIT 1",
+                params![origin, origin_id, instance],
                 |r| r.get(0),
             )
             .optional()
     }
 
-    /// Where the mirror `question_id` came from: (hive, the asker's id).
-    pub fn mirror_origin(&self, question_id: i64) -> Res<Option<(String, i64)>> {
+    /// Where the mirror `question_id` came from: (hive, the instance that
+    /// asked it, the asker's id).
+    pub fn mirror_origin(&self, question_id: i64) -> Res<Option<(String, String, i64)>> {
         self.conn
             .query_row(
-                "SELECT origin, origin_id FROM question_mirrors WHERE question_id = ?1",
+                "SELECT origin, instance, origin_id FROM question_mirrors WHERE question_id = ?1",
                 params![question_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
+            .optional()
+    }
+
+    /// The instance that asked question `id` of this hive on another hive
+    /// (its `question_asked` event's).
+    pub fn asked_under(&self, id: i64) -> Res<Option<String>> {
+        self.conn
+            .prepare_cached(
+                "SELECT instance FROM outbox WHERE question = ?1 AND kind = 'question_asked'",
+            )?
+            .query_row(params![id], |r| r.get(0))
             .optional()
     }
 

@@ -473,36 +473,39 @@ impl Hub<'_> {
 /// resolved), so the broker never reads a file for an agent that the agent
 /// could not have written; it must be a regular file (opened without blocking,
 /// so a FIFO is refused rather than waited on) of at most [`MAX_PATCH_BYTES`].
+///
+/// Containment is checked on the path's words first, and the file is then
+/// opened beneath `own` one name at a time without following a symlink: the
+/// broker resolves nothing outside the agent's dir, and a path that is not
+/// there, is outside, or leads through a symlink gets one and the same
+/// answer, so an agent cannot learn whether a path outside its dir exists
+/// (robustness review N10: `/etc/shadow` and `/etc/shadowx` were told apart).
 fn read_patch_file(own: &Path, commit_ref: &str) -> Result<Value, String> {
     let shown = excerpt(commit_ref);
+    let not_here = || {
+        format!(
+            "commit_ref {shown} is not there or outside your own dir {} (its path is read \
+             there without following a symlink); write the patch into a regular file in your \
+             state dir, or pass it inline",
+            own.display()
+        )
+    };
+    let rel = beneath(own, commit_ref).ok_or_else(not_here)?;
+    // The dir itself is the broker's: a symlink on its path is followed.
+    let own = own.canonicalize().unwrap_or_else(|_| own.to_path_buf());
     let not_readable = |e: std::io::Error| {
         format!(
             "commit_ref {shown} is neither a JSON object nor a readable file in your state dir: {e}"
         )
     };
-    let path: PathBuf = own.join("state").join(commit_ref);
-    let real = path.canonicalize().map_err(not_readable)?;
-    let own = own.canonicalize().map_err(not_readable)?;
-    let Ok(rel) = real.strip_prefix(&own) else {
-        return Err(format!(
-            "commit_ref {shown} is outside your own dir {}; write the patch into your state dir, or pass it inline",
-            own.display()
-        ));
-    };
-    // Opened along the checked path without following a symlink, so a
-    // directory on it swapped for a symlink since the check (the agent
-    // writes its own dir) cannot lead the broker out of it.
     if rel.as_os_str().is_empty() {
         return Err(format!(
             "commit_ref {shown} is a directory, not a regular file; write the patch into a regular file in your state dir, or pass it inline"
         ));
     }
-    let file = crate::sys::fd::open_beneath(&own, rel, libc::O_NONBLOCK).map_err(|e| {
+    let file = crate::sys::fd::open_beneath(&own, &rel, libc::O_NONBLOCK).map_err(|e| {
         match e.raw_os_error() {
-            Some(libc::ELOOP) | Some(libc::ENOTDIR) => format!(
-                "commit_ref {shown} changed while it was read (a symlink is now on its way); \
-                 write the patch into a regular file in your state dir, or pass it inline"
-            ),
+            Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP) => not_here(),
             _ => not_readable(e),
         }
     })?;
@@ -538,6 +541,35 @@ fn read_patch_file(own: &Path, commit_ref: &str) -> Result<Value, String> {
         ));
     }
     parse_patch(&text)
+}
+
+/// `commit_ref` as a path of plain names inside `own`, resolved against its
+/// `state` dir on the path's words alone (`.` and `..` applied, an absolute
+/// path taken when it starts with `own`); None when it is outside.
+fn beneath(own: &Path, commit_ref: &str) -> Option<PathBuf> {
+    use std::path::Component;
+    let path = Path::new(commit_ref);
+    let (mut names, rest): (Vec<&std::ffi::OsStr>, &Path) = if path.is_absolute() {
+        let canonical = own.canonicalize().ok();
+        let rest = path
+            .strip_prefix(own)
+            .ok()
+            .or_else(|| path.strip_prefix(canonical.as_deref()?).ok())?;
+        (Vec::new(), rest)
+    } else {
+        (vec![std::ffi::OsStr::new("state")], path)
+    };
+    for c in rest.components() {
+        match c {
+            Component::Normal(n) => names.push(n),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                names.pop()?;
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(names.iter().collect())
 }
 
 #[cfg(test)]
@@ -592,6 +624,49 @@ mod tests {
         }
         stop.store(true, Ordering::Relaxed);
         swapper.join().unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A path outside the agent's dir is refused on its words, in the same
+    /// words whether it exists or not, and so is a symlink out of the dir.
+    #[test]
+    fn a_missing_and_a_forbidden_path_get_the_same_answer() {
+        let root = std::env::temp_dir().join(format!("hive-patch-oracle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let own = root.join("agents/ana");
+        std::fs::create_dir_all(own.join("state")).unwrap();
+        std::fs::create_dir_all(root.join("agents/bob")).unwrap();
+        std::fs::write(root.join("agents/bob/secret.json"), "{}").unwrap();
+        let outside = root.join("agents/bob/secret.json");
+        std::os::unix::fs::symlink(&outside, own.join("state/there.json")).unwrap();
+        std::os::unix::fs::symlink(root.join("nope"), own.join("state/gone.json")).unwrap();
+        let answer = |r: &str| read_patch_file(&own, r).unwrap_err().replace(r, "REF");
+        let alike = answer("../../bob/secret.json");
+        assert!(
+            alike.contains("not there or outside your own dir"),
+            "{alike}"
+        );
+        for r in [
+            "../../bob/nope.json",
+            "/etc/hostname",
+            "/etc/hostnamex",
+            outside.to_str().unwrap(),
+            "there.json",
+            "gone.json",
+            "missing.json",
+            "./../state/../../ana/../bob/secret.json",
+        ] {
+            assert_eq!(answer(r), alike, "{r}");
+        }
+        std::fs::write(own.join("state/p.json"), r#"{"model":"opus"}"#).unwrap();
+        let absolute = own.join("state/p.json");
+        for r in ["p.json", "./d/../p.json", absolute.to_str().unwrap()] {
+            assert_eq!(
+                read_patch_file(&own, r).unwrap(),
+                json!({"model":"opus"}),
+                "{r}"
+            );
+        }
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -3,9 +3,10 @@
 //! `bridge_next`; the bridge settles each once the homeserver answered
 //! (`bridge_sent`, `bridge_failed`, whose sender is told); a batch of room
 //! events (`bridge_deliver`) is delivered once each — deduplicated by (origin
-//! hive, `hive.id`) — in one transaction with the sync token after it, mail
-//! for no agent here bounces to its sender, and questions across hives keep a
-//! mirror here with a local id. The bridge's link state (`bridge_status`, and
+//! hive, instance, `hive.id`), the last instances of each hive remembered —
+//! in one transaction with the sync token after it, mail for no agent here
+//! bounces to its sender, and questions across hives keep a mirror here with
+//! a local id. The bridge's link state (`bridge_status`, and
 //! its connections) is kept in memory for `agents`. `docs/swarm.md` tells the
 //! whole story.
 
@@ -15,6 +16,7 @@ use crate::proto::address::Remote;
 use crate::proto::cmd::{
     Ask, BridgeDeliver, BridgeDeliverReply, BridgeFailed, BridgeHelloReply, BridgeNext,
     BridgeNextReply, BridgeSent, BridgeStatus, EventKind, Inbound, Outbound, UndeliverableReason,
+    KEEP_PEER_INSTANCES,
 };
 use crate::proto::limits::{MAX_REMOTE_BODY, PAGE_BYTES};
 use crate::proto::swarm::{BridgeRow, BridgeState, MatrixConfig};
@@ -147,7 +149,7 @@ impl Hub<'_> {
         };
         let to_name = to.to_string();
         let msg = new_message(&from, &to_name, body, &MsgKind::Message, in_reply_to);
-        let id = self.store_outbound(&msg, charged, &to.hive, EventKind::Message, theirs)?;
+        let id = self.store_outbound(&msg, charged, &to.hive, theirs)?;
         if let Some(a) = charged {
             self.stored(a, body.len());
         }
@@ -158,15 +160,16 @@ impl Hub<'_> {
     }
 
     /// One message (charged to agent `charged`) and its outbox entry,
-    /// committed together; wakes the bridge.
+    /// committed together; wakes the bridge. `in_reply_to` is the id (and
+    /// instance) on `dest` of the message it answers.
     fn store_outbound(
         &mut self,
         msg: &NewMessage,
         charged: Option<&str>,
         dest: &str,
-        kind: EventKind,
-        in_reply_to: Option<i64>,
+        in_reply_to: Option<(i64, Option<String>)>,
     ) -> Result<i64, String> {
+        let (in_reply_to, ref_instance) = in_reply_to.unzip();
         let t = now();
         let b = self.db.batch().map_err(db_err)?;
         let id = b.insert_charged(msg, charged, t).map_err(db_err)?;
@@ -174,8 +177,9 @@ impl Hub<'_> {
             &OutboxEntry {
                 msg_id: id,
                 dest: dest.to_string(),
-                kind,
+                kind: EventKind::Message,
                 question: None,
+                ref_instance: ref_instance.flatten(),
                 in_reply_to,
                 reason: None,
             },
@@ -231,6 +235,7 @@ impl Hub<'_> {
                 dest: String::new(),
                 kind,
                 question: None,
+                ref_instance: None,
                 in_reply_to: None,
                 reason: None,
             },
@@ -265,6 +270,7 @@ impl Hub<'_> {
                 dest: to.hive.clone(),
                 kind: EventKind::QuestionAsked,
                 question: Some(qid),
+                ref_instance: None,
                 in_reply_to: None,
                 reason: None,
             },
@@ -286,7 +292,8 @@ impl Hub<'_> {
         answer: &str,
         by: &Peer,
     ) -> Result<(), String> {
-        let Some((origin, their_id)) = self.db.mirror_origin(q.id).map_err(db_err)? else {
+        let Some((origin, instance, their_id)) = self.db.mirror_origin(q.id).map_err(db_err)?
+        else {
             return Err(format!(
                 "question #{} from {} has no record of where it came from",
                 q.id, q.asker
@@ -314,6 +321,7 @@ impl Hub<'_> {
                 dest: origin,
                 kind: EventKind::QuestionAnswered,
                 question: Some(their_id),
+                ref_instance: Some(instance).filter(|i| !i.is_empty()),
                 in_reply_to: None,
                 reason: None,
             },
@@ -340,6 +348,7 @@ impl Hub<'_> {
         };
         let t = now();
         let to_name = target.to_string();
+        let asked_under = self.db.asked_under(q.id).map_err(db_err)?;
         let b = self.db.batch().map_err(db_err)?;
         if !b.settle_question(q.id, text, by, t).map_err(db_err)? {
             return Ok(());
@@ -355,6 +364,7 @@ impl Hub<'_> {
                 dest: target.hive.clone(),
                 kind: EventKind::QuestionCancelled,
                 question: Some(q.id),
+                ref_instance: asked_under.filter(|i| !i.is_empty()),
                 in_reply_to: None,
                 reason: None,
             },
@@ -375,7 +385,7 @@ impl Hub<'_> {
         };
         let reply = BridgeHelloReply {
             hive_name: own.to_string(),
-            instance: self.db.instance().map_err(db_err)?,
+            instance: self.db.instance().to_string(),
             matrix: m.clone(),
             next_batch: self.db.next_batch().map_err(db_err)?,
         };
@@ -437,6 +447,7 @@ impl Hub<'_> {
             };
             let ev = Outbound {
                 id: r.entry.msg_id,
+                instance: r.instance,
                 dest: r.entry.dest,
                 kind: r.entry.kind,
                 from: self.qualified(&r.from),
@@ -444,6 +455,7 @@ impl Hub<'_> {
                 body: r.body,
                 in_reply_to: r.entry.in_reply_to,
                 question: r.entry.question,
+                ref_instance: r.entry.ref_instance,
                 options: r.options,
                 multi: r.multi,
                 reason: r.entry.reason,
@@ -550,19 +562,29 @@ impl Hub<'_> {
         {
             let b = self.db.batch().map_err(db_err)?;
             for e in &c.events {
-                if let (false, Some(instance)) = (e.origin.is_empty(), &e.instance) {
-                    if let Some(old) = b
-                        .set_peer_instance(&e.origin, instance, t)
-                        .map_err(db_err)?
-                    {
-                        log::warn!(
-                            "bridge: hive {} has a new broker.db (instance {instance}, was {old}): \
-                             its message ids start again, the ones seen before are forgotten",
+                // Events are known by (origin, instance, id): an instance is
+                // one start of the sender's broker, and an event keeps the
+                // one it was first committed under (`docs/swarm.md`).
+                let instance = e.instance.as_deref().unwrap_or_default();
+                if !e.origin.is_empty() {
+                    let seen = b
+                        .note_peer_instance(&e.origin, instance, KEEP_PEER_INSTANCES)
+                        .map_err(db_err)?;
+                    if seen.new {
+                        log::info!(
+                            "bridge: hive {} sends under instance {instance} (a start of its broker)",
+                            e.origin
+                        );
+                    }
+                    for old in seen.forgotten {
+                        log::info!(
+                            "bridge: hive {}'s instance {old} is older than its last \
+                             {KEEP_PEER_INSTANCES}: the events seen from it are forgotten",
                             e.origin
                         );
                     }
                 }
-                if b.seen_inbound(&e.origin, &e.id).map_err(db_err)? {
+                if b.seen_inbound(&e.origin, instance, &e.id).map_err(db_err)? {
                     out.duplicates += 1;
                     continue;
                 }
@@ -593,7 +615,7 @@ impl Hub<'_> {
                         out.ignored += 1;
                     }
                 }
-                b.record_inbound(&e.origin, &e.id, local, t)
+                b.record_inbound(&e.origin, instance, &e.id, local, t)
                     .map_err(db_err)?;
             }
             if let Some(token) = &c.next_batch {
@@ -647,6 +669,13 @@ impl Hub<'_> {
                 if !here(&e.to) {
                     return self.bounce(b, own, e, t, woken);
                 }
+                let instance = e.instance.as_deref().unwrap_or_default();
+                if b.mirror_of(&e.origin, Some(instance), their_id)?.is_some() {
+                    return Ok((
+                        Fate::Ignored(format!("question {their_id} has a mirror here already")),
+                        None,
+                    ));
+                }
                 let target = Peer::address(&e.to);
                 let qid = b.insert_question(
                     from.as_str(),
@@ -657,7 +686,7 @@ impl Hub<'_> {
                     t,
                     None,
                 )?;
-                b.insert_mirror(qid, &e.origin, their_id)?;
+                b.insert_mirror(qid, &e.origin, instance, their_id)?;
                 let q = Question {
                     id: qid,
                     asker: from.clone(),
@@ -691,6 +720,15 @@ impl Hub<'_> {
                     }
                 };
                 let (q, open) = q;
+                if !self.names_our_question(b, qid, e)? {
+                    return Ok((
+                        Fate::Ignored(format!(
+                            "question #{qid} here is not the one answered (asked under another \
+                             instance: a restored broker.db)"
+                        )),
+                        None,
+                    ));
+                }
                 if !open || !b.settle_question(qid, &e.body, &from, t)? {
                     return Ok((
                         Fate::Ignored(format!("question #{qid} is closed already")),
@@ -700,8 +738,9 @@ impl Hub<'_> {
                 answered(b, &q, &e.body, &from, t, woken)
             }
             EventKind::QuestionCancelled => {
+                let asked_under = e.ref_instance.as_deref();
                 let mirror = match e.question {
-                    Some(their_id) => b.mirror_of(&e.origin, their_id)?,
+                    Some(their_id) => b.mirror_of(&e.origin, asked_under, their_id)?,
                     None => None,
                 };
                 let Some(qid) = mirror else {
@@ -748,7 +787,8 @@ impl Hub<'_> {
                             None,
                         ));
                     };
-                    let asked_there = q.target.remote().is_some_and(|r| r.hive == e.origin);
+                    let asked_there = q.target.remote().is_some_and(|r| r.hive == e.origin)
+                        && self.names_our_question(b, qid, e)?;
                     let text = format!(
                         "undeliverable: your question #{qid} to {}: {reason}",
                         q.target
@@ -787,11 +827,23 @@ impl Hub<'_> {
         }
     }
 
+    /// Whether this hive's question `qid` is the one an answer or a bounce
+    /// `e` names: asked under the instance it says (a restored `broker.db`
+    /// asks new questions under the old ids). A peer of an older release
+    /// names none, and is taken at its word.
+    fn names_our_question(&self, b: &Batch, qid: i64, e: &Inbound) -> rusqlite::Result<bool> {
+        let Some(named) = &e.ref_instance else {
+            return Ok(true);
+        };
+        Ok(b.asked_under(qid)?.as_deref() == Some(named.as_str()))
+    }
+
     /// The `in_reply_to` of an event, kept only when it names a message this
-    /// hive sent to the event's hive.
+    /// hive sent to the event's hive (under the instance it names: a
+    /// restored `broker.db` sends new messages under the old ids).
     fn their_reply(&self, b: &Batch, e: &Inbound) -> rusqlite::Result<Option<i64>> {
         match e.in_reply_to {
-            Some(id) if b.sent_to(id, &e.origin)? => Ok(Some(id)),
+            Some(id) if b.sent_to(id, &e.origin, e.ref_instance.as_deref())? => Ok(Some(id)),
             _ => Ok(None),
         }
     }
@@ -816,6 +868,7 @@ impl Hub<'_> {
                 dest: e.origin.clone(),
                 kind: EventKind::Undeliverable,
                 question: e.question.filter(|_| e.kind == EventKind::QuestionAsked),
+                ref_instance: e.instance.clone(),
                 in_reply_to: e.id.parse().ok(),
                 reason: Some(UndeliverableReason::UnknownAgent),
             },

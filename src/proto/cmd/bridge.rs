@@ -7,7 +7,7 @@
 //! operator). The events are typed here; their Matrix content is the
 //! bridge's (`src/bridge/event.rs`).
 
-use super::check_text;
+use super::{check_option, check_text};
 use crate::proto::command::{Command, Invalid};
 use crate::proto::enums::closed_enum;
 use crate::proto::ident::check_name;
@@ -26,6 +26,17 @@ pub const MAX_MATRIX_ID: usize = 255;
 
 /// Longest broker instance id an event may carry (a uuid is 36).
 pub const MAX_INSTANCE: usize = 64;
+
+/// How many instances (broker starts) of each peer hive this hive
+/// remembers, with the events it saw from each: every start sends under a
+/// fresh instance, and an event keeps the instance it was first committed
+/// under, so a retry from a restored `broker.db` comes under an old one.
+/// 32 starts that each sent mail cover a month of daily restarts, past the
+/// 30 days the dedupe rows are kept anyway; and a peer that flips its
+/// instance on every event costs at most 32 remembered instances. An event
+/// under an instance older than the last 32 is taken as new
+/// (`docs/swarm.md`).
+pub const KEEP_PEER_INSTANCES: usize = 32;
 
 /// Whether `s` can be a broker's instance id (`hive.instance`): 1 to
 /// [`MAX_INSTANCE`] hex digits and dashes.
@@ -88,9 +99,8 @@ impl UndeliverableReason {
     }
 }
 
-/// The bridge at start: the hive's name and the broker's instance id (the
-/// prefix of every transaction id), the `matrix` section, and the sync token
-/// stored with the last delivered batch.
+/// The bridge at start: the hive's name and the broker's instance id, the
+/// `matrix` section, and the sync token stored with the last delivered batch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BridgeHello {}
@@ -99,8 +109,8 @@ pub struct BridgeHello {}
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BridgeHelloReply {
     pub hive_name: String,
-    /// A uuid made when `broker.db` was: transaction ids are
-    /// `<instance>-<message id>`, so a re-send after a crash reuses one.
+    /// The uuid this broker start made: events first committed during it
+    /// carry it (each [`Outbound`] says its own, kept across restarts).
     pub instance: String,
     pub matrix: MatrixConfig,
     /// Where the last delivered batch ended; None before the first sync.
@@ -117,6 +127,13 @@ impl Command for BridgeHello {
 pub struct Outbound {
     /// The message id here: `hive.id`, and the transaction id's suffix.
     pub id: i64,
+    /// The instance of the broker start that committed it (`hive.instance`,
+    /// and the transaction id's prefix): with `id`, what identifies the
+    /// event for good, across retries, restarts and a restored `broker.db`.
+    /// Empty from a broker of an older release: the bridge then uses the
+    /// instance of `bridge_hello`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub instance: String,
     /// The hive it goes to; empty for this hive's operator room.
     pub dest: String,
     pub kind: EventKind,
@@ -131,6 +148,14 @@ pub struct Outbound {
     /// For the question kinds: the asker's question id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub question: Option<i64>,
+    /// The instance of what this event refers to (`hive.ref_instance`):
+    /// for a reply or a bounce, the instance the message it names
+    /// (`in_reply_to`) was sent under; for an answer, a withdrawal or a
+    /// bounce of a question, the instance that asked it. So a restored hive,
+    /// whose ids start again, takes no reply or answer meant for an older
+    /// message or question of the same id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ref_instance: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -202,7 +227,8 @@ pub struct Inbound {
     /// The hive it comes from; empty for an operator's message.
     pub origin: String,
     /// `hive.id` (the message id on its hive), or the event id of an
-    /// operator's message: with `origin`, what deduplicates it.
+    /// operator's message: with `origin` and `instance`, what deduplicates
+    /// it.
     pub id: String,
     pub kind: EventKind,
     /// The sender's name on its hive (`a`, `operator`, `system`), or the
@@ -216,6 +242,11 @@ pub struct Inbound {
     pub in_reply_to: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub question: Option<i64>,
+    /// `hive.ref_instance`: the instance of the message `in_reply_to` names
+    /// or of the question `question` names ([`Outbound`]); none from a peer
+    /// of an older release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ref_instance: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -225,9 +256,11 @@ pub struct Inbound {
     /// When the homeserver received it (unix s).
     #[serde(default)]
     pub sent_at: i64,
-    /// `hive.instance`: the sending broker's instance id. A new one for the
-    /// same hive is a new `broker.db`, whose message ids start again, so the
-    /// ids seen from the old one are forgotten.
+    /// `hive.instance`: the instance of the sending broker's start that
+    /// first committed the event. Events are deduplicated by (origin,
+    /// instance, id), and the last [`KEEP_PEER_INSTANCES`] instances of each
+    /// hive are remembered, so neither a restart (a new instance) nor a
+    /// restored `broker.db` (ids that start again) loses or repeats one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
     /// For an `undeliverable` event: why, when the peer said so in the
@@ -253,7 +286,7 @@ impl Inbound {
         if !self.to.is_empty() && self.to != "operator" {
             check_name(&self.to)?;
         }
-        if let Some(i) = &self.instance {
+        for i in [&self.instance, &self.ref_instance].into_iter().flatten() {
             if !is_instance(i) {
                 return Err(format!(
                     "event {}: its instance {:?} is not a broker's instance id",
@@ -269,6 +302,9 @@ impl Inbound {
                 self.body.len(),
                 self.options.len()
             ));
+        }
+        for o in &self.options {
+            check_option(o).map_err(|why| format!("event {}: {why}", excerpt(&self.id)))?;
         }
         Ok(())
     }
@@ -426,6 +462,7 @@ mod samples {
                     body: "ship it?".into(),
                     in_reply_to: None,
                     question: Some(4),
+                    ref_instance: None,
                     options: vec!["yes".into(), "no".into()],
                     multi: false,
                     reply_to_event: None,
@@ -469,6 +506,10 @@ mod samples {
         d.events[0].instance = Some("not a uuid!".into());
         let e = d.validate().unwrap_err();
         assert!(e.to_string().contains("not a broker's instance id"), "{e}");
+        let mut d = BridgeDeliver::sample();
+        d.events[0].options[1] = "no\nyes".into();
+        let e = d.validate().unwrap_err();
+        assert!(e.to_string().contains("must be one line"), "{e}");
         let mut d = BridgeDeliver::sample();
         d.next_batch = Some(String::new());
         assert!(d.validate().is_err());

@@ -42,18 +42,23 @@ impl Command for Ask {
             ));
         }
         for o in &self.options {
-            if o.trim().is_empty()
-                || o.contains(['\n', '\r'])
-                || o.chars().count() > MAX_OPTION_CHARS
-            {
-                return Err(Invalid::Whole(format!(
-                    "option {} must be one line of 1 to {MAX_OPTION_CHARS} characters",
-                    excerpt(o)
-                )));
-            }
+            check_option(o).map_err(Invalid::Whole)?;
         }
         Ok(())
     }
+}
+
+/// What an option of a question must be, asked here or on another hive
+/// (`bridge_deliver` checks a peer's the same way): one line of 1 to
+/// [`MAX_OPTION_CHARS`] characters.
+pub fn check_option(o: &str) -> Result<(), String> {
+    if o.trim().is_empty() || o.contains(['\n', '\r']) || o.chars().count() > MAX_OPTION_CHARS {
+        return Err(format!(
+            "option {} must be one line of 1 to {MAX_OPTION_CHARS} characters",
+            excerpt(o)
+        ));
+    }
+    Ok(())
 }
 
 /// Answers a question addressed to the caller.
