@@ -10,7 +10,8 @@ use common::hive::{agent_row, ok, operator_inbox, Broker, TempDir};
 use hyperhive::broker::db::{self, Db, Durability};
 use hyperhive::harness::stats::{self, MessageKey, Spend, Stats};
 use hyperhive::proto::cmd::{
-    AckTurn, Approvals, DeadLetter, Failed, Questions, RecvNext, RecvNextReply, Retry, Wake,
+    AckTurn, Approvals, DeadLetter, Failed, Questions, RecvNext, RecvNextReply, Retry, Timers,
+    TimersReply, Wake,
 };
 use hyperhive::proto::{schema, turnstats, MsgKind, Peer};
 use rusqlite::types::Value;
@@ -245,6 +246,13 @@ fn an_old_broker_store_migrates_with_every_row() {
             assert_eq!(new, want, "reminders");
             continue;
         }
+        if *table == "scheduled" {
+            // Step 14 appended the deliveries skipped (0) and the last copy
+            // delivered (none) to every prompt.
+            for n in new.iter_mut() {
+                assert_eq!(n.split_off(6), [Value::Integer(0), Value::Null]);
+            }
+        }
         if *table == "messages" {
             // Step 3 appended attempts (0), the last error (none) and the
             // queue position (the row's own id) to every row, step 12 the
@@ -337,7 +345,12 @@ fn an_old_broker_store_migrates_with_every_row() {
         .zip(&before)
         .filter(|(t, _)| **t != "messages" && **t != "reminders")
     {
-        assert_eq!(&rows(&path, table), old, "{table}");
+        let mut now = rows(&path, table);
+        if *table == "scheduled" {
+            // Step 14's two columns, as above.
+            now.iter_mut().for_each(|n| n.truncate(6));
+        }
+        assert_eq!(&now, old, "{table}");
     }
 }
 
@@ -496,6 +509,77 @@ fn a_version_11_store_charges_new_messages_through_step_12() {
     );
     assert_eq!(agent_row(&b, "ana").stored_bytes, 1000);
     assert_eq!(agent_row(&b, "bob").stored_bytes, 0);
+}
+
+/// Step 14 (issue 39) on the previous release's store: its scheduled prompts
+/// gain a count of skipped deliveries and the message of their last copy, and
+/// a repeating prompt of an old store is coalesced from its first delivery
+/// on; a real broker serves the operator's `timers` from it.
+#[test]
+fn a_version_11_store_coalesces_repeating_prompts_through_step_14() {
+    let (store, c, dir) = migrate_broker_fixture("broker-v11.db", 11);
+    let columns: Vec<String> = c
+        .prepare("SELECT name FROM pragma_table_info('scheduled') ORDER BY cid")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(
+        columns,
+        [
+            "id",
+            "agent",
+            "body",
+            "fire_at",
+            "every_seconds",
+            "created_at",
+            "skipped",
+            "last_copy"
+        ]
+    );
+    assert!(store.timers(None).unwrap().is_empty());
+    // A prompt as the old release stored it (no step 14 columns written).
+    c.execute(
+        "INSERT INTO scheduled (agent, body, fire_at, every_seconds, created_at)
+         VALUES ('ana', 'digest', 100, 60, 1)",
+        [],
+    )
+    .unwrap();
+    let s = store.scheduled_of("ana").unwrap().remove(0);
+    let msg = db::NewMessage {
+        from: &Peer::Scheduler,
+        to: "ana",
+        body: "[scheduled #1] digest",
+        kind: &MsgKind::Scheduled,
+        in_reply_to: None,
+    };
+    let db::Fired::Delivered(copy) = store.fire_scheduled(&s, Some(160), &msg, 100).unwrap() else {
+        panic!("an old prompt has no copy yet: it delivers")
+    };
+    assert_eq!(copy, 11, "ids go on after the sequence");
+    assert_eq!(
+        store.fire_scheduled(&s, Some(220), &msg, 160).unwrap(),
+        db::Fired::Coalesced(copy)
+    );
+    let t = store.timers(Some("ana")).unwrap();
+    assert_eq!((t[0].skipped, t[0].unread_copy), (1, Some(copy)));
+    assert_eq!(
+        queue(&store, "ana")
+            .iter()
+            .filter(|(_, b)| b.contains("digest"))
+            .count(),
+        1
+    );
+    assert_intact(&c);
+    drop((store, c));
+
+    let state = dir.path().join("s");
+    std::fs::create_dir_all(&state).unwrap();
+    copy_fixture("broker-v11.db", &state, db::FILE);
+    let b = Broker::start_in(&["ana", "bob"], &state);
+    let r: TimersReply = b.host().call(&Timers { agent: None }).unwrap();
+    assert!(r.timers.is_empty(), "{r:?}");
 }
 
 /// Step 6 with the spill file still there: the payload is read into the row

@@ -9,14 +9,18 @@
 //! the ordered list [`MIGRATIONS`] (`PRAGMA user_version`, `proto::schema`).
 //! The swarm's tables and statements are `db/swarm.rs`; what retention
 //! prunes, the prune thread's connection and each agent's stored bytes are
-//! `db/retention.rs`; the operator's recent activity, `db/activity.rs`.
+//! `db/retention.rs`; the operator's recent activity, `db/activity.rs`; the
+//! operator's view of timers and the coalescing of repeating prompts,
+//! `db/timers.rs`.
 
 mod activity;
 mod retention;
 mod swarm;
+mod timers;
 
 pub use retention::{PrunedMessages, Pruner};
 pub use swarm::{new_message, Batch, OutRow, OutboxEntry, PeerInstance, Settle};
+pub use timers::Fired;
 
 use crate::proto::cmd::{Bounded, PostTurnCounts};
 use crate::proto::limits::REMINDER_PREVIEW_CHARS;
@@ -154,6 +158,11 @@ pub const MIGRATIONS: &[Step] = &[
         version: 13,
         what: "the swarm: an instance id per broker start on each outbox row, dedupe by instance",
         apply: |tx| tx.execute_batch(swarm::SCHEMA_V13),
+    },
+    Step {
+        version: 14,
+        what: "repeating scheduled prompts coalesced: the last copy delivered and the deliveries skipped",
+        apply: |tx| tx.execute_batch(timers::SCHEMA_V14),
     },
 ];
 
@@ -1579,27 +1588,6 @@ impl Db {
     pub fn next_scheduled(&self) -> Res<Option<i64>> {
         self.conn
             .query_row("SELECT MIN(fire_at) FROM scheduled", [], |r| r.get(0))
-    }
-
-    /// Delivers a due scheduled prompt and moves it on (or deletes a one-shot),
-    /// atomically; the message is charged to its agent.
-    pub fn fire_scheduled(
-        &self,
-        s: &Scheduled,
-        next: Option<i64>,
-        msg: &NewMessage,
-        now: i64,
-    ) -> Res<()> {
-        let tx = self.conn.unchecked_transaction()?;
-        match next {
-            Some(at) => tx.execute(
-                "UPDATE scheduled SET fire_at = ?1 WHERE id = ?2",
-                params![at, s.id],
-            )?,
-            None => tx.execute("DELETE FROM scheduled WHERE id = ?1", params![s.id])?,
-        };
-        queue_row(&tx, &self.queues, msg, Some(msg.to), now)?;
-        tx.commit()
     }
 
     pub fn delete_scheduled(&self, agent: &str, id: i64) -> Res<bool> {

@@ -239,6 +239,9 @@ commands! {
     "search"               => Search:            Operator;
     "history"              => History:           Operator;
     "activity"             => Activity:          Operator;
+    // issue 39: the operator sees and cancels the agents' timers
+    "timers"               => Timers:            Operator;
+    "cancel_timer"         => CancelTimer:       Operator;
     // the Matrix bridge, on its own socket
     "bridge_hello"         => BridgeHello:       Bridge;
     "bridge_next"          => BridgeNext:        Bridge;

@@ -653,6 +653,8 @@ impl<'c> Hub<'c> {
             Request::SchedulePrompt(c) => self.now(c, |h, c| h.schedule_prompt(agent, c)),
             Request::ListScheduled(c) => self.now(c, |h, _| h.list_scheduled(agent)),
             Request::CancelScheduled(c) => self.now(c, |h, c| h.cancel_scheduled(agent, c)),
+            Request::Timers(c) => self.now(c, |h, c| h.timers(c)),
+            Request::CancelTimer(c) => self.now(c, |h, c| h.cancel_timer(c)),
             // agents.rs
             Request::Hello(c) => self.now(c, |h, c| h.hello(ctx.who, c)),
             Request::HarnessStarted(c) => self.now(c, |h, c| h.harness_started(ctx.conn, agent, c)),

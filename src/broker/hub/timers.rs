@@ -7,15 +7,21 @@
 //! a long one into the agent's own state dir when it delivers it).
 //! A timer that fires is charged to its agent, which set it (`quotas.rs`):
 //! one is refused when it is set past the agent's limits, never when it
-//! fires.
+//! fires. A repeating prompt whose last copy is still unread (its agent
+//! stopped, paused or busy) is coalesced into that copy (`db/timers.rs`).
+//! The operator lists every agent's timers (`timers`) and cancels one
+//! (`cancel_timer`); its agent is told, as the asker of a question the
+//! operator cancels is.
 
 use super::limits::Budget;
 use super::{db_err, Hub};
-use crate::broker::db::NewMessage;
+use crate::broker::db::{Fired, NewMessage};
 use crate::proto::cmd::{
-    CancelScheduled, Remind, RemindReply, SchedulePrompt, ScheduledIdReply, ScheduledReply,
+    cancelled_notice, CancelScheduled, CancelTimer, CancelTimerReply, Remind, RemindReply,
+    SchedulePrompt, ScheduledIdReply, ScheduledReply, TimerKind, Timers, TimersReply,
 };
 use crate::proto::ident::Peer;
+use crate::proto::text::excerpt;
 use crate::proto::{now, Empty, MsgKind};
 
 impl Hub<'_> {
@@ -168,12 +174,77 @@ impl Hub<'_> {
                 in_reply_to: None,
             };
             match self.db.fire_scheduled(&s, next, &msg, t) {
-                Ok(()) => {
+                Ok(Fired::Delivered(_)) => {
                     self.stored(&s.agent, body.len());
                     self.notify(&s.agent)
                 }
+                Ok(Fired::Coalesced(copy)) => log::debug!(
+                    "scheduled prompt #{} of {}: message #{copy} is still unread; this delivery is coalesced into it",
+                    s.id,
+                    s.agent
+                ),
                 Err(e) => log::error!("cannot fire scheduled prompt {}: {e}", s.id),
             }
         }
+    }
+
+    /// `timers`: every pending reminder and scheduled prompt, of one agent or
+    /// of all, soonest first.
+    pub(super) fn timers(&self, c: Timers) -> Result<TimersReply, String> {
+        let timers = self.db.timers(c.agent.as_deref()).map_err(db_err)?;
+        if let Some(a) = c.agent.as_deref() {
+            // A name the fleet no longer has may still own timers.
+            if timers.is_empty() && self.cfg.agent(a).is_none() {
+                let known: Vec<&str> = self.cfg.agents.iter().map(|a| a.name.as_str()).collect();
+                return Err(format!(
+                    "unknown agent {}; the agents are: {}",
+                    excerpt(a),
+                    known.join(", ")
+                ));
+            }
+        }
+        let mut budget = Budget::new();
+        let timers = budget.fit(timers);
+        Ok(TimersReply {
+            timers,
+            left_off: budget.left_off,
+        })
+    }
+
+    /// `cancel_timer`: the operator cancels one agent's reminder or scheduled
+    /// prompt; the timer goes and its agent gets `[KIND #ID cancelled by
+    /// operator]` in one transaction, so it stops waiting for it.
+    pub(super) fn cancel_timer(&mut self, c: CancelTimer) -> Result<CancelTimerReply, String> {
+        let missing = || {
+            format!(
+                "no pending {} #{}: ids are per kind; `hive timers` lists the pending \
+                 reminders and scheduled prompts with their kind and id",
+                c.kind, c.id
+            )
+        };
+        let agent = self
+            .db
+            .timer_owner(c.kind, c.id)
+            .map_err(db_err)?
+            .ok_or_else(missing)?;
+        let body = cancelled_notice(c.kind, c.id);
+        let kind = match c.kind {
+            TimerKind::Reminder => MsgKind::Reminder,
+            TimerKind::Scheduled => MsgKind::Scheduled,
+        };
+        let notice = NewMessage {
+            from: &Peer::System,
+            to: &agent,
+            body: &body,
+            kind: &kind,
+            in_reply_to: None,
+        };
+        self.db
+            .cancel_timer(c.kind, c.id, &notice, now())
+            .map_err(db_err)?
+            .ok_or_else(missing)?;
+        self.notify(&agent);
+        self.recompute_due();
+        Ok(CancelTimerReply { agent })
     }
 }

@@ -1,10 +1,13 @@
 //! Timers: `remind` (a message into the caller's own inbox, once) and the
-//! scheduling group's `schedule_prompt`, `list_scheduled`, `cancel_scheduled`.
+//! scheduling group's `schedule_prompt`, `list_scheduled`, `cancel_scheduled`;
+//! and the operator's view of every agent's timers (issue 39): `timers`
+//! lists them, `cancel_timer` cancels one by kind and id (ids are per kind).
 //! When a timer fires is computed here, once, for the broker and for whatever
 //! a client tells its user.
 
 use super::check_text;
 use crate::proto::command::{Command, Invalid};
+use crate::proto::enums::closed_enum;
 use crate::proto::limits::{MIN_EVERY_SECS, TIMER_HORIZON_SECS};
 use crate::proto::reply::{is_zero, Empty, Scheduled};
 use serde::{Deserialize, Serialize};
@@ -150,6 +153,90 @@ impl Command for CancelScheduled {
     type Reply = Empty;
 }
 
+closed_enum! {
+    /// Which of an agent's timers an id names: reminders and scheduled
+    /// prompts are numbered apart.
+    pub enum TimerKind ("timer kind", "kinds") {
+        /// `remind`: once, into the agent's own inbox.
+        Reminder = "reminder",
+        /// `schedule_prompt`: once or repeating.
+        Scheduled = "scheduled",
+    }
+}
+
+/// Operator: every pending reminder and scheduled prompt, of one agent or of
+/// all, soonest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timers {
+    #[serde(default)]
+    pub agent: Option<String>,
+}
+
+/// One pending timer as the operator sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Timer {
+    pub agent: String,
+    pub kind: TimerKind,
+    /// Its id among the timers of its kind.
+    pub id: i64,
+    /// Unix seconds of the next delivery.
+    pub fire_at: i64,
+    /// A scheduled prompt's period; absent for a one-shot and a reminder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_seconds: Option<u64>,
+    /// The body's first line, at most 200 characters.
+    pub first_line: String,
+    /// The whole body's length in bytes.
+    pub bytes: u64,
+    /// A repeating prompt's deliveries left out because its last copy was
+    /// still unread (its agent stopped, paused or busy): each was coalesced
+    /// into that copy.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped: u64,
+    /// The message id of the prompt's copy still unread in the agent's
+    /// inbox, if one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unread_copy: Option<i64>,
+}
+
+/// Answer to `timers`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimersReply {
+    pub timers: Vec<Timer>,
+    /// Timers that did not fit in the answer's byte budget.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub left_off: u64,
+}
+
+impl Command for Timers {
+    type Reply = TimersReply;
+}
+
+/// Operator: cancels one agent's reminder or scheduled prompt; the agent is
+/// told (`[reminder #ID cancelled by operator]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelTimer {
+    pub kind: TimerKind,
+    pub id: i64,
+}
+
+/// Answer to `cancel_timer`: whose timer it was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CancelTimerReply {
+    pub agent: String,
+}
+
+impl Command for CancelTimer {
+    type Reply = CancelTimerReply;
+}
+
+/// What the owner of a timer the operator cancelled finds in its inbox.
+pub fn cancelled_notice(kind: TimerKind, id: i64) -> String {
+    format!("[{kind} #{id} cancelled by operator]")
+}
+
 #[cfg(test)]
 mod samples {
     use super::*;
@@ -183,6 +270,38 @@ mod samples {
         fn sample() -> Self {
             CancelScheduled { id: 2 }
         }
+    }
+    impl Sample for Timers {
+        fn sample() -> Self {
+            Timers {
+                agent: Some("ana".into()),
+            }
+        }
+    }
+    impl Sample for CancelTimer {
+        fn sample() -> Self {
+            CancelTimer {
+                kind: TimerKind::Scheduled,
+                id: 2,
+            }
+        }
+    }
+
+    #[test]
+    fn a_timer_kind_is_named_and_an_unknown_one_lists_the_kinds() {
+        let c: CancelTimer = serde_json::from_str(r#"{"kind":"reminder","id":3}"#).unwrap();
+        assert_eq!(c.kind, TimerKind::Reminder);
+        let e = serde_json::from_str::<CancelTimer>(r#"{"kind":"question","id":3}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown timer kind \"question\"; known kinds: reminder, scheduled"),
+            "{e}"
+        );
+        assert_eq!(
+            cancelled_notice(TimerKind::Scheduled, 4),
+            "[scheduled #4 cancelled by operator]"
+        );
     }
 
     #[test]
