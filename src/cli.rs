@@ -440,6 +440,27 @@ Needs `hive up` (its supervisor).",
 
   --socket PATH       the host socket (default {HOST_SOCKET})",
     },
+    // issue 39: the operator's view of the agents' timers
+    CommandHelp {
+        name: "timers",
+        summary: "operator: list every agent's pending reminders and scheduled prompts; `hive timers cancel` cancels one",
+        usage: "hive timers [--agent NAME] [--socket PATH] [--json]
+hive timers cancel reminder|scheduled ID [--socket PATH] [--json]
+
+  --agent NAME        only the timers of this agent
+  reminder|scheduled  the kind of the timer: ids are per kind (reminder #3 and
+                      scheduled #3 are two timers)
+  ID                  the timer's id, as `hive timers` lists it
+  --socket PATH       the host socket (default {HOST_SOCKET})
+  --json              print the broker's answer as JSON
+
+Each line shows the agent, the kind and id, the next delivery (UTC), the
+period of a repeating prompt and the first line of its text. A repeating
+prompt whose last copy is still unread (its agent stopped, paused or busy)
+queues no new copy: the deliveries it skipped are counted (`skipped N`).
+A cancelled timer's agent gets `[reminder #ID cancelled by operator]` (or
+`[scheduled #ID …]`) in its inbox.",
+    },
 ];
 
 /// Text printed by `hive --help`.
@@ -542,6 +563,20 @@ pub struct InboxArgs {
 pub struct FailedArgs {
     pub host: HostArgs,
     pub agent: Option<String>,
+}
+
+/// `hive timers` (issue 39): the list, or `cancel KIND ID`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TimersArgs {
+    List {
+        host: HostArgs,
+        agent: Option<String>,
+    },
+    Cancel {
+        host: HostArgs,
+        kind: crate::proto::cmd::TimerKind,
+        id: i64,
+    },
 }
 
 /// `hive budget` (issue 16): the report, `set`, or `void` (issue 40).
@@ -704,6 +739,8 @@ pub enum Cmd {
     Versions(HostArgs),
     Answer(AnswerArgs),
     CancelQuestion(IdArgs),
+    /// `hive timers` and `hive timers cancel KIND ID`.
+    Timers(TimersArgs),
     Approvals(HostArgs),
     Approve(IdArgs),
     Deny(DenyArgs),
@@ -782,6 +819,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Cmd, UsageError> {
         "version" => parse_host(&mut p).map(Cmd::Versions),
         "answer" => parse_answer(&mut p),
         "cancel-question" => parse_id(&mut p).map(Cmd::CancelQuestion),
+        "timers" => parse_timers(&mut p),
         "approvals" => parse_host(&mut p).map(Cmd::Approvals),
         "approve" => parse_id(&mut p).map(Cmd::Approve),
         "deny" => parse_deny(&mut p),
@@ -1021,6 +1059,41 @@ fn parse_failed(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
         }
     }
     Ok(Cmd::Failed(a))
+}
+
+/// `hive timers [--agent NAME]`, `hive timers cancel KIND ID` (issue 39).
+fn parse_timers(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    use crate::proto::cmd::TimerKind;
+    let mut host = HostArgs::default();
+    let mut agent = None;
+    let mut cancel = false;
+    let mut kind = None;
+    let mut the_id = None;
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("socket") => host.socket = Some(p.value()?.into()),
+            Long("json") => host.json = true,
+            Long("help") | Short('h') => return Err(help()),
+            Long("agent") if !cancel && agent.is_none() => agent = Some(utf8(p.value()?)?),
+            Value(v) if !cancel && agent.is_none() && v == "cancel" => cancel = true,
+            Value(v) if cancel && kind.is_none() => {
+                let v = utf8(v)?;
+                kind = Some(
+                    TimerKind::parse(&v)
+                        .map_err(|e| lexopt::Error::from(format!("hive timers cancel: {e}")))?,
+                );
+            }
+            Value(v) if cancel && the_id.is_none() => the_id = Some(id(v)?),
+            other => return Err(other.unexpected()),
+        }
+    }
+    if !cancel {
+        return Ok(Cmd::Timers(TimersArgs::List { host, agent }));
+    }
+    match (kind, the_id) {
+        (Some(kind), Some(id)) => Ok(Cmd::Timers(TimersArgs::Cancel { host, kind, id })),
+        _ => Err("hive timers cancel: give the kind (reminder or scheduled) and the ID, as `hive timers` lists them".into()),
+    }
 }
 
 /// `hive budget [set|void AGENT|--hive …]` (issue 16, `void` issue 40).
@@ -1537,6 +1610,33 @@ mod tests {
     }
 
     #[test]
+    fn timers_list_and_cancel_by_kind_and_id() {
+        use crate::proto::cmd::TimerKind;
+        assert_eq!(
+            run(&["timers", "--agent", "ana", "--json"]).unwrap(),
+            Cmd::Timers(TimersArgs::List {
+                host: HostArgs {
+                    json: true,
+                    ..HostArgs::default()
+                },
+                agent: Some("ana".into()),
+            })
+        );
+        assert_eq!(
+            run(&["timers", "cancel", "scheduled", "#4"]).unwrap(),
+            Cmd::Timers(TimersArgs::Cancel {
+                host: HostArgs::default(),
+                kind: TimerKind::Scheduled,
+                id: 4,
+            })
+        );
+        assert_eq!(
+            run(&["timers", "cancel", "--help"]).unwrap(),
+            Cmd::Help(Some("timers"))
+        );
+    }
+
+    #[test]
     fn bad_command_lines_say_why_with_usage() {
         let cases: &[(&[&str], &str)] = &[
             (&[], "no command"),
@@ -1577,6 +1677,17 @@ mod tests {
             (&["history"], "missing AGENT"),
             (&["history", "a", "b"], "b"),
             (&["history", "a", "--since", "5x"], "RFC 3339"),
+            (
+                &["timers", "cancel"],
+                "give the kind (reminder or scheduled) and the ID",
+            ),
+            (&["timers", "cancel", "reminder"], "give the kind"),
+            (
+                &["timers", "cancel", "question", "3"],
+                "unknown timer kind \"question\"; known kinds: reminder, scheduled",
+            ),
+            (&["timers", "cancel", "scheduled", "x"], "must be a number"),
+            (&["timers", "ana"], "ana"),
         ];
         for (args, want) in cases {
             let e = run(args).unwrap_err();

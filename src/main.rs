@@ -130,6 +130,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Versions(h) => ops::versions(&h)?,
         Cmd::Answer(a) => ops::answer(&a)?,
         Cmd::CancelQuestion(a) => ops::cancel_question(&a.host, a.id)?,
+        Cmd::Timers(a) => ops::timers(&a)?,
         Cmd::Approvals(h) => ops::approvals(&h)?,
         Cmd::Approve(a) => ops::approve(&a.host, a.id)?,
         Cmd::Deny(a) => ops::deny(&a)?,

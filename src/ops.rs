@@ -1,7 +1,8 @@
 //! The client commands: `hive wake` for scripts inside an agent's container and
 //! the operator commands (`send`, `inbox`, `agents`, `failed`, `retry`,
-//! `resume`, `questions`, `answer`, `cancel-question`, `approvals`, `approve`, `deny`,
-//! `start`, `stop`, `restart`, `update`, and `search` and `history`, which
+//! `resume`, `questions`, `answer`, `cancel-question`, `timers`, `approvals`,
+//! `approve`, `deny`, `start`, `stop`, `restart`, `update`, and `search` and
+//! `history`, which
 //! `hive up` answers from the agents' pages) on the host socket. Each
 //! builds the contract's command and sends it with the typed client
 //! ([`crate::proto::Client`]), printed as plain text for people or `--json`
@@ -12,7 +13,7 @@
 
 use crate::cli::{
     AgentArgs, AnswerArgs, DenyArgs, FailedArgs, HistoryArgs, HostArgs, InboxArgs, Lifecycle,
-    ResumeArgs, SearchArgs, SendArgs, WakeArgs,
+    ResumeArgs, SearchArgs, SendArgs, TimersArgs, WakeArgs,
 };
 use crate::proto::cmd::{
     self, Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Failed, History, Inbox,
@@ -627,6 +628,97 @@ pub fn cancel_question(h: &HostArgs, id: i64) -> Result<(), String> {
         println!("cancelled #{id}");
     }
     Ok(())
+}
+
+/// `hive timers`: every pending reminder and scheduled prompt, soonest
+/// first, one line each; `hive timers cancel KIND ID` cancels one.
+pub fn timers(a: &TimersArgs) -> Result<(), String> {
+    let (host, agent) = match a {
+        TimersArgs::Cancel { host, kind, id } => {
+            let mut c = host_client(host)?;
+            let r = call(
+                &mut c,
+                &checked(cmd::CancelTimer {
+                    kind: *kind,
+                    id: *id,
+                })?,
+            )?;
+            if host.json {
+                print_json(&r);
+            } else {
+                println!(
+                    "cancelled {kind} #{id} of {}; it was told: {}",
+                    line(&r.agent),
+                    cmd::cancelled_notice(*kind, *id)
+                );
+            }
+            return Ok(());
+        }
+        TimersArgs::List { host, agent } => (host, agent),
+    };
+    let mut c = host_client(host)?;
+    let r = call(
+        &mut c,
+        &checked(cmd::Timers {
+            agent: agent.clone(),
+        })?,
+    )?;
+    if host.json {
+        print_json(&r);
+        return Ok(());
+    }
+    if r.timers.is_empty() {
+        match agent {
+            Some(name) => println!(
+                "no pending reminders or scheduled prompts of {}",
+                line(name)
+            ),
+            None => println!("no pending reminders or scheduled prompts"),
+        }
+    }
+    let width = r
+        .timers
+        .iter()
+        .map(|t| line(&t.agent).chars().count())
+        .max()
+        .unwrap_or(0);
+    for t in &r.timers {
+        let repeat = match t.every_seconds {
+            Some(e) => format!("every {}", span(e)),
+            None => "once".into(),
+        };
+        let mut extra = String::new();
+        if t.skipped > 0 {
+            let _ = write!(extra, " · skipped {}", t.skipped);
+        }
+        if let Some(copy) = t.unread_copy {
+            let _ = write!(extra, " · its copy #{copy} is unread");
+        }
+        println!(
+            "{:<width$}  {:<9} #{:<4} {}  {:<12} {}{extra}",
+            line(&t.agent),
+            t.kind.name(),
+            t.id,
+            fmt_time(t.fire_at),
+            repeat,
+            line(&t.first_line),
+        );
+    }
+    if !r.timers.is_empty() {
+        println!("`hive timers cancel KIND ID` cancels one; its agent is told.");
+    }
+    left_off(r.left_off, "timers");
+    Ok(())
+}
+
+/// A period as a person reads it: `90s`, `15m`, `2h`, `1d`.
+fn span(secs: u64) -> String {
+    match secs {
+        s if s >= 86400 && s % 86400 == 0 => format!("{}d", s / 86400),
+        s if s >= 3600 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s >= 60 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
 }
 
 pub fn approvals(h: &HostArgs) -> Result<(), String> {
