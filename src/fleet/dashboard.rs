@@ -10,6 +10,8 @@
 //! card also carries the agent's lifecycle buttons (start, stop, restart,
 //! update: the operator's lifecycle commands), a forge link (when the agent
 //! has a forge token) and a link to the dashboard's view of the entry it runs.
+//! The Timers tab lists every agent's pending reminders and scheduled prompts
+//! and cancels one (`cancel_timer`, as `hive timers cancel` does).
 //! One producer thread builds the hive snapshot once per tick while live
 //! clients are connected and every `GET /events` stream sends that same
 //! string (bounded in size: long texts are cut with a marker). Documented in
@@ -57,7 +59,8 @@ pub const LINK_TTL: Duration = Duration::from_secs(10 * 60);
 /// Texts in the snapshot longer than this are cut (the whole message is one
 /// `GET /api/message?id=N` away).
 const CUT_BYTES: usize = 16 * 1024;
-/// Entries of a list in the snapshot (questions, approvals, dead letters).
+/// Entries of a list in the snapshot (questions, approvals, dead letters,
+/// timers).
 const LIST_MAX: usize = 200;
 /// The most dashboard links of one agent a card shows.
 const LINKS_MAX: usize = 32;
@@ -553,6 +556,10 @@ static ROUTES: &[Route<App>] = &[
     post("/api/cancel-question", |a, c| {
         call::<CancelQuestion>(a, &c.body)
     }),
+    // issue 39: the Timers tab cancels an agent's reminder or scheduled prompt.
+    post("/api/cancel-timer", |a, c| {
+        call::<cmd::CancelTimer>(a, &c.body)
+    }),
     post("/api/start", |a, c| call::<StartAgent>(a, &c.body)),
     post("/api/stop", |a, c| call::<StopAgent>(a, &c.body)),
     post("/api/restart", |a, c| call::<RestartAgent>(a, &c.body)),
@@ -1042,6 +1049,8 @@ fn snapshot(app: &App) -> Value {
     let questions = get(&mut c, Questions {});
     let approvals = get(&mut c, Approvals {});
     let failed = get(&mut c, Failed { agent: None });
+    // issue 39: every agent's pending reminders and scheduled prompts.
+    let timers = get(&mut c, cmd::Timers { agent: None });
     // issue 16: every scope's spend against its budget.
     let budget = get(&mut c, cmd::GetBudget {});
     // issue 39: the hive's recent activity, newest first.
@@ -1146,6 +1155,8 @@ fn snapshot(app: &App) -> Value {
         }
     }
     let (failed, failed_more) = capped(&failed["failed"]);
+    let (timers, timers_more) = capped(&timers["timers"]);
+    let timers_more = timers_more as u64 + timers["left_off"].as_u64().unwrap_or(0);
     let mut snap = json!({
         "agents": cards,
         "questions": questions,
@@ -1154,6 +1165,8 @@ fn snapshot(app: &App) -> Value {
         "approvals_more": approvals_more,
         "failed": failed,
         "failed_more": failed_more,
+        "timers": timers,
+        "timers_more": timers_more,
         "budget": budget_of("hive"),
         "activity": activity["events"],
         "inbox": messages,
