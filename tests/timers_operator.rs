@@ -307,15 +307,39 @@ fn a_stopped_agents_repeating_prompt_leaves_one_pending_copy() {
     assert_eq!(h["timers"][0]["kind"], "scheduled", "{h}");
     assert_eq!(h["timers"][0]["skipped"], 2, "{h}");
     assert_eq!(h["timers_more"], 0);
-    let hostile = ureq::post(&format!("{}/api/cancel-timer", dash.base))
-        .set("X-Hive-Token", &dash.token)
-        .set("Origin", "http://evil.example")
-        .set("Content-Type", "application/json")
-        .send_string(r#"{"kind":"scheduled","id":1}"#);
-    assert!(
-        matches!(hostile, Err(ureq::Error::Status(403, _))),
-        "{hostile:?}"
-    );
+    // What a hostile page in the operator's browser can send, with and
+    // without the token, is refused, and the prompt stays.
+    let token = dash.token.as_str();
+    let attacks: [&[(&str, &str)]; 5] = [
+        &[("Content-Type", "application/json")],
+        &[
+            ("Origin", "http://evil.example"),
+            ("Content-Type", "text/plain"),
+        ],
+        &[
+            ("Origin", "http://evil.example"),
+            ("Content-Type", "application/json"),
+            ("X-Hive-Token", token),
+        ],
+        &[
+            ("Sec-Fetch-Site", "cross-site"),
+            ("Content-Type", "application/json"),
+            ("X-Hive-Token", token),
+        ],
+        &[("Content-Type", "text/plain"), ("X-Hive-Token", token)],
+    ];
+    for headers in attacks {
+        let mut req = ureq::post(&format!("{}/api/cancel-timer", dash.base));
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        let r = req.send_string(r#"{"kind":"scheduled","id":1}"#);
+        assert!(
+            matches!(r, Err(ureq::Error::Status(401 | 403 | 415, _))),
+            "{headers:?}: {r:?}"
+        );
+    }
+    assert_eq!(pals_timers(&up).timers.len(), 1, "nothing was cancelled");
     let (code, body) = dash
         .post("/api/cancel-timer", json!({"kind": "reminder", "id": 1}))
         .unwrap_err();
