@@ -147,7 +147,7 @@ fn the_operator_lists_and_cancels_a_reminder_set_through_mcp_and_a_scheduled_pro
     let (code, _, err) = hive(&host, &["timers", "--agent", "zed"]);
     assert_eq!(code, 1);
     assert!(
-        err.contains("unknown agent \"zed\"; the agents are: ana, bob"),
+        err.contains("unknown agent \"zed\"; the agents are ana, bob"),
         "{err}"
     );
 

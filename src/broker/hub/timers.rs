@@ -21,7 +21,6 @@ use crate::proto::cmd::{
     SchedulePrompt, ScheduledIdReply, ScheduledReply, TimerKind, Timers, TimersReply,
 };
 use crate::proto::ident::Peer;
-use crate::proto::text::excerpt;
 use crate::proto::{now, Empty, MsgKind};
 
 impl Hub<'_> {
@@ -195,12 +194,7 @@ impl Hub<'_> {
         if let Some(a) = c.agent.as_deref() {
             // A name the fleet no longer has may still own timers.
             if timers.is_empty() && self.cfg.agent(a).is_none() {
-                let known: Vec<&str> = self.cfg.agents.iter().map(|a| a.name.as_str()).collect();
-                return Err(format!(
-                    "unknown agent {}; the agents are: {}",
-                    excerpt(a),
-                    known.join(", ")
-                ));
+                return Err(self.unknown_agent(a));
             }
         }
         let mut budget = Budget::new();
