@@ -443,7 +443,7 @@ Needs `hive up` (its supervisor).",
     // issue 39: the operator's view of the agents' timers
     CommandHelp {
         name: "timers",
-        summary: "operator: list every agent's pending reminders and scheduled prompts; `hive timers cancel` cancels one",
+        summary: "operator: every agent's pending reminders and scheduled prompts; `cancel` cancels one",
         usage: "hive timers [--agent NAME] [--socket PATH] [--json]
 hive timers cancel reminder|scheduled ID [--socket PATH] [--json]
 
