@@ -511,13 +511,32 @@ fn a_version_11_store_charges_new_messages_through_step_12() {
     assert_eq!(agent_row(&b, "bob").stored_bytes, 0);
 }
 
-/// Step 14 (issue 39) on the previous release's store: its scheduled prompts
-/// gain a count of skipped deliveries and the message of their last copy, and
-/// a repeating prompt of an old store is coalesced from its first delivery
-/// on; a real broker serves the operator's `timers` from it.
+/// Step 14 (issue 39) on the previous release's store (`broker-v12.db`, the
+/// release before steps 13 and 14): its scheduled prompts gain a count of
+/// skipped deliveries and the message of their last copy, every other row
+/// stays, a repeating prompt stored as that release stored it is coalesced
+/// from its first delivery on, and a real broker serves the operator's
+/// `timers` from it.
 #[test]
-fn a_version_11_store_coalesces_repeating_prompts_through_step_14() {
-    let (store, c, dir) = migrate_broker_fixture("broker-v11.db", 11);
+fn the_previous_releases_store_coalesces_repeating_prompts_through_step_14() {
+    let dir = TempDir::new("mig-v12-timers");
+    let path = copy_fixture("broker-v12.db", dir.path(), db::FILE);
+    {
+        let c = Connection::open(&path).unwrap();
+        assert_eq!(schema::version(&c).unwrap(), 12);
+    }
+    let kept = ["questions", "reminders", "approvals", "agents"];
+    let before: Vec<_> = kept.iter().map(|t| rows(&path, t)).collect();
+    let scheduled = rows(&path, "scheduled");
+    let store = Db::open(&path, Durability::Normal).unwrap();
+    let c = Connection::open(&path).unwrap();
+    assert_eq!(
+        schema::version(&c).unwrap(),
+        db::MIGRATIONS.last().unwrap().version
+    );
+    for (t, old) in kept.iter().zip(&before) {
+        assert_eq!(&rows(&path, t), old, "{t}");
+    }
     let columns: Vec<String> = c
         .prepare("SELECT name FROM pragma_table_info('scheduled') ORDER BY cid")
         .unwrap()
@@ -538,36 +557,51 @@ fn a_version_11_store_coalesces_repeating_prompts_through_step_14() {
             "last_copy"
         ]
     );
-    assert!(store.timers(None).unwrap().is_empty());
-    // A prompt as the old release stored it (no step 14 columns written).
+    let mut now = rows(&path, "scheduled");
+    for n in now.iter_mut() {
+        assert_eq!(n.split_off(6), [Value::Integer(0), Value::Null]);
+    }
+    assert_eq!(now, scheduled, "every prompt, every column");
+    assert_eq!(store.timers(None).unwrap().len(), scheduled.len());
+    // A prompt as the old release stored it (no step 14 column written).
     c.execute(
         "INSERT INTO scheduled (agent, body, fire_at, every_seconds, created_at)
          VALUES ('ana', 'digest', 100, 60, 1)",
         [],
     )
     .unwrap();
-    let s = store.scheduled_of("ana").unwrap().remove(0);
+    let s = store
+        .scheduled_of("ana")
+        .unwrap()
+        .into_iter()
+        .find(|s| s.body == "digest")
+        .unwrap();
+    let body = format!("[scheduled #{}] digest", s.id);
     let msg = db::NewMessage {
         from: &Peer::Scheduler,
         to: "ana",
-        body: "[scheduled #1] digest",
+        body: &body,
         kind: &MsgKind::Scheduled,
         in_reply_to: None,
     };
     let db::Fired::Delivered(copy) = store.fire_scheduled(&s, Some(160), &msg, 100).unwrap() else {
         panic!("an old prompt has no copy yet: it delivers")
     };
-    assert_eq!(copy, 11, "ids go on after the sequence");
     assert_eq!(
         store.fire_scheduled(&s, Some(220), &msg, 160).unwrap(),
         db::Fired::Coalesced(copy)
     );
-    let t = store.timers(Some("ana")).unwrap();
-    assert_eq!((t[0].skipped, t[0].unread_copy), (1, Some(copy)));
+    let t = store
+        .timers(Some("ana"))
+        .unwrap()
+        .into_iter()
+        .find(|t| t.id == s.id && t.first_line == "digest")
+        .unwrap();
+    assert_eq!((t.skipped, t.unread_copy), (1, Some(copy)));
     assert_eq!(
         queue(&store, "ana")
             .iter()
-            .filter(|(_, b)| b.contains("digest"))
+            .filter(|(_, b)| b.ends_with("] digest"))
             .count(),
         1
     );
@@ -576,10 +610,10 @@ fn a_version_11_store_coalesces_repeating_prompts_through_step_14() {
 
     let state = dir.path().join("s");
     std::fs::create_dir_all(&state).unwrap();
-    copy_fixture("broker-v11.db", &state, db::FILE);
+    copy_fixture("broker-v12.db", &state, db::FILE);
     let b = Broker::start_in(&["ana", "bob"], &state);
     let r: TimersReply = b.host().call(&Timers { agent: None }).unwrap();
-    assert!(r.timers.is_empty(), "{r:?}");
+    assert_eq!(r.timers.len(), scheduled.len() + before[1].len(), "{r:?}");
 }
 
 /// Step 6 with the spill file still there: the payload is read into the row
@@ -963,8 +997,12 @@ fn a_version_12_swarm_store_keeps_every_event_id_through_step_13() {
 
     let store = Db::open(&path, Durability::Normal).unwrap();
     let c = Connection::open(&path).unwrap();
-    assert_eq!(schema::version(&c).unwrap(), 13);
-    assert_eq!(db::MIGRATIONS.last().unwrap().version, 13);
+    // Migrated through step 13 and every later one (step 14: timers).
+    assert_eq!(
+        schema::version(&c).unwrap(),
+        db::MIGRATIONS.last().unwrap().version
+    );
+    assert!(db::MIGRATIONS.iter().any(|s| s.version == 13));
     for (t, old) in kept.iter().zip(&before) {
         assert_eq!(&rows(&path, t), old, "{t}");
     }
