@@ -412,7 +412,16 @@ fn the_dashboards_timers_tab_lists_and_cancels_by_a_click() {
         scheduled.contains("scheduled #1") && scheduled.contains("every 1h"),
         "{scheduled}"
     );
-    d.press("button[data-cancel-timer=\"reminder:1\"]");
+    // A cancel asks first: one click arms it, the second cancels.
+    let cancel = "button[data-cancel-timer=\"reminder:1\"]";
+    d.press(cancel);
+    assert_eq!(d.text_of(cancel).as_deref(), Some("Cancel it? (tap again)"));
+    assert_eq!(
+        pals_timers(&up).timers.len(),
+        2,
+        "one click cancels nothing"
+    );
+    d.press(cancel);
     up.wait_prompt("pal", "[reminder #1 cancelled by operator]", 1);
     wait_for(T, "the cancelled card to go", || {
         (d.js("return document.querySelectorAll('#t-list .card.timer').length") == 1).then_some(())
