@@ -20,9 +20,20 @@
 //! `ok:false` line), and a failed accept (out of descriptors) pauses that
 //! socket with a doubling backoff, logging the first failure of a burst and
 //! the recovery; the listener is never dropped.
+//!
+//! A credential (issue 40) is one more kind of source: the broker's end of a
+//! socket pair whose other end `hive up` handed a harness or a bash-task
+//! daemon. Each descriptor that process sends over it (`SCM_RIGHTS`: one end
+//! of a socket pair it made) becomes a connection of the agent, adopted as
+//! that process's (`Hub::adopted`) and counted against the credential's own
+//! cap, not the agent socket's. Its other end closing (the process ended)
+//! ends the credential; the connections it made live on until they close.
 
-use super::accept::{Caps, ConnLimits, Slot};
-use super::hub::{self, ConnId, Hub, HubMsg, HubRx, HubTx, Identity, NewSocket, Outcome};
+use super::accept::{Caps, ConnLimits, Slot, CREDENTIAL_CONNS};
+use super::hub::{
+    self, ConnId, Hub, HubMsg, HubRx, HubTx, Identity, NewCredential, NewSocket, Outcome,
+};
+use crate::proto::access::Via;
 use crate::proto::limits::{MAX_LINE, MAX_WAIT_SECS};
 use crate::proto::lines::{err_line, refuse};
 use crate::proto::Request;
@@ -75,6 +86,17 @@ struct Socket {
     backoff: Duration,
     /// Not polled until then, after a failed accept.
     paused_until: Option<Instant>,
+}
+
+/// A credential's control socket: what comes over it are connections of
+/// `agent`'s process `via` names.
+struct Credential {
+    control: UnixStream,
+    agent: String,
+    via: Via,
+    caps: Caps,
+    /// Its other end closed: dropped at the start of the next turn.
+    ended: bool,
 }
 
 /// Where one connection is.
@@ -216,6 +238,7 @@ enum Accepted {
 enum Target {
     Wake,
     Socket(usize),
+    Credential(usize),
     Client(ConnId),
 }
 
@@ -226,6 +249,7 @@ pub struct Loop<'c> {
     /// For offloaded jobs: their follow-ups and answers.
     tx: HubTx,
     sockets: Vec<Socket>,
+    credentials: Vec<Credential>,
     clients: BTreeMap<ConnId, Client>,
     next_id: ConnId,
     limits: ConnLimits,
@@ -247,6 +271,7 @@ impl<'c> Loop<'c> {
             rx,
             tx,
             sockets: Vec::new(),
+            credentials: Vec::new(),
             clients: BTreeMap::new(),
             next_id: 1,
             limits,
@@ -305,6 +330,10 @@ impl<'c> Loop<'c> {
                     log::error!("{e}");
                 }
             }
+            for c in self.hub.take_credentials() {
+                self.take_credential(c);
+            }
+            self.credentials.retain(|c| !c.ended);
             let timeout = if self.backlog.is_empty() {
                 self.timeout(Instant::now())
             } else {
@@ -325,6 +354,7 @@ impl<'c> Loop<'c> {
                 match *target {
                     Target::Wake => woken = true,
                     Target::Socket(k) => self.accept(k),
+                    Target::Credential(k) => self.adopt(k),
                     Target::Client(id) => self.client_event(id, fd),
                 }
             }
@@ -390,6 +420,11 @@ impl<'c> Loop<'c> {
                 .push(PollFd::new(s.listener.as_raw_fd(), true, false));
             self.targets.push(Target::Socket(k));
         }
+        for (k, c) in self.credentials.iter().enumerate() {
+            self.fds
+                .push(PollFd::new(c.control.as_raw_fd(), true, false));
+            self.targets.push(Target::Credential(k));
+        }
         for (id, c) in &self.clients {
             // Room is watched in every state: answers queued before a
             // long-poll parked may be waiting for it.
@@ -406,6 +441,105 @@ impl<'c> Loop<'c> {
     /// wake` writes its request as soon as it is connected) before the next
     /// accept: the `accept` that finds the queue empty comes after the
     /// answer, not on the client's path.
+    /// Serves credential `c` from now on.
+    fn take_credential(&mut self, c: NewCredential) {
+        if let Err(e) = c.control.set_nonblocking(true) {
+            log::error!(
+                "cannot serve the credential of {}: {e}; its reports are refused until it \
+                 restarts",
+                c.agent
+            );
+            return;
+        }
+        self.credentials.push(Credential {
+            control: c.control,
+            agent: c.agent,
+            via: c.via,
+            caps: Caps::credential(),
+            ended: false,
+        });
+    }
+
+    /// Takes the connections waiting on credential `k`, serving each as a
+    /// connection of the credential's agent and process.
+    fn adopt(&mut self, k: usize) {
+        for _ in 0..ACCEPTS_PER_TURN {
+            let c = &mut self.credentials[k];
+            let whose = match c.via {
+                Via::BashDaemon => "bash-task daemon",
+                _ => "harness",
+            };
+            let fd = match fd::recv_fd(&c.control) {
+                Ok(Some(fd)) => fd,
+                Ok(None) => {
+                    log::debug!("{}'s {whose} closed its credential", c.agent);
+                    c.ended = true;
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => continue,
+                Err(e) => {
+                    log::warn!(
+                        "the credential of {}'s {whose} failed: {e}; it is dropped",
+                        c.agent
+                    );
+                    c.ended = true;
+                    return;
+                }
+            };
+            let stream = UnixStream::from(fd);
+            let who = Identity::Agent(c.agent.clone());
+            let slot = match c.caps.take(&who) {
+                Ok(slot) => slot,
+                Err(_) => {
+                    let why = format!(
+                        "too many connections through the credential of {}'s {whose} \
+                         ({CREDENTIAL_CONNS}, its limit); close some and try again",
+                        c.agent
+                    );
+                    log::warn!("{why}");
+                    refuse(stream, &why);
+                    continue;
+                }
+            };
+            let via = c.via;
+            if let Err(e) = stream.set_nonblocking(true) {
+                log::warn!("a connection of {}'s {whose} is dropped: {e}", c.agent);
+                continue;
+            }
+            let id = self.client(stream, who, slot);
+            self.hub.adopted(id, via);
+            if self.read(id) {
+                self.pump(id);
+            }
+        }
+    }
+
+    /// A new client: the next id, reading its first request.
+    fn client(&mut self, stream: UnixStream, who: Identity, slot: Slot) -> ConnId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.clients.insert(
+            id,
+            Client {
+                stream,
+                who,
+                _slot: slot,
+                input: Vec::new(),
+                scanned: 0,
+                too_long: false,
+                eof: false,
+                output: Vec::new(),
+                written: 0,
+                stalled: false,
+                state: State::Reading,
+                deadline: Instant::now() + self.limits.idle,
+                peer: None,
+            },
+        );
+        id
+    }
+
     fn accept(&mut self, k: usize) {
         for _ in 0..ACCEPTS_PER_TURN {
             match self.accept_one(k) {
@@ -470,28 +604,8 @@ impl<'c> Loop<'c> {
             );
             s.refused = 0;
         }
-        let id = self.next_id;
-        self.next_id += 1;
         let who = s.who.clone();
-        self.clients.insert(
-            id,
-            Client {
-                stream,
-                who,
-                _slot: slot,
-                input: Vec::new(),
-                scanned: 0,
-                too_long: false,
-                eof: false,
-                output: Vec::new(),
-                written: 0,
-                stalled: false,
-                state: State::Reading,
-                deadline: Instant::now() + self.limits.idle,
-                peer: None,
-            },
-        );
-        Accepted::Client(id)
+        Accepted::Client(self.client(stream, who, slot))
     }
 
     /// Something happened on client `id`'s connection.
