@@ -155,24 +155,20 @@ fn task(up: &Up, agent: &str, cmd: &str) -> TaskView {
 fn process_of(up: &Up, agent: &str, sub: &str) -> u32 {
     let state = up.data().join("agents").join(agent).join("state");
     let state = state.display().to_string();
-    wait_for(
-        Duration::from_secs(20),
-        &format!("{agent}'s {sub}"),
-        || {
-            std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-                let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-                let args: Vec<String> = cmd
-                    .split(|b| *b == 0)
-                    .map(|a| String::from_utf8_lossy(a).into_owned())
-                    .collect();
-                let mine = args.iter().any(|a| a == sub)
-                    && args.iter().any(|a| *a == state)
-                    && !args.iter().any(|a| a == "__sandbox");
-                mine.then_some(pid)
-            })
-        },
-    )
+    wait_for(Duration::from_secs(20), &format!("{agent}'s {sub}"), || {
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<String> = cmd
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let mine = args.iter().any(|a| a == sub)
+                && args.contains(&state)
+                && !args.iter().any(|a| a == "__sandbox");
+            mine.then_some(pid)
+        })
+    })
 }
 
 /// The credential `pid` holds: its descriptor's target (`socket:[INODE]`),
@@ -210,7 +206,11 @@ fn probe(path: &Path) -> Value {
     let text = wait_for(
         Duration::from_secs(30),
         &format!("{}", path.display()),
-        || std::fs::read_to_string(path).ok().filter(|t| t.ends_with('}')),
+        || {
+            std::fs::read_to_string(path)
+                .ok()
+                .filter(|t| t.ends_with('}'))
+        },
     );
     serde_json::from_str(&text).unwrap()
 }
@@ -415,7 +415,8 @@ print(s.recv(4096).decode())' {}"#,
     assert!(t.stdout_tail.contains("\"ok\":true"), "{t:?}");
     let log = std::fs::read_to_string(up.data().join("logs/ana.log")).unwrap();
     assert_eq!(
-        log.matches("no broker credential (HIVE_UP_BROKER_FD)").count(),
+        log.matches("no broker credential (HIVE_UP_BROKER_FD)")
+            .count(),
         1,
         "{log}"
     );

@@ -502,8 +502,8 @@ fn spawn_child(name: &str, d: &Daemon, hub: &HubTx) -> Result<ProcessGroup, Stri
     };
     let spawned = ProcessGroup::spawn(&mut cmd);
     drop(credential);
-    let mut child = spawned
-        .map_err(|e| format!("cannot run {} bash-daemon: {e}", d.launch.exe.display()))?;
+    let mut child =
+        spawned.map_err(|e| format!("cannot run {} bash-daemon: {e}", d.launch.exe.display()))?;
     child::log_output(&mut child, &format!("log-{name}-bash"), &d.log);
     Ok(child)
 }

@@ -269,8 +269,7 @@ pub fn recv_fd(sock: &UnixStream) -> io::Result<Option<OwnedFd>> {
         unsafe {
             let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
             while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS
-                {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                     let data = libc::CMSG_DATA(cmsg);
                     let len = (*cmsg).cmsg_len as usize - (data as usize - cmsg as usize);
                     for k in 0..len / std::mem::size_of::<RawFd>() {

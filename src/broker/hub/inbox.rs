@@ -22,12 +22,12 @@
 use super::limits;
 use super::{db_err, ConnId, Ctx, Done, Handled, Held, Hub, Identity};
 use crate::broker::db::NewMessage;
+use crate::proto::access::Via;
 use crate::proto::cmd::{
     self, DeadLetter, DeadLetterReply, Failed, FailedReply, Inbox, InboxAck, Recv, RecvAck,
     RecvNext, RecvNextReply, ReportState, RequeueInflight, Retry, RetryReply, Seen, Status,
     StatusReply, Wake,
 };
-use crate::proto::access::Via;
 use crate::proto::ident::{Peer, PAGE_SENDER, PARENT};
 use crate::proto::limits::RECV_MAX;
 use crate::proto::text::{excerpt, preview};

@@ -864,8 +864,8 @@ impl<'c> Hub<'c> {
                         RequestApplyCommit::CMD,
                         RequestApplyCommit::ACCESS,
                     )
-                        .and_then(|_| self.check_apply_commit(&caller, &agent))
-                        .and_then(|_| self.queue_apply_commit(&caller, &agent, &patch)),
+                    .and_then(|_| self.check_apply_commit(&caller, &agent))
+                    .and_then(|_| self.queue_apply_commit(&caller, &agent, &patch)),
                 )
             }
             (Identity::Operator, Followup::Joined { id, entry }) => line(self.joined(id, entry)),
