@@ -16,7 +16,7 @@ use common::hive::wait_for;
 use common::up::{Launch, Up};
 use hyperhive::bash::client::call;
 use hyperhive::bash::proto::{Request as BashRequest, TaskReply, TaskView};
-use hyperhive::proto::cmd::{Agents, AgentsReply, Inbox, Send};
+use hyperhive::proto::cmd::{Agents, AgentsReply, GetLooseEnds, Inbox, LooseEndsReply, Send};
 use hyperhive::proto::MessagesReply;
 use serde_json::Value;
 use std::path::Path;
@@ -310,8 +310,37 @@ fn claudes_processes_cannot_report_as_the_harness_nor_take_its_credential() {
     // Each of the fake's turns counts 2400 input tokens; a forged 999 is not
     // among them.
     assert_eq!(r.tokens_in, 2400 * r.turns, "no forged counts: {r:?}");
-    // The operator heard of it once, naming ana.
-    let told: Vec<_> = operator_messages(&up)
+    // The bash-task daemon's own report went through its credential: a task
+    // left running in the background is listed among ana's loose ends.
+    let sock = up.data().join("agents/ana/run/bash.sock");
+    let _: TaskReply = call(
+        &sock,
+        &BashRequest::Run {
+            cmd: "sleep 30".into(),
+            timeout_secs: Some(60),
+            wait_seconds: Some(0),
+        },
+        &crossbeam_channel::never(),
+    )
+    .unwrap();
+    wait_for(
+        Duration::from_secs(20),
+        "the task among the loose ends",
+        || {
+            let r: LooseEndsReply = up.agent("ana").call(&GetLooseEnds { agent: None }).ok()?;
+            r.tasks.iter().any(|t| t.cmd == "sleep 30").then_some(())
+        },
+    );
+    // The operator heard of the forgers once, naming ana, and never of the
+    // bash-task daemon.
+    let messages = operator_messages(&up);
+    assert!(
+        !messages
+            .iter()
+            .any(|m| m.body.contains("ana's bash-task daemon sent")),
+        "{messages:?}"
+    );
+    let told: Vec<_> = messages
         .into_iter()
         .filter(|m| m.body.contains("ana's harness sent"))
         .collect();

@@ -180,8 +180,9 @@ commands! {
     "kick"                 => HarnessStarted:    Harness;
     //   recv_next: hands out the turn's message and counts an attempt.
     "recv_next"            => RecvNext:          Harness;
-    //   status: read-only counts; with `seen` the harness's watch, whose
-    //   connection counts as the harness's only on its credential.
+    //   status: read-only counts, open to every script; with `seen` it is
+    //   the harness's watch, whose connection counts as the harness's only
+    //   where it may speak for the harness (its credential, or `Shared`).
     "status"               => Status:            Agent(Open);
     //   ack_turn, requeue_inflight, dead_letter: end, return or give up the
     //   message in flight; attempts and dead letters are the harness's word.
