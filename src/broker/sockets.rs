@@ -487,7 +487,16 @@ impl<'c> Loop<'c> {
                     return;
                 }
             };
-            let stream = UnixStream::from(fd);
+            let stream = match fd::unix_stream(fd) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    log::warn!(
+                        "{}'s {whose} sent a descriptor that is no connection: {e}",
+                        c.agent
+                    );
+                    continue;
+                }
+            };
             let who = Identity::Agent(c.agent.clone());
             let slot = match c.caps.take(&who) {
                 Ok(slot) => slot,
@@ -1054,6 +1063,81 @@ mod tests {
         let mut line = String::new();
         r.read_line(&mut line).unwrap();
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    }
+
+    /// A credential's connections speak for the harness, whatever holds the
+    /// agent's socket; on the socket the harness's rows are then refused,
+    /// and the operator is told once. Its own cap bounds it, not the
+    /// socket's.
+    #[test]
+    fn a_credential_makes_the_harnesss_connections_and_the_socket_loses_its_rows() {
+        use crate::proto::{Client, Credential};
+        let s = Served::start("credential");
+        // The socket's connections, all of them (its cap is 8 here).
+        let mut held: Vec<_> = (0..8).map(|_| s.connect("ana.sock")).collect();
+        let (mut w, mut r) = s.connect("ana.sock");
+        let _ = w.write_all(b"{\"cmd\":\"hello\"}\n");
+        assert!(answer(&mut r)["error"]
+            .as_str()
+            .unwrap()
+            .contains("too many connections"));
+        // Before a credential, the socket is the harness's too (`Shared`).
+        let (w, r) = &mut held[0];
+        let counts = b"{\"cmd\":\"post_turn_counts\",\"tokens_in\":1}\n";
+        w.write_all(counts).unwrap();
+        assert_eq!(answer(r)["ok"], true);
+        let (broker_end, harness_end) = UnixStream::pair().unwrap();
+        s.tx.send(HubMsg::Credential {
+            agent: "ana".into(),
+            via: Via::Harness,
+            control: broker_end,
+        })
+        .unwrap_or_else(|_| panic!("the hub is gone"));
+        let credential = Credential::over(harness_end);
+        let mut conns = Vec::new();
+        for _ in 0..CREDENTIAL_CONNS {
+            let mut c = Client::over(credential.connect().unwrap(), std::path::Path::new("ana"));
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let line = c
+                .call_line("{\"cmd\":\"post_turn_counts\",\"tokens_in\":1}")
+                .unwrap();
+            assert!(line.starts_with("{\"ok\":true"), "{line}");
+            conns.push(c);
+        }
+        let mut over = Client::over(credential.connect().unwrap(), std::path::Path::new("ana"));
+        over.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let line = over.call_line("{\"cmd\":\"hello\"}").unwrap();
+        assert!(
+            line.contains("through the credential of ana's harness"),
+            "{line}"
+        );
+        // The socket is now any process's: the harness's rows are refused.
+        for _ in 0..2 {
+            w.write_all(counts).unwrap();
+            let a = answer(r);
+            assert!(
+                a["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("post_turn_counts is the harness's own report"),
+                "{a}"
+            );
+        }
+        w.write_all(b"{\"cmd\":\"hello\"}\n").unwrap();
+        assert_eq!(answer(r)["ok"], true);
+        let (mut w2, mut r2) = s.connect("host.sock");
+        w2.write_all(b"{\"cmd\":\"inbox\",\"peek\":true}\n")
+            .unwrap();
+        let inbox = answer(&mut r2);
+        let told: Vec<_> = inbox["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["body"].as_str().unwrap().contains("ana's harness sent"))
+            .collect();
+        assert_eq!(told.len(), 1, "{inbox}");
+        drop(conns);
     }
 
     #[test]

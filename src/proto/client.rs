@@ -116,10 +116,7 @@ impl Dial {
                     path: socket.clone(),
                     detail: format!("its credential hive up handed down failed: {e}"),
                 })?;
-                Ok(Client {
-                    path: socket.clone(),
-                    conn: Conn::over(stream, PEER),
-                })
+                Ok(Client::over(stream, socket))
             }
         }
     }
@@ -204,6 +201,15 @@ impl Client {
             path: path.to_path_buf(),
             conn,
         })
+    }
+
+    /// A client on a stream made another way (a credential's); `path` is
+    /// the socket named in its messages.
+    pub fn over(stream: UnixStream, path: &Path) -> Client {
+        Client {
+            path: path.to_path_buf(),
+            conn: Conn::over(stream, PEER),
+        }
     }
 
     /// The socket path this client is connected to.

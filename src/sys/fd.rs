@@ -136,6 +136,13 @@ pub fn inherited_stream(fd: RawFd) -> io::Result<UnixStream> {
     Ok(unsafe { UnixStream::from_raw_fd(fd) })
 }
 
+/// `fd` as a unix stream socket (one that came over a socket, say), or
+/// closed and refused when it is something else or listens.
+pub fn unix_stream(fd: OwnedFd) -> io::Result<UnixStream> {
+    inherited_unix(fd.as_raw_fd(), false)?;
+    Ok(UnixStream::from(fd))
+}
+
 /// Marks inherited `fd` close-on-exec, then checks that it is an `AF_UNIX`
 /// stream socket that listens (or not, as `listening` says).
 fn inherited_unix(fd: RawFd, listening: bool) -> io::Result<()> {
@@ -615,6 +622,7 @@ mod tests {
         assert_ne!(flags & libc::FD_CLOEXEC, 0);
         let (r, _w) = pipe().unwrap();
         assert!(inherited_stream(r.as_raw_fd()).is_err(), "a pipe");
+        assert!(unix_stream(r).is_err(), "a pipe");
         let dir = std::env::temp_dir().join(format!("hive-fd-inherit-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
