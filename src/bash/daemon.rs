@@ -10,7 +10,7 @@
 //! `hive serve` embeds the daemon through these two calls; `hive bash-daemon`
 //! ([`run_command`]) runs it alone until SIGTERM, its broker calls going
 //! through the credential `hive up` handed it when isolated (its
-//! `report_tasks` is taken only there: `proto::client::Credential`).
+//! `report_tasks` is taken only there: `proto::client::Dial`).
 
 use super::coordinator::{Coordinator, Event, Reply};
 use super::proto::{ListReply, TaskReply};
@@ -340,7 +340,8 @@ fn answer(
 /// while idle, by `hive up`, which starts it anew).
 pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
     // Taken before any thread starts, and closed on exec: no task gets it.
-    let credential = crate::proto::Credential::inherited()?;
+    let credential =
+        crate::sys::fd::Credential::inherited(crate::proto::client::CREDENTIAL_FD_VAR)?;
     if credential.is_none() {
         log::info!(
             "no broker credential ({}): this daemon reports its tasks on the agent socket {}",
@@ -350,7 +351,10 @@ pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
     }
     let signals = crate::sys::signals()?;
     let socket = settings.socket.clone();
-    let broker = Dial::new(settings.agent_socket.clone(), credential);
+    let broker = match credential {
+        Some(c) => Dial::through(settings.agent_socket.clone(), move || c.connect()),
+        None => Dial::Socket(settings.agent_socket.clone()),
+    };
     let handle = start_with(
         DaemonSettings {
             retirable: true,

@@ -1071,7 +1071,8 @@ mod tests {
     /// socket's.
     #[test]
     fn a_credential_makes_the_harnesss_connections_and_the_socket_loses_its_rows() {
-        use crate::proto::{Client, Credential};
+        use crate::proto::Client;
+        use crate::sys::fd::Credential;
         let s = Served::start("credential");
         // The socket's connections, all of them (its cap is 8 here).
         let mut held: Vec<_> = (0..8).map(|_| s.connect("ana.sock")).collect();

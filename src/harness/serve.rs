@@ -30,7 +30,8 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     let inherited = inherited_listener()?;
     // So is its broker credential (issue 40): its reports are taken only
     // through it, and no process the agent starts can take it.
-    let credential = crate::proto::Credential::inherited()?;
+    let credential =
+        crate::sys::fd::Credential::inherited(crate::proto::client::CREDENTIAL_FD_VAR)?;
     // Held to the end, so a first signal while the rest shuts down (after the
     // loop returned by itself) is taken as a signal, not as one nobody hears.
     let signals = crate::sys::signals()?;
@@ -44,7 +45,9 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
             s.socket.display()
         );
     }
-    s.broker = crate::proto::Dial::new(s.socket.clone(), credential);
+    if let Some(c) = credential {
+        s.broker = crate::proto::Dial::through(s.socket.clone(), move || c.connect());
+    }
     let s = Arc::new(s);
     let placement = crate::bash::daemon::Placement::read(&crate::sys::env::Env::process())?;
     for dir in [&s.state_dir, &s.run_dir] {

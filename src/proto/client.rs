@@ -3,7 +3,7 @@
 //! all use: [`Client::call`] sends a command and returns its own answer type,
 //! so no caller digs in an untyped map. Errors say which socket and what to do.
 //!
-//! A harness or bash-task daemon that `hive up` started with a [`Credential`]
+//! A harness or bash-task daemon that `hive up` started with a credential
 //! (a socket pair's end, inherited) makes every broker connection through it
 //! rather than on the agent's socket: [`Dial`] is where a process's
 //! connections come from, the one value its threads share.
@@ -12,85 +12,51 @@ use super::command::{Command, Request};
 use super::lines::{self, CallError, Conn};
 use crossbeam_channel::Receiver;
 use std::io;
-use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The variable that names the descriptor of an inherited [`Credential`]
-/// (a `HIVE_UP_…` one: no process an agent starts gets it, and the number
-/// alone gives nothing, as the descriptor is closed on exec).
+/// The variable that names the descriptor of an inherited credential (see
+/// [`Dial`]; a `HIVE_UP_…` one: no process an agent starts gets it, and the
+/// number alone gives nothing, as the descriptor is closed on exec).
 pub const CREDENTIAL_FD_VAR: &str = "HIVE_UP_BROKER_FD";
 
-/// A process's own way to the broker: one end of a socket pair whose other
-/// end the broker holds (`hive up` made it, outside the agent's sandbox, and
-/// handed this end down). Each connection is a fresh socket pair, one end
-/// sent over it ([`crate::sys::fd::send_fd`]); the broker serves that as a
-/// connection of this process, not of the agent's socket, and takes the
-/// process's own reports only there. Only this process holds it: it is
-/// closed on exec from the moment it is taken, and the process is
-/// non-dumpable, so nothing it starts can take it.
-#[derive(Debug)]
-pub struct Credential {
-    control: UnixStream,
-}
-
-impl Credential {
-    /// The credential this process inherited ([`CREDENTIAL_FD_VAR`]), taken
-    /// at once (closed on exec), and the process made non-dumpable; None
-    /// without the variable. Call it first thing, before any thread starts.
-    pub fn inherited() -> Result<Option<Credential>, String> {
-        let var = CREDENTIAL_FD_VAR;
-        let Some(text) = std::env::var_os(var) else {
-            return Ok(None);
-        };
-        let fd: i32 = text
-            .to_str()
-            .and_then(|t| t.trim().parse().ok())
-            .filter(|fd| *fd > 2)
-            .ok_or_else(|| format!("{var}={text:?} is not a descriptor number"))?;
-        let control = crate::sys::fd::inherited_stream(fd).map_err(|e| {
-            format!("{var}={fd}: cannot take the broker credential hive up handed down: {e}")
-        })?;
-        crate::sys::set_non_dumpable()
-            .map_err(|e| format!("cannot make this process non-dumpable: {e}"))?;
-        Ok(Some(Credential { control }))
-    }
-
-    /// Over an end made here (tests, and the broker's own tests).
-    pub fn over(control: UnixStream) -> Credential {
-        Credential { control }
-    }
-
-    /// A new connection to the broker through the credential.
-    pub fn connect(&self) -> io::Result<UnixStream> {
-        let (mine, theirs) = UnixStream::pair()?;
-        crate::sys::fd::send_fd(&self.control, theirs.as_fd())?;
-        Ok(mine)
-    }
-}
+/// How a [`Dial::Credential`] makes a connection.
+type Connect = Arc<dyn Fn() -> io::Result<UnixStream> + Send + Sync>;
 
 /// Where a process's broker connections come from: the agent's socket, or
-/// its own credential (the socket's path kept for messages).
-#[derive(Debug, Clone)]
+/// its own credential (the socket's path kept for messages). A credential
+/// (`sys::fd::Credential`) is one end of a socket pair whose other end the
+/// broker holds: `hive up` made it outside the agent's sandbox and handed it
+/// down as [`CREDENTIAL_FD_VAR`]. Each connection is a fresh socket pair, one
+/// end sent over it; the broker serves that as a connection of the process
+/// that holds the credential, and takes its own reports only there.
+#[derive(Clone)]
 pub enum Dial {
     Socket(PathBuf),
-    Credential {
-        socket: PathBuf,
-        credential: Arc<Credential>,
-    },
+    Credential { socket: PathBuf, connect: Connect },
+}
+
+impl std::fmt::Debug for Dial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dial::Socket(p) => write!(f, "Socket({})", p.display()),
+            Dial::Credential { socket, .. } => write!(f, "Credential({})", socket.display()),
+        }
+    }
 }
 
 impl Dial {
-    /// Through `credential` when there is one, else on `socket`.
-    pub fn new(socket: PathBuf, credential: Option<Credential>) -> Dial {
-        match credential {
-            Some(c) => Dial::Credential {
-                socket,
-                credential: Arc::new(c),
-            },
-            None => Dial::Socket(socket),
+    /// Connections made by `connect` (through a credential); `socket` is
+    /// the agent's, named in messages.
+    pub fn through(
+        socket: PathBuf,
+        connect: impl Fn() -> io::Result<UnixStream> + Send + Sync + 'static,
+    ) -> Dial {
+        Dial::Credential {
+            socket,
+            connect: Arc::new(connect),
         }
     }
 
@@ -111,10 +77,10 @@ impl Dial {
     pub fn connect(&self) -> Result<Client, ClientError> {
         match self {
             Dial::Socket(p) => Client::connect(p),
-            Dial::Credential { socket, credential } => {
-                let stream = credential.connect().map_err(|e| ClientError::NoBroker {
+            Dial::Credential { socket, connect } => {
+                let stream = connect().map_err(|e| ClientError::NoBroker {
                     path: socket.clone(),
-                    detail: format!("its credential hive up handed down failed: {e}"),
+                    detail: format!("the credential hive up handed down failed: {e}"),
                 })?;
                 Ok(Client::over(stream, socket))
             }

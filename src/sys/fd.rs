@@ -2,8 +2,9 @@
 //! ([`unread`]), a file opened beneath a
 //! directory without following a symlink on the way ([`open_beneath`]), the
 //! process at the other end of a unix socket ([`peer_pid`]), a descriptor
-//! passed over a unix socket ([`send_fd`], [`recv_fd`]) or inherited
-//! ([`inherited_stream`]), the socket options and
+//! passed over a unix socket ([`send_fd`], [`recv_fd`], and the
+//! [`Credential`] made of them) or inherited ([`inherited_stream`]), the
+//! socket options and
 //! queries the web servers need (timeouts, the unsent queue, a hang-up, a
 //! shutdown), [`poll`] over many descriptors (the broker serves its sockets
 //! from one such loop), and [`HangupWatch`], which turns a peer hanging up
@@ -134,6 +135,51 @@ pub fn inherited_stream(fd: RawFd) -> io::Result<UnixStream> {
     // SAFETY: the descriptor was handed to this process to own, and is a
     // unix stream socket that does not listen (checked above).
     Ok(unsafe { UnixStream::from_raw_fd(fd) })
+}
+
+/// A credential: one end of a socket pair whose other end another process
+/// (the broker) holds, over which this process hands it connections — each
+/// one end of a fresh socket pair ([`send_fd`]), the other end kept. Only
+/// this process holds it: taken with [`Credential::inherited`], it is closed
+/// on exec and the process non-dumpable, so nothing it starts can take it.
+#[derive(Debug)]
+pub struct Credential {
+    control: UnixStream,
+}
+
+impl Credential {
+    /// The credential this process inherited as the descriptor named in
+    /// variable `var`, taken at once (closed on exec), and the process made
+    /// non-dumpable; None without the variable. Call it first thing, before
+    /// any thread starts. The error names the variable.
+    pub fn inherited(var: &str) -> Result<Option<Credential>, String> {
+        let Some(text) = std::env::var_os(var) else {
+            return Ok(None);
+        };
+        let fd: RawFd = text
+            .to_str()
+            .and_then(|t| t.trim().parse().ok())
+            .filter(|fd| *fd > 2)
+            .ok_or_else(|| format!("{var}={text:?} is not a descriptor number"))?;
+        let control = inherited_stream(fd).map_err(|e| {
+            format!("{var}={fd}: cannot take the broker credential hive up handed down: {e}")
+        })?;
+        super::set_non_dumpable()
+            .map_err(|e| format!("cannot make this process non-dumpable: {e}"))?;
+        Ok(Some(Credential { control }))
+    }
+
+    /// Over an end made here (tests).
+    pub fn over(control: UnixStream) -> Credential {
+        Credential { control }
+    }
+
+    /// A new connection to the other end's process.
+    pub fn connect(&self) -> io::Result<UnixStream> {
+        let (mine, theirs) = UnixStream::pair()?;
+        send_fd(&self.control, std::os::fd::AsFd::as_fd(&theirs))?;
+        Ok(mine)
+    }
 }
 
 /// `fd` as a unix stream socket (one that came over a socket, say), or
