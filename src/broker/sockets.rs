@@ -135,6 +135,9 @@ struct Client {
     /// The process that connected it, once a request needed it
     /// (`hub::wants_peer`).
     peer: Option<u32>,
+    /// It came through a credential: the connection itself says whose it
+    /// is, and no peer process is looked up.
+    adopted: bool,
 }
 
 /// What the next line of input was: its end in `input` (a whole line, its
@@ -517,6 +520,9 @@ impl<'c> Loop<'c> {
                 continue;
             }
             let id = self.client(stream, who, slot);
+            if let Some(c) = self.clients.get_mut(&id) {
+                c.adopted = true;
+            }
             self.hub.adopted(id, via);
             if self.read(id) {
                 self.pump(id);
@@ -544,6 +550,7 @@ impl<'c> Loop<'c> {
                 state: State::Reading,
                 deadline: Instant::now() + self.limits.idle,
                 peer: None,
+                adopted: false,
             },
         );
         id
@@ -770,7 +777,11 @@ impl<'c> Loop<'c> {
             return;
         };
         let cmd = req.cmd();
-        if c.peer.is_none() && matches!(c.who, Identity::Agent(_)) && hub::wants_peer(&req) {
+        if c.peer.is_none()
+            && !c.adopted
+            && matches!(c.who, Identity::Agent(_))
+            && hub::wants_peer(&req)
+        {
             // Once per connection, and only where the hub needs it.
             match fd::peer_pid(&c.stream) {
                 Ok(pid) => {

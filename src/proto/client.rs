@@ -68,11 +68,6 @@ impl Dial {
         }
     }
 
-    /// Whether connections come through a credential.
-    pub fn credentialed(&self) -> bool {
-        matches!(self, Dial::Credential { .. })
-    }
-
     /// A new connection to the broker.
     pub fn connect(&self) -> Result<Client, ClientError> {
         match self {

@@ -948,7 +948,9 @@ impl<'c> Hub<'c> {
 /// Whether the hub needs to know which process sent `req` on an agent's
 /// socket: the harness's own requests (which mark its connections), a
 /// `wake` from the agent's page, taken only from the harness's process, and
-/// `send_to_parent`, charged to the agent unless its harness sends it.
+/// `send_to_parent`, charged to the agent unless its harness sends it. Only
+/// where the harness has no credential (`Via::Shared`) does the answer
+/// decide anything; a credential's connections are not looked up.
 pub fn wants_peer(req: &Request) -> bool {
     match req {
         Request::RecvNext(_)
