@@ -3,8 +3,8 @@
 //! [`turn_loop`] is the one loop (one `select!`, the phase as data) that runs
 //! claude for each message through the [`claude`] actor and carries out what
 //! the pure [`policy`] decides; [`work`] holds the message in flight (its
-//! requeue-on-drop guard) and what retries need; [`poller`] owns the two
-//! broker connections. [`classify`] turns one claude process's stream-json
+//! requeue-on-drop guard) and what retries need; [`poller`] owns the
+//! broker connections (through the credential under isolated `hive up`). [`classify`] turns one claude process's stream-json
 //! into an outcome, [`prompt`] renders the system prompt, [`context`] resolves
 //! the context window, watermarks and fixed prompts, [`bus`] holds the live
 //! state and events, [`control`] is how the web UI asks things of the loop,

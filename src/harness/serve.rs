@@ -4,7 +4,7 @@
 //! bus), takes its broker credential when `hive up` handed one down (every
 //! broker connection of the harness then goes through it), starts the bash-task daemon (unless it runs on its own:
 //! `HIVE_BASH_DAEMON=external`, as under `hive up` and the units), the web UI, the forge poller and the
-//! poller's two broker connections, then hands everything to the
+//! poller's broker connections, then hands everything to the
 //! [`TurnLoop`] on this thread and, once it returns, shuts the rest down in
 //! order (the turn log last, so it keeps every event).
 
