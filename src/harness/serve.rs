@@ -1,12 +1,13 @@
-//! `hive serve`'s boot: the composition root of the harness. It installs the
-//! signal thread, resolves the settings, writes the boot files, opens the
-//! turn-stats db and the turn log (`crate::history`, whose tap it hands the
-//! bus), takes its broker credential when `hive up` handed one down (every
-//! broker connection of the harness then goes through it), starts the bash-task daemon (unless it runs on its own:
-//! `HIVE_BASH_DAEMON=external`, as under `hive up` and the units), the web UI, the forge poller and the
-//! poller's broker connections, then hands everything to the
-//! [`TurnLoop`] on this thread and, once it returns, shuts the rest down in
-//! order (the turn log last, so it keeps every event).
+//! `hive serve`'s boot: the composition root of the harness. It takes what
+//! `hive up` handed down (the page's socket, its broker credential: every
+//! broker connection of the harness then goes through it) before anything
+//! else, installs the signal thread, resolves the settings, writes the boot
+//! files, opens the turn-stats db and the turn log (`crate::history`, whose
+//! tap it hands the bus), starts the bash-task daemon (unless it runs on its
+//! own: `HIVE_BASH_DAEMON=external`, as under `hive up` and the units), the
+//! web UI, the forge poller and the poller's broker connections, then hands
+//! everything to the [`TurnLoop`] on this thread and, once it returns, shuts
+//! the rest down in order (the turn log last, so it keeps every event).
 
 use super::bus::Bus;
 use super::context;
