@@ -175,7 +175,7 @@ impl Setup {
         ForgeSettings {
             url: fake.url.clone(),
             token_file: self.dir.path().join("forge-token"),
-            agent_socket: self.broker.agent_socket("ana"),
+            broker: hyperhive::proto::Dial::Socket(self.broker.agent_socket("ana")),
             poll: Duration::from_millis(100),
             timeout: Duration::from_millis(500),
             backoff_max: Duration::from_millis(400),

@@ -8,7 +8,9 @@
 //! (`report_tasks`), where `get_loose_ends` lists them.
 //! [`DaemonHandle::shutdown`] stops it all.
 //! `hive serve` embeds the daemon through these two calls; `hive bash-daemon`
-//! ([`run_command`]) runs it alone until SIGTERM.
+//! ([`run_command`]) runs it alone until SIGTERM, its broker calls going
+//! through the credential `hive up` handed it when isolated (its
+//! `report_tasks` is taken only there: `proto::client::Dial`).
 
 use super::coordinator::{Coordinator, Event, Reply};
 use super::proto::{ListReply, TaskReply};
@@ -17,7 +19,7 @@ use super::store::Store;
 use super::waker::Waker;
 use crate::proto::bashwire::{Request, RetireReply};
 use crate::proto::lines::{err_line, ok_line, serve_conn, Acceptor};
-use crate::proto::paths;
+use crate::proto::{paths, Dial};
 use crate::sys::env::Env;
 use crossbeam_channel::{unbounded, Sender};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -150,6 +152,12 @@ impl Drop for DaemonHandle {
 /// serves), takes over the records of earlier runs (tasks left running become
 /// `interrupted` and get a wake) and starts serving.
 pub fn start(settings: DaemonSettings) -> Result<DaemonHandle, String> {
+    let broker = Dial::Socket(settings.agent_socket.clone());
+    start_with(settings, broker)
+}
+
+/// [`start`], its broker calls made through `broker`.
+fn start_with(settings: DaemonSettings, broker: Dial) -> Result<DaemonHandle, String> {
     let dir = tasks_dir(&settings.state_dir);
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -170,7 +178,7 @@ pub fn start(settings: DaemonSettings) -> Result<DaemonHandle, String> {
     let (wakes_tx, wakes_rx) = unbounded();
     let (report_tx, report_rx) = unbounded();
     let waker = Waker {
-        agent_socket: settings.agent_socket.clone(),
+        broker,
         tasks_dir: dir.clone(),
         events: events_tx.clone(),
         report: report_rx,
@@ -331,12 +339,29 @@ fn answer(
 /// shuts it down (a second signal exits at once); or until it retired (asked
 /// while idle, by `hive up`, which starts it anew).
 pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
+    // Taken before any thread starts, and closed on exec: no task gets it.
+    let credential =
+        crate::sys::fd::Credential::inherited(crate::proto::client::CREDENTIAL_FD_VAR)?;
+    if credential.is_none() {
+        log::info!(
+            "no broker credential ({}): this daemon reports its tasks on the agent socket {}",
+            crate::proto::client::CREDENTIAL_FD_VAR,
+            settings.agent_socket.display()
+        );
+    }
     let signals = crate::sys::signals()?;
     let socket = settings.socket.clone();
-    let handle = start(DaemonSettings {
-        retirable: true,
-        ..settings
-    })?;
+    let broker = match credential {
+        Some(c) => Dial::through(settings.agent_socket.clone(), move || c.connect()),
+        None => Dial::Socket(settings.agent_socket.clone()),
+    };
+    let handle = start_with(
+        DaemonSettings {
+            retirable: true,
+            ..settings
+        },
+        broker,
+    )?;
     eprintln!("hive bash-daemon: listening on {}", socket.display());
     crossbeam_channel::select! {
         recv(signals) -> _ => log::info!("stopping the bash task daemon"),

@@ -21,7 +21,7 @@ use super::store::TaskRecord;
 use crate::proto::bashwire::Request as BashRequest;
 use crate::proto::cmd::{ReportTasks, Wake};
 use crate::proto::limits::{MAX_TASK_CMD_CHARS, OVER_QUOTA};
-use crate::proto::{Client, ClientError, Command, RunningTask};
+use crate::proto::{ClientError, Command, Dial, RunningTask};
 use crossbeam_channel::{after, never, select, Receiver, Sender};
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -42,7 +42,9 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where wakes go and what to tell when one got there.
 pub struct Waker {
-    pub agent_socket: PathBuf,
+    /// The daemon's way to the broker: its credential under isolated `hive
+    /// up`, else the agent's socket.
+    pub broker: Dial,
     pub tasks_dir: PathBuf,
     /// The coordinator's channel.
     pub events: Sender<Event>,
@@ -229,7 +231,7 @@ impl Waker {
     }
 
     fn call<C: Command>(&self, cmd: &C) -> Delivery {
-        let mut client = match Client::connect(&self.agent_socket) {
+        let mut client = match self.broker.connect() {
             Ok(c) => c,
             Err(e) => return Delivery::Unreachable(e.to_string()),
         };

@@ -2,9 +2,12 @@
 //! connections of every agent together well below the process's descriptor
 //! limit, keep one agent from taking all of them, and keep a share for the
 //! operator's host socket, so no agent can lock out the operator or the other
-//! agents; [`Caps`] counts one socket's connections against them. The loop
-//! that accepts (`sockets.rs`) gives a client over a cap one `ok:false` line
-//! saying why and closes it.
+//! agents; [`Caps`] counts one socket's connections against them. The
+//! connections a harness's (or bash-task daemon's) credential makes count
+//! against that credential's own cap only ([`Caps::credential`]), so no
+//! number of connections on the agent's socket locks its harness out. The
+//! loop that accepts (`sockets.rs`) gives a client over a cap one `ok:false`
+//! line saying why and closes it.
 
 use super::hub::Identity;
 use crate::sys::env::Env;
@@ -26,6 +29,11 @@ pub const DEFAULT_CONNS_PER_AGENT: usize = 64;
 
 /// Connections the bridge's socket takes.
 pub const BRIDGE_CONNS: usize = 8;
+
+/// Connections one credential may have open at once: the harness keeps
+/// three (the long-poll, its calls, the status watch) and opens a few more
+/// for a moment (its page's send, the forge's wakes, `/metrics`).
+pub const CREDENTIAL_CONNS: usize = 16;
 
 /// A connection that sends no request for this long is closed, unless it is
 /// parked in a long-poll (`HIVE_BROKER_IDLE_SECS`).
@@ -131,6 +139,17 @@ impl Caps {
             socket: Count {
                 open: Arc::new(AtomicUsize::new(0)),
                 cap: BRIDGE_CONNS,
+            },
+            shared: None,
+        }
+    }
+
+    /// The caps of one credential's connections: its own count only.
+    pub fn credential() -> Caps {
+        Caps {
+            socket: Count {
+                open: Arc::new(AtomicUsize::new(0)),
+                cap: CREDENTIAL_CONNS,
             },
             shared: None,
         }

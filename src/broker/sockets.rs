@@ -20,9 +20,20 @@
 //! `ok:false` line), and a failed accept (out of descriptors) pauses that
 //! socket with a doubling backoff, logging the first failure of a burst and
 //! the recovery; the listener is never dropped.
+//!
+//! A credential (issue 40) is one more kind of source: the broker's end of a
+//! socket pair whose other end `hive up` handed a harness or a bash-task
+//! daemon. Each descriptor that process sends over it (`SCM_RIGHTS`: one end
+//! of a socket pair it made) becomes a connection of the agent, adopted as
+//! that process's (`Hub::adopted`) and counted against the credential's own
+//! cap, not the agent socket's. Its other end closing (the process ended)
+//! ends the credential; the connections it made live on until they close.
 
-use super::accept::{Caps, ConnLimits, Slot};
-use super::hub::{self, ConnId, Hub, HubMsg, HubRx, HubTx, Identity, NewSocket, Outcome};
+use super::accept::{Caps, ConnLimits, Slot, CREDENTIAL_CONNS};
+use super::hub::{
+    self, ConnId, Hub, HubMsg, HubRx, HubTx, Identity, NewCredential, NewSocket, Outcome,
+};
+use crate::proto::access::Via;
 use crate::proto::limits::{MAX_LINE, MAX_WAIT_SECS};
 use crate::proto::lines::{err_line, refuse};
 use crate::proto::Request;
@@ -77,6 +88,17 @@ struct Socket {
     paused_until: Option<Instant>,
 }
 
+/// A credential's control socket: what comes over it are connections of
+/// `agent`'s process `via` names.
+struct Credential {
+    control: UnixStream,
+    agent: String,
+    via: Via,
+    caps: Caps,
+    /// Its other end closed: dropped at the start of the next turn.
+    ended: bool,
+}
+
 /// Where one connection is.
 enum State {
     /// Reading its next request (or writing the answer to the last one).
@@ -113,6 +135,9 @@ struct Client {
     /// The process that connected it, once a request needed it
     /// (`hub::wants_peer`).
     peer: Option<u32>,
+    /// It came through a credential: the connection itself says whose it
+    /// is, and no peer process is looked up.
+    adopted: bool,
 }
 
 /// What the next line of input was: its end in `input` (a whole line, its
@@ -216,6 +241,7 @@ enum Accepted {
 enum Target {
     Wake,
     Socket(usize),
+    Credential(usize),
     Client(ConnId),
 }
 
@@ -226,6 +252,7 @@ pub struct Loop<'c> {
     /// For offloaded jobs: their follow-ups and answers.
     tx: HubTx,
     sockets: Vec<Socket>,
+    credentials: Vec<Credential>,
     clients: BTreeMap<ConnId, Client>,
     next_id: ConnId,
     limits: ConnLimits,
@@ -247,6 +274,7 @@ impl<'c> Loop<'c> {
             rx,
             tx,
             sockets: Vec::new(),
+            credentials: Vec::new(),
             clients: BTreeMap::new(),
             next_id: 1,
             limits,
@@ -305,6 +333,10 @@ impl<'c> Loop<'c> {
                     log::error!("{e}");
                 }
             }
+            for c in self.hub.take_credentials() {
+                self.take_credential(c);
+            }
+            self.credentials.retain(|c| !c.ended);
             let timeout = if self.backlog.is_empty() {
                 self.timeout(Instant::now())
             } else {
@@ -325,6 +357,7 @@ impl<'c> Loop<'c> {
                 match *target {
                     Target::Wake => woken = true,
                     Target::Socket(k) => self.accept(k),
+                    Target::Credential(k) => self.adopt(k),
                     Target::Client(id) => self.client_event(id, fd),
                 }
             }
@@ -390,6 +423,11 @@ impl<'c> Loop<'c> {
                 .push(PollFd::new(s.listener.as_raw_fd(), true, false));
             self.targets.push(Target::Socket(k));
         }
+        for (k, c) in self.credentials.iter().enumerate() {
+            self.fds
+                .push(PollFd::new(c.control.as_raw_fd(), true, false));
+            self.targets.push(Target::Credential(k));
+        }
         for (id, c) in &self.clients {
             // Room is watched in every state: answers queued before a
             // long-poll parked may be waiting for it.
@@ -406,6 +444,118 @@ impl<'c> Loop<'c> {
     /// wake` writes its request as soon as it is connected) before the next
     /// accept: the `accept` that finds the queue empty comes after the
     /// answer, not on the client's path.
+    /// Serves credential `c` from now on.
+    fn take_credential(&mut self, c: NewCredential) {
+        if let Err(e) = c.control.set_nonblocking(true) {
+            log::error!(
+                "cannot serve the credential of {}: {e}; its reports are refused until it \
+                 restarts",
+                c.agent
+            );
+            return;
+        }
+        self.credentials.push(Credential {
+            control: c.control,
+            agent: c.agent,
+            via: c.via,
+            caps: Caps::credential(),
+            ended: false,
+        });
+    }
+
+    /// Takes the connections waiting on credential `k`, serving each as a
+    /// connection of the credential's agent and process.
+    fn adopt(&mut self, k: usize) {
+        for _ in 0..ACCEPTS_PER_TURN {
+            let c = &mut self.credentials[k];
+            let whose = match c.via {
+                Via::BashDaemon => "bash-task daemon",
+                _ => "harness",
+            };
+            let fd = match fd::recv_fd(&c.control) {
+                Ok(Some(fd)) => fd,
+                Ok(None) => {
+                    log::debug!("{}'s {whose} closed its credential", c.agent);
+                    c.ended = true;
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => continue,
+                Err(e) => {
+                    log::warn!(
+                        "the credential of {}'s {whose} failed: {e}; it is dropped",
+                        c.agent
+                    );
+                    c.ended = true;
+                    return;
+                }
+            };
+            let stream = match fd::unix_stream(fd) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    log::warn!(
+                        "{}'s {whose} sent a descriptor that is no connection: {e}",
+                        c.agent
+                    );
+                    continue;
+                }
+            };
+            let who = Identity::Agent(c.agent.clone());
+            let slot = match c.caps.take(&who) {
+                Ok(slot) => slot,
+                Err(_) => {
+                    let why = format!(
+                        "too many connections through the credential of {}'s {whose} \
+                         ({CREDENTIAL_CONNS}, its limit); close some and try again",
+                        c.agent
+                    );
+                    log::warn!("{why}");
+                    refuse(stream, &why);
+                    continue;
+                }
+            };
+            let via = c.via;
+            if let Err(e) = stream.set_nonblocking(true) {
+                log::warn!("a connection of {}'s {whose} is dropped: {e}", c.agent);
+                continue;
+            }
+            let id = self.client(stream, who, slot);
+            if let Some(c) = self.clients.get_mut(&id) {
+                c.adopted = true;
+            }
+            self.hub.adopted(id, via);
+            if self.read(id) {
+                self.pump(id);
+            }
+        }
+    }
+
+    /// A new client: the next id, reading its first request.
+    fn client(&mut self, stream: UnixStream, who: Identity, slot: Slot) -> ConnId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.clients.insert(
+            id,
+            Client {
+                stream,
+                who,
+                _slot: slot,
+                input: Vec::new(),
+                scanned: 0,
+                too_long: false,
+                eof: false,
+                output: Vec::new(),
+                written: 0,
+                stalled: false,
+                state: State::Reading,
+                deadline: Instant::now() + self.limits.idle,
+                peer: None,
+                adopted: false,
+            },
+        );
+        id
+    }
+
     fn accept(&mut self, k: usize) {
         for _ in 0..ACCEPTS_PER_TURN {
             match self.accept_one(k) {
@@ -470,28 +620,8 @@ impl<'c> Loop<'c> {
             );
             s.refused = 0;
         }
-        let id = self.next_id;
-        self.next_id += 1;
         let who = s.who.clone();
-        self.clients.insert(
-            id,
-            Client {
-                stream,
-                who,
-                _slot: slot,
-                input: Vec::new(),
-                scanned: 0,
-                too_long: false,
-                eof: false,
-                output: Vec::new(),
-                written: 0,
-                stalled: false,
-                state: State::Reading,
-                deadline: Instant::now() + self.limits.idle,
-                peer: None,
-            },
-        );
-        Accepted::Client(id)
+        Accepted::Client(self.client(stream, who, slot))
     }
 
     /// Something happened on client `id`'s connection.
@@ -647,7 +777,11 @@ impl<'c> Loop<'c> {
             return;
         };
         let cmd = req.cmd();
-        if c.peer.is_none() && matches!(c.who, Identity::Agent(_)) && hub::wants_peer(&req) {
+        if c.peer.is_none()
+            && !c.adopted
+            && matches!(c.who, Identity::Agent(_))
+            && hub::wants_peer(&req)
+        {
             // Once per connection, and only where the hub needs it.
             match fd::peer_pid(&c.stream) {
                 Ok(pid) => {
@@ -940,6 +1074,82 @@ mod tests {
         let mut line = String::new();
         r.read_line(&mut line).unwrap();
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    }
+
+    /// A credential's connections speak for the harness, whatever holds the
+    /// agent's socket; on the socket the harness's rows are then refused,
+    /// and the operator is told once. Its own cap bounds it, not the
+    /// socket's.
+    #[test]
+    fn a_credential_makes_the_harnesss_connections_and_the_socket_loses_its_rows() {
+        use crate::proto::Client;
+        use crate::sys::fd::Credential;
+        let s = Served::start("credential");
+        // The socket's connections, all of them (its cap is 8 here).
+        let mut held: Vec<_> = (0..8).map(|_| s.connect("ana.sock")).collect();
+        let (mut w, mut r) = s.connect("ana.sock");
+        let _ = w.write_all(b"{\"cmd\":\"hello\"}\n");
+        assert!(answer(&mut r)["error"]
+            .as_str()
+            .unwrap()
+            .contains("too many connections"));
+        // Before a credential, the socket is the harness's too (`Shared`).
+        let (w, r) = &mut held[0];
+        let counts = b"{\"cmd\":\"post_turn_counts\",\"tokens_in\":1}\n";
+        w.write_all(counts).unwrap();
+        assert_eq!(answer(r)["ok"], true);
+        let (broker_end, harness_end) = UnixStream::pair().unwrap();
+        s.tx.send(HubMsg::Credential {
+            agent: "ana".into(),
+            via: Via::Harness,
+            control: broker_end,
+        })
+        .unwrap_or_else(|_| panic!("the hub is gone"));
+        let credential = Credential::over(harness_end);
+        let mut conns = Vec::new();
+        for _ in 0..CREDENTIAL_CONNS {
+            let mut c = Client::over(credential.connect().unwrap(), std::path::Path::new("ana"));
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let line = c
+                .call_line("{\"cmd\":\"post_turn_counts\",\"tokens_in\":1}")
+                .unwrap();
+            assert!(line.starts_with("{\"ok\":true"), "{line}");
+            conns.push(c);
+        }
+        let mut over = Client::over(credential.connect().unwrap(), std::path::Path::new("ana"));
+        over.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let line = over.call_line("{\"cmd\":\"hello\"}").unwrap();
+        assert!(
+            line.contains("through the credential of ana's harness"),
+            "{line}"
+        );
+        // The socket is now any process's: the harness's rows are refused.
+        for _ in 0..2 {
+            w.write_all(counts).unwrap();
+            let a = answer(r);
+            assert!(
+                a["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("post_turn_counts is the harness's own report"),
+                "{a}"
+            );
+        }
+        w.write_all(b"{\"cmd\":\"hello\"}\n").unwrap();
+        assert_eq!(answer(r)["ok"], true);
+        let (mut w2, mut r2) = s.connect("host.sock");
+        w2.write_all(b"{\"cmd\":\"inbox\",\"peek\":true}\n")
+            .unwrap();
+        let inbox = answer(&mut r2);
+        let told: Vec<_> = inbox["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["body"].as_str().unwrap().contains("ana's harness sent"))
+            .collect();
+        assert_eq!(told.len(), 1, "{inbox}");
+        drop(conns);
     }
 
     #[test]

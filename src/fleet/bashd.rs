@@ -26,6 +26,7 @@
 use super::child::{self, Ended, Exited, Owner, Phase, Supervised, Timing};
 use super::logfile::LogFile;
 use super::UpSettings;
+use crate::broker::hub::HubTx;
 use crate::proto::bashwire::{Request, RetireReply};
 use crate::proto::lines::{self, Conn};
 use crate::sys::ProcessGroup;
@@ -112,9 +113,9 @@ pub struct BashSup {
 
 impl BashSup {
     /// Starts the thread; no daemon runs until an agent is kept.
-    pub fn start(s: &UpSettings) -> Result<BashSup, String> {
+    pub fn start(s: &UpSettings, hub: HubTx) -> Result<BashSup, String> {
         let (tx, rx) = unbounded();
-        let sup = Sup::new(s.clone());
+        let sup = Sup::new(s.clone(), hub);
         let thread = std::thread::Builder::new()
             .name("bash-sup".into())
             .spawn(move || sup.run(rx))
@@ -197,6 +198,8 @@ struct Retired {
 
 struct Sup {
     s: UpSettings,
+    /// The broker, which an isolated daemon's credential is handed to.
+    hub: HubTx,
     daemons: BTreeMap<String, Daemon>,
     exited_tx: Sender<Exited>,
     exited: Receiver<Exited>,
@@ -205,11 +208,12 @@ struct Sup {
 }
 
 impl Sup {
-    fn new(s: UpSettings) -> Sup {
+    fn new(s: UpSettings, hub: HubTx) -> Sup {
         let (exited_tx, exited) = unbounded();
         let (retired_tx, retired) = unbounded();
         Sup {
             s,
+            hub,
             daemons: BTreeMap::new(),
             exited_tx,
             exited,
@@ -351,7 +355,7 @@ impl Sup {
         let Some(d) = self.daemons.get_mut(name) else {
             return;
         };
-        match spawn_child(name, d) {
+        match spawn_child(name, d, &self.hub) {
             Ok(child) => {
                 // Unwatched, its exit would never be seen: it is stopped now
                 // and tried again after backoff.
@@ -478,15 +482,28 @@ fn ask_to_retire(name: &str, pid: u32, socket: PathBuf, tx: Sender<Retired>) -> 
 }
 
 /// Starts `hive bash-daemon` for agent `name` on its state dir.
-fn spawn_child(name: &str, d: &Daemon) -> Result<ProcessGroup, String> {
+/// An isolated daemon gets a broker credential of its own (issue 40): its
+/// `report_tasks` is taken only through it.
+fn spawn_child(name: &str, d: &Daemon, hub: &HubTx) -> Result<ProcessGroup, String> {
     let args: Vec<OsString> = vec![
         "bash-daemon".into(),
         "--state-dir".into(),
         d.state.clone().into(),
     ];
     let mut cmd = d.launch.command(args);
-    let mut child = ProcessGroup::spawn(&mut cmd)
-        .map_err(|e| format!("cannot run {} bash-daemon: {e}", d.launch.exe.display()))?;
+    let credential = match &d.launch.sandbox {
+        Some(_) => Some(child::hand_credential(
+            &mut cmd,
+            hub,
+            name,
+            crate::proto::access::Via::BashDaemon,
+        )?),
+        None => None,
+    };
+    let spawned = ProcessGroup::spawn(&mut cmd);
+    drop(credential);
+    let mut child =
+        spawned.map_err(|e| format!("cannot run {} bash-daemon: {e}", d.launch.exe.display()))?;
     child::log_output(&mut child, &format!("log-{name}-bash"), &d.log);
     Ok(child)
 }

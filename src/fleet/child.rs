@@ -8,7 +8,8 @@
 //! reports its exit as an [`Exited`] on the owner's channel and leaves the
 //! reaping to the owner ([`Supervised::on_exit`]); an owner thread is an
 //! [`Owner`], and [`stop_all`] is its shutdown. [`log_output`] pumps a new
-//! child's output into its rotated log. What is not a child's — which command
+//! child's output into its rotated log; [`hand_credential`] gives an isolated
+//! agent's harness or bash-task daemon its broker credential. What is not a child's — which command
 //! starts it, when it should run, what an exit means to the hive — stays with
 //! the owner thread, with its one `select!`, its channels and its state.
 
@@ -18,6 +19,38 @@ use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, never, select, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// Gives the process `cmd` starts a broker credential (issue 40): a socket
+/// pair made here, outside the agent's sandbox, one end inherited by the
+/// child as [`CREDENTIAL_FD_VAR`] (it marks it close-on-exec at once), the
+/// other sent to the hub as `agent`'s process `via`, from then on the only
+/// place that process's reports are taken. Returns the child's end, which
+/// the caller drops once the child is spawned (a child that never started
+/// leaves the hub's end closed, and the hub drops it).
+///
+/// [`CREDENTIAL_FD_VAR`]: crate::proto::client::CREDENTIAL_FD_VAR
+pub fn hand_credential(
+    cmd: &mut std::process::Command,
+    hub: &crate::broker::hub::HubTx,
+    agent: &str,
+    via: crate::proto::access::Via,
+) -> Result<std::os::unix::net::UnixStream, String> {
+    use std::os::fd::AsRawFd;
+    let (broker_end, child_end) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| format!("cannot make the broker credential of {agent}: {e}"))?;
+    hub.send(crate::broker::hub::HubMsg::Credential {
+        agent: agent.to_string(),
+        via,
+        control: broker_end,
+    })
+    .map_err(|_| format!("cannot hand {agent} a broker credential: the broker is stopping"))?;
+    crate::sys::process::pass_fd(cmd, child_end.as_raw_fd());
+    cmd.env(
+        crate::proto::client::CREDENTIAL_FD_VAR,
+        child_end.as_raw_fd().to_string(),
+    );
+    Ok(child_end)
+}
 
 /// The restart delay after `failures` consecutive crashes: `base` doubled per
 /// crash, capped at `max`.

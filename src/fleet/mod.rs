@@ -249,7 +249,7 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
         cfg.clone(),
         broker.hub(),
         broker.stopped_agents(),
-        bashd::BashSup::start(&settings)?,
+        bashd::BashSup::start(&settings, broker.hub())?,
     );
     let sup_thread = std::thread::Builder::new()
         .name("supervisor".into())

@@ -625,6 +625,18 @@ impl Supervisor {
         let page = self.page_socket(name)?;
         crate::sys::process::pass_fd(&mut cmd, page);
         cmd.env(crate::http::server::INHERITED_FD_VAR, page.to_string());
+        // Under isolation the harness has a broker credential (issue 40):
+        // its reports are taken only through it. Without a sandbox nothing
+        // separates it from claude, and it reports on the agent's socket.
+        let credential = match &self.s.isolation {
+            Some(_) => Some(child::hand_credential(
+                &mut cmd,
+                &self.hub,
+                name,
+                crate::proto::access::Via::Harness,
+            )?),
+            None => None,
+        };
         // Its bash-task daemon runs apart (bashd.rs), started with the same
         // launch, so its tasks outlive a restart of the harness.
         cmd.env(bashd::PLACEMENT_VAR, "external");
@@ -635,8 +647,10 @@ impl Supervisor {
             socket: run.join("bash.sock"),
         });
         let bin = bin_id(&self.s.exe);
-        let mut child = ProcessGroup::spawn(&mut cmd)
-            .map_err(|e| format!("cannot run {} serve: {e}", self.s.exe.display()))?;
+        let spawned = ProcessGroup::spawn(&mut cmd);
+        drop(credential);
+        let mut child =
+            spawned.map_err(|e| format!("cannot run {} serve: {e}", self.s.exe.display()))?;
         let log = Arc::new(Mutex::new(LogFile::open(
             self.s.data.join("logs").join(format!("{name}.log")),
             self.s.log_max_bytes,

@@ -98,8 +98,8 @@ impl crate::web::harness::Harness for Shared {
         &self.settings.state_dir
     }
 
-    fn socket(&self) -> &Path {
-        &self.settings.socket
+    fn broker(&self) -> &crate::proto::Dial {
+        &self.settings.broker
     }
 
     fn state(&self) -> serde_json::Value {

@@ -10,7 +10,7 @@
 //! token file.
 
 use crate::proto::cmd::Wake;
-use crate::proto::{Client, ClientError};
+use crate::proto::ClientError;
 use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -32,8 +32,8 @@ pub struct ForgeSettings {
     pub url: String,
     /// The token file; the thread starts only when it exists and is not empty.
     pub token_file: PathBuf,
-    /// The agent's broker socket, where wakes go.
-    pub agent_socket: PathBuf,
+    /// The harness's way to the broker, where wakes go.
+    pub broker: crate::proto::Dial,
     /// Pause between two polls.
     pub poll: Duration,
     /// Timeout of one HTTP request, connecting and reading included.
@@ -53,7 +53,7 @@ impl ForgeSettings {
     /// tea login) are off, token or not.
     pub fn from_env(
         state_dir: &Path,
-        agent_socket: &Path,
+        broker: &crate::proto::Dial,
         label: &str,
     ) -> Result<Option<Self>, String> {
         let env = crate::sys::env::Env::process();
@@ -72,7 +72,7 @@ impl ForgeSettings {
         Ok(Some(ForgeSettings {
             url: url.trim_end_matches('/').to_string(),
             token_file: state_dir.join("forge-token"),
-            agent_socket: agent_socket.to_path_buf(),
+            broker: broker.clone(),
             poll: env
                 .secs("HIVE_FORGE_POLL_SECS", 60)?
                 .max(Duration::from_secs(1)),
@@ -369,7 +369,10 @@ impl Poller {
     }
 
     fn wake(&self, t: &Thread) -> Result<(), String> {
-        let mut c = Client::connect(&self.s.agent_socket)
+        let mut c = self
+            .s
+            .broker
+            .connect()
             .map_err(|e| format!("cannot reach the broker to wake the agent: {e}"))?;
         c.set_read_timeout(Some(WAKE_TIMEOUT))
             .map_err(|e| format!("broker socket: {e}"))?;

@@ -3,11 +3,12 @@
 //! [`turn_loop`] is the one loop (one `select!`, the phase as data) that runs
 //! claude for each message through the [`claude`] actor and carries out what
 //! the pure [`policy`] decides; [`work`] holds the message in flight (its
-//! requeue-on-drop guard) and what retries need; [`poller`] owns the two
-//! broker connections. [`classify`] turns one claude process's stream-json
-//! into an outcome, [`prompt`] renders the system prompt, [`context`] resolves
-//! the context window, watermarks and fixed prompts, [`bus`] holds the live
-//! state and events, [`control`] is how the web UI asks things of the loop,
+//! requeue-on-drop guard) and what retries need; [`poller`] owns the
+//! broker connections (through the credential under isolated `hive up`).
+//! [`classify`] turns one claude process's stream-json into an outcome,
+//! [`prompt`] renders the system prompt, [`context`] resolves the context
+//! window, watermarks and fixed prompts, [`bus`] holds the live state and
+//! events, [`control`] is how the web UI asks things of the loop,
 //! [`login`] owns credentials and the login park, [`stats`] the turn-stats db,
 //! [`pool`] what identifies the credential (its usage-limit pool),
 //! [`files`] the private modes of the harness's own files, [`forge`] the

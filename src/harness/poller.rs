@@ -1,5 +1,6 @@
-//! The harness's three connections to its agent socket, each owned by a
-//! thread: `poller` long-polls `recv_next` when the turn loop asks for the
+//! The harness's three connections to the broker (through its credential
+//! under isolated `hive up`, else on its agent socket: [`Dial`]), each owned
+//! by a thread: `poller` long-polls `recv_next` when the turn loop asks for the
 //! next message (or peeks once, without waiting, before a requested
 //! continue, before a checkpoint or `/compact` after a run, and at boot;
 //! every answer carries the agent's `turn_usd`),
@@ -31,11 +32,10 @@
 
 use super::bus::Bus;
 use crate::proto::cmd::{self, RecvNext, RecvNextReply, Seen, Status, StatusReply};
-use crate::proto::{Client, ClientError, Message, Request};
+use crate::proto::{Client, ClientError, Dial, Message, Request};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -190,10 +190,10 @@ pub struct Poller {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// One connection to the agent socket and its reconnect state.
+/// One connection to the broker and its reconnect state.
 struct Conn {
     what: &'static str,
-    socket: PathBuf,
+    broker: Dial,
     reconnect_max: Duration,
     bus: Bus,
     events: Sender<FromPoller>,
@@ -214,7 +214,7 @@ struct Conn {
 }
 
 impl Poller {
-    pub fn start(socket: PathBuf, wait_secs: u64, reconnect_max: Duration, bus: Bus) -> Poller {
+    pub fn start(broker: Dial, wait_secs: u64, reconnect_max: Duration, bus: Bus) -> Poller {
         let (calls_tx, calls_rx) = unbounded::<ToCalls>();
         let (asks_tx, asks_rx) = unbounded::<Ask>();
         let (ev_tx, ev_rx) = unbounded::<FromPoller>();
@@ -224,7 +224,7 @@ impl Poller {
         let pause_shown = Arc::new(AtomicBool::new(false));
         let conn = |what, stream| Conn {
             what,
-            socket: socket.clone(),
+            broker: broker.clone(),
             reconnect_max,
             bus: bus.clone(),
             events: ev_tx.clone(),
@@ -448,7 +448,7 @@ impl Conn {
                     recv(self.stop) -> _ => return None,
                 }
             }
-            match Client::connect(&self.socket) {
+            match self.broker.connect() {
                 Ok(c) => {
                     if let Ok(s) = c.shutdown_handle() {
                         *self.stream.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
@@ -463,7 +463,10 @@ impl Conn {
                         return None;
                     }
                     if self.unreachable {
-                        log::info!("reconnected to the broker at {}", self.socket.display());
+                        log::info!(
+                            "reconnected to the broker at {}",
+                            self.broker.socket().display()
+                        );
                         self.bus.note("broker reachable again");
                         self.unreachable = false;
                     }
@@ -736,7 +739,7 @@ impl Conn {
             let c = match self.client.as_mut() {
                 Some(c) => c,
                 None => {
-                    let c = Client::connect(&self.socket).map_err(|e| e.to_string())?;
+                    let c = self.broker.connect().map_err(|e| e.to_string())?;
                     self.client.insert(c)
                 }
             };
@@ -879,7 +882,12 @@ mod tests {
 
     fn poller_on(socket: &std::path::Path) -> Poller {
         let bus = Bus::new("ana", "ana", "haiku", 200_000);
-        Poller::start(socket.to_path_buf(), 30, Duration::from_millis(200), bus)
+        Poller::start(
+            Dial::Socket(socket.to_path_buf()),
+            30,
+            Duration::from_millis(200),
+            bus,
+        )
     }
 
     /// The next event of `p` that is not about reachability or the status line.
@@ -893,7 +901,7 @@ mod tests {
         }
     }
 
-    fn dir(tag: &str) -> PathBuf {
+    fn dir(tag: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("hive-poller-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();

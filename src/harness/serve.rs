@@ -1,11 +1,13 @@
-//! `hive serve`'s boot: the composition root of the harness. It installs the
-//! signal thread, resolves the settings, writes the boot files, opens the
-//! turn-stats db and the turn log (`crate::history`, whose tap it hands the
-//! bus), starts the bash-task daemon (unless it runs on its own:
-//! `HIVE_BASH_DAEMON=external`, as under `hive up` and the units), the web UI, the forge poller and the
-//! poller's two broker connections, then hands everything to the
-//! [`TurnLoop`] on this thread and, once it returns, shuts the rest down in
-//! order (the turn log last, so it keeps every event).
+//! `hive serve`'s boot: the composition root of the harness. It takes what
+//! `hive up` handed down (the page's socket, its broker credential: every
+//! broker connection of the harness then goes through it) before anything
+//! else, installs the signal thread, resolves the settings, writes the boot
+//! files, opens the turn-stats db and the turn log (`crate::history`, whose
+//! tap it hands the bus), starts the bash-task daemon (unless it runs on its
+//! own: `HIVE_BASH_DAEMON=external`, as under `hive up` and the units), the
+//! web UI, the forge poller and the poller's broker connections, then hands
+//! everything to the [`TurnLoop`] on this thread and, once it returns, shuts
+//! the rest down in order (the turn log last, so it keeps every event).
 
 use super::bus::Bus;
 use super::context;
@@ -27,10 +29,27 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     // non-dumpable, so neither claude nor anything it starts can trace the
     // harness or take its descriptors.
     let inherited = inherited_listener()?;
+    // So is its broker credential (issue 40): its reports are taken only
+    // through it, and no process the agent starts can take it.
+    let credential =
+        crate::sys::fd::Credential::inherited(crate::proto::client::CREDENTIAL_FD_VAR)?;
     // Held to the end, so a first signal while the rest shuts down (after the
     // loop returned by itself) is taken as a signal, not as one nobody hears.
     let signals = crate::sys::signals()?;
-    let s = Arc::new(Settings::resolve(state_dir, run_dir)?);
+    let mut s = Settings::resolve(state_dir, run_dir)?;
+    if credential.is_none() {
+        log::info!(
+            "no broker credential ({}): this harness reports on its agent socket {}, which \
+             every process of the agent may use; nothing separates the two here (plain hive \
+             serve, HIVE_ISOLATION=off, or an older hive up)",
+            crate::proto::client::CREDENTIAL_FD_VAR,
+            s.socket.display()
+        );
+    }
+    if let Some(c) = credential {
+        s.broker = crate::proto::Dial::through(s.socket.clone(), move || c.connect());
+    }
+    let s = Arc::new(s);
     let placement = crate::bash::daemon::Placement::read(&crate::sys::env::Env::process())?;
     for dir in [&s.state_dir, &s.run_dir] {
         super::files::create_private_dir(dir)
@@ -115,10 +134,10 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     };
     let web = crate::web::WebConfig::from_env()
         .and_then(|cfg| crate::web::start_on(shared.clone(), cfg, inherited))?;
-    let _forge = super::forge::ForgeSettings::from_env(&s.state_dir, &s.socket, &s.label)?
+    let _forge = super::forge::ForgeSettings::from_env(&s.state_dir, &s.broker, &s.label)?
         .and_then(super::forge::start);
     let poller = Poller::start(
-        s.socket.clone(),
+        s.broker.clone(),
         s.poll_wait_secs,
         s.reconnect_max,
         bus.clone(),

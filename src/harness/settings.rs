@@ -17,6 +17,9 @@ pub struct Settings {
     pub run_dir: PathBuf,
     /// The agent's broker socket (`HIVE_SOCKET`).
     pub socket: PathBuf,
+    /// Where the harness's broker connections come from: its credential
+    /// when `hive up` handed one down (`serve.rs` takes it), else `socket`.
+    pub broker: crate::proto::Dial,
     /// The bash-task daemon's socket (`HIVE_BASH_SOCKET`).
     pub bash_socket: PathBuf,
     pub label: String,
@@ -123,6 +126,9 @@ impl Settings {
             state_dir: state_dir.to_path_buf(),
             run_dir: run_dir.to_path_buf(),
             socket: env.path_or("HIVE_SOCKET", crate::proto::paths::DEFAULT_AGENT_SOCKET),
+            broker: crate::proto::Dial::Socket(
+                env.path_or("HIVE_SOCKET", crate::proto::paths::DEFAULT_AGENT_SOCKET),
+            ),
             bash_socket: env.path_or("HIVE_BASH_SOCKET", crate::proto::paths::DEFAULT_BASH_SOCKET),
             label,
             claude_bin: env

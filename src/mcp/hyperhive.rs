@@ -479,6 +479,7 @@ mod tests {
                                 name: "ana",
                                 groups: &groups,
                                 capabilities: &capabilities,
+                                via: crate::proto::access::Via::Socket,
                             },
                         )
                         .is_ok();

@@ -2,7 +2,10 @@
 //! its fleet entry, and [`Access`], the rule each command's row of the
 //! privilege table ([`super::command::PRIVILEGES`]) carries. The broker
 //! enforces a row with [`Access::admits`] on the socket a request came in on
-//! (the privilege boundary); `hive mcp` lists a tool when its row's gate is
+//! (the privilege boundary), and for an agent on how its connection was made
+//! ([`Via`]): the harness's and the bash-task daemon's own reports need a
+//! connection their credential made, wherever such a credential exists
+//! (isolated `hive up`); `hive mcp` lists a tool when its row's gate is
 //! granted ([`Gate::granted`]: its group, or for a capability-gated command its
 //! capability alone) and the harness hands claude the same names in
 //! `--allowedTools`, so the three cannot disagree. Rules about a command's
@@ -124,6 +127,33 @@ pub enum Access {
     Agent(Gate),
     /// The operator, and agents behind the gate.
     Both(Gate),
+    /// The agent's harness only: its turns, counters, pauses and spend. Taken
+    /// on a connection the harness's credential made, or on the agent's
+    /// socket where nothing separates the harness from claude ([`Via::Shared`]).
+    Harness,
+    /// The agent's bash-task daemon only (its running tasks), on a connection
+    /// its own credential made, or on a [`Via::Shared`] socket.
+    BashDaemon,
+}
+
+/// How an agent's connection reached the broker, which decides whether it
+/// speaks for the harness (or the bash-task daemon) or for any process of
+/// the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Via {
+    /// The agent's socket, where its harness has a credential of its own:
+    /// any process of the agent (claude, a bash task, an MCP server) may be
+    /// at the other end, so the harness's rows are refused.
+    Socket,
+    /// The agent's socket, where nothing separates the harness from claude
+    /// (one uid, no sandbox: plain `hive serve`, `HIVE_ISOLATION=off`, a
+    /// harness started without a credential): the harness's and the bash
+    /// daemon's rows are open here.
+    Shared,
+    /// A connection made through the harness's credential.
+    Harness,
+    /// A connection made through the bash-task daemon's credential.
+    BashDaemon,
 }
 
 /// The row as the docs print it: `operator, agents with `messaging``.
@@ -137,6 +167,8 @@ impl std::fmt::Display for Access {
         match self {
             Access::Operator => f.write_str("operator"),
             Access::Bridge => f.write_str("the bridge"),
+            Access::Harness => f.write_str("the harness"),
+            Access::BashDaemon => f.write_str("the bash-task daemon"),
             Access::Agent(g) => agents(f, g),
             Access::Both(g) => {
                 f.write_str("operator, ")?;
@@ -156,6 +188,7 @@ pub enum Caller<'a> {
         name: &'a str,
         groups: &'a [ToolGroup],
         capabilities: &'a [Capability],
+        via: Via,
     },
 }
 
@@ -163,7 +196,7 @@ impl Access {
     /// The agents' gate, when agents may send the command at all.
     pub fn gate(self) -> Option<Gate> {
         match self {
-            Access::Operator | Access::Bridge => None,
+            Access::Operator | Access::Bridge | Access::Harness | Access::BashDaemon => None,
             Access::Agent(g) | Access::Both(g) => Some(g),
         }
     }
@@ -215,7 +248,11 @@ impl Access {
                 name,
                 groups,
                 capabilities,
-            } => (name, groups, capabilities),
+                via,
+            } => match self.own(cmd, name, via) {
+                Some(admitted) => return admitted,
+                None => (name, groups, capabilities),
+            },
         };
         let Some(gate) = self.gate() else {
             return Err(format!(
@@ -234,6 +271,33 @@ impl Access {
             "{cmd} needs {needs}, which {name} is not granted; the operator grants it in the \
              fleet file"
         ))
+    }
+
+    /// The rule of the harness's and the bash daemon's own rows for agent
+    /// `name`'s connection: None for every other row.
+    fn own(self, cmd: &str, name: &str, via: Via) -> Option<Result<(), String>> {
+        let holder = match self {
+            Access::Harness => Via::Harness,
+            Access::BashDaemon => Via::BashDaemon,
+            _ => return None,
+        };
+        let whose = if holder == Via::Harness {
+            "harness"
+        } else {
+            "bash-task daemon"
+        };
+        Some(match via {
+            Via::Shared => Ok(()),
+            v if v == holder => Ok(()),
+            Via::Socket => Err(format!(
+                "{cmd} is the {whose}'s own report and {name}'s {whose} has a connection of its \
+                 own: it is not taken on {name}'s socket, where any process of the agent may \
+                 write (an old {whose} binary? `hive restart {name}` runs the current one)"
+            )),
+            _ => Err(format!(
+                "{cmd} is the {whose}'s own report; this connection is another process's of {name}"
+            )),
+        })
     }
 }
 
@@ -272,6 +336,7 @@ mod tests {
             name: "ana",
             groups,
             capabilities,
+            via: Via::Socket,
         };
         let journal = Access::Agent(Gate::Capability(Capability::ReadHostJournal));
         let e = journal
@@ -320,6 +385,7 @@ mod tests {
             name: "ana",
             groups: &all,
             capabilities: &caps,
+            via: Via::Harness,
         };
         for caller in [Caller::Operator, ana] {
             let e = Access::Bridge.admits("bridge_next", caller).unwrap_err();
@@ -330,6 +396,8 @@ mod tests {
             Access::Both(Gate::Open),
             Access::Agent(Gate::Open),
             Access::Both(Gate::Group(ToolGroup::Messaging)),
+            Access::Harness,
+            Access::BashDaemon,
         ] {
             let e = access.admits("send", Caller::Bridge).unwrap_err();
             assert!(e.contains("send is not a bridge command"), "{e}");
@@ -337,5 +405,55 @@ mod tests {
         assert_eq!(Access::Bridge.to_string(), "the bridge");
         assert_eq!(Access::Bridge.group(), None);
         assert!(!Access::Bridge.operator());
+    }
+
+    /// The harness's rows are taken from its credential, or where nothing
+    /// separates it from claude; the bash daemon's likewise; nobody else's
+    /// connection passes for either, whatever the agent is granted.
+    #[test]
+    fn the_harness_and_the_bash_daemon_report_on_their_own_connections() {
+        let all = ToolGroup::ALL;
+        let caps = Capability::ALL;
+        let on = |via| Caller::Agent {
+            name: "ana",
+            groups: &all,
+            capabilities: &caps,
+            via,
+        };
+        let cases = [
+            (Access::Harness, Via::Harness, true),
+            (Access::Harness, Via::Shared, true),
+            (Access::Harness, Via::Socket, false),
+            (Access::Harness, Via::BashDaemon, false),
+            (Access::BashDaemon, Via::BashDaemon, true),
+            (Access::BashDaemon, Via::Shared, true),
+            (Access::BashDaemon, Via::Socket, false),
+            (Access::BashDaemon, Via::Harness, false),
+            (Access::Agent(Gate::Open), Via::Socket, true),
+            (Access::Agent(Gate::Open), Via::Harness, true),
+            (Access::Both(Gate::Open), Via::BashDaemon, true),
+        ];
+        for (access, via, ok) in cases {
+            assert_eq!(
+                access.admits("report_spend", on(via)).is_ok(),
+                ok,
+                "{access:?} on {via:?}"
+            );
+        }
+        let e = Access::Harness
+            .admits("report_spend", on(Via::Socket))
+            .unwrap_err();
+        assert!(
+            e.contains("report_spend is the harness's own report")
+                && e.contains("an old harness binary? `hive restart ana`"),
+            "{e}"
+        );
+        let e = Access::Harness
+            .admits("report_spend", Caller::Operator)
+            .unwrap_err();
+        assert!(e.contains("is an agent command"), "{e}");
+        assert_eq!(Access::Harness.gate(), None);
+        assert_eq!(Access::Harness.to_string(), "the harness");
+        assert_eq!(Access::BashDaemon.to_string(), "the bash-task daemon");
     }
 }

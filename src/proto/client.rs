@@ -2,6 +2,11 @@
 //! commands, the dashboard, `hive serve`, `hive mcp` and the bash task daemon
 //! all use: [`Client::call`] sends a command and returns its own answer type,
 //! so no caller digs in an untyped map. Errors say which socket and what to do.
+//!
+//! A harness or bash-task daemon that `hive up` started with a credential
+//! (a socket pair's end, inherited) makes every broker connection through it
+//! rather than on the agent's socket: [`Dial`] is where a process's
+//! connections come from, the one value its threads share.
 
 use super::command::{Command, Request};
 use super::lines::{self, CallError, Conn};
@@ -9,7 +14,74 @@ use crossbeam_channel::Receiver;
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+/// The variable that names the descriptor of an inherited credential (see
+/// [`Dial`]; a `HIVE_UP_…` one: no process an agent starts gets it, and the
+/// number alone gives nothing, as the descriptor is closed on exec).
+pub const CREDENTIAL_FD_VAR: &str = "HIVE_UP_BROKER_FD";
+
+/// How a [`Dial::Credential`] makes a connection.
+type Connect = Arc<dyn Fn() -> io::Result<UnixStream> + Send + Sync>;
+
+/// Where a process's broker connections come from: the agent's socket, or
+/// its own credential (the socket's path kept for messages). A credential
+/// (`sys::fd::Credential`) is one end of a socket pair whose other end the
+/// broker holds: `hive up` made it outside the agent's sandbox and handed it
+/// down as [`CREDENTIAL_FD_VAR`]. Each connection is a fresh socket pair, one
+/// end sent over it; the broker serves that as a connection of the process
+/// that holds the credential, and takes its own reports only there.
+#[derive(Clone)]
+pub enum Dial {
+    Socket(PathBuf),
+    Credential { socket: PathBuf, connect: Connect },
+}
+
+impl std::fmt::Debug for Dial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dial::Socket(p) => write!(f, "Socket({})", p.display()),
+            Dial::Credential { socket, .. } => write!(f, "Credential({})", socket.display()),
+        }
+    }
+}
+
+impl Dial {
+    /// Connections made by `connect` (through a credential); `socket` is
+    /// the agent's, named in messages.
+    pub fn through(
+        socket: PathBuf,
+        connect: impl Fn() -> io::Result<UnixStream> + Send + Sync + 'static,
+    ) -> Dial {
+        Dial::Credential {
+            socket,
+            connect: Arc::new(connect),
+        }
+    }
+
+    /// The agent's socket (for messages; a credential's connections are not
+    /// made there).
+    pub fn socket(&self) -> &Path {
+        match self {
+            Dial::Socket(p) | Dial::Credential { socket: p, .. } => p,
+        }
+    }
+
+    /// A new connection to the broker.
+    pub fn connect(&self) -> Result<Client, ClientError> {
+        match self {
+            Dial::Socket(p) => Client::connect(p),
+            Dial::Credential { socket, connect } => {
+                let stream = connect().map_err(|e| ClientError::NoBroker {
+                    path: socket.clone(),
+                    detail: format!("the credential hive up handed down failed: {e}"),
+                })?;
+                Ok(Client::over(stream, socket))
+            }
+        }
+    }
+}
 
 /// Who answers on a broker socket, in messages.
 const PEER: &str = "the broker";
@@ -90,6 +162,15 @@ impl Client {
             path: path.to_path_buf(),
             conn,
         })
+    }
+
+    /// A client on a stream made another way (a credential's); `path` is
+    /// the socket named in its messages.
+    pub fn over(stream: UnixStream, path: &Path) -> Client {
+        Client {
+            path: path.to_path_buf(),
+            conn: Conn::over(stream, PEER),
+        }
     }
 
     /// The socket path this client is connected to.

@@ -162,29 +162,50 @@ macro_rules! commands {
 }
 
 use super::access::Capability::ReadHostJournal;
-use Access::{Agent, Both, Bridge, Operator};
+use Access::{Agent, BashDaemon, Both, Bridge, Harness, Operator};
 use Gate::{Capability as Cap, Group, Open};
 use ToolGroup as G;
 
 commands! {
-    // The harness, scripts and either socket.
+    // Either socket: every script of the agent says hello and wakes it.
     "hello"                => Hello:             Both(Open);
     "wake"                 => Wake:              Both(Open);
-    "kick"                 => HarnessStarted:    Agent(Open);
-    "recv_next"            => RecvNext:          Agent(Open);
+    // The harness's own (issue 40): what it reports moves the hive's state
+    // for this agent and others (its pool, the budgets, the attempts that
+    // dead-letter a message), so under isolated `hive up` only its
+    // credential sends them; where nothing separates harness and claude the
+    // agent's socket does (`Via::Shared`), bounded by the spend bounds,
+    // quotas and throttled logs.
+    //   kick: says "(re)started", queues the kick and marks the harness live.
+    "kick"                 => HarnessStarted:    Harness;
+    //   recv_next: hands out the turn's message and counts an attempt.
+    "recv_next"            => RecvNext:          Harness;
+    //   status: read-only counts, open to every script; with `seen` it is
+    //   the harness's watch, whose connection counts as the harness's only
+    //   where it may speak for the harness (its credential, or `Shared`).
     "status"               => Status:            Agent(Open);
-    "ack_turn"             => AckTurn:           Agent(Open);
-    "requeue_inflight"     => RequeueInflight:   Agent(Open);
-    "dead_letter"          => DeadLetter:        Agent(Open);
-    "report_state"         => ReportState:       Agent(Open);
-    "post_turn_counts"     => PostTurnCounts:    Agent(Open);
-    "send_to_parent"       => SendToParent:      Agent(Open);
-    "report_tasks"         => ReportTasks:       Agent(Open);
+    //   ack_turn, requeue_inflight, dead_letter: end, return or give up the
+    //   message in flight; attempts and dead letters are the harness's word.
+    "ack_turn"             => AckTurn:           Harness;
+    "requeue_inflight"     => RequeueInflight:   Harness;
+    "dead_letter"          => DeadLetter:        Harness;
+    //   report_state: a pause the broker shows and the operator lifts.
+    "report_state"         => ReportState:       Harness;
+    //   post_turn_counts: the turn and token counters the dashboard shows.
+    "post_turn_counts"     => PostTurnCounts:    Harness;
+    //   send_to_parent: the harness's notices, not charged to the agent's
+    //   quota; an agent writes to its parent with `send` (`parent`).
+    "send_to_parent"       => SendToParent:      Harness;
+    //   report_tasks: the bash-task daemon's running tasks (its credential).
+    "report_tasks"         => ReportTasks:       BashDaemon;
     // issue 16: usage limits and budgets
-    "report_pool"          => ReportPool:        Agent(Open);
-    "report_usage_limit"   => ReportUsageLimit:  Agent(Open);
-    "report_spend"         => ReportSpend:       Agent(Open);
+    //   report_pool, report_usage_limit: a pool's park pauses every agent in it.
+    "report_pool"          => ReportPool:        Harness;
+    "report_usage_limit"   => ReportUsageLimit:  Harness;
+    //   report_spend: rows every budget check adds up.
+    "report_spend"         => ReportSpend:       Harness;
     "budget"               => GetBudget:         Operator;
+    //   own_budget: read-only, the agent's page shows it.
     "own_budget"           => OwnBudget:         Agent(Open);
     "set_budget"           => SetBudget:         Operator;
     "void_spend"           => VoidSpend:         Operator;
@@ -744,13 +765,14 @@ mod tests {
     /// other socket accepts them, whatever an agent is granted.
     #[test]
     fn only_the_bridge_sends_bridge_commands_and_it_sends_nothing_else() {
-        use crate::proto::access::{Caller, Capability};
+        use crate::proto::access::{Caller, Capability, Via};
         let groups = ToolGroup::ALL;
         let caps = Capability::ALL;
         let everything = Caller::Agent {
             name: "ana",
             groups: &groups,
             capabilities: &caps,
+            via: Via::Shared,
         };
         let mut bridge_rows = 0;
         for (cmd, access) in PRIVILEGES {

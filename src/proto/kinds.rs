@@ -31,7 +31,9 @@ open_enum! {
         NeedsLogin = "needs_login",
         /// crash_watch: an agent logged in again.
         LoggedIn = "logged_in",
-        /// crash_watch: an agent runs an old binary or fleet entry.
+        /// crash_watch: an agent runs an old binary or fleet entry; or the
+        /// broker, to the operator: an agent's harness (or bash daemon)
+        /// reports on its socket though it has a credential (issue 40).
         NeedsUpdate = "needs_update",
         /// crash_watch: an agent runs the current versions again.
         Rebuilt = "rebuilt",

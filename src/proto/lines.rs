@@ -295,11 +295,15 @@ pub struct Conn {
 impl Conn {
     /// Connects to the socket at `path`; the error is the system's.
     pub fn connect(path: &Path, peer: &'static str) -> io::Result<Conn> {
-        let stream = UnixStream::connect(path)?;
-        Ok(Conn {
+        Ok(Conn::over(UnixStream::connect(path)?, peer))
+    }
+
+    /// A connection over a stream made another way (a credential's).
+    pub fn over(stream: UnixStream, peer: &'static str) -> Conn {
+        Conn {
             peer,
             reader: BufReader::new(stream),
-        })
+        }
     }
 
     /// Sets how long an answer may take (None waits forever).

@@ -40,7 +40,7 @@ pub mod text;
 pub mod turnstats;
 
 pub use access::{Access, Capability, Gate, ToolGroup};
-pub use client::{Client, ClientError};
+pub use client::{Client, ClientError, Dial};
 pub use command::{Command, Invalid, Request, PRIVILEGES};
 pub use fleet::{AgentConfig, Budget, Per};
 pub use ident::Peer;

@@ -1,8 +1,10 @@
 //! Descriptors and sockets: a close-on-exec pipe and what is waiting in it
 //! ([`unread`]), a file opened beneath a
 //! directory without following a symlink on the way ([`open_beneath`]), the
-//! process at the other end of a unix socket ([`peer_pid`]), the socket
-//! options and
+//! process at the other end of a unix socket ([`peer_pid`]), a descriptor
+//! passed over a unix socket ([`send_fd`], [`recv_fd`], and the
+//! [`Credential`] made of them) or inherited ([`inherited_stream`]), the
+//! socket options and
 //! queries the web servers need (timeouts, the unsent queue, a hang-up, a
 //! shutdown), [`poll`] over many descriptors (the broker serves its sockets
 //! from one such loop), and [`HangupWatch`], which turns a peer hanging up
@@ -118,6 +120,78 @@ pub fn accept_nonblocking(listener: &UnixListener) -> io::Result<UnixStream> {
 /// stream socket, or it is refused (and not taken: a number that names
 /// something else is left alone).
 pub fn inherited_listener(fd: RawFd) -> io::Result<UnixListener> {
+    inherited_unix(fd, true)?;
+    // SAFETY: the descriptor was handed to this process to own, and is a
+    // listening unix socket (checked above).
+    Ok(unsafe { UnixListener::from_raw_fd(fd) })
+}
+
+/// Takes over the connected unix stream socket this process inherited as
+/// `fd` (the harness's credential under `hive up`): made close-on-exec at
+/// once, and refused (not taken) unless it is a connected `AF_UNIX` stream
+/// socket.
+pub fn inherited_stream(fd: RawFd) -> io::Result<UnixStream> {
+    inherited_unix(fd, false)?;
+    // SAFETY: the descriptor was handed to this process to own, and is a
+    // unix stream socket that does not listen (checked above).
+    Ok(unsafe { UnixStream::from_raw_fd(fd) })
+}
+
+/// A credential: one end of a socket pair whose other end another process
+/// (the broker) holds, over which this process hands it connections — each
+/// one end of a fresh socket pair ([`send_fd`]), the other end kept. Only
+/// this process holds it: taken with [`Credential::inherited`], it is closed
+/// on exec and the process non-dumpable, so nothing it starts can take it.
+#[derive(Debug)]
+pub struct Credential {
+    control: UnixStream,
+}
+
+impl Credential {
+    /// The credential this process inherited as the descriptor named in
+    /// variable `var`, taken at once (closed on exec), and the process made
+    /// non-dumpable; None without the variable. Call it first thing, before
+    /// any thread starts. The error names the variable.
+    pub fn inherited(var: &str) -> Result<Option<Credential>, String> {
+        let Some(text) = std::env::var_os(var) else {
+            return Ok(None);
+        };
+        let fd: RawFd = text
+            .to_str()
+            .and_then(|t| t.trim().parse().ok())
+            .filter(|fd| *fd > 2)
+            .ok_or_else(|| format!("{var}={text:?} is not a descriptor number"))?;
+        let control = inherited_stream(fd).map_err(|e| {
+            format!("{var}={fd}: cannot take the broker credential hive up handed down: {e}")
+        })?;
+        super::set_non_dumpable()
+            .map_err(|e| format!("cannot make this process non-dumpable: {e}"))?;
+        Ok(Some(Credential { control }))
+    }
+
+    /// Over an end made here (tests).
+    pub fn over(control: UnixStream) -> Credential {
+        Credential { control }
+    }
+
+    /// A new connection to the other end's process.
+    pub fn connect(&self) -> io::Result<UnixStream> {
+        let (mine, theirs) = UnixStream::pair()?;
+        send_fd(&self.control, std::os::fd::AsFd::as_fd(&theirs))?;
+        Ok(mine)
+    }
+}
+
+/// `fd` as a unix stream socket (one that came over a socket, say), or
+/// closed and refused when it is something else or listens.
+pub fn unix_stream(fd: OwnedFd) -> io::Result<UnixStream> {
+    inherited_unix(fd.as_raw_fd(), false)?;
+    Ok(UnixStream::from(fd))
+}
+
+/// Marks inherited `fd` close-on-exec, then checks that it is an `AF_UNIX`
+/// stream socket that listens (or not, as `listening` says).
+fn inherited_unix(fd: RawFd, listening: bool) -> io::Result<()> {
     let int = |opt: libc::c_int| -> io::Result<libc::c_int> {
         let mut v: libc::c_int = 0;
         let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -142,16 +216,134 @@ pub fn inherited_listener(fd: RawFd) -> io::Result<UnixListener> {
     }
     let ok = int(libc::SO_DOMAIN)? == libc::AF_UNIX
         && int(libc::SO_TYPE)? == libc::SOCK_STREAM
-        && int(libc::SO_ACCEPTCONN)? == 1;
+        && (int(libc::SO_ACCEPTCONN)? == 1) == listening;
     if !ok {
+        let what = if listening {
+            "a listening unix stream socket"
+        } else {
+            "a connected unix stream socket"
+        };
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("descriptor {fd} is not a listening unix stream socket"),
+            format!("descriptor {fd} is not {what}"),
         ));
     }
-    // SAFETY: the descriptor was handed to this process to own, and is a
-    // listening unix socket (checked above).
-    Ok(unsafe { UnixListener::from_raw_fd(fd) })
+    Ok(())
+}
+
+/// Sends descriptor `fd` over unix socket `sock` (`SCM_RIGHTS`, with one
+/// byte of data, as a stream socket needs some). The receiver gets its own
+/// copy; the sender still holds `fd`.
+pub fn send_fd(sock: &UnixStream, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    let raw = fd.as_raw_fd();
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut control = vec![0u8; space];
+    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: the control buffer holds one header and one descriptor
+    // (CMSG_SPACE above), which CMSG_FIRSTHDR and CMSG_DATA stay inside.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), raw);
+    }
+    loop {
+        // SAFETY: a valid socket and a message built above.
+        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n == 1 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if n < 0 && e.kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return Err(if n < 0 {
+            e
+        } else {
+            io::ErrorKind::WriteZero.into()
+        });
+    }
+}
+
+/// Receives one descriptor sent with [`send_fd`], close-on-exec, without
+/// waiting: `Ok(None)` once the other end closed, `WouldBlock` when nothing
+/// is waiting, `InvalidData` for a byte that came without a descriptor (it
+/// is consumed).
+pub fn recv_fd(sock: &UnixStream) -> io::Result<Option<OwnedFd>> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut control = vec![0u8; space];
+    loop {
+        // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: a valid socket and buffers of the sizes given.
+        let n = unsafe {
+            libc::recvmsg(
+                sock.as_raw_fd(),
+                &mut msg,
+                libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        // SAFETY: the kernel filled `msg`; CMSG_FIRSTHDR/NXTHDR walk only the
+        // headers it wrote, within msg_controllen. Every descriptor that came
+        // is owned here: the first is returned, any other closed.
+        let mut got: Option<OwnedFd> = None;
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(cmsg);
+                    let len = (*cmsg).cmsg_len as usize - (data as usize - cmsg as usize);
+                    for k in 0..len / std::mem::size_of::<RawFd>() {
+                        let fd = std::ptr::read_unaligned(data.cast::<RawFd>().add(k));
+                        let owned = OwnedFd::from_raw_fd(fd);
+                        if got.is_none() {
+                            got = Some(owned);
+                        }
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            }
+        }
+        return match got {
+            Some(fd) => Ok(Some(fd)),
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a byte came without a descriptor",
+            )),
+        };
+    }
 }
 
 /// Sets a socket's send and receive timeouts (`SO_SNDTIMEO`, `SO_RCVTIMEO`);
@@ -437,6 +629,53 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         assert_eq!(peer_pid(&a).unwrap(), std::process::id());
         assert_eq!(peer_pid(&b).unwrap(), std::process::id());
+    }
+
+    #[test]
+    fn a_passed_descriptor_arrives_close_on_exec_and_a_closed_end_says_so() {
+        let (ctl_a, ctl_b) = UnixStream::pair().unwrap();
+        ctl_b.set_nonblocking(true).unwrap();
+        let err = recv_fd(&ctl_b).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock, "{err}");
+        let (mut mine, theirs) = UnixStream::pair().unwrap();
+        send_fd(&ctl_a, std::os::fd::AsFd::as_fd(&theirs)).unwrap();
+        drop(theirs);
+        let got = recv_fd(&ctl_b).unwrap().expect("a descriptor");
+        // SAFETY: F_GETFD only reads the descriptor's flags.
+        let flags = unsafe { libc::fcntl(got.as_raw_fd(), libc::F_GETFD) };
+        assert_ne!(flags & libc::FD_CLOEXEC, 0);
+        let mut got = UnixStream::from(got);
+        mine.write_all(b"x").unwrap();
+        let mut buf = [0u8; 1];
+        got.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"x");
+        (&ctl_a).write_all(b"y").unwrap();
+        let err = recv_fd(&ctl_b).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        drop(ctl_a);
+        assert!(recv_fd(&ctl_b).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_inherited_stream_must_be_a_connected_unix_socket() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(a);
+        // SAFETY: clearing FD_CLOEXEC on a descriptor this test owns.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+        let s = inherited_stream(fd).unwrap();
+        // SAFETY: F_GETFD only reads the descriptor's flags.
+        let flags = unsafe { libc::fcntl(s.as_raw_fd(), libc::F_GETFD) };
+        assert_ne!(flags & libc::FD_CLOEXEC, 0);
+        let (r, _w) = pipe().unwrap();
+        assert!(inherited_stream(r.as_raw_fd()).is_err(), "a pipe");
+        assert!(unix_stream(r).is_err(), "a pipe");
+        let dir = std::env::temp_dir().join(format!("hive-fd-inherit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let listener = UnixListener::bind(dir.join("s")).unwrap();
+        let err = inherited_stream(listener.as_raw_fd()).unwrap_err();
+        assert!(err.to_string().contains("not a connected unix"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

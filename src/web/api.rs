@@ -7,7 +7,7 @@
 use super::harness::{Ask, Harness};
 use crate::http::{self, Reply};
 use crate::proto::cmd::Wake;
-use crate::proto::{Client, ClientError, Command, SentReply};
+use crate::proto::{ClientError, Command, SentReply};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -99,9 +99,9 @@ pub fn send(h: &impl Harness, body: &[u8]) -> Reply {
     if let Err(e) = wake.validate() {
         return Reply::error(400, format!("field {e}"));
     }
-    let socket = h.socket();
+    let broker = h.broker();
     let call = || -> Result<SentReply, ClientError> {
-        let mut c = Client::connect(socket)?;
+        let mut c = broker.connect()?;
         c.set_read_timeout(Some(Duration::from_secs(10)))
             .map_err(|e| ClientError::Io(e.to_string()))?;
         c.call(&wake)

@@ -85,8 +85,10 @@ pub trait Harness: Send + Sync + 'static {
 
     /// The agent's state dir (the port file, the token file, the links file).
     fn state_dir(&self) -> &Path;
-    /// The agent's broker socket (the page's messages go there as wakes).
-    fn socket(&self) -> &Path;
+    /// The harness's way to the broker (the page's messages go there as
+    /// wakes): its credential under isolated `hive up`, else the agent's
+    /// socket.
+    fn broker(&self) -> &crate::proto::Dial;
     /// The live state, as `GET /api/state` shows it.
     fn state(&self) -> Value;
     /// The live numbers of `/metrics`.

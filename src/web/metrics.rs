@@ -13,9 +13,8 @@
 
 use super::harness::{Gauges, TurnPhase, TurnTotals};
 use crate::proto::cmd::{BudgetReply, BudgetRow, OwnBudget};
-use crate::proto::{Client, TurnOutcomeKind};
+use crate::proto::TurnOutcomeKind;
 use std::fmt::Write;
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -34,21 +33,21 @@ pub struct BudgetCache {
 impl BudgetCache {
     /// The budget rows, asked from the broker on `socket` when the cached
     /// ones are older than [`BUDGET_TTL`].
-    pub fn get(&self, socket: &Path) -> Option<BudgetReply> {
+    pub fn get(&self, broker: &crate::proto::Dial) -> Option<BudgetReply> {
         if let Some((at, r)) = &*self.last.lock().unwrap_or_else(|p| p.into_inner()) {
             if at.elapsed() < BUDGET_TTL {
                 return r.clone();
             }
         }
-        let r = ask_budget(socket);
+        let r = ask_budget(broker);
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), r.clone()));
         r
     }
 }
 
-fn ask_budget(socket: &Path) -> Option<BudgetReply> {
+fn ask_budget(broker: &crate::proto::Dial) -> Option<BudgetReply> {
     let ask = || -> Result<BudgetReply, String> {
-        let mut c = Client::connect(socket).map_err(|e| e.to_string())?;
+        let mut c = broker.connect().map_err(|e| e.to_string())?;
         c.set_read_timeout(Some(BUDGET_TIMEOUT))
             .map_err(|e| e.to_string())?;
         c.call(&OwnBudget {}).map_err(|e| e.to_string())

@@ -424,7 +424,7 @@ fn metrics_reply<H: Harness>(app: &App<H>, _: &Ctx<'_>) -> Reply {
         &totals,
         &h.gauges(),
         app.stream.slots.count(),
-        app.budget.get(h.socket()).as_ref(),
+        app.budget.get(h.broker()).as_ref(),
     );
     Reply::new(200, "text/plain; version=0.0.4; charset=utf-8", text)
 }

@@ -232,6 +232,7 @@ impl Hub<'_> {
                         .map(|e| e.groups())
                         .unwrap_or_default(),
                     capabilities: &[],
+                    via: crate::proto::access::Via::Socket,
                 };
                 CancelScheduled::ACCESS.admits("cancel_loose_end(kind=\"scheduled\")", caller)?;
                 self.cancel_scheduled(agent, CancelScheduled { id: c.id })

@@ -22,6 +22,7 @@
 use super::limits;
 use super::{db_err, ConnId, Ctx, Done, Handled, Held, Hub, Identity};
 use crate::broker::db::NewMessage;
+use crate::proto::access::Via;
 use crate::proto::cmd::{
     self, DeadLetter, DeadLetterReply, Failed, FailedReply, Inbox, InboxAck, Recv, RecvAck,
     RecvNext, RecvNextReply, ReportState, RequeueInflight, Retry, RetryReply, Seen, Status,
@@ -157,8 +158,8 @@ impl Hub<'_> {
     /// peer must be the process of one of the agent's harness connections
     /// (those that poll `recv_next` or `status`, or reported its start or
     /// pause). A script on the socket, `hive wake` or the host socket gets a
-    /// refusal. Until the harness has a channel of its own (issue 40, item
-    /// 1), a process that polls as the harness itself passes for it too.
+    /// refusal. Where the harness has a credential (isolated `hive up`), only
+    /// its credential's connections pass.
     fn check_page(&self, ctx: &Ctx) -> Result<(), String> {
         if self.harness_sent(ctx) {
             return Ok(());
@@ -169,10 +170,17 @@ impl Hub<'_> {
         ))
     }
 
-    /// The request came from the process of the agent's harness: the
-    /// connection's peer is the process of one of its harness connections
-    /// (see [`Hub::check_page`]).
+    /// The request came from the process of the agent's harness: a
+    /// connection its credential made, or where it has none (`Via::Shared`),
+    /// one whose peer is the process of one of its harness connections (see
+    /// [`Hub::check_page`]; a process that polls as the harness passes too,
+    /// as nothing else separates the two there).
     fn harness_sent(&self, ctx: &Ctx) -> bool {
+        match ctx.via {
+            Via::Harness => return true,
+            Via::Shared => {}
+            Via::Socket | Via::BashDaemon => return false,
+        }
         let Identity::Agent(agent) = ctx.who else {
             return false;
         };
@@ -529,10 +537,14 @@ impl Hub<'_> {
                 resumed: None,
             }));
         };
-        self.harness_conns
-            .entry(agent.to_string())
-            .or_default()
-            .insert(ctx.conn);
+        // The harness's watch: its connection counts as the harness's, but
+        // only on a connection that may speak for the harness.
+        if matches!(ctx.via, Via::Harness | Via::Shared) {
+            self.harness_conns
+                .entry(agent.to_string())
+                .or_default()
+                .insert(ctx.conn);
+        }
         let stats = self.db.stats(agent).map_err(db_err)?;
         let current = Seen {
             unread,

@@ -60,7 +60,7 @@ mod tests;
 use super::db::Store;
 use super::lifecycle::{LifecycleCmd, LogTail};
 use crate::config::HiveConfig;
-use crate::proto::access::{Access, Caller, Gate};
+use crate::proto::access::{Access, Caller, Gate, Via};
 use crate::proto::cmd::RequestApplyCommit;
 use crate::proto::command::Row;
 use crate::proto::lines::{err_line, ok_line};
@@ -125,6 +125,15 @@ pub enum HubMsg {
     /// The prune thread deleted a batch of messages: the agents' stored
     /// bytes are read again (`quotas.rs`).
     Pruned,
+    /// `hive up` started `agent`'s harness (or bash-task daemon, as `via`
+    /// says) with a credential: the other end of `control`, over which it
+    /// hands the broker connections of its own (`sockets.rs`). From now on
+    /// that process's rows are refused on the agent's socket.
+    Credential {
+        agent: String,
+        via: Via,
+        control: std::os::unix::net::UnixStream,
+    },
     /// The broker is stopping: return and close the store.
     Shutdown,
 }
@@ -292,6 +301,8 @@ struct Ctx<'a> {
     who: &'a Identity,
     conn: ConnId,
     can_wait: bool,
+    /// How the connection came (`Via::Harness` is the harness's credential).
+    via: Via,
 }
 
 /// Settings the hub needs besides the store and config.
@@ -339,6 +350,14 @@ pub struct NewSocket {
     pub path: PathBuf,
 }
 
+/// A credential's control socket, for the loop to serve: every descriptor
+/// that comes over it is a connection of `agent`'s process `via` names.
+pub struct NewCredential {
+    pub agent: String,
+    pub via: Via,
+    pub control: std::os::unix::net::UnixStream,
+}
+
 /// A row handed out by `recv` and not yet confirmed.
 enum Held {
     Stored(i64),
@@ -358,6 +377,18 @@ pub struct Hub<'c> {
     woken: Vec<ConnId>,
     /// Sockets bound at run time, until the loop takes them.
     new_sockets: Vec<NewSocket>,
+    /// Credentials handed out since the loop last looked, until it takes them.
+    new_credentials: Vec<NewCredential>,
+    /// Connections a credential made, and whose (the harness's or the bash
+    /// daemon's); every other agent connection came in on its socket.
+    channels: BTreeMap<ConnId, Via>,
+    /// Agents whose processes `hive up` started with credentials: the
+    /// harness's rows (`Via::Harness`) and the bash daemon's are refused on
+    /// their sockets. Everyone else's harness reports on its socket.
+    credentialed: BTreeMap<String, BTreeSet<Via>>,
+    /// Agents whose socket carried a refused report of a credentialed
+    /// process since it was last started: the operator was told once.
+    told_old: BTreeSet<String>,
     held: BTreeMap<ConnId, (String, Vec<Held>)>,
     transient: BTreeMap<String, VecDeque<Message>>,
     transient_inflight: BTreeMap<String, Message>,
@@ -432,6 +463,10 @@ impl<'c> Hub<'c> {
             parked: BTreeMap::new(),
             woken: Vec::new(),
             new_sockets: Vec::new(),
+            new_credentials: Vec::new(),
+            channels: BTreeMap::new(),
+            credentialed: BTreeMap::new(),
+            told_old: BTreeSet::new(),
             held: BTreeMap::new(),
             transient: BTreeMap::new(),
             transient_inflight: BTreeMap::new(),
@@ -487,6 +522,22 @@ impl<'c> Hub<'c> {
                 let _ = reply.send(self.followup(&who, followup));
             }
             HubMsg::Pruned => self.pruned(),
+            HubMsg::Credential {
+                agent,
+                via,
+                control,
+            } => {
+                self.told_old.remove(&agent);
+                self.credentialed
+                    .entry(agent.clone())
+                    .or_default()
+                    .insert(via);
+                self.new_credentials.push(NewCredential {
+                    agent,
+                    via,
+                    control,
+                });
+            }
             HubMsg::Shutdown => return false,
         }
         true
@@ -517,9 +568,36 @@ impl<'c> Hub<'c> {
         self.peers.insert(conn, pid);
     }
 
+    /// Connection `conn` was made through the credential of `via`'s process
+    /// (the loop tells it before the connection's first request).
+    pub fn adopted(&mut self, conn: ConnId, via: Via) {
+        self.channels.insert(conn, via);
+    }
+
+    /// How an agent's connection `conn` came: its credential's, or the
+    /// socket, shared with the harness only where no credential was handed
+    /// out for that process.
+    fn via(&self, who: &Identity, conn: ConnId, access: Access) -> Via {
+        if let Some(v) = self.channels.get(&conn) {
+            return *v;
+        }
+        let Identity::Agent(a) = who else {
+            return Via::Socket;
+        };
+        let holder = match access {
+            Access::BashDaemon => Via::BashDaemon,
+            _ => Via::Harness,
+        };
+        match self.credentialed.get(a) {
+            Some(set) if set.contains(&holder) => Via::Socket,
+            _ => Via::Shared,
+        }
+    }
+
     /// Connection `conn` is gone: release what it held and stop waiting for it.
     pub fn closed(&mut self, conn: ConnId) {
         self.peers.remove(&conn);
+        self.channels.remove(&conn);
         self.resumes.closed(conn);
         self.unpark(conn);
         self.release(conn);
@@ -534,6 +612,11 @@ impl<'c> Hub<'c> {
     /// The sockets bound since the last call.
     pub fn take_sockets(&mut self) -> Vec<NewSocket> {
         std::mem::take(&mut self.new_sockets)
+    }
+
+    /// The credentials handed out since the last call.
+    pub fn take_credentials(&mut self) -> Vec<NewCredential> {
+        std::mem::take(&mut self.new_credentials)
     }
 
     /// The hub's next deadline: a timer (`timers.rs`), a pause's end
@@ -570,7 +653,12 @@ impl<'c> Hub<'c> {
             self.unpark(conn);
         }
         let cmd = req.cmd();
-        if let Err(e) = self.admit(who, cmd, req.access()) {
+        let access = req.access();
+        let via = self.via(who, conn, access);
+        if let Err(e) = self.admit(who, via, cmd, access) {
+            if via == Via::Socket && matches!(access, Access::Harness | Access::BashDaemon) {
+                self.old_reporter(who.name(), access, cmd);
+            }
             return Outcome::Answer(err_line(&e));
         }
         if let Err(e) = req.validate() {
@@ -580,18 +668,50 @@ impl<'c> Hub<'c> {
             who,
             conn,
             can_wait,
+            via,
         };
         self.dispatch(&ctx, req)
     }
 
+    /// A report of `agent`'s harness (or bash daemon) came in on its socket
+    /// though that process has a credential: an old binary that does not
+    /// take it, or another process of the agent posing as it. Refused; the
+    /// operator is told once per start, naming the agent.
+    fn old_reporter(&mut self, agent: &str, access: Access, cmd: &str) {
+        if !self.told_old.insert(agent.to_string()) {
+            return;
+        }
+        let whose = match access {
+            Access::BashDaemon => "bash-task daemon",
+            _ => "harness",
+        };
+        let body = format!(
+            "{agent}'s {whose} sent {cmd} on {agent}'s socket, though hive up gave it a \
+             connection of its own; it was refused (and so is every such report until it \
+             restarts). Either {agent} runs an old {whose} that does not take its credential \
+             (`hive restart {agent}` runs the current binary), or another process of the agent \
+             posed as it."
+        );
+        log::warn!("{body}");
+        if let Err(e) = self.deliver(
+            &crate::proto::Peer::System,
+            "operator",
+            &body,
+            crate::proto::MsgKind::NeedsUpdate,
+            None,
+        ) {
+            log::error!("cannot tell the operator about {agent}'s {whose}: {e}");
+        }
+    }
+
     /// The privilege gate: `access` (a row of the table) for this caller, with
     /// the groups and capabilities its fleet entry grants.
-    fn admit(&self, who: &Identity, cmd: &str, access: Access) -> Result<(), String> {
+    fn admit(&self, who: &Identity, via: Via, cmd: &str, access: Access) -> Result<(), String> {
         match who {
             Identity::Operator => access.admits(cmd, Caller::Operator),
             Identity::Bridge => access.admits(cmd, Caller::Bridge),
-            // What every agent may send (the harness's own requests, `wake`)
-            // needs no look at its grants.
+            // What every agent may send (`wake`, `status`) needs no look at
+            // its grants.
             Identity::Agent(_) if access.gate() == Some(Gate::Open) => Ok(()),
             Identity::Agent(a) => {
                 let entry = self.cfg.agent(a);
@@ -603,6 +723,7 @@ impl<'c> Hub<'c> {
                         name: a,
                         groups: &groups,
                         capabilities: &capabilities,
+                        via,
                     },
                 )
             }
@@ -744,9 +865,14 @@ impl<'c> Hub<'c> {
                 // the file was read.
                 let caller = caller.clone();
                 line(
-                    self.admit(who, RequestApplyCommit::CMD, RequestApplyCommit::ACCESS)
-                        .and_then(|_| self.check_apply_commit(&caller, &agent))
-                        .and_then(|_| self.queue_apply_commit(&caller, &agent, &patch)),
+                    self.admit(
+                        who,
+                        Via::Socket,
+                        RequestApplyCommit::CMD,
+                        RequestApplyCommit::ACCESS,
+                    )
+                    .and_then(|_| self.check_apply_commit(&caller, &agent))
+                    .and_then(|_| self.queue_apply_commit(&caller, &agent, &patch)),
                 )
             }
             (Identity::Operator, Followup::Joined { id, entry }) => line(self.joined(id, entry)),
@@ -852,7 +978,9 @@ impl<'c> Hub<'c> {
 /// Whether the hub needs to know which process sent `req` on an agent's
 /// socket: the harness's own requests (which mark its connections), a
 /// `wake` from the agent's page, taken only from the harness's process, and
-/// `send_to_parent`, charged to the agent unless its harness sends it.
+/// `send_to_parent`, charged to the agent unless its harness sends it. Only
+/// where the harness has no credential (`Via::Shared`) does the answer
+/// decide anything; a credential's connections are not looked up.
 pub fn wants_peer(req: &Request) -> bool {
     match req {
         Request::RecvNext(_)
