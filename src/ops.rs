@@ -298,7 +298,11 @@ pub fn agents(h: &HostArgs) -> Result<(), String> {
             a.failed,
             line(&short_pool(a.pool.as_deref())),
             line(&agent_state(&a, s)),
-            line(&a.status_text)
+            line(&match &a.model_override {
+                // The page's choice in force shows before the status line.
+                Some(m) => format!("[model {m}, set on its page] {}", a.status_text),
+                None => a.status_text.clone(),
+            })
         );
     }
     left_off(r.left_off, "agents");

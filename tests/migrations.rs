@@ -253,6 +253,13 @@ fn an_old_broker_store_migrates_with_every_row() {
                 assert_eq!(n.split_off(6), [Value::Integer(0), Value::Null]);
             }
         }
+        if *table == "agents" {
+            // Step 15 appended the page's model override and its default
+            // (none) to every agent.
+            for n in new.iter_mut() {
+                assert_eq!(n.split_off(10), [Value::Null, Value::Null]);
+            }
+        }
         if *table == "messages" {
             // Step 3 appended attempts (0), the last error (none) and the
             // queue position (the row's own id) to every row, step 12 the
@@ -349,6 +356,10 @@ fn an_old_broker_store_migrates_with_every_row() {
         if *table == "scheduled" {
             // Step 14's two columns, as above.
             now.iter_mut().for_each(|n| n.truncate(6));
+        }
+        if *table == "agents" {
+            // Step 15's two columns, as above.
+            now.iter_mut().for_each(|n| n.truncate(10));
         }
         assert_eq!(&now, old, "{table}");
     }
@@ -511,10 +522,10 @@ fn a_version_11_store_charges_new_messages_through_step_12() {
     assert_eq!(agent_row(&b, "bob").stored_bytes, 0);
 }
 
-/// Step 14 (issue 39) on the previous release's store (`broker-v12.db`, the
-/// release before steps 13 and 14): its scheduled prompts gain a count of
-/// skipped deliveries and the message of their last copy, every other row
-/// stays, a repeating prompt stored as that release stored it is coalesced
+/// Steps 14 and 15 (issue 39) on the previous release's store
+/// (`broker-v12.db`, the release before steps 13 to 15): its scheduled
+/// prompts gain a count of skipped deliveries and the message of their last
+/// copy, its agent rows an empty model override, every other row stays, a repeating prompt stored as that release stored it is coalesced
 /// from its first delivery on, and a real broker serves the operator's
 /// `timers` from it.
 #[test]
@@ -525,8 +536,9 @@ fn the_previous_releases_store_coalesces_repeating_prompts_through_step_14() {
         let c = Connection::open(&path).unwrap();
         assert_eq!(schema::version(&c).unwrap(), 12);
     }
-    let kept = ["questions", "reminders", "approvals", "agents"];
+    let kept = ["questions", "reminders", "approvals"];
     let before: Vec<_> = kept.iter().map(|t| rows(&path, t)).collect();
+    let agents = rows(&path, "agents");
     let scheduled = rows(&path, "scheduled");
     let store = Db::open(&path, Durability::Normal).unwrap();
     let c = Connection::open(&path).unwrap();
@@ -562,6 +574,20 @@ fn the_previous_releases_store_coalesces_repeating_prompts_through_step_14() {
         assert_eq!(n.split_off(6), [Value::Integer(0), Value::Null]);
     }
     assert_eq!(now, scheduled, "every prompt, every column");
+    // Step 15 (issue 39): every agent row gains no model override.
+    let mut now = rows(&path, "agents");
+    for n in now.iter_mut() {
+        assert_eq!(n.split_off(10), [Value::Null, Value::Null]);
+    }
+    assert_eq!(now, agents, "every agent row, every column");
+    assert_eq!(store.model_override("ana").unwrap(), None);
+    store
+        .set_model_override("ana", Some(("opus", "sonnet")))
+        .unwrap();
+    assert_eq!(
+        store.model_override("ana").unwrap(),
+        Some(("opus".to_string(), "sonnet".to_string()))
+    );
     assert_eq!(store.timers(None).unwrap().len(), scheduled.len());
     // A prompt as the old release stored it (no step 14 column written).
     c.execute(

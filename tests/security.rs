@@ -611,7 +611,8 @@ fn hive_inbox_and_questions_show_control_characters_as_text() {
     let host = b.host_socket();
     let env = [("HIVE_HOST_SOCKET", host.to_str().unwrap())];
     let (_, out, _) = run_hive(&["inbox", "--peek"], None, &env);
-    assert!(out.contains("\\u{202e}txt.exe\nsecond line"), "{out}");
+    // Every line of a body is indented (no body forges a header, N11).
+    assert!(out.contains("\\u{202e}txt.exe\n  second line"), "{out}");
     assert!(out.contains("\\x9b1m"), "{out}");
     for cmd in ["inbox", "questions", "agents"] {
         let (code, out, err) = run_hive(&[cmd], None, &env);

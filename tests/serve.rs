@@ -131,30 +131,47 @@ fn boot_kick_then_a_turn_with_the_exact_invocation() {
     assert_eq!((row.turns, row.turns_ok), (2, 2));
 }
 
-/// The model file, edited by hand between turns, is what the next turn
-/// runs with (the loop reads it once per event, never caches it longer).
+/// A model file in the state dir (where the agent can write) is no override
+/// (issue 39): written between turns it changes nothing; found at a start,
+/// it is removed, not taken over, and the page says to choose the model
+/// again. The page's choice lives in the broker.
 #[test]
-fn a_model_file_edited_by_hand_applies_to_the_next_turn() {
-    let (b, h) = started("ana", &[]);
+fn a_model_file_in_the_state_dir_is_no_override() {
+    let (b, mut h) = started("ana", &[]);
     operator_send(&b, "ana", "one");
     h.fake.wait_count(2);
     wait_drained(&b, "ana");
-    let model = |n: usize| {
+    let model = |h: &Harness, n: usize| {
         let argv = h.fake.argv(n);
         let i = argv.iter().position(|a| a == "--model").unwrap();
         argv[i + 1].clone()
     };
-    assert_eq!(model(2), "haiku");
-    std::fs::write(h.state_dir().join("hyperhive-model"), "sonnet\n").unwrap();
+    assert_eq!(model(&h, 2), "haiku");
+    let file = h.state_dir().join("hyperhive-model");
+    std::fs::write(&file, "sonnet\n").unwrap();
     operator_send(&b, "ana", "two");
     h.fake.wait_count(3);
     wait_drained(&b, "ana");
-    assert_eq!(model(3), "sonnet");
-    std::fs::remove_file(h.state_dir().join("hyperhive-model")).unwrap();
+    assert_eq!(
+        model(&h, 3),
+        "haiku",
+        "a file the agent can write is not read"
+    );
+    h.terminate();
+    h.spawn();
+    wait_for(Duration::from_secs(30), "the file to be taken away", || {
+        (!file.exists()).then_some(())
+    });
+    assert!(
+        h.log().contains("choose it again with /model sonnet"),
+        "{}",
+        h.log()
+    );
     operator_send(&b, "ana", "three");
-    h.fake.wait_count(4);
+    let n = h.fake.count() + 1;
+    h.fake.wait_count(n);
     wait_drained(&b, "ana");
-    assert_eq!(model(4), "haiku");
+    assert_eq!(model(&h, n), "haiku");
 }
 
 #[test]

@@ -74,6 +74,8 @@ fn state_shows_exactly_the_documented_keys_and_follows_the_bus() {
         "paused",
         "retrying",
         "model",
+        "model_override",
+        "model_default",
         "context_window_tokens",
         "context_tokens",
         "context_percent",
@@ -103,18 +105,51 @@ fn state_shows_exactly_the_documented_keys_and_follows_the_bus() {
 
 #[test]
 fn control_endpoints_reach_the_loop_and_bad_requests_are_explained() {
-    let web = Web::start();
+    // The page's model choice is the broker's to keep: a broker serves ana.
+    let b = Broker::start(&["ana"]);
+    b.agent("ana");
+    let sock = b.agent_socket("ana");
+    let web = Web::start_with(|_, s| {
+        s.socket = sock.clone();
+        s.default_model = "haiku".into();
+    });
     let r = web.post("/api/model", r#"{"model":"sonnet"}"#);
     assert_eq!(
-        (r.status, r.json()["model"].clone()),
-        (200, json!("sonnet"))
+        (
+            r.status,
+            r.json()["model"].clone(),
+            r.json()["override"].clone()
+        ),
+        (200, json!("sonnet"), json!(true))
     );
     // The turn loop is the one writer of the state: the page tells it.
     assert_eq!(
         web.control.recv_timeout(T).unwrap(),
         Control::Model("sonnet".into())
     );
-    assert_eq!(web.shared.model(), "sonnet", "persisted for the next turn");
+    assert_eq!(web.shared.model(), "sonnet", "kept for the next turn");
+    let s = web.get("/api/state").json();
+    assert_eq!(
+        (s["model_override"].clone(), s["model_default"].clone()),
+        (json!("sonnet"), json!("haiku")),
+        "the page shows the override as such"
+    );
+    // `/model --fleet`: back to the configured one.
+    let r = web.post("/api/model", r#"{"fleet":true}"#);
+    assert_eq!(
+        (
+            r.status,
+            r.json()["model"].clone(),
+            r.json()["override"].clone()
+        ),
+        (200, json!("haiku"), json!(false))
+    );
+    assert_eq!(
+        web.control.recv_timeout(T).unwrap(),
+        Control::Model("haiku".into())
+    );
+    assert_eq!(web.shared.model(), "haiku");
+    assert!(web.get("/api/state").json()["model_override"].is_null());
 
     assert_eq!(web.post("/api/new-session", "").status, 200);
     assert!(web.shared.take_skip_continue());

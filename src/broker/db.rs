@@ -11,9 +11,10 @@
 //! prunes, the prune thread's connection and each agent's stored bytes are
 //! `db/retention.rs`; the operator's recent activity, `db/activity.rs`; the
 //! operator's view of timers and the coalescing of repeating prompts,
-//! `db/timers.rs`.
+//! `db/timers.rs`; the page's model override, `db/models.rs`.
 
 mod activity;
+mod models;
 mod retention;
 mod swarm;
 mod timers;
@@ -163,6 +164,11 @@ pub const MIGRATIONS: &[Step] = &[
         version: 14,
         what: "repeating scheduled prompts coalesced: the last copy delivered and the deliveries skipped",
         apply: |tx| tx.execute_batch(timers::SCHEMA_V14),
+    },
+    Step {
+        version: 15,
+        what: "the model an agent's page chose, and the configured default it was chosen against",
+        apply: |tx| tx.execute_batch(models::SCHEMA_V15),
     },
 ];
 

@@ -166,6 +166,10 @@ pub struct StateSnapshot {
     /// Set while the CLI retries an API call inside the running turn.
     pub retrying: Option<Retrying>,
     pub model: String,
+    /// The page's `/model` choice in force (the broker's), if any.
+    pub model_override: Option<String>,
+    /// The configured default the agent returns to without one.
+    pub model_default: String,
     pub context_window_tokens: u64,
     pub context_tokens: Option<u64>,
     pub context_percent: Option<f64>,
@@ -221,6 +225,8 @@ impl Bus {
             paused: None,
             retrying: None,
             model: model.into(),
+            model_override: None,
+            model_default: model.into(),
             context_window_tokens: window,
             context_tokens: None,
             context_percent: None,

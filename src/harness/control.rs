@@ -3,13 +3,15 @@
 //! compaction, interrupting a turn, a stored login, a new model — travels as
 //! [`Control`] on a channel the loop selects on in every phase, so the loop
 //! stays the only writer of turn state and a compaction queues behind a
-//! running turn instead of starting a second claude process. The persisted
-//! model choice and the one-shot new-session flag are plain shared values the
-//! loop reads when it starts a run.
+//! running turn instead of starting a second claude process. The page's
+//! model choice is the broker's to keep (`model`, outside the agent's
+//! sandbox), asked for when a run starts; the one-shot new-session flag is a
+//! plain shared value the loop reads when it starts a run.
 
 use super::bus::{Bus, Numbered, TurnState};
 use super::settings::{check_model, Settings};
-use super::{files, login, stats};
+use super::{login, stats};
+use crate::proto::cmd::ModelOverride;
 use crate::web::harness as web;
 use crossbeam_channel::{Receiver, Sender};
 use std::path::Path;
@@ -29,12 +31,40 @@ pub enum Control {
     Model(String),
 }
 
-/// The model for the next turn: the persisted choice, else the default.
+/// The model a harness starts with, before it asked the broker: the
+/// configured default.
 pub fn model(settings: &Settings) -> String {
-    std::fs::read_to_string(&settings.model_file)
-        .ok()
-        .and_then(|s| check_model(&s).ok())
-        .unwrap_or_else(|| settings.default_model.clone())
+    settings.default_model.clone()
+}
+
+/// A model choice an older release kept in a file (`STATE/hyperhive-model`,
+/// `/harness/hyperhive-model` or `HYPERHIVE_MODEL_FILE`), taken over once at
+/// start: moved into the broker from a file the agent cannot write (outside
+/// its state dir), dropped with a note from one it can (it may have written
+/// it). The file goes either way; the broker keeps the override from now on.
+pub fn take_over_model_file(shared: &Shared) {
+    let s = &shared.settings;
+    let Ok(text) = std::fs::read_to_string(&s.model_file) else {
+        return;
+    };
+    let _ = std::fs::remove_file(&s.model_file);
+    let Ok(name) = check_model(&text) else {
+        return;
+    };
+    if s.model_file.starts_with(&s.state_dir) {
+        let note = format!(
+            "an older release's model choice ({name}) was in {}, which the agent can write: \
+             it is not taken over; choose it again with /model {name}",
+            s.model_file.display()
+        );
+        log::warn!("{note}");
+        shared.bus.note(note);
+    } else if let Err(e) = shared.set_model(&name) {
+        log::warn!(
+            "cannot take over the model choice {name} of {}: {e}",
+            s.model_file.display()
+        );
+    }
 }
 
 /// The handle the web UI holds.
@@ -56,20 +86,68 @@ impl Shared {
         }
     }
 
-    /// The model for the next turn: the persisted choice, else the default.
+    /// The model for the next turn: the page's override the broker keeps,
+    /// else the configured default (also when the broker cannot be asked:
+    /// no turn runs without it anyway).
     pub fn model(&self) -> String {
-        model(&self.settings)
+        let default = self.settings.default_model.clone();
+        match self.ask_model(None, false) {
+            Ok(over) => over.unwrap_or(default),
+            Err(e) => {
+                log::debug!("the model override could not be read ({e}); the default runs");
+                default
+            }
+        }
     }
 
-    /// Persists the operator's model choice and tells the loop, which shows it
-    /// and uses it from the next turn on.
+    /// Asks the broker (through the harness's own connection) for the
+    /// override, setting or clearing it on the way; shows the answer on the
+    /// page, and says so when a change of the configured default ended one.
+    fn ask_model(&self, set: Option<&str>, clear: bool) -> Result<Option<String>, String> {
+        let default = self.settings.default_model.clone();
+        let req = ModelOverride {
+            default: default.clone(),
+            set: set.map(str::to_string),
+            clear,
+        };
+        let r = self
+            .settings
+            .broker
+            .connect()
+            .and_then(|mut c| c.call(&req))
+            .map_err(|e| e.to_string())?;
+        if let Some(old) = &r.cleared {
+            self.bus.note(format!(
+                "the configured model is now {default}: the page's override {old} is cleared"
+            ));
+        }
+        let over = r.model_override.clone();
+        self.bus.update(|s| {
+            s.model_override = over.clone();
+            s.model_default = default.clone();
+            s.model = over.clone().unwrap_or_else(|| default.clone());
+        });
+        Ok(r.model_override)
+    }
+
+    /// The operator's model choice on the page: kept by the broker as the
+    /// agent's override (against the configured default), then the loop is
+    /// told, which shows it and uses it from the next turn on.
     pub fn set_model(&self, name: &str) -> Result<String, String> {
         let name = check_model(name)?;
-        let path = &self.settings.model_file;
-        files::write_private(path, format!("{name}\n").as_bytes())
-            .map_err(|e| format!("cannot save the model to {}: {e}", path.display()))?;
+        self.ask_model(Some(&name), false)
+            .map_err(|e| format!("cannot keep the model choice: {e}"))?;
         self.send(Control::Model(name.clone()));
         Ok(name)
+    }
+
+    /// `/model --fleet`: the override ends and the configured default runs.
+    pub fn clear_model(&self) -> Result<String, String> {
+        self.ask_model(None, true)
+            .map_err(|e| format!("cannot clear the model choice: {e}"))?;
+        let default = self.settings.default_model.clone();
+        self.send(Control::Model(default.clone()));
+        Ok(default)
     }
 
     /// Arms the one-shot flag: the next claude invocation drops `--continue`.
@@ -150,6 +228,10 @@ impl crate::web::harness::Harness for Shared {
 
     fn set_model(&self, name: &str) -> Result<String, String> {
         Shared::set_model(self, name)
+    }
+
+    fn clear_model(&self) -> Result<String, String> {
+        Shared::clear_model(self)
     }
 
     fn new_session(&self) {

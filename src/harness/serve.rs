@@ -76,6 +76,9 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
         }
     };
     let shared = Shared::new(bus.clone(), control_tx, s.clone());
+    control::take_over_model_file(&shared);
+    // The page shows an override in force from the start (the broker's).
+    let _ = shared.model();
     let stats = match Stats::open(&s.stats_db()) {
         Ok(st) => Some(st),
         Err(e) => {

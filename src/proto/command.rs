@@ -204,6 +204,8 @@ commands! {
     "report_usage_limit"   => ReportUsageLimit:  Harness;
     //   report_spend: rows every budget check adds up.
     "report_spend"         => ReportSpend:       Harness;
+    //   model: the page's /model override, which claude must not set.
+    "model"                => ModelOverride:     Harness;
     "budget"               => GetBudget:         Operator;
     //   own_budget: read-only, the agent's page shows it.
     "own_budget"           => OwnBudget:         Agent(Open);

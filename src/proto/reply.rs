@@ -232,6 +232,10 @@ pub struct AgentRow {
     pub tokens_in: u64,
     pub tokens_out: u64,
     pub cost_usd: f64,
+    /// The model its page chose (`/model NAME`), in force until the page
+    /// returns to the configured one or that one changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_override: Option<String>,
 }
 
 /// One agent as the supervisor of `hive up` sees it (`supervision`, the

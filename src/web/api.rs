@@ -46,8 +46,22 @@ pub fn state(h: &impl Harness) -> Reply {
 }
 
 pub fn model(h: &impl Harness, body: &[u8]) -> Reply {
-    const EX: &str = r#"{"model":"sonnet"}"#;
-    let name = match object(body, EX).and_then(|m| string_field(&m, "model", EX)) {
+    const EX: &str = r#"{"model":"sonnet"} (or {"fleet":true} for the configured one)"#;
+    let obj = match object(body, EX) {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
+    // `/model --fleet`: back to the configured default.
+    if obj.get("fleet") == Some(&serde_json::Value::Bool(true)) && obj.get("model").is_none() {
+        return match h.clear_model() {
+            Ok(model) => Reply::json(
+                200,
+                &json!({ "ok": true, "model": model, "override": false }),
+            ),
+            Err(e) => Reply::error(400, e),
+        };
+    }
+    let name = match string_field(&obj, "model", EX) {
         Ok(n) => n,
         Err(r) => return r,
     };
@@ -62,7 +76,10 @@ pub fn model(h: &impl Harness, body: &[u8]) -> Reply {
         );
     }
     match h.set_model(&name) {
-        Ok(model) => Reply::json(200, &json!({ "ok": true, "model": model })),
+        Ok(model) => Reply::json(
+            200,
+            &json!({ "ok": true, "model": model, "override": true }),
+        ),
         Err(e) => Reply::error(400, e),
     }
 }

@@ -104,6 +104,8 @@ pub trait Harness: Send + Sync + 'static {
     fn event_json(event: &Self::Event) -> String;
     /// Sets the model for the next turn; the name as stored, or why not.
     fn set_model(&self, name: &str) -> Result<String, String>;
+    /// Ends the page's model choice: the configured default runs again.
+    fn clear_model(&self) -> Result<String, String>;
     /// The next turn starts a new session.
     fn new_session(&self);
     /// Queues `ask` for the turn loop; false when the loop is gone.

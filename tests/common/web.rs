@@ -62,6 +62,11 @@ impl Web {
             ..WebConfig::default()
         };
         f(&mut cfg, &mut s);
+        // The page reaches the broker the way the settings say: a test that
+        // points `socket` at a broker means that one.
+        if let hyperhive::proto::Dial::Socket(_) = s.broker {
+            s.broker = hyperhive::proto::Dial::Socket(s.socket.clone());
+        }
         let bus = Bus::new("ana", "ana@hive", "haiku", 200_000);
         let (tx, control) = unbounded();
         let shared = Shared::new(bus.clone(), tx, Arc::new(s));

@@ -13,8 +13,8 @@ use crate::broker::db::Side;
 use crate::proto::access::{Caller, Capability};
 use crate::proto::cmd::{
     AgentMeta, AgentsReply, CancelLooseEnd, CancelScheduled, GetAgentMeta, GetLooseEnds,
-    HarnessStarted, Hello, HelloReply, LooseEndsReply, PostTurnCounts, ReportTasks, SetStatus,
-    VersionReply,
+    HarnessStarted, Hello, HelloReply, LooseEndsReply, ModelOverride, ModelReply, PostTurnCounts,
+    ReportTasks, SetStatus, VersionReply,
 };
 use crate::proto::command::Row;
 use crate::proto::ident::Peer;
@@ -89,6 +89,46 @@ impl Hub<'_> {
         Ok(Empty {})
     }
 
+    /// `model`: the page's override of `agent`'s model, asked for, set or
+    /// cleared by its harness. One chosen against another configured default
+    /// than the harness runs with now is cleared by any of them: a change of
+    /// the fleet entry's `model` (or `HIVE_DEFAULT_MODEL`) ends it.
+    pub(super) fn model_override(
+        &mut self,
+        agent: &str,
+        c: ModelOverride,
+    ) -> Result<ModelReply, String> {
+        let stored = self.db.model_override(agent).map_err(db_err)?;
+        let mut cleared = None;
+        if let Some((model, default)) = &stored {
+            if *default != c.default {
+                self.db.set_model_override(agent, None).map_err(db_err)?;
+                log::info!(
+                    "{agent}: the configured model is now {} (was {default}); the page's override {model} is cleared",
+                    c.default
+                );
+                cleared = Some(model.clone());
+            }
+        }
+        let now = if let Some(m) = &c.set {
+            self.db
+                .set_model_override(agent, Some((m, &c.default)))
+                .map_err(db_err)?;
+            Some(m.clone())
+        } else if c.clear {
+            self.db.set_model_override(agent, None).map_err(db_err)?;
+            None
+        } else if cleared.is_some() {
+            None
+        } else {
+            stored.map(|(m, _)| m)
+        };
+        Ok(ModelReply {
+            model_override: now,
+            cleared,
+        })
+    }
+
     pub(super) fn set_status(&mut self, agent: &str, c: SetStatus) -> Result<Empty, String> {
         self.db.set_status(agent, &c.text, now()).map_err(db_err)?;
         // A harness parked in `recv_next` with what it had seen learns it now.
@@ -144,6 +184,11 @@ impl Hub<'_> {
                 tokens_in: s.tokens_in,
                 tokens_out: s.tokens_out,
                 cost_usd: s.cost_usd,
+                model_override: self
+                    .db
+                    .model_override(&name)
+                    .map_err(db_err)?
+                    .map(|(m, _)| m),
             });
         }
         let mut budget = Budget::new();

@@ -780,6 +780,7 @@ impl<'c> Hub<'c> {
             Request::Hello(c) => self.now(c, |h, c| h.hello(ctx.who, c)),
             Request::HarnessStarted(c) => self.now(c, |h, c| h.harness_started(ctx.conn, agent, c)),
             Request::PostTurnCounts(c) => self.now(c, |h, c| h.post_turn_counts(agent, c)),
+            Request::ModelOverride(c) => self.now(c, |h, c| h.model_override(agent, c)),
             Request::SetStatus(c) => self.now(c, |h, c| h.set_status(agent, c)),
             Request::GetAgentMeta(c) => self.now(c, |h, c| h.meta(ctx.who, c)),
             Request::Agents(c) => self.now(c, |h, _| h.agents()),

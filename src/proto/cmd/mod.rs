@@ -4,7 +4,8 @@
 //! (`agents.rs`), lifecycle, approvals and diagnostics, dead letters
 //! (`failed.rs`), what a harness reports about its pause (`state.rs`), the
 //! operator's lifting of a pause (`resume.rs`), the agents' turn history
-//! (`history.rs`), the hive's recent activity (`activity.rs`) and the Matrix
+//! (`history.rs`), the hive's recent activity (`activity.rs`), the page's model override
+//! (`model.rs`) and the Matrix
 //! bridge's (`bridge.rs`). Each carries its
 //! [`Command`](super::command::Command) impl: its answer type and the rules on
 //! its own fields. Who may send it is its row in `command.rs`.
@@ -19,6 +20,7 @@ mod failed;
 mod history;
 mod inbox;
 mod lifecycle;
+mod model;
 mod questions;
 mod resume;
 mod state;
@@ -34,6 +36,7 @@ pub use failed::*;
 pub use history::*;
 pub use inbox::*;
 pub use lifecycle::*;
+pub use model::*;
 pub use questions::*;
 pub use resume::*;
 pub use state::*;
