@@ -15,7 +15,7 @@ mod common;
 use common::hive::wait_for;
 use common::up::{Launch, Up};
 use hyperhive::bash::client::call;
-use hyperhive::bash::proto::{Request as BashRequest, TaskReply, TaskView};
+use hyperhive::bash::proto::{Request as BashRequest, TaskReply};
 use hyperhive::proto::cmd::{Agents, AgentsReply, GetLooseEnds, Inbox, LooseEndsReply, Send};
 use hyperhive::proto::MessagesReply;
 use serde_json::Value;
@@ -113,41 +113,6 @@ fn isolated(up: &Up) -> bool {
         }
         _ => panic!("hive up did not say whether it isolates: {log}"),
     }
-}
-
-/// Runs `cmd` as a bash task of `agent` and returns it once it has ended.
-fn task(up: &Up, agent: &str, cmd: &str) -> TaskView {
-    let sock = up.data().join("agents").join(agent).join("run/bash.sock");
-    let never = crossbeam_channel::never();
-    let r: TaskReply = wait_for(Duration::from_secs(20), "the bash socket", || {
-        call(
-            &sock,
-            &BashRequest::Run {
-                cmd: cmd.into(),
-                timeout_secs: Some(60),
-                wait_seconds: Some(25),
-            },
-            &never,
-        )
-        .ok()
-    });
-    let mut t = r.task;
-    for _ in 0..3 {
-        if t.status.is_finished() {
-            return t;
-        }
-        let r: TaskReply = call(
-            &sock,
-            &BashRequest::Status {
-                id: t.id.clone(),
-                wait_seconds: Some(25),
-            },
-            &never,
-        )
-        .unwrap();
-        t = r.task;
-    }
-    panic!("task {cmd:?} did not end: {t:?}");
 }
 
 /// The pid (in this namespace) of the process of `agent` whose command line
@@ -298,8 +263,7 @@ fn claudes_processes_cannot_report_as_the_harness_nor_take_its_credential() {
 
     // A bash task, aimed at its daemon.
     let socket = up.data().join("run/agents/ana/mcp.sock");
-    let t = task(
-        &up,
+    let t = up.bash_task(
         "ana",
         &format!(
             "d=$(for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^[^ ]* bash-daemon' && basename $p; done | head -1); \
@@ -442,8 +406,7 @@ fn without_a_sandbox_the_harness_reports_on_its_socket_and_says_so_once() {
     // Nothing separates the harness from claude here: its reports are taken
     // on the socket, from any process of the agent.
     let socket = up.data().join("run/agents/ana/mcp.sock");
-    let t = task(
-        &up,
+    let t = up.bash_task(
         "ana",
         &format!(
             r#"python3 -c 'import json, socket, sys

@@ -12,8 +12,7 @@ mod common;
 
 use common::hive::wait_for;
 use common::up::{Launch, Up};
-use hyperhive::bash::client::call;
-use hyperhive::bash::proto::{Request as BashRequest, TaskReply, TaskView};
+use hyperhive::bash::proto::TaskView;
 use std::time::Duration;
 
 const FLEET: &str = r#"{"agents": [
@@ -31,44 +30,9 @@ fn secrets() -> Vec<(String, String)> {
     ]
 }
 
-/// Runs `cmd` as a bash task of `agent` and returns it once it has ended.
-fn task(up: &Up, agent: &str, cmd: &str) -> TaskView {
-    let sock = up.data().join("agents").join(agent).join("run/bash.sock");
-    let never = crossbeam_channel::never();
-    let r: TaskReply = wait_for(Duration::from_secs(20), "the bash socket", || {
-        call(
-            &sock,
-            &BashRequest::Run {
-                cmd: cmd.into(),
-                timeout_secs: Some(60),
-                wait_seconds: Some(25),
-            },
-            &never,
-        )
-        .ok()
-    });
-    let mut t = r.task;
-    for _ in 0..3 {
-        if t.status.is_finished() {
-            return t;
-        }
-        let r: TaskReply = call(
-            &sock,
-            &BashRequest::Status {
-                id: t.id.clone(),
-                wait_seconds: Some(25),
-            },
-            &never,
-        )
-        .unwrap();
-        t = r.task;
-    }
-    panic!("task {cmd:?} did not end: {t:?}");
-}
-
 /// A task that must fail, with nothing of `leak` in what it printed.
 fn refused(up: &Up, agent: &str, cmd: &str, leak: &str) -> TaskView {
-    let t = task(up, agent, cmd);
+    let t = up.bash_task(agent, cmd);
     assert_ne!(t.exit_code, Some(0), "{cmd} worked: {t:?}");
     let out = format!("{}{}", t.stdout_tail, t.stderr_tail);
     assert!(!out.contains(leak), "{cmd} printed {leak:?}: {out}");
@@ -76,7 +40,7 @@ fn refused(up: &Up, agent: &str, cmd: &str, leak: &str) -> TaskView {
 }
 
 fn succeeded(up: &Up, agent: &str, cmd: &str) -> String {
-    let t = task(up, agent, cmd);
+    let t = up.bash_task(agent, cmd);
     assert_eq!(t.exit_code, Some(0), "{cmd} failed: {t:?}");
     t.stdout_tail
 }
@@ -170,8 +134,7 @@ print(s.recv(4096))' {}"#,
         !all.contains(" up ") && !all.contains("agents/bob"),
         "ana sees other processes: {all}"
     );
-    let t = task(
-        up,
+    let t = up.bash_task(
         "ana",
         "env; grep -l SECRETMARKER /proc/[0-9]*/environ 2>/dev/null",
     );

@@ -70,7 +70,10 @@ fn the_page_follows_a_turn_live_takes_commands_and_fits_a_phone() {
     let Some((chromium, chromedriver)) = browser() else {
         return;
     };
-    let web = Web::start();
+    // The page's /model is kept by the broker: one serves ana.
+    let b = common::hive::Broker::start(&["ana"]);
+    b.agent("ana");
+    let web = Web::start_with(|_, s| s.socket = b.agent_socket("ana"));
     std::fs::write(
         web.state_dir().join("hyperhive-dashboard-links.json"),
         r#"[{"label":"Stats","icon":"📊","url":"http://localhost:9001/stats"}]"#,

@@ -147,6 +147,15 @@ fn cross_site_changes_to_a_page_are_refused_and_change_nothing() {
         wait_for(Duration::from_secs(10), "the model to be sonnet", || {
             (p.get("/api/state").json()["model"] == "sonnet").then_some(())
         });
+        // The broker keeps the choice across harnesses: back to the
+        // configured one before the next round (`/model --fleet`).
+        let (status, text) = post(p.port, "/api/model", &own, r#"{"fleet":true}"#);
+        assert_eq!(status, 200, "{text}");
+        wait_for(
+            Duration::from_secs(10),
+            "the model to be haiku again",
+            || (p.get("/api/state").json()["model"] == "haiku").then_some(()),
+        );
         drop(h);
     }
 }

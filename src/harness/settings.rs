@@ -5,6 +5,7 @@
 //! `docs/env.md` lists them.
 
 use crate::groups::{self, Capability, ToolGroup};
+use crate::proto::cmd::check_model_name;
 use crate::proto::paths::state;
 use crate::sys::env::Env;
 use std::path::{Path, PathBuf};
@@ -74,31 +75,15 @@ pub fn claude_config_dir(env: &Env) -> PathBuf {
     env.path_or("HOME", "/root").join(".claude")
 }
 
-/// The longest model name accepted.
-const MAX_MODEL_NAME: usize = 100;
-
 /// Checks a model name as given by the operator (`HIVE_DEFAULT_MODEL`, the
-/// page's model endpoint, the persisted choice): letters, digits and `-_.:[]/@`
-/// only, not starting with `-` (claude would read it as an option), at most 100
-/// bytes. Surrounding whitespace is trimmed. The error echoes at most a short
-/// prefix of what was given.
+/// page's model endpoint): the wire's rule ([`check_model_name`]: letters,
+/// digits and `-_.:[]/@` only, not starting with `-`, which claude would
+/// read as an option, at most 100 bytes) after surrounding whitespace is
+/// trimmed. The error echoes at most a short prefix of what was given.
 pub fn check_model(name: &str) -> Result<String, String> {
     let name = name.trim();
-    let ok = !name.is_empty()
-        && name.len() <= MAX_MODEL_NAME
-        && !name.starts_with('-')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.:[]/@".contains(c));
-    if ok {
-        return Ok(name.to_string());
-    }
-    let shown: String = name.chars().take(40).collect();
-    let cut = if shown.len() < name.len() { "…" } else { "" };
-    Err(format!(
-        "{shown:?}{cut} is not a model name (letters, digits and -_.:[]/@ only, not starting \
-         with -, at most {MAX_MODEL_NAME} bytes; e.g. haiku, sonnet, claude-sonnet-4-5)"
-    ))
+    check_model_name(name)?;
+    Ok(name.to_string())
 }
 
 impl Settings {

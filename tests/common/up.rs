@@ -3,6 +3,8 @@
 //! names its own `FAKE_CLAUDE_DIR`). Every wait has a timeout.
 
 use super::hive::{hive_bin, wait_for, FakeClaude, TempDir};
+use hyperhive::bash::client::call;
+use hyperhive::bash::proto::{Request as BashRequest, TaskReply, TaskView};
 use hyperhive::proto::cmd::{Agents, Supervision};
 use hyperhive::proto::Client;
 use std::path::PathBuf;
@@ -484,4 +486,41 @@ fn wait_for_exit(c: &mut Child, t: Duration) -> Option<std::process::ExitStatus>
         std::thread::sleep(Duration::from_millis(20));
     }
     None
+}
+
+impl Up {
+    /// Runs `cmd` as a bash task of `agent` and returns it once it has ended.
+    pub fn bash_task(&self, agent: &str, cmd: &str) -> TaskView {
+        let sock = self.data().join("agents").join(agent).join("run/bash.sock");
+        let never = crossbeam_channel::never();
+        let r: TaskReply = wait_for(Duration::from_secs(20), "the bash socket", || {
+            call(
+                &sock,
+                &BashRequest::Run {
+                    cmd: cmd.into(),
+                    timeout_secs: Some(60),
+                    wait_seconds: Some(25),
+                },
+                &never,
+            )
+            .ok()
+        });
+        let mut t = r.task;
+        for _ in 0..3 {
+            if t.status.is_finished() {
+                return t;
+            }
+            let r: TaskReply = call(
+                &sock,
+                &BashRequest::Status {
+                    id: t.id.clone(),
+                    wait_seconds: Some(25),
+                },
+                &never,
+            )
+            .unwrap();
+            t = r.task;
+        }
+        panic!("task {cmd:?} did not end: {t:?}");
+    }
 }
