@@ -242,9 +242,7 @@ impl Guard {
     /// allows the login form's urlencoded body.
     pub fn same_origin(&self, req: &Request, host: &str, form: bool) -> Result<(), Reply> {
         if let Some(origin) = header_value(req, "Origin") {
-            let o = origin.trim().to_ascii_lowercase();
-            let h = host.trim().to_ascii_lowercase();
-            if o != format!("http://{h}") && o != format!("https://{h}") {
+            if !self.origin_ok(origin, host) {
                 return Err(Reply::error(
                     403,
                     format!(
@@ -290,6 +288,17 @@ impl Guard {
             ));
         }
         Ok(())
+    }
+
+    /// Whether `origin` is this server's own, reached as `host`: over http
+    /// or https — but over https alone when the browser reaches it so
+    /// (`web.public_origin`, [`Guard::with_secure_cookie`]): a page served
+    /// over plain http under the same name is another origin, and one an
+    /// attacker on the network can write.
+    fn origin_ok(&self, origin: &str, host: &str) -> bool {
+        let o = origin.trim().to_ascii_lowercase();
+        let h = host.trim().to_ascii_lowercase();
+        o == format!("https://{h}") || !self.secure_cookie && o == format!("http://{h}")
     }
 
     /// Counts a login attempt from `peer`: `429` past [`LOGIN_TRIES`] a second
@@ -408,6 +417,23 @@ mod tests {
         assert!(!any.host_ok("evil.example:7700"));
         let one = guard("10.0.0.5", &[]);
         assert!(one.host_ok("10.0.0.5:7700") && !one.host_ok("10.0.0.6:7700"));
+    }
+
+    #[test]
+    fn an_origin_is_this_servers_and_only_https_behind_a_public_https_origin() {
+        let plain = guard("127.0.0.1", &["hive.example"]);
+        for ok in ["http://hive.example", "HTTPS://hive.example", "http://127.0.0.1:7700"] {
+            let host = ok.split("://").nth(1).unwrap();
+            assert!(plain.origin_ok(ok, host), "{ok} refused");
+        }
+        assert!(!plain.origin_ok("http://evil.example", "hive.example"));
+        assert!(!plain.origin_ok("null", "hive.example"));
+        let tls = guard("127.0.0.1", &["hive.example"]).with_secure_cookie(true);
+        assert!(tls.origin_ok("https://hive.example", "hive.example"));
+        assert!(
+            !tls.origin_ok("http://hive.example", "hive.example"),
+            "plain http is another origin behind https"
+        );
     }
 
     #[test]
