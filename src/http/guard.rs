@@ -422,7 +422,11 @@ mod tests {
     #[test]
     fn an_origin_is_this_servers_and_only_https_behind_a_public_https_origin() {
         let plain = guard("127.0.0.1", &["hive.example"]);
-        for ok in ["http://hive.example", "HTTPS://hive.example", "http://127.0.0.1:7700"] {
+        for ok in [
+            "http://hive.example",
+            "HTTPS://hive.example",
+            "http://127.0.0.1:7700",
+        ] {
             let host = ok.split("://").nth(1).unwrap();
             assert!(plain.origin_ok(ok, host), "{ok} refused");
         }
