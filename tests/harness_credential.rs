@@ -16,8 +16,7 @@ use common::hive::wait_for;
 use common::up::{Launch, Up};
 use hyperhive::bash::client::call;
 use hyperhive::bash::proto::{Request as BashRequest, TaskReply};
-use hyperhive::proto::cmd::{Agents, AgentsReply, GetLooseEnds, Inbox, LooseEndsReply, Send};
-use hyperhive::proto::MessagesReply;
+use hyperhive::proto::cmd::{Agents, AgentsReply, GetLooseEnds, LooseEndsReply, Send};
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
@@ -213,15 +212,7 @@ fn refused_everything(p: &Value, who: &str, credentials: &[String]) {
 }
 
 fn operator_messages(up: &Up) -> Vec<hyperhive::proto::Message> {
-    let r: MessagesReply = up
-        .host()
-        .call(&Inbox {
-            wait_seconds: None,
-            peek: true,
-            after: None,
-        })
-        .unwrap();
-    r.messages
+    common::hive::peek_inbox(&mut up.host())
 }
 
 fn row(up: &Up, name: &str) -> hyperhive::proto::AgentRow {

@@ -13,8 +13,8 @@ mod common;
 
 use common::hive::wait_for;
 use common::up::Up;
-use hyperhive::proto::cmd::{Agents, AgentsReply, Approve, Inbox, RequestApplyCommit, Send};
-use hyperhive::proto::{AgentRow, MessagesReply, MsgKind};
+use hyperhive::proto::cmd::{Agents, AgentsReply, Approve, RequestApplyCommit, Send};
+use hyperhive::proto::{AgentRow, MsgKind};
 use std::time::{Duration, UNIX_EPOCH};
 
 const T: Duration = Duration::from_secs(60);
@@ -52,15 +52,7 @@ fn send(up: &Up, to: &str, body: &str) {
 
 /// The operator's messages so far (peeked: nothing is marked read).
 fn operator_messages(up: &Up) -> Vec<hyperhive::proto::Message> {
-    let r: MessagesReply = up
-        .host()
-        .call(&Inbox {
-            wait_seconds: None,
-            peek: true,
-            after: None,
-        })
-        .unwrap();
-    r.messages
+    common::hive::peek_inbox(&mut up.host())
 }
 
 fn drained(up: &Up, name: &str) -> bool {

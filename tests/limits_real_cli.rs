@@ -14,8 +14,7 @@ mod common;
 use common::claude_cli::{real_cli_tests, RealCli};
 use common::fake_anthropic::{FakeAnthropic, RecordedRequest, Scenario, Step};
 use common::hive::*;
-use hyperhive::proto::cmd::Inbox;
-use hyperhive::proto::{Message, MessagesReply, MsgKind};
+use hyperhive::proto::{Message, MsgKind};
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(90);
@@ -80,15 +79,7 @@ fn pool(cli: &std::path::Path, ana: Scenario, bob: Scenario) -> (Broker, Agent, 
 
 /// The operator's messages so far, peeked (nothing is marked read).
 fn operator_messages(b: &Broker) -> Vec<Message> {
-    let r: MessagesReply = b
-        .host()
-        .call(&Inbox {
-            wait_seconds: None,
-            peek: true,
-            after: None,
-        })
-        .unwrap();
-    r.messages
+    common::hive::peek_inbox(&mut b.host())
 }
 
 /// `(kind, outcome, note, started_at)` of every run in the harness's stats.

@@ -647,6 +647,19 @@ pub fn read_inbox(host: &mut Client) -> Vec<hyperhive::proto::Message> {
     r.messages
 }
 
+/// The inbox of a host connection (the operator's), peeked: nothing is
+/// marked read.
+pub fn peek_inbox(host: &mut Client) -> Vec<hyperhive::proto::Message> {
+    let r: hyperhive::proto::MessagesReply = host
+        .call(&Inbox {
+            wait_seconds: None,
+            peek: true,
+            after: None,
+        })
+        .unwrap();
+    r.messages
+}
+
 /// Sends `body` to `to` as the operator.
 pub fn operator_send(b: &Broker, to: &str, body: &str) -> i64 {
     let r = ok(
