@@ -1600,6 +1600,32 @@ mod tests {
                 )
             );
         }
+        let host = HostArgs {
+            socket: None,
+            json: false,
+        };
+        assert_eq!(
+            run(&["update", "--all", "--parallel", "3"]).unwrap(),
+            Cmd::UpdateAll {
+                host: host.clone(),
+                parallel: Some(3)
+            }
+        );
+        assert_eq!(
+            run(&["update", "--all"]).unwrap(),
+            Cmd::UpdateAll {
+                host: host.clone(),
+                parallel: None
+            }
+        );
+        assert_eq!(run(&["reload"]).unwrap(), Cmd::Reload(host.clone()));
+        assert_eq!(
+            run(&["forget", "cal"]).unwrap(),
+            Cmd::Forget(AgentArgs {
+                host,
+                name: "cal".into()
+            })
+        );
         assert_eq!(
             run(&["approvals", "--json"]).unwrap(),
             Cmd::Approvals(HostArgs {
@@ -1719,6 +1745,12 @@ mod tests {
             (&["send", "--to", "a"], "missing TEXT"),
             (&["stop"], "missing AGENT"),
             (&["update", "a", "b"], "unexpected argument"),
+            (&["update"], "missing AGENT (or --all"),
+            (&["update", "--all", "pal"], "unexpected argument"),
+            (&["update", "pal", "--parallel", "2"], "--parallel goes with --all"),
+            (&["update", "--all", "--parallel", "-1"], "--parallel cannot be negative"),
+            (&["forget"], "missing AGENT"),
+            (&["reload", "pal"], "unexpected argument"),
             (&["answer", "x", "y"], "must be a number"),
             (&["mcp", "--socket", "x"], "--socket"),
             (&["bash-mcp", "--state-dir", "x"], "--state-dir"),
