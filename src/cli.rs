@@ -1747,8 +1747,14 @@ mod tests {
             (&["update", "a", "b"], "unexpected argument"),
             (&["update"], "missing AGENT (or --all"),
             (&["update", "--all", "pal"], "unexpected argument"),
-            (&["update", "pal", "--parallel", "2"], "--parallel goes with --all"),
-            (&["update", "--all", "--parallel", "-1"], "--parallel cannot be negative"),
+            (
+                &["update", "pal", "--parallel", "2"],
+                "--parallel goes with --all",
+            ),
+            (
+                &["update", "--all", "--parallel", "-1"],
+                "--parallel cannot be negative",
+            ),
             (&["forget"], "missing AGENT"),
             (&["reload", "pal"], "unexpected argument"),
             (&["answer", "x", "y"], "must be a number"),

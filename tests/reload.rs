@@ -383,3 +383,221 @@ fn update_all_restarts_stale_agents_one_after_the_others_boot_turn() {
     let e = refused(&mut up.host(), UpdateAll { parallel: Some(65) });
     assert!(e.contains("from 1 to 64"), "{e}");
 }
+
+#[test]
+fn top_level_keys_apply_live_or_are_named_as_waiting_for_a_restart() {
+    let up = start(&["ana", "bob"], &[]);
+    let before = pids(&up);
+    // hive_name restarts every agent onto it (each prompt names the hive);
+    // budget applies at once; web waits for a restart of hive up.
+    let body = fleet(&up, &["ana", "bob"], &[]).replacen(
+        r#"{"web": {"listen": "127.0.0.1:0"}"#,
+        r#"{"hive_name": "renamed", "budget": {"usd": 50}, "web": {"listen": "127.0.0.1:0", "public_origin": "https://hive.example"}"#,
+        1,
+    );
+    std::fs::write(up.fleet_file(), body).unwrap();
+    let text = reload(&up);
+    assert!(text.contains("hive_name/swarm_name: now renamed"), "{text}");
+    assert!(text.contains("budget: applies now"), "{text}");
+    assert!(
+        text.contains("web changed: it is applied at the next start of hive up"),
+        "{text}"
+    );
+    let meta: hyperhive::proto::cmd::AgentMeta = up
+        .host()
+        .call(&hyperhive::proto::cmd::GetAgentMeta {
+            name: Some("ana".into()),
+        })
+        .unwrap();
+    assert_eq!(meta.hive_name.as_deref(), Some("renamed"));
+    for a in ["ana", "bob"] {
+        wait_for(Duration::from_secs(30), &format!("{a} to restart"), || {
+            let s = up.state(a)?;
+            (s.state == "running" && s.pid != before[a]).then_some(())
+        });
+    }
+    let budget: hyperhive::proto::cmd::BudgetReport = up
+        .host()
+        .call(&hyperhive::proto::cmd::GetBudget {})
+        .unwrap();
+    let hive = budget.rows.iter().find(|r| r.row.scope == "hive");
+    assert_eq!(hive.and_then(|r| r.row.usd), Some(50.0), "{budget:?}");
+    // Reloading the same file again changes nothing.
+    let after = pids(&up);
+    let text = reload(&up);
+    assert!(text.contains("2 unchanged agents keep running"), "{text}");
+    assert!(!text.contains("hive_name"), "{text}");
+    assert_eq!(pids(&up), after);
+}
+
+#[test]
+fn a_changed_matrix_section_restarts_the_bridge_onto_it() {
+    // Homeservers on ports nothing listens on: the bridge backs off, and its
+    // error names the port it tried.
+    let closed = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (one, two) = (closed(), closed());
+    let dir = common::hive::TempDir::new("reload-matrix");
+    let password = dir.path().join("matrix-password");
+    std::fs::write(&password, "pw-one\n").unwrap();
+    let matrix = |port: u16| {
+        serde_json::json!({
+            "homeserver": format!("http://127.0.0.1:{port}"),
+            "user_id": "@hive-one-bridge:hive.test",
+            "password_file": password,
+            "room": "#swarm:hive.test",
+            "peers": {"two": "@hive-two-bridge:hive.test"},
+        })
+    };
+    let fleet_json = |port: u16, hive: &str| {
+        serde_json::json!({
+            "hive_name": hive,
+            "agents": [{"name": "a", "env": {"FAKE_CLAUDE_DIR": "@FAKE(a)"}}],
+            "matrix": matrix(port),
+        })
+        .to_string()
+    };
+    let up = Up::launch(
+        &fleet_json(one, "one"),
+        &["a"],
+        common::up::Launch {
+            env: vec![
+                ("HIVE_BRIDGE_BACKOFF_MS".into(), "100".into()),
+                ("HIVE_BRIDGE_BACKOFF_MAX_MS".into(), "1000".into()),
+            ],
+            ..Default::default()
+        },
+    );
+    let detail = |port: u16| {
+        wait_for(
+            Duration::from_secs(30),
+            &format!("the bridge to try port {port}"),
+            || {
+                let r: AgentsReply = up.host().call(&Agents {}).unwrap();
+                r.bridge?
+                    .detail
+                    .filter(|d| d.contains(&format!("127.0.0.1:{port}")))
+            },
+        )
+    };
+    detail(one);
+    let a = up.state("a").unwrap().pid;
+    let written = std::fs::read_to_string(up.fleet_file()).unwrap();
+    let moved = written.replace(&format!("127.0.0.1:{one}"), &format!("127.0.0.1:{two}"));
+    assert_ne!(written, moved);
+    std::fs::write(up.fleet_file(), &moved).unwrap();
+    let text = reload(&up);
+    assert!(
+        text.contains("matrix: changed; the Matrix bridge restarts onto it"),
+        "{text}"
+    );
+    detail(two);
+    assert_eq!(up.state("a").unwrap().pid, a, "the agent was restarted");
+    // Under a bridge the hive's name waits for a restart of hive up.
+    std::fs::write(up.fleet_file(), moved.replace("\"one\"", "\"uno\"")).unwrap();
+    let text = reload(&up);
+    assert!(
+        text.contains("hive_name/swarm_name (under a Matrix bridge) changed"),
+        "{text}"
+    );
+    assert_eq!(up.state("a").unwrap().pid, a);
+}
+
+#[test]
+fn an_agent_taken_out_while_the_hive_was_down_is_found_removed_with_its_mail() {
+    let mut up = start(&["ana", "bob"], &[]);
+    ok(&mut up.host(), StopAgent { name: "bob".into() });
+    wait_for(Duration::from_secs(30), "bob to stop", || {
+        (up.state("bob")?.state == "stopped").then_some(())
+    });
+    send(&up, "bob", "bob's letter").unwrap();
+    assert!(up.terminate().success());
+    std::fs::write(up.fleet_file(), fleet(&up, &["ana"], &[])).unwrap();
+    up.restart(&["ana"]);
+    let bob = row(&up, "bob").expect("bob is listed");
+    assert!(bob.removed && bob.unread == 1, "{bob:?}");
+    assert!(up.state("bob").is_none(), "nothing supervises bob");
+    let e = send(&up, "bob", "more").unwrap_err();
+    assert!(e.contains("bob was removed from the fleet"), "{e}");
+    assert!(up.log().contains("kept as removed"), "{}", up.log());
+    // Back in the file, a reload starts it and it reads its letter.
+    std::fs::write(up.fleet_file(), fleet(&up, &["ana", "bob"], &[])).unwrap();
+    let text = reload(&up);
+    assert!(text.contains("bob: added and started"), "{text}");
+    up.wait_prompt("bob", "bob's letter", 1);
+}
+
+/// The dashboard's Reload, Update all and Forget: the operator's token and
+/// the one origin's guard, like every other action; with them, the same
+/// answers as the commands.
+#[test]
+fn the_dashboards_reload_update_all_and_forget_want_the_operator() {
+    let up = start(&["ana", "bob"], &[]);
+    let dash = up.dashboard();
+    let before = pids(&up);
+    std::fs::write(up.fleet_file(), fleet(&up, &["ana"], &[])).unwrap();
+    let token = dash.token.clone();
+    let attacks: &[&[(&str, &str)]] = &[
+        &[("Content-Type", "application/json")],
+        &[
+            ("Origin", "http://evil.example"),
+            ("Content-Type", "application/json"),
+            ("X-Hive-Token", &token),
+        ],
+        &[
+            ("Sec-Fetch-Site", "cross-site"),
+            ("Content-Type", "application/json"),
+            ("X-Hive-Token", &token),
+        ],
+        &[("Content-Type", "text/plain"), ("X-Hive-Token", &token)],
+    ];
+    for path in ["/api/reload", "/api/update-all", "/api/forget"] {
+        for headers in attacks {
+            let mut req = ureq::post(&format!("{}{path}", dash.base));
+            for (k, v) in *headers {
+                req = req.set(k, v);
+            }
+            let r = req.send_string(r#"{"name":"bob"}"#);
+            assert!(
+                matches!(r, Err(ureq::Error::Status(401 | 403 | 415, _))),
+                "{path} {headers:?}: {r:?}"
+            );
+        }
+    }
+    assert_eq!(pids(&up), before, "a refused request changed the fleet");
+    assert_eq!(up.state("bob").unwrap().state, "running");
+
+    let r = dash.post("/api/reload", serde_json::json!({})).unwrap();
+    let text = r["text"].as_str().unwrap();
+    assert!(text.contains("bob: removed from the fleet"), "{text}");
+    let r = dash.post("/api/update-all", serde_json::json!({})).unwrap();
+    assert!(
+        r["text"].as_str().unwrap().contains("nothing to update"),
+        "{r:?}"
+    );
+    let h = dash.get("/api/hive").unwrap();
+    let bob = h["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "bob")
+        .cloned()
+        .expect("bob is on the dashboard");
+    assert_eq!(bob["removed"], true, "{bob}");
+    let r = dash
+        .post("/api/forget", serde_json::json!({"name": "bob"}))
+        .unwrap();
+    assert!(
+        r["text"].as_str().unwrap().starts_with("forgot bob"),
+        "{r:?}"
+    );
+    let e = dash
+        .post("/api/forget", serde_json::json!({"name": "ana"}))
+        .unwrap_err();
+    assert!(e.1.contains("ana is in the fleet"), "{}", e.1);
+}

@@ -157,6 +157,8 @@ pub struct Supervisor {
     bash: BashSup,
     /// `hive update --all` under way.
     updates: Updates,
+    /// Restarts `bridge-sup`'s Matrix bridge, when the hive has one.
+    bridge: Option<Sender<()>>,
 }
 
 /// Variables of `hive up`'s own environment that no agent gets: the operator's
@@ -212,7 +214,15 @@ impl Supervisor {
             exited,
             bash,
             updates: Updates::default(),
+            bridge: None,
         }
+    }
+
+    /// The Matrix bridge `hive reload` restarts when the `matrix` section
+    /// changes.
+    pub fn with_bridge(mut self, restart: Option<Sender<()>>) -> Supervisor {
+        self.bridge = restart;
+        self
     }
 
     /// Runs until `Shutdown` or until every sender is gone (then stops the agents).
@@ -693,8 +703,12 @@ impl Supervisor {
         self.config_mtime = mtime(&path);
         let mut lines = Vec::new();
         // The top level: what applies now, and what waits for a restart.
-        let names_changed =
+        // Under a Matrix bridge the hive's names wait for a restart of hive
+        // up: the swarm knows the hive by them.
+        let bridged = self.hive.matrix.is_some() || cfg.matrix.is_some();
+        let names_differ =
             cfg.hive_name != self.hive.hive_name || cfg.swarm_name != self.hive.swarm_name;
+        let names_changed = names_differ && !bridged;
         let budget_changed = cfg.budget != self.hive.budget;
         let mut later = Vec::new();
         if cfg.web != self.hive.web {
@@ -703,8 +717,20 @@ impl Supervisor {
         if cfg.operator_gid != self.hive.operator_gid {
             later.push("operator_gid");
         }
-        if cfg.matrix != self.hive.matrix || (names_changed && cfg.matrix.is_some()) {
-            later.push("matrix");
+        // A changed section restarts the bridge, which reads it from the
+        // broker at its start; adding or removing one (the broker's bridge
+        // socket) waits for a restart of hive up, as does a new hive name
+        // under a bridge (its Matrix device is named after the hive).
+        let mut bridge_restart = false;
+        if names_differ && bridged {
+            later.push("hive_name/swarm_name (under a Matrix bridge)");
+        }
+        match (&self.hive.matrix, &cfg.matrix) {
+            (Some(old), Some(new)) if old != new && !names_differ && self.bridge.is_some() => {
+                bridge_restart = true;
+            }
+            (old, new) if old != new => later.push("matrix"),
+            _ => {}
         }
         if cfg.retention != self.hive.retention {
             later.push("retention");
@@ -731,10 +757,19 @@ impl Supervisor {
             ));
         }
         // The broker takes the new fleet before anything starts on it.
-        self.hive.hive_name = cfg.hive_name.clone();
-        self.hive.swarm_name = cfg.swarm_name.clone();
+        if names_changed {
+            self.hive.hive_name = cfg.hive_name.clone();
+            self.hive.swarm_name = cfg.swarm_name.clone();
+        }
         self.hive.budget = cfg.budget.clone();
         let _ = self.hub.send(HubMsg::Fleet(cfg.clone()));
+        if bridge_restart {
+            self.hive.matrix = cfg.matrix.clone();
+            if let Some(b) = &self.bridge {
+                let _ = b.send(());
+            }
+            lines.push("matrix: changed; the Matrix bridge restarts onto it".into());
+        }
         // Added: supervised and started.
         let timing = Timing::of(&self.s);
         let mut added = std::collections::BTreeSet::new();

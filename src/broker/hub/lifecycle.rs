@@ -307,11 +307,27 @@ impl Hub<'_> {
             if self.removed.remove(name) {
                 log::info!("{name} is back in the fleet; the mail kept for it is delivered");
             }
+            // Added to the file, it is meant to run: not kept stopped.
+            if self.cfg.agent(name).is_none() {
+                if let Err(e) = self.db.clear_stopped(name) {
+                    log::error!("cannot clear {name}'s stopped mark: {e}");
+                }
+            }
         }
         self.cfg.agents = new.agents;
-        self.cfg.hive_name = new.hive_name;
-        self.cfg.swarm_name = new.swarm_name;
         self.cfg.budget = new.budget;
+        // Under a Matrix bridge the hive's names wait for a restart of hive
+        // up (the swarm knows the hive by them), as does adding or removing
+        // the bridge (its socket); a changed section reaches the bridge at
+        // the restart `hive reload` asks of it.
+        let same_names =
+            self.cfg.hive_name == new.hive_name && self.cfg.swarm_name == new.swarm_name;
+        if self.cfg.matrix.is_none() && new.matrix.is_none() {
+            self.cfg.hive_name = new.hive_name;
+            self.cfg.swarm_name = new.swarm_name;
+        } else if self.cfg.matrix.is_some() && new.matrix.is_some() && same_names {
+            self.cfg.matrix = new.matrix;
+        }
         for name in gone {
             self.busy.remove(&name);
             self.paused.remove(&name);
