@@ -44,16 +44,19 @@ const DOWN: &str = "while you were down";
 
 /// Kills `agent`'s harness and, while it is down, the operator writes to it;
 /// the dead harness's pid.
-fn kill_and_write(up: &Up, agent: &str) -> u32 {
-    let pid = up.wait_running(agent);
-    // Its kick turn must be over: a harness killed after claude reported
-    // success but before the ack reached the broker acks that kick at its
-    // next start without running it again (issue 37), which is one kick
-    // prompt, not two.
+/// Waits until `agent`'s kick turn is over: a harness killed after claude
+/// reported success but before the ack reached the broker acks that kick at
+/// its next start without running it again (issue 37), which is one kick
+/// prompt, not two.
+fn kick_acked(up: &Up, agent: &str) {
     wait_for(Duration::from_secs(30), "the kick turn to be acked", || {
         let s: StatusReply = up.agent(agent).call(&Status::default()).ok()?;
         (s.unread == 0 && s.inflight.is_none()).then_some(())
     });
+}
+
+fn kill_and_write(up: &Up, agent: &str) -> u32 {
+    let pid = up.wait_running(agent);
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     ok(
         &mut up.host(),
@@ -88,6 +91,7 @@ fn wait_back_and_drained(up: &Up, agent: &str, pid: u32) -> u32 {
 #[test]
 fn a_killed_harness_is_restarted_with_one_kick_and_nothing_lost() {
     let up = up();
+    kick_acked(&up, "kid1");
     let pid = kill_and_write(&up, "kid1");
     assert_ne!(wait_back_and_drained(&up, "kid1", pid), pid);
     assert_eq!(up.prompts_with("kid1", KICK), 2, "one kick per (re)start");

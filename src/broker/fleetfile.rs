@@ -10,7 +10,7 @@
 //! atomically: a temporary file in the same directory, written, synced, given
 //! the file's mode and owner, renamed over it. A file hive cannot write (a nix
 //! store path, a read-only mount) is a refusal naming the file. hive's own
-//! writers (the hub's connection threads, the supervisor of `hive up`) take
+//! writers (the hub's job threads, the supervisor of `hive up`) take
 //! turns through one lock, held only while a change reads and writes.
 
 use crate::config::{AgentConfig, HiveConfig};

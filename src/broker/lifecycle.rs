@@ -1,13 +1,19 @@
-//! The lifecycle port: what the broker's hub asks of whoever supervises the
-//! agents, and how it reads their logs. `hive up`'s supervisor implements it
+//! The lifecycle port, both ways: what the broker's hub asks of whoever
+//! supervises the agents ([`LifecycleCmd`]), how it reads their logs
+//! ([`LogTail`]), and what the supervisor tells the hub ([`FleetEvent`],
+//! through the narrow [`FleetTx`]: the fleet never holds the hub's own
+//! sender). `hive up`'s supervisor implements it
 //! (it receives [`LifecycleCmd`]s and its log files implement [`LogTail`]); the
 //! broker never imports the supervisor. Under plain `hive broker` there is no
 //! supervisor, and the lifecycle tools answer an error saying so.
 
+use crate::config::{AgentConfig, HiveConfig};
+use crate::proto::access::Via;
 use crate::proto::cmd::{History, HistoryReply, Search, SearchReply};
 use crate::proto::AgentState;
 use crossbeam_channel::Sender;
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The supervisor's answer to a command: a confirmation for the caller, or why not.
@@ -15,7 +21,7 @@ pub type Reply = Sender<Result<String, String>>;
 
 /// What the hub (or `hive up`'s main) asks of the supervisor. Every command
 /// carries its reply channel; the hub never waits on one itself (the wait runs
-/// on the caller's connection thread).
+/// on the caller's job thread (`conn-job`)).
 pub enum LifecycleCmd {
     /// Start a stopped agent now (also ends a crash backoff).
     Start { name: String, reply: Reply },
@@ -96,8 +102,59 @@ pub struct EntryChange {
 }
 
 /// Reads the end of an agent's supervised log (its harness's stdout and
-/// stderr). Called on a connection thread, never on the hub.
+/// stderr). Called on a job thread (`conn-job`), never on the hub.
 pub trait LogTail: Send + Sync + 'static {
     /// The last `lines` lines of `agent`'s log, or why there are none.
     fn tail(&self, agent: &str, lines: usize) -> Result<String, String>;
+}
+
+/// What the supervisor of `hive up` (and its bash-task daemons' supervisor)
+/// tells the broker's hub: one way, never waited on, so the two cannot
+/// deadlock.
+pub enum FleetEvent {
+    /// A system event for an agent's (or the operator's) inbox: crash_watch,
+    /// a CLI outside the supported window.
+    System {
+        to: String,
+        kind: crate::proto::MsgKind,
+        body: String,
+    },
+    /// The supervisor (re)started an agent with this config, or is about to
+    /// start a new one: the hub's rules follow it (a new agent gets its
+    /// socket first).
+    ApplyAgent(AgentConfig),
+    /// The fleet file's top-level `budget` as the supervisor read it (it
+    /// applies live).
+    HiveBudget(Option<crate::proto::Budget>),
+    /// The fleet file as `hive reload` read it (validated whole): its agents
+    /// replace the hub's (an agent no longer there is removed: refused as a
+    /// recipient, its mail kept until `forget_agent`; a new one gets its
+    /// socket), and its `hive_name` and `swarm_name` apply.
+    Reloaded(HiveConfig),
+    /// `hive up` started `agent`'s harness (or bash-task daemon, as `via`
+    /// says) with a credential: the other end of `control`, over which it
+    /// hands the broker connections of its own. From now on that process's
+    /// rows are refused on the agent's socket.
+    Credential {
+        agent: String,
+        via: Via,
+        control: std::os::unix::net::UnixStream,
+    },
+}
+
+/// The fleet's sender to the broker's hub: only [`FleetEvent`]s.
+#[derive(Clone)]
+pub struct FleetTx(Arc<dyn Fn(FleetEvent) -> bool + Send + Sync>);
+
+impl FleetTx {
+    /// A sender that hands each event to `send`, which says whether the
+    /// broker still takes them.
+    pub fn new(send: impl Fn(FleetEvent) -> bool + Send + Sync + 'static) -> FleetTx {
+        FleetTx(Arc::new(send))
+    }
+
+    /// Tells the hub; false once the broker has stopped.
+    pub fn send(&self, event: FleetEvent) -> bool {
+        (self.0)(event)
+    }
 }

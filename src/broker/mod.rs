@@ -108,6 +108,12 @@ impl BrokerHandle {
         self.hub_tx.clone()
     }
 
+    /// The fleet's narrow sender to the hub (`hive up`'s supervisors).
+    pub fn fleet(&self) -> crate::broker::lifecycle::FleetTx {
+        let hub = self.hub_tx.clone();
+        crate::broker::lifecycle::FleetTx::new(move |e| hub.send(HubMsg::FromFleet(e)).is_ok())
+    }
+
     /// The agents kept stopped (`hive stop`, the `kill` tool) when the broker
     /// started: a supervisor leaves them stopped until they are started.
     pub fn stopped_agents(&self) -> &[String] {

@@ -6,7 +6,7 @@
 //! connection thread and back. Nothing here blocks: sockets are non-blocking,
 //! an answer the client does not read yet waits in its connection's buffer,
 //! and work the hub offloads runs on a thread of its own (`conn-job`) whose
-//! answer comes back as [`HubMsg::Answered`].
+//! one report comes back as [`HubMsg::Finished`].
 //!
 //! This file owns the connections and their rules: one request at a time per
 //! connection, answered in order, the answers to the requests that arrived
@@ -824,15 +824,13 @@ impl<'c> Loop<'c> {
                     .name("conn-job".into())
                     .spawn(move || {
                         // A job that panics (a bug) still answers its caller.
-                        let line = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            job(&tx)
-                        }))
-                        .unwrap_or_else(|_| {
-                            err_line(&format!(
-                                "the broker failed while carrying out {cmd} (a broker bug: please report it); check whether it took effect before trying again"
-                            ))
-                        });
-                        let _ = tx.send(HubMsg::Answered { conn: id, line });
+                        let finish = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                            .unwrap_or_else(|_| {
+                                hub::Finish::Answer(err_line(&format!(
+                                    "the broker failed while carrying out {cmd} (a broker bug: please report it); check whether it took effect before trying again"
+                                )))
+                            });
+                        let _ = tx.send(HubMsg::Finished { conn: id, finish });
                     });
                 if let Err(e) = started {
                     log::warn!("connection {id}: cannot start a thread for {cmd}: {e}");
@@ -894,7 +892,9 @@ impl<'c> Loop<'c> {
     /// Handles a message from another thread; false to stop.
     fn message(&mut self, msg: HubMsg) -> bool {
         match msg {
-            HubMsg::Answered { conn, line } => {
+            HubMsg::Finished { conn, finish } => {
+                // What the job did is applied even when its caller has gone.
+                let line = self.hub.finish(finish);
                 if let Some(State::Busy { cmd }) = self.clients.get(&conn).map(|c| &c.state) {
                     let cmd = *cmd;
                     self.respond(conn, line, cmd);
@@ -1099,11 +1099,13 @@ mod tests {
         w.write_all(counts).unwrap();
         assert_eq!(answer(r)["ok"], true);
         let (broker_end, harness_end) = UnixStream::pair().unwrap();
-        s.tx.send(HubMsg::Credential {
-            agent: "ana".into(),
-            via: Via::Harness,
-            control: broker_end,
-        })
+        s.tx.send(HubMsg::FromFleet(
+            crate::broker::lifecycle::FleetEvent::Credential {
+                agent: "ana".into(),
+                via: Via::Harness,
+                control: broker_end,
+            },
+        ))
         .unwrap_or_else(|_| panic!("the hub is gone"));
         let credential = Credential::over(harness_end);
         let mut conns = Vec::new();

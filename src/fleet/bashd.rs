@@ -26,7 +26,7 @@
 use super::child::{self, Ended, Exited, Owner, Phase, Supervised, Timing};
 use super::logfile::LogFile;
 use super::UpSettings;
-use crate::broker::hub::HubTx;
+use crate::broker::lifecycle::FleetTx;
 use crate::proto::bashwire::{Request, RetireReply};
 use crate::proto::lines::{self, Conn};
 use crate::sys::ProcessGroup;
@@ -113,7 +113,7 @@ pub struct BashSup {
 
 impl BashSup {
     /// Starts the thread; no daemon runs until an agent is kept.
-    pub fn start(s: &UpSettings, hub: HubTx) -> Result<BashSup, String> {
+    pub fn start(s: &UpSettings, hub: FleetTx) -> Result<BashSup, String> {
         let (tx, rx) = unbounded();
         let sup = Sup::new(s.clone(), hub);
         let thread = std::thread::Builder::new()
@@ -199,7 +199,7 @@ struct Retired {
 struct Sup {
     s: UpSettings,
     /// The broker, which an isolated daemon's credential is handed to.
-    hub: HubTx,
+    hub: FleetTx,
     daemons: BTreeMap<String, Daemon>,
     exited_tx: Sender<Exited>,
     exited: Receiver<Exited>,
@@ -208,7 +208,7 @@ struct Sup {
 }
 
 impl Sup {
-    fn new(s: UpSettings, hub: HubTx) -> Sup {
+    fn new(s: UpSettings, hub: FleetTx) -> Sup {
         let (exited_tx, exited) = unbounded();
         let (retired_tx, retired) = unbounded();
         Sup {
@@ -484,7 +484,7 @@ fn ask_to_retire(name: &str, pid: u32, socket: PathBuf, tx: Sender<Retired>) -> 
 /// Starts `hive bash-daemon` for agent `name` on its state dir.
 /// An isolated daemon gets a broker credential of its own (issue 40): its
 /// `report_tasks` is taken only through it.
-fn spawn_child(name: &str, d: &Daemon, hub: &HubTx) -> Result<ProcessGroup, String> {
+fn spawn_child(name: &str, d: &Daemon, hub: &FleetTx) -> Result<ProcessGroup, String> {
     let args: Vec<OsString> = vec![
         "bash-daemon".into(),
         "--state-dir".into(),

@@ -31,19 +31,23 @@ use std::time::{Duration, Instant};
 /// [`CREDENTIAL_FD_VAR`]: crate::proto::client::CREDENTIAL_FD_VAR
 pub fn hand_credential(
     cmd: &mut std::process::Command,
-    hub: &crate::broker::hub::HubTx,
+    hub: &crate::broker::lifecycle::FleetTx,
     agent: &str,
     via: crate::proto::access::Via,
 ) -> Result<std::os::unix::net::UnixStream, String> {
     use std::os::fd::AsRawFd;
     let (broker_end, child_end) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| format!("cannot make the broker credential of {agent}: {e}"))?;
-    hub.send(crate::broker::hub::HubMsg::Credential {
+    let sent = hub.send(crate::broker::lifecycle::FleetEvent::Credential {
         agent: agent.to_string(),
         via,
         control: broker_end,
-    })
-    .map_err(|_| format!("cannot hand {agent} a broker credential: the broker is stopping"))?;
+    });
+    if !sent {
+        return Err(format!(
+            "cannot hand {agent} a broker credential: the broker is stopping"
+        ));
+    }
     crate::sys::process::pass_fd(cmd, child_end.as_raw_fd());
     cmd.env(
         crate::proto::client::CREDENTIAL_FD_VAR,

@@ -26,7 +26,7 @@ pub mod search;
 pub mod supervisor;
 pub mod watch;
 
-use crate::broker::hub::HubMsg;
+use crate::broker::lifecycle::FleetEvent;
 use crate::broker::lifecycle::LifecycleCmd;
 use crate::broker::{self, db::Durability, BrokerDeps, BrokerSettings};
 use crate::config::{AgentConfig, HiveConfig};
@@ -238,7 +238,7 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
         },
     )?;
     for body in cli::check_at_start(&cfg, env.get("HIVE_CLAUDE_BIN").as_deref(), &data) {
-        let _ = broker.hub().send(HubMsg::System {
+        let _ = broker.fleet().send(FleetEvent::System {
             to: "operator".into(),
             kind: crate::proto::MsgKind::CliVersion,
             body,
@@ -248,9 +248,9 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
     let sup = Supervisor::new(
         settings.clone(),
         cfg.clone(),
-        broker.hub(),
+        broker.fleet(),
         broker.stopped_agents(),
-        bashd::BashSup::start(&settings, broker.hub())?,
+        bashd::BashSup::start(&settings, broker.fleet())?,
     )
     .with_bridge(cfg.matrix.as_ref().map(|_| bridge_restart));
     let sup_thread = std::thread::Builder::new()

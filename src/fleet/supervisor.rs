@@ -10,7 +10,7 @@
 //! reports its child's exit and leaves the reaping to the supervisor), on the
 //! nearest deadline (a restart after backoff, a stop's grace running out) and
 //! on the watch tick. It never waits on the hub: events go to the hub as
-//! one-way [`HubMsg::System`] messages. Agents the broker keeps stopped (`hive
+//! one-way [`FleetEvent`]s through its narrow [`FleetTx`]. Agents the broker keeps stopped (`hive
 //! stop`, the `kill` tool) are not started when `hive up` starts. It keeps what
 //! it last applied to each agent, which is the base of every change hive makes
 //! to the fleet file (`broker::fleetfile`): an approved change or a permissions
@@ -26,8 +26,7 @@ use super::logfile::LogFile;
 use super::watch::{Axes, Watch, WatchEvent};
 use super::UpSettings;
 use crate::broker::fleetfile::{self, Change};
-use crate::broker::hub::{HubMsg, HubTx};
-use crate::broker::lifecycle::{Activity, EntryChange, LifecycleCmd};
+use crate::broker::lifecycle::{Activity, EntryChange, FleetEvent, FleetTx, LifecycleCmd};
 use crate::config::{AgentConfig, HiveConfig};
 use crate::proto::Rebuild;
 use crate::sys::ProcessGroup;
@@ -149,7 +148,7 @@ pub struct Supervisor {
     s: UpSettings,
     hive: HiveConfig,
     agents: BTreeMap<String, Agent>,
-    hub: HubTx,
+    hub: FleetTx,
     config_mtime: Option<SystemTime>,
     exited_tx: Sender<Exited>,
     exited: Receiver<Exited>,
@@ -180,7 +179,7 @@ impl Supervisor {
     pub fn new(
         s: UpSettings,
         hive: HiveConfig,
-        hub: HubTx,
+        hub: FleetTx,
         stopped: &[String],
         bash: BashSup,
     ) -> Supervisor {
@@ -505,7 +504,7 @@ impl Supervisor {
         }
         let cfg = a.applied.clone();
         self.set_hive_entry(&cfg);
-        let _ = self.hub.send(HubMsg::ApplyAgent(cfg));
+        let _ = self.hub.send(FleetEvent::ApplyAgent(cfg));
         self.restart_after_turn(name)
     }
 
@@ -587,7 +586,7 @@ impl Supervisor {
                     if let Some(d) = a.desired.take() {
                         a.applied = d.clone();
                         self.set_hive_entry(&d);
-                        let _ = self.hub.send(HubMsg::ApplyAgent(d));
+                        let _ = self.hub.send(FleetEvent::ApplyAgent(d));
                         applied.push(name);
                     }
                 }
@@ -762,7 +761,7 @@ impl Supervisor {
             self.hive.swarm_name = cfg.swarm_name.clone();
         }
         self.hive.budget = cfg.budget.clone();
-        let _ = self.hub.send(HubMsg::Fleet(cfg.clone()));
+        let _ = self.hub.send(FleetEvent::Reloaded(cfg.clone()));
         if bridge_restart {
             self.hive.matrix = cfg.matrix.clone();
             if let Some(b) = &self.bridge {
@@ -832,7 +831,7 @@ impl Supervisor {
                     if let Some(d) = a.desired.take() {
                         a.applied = d.clone();
                         self.set_hive_entry(&d);
-                        let _ = self.hub.send(HubMsg::ApplyAgent(d));
+                        let _ = self.hub.send(FleetEvent::ApplyAgent(d));
                     }
                 }
                 lines.push(format!(
@@ -906,6 +905,8 @@ impl Supervisor {
             let mut entry = fleetfile::patched(&AgentConfig::named(&name), &change.patch)?;
             entry.name = name.clone();
             self.set_hive_entry(&entry);
+            // The broker gives it its socket and rules before it starts.
+            let _ = self.hub.send(FleetEvent::ApplyAgent(entry.clone()));
             self.agents
                 .insert(name.clone(), Agent::new(entry, Timing::of(&self.s)));
             return match self.spawn(&name) {
@@ -942,7 +943,7 @@ impl Supervisor {
         if !restarts {
             // issue 16: budget, turn_usd and account apply without a restart.
             let applied = a.applied.clone();
-            let _ = self.hub.send(HubMsg::ApplyAgent(applied));
+            let _ = self.hub.send(FleetEvent::ApplyAgent(applied));
             return Ok(format!("{name} has its new config; it applies at once"));
         }
         if a.child.is_stopped() {
@@ -1241,9 +1242,9 @@ impl Supervisor {
         }
         for entry in live {
             self.set_hive_entry(&entry);
-            let _ = self.hub.send(HubMsg::ApplyAgent(entry));
+            let _ = self.hub.send(FleetEvent::ApplyAgent(entry));
         }
-        let _ = self.hub.send(HubMsg::HiveBudget(cfg.budget.clone()));
+        let _ = self.hub.send(FleetEvent::HiveBudget(cfg.budget.clone()));
     }
 
     fn logged_in(&self, a: &AgentConfig) -> bool {
@@ -1323,7 +1324,7 @@ impl Supervisor {
                 }
                 log::info!("crash_watch: {name}: {} → {to}", e.kind());
                 let body = e.body(&name, to == "operator");
-                let _ = self.hub.send(HubMsg::System {
+                let _ = self.hub.send(FleetEvent::System {
                     to,
                     kind: e.kind().into(),
                     body,

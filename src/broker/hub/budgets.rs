@@ -14,7 +14,6 @@
 //! counts in the window holding its run's end (`at`), so one re-sent after a
 //! restart past midnight is yesterday's, never today's.
 
-use super::approvals::follow;
 use super::throttle::Kind;
 use super::{db_err, Done, Followup, Handled, Hub, Identity};
 use crate::broker::db::SpendTotals;
@@ -670,16 +669,17 @@ impl Hub<'_> {
                 ));
             }
             let work = self.entry_work(&agent, patch.clone())?;
-            return Ok(Done::Offload(Box::new(move |hub| {
-                let result = work(hub);
-                let followup = Followup::Budget {
-                    agent: Some(agent),
-                    patch,
-                    hive: None,
-                    result,
-                };
-                follow(hub, Identity::Operator, followup)
-            })));
+            return Ok(Done::Then(
+                Identity::Operator,
+                Box::new(move || {
+                    Ok(Followup::Budget {
+                        agent: Some(agent),
+                        patch,
+                        hive: None,
+                        result: work(),
+                    })
+                }),
+            ));
         }
         let base = self.cfg.budget.clone();
         let new = Self::changed_budget(base.as_ref(), &c);
@@ -690,17 +690,19 @@ impl Hub<'_> {
                     .into(),
             );
         };
-        Ok(Done::Offload(Box::new(move |hub| {
-            let result = fleetfile::apply_hive_budget(&path, base.as_ref(), new.as_ref())
-                .map(|_| "the hive's budget is in the fleet file".to_string());
-            let followup = Followup::Budget {
-                agent: None,
-                patch: Value::Null,
-                hive: Some(new),
-                result,
-            };
-            follow(hub, Identity::Operator, followup)
-        })))
+        Ok(Done::Then(
+            Identity::Operator,
+            Box::new(move || {
+                let result = fleetfile::apply_hive_budget(&path, base.as_ref(), new.as_ref())
+                    .map(|_| "the hive's budget is in the fleet file".to_string());
+                Ok(Followup::Budget {
+                    agent: None,
+                    patch: Value::Null,
+                    hive: Some(new),
+                    result,
+                })
+            }),
+        ))
     }
 
     /// The second half of `set_budget`: the hub's rules follow the file, and

@@ -5,13 +5,10 @@
 //! cut to the answer budget from the start, keeping the newest lines.
 
 use super::limits::fit_text_tail;
+use super::offload::read_journal;
 use super::{Done, Handled, Hub};
 use crate::proto::cmd::{log_lines, GetHostJournal, GetLogs};
 use crate::proto::TextReply;
-use std::time::Duration;
-
-/// How long `journalctl` may run.
-const JOURNAL_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Hub<'_> {
     pub(super) fn get_logs(&mut self, caller: &str, c: GetLogs) -> Handled<TextReply> {
@@ -26,7 +23,7 @@ impl Hub<'_> {
             return Err("this broker runs without a supervisor (plain `hive broker`), so it keeps no agent logs; run the hive with `hive up`".into());
         };
         let n = log_lines(c.lines) as usize;
-        Ok(Done::Offload(Box::new(move |_| {
+        Ok(Done::Offload(Box::new(move || {
             let text = logs.tail(&target, n)?;
             Ok(TextReply {
                 text: fit_text_tail(text),
@@ -35,35 +32,14 @@ impl Hub<'_> {
     }
 
     /// The capability and the unit were checked by the gate and the command;
-    /// journalctl runs on the caller's connection thread.
+    /// journalctl runs on the caller's job thread (`conn-job`).
     pub(super) fn host_journal(&mut self, c: GetHostJournal) -> Handled<TextReply> {
         let n = log_lines(c.lines);
-        Ok(Done::Offload(Box::new(move |_| {
+        Ok(Done::Offload(Box::new(move || {
             let text = read_journal(c.unit.as_deref(), n)?;
             Ok(TextReply {
                 text: fit_text_tail(text),
             })
         })))
-    }
-}
-
-/// `journalctl --no-pager -q -n N [-u UNIT]`, with a wall-clock limit.
-fn read_journal(unit: Option<&str>, n: u64) -> Result<String, String> {
-    let mut cmd = std::process::Command::new("journalctl");
-    cmd.args(["--no-pager", "-q", "-n", &n.to_string()]);
-    if let Some(u) = unit {
-        cmd.args(["-u", u]);
-    }
-    match crate::sys::run_with_timeout(&mut cmd, JOURNAL_TIMEOUT) {
-        Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
-        Ok(out) => Err(format!(
-            "journalctl failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Err(crate::sys::RunError::Start(e)) => Err(format!(
-            "journalctl is not available on this host ({e}); there is no host journal to read"
-        )),
-        Err(e) => Err(format!("journalctl {e}")),
     }
 }

@@ -1,6 +1,6 @@
 //! The agents' turn history for the operator: `search` and `history`. The
 //! broker keeps no history itself — each agent's page does — so both are
-//! `hive up`'s: the hub checks the agent, then the caller's connection thread
+//! `hive up`'s: the hub checks the agent, then the caller's job thread (`conn-job`)
 //! hands the query to the supervisor (through the lifecycle port) and waits
 //! for its answer, which the supervisor computes on a thread of its own by
 //! asking the agents' pages. Under plain `hive broker` both are refused with
@@ -17,7 +17,7 @@ const SEARCH_NEEDS_UP: &str = "search needs hive up; use the agent page's /api/h
 const HISTORY_NEEDS_UP: &str = "history needs hive up; use the agent page's /api/history";
 
 /// Asks the supervisor and waits for it at most `timeout`; run on a
-/// connection thread. The supervisor answers within most of that time.
+/// job thread (`conn-job`). The supervisor answers within most of that time.
 fn ask<T>(
     sup: &Sender<LifecycleCmd>,
     timeout: Duration,
@@ -39,7 +39,7 @@ impl Hub<'_> {
             return Err(SEARCH_NEEDS_UP.into());
         };
         let timeout = self.settings.supervisor_timeout;
-        Ok(Done::Offload(Box::new(move |_| {
+        Ok(Done::Offload(Box::new(move || {
             let mut r = ask(&sup, timeout, |within, reply| LifecycleCmd::Search {
                 query: c,
                 within,
@@ -58,7 +58,7 @@ impl Hub<'_> {
             return Err(HISTORY_NEEDS_UP.into());
         };
         let timeout = self.settings.supervisor_timeout;
-        Ok(Done::Offload(Box::new(move |_| {
+        Ok(Done::Offload(Box::new(move || {
             let r = ask(&sup, timeout, |within, reply| LifecycleCmd::History {
                 query: c,
                 within,

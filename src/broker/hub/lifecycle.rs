@@ -7,11 +7,11 @@
 //! supervisor of each harness's turns ([`Activity`]). The hub checks
 //! the rights; the wait for the supervisor (at most
 //! [`HubSettings::supervisor_timeout`](super::HubSettings)) runs on the caller's
-//! connection thread, so a stuck supervisor holds up that caller only. Once the
+//! job thread (`conn-job`), so a stuck supervisor holds up that caller only. Once the
 //! supervisor has carried a command out, the hub records whether the agent is
 //! kept stopped across restarts of `hive up` ([`Followup::Lifecycle`]).
 
-use super::approvals::follow;
+use super::offload::{ask_supervisor, NO_SUPERVISOR};
 use super::{db_err, fmt_wait, Done, Followup, Handled, Hub, Identity, Work};
 use crate::broker::lifecycle::{Activity, LifecycleCmd, Reply};
 use crate::config::AgentConfig;
@@ -20,11 +20,6 @@ use crate::proto::cmd::{
     SupervisionReply, Update, UpdateAgent, UpdateAll,
 };
 use crate::proto::{now, ApprovalKind, QueuedReply, TextReply};
-use crossbeam_channel::Sender;
-use std::time::Duration;
-
-pub(super) const NO_SUPERVISOR: &str = "this broker runs without a supervisor (plain `hive \
-broker`), so agents cannot be started or stopped from here; run the hive with `hive up`";
 
 /// One lifecycle action, as the supervisor is asked for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,28 +47,6 @@ impl Action {
     }
 }
 
-/// Sends one command to the supervisor and waits for its answer; run on a
-/// connection thread.
-pub(super) fn ask_supervisor(
-    sup: &Option<Sender<LifecycleCmd>>,
-    timeout: Duration,
-    make: impl FnOnce(Reply) -> LifecycleCmd,
-) -> Result<String, String> {
-    let Some(sup) = sup else {
-        return Err(NO_SUPERVISOR.into());
-    };
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    sup.send(make(tx))
-        .map_err(|_| "the supervisor has stopped (the hive is shutting down)".to_string())?;
-    match rx.recv_timeout(timeout) {
-        Ok(answer) => answer,
-        Err(_) => Err(format!(
-            "the supervisor did not answer in {}",
-            fmt_wait(timeout)
-        )),
-    }
-}
-
 impl Hub<'_> {
     /// Work that asks the supervisor on the caller's thread.
     pub(super) fn supervisor_work(
@@ -82,7 +55,7 @@ impl Hub<'_> {
     ) -> Work<String> {
         let sup = self.settings.lifecycle.clone();
         let timeout = self.settings.supervisor_timeout;
-        Box::new(move |_| ask_supervisor(&sup, timeout, make))
+        Box::new(move || ask_supervisor(&sup, timeout, make))
     }
 
     fn require_child(&self, caller: &str, target: &str, tool: &str) -> Result<(), String> {
@@ -105,15 +78,16 @@ impl Hub<'_> {
         }
         let agent = name.clone();
         let work = self.supervisor_work(move |reply| action.command(name, reply));
-        Ok(Done::Offload(Box::new(move |hub| {
-            let result = work(hub);
-            let followup = Followup::Lifecycle {
-                agent,
-                stopped: Some(action.stopped()),
-                result,
-            };
-            follow(hub, who, followup)
-        })))
+        Ok(Done::Then(
+            who,
+            Box::new(move || {
+                Ok(Followup::Lifecycle {
+                    agent,
+                    stopped: Some(action.stopped()),
+                    result: work(),
+                })
+            }),
+        ))
     }
 
     /// One of the tools on a child: rights here, the supervisor off the hub.
@@ -190,7 +164,7 @@ impl Hub<'_> {
             return Err("this broker runs without a supervisor (plain `hive broker`)".into());
         };
         let timeout = self.settings.supervisor_timeout;
-        Ok(Done::Offload(Box::new(move |_| {
+        Ok(Done::Offload(Box::new(move || {
             let (tx, rx) = crossbeam_channel::bounded(1);
             sup.send(LifecycleCmd::States { reply: tx })
                 .map_err(|_| "the supervisor has stopped".to_string())?;
@@ -253,8 +227,17 @@ impl Hub<'_> {
         })
     }
 
-    /// The supervisor applied `a`: the hub's rules follow.
+    /// The supervisor applied `a`: the hub's rules follow. An agent new to
+    /// the hub (an approved spawn the supervisor is about to start) gets its
+    /// socket first.
     pub(super) fn apply_agent(&mut self, a: AgentConfig) {
+        if self.cfg.agent(&a.name).is_none() {
+            let name = a.name.clone();
+            if let Err(e) = self.join(a) {
+                log::error!("{name} joined the fleet, but the broker cannot take it: {e}");
+            }
+            return;
+        }
         let mut cfg = self.cfg.clone();
         match cfg.agents.iter_mut().find(|x| x.name == a.name) {
             Some(slot) => *slot = a,
@@ -412,8 +395,8 @@ impl Hub<'_> {
             return Err(NO_SUPERVISOR.into());
         }
         let work = self.supervisor_work(|reply| LifecycleCmd::Reload { reply });
-        Ok(Done::Offload(Box::new(move |hub| {
-            work(hub).map(|text| TextReply { text })
+        Ok(Done::Offload(Box::new(move || {
+            work().map(|text| TextReply { text })
         })))
     }
 
@@ -424,8 +407,8 @@ impl Hub<'_> {
         }
         let parallel = c.parallel.unwrap_or(2) as usize;
         let work = self.supervisor_work(move |reply| LifecycleCmd::UpdateAll { parallel, reply });
-        Ok(Done::Offload(Box::new(move |hub| {
-            work(hub).map(|text| TextReply { text })
+        Ok(Done::Offload(Box::new(move || {
+            work().map(|text| TextReply { text })
         })))
     }
 

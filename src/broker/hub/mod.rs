@@ -29,8 +29,9 @@
 //! - `throttle.rs`: log lines about one agent's reports, one a minute per kind.
 //!
 //! The hub never blocks on another actor or on slow I/O: such work is an
-//! [`Outcome::Offload`] run on a thread of its own, and whatever it changes
-//! comes back as a [`HubMsg::Followup`]. A long-poll that finds nothing is
+//! [`Outcome::Offload`] run on a thread of its own, which reports once
+//! ([`HubMsg::Finished`]): its answer, or what it did for the hub to apply
+//! and answer from ([`Finish::Apply`]). A long-poll that finds nothing is
 //! parked: the hub remembers which connection waits for what, and lists it in
 //! [`Hub::take_woken`] when something arrives, for the loop to ask again.
 //! Answers are typed: a handler returns its command's `Reply`, serialized here
@@ -45,6 +46,7 @@ mod history;
 mod inbox;
 mod lifecycle;
 mod limits;
+mod offload;
 mod pools;
 mod questions;
 mod quotas;
@@ -100,45 +102,13 @@ pub type ConnId = u64;
 /// What the other threads tell the hub: the supervisor's events, offloaded
 /// jobs' results, `main`'s stop. Sent through a [`HubTx`].
 pub enum HubMsg {
-    /// An offloaded job finished: its answer for connection `conn`.
-    Answered { conn: ConnId, line: String },
-    /// A system event for an agent's (or the operator's) inbox, from the
-    /// supervisor's crash_watch.
-    System {
-        to: String,
-        kind: crate::proto::MsgKind,
-        body: String,
-    },
-    /// The supervisor (re)started an agent with this config: the hub's rules
-    /// follow it.
-    ApplyAgent(crate::config::AgentConfig),
-    /// The fleet file's top-level `budget` as the supervisor read it
-    /// (issue 16: it applies live).
-    HiveBudget(Option<crate::proto::Budget>),
-    /// The fleet file as `hive reload` read it (validated whole): its
-    /// agents replace the hub's (an agent no longer there is removed:
-    /// refused as a recipient, its mail kept until `forget_agent`; a new one
-    /// gets its socket), and its `hive_name` and `swarm_name` apply.
-    Fleet(crate::config::HiveConfig),
-    /// The second half of an offloaded request: the connection thread did the
-    /// blocking part and the hub now decides and changes its state.
-    Followup {
-        who: Identity,
-        followup: Followup,
-        reply: Sender<String>,
-    },
+    /// An offloaded job finished: its one report, for connection `conn`.
+    Finished { conn: ConnId, finish: Finish },
+    /// What the fleet told the hub (`broker::lifecycle`'s inbound half).
+    FromFleet(crate::broker::lifecycle::FleetEvent),
     /// The prune thread deleted a batch of messages: the agents' stored
     /// bytes are read again (`quotas.rs`).
     Pruned,
-    /// `hive up` started `agent`'s harness (or bash-task daemon, as `via`
-    /// says) with a credential: the other end of `control`, over which it
-    /// hands the broker connections of its own (`sockets.rs`). From now on
-    /// that process's rows are refused on the agent's socket.
-    Credential {
-        agent: String,
-        via: Via,
-        control: std::os::unix::net::UnixStream,
-    },
     /// The broker is stopping: return and close the store.
     Shutdown,
 }
@@ -216,14 +186,27 @@ impl HubRx {
 }
 
 /// Work the hub has authorised but that would block it (asking the supervisor,
-/// running a command, reading a file): a thread of its own runs it, and the
-/// answer line it returns goes to the caller. A job that must change the
-/// hub's state sends a [`HubMsg::Followup`] on the channel it is given and
-/// waits for its answer.
-pub type Job = Box<dyn FnOnce(&HubTx) -> String + Send>;
+/// running a command, reading a file): a thread of its own runs it and
+/// reports once, with a [`HubMsg::Finished`] (cargo's `job_queue` workers
+/// send one `Message::Finish`): the answer for the caller, or what the hub
+/// applies before it answers.
+pub type Job = Box<dyn FnOnce() -> Finish + Send>;
 
-/// The typed form of a [`Job`], as a handler returns it.
-pub type Work<R> = Box<dyn FnOnce(&HubTx) -> Result<R, String> + Send>;
+/// The one report of a [`Job`].
+pub enum Finish {
+    /// The answer line for the caller: the job changed nothing of the hub's.
+    Answer(String),
+    /// What the job did, for the hub to apply (record a decision, bind a
+    /// socket, keep an agent stopped) and answer the caller from.
+    Apply { who: Identity, followup: Followup },
+}
+
+/// The typed form of a job whose answer is its own, as a handler returns it.
+pub type Work<R> = Box<dyn FnOnce() -> Result<R, String> + Send>;
+
+/// A job whose result the hub applies ([`Finish::Apply`]); `Err` is the
+/// caller's answer as it is (the job could not do its part).
+pub type Then = Box<dyn FnOnce() -> Result<Followup, String> + Send>;
 
 /// What an offloaded job hands back to the hub.
 pub enum Followup {
@@ -232,19 +215,17 @@ pub enum Followup {
         agent: String,
         patch: serde_json::Value,
     },
-    /// An approved spawn's entry is in the fleet file: the hub gives the new
-    /// agent its socket and its rules before the supervisor starts it.
-    Joined {
-        id: i64,
-        entry: crate::config::AgentConfig,
-    },
     /// An approval was carried out: `Ok` with the text for the operator, or
     /// `Err` when nothing was changed (it stays pending). An `apply_commit`
-    /// brings its patch, which the hub's rules follow now.
+    /// brings its patch, which the hub's rules follow now; a spawn its
+    /// entry, in the fleet file now (under `hive up` the supervisor has
+    /// already told the hub, which gave the agent its socket before it
+    /// started; under plain `hive broker` the hub does that here).
     Approved {
         id: i64,
         result: Result<String, String>,
         patch: Option<(String, serde_json::Value)>,
+        spawned: Option<crate::config::AgentConfig>,
     },
     /// `set_permissions` was carried out (`Err`: nothing was changed); the
     /// hub's rules follow the patch.
@@ -296,7 +277,10 @@ enum Done<R> {
     Reply(R),
     /// Park the caller (long-polls).
     Wait,
+    /// A job answers the caller itself.
     Offload(Work<R>),
+    /// A job reports what it did; the hub applies it for `who` and answers.
+    Then(Identity, Then),
 }
 
 type Handled<R> = Result<Done<R>, String>;
@@ -515,35 +499,39 @@ impl<'c> Hub<'c> {
     }
 
     /// Handles one message from another thread; false for
-    /// [`HubMsg::Shutdown`]. ([`HubMsg::Answered`] is the loop's, which
-    /// hands it to the connection.)
+    /// [`HubMsg::Shutdown`]. ([`HubMsg::Finished`] is the loop's, which
+    /// has the hub apply it ([`Hub::finish`]) and answers the connection.)
     pub fn on_msg(&mut self, msg: HubMsg) -> bool {
         match msg {
-            HubMsg::Answered { conn, .. } => {
-                log::error!("connection {conn}: an offloaded answer reached the hub itself");
+            HubMsg::Finished { conn, finish } => {
+                log::error!("connection {conn}: an offloaded job's report reached the hub itself");
+                self.finish(finish);
             }
-            HubMsg::System { to, kind, body } => {
+            HubMsg::FromFleet(e) => self.from_fleet(e),
+            HubMsg::Pruned => self.pruned(),
+            HubMsg::Shutdown => return false,
+        }
+        true
+    }
+
+    /// Applies what the fleet told the hub.
+    fn from_fleet(&mut self, e: crate::broker::lifecycle::FleetEvent) {
+        use crate::broker::lifecycle::FleetEvent;
+        match e {
+            FleetEvent::System { to, kind, body } => {
                 if let Err(e) = self.deliver(&crate::proto::Peer::System, &to, &body, kind, None) {
                     log::error!("cannot deliver a system event to {to}: {e}");
                 }
             }
-            HubMsg::ApplyAgent(a) => self.apply_agent(a),
-            HubMsg::Fleet(cfg) => self.set_fleet(cfg),
-            HubMsg::HiveBudget(b) => {
+            FleetEvent::ApplyAgent(a) => self.apply_agent(a),
+            FleetEvent::Reloaded(cfg) => self.set_fleet(cfg),
+            FleetEvent::HiveBudget(b) => {
                 if self.cfg.budget != b {
                     self.cfg.budget = b;
                     self.wake_all();
                 }
             }
-            HubMsg::Followup {
-                who,
-                followup,
-                reply,
-            } => {
-                let _ = reply.send(self.followup(&who, followup));
-            }
-            HubMsg::Pruned => self.pruned(),
-            HubMsg::Credential {
+            FleetEvent::Credential {
                 agent,
                 via,
                 control,
@@ -559,9 +547,7 @@ impl<'c> Hub<'c> {
                     control,
                 });
             }
-            HubMsg::Shutdown => return false,
         }
-        true
     }
 
     /// Fires the timers and ends the pauses that are due.
@@ -881,8 +867,23 @@ impl<'c> Hub<'c> {
         match f(self, cmd) {
             Ok(Done::Reply(r)) => Outcome::Answer(C::reply_line(&r)),
             Ok(Done::Wait) => Outcome::Wait,
-            Ok(Done::Offload(work)) => Outcome::Offload(Box::new(move |hub| line(work(hub)))),
+            Ok(Done::Offload(work)) => {
+                Outcome::Offload(Box::new(move || Finish::Answer(line(work()))))
+            }
+            Ok(Done::Then(who, work)) => Outcome::Offload(Box::new(move || match work() {
+                Ok(followup) => Finish::Apply { who, followup },
+                Err(e) => Finish::Answer(err_line(&e)),
+            })),
             Err(e) => Outcome::Answer(err_line(&e)),
+        }
+    }
+
+    /// The answer line of an offloaded job's report: its own, or what the
+    /// hub's state says once it applied what the job did.
+    pub fn finish(&mut self, finish: Finish) -> String {
+        match finish {
+            Finish::Answer(line) => line,
+            Finish::Apply { who, followup } => self.followup(&who, followup),
         }
     }
 
@@ -904,10 +905,15 @@ impl<'c> Hub<'c> {
                     .and_then(|_| self.queue_apply_commit(&caller, &agent, &patch)),
                 )
             }
-            (Identity::Operator, Followup::Joined { id, entry }) => line(self.joined(id, entry)),
-            (Identity::Operator, Followup::Approved { id, result, patch }) => {
-                line(self.approved(id, result, patch))
-            }
+            (
+                Identity::Operator,
+                Followup::Approved {
+                    id,
+                    result,
+                    patch,
+                    spawned,
+                },
+            ) => line(self.approved(id, result, patch, spawned)),
             (
                 Identity::Operator,
                 Followup::Permissions {

@@ -1,6 +1,7 @@
 //! The hub's rules in memory: a real hub on its own thread and a temp sqlite
 //! store, driven the way its socket loop drives it (a parsed request line in,
-//! the answer line out, offloaded work run on the caller's side, a parked
+//! the answer line out, offloaded work run on the caller's side and its
+//! report applied by the hub, a parked
 //! call signalled when the hub wakes it), with literal JSON on both ends.
 //! Times in answers are shown as `T`. The sockets themselves are the
 //! integration tests' (`tests/broker*.rs`).
@@ -24,6 +25,11 @@ enum Drive {
         reply: Sender<Outcome>,
     },
     Closed(ConnId),
+    /// An offloaded job's report, for the hub to apply as its loop does.
+    Finish {
+        finish: Finish,
+        reply: Sender<String>,
+    },
 }
 
 /// The hub's thread in the tests: calls and the other threads' messages in,
@@ -43,6 +49,9 @@ fn drive(mut hub: Hub, rx: HubRx, calls: Receiver<Drive>) {
                     let _ = reply.send(out);
                 }
                 Ok(Drive::Closed(conn)) => hub.closed(conn),
+                Ok(Drive::Finish { finish, reply }) => {
+                    let _ = reply.send(hub.finish(finish));
+                }
                 Err(_) => return,
             },
             recv(rx.rx) -> m => match m {
@@ -174,7 +183,16 @@ impl Mem {
         let line = match answer.recv_timeout(Duration::from_secs(20)).unwrap() {
             Outcome::Answer(line) => line,
             Outcome::Wait => "WAIT".into(),
-            Outcome::Offload(job) => job(&self.tx),
+            Outcome::Offload(job) => {
+                let (reply, line) = bounded(1);
+                self.calls
+                    .send(Drive::Finish {
+                        finish: job(),
+                        reply,
+                    })
+                    .unwrap();
+                line.recv_timeout(Duration::from_secs(20)).unwrap()
+            }
         };
         (scrub(&sorted(&line)), woken)
     }
@@ -1159,7 +1177,10 @@ fn racing_senders_never_lose_a_wake() {
             let tx = tx.clone();
             std::thread::spawn(move || {
                 for i in 0..per {
-                    tx.send(HubMsg::HiveBudget(None)).unwrap();
+                    tx.send(HubMsg::FromFleet(
+                        crate::broker::lifecycle::FleetEvent::HiveBudget(None),
+                    ))
+                    .unwrap();
                     if i % 64 == 0 {
                         std::thread::yield_now();
                     }
