@@ -111,7 +111,9 @@ impl BrokerHandle {
     /// The fleet's narrow sender to the hub (`hive up`'s supervisors).
     pub fn fleet(&self) -> crate::broker::lifecycle::FleetTx {
         let hub = self.hub_tx.clone();
-        crate::broker::lifecycle::FleetTx::new(move |e| hub.send(HubMsg::FromFleet(e)).is_ok())
+        crate::broker::lifecycle::FleetTx::new(move |e| {
+            hub.send(HubMsg::FromFleet(Box::new(e))).is_ok()
+        })
     }
 
     /// The agents kept stopped (`hive stop`, the `kill` tool) when the broker

@@ -1099,13 +1099,13 @@ mod tests {
         w.write_all(counts).unwrap();
         assert_eq!(answer(r)["ok"], true);
         let (broker_end, harness_end) = UnixStream::pair().unwrap();
-        s.tx.send(HubMsg::FromFleet(
+        s.tx.send(HubMsg::FromFleet(Box::new(
             crate::broker::lifecycle::FleetEvent::Credential {
                 agent: "ana".into(),
                 via: Via::Harness,
                 control: broker_end,
             },
-        ))
+        )))
         .unwrap_or_else(|_| panic!("the hub is gone"));
         let credential = Credential::over(harness_end);
         let mut conns = Vec::new();

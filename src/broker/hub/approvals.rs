@@ -252,7 +252,7 @@ impl Hub<'_> {
                             id,
                             result,
                             patch: None,
-                            spawned: Some(entry),
+                            spawned: Some(Box::new(entry)),
                         })
                     }),
                 ))

@@ -105,7 +105,7 @@ pub enum HubMsg {
     /// An offloaded job finished: its one report, for connection `conn`.
     Finished { conn: ConnId, finish: Finish },
     /// What the fleet told the hub (`broker::lifecycle`'s inbound half).
-    FromFleet(crate::broker::lifecycle::FleetEvent),
+    FromFleet(Box<crate::broker::lifecycle::FleetEvent>),
     /// The prune thread deleted a batch of messages: the agents' stored
     /// bytes are read again (`quotas.rs`).
     Pruned,
@@ -198,7 +198,10 @@ pub enum Finish {
     Answer(String),
     /// What the job did, for the hub to apply (record a decision, bind a
     /// socket, keep an agent stopped) and answer the caller from.
-    Apply { who: Identity, followup: Followup },
+    Apply {
+        who: Identity,
+        followup: Box<Followup>,
+    },
 }
 
 /// The typed form of a job whose answer is its own, as a handler returns it.
@@ -225,7 +228,7 @@ pub enum Followup {
         id: i64,
         result: Result<String, String>,
         patch: Option<(String, serde_json::Value)>,
-        spawned: Option<crate::config::AgentConfig>,
+        spawned: Option<Box<crate::config::AgentConfig>>,
     },
     /// `set_permissions` was carried out (`Err`: nothing was changed); the
     /// hub's rules follow the patch.
@@ -507,7 +510,7 @@ impl<'c> Hub<'c> {
                 log::error!("connection {conn}: an offloaded job's report reached the hub itself");
                 self.finish(finish);
             }
-            HubMsg::FromFleet(e) => self.from_fleet(e),
+            HubMsg::FromFleet(e) => self.on_fleet(*e),
             HubMsg::Pruned => self.pruned(),
             HubMsg::Shutdown => return false,
         }
@@ -515,7 +518,7 @@ impl<'c> Hub<'c> {
     }
 
     /// Applies what the fleet told the hub.
-    fn from_fleet(&mut self, e: crate::broker::lifecycle::FleetEvent) {
+    fn on_fleet(&mut self, e: crate::broker::lifecycle::FleetEvent) {
         use crate::broker::lifecycle::FleetEvent;
         match e {
             FleetEvent::System { to, kind, body } => {
@@ -871,7 +874,10 @@ impl<'c> Hub<'c> {
                 Outcome::Offload(Box::new(move || Finish::Answer(line(work()))))
             }
             Ok(Done::Then(who, work)) => Outcome::Offload(Box::new(move || match work() {
-                Ok(followup) => Finish::Apply { who, followup },
+                Ok(followup) => Finish::Apply {
+                    who,
+                    followup: Box::new(followup),
+                },
                 Err(e) => Finish::Answer(err_line(&e)),
             })),
             Err(e) => Outcome::Answer(err_line(&e)),
@@ -883,7 +889,7 @@ impl<'c> Hub<'c> {
     pub fn finish(&mut self, finish: Finish) -> String {
         match finish {
             Finish::Answer(line) => line,
-            Finish::Apply { who, followup } => self.followup(&who, followup),
+            Finish::Apply { who, followup } => self.followup(&who, *followup),
         }
     }
 
@@ -913,7 +919,7 @@ impl<'c> Hub<'c> {
                     patch,
                     spawned,
                 },
-            ) => line(self.approved(id, result, patch, spawned)),
+            ) => line(self.approved(id, result, patch, spawned.map(|e| *e))),
             (
                 Identity::Operator,
                 Followup::Permissions {

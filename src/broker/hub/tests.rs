@@ -27,7 +27,7 @@ enum Drive {
     Closed(ConnId),
     /// An offloaded job's report, for the hub to apply as its loop does.
     Finish {
-        finish: Finish,
+        finish: Box<Finish>,
         reply: Sender<String>,
     },
 }
@@ -50,7 +50,7 @@ fn drive(mut hub: Hub, rx: HubRx, calls: Receiver<Drive>) {
                 }
                 Ok(Drive::Closed(conn)) => hub.closed(conn),
                 Ok(Drive::Finish { finish, reply }) => {
-                    let _ = reply.send(hub.finish(finish));
+                    let _ = reply.send(hub.finish(*finish));
                 }
                 Err(_) => return,
             },
@@ -187,7 +187,7 @@ impl Mem {
                 let (reply, line) = bounded(1);
                 self.calls
                     .send(Drive::Finish {
-                        finish: job(),
+                        finish: Box::new(job()),
                         reply,
                     })
                     .unwrap();
@@ -1177,9 +1177,9 @@ fn racing_senders_never_lose_a_wake() {
             let tx = tx.clone();
             std::thread::spawn(move || {
                 for i in 0..per {
-                    tx.send(HubMsg::FromFleet(
+                    tx.send(HubMsg::FromFleet(Box::new(
                         crate::broker::lifecycle::FleetEvent::HiveBudget(None),
-                    ))
+                    )))
                     .unwrap();
                     if i % 64 == 0 {
                         std::thread::yield_now();
