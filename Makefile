@@ -5,10 +5,8 @@ CARGO ?= cargo
 MUSL_TARGET := x86_64-unknown-linux-musl
 MUSL_BIN := target/$(MUSL_TARGET)/release/hive
 export CC_x86_64_unknown_linux_musl ?= musl-gcc
-# rust-lld, with the start-up code gathered first in .text (src/link/link-musl).
-export CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER ?= $(CURDIR)/src/link/link-musl
 
-.PHONY: all build test lint musl musl-check musl-if-available start-order bench bench-build wake-path soak fuzz clean
+.PHONY: all build test lint musl musl-check musl-if-available bench bench-build wake-path soak fuzz clean
 
 all: build
 
@@ -57,21 +55,10 @@ musl-check:
 	  echo "make musl: musl-gcc is missing (needed to build the bundled sqlite); install it with:"; \
 	  echo "    apt-get install musl-tools"; exit 1; }
 
-## A static x86_64 musl `hive` at $(MUSL_BIN), its start-up functions placed
-## first (src/link/link-musl); says so when src/link/start-order.txt has gone stale.
+## A static x86_64 musl `hive` at $(MUSL_BIN).
 musl: musl-check
 	$(CARGO) build --release --target $(MUSL_TARGET) --bin hive
 	@ls -l $(MUSL_BIN)
-	@stats=$$(find target/$(MUSL_TARGET)/release/deps -samefile $(MUSL_BIN) -printf '%p.start-order.stats\n' | head -1); \
-	if [ ! -f "$$stats" ]; then echo "make musl: linked without the start-up order (no rust-lld?)"; \
-	else read exact again listed < "$$stats"; \
-	  echo "make musl: of the $$listed Rust functions of src/link/start-order.txt, $$exact placed first by name, $$again by name without hashes"; \
-	  if [ $$((exact * 10)) -lt $$((listed * 9)) ]; then \
-	    echo "make musl: WARNING: src/link/start-order.txt is stale; run make start-order (needs valgrind)"; fi; fi
-
-## Profiles the musl binary's starts and rewrites src/link/start-order.txt (valgrind).
-start-order: musl
-	src/link/start-order.sh
 
 ## Benchmarks, printed as ratios against baselines run side by side, and the
 ## goals of issue 19 at the end. The MCP servers compared with `hive mcp` (the

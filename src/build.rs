@@ -1,6 +1,5 @@
 //! Build script: records the git revision the binary was built from, so `hive
-//! --version` and `get_agent_meta` can report `hyperhive_rev`, and rebuilds
-//! when the static link's own inputs (`src/link/`) change.
+//! --version` and `get_agent_meta` can report `hyperhive_rev`.
 
 use std::path::Path;
 use std::process::Command;
@@ -34,11 +33,6 @@ fn main() {
     for path in watched.into_iter().flatten().filter(|p| p.exists()) {
         println!("cargo:rerun-if-changed={}", path.display());
     }
-    // The static musl link's inputs cargo does not know of (`make musl` links
-    // through src/link/link-musl, which orders .text by src/link/start-order.txt):
-    // a change to either rebuilds and so relinks.
-    println!("cargo:rerun-if-changed=src/link/link-musl");
-    println!("cargo:rerun-if-changed=src/link/start-order.txt");
     // Without any, cargo would rerun this when any file of the package changes.
     println!("cargo:rerun-if-changed=src/build.rs");
 }

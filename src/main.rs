@@ -1,10 +1,7 @@
 //! The `hive` binary: parses the command line (`cli`), resolves each
 //! command's flags against the environment and the defaults into what its
 //! module takes, and dispatches to the library. Usage errors exit with 2,
-//! failures with 1. It has no std runtime start (`#![no_main]`): libc calls
-//! the `main` below, which enters through `sys::start::enter`.
-
-#![cfg_attr(not(test), no_main)]
+//! failures with 1.
 
 use hyperhive::cli::{self, BashDaemonArgs, BrokerArgs, Cmd, MatrixBridgeArgs};
 use hyperhive::proto::{paths, HYPERHIVE_REV};
@@ -12,6 +9,7 @@ use hyperhive::sys::env::Env;
 use hyperhive::{bash, bridge, broker, fleet, harness, mcp, ops, sys};
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 #[global_allocator]
 static ALLOC: sys::start::StartAlloc = sys::start::StartAlloc::new();
@@ -201,19 +199,8 @@ fn logger() {
     }
 }
 
-/// libc's `main`, without std's runtime start (`sys::start::enter` says
-/// what it keeps and what it leaves out).
-#[cfg(not(test))]
-#[no_mangle]
-extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
-    // SAFETY: libc hands `main` argc pointers to NUL-terminated strings.
-    unsafe { sys::start::enter(argc, argv, hive_main) }
-}
-
-/// The command line (the program's name first) to the exit code.
-#[cfg_attr(test, allow(dead_code))]
-fn hive_main(argv: Vec<OsString>) -> u8 {
-    let mut args: Vec<OsString> = argv.into_iter().skip(1).collect();
+fn main() -> ExitCode {
+    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
     // `hive up`'s re-exec into an agent's sandbox: hidden, and single-threaded.
     if args
         .first()
@@ -226,7 +213,7 @@ fn hive_main(argv: Vec<OsString>) -> u8 {
         Ok(c) => c,
         Err(e) => {
             eprintln!("hive: {}\n\n{}", e.message, e.usage);
-            return 2;
+            return ExitCode::from(2);
         }
     };
     if daemon(&cmd) {
@@ -239,11 +226,11 @@ fn hive_main(argv: Vec<OsString>) -> u8 {
         }
     }
     match run(cmd) {
-        Ok(()) => 0,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Errors may quote what an agent or the broker said.
             eprintln!("hive: {}", ops::printable(&e, true));
-            1
+            ExitCode::FAILURE
         }
     }
 }

@@ -1035,8 +1035,7 @@ fn attempts_positions_and_dead_letters_survive_a_broker_restart() {
     assert_eq!((r.message.unwrap().id, r.attempts), (one, 1));
 }
 
-/// `hive` has no std runtime start (`sys::start::enter` does its part): it
-/// ignores SIGPIPE, and a process started with its standard descriptors
+/// `hive` ignores SIGPIPE, and a process started with its standard descriptors
 /// closed still gets `/dev/null` on them, so the store it opens never takes descriptor 0, 1 or
 /// 2 (where a log line or a stray print would land in `broker.db`), and
 /// `hive wake`, its stdout closed, still stores its message.

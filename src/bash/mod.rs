@@ -16,7 +16,6 @@ pub mod client;
 mod coordinator;
 pub mod daemon;
 pub mod env_script;
-mod listed;
 pub mod mcp;
 pub mod proto;
 mod report;

@@ -4,8 +4,8 @@
 //! each method is one short transaction, so an answer the broker sends after
 //! a write is an answer about committed data. The hub sees it through a
 //! [`Store`], which holds the statements on every message's path prepared,
-//! and the `Db` keeps what it knows of the queues without reading them
-//! (`Queues`: their tail, and an agent's first queued row). The schema is
+//! and the `Db` keeps the queues' tail without reading it (`Queues`). The
+//! schema is
 //! the ordered list [`MIGRATIONS`] (`PRAGMA user_version`, `proto::schema`).
 //! The swarm's tables and statements are `db/swarm.rs`; what retention
 //! prunes, the prune thread's connection and each agent's stored bytes are
@@ -33,7 +33,7 @@ use crate::proto::{
 };
 use rusqlite::{params, Connection, OptionalExtension, Row, Statement};
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 
 /// How hard sqlite works to keep a commit.
@@ -458,8 +458,7 @@ pub struct NewMessage<'a> {
 }
 
 /// The hub's view of the store: every [`Db`] method, with the statements on
-/// every message's path (queue a row, hand out a known first row, move a row
-/// between states) prepared once and held here for the life of the hub.
+/// every message's path (queue a row, move a row between states) prepared once and held here for the life of the hub.
 /// rusqlite's statement cache would hash and compare their SQL text on every
 /// use and again when the statement goes back (about 3 k instructions each).
 /// It borrows the `Db`, so the hub that owns it lives in the frame of the
@@ -467,7 +466,6 @@ pub struct NewMessage<'a> {
 pub struct Store<'c> {
     db: &'c Db,
     insert: RefCell<Statement<'c>>,
-    hand_out: RefCell<Statement<'c>>,
     transition: RefCell<Statement<'c>>,
 }
 
@@ -484,7 +482,6 @@ impl<'c> Store<'c> {
         Ok(Store {
             db,
             insert: prepare(INSERT_QUEUED)?,
-            hand_out: prepare(HAND_OUT_KNOWN)?,
             transition: prepare(TRANSITION)?,
         })
     }
@@ -498,12 +495,6 @@ impl<'c> Store<'c> {
     pub fn insert_charged(&self, m: &NewMessage, charged: Option<&str>, now: i64) -> Res<i64> {
         let held = &mut *self.insert.borrow_mut();
         queue_row_by(&self.db.conn, Some(held), &self.db.queues, m, charged, now)
-    }
-
-    /// [`Db::take_next`].
-    pub fn take_next(&self, agent: &str, queued_too: bool) -> Res<(Option<Taken>, u64)> {
-        let held = &mut *self.hand_out.borrow_mut();
-        self.db.take_next_by(Some(held), agent, queued_too)
     }
 
     /// [`Db::transition`].
@@ -591,11 +582,7 @@ fn queue_row_by(
         charged
     ];
     execute(conn, held, INSERT_QUEUED, p)?;
-    let id = conn.last_insert_rowid();
-    // Outside a transaction the row is committed; inside one it may still
-    // roll back, so what is known of its queue is forgotten.
-    queues.queued(m, id, now, conn.is_autocommit());
-    Ok(id)
+    Ok(conn.last_insert_rowid())
 }
 
 /// Runs `sql` with `p`: through `held` when the hub holds it prepared
@@ -612,10 +599,6 @@ fn execute<P: rusqlite::Params>(
     }
 }
 
-/// The first queued row, known to [`Queues`], handed out.
-const HAND_OUT_KNOWN: &str = "UPDATE messages SET state = 'inflight', attempts = attempts + 1 \
-     WHERE id = ?1 AND state = 'queued'";
-
 /// One row moved between states (an ack, a hold, a release).
 const TRANSITION: &str = "UPDATE messages SET state = ?1, done_at = ?2 \
      WHERE id = ?3 AND recipient = ?4 AND state = ?5";
@@ -625,39 +608,20 @@ const INSERT_QUEUED: &str =
     "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at, seq, charged)
      VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8)";
 
-/// What the one connection that writes `broker.db` knows of the queues
-/// without reading them.
-///
-/// The tail: the last place in the queue handed out (`seq`). A new row, a row
-/// moved behind, a dead letter put back each take the next one. Seeded at
-/// open with the last place of any row that can still be handed out
-/// ([`queue_tail`]); a place taken by a transaction that rolled back is
-/// skipped, never reused out of order.
-///
-/// The heads: for some agents, that their queue is empty, or its first
-/// queued row (as [`message_from_row`] would read it, with no hand-out yet)
-/// and how many queued rows are behind it. An agent is known only from a
-/// hand-out that left its queue empty, and stays known only through committed
-/// single-row inserts and hand-outs; every other write that adds, removes or
-/// reorders queued rows forgets it (or every agent), so what is known is
-/// never stale. An agent working through one message at a time is then
-/// handed its next row without a `SELECT`.
+/// The tail of the queues, which the one connection that writes `broker.db`
+/// keeps without reading it: the last place in the queue handed out (`seq`).
+/// A new row, a row moved behind, a dead letter put back each take the next
+/// one. Seeded at open with the last place of any row that can still be
+/// handed out ([`queue_tail`]); a place taken by a transaction that rolled
+/// back is skipped, never reused out of order.
 struct Queues {
     tail: Cell<i64>,
-    heads: RefCell<BTreeMap<String, Head>>,
-}
-
-/// The known state of one agent's queue (see [`Queues`]).
-enum Head {
-    Empty,
-    First { message: Message, behind: u64 },
 }
 
 impl Queues {
     fn new(tail: i64) -> Queues {
         Queues {
             tail: Cell::new(tail),
-            heads: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -665,66 +629,6 @@ impl Queues {
         let n = self.tail.get().saturating_add(1);
         self.tail.set(n);
         n
-    }
-
-    /// Row `id` was queued for `m.to`; `committed` when no transaction can
-    /// take it back.
-    fn queued(&self, m: &NewMessage, id: i64, now: i64, committed: bool) {
-        let mut heads = self.heads.borrow_mut();
-        if !committed {
-            heads.remove(m.to);
-            return;
-        }
-        match heads.get_mut(m.to) {
-            Some(Head::First { behind, .. }) => *behind += 1,
-            Some(h @ Head::Empty) => {
-                *h = Head::First {
-                    message: Message {
-                        id,
-                        from: Peer::sender(m.from.as_str()),
-                        to: Peer::sender(m.to),
-                        body: m.body.to_string(),
-                        kind: MsgKind::parse(m.kind.as_str()),
-                        in_reply_to: m.in_reply_to,
-                        sent_at: now,
-                        transient: false,
-                    },
-                    behind: 0,
-                }
-            }
-            None => {}
-        }
-    }
-
-    /// `agent`'s queue was found empty (after a hand-out, or none to hand out).
-    fn empty(&self, agent: &str) {
-        let mut heads = self.heads.borrow_mut();
-        match heads.get_mut(agent) {
-            Some(h) => *h = Head::Empty,
-            None => {
-                heads.insert(agent.to_string(), Head::Empty);
-            }
-        }
-    }
-
-    /// Takes what is known of `agent`'s queue: a known first row leaves it
-    /// known empty when nothing was behind the row, unknown otherwise.
-    fn take_first(&self, agent: &str) -> Option<Head> {
-        let mut heads = self.heads.borrow_mut();
-        let h = heads.get_mut(agent)?;
-        let head = std::mem::replace(h, Head::Empty);
-        if matches!(head, Head::First { behind, .. } if behind > 0) {
-            heads.remove(agent);
-        }
-        Some(head)
-    }
-
-    fn forget(&self, agent: &str) {
-        self.heads.borrow_mut().remove(agent);
-    }
-
-    fn forget_all(&self) {
-        self.heads.borrow_mut().clear();
     }
 }
 
@@ -879,14 +783,10 @@ impl Db {
 
     /// Keeps [`Db::inflight`] true after a committed write moved `moved`
     /// rows of `agent` from `from` to `to`: into inflight, the agent may
-    /// have one; out of it, its one inflight row moved on. Rows into or out
-    /// of the queue make what [`Queues`] knows of it stale: forgotten.
+    /// have one; out of it, its one inflight row moved on.
     fn moved(&self, agent: &str, from: &MsgState, to: &MsgState, moved: usize) {
         if moved == 0 || from == to {
             return;
-        }
-        if *from == MsgState::Queued || *to == MsgState::Queued {
-            self.queues.forget(agent);
         }
         if *to == MsgState::Inflight {
             self.mark_inflight(agent);
@@ -927,60 +827,8 @@ impl Db {
     /// and the count of queued rows after it (read by the same statement as
     /// the row).
     pub fn take_next(&self, agent: &str, queued_too: bool) -> Res<(Option<Taken>, u64)> {
-        self.take_next_by(None, agent, queued_too)
-    }
-
-    /// [`Db::take_next`], through the statement `held` when the hub holds it.
-    fn take_next_by(
-        &self,
-        held: Option<&mut Statement>,
-        agent: &str,
-        queued_too: bool,
-    ) -> Res<(Option<Taken>, u64)> {
         let look_for_inflight = self.inflight.borrow().contains(agent);
-        if queued_too && !look_for_inflight {
-            if let Some(taken) = self.take_known_first(held, agent)? {
-                return Ok(taken);
-            }
-        }
-        let (taken, queued) = self.read_next(agent, queued_too, look_for_inflight)?;
-        if queued_too && queued == 0 {
-            self.queues.empty(agent);
-        }
-        Ok((taken, queued))
-    }
-
-    /// [`Db::take_next`] when [`Queues`] knows the queue: nothing for a
-    /// queue known to be empty (a harness's long-poll after its ack), its
-    /// first row by one `UPDATE` by id, no `SELECT`. None when it is not known
-    /// (or, which would be a bug, the row was not queued after all: then it
-    /// is forgotten, and the queue is read).
-    fn take_known_first(
-        &self,
-        held: Option<&mut Statement>,
-        agent: &str,
-    ) -> Res<Option<(Option<Taken>, u64)>> {
-        let (message, behind) = match self.queues.take_first(agent) {
-            None => return Ok(None),
-            Some(Head::Empty) => return Ok(Some((None, 0))),
-            Some(Head::First { message, behind }) => (message, behind),
-        };
-        self.mark_inflight(agent);
-        let n = execute(&self.conn, held, HAND_OUT_KNOWN, params![message.id])?;
-        if n != 1 {
-            log::warn!(
-                "message {} of {agent} was not queued as the broker knew it; reading the queue",
-                message.id
-            );
-            self.queues.forget(agent);
-            return Ok(None);
-        }
-        let taken = Taken {
-            message,
-            attempts: 1,
-            was_inflight: false,
-        };
-        Ok(Some((Some(taken), behind)))
+        self.read_next(agent, queued_too, look_for_inflight)
     }
 
     /// [`Db::take_next`] by reading the queue.
@@ -1301,8 +1149,6 @@ impl Db {
     /// Puts the dead letter `id` back at the tail of its recipient's queue,
     /// its attempts and last error reset; false when it was not `failed`.
     pub fn retry(&self, id: i64) -> Res<bool> {
-        // Its recipient is not at hand: forget every agent's queue.
-        self.queues.forget_all();
         Ok(self.conn.execute(
             "UPDATE messages SET state = 'queued', attempts = 0, last_error = NULL,
                 done_at = NULL, seq = ?2
@@ -2100,24 +1946,13 @@ mod tests {
         );
     }
 
-    /// What [`Queues`] knows of `agent`'s queue: None, or the known first
-    /// row's id and the count behind it (0, 0 for a known empty queue).
-    fn known(db: &Db, agent: &str) -> Option<(i64, u64)> {
-        db.queues.heads.borrow().get(agent).map(|h| match h {
-            Head::Empty => (0, 0),
-            Head::First { message, behind } => (message.id, *behind),
-        })
-    }
-
     #[test]
-    fn a_known_first_row_is_handed_out_as_the_queue_would_hand_it_out() {
+    fn each_row_is_handed_out_as_it_was_stored() {
         let fresh = fresh_db("known");
         let db = Db::open(&fresh.path, Durability::Normal).unwrap();
         assert_eq!(db.take_next("a", true).unwrap(), (None, 0));
-        assert_eq!(known(&db, "a"), Some((0, 0)), "found empty");
-        // A long-poll on a queue known to be empty reads nothing.
+        // A long-poll on an empty queue again finds nothing.
         assert_eq!(db.take_next("a", true).unwrap(), (None, 0));
-        assert_eq!(known(&db, "a"), Some((0, 0)));
         let remote = Peer::sender("bob@other");
         let kinds = [
             MsgKind::Kick,
@@ -2137,8 +1972,7 @@ mod tests {
             };
             ids.push(db.insert_message(&m, 100 + i as i64).unwrap());
         }
-        assert_eq!(known(&db, "a"), Some((ids[0], 2)));
-        // Each row handed out, whether known or read, is the row as stored.
+        // Each row handed out is the row as stored.
         for (i, id) in ids.iter().enumerate() {
             let (t, queued) = db.take_next("a", true).unwrap();
             let t = t.unwrap();
@@ -2151,16 +1985,15 @@ mod tests {
                 .transition(*id, "a", &MsgState::Inflight, &MsgState::Acked, 200)
                 .unwrap());
         }
-        // The last hand-out left the queue known empty again.
-        assert_eq!(known(&db, "a"), Some((0, 0)));
-        let id = db.insert_message(&msg("a", "next"), 300).unwrap();
-        assert_eq!(known(&db, "a"), Some((id, 0)));
+        // The queue is empty again; a new row is handed out next.
+        assert_eq!(db.take_next("a", true).unwrap(), (None, 0));
+        db.insert_message(&msg("a", "next"), 300).unwrap();
         let (t, queued) = db.take_next("a", true).unwrap();
         assert_eq!((t.unwrap().message.body, queued), ("next".to_string(), 0));
     }
 
     #[test]
-    fn what_is_known_of_a_queue_is_forgotten_by_every_other_write() {
+    fn a_hand_out_follows_every_other_write() {
         let fresh = fresh_db("forget");
         let db = Db::open(&fresh.path, Durability::Normal).unwrap();
         let body = |db: &Db| {
@@ -2171,51 +2004,43 @@ mod tests {
         let first = db.insert_message(&msg("a", "1"), 1).unwrap();
         assert_eq!(body(&db).as_deref(), Some("1"));
         db.insert_message(&msg("a", "2"), 1).unwrap();
-        assert!(known(&db, "a").is_some());
-        // The inflight row put back at the head goes before the known row.
+        // The inflight row put back at the head goes before the next row.
         assert!(db.requeue(first, "a", false, false, None).unwrap());
-        assert_eq!(known(&db, "a"), None);
         assert_eq!(body(&db).as_deref(), Some("1"));
         assert!(db
             .transition(first, "a", &MsgState::Inflight, &MsgState::Acked, 2)
             .unwrap());
-        let (t, _) = db.take_next("a", true).unwrap();
+        let (t, queued) = db.take_next("a", true).unwrap();
         let second = t.unwrap().message;
-        assert_eq!((second.body.as_str(), known(&db, "a")), ("2", Some((0, 0))));
+        assert_eq!((second.body.as_str(), queued), ("2", 0), "none behind it");
         assert!(db
             .transition(second.id, "a", &MsgState::Inflight, &MsgState::Acked, 2)
             .unwrap());
-        // Drained by the MCP tool (held), the known row is not handed out.
+        // Drained by the MCP tool (held), a queued row is not handed out.
         let held = db.insert_message(&msg("a", "3"), 1).unwrap();
-        assert!(known(&db, "a").is_some());
         let moved = db
             .transition_many(&[held], "a", &MsgState::Queued, &MsgState::Held, 3)
             .unwrap();
         assert_eq!(moved, 1);
-        assert_eq!(known(&db, "a"), None);
         assert_eq!(db.take_next("a", false).unwrap().0, None);
         // A row inserted in a transaction that rolls back is never handed out.
         assert_eq!(
             db.take_next("a", true).unwrap().0.map(|t| t.message.id),
             None
         );
-        assert_eq!(known(&db, "a"), Some((0, 0)));
         {
             let batch = db.batch().unwrap();
             batch.insert_message(&msg("a", "rolled back"), 4).unwrap();
-            assert_eq!(known(&db, "a"), None);
         }
         assert_eq!(body(&db), None);
-        // A dead letter put back (its recipient not at hand) forgets them all.
+        // A dead letter put back goes to the tail of its queue.
         db.insert_message(&msg("a", "4"), 5).unwrap();
         let (t, _) = db.take_next("a", true).unwrap();
         let dead = t.unwrap().message.id;
         assert!(db.dead_letter(dead, "a", "gave up", true, 6, &[]).unwrap());
         assert_eq!(body(&db), None);
         db.insert_message(&msg("a", "5"), 7).unwrap();
-        assert!(known(&db, "a").is_some());
         assert!(db.retry(dead).unwrap());
-        assert_eq!(known(&db, "a"), None);
         assert_eq!(body(&db).as_deref(), Some("5"));
     }
 

@@ -11,7 +11,6 @@
 //! [`allowed_hyperhive_tools`]. Documented for users in `docs/tools/mcp.md`.
 
 mod inbox;
-mod listed;
 mod messaging;
 mod meta;
 mod privileged;
@@ -267,7 +266,6 @@ impl Tools for HyperhiveTools {
                 name: t.name,
                 description: t.description.to_string(),
                 input_schema: InputSchema::Args(t.args),
-                listed: ToolDef::listed_in(listed::LISTED, t.name),
             })
             .collect()
     }
@@ -407,28 +405,28 @@ mod tests {
         assert_eq!(cap(&[("MCP_TOOL_TIMEOUT", "soon")]), RECV_WAIT_CAP_SECS);
     }
 
-    /// `listed.rs` holds every tool as `tools/list` shows it, written out
-    /// from the table, so `hive mcp` need not build 8 KB of JSON text at every
-    /// start (issue 19). After a tool's text or arguments change,
-    /// `HIVE_BLESS=1 cargo test --lib the_written_out_listing_is_the_tables`
-    /// writes it again (then `cargo fmt`).
+    /// Every tool of the table as `tools/list` shows it: its name, its
+    /// description and the schema of its declared arguments, and nothing else.
     #[test]
-    fn the_written_out_listing_is_the_tables() {
-        let defs: Vec<ToolDef> = tools()
-            .map(|t| ToolDef {
-                name: t.name,
-                description: t.description.to_string(),
-                input_schema: InputSchema::Args(t.args),
-                listed: None,
-            })
-            .collect();
-        crate::mcp::written_out::check(
-            "src/mcp/hyperhive/listed.rs",
-            "hive mcp",
-            "mcp::hyperhive::tests::the_written_out_listing_is_the_tables",
-            &defs,
-            listed::LISTED,
-        );
+    fn the_listing_is_the_tables() {
+        let all = provider(&ToolGroup::ALL, &Capability::ALL).list();
+        let table: Vec<_> = tools().collect();
+        assert_eq!(all.len(), table.len(), "every tool listed");
+        for (def, t) in all.iter().zip(&table) {
+            let mut text = String::new();
+            def.write_listed(&mut text);
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(
+                v,
+                serde_json::json!({
+                    "description": t.description,
+                    "inputSchema": schema::schema(t.args),
+                    "name": t.name,
+                }),
+                "{}",
+                t.name
+            );
+        }
     }
 
     fn provider(groups: &[ToolGroup], capabilities: &[Capability]) -> HyperhiveTools {

@@ -37,23 +37,9 @@ pub struct ToolDef {
     pub description: String,
     /// A JSON Schema object describing `arguments`.
     pub input_schema: InputSchema,
-    /// The whole tool as `tools/list` shows it (`{"description", "inputSchema",
-    /// "name"}` as JSON text), written out ahead when the provider has it:
-    /// `hive mcp` then answers `tools/list` without building the text at
-    /// every start. It must be what [`ToolDef::write_listed`] writes.
-    pub listed: Option<&'static str>,
 }
 
 impl ToolDef {
-    /// The entry of the tool `name` in a provider's written-out `LISTED`
-    /// table, for [`ToolDef::listed`].
-    pub fn listed_in(table: &[(&str, &'static str)], name: &str) -> Option<&'static str> {
-        table
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, text)| *text)
-    }
-
     /// Appends the tool as `tools/list` shows it: the same text as
     /// serializing `{"description", "inputSchema", "name"}` (keys in order),
     /// without building that value.
@@ -180,66 +166,5 @@ impl CallCtx {
     /// True once the call has been cancelled.
     pub fn is_cancelled(&self) -> bool {
         matches!(self.cancel.try_recv(), Err(TryRecvError::Disconnected))
-    }
-}
-
-/// The tools of a provider written out ahead as `tools/list` shows them (a
-/// `LISTED` table of each tool's name and entry), checked against the
-/// provider's definitions, and written again with `HIVE_BLESS=1`.
-#[cfg(test)]
-pub(crate) mod written_out {
-    use super::ToolDef;
-
-    /// Fails unless `kept` is `defs` written out by [`ToolDef::write_listed`],
-    /// in order, and every entry a definition carries (`listed`) is its own;
-    /// with `HIVE_BLESS=1` writes the file `path` (from the crate's
-    /// root) again instead, naming `server` and the `test` that checks it.
-    pub fn check(path: &str, server: &str, test: &str, defs: &[ToolDef], kept: &[(&str, &str)]) {
-        let built: Vec<(&str, String)> = defs
-            .iter()
-            .map(|def| {
-                let mut text = String::new();
-                def.write_listed(&mut text);
-                (def.name, text)
-            })
-            .collect();
-        let kept: Vec<(&str, String)> = kept.iter().map(|(n, t)| (*n, t.to_string())).collect();
-        let bless = format!("HIVE_BLESS=1 cargo test --lib {test}, then cargo fmt");
-        if kept != built && std::env::var_os("HIVE_BLESS").is_some() {
-            let mut file = format!(
-                "//! Every tool of `{server}` as `tools/list` shows it (`{{\"description\",
-//! \"inputSchema\", \"name\"}}` as JSON text), written out from its definitions by
-//! `{test}`,
-//! which fails when this file and the definitions disagree and, run with
-//! `HIVE_BLESS=1`, writes it again: not to be edited by hand. `{server}`
-//! answers `tools/list` from it instead of building the text at every start
-//! (issue 19).
-
-/// Each tool's name and its `tools/list` entry, in the definitions' order.
-pub const LISTED: &[(&str, &str)] = &[
-"
-            );
-            for (name, text) in &built {
-                let mut hashes = String::from("#");
-                while text.contains(&format!("\"{hashes}")) {
-                    hashes.push('#');
-                }
-                file.push_str(&format!("    (\"{name}\", r{hashes}\"{text}\"{hashes}),\n"));
-            }
-            file.push_str("];\n");
-            std::fs::write(format!("{}/{path}", env!("CARGO_MANIFEST_DIR")), file).unwrap();
-            return;
-        }
-        assert!(
-            kept == built,
-            "{path} is not the tools' listing: run {bless}"
-        );
-        for ((name, text), def) in built.iter().zip(defs) {
-            let v: serde_json::Value = serde_json::from_str(text).unwrap();
-            assert_eq!(v["name"], *name);
-            if let Some(carried) = def.listed {
-                assert_eq!(carried, text, "{name} carries another tool's entry");
-            }
-        }
     }
 }

@@ -194,8 +194,8 @@ impl Sink {
 /// while the server runs.
 struct Listing {
     names: Vec<&'static str>,
-    /// The `result` member as JSON text, in pieces: a tool's written-out
-    /// entry is one piece, not copied (it goes out in the same `writev`).
+    /// The `result` member as JSON text, in pieces (a tool's entry is one
+    /// piece, not copied: it goes out in the same `writev`).
     result: Vec<Cow<'static, str>>,
 }
 
@@ -211,14 +211,9 @@ impl Listing {
             if i > 0 {
                 result.push(Cow::Borrowed(","));
             }
-            result.push(match t.listed {
-                Some(text) => Cow::Borrowed(text),
-                None => {
-                    let mut text = String::new();
-                    t.write_listed(&mut text);
-                    Cow::Owned(text)
-                }
-            });
+            let mut text = String::new();
+            t.write_listed(&mut text);
+            result.push(Cow::Owned(text));
         }
         result.push(Cow::Borrowed("]}"));
         Listing {

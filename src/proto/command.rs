@@ -96,9 +96,7 @@ pub trait Command:
         None
     }
 
-    /// The `ok:true` line of an answer: [`ok_line`]'s, unless a command on
-    /// every message's path writes the same bytes by hand (`wake`, `send`,
-    /// `recv_next`, `ack_turn`).
+    /// The `ok:true` line of an answer: [`ok_line`]'s.
     fn reply_line(reply: &Self::Reply) -> String {
         ok_line(reply)
     }
@@ -285,15 +283,11 @@ impl Request {
     /// of any value it echoes.
     ///
     /// A good line is read twice, never built as a [`Value`]: once for keys
-    /// given twice (by bytes when every key is plain, else by serde with
-    /// keys borrowed from the line), then as the typed request. A line either
-    /// refuses is read again the slow way, which words every error.
+    /// given twice ([`NoDupes`], with keys borrowed from the line), then as
+    /// the typed request. A line either refuses is read again the slow way,
+    /// which words every error.
     pub fn parse(line: &str) -> Result<Request, String> {
-        let unique = match plain_keys_unique(line.as_bytes()) {
-            Some(unique) => unique,
-            None => serde_json::from_str::<NoDupes>(line).is_ok(),
-        };
-        let fast = if unique {
+        let fast = if serde_json::from_str::<NoDupes>(line).is_ok() {
             serde_json::from_str::<Request>(line).ok()
         } else {
             None
@@ -399,73 +393,6 @@ impl<'de> Visitor<'de> for NoDupesVisitor {
         }
         Ok(NoDupes)
     }
-}
-
-/// Whether no object of a JSON line repeats a key, read by bytes, as every
-/// request line is (issue 19: serde's visitor cost the broker more than the
-/// typed read): `Some(true)` when none does, `Some(false)` when one does, and
-/// `None` when it cannot tell cheaply — a key with an escape (which may equal
-/// another spelled differently), objects nested deeper than 16 or holding
-/// more than 32 keys in all, a line that ends inside a string — for
-/// [`NoDupes`] to decide. It checks nothing else: what is not JSON is
-/// refused by the typed read that follows.
-fn plain_keys_unique(line: &[u8]) -> Option<bool> {
-    const DEPTH: usize = 16;
-    const KEYS: usize = 32;
-    // Per open container: where its keys start in `keys` (`None`: an array).
-    let mut open: [Option<usize>; DEPTH] = [None; DEPTH];
-    let mut depth = 0;
-    let mut keys: [&[u8]; KEYS] = [&[]; KEYS];
-    let mut count = 0;
-    let mut expect_key = false;
-    let mut i = 0;
-    while i < line.len() {
-        match line[i] {
-            b'{' | b'[' => {
-                *open.get_mut(depth)? = (line[i] == b'{').then_some(count);
-                depth += 1;
-                expect_key = line[i] == b'{';
-            }
-            b'}' | b']' => {
-                depth = depth.checked_sub(1)?;
-                count = open[depth].unwrap_or(count);
-                expect_key = false;
-            }
-            b',' => expect_key = depth > 0 && open[depth - 1].is_some(),
-            b'"' => {
-                let start = i + 1;
-                let mut end = start;
-                let mut escaped = false;
-                loop {
-                    match *line.get(end)? {
-                        b'"' => break,
-                        b'\\' => {
-                            escaped = true;
-                            end += 2;
-                        }
-                        _ => end += 1,
-                    }
-                }
-                if expect_key {
-                    let first = open[depth - 1]?;
-                    let key = &line[start..end];
-                    if escaped {
-                        return None;
-                    }
-                    if keys[first..count].contains(&key) {
-                        return Some(false);
-                    }
-                    *keys.get_mut(count)? = key;
-                    count += 1;
-                    expect_key = false;
-                }
-                i = end;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    Some(true)
 }
 
 /// An object's key, borrowed from the line unless it held an escape.
@@ -698,38 +625,42 @@ mod tests {
         }
     }
 
-    /// The byte scan says "no key repeats" only when none does, "one
-    /// repeats" only when one does, and leaves what it cannot tell to serde.
+    /// A key given twice is refused at every depth, also when one of the two
+    /// is spelled with an escape; the same key in sibling objects, or in a
+    /// string, is no repeat.
     #[test]
-    fn the_byte_scan_of_keys_is_sure_or_says_it_is_not() {
-        let cases: &[(&str, Option<bool>)] = &[
-            (r#"{"cmd":"ack_turn","id":17}"#, Some(true)),
-            (r#"{"cmd":"ack_turn","id":17,"cmd":"x"}"#, Some(false)),
+    fn a_key_given_twice_is_found_at_every_depth() {
+        let unique = |line: &str| serde_json::from_str::<NoDupes>(line).is_ok();
+        let cases: &[(&str, bool)] = &[
+            (r#"{"cmd":"ack_turn","id":17}"#, true),
+            (r#"{"cmd":"ack_turn","id":17,"cmd":"x"}"#, false),
             (
                 r#"{"a":{"b":1,"c":2},"b":{"a":3},"c":[{"a":1},{"a":2}]}"#,
-                Some(true),
+                true,
             ),
-            (r#"{"a":{"b":1,"b":2}}"#, Some(false)),
-            (r#"{"a":{"b":1},"c":2,"a":3}"#, Some(false)),
-            (r#"[{"a":1},{"a":1}]"#, Some(true)),
+            (r#"{"a":{"b":1,"b":2}}"#, false),
+            (r#"{"a":{"b":1},"c":2,"a":3}"#, false),
+            (r#"[{"a":1},{"a":1}]"#, true),
             (
                 r#"{"a":"\"a\":1,\"a\":2 {\"a\"} [","b":"\\","c":"x"}"#,
-                Some(true),
+                true,
             ),
-            (r#"{"a":1,"\u0061":2}"#, None),
-            (r#"{"a\"":1,"a\"":2}"#, None),
-            (r#"{"a":"unterminated}"#, None),
-            ("{}", Some(true)),
-            ("7", Some(true)),
+            (r#"{"a":1,"\u0061":2}"#, false),
+            (r#"{"a\"":1,"a\"":2}"#, false),
+            (r#"{"a":"unterminated}"#, false),
+            ("{}", true),
+            ("7", true),
         ];
         for (line, want) in cases {
-            assert_eq!(plain_keys_unique(line.as_bytes()), *want, "{line}");
+            assert_eq!(unique(line), *want, "{line}");
         }
         let deep = format!("{}1{}", "[".repeat(17), "]".repeat(17));
-        assert_eq!(plain_keys_unique(deep.as_bytes()), None);
+        assert!(unique(&deep));
         let many = (0..33).map(|i| format!("\"k{i}\":{i}")).collect::<Vec<_>>();
         let many = format!("{{{}}}", many.join(","));
-        assert_eq!(plain_keys_unique(many.as_bytes()), None);
+        assert!(unique(&many));
+        let err = Request::parse(r#"{"cmd":"hello","\u0063md":"hello"}"#).unwrap_err();
+        assert!(err.starts_with("bad request: duplicate key"), "{err}");
     }
 
     #[test]

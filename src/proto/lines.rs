@@ -2,8 +2,8 @@
 //! bash task daemon's): one request line answered by one line, many per
 //! connection. This file owns the bounded line reader ([`read_line`], over
 //! a [`Splitter`] that also cuts lines fed in pieces), the
-//! answer framing ([`ok_line`], [`err_line`], [`decode`], and the pieces a
-//! hand-written answer is made of: [`push_json_str`], [`push_int`], [`push_uint`]), the server side (an
+//! answer framing ([`ok_line`], [`err_line`], [`decode`]; [`push_json_str`]
+//! for the MCP server's JSON text), the server side (an
 //! accept loop that survives descriptor exhaustion with a capped backoff and
 //! can refuse clients over a cap, one thread per connection, and a plain
 //! request/answer loop for a connection) and the client side ([`Conn`]: one
@@ -138,7 +138,7 @@ pub fn ok_line<T: Serialize>(payload: &T) -> String {
             return line;
         }
     }
-    super::reply::Empty::LINE.into()
+    r#"{"ok":true}"#.into()
 }
 
 /// Appends `s` as a JSON string, escaped as serde_json escapes it (`\"`,
@@ -200,29 +200,6 @@ fn needs_escape(w: u64) -> bool {
     let quote = zero_byte(w ^ (ONES * u64::from(b'"')));
     let backslash = zero_byte(w ^ (ONES * u64::from(b'\\')));
     control | quote | backslash != 0
-}
-
-/// Appends `n` in decimal, as serde_json writes an integer.
-pub fn push_int(out: &mut String, n: i64) {
-    if n < 0 {
-        out.push('-');
-    }
-    push_uint(out, n.unsigned_abs());
-}
-
-/// Appends `n` in decimal, as serde_json writes an integer.
-pub fn push_uint(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or("0"));
 }
 
 /// Builds the `{"ok":false,"error":...}` line; an error longer than
@@ -625,35 +602,6 @@ mod tests {
             let mut out = String::new();
             push_json_str(&mut out, s);
             assert_eq!(out, serde_json::to_string(s).unwrap());
-        }
-    }
-
-    #[test]
-    fn integers_are_written_as_serde_json_writes_them() {
-        for n in [
-            0,
-            7,
-            -7,
-            10,
-            99,
-            -100,
-            1_795_833_464,
-            i64::MAX,
-            i64::MIN,
-            i64::MIN + 1,
-        ] {
-            let mut out = String::from("x");
-            push_int(&mut out, n);
-            assert_eq!(
-                out,
-                format!("x{}", serde_json::to_string(&n).unwrap()),
-                "{n}"
-            );
-        }
-        for n in [0, 9, 10, u64::MAX, u64::MAX / 10] {
-            let mut out = String::new();
-            push_uint(&mut out, n);
-            assert_eq!(out, serde_json::to_string(&n).unwrap(), "{n}");
         }
     }
 

@@ -6,7 +6,6 @@
 use super::fleet::AgentConfig;
 use super::ident::Peer;
 use super::kinds::{AgentPhase, ApprovalKind, ApprovalState, MsgKind, PauseReason};
-use super::lines::{push_int, push_json_str};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -35,48 +34,6 @@ pub struct Message {
     /// True for a transient wake, which lives only in the broker's memory.
     #[serde(default)]
     pub transient: bool,
-}
-
-impl Message {
-    /// Appends the message as JSON text: byte for byte what serde_json writes
-    /// for it (its fields in declared order), without serde's machinery. The
-    /// harness is handed one with every turn (`recv_next`); the fields are
-    /// taken apart whole, so a new field does not compile until it is
-    /// written here too, and `cmd::inbox`'s tests compare both ways.
-    pub fn push_json(&self, out: &mut String) {
-        let Message {
-            id,
-            from,
-            to,
-            body,
-            kind,
-            in_reply_to,
-            sent_at,
-            transient,
-        } = self;
-        out.push_str(r#"{"id":"#);
-        push_int(out, *id);
-        out.push_str(r#","from":"#);
-        push_json_str(out, from.as_str());
-        out.push_str(r#","to":"#);
-        push_json_str(out, to.as_str());
-        out.push_str(r#","body":"#);
-        push_json_str(out, body);
-        out.push_str(r#","kind":"#);
-        push_json_str(out, kind.as_str());
-        out.push_str(r#","in_reply_to":"#);
-        match in_reply_to {
-            Some(i) => push_int(out, *i),
-            None => out.push_str("null"),
-        }
-        out.push_str(r#","sent_at":"#);
-        push_int(out, *sent_at);
-        out.push_str(if *transient {
-            r#","transient":true}"#
-        } else {
-            r#","transient":false}"#
-        });
-    }
 }
 
 /// A question as listed by `questions` and `get_loose_ends`.
@@ -296,11 +253,6 @@ pub struct FailedMessage {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Empty {}
 
-impl Empty {
-    /// Its `ok:true` line, as [`ok_line`](super::lines::ok_line) writes it.
-    pub const LINE: &'static str = r#"{"ok":true}"#;
-}
-
 /// Answer to `ask`: the new row's id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IdReply {
@@ -321,26 +273,6 @@ pub struct SentReply {
     pub id: Option<i64>,
     /// The recipient after `<parent>` resolution.
     pub to: Peer,
-}
-
-impl SentReply {
-    /// The `ok:true` line, byte for byte what
-    /// [`ok_line`](super::lines::ok_line) writes for it, by hand: every
-    /// `wake` and `send` is answered one (issue 19). The fields are taken
-    /// apart whole, so a new one does not compile until it is written here.
-    pub fn ok_line(&self) -> String {
-        let SentReply { id, to } = self;
-        let mut out = String::with_capacity(48 + to.as_str().len());
-        out.push_str(r#"{"ok":true,"id":"#);
-        match id {
-            Some(id) => push_int(&mut out, *id),
-            None => out.push_str("null"),
-        }
-        out.push_str(r#","to":"#);
-        push_json_str(&mut out, to.as_str());
-        out.push('}');
-        out
-    }
 }
 
 /// Answer to `recv` and `inbox`.

@@ -1,7 +1,6 @@
 //! The operating system, in one place: every `unsafe` of hive is in this
-//! module — outside it only the vendored tiny_http, a test's `waitpid` in
-//! `fleet/child.rs` and the binary's entry point in `main.rs`, which hands
-//! libc's arguments to [`start::enter`] — each call one libc function with its
+//! module — outside it only the vendored tiny_http and a test's `waitpid` in
+//! `fleet/child.rs` — each call one libc function with its
 //! `SAFETY` note, and callers get safe functions, plain values and
 //! `io::Error`s. It owns the mechanisms every process uses one way:
 //! [`process`] (children in their own process group, killed and reaped on drop;
@@ -9,8 +8,7 @@
 //! 128 + the signal), [`env`](mod@env) (settings from environment variables), [`fd`]
 //! (pipes, socket options, a hang-up as an event), [`fs`] (files only their
 //! owner reads, written whole), [`hash`] (SHA-256, HMAC), [`ns`] (the sandbox's
-//! namespaces, mounts and capabilities) and [`start`] (the binary's entry point,
-//! what runs before `main` in place of std's runtime start, and the start-up
+//! namespaces, mounts and capabilities) and [`start`] (the binary's start-up
 //! allocator) and [`sqlite`](mod@sqlite) (sqlite's WAL hook, which rusqlite
 //! does not wrap); here, the descriptor limit, the umask, the
 //! effective ids and whether the process is dumpable. It imports nothing else of the crate.

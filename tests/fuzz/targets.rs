@@ -50,7 +50,6 @@ impl Tools for Echo {
             name: "echo",
             description: "echoes its arguments".into(),
             input_schema: serde_json::json!({"type":"object"}).into(),
-            listed: None,
         }]
     }
     fn call(&self, _name: &str, args: serde_json::Value, _ctx: &CallCtx) -> ToolOutcome {

@@ -343,8 +343,6 @@ impl Db {
             )?;
         }
         tx.commit()?;
-        // A queued row may have left its queue.
-        self.queues.forget_all();
         Ok(Some(row))
     }
 

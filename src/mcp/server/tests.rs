@@ -122,7 +122,6 @@ impl Tools for TestTools {
                 name,
                 description: format!("the {name} test tool"),
                 input_schema: json!({"type": "object"}).into(),
-                listed: None,
             })
             .collect()
     }

@@ -7,7 +7,6 @@ use crate::proto::command::{Command, Invalid};
 use crate::proto::ident::check_sender;
 use crate::proto::kinds::{Attempt, Place};
 use crate::proto::limits::MAX_LAST_ERROR_CHARS;
-use crate::proto::lines::{push_int, push_json_str, push_uint};
 use crate::proto::reply::{AckedReply, Empty, Message, MessagesReply, SentReply};
 use serde::{Deserialize, Serialize};
 
@@ -27,9 +26,6 @@ pub struct Wake {
 
 impl Command for Wake {
     type Reply = SentReply;
-    fn reply_line(reply: &SentReply) -> String {
-        reply.ok_line()
-    }
     fn validate(&self) -> Result<(), Invalid> {
         check_sender(&self.from).map_err(|e| Invalid::arg("from", e))?;
         check_text("body", &self.body)
@@ -49,9 +45,6 @@ pub struct Send {
 
 impl Command for Send {
     type Reply = SentReply;
-    fn reply_line(reply: &SentReply) -> String {
-        reply.ok_line()
-    }
     fn validate(&self) -> Result<(), Invalid> {
         if self.to.trim().is_empty() {
             return Err(Invalid::arg("to", "must not be empty"));
@@ -169,70 +162,6 @@ impl Command for RecvNext {
     fn wait_seconds(&self) -> Option<u64> {
         self.wait_seconds
     }
-    fn reply_line(reply: &RecvNextReply) -> String {
-        reply.ok_line()
-    }
-}
-
-impl RecvNextReply {
-    /// The `ok:true` line, byte for byte what [`ok_line`](crate::proto::lines::ok_line) writes for it,
-    /// written by hand: every turn of every harness is handed its message in
-    /// one, and serde's way costs the broker more than the rest of the answer
-    /// (issue 19). The fields are taken apart whole, so a new one does not
-    /// compile until it is written here; the rare ones (a pause, a turn
-    /// budget) are written by serde_json.
-    pub fn ok_line(&self) -> String {
-        let RecvNextReply {
-            message,
-            redelivered,
-            unread,
-            attempts,
-            status_text,
-            status_set_at,
-            paused,
-            turn_usd,
-        } = self;
-        let body = message.as_ref().map_or(0, |m| m.body.len());
-        let mut out = String::with_capacity(160 + body + body / 8);
-        out.push_str(r#"{"ok":true,"message":"#);
-        match message {
-            Some(m) => m.push_json(&mut out),
-            None => out.push_str("null"),
-        }
-        out.push_str(if *redelivered {
-            r#","redelivered":true"#
-        } else {
-            r#","redelivered":false"#
-        });
-        if let Some(n) = unread {
-            out.push_str(r#","unread":"#);
-            push_uint(&mut out, *n);
-        }
-        if *attempts != 0 {
-            out.push_str(r#","attempts":"#);
-            push_uint(&mut out, u64::from(*attempts));
-        }
-        if let Some(t) = status_text {
-            out.push_str(r#","status_text":"#);
-            push_json_str(&mut out, t);
-        }
-        if let Some(at) = status_set_at {
-            out.push_str(r#","status_set_at":"#);
-            push_int(&mut out, *at);
-        }
-        let rare = |out: &mut String, key: &str, value: serde_json::Result<String>| {
-            out.push_str(key);
-            out.push_str(value.as_deref().unwrap_or("null"));
-        };
-        if let Some(p) = paused {
-            rare(&mut out, r#","paused":"#, serde_json::to_string(p));
-        }
-        if let Some(usd) = turn_usd {
-            rare(&mut out, r#","turn_usd":"#, serde_json::to_string(usd));
-        }
-        out.push('}');
-        out
-    }
 }
 
 fn is_zero_u32(n: &u32) -> bool {
@@ -289,9 +218,6 @@ pub struct AckTurn {
 
 impl Command for AckTurn {
     type Reply = Empty;
-    fn reply_line(_: &Empty) -> String {
-        Empty::LINE.into()
-    }
 }
 
 /// Puts the inflight row back into the inbox: by default (what older
@@ -476,14 +402,15 @@ mod tests {
     use crate::proto::lines::ok_line;
     use crate::proto::Paused;
 
-    /// The hand-written answers are serde's, byte for byte: `wake`'s and
-    /// `send`'s with and without an id, `ack_turn`'s, and `recv_next`'s for
-    /// every shape the broker answers — no message, a message of every kind
-    /// of sender and recipient with bodies that need escaping, a redelivery,
-    /// and each of the optional fields there and absent —, which also reads
-    /// back as the same reply.
+    /// The answers on every message's path, byte for byte as the wire has
+    /// them (`wake`'s and `send`'s with and without an id, `ack_turn`'s,
+    /// `recv_next`'s with and without a message), and `recv_next`'s for every
+    /// shape the broker answers — no message, a message of every kind of
+    /// sender and recipient with bodies that need escaping, a redelivery,
+    /// and each of the optional fields there and absent — read back as the
+    /// same reply.
     #[test]
-    fn the_written_answers_are_the_serialized_answers() {
+    fn the_answers_on_every_message_path_are_pinned_and_read_back() {
         let message = |from: Peer, to: Peer, body: &str, kind: MsgKind| Message {
             id: 1_795_833_464,
             from,
@@ -581,11 +508,28 @@ mod tests {
                 to: Peer::Operator,
             },
         ];
-        for r in &sent {
-            assert_eq!(Wake::reply_line(r), ok_line(r));
-            assert_eq!(Send::reply_line(r), ok_line(r));
+        let pinned = [
+            r#"{"ok":true,"id":42,"to":"bench"}"#,
+            r#"{"ok":true,"id":null,"to":"ana@other \"hive\""}"#,
+            r#"{"ok":true,"id":-1,"to":"operator"}"#,
+        ];
+        for (r, want) in sent.iter().zip(pinned) {
+            assert_eq!(Wake::reply_line(r), want);
+            assert_eq!(Send::reply_line(r), want);
         }
-        assert_eq!(AckTurn::reply_line(&Empty {}), ok_line(&Empty {}));
+        assert_eq!(AckTurn::reply_line(&Empty {}), r#"{"ok":true}"#);
+        assert_eq!(
+            RecvNext::reply_line(&replies[0]),
+            r#"{"ok":true,"message":null,"redelivered":false}"#
+        );
+        assert_eq!(
+            RecvNext::reply_line(&replies[1]),
+            concat!(
+                r#"{"ok":true,"message":{"id":1795833464,"from":"operator","to":"bench","#,
+                r#""body":"cycle 1","kind":"message","in_reply_to":null,"sent_at":1764300000,"#,
+                r#""transient":false},"redelivered":false,"unread":0,"attempts":1}"#
+            )
+        );
         for r in &replies {
             let line = RecvNext::reply_line(r);
             assert_eq!(line, ok_line(r));
