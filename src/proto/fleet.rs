@@ -51,6 +51,70 @@ pub struct AgentConfig {
     /// acked with a notice to the parent, never run again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_usd: Option<f64>,
+    // The per-agent options of the specification (`hyperhive.*` of an agent
+    // module), so that a fleet file declares a whole agent: `hive up` hands
+    // each to the harness as the variable the module would set (`HIVE_…`).
+    /// Proactive compaction at the watermark (`HIVE_AUTO_COMPACT`); absent is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compact: Option<bool>,
+    /// An SVG for the page header and favicon (`HIVE_ICON`): an absolute
+    /// path, checked when the file loads, shown read-only in the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icon: Option<String>,
+    /// Links on the agent's dashboard card and page header.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dashboard_links: Vec<DashboardLink>,
+    /// A directory served under the page's own paths (`HIVE_STATIC_DIR`,
+    /// the specification's `frontend.extraFiles`); like `icon`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub static_dir: Option<String>,
+    /// A directory that replaces the built-in page (`HIVE_WEB_DIST`,
+    /// `frontend.dist`); like `icon`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_dist: Option<String>,
+    /// The Forgejo base URL (`HIVE_FORGE_URL`); `""` switches forge
+    /// notifications off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forge_url: Option<String>,
+    /// The per-agent Matrix homeserver URL (`HIVE_MATRIX_URL`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matrix_url: Option<String>,
+    /// `claude plugin marketplace add` sources at boot
+    /// (`HIVE_CLAUDE_MARKETPLACES`); absent keeps the harness's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_marketplaces: Option<Vec<String>>,
+    /// `claude plugin install` specs at boot (`HIVE_CLAUDE_PLUGINS`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claude_plugins: Vec<String>,
+    /// `claude plugin marketplace update` at boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_plugins_auto_update: Option<bool>,
+    /// Bash tasks get the `cargo` function that adds `--message-format
+    /// short` (`hive env-script`); absent is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cargo_short_messages: Option<bool>,
+    /// The operator's pronouns in the system prompt (`HIVE_OPERATOR_PRONOUNS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_pronouns: Option<String>,
+    /// Context windows by a part of the model name
+    /// (`HIVE_CONTEXT_WINDOW_TOKENS_<KEY>`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub context_window_tokens: BTreeMap<String, u64>,
+    /// More MCP servers for claude (`HIVE_EXTRA_MCP_SERVERS`): name →
+    /// `{command, args, env, allowedTools}` (or `{url}`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra_mcp_servers: BTreeMap<String, serde_json::Value>,
+}
+
+/// One link of an agent's dashboard card: a label, an http(s) URL and an
+/// optional icon (an emoji or a short text).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DashboardLink {
+    pub label: String,
+    pub url: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub icon: String,
 }
 
 closed_enum! {
@@ -96,6 +160,19 @@ impl Budget {
         }
         Ok(())
     }
+}
+
+/// `HIVE_CONTEXT_WINDOW_TOKENS_<KEY>` for a `context_window_tokens` key: upper
+/// case, `-` and `.` as `_` (as `nix/env.nix` names it).
+pub fn window_var(key: &str) -> String {
+    let k: String = key
+        .chars()
+        .map(|c| match c {
+            '-' | '.' => '_',
+            c => c.to_ascii_uppercase(),
+        })
+        .collect();
+    format!("HIVE_CONTEXT_WINDOW_TOKENS_{k}")
 }
 
 /// The rule of `turn_usd`, the error naming the field under `at`.
@@ -192,6 +269,81 @@ impl AgentConfig {
             turn_usd: from.turn_usd,
             ..self.clone()
         }
+    }
+
+    /// Whether bash tasks get the cargo short-messages function (the default).
+    pub fn cargo_short_messages(&self) -> bool {
+        self.cargo_short_messages.unwrap_or(true)
+    }
+
+    /// The entry's per-agent options as the harness's environment, the
+    /// variables an agent module sets for the same options
+    /// (`nix/env.nix`); `HIVE_BASH_ENV` is the caller's, which owns the
+    /// script's file. The entry's `env` goes after these and wins.
+    pub fn option_env(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        let mut set = |k: &str, v: String| out.push((k.to_string(), v));
+        let flag = |b: bool| if b { "true" } else { "false" }.to_string();
+        if let Some(b) = self.auto_compact {
+            set("HIVE_AUTO_COMPACT", flag(b));
+        }
+        if let Some(p) = &self.icon {
+            set("HIVE_ICON", p.clone());
+        }
+        if let Some(p) = &self.static_dir {
+            set("HIVE_STATIC_DIR", p.clone());
+        }
+        if let Some(p) = &self.web_dist {
+            set("HIVE_WEB_DIST", p.clone());
+        }
+        if !self.dashboard_links.is_empty() {
+            set(
+                "HIVE_DASHBOARD_LINKS",
+                serde_json::to_string(&self.dashboard_links).unwrap_or_default(),
+            );
+        }
+        if let Some(u) = &self.forge_url {
+            set("HIVE_FORGE_URL", u.clone());
+        }
+        if let Some(u) = &self.matrix_url {
+            set("HIVE_MATRIX_URL", u.clone());
+        }
+        if let Some(m) = &self.claude_marketplaces {
+            set("HIVE_CLAUDE_MARKETPLACES", m.join(","));
+        }
+        if !self.claude_plugins.is_empty() {
+            set("HIVE_CLAUDE_PLUGINS", self.claude_plugins.join(","));
+        }
+        if let Some(b) = self.claude_plugins_auto_update {
+            set("HIVE_CLAUDE_PLUGINS_AUTO_UPDATE", flag(b));
+        }
+        if let Some(p) = &self.operator_pronouns {
+            set("HIVE_OPERATOR_PRONOUNS", p.clone());
+        }
+        for (k, v) in &self.context_window_tokens {
+            set(&window_var(k), v.to_string());
+        }
+        if !self.extra_mcp_servers.is_empty() {
+            set(
+                "HIVE_EXTRA_MCP_SERVERS",
+                serde_json::to_string(&self.extra_mcp_servers).unwrap_or_default(),
+            );
+        }
+        out
+    }
+
+    /// The entry's path keys (`icon`, `static_dir`, `web_dist`) with their
+    /// names: checked when the fleet file loads, shown read-only to the
+    /// agent.
+    pub fn path_keys(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("icon", &self.icon),
+            ("static_dir", &self.static_dir),
+            ("web_dist", &self.web_dist),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.as_deref().map(|v| (k, v)))
+        .collect()
     }
 
     /// Whether an agent running `base` must restart to run `self`: a key
