@@ -606,6 +606,12 @@ impl Supervisor {
         // hive up tells the operator of a CLI outside the supported window
         // itself, once per hive and version (`cli::check_at_start`).
         set("HIVE_CLI_WINDOW_NOTICE", "off".into());
+        // The entry's per-agent options (icon, static_dir, dashboard_links,
+        // …) as the variables an agent module sets; its `env` wins.
+        for (k, v) in cfg.option_env() {
+            set(&k, v.into());
+        }
+        set("HIVE_BASH_ENV", super::declared::bash_env(&cfg, &run)?);
         for (k, v) in &cfg.env {
             set(k, v.into());
         }
