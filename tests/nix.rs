@@ -3,7 +3,12 @@
 //! `nix/env.nix` against expected values and its assertions to an empty list of
 //! failures, `nix/tests-modules.nix` does the same for what module.nix and
 //! host.nix make of option values (with a stub lib and pkgs, as CI has no
-//! nixpkgs), and every variable the mapping can set is documented. Skips loudly
+//! nixpkgs), and every variable the mapping can set is documented. `hive up`
+//! on NixOS (`services.hyperhive.up`): `nix/tests-up.nix` checks its unit, and
+//! the fleet file it generates is run through `hive fleet check` (what `hive
+//! up` loads) and its activation step through bash on real files with the
+//! binary under test: the operator's writes kept, a declared change applied, a
+//! conflict refused naming the key. Skips loudly
 //! without `nix-instantiate` (Debian's `nix-bin`); fails instead under
 //! `HIVE_REQUIRE_REAL_CLAUDE=1` (CI).
 
@@ -64,6 +69,8 @@ fn every_nix_file_parses() {
         "bash-unit.nix",
         "tests-bash.nix",
         "tests-small.nix",
+        "tests-up.nix",
+        "up-example.nix",
     ] {
         assert!(
             files.iter().any(|f| f.ends_with(want)),
@@ -174,4 +181,236 @@ fn every_mapped_variable_is_documented() {
     ] {
         assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
     }
+}
+
+/// host.nix with `up.enable`: `hive up` as one unit under a dedicated
+/// non-root user, HIVE_ISOLATION=required, `hive reload` on a fleet-file
+/// change, the activation step, every per-agent option under its fleet key.
+#[test]
+fn the_up_module_runs_hive_up_as_one_unit() {
+    no_failures("tests-up.nix");
+}
+
+/// A fresh directory under /tmp, removed on drop.
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(tag: &str) -> Tmp {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = PathBuf::from(format!(
+            "/tmp/hv-nix-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Tmp(p)
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Evaluates `nix/up-example.nix` with `args` (a nix attrset's inside) and
+/// returns the attribute `attr` (a string). None without nix-instantiate.
+fn up_example(args: &str, attr: &str) -> Option<String> {
+    let expr = format!("(import ./up-example.nix {{ {args} }}).{attr}");
+    let out = nix_instantiate(&["--eval", "--strict", "--json", "-E", &expr])?;
+    assert!(
+        out.status.success(),
+        "{expr}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+fn hive(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hive"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The fleet file the module generates from the per-agent options, path
+/// keys included, passes `hive fleet check` (the load `hive up` does at
+/// start and at a reload); a path key that names nothing is refused, naming
+/// the entry, the key and the path.
+#[test]
+fn the_generated_fleet_file_passes_hive_ups_validation() {
+    let t = Tmp::new("check");
+    let d = t.0.display();
+    std::fs::create_dir_all(t.0.join("static/games")).unwrap();
+    std::fs::write(t.0.join("icon.svg"), "<svg/>").unwrap();
+    let agents = format!(
+        r#"agents = {{
+            ruth = {{ model = "sonnet"; toolGroups = [ "messaging" "meta" "inbox" "execution" "lifecycle" "approvals" ]; }};
+            ana = {{ parent = "ruth"; icon = "{d}/icon.svg"; staticDir = "{d}/static";
+                    dashboardLinks = [ {{ label = "Stats"; url = "https://stats.example/"; icon = "📊"; }} ];
+                    cargo.shortMessages = false; forge.url = ""; claudePlugins = [ "fmt@me" ];
+                    extraMcpServers.search = {{ command = "/bin/search-mcp"; }};
+                    budget = {{ usd = 5.0; per = "week"; }}; turnUsd = 0.5; }};
+        }}; operatorPronouns = "they/them"; contextWindowTokens = {{ sonnet = 1000000; }};"#
+    );
+    let Some(fleet) = up_example(&agents, "fleet") else {
+        return;
+    };
+    let file = t.0.join("hive.json");
+    std::fs::write(&file, &fleet).unwrap();
+    let out = hive(&["fleet", "check", &file.display().to_string()]);
+    assert!(
+        out.status.success(),
+        "{fleet}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("valid, 2 agents"), "{said}");
+    // The keys reached the file as hive reads them.
+    let v: serde_json::Value = serde_json::from_str(&fleet).unwrap();
+    let ana = v["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "ana")
+        .unwrap();
+    assert_eq!(ana["static_dir"], format!("{d}/static"));
+    assert_eq!(ana["cargo_short_messages"], false);
+    assert_eq!(ana["dashboard_links"][0]["url"], "https://stats.example/");
+    // The static dir gone: refused, naming it.
+    std::fs::remove_dir_all(t.0.join("static")).unwrap();
+    let out = hive(&["fleet", "check", &file.display().to_string()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "agents[0].static_dir: \"{d}/static\" cannot be read"
+        )),
+        "{err}"
+    );
+}
+
+/// Runs the activation step `script` with bash -e, as NixOS's ERR trap
+/// would stop at its `false`.
+fn activate(script: &str) -> Output {
+    Command::new("bash")
+        .args(["-e", "-c", script])
+        .output()
+        .unwrap()
+}
+
+fn agent<'a>(v: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
+    v["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == name)
+}
+
+/// The activation step on real files: the first rebuild installs the
+/// declared file; the operator's writes (a budget set, a spawned agent, as
+/// `hive budget set` and an approved spawn write them) survive the next
+/// rebuild, whose declared change is applied; a key both sides changed
+/// fails the step naming it, with both files left as they were.
+#[test]
+fn the_activation_step_merges_operator_writes_and_refuses_a_conflict() {
+    let t = Tmp::new("act");
+    let bin = t.0.join("pkg/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_hive"), bin.join("hive")).unwrap();
+    let id = |flag: &str| {
+        let o = Command::new("id").arg(flag).output().unwrap();
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    };
+    let (user, group) = (id("-un"), id("-gn"));
+    let data = t.0.join("data");
+    let declared = t.0.join("declared.json");
+    let common = format!(
+        r#"hive = "{}"; dataDir = "{}"; declaredPath = "{}"; user = "{user}"; group = "{group}";"#,
+        t.0.join("pkg").display(),
+        data.display(),
+        declared.display()
+    );
+    let rebuild = |agents: &str| -> Option<Output> {
+        let args = format!("{common} agents = {{ {agents} }};");
+        let fleet = up_example(&args, "fleet")?;
+        let script = up_example(&args, "activation")?;
+        std::fs::write(&declared, fleet).unwrap();
+        Some(activate(&script))
+    };
+    let Some(first) =
+        rebuild(r#"ruth = { model = "sonnet"; }; ana = { parent = "ruth"; model = "haiku"; };"#)
+    else {
+        return;
+    };
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let file = data.join("hive.json");
+    let read = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap()
+    };
+    assert_eq!(agent(&read(), "ana").unwrap()["model"], "haiku");
+    assert!(data.join("hive.declared.json").exists());
+    // The operator's writes, as hive writes them: a budget on ana, the
+    // hive's budget, a spawned agent.
+    let mut v = read();
+    v["budget"] = serde_json::json!({"usd": 20.0, "per": "day"});
+    v["agents"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|a| a["name"] == "ana")
+        .unwrap()["budget"] = serde_json::json!({"usd": 3.0, "per": "day"});
+    v["agents"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "kid", "parent": "ana"}));
+    std::fs::write(&file, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    // A rebuild that changes ruth's model and adds cat.
+    let second = rebuild(
+        r#"ruth = { model = "opus"; }; ana = { parent = "ruth"; model = "haiku"; }; cat = { cargo.shortMessages = false; };"#,
+    )
+    .unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let v = read();
+    assert_eq!(agent(&v, "ruth").unwrap()["model"], "opus", "{v}");
+    assert_eq!(agent(&v, "ana").unwrap()["budget"]["usd"], 3.0, "{v}");
+    assert_eq!(v["budget"]["usd"], 20.0, "{v}");
+    assert!(agent(&v, "kid").is_some(), "the spawned agent stays: {v}");
+    assert_eq!(agent(&v, "cat").unwrap()["cargo_short_messages"], false);
+    // The operator changes ana's model by hand; the next rebuild declares
+    // another one: refused, naming the key, nothing written.
+    let before = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("\"haiku\"", "\"sonnet\"");
+    std::fs::write(&file, &before).unwrap();
+    let base = std::fs::read_to_string(data.join("hive.declared.json")).unwrap();
+    let third = rebuild(
+        r#"ruth = { model = "opus"; }; ana = { parent = "ruth"; model = "opus"; }; cat = { cargo.shortMessages = false; };"#,
+    )
+    .unwrap();
+    let err = String::from_utf8_lossy(&third.stderr);
+    assert!(!third.status.success(), "{err}");
+    assert!(
+        err.contains("agents.ana.model was changed both in the fleet file"),
+        "{err}"
+    );
+    assert!(
+        err.contains("the hive keeps running with the file as it is"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+    assert_eq!(
+        std::fs::read_to_string(data.join("hive.declared.json")).unwrap(),
+        base
+    );
 }
