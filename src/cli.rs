@@ -1541,6 +1541,27 @@ mod tests {
         );
         assert_eq!(run(&["env-script"]).unwrap(), Cmd::EnvScript);
         assert_eq!(
+            run(&["fleet", "check", "h.json"]).unwrap(),
+            Cmd::Fleet(FleetArgs::Check {
+                file: "h.json".into()
+            })
+        );
+        assert_eq!(
+            run(&["fleet", "merge", "d.json", "--into", "h.json"]).unwrap(),
+            Cmd::Fleet(FleetArgs::Merge {
+                declared: "d.json".into(),
+                into: "h.json".into(),
+                base: None
+            })
+        );
+        for bad in [
+            &["fleet"][..],
+            &["fleet", "merge", "d.json"],
+            &["fleet", "check", "h.json", "--into", "x"],
+        ] {
+            assert!(run(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
             run(&[
                 "matrix-bridge",
                 "--socket",

@@ -635,13 +635,13 @@ fn check_options(a: &AgentConfig, at: &str) -> Result<(), String> {
             ));
         }
     }
-    if a.dashboard_links.len() > 32 {
+    if a.options.dashboard_links.len() > 32 {
         return Err(format!(
             "{at}.dashboard_links: {} links, at most 32 are shown",
-            a.dashboard_links.len()
+            a.options.dashboard_links.len()
         ));
     }
-    for (j, l) in a.dashboard_links.iter().enumerate() {
+    for (j, l) in a.options.dashboard_links.iter().enumerate() {
         let at = format!("{at}.dashboard_links[{j}]");
         if l.label.trim().is_empty() || l.label.chars().count() > 64 {
             return Err(format!("{at}.label: needs 1 to 64 characters"));
@@ -656,7 +656,10 @@ fn check_options(a: &AgentConfig, at: &str) -> Result<(), String> {
             return Err(format!("{at}.icon: at most 16 characters (an emoji)"));
         }
     }
-    for (key, url) in [("forge_url", &a.forge_url), ("matrix_url", &a.matrix_url)] {
+    for (key, url) in [
+        ("forge_url", &a.options.forge_url),
+        ("matrix_url", &a.options.matrix_url),
+    ] {
         if let Some(u) = url {
             if !u.is_empty() && !crate::http::web_url(u) {
                 return Err(format!(
@@ -669,9 +672,9 @@ fn check_options(a: &AgentConfig, at: &str) -> Result<(), String> {
     let lists = [
         (
             "claude_marketplaces",
-            a.claude_marketplaces.as_deref().unwrap_or(&[]),
+            a.options.claude_marketplaces.as_deref().unwrap_or(&[]),
         ),
-        ("claude_plugins", a.claude_plugins.as_slice()),
+        ("claude_plugins", a.options.claude_plugins.as_slice()),
     ];
     for (key, list) in lists {
         if let Some(bad) = list
@@ -684,7 +687,7 @@ fn check_options(a: &AgentConfig, at: &str) -> Result<(), String> {
             ));
         }
     }
-    if let Some(p) = &a.operator_pronouns {
+    if let Some(p) = &a.options.operator_pronouns {
         if p.trim().is_empty() || p.contains('\n') || p.chars().count() > 32 {
             return Err(format!(
                 "{at}.operator_pronouns: {} must be one line of 1 to 32 characters",
@@ -692,7 +695,7 @@ fn check_options(a: &AgentConfig, at: &str) -> Result<(), String> {
             ));
         }
     }
-    for (k, v) in &a.context_window_tokens {
+    for (k, v) in &a.options.context_window_tokens {
         let key_ok = k.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
             && k.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
@@ -704,7 +707,7 @@ fn check_options(a: &AgentConfig, at: &str) -> Result<(), String> {
             ));
         }
     }
-    for (name, server) in &a.extra_mcp_servers {
+    for (name, server) in &a.options.extra_mcp_servers {
         let name_ok = !name.is_empty()
             && name
                 .bytes()
@@ -805,6 +808,19 @@ fn check_grants(v: &Value) -> Result<(), String> {
         }
         for c in names("capabilities") {
             Capability::parse(&c).map_err(|e| format!("agents[{i}].capabilities: {e}"))?;
+        }
+        // The per-agent options are a flattened part of the entry, which
+        // leaves serde's own error without the list of keys: this one names
+        // the entry and lists them.
+        if let Some(bad) = a
+            .as_object()
+            .and_then(|o| o.keys().find(|k| !AgentConfig::KEYS.contains(&k.as_str())))
+        {
+            return Err(format!(
+                "agents[{i}]: unknown field `{}`, expected one of {}",
+                bad.chars().take(40).collect::<String>().escape_debug(),
+                AgentConfig::KEYS.map(|k| format!("`{k}`")).join(", ")
+            ));
         }
     }
     Ok(())
@@ -1084,7 +1100,10 @@ mod tests {
                 "agents[0].extra_mcp_servers.\"s\":",
             ),
             (r#""cargo_short_messages":"yes""#, "invalid type"),
-            (r#""colour":"red""#, "unknown field `colour`"),
+            (
+                r#""colour":"red""#,
+                "agents[0]: unknown field `colour`, expected one of `name`, `parent`",
+            ),
         ] {
             let e = parse_err(&one(entry));
             assert!(e.contains(want), "{entry}: {e}");

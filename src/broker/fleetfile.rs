@@ -889,6 +889,37 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 
+    /// A declaration that drops an entry removes it when the operator left
+    /// it as declared, and is refused naming it when the operator changed it.
+    #[test]
+    fn a_declared_removal_keeps_an_entry_the_operator_changed() {
+        let d = dir();
+        let path = d.join("hive.json");
+        let old = r#"{"agents":[{"name":"boss"},{"name":"kid","parent":"boss"},{"name":"pal"}]}"#;
+        let new = r#"{"agents":[{"name":"boss"}]}"#;
+        std::fs::write(
+            &path,
+            r#"{"agents":[{"name":"boss"},{"name":"kid","parent":"boss","turn_usd":1.0},{"name":"pal"}]}"#,
+        )
+        .unwrap();
+        let e = apply_declared(&path, Some(old), new).unwrap_err();
+        assert!(
+            e.starts_with("agents.kid was changed both in the fleet file"),
+            "{e}"
+        );
+        let cfg = apply_declared(
+            &path,
+            Some(old),
+            r#"{"agents":[{"name":"boss"},{"name":"kid","parent":"boss"}]}"#,
+        )
+        .unwrap();
+        let names: Vec<&str> = cfg.agents.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["boss", "kid"], "pal, unchanged, is gone");
+        assert_eq!(cfg.agent("kid").unwrap().turn_usd, Some(1.0));
+        assert_eq!(HiveConfig::load(&path).unwrap(), cfg);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     #[test]
     fn a_nix_store_path_names_the_nix_option() {
         let patch = json!({});

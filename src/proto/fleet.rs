@@ -51,9 +51,20 @@ pub struct AgentConfig {
     /// acked with a notice to the parent, never run again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_usd: Option<f64>,
-    // The per-agent options of the specification (`hyperhive.*` of an agent
-    // module), so that a fleet file declares a whole agent: `hive up` hands
-    // each to the harness as the variable the module would set (`HIVE_…`).
+    /// The per-agent options of the specification (`hyperhive.*` of an
+    /// agent module), keys of the entry itself; boxed, as most entries set
+    /// none of them.
+    #[serde(flatten)]
+    pub options: Box<AgentOptions>,
+}
+
+/// The per-agent options of the specification (`hyperhive.*` of an agent
+/// module), so that a fleet file declares a whole agent: `hive up` hands each
+/// to the harness as the variable the module would set (`HIVE_…`). In the
+/// file they are keys of the entry, next to the others.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentOptions {
     /// Proactive compaction at the watermark (`HIVE_AUTO_COMPACT`); absent is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_compact: Option<bool>,
@@ -203,6 +214,36 @@ impl AgentConfig {
         self.capabilities.contains(&cap)
     }
 
+    /// Every key of an entry, in the order of the struct (the options' last).
+    pub const KEYS: [&'static str; 26] = [
+        "name",
+        "parent",
+        "allowed_recipients",
+        "model",
+        "tool_groups",
+        "capabilities",
+        "socket_uid",
+        "socket_gid",
+        "env",
+        "account",
+        "budget",
+        "turn_usd",
+        "auto_compact",
+        "icon",
+        "dashboard_links",
+        "static_dir",
+        "web_dist",
+        "forge_url",
+        "matrix_url",
+        "claude_marketplaces",
+        "claude_plugins",
+        "claude_plugins_auto_update",
+        "cargo_short_messages",
+        "operator_pronouns",
+        "context_window_tokens",
+        "extra_mcp_servers",
+    ];
+
     /// The keys that apply without a restart (issue 16): `budget`,
     /// `account` and `turn_usd`, which the broker reads at every hand-out
     /// (`turn_usd` travels with the hand-out to the harness). The supervisor
@@ -273,7 +314,7 @@ impl AgentConfig {
 
     /// Whether bash tasks get the cargo short-messages function (the default).
     pub fn cargo_short_messages(&self) -> bool {
-        self.cargo_short_messages.unwrap_or(true)
+        self.options.cargo_short_messages.unwrap_or(true)
     }
 
     /// The entry's per-agent options as the harness's environment, the
@@ -284,49 +325,49 @@ impl AgentConfig {
         let mut out: Vec<(String, String)> = Vec::new();
         let mut set = |k: &str, v: String| out.push((k.to_string(), v));
         let flag = |b: bool| if b { "true" } else { "false" }.to_string();
-        if let Some(b) = self.auto_compact {
+        if let Some(b) = self.options.auto_compact {
             set("HIVE_AUTO_COMPACT", flag(b));
         }
-        if let Some(p) = &self.icon {
+        if let Some(p) = &self.options.icon {
             set("HIVE_ICON", p.clone());
         }
-        if let Some(p) = &self.static_dir {
+        if let Some(p) = &self.options.static_dir {
             set("HIVE_STATIC_DIR", p.clone());
         }
-        if let Some(p) = &self.web_dist {
+        if let Some(p) = &self.options.web_dist {
             set("HIVE_WEB_DIST", p.clone());
         }
-        if !self.dashboard_links.is_empty() {
+        if !self.options.dashboard_links.is_empty() {
             set(
                 "HIVE_DASHBOARD_LINKS",
-                serde_json::to_string(&self.dashboard_links).unwrap_or_default(),
+                serde_json::to_string(&self.options.dashboard_links).unwrap_or_default(),
             );
         }
-        if let Some(u) = &self.forge_url {
+        if let Some(u) = &self.options.forge_url {
             set("HIVE_FORGE_URL", u.clone());
         }
-        if let Some(u) = &self.matrix_url {
+        if let Some(u) = &self.options.matrix_url {
             set("HIVE_MATRIX_URL", u.clone());
         }
-        if let Some(m) = &self.claude_marketplaces {
+        if let Some(m) = &self.options.claude_marketplaces {
             set("HIVE_CLAUDE_MARKETPLACES", m.join(","));
         }
-        if !self.claude_plugins.is_empty() {
-            set("HIVE_CLAUDE_PLUGINS", self.claude_plugins.join(","));
+        if !self.options.claude_plugins.is_empty() {
+            set("HIVE_CLAUDE_PLUGINS", self.options.claude_plugins.join(","));
         }
-        if let Some(b) = self.claude_plugins_auto_update {
+        if let Some(b) = self.options.claude_plugins_auto_update {
             set("HIVE_CLAUDE_PLUGINS_AUTO_UPDATE", flag(b));
         }
-        if let Some(p) = &self.operator_pronouns {
+        if let Some(p) = &self.options.operator_pronouns {
             set("HIVE_OPERATOR_PRONOUNS", p.clone());
         }
-        for (k, v) in &self.context_window_tokens {
+        for (k, v) in &self.options.context_window_tokens {
             set(&window_var(k), v.to_string());
         }
-        if !self.extra_mcp_servers.is_empty() {
+        if !self.options.extra_mcp_servers.is_empty() {
             set(
                 "HIVE_EXTRA_MCP_SERVERS",
-                serde_json::to_string(&self.extra_mcp_servers).unwrap_or_default(),
+                serde_json::to_string(&self.options.extra_mcp_servers).unwrap_or_default(),
             );
         }
         out
@@ -337,9 +378,9 @@ impl AgentConfig {
     /// agent.
     pub fn path_keys(&self) -> Vec<(&'static str, &str)> {
         [
-            ("icon", &self.icon),
-            ("static_dir", &self.static_dir),
-            ("web_dist", &self.web_dist),
+            ("icon", &self.options.icon),
+            ("static_dir", &self.options.static_dir),
+            ("web_dist", &self.options.web_dist),
         ]
         .into_iter()
         .filter_map(|(k, v)| v.as_deref().map(|v| (k, v)))
@@ -386,6 +427,35 @@ mod tests {
                 "{patch}"
             );
         }
+    }
+
+    /// [`AgentConfig::KEYS`] is every key: an entry with all of them set
+    /// loads and writes each of them back, and no other.
+    #[test]
+    fn the_list_of_keys_is_the_entry() {
+        let full = json!({"name": "a", "parent": "b", "allowed_recipients": ["b"],
+            "model": "m", "tool_groups": ["messaging"], "capabilities": ["query_agent_state"],
+            "socket_uid": 1, "socket_gid": 1, "env": {"A": "1"}, "account": "x",
+            "budget": {"usd": 1.0, "per": "day"}, "turn_usd": 1.0, "auto_compact": false,
+            "icon": "/i", "dashboard_links": [{"label": "l", "url": "https://u"}],
+            "static_dir": "/s", "web_dist": "/d", "forge_url": "", "matrix_url": "",
+            "claude_marketplaces": ["m"], "claude_plugins": ["p"],
+            "claude_plugins_auto_update": true, "cargo_short_messages": false,
+            "operator_pronouns": "they/them", "context_window_tokens": {"sonnet": 1},
+            "extra_mcp_servers": {"s": {"command": "/x"}}});
+        let a: AgentConfig = serde_json::from_value(full.clone()).unwrap();
+        let back = serde_json::to_value(&a).unwrap();
+        assert_eq!(back, full);
+        let mut keys: Vec<&str> = back
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        let mut want = AgentConfig::KEYS.to_vec();
+        keys.sort();
+        want.sort();
+        assert_eq!(keys, want);
     }
 
     fn entry(v: serde_json::Value) -> AgentConfig {
