@@ -414,3 +414,64 @@ fn the_activation_step_merges_operator_writes_and_refuses_a_conflict() {
         base
     );
 }
+
+/// A path key is shown to its agent read-only: `hive __sandbox` (what
+/// `hive up` runs each agent in) with the `--read-only` paths the
+/// supervisor gives for `static_dir` and `icon`, one under the hidden data
+/// dir and one outside it: the agent reads both and writes neither, while
+/// its own dir stays writable and the rest of the data dir hidden. Skips
+/// where the kernel refuses a sandbox (exit 125).
+#[test]
+fn a_path_key_is_shown_read_only_in_the_sandbox() {
+    let t = Tmp::new("ro");
+    let data = t.0.join("data");
+    for d in ["agents/ana", "static", "secret"] {
+        std::fs::create_dir_all(data.join(d)).unwrap();
+    }
+    std::fs::write(data.join("static/index.html"), "page").unwrap();
+    std::fs::write(data.join("secret/s"), "s").unwrap();
+    let icon = t.0.join("icon.svg");
+    std::fs::write(&icon, "<svg/>").unwrap();
+    let p = |x: &Path| x.display().to_string();
+    let script = format!(
+        "cat {static_}/index.html {icon}; \
+         touch {static_}/x 2>/dev/null && echo wrote-static; \
+         echo no >> {icon} 2>/dev/null && echo wrote-icon; \
+         touch {own}/z && echo own-writable; \
+         cat {secret} 2>/dev/null || echo secret-hidden",
+        static_ = p(&data.join("static")),
+        icon = p(&icon),
+        own = p(&data.join("agents/ana")),
+        secret = p(&data.join("secret/s")),
+    );
+    let userns = if Command::new("id").arg("-u").output().unwrap().stdout == b"0\n" {
+        None
+    } else {
+        Some("--userns")
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_hive"))
+        .arg("__sandbox")
+        .args(userns)
+        .args(["--cover", &p(&data), "--keep", &p(&data.join("agents/ana"))])
+        .args([
+            "--read-only",
+            &p(&data.join("static")),
+            "--read-only",
+            &p(&icon),
+        ])
+        .args(["--", "/bin/sh", "-c", &script])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(125) {
+        eprintln!("SKIPPED: the kernel refused a sandbox here: {err}");
+        return;
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "page<svg/>own-writable\nsecret-hidden\n",
+        "{err}"
+    );
+    assert!(!data.join("static/x").exists());
+    assert_eq!(std::fs::read_to_string(&icon).unwrap(), "<svg/>");
+}

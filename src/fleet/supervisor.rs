@@ -572,7 +572,13 @@ impl Supervisor {
                         own.push(c);
                     }
                 }
-                Some((iso.clone(), own))
+                // Its path keys (icon, static_dir, web_dist): read-only.
+                let shown = cfg
+                    .path_keys()
+                    .iter()
+                    .map(|(_, p)| PathBuf::from(p))
+                    .collect();
+                Some((iso.reading(shown), own))
             }
             None => None,
         };
