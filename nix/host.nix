@@ -36,8 +36,10 @@ let
   # A nix path (./icon.svg) is copied into the store; a string stays as it is.
   storePath = v: if v == null then null else "${v}";
   # The host's operatorPronouns and contextWindowTokens are every agent's
-  # defaults, as for the agent modules.
-  fleetAgent = a: a // {
+  # defaults, as for the agent modules; HOME is the agent's state dir, as an
+  # agent module's (hive up's own HOME may not be in its data dir).
+  fleetAgent = name: a: a // {
+    extraEnv = { HOME = "${cfg.stateDir}/agents/${name}/state"; } // (a.extraEnv or { });
     icon = storePath (a.icon or null);
     staticDir = storePath (a.staticDir or null);
     webDist = storePath (a.webDist or null);
@@ -52,7 +54,7 @@ let
       public_origin = up.publicOrigin;
       script_pages = up.scriptPages;
     };
-    agents = lib.mapAttrs (_: fleetAgent) agents;
+    agents = lib.mapAttrs fleetAgent agents;
   });
   hostSocket = "${cfg.stateDir}/run/host.sock";
 in
@@ -170,7 +172,9 @@ in
 
     # hive up: the whole hive in one unit (up.enable).
     users.users = mkIf up.enable {
-      ${up.user} = { isSystemUser = true; group = up.group; home = cfg.stateDir; };
+      # Its home is not the data dir, which agents do not see (each agent's
+      # HOME is its own state dir).
+      ${up.user} = { isSystemUser = true; group = up.group; };
     };
     users.groups = mkIf up.enable { ${up.group} = { }; };
     system.activationScripts.hyperhive-fleet = mkIf up.enable {
@@ -192,7 +196,6 @@ in
         RUST_LOG = "info";
         HIVE_ISOLATION = up.isolation;
         HIVE_HOST_SOCKET = hostSocket;
-        HOME = cfg.stateDir;
       } // up.environment;
       # A rebuild that changes only the fleet file runs `hive reload` (the
       # activation step has merged it by then); a new package restarts.
@@ -213,12 +216,15 @@ in
         KillMode = "mixed";
         TimeoutStopSec = 60;
         LimitNOFILE = 65536;
-        # The agents' sandboxes are user, mount and PID namespaces: no
-        # RestrictNamespaces, PrivateUsers or ProtectProc here.
+        # The agents' sandboxes are user, mount and PID namespaces, each
+        # with a fresh /proc: no RestrictNamespaces, PrivateUsers or
+        # ProtectProc here, and no ProtectKernelTunables or ProtectKernelLogs,
+        # whose mounts over /proc make the kernel refuse a fresh /proc to a
+        # non-root user's namespace (the sandbox then cannot start, and
+        # HIVE_ISOLATION=required stops hive up).
         NoNewPrivileges = true;
         PrivateTmp = true;
         ProtectKernelModules = true;
-        ProtectKernelTunables = true;
         ProtectControlGroups = true;
         RestrictAddressFamilies = [ "AF_UNIX" "AF_INET" "AF_INET6" ];
         LockPersonality = true;

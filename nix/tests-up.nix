@@ -50,13 +50,14 @@ check "exec" unit.serviceConfig.ExecStart
 ++ check "a dedicated non-root user" [ unit.serviceConfig.User unit.serviceConfig.Group ex.host.users.users.hyperhive.isSystemUser (ex.host.users.groups ? hyperhive) ]
   [ "hyperhive" "hyperhive" true true ]
 ++ check "isolation required" unit.environment.HIVE_ISOLATION "required"
+++ check "hive up's HOME is not its data dir (hive up refuses that)" [ (unit.environment ? HOME) (ex.host.users.users.hyperhive ? home) ] [ false false ]
 ++ check "host socket for hive reload and the operator" [ unit.environment.HIVE_HOST_SOCKET ex.host.environment.variables.HIVE_HOST_SOCKET ]
   [ "/var/lib/hyperhive/run/host.sock" "/var/lib/hyperhive/run/host.sock" ]
 ++ check "reload on the fleet file, restart on the package" [ (map (d: d.outPath) unit.reloadTriggers) (map (d: d.outPath) unit.restartTriggers) ]
   [ [ "/nix/store/stub-hive.json" ] [ "/nix/store/stub-hive" ] ]
 ++ check "state dir" [ unit.serviceConfig.StateDirectory unit.serviceConfig.WorkingDirectory ] [ "hyperhive" "/var/lib/hyperhive" ]
 ++ check "PATH" (map (p: p.name) unit.path) [ "bash" "coreutils" "git" "claude-code" ]
-++ check "no namespace restrictions that would stop the sandboxes" (builtins.filter (k: builtins.hasAttr k unit.serviceConfig) [ "RestrictNamespaces" "PrivateUsers" "ProtectProc" "SystemCallFilter" ]) [ ]
+++ check "no namespace restrictions that would stop the sandboxes" (builtins.filter (k: builtins.hasAttr k unit.serviceConfig) [ "RestrictNamespaces" "PrivateUsers" "ProtectProc" "ProcSubset" "ProtectKernelTunables" "ProtectKernelLogs" "SystemCallFilter" ]) [ ]
 ++ check "no plain broker, no bridge unit under hive up" [ ex.host.systemd.services.hyperhive-broker ex.host.systemd.services.hyperhive-matrix-bridge ex.host.systemd.tmpfiles.rules ] [ { } { } [ ] ]
 ++ check "the plain broker without up" [ (plain.systemd.services.hyperhive or { }) (plain.systemd.services.hyperhive-broker ? serviceConfig) plain.system.activationScripts.hyperhive-fleet ] [ { } true { } ]
 ++ check "activation merges the declared file" ex.activation ''
@@ -84,7 +85,7 @@ check "exec" unit.serviceConfig.ExecStart
   claude_plugins = [ "formatter@me" ];
   claude_plugins_auto_update = true;
   extra_mcp_servers.search = { command = "/bin/search-mcp"; args = [ ]; allowedTools = [ "*" ]; };
-  env = { HIVE_TURN_TIMEOUT_SECS = "1800"; };
+  env = { HOME = "/var/lib/hyperhive/agents/ana/state"; HIVE_TURN_TIMEOUT_SECS = "1800"; };
   account = "team";
   budget = { usd = 5.0; per = "week"; };
   turn_usd = 0.5;
@@ -93,6 +94,7 @@ check "exec" unit.serviceConfig.ExecStart
 }
 ++ check "defaults are left out" ruth {
   name = "ruth";
+  env.HOME = "/var/lib/hyperhive/agents/ruth/state";
   model = "sonnet";
   tool_groups = [ "messaging" "meta" "inbox" "execution" "lifecycle" "approvals" ];
   operator_pronouns = "they/them";
