@@ -475,3 +475,97 @@ fn a_path_key_is_shown_read_only_in_the_sandbox() {
     assert!(!data.join("static/x").exists());
     assert_eq!(std::fs::read_to_string(&icon).unwrap(), "<svg/>");
 }
+
+/// `hive budget set` under the module's layout: `hive up` runs on the file
+/// the activation step installed (DATA/hive.json, in its own data dir), the
+/// operator's `hive budget set` writes it, and the next rebuild's
+/// activation keeps that budget while it applies the declared change.
+#[test]
+fn hive_budget_set_under_the_module_survives_a_rebuild() {
+    let t = Tmp::new("budget");
+    let bin = t.0.join("pkg/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_hive"), bin.join("hive")).unwrap();
+    let id = |flag: &str| {
+        let o = Command::new("id").arg(flag).output().unwrap();
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    };
+    let data = t.0.join("data");
+    let declared = t.0.join("declared.json");
+    let common = format!(
+        r#"hive = "{}"; dataDir = "{}"; declaredPath = "{}"; user = "{}"; group = "{}";
+           upOver = {{ listen = "127.0.0.1:0"; }};"#,
+        t.0.join("pkg").display(),
+        data.display(),
+        declared.display(),
+        id("-un"),
+        id("-gn")
+    );
+    let rebuild = |agents: &str| -> Option<Output> {
+        let args = format!("{common} agents = {{ {agents} }};");
+        let fleet = up_example(&args, "fleet")?;
+        let script = up_example(&args, "activation")?;
+        std::fs::write(&declared, fleet).unwrap();
+        Some(activate(&script))
+    };
+    let Some(first) = rebuild(r#"ruth = { model = "sonnet"; }; ana = { parent = "ruth"; };"#)
+    else {
+        return;
+    };
+    assert!(first.status.success(), "{first:?}");
+    let file = data.join("hive.json");
+    let log = std::fs::File::create(t.0.join("up.log")).unwrap();
+    let mut up = Command::new(env!("CARGO_BIN_EXE_hive"))
+        .args(["up", "--config", &file.display().to_string()])
+        .args(["--data", &data.display().to_string()])
+        .env("HIVE_CLAUDE_BIN", "/bin/false")
+        .env_remove("HIVE_HOST_SOCKET")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let socket = data.join("run/host.sock");
+    let start = std::time::Instant::now();
+    let set = loop {
+        let out = hive(&[
+            "budget",
+            "set",
+            "ana",
+            "--usd",
+            "5",
+            "--socket",
+            &socket.display().to_string(),
+        ]);
+        if out.status.success() || start.elapsed() > std::time::Duration::from_secs(30) {
+            break out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let _ = Command::new("kill")
+        .args(["-TERM", &up.id().to_string()])
+        .status();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while up.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = up.kill();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = up.wait();
+    assert!(
+        set.status.success(),
+        "{set:?}\n{}",
+        std::fs::read_to_string(t.0.join("up.log")).unwrap_or_default()
+    );
+    let read = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap()
+    };
+    assert_eq!(agent(&read(), "ana").unwrap()["budget"]["usd"], 5.0);
+    let second = rebuild(r#"ruth = { model = "opus"; }; ana = { parent = "ruth"; };"#).unwrap();
+    assert!(second.status.success(), "{second:?}");
+    let v = read();
+    assert_eq!(agent(&v, "ana").unwrap()["budget"]["usd"], 5.0, "{v}");
+    assert_eq!(agent(&v, "ruth").unwrap()["model"], "opus", "{v}");
+}
