@@ -126,7 +126,7 @@ in
           webDist = mkOption { type = types.nullOr (types.either types.path types.str); default = null; description = "web_dist: a directory that replaces the built-in page (frontend.dist)."; };
           forge.url = mkOption { type = types.nullOr types.str; default = null; description = "forge_url (\"\" switches forge notifications off)."; };
           matrix.url = mkOption { type = types.nullOr types.str; default = null; description = "matrix_url."; };
-          claudeMarketplaces = mkOption { type = types.nullOr (types.listOf types.str); default = null; description = "claude_marketplaces (null: the harness default)."; };
+          claudeMarketplaces = mkOption { type = types.nullOr (types.listOf types.str); default = env.defaults.claudeMarketplaces; description = "claude_marketplaces: the official marketplace by default, as for an agent module (null: none)."; };
           claudePlugins = mkOption { type = types.listOf types.str; default = [ ]; description = "claude_plugins."; };
           claudePluginsAutoUpdate = mkOption { type = types.bool; default = false; description = "claude_plugins_auto_update."; };
           cargo.shortMessages = mkOption { type = types.bool; default = true; description = "cargo_short_messages."; };
