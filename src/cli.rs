@@ -425,13 +425,47 @@ Needs `hive up` (its supervisor).",
         name: "update",
         summary: "operator: restart an agent onto the current binary and its fleet-file entry",
         usage: "hive update [--socket PATH] [--json] AGENT
+       hive update [--socket PATH] [--json] --all [--parallel N]
 
   AGENT               the agent to update (what a needs_update message asks for)
+  --all               every agent whose binary or fleet-file entry changed
+  --parallel N        with --all: at most N restarting at a time (default 2,
+                      at most 64); the next starts once one has run its boot turn
   --socket PATH       the host socket (default {HOST_SOCKET})
 
 The fleet file is read again and the agent restarts onto its entry there and
-the hive binary on disk; `hive agents` shows it as rebuilding meanwhile.
-Needs `hive up` (its supervisor).",
+the hive binary on disk; `hive agents` shows it as rebuilding meanwhile. A turn
+that runs ends first (at most HIVE_UP_STOP_GRACE_MS later). With --all, stopped
+agents take their new entry and stay stopped. Needs `hive up` (its supervisor).",
+    },
+    CommandHelp {
+        name: "reload",
+        summary: "operator: apply the fleet file while the hive runs (add, change, remove agents)",
+        usage: "hive reload [--socket PATH] [--json]
+
+  --socket PATH       the host socket (default {HOST_SOCKET})
+
+The fleet file is read again and must load whole (a bad file changes nothing;
+the error names the entry and key). Added agents start; removed ones stop and
+show as `removed` in `hive agents`, their queued mail kept (mail to them is
+refused) until `hive forget AGENT`; changed ones restart onto their entry once
+their turn ends (`budget`, `turn_usd` and `account` apply at once); every other
+agent keeps running, its harness untouched. `hive_name`/`swarm_name` restart
+every agent after its turn; `web`, `operator_gid`, `matrix` and `retention`
+apply at the next start of `hive up`, which the answer says. This is the
+systemd unit's ExecReload (SIGHUP still stops `hive up`). Needs `hive up`.",
+    },
+    CommandHelp {
+        name: "forget",
+        summary: "operator: drop an agent removed from the fleet; its kept mail becomes dead letters",
+        usage: "hive forget [--socket PATH] [--json] AGENT
+
+  AGENT               an agent `hive reload` removed (shown as `removed`)
+  --socket PATH       the host socket (default {HOST_SOCKET})
+
+Its queued mail becomes dead letters (`hive failed` lists them, `hive retry`
+sends one again) and the broker's row of it goes; its data dir stays. An agent
+still in the fleet file is refused: remove its entry and `hive reload` first.",
     },
     CommandHelp {
         name: "cancel-question",
@@ -778,6 +812,15 @@ pub enum Cmd {
     Deny(DenyArgs),
     /// `hive start|stop|restart|update AGENT`.
     Lifecycle(Lifecycle, AgentArgs),
+    /// `hive update --all [--parallel N]`.
+    UpdateAll {
+        host: HostArgs,
+        parallel: Option<u32>,
+    },
+    /// `hive reload`: the fleet file applied while the hive runs.
+    Reload(HostArgs),
+    /// `hive forget AGENT`: a removed agent's kept mail dead-lettered.
+    Forget(AgentArgs),
     Search(SearchArgs),
     History(HistoryArgs),
     BashDaemon(BashDaemonArgs),
@@ -860,7 +903,9 @@ pub fn parse(args: Vec<OsString>) -> Result<Cmd, UsageError> {
         "start" => parse_agent(&mut p).map(|a| Cmd::Lifecycle(Lifecycle::Start, a)),
         "stop" => parse_agent(&mut p).map(|a| Cmd::Lifecycle(Lifecycle::Stop, a)),
         "restart" => parse_agent(&mut p).map(|a| Cmd::Lifecycle(Lifecycle::Restart, a)),
-        "update" => parse_agent(&mut p).map(|a| Cmd::Lifecycle(Lifecycle::Update, a)),
+        "update" => parse_update(&mut p),
+        "reload" => parse_host(&mut p).map(Cmd::Reload),
+        "forget" => parse_agent(&mut p).map(Cmd::Forget),
         "search" => parse_search(&mut p),
         "history" => parse_history(&mut p),
         "bash-daemon" => parse_bash_daemon(&mut p),
@@ -1302,6 +1347,31 @@ fn parse_agent(p: &mut Parser) -> Result<AgentArgs, lexopt::Error> {
     })
 }
 
+/// `hive update AGENT` or `hive update --all [--parallel N]`.
+fn parse_update(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut host = HostArgs::default();
+    let (mut name, mut all, mut parallel) = (None, false, None);
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("socket") => host.socket = Some(p.value()?.into()),
+            Long("json") => host.json = true,
+            Long("help") | Short('h') => return Err(help()),
+            Long("all") if name.is_none() => all = true,
+            Long("parallel") => parallel = Some(number("--parallel", p.value()?)?),
+            Value(v) if name.is_none() && !all => name = Some(utf8(v)?),
+            other => return Err(other.unexpected()),
+        }
+    }
+    match (name, all) {
+        (Some(name), false) if parallel.is_none() => {
+            Ok(Cmd::Lifecycle(Lifecycle::Update, AgentArgs { host, name }))
+        }
+        (Some(_), false) => Err("--parallel goes with --all, not with one AGENT".into()),
+        (None, true) => Ok(Cmd::UpdateAll { host, parallel }),
+        _ => Err("missing AGENT (or --all for every agent that needs it)".into()),
+    }
+}
+
 fn parse_deny(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     let mut host = HostArgs::default();
     let (mut the_id, mut why) = (None, None);
@@ -1617,6 +1687,32 @@ mod tests {
                 )
             );
         }
+        let host = HostArgs {
+            socket: None,
+            json: false,
+        };
+        assert_eq!(
+            run(&["update", "--all", "--parallel", "3"]).unwrap(),
+            Cmd::UpdateAll {
+                host: host.clone(),
+                parallel: Some(3)
+            }
+        );
+        assert_eq!(
+            run(&["update", "--all"]).unwrap(),
+            Cmd::UpdateAll {
+                host: host.clone(),
+                parallel: None
+            }
+        );
+        assert_eq!(run(&["reload"]).unwrap(), Cmd::Reload(host.clone()));
+        assert_eq!(
+            run(&["forget", "cal"]).unwrap(),
+            Cmd::Forget(AgentArgs {
+                host,
+                name: "cal".into()
+            })
+        );
         assert_eq!(
             run(&["approvals", "--json"]).unwrap(),
             Cmd::Approvals(HostArgs {
@@ -1736,6 +1832,18 @@ mod tests {
             (&["send", "--to", "a"], "missing TEXT"),
             (&["stop"], "missing AGENT"),
             (&["update", "a", "b"], "unexpected argument"),
+            (&["update"], "missing AGENT (or --all"),
+            (&["update", "--all", "pal"], "unexpected argument"),
+            (
+                &["update", "pal", "--parallel", "2"],
+                "--parallel goes with --all",
+            ),
+            (
+                &["update", "--all", "--parallel", "-1"],
+                "--parallel cannot be negative",
+            ),
+            (&["forget"], "missing AGENT"),
+            (&["reload", "pal"], "unexpected argument"),
             (&["answer", "x", "y"], "must be a number"),
             (&["mcp", "--socket", "x"], "--socket"),
             (&["bash-mcp", "--state-dir", "x"], "--state-dir"),

@@ -336,6 +336,9 @@ fn short_pool(pool: Option<&str>) -> String {
 /// harness waits (with when it goes on), else the supervisor's state (`*` for
 /// an old binary or fleet entry), else whether a harness is connected.
 fn agent_state(a: &AgentRow, sup: Option<&AgentState>) -> String {
+    if a.removed {
+        return "removed (mail kept)".into();
+    }
     if a.needs_login {
         return "needs login".into();
     }
@@ -791,6 +794,47 @@ pub fn lifecycle(what: Lifecycle, a: &AgentArgs) -> Result<(), String> {
     } else {
         println!("{}", line(&r.text));
     }
+    Ok(())
+}
+
+/// Prints an operator command's text answer (or its JSON): every line of
+/// it, each made safe to print.
+fn print_text(json: bool, r: &crate::proto::TextReply) {
+    if json {
+        print_json(r);
+    } else {
+        for l in r.text.lines() {
+            println!("{}", line(l));
+        }
+    }
+}
+
+/// `hive update --all`: every stale agent, a few at a time.
+pub fn update_all(h: &HostArgs, parallel: Option<u32>) -> Result<(), String> {
+    let mut c = host_client(h)?;
+    let r = call(&mut c, &checked(crate::proto::cmd::UpdateAll { parallel })?)?;
+    print_text(h.json, &r);
+    Ok(())
+}
+
+/// `hive reload`: the fleet file applied while the hive runs.
+pub fn reload(h: &HostArgs) -> Result<(), String> {
+    let mut c = host_client(h)?;
+    let r = call(&mut c, &crate::proto::cmd::Reload {})?;
+    print_text(h.json, &r);
+    Ok(())
+}
+
+/// `hive forget AGENT`: a removed agent's kept mail dead-lettered.
+pub fn forget(a: &AgentArgs) -> Result<(), String> {
+    let mut c = host_client(&a.host)?;
+    let r = call(
+        &mut c,
+        &checked(crate::proto::cmd::ForgetAgent {
+            name: a.name.clone(),
+        })?,
+    )?;
+    print_text(a.host.json, &r);
     Ok(())
 }
 

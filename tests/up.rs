@@ -46,6 +46,14 @@ const DOWN: &str = "while you were down";
 /// the dead harness's pid.
 fn kill_and_write(up: &Up, agent: &str) -> u32 {
     let pid = up.wait_running(agent);
+    // Its kick turn must be over: a harness killed after claude reported
+    // success but before the ack reached the broker acks that kick at its
+    // next start without running it again (issue 37), which is one kick
+    // prompt, not two.
+    wait_for(Duration::from_secs(30), "the kick turn to be acked", || {
+        let s: StatusReply = up.agent(agent).call(&Status::default()).ok()?;
+        (s.unread == 0 && s.inflight.is_none()).then_some(())
+    });
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     ok(
         &mut up.host(),

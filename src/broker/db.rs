@@ -14,6 +14,7 @@
 //! `db/timers.rs`; the page's model override, `db/models.rs`.
 
 mod activity;
+mod fleet;
 mod models;
 mod retention;
 mod swarm;

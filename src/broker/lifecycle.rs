@@ -30,6 +30,21 @@ pub enum LifecycleCmd {
     /// permissions save): start it, or restart it onto its changed entry when
     /// it runs (a stopped one stays stopped). `Err` means nothing changed.
     Apply { change: EntryChange, reply: Reply },
+    /// Read the fleet file again and apply it whole (`hive reload`): start
+    /// added agents, stop removed ones, restart changed ones once their turn
+    /// ends, leave the others running. The answer says what it did; `Err`
+    /// (a file that does not load) means nothing changed.
+    Reload { reply: Reply },
+    /// Update every agent whose binary or entry changed, at most `parallel`
+    /// at a time, each after the one before has run its boot turn.
+    UpdateAll { parallel: usize, reply: Reply },
+    /// A notice, no answer: the broker forgot removed agent `name`
+    /// (`hive forget`); the supervisor drops it too.
+    Forget { name: String },
+    /// A notice, no answer: what `name`'s harness just did, as the broker
+    /// saw it. A restart onto a changed entry waits for `Idle`; `update
+    /// --all` goes on once a started harness is `Idle` or `Paused`.
+    Activity { name: String, activity: Activity },
     /// Every agent's supervision state.
     States { reply: Sender<Vec<AgentState>> },
     /// Search the agents' histories (their pages' `/api/history`); the
@@ -51,6 +66,19 @@ pub enum LifecycleCmd {
     NeedsLogin { name: String, needs: bool },
     /// Stop every agent (SIGTERM, then SIGKILL after the grace) and return.
     Shutdown { reply: Sender<()> },
+}
+
+/// What a harness did, as the broker's hub tells the supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// It connected and said it started (its boot kick is queued).
+    Started,
+    /// A message was handed to it: a turn runs.
+    Busy,
+    /// Its turn ended (acked, requeued or dead-lettered) and none runs.
+    Idle,
+    /// It reported a pause (a limit, a budget, a login): no turn runs soon.
+    Paused,
 }
 
 /// A change of one agent's fleet entry.

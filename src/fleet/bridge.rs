@@ -4,7 +4,9 @@
 //! after a crash with the agents' capped backoff, and stops it at shutdown
 //! (SIGTERM, then SIGKILL after the grace). Its one `select!` waits on the stop
 //! channel, the child's exit (`wait-bridge` reports it, the thread reaps) and
-//! the restart deadline; the child's phase, backoff and stop ladder are a
+//! the restart deadline, and on `hive reload`'s restart (a changed `matrix`
+//! section: the bridge stops and starts again, and its `bridge_hello` reads
+//! the new section from the broker); the child's phase, backoff and stop ladder are a
 //! [`child::Supervised`], as for the agents. The bridge is not sandboxed like
 //! an agent: it is the operator's, and needs the network. Before anything starts, [`check_login`]
 //! logs the bridge in once, so a wrong password stops `hive up` with exit 2.
@@ -44,13 +46,14 @@ pub struct BridgeSup {
 }
 
 impl BridgeSup {
-    /// Starts supervising `hive matrix-bridge` on the broker's bridge socket.
-    pub fn start(s: &UpSettings) -> Result<BridgeSup, String> {
+    /// Starts supervising `hive matrix-bridge` on the broker's bridge
+    /// socket; a message on `restart` stops the bridge and starts it again.
+    pub fn start(s: &UpSettings, restart: Receiver<()>) -> Result<BridgeSup, String> {
         let (stop_tx, stop_rx) = bounded::<()>(1);
         let s = s.clone();
         let thread = std::thread::Builder::new()
             .name("bridge-sup".into())
-            .spawn(move || Sup::new(s).run(stop_rx))
+            .spawn(move || Sup::new(s).run(stop_rx, restart))
             .map_err(|e| format!("cannot start the bridge-sup thread: {e}"))?;
         Ok(BridgeSup {
             stop: Some(stop_tx),
@@ -87,6 +90,8 @@ struct Sup {
     child: Supervised,
     exited_tx: Sender<Exited>,
     exited: Receiver<Exited>,
+    /// A restart was asked for: once the child has stopped, it starts again.
+    again: bool,
 }
 
 impl Sup {
@@ -105,14 +110,29 @@ impl Sup {
             child,
             exited_tx,
             exited,
+            again: false,
         }
     }
 
-    fn run(mut self, stop: Receiver<()>) {
+    fn run(mut self, stop: Receiver<()>, restart: Receiver<()>) {
+        let mut restart = Some(restart);
         loop {
             let timer = self.child.deadline().map_or_else(never, at);
+            let asked = restart.clone().unwrap_or_else(never);
             select! {
                 recv(stop) -> _ => return self.stop(),
+                recv(asked) -> r => match r {
+                    Ok(()) => {
+                        log::info!("restarting the Matrix bridge onto the fleet file's matrix section");
+                        self.again = true;
+                        if !self.child.stop() {
+                            // Not running (in backoff): start now.
+                            self.again = false;
+                            self.child.start_at(Instant::now());
+                        }
+                    }
+                    Err(_) => restart = None,
+                },
                 recv(self.exited) -> e => {
                     if let Ok(e) = e {
                         self.on_exited(&e);
@@ -183,12 +203,16 @@ impl Owner for Sup {
 
     /// Reaps the bridge and schedules its restart.
     fn on_exited(&mut self, e: &Exited) {
-        if let Some(Ended::Crashed { status, up, .. }) = self.child.on_exit(e.pid) {
-            let wait = self.child.after_crash(up);
-            log::warn!(
-                "the Matrix bridge exited ({status}) after {up:?}; restarting in {wait:?} (see {})",
-                self.log_path().display()
-            );
+        match self.child.on_exit(e.pid) {
+            Some(Ended::Crashed { status, up, .. }) => {
+                let wait = self.child.after_crash(up);
+                log::warn!(
+                    "the Matrix bridge exited ({status}) after {up:?}; restarting in {wait:?} (see {})",
+                    self.log_path().display()
+                );
+            }
+            Some(Ended::Stopped { .. }) if std::mem::take(&mut self.again) => self.spawn(),
+            _ => {}
         }
     }
 

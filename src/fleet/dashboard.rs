@@ -564,6 +564,9 @@ static ROUTES: &[Route<App>] = &[
     post("/api/stop", |a, c| call::<StopAgent>(a, &c.body)),
     post("/api/restart", |a, c| call::<RestartAgent>(a, &c.body)),
     post("/api/update", |a, c| call::<UpdateAgent>(a, &c.body)),
+    post("/api/update-all", |a, c| call::<cmd::UpdateAll>(a, &c.body)),
+    post("/api/reload", |a, c| call::<cmd::Reload>(a, &c.body)),
+    post("/api/forget", |a, c| call::<cmd::ForgetAgent>(a, &c.body)),
     // issue 16: the budget field.
     post("/api/budget", |a, c| call::<cmd::SetBudget>(a, &c.body)),
     // issue 40: lifting a pause, and voiding a window's spend.

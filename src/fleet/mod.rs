@@ -245,19 +245,21 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
             body,
         });
     }
+    let (bridge_restart, bridge_restart_rx) = crossbeam_channel::unbounded();
     let sup = Supervisor::new(
         settings.clone(),
         cfg.clone(),
         broker.hub(),
         broker.stopped_agents(),
         bashd::BashSup::start(&settings, broker.hub())?,
-    );
+    )
+    .with_bridge(cfg.matrix.as_ref().map(|_| bridge_restart));
     let sup_thread = std::thread::Builder::new()
         .name("supervisor".into())
         .spawn(move || sup.run(sup_rx))
         .map_err(|e| format!("cannot start the supervisor thread: {e}"))?;
     let bridge = match &cfg.matrix {
-        Some(_) => Some(bridge::BridgeSup::start(&settings)?),
+        Some(_) => Some(bridge::BridgeSup::start(&settings, bridge_restart_rx)?),
         None => None,
     };
     eprintln!(

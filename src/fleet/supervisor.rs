@@ -27,16 +27,16 @@ use super::watch::{Axes, Watch, WatchEvent};
 use super::UpSettings;
 use crate::broker::fleetfile::{self, Change};
 use crate::broker::hub::{HubMsg, HubTx};
-use crate::broker::lifecycle::{EntryChange, LifecycleCmd};
+use crate::broker::lifecycle::{Activity, EntryChange, LifecycleCmd};
 use crate::config::{AgentConfig, HiveConfig};
 use crate::proto::Rebuild;
 use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, never, select, tick, unbounded, Receiver, Sender};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 pub use crate::proto::AgentState;
 
@@ -69,6 +69,43 @@ struct Agent {
     /// inherits it: a browser that reconnects while the harness restarts
     /// waits in its queue rather than failing.
     page: Option<std::os::unix::net::UnixListener>,
+    /// Taken out of the fleet file (`hive reload`): stopped, kept only to
+    /// show it `removed` until the operator forgets it.
+    removed: bool,
+    /// Its harness holds a message: a turn runs (the broker's
+    /// [`Activity`] notices).
+    busy: bool,
+    /// Where its latest start is on the way to its boot turn's end.
+    boot: Boot,
+    /// A restart onto its changed entry or the current binary that waits
+    /// for the running turn to end, until this instant at the latest.
+    after_turn: Option<Instant>,
+}
+
+/// How far a started harness got: `update --all` starts the next agent once
+/// the one before has run its boot turn (or paused, or failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Boot {
+    /// Spawned; its harness has not said it started.
+    Spawned,
+    /// Its harness started; its boot kick is queued or running.
+    Started,
+    /// Its boot turn ended (or it paused): it is settled.
+    Done,
+}
+
+/// How long `update --all` waits for one agent's boot turn before it goes
+/// on with the next (a turn that long is still running, not stuck).
+const UPDATE_SETTLE: Duration = Duration::from_secs(300);
+
+/// `hive update --all` under way: agents waiting their turn, and those being
+/// updated now (each with when the update began, unix s, and the latest
+/// instant it is waited for).
+#[derive(Default)]
+struct Updates {
+    queue: VecDeque<String>,
+    active: Vec<(String, i64, Instant)>,
+    parallel: usize,
 }
 
 impl Agent {
@@ -85,6 +122,10 @@ impl Agent {
             last_rebuild: None,
             needs_login: false,
             page: None,
+            removed: false,
+            busy: false,
+            boot: Boot::Done,
+            after_turn: None,
         }
     }
 }
@@ -114,6 +155,10 @@ pub struct Supervisor {
     exited: Receiver<Exited>,
     /// The agents' bash-task daemons (`bashd.rs`).
     bash: BashSup,
+    /// `hive update --all` under way.
+    updates: Updates,
+    /// Restarts `bridge-sup`'s Matrix bridge, when the hive has one.
+    bridge: Option<Sender<()>>,
 }
 
 /// Variables of `hive up`'s own environment that no agent gets: the operator's
@@ -168,7 +213,16 @@ impl Supervisor {
             exited_tx,
             exited,
             bash,
+            updates: Updates::default(),
+            bridge: None,
         }
+    }
+
+    /// The Matrix bridge `hive reload` restarts when the `matrix` section
+    /// changes.
+    pub fn with_bridge(mut self, restart: Option<Sender<()>>) -> Supervisor {
+        self.bridge = restart;
+        self
     }
 
     /// Runs until `Shutdown` or until every sender is gone (then stops the agents).
@@ -206,7 +260,13 @@ impl Supervisor {
 
     /// The nearest restart after backoff or end of a stop's grace.
     fn next_deadline(&self) -> Option<Instant> {
+        let turns = self.agents.values().filter_map(|a| a.after_turn);
+        let updates = self.updates.active.iter().map(|(_, _, until)| *until);
         child::next_deadline(self.agents.values().map(|a| &a.child))
+            .into_iter()
+            .chain(turns)
+            .chain(updates)
+            .min()
     }
 
     fn handle(&mut self, cmd: LifecycleCmd) {
@@ -248,6 +308,25 @@ impl Supervisor {
             LifecycleCmd::States { reply } => {
                 let _ = reply.send(self.states());
             }
+            LifecycleCmd::Reload { reply } => {
+                let r = self.reload();
+                let _ = reply.send(r);
+            }
+            LifecycleCmd::UpdateAll { parallel, reply } => {
+                let r = self.update_all(parallel);
+                let _ = reply.send(r);
+            }
+            LifecycleCmd::Forget { name } => {
+                if self
+                    .agents
+                    .get(&name)
+                    .is_some_and(|a| a.removed && a.child.is_stopped())
+                {
+                    self.agents.remove(&name);
+                    let _ = std::fs::remove_file(super::pages::socket_path(&self.s.run_dir, &name));
+                }
+            }
+            LifecycleCmd::Activity { name, activity } => self.on_activity(&name, activity),
             LifecycleCmd::NeedsLogin { name, needs } => {
                 // crash_watch reports changes since its last look: a login
                 // lost before its first look is still news, so it looks now,
@@ -321,6 +400,9 @@ impl Supervisor {
 
     fn start_cmd(&mut self, name: &str) -> Result<String, String> {
         let a = self.agent(name)?;
+        if a.removed {
+            return Err(removed_text(name));
+        }
         match a.child.phase() {
             Phase::Running(_) => Ok(format!("{name} is already running")),
             Phase::Stopping { .. } => {
@@ -360,20 +442,16 @@ impl Supervisor {
     }
 
     /// Restarts `name` onto the current binary and its entry as the fleet
-    /// file says it now (read again here, not the last tick's copy).
+    /// file says it now (read again here, not the last tick's copy), once
+    /// its running turn has ended.
     fn update(&mut self, name: &str) -> Result<String, String> {
-        let bin_now = bin_id(&self.s.exe);
         let entry = match self.s.config.clone() {
             Some(path) => {
-                let cfg = HiveConfig::load(&path).map_err(|e| {
-                    format!("update {name}: the fleet file does not load ({e}); fix it, then update again")
-                })?;
-                self.config_mtime = mtime(&path);
-                self.reload_desired(&cfg);
+                let cfg = self.load_fleet(&path, &format!("update {name}"))?;
                 let entry = cfg.agent(name).cloned().ok_or_else(|| {
                     format!(
                         "update {name}: {name} is not in the fleet file {} any more; put its \
-                         entry back, then update again",
+                         entry back, then update again (or `hive reload` to stop it)",
                         path.display()
                     )
                 })?;
@@ -382,14 +460,41 @@ impl Supervisor {
             None => None,
         };
         let a = self.agent(name)?;
-        if a.rebuilding {
-            return Ok(format!("{name} is already being rebuilt"));
-        }
         if let Some(entry) = entry {
             a.desired = (entry != a.applied).then_some(entry);
         }
-        let current =
-            a.desired.is_none() && (a.bin_at_start.is_none() || a.bin_at_start == bin_now);
+        self.rebuild(name)
+    }
+
+    /// Reads the fleet file, which must load whole (`what` names the
+    /// command in the error), and takes its entries as the agents' desired
+    /// ones.
+    fn load_fleet(&mut self, path: &Path, what: &str) -> Result<HiveConfig, String> {
+        let cfg = HiveConfig::load(path).map_err(|e| {
+            format!("{what}: the fleet file does not load ({e}); nothing changed: fix it, then try again")
+        })?;
+        self.config_mtime = mtime(path);
+        self.reload_desired(&cfg);
+        Ok(cfg)
+    }
+
+    /// Whether `a` runs the current binary and its desired entry.
+    fn is_current(&self, a: &Agent) -> bool {
+        a.desired.is_none() && (a.bin_at_start.is_none() || a.bin_at_start == bin_id(&self.s.exe))
+    }
+
+    /// Restarts `name` onto the current binary and its desired entry,
+    /// taken into what it runs now; a turn that runs ends first (at most
+    /// the stop grace later). Nothing for an agent already current.
+    fn rebuild(&mut self, name: &str) -> Result<String, String> {
+        let current = self.agents.get(name).is_some_and(|a| self.is_current(a));
+        let a = self.agent(name)?;
+        if a.removed {
+            return Err(removed_text(name));
+        }
+        if a.rebuilding || a.after_turn.is_some() {
+            return Ok(format!("{name} is already being rebuilt"));
+        }
         if current && a.child.is_running() {
             return Ok(format!(
                 "{name} already runs the current binary and config; nothing to do"
@@ -401,10 +506,386 @@ impl Supervisor {
         let cfg = a.applied.clone();
         self.set_hive_entry(&cfg);
         let _ = self.hub.send(HubMsg::ApplyAgent(cfg));
+        self.restart_after_turn(name)
+    }
+
+    /// Restarts `name` onto what it applies now, once the turn it runs has
+    /// ended: at once when none runs, else when the broker says it ended or
+    /// after the stop grace, whichever comes first.
+    fn restart_after_turn(&mut self, name: &str) -> Result<String, String> {
+        let grace = self.s.stop_grace;
+        let a = self.agent(name)?;
+        if a.busy && a.child.is_running() {
+            a.after_turn = Some(Instant::now() + grace);
+            return Ok(format!(
+                "{name} is in a turn: it restarts onto the current binary and config once the \
+                 turn ends (within {} s)",
+                grace.as_secs()
+            ));
+        }
         self.stop(name, Then::Start { rebuild: true })?;
         Ok(format!(
             "{name} is rebuilding: it restarts onto the current binary and config"
         ))
+    }
+
+    /// What the broker saw `name`'s harness do: a restart that waited for
+    /// the turn goes ahead when it ends; `update --all` moves on.
+    fn on_activity(&mut self, name: &str, activity: Activity) {
+        let Some(a) = self.agents.get_mut(name) else {
+            return;
+        };
+        match activity {
+            Activity::Started => {
+                a.busy = false;
+                if a.boot == Boot::Spawned {
+                    a.boot = Boot::Started;
+                }
+            }
+            Activity::Busy => a.busy = true,
+            Activity::Idle | Activity::Paused => {
+                if activity == Activity::Idle {
+                    a.busy = false;
+                }
+                if a.boot == Boot::Started {
+                    a.boot = Boot::Done;
+                }
+                if a.after_turn.is_some() && !a.busy {
+                    a.after_turn = None;
+                    log::info!("{name}'s turn ended: it restarts onto its update");
+                    let _ = self.stop(name, Then::Start { rebuild: true });
+                }
+            }
+        }
+        self.pump_updates();
+    }
+
+    /// `hive update --all`: every agent whose binary or entry changed is
+    /// queued, and updated `parallel` at a time. Stopped agents take their
+    /// entry and stay stopped.
+    fn update_all(&mut self, parallel: usize) -> Result<String, String> {
+        if let Some(path) = self.s.config.clone() {
+            self.load_fleet(&path, "update --all")?;
+        }
+        let mut stale = Vec::new();
+        let mut applied = Vec::new();
+        let names: Vec<String> = self.agents.keys().cloned().collect();
+        for name in names {
+            let Some(a) = self.agents.get(&name) else {
+                continue;
+            };
+            if a.removed || self.is_current(a) || a.rebuilding || a.after_turn.is_some() {
+                continue;
+            }
+            if self.updates.queue.contains(&name)
+                || self.updates.active.iter().any(|(n, _, _)| *n == name)
+            {
+                continue;
+            }
+            if a.child.is_stopped() {
+                if let Some(a) = self.agents.get_mut(&name) {
+                    if let Some(d) = a.desired.take() {
+                        a.applied = d.clone();
+                        self.set_hive_entry(&d);
+                        let _ = self.hub.send(HubMsg::ApplyAgent(d));
+                        applied.push(name);
+                    }
+                }
+                continue;
+            }
+            stale.push(name);
+        }
+        self.updates.parallel = parallel.max(1);
+        self.updates.queue.extend(stale.iter().cloned());
+        let mut text = if stale.is_empty() {
+            "every running agent runs the current binary and config; nothing to update".to_string()
+        } else {
+            format!(
+                "updating {} agent{}, at most {} at a time, each once the one before has run its \
+                 boot turn: {}",
+                stale.len(),
+                if stale.len() == 1 { "" } else { "s" },
+                self.updates.parallel,
+                stale.join(", ")
+            )
+        };
+        if !applied.is_empty() {
+            text.push_str(&format!(
+                "\nstopped, they take their new entry and run it once started: {}",
+                applied.join(", ")
+            ));
+        }
+        self.pump_updates();
+        Ok(text)
+    }
+
+    /// Moves `update --all` on: updates that settled (the agent ran its boot
+    /// turn, paused, failed to start, crashed, was stopped, or took longer
+    /// than [`UPDATE_SETTLE`]) leave; the next agents start theirs.
+    fn pump_updates(&mut self) {
+        let now = Instant::now();
+        let agents = &self.agents;
+        self.updates.active.retain(|(name, since, until)| {
+            let Some(a) = agents.get(name) else {
+                return false;
+            };
+            if now >= *until {
+                log::warn!(
+                    "update --all: {name} has not finished its boot turn in {} s; going on",
+                    UPDATE_SETTLE.as_secs()
+                );
+                return false;
+            }
+            let settled = a.after_turn.is_none()
+                && match a.child.phase() {
+                    Phase::Running(_) => !a.rebuilding && a.boot == Boot::Done,
+                    Phase::Stopping { .. } => false,
+                    Phase::Stopped => a.then == Then::Stay,
+                    Phase::Backoff(_) => {
+                        !a.rebuilding
+                            || a.last_rebuild
+                                .as_ref()
+                                .is_some_and(|r| !r.ok && r.at >= *since)
+                    }
+                };
+            !settled
+        });
+        while self.updates.active.len() < self.updates.parallel {
+            let Some(name) = self.updates.queue.pop_front() else {
+                break;
+            };
+            match self.rebuild(&name) {
+                Ok(text) => {
+                    log::info!("update --all: {text}");
+                    let busy = self
+                        .agents
+                        .get(&name)
+                        .is_some_and(|a| a.rebuilding || a.after_turn.is_some());
+                    if busy {
+                        self.updates
+                            .active
+                            .push((name, crate::proto::now(), now + UPDATE_SETTLE));
+                    }
+                }
+                Err(e) => log::warn!("update --all: {name}: {e}"),
+            }
+        }
+        if self.updates.active.is_empty()
+            && self.updates.queue.is_empty()
+            && self.updates.parallel > 0
+        {
+            log::info!("update --all: done");
+            self.updates.parallel = 0;
+        }
+    }
+
+    /// `hive reload`: the fleet file, read whole (a file that does not load
+    /// changes nothing), becomes the fleet. Added agents start (a removed
+    /// one that comes back finds its mail); removed ones stop and stay
+    /// listed as removed; changed ones restart onto their entry once their
+    /// turn ends (or take it at once, for the keys that apply live);
+    /// unchanged ones keep running, their harness untouched. Top-level keys
+    /// apply, or are named as needing a restart of `hive up`.
+    fn reload(&mut self) -> Result<String, String> {
+        let Some(path) = self.s.config.clone() else {
+            return Err(
+                "reload: this hive up runs without a fleet file (it was started without \
+                 --config), so there is nothing to read again"
+                    .into(),
+            );
+        };
+        let cfg = HiveConfig::load(&path).map_err(|e| {
+            format!(
+                "reload: the fleet file {} does not load, so nothing changed: {e}",
+                path.display()
+            )
+        })?;
+        self.config_mtime = mtime(&path);
+        let mut lines = Vec::new();
+        // The top level: what applies now, and what waits for a restart.
+        // Under a Matrix bridge the hive's names wait for a restart of hive
+        // up: the swarm knows the hive by them.
+        let bridged = self.hive.matrix.is_some() || cfg.matrix.is_some();
+        let names_differ =
+            cfg.hive_name != self.hive.hive_name || cfg.swarm_name != self.hive.swarm_name;
+        let names_changed = names_differ && !bridged;
+        let budget_changed = cfg.budget != self.hive.budget;
+        let mut later = Vec::new();
+        if cfg.web != self.hive.web {
+            later.push("web");
+        }
+        if cfg.operator_gid != self.hive.operator_gid {
+            later.push("operator_gid");
+        }
+        // A changed section restarts the bridge, which reads it from the
+        // broker at its start; adding or removing one (the broker's bridge
+        // socket) waits for a restart of hive up, as does a new hive name
+        // under a bridge (its Matrix device is named after the hive).
+        let mut bridge_restart = false;
+        if names_differ && bridged {
+            later.push("hive_name/swarm_name (under a Matrix bridge)");
+        }
+        match (&self.hive.matrix, &cfg.matrix) {
+            (Some(old), Some(new)) if old != new && !names_differ && self.bridge.is_some() => {
+                bridge_restart = true;
+            }
+            (old, new) if old != new => later.push("matrix"),
+            _ => {}
+        }
+        if cfg.retention != self.hive.retention {
+            later.push("retention");
+        }
+        // Removed: stopped, listed as removed, their mail kept.
+        let gone: Vec<String> = self
+            .agents
+            .iter()
+            .filter(|(name, a)| !a.removed && cfg.agent(name).is_none())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &gone {
+            let _ = self.stop(name, Then::Stay);
+            if let Some(a) = self.agents.get_mut(name) {
+                a.removed = true;
+                a.desired = None;
+                a.after_turn = None;
+            }
+            self.updates.queue.retain(|n| n != name);
+            self.hive.agents.retain(|a| a.name != *name);
+            lines.push(format!(
+                "{name}: removed from the fleet; it stops, and its queued mail is kept until \
+                 `hive forget {name}`"
+            ));
+        }
+        // The broker takes the new fleet before anything starts on it.
+        if names_changed {
+            self.hive.hive_name = cfg.hive_name.clone();
+            self.hive.swarm_name = cfg.swarm_name.clone();
+        }
+        self.hive.budget = cfg.budget.clone();
+        let _ = self.hub.send(HubMsg::Fleet(cfg.clone()));
+        if bridge_restart {
+            self.hive.matrix = cfg.matrix.clone();
+            if let Some(b) = &self.bridge {
+                let _ = b.send(());
+            }
+            lines.push("matrix: changed; the Matrix bridge restarts onto it".into());
+        }
+        // Added: supervised and started.
+        let timing = Timing::of(&self.s);
+        let mut added = std::collections::BTreeSet::new();
+        for entry in &cfg.agents {
+            let name = &entry.name;
+            let back = self.agents.get(name).is_some_and(|a| a.removed);
+            if self.agents.contains_key(name) && !back {
+                continue;
+            }
+            if back {
+                // Its page socket and state dir are kept; a fresh record.
+                if let Some(a) = self.agents.get_mut(name) {
+                    if !a.child.is_stopped() {
+                        // Still stopping: it starts again once it has exited.
+                        a.removed = false;
+                        a.applied = entry.clone();
+                        a.then = Then::Start { rebuild: false };
+                        self.set_hive_entry(entry);
+                        added.insert(name.clone());
+                        lines.push(format!(
+                            "{name}: back in the fleet; it starts once it has stopped"
+                        ));
+                        continue;
+                    }
+                }
+                self.agents.remove(name);
+            }
+            self.set_hive_entry(entry);
+            added.insert(name.clone());
+            self.agents
+                .insert(name.clone(), Agent::new(entry.clone(), timing));
+            lines.push(match self.spawn(name) {
+                Ok(()) if back => {
+                    format!("{name}: back in the fleet and started; its kept mail reaches it")
+                }
+                Ok(()) => format!("{name}: added and started"),
+                Err(e) => format!("{name}: added, but it did not start ({e}); it is tried again"),
+            });
+        }
+        // Changed: live keys now, the rest at a restart after the turn.
+        self.reload_desired(&cfg);
+        let names: Vec<String> = self
+            .agents
+            .iter()
+            .filter(|(n, a)| !a.removed && !added.contains(*n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        let mut unchanged = 0;
+        for name in names {
+            let Some(a) = self.agents.get(&name) else {
+                continue;
+            };
+            let changed = a.desired.is_some() || (names_changed && !a.child.is_stopped());
+            if !changed {
+                unchanged += 1;
+                continue;
+            }
+            if a.child.is_stopped() {
+                if let Some(a) = self.agents.get_mut(&name) {
+                    if let Some(d) = a.desired.take() {
+                        a.applied = d.clone();
+                        self.set_hive_entry(&d);
+                        let _ = self.hub.send(HubMsg::ApplyAgent(d));
+                    }
+                }
+                lines.push(format!(
+                    "{name}: has its new entry; it is stopped and runs it once started"
+                ));
+                continue;
+            }
+            let r = match self.agents.get_mut(&name) {
+                // Only the hive's names changed: the same entry, restarted.
+                Some(a) if a.desired.is_none() => self.restart_after_turn(&name),
+                _ => self.rebuild(&name),
+            };
+            lines.push(format!("{name}: {}", r.unwrap_or_else(|e| e)));
+        }
+        if names_changed {
+            lines.push(format!(
+                "hive_name/swarm_name: now {} / {}; every running agent restarts onto them once \
+                 its turn ends",
+                cfg.hive_name.as_deref().unwrap_or("(none)"),
+                cfg.swarm_name.as_deref().unwrap_or("(none)")
+            ));
+        }
+        if budget_changed {
+            lines.push("budget: applies now".into());
+        }
+        if !later.is_empty() {
+            lines.push(format!(
+                "{} changed: {} applied at the next start of hive up (restart it to apply {})",
+                later.join(", "),
+                if later.len() == 1 {
+                    "it is"
+                } else {
+                    "they are"
+                },
+                if later.len() == 1 { "it" } else { "them" },
+            ));
+        }
+        let total = lines.len();
+        let mut text = format!(
+            "reloaded {}: {} unchanged agent{} keep running",
+            path.display(),
+            unchanged,
+            if unchanged == 1 { "" } else { "s" }
+        );
+        if total == 0 {
+            text.push_str("; nothing else changed");
+        }
+        for l in lines {
+            text.push('\n');
+            text.push_str(&l);
+        }
+        log::info!("{text}");
+        Ok(text)
     }
 
     /// Carries out a change of an agent's entry: for an agent it runs, the
@@ -493,6 +974,8 @@ impl Supervisor {
         match result {
             Ok(child) => {
                 log::info!("started {name} (pid {})", child.id());
+                a.boot = Boot::Spawned;
+                a.busy = false;
                 // Unwatched, its exit would never be seen: it is stopped now
                 // and tried again after backoff.
                 if let Err(e) = a.child.run(child, format!("wait-{name}"), name, &exited) {
@@ -738,10 +1221,9 @@ impl Supervisor {
             }
         };
         for entry in &cfg.agents {
-            if !self.agents.contains_key(&entry.name) {
+            if self.agents.get(&entry.name).is_none_or(|a| a.removed) {
                 log::warn!(
-                    "{} is in the fleet file but not supervised: new agents start through an \
-                     approved request_spawn or a restart of hive up",
+                    "{} is in the fleet file but not supervised yet: `hive reload` starts it",
                     entry.name
                 );
             }
@@ -828,7 +1310,12 @@ impl Supervisor {
     }
 
     fn crash_watch(&mut self) {
-        let names: Vec<String> = self.agents.keys().cloned().collect();
+        let names: Vec<String> = self
+            .agents
+            .iter()
+            .filter(|(_, a)| !a.removed)
+            .map(|(n, _)| n.clone())
+            .collect();
         for name in names {
             let axes = match self.agents.get(&name) {
                 Some(a) => self.axes(a),
@@ -863,6 +1350,8 @@ impl Supervisor {
             .map(|(name, a)| {
                 let axes = a.watch.last().unwrap_or_else(|| self.axes(a));
                 let (state, pid) = match a.child.phase() {
+                    _ if a.removed => ("removed", a.child.pid()),
+                    Phase::Running(c) if a.after_turn.is_some() => ("rebuilding", Some(c.id())),
                     Phase::Running(c) => ("running", Some(c.id())),
                     Phase::Stopping { child, .. } if a.rebuilding => {
                         ("rebuilding", Some(child.id()))
@@ -904,11 +1393,16 @@ impl Owner for Supervisor {
         let name = &e.name;
         match a.child.on_exit(e.pid) {
             Some(Ended::Crashed { status, up, .. }) => {
+                // Its turn, if one ran, ended with it (the next harness
+                // requeues the message); a restart that waited for it is due.
+                a.busy = false;
+                a.after_turn = None;
                 let wait = a.child.after_crash(up);
                 log::warn!("{name} exited ({status}) after {up:?}; restarting in {wait:?}");
             }
             Some(Ended::Stopped { status }) => {
                 log::info!("{name} stopped ({status})");
+                a.busy = false;
                 if matches!(a.then, Then::Start { .. }) {
                     let _ = self.spawn(name);
                 }
@@ -928,7 +1422,34 @@ impl Owner for Supervisor {
         for name in due {
             let _ = self.spawn(&name);
         }
+        // Restarts that waited for a turn longer than the stop grace go
+        // ahead: the turn is cut, its message requeued by the harness.
+        let late: Vec<String> = self
+            .agents
+            .iter_mut()
+            .filter(|(_, a)| a.after_turn.is_some_and(|t| t <= now))
+            .map(|(name, a)| {
+                a.after_turn = None;
+                name.clone()
+            })
+            .collect();
+        for name in late {
+            log::warn!(
+                "{name}'s turn did not end within the stop grace; it restarts onto its update \
+                 now (the message is requeued)"
+            );
+            let _ = self.stop(&name, Then::Start { rebuild: true });
+        }
+        self.pump_updates();
     }
+}
+
+/// The refusal of a command on an agent taken out of the fleet.
+fn removed_text(name: &str) -> String {
+    format!(
+        "{name} was removed from the fleet; put its entry back in the fleet file and run `hive \
+         reload` to start it again (or `hive forget {name}` to drop its kept mail)"
+    )
 }
 
 /// `name`'s page on the hive's `origin` (`http://127.0.0.1:7890/`): the same

@@ -255,6 +255,10 @@ commands! {
     "stop_agent"           => StopAgent:         Operator;
     "restart_agent"        => RestartAgent:      Operator;
     "update_agent"         => UpdateAgent:       Operator;
+    // issue 39: the fleet file applied while the hive runs
+    "reload"               => Reload:            Operator;
+    "update_all"           => UpdateAll:         Operator;
+    "forget_agent"         => ForgetAgent:       Operator;
     "set_permissions"      => SetPermissions:    Operator;
     "version"              => Version:           Operator;
     "failed"               => Failed:            Operator;

@@ -106,6 +106,9 @@ open_enum! {
         Restarting = "restarting",
         /// Restarting onto the current binary and fleet entry.
         Rebuilding = "rebuilding",
+        /// Taken out of the fleet file (`hive reload`): stopped, its mail
+        /// kept until `hive forget`.
+        Removed = "removed",
     }
 }
 

@@ -236,6 +236,10 @@ pub struct AgentRow {
     /// returns to the configured one or that one changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_override: Option<String>,
+    /// Taken out of the fleet file: refused as a recipient, its mail kept
+    /// until the operator's `forget_agent`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
 }
 
 /// One agent as the supervisor of `hive up` sees it (`supervision`, the

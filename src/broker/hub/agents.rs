@@ -159,8 +159,15 @@ impl Hub<'_> {
 
     pub(super) fn agents(&mut self) -> Result<AgentsReply, String> {
         let mut rows = Vec::new();
-        let names: Vec<String> = self.cfg.agents.iter().map(|a| a.name.clone()).collect();
-        for name in names {
+        let mut names: Vec<(String, bool)> = self
+            .cfg
+            .agents
+            .iter()
+            .map(|a| (a.name.clone(), false))
+            .collect();
+        // Taken out of the fleet, their mail kept: listed after the fleet.
+        names.extend(self.removed_agents().into_iter().map(|n| (n, true)));
+        for (name, removed) in names {
             let s = self.db.stats(&name).map_err(db_err)?;
             let pool = self.pool_of(&name);
             let broker_pause = self.broker_pause(&name);
@@ -189,6 +196,7 @@ impl Hub<'_> {
                     .model_override(&name)
                     .map_err(db_err)?
                     .map(|(m, _)| m),
+                removed,
             });
         }
         let mut budget = Budget::new();

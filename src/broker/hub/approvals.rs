@@ -314,6 +314,7 @@ impl Hub<'_> {
             .and_then(|_| match &self.settings.run_dir {
                 Some(run_dir) => {
                     let (listener, path) = crate::broker::bind::agent_listener(run_dir, &entry)?;
+                    self.bound.insert(entry.name.clone());
                     self.new_sockets.push(NewSocket {
                         listener,
                         who: Identity::Agent(entry.name.clone()),

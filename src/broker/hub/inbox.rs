@@ -733,7 +733,10 @@ impl Hub<'_> {
     /// `failed`: the dead letters, of every agent or of one.
     pub(super) fn failed(&self, c: Failed) -> Result<FailedReply, String> {
         if let Some(a) = &c.agent {
-            self.check_agent(a)?;
+            // A forgotten agent's dead letters are still listed by its name.
+            if self.check_agent(a).is_err() && self.db.count_failed(a).map_err(db_err)? == 0 {
+                self.check_agent(a)?;
+            }
         }
         let rows = self.db.failed(c.agent.as_deref()).map_err(db_err)?;
         let mut budget = limits::Budget::new();
@@ -753,6 +756,14 @@ impl Hub<'_> {
         };
         if state != MsgState::Failed {
             return Err(format!("message #{} is {state}, not failed", c.id));
+        }
+        // Mail of an agent taken out of the fleet waits for it to be back.
+        if agent != "operator" && !agent.contains('@') && self.cfg.agent(&agent).is_none() {
+            return Err(format!(
+                "message #{} is for {agent}, which is not in the fleet; put its entry back \
+                 (`hive reload`), then retry",
+                c.id
+            ));
         }
         if !self.db.retry(c.id).map_err(db_err)? {
             return Err(format!("message #{} changed state; try again", c.id));

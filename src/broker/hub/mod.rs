@@ -115,6 +115,11 @@ pub enum HubMsg {
     /// The fleet file's top-level `budget` as the supervisor read it
     /// (issue 16: it applies live).
     HiveBudget(Option<crate::proto::Budget>),
+    /// The fleet file as `hive reload` read it (validated whole): its
+    /// agents replace the hub's (an agent no longer there is removed:
+    /// refused as a recipient, its mail kept until `forget_agent`; a new one
+    /// gets its socket), and its `hive_name` and `swarm_name` apply.
+    Fleet(crate::config::HiveConfig),
     /// The second half of an offloaded request: the connection thread did the
     /// blocking part and the hub now decides and changes its state.
     Followup {
@@ -424,6 +429,16 @@ pub struct Hub<'c> {
     peers: BTreeMap<ConnId, u32>,
     /// What each agent stored, against its quotas (`quotas.rs`).
     quotas: quotas::Quotas,
+    /// Agents the broker knows (a row, or mail) that the fleet file no
+    /// longer names (`lifecycle.rs`): refused as recipients, their mail kept
+    /// until `forget_agent`.
+    removed: BTreeSet<String>,
+    /// Agents with a socket the loop serves: the fleet's at start, and every
+    /// one bound since (an approved spawn, an agent `hive reload` added).
+    bound: BTreeSet<String>,
+    /// Agents whose harness holds a message (a turn runs), as last told to
+    /// the supervisor (`LifecycleCmd::Activity`).
+    busy: BTreeSet<String>,
 }
 
 fn db_err(e: rusqlite::Error) -> String {
@@ -455,6 +470,7 @@ impl<'c> Hub<'c> {
             log::error!("cannot read the agents' stored bytes: {e}; they count from zero");
             Default::default()
         });
+        let bound = cfg.agents.iter().map(|a| a.name.clone()).collect();
         Hub {
             db,
             cfg,
@@ -484,12 +500,16 @@ impl<'c> Hub<'c> {
             resumes: resume::Resumes::default(),
             peers: BTreeMap::new(),
             quotas: quotas::Quotas::new(stored),
+            removed: BTreeSet::new(),
+            bound,
+            busy: BTreeSet::new(),
         }
     }
 
     /// Fires what fell due while the broker was down; the loop calls it once
     /// before serving.
     pub fn begin(&mut self) {
+        self.find_removed();
         self.fire_due();
         self.fire_pauses();
     }
@@ -508,6 +528,7 @@ impl<'c> Hub<'c> {
                 }
             }
             HubMsg::ApplyAgent(a) => self.apply_agent(a),
+            HubMsg::Fleet(cfg) => self.set_fleet(cfg),
             HubMsg::HiveBudget(b) => {
                 if self.cfg.budget != b {
                     self.cfg.budget = b;
@@ -670,7 +691,11 @@ impl<'c> Hub<'c> {
             can_wait,
             via,
         };
-        self.dispatch(&ctx, req)
+        let out = self.dispatch(&ctx, req);
+        if let (Identity::Agent(a), Access::Harness) = (who, access) {
+            self.tell_activity(a, cmd);
+        }
+        out
     }
 
     /// A report of `agent`'s harness (or bash daemon) came in on its socket
@@ -810,6 +835,9 @@ impl<'c> Hub<'c> {
             Request::StopAgent(c) => self.done(c, |h, c| h.operator_stop(c)),
             Request::RestartAgent(c) => self.done(c, |h, c| h.operator_restart(c)),
             Request::UpdateAgent(c) => self.done(c, |h, c| h.operator_update(c)),
+            Request::Reload(c) => self.done(c, |h, _| h.reload()),
+            Request::UpdateAll(c) => self.done(c, |h, c| h.update_all(c)),
+            Request::ForgetAgent(c) => self.now(c, |h, c| h.forget(c)),
             // approvals.rs
             Request::RequestApplyCommit(c) => self.done(c, |h, c| h.request_apply_commit(agent, c)),
             Request::Approvals(c) => self.now(c, |h, _| h.approvals()),
@@ -924,6 +952,12 @@ impl<'c> Hub<'c> {
     /// first 20, then how many more).
     fn unknown_agent(&self, name: &str) -> String {
         const SHOWN: usize = 20;
+        if self.removed.contains(name) {
+            return format!(
+                "{name} was removed from the fleet; its queued mail is kept until the operator \
+                 runs `hive forget {name}`, and reaches it if its entry comes back (`hive reload`)"
+            );
+        }
         let names: Vec<&str> = self.cfg.agents.iter().map(|a| a.name.as_str()).collect();
         let mut known = names
             .iter()

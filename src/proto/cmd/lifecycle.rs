@@ -129,6 +129,61 @@ impl Command for UpdateAgent {
     }
 }
 
+/// Operator: re-reads the fleet file and applies it whole (`hive reload`, the
+/// dashboard's Reload, `ExecReload`): added agents start, removed ones stop
+/// (their mail is kept until `forget_agent`), changed ones restart onto their
+/// entry once their turn ends, unchanged ones keep running. A file that does
+/// not load changes nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reload {}
+
+impl Command for Reload {
+    type Reply = TextReply;
+}
+
+/// The most agents `update_all` restarts at once.
+pub const MAX_PARALLEL_UPDATES: u32 = 64;
+
+/// Operator: updates every agent whose binary or fleet entry changed
+/// (`hive update --all`), at most `parallel` at a time (2 when absent), each
+/// after the one before it has run its boot turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateAll {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<u32>,
+}
+
+impl Command for UpdateAll {
+    type Reply = TextReply;
+    fn validate(&self) -> Result<(), Invalid> {
+        match self.parallel {
+            Some(n) if n == 0 || n > MAX_PARALLEL_UPDATES => Err(Invalid::arg(
+                "parallel",
+                format!("got {n}; it must be from 1 to {MAX_PARALLEL_UPDATES}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Operator: an agent removed from the fleet is forgotten (`hive forget`):
+/// its queued mail is dead-lettered (`failed` and `retry` still see it) and
+/// the broker's row of it is dropped. Its data dir stays.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetAgent {
+    pub name: String,
+}
+
+impl Command for ForgetAgent {
+    type Reply = TextReply;
+    fn validate(&self) -> Result<(), Invalid> {
+        check_agent_arg(&self.name)
+    }
+}
+
 /// The agent an operator lifecycle command names: not blank.
 fn check_agent_arg(name: &str) -> Result<(), Invalid> {
     if name.trim().is_empty() {
@@ -216,6 +271,31 @@ mod samples {
                 name: "ruth".into(),
             }
         }
+    }
+
+    impl Sample for Reload {
+        fn sample() -> Self {
+            Reload {}
+        }
+    }
+    impl Sample for UpdateAll {
+        fn sample() -> Self {
+            UpdateAll { parallel: Some(2) }
+        }
+    }
+    impl Sample for ForgetAgent {
+        fn sample() -> Self {
+            ForgetAgent { name: "old".into() }
+        }
+    }
+
+    #[test]
+    fn update_all_takes_from_1_to_64_at_a_time() {
+        assert!(UpdateAll { parallel: None }.validate().is_ok());
+        assert!(UpdateAll { parallel: Some(64) }.validate().is_ok());
+        let e = UpdateAll { parallel: Some(0) }.validate().unwrap_err();
+        assert_eq!(e.to_string(), "parallel got 0; it must be from 1 to 64");
+        assert!(UpdateAll { parallel: Some(65) }.validate().is_err());
     }
 
     #[test]
