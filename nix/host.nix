@@ -203,7 +203,7 @@ in
       restartTriggers = [ cfg.package ];
       serviceConfig = {
         ExecStart = "${cfg.package}/bin/hive up --config ${cfg.stateDir}/hive.json --data ${cfg.stateDir}";
-        ExecReload = "${cfg.package}/bin/hive reload";
+        ExecReload = "${cfg.package}/bin/hive reload --socket ${hostSocket}";
         User = up.user;
         Group = up.group;
         StateDirectory = lib.removePrefix "/var/lib/" cfg.stateDir;

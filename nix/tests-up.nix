@@ -46,7 +46,7 @@ let
 in
 check "exec" unit.serviceConfig.ExecStart
   "/nix/store/stub-hive/bin/hive up --config /var/lib/hyperhive/hive.json --data /var/lib/hyperhive"
-++ check "reload" unit.serviceConfig.ExecReload "/nix/store/stub-hive/bin/hive reload"
+++ check "reload" unit.serviceConfig.ExecReload "/nix/store/stub-hive/bin/hive reload --socket /var/lib/hyperhive/run/host.sock"
 ++ check "a dedicated non-root user" [ unit.serviceConfig.User unit.serviceConfig.Group ex.host.users.users.hyperhive.isSystemUser (ex.host.users.groups ? hyperhive) ]
   [ "hyperhive" "hyperhive" true true ]
 ++ check "isolation required" unit.environment.HIVE_ISOLATION "required"

@@ -569,3 +569,146 @@ fn hive_budget_set_under_the_module_survives_a_rebuild() {
     assert_eq!(agent(&v, "ana").unwrap()["budget"]["usd"], 5.0, "{v}");
     assert_eq!(agent(&v, "ruth").unwrap()["model"], "opus", "{v}");
 }
+
+/// The agents' supervision states over the host socket: name → (state, pid,
+/// model it runs).
+fn states(socket: &Path) -> Option<Vec<(String, String, Option<u32>, Option<String>)>> {
+    use hyperhive::proto::cmd::{Supervision, SupervisionReply};
+    let mut c = hyperhive::proto::Client::connect(socket).ok()?;
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    let r: SupervisionReply = c.call(&Supervision {}).ok()?;
+    Some(
+        r.agents
+            .into_iter()
+            .map(|a| {
+                let state = serde_json::to_value(&a.state).unwrap();
+                (
+                    a.name,
+                    state.as_str().unwrap_or("").to_string(),
+                    a.pid,
+                    a.applied.model,
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Waits (at most 30 s) until `ok` holds of the agents' states.
+fn wait_states(
+    socket: &Path,
+    what: &str,
+    ok: impl Fn(&[(String, String, Option<u32>, Option<String>)]) -> bool,
+) -> Vec<(String, String, Option<u32>, Option<String>)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let now = states(socket);
+        if let Some(s) = &now {
+            if ok(s) {
+                return s.clone();
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {now:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A rebuild that changes one entry and adds one, as the module carries it
+/// out: the activation step merges the file, then the unit's `ExecReload`
+/// (run here as the unit has it) applies it — the changed agent restarts
+/// onto its new model, the added one starts, and the other keeps its
+/// harness (the same pid).
+#[test]
+fn a_rebuild_that_changes_one_entry_reloads_and_keeps_the_others_running() {
+    let t = Tmp::new("reload");
+    let bin = t.0.join("pkg/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_hive"), bin.join("hive")).unwrap();
+    let id = |flag: &str| {
+        let o = Command::new("id").arg(flag).output().unwrap();
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    };
+    let data = t.0.join("data");
+    let declared = t.0.join("declared.json");
+    let common = format!(
+        r#"hive = "{}"; dataDir = "{}"; declaredPath = "{}"; user = "{}"; group = "{}";
+           upOver = {{ listen = "127.0.0.1:0"; }};"#,
+        t.0.join("pkg").display(),
+        data.display(),
+        declared.display(),
+        id("-un"),
+        id("-gn")
+    );
+    let rebuild = |agents: &str| -> Option<(Output, String)> {
+        let args = format!("{common} agents = {{ {agents} }};");
+        let fleet = up_example(&args, "fleet")?;
+        let script = up_example(&args, "activation")?;
+        let reload = up_example(&args, "unit.serviceConfig.ExecReload")?;
+        std::fs::write(&declared, fleet).unwrap();
+        Some((activate(&script), reload))
+    };
+    let Some((first, _)) =
+        rebuild(r#"ruth = { model = "sonnet"; }; ana = { parent = "ruth"; model = "haiku"; };"#)
+    else {
+        return;
+    };
+    assert!(first.status.success(), "{first:?}");
+    let file = data.join("hive.json");
+    let log_path = t.0.join("up.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut up = Command::new(env!("CARGO_BIN_EXE_hive"))
+        .args(["up", "--config", &file.display().to_string()])
+        .args(["--data", &data.display().to_string()])
+        .env("HIVE_CLAUDE_BIN", "/bin/false")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("HIVE_HOST_SOCKET")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let socket = data.join("run/host.sock");
+    let running = |s: &[(String, String, Option<u32>, Option<String>)], name: &str| {
+        s.iter()
+            .find(|a| a.0 == name && a.1 == "running")
+            .and_then(|a| a.2)
+    };
+    let before = wait_states(&socket, "ruth and ana to run", |s| {
+        running(s, "ruth").is_some() && running(s, "ana").is_some()
+    });
+    let (ruth, ana) = (running(&before, "ruth"), running(&before, "ana"));
+    let (second, reload) = rebuild(
+        r#"ruth = { model = "sonnet"; }; ana = { parent = "ruth"; model = "opus"; }; cat = { };"#,
+    )
+    .unwrap();
+    assert!(second.status.success(), "{second:?}");
+    let argv: Vec<&str> = reload.split_whitespace().collect();
+    let out = Command::new(argv[0]).args(&argv[1..]).output().unwrap();
+    let after = wait_states(&socket, "ana restarted on opus and cat running", |s| {
+        running(s, "cat").is_some()
+            && running(s, "ana").is_some_and(|p| Some(p) != ana)
+            && s.iter()
+                .any(|a| a.0 == "ana" && a.3.as_deref() == Some("opus"))
+    });
+    let _ = Command::new("kill")
+        .args(["-TERM", &up.id().to_string()])
+        .status();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while up.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = up.kill();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = up.wait();
+    assert!(
+        out.status.success(),
+        "{reload}: {out:?}\n{}",
+        std::fs::read_to_string(&log_path).unwrap_or_default()
+    );
+    assert_eq!(running(&after, "ruth"), ruth, "ruth keeps its harness");
+}
