@@ -570,9 +570,11 @@ fn hive_budget_set_under_the_module_survives_a_rebuild() {
     assert_eq!(agent(&v, "ruth").unwrap()["model"], "opus", "{v}");
 }
 
-/// The agents' supervision states over the host socket: name → (state, pid,
-/// model it runs).
-fn states(socket: &Path) -> Option<Vec<(String, String, Option<u32>, Option<String>)>> {
+/// One agent as the supervisor shows it: name, state, pid, the model it runs.
+type Seen = (String, String, Option<u32>, Option<String>);
+
+/// The agents' supervision states over the host socket.
+fn states(socket: &Path) -> Option<Vec<Seen>> {
     use hyperhive::proto::cmd::{Supervision, SupervisionReply};
     let mut c = hyperhive::proto::Client::connect(socket).ok()?;
     c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
@@ -595,11 +597,7 @@ fn states(socket: &Path) -> Option<Vec<(String, String, Option<u32>, Option<Stri
 }
 
 /// Waits (at most 30 s) until `ok` holds of the agents' states.
-fn wait_states(
-    socket: &Path,
-    what: &str,
-    ok: impl Fn(&[(String, String, Option<u32>, Option<String>)]) -> bool,
-) -> Vec<(String, String, Option<u32>, Option<String>)> {
+fn wait_states(socket: &Path, what: &str, ok: impl Fn(&[Seen]) -> bool) -> Vec<Seen> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let now = states(socket);
@@ -671,7 +669,7 @@ fn a_rebuild_that_changes_one_entry_reloads_and_keeps_the_others_running() {
         .spawn()
         .unwrap();
     let socket = data.join("run/host.sock");
-    let running = |s: &[(String, String, Option<u32>, Option<String>)], name: &str| {
+    let running = |s: &[Seen], name: &str| {
         s.iter()
             .find(|a| a.0 == name && a.1 == "running")
             .and_then(|a| a.2)
