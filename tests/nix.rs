@@ -476,12 +476,65 @@ fn a_path_key_is_shown_read_only_in_the_sandbox() {
     assert_eq!(std::fs::read_to_string(&icon).unwrap(), "<svg/>");
 }
 
-/// `hive budget set` under the module's layout: `hive up` runs on the file
-/// the activation step installed (DATA/hive.json, in its own data dir), the
-/// operator's `hive budget set` writes it, and the next rebuild's
-/// activation keeps that budget while it applies the declared change.
+/// Calls `request_spawn` for `name` as the agent whose socket is `socket`,
+/// through `hive mcp` (what its claude runs); the approval's id.
+fn request_spawn(socket: &Path, name: &str) -> i64 {
+    use std::io::{BufRead, Write};
+    let mut mcp = Command::new(env!("CARGO_BIN_EXE_hive"))
+        .arg("mcp")
+        .env("HIVE_SOCKET", socket)
+        // What hive up gives ruth's claude (the broker enforces its entry's).
+        .env("HIVE_TOOL_GROUPS", "messaging,lifecycle")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = mcp.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut stdin = mcp.stdin.take().unwrap();
+    for msg in [
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params":
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params":
+            {"name": "request_spawn", "arguments": {"name": name}}}),
+    ] {
+        writeln!(stdin, "{msg}").unwrap();
+    }
+    let answer = loop {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("hive mcp's answer to request_spawn");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["id"] == 2 {
+            break v;
+        }
+    };
+    drop(stdin);
+    let _ = mcp.kill();
+    let _ = mcp.wait();
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"));
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    v["id"].as_i64().unwrap_or_else(|| panic!("{text}"))
+}
+
+/// The operator's writes under the module's layout: `hive up` runs on the
+/// file the activation step installed (DATA/hive.json, in its own data
+/// dir); an agent's spawn, approved with `hive approve`, and `hive budget
+/// set` write it; the next rebuild's activation keeps both while it applies
+/// the declared change.
 #[test]
-fn hive_budget_set_under_the_module_survives_a_rebuild() {
+fn a_spawn_and_hive_budget_set_under_the_module_survive_a_rebuild() {
     let t = Tmp::new("budget");
     let bin = t.0.join("pkg/bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -508,8 +561,8 @@ fn hive_budget_set_under_the_module_survives_a_rebuild() {
         std::fs::write(&declared, fleet).unwrap();
         Some(activate(&script))
     };
-    let Some(first) = rebuild(r#"ruth = { model = "sonnet"; }; ana = { parent = "ruth"; };"#)
-    else {
+    let ruth = r#"ruth = { model = "sonnet"; toolGroups = [ "messaging" "meta" "inbox" "execution" "lifecycle" ]; };"#;
+    let Some(first) = rebuild(&format!(r#"{ruth} ana = {{ parent = "ruth"; }};"#)) else {
         return;
     };
     assert!(first.status.success(), "{first:?}");
@@ -542,6 +595,9 @@ fn hive_budget_set_under_the_module_survives_a_rebuild() {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
+    let shown = socket.display().to_string();
+    let spawn = request_spawn(&data.join("run/agents/ruth/mcp.sock"), "kid");
+    let approved = hive(&["approve", &spawn.to_string(), "--socket", &shown]);
     let _ = Command::new("kill")
         .args(["-TERM", &up.id().to_string()])
         .status();
@@ -554,6 +610,7 @@ fn hive_budget_set_under_the_module_survives_a_rebuild() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let _ = up.wait();
+    assert!(approved.status.success(), "{approved:?}");
     assert!(
         set.status.success(),
         "{set:?}\n{}",
@@ -563,10 +620,13 @@ fn hive_budget_set_under_the_module_survives_a_rebuild() {
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap()
     };
     assert_eq!(agent(&read(), "ana").unwrap()["budget"]["usd"], 5.0);
-    let second = rebuild(r#"ruth = { model = "opus"; }; ana = { parent = "ruth"; };"#).unwrap();
+    assert_eq!(agent(&read(), "kid").unwrap()["parent"], "ruth");
+    let ruth = ruth.replace("sonnet", "opus");
+    let second = rebuild(&format!(r#"{ruth} ana = {{ parent = "ruth"; }};"#)).unwrap();
     assert!(second.status.success(), "{second:?}");
     let v = read();
     assert_eq!(agent(&v, "ana").unwrap()["budget"]["usd"], 5.0, "{v}");
+    assert_eq!(agent(&v, "kid").unwrap()["parent"], "ruth", "{v}");
     assert_eq!(agent(&v, "ruth").unwrap()["model"], "opus", "{v}");
 }
 
