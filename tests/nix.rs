@@ -8,7 +8,11 @@
 //! the fleet file it generates is run through `hive fleet check` (what `hive
 //! up` loads) and its activation step through bash on real files with the
 //! binary under test: the operator's writes kept, a declared change applied, a
-//! conflict refused naming the key. Skips loudly
+//! conflict refused naming the key; then a real `hive up` on the activated
+//! file: an approved spawn and `hive budget set` write it and survive the next
+//! rebuild, and a rebuild carried out as the unit does (activation, then its
+//! `ExecReload`) restarts the changed agent and keeps the other's pid; and a
+//! path key is shown read-only in `hive __sandbox`. Skips loudly
 //! without `nix-instantiate` (Debian's `nix-bin`); fails instead under
 //! `HIVE_REQUIRE_REAL_CLAUDE=1` (CI).
 
