@@ -187,6 +187,68 @@ rec {
     // (if (a.socketUid or null) != null then { socket_uid = a.socketUid; } else { })
     // (if (a.socketGid or null) != null then { socket_gid = a.socketGid; } else { });
 
+  # One agent's entry of the fleet file `hive up` runs (docs/fleet.md) from
+  # the host module's per-agent options: the broker's keys and every option
+  # of an agent module, each under its fleet-file key. Options at their
+  # default are left out (cargo.shortMessages and autoCompact default to
+  # true, so only false is written). Path values are given as strings
+  # (host.nix interpolates a nix path into the store first).
+  fleetEntry = name: a:
+    let
+      opt = cond: attrs: if cond then attrs else { };
+      set = k: (a.${k} or null) != null;
+      nonEmpty = k: (a.${k} or [ ]) != [ ] && (a.${k} or { }) != { } && (a.${k} or null) != null;
+      link = l: { inherit (l) label url; } // opt ((l.icon or "") != "") { inherit (l) icon; };
+    in
+    brokerEntry name a
+    // opt (set "autoCompact" && !a.autoCompact) { auto_compact = false; }
+    // opt (set "icon") { icon = a.icon; }
+    // opt (nonEmpty "dashboardLinks") { dashboard_links = map link a.dashboardLinks; }
+    // opt (set "staticDir") { static_dir = a.staticDir; }
+    // opt (set "webDist") { web_dist = a.webDist; }
+    // opt ((a.forge.url or null) != null) { forge_url = a.forge.url; }
+    // opt ((a.matrix.url or null) != null) { matrix_url = a.matrix.url; }
+    // opt (set "claudeMarketplaces") { claude_marketplaces = a.claudeMarketplaces; }
+    // opt (nonEmpty "claudePlugins") { claude_plugins = a.claudePlugins; }
+    // opt ((a.claudePluginsAutoUpdate or false) == true) { claude_plugins_auto_update = true; }
+    // opt ((a.cargo.shortMessages or true) == false) { cargo_short_messages = false; }
+    // opt (set "operatorPronouns") { operator_pronouns = a.operatorPronouns; }
+    // opt (nonEmpty "contextWindowTokens") { context_window_tokens = a.contextWindowTokens; }
+    // opt (nonEmpty "extraMcpServers") { extra_mcp_servers = a.extraMcpServers; }
+    // opt (nonEmpty "extraEnv") { env = a.extraEnv; }
+    // opt (set "account") { inherit (a) account; }
+    // opt (set "budget") { inherit (a) budget; }
+    // opt (set "turnUsd") { turn_usd = a.turnUsd; };
+
+  # The fleet file for `hive up` (services.hyperhive.up): the hive config
+  # with every agent's fleetEntry, the hive's budget and its `web` section.
+  fleetFile = { hiveName ? null, swarmName ? null, operatorGid ? null, matrix ? null, budget ? null, web ? null, retention ? null, agents }:
+    toJSON (
+      { agents = map (n: fleetEntry n agents.${n}) (attrNames agents); }
+      // (if hiveName != null then { hive_name = hiveName; } else { })
+      // (if swarmName != null then { swarm_name = swarmName; } else { })
+      // (if operatorGid != null then { operator_gid = operatorGid; } else { })
+      // (if matrix != null && matrix.enable then { matrix = matrixSection matrix; } else { })
+      // (if budget != null then { inherit budget; } else { })
+      // (if web != null && web != { } then { inherit web; } else { })
+      // (if retention != null then { inherit retention; } else { })
+    );
+
+  # The activation step of `hive up` on NixOS: installs the declared fleet
+  # file at the stable, writable path the hive runs with, merged with the
+  # operator's writes by `hive fleet merge` (the fleet file's three-way
+  # rule, against the declaration installed last). A key changed on both
+  # sides fails the step (`false`, which NixOS reports as a failed
+  # activation), naming the key, and leaves both files as they were.
+  fleetActivation = { hive, declared, dataDir, user, group }: ''
+    install -d -m 0750 -o ${user} -g ${group} ${dataDir}
+    if ! ${hive}/bin/hive fleet merge ${declared} --into ${dataDir}/hive.json --base ${dataDir}/hive.declared.json; then
+      echo "hyperhive: the declared fleet file was not installed into ${dataDir}/hive.json (see above); the hive keeps running with the file as it is" >&2
+      false
+    fi
+    chown ${user}:${group} ${dataDir}/hive.json ${dataDir}/hive.declared.json
+  '';
+
   # The hive config JSON for the host module.
   hiveConfig = { hiveName ? null, swarmName ? null, operatorGid ? null, matrix ? null, agents }:
     toJSON (
@@ -196,6 +258,21 @@ rec {
       // (if operatorGid != null then { operator_gid = operatorGid; } else { })
       // (if matrix != null && matrix.enable then { matrix = matrixSection matrix; } else { })
     );
+
+  # Defaults of the host module's `services.hyperhive.up.*` options.
+  upDefaults = {
+    enable = false;
+    user = "hyperhive";
+    group = "hyperhive";
+    isolation = "required";
+    listen = "127.0.0.1:7890";
+    publicOrigin = null;
+    scriptPages = { };
+    budget = null;
+    retention = null;
+    extraPackages = [ ];
+    environment = { };
+  };
 
   # Defaults of the host module's `services.hyperhive.matrix.*` options.
   matrixDefaults = {

@@ -15,6 +15,7 @@ let
         path = t "path"; package = t "package"; attrs = t "attrs";
         nullOr = _: t "nullOr"; listOf = _: t "listOf"; attrsOf = _: t "attrsOf";
         submodule = _: t "submodule"; enum = _: t "enum";
+        either = _: _: t "either"; float = t "float";
         ints = { positive = t "ints.positive"; };
       };
     mapAttrsToList = f: a: map (n: f n a.${n}) (builtins.attrNames a);
@@ -32,7 +33,7 @@ let
   drv = name: { outPath = "/nix/store/stub-${name}"; inherit name; };
   pkgs = {
     runCommand = name: _: _: drv name;
-    writeText = name: _: drv name;
+    writeText = name: text: drv name // { inherit text; };
     callPackage = _: _: drv "hive";
     bash = drv "bash"; coreutils = drv "coreutils"; git = drv "git";
     bashInteractive = drv "bash-interactive"; claude-code = drv "claude-code";

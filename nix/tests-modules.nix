@@ -70,6 +70,7 @@ let
     durability = "normal";
     agents.ana = a.hyperhive.brokerEntry;
     matrix = env.matrixDefaults // { homeserver = ""; userId = ""; room = ""; };
+    up = env.upDefaults;
   } // over;
   hostOf = cfg: (import ./host.nix {
     inherit lib pkgs;

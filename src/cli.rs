@@ -476,6 +476,25 @@ still in the fleet file is refused: remove its entry and `hive reload` first.",
     },
     // issue 39: the operator's view of the agents' timers
     CommandHelp {
+        name: "fleet",
+        summary: "check a fleet file as hive up loads it, or merge a declared one (NixOS) into the one the hive runs with",
+        usage: "hive fleet check FILE
+hive fleet merge DECLARED --into FILE [--base BASE]
+
+  check FILE          loads FILE as hive up does (every key, and the path keys
+                      icon, static_dir, web_dist exist and are readable); exit 1
+                      naming the entry and key otherwise
+  merge DECLARED      installs a declared fleet file (e.g. the one a NixOS
+                      rebuild generates) into FILE by the fleet file's three-way
+                      rule: what the declaration changed since BASE is set, the
+                      operator's own writes to FILE (approvals, permission
+                      saves, `hive budget set`) stay; a key both changed is
+                      refused by name and nothing is written
+  --into FILE         the fleet file the hive runs with (created the first time)
+  --base BASE         the declaration installed last, rewritten after each merge
+                      (default FILE's DIR/NAME.declared.json)",
+    },
+    CommandHelp {
         name: "timers",
         summary: "operator: every agent's pending reminders and scheduled prompts; `cancel` cancels one",
         usage: "hive timers [--agent NAME] [--socket PATH] [--json]
@@ -610,6 +629,19 @@ pub enum TimersArgs {
         host: HostArgs,
         kind: crate::proto::cmd::TimerKind,
         id: i64,
+    },
+}
+
+/// `hive fleet check FILE` and `hive fleet merge DECLARED --into FILE`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FleetArgs {
+    Check {
+        file: PathBuf,
+    },
+    Merge {
+        declared: PathBuf,
+        into: PathBuf,
+        base: Option<PathBuf>,
     },
 }
 
@@ -796,6 +828,8 @@ pub enum Cmd {
     MatrixBridge(MatrixBridgeArgs),
     /// `hive env-script`: print the bash environment script.
     EnvScript,
+    /// `hive fleet check|merge`.
+    Fleet(FleetArgs),
 }
 
 /// A command line that cannot be run: the message and the usage to print.
@@ -878,6 +912,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Cmd, UsageError> {
         "bash-mcp" => parse_bash_mcp(&mut p),
         "matrix-bridge" => parse_matrix_bridge(&mut p),
         "env-script" => no_arguments(&mut p, Cmd::EnvScript),
+        "fleet" => parse_fleet(&mut p),
         _ => Err(format!("unknown command {}", excerpt(&first)).into()),
     };
     match parsed {
@@ -1138,6 +1173,37 @@ fn parse_timers(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     match (kind, the_id) {
         (Some(kind), Some(id)) => Ok(Cmd::Timers(TimersArgs::Cancel { host, kind, id })),
         _ => Err("hive timers cancel: give the kind (reminder or scheduled) and the ID, as `hive timers` lists them".into()),
+    }
+}
+
+/// `hive fleet check FILE` or `hive fleet merge DECLARED --into FILE [--base B]`.
+fn parse_fleet(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut sub: Option<String> = None;
+    let mut file: Option<PathBuf> = None;
+    let mut into = None;
+    let mut base = None;
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("help") | Short('h') => return Err(help()),
+            Value(v) if sub.is_none() => sub = Some(utf8(v)?),
+            Value(v) if file.is_none() => file = Some(v.into()),
+            Long("into") if sub.as_deref() == Some("merge") => into = Some(p.value()?.into()),
+            Long("base") if sub.as_deref() == Some("merge") => base = Some(p.value()?.into()),
+            other => return Err(other.unexpected()),
+        }
+    }
+    match (sub.as_deref(), file, into) {
+        (Some("check"), Some(file), None) => Ok(Cmd::Fleet(FleetArgs::Check { file })),
+        (Some("merge"), Some(declared), Some(into)) => Ok(Cmd::Fleet(FleetArgs::Merge {
+            declared,
+            into,
+            base,
+        })),
+        (Some("merge"), _, _) => {
+            Err("hive fleet merge: give the declared file and --into FILE".into())
+        }
+        (Some("check"), _, _) => Err("hive fleet check: give the fleet file".into()),
+        _ => Err("hive fleet: give check FILE or merge DECLARED --into FILE".into()),
     }
 }
 
@@ -1544,6 +1610,27 @@ mod tests {
             Cmd::BashMcp(BashMcpArgs::default())
         );
         assert_eq!(run(&["env-script"]).unwrap(), Cmd::EnvScript);
+        assert_eq!(
+            run(&["fleet", "check", "h.json"]).unwrap(),
+            Cmd::Fleet(FleetArgs::Check {
+                file: "h.json".into()
+            })
+        );
+        assert_eq!(
+            run(&["fleet", "merge", "d.json", "--into", "h.json"]).unwrap(),
+            Cmd::Fleet(FleetArgs::Merge {
+                declared: "d.json".into(),
+                into: "h.json".into(),
+                base: None
+            })
+        );
+        for bad in [
+            &["fleet"][..],
+            &["fleet", "merge", "d.json"],
+            &["fleet", "check", "h.json", "--into", "x"],
+        ] {
+            assert!(run(bad).is_err(), "{bad:?}");
+        }
         assert_eq!(
             run(&[
                 "matrix-bridge",

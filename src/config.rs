@@ -158,7 +158,41 @@ impl HiveConfig {
     pub fn load(path: &Path) -> Result<HiveConfig, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
-        HiveConfig::parse(&text).map_err(|e| format!("config {}: {e}", path.display()))
+        let cfg =
+            HiveConfig::parse(&text).map_err(|e| format!("config {}: {e}", path.display()))?;
+        cfg.check_paths()
+            .map_err(|e| format!("config {}: {e}", path.display()))?;
+        Ok(cfg)
+    }
+
+    /// The path keys of every entry (`icon`, `static_dir`, `web_dist`) name
+    /// something that exists and this process can read: a file for `icon`,
+    /// a directory for the others. Checked when a fleet file loads (at
+    /// start, at a reload, by `hive fleet check`), not at each write of it.
+    pub fn check_paths(&self) -> Result<(), String> {
+        for (i, a) in self.agents.iter().enumerate() {
+            for (key, path) in a.path_keys() {
+                let at = format!("agents[{i}].{key}");
+                let shown = excerpt(path);
+                let want_dir = key != "icon";
+                let meta = std::fs::metadata(path).map_err(|e| {
+                    format!("{at}: {shown} cannot be read ({e}); give an existing, readable path or remove the key")
+                })?;
+                if meta.is_dir() != want_dir {
+                    let what = if want_dir { "a directory" } else { "a file" };
+                    return Err(format!("{at}: {shown} is not {what}"));
+                }
+                let readable = if want_dir {
+                    std::fs::read_dir(path).map(drop)
+                } else {
+                    std::fs::File::open(path).map(drop)
+                };
+                readable.map_err(|e| {
+                    format!("{at}: {shown} cannot be read ({e}); give the hive's user read access to it")
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// Parses and validates config text. Tool groups and capabilities are
@@ -227,6 +261,7 @@ impl HiveConfig {
                     return Err(format!("{at}.model: {} is not a model name", excerpt(m)));
                 }
             }
+            check_options(a, &at)?;
         }
         for (i, a) in self.agents.iter().enumerate() {
             let at = format!("agents[{i}]");
@@ -589,6 +624,113 @@ mod retention_tests {
 }
 
 /// A homeserver base URL: `http://` or `https://` and a host.
+/// The per-agent options of an entry (`proto::fleet`), each error naming
+/// its key under `at`. The path keys' existence is [`HiveConfig::check_paths`].
+fn check_options(a: &AgentConfig, at: &str) -> Result<(), String> {
+    for (key, path) in a.path_keys() {
+        if !Path::new(path).is_absolute() || path.contains('\n') {
+            return Err(format!(
+                "{at}.{key}: {} must be an absolute path",
+                excerpt(path)
+            ));
+        }
+    }
+    if a.options.dashboard_links.len() > 32 {
+        return Err(format!(
+            "{at}.dashboard_links: {} links, at most 32 are shown",
+            a.options.dashboard_links.len()
+        ));
+    }
+    for (j, l) in a.options.dashboard_links.iter().enumerate() {
+        let at = format!("{at}.dashboard_links[{j}]");
+        if l.label.trim().is_empty() || l.label.chars().count() > 64 {
+            return Err(format!("{at}.label: needs 1 to 64 characters"));
+        }
+        if !crate::http::web_url(&l.url) || l.url.len() > 2048 {
+            return Err(format!(
+                "{at}.url: {} is not an http:// or https:// URL",
+                excerpt(&l.url)
+            ));
+        }
+        if l.icon.chars().count() > 16 {
+            return Err(format!("{at}.icon: at most 16 characters (an emoji)"));
+        }
+    }
+    for (key, url) in [
+        ("forge_url", &a.options.forge_url),
+        ("matrix_url", &a.options.matrix_url),
+    ] {
+        if let Some(u) = url {
+            if !u.is_empty() && !crate::http::web_url(u) {
+                return Err(format!(
+                    "{at}.{key}: {} must be an http:// or https:// URL, or \"\" (off)",
+                    excerpt(u)
+                ));
+            }
+        }
+    }
+    let lists = [
+        (
+            "claude_marketplaces",
+            a.options.claude_marketplaces.as_deref().unwrap_or(&[]),
+        ),
+        ("claude_plugins", a.options.claude_plugins.as_slice()),
+    ];
+    for (key, list) in lists {
+        if let Some(bad) = list
+            .iter()
+            .find(|v| v.trim().is_empty() || v.contains([',', '\n']))
+        {
+            return Err(format!(
+                "{at}.{key}: {} is not a source or plugin spec (no commas, not empty)",
+                excerpt(bad)
+            ));
+        }
+    }
+    if let Some(p) = &a.options.operator_pronouns {
+        if p.trim().is_empty() || p.contains('\n') || p.chars().count() > 32 {
+            return Err(format!(
+                "{at}.operator_pronouns: {} must be one line of 1 to 32 characters",
+                excerpt(p)
+            ));
+        }
+    }
+    for (k, v) in &a.options.context_window_tokens {
+        let key_ok = k.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && k.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if !key_ok || *v == 0 {
+            return Err(format!(
+                "{at}.context_window_tokens.{}: the key is a part of a model name (letters, \
+                 digits, . _ -) and the value a positive number of tokens",
+                excerpt(k)
+            ));
+        }
+    }
+    for (name, server) in &a.options.extra_mcp_servers {
+        let name_ok = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
+            && name != "hyperhive"
+            && name != "bash";
+        let has = |k: &str| {
+            server
+                .get(k)
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
+        };
+        if !name_ok || !(has("command") || has("url")) {
+            return Err(format!(
+                "{at}.extra_mcp_servers.{}: needs a command (or url), under a name of letters, \
+                 digits, _ and - other than hyperhive and bash",
+                excerpt(name)
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_homeserver(url: &str) -> Result<(), String> {
     crate::matrix::Client::new(url)
         .map(|_| ())
@@ -666,6 +808,19 @@ fn check_grants(v: &Value) -> Result<(), String> {
         }
         for c in names("capabilities") {
             Capability::parse(&c).map_err(|e| format!("agents[{i}].capabilities: {e}"))?;
+        }
+        // The per-agent options are a flattened part of the entry, which
+        // leaves serde's own error without the list of keys: this one names
+        // the entry and lists them.
+        if let Some(bad) = a
+            .as_object()
+            .and_then(|o| o.keys().find(|k| !AgentConfig::KEYS.contains(&k.as_str())))
+        {
+            return Err(format!(
+                "agents[{i}]: unknown field `{}`, expected one of {}",
+                bad.chars().take(40).collect::<String>().escape_debug(),
+                AgentConfig::KEYS.map(|k| format!("`{k}`")).join(", ")
+            ));
         }
     }
     Ok(())
@@ -909,5 +1064,96 @@ mod tests {
             .may_send("pal", "ghost")
             .unwrap_err()
             .contains("unknown recipient"));
+    }
+
+    /// The per-agent options of the specification: each bad value is
+    /// refused naming its key, and a path key that names nothing is refused
+    /// when the file loads (not when it is only parsed, as a write does).
+    #[test]
+    fn the_per_agent_options_are_checked_and_a_missing_path_is_named() {
+        let one = |entry: &str| format!(r#"{{"agents":[{{"name":"ana",{entry}}}]}}"#);
+        for (entry, want) in [
+            (
+                r#""static_dir":"rel/dir""#,
+                "agents[0].static_dir: \"rel/dir\" must be an absolute path",
+            ),
+            (
+                r#""dashboard_links":[{"label":"x","url":"javascript:alert(1)"}]"#,
+                "agents[0].dashboard_links[0].url:",
+            ),
+            (
+                r#""dashboard_links":[{"label":"","url":"https://x"}]"#,
+                "agents[0].dashboard_links[0].label:",
+            ),
+            (r#""forge_url":"ftp://x""#, "agents[0].forge_url:"),
+            (r#""claude_plugins":["a,b"]"#, "agents[0].claude_plugins:"),
+            (
+                r#""context_window_tokens":{"sonnet":0}"#,
+                "agents[0].context_window_tokens.\"sonnet\":",
+            ),
+            (
+                r#""extra_mcp_servers":{"bash":{"command":"/bin/x"}}"#,
+                "agents[0].extra_mcp_servers.\"bash\":",
+            ),
+            (
+                r#""extra_mcp_servers":{"s":{"args":[]}}"#,
+                "agents[0].extra_mcp_servers.\"s\":",
+            ),
+            (r#""cargo_short_messages":"yes""#, "invalid type"),
+            (
+                r#""colour":"red""#,
+                "agents[0]: unknown field `colour`, expected one of `name`, `parent`",
+            ),
+        ] {
+            let e = parse_err(&one(entry));
+            assert!(e.contains(want), "{entry}: {e}");
+        }
+        let d = std::env::temp_dir().join(format!("hive-config-paths-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("static")).unwrap();
+        std::fs::write(d.join("icon.svg"), "<svg/>").unwrap();
+        let fleet = d.join("hive.json");
+        let good = one(&format!(
+            r#""static_dir":"{0}/static","icon":"{0}/icon.svg","cargo_short_messages":false,
+               "dashboard_links":[{{"label":"Stats","url":"https://stats.example/","icon":"📊"}}]"#,
+            d.display()
+        ));
+        std::fs::write(&fleet, &good).unwrap();
+        let cfg = HiveConfig::load(&fleet).unwrap();
+        let a = cfg.agent("ana").unwrap();
+        assert!(!a.cargo_short_messages());
+        let env = a.option_env();
+        assert!(
+            env.contains(&("HIVE_STATIC_DIR".into(), format!("{}/static", d.display()))),
+            "{env:?}"
+        );
+        assert!(
+            env.iter()
+                .any(|(k, v)| k == "HIVE_DASHBOARD_LINKS" && v.contains("stats.example")),
+            "{env:?}"
+        );
+        // Gone: parsing still takes it, loading names the entry, the key and the path.
+        std::fs::remove_dir(d.join("static")).unwrap();
+        assert!(HiveConfig::parse(&good).is_ok());
+        let e = HiveConfig::load(&fleet).unwrap_err();
+        assert!(
+            e.contains(&format!(
+                "agents[0].static_dir: \"{}/static\" cannot be read",
+                d.display()
+            )),
+            "{e}"
+        );
+        // A file where a directory is wanted, and the other way round.
+        std::fs::write(
+            &fleet,
+            one(&format!(r#""static_dir":"{0}/icon.svg""#, d.display())),
+        )
+        .unwrap();
+        let e = HiveConfig::load(&fleet).unwrap_err();
+        assert!(
+            e.contains("agents[0].static_dir:") && e.ends_with("is not a directory"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -141,6 +141,17 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::BashDaemon(a) => bash::daemon::run_command(bash_daemon_settings(a, &Env::process()))?,
         Cmd::BashMcp(a) => bash::mcp::run_server(bash::daemon::socket_or_env(a.socket))?,
         Cmd::EnvScript => print!("{}", bash::env_script::SCRIPT),
+        Cmd::Fleet(cli::FleetArgs::Check { file }) => {
+            println!("{}", fleet::declared::check(&file)?)
+        }
+        Cmd::Fleet(cli::FleetArgs::Merge {
+            declared,
+            into,
+            base,
+        }) => println!(
+            "{}",
+            fleet::declared::merge(&declared, &into, base.as_deref())?
+        ),
         Cmd::MatrixBridge(a) => match bridge::run(bridge_settings(a, &Env::process())?) {
             Err(bridge::BridgeError::Fatal(e)) => {
                 // The Matrix login or the configuration: the operator fixes it.

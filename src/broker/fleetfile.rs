@@ -187,6 +187,144 @@ pub fn apply_hive_budget(
     ))
 }
 
+/// Installs a new declaration of the whole fleet (a NixOS rebuild's
+/// generated file, `hive fleet merge`) into the fleet file at `path` by the
+/// same three-way rule, the whole file at once: `old` is the declaration
+/// installed last (the base; `None` the first time), the file holds the
+/// operator's writes since (approved spawns and patches, permission saves,
+/// `hive budget set`), `new` is the declaration. What the declaration
+/// changed since `old` is set, unless the file changed the same key to
+/// another value (refused naming the key, e.g. `agents.ana.model`, with
+/// nothing written); everything else stays as the file has it. An entry the
+/// declaration drops is removed unless the operator changed it. Entries
+/// are matched by name; the file's order is kept, new ones come last.
+pub fn apply_declared(path: &Path, old: Option<&str>, new: &str) -> Result<HiveConfig, String> {
+    let _turn = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+    let real = path
+        .canonicalize()
+        .map_err(|e| format!("cannot read the fleet file {}: {e}", path.display()))?;
+    let shown = real.display();
+    let keyed = |text: &str, what: &str| -> Result<Value, String> {
+        let cfg = HiveConfig::parse(text).map_err(|e| format!("{what} does not load: {e}"))?;
+        let mut v = serde_json::to_value(&cfg).map_err(|e| e.to_string())?;
+        if let Some(o) = v.as_object_mut() {
+            let list = o.remove("agents").unwrap_or(Value::Null);
+            let by_name: Map<String, Value> = list
+                .as_array()
+                .map_or(&[][..], Vec::as_slice)
+                .iter()
+                .map(|a| (a["name"].as_str().unwrap_or("").to_string(), a.clone()))
+                .collect();
+            o.insert("agents".into(), Value::Object(by_name));
+        }
+        Ok(v)
+    };
+    let old_v = match old {
+        Some(t) => keyed(t, "the declaration installed last")?,
+        None => json!({"agents": {}}),
+    };
+    let new_v = keyed(new, "the new declaration")?;
+    let own = owned(&diff(&old_v, &new_v), &old_v);
+    let order = |text: &str| -> Vec<String> {
+        serde_json::from_str::<HiveConfig>(text)
+            .map(|c| c.agents.into_iter().map(|a| a.name).collect())
+            .unwrap_or_default()
+    };
+    let change = Change {
+        agent: "the declared fleet",
+        base: None,
+        patch: &Value::Null,
+    };
+    for _ in 0..ATTEMPTS {
+        let text = read(&real)?;
+        let file_v = keyed(&text, &format!("the fleet file {shown}"))
+            .map_err(|e| format!("{e}; fix it by hand first: nothing was changed"))?;
+        let mut conflicts = Vec::new();
+        find_conflicts(&own, &old_v, &file_v, "", &mut conflicts);
+        if let Some(c) = conflicts.first() {
+            return Err(format!(
+                "{} was changed both in the fleet file {shown} ({} there now, {} when it was \
+                 last declared) and in the declaration (now {}): nothing was changed. Make the \
+                 declaration say what the file says, or edit the file to the declared value, \
+                 and activate again",
+                c.key,
+                show(&c.file),
+                show(&c.base),
+                show(&c.new)
+            ));
+        }
+        let mut merged = file_v.clone();
+        merge_patch(&mut merged, &own);
+        let mut names = order(&text);
+        names.extend(order(new));
+        let agents = merged
+            .as_object_mut()
+            .and_then(|o| o.remove("agents"))
+            .unwrap_or(Value::Null);
+        let mut list = Vec::new();
+        for n in names {
+            if let Some(a) = agents.get(&n) {
+                if !list.iter().any(|x: &Value| x["name"] == a["name"]) {
+                    list.push(a.clone());
+                }
+            }
+        }
+        if let Some(o) = merged.as_object_mut() {
+            if !list.is_empty() {
+                o.insert("agents".into(), Value::Array(list));
+            }
+        }
+        let cfg: HiveConfig = serde_json::from_value(merged.clone()).map_err(|e| {
+            format!("the merged fleet file would not load ({e}): nothing was changed")
+        })?;
+        cfg.validate().map_err(|e| {
+            format!("with the new declaration the fleet file {shown} would not be valid ({e}): nothing was changed")
+        })?;
+        if serde_json::to_value(&cfg).ok() == serde_json::from_str::<Value>(&text).ok() {
+            return Ok(cfg);
+        }
+        let new_text = format!(
+            "{}\n",
+            serde_json::to_string_pretty(&cfg).map_err(|e| e.to_string())?
+        );
+        if replace(
+            &real,
+            &new_text,
+            || read(&real).is_ok_and(|now| now == text),
+            &change,
+        )? {
+            return Ok(cfg);
+        }
+    }
+    Err(format!(
+        "the fleet file {shown} kept changing while hive wrote it; nothing was changed, try again"
+    ))
+}
+
+/// The RFC 7396 merge patch that turns `old` into `new`: changed keys
+/// (objects key by key), removed ones as `null`.
+fn diff(old: &Value, new: &Value) -> Value {
+    let (Value::Object(o), Value::Object(n)) = (old, new) else {
+        return new.clone();
+    };
+    let mut out = Map::new();
+    for (k, nv) in n {
+        match o.get(k) {
+            Some(ov) if ov == nv => {}
+            Some(ov) => {
+                out.insert(k.clone(), diff(ov, nv));
+            }
+            None => {
+                out.insert(k.clone(), nv.clone());
+            }
+        }
+    }
+    for k in o.keys().filter(|k| !n.contains_key(*k)) {
+        out.insert(k.clone(), Value::Null);
+    }
+    Value::Object(out)
+}
+
 fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the fleet file {}: {e}", path.display()))
@@ -748,6 +886,37 @@ mod tests {
             assert!(e.contains("nothing was changed"), "{e}");
             assert_eq!(std::fs::read_to_string(&path).unwrap(), FLEET);
         }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A declaration that drops an entry removes it when the operator left
+    /// it as declared, and is refused naming it when the operator changed it.
+    #[test]
+    fn a_declared_removal_keeps_an_entry_the_operator_changed() {
+        let d = dir();
+        let path = d.join("hive.json");
+        let old = r#"{"agents":[{"name":"boss"},{"name":"kid","parent":"boss"},{"name":"pal"}]}"#;
+        let new = r#"{"agents":[{"name":"boss"}]}"#;
+        std::fs::write(
+            &path,
+            r#"{"agents":[{"name":"boss"},{"name":"kid","parent":"boss","turn_usd":1.0},{"name":"pal"}]}"#,
+        )
+        .unwrap();
+        let e = apply_declared(&path, Some(old), new).unwrap_err();
+        assert!(
+            e.starts_with("agents.kid was changed both in the fleet file"),
+            "{e}"
+        );
+        let cfg = apply_declared(
+            &path,
+            Some(old),
+            r#"{"agents":[{"name":"boss"},{"name":"kid","parent":"boss"}]}"#,
+        )
+        .unwrap();
+        let names: Vec<&str> = cfg.agents.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["boss", "kid"], "pal, unchanged, is gone");
+        assert_eq!(cfg.agent("kid").unwrap().turn_usd, Some(1.0));
+        assert_eq!(HiveConfig::load(&path).unwrap(), cfg);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -45,9 +45,21 @@ pub struct Isolation {
     userns: bool,
     /// The data dir, and the fleet file's directory when it is outside it.
     covers: Vec<PathBuf>,
+    /// Paths one agent is shown read-only ([`Self::reading`]); behind one
+    /// thin pointer, as every launch message carries an isolation.
+    read_only: Option<std::sync::Arc<Vec<PathBuf>>>,
 }
 
 impl Isolation {
+    /// This isolation for an agent whose entry names files it is shown
+    /// read-only (its `icon`, `static_dir`, `web_dist`), wherever they are.
+    pub fn reading(&self, paths: Vec<PathBuf>) -> Isolation {
+        Isolation {
+            read_only: (!paths.is_empty()).then(|| std::sync::Arc::new(paths)),
+            ..self.clone()
+        }
+    }
+
     /// An agent's sandbox, running `command`: the covered dirs hidden but the
     /// paths of `own` under them (its `DATA/agents/NAME` with state, run, claude
     /// config and reminders; its socket's dir; the `hive` binary).
@@ -61,6 +73,7 @@ impl Isolation {
             userns: self.userns,
             covers: self.covers.clone(),
             keeps,
+            read_only: self.read_only.as_deref().cloned().unwrap_or_default(),
             check: false,
             command,
         }
@@ -145,6 +158,7 @@ pub fn decide(
     for &userns in tries {
         let isolation = Isolation {
             userns,
+            read_only: None,
             covers: covers.clone(),
         };
         match probe(exe, &isolation) {
@@ -307,6 +321,7 @@ mod tests {
         let iso = Isolation {
             userns: true,
             covers: vec!["/d".into(), "/etc/h".into()],
+            read_only: None,
         };
         let own: Vec<PathBuf> = ["/d/agents/a", "/d/run/agents/a", "/usr/bin/hive"]
             .iter()
@@ -315,6 +330,10 @@ mod tests {
         let spec = iso.spec(&own, vec!["/usr/bin/hive".into(), "serve".into()]);
         assert_eq!(spec.keeps, own[..2].to_vec());
         assert_eq!(spec.covers, iso.covers);
+        assert!(spec.read_only.is_empty());
+        // An agent's path keys are shown read-only, covered or not.
+        let ro: Vec<PathBuf> = vec!["/nix/store/x-static".into(), "/d/icon.svg".into()];
+        assert_eq!(iso.reading(ro.clone()).spec(&own, Vec::new()).read_only, ro);
         assert!(spec.userns && !spec.check);
     }
 }

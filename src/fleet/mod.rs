@@ -17,6 +17,7 @@ pub mod bridge;
 pub mod child;
 pub mod cli;
 pub mod dashboard;
+pub mod declared;
 pub mod isolation;
 pub mod logfile;
 pub mod pages;

@@ -5,6 +5,8 @@
 //! - a **mount namespace** in which every `--cover` directory is an empty,
 //!   read-only tmpfs with only the `--keep` paths bound back at the same absolute
 //!   paths (opened before anything is covered);
+//! - every `--read-only` path (an agent's `icon`, `static_dir`, `web_dist`)
+//!   bound over itself read-only, covered or not;
 //! - a **PID namespace** with a fresh `/proc`, so no process outside it (the
 //!   supervisor, the other agents) can be seen, signalled or read;
 //! - with `--userns`, for a `hive up` without root, a **user namespace** mapping
@@ -31,7 +33,8 @@ use std::process::Command;
 use std::time::Duration;
 
 /// The hidden subcommand: `hive __sandbox [--userns] [--cover DIR]… [--keep
-/// PATH]… (--check | -- PROGRAM ARGS…)`. Not a user command.
+/// PATH]… [--read-only PATH]… (--check | -- PROGRAM ARGS…)`. Not a user
+/// command.
 pub const SUBCOMMAND: &str = "__sandbox";
 
 /// What one sandbox hides and shows, and what it runs.
@@ -43,6 +46,8 @@ pub struct Spec {
     pub covers: Vec<PathBuf>,
     /// Paths under a cover that stay visible (bound back at the same path).
     pub keeps: Vec<PathBuf>,
+    /// Paths shown read-only, under a cover or not.
+    pub read_only: Vec<PathBuf>,
     /// Set everything up, then exit 0 instead of running a program (the probe).
     pub check: bool,
     /// The program and its arguments.
@@ -63,6 +68,10 @@ impl Spec {
         for k in &self.keeps {
             a.push("--keep".into());
             a.push(k.into());
+        }
+        for r in &self.read_only {
+            a.push("--read-only".into());
+            a.push(r.into());
         }
         if self.check {
             a.push("--check".into());
@@ -94,6 +103,9 @@ impl Spec {
                     .push(absolute(p.value().map_err(|e| e.to_string())?)?),
                 Long("keep") => s
                     .keeps
+                    .push(absolute(p.value().map_err(|e| e.to_string())?)?),
+                Long("read-only") => s
+                    .read_only
                     .push(absolute(p.value().map_err(|e| e.to_string())?)?),
                 Value(v) => {
                     s.command.push(v);
@@ -258,6 +270,13 @@ fn build_view(spec: &Spec) -> Result<(), String> {
         let is_dir = std::fs::metadata(k).map(|m| m.is_dir()).unwrap_or(true);
         keeps.push((k, fd, is_dir));
     }
+    let mut shown = Vec::new();
+    for r in &spec.read_only {
+        let fd = ns::open_path(r)
+            .map_err(|e| format!("cannot open {} to show it read-only: {e}", r.display()))?;
+        let is_dir = std::fs::metadata(r).map(|m| m.is_dir()).unwrap_or(true);
+        shown.push((r, fd, is_dir));
+    }
     let mut covers: Vec<&PathBuf> = spec.covers.iter().collect();
     covers.sort_by_key(|c| c.components().count());
     for c in &covers {
@@ -284,6 +303,13 @@ fn build_view(spec: &Spec) -> Result<(), String> {
             "bind back",
         )?;
     }
+    for (path, fd, is_dir) in &shown {
+        mountpoint(path, *is_dir, &spec.covers)?;
+        let src =
+            CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(|e| e.to_string())?;
+        mount(&src, path, None, libc::MS_BIND, None, "bind read-only")?;
+        remount_read_only(path)?;
+    }
     for c in &covers {
         mount(
             c"none",
@@ -300,6 +326,33 @@ fn build_view(spec: &Spec) -> Result<(), String> {
         )?;
     }
     Ok(())
+}
+
+/// Makes the bind mount at `path` read-only (and nosuid, nodev, noexec). In a
+/// user namespace the source's access-time flags are locked and must be
+/// given again as they are; they are not known here, so each is tried.
+fn remount_read_only(path: &Path) -> Result<(), String> {
+    let base = libc::MS_REMOUNT
+        | libc::MS_BIND
+        | libc::MS_RDONLY
+        | libc::MS_NOSUID
+        | libc::MS_NODEV
+        | libc::MS_NOEXEC;
+    let mut last = Ok(());
+    for atime in [
+        0,
+        libc::MS_NOATIME,
+        libc::MS_STRICTATIME,
+        libc::MS_NODIRATIME,
+        libc::MS_NODIRATIME | libc::MS_NOATIME,
+        libc::MS_NODIRATIME | libc::MS_STRICTATIME,
+    ] {
+        last = mount(c"none", path, None, base | atime, None, "make read-only");
+        if last.is_ok() {
+            break;
+        }
+    }
+    last
 }
 
 /// Makes sure `path` exists to mount on; only ever creates inside a cover.
@@ -468,6 +521,7 @@ mod tests {
             userns: true,
             covers: vec!["/d".into(), "/etc/hive".into()],
             keeps: vec!["/d/agents/a".into(), "/d/run/agents/a".into()],
+            read_only: vec!["/nix/store/x-static".into(), "/d/icon.svg".into()],
             check: false,
             command: vec![
                 "/bin/hive".into(),

@@ -1056,7 +1056,13 @@ impl Supervisor {
                         own.push(c);
                     }
                 }
-                Some((iso.clone(), own))
+                // Its path keys (icon, static_dir, web_dist): read-only.
+                let shown = cfg
+                    .path_keys()
+                    .iter()
+                    .map(|(_, p)| PathBuf::from(p))
+                    .collect();
+                Some((iso.reading(shown), own))
             }
             None => None,
         };
@@ -1090,6 +1096,12 @@ impl Supervisor {
         // hive up tells the operator of a CLI outside the supported window
         // itself, once per hive and version (`cli::check_at_start`).
         set("HIVE_CLI_WINDOW_NOTICE", "off".into());
+        // The entry's per-agent options (icon, static_dir, dashboard_links,
+        // …) as the variables an agent module sets; its `env` wins.
+        for (k, v) in cfg.option_env() {
+            set(&k, v.into());
+        }
+        set("HIVE_BASH_ENV", super::declared::bash_env(&cfg, &run)?);
         for (k, v) in &cfg.env {
             set(k, v.into());
         }

@@ -51,6 +51,81 @@ pub struct AgentConfig {
     /// acked with a notice to the parent, never run again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_usd: Option<f64>,
+    /// The per-agent options of the specification (`hyperhive.*` of an
+    /// agent module), keys of the entry itself; boxed, as most entries set
+    /// none of them.
+    #[serde(flatten)]
+    pub options: Box<AgentOptions>,
+}
+
+/// The per-agent options of the specification (`hyperhive.*` of an agent
+/// module), so that a fleet file declares a whole agent: `hive up` hands each
+/// to the harness as the variable the module would set (`HIVE_…`). In the
+/// file they are keys of the entry, next to the others.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentOptions {
+    /// Proactive compaction at the watermark (`HIVE_AUTO_COMPACT`); absent is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compact: Option<bool>,
+    /// An SVG for the page header and favicon (`HIVE_ICON`): an absolute
+    /// path, checked when the file loads, shown read-only in the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icon: Option<String>,
+    /// Links on the agent's dashboard card and page header.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dashboard_links: Vec<DashboardLink>,
+    /// A directory served under the page's own paths (`HIVE_STATIC_DIR`,
+    /// the specification's `frontend.extraFiles`); like `icon`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub static_dir: Option<String>,
+    /// A directory that replaces the built-in page (`HIVE_WEB_DIST`,
+    /// `frontend.dist`); like `icon`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_dist: Option<String>,
+    /// The Forgejo base URL (`HIVE_FORGE_URL`); `""` switches forge
+    /// notifications off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forge_url: Option<String>,
+    /// The per-agent Matrix homeserver URL (`HIVE_MATRIX_URL`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matrix_url: Option<String>,
+    /// `claude plugin marketplace add` sources at boot
+    /// (`HIVE_CLAUDE_MARKETPLACES`); absent keeps the harness's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_marketplaces: Option<Vec<String>>,
+    /// `claude plugin install` specs at boot (`HIVE_CLAUDE_PLUGINS`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claude_plugins: Vec<String>,
+    /// `claude plugin marketplace update` at boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_plugins_auto_update: Option<bool>,
+    /// Bash tasks get the `cargo` function that adds `--message-format
+    /// short` (`hive env-script`); absent is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cargo_short_messages: Option<bool>,
+    /// The operator's pronouns in the system prompt (`HIVE_OPERATOR_PRONOUNS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_pronouns: Option<String>,
+    /// Context windows by a part of the model name
+    /// (`HIVE_CONTEXT_WINDOW_TOKENS_<KEY>`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub context_window_tokens: BTreeMap<String, u64>,
+    /// More MCP servers for claude (`HIVE_EXTRA_MCP_SERVERS`): name →
+    /// `{command, args, env, allowedTools}` (or `{url}`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra_mcp_servers: BTreeMap<String, serde_json::Value>,
+}
+
+/// One link of an agent's dashboard card: a label, an http(s) URL and an
+/// optional icon (an emoji or a short text).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DashboardLink {
+    pub label: String,
+    pub url: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub icon: String,
 }
 
 closed_enum! {
@@ -98,6 +173,19 @@ impl Budget {
     }
 }
 
+/// `HIVE_CONTEXT_WINDOW_TOKENS_<KEY>` for a `context_window_tokens` key: upper
+/// case, `-` and `.` as `_` (as `nix/env.nix` names it).
+pub fn window_var(key: &str) -> String {
+    let k: String = key
+        .chars()
+        .map(|c| match c {
+            '-' | '.' => '_',
+            c => c.to_ascii_uppercase(),
+        })
+        .collect();
+    format!("HIVE_CONTEXT_WINDOW_TOKENS_{k}")
+}
+
 /// The rule of `turn_usd`, the error naming the field under `at`.
 pub fn check_turn_usd(v: Option<f64>, at: &str) -> Result<(), String> {
     match v {
@@ -125,6 +213,36 @@ impl AgentConfig {
     pub fn has_capability(&self, cap: Capability) -> bool {
         self.capabilities.contains(&cap)
     }
+
+    /// Every key of an entry, in the order of the struct (the options' last).
+    pub const KEYS: [&'static str; 26] = [
+        "name",
+        "parent",
+        "allowed_recipients",
+        "model",
+        "tool_groups",
+        "capabilities",
+        "socket_uid",
+        "socket_gid",
+        "env",
+        "account",
+        "budget",
+        "turn_usd",
+        "auto_compact",
+        "icon",
+        "dashboard_links",
+        "static_dir",
+        "web_dist",
+        "forge_url",
+        "matrix_url",
+        "claude_marketplaces",
+        "claude_plugins",
+        "claude_plugins_auto_update",
+        "cargo_short_messages",
+        "operator_pronouns",
+        "context_window_tokens",
+        "extra_mcp_servers",
+    ];
 
     /// The keys that apply without a restart (issue 16): `budget`,
     /// `account` and `turn_usd`, which the broker reads at every hand-out
@@ -194,6 +312,81 @@ impl AgentConfig {
         }
     }
 
+    /// Whether bash tasks get the cargo short-messages function (the default).
+    pub fn cargo_short_messages(&self) -> bool {
+        self.options.cargo_short_messages.unwrap_or(true)
+    }
+
+    /// The entry's per-agent options as the harness's environment, the
+    /// variables an agent module sets for the same options
+    /// (`nix/env.nix`); `HIVE_BASH_ENV` is the caller's, which owns the
+    /// script's file. The entry's `env` goes after these and wins.
+    pub fn option_env(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        let mut set = |k: &str, v: String| out.push((k.to_string(), v));
+        let flag = |b: bool| if b { "true" } else { "false" }.to_string();
+        if let Some(b) = self.options.auto_compact {
+            set("HIVE_AUTO_COMPACT", flag(b));
+        }
+        if let Some(p) = &self.options.icon {
+            set("HIVE_ICON", p.clone());
+        }
+        if let Some(p) = &self.options.static_dir {
+            set("HIVE_STATIC_DIR", p.clone());
+        }
+        if let Some(p) = &self.options.web_dist {
+            set("HIVE_WEB_DIST", p.clone());
+        }
+        if !self.options.dashboard_links.is_empty() {
+            set(
+                "HIVE_DASHBOARD_LINKS",
+                serde_json::to_string(&self.options.dashboard_links).unwrap_or_default(),
+            );
+        }
+        if let Some(u) = &self.options.forge_url {
+            set("HIVE_FORGE_URL", u.clone());
+        }
+        if let Some(u) = &self.options.matrix_url {
+            set("HIVE_MATRIX_URL", u.clone());
+        }
+        if let Some(m) = &self.options.claude_marketplaces {
+            set("HIVE_CLAUDE_MARKETPLACES", m.join(","));
+        }
+        if !self.options.claude_plugins.is_empty() {
+            set("HIVE_CLAUDE_PLUGINS", self.options.claude_plugins.join(","));
+        }
+        if let Some(b) = self.options.claude_plugins_auto_update {
+            set("HIVE_CLAUDE_PLUGINS_AUTO_UPDATE", flag(b));
+        }
+        if let Some(p) = &self.options.operator_pronouns {
+            set("HIVE_OPERATOR_PRONOUNS", p.clone());
+        }
+        for (k, v) in &self.options.context_window_tokens {
+            set(&window_var(k), v.to_string());
+        }
+        if !self.options.extra_mcp_servers.is_empty() {
+            set(
+                "HIVE_EXTRA_MCP_SERVERS",
+                serde_json::to_string(&self.options.extra_mcp_servers).unwrap_or_default(),
+            );
+        }
+        out
+    }
+
+    /// The entry's path keys (`icon`, `static_dir`, `web_dist`) with their
+    /// names: checked when the fleet file loads, shown read-only to the
+    /// agent.
+    pub fn path_keys(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("icon", &self.options.icon),
+            ("static_dir", &self.options.static_dir),
+            ("web_dist", &self.options.web_dist),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.as_deref().map(|v| (k, v)))
+        .collect()
+    }
+
     /// Whether an agent running `base` must restart to run `self`: a key
     /// other than the live ones differs. Equal entries restart nothing, nor
     /// do entries that differ in live keys only.
@@ -234,6 +427,35 @@ mod tests {
                 "{patch}"
             );
         }
+    }
+
+    /// [`AgentConfig::KEYS`] is every key: an entry with all of them set
+    /// loads and writes each of them back, and no other.
+    #[test]
+    fn the_list_of_keys_is_the_entry() {
+        let full = json!({"name": "a", "parent": "b", "allowed_recipients": ["b"],
+            "model": "m", "tool_groups": ["messaging"], "capabilities": ["query_agent_state"],
+            "socket_uid": 1, "socket_gid": 1, "env": {"A": "1"}, "account": "x",
+            "budget": {"usd": 1.0, "per": "day"}, "turn_usd": 1.0, "auto_compact": false,
+            "icon": "/i", "dashboard_links": [{"label": "l", "url": "https://u"}],
+            "static_dir": "/s", "web_dist": "/d", "forge_url": "", "matrix_url": "",
+            "claude_marketplaces": ["m"], "claude_plugins": ["p"],
+            "claude_plugins_auto_update": true, "cargo_short_messages": false,
+            "operator_pronouns": "they/them", "context_window_tokens": {"sonnet": 1},
+            "extra_mcp_servers": {"s": {"command": "/x"}}});
+        let a: AgentConfig = serde_json::from_value(full.clone()).unwrap();
+        let back = serde_json::to_value(&a).unwrap();
+        assert_eq!(back, full);
+        let mut keys: Vec<&str> = back
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        let mut want = AgentConfig::KEYS.to_vec();
+        keys.sort();
+        want.sort();
+        assert_eq!(keys, want);
     }
 
     fn entry(v: serde_json::Value) -> AgentConfig {

@@ -55,6 +55,9 @@ pub struct WebConfig {
     pub icon: Option<PathBuf>,
     /// `HIVE_WEB_DIST`: a directory that replaces the embedded page.
     pub dist: Option<PathBuf>,
+    /// `HIVE_DASHBOARD_LINKS`: the card's links as JSON (`[{label,url,icon}]`),
+    /// in place of `STATE/hyperhive-dashboard-links.json`.
+    pub dashboard_links: Option<String>,
     /// `HIVE_SSE_MAX_CLIENTS`.
     pub sse_max_clients: usize,
     /// `HIVE_SSE_MAX_PER_PEER`: live clients of one client (a login session,
@@ -77,6 +80,7 @@ impl Default for WebConfig {
             static_dir: None,
             icon: None,
             dist: None,
+            dashboard_links: None,
             sse_max_clients: 32,
             sse_max_per_peer: 8,
             sse_ping: Duration::from_secs(15),
@@ -111,6 +115,7 @@ impl WebConfig {
             static_dir: env.path("HIVE_STATIC_DIR"),
             icon: env.path("HIVE_ICON"),
             dist: env.path("HIVE_WEB_DIST"),
+            dashboard_links: env.get("HIVE_DASHBOARD_LINKS"),
             sse_max_clients: max as usize,
             sse_max_per_peer: per_peer as usize,
             sse_ping: env
@@ -328,7 +333,11 @@ fn routes<H: Harness>() -> Vec<Route<App<H>>> {
         route(
             Method::Get,
             "/api/dashboard-links",
-            Handler::Reply(|a, _| api::dashboard_links(&*a.harness)),
+            Handler::Reply(|a, _| match &a.cfg.dashboard_links {
+                // The fleet entry's `dashboard_links`, as `hive up` hands them on.
+                Some(text) => Reply::json(200, &api::parse_links(text)),
+                None => api::dashboard_links(&*a.harness),
+            }),
         ),
         route(
             Method::Get,
