@@ -4,7 +4,7 @@
 //! bridge's for a hive in a swarm) — and starts the hub thread, which serves
 //! every socket itself (`sockets.rs`: one poll loop, under the caps of
 //! `accept.rs`) and decides every request (`hub/`). The sqlite statements and
-//! schema versions live in `db.rs`, the port the supervisor of `hive up`
+//! schema versions live in `db/` (by concern, as `hub/` is), the port the supervisor of `hive up`
 //! implements in `lifecycle.rs`, the changes hive makes to the fleet file in
 //! `fleetfile.rs`. The wire contract is `proto`.
 

@@ -619,10 +619,15 @@ impl Db {
             .query_row(
                 &format!(
                     "SELECT {}, answer IS NULL FROM questions WHERE id = ?1",
-                    super::Q_COLS
+                    super::questions::Q_COLS
                 ),
                 params![id],
-                |r| Ok((super::question_from_row(r)?, r.get::<_, bool>(8)?)),
+                |r| {
+                    Ok((
+                        super::questions::question_from_row(r)?,
+                        r.get::<_, bool>(8)?,
+                    ))
+                },
             )
             .optional()
     }

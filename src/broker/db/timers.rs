@@ -1,5 +1,6 @@
-//! The operator's view of the agents' timers and the coalescing of repeating
-//! prompts (issue 39; schema step 14).
+//! Reminders and scheduled prompts in `broker.db`: set, listed, due, fired
+//! into their agent's queue, cancelled; the operator's view of them and the
+//! coalescing of repeating prompts (issue 39; schema step 14).
 //!
 //! Every pending reminder and scheduled prompt is listed with its owner,
 //! and the operator cancels one by kind and id: the row goes and its agent's
@@ -10,7 +11,7 @@
 //! copy is queued: the prompt moves to its next slot and counts the
 //! delivery in `skipped`. So a stopped agent finds one copy, never a pile.
 
-use super::{queue_row, Db, NewMessage, Res};
+use super::*;
 use crate::proto::cmd::{Timer, TimerKind};
 use crate::proto::limits::REMINDER_PREVIEW_CHARS;
 use crate::proto::text::preview;
@@ -156,6 +157,139 @@ impl Db {
         )?;
         tx.commit()?;
         Ok(Fired::Delivered(id))
+    }
+}
+
+pub(super) fn reminder_from_row(row: &Row) -> Res<Reminder> {
+    let body: String = row.get(2)?;
+    Ok(Reminder {
+        id: row.get(0)?,
+        agent: row.get(1)?,
+        preview: body.chars().take(REMINDER_PREVIEW_CHARS).collect(),
+        bytes: body.len() as u64,
+        fire_at: row.get(3)?,
+    })
+}
+
+impl Db {
+    /// Stores a reminder with its whole payload.
+    pub fn insert_reminder(&self, agent: &str, body: &str, fire_at: i64, now: i64) -> Res<i64> {
+        self.conn.execute(
+            "INSERT INTO reminders (agent, body, fire_at, created_at)
+             VALUES (?1, ?2, ?3, ?4)",
+            params![agent, body, fire_at, now],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    pub fn count_reminders(&self, agent: &str) -> Res<u64> {
+        self.conn.query_row(
+            "SELECT COUNT(*) FROM reminders WHERE agent = ?1",
+            params![agent],
+            |r| r.get::<_, i64>(0).map(|n| n as u64),
+        )
+    }
+
+    pub fn reminders_of(&self, agent: &str) -> Res<Vec<Reminder>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, agent, body, fire_at FROM reminders
+             WHERE agent = ?1 ORDER BY fire_at, id",
+        )?;
+        let rows = stmt.query_map(params![agent], reminder_from_row)?;
+        rows.collect()
+    }
+
+    pub fn due_reminders(&self, now: i64) -> Res<Vec<(Reminder, String)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, agent, body, fire_at FROM reminders
+             WHERE fire_at <= ?1 ORDER BY fire_at, id",
+        )?;
+        let rows = stmt.query_map(params![now], |r| Ok((reminder_from_row(r)?, r.get(2)?)))?;
+        rows.collect()
+    }
+
+    pub fn next_reminder(&self) -> Res<Option<i64>> {
+        self.conn
+            .query_row("SELECT MIN(fire_at) FROM reminders", [], |r| r.get(0))
+    }
+
+    /// Turns a due reminder into an inbox message, atomically; the message
+    /// is charged to its agent.
+    pub fn fire_reminder(&self, id: i64, msg: &NewMessage, now: i64) -> Res<Option<i64>> {
+        let tx = self.conn.unchecked_transaction()?;
+        let n = tx.execute("DELETE FROM reminders WHERE id = ?1", params![id])?;
+        let mut new_id = None;
+        if n == 1 {
+            new_id = Some(queue_row(&tx, &self.queues, msg, Some(msg.to), now)?);
+        }
+        tx.commit()?;
+        Ok(new_id)
+    }
+
+    /// Deletes a reminder the agent owns; false when it has no such reminder.
+    pub fn delete_reminder(&self, agent: &str, id: i64) -> Res<bool> {
+        let n = self.conn.execute(
+            "DELETE FROM reminders WHERE id = ?1 AND agent = ?2",
+            params![id, agent],
+        )?;
+        Ok(n == 1)
+    }
+
+    pub fn insert_scheduled(
+        &self,
+        agent: &str,
+        body: &str,
+        fire_at: i64,
+        every: Option<u64>,
+        now: i64,
+    ) -> Res<i64> {
+        self.conn.execute(
+            "INSERT INTO scheduled (agent, body, fire_at, every_seconds, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![agent, body, fire_at, every.map(|e| e as i64), now],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    pub(super) fn scheduled_where(
+        &self,
+        cond: &str,
+        p: impl rusqlite::Params,
+    ) -> Res<Vec<Scheduled>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT id, agent, body, fire_at, every_seconds FROM scheduled WHERE {cond}
+             ORDER BY fire_at, id"
+        ))?;
+        let rows = stmt.query_map(p, |r| {
+            Ok(Scheduled {
+                id: r.get(0)?,
+                agent: r.get(1)?,
+                body: r.get(2)?,
+                fire_at: r.get(3)?,
+                every_seconds: r.get::<_, Option<i64>>(4)?.map(|e| e as u64),
+            })
+        })?;
+        rows.collect()
+    }
+
+    pub fn scheduled_of(&self, agent: &str) -> Res<Vec<Scheduled>> {
+        self.scheduled_where("agent = ?1", params![agent])
+    }
+
+    pub fn due_scheduled(&self, now: i64) -> Res<Vec<Scheduled>> {
+        self.scheduled_where("fire_at <= ?1", params![now])
+    }
+
+    pub fn next_scheduled(&self) -> Res<Option<i64>> {
+        self.conn
+            .query_row("SELECT MIN(fire_at) FROM scheduled", [], |r| r.get(0))
+    }
+
+    pub fn delete_scheduled(&self, agent: &str, id: i64) -> Res<bool> {
+        Ok(self.conn.execute(
+            "DELETE FROM scheduled WHERE id = ?1 AND agent = ?2",
+            params![id, agent],
+        )? == 1)
     }
 }
 

@@ -1,0 +1,414 @@
+//! Messages in `broker.db`: queueing a row at the tail of its recipient's
+//! queue, handing the first one out, moving rows between states (acked,
+//! requeued behind later mail, dead-lettered), and what the operator reads
+//! of them (the queue, the dead letters, one message's state). The queue's
+//! tail and the inflight set live on the `Db` (`Queues`), kept in step by
+//! every move here.
+
+use super::*;
+
+impl Db {
+    /// Queues a message at the tail of the queue.
+    pub fn insert_message(&self, m: &NewMessage, now: i64) -> Res<i64> {
+        queue_row(&self.conn, &self.queues, m, None, now)
+    }
+
+    /// Queues a message at the tail of the queue, its body counted in the
+    /// stored bytes of agent `charged` (none: of no agent).
+    pub fn insert_charged(&self, m: &NewMessage, charged: Option<&str>, now: i64) -> Res<i64> {
+        queue_row(&self.conn, &self.queues, m, charged, now)
+    }
+
+    /// `agent` may have an inflight row from now on.
+    pub(super) fn mark_inflight(&self, agent: &str) {
+        let mut set = self.inflight.borrow_mut();
+        if !set.contains(agent) {
+            set.insert(agent.to_string());
+        }
+    }
+
+    /// Keeps [`Db::inflight`] true after a committed write moved `moved`
+    /// rows of `agent` from `from` to `to`: into inflight, the agent may
+    /// have one; out of it, its one inflight row moved on.
+    pub(super) fn moved(&self, agent: &str, from: &MsgState, to: &MsgState, moved: usize) {
+        if moved == 0 || from == to {
+            return;
+        }
+        if *to == MsgState::Inflight {
+            self.mark_inflight(agent);
+        } else if *from == MsgState::Inflight {
+            self.inflight.borrow_mut().remove(agent);
+        }
+    }
+
+    /// The agent's inflight row, if any (there is at most one; in queue
+    /// order, so the inbox index answers without a sort).
+    pub fn inflight(&self, agent: &str) -> Res<Option<Message>> {
+        self.conn
+            .prepare_cached(concat!(
+                "SELECT ",
+                msg_cols!(),
+                " FROM messages WHERE recipient = ?1 AND state = 'inflight' ORDER BY seq, id LIMIT 1"
+            ))?
+            .query_row(params![agent], message_from_row)
+            .optional()
+    }
+
+    /// The id of a system event of `kind` still waiting for `agent`
+    /// (queued, held, or inflight from a harness that died mid-turn).
+    pub fn waiting_event(&self, agent: &str, kind: &MsgKind) -> Res<Option<i64>> {
+        self.conn
+            .prepare_cached(
+                "SELECT id FROM messages WHERE recipient = ?1 AND kind = ?2 \
+                 AND state IN ('queued', 'inflight', 'held') ORDER BY seq, id LIMIT 1",
+            )?
+            .query_row(params![agent, kind.as_str()], |r| r.get(0))
+            .optional()
+    }
+
+    /// What `recv_next` hands out, in one transaction: the agent's inflight
+    /// row again, else (with `queued_too`) its first queued row made
+    /// inflight; either way its attempts go up by one. Returns the row, its
+    /// attempts with this hand-out, and whether it was inflight already;
+    /// and the count of queued rows after it (read by the same statement as
+    /// the row).
+    pub fn take_next(&self, agent: &str, queued_too: bool) -> Res<(Option<Taken>, u64)> {
+        let look_for_inflight = self.inflight.borrow().contains(agent);
+        self.read_next(agent, queued_too, look_for_inflight)
+    }
+
+    /// [`Db::take_next`] by reading the queue.
+    pub(super) fn read_next(
+        &self,
+        agent: &str,
+        queued_too: bool,
+        look_for_inflight: bool,
+    ) -> Res<(Option<Taken>, u64)> {
+        schema::in_transaction(&self.conn, |c| {
+            for state in ["inflight", "queued"] {
+                if state == "inflight" && !look_for_inflight {
+                    continue;
+                }
+                if state == "queued" && !queued_too {
+                    break;
+                }
+                let row = c
+                    .prepare_cached(concat!(
+                        "SELECT ",
+                        msg_cols!(),
+                        ", attempts, (SELECT COUNT(*) FROM messages \
+                         WHERE recipient = ?1 AND state = 'queued') \
+                         FROM messages WHERE recipient = ?1 AND state = ?2 \
+                         ORDER BY seq, id LIMIT 1"
+                    ))?
+                    .query_row(params![agent, state], |r| {
+                        Ok((
+                            message_from_row(r)?,
+                            r.get::<_, i64>(7)?,
+                            r.get::<_, i64>(8)?,
+                        ))
+                    })
+                    .optional()?;
+                let Some((message, attempts, queued)) = row else {
+                    if state == "queued" {
+                        return Ok((None, 0));
+                    }
+                    continue;
+                };
+                let was_inflight = state == "inflight";
+                self.mark_inflight(agent);
+                c.prepare_cached(
+                    "UPDATE messages SET state = 'inflight', attempts = attempts + 1 WHERE id = ?1",
+                )?
+                .execute(params![message.id])?;
+                // The count was read with this row still queued.
+                let queued = if was_inflight { queued } else { queued - 1 };
+                let taken = Taken {
+                    message,
+                    attempts: (attempts + 1).clamp(0, u32::MAX as i64) as u32,
+                    was_inflight,
+                };
+                return Ok((Some(taken), queued.max(0) as u64));
+            }
+            // Nothing handed out, and the queue not looked at.
+            Ok((None, self.count_queued(agent)?))
+        })
+    }
+
+    /// The first queued rows of a recipient, in queue order.
+    pub fn queued(&self, recipient: &str, limit: u32) -> Res<Vec<Message>> {
+        let mut stmt = self.conn.prepare_cached(concat!(
+            "SELECT ",
+            msg_cols!(),
+            " FROM messages WHERE recipient = ?1 AND state = 'queued' ORDER BY seq, id LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(params![recipient, limit], message_from_row)?;
+        rows.collect()
+    }
+
+    /// Queued rows of `recipient` with ids above `after`, oldest first.
+    pub fn queued_after(&self, recipient: &str, after: i64, limit: u32) -> Res<Vec<Message>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {MSG_COLS} FROM messages WHERE recipient = ?1 AND state = 'queued' AND id > ?2
+             ORDER BY id LIMIT ?3"
+        ))?;
+        let rows = stmt.query_map(params![recipient, after, limit], message_from_row)?;
+        rows.collect()
+    }
+
+    pub fn count_queued(&self, recipient: &str) -> Res<u64> {
+        self.conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued'",
+            )?
+            .query_row(params![recipient], |r| r.get::<_, i64>(0).map(|n| n as u64))
+    }
+
+    /// The oldest queued message of `agent`, as its queue position.
+    pub fn oldest_queued_seq(&self, agent: &str) -> Res<Option<i64>> {
+        self.conn
+            .prepare_cached(
+                "SELECT MIN(seq) FROM messages WHERE recipient = ?1 AND state IN ('queued', 'inflight')",
+            )?
+            .query_row(params![agent], |r| r.get(0))
+    }
+
+    /// Moves one row between states; returns whether it was in `from_state`.
+    pub fn transition(
+        &self,
+        id: i64,
+        recipient: &str,
+        from_state: &MsgState,
+        to_state: &MsgState,
+        now: i64,
+    ) -> Res<bool> {
+        self.transition_by(None, id, recipient, from_state, to_state, now)
+    }
+
+    /// [`Db::transition`], through the statement `held` when the hub holds it.
+    pub(super) fn transition_by(
+        &self,
+        held: Option<&mut Statement>,
+        id: i64,
+        recipient: &str,
+        from_state: &MsgState,
+        to_state: &MsgState,
+        now: i64,
+    ) -> Res<bool> {
+        let done_at = (*to_state == MsgState::Acked).then_some(now);
+        let p = params![to_state, done_at, id, recipient, from_state];
+        let n = execute(&self.conn, held, TRANSITION, p)?;
+        self.moved(recipient, from_state, to_state, n);
+        Ok(n == 1)
+    }
+
+    /// Moves several rows between states in one transaction.
+    pub fn transition_many(
+        &self,
+        ids: &[i64],
+        recipient: &str,
+        from_state: &MsgState,
+        to_state: &MsgState,
+        now: i64,
+    ) -> Res<usize> {
+        let tx = self.conn.unchecked_transaction()?;
+        let mut n = 0;
+        {
+            let done_at = (*to_state == MsgState::Acked).then_some(now);
+            let mut stmt = tx.prepare_cached(TRANSITION)?;
+            for id in ids {
+                n += stmt.execute(params![to_state, done_at, id, recipient, from_state])?;
+            }
+        }
+        tx.commit()?;
+        self.moved(recipient, from_state, to_state, n);
+        Ok(n)
+    }
+
+    /// Puts the inflight row `id` back into the queue. `counted` keeps its
+    /// hand-out counted (else one is given back) and records `error`;
+    /// `behind` moves it, with the later queued mail of its own sender in
+    /// order behind it, to the tail of the queue, so the mail of other senders
+    /// goes first; otherwise it keeps its place at the head. False when it was
+    /// not inflight.
+    pub fn requeue(
+        &self,
+        id: i64,
+        recipient: &str,
+        counted: bool,
+        behind: bool,
+        error: Option<&str>,
+    ) -> Res<bool> {
+        let tx = self.conn.unchecked_transaction()?;
+        let found: Option<(String, i64)> = tx
+            .query_row(
+                "SELECT sender, seq FROM messages WHERE id = ?1 AND recipient = ?2
+                 AND state = 'inflight'",
+                params![id, recipient],
+                |r| Ok((r.get(0)?, r.get::<_, Option<i64>>(1)?.unwrap_or(id))),
+            )
+            .optional()?;
+        let Some((sender, seq)) = found else {
+            return Ok(false);
+        };
+        tx.execute(
+            "UPDATE messages SET state = 'queued',
+                attempts = CASE WHEN ?2 THEN attempts ELSE MAX(attempts - 1, 0) END,
+                last_error = COALESCE(?3, last_error)
+             WHERE id = ?1",
+            params![id, counted, error],
+        )?;
+        if behind {
+            let mut ids = vec![id];
+            {
+                let mut stmt = tx.prepare_cached(
+                    "SELECT id FROM messages WHERE recipient = ?1 AND state = 'queued'
+                     AND sender = ?2 AND seq > ?3 ORDER BY seq, id",
+                )?;
+                let later = stmt.query_map(params![recipient, sender, seq], |r| r.get(0))?;
+                for l in later {
+                    ids.push(l?);
+                }
+            }
+            let mut stmt = tx.prepare_cached("UPDATE messages SET seq = ?1 WHERE id = ?2")?;
+            for moved in &ids {
+                stmt.execute(params![self.queues.next_place(), moved])?;
+            }
+        }
+        tx.commit()?;
+        self.moved(recipient, &MsgState::Inflight, &MsgState::Queued, 1);
+        Ok(true)
+    }
+
+    /// Dead-letters the inflight row `id`: `failed`, with `error` as its last
+    /// error and now as its `done_at` (and its last hand-out given back unless
+    /// it `ran`), and `notices` queued, in one transaction. False (and nothing
+    /// queued) when it was not inflight, so the notices go out once.
+    pub fn dead_letter(
+        &self,
+        id: i64,
+        recipient: &str,
+        error: &str,
+        ran: bool,
+        now: i64,
+        notices: &[NewMessage],
+    ) -> Res<bool> {
+        let tx = self.conn.unchecked_transaction()?;
+        let n = tx.execute(
+            "UPDATE messages SET state = 'failed', last_error = ?1, done_at = ?2,
+                attempts = CASE WHEN ?5 THEN attempts ELSE MAX(attempts - 1, 0) END
+             WHERE id = ?3 AND recipient = ?4 AND state = 'inflight'",
+            params![error, now, id, recipient, ran],
+        )?;
+        if n == 1 {
+            insert_all(&tx, &self.queues, notices, now)?;
+        }
+        tx.commit()?;
+        self.moved(recipient, &MsgState::Inflight, &MsgState::Failed, n);
+        Ok(n == 1)
+    }
+
+    /// Stores a transient wake its harness gave up on as a dead letter of its
+    /// own, with `notices` (built for its new id by `notices`), in one
+    /// transaction; returns the new id.
+    pub fn insert_dead_letter(
+        &self,
+        m: &NewMessage,
+        attempts: u32,
+        error: &str,
+        now: i64,
+        notices: impl FnOnce(i64) -> Vec<(Peer, String, String)>,
+    ) -> Res<i64> {
+        let tx = self.conn.unchecked_transaction()?;
+        tx.execute(
+            "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at,
+                done_at, attempts, last_error, seq)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'failed', ?6, ?6, ?7, ?8, ?9)",
+            params![
+                m.from,
+                m.to,
+                m.body,
+                m.kind,
+                m.in_reply_to,
+                now,
+                attempts,
+                error,
+                self.queues.next_place()
+            ],
+        )?;
+        let id = tx.last_insert_rowid();
+        let built = notices(id);
+        let rows: Vec<NewMessage> = built
+            .iter()
+            .map(|(from, to, body)| NewMessage {
+                from,
+                to,
+                body,
+                kind: &MsgKind::DeadLetter,
+                in_reply_to: None,
+            })
+            .collect();
+        insert_all(&tx, &self.queues, &rows, now)?;
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// The dead letters of `agent` (or of every agent), oldest first.
+    pub fn failed(&self, agent: Option<&str>) -> Res<Vec<FailedMessage>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, recipient, sender, body, kind, attempts, last_error, sent_at, done_at
+             FROM messages WHERE state = 'failed' AND (?1 IS NULL OR recipient = ?1)
+             ORDER BY done_at, id",
+        )?;
+        let rows = stmt.query_map(params![agent], |r| {
+            Ok(FailedMessage {
+                id: r.get(0)?,
+                agent: r.get(1)?,
+                from: r.get(2)?,
+                body: r.get(3)?,
+                kind: r.get(4)?,
+                attempts: r.get::<_, i64>(5)?.clamp(0, u32::MAX as i64) as u32,
+                last_error: r.get::<_, Option<String>>(6)?.unwrap_or_default(),
+                sent_at: r.get(7)?,
+                failed_at: r.get(8)?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    pub fn count_failed(&self, recipient: &str) -> Res<u64> {
+        self.conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'failed'",
+            )?
+            .query_row(params![recipient], |r| r.get::<_, i64>(0).map(|n| n as u64))
+    }
+
+    /// The attempts of message `id`, if it exists.
+    pub fn attempts(&self, id: i64) -> Res<Option<u32>> {
+        self.conn
+            .prepare_cached("SELECT attempts FROM messages WHERE id = ?1")?
+            .query_row(params![id], |r| r.get::<_, i64>(0))
+            .optional()
+            .map(|a| a.map(|a| a.clamp(0, u32::MAX as i64) as u32))
+    }
+
+    /// The recipient and state of message `id`, if it exists.
+    pub fn message_state(&self, id: i64) -> Res<Option<(String, MsgState)>> {
+        self.conn
+            .prepare_cached("SELECT recipient, state FROM messages WHERE id = ?1")?
+            .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+    }
+
+    /// Puts the dead letter `id` back at the tail of its recipient's queue,
+    /// its attempts and last error reset; false when it was not `failed`.
+    pub fn retry(&self, id: i64) -> Res<bool> {
+        Ok(self.conn.execute(
+            "UPDATE messages SET state = 'queued', attempts = 0, last_error = NULL,
+                done_at = NULL, seq = ?2
+             WHERE id = ?1 AND state = 'failed'",
+            params![id, self.queues.next_place()],
+        )? == 1)
+    }
+}
