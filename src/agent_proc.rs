@@ -117,6 +117,12 @@ pub fn cli_window_notice(version: &str) -> Option<String> {
     ))
 }
 
+/// The `BASH_ENV` script of an agent's bash (`hive env-script` prints it,
+/// the nix module installs it, and `hive up` writes it into an agent's run
+/// dir when its entry's `cargo_short_messages` is on): it lives in
+/// `src/bash/bash-env.sh`, read and linted as shell there.
+pub const BASH_ENV_SCRIPT: &str = include_str!("bash/bash-env.sh");
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,6 @@ pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod fleet;
-pub mod groups;
 pub mod harness;
 pub mod history;
 pub mod http;

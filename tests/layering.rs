@@ -295,6 +295,19 @@ fn the_modules_follow_the_layers_without_cycles() {
     let edges = edges();
     let layers = layers();
     let mut problems = Vec::new();
+    // The contract is alone on the bottom layer: everything may use it, it
+    // uses nothing.
+    let bottom = layers.values().max().copied().unwrap_or(0);
+    let lowest: Vec<&String> = layers
+        .iter()
+        .filter(|(_, l)| **l == bottom)
+        .map(|(m, _)| m)
+        .collect();
+    if lowest != ["proto"] {
+        problems.push(format!(
+            "the bottom layer holds {lowest:?}; it must hold proto alone (the contract imports nothing)"
+        ));
+    }
     let modules: BTreeSet<&String> = edges.keys().flat_map(|(f, t)| [f, t]).collect();
     for m in modules {
         if !layers.contains_key(m.as_str()) {
@@ -365,4 +378,233 @@ fn a_cycle_is_found_and_shown_as_a_path() {
     let c = find_cycle(&e(&[("a", "b"), ("b", "c"), ("c", "a")])).unwrap();
     assert_eq!(c.first(), c.last());
     assert_eq!(c.len(), 4);
+}
+
+/// File-level edges the design forbids whatever the layers say: (from, to,
+/// why), each a module path (`fleet` is every file under `src/fleet/`).
+const FILE_NEVER: &[(&str, &str, &str)] = &[(
+    "fleet",
+    "broker::hub",
+    "the fleet talks to the hub through the lifecycle port (FleetTx and LifecycleCmd), never with its sender",
+)];
+
+/// The module path of a file under `src/`: `broker/hub/pools.rs` is
+/// `broker::hub::pools`, a `mod.rs` its folder's, `lib.rs` and `main.rs`
+/// the crate root (empty).
+fn module_path(file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src()).unwrap();
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_str().unwrap().to_string())
+        .collect();
+    let last = parts.pop().unwrap();
+    let stem = last.strip_suffix(".rs").unwrap_or(&last).to_string();
+    if !(stem == "mod" || (parts.is_empty() && (stem == "lib" || stem == "main"))) {
+        parts.push(stem);
+    }
+    parts
+}
+
+/// `code` up to its first top-level `#[cfg(test)]` module: what a test
+/// module imports is not the file's.
+fn without_tests(code: &str) -> &str {
+    let mut at = 0;
+    for line in code.split_inclusive('\n') {
+        if line.trim_end() == "#[cfg(test)]" {
+            let rest = &code[at + line.len()..];
+            if rest.trim_start().starts_with("mod ") {
+                return &code[..at];
+            }
+        }
+        at += line.len();
+    }
+    code
+}
+
+/// The paths of the use tree at the start of `s` (`a::b`, `a::{b, c::d}`,
+/// `a::{self, b}`), each as its segments, after `base`.
+fn use_tree(s: &str, base: &[String], out: &mut Vec<Vec<String>>) {
+    let mut path = base.to_vec();
+    let mut rest = s;
+    loop {
+        rest = rest.trim_start();
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0;
+            let mut start = 0;
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        use_tree(&group[start..j], &path, out);
+                        return;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        use_tree(&group[start..j], &path, out);
+                        start = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+            return;
+        }
+        let id = ident_at(rest);
+        if id.is_empty() {
+            break;
+        }
+        if id != "self" {
+            path.push(id.to_string());
+        }
+        rest = &rest[id.len()..];
+        match rest.strip_prefix("::") {
+            Some(r) => rest = r,
+            None => break,
+        }
+    }
+    out.push(path);
+}
+
+/// Every path in `code` that starts at `crate::`, `super::` or `self::`,
+/// made absolute from the file's module `here`.
+fn file_paths(code: &str, here: &[String]) -> Vec<(usize, Vec<String>)> {
+    let mut found = Vec::new();
+    for (n, line) in code.lines().enumerate() {
+        let mut from = 0;
+        while from < line.len() {
+            let next = ["crate::", "super::", "self::"]
+                .iter()
+                .filter_map(|p| line[from..].find(p).map(|i| (from + i, *p)))
+                .min();
+            let Some((at, prefix)) = next else {
+                break;
+            };
+            from = at + prefix.len();
+            let before = line[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$' || c == ':')
+            {
+                continue;
+            }
+            let mut base: Vec<String> = match prefix {
+                "crate::" => Vec::new(),
+                "self::" => here.to_vec(),
+                _ => here[..here.len().saturating_sub(1)].to_vec(),
+            };
+            let mut rest = &line[from..];
+            while let Some(r) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = r;
+                from += "super::".len();
+            }
+            let mut paths = Vec::new();
+            use_tree(rest, &base, &mut paths);
+            found.extend(paths.into_iter().map(|p| (n + 1, p)));
+        }
+    }
+    found
+}
+
+/// Edges between files (by module path), each with the first place it was
+/// seen: a file's import of another file's module. A module's import of its
+/// own descendants (`pub use child::X` in a `mod.rs`) is its own business, not
+/// an edge; a child's import of its parent is.
+fn file_edges() -> BTreeMap<(String, String), String> {
+    let mut files = Vec::new();
+    sources(&src(), &mut files);
+    let modules: BTreeSet<Vec<String>> = files
+        .iter()
+        .filter(|f| !f.ends_with("build.rs"))
+        .map(|f| module_path(f))
+        .collect();
+    let mut edges = BTreeMap::new();
+    for file in &files {
+        if file.ends_with("build.rs") {
+            continue;
+        }
+        let here = module_path(file);
+        let text = std::fs::read_to_string(file).unwrap();
+        let code = code_only(&text);
+        for (line, path) in file_paths(without_tests(&code), &here) {
+            let Some(to) = (1..=path.len())
+                .rev()
+                .map(|k| path[..k].to_vec())
+                .find(|p| modules.contains(p))
+            else {
+                continue;
+            };
+            if to == here || to.starts_with(&here) {
+                continue;
+            }
+            let at = format!(
+                "{}:{line}",
+                file.strip_prefix(src().parent().unwrap())
+                    .unwrap()
+                    .display()
+            );
+            edges.entry((here.join("::"), to.join("::"))).or_insert(at);
+        }
+    }
+    edges
+}
+
+#[test]
+fn the_files_import_each_other_in_no_circle() {
+    let edges = file_edges();
+    assert!(edges.len() > 100, "found only {} file edges", edges.len());
+    // The reader sees a file's imports of its neighbours and of other rooms.
+    for known in [
+        ("fleet::supervisor", "broker::lifecycle"),
+        ("broker::hub::lifecycle", "broker::hub::offload"),
+    ] {
+        let known = (known.0.to_string(), known.1.to_string());
+        assert!(edges.contains_key(&known), "no edge {known:?}");
+    }
+    let mut problems = Vec::new();
+    let keys: BTreeSet<(String, String)> = edges.keys().cloned().collect();
+    if let Some(cycle) = find_cycle(&keys) {
+        let evidence: Vec<String> = cycle
+            .windows(2)
+            .map(|w| edges[&(w[0].clone(), w[1].clone())].clone())
+            .collect();
+        problems.push(format!(
+            "these files import each other in a circle: {} ({}); move what one takes from \
+             the other into a file below both",
+            cycle.join(" → "),
+            evidence.join(", ")
+        ));
+    }
+    for ((from, to), at) in &edges {
+        for (f, t, why) in FILE_NEVER {
+            let under = |m: &str, p: &str| m == p || m.starts_with(&format!("{p}::"));
+            if under(from, f) && under(to, t) {
+                problems.push(format!("{from} → {to} ({at}) must not exist: {why}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
+}
+
+#[test]
+fn the_file_reader_resolves_use_trees_and_supers() {
+    let here: Vec<String> = ["broker", "hub", "pools"].map(String::from).to_vec();
+    let code = "use super::{db_err, budgets::Spent};\n\
+                use crate::proto::{self, text::{clock, fmt_time}};\n\
+                let x = super::super::db::Db::open(); let y = self::inner::f();";
+    let paths: Vec<String> = file_paths(code, &here)
+        .into_iter()
+        .map(|(_, p)| p.join("::"))
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "broker::hub::db_err",
+            "broker::hub::budgets::Spent",
+            "proto",
+            "proto::text::clock",
+            "proto::text::fmt_time",
+            "broker::db::Db::open",
+            "broker::hub::pools::inner::f",
+        ]
+    );
+    let code = "fn a() {}\n#[cfg(test)]\nmod tests {\n    use crate::web::x;\n}\n";
+    assert_eq!(without_tests(code), "fn a() {}\n");
 }

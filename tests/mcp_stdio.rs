@@ -7,8 +7,8 @@ mod common;
 
 use common::hive::{ok, run_hive, wait_for, Broker, TempDir};
 use common::mcp::{McpProc, ANSWER_WAIT};
-use hyperhive::groups::ToolGroup;
 use hyperhive::mcp::hyperhive::allowed_hyperhive_tools;
+use hyperhive::proto::access::ToolGroup;
 use hyperhive::proto::cmd::{Inbox, InboxAck, Send};
 use hyperhive::proto::MessagesReply;
 use serde_json::{json, Value};

@@ -12,8 +12,8 @@ use common::claude_cli::{
 };
 use common::fake_anthropic::{FakeAnthropic, Scenario, Step};
 use common::hive::{ok, run_hive, wait_for, Broker, TempDir};
-use hyperhive::groups::ToolGroup;
 use hyperhive::mcp::hyperhive::allowed_hyperhive_tools;
+use hyperhive::proto::access::ToolGroup;
 use hyperhive::proto::cmd::{Inbox, QuestionsReply, Recv, Send};
 use hyperhive::proto::{MessagesReply, Request};
 use serde_json::{json, Value};

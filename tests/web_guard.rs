@@ -207,7 +207,7 @@ fn cross_site_changes_to_the_dashboard_are_refused_and_change_nothing() {
     );
     let report = sent["id"].as_i64().unwrap();
     let fleet = std::fs::read(up.fleet_file()).unwrap();
-    let all_groups = hyperhive::groups::ToolGroup::ALL.map(|g| g.name());
+    let all_groups = hyperhive::proto::access::ToolGroup::ALL.map(|g| g.name());
     let endpoints = [
         (
             "/api/permissions",

@@ -4,4 +4,4 @@
 //! as shell; `tests/env_script.rs` runs it under bash with a fake `cargo`.
 
 /// The script, as installed.
-pub const SCRIPT: &str = include_str!("bash-env.sh");
+pub const SCRIPT: &str = crate::agent_proc::BASH_ENV_SCRIPT;

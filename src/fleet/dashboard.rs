@@ -1175,8 +1175,8 @@ fn snapshot(app: &App) -> Value {
         "inbox": messages,
         "inbox_more": inbox["more"].as_bool().unwrap_or(false),
         "bridge": agents["bridge"],
-        "groups": crate::groups::ToolGroup::ALL.map(|g| g.name()),
-        "capabilities": crate::groups::CAPABILITIES,
+        "groups": crate::proto::access::ToolGroup::ALL.map(|g| g.name()),
+        "capabilities": crate::proto::access::CAPABILITIES,
     });
     bound(&mut snap);
     snap

@@ -24,7 +24,7 @@ pub fn bash_env(cfg: &AgentConfig, run: &Path) -> Result<OsString, String> {
         return Ok("/dev/null".into());
     }
     let file = run.join("bash-env.sh");
-    std::fs::write(&file, crate::bash::env_script::SCRIPT)
+    std::fs::write(&file, crate::agent_proc::BASH_ENV_SCRIPT)
         .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
     Ok(file.into())
 }

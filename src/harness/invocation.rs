@@ -13,7 +13,7 @@
 
 use super::prompt::{self, PromptVars};
 use super::settings::Settings;
-use crate::groups::{Capability, ToolGroup};
+use crate::proto::access::{Capability, ToolGroup};
 use serde_json::{json, Map, Value};
 use std::path::Path;
 
@@ -351,11 +351,11 @@ mod tests {
 
     #[test]
     fn whitelist_follows_groups() {
-        let groups = crate::groups::parse_groups("").unwrap();
+        let groups = crate::proto::access::parse_groups("").unwrap();
         let b = builtin_tools(&groups);
         assert_eq!(b, ["Edit", "Glob", "Grep", "Read", "Write"]);
         assert!(!b.iter().any(|t| DENIED_BUILTIN_TOOLS.contains(&t.as_str())));
-        let web = crate::groups::parse_groups("messaging,web_tools").unwrap();
+        let web = crate::proto::access::parse_groups("messaging,web_tools").unwrap();
         assert!(builtin_tools(&web).contains(&"WebFetch".to_string()));
         let h = hyperhive_tools(&groups, &[]);
         assert!(h.contains(&"mcp__hyperhive__send".to_string()));

@@ -4,7 +4,7 @@
 //! variable) so the rest of the harness never touches the environment.
 //! `docs/env.md` lists them.
 
-use crate::groups::{self, Capability, ToolGroup};
+use crate::proto::access::{self, Capability, ToolGroup};
 use crate::proto::cmd::check_model_name;
 use crate::proto::paths::state;
 use crate::sys::env::Env;
@@ -101,10 +101,10 @@ impl Settings {
             None if Path::new("/harness").is_dir() => Path::new("/harness").join(state::MODEL),
             None => state_dir.join(state::MODEL),
         };
-        let tool_groups = groups::parse_groups(&env.get("HIVE_TOOL_GROUPS").unwrap_or_default())
+        let tool_groups = access::parse_groups(&env.get("HIVE_TOOL_GROUPS").unwrap_or_default())
             .map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
         let capabilities =
-            groups::parse_capabilities(&env.get("HIVE_CAPABILITIES").unwrap_or_default())
+            access::parse_capabilities(&env.get("HIVE_CAPABILITIES").unwrap_or_default())
                 .map_err(|e| format!("HIVE_CAPABILITIES: {e}"))?;
         let label = env.get("HIVE_LABEL").unwrap_or_else(|| "hive".into());
         Ok(Settings {

@@ -1,11 +1,34 @@
 //! What the log keeps of an event's JSON: strings over [`CUT_BYTES`] cut with
 //! a marker ([`cut_strings`]), the words worth searching ([`searchable`]),
-//! and the cost and tokens a claude `result` line reports ([`usage`]).
+//! and the cost and tokens a claude `result` line reports ([`usage`]), each
+//! of an event as the log sees it ([`View`]).
 
-use super::writer::View;
 use super::CUT_BYTES;
 use crate::proto::limits::{MAX_COST_PER_POST, MAX_TOKENS_PER_POST};
 use serde_json::Value;
+
+/// An event as the log sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum View<'a> {
+    /// A message woke the agent: a new turn.
+    TurnStart {
+        from: &'a str,
+        body: &'a str,
+        message_id: Option<i64>,
+    },
+    /// One stdout JSON line of claude.
+    Stream(&'a Value),
+    /// A note of the harness or a stderr line of claude.
+    Note(&'a str),
+    /// The turn's end.
+    TurnEnd {
+        ok: bool,
+        outcome: &'a str,
+        note: &'a str,
+        duration_ms: u64,
+        decision: Option<&'a str>,
+    },
+}
 
 /// Cuts every string in `v` longer than [`CUT_BYTES`] (at a character
 /// boundary) and marks it `…[cut, N bytes]`, N the bytes left off.

@@ -24,6 +24,7 @@
 //! two events.
 
 use super::schema;
+pub use super::text::View;
 use super::text::{cut_strings, searchable, usage};
 use super::{Bounds, FILE};
 use crate::proto::now;
@@ -59,29 +60,6 @@ pub trait Loggable: Send + 'static {
     fn view(&self) -> Option<View<'_>>;
     /// The event as the live stream sends it, without its id.
     fn to_json(&self) -> Value;
-}
-
-/// An event as the log sees it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum View<'a> {
-    /// A message woke the agent: a new turn.
-    TurnStart {
-        from: &'a str,
-        body: &'a str,
-        message_id: Option<i64>,
-    },
-    /// One stdout JSON line of claude.
-    Stream(&'a Value),
-    /// A note of the harness or a stderr line of claude.
-    Note(&'a str),
-    /// The turn's end.
-    TurnEnd {
-        ok: bool,
-        outcome: &'a str,
-        note: &'a str,
-        duration_ms: u64,
-        decision: Option<&'a str>,
-    },
 }
 
 /// What the tap hands the writer.

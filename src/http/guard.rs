@@ -8,7 +8,7 @@
 //!    A page on some other name that resolves here (DNS rebinding) gets `421`.
 //! 2. **Token** (unless the operator turned it off): `Authorization: Bearer`,
 //!    `X-Hive-Token`, or the server's own cookie holding a login session
-//!    ([`auth::session_id`]) or the token, compared in constant time. This
+//!    ([`session::session_id`]) or the token, compared in constant time. This
 //!    also says who the client is for the per-client limits ([`Client`]): its
 //!    login session, else its address.
 //! 3. **State-changing requests** (any method but GET and HEAD) must not come
@@ -22,7 +22,7 @@
 //! and a few more in all, so many addresses (or many clients behind a proxy)
 //! cannot guess faster than that.
 
-use super::auth;
+use super::session;
 use crate::http::{header_value, prefix, Reply};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -55,7 +55,7 @@ pub struct Names {
 /// the proxy's address, but each browser login is still a client of its own.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Client {
-    /// A session id ([`auth::session_id`]).
+    /// A session id ([`session::session_id`]).
     Session(String),
     Peer(IpAddr),
 }
@@ -208,12 +208,12 @@ impl Guard {
         let Some(want) = &self.token else {
             return Some(Client::peer(req));
         };
-        let is_token = |t: &str| auth::ct_eq(t.as_bytes(), want.as_bytes());
-        match auth::presented(req, &self.cookie)? {
-            auth::Presented::Header(t) => is_token(&t).then(|| Client::peer(req)),
-            auth::Presented::Cookie(v) if is_token(&v) => Some(Client::peer(req)),
-            auth::Presented::Cookie(v) => {
-                auth::session_id(&v, want).map(|id| Client::Session(id.to_string()))
+        let is_token = |t: &str| session::ct_eq(t.as_bytes(), want.as_bytes());
+        match session::presented(req, &self.cookie)? {
+            session::Presented::Header(t) => is_token(&t).then(|| Client::peer(req)),
+            session::Presented::Cookie(v) if is_token(&v) => Some(Client::peer(req)),
+            session::Presented::Cookie(v) => {
+                session::session_id(&v, want).map(|id| Client::Session(id.to_string()))
             }
         }
     }

@@ -2,7 +2,7 @@
 //! (`web`) and the operator dashboard of `hive up` (`fleet::dashboard`): the
 //! shared core ([`server`]: bounded tiny_http, socket timeouts, named workers,
 //! one dispatch that runs the [`guard`] before every route), the tokens and
-//! login ([`auth`]), the one live-stream writer ([`sse`]), and here the small
+//! login ([`auth`]) on top of the login sessions ([`session`]), the one live-stream writer ([`sse`]), and here the small
 //! vocabulary on top of tiny_http: a [`Reply`] value every handler returns,
 //! request bodies read under a size and a time bound, JSON bodies that refuse
 //! duplicate keys, percent-decoding, query strings and cookies (pure
@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod guard;
 pub mod server;
+pub mod session;
 pub mod sse;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};

@@ -18,7 +18,7 @@ pub mod reminder_file;
 
 use super::schema::{self, Arg};
 use super::{CallCtx, InputSchema, ServerInfo, ToolDef, ToolOutcome, Tools};
-use crate::groups::{self, Capability, ToolGroup};
+use crate::proto::access::{self, Capability, ToolGroup};
 use crate::proto::command::Row;
 use crate::proto::limits::RECV_WAIT_CAP_SECS;
 use crate::proto::paths::DEFAULT_AGENT_SOCKET;
@@ -141,10 +141,10 @@ impl HyperhiveTools {
     pub fn from_env() -> Result<HyperhiveTools, String> {
         let env = crate::sys::env::Env::process();
         let list = env.get("HIVE_TOOL_GROUPS").unwrap_or_default();
-        let groups = groups::parse_groups(&list).map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
+        let groups = access::parse_groups(&list).map_err(|e| format!("HIVE_TOOL_GROUPS: {e}"))?;
         let list = env.get("HIVE_CAPABILITIES").unwrap_or_default();
         let capabilities =
-            groups::parse_capabilities(&list).map_err(|e| format!("HIVE_CAPABILITIES: {e}"))?;
+            access::parse_capabilities(&list).map_err(|e| format!("HIVE_CAPABILITIES: {e}"))?;
         let socket = env.path_or("HIVE_SOCKET", DEFAULT_AGENT_SOCKET);
         let mut tools =
             HyperhiveTools::new(groups, capabilities, socket, env.path("HIVE_STATE_DIR"));
@@ -541,7 +541,7 @@ mod tests {
 
     #[test]
     fn the_default_preset_lists_the_core_tools() {
-        let groups = groups::parse_groups("").unwrap();
+        let groups = access::parse_groups("").unwrap();
         assert_eq!(
             tool_names(&groups, &[]),
             [

@@ -1,4 +1,5 @@
-//! Names across hives: a hive's own name follows the agent-name grammar
+//! Names: an agent's ([`check_name`]: 1 to 9 of `a-z`, `0-9`, `-`, none of
+//! the reserved ones), a hive's own name, which follows the same grammar
 //! ([`check_hive_name`]), and someone on another hive of the swarm is
 //! `NAME@HIVE` ([`Remote`]), where NAME is an agent's name or one of the
 //! names a broker speaks as there (`operator`, `system`). Every process reads
@@ -6,9 +7,37 @@
 //! so what counts as remote is decided here once. The swarm (`docs/swarm.md`)
 //! carries such mail through a Matrix homeserver.
 
-use super::ident::check_name;
 use super::text::excerpt;
 use std::fmt;
+
+/// Longest agent name.
+pub const MAX_NAME_LEN: usize = 9;
+
+/// Names that address something other than an agent.
+pub const RESERVED_NAMES: [&str; 5] = ["operator", "system", "self", "parent", "broker"];
+
+/// Checks an agent name, saying what is wrong with it.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err(format!(
+            "agent name {} must be 1 to {MAX_NAME_LEN} characters",
+            excerpt(name)
+        ));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err(format!(
+            "agent name {} may only contain lowercase letters, digits and '-'",
+            excerpt(name)
+        ));
+    }
+    if RESERVED_NAMES.contains(&name) {
+        return Err(format!("agent name {name:?} is reserved"));
+    }
+    Ok(())
+}
 
 /// The local names of another hive that are not agents but may be written to
 /// (or come from) there: its operator, and its broker's own notices.

@@ -8,15 +8,10 @@
 //! never an error.
 
 use super::address::Remote;
+pub use super::address::{check_name, MAX_NAME_LEN, RESERVED_NAMES};
 use super::limits::MAX_SENDER_CHARS;
 use super::text::{excerpt, is_control_or_bidi, is_format};
 use std::fmt;
-
-/// Longest agent name.
-pub const MAX_NAME_LEN: usize = 9;
-
-/// Names that address something other than an agent.
-pub const RESERVED_NAMES: [&str; 5] = ["operator", "system", "self", "parent", "broker"];
 
 /// Senders the broker itself uses for fired timers.
 pub const TIMER_SENDERS: [&str; 2] = ["reminder", "scheduler"];
@@ -152,29 +147,6 @@ fn is_reserved_sender(name: &str) -> Option<&'static str> {
 
 /// The address of an agent's topology parent in `send` and `ask`.
 pub const PARENT: &str = "<parent>";
-
-/// Checks an agent name, saying what is wrong with it.
-pub fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > MAX_NAME_LEN {
-        return Err(format!(
-            "agent name {} must be 1 to {MAX_NAME_LEN} characters",
-            excerpt(name)
-        ));
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
-        return Err(format!(
-            "agent name {} may only contain lowercase letters, digits and '-'",
-            excerpt(name)
-        ));
-    }
-    if RESERVED_NAMES.contains(&name) {
-        return Err(format!("agent name {name:?} is reserved"));
-    }
-    Ok(())
-}
 
 /// The `from` of a `wake`: plain text, one line, without invisible format
 /// characters, and none of the names the broker, the operator and the

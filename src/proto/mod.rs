@@ -28,6 +28,7 @@ pub mod command;
 mod enums;
 pub mod fleet;
 pub mod ident;
+pub mod invalid;
 pub mod kinds;
 pub mod limits;
 pub mod lines;

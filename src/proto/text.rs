@@ -84,6 +84,20 @@ pub fn preview(s: &str, max: usize) -> String {
     }
 }
 
+/// "HH:MM UTC (in 2h 13m)" for a time ahead.
+pub fn clock(until: i64, now: i64) -> String {
+    let day = until.rem_euclid(86_400);
+    let left = (until - now).max(0);
+    let span = if left >= 3600 {
+        format!("{}h {}m", left / 3600, left % 3600 / 60)
+    } else if left >= 60 {
+        format!("{}m", left / 60)
+    } else {
+        format!("{left}s")
+    };
+    format!("{:02}:{:02} UTC (in {span})", day / 3600, day % 3600 / 60)
+}
+
 /// A unix time as `YYYY-MM-DD HH:MM:SSZ` (UTC).
 pub fn fmt_time(unix: i64) -> String {
     // UTC, from the civil-from-days algorithm, to avoid a time dependency.
@@ -188,6 +202,17 @@ pub fn parse_time(s: &str) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn clock_reads_as_a_time_and_a_span() {
+        let now = 1_795_300_000;
+        assert_eq!(
+            clock(now + 2 * 3600 + 13 * 60, now),
+            "00:39 UTC (in 2h 13m)"
+        );
+        assert_eq!(clock(now + 90, now), "22:28 UTC (in 1m)");
+        assert_eq!(clock(now + 5, now), "22:26 UTC (in 5s)");
+    }
+
     use super::*;
 
     /// The table is Unicode 16.0.0's `Cf`: sorted and apart; the members

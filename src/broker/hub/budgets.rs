@@ -391,7 +391,7 @@ impl Hub<'_> {
              the window's spend rows (a check that fails holds the agents; `hive budget` shows \
              the scope)",
             window_word(&s.budget.per),
-            super::pools::clock(s.end, t),
+            crate::proto::text::clock(s.end, t),
             scope.unwrap_or("--hive")
         );
         log::error!("{body}");
@@ -461,7 +461,7 @@ impl Hub<'_> {
                     } else {
                         "no agent starts a new run"
                     },
-                    super::pools::clock(s.end, t),
+                    crate::proto::text::clock(s.end, t),
                     if scope.is_none() {
                         format!(" · the run that reached it was {agent}'s")
                     } else {

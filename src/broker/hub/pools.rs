@@ -39,6 +39,7 @@
 use super::throttle::Kind;
 use super::{db_err, ConnId, Hub};
 use crate::proto::cmd::{PoolReply, ReportPool, ReportUsageLimit, UsageSeen, UsageStatus};
+use crate::proto::text::clock;
 use crate::proto::{now, Empty, MsgKind, NearLimit, PauseReason, Paused};
 use crate::sys::hash::{hex, hmac_sha256};
 
@@ -91,20 +92,6 @@ pub struct Pools {
     pub(super) budget_wake: Option<i64>,
     /// Each scope's spend in its window (`budgets.rs`).
     pub(super) spent: super::budgets::Spent,
-}
-
-/// "HH:MM UTC (in 2h 13m)" for a time ahead.
-pub fn clock(until: i64, now: i64) -> String {
-    let day = until.rem_euclid(86_400);
-    let left = (until - now).max(0);
-    let span = if left >= 3600 {
-        format!("{}h {}m", left / 3600, left % 3600 / 60)
-    } else if left >= 60 {
-        format!("{}m", left / 60)
-    } else {
-        format!("{left}s")
-    };
-    format!("{:02}:{:02} UTC (in {span})", day / 3600, day % 3600 / 60)
 }
 
 impl Hub<'_> {
@@ -550,11 +537,12 @@ impl Hub<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{clock, Hub, RENEW_GAP_SECS, STAGGER_SECS};
+    use super::{Hub, RENEW_GAP_SECS, STAGGER_SECS};
     use crate::broker::db::{Db, Durability, Store};
     use crate::broker::hub::HubSettings;
     use crate::config::HiveConfig;
     use crate::proto::cmd::{ReportPool, ReportUsageLimit};
+    use crate::proto::text::clock;
     use crate::proto::{now, MsgKind};
 
     fn uuid() -> ReportPool {
@@ -687,16 +675,5 @@ mod tests {
         hub.report_usage_limit("ana", limit(t + 600)).unwrap();
         assert_eq!(end(&mut hub), Some(t + 600));
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn clock_reads_as_a_time_and_a_span() {
-        let now = 1_795_300_000;
-        assert_eq!(
-            clock(now + 2 * 3600 + 13 * 60, now),
-            "00:39 UTC (in 2h 13m)"
-        );
-        assert_eq!(clock(now + 90, now), "22:28 UTC (in 1m)");
-        assert_eq!(clock(now + 5, now), "22:26 UTC (in 5s)");
     }
 }

@@ -119,7 +119,7 @@ impl Hub<'_> {
                 p.detail,
                 p.until.map_or_else(
                     || "its end".to_string(),
-                    |u| super::pools::clock(u, crate::proto::now())
+                    |u| crate::proto::text::clock(u, crate::proto::now())
                 )
             )),
             Pause::Broker(_) => {

@@ -633,7 +633,7 @@ fn before_the_first_call_a_failed_write_or_eof_ends_serve_on_its_own_thread() {
 /// `bash::mcp`'s tests).
 #[test]
 fn the_written_listing_is_the_serialized_listing() {
-    use crate::groups::{Capability, ToolGroup};
+    use crate::proto::access::{Capability, ToolGroup};
     let hyperhive = crate::mcp::hyperhive::HyperhiveTools::new(
         ToolGroup::ALL.to_vec(),
         Capability::ALL.to_vec(),

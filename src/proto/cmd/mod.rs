@@ -43,7 +43,7 @@ pub use state::*;
 pub use timers::*;
 
 use super::address::Remote;
-use super::command::Invalid;
+use super::invalid::Invalid;
 use super::limits::{MAX_BODY, MAX_REMOTE_BODY};
 
 /// A message body, question, answer, reminder or scheduled prompt: not blank
