@@ -160,11 +160,11 @@ impl TurnOutcome {
             TurnOutcome::Compacted => TurnOutcomeKind::Compacted,
             TurnOutcome::RateLimited { .. } => TurnOutcomeKind::RateLimited,
             TurnOutcome::AuthFailed => TurnOutcomeKind::AuthFailed,
-            TurnOutcome::PromptTooLong | TurnOutcome::CannotCompact(_) => {
-                TurnOutcomeKind::PromptTooLong
-            }
+            TurnOutcome::PromptTooLong => TurnOutcomeKind::PromptTooLong,
+            TurnOutcome::CannotCompact(_) => TurnOutcomeKind::CannotCompact,
             TurnOutcome::ApiUnavailable(_) => TurnOutcomeKind::ApiUnavailable,
-            TurnOutcome::Interrupted(_) => TurnOutcomeKind::Interrupted,
+            // The operator's interrupt is the loop's to say (`Interrupted`).
+            TurnOutcome::Interrupted(_) => TurnOutcomeKind::Aborted,
             TurnOutcome::Failed(m) if m.starts_with("turn timed out") => TurnOutcomeKind::TimedOut,
             TurnOutcome::Failed(_) => TurnOutcomeKind::Failed,
             TurnOutcome::NotStarted(_) => TurnOutcomeKind::NotStarted,

@@ -1,5 +1,5 @@
 //! The turn loop's outcome policy: one pure function, [`decide`], from what a
-//! claude run came to ([`Outcome`]), what was running ([`Running`]) and a few
+//! claude run came to (a [`TurnOutcomeKind`], the one outcome vocabulary), what was running ([`Running`]) and a few
 //! facts about the message and the session ([`Facts`]) to what the loop does
 //! next ([`Decision`]). Nothing here does I/O or knows about time; the loop
 //! carries decisions out (acks, requeues, pauses, notices) and owns every
@@ -13,92 +13,15 @@
 //! usage limits, pauses, login parks, interrupts, shutdowns and faults of the
 //! harness itself never do.
 
-use crate::proto::Place;
+use crate::proto::{PauseReason, Place, TurnOutcomeKind};
 use std::fmt;
 
-/// How a run ended, as the policy sees it: the classifier's outcome, or what
-/// the loop itself stopped the run for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// A `result` without error; for `/compact`, a `compact_boundary` line.
-    Completed,
-    /// The API refused for rate or usage limits (429, a rejected
-    /// `rate_limit_event`).
-    RateLimited,
-    /// The credentials were refused (401/403).
-    AuthFailed,
-    /// The session does not fit the context window.
-    PromptTooLong,
-    /// 5xx, 529, timeouts, connection resets, after the CLI's own retries.
-    ApiUnavailable,
-    /// `/compact` ran but could not shrink the session ("could not be reduced
-    /// below the context limit", "not enough messages to compact").
-    CannotCompact,
-    /// The CLI aborted the turn on its own (`aborted_tools`,
-    /// `error_during_execution`) without the operator asking.
-    Aborted,
-    /// The operator interrupted the run.
-    Interrupted,
-    /// A crash, an exit without a result, an error nothing above explains.
-    Crashed,
-    /// The wall-clock cap `HIVE_TURN_TIMEOUT_SECS` stopped it.
-    TimedOut,
-    /// No output for `HIVE_TURN_IDLE_SECS` while no tool call was open.
-    Hung,
-    /// claude could not be started at all (no binary, no descriptors…).
-    NotStarted,
-    /// `hyperhive` or `bash` was not `connected` in the `system/init` line.
-    McpNotConnected,
-    /// The run reached its cap, `--max-budget-usd` (the fleet entry's
-    /// `turn_usd`; `error_max_budget_usd`).
-    TurnBudget,
-    /// claude was shut down by a signal the harness did not send and said
-    /// so (`interrupted_by_shutdown` on its `result`): the turn did not
-    /// finish, and not for a reason of the message's. (A stop of the harness
-    /// itself ends no run in an outcome: the message goes back as it is.)
-    Stopped,
-}
+/// Every outcome, in table order: the one vocabulary's.
+pub const OUTCOMES: [TurnOutcomeKind; 17] = TurnOutcomeKind::ALL;
 
-/// Every outcome, in table order.
-pub const OUTCOMES: [Outcome; 15] = [
-    Outcome::Completed,
-    Outcome::RateLimited,
-    Outcome::AuthFailed,
-    Outcome::PromptTooLong,
-    Outcome::ApiUnavailable,
-    Outcome::CannotCompact,
-    Outcome::Aborted,
-    Outcome::Interrupted,
-    Outcome::Crashed,
-    Outcome::TimedOut,
-    Outcome::Hung,
-    Outcome::NotStarted,
-    Outcome::McpNotConnected,
-    Outcome::TurnBudget,
-    Outcome::Stopped,
-];
-
-impl Outcome {
-    /// The outcome's name in the documentation table.
-    pub fn name(self) -> &'static str {
-        match self {
-            Outcome::Completed => "Completed",
-            Outcome::RateLimited => "RateLimited",
-            Outcome::AuthFailed => "AuthFailed",
-            Outcome::PromptTooLong => "PromptTooLong",
-            Outcome::ApiUnavailable => "ApiUnavailable",
-            Outcome::CannotCompact => "CannotCompact",
-            Outcome::Aborted => "Aborted",
-            Outcome::Interrupted => "Interrupted",
-            Outcome::Crashed => "Crashed",
-            Outcome::TimedOut => "TimedOut",
-            Outcome::Hung => "Hung",
-            Outcome::NotStarted => "NotStarted",
-            Outcome::McpNotConnected => "McpNotConnected",
-            Outcome::TurnBudget => "TurnBudget",
-            Outcome::Stopped => "Stopped",
-        }
-    }
+/// The outcome's name in the documentation table.
+pub fn outcome_name(o: TurnOutcomeKind) -> String {
+    format!("{o:?}")
 }
 
 /// What the run was for: the phase of the loop the outcome ends.
@@ -193,41 +116,8 @@ impl Default for Facts {
     }
 }
 
-/// Why the loop waits before the message runs again; the names are the
-/// `paused.reason` values of `/api/state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PauseReason {
-    /// Until the CLI's `resetsAt`, or `HIVE_RATE_LIMIT_SLEEP_SECS`.
-    RateLimit,
-    /// `HIVE_API_BACKOFF_SECS`, doubling per failure in a row.
-    ApiBackoff,
-    /// Parked until claude is logged in again.
-    Login,
-    /// The MCP servers did not start: short, then backing off after three.
-    McpStart,
-    /// claude could not be started: `HIVE_POLL_MS`, doubling.
-    StartFailed,
-    /// A rate limit with a reset time: the pool's usage limit, which the
-    /// broker then holds for every agent of the pool (the loop picks it
-    /// instead of `RateLimit` when the CLI said when it resets).
-    UsageLimit,
-}
-
-impl PauseReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PauseReason::RateLimit => "rate_limit",
-            PauseReason::ApiBackoff => "api_backoff",
-            PauseReason::Login => "login",
-            PauseReason::McpStart => "mcp_start",
-            PauseReason::StartFailed => "start_failed",
-            PauseReason::UsageLimit => "usage_limit",
-        }
-    }
-}
-
 /// How long a kept message waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wait {
     /// `HIVE_POLL_MS`, against tight loops.
     Brief,
@@ -245,7 +135,7 @@ pub enum Resume {
 }
 
 /// What the loop does next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Ack: the turn completed. (Ack 1 of 3.)
     Complete,
@@ -286,7 +176,7 @@ pub enum Decision {
 
 impl Decision {
     /// True for the four decisions that ack.
-    pub fn acks(self) -> bool {
+    pub fn acks(&self) -> bool {
         matches!(
             self,
             Decision::Complete
@@ -298,9 +188,9 @@ impl Decision {
 }
 
 /// The policy. See the module docs and `docs/turn-loop.md`.
-pub fn decide(outcome: Outcome, running: Running, f: &Facts) -> Decision {
-    use Outcome as O;
+pub fn decide(outcome: TurnOutcomeKind, running: Running, f: &Facts) -> Decision {
     use Running as R;
+    use TurnOutcomeKind as O;
     if !running.for_work() {
         return best_effort(outcome, running);
     }
@@ -325,8 +215,8 @@ pub fn decide(outcome: Outcome, running: Running, f: &Facts) -> Decision {
         }
     };
     match outcome {
-        O::Completed if running == R::Turn => Decision::Complete,
-        O::Completed => Decision::Proceed,
+        O::Ok | O::Compacted if running == R::Turn => Decision::Complete,
+        O::Ok | O::Compacted => Decision::Proceed,
         O::Interrupted => Decision::AckInterrupted,
         // The notes turn stopped at its cap is a note; the turn goes on.
         O::TurnBudget if running == R::ResetCheckpoint => Decision::Proceed,
@@ -343,7 +233,7 @@ pub fn decide(outcome: Outcome, running: Running, f: &Facts) -> Decision {
         ),
         O::NotStarted => keep(Wait::For(PauseReason::StartFailed), false),
         O::Stopped => keep(Wait::Brief, false),
-        O::McpNotConnected => keep(Wait::For(PauseReason::McpStart), false),
+        O::McpStartFailed => keep(Wait::For(PauseReason::McpStart), false),
         O::PromptTooLong | O::CannotCompact => match running {
             // The message alone does not fit a fresh session.
             R::Turn if !f.resumed => keep(Wait::Brief, true),
@@ -356,25 +246,28 @@ pub fn decide(outcome: Outcome, running: Running, f: &Facts) -> Decision {
             _ => Decision::Proceed,
         },
         O::Hung | O::TimedOut => keep(Wait::Brief, true),
-        // A failed notes turn is a note; the reset and the turn go on.
-        O::Aborted | O::Crashed if running == R::ResetCheckpoint => Decision::Proceed,
-        O::Aborted | O::Crashed => keep(Wait::Brief, true),
+        // A failed notes turn is a note; the reset and the turn go on. (The
+        // classifier never says `Other`: it is a crash here.)
+        O::Aborted | O::Failed | O::Other if running == R::ResetCheckpoint => Decision::Proceed,
+        O::Aborted | O::Failed | O::Other => keep(Wait::Brief, true),
     }
 }
 
 /// Runs with no message at stake: a failure is a note. A proactive checkpoint
 /// is followed by `/compact` unless the API or the harness is what failed.
-fn best_effort(outcome: Outcome, running: Running) -> Decision {
-    use Outcome as O;
+fn best_effort(outcome: TurnOutcomeKind, running: Running) -> Decision {
+    use TurnOutcomeKind as O;
     if running != Running::ProactiveCheckpoint {
         return Decision::GoOn;
     }
     match outcome {
-        O::Completed
+        O::Ok
+        | O::Compacted
         | O::PromptTooLong
         | O::CannotCompact
         | O::Aborted
-        | O::Crashed
+        | O::Failed
+        | O::Other
         | O::TimedOut
         | O::Hung
         | O::TurnBudget => Decision::Proceed,
@@ -383,7 +276,7 @@ fn best_effort(outcome: Outcome, running: Running) -> Decision {
         | O::ApiUnavailable
         | O::Interrupted
         | O::NotStarted
-        | O::McpNotConnected
+        | O::McpStartFailed
         | O::Stopped => Decision::GoOn,
     }
 }
@@ -393,14 +286,14 @@ impl fmt::Display for Wait {
         match self {
             Wait::Brief => f.write_str("brief pause"),
             Wait::For(PauseReason::Login) => f.write_str("park for login"),
-            Wait::For(r) => write!(f, "pause `{}`", r.as_str()),
+            Wait::For(r) => write!(f, "pause `{r}`"),
         }
     }
 }
 
 /// The decision as the documentation table words it; `running` names what a
 /// [`Decision::Proceed`] goes on to.
-pub fn describe(d: Decision, running: Running) -> String {
+pub fn describe(d: &Decision, running: Running) -> String {
     match d {
         Decision::Complete => "ack".into(),
         Decision::AckInterrupted => "ack with a note".into(),
@@ -422,14 +315,14 @@ pub fn describe(d: Decision, running: Running) -> String {
             then,
         } => {
             let mut s = String::from("keep");
-            if place == Place::Behind {
+            if *place == Place::Behind {
                 s.push_str(" behind");
             }
-            if counted {
+            if *counted {
                 s.push_str(", counted");
             }
             s.push_str(&format!("; {wait}"));
-            if then == Resume::CompactThenTurn {
+            if *then == Resume::CompactThenTurn {
                 s.push_str("; `/compact` again");
             }
             s
@@ -511,16 +404,16 @@ pub fn table() -> String {
     }
     out.push('\n');
     for o in OUTCOMES {
-        out.push_str(&format!("| {} |", o.name()));
+        out.push_str(&format!("| {} |", outcome_name(o)));
         for r in RUNNING {
             let first = decide(o, r, &base);
+            let mut cell = describe(&first, r);
             let mut seen = vec![first];
-            let mut cell = describe(first, r);
             for (label, facts) in &variants {
                 let d = decide(o, r, facts);
                 if !seen.contains(&d) {
+                    cell.push_str(&format!("; *{label}:* {}", describe(&d, r)));
                     seen.push(d);
-                    cell.push_str(&format!("; *{label}:* {}", describe(d, r)));
                 }
             }
             out.push_str(&format!(" {cell} |"));
@@ -533,6 +426,7 @@ pub fn table() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::TurnOutcomeKind as Outcome;
 
     /// Every fact combination the policy can see, with a limit of 3.
     fn all_facts() -> Vec<Facts> {
@@ -558,21 +452,32 @@ mod tests {
         use PauseReason as P;
         use Resume::*;
         use Wait::*;
-        let keep = |wait, counted, then| D::Keep {
-            wait,
-            counted,
+        let keep = |wait: Wait, counted, then| D::Keep {
             place: if counted || wait == For(P::ApiBackoff) {
                 Place::Behind
             } else {
                 Place::Head
             },
+            wait,
+            counted,
             then,
         };
         // The literal table: (outcome, [turn, reactive compact, reset
         // checkpoint, proactive checkpoint, proactive compact, operator compact]).
-        let want: [(Outcome, [Decision; 6]); 15] = [
+        let want: [(Outcome, [Decision; 6]); 17] = [
             (
-                Outcome::Completed,
+                Outcome::Ok,
+                [
+                    D::Complete,
+                    D::Proceed,
+                    D::Proceed,
+                    D::Proceed,
+                    D::GoOn,
+                    D::GoOn,
+                ],
+            ),
+            (
+                Outcome::Compacted,
                 [
                     D::Complete,
                     D::Proceed,
@@ -660,7 +565,7 @@ mod tests {
                 ],
             ),
             (
-                Outcome::Crashed,
+                Outcome::Failed,
                 [
                     keep(Brief, true, Turn),
                     keep(Brief, true, CompactThenTurn),
@@ -704,7 +609,7 @@ mod tests {
                 ],
             ),
             (
-                Outcome::McpNotConnected,
+                Outcome::McpStartFailed,
                 [
                     keep(For(P::McpStart), false, Turn),
                     keep(For(P::McpStart), false, CompactThenTurn),
@@ -736,6 +641,17 @@ mod tests {
                     D::GoOn,
                 ],
             ),
+            (
+                Outcome::Other,
+                [
+                    keep(Brief, true, Turn),
+                    keep(Brief, true, CompactThenTurn),
+                    D::Proceed,
+                    D::Proceed,
+                    D::GoOn,
+                    D::GoOn,
+                ],
+            ),
         ];
         assert_eq!(
             want.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
@@ -763,7 +679,7 @@ mod tests {
                     assert!(r.for_work(), "a best-effort run never acks: {why}");
                     match d {
                         Decision::Complete => {
-                            assert!(o == Outcome::Completed && r == Running::Turn, "{why}")
+                            assert!(o.is_ok() && r == Running::Turn, "{why}")
                         }
                         Decision::AckInterrupted => assert_eq!(o, Outcome::Interrupted, "{why}"),
                         Decision::DeadLetter => {
@@ -784,8 +700,9 @@ mod tests {
             Outcome::AuthFailed,
             Outcome::Interrupted,
             Outcome::NotStarted,
-            Outcome::McpNotConnected,
-            Outcome::Completed,
+            Outcome::McpStartFailed,
+            Outcome::Ok,
+            Outcome::Compacted,
             Outcome::Stopped,
         ];
         for f in all_facts() {
@@ -836,7 +753,7 @@ mod tests {
                 ..
             }
         ));
-        let crash = decide(Outcome::Crashed, Running::Turn, &Facts::default());
+        let crash = decide(Outcome::Failed, Running::Turn, &Facts::default());
         assert!(matches!(
             crash,
             Decision::Keep {

@@ -37,7 +37,7 @@ use super::context;
 use super::control::{Control, Shared};
 use super::invocation::{self, ToolLists};
 use super::login::{self, DirSnapshot};
-use super::policy::{self, Decision, Facts, Outcome, PauseReason, Resume, Running, Wait};
+use super::policy::{self, Decision, Facts, Resume, Running, Wait};
 use super::poller::{FromPoller, Poller};
 use super::pool::PoolCache;
 use super::settings::Settings;
@@ -48,7 +48,7 @@ use crate::proto::limits::MAX_PAUSE_DETAIL_CHARS;
 use crate::proto::now;
 use crate::proto::text::{is_control_or_bidi, preview};
 use crate::proto::{cmd, Request};
-use crate::proto::{Message, Place, TurnOutcomeKind};
+use crate::proto::{Message, PauseReason, Place, TurnOutcomeKind};
 use crossbeam_channel::{at, never, select, Receiver};
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -180,7 +180,7 @@ struct Run {
 struct Ended {
     running: Running,
     report: TurnReport,
-    outcome: Outcome,
+    outcome: TurnOutcomeKind,
     /// claude ran (false for `NotStarted`).
     started: bool,
     resumed: bool,
@@ -656,7 +656,7 @@ impl TurnLoop {
             note,
             outcome: outcome.to_string(),
             duration_ms: 0,
-            decision: Some(policy::describe(Decision::Complete, Running::Turn)),
+            decision: Some(policy::describe(&Decision::Complete, Running::Turn)),
         });
         if self.free() {
             self.advance();
@@ -1002,7 +1002,7 @@ impl TurnLoop {
                 self.conclude(Ended {
                     running,
                     report,
-                    outcome: Outcome::NotStarted,
+                    outcome: TurnOutcomeKind::NotStarted,
                     started: false,
                     resumed: resume,
                     epoch: self.session.epoch,
@@ -1313,7 +1313,7 @@ impl TurnLoop {
         );
         let (outcome, said) = match rule {
             Some((outcome, said)) => {
-                if outcome == Outcome::Completed && !report.outcome.is_ok() {
+                if outcome.is_ok() && !report.outcome.is_ok() {
                     report.outcome = TurnOutcome::Ok;
                 }
                 (outcome, said)
@@ -1339,25 +1339,30 @@ impl TurnLoop {
     /// The outcome of a run the loop stopped for `cause` (the classifier's,
     /// with no cause), the report's outcome set to match; `ok`: the run
     /// succeeded, by the classifier and against the stop.
-    fn stopped_for(&self, cause: Option<&Cause>, ok: bool, report: &mut TurnReport) -> Outcome {
+    fn stopped_for(
+        &self,
+        cause: Option<&Cause>,
+        ok: bool,
+        report: &mut TurnReport,
+    ) -> TurnOutcomeKind {
         match cause {
             Some(Cause::Interrupt) if !ok => {
                 report.outcome = TurnOutcome::Interrupted("interrupted by the operator".into());
-                Outcome::Interrupted
+                TurnOutcomeKind::Interrupted
             }
             Some(Cause::Hung) if !ok => {
                 let idle = self.s.turn_idle.unwrap_or_default().as_secs();
                 report.outcome = TurnOutcome::Hung(format!(
                     "no output for {idle}s with no tool call open; stopped"
                 ));
-                Outcome::Hung
+                TurnOutcomeKind::Hung
             }
             Some(Cause::Mcp(text)) => {
                 report.outcome = TurnOutcome::McpNotConnected(text.clone());
-                Outcome::McpNotConnected
+                TurnOutcomeKind::McpStartFailed
             }
-            Some(Cause::TimedOut) if !ok => Outcome::TimedOut,
-            _ => outcome_of(&report.outcome),
+            Some(Cause::TimedOut) if !ok => TurnOutcomeKind::TimedOut,
+            _ => report.outcome.kind(),
         }
     }
 
@@ -1372,7 +1377,7 @@ impl TurnLoop {
         self.after_run = true;
         // A stop of the harness gives the message back as it is (its guard
         // requeues it), unless its turn finished: then it is acked first.
-        let finished = e.running == Running::Turn && e.outcome == Outcome::Completed;
+        let finished = e.running == Running::Turn && e.outcome.is_ok();
         if self.stopping && !finished {
             if e.started {
                 self.record(&e, false);
@@ -1396,7 +1401,7 @@ impl TurnLoop {
             }
         }
         if e.running.is_compaction() {
-            let ok = e.outcome == Outcome::Completed;
+            let ok = e.outcome.is_ok();
             let detail = match e.report.compact.as_ref().filter(|_| ok) {
                 Some(c) => format!(
                     "{} → {} tokens",
@@ -1480,7 +1485,10 @@ impl TurnLoop {
                 Some((k, note)) => (*k, note.clone()),
                 None => (
                     rep.outcome.kind(),
-                    match (e.outcome == Outcome::Interrupted, rep.outcome.detail()) {
+                    match (
+                        e.outcome == TurnOutcomeKind::Interrupted,
+                        rep.outcome.detail(),
+                    ) {
                         (true, Some(d)) => format!("interrupted by the operator; {d}"),
                         (true, None) => "interrupted by the operator".into(),
                         (false, d) => d.unwrap_or_default(),
@@ -1658,7 +1666,7 @@ impl TurnLoop {
                     self.start_turn();
                 }
                 Running::ResetCheckpoint => {
-                    if e.outcome != Outcome::Completed {
+                    if !e.outcome.is_ok() {
                         self.bus
                             .note(format!("checkpoint turn failed ({text}); going on"));
                     }
@@ -1667,7 +1675,7 @@ impl TurnLoop {
                     self.start_turn();
                 }
                 Running::ProactiveCheckpoint => {
-                    if e.outcome != Outcome::Completed {
+                    if !e.outcome.is_ok() {
                         self.bus
                             .note(format!("checkpoint turn failed ({text}); going on"));
                     }
@@ -1677,7 +1685,7 @@ impl TurnLoop {
                 _ => self.advance(),
             },
             Decision::GoOn => {
-                if e.outcome != Outcome::Completed {
+                if !e.outcome.is_ok() {
                     self.bus
                         .note(format!("{} failed ({text}); going on", e.running.name()));
                 }
@@ -1734,7 +1742,7 @@ impl TurnLoop {
     /// Keeps the work (requeued, or the continue held) and waits.
     fn keep(&mut self, wait: Wait, counted: bool, place: Place, then: Resume, e: Ended) {
         let d = Decision::Keep {
-            wait,
+            wait: wait.clone(),
             counted,
             place,
             then,
@@ -1763,6 +1771,10 @@ impl TurnLoop {
         }
         let (pause, reason, detail) = match wait {
             Wait::Brief => (self.s.fail_pause, None, String::new()),
+            // The broker's pauses: the policy never waits for them itself.
+            Wait::For(r @ (PauseReason::Budget | PauseReason::Other(_))) => {
+                (self.s.fail_pause, Some(r), String::new())
+            }
             Wait::For(PauseReason::Login) => {
                 self.end_work(
                     d,
@@ -2023,19 +2035,13 @@ impl TurnLoop {
     fn on_broker_pause(&mut self, p: Option<crate::proto::Paused>) {
         self.broker_pause = p.clone();
         let shown = p.map(|p| Paused {
-            reason: match p.reason {
-                crate::proto::PauseReason::Budget => "budget",
-                _ => PauseReason::UsageLimit.as_str(),
-            },
+            reason: p.reason,
             until: p.until,
             detail: p.detail,
         });
         if matches!(self.phase, Phase::Idle) {
             self.bus.update(|s| {
-                let broker_owned = s
-                    .paused
-                    .as_ref()
-                    .is_none_or(|c| matches!(c.reason, "usage_limit" | "budget"));
+                let broker_owned = s.paused.as_ref().is_none_or(|c| c.reason.held_by_broker());
                 if broker_owned {
                     s.paused = shown.clone();
                 }
@@ -2083,7 +2089,7 @@ impl TurnLoop {
     /// Tells the broker the pause, when it changed since it was last told.
     fn report_pause(&mut self) {
         let now = self.bus.paused().map(|p| crate::proto::Paused {
-            reason: crate::proto::PauseReason::parse(p.reason),
+            reason: p.reason,
             until: p.until,
             detail: one_line(&p.detail, MAX_PAUSE_DETAIL_CHARS),
         });
@@ -2100,18 +2106,15 @@ impl TurnLoop {
         let until = now() + d.as_secs() as i64;
         self.bus.set_turn_state(TurnState::Idle);
         self.bus.update(|s| {
-            s.paused = reason.map(|r| Paused {
-                reason: r.as_str(),
-                until: Some(until),
-                detail: detail.clone(),
-            });
-            if matches!(
-                reason,
-                Some(PauseReason::RateLimit | PauseReason::UsageLimit)
-            ) {
+            if reason.as_ref().is_some_and(PauseReason::is_rate_limit) {
                 s.rate_limited = true;
                 s.rate_limited_until = Some(until);
             }
+            s.paused = reason.map(|reason| Paused {
+                reason,
+                until: Some(until),
+                detail,
+            });
         });
         self.phase = Phase::Paused {
             until: Instant::now() + d,
@@ -2130,7 +2133,7 @@ impl TurnLoop {
             note,
             outcome: outcome.to_string(),
             duration_ms: e.elapsed.as_millis() as u64,
-            decision: Some(policy::describe(d, e.running)),
+            decision: Some(policy::describe(&d, e.running)),
         });
     }
 
@@ -2156,7 +2159,7 @@ impl TurnLoop {
         self.bus.update(|s| {
             s.needs_login = true;
             s.paused = Some(Paused {
-                reason: PauseReason::Login.as_str(),
+                reason: PauseReason::Login,
                 until: None,
                 detail: "claude needs a login".into(),
             });
@@ -2182,24 +2185,6 @@ impl TurnLoop {
     }
 }
 
-/// The classifier's outcome as the policy sees it.
-fn outcome_of(o: &TurnOutcome) -> Outcome {
-    match o {
-        TurnOutcome::Ok | TurnOutcome::Compacted => Outcome::Completed,
-        TurnOutcome::RateLimited { .. } => Outcome::RateLimited,
-        TurnOutcome::AuthFailed => Outcome::AuthFailed,
-        TurnOutcome::PromptTooLong => Outcome::PromptTooLong,
-        TurnOutcome::ApiUnavailable(_) => Outcome::ApiUnavailable,
-        TurnOutcome::Interrupted(_) => Outcome::Aborted,
-        TurnOutcome::Failed(_) => Outcome::Crashed,
-        TurnOutcome::NotStarted(_) => Outcome::NotStarted,
-        TurnOutcome::CannotCompact(_) => Outcome::CannotCompact,
-        TurnOutcome::Hung(_) => Outcome::Hung,
-        TurnOutcome::McpNotConnected(_) => Outcome::McpNotConnected,
-        TurnOutcome::TurnBudget(_) => Outcome::TurnBudget,
-    }
-}
-
 /// What the rule that a turn which finished is never run again makes of a
 /// run's end where it decides (None: the usual rules do): the outcome, and,
 /// when it changes what the classifier said, the stats row's kind and a note.
@@ -2212,8 +2197,13 @@ fn finished_rule(
     signalled: bool,
     classified_ok: bool,
     ended: &str,
-) -> Option<(Outcome, Option<(TurnOutcomeKind, String)>)> {
-    let stopped = |note: String| Some((Outcome::Stopped, Some((TurnOutcomeKind::Stopped, note))));
+) -> Option<(TurnOutcomeKind, Option<(TurnOutcomeKind, String)>)> {
+    let stopped = |note: String| {
+        Some((
+            TurnOutcomeKind::Stopped,
+            Some((TurnOutcomeKind::Stopped, note)),
+        ))
+    };
     match cause {
         // The turn finished before any stop: whatever came after, it is done.
         _ if running == Running::Turn && reported == Reported::Finished => {
@@ -2225,7 +2215,7 @@ fn finished_rule(
                 None => format!("success was reported; claude then {ended}"),
             };
             Some((
-                Outcome::Completed,
+                TurnOutcomeKind::Ok,
                 (!classified_ok).then_some((TurnOutcomeKind::Ok, note)),
             ))
         }
@@ -2308,7 +2298,7 @@ mod tests {
             };
             // Finished: done whatever stopped it, and the row says why.
             let (o, said) = rule(Finished, cause.is_some(), false).unwrap();
-            assert_eq!(o, Outcome::Completed, "{cause:?}");
+            assert_eq!(o, TurnOutcomeKind::Ok, "{cause:?}");
             let (kind, note) = said.unwrap();
             assert_eq!(kind, TurnOutcomeKind::Ok);
             let want = match cause {
@@ -2321,7 +2311,7 @@ mod tests {
             assert_eq!(note, want);
             assert_eq!(
                 rule(Finished, false, true),
-                Some((Outcome::Completed, None)),
+                Some((TurnOutcomeKind::Ok, None)),
                 "the classifier agrees: nothing to say"
             );
             // A success after the signal, or a shutdown: a stop of the
@@ -2331,7 +2321,7 @@ mod tests {
             match cause {
                 None | Some(Cause::Stopping) => {
                     let (o, said) = late.unwrap();
-                    assert_eq!(o, Outcome::Stopped, "{cause:?}");
+                    assert_eq!(o, TurnOutcomeKind::Stopped, "{cause:?}");
                     assert_eq!(said.unwrap().0, TurnOutcomeKind::Stopped);
                 }
                 _ => assert_eq!(late, None, "{cause:?}"),
@@ -2341,7 +2331,7 @@ mod tests {
         // one that came after claude had ended by itself: the run's own.
         let stop = Some(&Cause::Stopping);
         let (o, said) = finished_rule(Running::Turn, Nothing, stop, true, false, ended).unwrap();
-        assert_eq!(o, Outcome::Stopped);
+        assert_eq!(o, TurnOutcomeKind::Stopped);
         assert_eq!(
             said.unwrap().1,
             "the harness stopped claude; it exited with code 143"
@@ -2357,7 +2347,7 @@ mod tests {
         // Only a turn finishes its message: a compaction stopped is a stop.
         let (o, _) =
             finished_rule(Running::ReactiveCompact, Finished, stop, true, true, ended).unwrap();
-        assert_eq!(o, Outcome::Stopped);
+        assert_eq!(o, TurnOutcomeKind::Stopped);
         assert_eq!(
             finished_rule(
                 Running::ResetCheckpoint,
@@ -2374,33 +2364,39 @@ mod tests {
     #[test]
     fn every_classifier_outcome_maps_to_a_policy_outcome() {
         let cases = [
-            (TurnOutcome::Ok, Outcome::Completed),
-            (TurnOutcome::Compacted, Outcome::Completed),
+            (TurnOutcome::Ok, TurnOutcomeKind::Ok),
+            (TurnOutcome::Compacted, TurnOutcomeKind::Compacted),
             (
                 TurnOutcome::RateLimited { resets_at: None },
-                Outcome::RateLimited,
+                TurnOutcomeKind::RateLimited,
             ),
-            (TurnOutcome::AuthFailed, Outcome::AuthFailed),
-            (TurnOutcome::PromptTooLong, Outcome::PromptTooLong),
+            (TurnOutcome::AuthFailed, TurnOutcomeKind::AuthFailed),
+            (TurnOutcome::PromptTooLong, TurnOutcomeKind::PromptTooLong),
             (
                 TurnOutcome::ApiUnavailable("x".into()),
-                Outcome::ApiUnavailable,
+                TurnOutcomeKind::ApiUnavailable,
             ),
-            (TurnOutcome::Interrupted("x".into()), Outcome::Aborted),
-            (TurnOutcome::Failed("x".into()), Outcome::Crashed),
-            (TurnOutcome::NotStarted("x".into()), Outcome::NotStarted),
+            (
+                TurnOutcome::Interrupted("x".into()),
+                TurnOutcomeKind::Aborted,
+            ),
+            (TurnOutcome::Failed("x".into()), TurnOutcomeKind::Failed),
+            (
+                TurnOutcome::NotStarted("x".into()),
+                TurnOutcomeKind::NotStarted,
+            ),
             (
                 TurnOutcome::CannotCompact("x".into()),
-                Outcome::CannotCompact,
+                TurnOutcomeKind::CannotCompact,
             ),
-            (TurnOutcome::Hung("x".into()), Outcome::Hung),
+            (TurnOutcome::Hung("x".into()), TurnOutcomeKind::Hung),
             (
                 TurnOutcome::McpNotConnected("x".into()),
-                Outcome::McpNotConnected,
+                TurnOutcomeKind::McpStartFailed,
             ),
         ];
         for (o, want) in cases {
-            assert_eq!(outcome_of(&o), want, "{o}");
+            assert_eq!(o.kind(), want, "{o}");
         }
     }
 }
