@@ -28,6 +28,7 @@
 //! again after such a run (its ack never reached the broker) is acked without
 //! running claude.
 
+use super::accounting::Accounting;
 use super::bus::{Bus, LiveEvent, Paused, Retrying, TurnState};
 use super::classify::{self, ExitInfo, Signal, Success, TurnObserver, TurnOutcome, TurnReport};
 use super::claude::{
@@ -39,9 +40,8 @@ use super::invocation::{self, ToolLists};
 use super::login::{self, DirSnapshot};
 use super::policy::{self, Decision, Facts, Resume, Running, Wait};
 use super::poller::{FromPoller, Poller};
-use super::pool::PoolCache;
 use super::settings::Settings;
-use super::stats::{MessageKey, Spend, Stats, TurnRow};
+use super::stats::{MessageKey, Stats, TurnRow};
 use super::work::{Ack, Inflight, Ledger, Requeue, Work, WorkKey};
 use crate::mcp::hyperhive::reminder_file;
 use crate::proto::limits::MAX_PAUSE_DETAIL_CHARS;
@@ -56,15 +56,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The most spend rows a boot sends again (oldest first) that an earlier
-/// harness recorded but the broker never acknowledged.
-pub const SPEND_RESEND_MAX: u32 = 1000;
-
-/// How long the broker's spend acknowledgements wait for the next run's
-/// stats row, which writes them in its own commit, before they are written
-/// on their own.
-const SPEND_ACKS_AFTER: Duration = Duration::from_millis(250);
 
 /// MCP start failures in a row after which the loop backs off and tells the
 /// parent.
@@ -293,31 +284,11 @@ pub struct TurnLoop {
     /// stands. Set and cleared by the poller's `BrokerPause`: every
     /// `recv_next` answer without a pause ends it.
     broker_pause: Option<crate::proto::Paused>,
-    /// The pool last reported to the broker (`report_pool`), sent again
-    /// when what identifies the credential changes.
-    pool_reported: Option<cmd::ReportPool>,
-    /// The pool report, computed again only when a credential file changed.
-    pool: PoolCache,
     /// The `HIVE_` variables the context arithmetic reads, taken at boot.
     env: context::ContextEnv,
-    /// What a run's `rate_limit_event` last said of the usage limit, as told
-    /// to the broker with the pool (the early warning, issue 16).
-    usage_reported: Option<cmd::UsageSeen>,
-    /// This harness's boot id, the first half of every spend row's
-    /// idempotency key (the stats row id, or a counter, is the second).
-    boot_id: String,
-    spend_seq: u64,
-    /// Spend rows the broker acknowledged, not yet marked so in the stats
-    /// db: written with the next run's row (one commit), or on their own
-    /// at `acks_due` when no run came first, or at the end.
-    spend_acked: Vec<String>,
-    acks_due: Option<Instant>,
-    /// The agent's `turn_usd` as the broker last handed it out (issue 16):
-    /// passed to every run as `--max-budget-usd`.
-    turn_usd: Option<f64>,
-    /// A `recv_next` answer gave `turn_usd`: until then no run starts (the
-    /// boot's first ask is a peek, answered at once), so none runs uncapped.
-    turn_usd_heard: bool,
+    /// Spend rows and their acknowledgements, the pool and usage reports,
+    /// `turn_usd`.
+    acct: Accounting,
     /// The model file as read during the event being handled (`model`):
     /// read once per event, not once per use (three times a turn).
     model_now: Option<String>,
@@ -365,19 +336,8 @@ impl TurnLoop {
             reported_pause: Some(None),
             stopping: false,
             broker_pause: None,
-            pool_reported: None,
-            pool: PoolCache::default(),
             env: context::ContextEnv::process(),
-            usage_reported: None,
-            boot_id: crate::sys::hash::random_bytes(6).map_or_else(
-                |_| format!("p{}t{}", std::process::id(), now()),
-                |b| crate::sys::hash::hex(&b),
-            ),
-            spend_seq: 0,
-            spend_acked: Vec::new(),
-            acks_due: None,
-            turn_usd: None,
-            turn_usd_heard: false,
+            acct: Accounting::new(),
             model_now: None,
         }
     }
@@ -412,19 +372,19 @@ impl TurnLoop {
         // The acknowledgements heard up to the end are written down (had
         // the harness died first, the rows would be sent again at its next
         // boot and counted once).
-        while let Ok(ev) = self.poller.events.try_recv() {
-            if let FromPoller::SpendAcked(key) = ev {
-                self.spend_acked.push(key);
-            }
-        }
-        self.write_spend_acks();
+        let keys = self.poller.events.try_iter().filter_map(|ev| match ev {
+            FromPoller::SpendAcked(key) => Some(key),
+            _ => None,
+        });
+        self.acct
+            .last_acks(keys.collect::<Vec<_>>(), self.stats.as_ref());
     }
 
     fn boot(&mut self) {
         self.poller.tell(Request::from(cmd::HarnessStarted {
             hyperhive_rev: Some(crate::proto::HYPERHIVE_REV.into()),
         }));
-        self.resend_spend();
+        self.acct.resend_spend(self.stats.as_ref(), &self.poller);
         for f in super::plugins::install(&self.s, &self.bus) {
             self.to_parent(format!("[system] {} plugin install: {f}", self.s.label));
         }
@@ -476,8 +436,7 @@ impl TurnLoop {
                 self.asked = false;
                 self.checking = false;
                 self.after_run = false;
-                self.turn_usd = turn_usd;
-                self.turn_usd_heard = true;
+                self.acct.heard_turn_usd(turn_usd);
                 let identity = MessageKey::of(&message);
                 if let Some(outcome) = self.let_go_before(&identity) {
                     return self.ack_again(&message, unread, &outcome);
@@ -528,9 +487,7 @@ impl TurnLoop {
             Event::Broker(FromPoller::TurnUsd(u)) => {
                 // Every `recv_next` answer, after its pause (or its end):
                 // what the loop knows of the pause is current again.
-                self.turn_usd = u;
-                let first = !self.turn_usd_heard;
-                self.turn_usd_heard = true;
+                let first = self.acct.heard_turn_usd(u);
                 let was_after_run = std::mem::replace(&mut self.after_run, false);
                 let synthetic = self.compact_requested || self.proactive.is_some();
                 if self.free() && !self.checking && synthetic && (first || was_after_run) {
@@ -543,11 +500,7 @@ impl TurnLoop {
             // Marked in the stats db with the next run's row: no commit on
             // the way to the next turn.
             Event::Broker(FromPoller::SpendAcked(key)) => {
-                if self.stats.is_some() {
-                    self.spend_acked.push(key);
-                    self.acks_due
-                        .get_or_insert_with(|| Instant::now() + SPEND_ACKS_AFTER);
-                }
+                self.acct.spend_acked(key, self.stats.as_ref())
             }
             Event::Broker(FromPoller::Empty) => {
                 self.asked = false;
@@ -584,8 +537,7 @@ impl TurnLoop {
                     // The broker may have restarted: what it knew of the
                     // pause (and of the pool) is gone.
                     self.reported_pause = None;
-                    self.pool_reported = None;
-                    self.usage_reported = None;
+                    self.acct.broker_back();
                 }
                 self.bus.update(|s| s.online = online)
             }
@@ -604,8 +556,8 @@ impl TurnLoop {
             Event::Claude(c) => self.on_claude(c),
             Event::Timer => {
                 let now = Instant::now();
-                if self.acks_due.is_some_and(|t| t <= now) {
-                    self.write_spend_acks();
+                if self.acct.acks_due().is_some_and(|t| t <= now) {
+                    self.acct.write_spend_acks(self.stats.as_ref());
                 }
                 if self.phase_deadline().is_some_and(|t| t <= now) {
                     self.on_timer();
@@ -671,20 +623,9 @@ impl TurnLoop {
     /// The phase's next deadline, or when the spend acknowledgements are
     /// written if that comes first.
     fn next_deadline(&self) -> Option<Instant> {
-        match (self.phase_deadline(), self.acks_due) {
+        match (self.phase_deadline(), self.acct.acks_due()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        }
-    }
-
-    /// Writes the spend acknowledgements heard since the last run's row.
-    fn write_spend_acks(&mut self) {
-        self.acks_due = None;
-        if let (Some(stats), false) = (&self.stats, self.spend_acked.is_empty()) {
-            match stats.spend_acked(&self.spend_acked) {
-                Ok(()) => self.spend_acked.clear(),
-                Err(e) => log::error!("{e}"),
-            }
         }
     }
 
@@ -731,9 +672,10 @@ impl TurnLoop {
             },
             Control::Compact => {
                 let known = !self.after_run && self.proactive.is_none();
-                if self.free() && self.turn_usd_heard && self.broker_pause.is_none() && known {
+                if self.free() && self.acct.turn_usd_known() && self.broker_pause.is_none() && known
+                {
                     self.start_compaction(Running::OperatorCompact, "operator request");
-                } else if self.free() && !self.turn_usd_heard {
+                } else if self.free() && !self.acct.turn_usd_known() {
                     self.compact_requested = true;
                     self.bus.note(
                         "compaction queued: it runs once the broker has answered (it says the \
@@ -796,7 +738,8 @@ impl TurnLoop {
             }
         }
         let synthetic = self.proactive.is_some() || self.compact_requested;
-        if synthetic && self.turn_usd_heard && self.broker_pause.is_none() && !self.after_run {
+        if synthetic && self.acct.turn_usd_known() && self.broker_pause.is_none() && !self.after_run
+        {
             if let Some(p) = self.proactive.take() {
                 return self.start_proactive(p);
             }
@@ -811,7 +754,7 @@ impl TurnLoop {
         // run after a run, and at boot, so `turn_usd` is known before any
         // run. A long-poll sent while the loop knows of no pause is answered
         // at once if the broker pauses the agent, so it stands for an answer.
-        let peek = !self.turn_usd_heard
+        let peek = !self.acct.turn_usd_known()
             || (self.broker_pause.is_none() && (self.continue_requested || synthetic));
         if peek {
             self.checking = synthetic;
@@ -964,7 +907,13 @@ impl TurnLoop {
         env.extend(login::token_env(&self.s));
         Invocation {
             bin: self.s.claude_bin.clone(),
-            args: invocation::claude_args(&self.s, &self.tools, model, resume, self.turn_usd),
+            args: invocation::claude_args(
+                &self.s,
+                &self.tools,
+                model,
+                resume,
+                self.acct.turn_usd(),
+            ),
             stdin: prompt,
             env,
             cwd: self.s.state_dir.clone(),
@@ -990,7 +939,7 @@ impl TurnLoop {
         } else {
             TurnObserver::new()
         };
-        self.report_pool();
+        self.acct.report_pool(&self.s, &self.poller);
         match ClaudeRun::start(&inv) {
             Err(why) => {
                 self.bus.note(why.clone());
@@ -1479,91 +1428,45 @@ impl TurnLoop {
             }
             Running::ResetCheckpoint | Running::ProactiveCheckpoint => "checkpoint",
         };
-        let mut spend = None;
-        if let Some(stats) = &self.stats {
-            let (outcome, note) = match &e.said {
-                Some((k, note)) => (*k, note.clone()),
-                None => (
-                    rep.outcome.kind(),
-                    match (
-                        e.outcome == TurnOutcomeKind::Interrupted,
-                        rep.outcome.detail(),
-                    ) {
-                        (true, Some(d)) => format!("interrupted by the operator; {d}"),
-                        (true, None) => "interrupted by the operator".into(),
-                        (false, d) => d.unwrap_or_default(),
-                    },
-                ),
-            };
-            let row = TurnRow {
-                id: 0,
-                started_at: e.started_at,
-                duration_ms: e.elapsed.as_millis() as u64,
-                kind: kind.into(),
-                outcome: outcome.as_str().to_string(),
-                model: e.model.clone(),
-                sender: work.map_or_else(|| "harness".into(), |w| w.from.clone()),
-                message_id: work.and_then(|w| w.key.id()),
-                context_tokens: rep.context_tokens,
-                tokens_in: rep.input_tokens,
-                tokens_out: rep.output_tokens,
-                cost_usd: rep.cost_usd.unwrap_or(0.0),
-                session_id: rep.session_id.clone(),
-                note,
-            };
-            // Only runs that started get here (`conclude`).
-            let spend_row = Spend {
-                boot_id: &self.boot_id,
-                usd: rep.cost_usd,
-                tokens: rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens,
-                cache_read: rep.cache_read_tokens,
-            };
-            let let_go = work.and_then(|w| w.identity.as_ref()).filter(|_| lets_go);
-            match stats.record_with_spend(&row, &spend_row, &self.spend_acked, let_go) {
-                Ok((_, s)) => {
-                    spend = Some(s);
-                    self.spend_acked.clear();
-                    self.acks_due = None;
-                }
-                Err(err) => log::error!("{err}"),
-            }
-        }
-        // Every run's spend, once (issue 16): kept with its stats row until
-        // the broker acknowledges it (`SpendAcked`), re-sent by the poller
-        // until then and at the next boot if the harness dies first; the key
-        // makes a re-send count once.
-        if !e.started {
-            return;
-        }
-        if let Some(u) = &rep.usage {
-            self.report_usage(u.clone());
-        }
-        let spend = spend.unwrap_or_else(|| {
-            // No stats db: the row lives in memory only.
-            self.spend_seq += 1;
-            cmd::ReportSpend {
-                key: format!("{}:n{}", self.boot_id, self.spend_seq),
-                usd: rep.cost_usd,
-                tokens: rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens,
-                cache_read: rep.cache_read_tokens,
-                at: Some(now()),
-            }
-        });
-        self.poller.tell(Request::from(spend));
-        if e.running == Running::Turn {
-            // Not worth waiting for; the poller keeps them in order. The
-            // classifier has already dropped figures that are not finite,
-            // negative or absurd.
-            let ok = rep.outcome.is_ok();
-            self.poller.tell(Request::from(cmd::PostTurnCounts {
-                turns: 1,
-                ok: u64::from(ok),
-                failed: u64::from(!ok),
-                tokens_in: rep.input_tokens,
-                tokens_out: rep.output_tokens,
-                cost_usd: rep.cost_usd.unwrap_or(0.0),
-            }));
-        }
+        let (outcome, note) = match &e.said {
+            Some((k, note)) => (*k, note.clone()),
+            None => (
+                rep.outcome.kind(),
+                match (
+                    e.outcome == TurnOutcomeKind::Interrupted,
+                    rep.outcome.detail(),
+                ) {
+                    (true, Some(d)) => format!("interrupted by the operator; {d}"),
+                    (true, None) => "interrupted by the operator".into(),
+                    (false, d) => d.unwrap_or_default(),
+                },
+            ),
+        };
+        let row = TurnRow {
+            id: 0,
+            started_at: e.started_at,
+            duration_ms: e.elapsed.as_millis() as u64,
+            kind: kind.into(),
+            outcome: outcome.as_str().to_string(),
+            model: e.model.clone(),
+            sender: work.map_or_else(|| "harness".into(), |w| w.from.clone()),
+            message_id: work.and_then(|w| w.key.id()),
+            context_tokens: rep.context_tokens,
+            tokens_in: rep.input_tokens,
+            tokens_out: rep.output_tokens,
+            cost_usd: rep.cost_usd.unwrap_or(0.0),
+            session_id: rep.session_id.clone(),
+            note,
+        };
+        let let_go = work.and_then(|w| w.identity.as_ref()).filter(|_| lets_go);
+        self.acct.record_run(
+            &self.s,
+            self.stats.as_ref(),
+            &row,
+            rep,
+            let_go,
+            &self.poller,
+        );
     }
 
     fn apply(&mut self, d: Decision, e: Ended, facts: Facts) {
@@ -1633,7 +1536,8 @@ impl TurnLoop {
                     w.guard.ack(Ack::TurnBudget);
                 }
                 let cap = self
-                    .turn_usd
+                    .acct
+                    .turn_usd()
                     .map_or_else(|| "its turn_usd".to_string(), |u| format!("turn_usd ${u}"));
                 let cost = e
                     .report
@@ -1804,10 +1708,7 @@ impl TurnLoop {
                     Some(at) if at > t => {
                         self.poller.tell(Request::from(cmd::ReportUsageLimit {
                             // What identified the run's credential at its spawn.
-                            credential: self
-                                .pool_reported
-                                .clone()
-                                .unwrap_or_else(|| super::pool::report(&self.s)),
+                            credential: self.acct.credential(&self.s),
                             until: t + sleep.as_secs() as i64,
                             detail: one_line(
                                 if said.is_empty() { &text } else { &said },
@@ -1943,40 +1844,6 @@ impl TurnLoop {
         }
     }
 
-    /// Sends again the spend rows an earlier harness recorded but the broker
-    /// never acknowledged (it died first), oldest first, at most
-    /// [`SPEND_RESEND_MAX`]; the broker keeps each key once.
-    fn resend_spend(&mut self) {
-        let Some(stats) = &self.stats else {
-            return;
-        };
-        match stats.unacked_spend(SPEND_RESEND_MAX) {
-            Ok(rows) => {
-                if !rows.is_empty() {
-                    log::info!(
-                        "sending {} spend rows the broker never acknowledged",
-                        rows.len()
-                    );
-                }
-                for r in rows {
-                    self.poller.tell(Request::from(r));
-                }
-            }
-            Err(e) => log::error!("{e}"),
-        }
-    }
-
-    /// Tells the broker what identifies the credential of the claude about
-    /// to start, when it changed since it was last told (issue 16).
-    fn report_pool(&mut self) {
-        let r = self.pool.report(&self.s);
-        if self.pool_reported.as_ref() == Some(&r) {
-            return;
-        }
-        self.poller.tell(Request::from(r.clone()));
-        self.pool_reported = Some(r);
-    }
-
     /// A CLI version outside the supported window is shown on the page and
     /// logged once per harness, and told to the parent once per version for
     /// good (the versions told are kept in the state dir), unless `hive up`
@@ -2015,19 +1882,6 @@ impl TurnLoop {
             log::warn!("cannot write {}: {e}", told.display());
         }
         self.to_parent(format!("[{}] {notice}", self.s.label));
-    }
-
-    /// Tells the broker, with the pool, what the run's `rate_limit_event`
-    /// said of the usage limit when it changed: the early warning marks the
-    /// pool near its limit, `allowed` clears that.
-    fn report_usage(&mut self, u: cmd::UsageSeen) {
-        if self.usage_reported.as_ref() == Some(&u) {
-            return;
-        }
-        let mut r = super::pool::report(&self.s);
-        r.usage = Some(u.clone());
-        self.poller.tell(Request::from(r));
-        self.usage_reported = Some(u);
     }
 
     /// The broker pauses this agent (or no longer does): shown on the page
