@@ -1,9 +1,13 @@
 //! The turn loop's outcome policy: one pure function, [`decide`], from what a
-//! claude run came to (a [`TurnOutcomeKind`], the one outcome vocabulary), what was running ([`Running`]) and a few
-//! facts about the message and the session ([`Facts`]) to what the loop does
-//! next ([`Decision`]). Nothing here does I/O or knows about time; the loop
-//! carries decisions out (acks, requeues, pauses, notices) and owns every
-//! counter it passes in. `docs/turn-loop.md` carries [`table`]'s rendering,
+//! claude run came to (a [`TurnOutcomeKind`], the one outcome vocabulary),
+//! what was running ([`Running`]) and a few facts about the message and the
+//! session ([`Facts`]) to what the loop does next ([`Decision`]); and
+//! [`plan`], which turns that decision into the whole [`Plan`] for the run's
+//! end: how the work is settled (ack, requeue, dead letter), the pause (its
+//! length and reason), the parent notices, the usage limit the broker is
+//! told of, the page's words, and what runs next. Nothing here does I/O or
+//! reads a clock; the loop passes every fact and figure in ([`End`]) and
+//! carries the plan out. `docs/turn-loop.md` carries [`table`]'s rendering,
 //! and a test checks that the two agree.
 //!
 //! Four decisions ack a message and no others do: a completed turn, an
@@ -15,6 +19,7 @@
 
 use crate::proto::{PauseReason, Place, TurnOutcomeKind};
 use std::fmt;
+use std::time::Duration;
 
 /// Every outcome, in table order: the one vocabulary's.
 pub const OUTCOMES: [TurnOutcomeKind; 17] = TurnOutcomeKind::ALL;
@@ -279,6 +284,532 @@ fn best_effort(outcome: TurnOutcomeKind, running: Running) -> Decision {
         | O::McpStartFailed
         | O::Stopped => Decision::GoOn,
     }
+}
+
+/// MCP start failures in a row after which the loop backs off and tells the
+/// parent.
+pub const MCP_FAILURES_BEFORE_BACKOFF: u32 = 3;
+
+/// Why a message is acked. Only these three, and the dead letter, let one go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ack {
+    /// The turn completed.
+    Completed,
+    /// The operator interrupted it; the note says so.
+    Interrupted,
+    /// The run reached its `turn_usd` cap; a retry would pay again.
+    TurnBudget,
+}
+
+/// The best-effort runs after a clean turn past the watermark, in order:
+/// the checkpoint turn, then `/compact`. Each waits for a `recv_next`
+/// answer asked after the run before it, and for the end of the broker's
+/// pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proactive {
+    Checkpoint,
+    Compact,
+}
+
+impl Proactive {
+    pub fn what(self) -> &'static str {
+        match self {
+            Proactive::Checkpoint => "the checkpoint turn",
+            Proactive::Compact => "the compaction after the checkpoint",
+        }
+    }
+}
+
+/// Counters of failures in a row, for backoffs and one notice per burst.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Streaks {
+    pub api: u32,
+    pub start: u32,
+    pub mcp: u32,
+}
+
+/// The waits and thresholds of the settings a plan's pause is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waits {
+    /// `HIVE_POLL_MS`: the brief pause, and where the start backoffs begin.
+    pub brief: Duration,
+    /// `HIVE_RATE_LIMIT_SLEEP_SECS`: a rate limit without a reset time.
+    pub rate_limit: Duration,
+    /// `HIVE_RATE_LIMIT_MAX_SLEEP_SECS`.
+    pub rate_limit_max: Duration,
+    pub api_backoff_base: Duration,
+    pub api_backoff_max: Duration,
+    /// API failures in a row before the parent is told, once.
+    pub api_failures_before_notice: u32,
+    /// `HIVE_START_BACKOFF_MAX_MS`.
+    pub start_backoff_max: Duration,
+}
+
+/// Everything [`plan`] needs of a run's end: what [`decide`] takes, and
+/// the words and figures of the notices and the pause.
+#[derive(Debug, Clone)]
+pub struct End<'a> {
+    pub outcome: TurnOutcomeKind,
+    pub running: Running,
+    pub facts: Facts,
+    /// A message (or a continue) is in hand.
+    pub has_work: bool,
+    /// The agent's label, for the parent's notices.
+    pub label: String,
+    /// The work, in words ("message #12 from operator"); empty without one.
+    pub what: String,
+    /// The outcome as the page words it.
+    pub text: &'a str,
+    /// The note of the rule that a finished turn is never run again.
+    pub said: Option<&'a str>,
+    /// The classifier's detail (the CLI's words for a turn budget).
+    pub detail: String,
+    /// The `result` line's text.
+    pub result_text: &'a str,
+    /// When the rate limit resets, if the CLI said.
+    pub resets_at: Option<i64>,
+    pub cost_usd: Option<f64>,
+    pub turn_usd: Option<f64>,
+    /// The context is at the proactive watermark after this run.
+    pub past_watermark: bool,
+    /// Unix seconds.
+    pub now: i64,
+    pub streaks: Streaks,
+    pub waits: Waits,
+}
+
+/// How the work in hand is settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settle {
+    /// It stays in hand: the next run is for it (or nothing is at stake).
+    Hold,
+    /// It stays in hand for the one at-once retry after a refused
+    /// credential, marked as having had it.
+    RetryAuth,
+    /// Let go with an ack; the ledger forgets it.
+    Ack(Ack),
+    /// Given up on; the ledger forgets it. The error is the outcome's text.
+    DeadLetter { notice: String },
+    /// Kept: requeued (a continue is held in the harness), its ledger row
+    /// updated; the error is kept as its last one when the failure counted.
+    Requeue {
+        counted: bool,
+        place: Place,
+        then: Resume,
+    },
+}
+
+/// What the loop does once the work is settled.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// The loop is free: the next thing is asked for; with a proactive
+    /// run, that run comes first.
+    Advance(Option<Proactive>),
+    /// The work's turn, once its reactive `/compact` succeeded (the ledger
+    /// marks it compacted for and to start with the turn).
+    TurnAfterCompact,
+    /// The work's turn in a fresh session: the session is dropped (and the
+    /// ledger starts it with the turn).
+    FreshTurn,
+    /// The same turn once more.
+    Turn,
+    /// A `/compact` for the work.
+    Compact(Running, &'static str),
+    /// The reset checkpoint once more.
+    ResetCheckpoint,
+    /// A pause of the loop's own, for a reason shown on the page (none for
+    /// the brief pause).
+    Pause {
+        wait: Duration,
+        reason: Option<PauseReason>,
+        detail: String,
+    },
+    /// The login park.
+    Login,
+}
+
+/// The usage limit the broker is told of (`report_usage_limit`): it parks
+/// the agent's whole credential pool until then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageLimit {
+    pub until: i64,
+    pub detail: String,
+}
+
+/// The page's end of the work's handling: the `TurnEnd` event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnEnd {
+    pub ok: bool,
+    pub note: String,
+}
+
+/// Everything a run's end comes to, carried out by the loop in this order:
+/// the settlement, the usage limit report, the parent notices, the log
+/// lines, the page's notes and turn end, then what runs next.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub decision: Decision,
+    pub settle: Settle,
+    /// A turn completed: the API-outage rule counts it.
+    pub completed: bool,
+    /// The failure streaks after this run.
+    pub streaks: Streaks,
+    pub usage_limit: Option<UsageLimit>,
+    /// Messages to the parent (the operator for a root agent).
+    pub notices: Vec<String>,
+    pub logs: Vec<(log::Level, String)>,
+    /// Notes on the page, before the turn end.
+    pub notes: Vec<String>,
+    pub end: Option<TurnEnd>,
+    pub next: Next,
+}
+
+/// The whole plan for a run's end. Pure, like [`decide`]: the loop passes
+/// every fact and figure in and carries the plan out.
+pub fn plan(e: &End<'_>) -> Plan {
+    let decision = if !e.has_work && e.running.for_work() {
+        // Nothing is at stake (cannot happen: work phases run for a work).
+        Decision::GoOn
+    } else {
+        decide(e.outcome, e.running, &e.facts)
+    };
+    let mut p = Plan {
+        decision: decision.clone(),
+        settle: Settle::Hold,
+        completed: false,
+        streaks: e.streaks,
+        usage_limit: None,
+        notices: Vec::new(),
+        logs: Vec::new(),
+        notes: Vec::new(),
+        end: None,
+        next: Next::Advance(None),
+    };
+    match decision {
+        Decision::Complete
+        | Decision::AckInterrupted
+        | Decision::DeadLetter
+        | Decision::AckTurnBudget => let_go(e, &mut p),
+        Decision::Proceed
+        | Decision::GoOn
+        | Decision::RetryNow
+        | Decision::CompactThenRetry
+        | Decision::FreshSessionThenRetry => go_on(e, &mut p),
+        Decision::Keep {
+            wait,
+            counted,
+            place,
+            then,
+        } => {
+            p.settle = Settle::Requeue {
+                counted,
+                place,
+                then,
+            };
+            keep(e, wait, counted, &mut p);
+        }
+    }
+    p
+}
+
+/// The plan of the four decisions that let the work go.
+fn let_go(e: &End<'_>, p: &mut Plan) {
+    let (what, text) = (e.what.as_str(), e.text);
+    let end = |ok: bool, note: String| Some(TurnEnd { ok, note });
+    match p.decision {
+        Decision::Complete => {
+            p.completed = true;
+            p.streaks.api = 0;
+            p.streaks.mcp = 0;
+            p.settle = Settle::Ack(Ack::Completed);
+            p.end = end(true, e.said.unwrap_or_default().to_string());
+            // It waits for the broker's word first: this turn's spend may
+            // have reached a budget.
+            p.next = Next::Advance(e.past_watermark.then_some(Proactive::Checkpoint));
+        }
+        Decision::AckInterrupted => {
+            p.settle = Settle::Ack(Ack::Interrupted);
+            p.end = end(
+                false,
+                format!("{what} was interrupted by the operator; it will not be retried"),
+            );
+        }
+        Decision::DeadLetter => {
+            let n = e.facts.attempts + 1;
+            p.settle = Settle::DeadLetter {
+                notice: format!(
+                    "[system] {}: {what} is dead-lettered after {n} failed attempts; last error: {text}",
+                    e.label,
+                ),
+            };
+            p.logs.push((
+                log::Level::Warn,
+                format!("{what} is dead-lettered after {n} failed attempts: {text}"),
+            ));
+            p.end = end(
+                false,
+                format!("{what} failed {n} times and is dead-lettered: {text}"),
+            );
+        }
+        Decision::AckTurnBudget => {
+            p.settle = Settle::Ack(Ack::TurnBudget);
+            let cap = e
+                .turn_usd
+                .map_or_else(|| "its turn_usd".to_string(), |u| format!("turn_usd ${u}"));
+            let cost = e
+                .cost_usd
+                .map_or_else(|| "an unknown cost".to_string(), |c| format!("${c:.4}"));
+            let said = &e.detail;
+            p.logs.push((
+                log::Level::Warn,
+                format!("{what} reached its turn budget ({cap}, {said}) at {cost}: acked"),
+            ));
+            p.notices.push(format!(
+                "[system] {}: {what} stopped at its per-run budget ({cap}; claude said: {said}) after costing {cost}; it is acked and not run again (a retry would pay again)",
+                e.label
+            ));
+            p.end = end(
+                false,
+                format!("{what} stopped at its per-run budget ({cap}) after costing {cost}; acked, not retried"),
+            );
+        }
+        Decision::Proceed
+        | Decision::GoOn
+        | Decision::RetryNow
+        | Decision::CompactThenRetry
+        | Decision::FreshSessionThenRetry
+        | Decision::Keep { .. } => {}
+    }
+}
+
+/// The plan of the decisions that keep the work in hand and run on.
+fn go_on(e: &End<'_>, p: &mut Plan) {
+    let (what, text) = (e.what.as_str(), e.text);
+    match p.decision {
+        Decision::Proceed => {
+            let checkpoint = matches!(
+                e.running,
+                Running::ResetCheckpoint | Running::ProactiveCheckpoint
+            );
+            if checkpoint && !e.outcome.is_ok() {
+                p.notes
+                    .push(format!("checkpoint turn failed ({text}); going on"));
+            }
+            p.next = match e.running {
+                Running::ReactiveCompact => Next::TurnAfterCompact,
+                Running::ResetCheckpoint => Next::FreshTurn,
+                Running::ProactiveCheckpoint => Next::Advance(Some(Proactive::Compact)),
+                Running::Turn | Running::ProactiveCompact | Running::OperatorCompact => {
+                    Next::Advance(None)
+                }
+            };
+        }
+        Decision::GoOn => {
+            if !e.outcome.is_ok() {
+                p.notes
+                    .push(format!("{} failed ({text}); going on", e.running.name()));
+            }
+        }
+        Decision::RetryNow => {
+            p.settle = Settle::RetryAuth;
+            p.notes
+                .push("authentication failed: retrying once at once".into());
+            p.next = match e.running {
+                Running::ReactiveCompact => {
+                    Next::Compact(Running::ReactiveCompact, "retry after a refused credential")
+                }
+                Running::ResetCheckpoint => Next::ResetCheckpoint,
+                Running::Turn
+                | Running::ProactiveCheckpoint
+                | Running::ProactiveCompact
+                | Running::OperatorCompact => Next::Turn,
+            };
+        }
+        Decision::CompactThenRetry => {
+            p.notes
+                .push("the session is past its context window: compacting, then retrying".into());
+            p.next = Next::Compact(Running::ReactiveCompact, "prompt too long");
+        }
+        Decision::FreshSessionThenRetry => {
+            p.notices.push(format!(
+                "[system] {}: the session could not be compacted below the context window ({text}); it was dropped and {what} runs again in a fresh session",
+                e.label
+            ));
+            p.notes.push(
+                "the session cannot be compacted: starting a fresh one for this message".into(),
+            );
+            p.next = Next::FreshTurn;
+        }
+        Decision::Complete
+        | Decision::AckInterrupted
+        | Decision::DeadLetter
+        | Decision::AckTurnBudget
+        | Decision::Keep { .. } => {}
+    }
+}
+
+/// The pause of a kept work: its length and reason, the notices and the
+/// usage limit report that go with it, and the page's words.
+fn keep(e: &End<'_>, wait: Wait, counted: bool, p: &mut Plan) {
+    let (what, text, w) = (e.what.as_str(), e.text, &e.waits);
+    let (pause, reason, detail) = match wait {
+        Wait::Brief => (w.brief, None, String::new()),
+        Wait::For(PauseReason::Login) => {
+            p.end = Some(TurnEnd {
+                ok: false,
+                note: format!(
+                    "authentication failed twice: {what} requeued until claude is logged in again"
+                ),
+            });
+            p.next = Next::Login;
+            return;
+        }
+        Wait::For(PauseReason::RateLimit | PauseReason::UsageLimit) => rate_limited(e, p),
+        Wait::For(PauseReason::ApiBackoff) => api_backoff(e, p),
+        Wait::For(PauseReason::StartFailed) => start_failed(e, p),
+        Wait::For(PauseReason::McpStart) => mcp_start(e, p),
+        // The broker's pauses: the policy never waits for them itself.
+        Wait::For(r @ (PauseReason::Budget | PauseReason::Other(_))) => {
+            (w.brief, Some(r), String::new())
+        }
+    };
+    let note = if detail.is_empty() {
+        let counts = if counted {
+            ", counted toward the attempt limit"
+        } else {
+            ""
+        };
+        format!("{what} failed ({text}){counts}; retrying in {pause:?}")
+    } else {
+        format!("{detail}; resuming in {}s", pause.as_secs())
+    };
+    if what.is_empty() {
+        p.notes.push(note);
+    } else {
+        p.end = Some(TurnEnd { ok: false, note });
+    }
+    p.next = Next::Pause {
+        wait: pause,
+        reason,
+        detail,
+    };
+}
+
+/// A pause's length, reason and words.
+type Pause = (Duration, Option<PauseReason>, String);
+
+/// A rate limit: until the CLI's reset (then the pool's usage limit, which
+/// the broker is told of), or the configured sleep.
+fn rate_limited(e: &End<'_>, p: &mut Plan) -> Pause {
+    let (what, text, w) = (e.what.as_str(), e.text, &e.waits);
+    let t = e.now;
+    let sleep = match e.resets_at {
+        Some(at) if at > t => Duration::from_secs((at - t) as u64),
+        _ => w.rate_limit,
+    }
+    .min(w.rate_limit_max);
+    match e.resets_at {
+        // A usage limit with its reset: the broker parks the whole
+        // pool.
+        Some(at) if at > t => {
+            let said = e.result_text;
+            p.usage_limit = Some(UsageLimit {
+                until: t + sleep.as_secs() as i64,
+                detail: if said.is_empty() { text } else { said }.to_string(),
+            });
+            (
+                sleep,
+                Some(PauseReason::UsageLimit),
+                format!("usage limit: {what} requeued"),
+            )
+        }
+        _ => (
+            sleep,
+            Some(PauseReason::RateLimit),
+            format!("rate limited: {what} requeued"),
+        ),
+    }
+}
+
+/// The API is unavailable: a backoff doubling per failure in a row, the
+/// parent told once.
+fn api_backoff(e: &End<'_>, p: &mut Plan) -> Pause {
+    let (what, text, label, w) = (e.what.as_str(), e.text, e.label.as_str(), &e.waits);
+    p.streaks.api += 1;
+    let n = p.streaks.api;
+    if n == w.api_failures_before_notice {
+        p.notices.push(format!(
+                "[system] {label}: the Claude API has been unavailable for {n} turns in a row ({text}); {what} is kept and retried every {}s at most",
+                w.api_backoff_max.as_secs()
+            ));
+    }
+    (
+        backoff(w.api_backoff_base, w.api_backoff_max, n),
+        Some(PauseReason::ApiBackoff),
+        format!("API unavailable ({text}): {what} requeued"),
+    )
+}
+
+/// claude could not be started: one log line and one notice per burst.
+fn start_failed(e: &End<'_>, p: &mut Plan) -> Pause {
+    let (what, text, label, w) = (e.what.as_str(), e.text, e.label.as_str(), &e.waits);
+    p.streaks.start += 1;
+    let n = p.streaks.start;
+    let max = w.start_backoff_max;
+    // One log line and one parent notice per burst of failures.
+    if n == 1 {
+        p.logs.push((log::Level::Error, format!(
+                "claude could not be started: {text}; {what} requeued, retrying with a backoff up to {max:?}"
+            )));
+        p.notices.push(format!(
+                "[system] {label}: claude could not be started ({}); {what} is kept and retried every {max:?} at most",
+                text.trim_start_matches("not started: ")
+            ));
+    } else {
+        p.logs.push((
+            log::Level::Debug,
+            format!("claude could not be started ({n} in a row): {text}"),
+        ));
+    }
+    (
+        backoff(w.brief, max, n),
+        Some(PauseReason::StartFailed),
+        format!("claude could not be started: {what} requeued"),
+    )
+}
+
+/// The MCP servers did not start: short pauses, then a backoff and one
+/// notice.
+fn mcp_start(e: &End<'_>, p: &mut Plan) -> Pause {
+    let (what, text, label, w) = (e.what.as_str(), e.text, e.label.as_str(), &e.waits);
+    p.streaks.mcp += 1;
+    let n = p.streaks.mcp;
+    let max = w.start_backoff_max;
+    if n == MCP_FAILURES_BEFORE_BACKOFF {
+        p.logs.push((
+            log::Level::Error,
+            format!("the MCP servers did not start for {n} turns in a row: {text}"),
+        ));
+        p.notices.push(format!(
+                "[system] {label}: the MCP servers did not start for {n} turns in a row ({text}); {what} is kept and retried with a backoff up to {max:?}"
+            ));
+    }
+    // Short pauses first, then doubling from twice the short one.
+    let pause = if n < MCP_FAILURES_BEFORE_BACKOFF {
+        w.brief
+    } else {
+        backoff(w.brief, max, n - MCP_FAILURES_BEFORE_BACKOFF + 2)
+    };
+    (
+        pause,
+        Some(PauseReason::McpStart),
+        format!("MCP servers did not start ({text}): {what} requeued"),
+    )
+}
+
+/// `base` doubled per failure after the first (`n` ≥ 1), capped at `max`.
+pub fn backoff(base: Duration, max: Duration, n: u32) -> Duration {
+    (base * 2u32.saturating_pow(n.saturating_sub(1).min(16))).min(max)
 }
 
 impl fmt::Display for Wait {
@@ -865,6 +1396,16 @@ mod tests {
                 then: Resume::CompactThenTurn
             }
         );
+    }
+
+    #[test]
+    fn backoff_doubles_from_the_base_to_the_cap() {
+        let s = Duration::from_secs;
+        let got: Vec<u64> = (1..=6)
+            .map(|n| backoff(s(15), s(100), n).as_secs())
+            .collect();
+        assert_eq!(got, [15, 30, 60, 100, 100, 100]);
+        assert_eq!(backoff(s(1), s(60), u32::MAX), s(60));
     }
 
     #[test]

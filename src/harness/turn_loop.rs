@@ -8,8 +8,9 @@
 //! phase; sources that do not apply in a phase are `never()`. The loop is the
 //! only writer of turn state (the bus state, the turn-stats db, the ledger).
 //!
-//! What to do when a run ends is [`policy::decide`]'s; this module carries it
-//! out. The message being handled is a [`Work`] whose [`Inflight`] guard
+//! What to do when a run ends is [`policy::plan`]'s — how the work is
+//! settled, the pause, the notices, what runs next — and this module carries
+//! the plan out (`execute`) without deciding any of it again. The message being handled is a [`Work`] whose [`Inflight`] guard
 //! requeues it on every way out unless it was acked, and the [`Ledger`]
 //! remembers across hand-outs what a retry needs (attempts, the session that
 //! saw the prompt, where to start again). Broker requests are sent through the
@@ -38,7 +39,9 @@ use super::context;
 use super::control::{Control, Shared};
 use super::invocation::{self, ToolLists};
 use super::login::{self, DirSnapshot};
-use super::policy::{self, Decision, Facts, Resume, Running, Wait};
+use super::policy::{
+    self, Decision, Facts, Next, Plan, Proactive, Resume, Running, Settle, Streaks, Waits,
+};
 use super::poller::{FromPoller, Poller};
 use super::settings::Settings;
 use super::stats::{MessageKey, Stats, TurnRow};
@@ -48,7 +51,7 @@ use crate::proto::limits::MAX_PAUSE_DETAIL_CHARS;
 use crate::proto::now;
 use crate::proto::text::{is_control_or_bidi, preview};
 use crate::proto::{cmd, Request};
-use crate::proto::{Message, PauseReason, Place, TurnOutcomeKind};
+use crate::proto::{Message, PauseReason, TurnOutcomeKind};
 use crossbeam_channel::{at, never, select, Receiver};
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -56,10 +59,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// MCP start failures in a row after which the loop backs off and tells the
-/// parent.
-pub const MCP_FAILURES_BEFORE_BACKOFF: u32 = 3;
 
 /// Everything that can wake the loop.
 #[derive(Debug)]
@@ -211,33 +210,6 @@ struct Session {
     /// CLI versions the `system/init` lines named, each checked once
     /// against the supported window (`check_cli_version`).
     cli_versions: HashSet<String>,
-}
-
-/// The best-effort runs after a clean turn past the watermark, in order:
-/// the checkpoint turn, then `/compact`. Each waits for a `recv_next`
-/// answer asked after the run before it, and for the end of the broker's
-/// pause (issue 16).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Proactive {
-    Checkpoint,
-    Compact,
-}
-
-impl Proactive {
-    fn what(self) -> &'static str {
-        match self {
-            Proactive::Checkpoint => "the checkpoint turn",
-            Proactive::Compact => "the compaction after the checkpoint",
-        }
-    }
-}
-
-/// Counters of failures in a row, for backoffs and one notice per burst.
-#[derive(Default)]
-struct Streaks {
-    api: u32,
-    start: u32,
-    mcp: u32,
 }
 
 pub struct TurnLoop {
@@ -432,56 +404,7 @@ impl TurnLoop {
                 unread,
                 attempts,
                 turn_usd,
-            }) => {
-                self.asked = false;
-                self.checking = false;
-                self.after_run = false;
-                self.acct.heard_turn_usd(turn_usd);
-                let identity = MessageKey::of(&message);
-                if let Some(outcome) = self.let_go_before(&identity) {
-                    return self.ack_again(&message, unread, &outcome);
-                }
-                let key = WorkKey::Message(message.id);
-                let work = Work {
-                    key,
-                    identity: Some(identity),
-                    from: message.from.to_string(),
-                    // A long reminder's text goes to a file in the state dir.
-                    body: reminder_file::for_model(Some(&self.s.state_dir), &message),
-                    unread: unread.unwrap_or(0),
-                    redelivered,
-                    attempts,
-                    auth_retried: false,
-                    guard: Inflight::new(key, self.poller.teller()),
-                };
-                if self.used_up(&work) {
-                    return self.dead_letter_used_up(work);
-                }
-                if let Some(p) = self.proactive {
-                    // The hand-out says the broker does not pause the agent,
-                    // but the checkpoint and its `/compact` come first: the
-                    // message goes back (at the head, its hand-out given
-                    // back) and is asked for again after them.
-                    self.give_back(work, p);
-                    if self.free() {
-                        self.advance();
-                    }
-                    return;
-                }
-                if self.continue_requested {
-                    // Mail drives the next turn; the continue is dropped.
-                    self.continue_requested = false;
-                    self.ledger.forget(WorkKey::Continue);
-                    self.bus.note(
-                        "continue requested, but messages are waiting: they drive the next turn",
-                    );
-                }
-                if self.free() {
-                    self.start_work(work);
-                } else {
-                    self.arrived = Some(work);
-                }
-            }
+            }) => self.on_message(message, redelivered, unread, attempts, turn_usd),
             Event::Broker(FromPoller::BrokerPause(p)) => self.on_broker_pause(p),
             Event::Broker(FromPoller::Resumed) => self.on_resumed(),
             Event::Broker(FromPoller::TurnUsd(u)) => {
@@ -502,36 +425,7 @@ impl TurnLoop {
             Event::Broker(FromPoller::SpendAcked(key)) => {
                 self.acct.spend_acked(key, self.stats.as_ref())
             }
-            Event::Broker(FromPoller::Empty) => {
-                self.asked = false;
-                self.checking = false;
-                self.after_run = false;
-                // Under the broker's pause the continue waits (`advance`
-                // parks a `recv_next`, answered when the pause ends); a
-                // checkpoint or a `/compact` due goes first.
-                let synthetic = self.proactive.is_some() || self.compact_requested;
-                if self.free()
-                    && self.continue_requested
-                    && self.broker_pause.is_none()
-                    && !synthetic
-                {
-                    self.continue_requested = false;
-                    let key = WorkKey::Continue;
-                    self.start_work(Work {
-                        key,
-                        identity: None,
-                        from: "self".into(),
-                        body: "continue".into(),
-                        unread: 0,
-                        redelivered: false,
-                        attempts: 0,
-                        auth_retried: false,
-                        guard: Inflight::new(key, self.poller.teller()),
-                    });
-                } else if self.free() {
-                    self.advance();
-                }
-            }
+            Event::Broker(FromPoller::Empty) => self.on_empty(),
             Event::Broker(FromPoller::Online(online)) => {
                 if online && !self.bus.snapshot().online {
                     // The broker may have restarted: what it knew of the
@@ -564,6 +458,95 @@ impl TurnLoop {
                 }
             }
             Event::Signal => self.stop(),
+        }
+    }
+
+    /// A message handed out: acked at once when a run let it go before,
+    /// dead-lettered when its attempts were used up, handed back behind a
+    /// proactive run, else run now or once the loop is free.
+    fn on_message(
+        &mut self,
+        message: Message,
+        redelivered: bool,
+        unread: Option<u64>,
+        attempts: u32,
+        turn_usd: Option<f64>,
+    ) {
+        self.asked = false;
+        self.checking = false;
+        self.after_run = false;
+        self.acct.heard_turn_usd(turn_usd);
+        let identity = MessageKey::of(&message);
+        if let Some(outcome) = self.let_go_before(&identity) {
+            return self.ack_again(&message, unread, &outcome);
+        }
+        let key = WorkKey::Message(message.id);
+        let work = Work {
+            key,
+            identity: Some(identity),
+            from: message.from.to_string(),
+            // A long reminder's text goes to a file in the state dir.
+            body: reminder_file::for_model(Some(&self.s.state_dir), &message),
+            unread: unread.unwrap_or(0),
+            redelivered,
+            attempts,
+            auth_retried: false,
+            guard: Inflight::new(key, self.poller.teller()),
+        };
+        if self.used_up(&work) {
+            return self.dead_letter_used_up(work);
+        }
+        if let Some(p) = self.proactive {
+            // The hand-out says the broker does not pause the agent,
+            // but the checkpoint and its `/compact` come first: the
+            // message goes back (at the head, its hand-out given
+            // back) and is asked for again after them.
+            self.give_back(work, p);
+            if self.free() {
+                self.advance();
+            }
+            return;
+        }
+        if self.continue_requested {
+            // Mail drives the next turn; the continue is dropped.
+            self.continue_requested = false;
+            self.ledger.forget(WorkKey::Continue);
+            self.bus
+                .note("continue requested, but messages are waiting: they drive the next turn");
+        }
+        if self.free() {
+            self.start_work(work);
+        } else {
+            self.arrived = Some(work);
+        }
+    }
+
+    /// Nothing is queued: a waiting continue runs now (unless the broker
+    /// pauses the agent or a synthetic run is due), else the loop goes on.
+    fn on_empty(&mut self) {
+        self.asked = false;
+        self.checking = false;
+        self.after_run = false;
+        // Under the broker's pause the continue waits (`advance`
+        // parks a `recv_next`, answered when the pause ends); a
+        // checkpoint or a `/compact` due goes first.
+        let synthetic = self.proactive.is_some() || self.compact_requested;
+        if self.free() && self.continue_requested && self.broker_pause.is_none() && !synthetic {
+            self.continue_requested = false;
+            let key = WorkKey::Continue;
+            self.start_work(Work {
+                key,
+                identity: None,
+                from: "self".into(),
+                body: "continue".into(),
+                unread: 0,
+                redelivered: false,
+                attempts: 0,
+                auth_retried: false,
+                guard: Inflight::new(key, self.poller.teller()),
+            });
+        } else if self.free() {
+            self.advance();
         }
     }
 
@@ -1369,6 +1352,29 @@ impl TurnLoop {
                 self.session.last_context = e.report.context_tokens;
             }
         }
+        if let (Some(m), Some(w), true) = (&e.report.model, e.report.context_window, e.started) {
+            self.session.cli_windows.insert(m.clone(), w);
+        }
+        let text = e.text();
+        let plan = policy::plan(&self.end_of(&e, &text));
+        log::debug!(
+            "{:?} during {:?}: {:?}",
+            e.outcome,
+            e.running,
+            plan.decision
+        );
+        // A message let go is recorded as such before its ack is sent.
+        let lets_go = plan.decision.acks() && plan.decision != Decision::DeadLetter;
+        if e.started {
+            self.record(&e, lets_go);
+        }
+        self.execute(plan, &e, &text);
+    }
+
+    /// What the policy's plan is made of: the run's end, the facts of its
+    /// work and session, the figures of its notices and pause.
+    fn end_of<'a>(&mut self, e: &'a Ended, text: &'a str) -> policy::End<'a> {
+        let key = self.work.as_ref().map(|w| w.key);
         let rec = key.map(|k| self.ledger.get(k)).unwrap_or_default();
         let facts = Facts {
             attempts: rec.attempts,
@@ -1378,32 +1384,179 @@ impl TurnLoop {
             auth_retried: self.work.as_ref().is_some_and(|w| w.auth_retried),
             succeeded_since_failure: rec.failed_at.is_some_and(|n| self.completed_turns > n),
         };
-        let decision = if key.is_none() && e.running.for_work() {
-            // Nothing is at stake (cannot happen: work phases run for a work).
-            Decision::GoOn
-        } else {
-            policy::decide(e.outcome, e.running, &facts)
-        };
-        log::debug!(
-            "{:?} during {:?} with {facts:?}: {decision:?}",
-            e.outcome,
-            e.running
+        let model = self.model();
+        let window = self.window(&model);
+        let env = |k: &str| self.env.get(k);
+        let past_watermark = context::needs_proactive_compact(
+            e.report.context_tokens,
+            context::compact_watermark(window, &env),
         );
-        // A message let go is recorded as such before its ack is sent.
-        let lets_go = decision.acks() && decision != Decision::DeadLetter;
-        if e.started {
-            self.record(&e, lets_go);
+        let t = now();
+        let result_text = e.report.result_text.as_deref().unwrap_or_default();
+        let resets_at = match e.report.outcome {
+            TurnOutcome::RateLimited { resets_at } => resets_at,
+            _ => None,
         }
-        self.apply(decision, e, facts);
+        .or_else(|| classify::utc_reset_in_text(result_text, t));
+        policy::End {
+            outcome: e.outcome,
+            running: e.running,
+            facts,
+            has_work: key.is_some(),
+            label: self.s.label.clone(),
+            what: self.work.as_ref().map(Work::what).unwrap_or_default(),
+            text,
+            said: e.said.as_ref().map(|(_, n)| n.as_str()),
+            detail: e.report.outcome.detail().unwrap_or_default(),
+            result_text,
+            resets_at,
+            cost_usd: e.report.cost_usd,
+            turn_usd: self.acct.turn_usd(),
+            past_watermark,
+            now: t,
+            streaks: self.streaks,
+            waits: Waits {
+                brief: self.s.fail_pause,
+                rate_limit: self.s.rate_limit_sleep,
+                rate_limit_max: self.s.rate_limit_max_sleep,
+                api_backoff_base: self.s.api_backoff_base,
+                api_backoff_max: self.s.api_backoff_max,
+                api_failures_before_notice: self.s.api_failures_before_notice,
+                start_backoff_max: self.s.start_backoff_max,
+            },
+        }
+    }
+
+    /// Carries out the plan for a run's end, in its order: the work's
+    /// settlement, the usage limit report, the parent notices, the log
+    /// lines, the page, then what runs next.
+    fn execute(&mut self, plan: Plan, e: &Ended, text: &str) {
+        self.streaks = plan.streaks;
+        if plan.completed {
+            self.completed_turns += 1;
+        }
+        self.settle(plan.settle, text);
+        if let Some(u) = plan.usage_limit {
+            self.poller.tell(Request::from(cmd::ReportUsageLimit {
+                // What identified the run's credential at its spawn.
+                credential: self.acct.credential(&self.s),
+                until: u.until,
+                detail: one_line(&u.detail, MAX_PAUSE_DETAIL_CHARS),
+            }));
+        }
+        for n in plan.notices {
+            self.to_parent(n);
+        }
+        for (level, line) in plan.logs {
+            log::log!(level, "{line}");
+        }
+        for n in plan.notes {
+            self.bus.note(n);
+        }
+        if let Some(end) = plan.end {
+            self.end_work(&plan.decision, end.ok, end.note, text, e);
+        }
+        self.go(plan.next);
+    }
+
+    /// Settles the work in hand as the plan says.
+    fn settle(&mut self, settle: Settle, text: &str) {
+        let completed = self.completed_turns;
+        match settle {
+            Settle::Hold => {}
+            Settle::RetryAuth => {
+                if let Some(w) = &mut self.work {
+                    w.auth_retried = true;
+                }
+            }
+            Settle::Ack(why) => {
+                if let Some(w) = self.work.take() {
+                    self.ledger.forget(w.key);
+                    w.guard.ack(why);
+                }
+            }
+            Settle::DeadLetter { notice } => {
+                if let Some(w) = self.work.take() {
+                    self.ledger.forget(w.key);
+                    w.guard.dead_letter(text, true, notice);
+                }
+            }
+            Settle::Requeue {
+                counted,
+                place,
+                then,
+            } => {
+                let Some(w) = self.work.take() else {
+                    return;
+                };
+                self.ledger.update(w.key, |r| {
+                    if counted {
+                        r.attempts += 1;
+                    }
+                    r.last_error = text.to_string();
+                    r.resume = then;
+                    r.failed_at = Some(completed);
+                });
+                if w.key == WorkKey::Continue {
+                    self.continue_requested = true;
+                }
+                // The error is kept as the message's last one when it counted.
+                w.guard.requeue(Requeue {
+                    counted,
+                    place,
+                    error: counted.then(|| text.to_string()),
+                });
+            }
+        }
+    }
+
+    /// What runs next, as the plan says.
+    fn go(&mut self, next: Next) {
+        match next {
+            Next::Advance(proactive) => {
+                if proactive.is_some() {
+                    self.proactive = proactive;
+                }
+                self.advance();
+            }
+            Next::TurnAfterCompact => {
+                if let Some(w) = &self.work {
+                    let epoch = self.session.epoch;
+                    self.ledger.update(w.key, |r| {
+                        r.compacted_epoch = Some(epoch);
+                        r.resume = Resume::Turn;
+                    });
+                }
+                self.start_turn();
+            }
+            Next::FreshTurn => {
+                if let Some(w) = &self.work {
+                    self.ledger.update(w.key, |r| r.resume = Resume::Turn);
+                }
+                self.session.force_fresh = true;
+                self.session.last_context = None;
+                self.start_turn();
+            }
+            Next::Turn => self.start_turn(),
+            Next::Compact(running, why) => self.start_compaction(running, why),
+            Next::ResetCheckpoint => self.start_run(
+                Running::ResetCheckpoint,
+                context::AUTO_RESET_CHECKPOINT_PROMPT.into(),
+                true,
+            ),
+            Next::Pause {
+                wait,
+                reason,
+                detail,
+            } => self.pause(wait, reason, detail),
+            Next::Login => self.enter_login(),
+        }
     }
 
     /// The stats row, the counters and the bus figures of a run that
     /// started; with `lets_go`, the row also records its message as let go.
     fn record(&mut self, e: &Ended, lets_go: bool) {
         let rep = &e.report;
-        if let (Some(m), Some(w)) = (&rep.model, rep.context_window) {
-            self.session.cli_windows.insert(m.clone(), w);
-        }
         if let Some(v) = &rep.cli_version {
             self.check_cli_version(v);
         }
@@ -1467,348 +1620,6 @@ impl TurnLoop {
             let_go,
             &self.poller,
         );
-    }
-
-    fn apply(&mut self, d: Decision, e: Ended, facts: Facts) {
-        let text = e.text();
-        match d {
-            Decision::Complete => {
-                self.completed_turns += 1;
-                self.streaks.api = 0;
-                self.streaks.mcp = 0;
-                if let Some(w) = self.work.take() {
-                    self.ledger.forget(w.key);
-                    w.guard.ack(Ack::Completed);
-                }
-                let note = e.said.as_ref().map(|(_, n)| n.clone()).unwrap_or_default();
-                self.end_work(d, true, note, &text, &e);
-                let model = self.model();
-                let window = self.window(&model);
-                let env = |k: &str| self.env.get(k);
-                let wm = context::compact_watermark(window, &env);
-                if context::needs_proactive_compact(e.report.context_tokens, wm) {
-                    // It waits for the broker's word first: this turn's
-                    // spend may have reached a budget (`advance`).
-                    self.proactive = Some(Proactive::Checkpoint);
-                }
-                self.advance();
-            }
-            Decision::AckInterrupted => {
-                let what = self.work.as_ref().map(Work::what).unwrap_or_default();
-                if let Some(w) = self.work.take() {
-                    self.ledger.forget(w.key);
-                    w.guard.ack(Ack::Interrupted);
-                }
-                self.end_work(
-                    d,
-                    false,
-                    format!("{what} was interrupted by the operator; it will not be retried"),
-                    &text,
-                    &e,
-                );
-                self.advance();
-            }
-            Decision::DeadLetter => {
-                if let Some(w) = self.work.take() {
-                    let n = facts.attempts + 1;
-                    let what = w.what();
-                    let notice = format!(
-                        "[system] {}: {what} is dead-lettered after {n} failed attempts; last error: {text}",
-                        self.s.label,
-                    );
-                    log::warn!("{what} is dead-lettered after {n} failed attempts: {text}");
-                    self.ledger.forget(w.key);
-                    w.guard.dead_letter(&text, true, notice);
-                    self.end_work(
-                        d,
-                        false,
-                        format!("{what} failed {n} times and is dead-lettered: {text}"),
-                        &text,
-                        &e,
-                    );
-                }
-                self.advance();
-            }
-            Decision::AckTurnBudget => {
-                let what = self.work.as_ref().map(Work::what).unwrap_or_default();
-                if let Some(w) = self.work.take() {
-                    self.ledger.forget(w.key);
-                    w.guard.ack(Ack::TurnBudget);
-                }
-                let cap = self
-                    .acct
-                    .turn_usd()
-                    .map_or_else(|| "its turn_usd".to_string(), |u| format!("turn_usd ${u}"));
-                let cost = e
-                    .report
-                    .cost_usd
-                    .map_or_else(|| "an unknown cost".to_string(), |c| format!("${c:.4}"));
-                let said = e.report.outcome.detail().unwrap_or_default();
-                log::warn!("{what} reached its turn budget ({cap}, {said}) at {cost}: acked");
-                self.to_parent(format!(
-                    "[system] {}: {what} stopped at its per-run budget ({cap}; claude said: {said}) after costing {cost}; it is acked and not run again (a retry would pay again)",
-                    self.s.label
-                ));
-                self.end_work(
-                    d,
-                    false,
-                    format!("{what} stopped at its per-run budget ({cap}) after costing {cost}; acked, not retried"),
-                    &text,
-                    &e,
-                );
-                self.advance();
-            }
-            Decision::Proceed => match e.running {
-                Running::ReactiveCompact => {
-                    if let Some(w) = &self.work {
-                        let epoch = self.session.epoch;
-                        self.ledger.update(w.key, |r| {
-                            r.compacted_epoch = Some(epoch);
-                            r.resume = Resume::Turn;
-                        });
-                    }
-                    self.start_turn();
-                }
-                Running::ResetCheckpoint => {
-                    if !e.outcome.is_ok() {
-                        self.bus
-                            .note(format!("checkpoint turn failed ({text}); going on"));
-                    }
-                    self.session.force_fresh = true;
-                    self.session.last_context = None;
-                    self.start_turn();
-                }
-                Running::ProactiveCheckpoint => {
-                    if !e.outcome.is_ok() {
-                        self.bus
-                            .note(format!("checkpoint turn failed ({text}); going on"));
-                    }
-                    self.proactive = Some(Proactive::Compact);
-                    self.advance();
-                }
-                _ => self.advance(),
-            },
-            Decision::GoOn => {
-                if !e.outcome.is_ok() {
-                    self.bus
-                        .note(format!("{} failed ({text}); going on", e.running.name()));
-                }
-                self.advance();
-            }
-            Decision::RetryNow => {
-                self.bus
-                    .note("authentication failed: retrying once at once");
-                if let Some(w) = &mut self.work {
-                    w.auth_retried = true;
-                }
-                match e.running {
-                    Running::ReactiveCompact => self.start_compaction(
-                        Running::ReactiveCompact,
-                        "retry after a refused credential",
-                    ),
-                    Running::ResetCheckpoint => self.start_run(
-                        Running::ResetCheckpoint,
-                        context::AUTO_RESET_CHECKPOINT_PROMPT.into(),
-                        true,
-                    ),
-                    _ => self.start_turn(),
-                }
-            }
-            Decision::CompactThenRetry => {
-                self.bus
-                    .note("the session is past its context window: compacting, then retrying");
-                self.start_compaction(Running::ReactiveCompact, "prompt too long");
-            }
-            Decision::FreshSessionThenRetry => {
-                let what = self.work.as_ref().map(Work::what).unwrap_or_default();
-                self.to_parent(format!(
-                    "[system] {}: the session could not be compacted below the context window ({text}); it was dropped and {what} runs again in a fresh session",
-                    self.s.label
-                ));
-                self.bus
-                    .note("the session cannot be compacted: starting a fresh one for this message");
-                if let Some(w) = &self.work {
-                    self.ledger.update(w.key, |r| r.resume = Resume::Turn);
-                }
-                self.session.force_fresh = true;
-                self.session.last_context = None;
-                self.start_turn();
-            }
-            Decision::Keep {
-                wait,
-                counted,
-                place,
-                then,
-            } => self.keep(wait, counted, place, then, e),
-        }
-    }
-
-    /// Keeps the work (requeued, or the continue held) and waits.
-    fn keep(&mut self, wait: Wait, counted: bool, place: Place, then: Resume, e: Ended) {
-        let d = Decision::Keep {
-            wait: wait.clone(),
-            counted,
-            place,
-            then,
-        };
-        let text = e.text();
-        let completed = self.completed_turns;
-        let what = self.work.as_ref().map(Work::what).unwrap_or_default();
-        if let Some(w) = self.work.take() {
-            self.ledger.update(w.key, |r| {
-                if counted {
-                    r.attempts += 1;
-                }
-                r.last_error = text.clone();
-                r.resume = then;
-                r.failed_at = Some(completed);
-            });
-            if w.key == WorkKey::Continue {
-                self.continue_requested = true;
-            }
-            // The error is kept as the message's last one when it counted.
-            w.guard.requeue(Requeue {
-                counted,
-                place,
-                error: counted.then(|| text.clone()),
-            });
-        }
-        let (pause, reason, detail) = match wait {
-            Wait::Brief => (self.s.fail_pause, None, String::new()),
-            // The broker's pauses: the policy never waits for them itself.
-            Wait::For(r @ (PauseReason::Budget | PauseReason::Other(_))) => {
-                (self.s.fail_pause, Some(r), String::new())
-            }
-            Wait::For(PauseReason::Login) => {
-                self.end_work(
-                    d,
-                    false,
-                    format!("authentication failed twice: {what} requeued until claude is logged in again"),
-                    &text,
-                    &e,
-                );
-                return self.enter_login();
-            }
-            Wait::For(PauseReason::RateLimit | PauseReason::UsageLimit) => {
-                let t = now();
-                let said = e.report.result_text.clone().unwrap_or_default();
-                let resets_at = match e.report.outcome {
-                    TurnOutcome::RateLimited { resets_at } => resets_at,
-                    _ => None,
-                }
-                .or_else(|| super::classify::utc_reset_in_text(&said, t));
-                let sleep = match resets_at {
-                    Some(at) if at > t => Duration::from_secs((at - t) as u64),
-                    _ => self.s.rate_limit_sleep,
-                }
-                .min(self.s.rate_limit_max_sleep);
-                match resets_at {
-                    // A usage limit with its reset: the broker parks the
-                    // whole pool (issue 16).
-                    Some(at) if at > t => {
-                        self.poller.tell(Request::from(cmd::ReportUsageLimit {
-                            // What identified the run's credential at its spawn.
-                            credential: self.acct.credential(&self.s),
-                            until: t + sleep.as_secs() as i64,
-                            detail: one_line(
-                                if said.is_empty() { &text } else { &said },
-                                MAX_PAUSE_DETAIL_CHARS,
-                            ),
-                        }));
-                        (
-                            sleep,
-                            Some(PauseReason::UsageLimit),
-                            format!("usage limit: {what} requeued"),
-                        )
-                    }
-                    _ => (
-                        sleep,
-                        Some(PauseReason::RateLimit),
-                        format!("rate limited: {what} requeued"),
-                    ),
-                }
-            }
-            Wait::For(PauseReason::ApiBackoff) => {
-                self.streaks.api += 1;
-                let n = self.streaks.api;
-                if n == self.s.api_failures_before_notice {
-                    self.to_parent(format!(
-                        "[system] {}: the Claude API has been unavailable for {n} turns in a row ({text}); {what} is kept and retried every {}s at most",
-                        self.s.label,
-                        self.s.api_backoff_max.as_secs()
-                    ));
-                }
-                (
-                    backoff(self.s.api_backoff_base, self.s.api_backoff_max, n),
-                    Some(PauseReason::ApiBackoff),
-                    format!("API unavailable ({text}): {what} requeued"),
-                )
-            }
-            Wait::For(PauseReason::StartFailed) => {
-                self.streaks.start += 1;
-                let n = self.streaks.start;
-                let max = self.s.start_backoff_max;
-                // One log line and one parent notice per burst of failures.
-                if n == 1 {
-                    log::error!(
-                        "claude could not be started: {text}; {what} requeued, retrying with a backoff up to {max:?}"
-                    );
-                    self.to_parent(format!(
-                        "[system] {}: claude could not be started ({}); {what} is kept and retried every {max:?} at most",
-                        self.s.label,
-                        text.trim_start_matches("not started: ")
-                    ));
-                } else {
-                    log::debug!("claude could not be started ({n} in a row): {text}");
-                }
-                (
-                    backoff(self.s.fail_pause, max, n),
-                    Some(PauseReason::StartFailed),
-                    format!("claude could not be started: {what} requeued"),
-                )
-            }
-            Wait::For(PauseReason::McpStart) => {
-                self.streaks.mcp += 1;
-                let n = self.streaks.mcp;
-                let max = self.s.start_backoff_max;
-                if n == MCP_FAILURES_BEFORE_BACKOFF {
-                    log::error!("the MCP servers did not start for {n} turns in a row: {text}");
-                    self.to_parent(format!(
-                        "[system] {}: the MCP servers did not start for {n} turns in a row ({text}); {what} is kept and retried with a backoff up to {max:?}",
-                        self.s.label
-                    ));
-                }
-                // Short pauses first, then doubling from twice the short one.
-                let pause = if n < MCP_FAILURES_BEFORE_BACKOFF {
-                    self.s.fail_pause
-                } else {
-                    backoff(self.s.fail_pause, max, n - MCP_FAILURES_BEFORE_BACKOFF + 2)
-                };
-                (
-                    pause,
-                    Some(PauseReason::McpStart),
-                    format!("MCP servers did not start ({text}): {what} requeued"),
-                )
-            }
-        };
-        let note = if detail.is_empty() {
-            format!(
-                "{what} failed ({text}){}; retrying in {pause:?}",
-                if counted {
-                    ", counted toward the attempt limit"
-                } else {
-                    ""
-                }
-            )
-        } else {
-            format!("{detail}; resuming in {}s", pause.as_secs())
-        };
-        if !what.is_empty() {
-            self.end_work(d, false, note, &text, &e);
-        } else {
-            self.bus.note(note);
-        }
-        self.pause(pause, reason, detail);
     }
 
     /// The message's attempts were used up before this hand-out: the
@@ -1977,7 +1788,7 @@ impl TurnLoop {
 
     /// `TurnEnd` on the bus, for a work whose handling ends here (for now),
     /// with the decision that ended it.
-    fn end_work(&self, d: Decision, ok: bool, note: String, outcome: &str, e: &Ended) {
+    fn end_work(&self, d: &Decision, ok: bool, note: String, outcome: &str, e: &Ended) {
         self.bus.update(|s| {
             s.last_outcome = Some(outcome.to_string());
             s.inflight = None;
@@ -1987,7 +1798,7 @@ impl TurnLoop {
             note,
             outcome: outcome.to_string(),
             duration_ms: e.elapsed.as_millis() as u64,
-            decision: Some(policy::describe(&d, e.running)),
+            decision: Some(policy::describe(d, e.running)),
         });
     }
 
@@ -2107,24 +1918,9 @@ fn one_line(s: &str, max: usize) -> String {
     preview(&flat, max.saturating_sub(1))
 }
 
-/// `base` doubled per failure after the first (`n` ≥ 1), capped at `max`.
-pub fn backoff(base: Duration, max: Duration, n: u32) -> Duration {
-    (base * 2u32.saturating_pow(n.saturating_sub(1).min(16))).min(max)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_from_the_base_to_the_cap() {
-        let s = Duration::from_secs;
-        let got: Vec<u64> = (1..=6)
-            .map(|n| backoff(s(15), s(100), n).as_secs())
-            .collect();
-        assert_eq!(got, [15, 30, 60, 100, 100, 100]);
-        assert_eq!(backoff(s(1), s(60), u32::MAX), s(60));
-    }
 
     #[test]
     fn a_turn_that_finished_before_any_stop_completes_and_a_later_success_does_not() {
