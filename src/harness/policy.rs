@@ -1408,6 +1408,122 @@ mod tests {
         assert_eq!(backoff(s(1), s(60), u32::MAX), s(60));
     }
 
+    fn end(outcome: Outcome, streaks: Streaks) -> End<'static> {
+        let s = Duration::from_secs;
+        End {
+            outcome,
+            running: Running::Turn,
+            facts: Facts::default(),
+            has_work: true,
+            label: "ana".into(),
+            what: "message #12 from bob".into(),
+            text: "boom",
+            said: None,
+            detail: "Reached maximum budget ($0.5)".into(),
+            result_text: "",
+            resets_at: None,
+            cost_usd: Some(0.61),
+            turn_usd: Some(0.5),
+            past_watermark: false,
+            now: 1000,
+            streaks,
+            waits: Waits {
+                brief: Duration::from_millis(500),
+                rate_limit: s(300),
+                rate_limit_max: s(3600),
+                api_backoff_base: s(15),
+                api_backoff_max: s(900),
+                api_failures_before_notice: 3,
+                start_backoff_max: s(60),
+            },
+        }
+    }
+
+    fn pause_of(p: &Plan) -> (Duration, Option<PauseReason>) {
+        match &p.next {
+            Next::Pause { wait, reason, .. } => (*wait, reason.clone()),
+            other => panic!("not a pause: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_plan_says_the_pause_the_notices_and_the_streaks() {
+        let s = Duration::from_secs;
+        // The API backoff doubles per failure in a row; the parent is told
+        // once, at the threshold; a completed turn ends the streak.
+        let mut streaks = Streaks::default();
+        let mut waits = Vec::new();
+        for n in 1..=4 {
+            let p = plan(&end(Outcome::ApiUnavailable, streaks));
+            assert_eq!(p.streaks.api, n);
+            assert_eq!(p.notices.len(), usize::from(n == 3), "failure {n}");
+            waits.push(pause_of(&p));
+            streaks = p.streaks;
+        }
+        assert_eq!(
+            waits,
+            [15, 30, 60, 120].map(|n| (s(n), Some(PauseReason::ApiBackoff)))
+        );
+        let done = plan(&end(Outcome::Ok, streaks));
+        assert_eq!(done.settle, Settle::Ack(Ack::Completed));
+        assert_eq!((done.streaks.api, done.completed), (0, true));
+        // claude that cannot start: one notice and one error line per burst.
+        let first = plan(&end(Outcome::NotStarted, Streaks::default()));
+        let again = plan(&end(Outcome::NotStarted, first.streaks));
+        assert_eq!((first.notices.len(), again.notices.len()), (1, 0));
+        assert_eq!(first.logs[0].0, log::Level::Error);
+        assert_eq!(pause_of(&again).0, Duration::from_millis(1000));
+        // MCP servers: brief twice, then a backoff and one notice.
+        let mut streaks = Streaks::default();
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            let p = plan(&end(Outcome::McpStartFailed, streaks));
+            got.push((pause_of(&p).0.as_millis(), p.notices.len()));
+            streaks = p.streaks;
+        }
+        assert_eq!(got, [(500, 0), (500, 0), (1000, 1), (2000, 0)]);
+        // A rate limit with a reset: the pool's usage limit, until the
+        // reset, and the broker told; without one, this agent's sleep.
+        let mut e = end(Outcome::RateLimited, Streaks::default());
+        e.resets_at = Some(1000 + 7200);
+        let p = plan(&e);
+        assert_eq!(pause_of(&p), (s(3600), Some(PauseReason::UsageLimit)));
+        assert_eq!(
+            p.usage_limit,
+            Some(UsageLimit {
+                until: 1000 + 3600,
+                detail: "boom".into()
+            })
+        );
+        e.resets_at = None;
+        let p = plan(&e);
+        assert_eq!(pause_of(&p), (s(300), Some(PauseReason::RateLimit)));
+        assert_eq!(p.usage_limit, None);
+        // The turn budget: acked, the parent told the cap, the CLI's words
+        // and the cost.
+        let p = plan(&end(Outcome::TurnBudget, Streaks::default()));
+        assert_eq!(p.settle, Settle::Ack(Ack::TurnBudget));
+        assert_eq!(
+            p.notices,
+            ["[system] ana: message #12 from bob stopped at its per-run budget (turn_usd $0.5; claude said: Reached maximum budget ($0.5)) after costing $0.6100; it is acked and not run again (a retry would pay again)"]
+        );
+        // A crash at the limit: the dead letter's notice names the attempts.
+        let mut e = end(Outcome::Failed, Streaks::default());
+        e.facts.attempts = 4;
+        let p = plan(&e);
+        assert_eq!(
+            p.settle,
+            Settle::DeadLetter {
+                notice: "[system] ana: message #12 from bob is dead-lettered after 5 failed attempts; last error: boom".into()
+            }
+        );
+        assert_eq!(p.next, Next::Advance(None));
+        // A clean turn past the watermark: the proactive checkpoint next.
+        let mut e = end(Outcome::Ok, Streaks::default());
+        e.past_watermark = true;
+        assert_eq!(plan(&e).next, Next::Advance(Some(Proactive::Checkpoint)));
+    }
+
     #[test]
     fn the_documented_table_is_the_codes() {
         let doc = include_str!("../../docs/turn-loop.md");

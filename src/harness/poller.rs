@@ -814,6 +814,51 @@ pub(crate) fn test_teller() -> (Teller, impl Fn() -> Vec<Request>) {
     )
 }
 
+/// What a test broker was sent: a request, or an ask for the next message.
+#[cfg(test)]
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Sent {
+    Tell(Request),
+    /// A long-poll `recv_next`.
+    Next,
+    /// A `recv_next` that does not wait.
+    Peek,
+}
+
+/// A poller with no threads and no broker: a test sends its events and
+/// reads back, in order, what the loop sent (the turn loop's in-memory kit).
+#[cfg(test)]
+pub(crate) fn test_poller() -> (Poller, Sender<FromPoller>, impl Fn() -> Vec<Sent>) {
+    let (tx, rx) = unbounded::<ToCalls>();
+    let (ev_tx, ev_rx) = unbounded::<FromPoller>();
+    let read = move || {
+        let mut queue = VecDeque::new();
+        for c in rx.try_iter() {
+            flatten(c, &mut queue);
+        }
+        queue
+            .into_iter()
+            .filter_map(|c| match c {
+                ToCalls::Tell(r) => Some(Sent::Tell(r)),
+                ToCalls::Ask(Ask::Next) => Some(Sent::Next),
+                ToCalls::Ask(Ask::Peek) => Some(Sent::Peek),
+                ToCalls::Batch(_) => None,
+            })
+            .collect()
+    };
+    let poller = Poller {
+        teller: Teller {
+            tx,
+            corked: Arc::new(Mutex::new(None)),
+        },
+        events: ev_rx,
+        stop: None,
+        parked: Vec::new(),
+        threads: Vec::new(),
+    };
+    (poller, ev_tx, read)
+}
+
 /// Appends `c` to `queue`, a batch as the requests it holds.
 fn flatten(c: ToCalls, queue: &mut VecDeque<ToCalls>) {
     match c {

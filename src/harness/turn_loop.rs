@@ -261,6 +261,10 @@ pub struct TurnLoop {
     /// Spend rows and their acknowledgements, the pool and usage reports,
     /// `turn_usd`.
     acct: Accounting,
+    /// The in-memory kit's claude: the runs the loop starts are recorded
+    /// here instead of spawned (`kit.rs`).
+    #[cfg(test)]
+    kit_runs: Option<Vec<(Running, String, bool)>>,
     /// The model file as read during the event being handled (`model`):
     /// read once per event, not once per use (three times a turn).
     model_now: Option<String>,
@@ -310,6 +314,8 @@ impl TurnLoop {
             broker_pause: None,
             env: context::ContextEnv::process(),
             acct: Accounting::new(),
+            #[cfg(test)]
+            kit_runs: None,
             model_now: None,
         }
     }
@@ -922,6 +928,11 @@ impl TurnLoop {
         } else {
             TurnObserver::new()
         };
+        #[cfg(test)]
+        if let Some(runs) = &mut self.kit_runs {
+            runs.push((running, inv.stdin.clone(), resume));
+            return;
+        }
         self.acct.report_pool(&self.s, &self.poller);
         match ClaudeRun::start(&inv) {
             Err(why) => {
@@ -1917,6 +1928,9 @@ fn one_line(s: &str, max: usize) -> String {
         .collect();
     preview(&flat, max.saturating_sub(1))
 }
+
+#[cfg(test)]
+mod kit;
 
 #[cfg(test)]
 mod tests {
