@@ -212,6 +212,64 @@ struct Session {
     cli_versions: HashSet<String>,
 }
 
+/// The synthetic runs due, in the order they start once the loop is free
+/// and the broker's word allows (`advance`): the proactive checkpoint or
+/// its `/compact`, the operator's `/compact`, then a continue (after a peek).
+#[derive(Default)]
+struct Due {
+    /// The proactive checkpoint or its `/compact`, due next (before mail).
+    proactive: Option<Proactive>,
+    /// The operator asked for `/compact`; it runs once the loop is free.
+    compact: bool,
+    /// A continue was requested and waits its turn, like a requeued message.
+    continue_turn: bool,
+}
+
+impl Due {
+    /// A checkpoint or a `/compact` is due.
+    fn synthetic(&self) -> bool {
+        self.proactive.is_some() || self.compact
+    }
+}
+
+/// The `recv_next` the loop has outstanding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    LongPoll,
+    /// A peek; `checking`: asked after a run, before a synthetic run.
+    Peek {
+        checking: bool,
+    },
+}
+
+/// What the loop knows of the broker's word.
+#[derive(Default)]
+struct Word {
+    ask: Option<Ask>,
+    /// A claude run ended and no `recv_next` answered since, nor was a
+    /// long-poll sent: what the loop knows of the broker's pause predates
+    /// the run's spend row, so no synthetic run starts before it asks.
+    after_run: bool,
+    /// The broker's pause of this agent (its pool's usage limit, a budget):
+    /// no synthetic run (continue, checkpoint, `/compact`) starts while it
+    /// stands. Set and cleared by the poller's `BrokerPause`: every
+    /// `recv_next` answer without a pause ends it.
+    pause: Option<crate::proto::Paused>,
+}
+
+impl Word {
+    /// A `recv_next` answered (a message, or nothing queued).
+    fn answered(&mut self) {
+        self.ask = None;
+        self.after_run = false;
+    }
+
+    /// A peek asked after a run, before a synthetic run, is unanswered.
+    fn checking(&self) -> bool {
+        self.ask == Some(Ask::Peek { checking: true })
+    }
+}
+
 pub struct TurnLoop {
     // Drop order matters: the work (and its guard's requeue) goes before the
     // poller, whose shutdown gives queued requests their last try.
@@ -233,29 +291,15 @@ pub struct TurnLoop {
     streaks: Streaks,
     /// Turns completed since start, for the API-outage rule.
     completed_turns: u64,
-    /// A `recv_next` (long-poll or peek) is outstanding.
-    asked: bool,
-    /// The operator asked for `/compact`; it runs once the loop is free.
-    compact_requested: bool,
-    /// A continue was requested and waits its turn, like a requeued message.
-    continue_requested: bool,
-    /// The proactive checkpoint or its `/compact`, due next (before mail).
-    proactive: Option<Proactive>,
-    /// A claude run ended and no `recv_next` answered since, nor was a
-    /// long-poll sent: what the loop knows of the broker's pause predates
-    /// the run's spend row, so no synthetic run starts before it asks.
-    after_run: bool,
-    /// A peek asked after a run, before a synthetic run, is unanswered.
-    checking: bool,
+    /// The synthetic runs due once the loop is free.
+    due: Due,
+    /// What the loop knows of the broker's word: its ask, whether a run
+    /// ended since, the broker's pause.
+    word: Word,
     /// The pause last reported to the broker (`report_state`); None when it
     /// must be reported again (at start, after a reconnect).
     reported_pause: Option<Option<crate::proto::Paused>>,
     stopping: bool,
-    /// The broker's pause of this agent (its pool's usage limit, a budget):
-    /// no synthetic run (continue, checkpoint, `/compact`) starts while it
-    /// stands. Set and cleared by the poller's `BrokerPause`: every
-    /// `recv_next` answer without a pause ends it.
-    broker_pause: Option<crate::proto::Paused>,
     /// The `HIVE_` variables the context arithmetic reads, taken at boot.
     env: context::ContextEnv,
     /// Spend rows and their acknowledgements, the pool and usage reports,
@@ -303,15 +347,10 @@ impl TurnLoop {
             },
             streaks: Streaks::default(),
             completed_turns: 0,
-            asked: false,
-            compact_requested: false,
-            continue_requested: false,
-            proactive: None,
-            after_run: false,
-            checking: false,
+            due: Due::default(),
+            word: Word::default(),
             reported_pause: Some(None),
             stopping: false,
-            broker_pause: None,
             env: context::ContextEnv::process(),
             acct: Accounting::new(),
             #[cfg(test)]
@@ -417,9 +456,9 @@ impl TurnLoop {
                 // Every `recv_next` answer, after its pause (or its end):
                 // what the loop knows of the pause is current again.
                 let first = self.acct.heard_turn_usd(u);
-                let was_after_run = std::mem::replace(&mut self.after_run, false);
-                let synthetic = self.compact_requested || self.proactive.is_some();
-                if self.free() && !self.checking && synthetic && (first || was_after_run) {
+                let was_after_run = std::mem::replace(&mut self.word.after_run, false);
+                let synthetic = self.due.synthetic();
+                if self.free() && !self.word.checking() && synthetic && (first || was_after_run) {
                     // A compaction asked for before the broker answered, or
                     // a synthetic run that waited for an answer to a
                     // long-poll sent before the last run (its window ended).
@@ -478,9 +517,7 @@ impl TurnLoop {
         attempts: u32,
         turn_usd: Option<f64>,
     ) {
-        self.asked = false;
-        self.checking = false;
-        self.after_run = false;
+        self.word.answered();
         self.acct.heard_turn_usd(turn_usd);
         let identity = MessageKey::of(&message);
         if let Some(outcome) = self.let_go_before(&identity) {
@@ -502,7 +539,7 @@ impl TurnLoop {
         if self.used_up(&work) {
             return self.dead_letter_used_up(work);
         }
-        if let Some(p) = self.proactive {
+        if let Some(p) = self.due.proactive {
             // The hand-out says the broker does not pause the agent,
             // but the checkpoint and its `/compact` come first: the
             // message goes back (at the head, its hand-out given
@@ -513,9 +550,9 @@ impl TurnLoop {
             }
             return;
         }
-        if self.continue_requested {
+        if self.due.continue_turn {
             // Mail drives the next turn; the continue is dropped.
-            self.continue_requested = false;
+            self.due.continue_turn = false;
             self.ledger.forget(WorkKey::Continue);
             self.bus
                 .note("continue requested, but messages are waiting: they drive the next turn");
@@ -530,15 +567,13 @@ impl TurnLoop {
     /// Nothing is queued: a waiting continue runs now (unless the broker
     /// pauses the agent or a synthetic run is due), else the loop goes on.
     fn on_empty(&mut self) {
-        self.asked = false;
-        self.checking = false;
-        self.after_run = false;
+        self.word.answered();
         // Under the broker's pause the continue waits (`advance`
         // parks a `recv_next`, answered when the pause ends); a
         // checkpoint or a `/compact` due goes first.
-        let synthetic = self.proactive.is_some() || self.compact_requested;
-        if self.free() && self.continue_requested && self.broker_pause.is_none() && !synthetic {
-            self.continue_requested = false;
+        let synthetic = self.due.synthetic();
+        if self.free() && self.due.continue_turn && self.word.pause.is_none() && !synthetic {
+            self.due.continue_turn = false;
             let key = WorkKey::Continue;
             self.start_work(Work {
                 key,
@@ -660,30 +695,29 @@ impl TurnLoop {
                 _ => self.bus.note("nothing to interrupt: no turn is running"),
             },
             Control::Compact => {
-                let known = !self.after_run && self.proactive.is_none();
-                if self.free() && self.acct.turn_usd_known() && self.broker_pause.is_none() && known
-                {
+                let known = !self.word.after_run && self.due.proactive.is_none();
+                if self.free() && self.acct.turn_usd_known() && self.word.pause.is_none() && known {
                     self.start_compaction(Running::OperatorCompact, "operator request");
                 } else if self.free() && !self.acct.turn_usd_known() {
-                    self.compact_requested = true;
+                    self.due.compact = true;
                     self.bus.note(
                         "compaction queued: it runs once the broker has answered (it says the \
                          agent's turn_usd)",
                     );
-                } else if self.free() && self.broker_pause.is_some() {
-                    self.compact_requested = true;
+                } else if self.free() && self.word.pause.is_some() {
+                    self.due.compact = true;
                     self.bus.note(
                         "compaction queued: the broker pauses this agent (its pool's usage \
                          limit or a budget); it runs once the pause ends",
                     );
                 } else if self.free() {
-                    self.compact_requested = true;
+                    self.due.compact = true;
                     self.bus.note(
                         "compaction queued: it runs once the broker has answered whether the \
                          last run's spend pauses this agent",
                     );
                 } else {
-                    self.compact_requested = true;
+                    self.due.compact = true;
                     self.bus
                         .note("compaction queued: it runs when the loop is free");
                 }
@@ -721,42 +755,47 @@ impl TurnLoop {
             return;
         }
         if let Some(w) = self.arrived.take() {
-            match self.proactive {
+            match self.due.proactive {
                 Some(p) => self.give_back(w, p),
                 None => return self.start_work(w),
             }
         }
-        let synthetic = self.proactive.is_some() || self.compact_requested;
-        if synthetic && self.acct.turn_usd_known() && self.broker_pause.is_none() && !self.after_run
+        let synthetic = self.due.synthetic();
+        if synthetic
+            && self.acct.turn_usd_known()
+            && self.word.pause.is_none()
+            && !self.word.after_run
         {
-            if let Some(p) = self.proactive.take() {
+            if let Some(p) = self.due.proactive.take() {
                 return self.start_proactive(p);
             }
-            self.compact_requested = false;
+            self.due.compact = false;
             return self.start_compaction(Running::OperatorCompact, "operator request");
         }
-        if self.asked {
+        if self.word.ask.is_some() {
             return;
         }
-        self.asked = true;
         // A peek is answered at once: before a continue, before a synthetic
         // run after a run, and at boot, so `turn_usd` is known before any
         // run. A long-poll sent while the loop knows of no pause is answered
         // at once if the broker pauses the agent, so it stands for an answer.
         let peek = !self.acct.turn_usd_known()
-            || (self.broker_pause.is_none() && (self.continue_requested || synthetic));
+            || (self.word.pause.is_none() && (self.due.continue_turn || synthetic));
         if peek {
-            self.checking = synthetic;
+            self.word.ask = Some(Ask::Peek {
+                checking: synthetic,
+            });
             self.poller.peek();
         } else {
-            if let (Some(p), Some(pause)) = (self.proactive, &self.broker_pause) {
+            if let (Some(p), Some(pause)) = (self.due.proactive, &self.word.pause) {
                 self.bus.note(format!(
                     "{} waits: the broker pauses this agent ({}); it runs once the pause ends",
                     p.what(),
                     pause.detail
                 ));
             }
-            self.after_run = false;
+            self.word.ask = Some(Ask::LongPoll);
+            self.word.after_run = false;
             self.poller.next();
         }
     }
@@ -1317,7 +1356,7 @@ impl TurnLoop {
         // write when this returns.
         let _cork = self.poller.teller().cork();
         // Its spend row goes to the broker before any later ask.
-        self.after_run = true;
+        self.word.after_run = true;
         // A stop of the harness gives the message back as it is (its guard
         // requeues it), unless its turn finished: then it is acked first.
         let finished = e.running == Running::Turn && e.outcome.is_ok();
@@ -1334,7 +1373,7 @@ impl TurnLoop {
             }
             // A harness that stops leaves the sentinel to its next boot.
             if !self.stopping && self.take_continue() {
-                self.continue_requested = true;
+                self.due.continue_turn = true;
             }
         }
         if let Some(key) = key {
@@ -1509,7 +1548,7 @@ impl TurnLoop {
                     r.failed_at = Some(completed);
                 });
                 if w.key == WorkKey::Continue {
-                    self.continue_requested = true;
+                    self.due.continue_turn = true;
                 }
                 // The error is kept as the message's last one when it counted.
                 w.guard.requeue(Requeue {
@@ -1526,7 +1565,7 @@ impl TurnLoop {
         match next {
             Next::Advance(proactive) => {
                 if proactive.is_some() {
-                    self.proactive = proactive;
+                    self.due.proactive = proactive;
                 }
                 self.advance();
             }
@@ -1709,7 +1748,7 @@ impl TurnLoop {
     /// The broker pauses this agent (or no longer does): shown on the page
     /// while the loop has no pause of its own.
     fn on_broker_pause(&mut self, p: Option<crate::proto::Paused>) {
-        self.broker_pause = p.clone();
+        self.word.pause = p.clone();
         let shown = p.map(|p| Paused {
             reason: p.reason,
             until: p.until,
