@@ -369,9 +369,23 @@ fn check_row(o: TurnOutcomeKind, running: Running, facts: Facts, why: &str) {
         ),
         None => assert!(ends.is_empty(), "{why}: {ends:?}"),
     }
-    // What runs next.
+    check_next(&mut k, &want.next, why);
+    // A work the plan lets go is gone; one it keeps or holds is not lost.
+    let in_hand = k.lp.work.is_some();
+    match want.settle {
+        Settle::Ack(_) | Settle::DeadLetter { .. } | Settle::Requeue { .. } => {
+            assert!(!in_hand, "{why}")
+        }
+        Settle::Hold | Settle::RetryAuth => {
+            assert_eq!(in_hand, running.for_work(), "{why}")
+        }
+    }
+}
+
+/// The loop runs, pauses or asks for what the plan says comes next.
+fn check_next(k: &mut Kit, next: &Next, why: &str) {
     let runs = k.runs();
-    match &want.next {
+    match next {
         Next::Advance(_) => {
             assert!(runs.is_empty(), "{why}: {runs:?}");
             assert!(matches!(k.lp.phase, Phase::Idle), "{why}");
@@ -392,16 +406,6 @@ fn check_row(o: TurnOutcomeKind, running: Running, facts: Facts, why: &str) {
         Next::Login => {
             assert!(matches!(k.lp.phase, Phase::Login { .. }), "{why}");
             assert_eq!(k.paused(), Some(PauseReason::Login), "{why}");
-        }
-    }
-    // A work the plan lets go is gone; one it keeps or holds is not lost.
-    let in_hand = k.lp.work.is_some();
-    match want.settle {
-        Settle::Ack(_) | Settle::DeadLetter { .. } | Settle::Requeue { .. } => {
-            assert!(!in_hand, "{why}")
-        }
-        Settle::Hold | Settle::RetryAuth => {
-            assert_eq!(in_hand, running.for_work(), "{why}")
         }
     }
 }
