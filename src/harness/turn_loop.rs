@@ -980,7 +980,7 @@ impl TurnLoop {
                     code: Some(127),
                     ..ExitInfo::default()
                 });
-                report.outcome = TurnOutcome::NotStarted(why);
+                report.outcome = TurnOutcome::not_started(why);
                 self.conclude(Ended {
                     running,
                     report,
@@ -1296,7 +1296,7 @@ impl TurnLoop {
         let (outcome, said) = match rule {
             Some((outcome, said)) => {
                 if outcome.is_ok() && !report.outcome.is_ok() {
-                    report.outcome = TurnOutcome::Ok;
+                    report.outcome = TurnOutcome::ok();
                 }
                 (outcome, said)
             }
@@ -1329,18 +1329,18 @@ impl TurnLoop {
     ) -> TurnOutcomeKind {
         match cause {
             Some(Cause::Interrupt) if !ok => {
-                report.outcome = TurnOutcome::Interrupted("interrupted by the operator".into());
+                report.outcome = TurnOutcome::interrupted("interrupted by the operator".into());
                 TurnOutcomeKind::Interrupted
             }
             Some(Cause::Hung) if !ok => {
                 let idle = self.s.turn_idle.unwrap_or_default().as_secs();
-                report.outcome = TurnOutcome::Hung(format!(
+                report.outcome = TurnOutcome::hung(format!(
                     "no output for {idle}s with no tool call open; stopped"
                 ));
                 TurnOutcomeKind::Hung
             }
             Some(Cause::Mcp(text)) => {
-                report.outcome = TurnOutcome::McpNotConnected(text.clone());
+                report.outcome = TurnOutcome::mcp_not_connected(text.clone());
                 TurnOutcomeKind::McpStartFailed
             }
             Some(Cause::TimedOut) if !ok => TurnOutcomeKind::TimedOut,
@@ -1443,11 +1443,11 @@ impl TurnLoop {
         );
         let t = now();
         let result_text = e.report.result_text.as_deref().unwrap_or_default();
-        let resets_at = match e.report.outcome {
-            TurnOutcome::RateLimited { resets_at } => resets_at,
-            _ => None,
-        }
-        .or_else(|| classify::utc_reset_in_text(result_text, t));
+        let resets_at = e
+            .report
+            .outcome
+            .resets_at
+            .or_else(|| classify::utc_reset_in_text(result_text, t));
         policy::End {
             outcome: e.outcome,
             running: e.running,
@@ -2067,34 +2067,34 @@ mod tests {
     #[test]
     fn every_classifier_outcome_maps_to_a_policy_outcome() {
         let cases = [
-            (TurnOutcome::Ok, TurnOutcomeKind::Ok),
-            (TurnOutcome::Compacted, TurnOutcomeKind::Compacted),
+            (TurnOutcome::ok(), TurnOutcomeKind::Ok),
+            (TurnOutcome::compacted(), TurnOutcomeKind::Compacted),
             (
-                TurnOutcome::RateLimited { resets_at: None },
+                TurnOutcome::rate_limited(None),
                 TurnOutcomeKind::RateLimited,
             ),
-            (TurnOutcome::AuthFailed, TurnOutcomeKind::AuthFailed),
-            (TurnOutcome::PromptTooLong, TurnOutcomeKind::PromptTooLong),
+            (TurnOutcome::auth_failed(), TurnOutcomeKind::AuthFailed),
             (
-                TurnOutcome::ApiUnavailable("x".into()),
+                TurnOutcome::prompt_too_long(),
+                TurnOutcomeKind::PromptTooLong,
+            ),
+            (
+                TurnOutcome::api_unavailable("x".into()),
                 TurnOutcomeKind::ApiUnavailable,
             ),
+            (TurnOutcome::aborted("x".into()), TurnOutcomeKind::Aborted),
+            (TurnOutcome::failed("x".into()), TurnOutcomeKind::Failed),
             (
-                TurnOutcome::Interrupted("x".into()),
-                TurnOutcomeKind::Aborted,
-            ),
-            (TurnOutcome::Failed("x".into()), TurnOutcomeKind::Failed),
-            (
-                TurnOutcome::NotStarted("x".into()),
+                TurnOutcome::not_started("x".into()),
                 TurnOutcomeKind::NotStarted,
             ),
             (
-                TurnOutcome::CannotCompact("x".into()),
+                TurnOutcome::cannot_compact("x".into()),
                 TurnOutcomeKind::CannotCompact,
             ),
-            (TurnOutcome::Hung("x".into()), TurnOutcomeKind::Hung),
+            (TurnOutcome::hung("x".into()), TurnOutcomeKind::Hung),
             (
-                TurnOutcome::McpNotConnected("x".into()),
+                TurnOutcome::mcp_not_connected("x".into()),
                 TurnOutcomeKind::McpStartFailed,
             ),
         ];

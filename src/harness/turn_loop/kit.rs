@@ -229,23 +229,23 @@ fn report_of(o: TurnOutcomeKind) -> TurnReport {
         ..ExitInfo::default()
     });
     r.outcome = match o {
-        K::Ok => TurnOutcome::Ok,
-        K::Compacted => TurnOutcome::Compacted,
-        K::RateLimited => TurnOutcome::RateLimited { resets_at: None },
-        K::AuthFailed => TurnOutcome::AuthFailed,
-        K::PromptTooLong => TurnOutcome::PromptTooLong,
-        K::ApiUnavailable => TurnOutcome::ApiUnavailable("Overloaded".into()),
-        K::CannotCompact => TurnOutcome::CannotCompact("Not enough messages to compact.".into()),
-        K::Aborted => TurnOutcome::Interrupted("turn interrupted during execution".into()),
-        K::Interrupted => TurnOutcome::Interrupted("interrupted by the operator".into()),
+        K::Ok => TurnOutcome::ok(),
+        K::Compacted => TurnOutcome::compacted(),
+        K::RateLimited => TurnOutcome::rate_limited(None),
+        K::AuthFailed => TurnOutcome::auth_failed(),
+        K::PromptTooLong => TurnOutcome::prompt_too_long(),
+        K::ApiUnavailable => TurnOutcome::api_unavailable("Overloaded".into()),
+        K::CannotCompact => TurnOutcome::cannot_compact("Not enough messages to compact.".into()),
+        K::Aborted => TurnOutcome::aborted("turn interrupted during execution".into()),
+        K::Interrupted => TurnOutcome::interrupted("interrupted by the operator".into()),
         K::Failed | K::Other | K::Stopped => {
-            TurnOutcome::Failed("claude exited with code 1 without a result line".into())
+            TurnOutcome::failed("claude exited with code 1 without a result line".into())
         }
-        K::TimedOut => TurnOutcome::Failed("turn timed out after 60s".into()),
-        K::Hung => TurnOutcome::Hung("no output for 900s with no tool call open; stopped".into()),
-        K::NotStarted => TurnOutcome::NotStarted("cannot run claude".into()),
-        K::McpStartFailed => TurnOutcome::McpNotConnected("bash failed".into()),
-        K::TurnBudget => TurnOutcome::TurnBudget("Reached maximum budget ($0.5)".into()),
+        K::TimedOut => TurnOutcome::failed("turn timed out after 60s".into()),
+        K::Hung => TurnOutcome::hung("no output for 900s with no tool call open; stopped".into()),
+        K::NotStarted => TurnOutcome::not_started("cannot run claude".into()),
+        K::McpStartFailed => TurnOutcome::mcp_not_connected("bash failed".into()),
+        K::TurnBudget => TurnOutcome::turn_budget("Reached maximum budget ($0.5)".into()),
     };
     r
 }
