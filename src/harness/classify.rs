@@ -234,13 +234,28 @@ impl TurnOutcome {
 
     /// What the kind alone does not say: the CLI's message, the reset time.
     pub fn detail(&self) -> Option<String> {
-        match (self.kind, self.resets_at) {
-            (TurnOutcomeKind::RateLimited, Some(t)) => Some(format!("resets at {t}")),
-            (TurnOutcomeKind::CannotCompact, _) => Some(format!(
+        use TurnOutcomeKind as K;
+        match self.kind {
+            K::RateLimited => self.resets_at.map(|t| format!("resets at {t}")),
+            K::CannotCompact => Some(format!(
                 "compaction cannot shrink the session: {}",
                 self.text
             )),
-            _ => Some(self.text.clone()),
+            K::Ok
+            | K::Compacted
+            | K::AuthFailed
+            | K::PromptTooLong
+            | K::ApiUnavailable
+            | K::Aborted
+            | K::Interrupted
+            | K::Failed
+            | K::TimedOut
+            | K::NotStarted
+            | K::Hung
+            | K::McpStartFailed
+            | K::TurnBudget
+            | K::Stopped
+            | K::Other => Some(self.text.clone()),
         }
         .filter(|d| !d.trim().is_empty())
     }
@@ -2199,5 +2214,55 @@ mod tests {
         ] {
             assert_eq!(success_of(&line(not)), None, "{not}");
         }
+    }
+
+    /// The words the page shows and older turn-stats rows hold, byte for
+    /// byte what the classifier's outcomes always printed.
+    #[test]
+    fn the_outcome_texts_are_pinned() {
+        let m = || "m".to_string();
+        let cases = [
+            (TurnOutcome::ok(), "ok"),
+            (TurnOutcome::compacted(), "compacted"),
+            (
+                TurnOutcome::rate_limited(Some(7)),
+                "rate limited (resets at 7)",
+            ),
+            (TurnOutcome::rate_limited(None), "rate limited"),
+            (TurnOutcome::auth_failed(), "authentication failed"),
+            (TurnOutcome::prompt_too_long(), "prompt is too long"),
+            (TurnOutcome::api_unavailable(m()), "API unavailable: m"),
+            (TurnOutcome::aborted(m()), "interrupted: m"),
+            (TurnOutcome::interrupted(m()), "interrupted: m"),
+            (TurnOutcome::failed(m()), "failed: m"),
+            (
+                TurnOutcome::failed("turn timed out after 3s".into()),
+                "failed: turn timed out after 3s",
+            ),
+            (TurnOutcome::not_started(m()), "not started: m"),
+            (
+                TurnOutcome::cannot_compact(m()),
+                "compaction cannot shrink the session: m",
+            ),
+            (TurnOutcome::hung(m()), "hung: m"),
+            (
+                TurnOutcome::mcp_not_connected(m()),
+                "MCP servers not connected: m",
+            ),
+            (TurnOutcome::turn_budget(m()), "turn budget reached: m"),
+        ];
+        for (o, text) in cases {
+            assert_eq!(o.to_string(), text);
+            // What older releases stored (they stored these texts before
+            // the kinds) reads back as the same kind.
+            let (kind, _) = TurnOutcomeKind::from_stored(text);
+            if kind != TurnOutcomeKind::Other {
+                assert_eq!(kind.as_str(), o.kind().as_str(), "{text}");
+            }
+        }
+        assert_eq!(
+            TurnOutcome::failed("turn timed out after 3s".into()).kind(),
+            TurnOutcomeKind::TimedOut
+        );
     }
 }

@@ -247,8 +247,12 @@ pub fn decide(outcome: TurnOutcomeKind, running: Running, f: &Facts) -> Decision
             }
             R::Turn => Decision::CompactThenRetry,
             R::ReactiveCompact => Decision::FreshSessionThenRetry,
-            // The reset drops the session anyway.
-            _ => Decision::Proceed,
+            // The reset drops the session anyway (the others are best
+            // effort and never get here).
+            R::ResetCheckpoint
+            | R::ProactiveCheckpoint
+            | R::ProactiveCompact
+            | R::OperatorCompact => Decision::Proceed,
         },
         O::Hung | O::TimedOut => keep(Wait::Brief, true),
         // A failed notes turn is a note; the reset and the turn go on. (The
@@ -833,7 +837,10 @@ pub fn describe(d: &Decision, running: Running) -> String {
         Decision::Proceed => match running {
             Running::ProactiveCheckpoint => "go on: `/compact`".into(),
             Running::ResetCheckpoint => "go on: the turn, fresh".into(),
-            _ => "go on: the turn, whole".into(),
+            Running::Turn
+            | Running::ReactiveCompact
+            | Running::ProactiveCompact
+            | Running::OperatorCompact => "go on: the turn, whole".into(),
         },
         Decision::GoOn => "note".into(),
         Decision::RetryNow => "retry at once".into(),
