@@ -791,27 +791,17 @@ fn message_of(reply: RecvNextReply) -> Option<FromPoller> {
 /// A teller whose requests a test reads back instead of a broker.
 #[cfg(test)]
 pub(crate) fn test_teller() -> (Teller, impl Fn() -> Vec<Request>) {
-    let (tx, rx) = unbounded::<ToCalls>();
+    let (poller, _, read) = test_poller();
     let read = move || {
-        let mut queue = VecDeque::new();
-        for c in rx.try_iter() {
-            flatten(c, &mut queue);
-        }
-        queue
+        read()
             .into_iter()
-            .filter_map(|c| match c {
-                ToCalls::Tell(r) => Some(r),
-                _ => None,
+            .filter_map(|s| match s {
+                Sent::Tell(r) => Some(r),
+                Sent::Next | Sent::Peek => None,
             })
             .collect()
     };
-    (
-        Teller {
-            tx,
-            corked: Arc::new(Mutex::new(None)),
-        },
-        read,
-    )
+    (poller.teller(), read)
 }
 
 /// What a test broker was sent: a request, or an ask for the next message.
