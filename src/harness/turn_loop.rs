@@ -1357,6 +1357,11 @@ impl TurnLoop {
         let _cork = self.poller.teller().cork();
         // Its spend row goes to the broker before any later ask.
         self.word.after_run = true;
+        // The context window the CLI reported, before the plan's watermark
+        // and the run's row read it.
+        if let (Some(m), Some(w), true) = (&e.report.model, e.report.context_window, e.started) {
+            self.session.cli_windows.insert(m.clone(), w);
+        }
         // A stop of the harness gives the message back as it is (its guard
         // requeues it), unless its turn finished: then it is acked first.
         let finished = e.running == Running::Turn && e.outcome.is_ok();
@@ -1401,9 +1406,6 @@ impl TurnLoop {
                 self.session.epoch += 1;
                 self.session.last_context = e.report.context_tokens;
             }
-        }
-        if let (Some(m), Some(w), true) = (&e.report.model, e.report.context_window, e.started) {
-            self.session.cli_windows.insert(m.clone(), w);
         }
         let text = e.text();
         let plan = policy::plan(&self.end_of(&e, &text));
