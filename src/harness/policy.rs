@@ -332,6 +332,25 @@ pub struct Streaks {
     pub mcp: u32,
 }
 
+impl Streaks {
+    /// One more failure in a row of those `reason` backs off for: their
+    /// count now (0 for a reason with no streak).
+    fn bump(&mut self, reason: &PauseReason) -> u32 {
+        let streak = match reason {
+            PauseReason::ApiBackoff => &mut self.api,
+            PauseReason::StartFailed => &mut self.start,
+            PauseReason::McpStart => &mut self.mcp,
+            PauseReason::RateLimit
+            | PauseReason::UsageLimit
+            | PauseReason::Budget
+            | PauseReason::Login
+            | PauseReason::Other(_) => return 0,
+        };
+        *streak += 1;
+        *streak
+    }
+}
+
 /// The waits and thresholds of the settings a plan's pause is made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Waits {
@@ -669,9 +688,9 @@ fn keep(e: &End<'_>, wait: Wait, counted: bool, p: &mut Plan) {
             return;
         }
         Wait::For(PauseReason::RateLimit | PauseReason::UsageLimit) => rate_limited(e, p),
-        Wait::For(PauseReason::ApiBackoff) => api_backoff(e, p),
-        Wait::For(PauseReason::StartFailed) => start_failed(e, p),
-        Wait::For(PauseReason::McpStart) => mcp_start(e, p),
+        Wait::For(
+            r @ (PauseReason::ApiBackoff | PauseReason::StartFailed | PauseReason::McpStart),
+        ) => backing_off(e, p, r),
         // The broker's pauses: the policy never waits for them itself.
         Wait::For(r @ (PauseReason::Budget | PauseReason::Other(_))) => {
             (w.brief, Some(r), String::new())
@@ -735,80 +754,72 @@ fn rate_limited(e: &End<'_>, p: &mut Plan) -> Pause {
     }
 }
 
-/// The API is unavailable: a backoff doubling per failure in a row, the
-/// parent told once.
-fn api_backoff(e: &End<'_>, p: &mut Plan) -> Pause {
+/// A backoff of the loop's own — the API, claude's start, the MCP servers —
+/// for one more failure in a row: its length, the page's words, and the
+/// parent notice and log lines once per burst.
+fn backing_off(e: &End<'_>, p: &mut Plan, reason: PauseReason) -> Pause {
     let (what, text, label, w) = (e.what.as_str(), e.text, e.label.as_str(), &e.waits);
-    p.streaks.api += 1;
-    let n = p.streaks.api;
-    if n == w.api_failures_before_notice {
-        p.notices.push(format!(
-                "[system] {label}: the Claude API has been unavailable for {n} turns in a row ({text}); {what} is kept and retried every {}s at most",
-                w.api_backoff_max.as_secs()
-            ));
-    }
-    (
-        backoff(w.api_backoff_base, w.api_backoff_max, n),
-        Some(PauseReason::ApiBackoff),
-        format!("API unavailable ({text}): {what} requeued"),
-    )
-}
-
-/// claude could not be started: one log line and one notice per burst.
-fn start_failed(e: &End<'_>, p: &mut Plan) -> Pause {
-    let (what, text, label, w) = (e.what.as_str(), e.text, e.label.as_str(), &e.waits);
-    p.streaks.start += 1;
-    let n = p.streaks.start;
+    let n = p.streaks.bump(&reason);
     let max = w.start_backoff_max;
-    // One log line and one parent notice per burst of failures.
-    if n == 1 {
-        p.logs.push((log::Level::Error, format!(
-                "claude could not be started: {text}; {what} requeued, retrying with a backoff up to {max:?}"
-            )));
-        p.notices.push(format!(
-                "[system] {label}: claude could not be started ({}); {what} is kept and retried every {max:?} at most",
-                text.trim_start_matches("not started: ")
-            ));
-    } else {
-        p.logs.push((
-            log::Level::Debug,
-            format!("claude could not be started ({n} in a row): {text}"),
-        ));
-    }
-    (
-        backoff(w.brief, max, n),
-        Some(PauseReason::StartFailed),
-        format!("claude could not be started: {what} requeued"),
-    )
-}
-
-/// The MCP servers did not start: short pauses, then a backoff and one
-/// notice.
-fn mcp_start(e: &End<'_>, p: &mut Plan) -> Pause {
-    let (what, text, label, w) = (e.what.as_str(), e.text, e.label.as_str(), &e.waits);
-    p.streaks.mcp += 1;
-    let n = p.streaks.mcp;
-    let max = w.start_backoff_max;
-    if n == MCP_FAILURES_BEFORE_BACKOFF {
-        p.logs.push((
-            log::Level::Error,
-            format!("the MCP servers did not start for {n} turns in a row: {text}"),
-        ));
-        p.notices.push(format!(
-                "[system] {label}: the MCP servers did not start for {n} turns in a row ({text}); {what} is kept and retried with a backoff up to {max:?}"
-            ));
-    }
-    // Short pauses first, then doubling from twice the short one.
-    let pause = if n < MCP_FAILURES_BEFORE_BACKOFF {
-        w.brief
-    } else {
-        backoff(w.brief, max, n - MCP_FAILURES_BEFORE_BACKOFF + 2)
+    let (wait, detail) = match reason {
+        PauseReason::ApiBackoff => {
+            if n == w.api_failures_before_notice {
+                p.notices.push(format!(
+                    "[system] {label}: the Claude API has been unavailable for {n} turns in a row ({text}); {what} is kept and retried every {}s at most",
+                    w.api_backoff_max.as_secs()
+                ));
+            }
+            (
+                backoff(w.api_backoff_base, w.api_backoff_max, n),
+                format!("API unavailable ({text}): {what} requeued"),
+            )
+        }
+        PauseReason::StartFailed => {
+            // One log line and one parent notice per burst of failures.
+            if n == 1 {
+                p.logs.push((log::Level::Error, format!(
+                    "claude could not be started: {text}; {what} requeued, retrying with a backoff up to {max:?}"
+                )));
+                p.notices.push(format!(
+                    "[system] {label}: claude could not be started ({}); {what} is kept and retried every {max:?} at most",
+                    text.trim_start_matches("not started: ")
+                ));
+            } else {
+                let line = format!("claude could not be started ({n} in a row): {text}");
+                p.logs.push((log::Level::Debug, line));
+            }
+            (
+                backoff(w.brief, max, n),
+                format!("claude could not be started: {what} requeued"),
+            )
+        }
+        PauseReason::McpStart => {
+            if n == MCP_FAILURES_BEFORE_BACKOFF {
+                let line = format!("the MCP servers did not start for {n} turns in a row: {text}");
+                p.logs.push((log::Level::Error, line));
+                p.notices.push(format!(
+                    "[system] {label}: the MCP servers did not start for {n} turns in a row ({text}); {what} is kept and retried with a backoff up to {max:?}"
+                ));
+            }
+            // Short pauses first, then doubling from twice the short one.
+            let wait = if n < MCP_FAILURES_BEFORE_BACKOFF {
+                w.brief
+            } else {
+                backoff(w.brief, max, n - MCP_FAILURES_BEFORE_BACKOFF + 2)
+            };
+            (
+                wait,
+                format!("MCP servers did not start ({text}): {what} requeued"),
+            )
+        }
+        // Not backoffs of the loop's own (`keep` never asks for them here).
+        PauseReason::RateLimit
+        | PauseReason::UsageLimit
+        | PauseReason::Budget
+        | PauseReason::Login
+        | PauseReason::Other(_) => (w.brief, String::new()),
     };
-    (
-        pause,
-        Some(PauseReason::McpStart),
-        format!("MCP servers did not start ({text}): {what} requeued"),
-    )
+    (wait, Some(reason), detail)
 }
 
 /// `base` doubled per failure after the first (`n` ≥ 1), capped at `max`.
