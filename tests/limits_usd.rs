@@ -248,7 +248,7 @@ fn the_real_cli_ends_a_run_past_max_budget_usd_with_error_max_budget_usd(cli: &R
     });
     assert_eq!(
         report.outcome,
-        TurnOutcome::TurnBudget("Reached maximum budget ($0.01)".into())
+        TurnOutcome::turn_budget("Reached maximum budget ($0.01)".into())
     );
     assert_eq!(
         (report.input_tokens, report.output_tokens),

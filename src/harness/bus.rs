@@ -10,6 +10,7 @@
 //! from the log's, across restarts.
 
 use crate::history::{Loggable, Tap, View};
+use crate::proto::PauseReason;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use serde::Serialize;
 use serde_json::Value;
@@ -126,8 +127,10 @@ impl Numbered {
 /// (`/api/state`'s `paused`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Paused {
-    /// `rate_limit`, `api_backoff`, `login`, `mcp_start` or `start_failed`.
-    pub reason: &'static str,
+    /// The loop's own (`rate_limit`, `usage_limit`, `api_backoff`, `login`,
+    /// `mcp_start`, `start_failed`) or the broker's (`usage_limit`,
+    /// `budget`): the contract's one vocabulary.
+    pub reason: PauseReason,
     /// Unix seconds when the loop goes on by itself; null for the login park.
     pub until: Option<i64>,
     /// One line saying what happened.

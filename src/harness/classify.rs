@@ -103,121 +103,193 @@ const STDERR_TAIL_LINES: usize = 8;
 /// Longest stderr line kept, in bytes; the rest is cut.
 const STDERR_LINE_MAX: usize = 500;
 
-/// What one turn came to, for the serve loop.
+/// What one turn came to, for the serve loop: its kind, the one outcome
+/// vocabulary ([`TurnOutcomeKind`]: the policy decides on it, turn-stats
+/// stores it), and what the kind alone does not say — the CLI's message or
+/// the harness's words, the reset of a rate limit. Made by the classifier's
+/// constructors below (the observer's, or the loop's for the outcomes it
+/// sets itself: an operator interrupt, a hung run, MCP servers that did not
+/// start, a claude that could not be started).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TurnOutcome {
-    /// The turn ran to a successful `result`.
-    Ok,
-    /// The session was compacted: a `/compact` run that printed its
-    /// `compact_boundary`, or a turn during which the CLI compacted on its own.
-    Compacted,
-    /// The API refused for rate limiting; `resets_at` is epoch seconds when the CLI
-    /// said when the limit lifts.
-    RateLimited { resets_at: Option<i64> },
-    /// The credentials were refused (401/403) or are missing.
-    AuthFailed,
-    /// The session no longer fits the context window; `/compact` and retry.
-    PromptTooLong,
-    /// The API timed out, could not be reached or was overloaded; the text is the
-    /// CLI's message.
-    ApiUnavailable(String),
-    /// The turn was aborted mid-execution (`error_during_execution`,
-    /// `aborted_tools`).
-    Interrupted(String),
-    /// Anything else: a crash, a timeout, an error result nothing above explains.
-    Failed(String),
-    /// Claude was never started (no descriptors, memory, processes or threads, or
-    /// a missing binary): nothing ran, so the message is not at fault. Set by the
-    /// runner, never by the observer.
-    NotStarted(String),
-    /// `/compact` ran but could not shrink the session ("could not be reduced
-    /// below the context limit", "Not enough messages to compact."); the text
-    /// is the CLI's.
-    CannotCompact(String),
-    /// The run printed nothing for `HIVE_TURN_IDLE_SECS` while no tool call was
-    /// open, and the harness stopped it. Set by the loop.
-    Hung(String),
-    /// An MCP server of hive's own was not `connected` in the `system/init`
-    /// line, and the harness stopped the run; the text names them. Set by the
-    /// loop.
-    McpNotConnected(String),
-    /// The run reached the cap passed as `--max-budget-usd` (the fleet
-    /// entry's `turn_usd`, issue 16): CLI 2.1.197 ends it with a `result` of
-    /// subtype [`MAX_BUDGET_SUBTYPE`]; the text is the CLI's ("Reached
-    /// maximum budget ($0.01)").
-    TurnBudget(String),
+pub struct TurnOutcome {
+    pub kind: TurnOutcomeKind,
+    /// The CLI's message or the harness's words; empty when the kind says
+    /// it all.
+    pub text: String,
+    /// For a rate limit: epoch seconds when the CLI said the limit lifts.
+    pub resets_at: Option<i64>,
 }
 
 /// The `result` subtype CLI 2.1.197 prints when `--max-budget-usd` is reached.
 pub const MAX_BUDGET_SUBTYPE: &str = "error_max_budget_usd";
 
 impl TurnOutcome {
-    /// The closed kind stored in turn-stats and used as the `/metrics` label;
-    /// the free text, if any, is [`TurnOutcome::detail`].
-    pub fn kind(&self) -> TurnOutcomeKind {
-        match self {
-            TurnOutcome::Ok => TurnOutcomeKind::Ok,
-            TurnOutcome::Compacted => TurnOutcomeKind::Compacted,
-            TurnOutcome::RateLimited { .. } => TurnOutcomeKind::RateLimited,
-            TurnOutcome::AuthFailed => TurnOutcomeKind::AuthFailed,
-            TurnOutcome::PromptTooLong | TurnOutcome::CannotCompact(_) => {
-                TurnOutcomeKind::PromptTooLong
-            }
-            TurnOutcome::ApiUnavailable(_) => TurnOutcomeKind::ApiUnavailable,
-            TurnOutcome::Interrupted(_) => TurnOutcomeKind::Interrupted,
-            TurnOutcome::Failed(m) if m.starts_with("turn timed out") => TurnOutcomeKind::TimedOut,
-            TurnOutcome::Failed(_) => TurnOutcomeKind::Failed,
-            TurnOutcome::NotStarted(_) => TurnOutcomeKind::NotStarted,
-            TurnOutcome::Hung(_) => TurnOutcomeKind::Hung,
-            TurnOutcome::McpNotConnected(_) => TurnOutcomeKind::McpStartFailed,
-            TurnOutcome::TurnBudget(_) => TurnOutcomeKind::TurnBudget,
+    fn of(kind: TurnOutcomeKind, text: String) -> TurnOutcome {
+        TurnOutcome {
+            kind,
+            text,
+            resets_at: None,
         }
+    }
+
+    /// The turn ran to a successful `result`.
+    pub fn ok() -> TurnOutcome {
+        TurnOutcome::of(TurnOutcomeKind::Ok, String::new())
+    }
+
+    /// The session was compacted: a `/compact` run that printed its
+    /// `compact_boundary`, or a turn during which the CLI compacted on its own.
+    pub fn compacted() -> TurnOutcome {
+        TurnOutcome::of(TurnOutcomeKind::Compacted, String::new())
+    }
+
+    /// The API refused for rate limiting; `resets_at` when the CLI said when
+    /// the limit lifts.
+    pub fn rate_limited(resets_at: Option<i64>) -> TurnOutcome {
+        TurnOutcome {
+            resets_at,
+            ..TurnOutcome::of(TurnOutcomeKind::RateLimited, String::new())
+        }
+    }
+
+    /// The credentials were refused (401/403) or are missing.
+    pub fn auth_failed() -> TurnOutcome {
+        TurnOutcome::of(TurnOutcomeKind::AuthFailed, String::new())
+    }
+
+    /// The session no longer fits the context window; `/compact` and retry.
+    pub fn prompt_too_long() -> TurnOutcome {
+        TurnOutcome::of(TurnOutcomeKind::PromptTooLong, String::new())
+    }
+
+    /// The API timed out, could not be reached or was overloaded; the text is
+    /// the CLI's message.
+    pub fn api_unavailable(m: String) -> TurnOutcome {
+        TurnOutcome::of(TurnOutcomeKind::ApiUnavailable, m)
+    }
+
+    /// The CLI aborted the turn mid-execution (`error_during_execution`,
+    /// `aborted_tools`).
+    pub fn aborted(m: String) -> TurnOutcome {
+        TurnOutcome::of(TurnOutcomeKind::Aborted, m)
+    }
+
+    /// The operator interrupted the run. Set by the loop.
+    pub fn interrupted(m: String) -> TurnOutcome {
+        TurnOutcome::of(TurnOutcomeKind::Interrupted, m)
+    }
+
+    /// Anything else: a crash, an error result nothing above explains; a
+    /// run killed at its wall-clock limit ("turn timed out …") is
+    /// [`TurnOutcomeKind::TimedOut`].
+    pub fn failed(m: String) -> TurnOutcome {
+        let kind = if m.starts_with("turn timed out") {
+            TurnOutcomeKind::TimedOut
+        } else {
+            TurnOutcomeKind::Failed
+        };
+        TurnOutcome::of(kind, m)
+    }
+
+    /// Claude was never started (no descriptors, memory, processes or
+    /// threads, or a missing binary): nothing ran, so the message is not at
+    /// fault. Set by the runner, never by the observer.
+    pub fn not_started(m: String) -> TurnOutcome {
+        TurnOutcome::of(TurnOutcomeKind::NotStarted, m)
+    }
+
+    /// `/compact` ran but could not shrink the session ("could not be reduced
+    /// below the context limit", "Not enough messages to compact."); the
+    /// text is the CLI's.
+    pub fn cannot_compact(m: String) -> TurnOutcome {
+        TurnOutcome::of(TurnOutcomeKind::CannotCompact, m)
+    }
+
+    /// The run printed nothing for `HIVE_TURN_IDLE_SECS` while no tool call
+    /// was open, and the harness stopped it. Set by the loop.
+    pub fn hung(m: String) -> TurnOutcome {
+        TurnOutcome::of(TurnOutcomeKind::Hung, m)
+    }
+
+    /// An MCP server of hive's own was not `connected` in the `system/init`
+    /// line, and the harness stopped the run; the text names them. Set by
+    /// the loop.
+    pub fn mcp_not_connected(m: String) -> TurnOutcome {
+        TurnOutcome::of(TurnOutcomeKind::McpStartFailed, m)
+    }
+
+    /// The run reached the cap passed as `--max-budget-usd` (the fleet
+    /// entry's `turn_usd`): CLI 2.1.197 ends it with a `result` of subtype
+    /// [`MAX_BUDGET_SUBTYPE`]; the text is the CLI's ("Reached maximum
+    /// budget ($0.01)").
+    pub fn turn_budget(m: String) -> TurnOutcome {
+        TurnOutcome::of(TurnOutcomeKind::TurnBudget, m)
+    }
+
+    /// The kind stored in turn-stats and used as the `/metrics` label; the
+    /// free text, if any, is [`TurnOutcome::detail`].
+    pub fn kind(&self) -> TurnOutcomeKind {
+        self.kind
     }
 
     /// What the kind alone does not say: the CLI's message, the reset time.
     pub fn detail(&self) -> Option<String> {
-        match self {
-            TurnOutcome::RateLimited { resets_at: Some(t) } => Some(format!("resets at {t}")),
-            TurnOutcome::CannotCompact(m) => {
-                Some(format!("compaction cannot shrink the session: {m}"))
-            }
-            TurnOutcome::ApiUnavailable(m)
-            | TurnOutcome::Interrupted(m)
-            | TurnOutcome::Failed(m)
-            | TurnOutcome::NotStarted(m)
-            | TurnOutcome::Hung(m)
-            | TurnOutcome::McpNotConnected(m)
-            | TurnOutcome::TurnBudget(m) => Some(m.clone()),
-            _ => None,
+        use TurnOutcomeKind as K;
+        match self.kind {
+            K::RateLimited => self.resets_at.map(|t| format!("resets at {t}")),
+            K::CannotCompact => Some(format!(
+                "compaction cannot shrink the session: {}",
+                self.text
+            )),
+            K::Ok
+            | K::Compacted
+            | K::AuthFailed
+            | K::PromptTooLong
+            | K::ApiUnavailable
+            | K::Aborted
+            | K::Interrupted
+            | K::Failed
+            | K::TimedOut
+            | K::NotStarted
+            | K::Hung
+            | K::McpStartFailed
+            | K::TurnBudget
+            | K::Stopped
+            | K::Other => Some(self.text.clone()),
         }
         .filter(|d| !d.trim().is_empty())
     }
 
     /// True for the outcomes whose inflight message is acked.
     pub fn is_ok(&self) -> bool {
-        matches!(self, TurnOutcome::Ok | TurnOutcome::Compacted)
+        self.kind.is_ok()
     }
 }
 
+/// The words older releases stored and the page shows.
 impl fmt::Display for TurnOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TurnOutcome::Ok => f.write_str("ok"),
-            TurnOutcome::Compacted => f.write_str("compacted"),
-            TurnOutcome::RateLimited { resets_at: Some(t) } => {
-                write!(f, "rate limited (resets at {t})")
-            }
-            TurnOutcome::RateLimited { resets_at: None } => f.write_str("rate limited"),
-            TurnOutcome::AuthFailed => f.write_str("authentication failed"),
-            TurnOutcome::PromptTooLong => f.write_str("prompt is too long"),
-            TurnOutcome::ApiUnavailable(m) => write!(f, "API unavailable: {m}"),
-            TurnOutcome::Interrupted(m) => write!(f, "interrupted: {m}"),
-            TurnOutcome::Failed(m) => write!(f, "failed: {m}"),
-            TurnOutcome::NotStarted(m) => write!(f, "not started: {m}"),
-            TurnOutcome::CannotCompact(m) => write!(f, "compaction cannot shrink the session: {m}"),
-            TurnOutcome::Hung(m) => write!(f, "hung: {m}"),
-            TurnOutcome::McpNotConnected(m) => write!(f, "MCP servers not connected: {m}"),
-            TurnOutcome::TurnBudget(m) => write!(f, "turn budget reached: {m}"),
+        use TurnOutcomeKind as K;
+        let m = &self.text;
+        match self.kind {
+            K::Ok => f.write_str("ok"),
+            K::Compacted => f.write_str("compacted"),
+            K::RateLimited => match self.resets_at {
+                Some(t) => write!(f, "rate limited (resets at {t})"),
+                None => f.write_str("rate limited"),
+            },
+            K::AuthFailed => f.write_str("authentication failed"),
+            K::PromptTooLong => f.write_str("prompt is too long"),
+            K::ApiUnavailable => write!(f, "API unavailable: {m}"),
+            K::Interrupted | K::Aborted => write!(f, "interrupted: {m}"),
+            K::Failed | K::TimedOut => write!(f, "failed: {m}"),
+            K::NotStarted => write!(f, "not started: {m}"),
+            K::CannotCompact => write!(f, "compaction cannot shrink the session: {m}"),
+            K::Hung => write!(f, "hung: {m}"),
+            K::McpStartFailed => write!(f, "MCP servers not connected: {m}"),
+            K::TurnBudget => write!(f, "turn budget reached: {m}"),
+            K::Stopped => write!(f, "stopped: {m}"),
+            K::Other => write!(f, "other: {m}"),
         }
     }
 }
@@ -499,7 +571,7 @@ impl TurnObserver {
         let (context_window, max_output_tokens) = self.cli_window();
         let context_tokens = match (self.context_tokens, &self.compact) {
             (Some(t), _) => Some(t),
-            (None, Some(c)) if outcome == TurnOutcome::Compacted => c.post_tokens,
+            (None, Some(c)) if outcome == TurnOutcome::compacted() => c.post_tokens,
             (None, _) => None,
         };
         TurnReport {
@@ -807,17 +879,17 @@ impl TurnObserver {
 
     fn outcome(&self, exit: &ExitInfo) -> TurnOutcome {
         if exit.killed_early_for_auth {
-            return TurnOutcome::AuthFailed;
+            return TurnOutcome::auth_failed();
         }
         if exit.timed_out {
-            return TurnOutcome::Failed(match exit.elapsed {
+            return TurnOutcome::failed(match exit.elapsed {
                 Some(d) => format!("turn timed out after {}s", d.as_secs()),
                 None => "turn timed out".to_string(),
             });
         }
         if let Some(m) = &self.max_budget {
             // The CLI stopped the run at its cap, whatever else it saw.
-            return TurnOutcome::TurnBudget(m.clone());
+            return TurnOutcome::turn_budget(m.clone());
         }
         if self.mode == Mode::Compaction {
             return self.compaction_outcome(exit);
@@ -825,15 +897,15 @@ impl TurnObserver {
         match &self.result {
             Some(r) if !r.is_error => {
                 if r.is_interrupted() {
-                    TurnOutcome::Interrupted(r.text_or("turn interrupted during execution"))
+                    TurnOutcome::aborted(r.text_or("turn interrupted during execution"))
                 } else if r.subtype.starts_with("error") {
-                    TurnOutcome::Failed(r.text_or(&r.subtype))
+                    TurnOutcome::failed(r.text_or(&r.subtype))
                 } else if exit.code != Some(0) {
-                    TurnOutcome::Failed(format!("{} after reporting success", exit.describe()))
+                    TurnOutcome::failed(format!("{} after reporting success", exit.describe()))
                 } else if self.compact.is_some() {
-                    TurnOutcome::Compacted
+                    TurnOutcome::compacted()
                 } else {
-                    TurnOutcome::Ok
+                    TurnOutcome::ok()
                 }
             }
             Some(r) => self.error_outcome(Some(r)).unwrap_or_else(|| {
@@ -841,11 +913,11 @@ impl TurnObserver {
                     .synthetic_text
                     .as_deref()
                     .unwrap_or("claude reported an error");
-                TurnOutcome::Failed(r.text_or(fallback))
+                TurnOutcome::failed(r.text_or(fallback))
             }),
             None => self
                 .error_outcome(None)
-                .unwrap_or_else(|| TurnOutcome::Failed(self.crash_message(exit))),
+                .unwrap_or_else(|| TurnOutcome::failed(self.crash_message(exit))),
         }
     }
 
@@ -857,44 +929,40 @@ impl TurnObserver {
             // Error: …" / "Error during compaction: Invalid API key · …" for
             // the API's refusals.
             return if stderr_rate_limited(err) {
-                TurnOutcome::RateLimited {
-                    resets_at: self.refusal_reset(),
-                }
+                TurnOutcome::rate_limited(self.refusal_reset())
             } else if stderr_auth_failed(err) {
-                TurnOutcome::AuthFailed
+                TurnOutcome::auth_failed()
             } else if is_api_unavailable(err) {
-                TurnOutcome::ApiUnavailable(err.clone())
+                TurnOutcome::api_unavailable(err.clone())
             } else if cannot_compact(err) {
-                TurnOutcome::CannotCompact(err.clone())
+                TurnOutcome::cannot_compact(err.clone())
             } else {
-                TurnOutcome::Failed(format!("compaction failed: {err}"))
+                TurnOutcome::failed(format!("compaction failed: {err}"))
             };
         }
         if self.compact.is_some() {
-            return TurnOutcome::Compacted;
+            return TurnOutcome::compacted();
         }
         match &self.result {
             Some(r) if r.is_error => self.error_outcome(Some(r)).unwrap_or_else(|| {
-                TurnOutcome::Failed(format!(
+                TurnOutcome::failed(format!(
                     "compaction failed: {}",
                     r.text_or("claude reported an error")
                 ))
             }),
-            Some(r) => TurnOutcome::Failed(format!(
+            Some(r) => TurnOutcome::failed(format!(
                 "compaction printed no compact_boundary: {}",
                 r.text_or("(empty result)")
             )),
             None => self
                 .error_outcome(None)
-                .unwrap_or_else(|| TurnOutcome::Failed(self.crash_message(exit))),
+                .unwrap_or_else(|| TurnOutcome::failed(self.crash_message(exit))),
         }
     }
 
     /// The error kind, from the most structured source that names one.
     fn error_outcome(&self, result: Option<&ResultLine>) -> Option<TurnOutcome> {
-        let rate_limited = TurnOutcome::RateLimited {
-            resets_at: self.refusal_reset(),
-        };
+        let rate_limited = TurnOutcome::rate_limited(self.refusal_reset());
         let text = result
             .and_then(|r| r.text.clone())
             .filter(|t| !t.trim().is_empty())
@@ -909,7 +977,7 @@ impl TurnObserver {
         if let Some(r) = result {
             match r.api_error_status {
                 Some(429) => return Some(rate_limited),
-                Some(401 | 403) => return Some(TurnOutcome::AuthFailed),
+                Some(401 | 403) => return Some(TurnOutcome::auth_failed()),
                 _ => {}
             }
             let ptl_reason = matches!(
@@ -917,15 +985,15 @@ impl TurnObserver {
                 Some("prompt_too_long" | "blocking_limit")
             );
             if ptl_reason || r.text.as_deref().is_some_and(is_prompt_too_long) {
-                return Some(TurnOutcome::PromptTooLong);
+                return Some(TurnOutcome::prompt_too_long());
             }
         }
-        let unavailable = || TurnOutcome::ApiUnavailable(text.clone().unwrap_or_default());
+        let unavailable = || TurnOutcome::api_unavailable(text.clone().unwrap_or_default());
         match self.synthetic_error.as_deref() {
             Some("rate_limit") => return Some(rate_limited),
-            Some("authentication_failed") => return Some(TurnOutcome::AuthFailed),
+            Some("authentication_failed") => return Some(TurnOutcome::auth_failed()),
             Some("invalid_request") if text.as_deref().is_some_and(is_prompt_too_long) => {
-                return Some(TurnOutcome::PromptTooLong)
+                return Some(TurnOutcome::prompt_too_long())
             }
             Some("server_error") => return Some(unavailable()),
             _ => {}
@@ -939,7 +1007,7 @@ impl TurnObserver {
                 return Some(unavailable());
             }
             if r.is_interrupted() {
-                return Some(TurnOutcome::Interrupted(
+                return Some(TurnOutcome::aborted(
                     r.text_or("turn interrupted during execution"),
                 ));
             }
@@ -955,15 +1023,15 @@ impl TurnObserver {
         if ev.rate_limited {
             Some(rate_limited)
         } else if ev.auth_failed {
-            Some(TurnOutcome::AuthFailed)
+            Some(TurnOutcome::auth_failed())
         } else if ev.prompt_too_long {
-            Some(TurnOutcome::PromptTooLong)
+            Some(TurnOutcome::prompt_too_long())
         } else if let Some(m) = &ev.api_unavailable {
-            Some(TurnOutcome::ApiUnavailable(m.clone()))
+            Some(TurnOutcome::api_unavailable(m.clone()))
         } else if result.is_none() {
             ev.error_message
                 .as_ref()
-                .map(|m| TurnOutcome::Failed(format!("claude reported an error: {m}")))
+                .map(|m| TurnOutcome::failed(format!("claude reported an error: {m}")))
         } else {
             None
         }
@@ -1282,7 +1350,7 @@ mod tests {
     }
 
     fn rate_limited(resets_at: Option<i64>) -> TurnOutcome {
-        TurnOutcome::RateLimited { resets_at }
+        TurnOutcome::rate_limited(resets_at)
     }
 
     #[test]
@@ -1292,7 +1360,7 @@ mod tests {
             &[],
             ExitInfo::exited(0),
         );
-        assert_eq!(r.outcome, TurnOutcome::Ok);
+        assert_eq!(r.outcome, TurnOutcome::ok());
         assert_eq!(r.session_id.as_deref(), Some("9954aa9f-result"));
         assert_eq!(r.model.as_deref(), Some("claude-sonnet-4-5"));
         assert_eq!(r.context_tokens, Some(1300 + 3000 + 500));
@@ -1324,7 +1392,7 @@ mod tests {
             );
             assert_eq!(
                 r.outcome,
-                TurnOutcome::TurnBudget("Reached maximum budget ($0.01)".into())
+                TurnOutcome::turn_budget("Reached maximum budget ($0.01)".into())
             );
             assert_eq!(r.outcome.kind(), TurnOutcomeKind::TurnBudget);
             assert_eq!(
@@ -1340,7 +1408,7 @@ mod tests {
         let r = run(&[INIT, bare], &[], ExitInfo::exited(1));
         assert_eq!(
             r.outcome,
-            TurnOutcome::TurnBudget("Reached maximum budget".into())
+            TurnOutcome::turn_budget("Reached maximum budget".into())
         );
     }
 
@@ -1354,7 +1422,7 @@ mod tests {
         ];
         for result in cases {
             let r = run(&[INIT, huge_usage, result], &[], ExitInfo::exited(0));
-            assert_eq!(r.outcome, TurnOutcome::Ok, "{result}");
+            assert_eq!(r.outcome, TurnOutcome::ok(), "{result}");
             assert_eq!(r.cost_usd, None, "{result}");
             assert_eq!((r.input_tokens, r.output_tokens), (0, 0), "{result}");
             assert_eq!(r.context_tokens, Some(1), "{result}");
@@ -1388,47 +1456,55 @@ mod tests {
                 &[INIT, RLE_RESET, SYN_429, RESULT_429_OAUTH],
                 rate_limited(Some(1_795_323_782)),
             ),
-            ("401", &[INIT, SYN_401, RESULT_401], TurnOutcome::AuthFailed),
-            ("403", &[INIT, SYN_401, RESULT_403], TurnOutcome::AuthFailed),
+            (
+                "401",
+                &[INIT, SYN_401, RESULT_401],
+                TurnOutcome::auth_failed(),
+            ),
+            (
+                "403",
+                &[INIT, SYN_401, RESULT_403],
+                TurnOutcome::auth_failed(),
+            ),
             (
                 "prompt too long",
                 &[INIT, SYN_PTL, RESULT_PTL],
-                TurnOutcome::PromptTooLong,
+                TurnOutcome::prompt_too_long(),
             ),
             (
                 "blocking limit",
                 &[INIT, SYN_PTL, RESULT_BLOCKING],
-                TurnOutcome::PromptTooLong,
+                TurnOutcome::prompt_too_long(),
             ),
             (
                 "500",
                 &[INIT, SYN_SERVER, RESULT_500],
-                TurnOutcome::ApiUnavailable(text_of(RESULT_500)),
+                TurnOutcome::api_unavailable(text_of(RESULT_500)),
             ),
             (
                 "529",
                 &[INIT, SYN_SERVER, RESULT_529],
-                TurnOutcome::ApiUnavailable(text_of(RESULT_529)),
+                TurnOutcome::api_unavailable(text_of(RESULT_529)),
             ),
             (
                 "repeated 529",
                 &[INIT, RESULT_REPEATED_529],
-                TurnOutcome::ApiUnavailable(text_of(RESULT_REPEATED_529)),
+                TurnOutcome::api_unavailable(text_of(RESULT_REPEATED_529)),
             ),
             (
                 "timeout",
                 &[INIT, SYN_SERVER, RESULT_TIMEOUT],
-                TurnOutcome::ApiUnavailable("Request timed out".into()),
+                TurnOutcome::api_unavailable("Request timed out".into()),
             ),
             (
                 "connection reset",
                 &[INIT, RETRY_CLOSE, RESULT_ECONNRESET],
-                TurnOutcome::ApiUnavailable(text_of(RESULT_ECONNRESET)),
+                TurnOutcome::api_unavailable(text_of(RESULT_ECONNRESET)),
             ),
             (
                 "error during execution",
                 &[INIT, TOOL_USE, RESULT_EXEC_ERROR],
-                TurnOutcome::Interrupted("turn interrupted during execution".into()),
+                TurnOutcome::aborted("turn interrupted during execution".into()),
             ),
         ];
         for (name, lines, want) in cases {
@@ -1481,7 +1557,7 @@ mod tests {
         }
         assert_eq!(signals, [], "no signal from a frame it does not know");
         let r = o.finish(ExitInfo::exited(0));
-        assert_eq!(r.outcome, TurnOutcome::Ok);
+        assert_eq!(r.outcome, TurnOutcome::ok());
         assert_eq!(r.result_text.as_deref(), Some("drift handled"));
         assert_eq!(r.cli_version.as_deref(), Some("2.1.332"));
         assert_eq!(r.context_tokens, Some(4700));
@@ -1510,37 +1586,37 @@ mod tests {
             (
                 "dropped connection",
                 &[INIT_332, SYN_DROP_332, RESULT_DROP_332],
-                TurnOutcome::ApiUnavailable(text_of(RESULT_DROP_332)),
+                TurnOutcome::api_unavailable(text_of(RESULT_DROP_332)),
             ),
             (
                 "stalled stream after a block",
                 &[INIT_332, SYN_STALL_332, RESULT_STALL_332],
-                TurnOutcome::ApiUnavailable(text_of(RESULT_STALL_332)),
+                TurnOutcome::api_unavailable(text_of(RESULT_STALL_332)),
             ),
             (
                 "stalled stream, no kind",
                 &[INIT_332, SYN_IDLE_332, RESULT_IDLE_332],
-                TurnOutcome::ApiUnavailable(text_of(RESULT_IDLE_332)),
+                TurnOutcome::api_unavailable(text_of(RESULT_IDLE_332)),
             ),
             (
                 "timeout",
                 &[INIT_332, SYN_SERVER, RESULT_TIMEOUT_332],
-                TurnOutcome::ApiUnavailable(text_of(RESULT_TIMEOUT_332)),
+                TurnOutcome::api_unavailable(text_of(RESULT_TIMEOUT_332)),
             ),
             (
                 "401",
                 &[INIT_332, SYN_401, RESULT_401_332],
-                TurnOutcome::AuthFailed,
+                TurnOutcome::auth_failed(),
             ),
             (
                 "prompt too long",
                 &[INIT_332, SYN_PTL, RESULT_PTL_332],
-                TurnOutcome::PromptTooLong,
+                TurnOutcome::prompt_too_long(),
             ),
             (
                 "an api_error kind never seen",
                 &[INIT_332, RESULT_NEW_KIND],
-                TurnOutcome::ApiUnavailable("API Error: something new".into()),
+                TurnOutcome::api_unavailable("API Error: something new".into()),
             ),
         ];
         for (name, lines, want) in cases {
@@ -1570,7 +1646,7 @@ mod tests {
             &[],
             ExitInfo::exited(0),
         );
-        assert_eq!(r.outcome, TurnOutcome::Ok);
+        assert_eq!(r.outcome, TurnOutcome::ok());
     }
 
     fn text_of(result_line: &str) -> String {
@@ -1587,7 +1663,7 @@ mod tests {
         );
         assert_eq!(
             r.outcome,
-            TurnOutcome::Interrupted("turn interrupted during execution".into())
+            TurnOutcome::aborted("turn interrupted during execution".into())
         );
     }
 
@@ -1598,7 +1674,7 @@ mod tests {
             &[],
             ExitInfo::exited(0),
         );
-        assert_eq!(r.outcome, TurnOutcome::Ok);
+        assert_eq!(r.outcome, TurnOutcome::ok());
         assert_eq!(r.api_retries, 2);
     }
 
@@ -1625,7 +1701,7 @@ mod tests {
             ..ExitInfo::default()
         };
         let r = o.finish(exit);
-        assert_eq!(r.outcome, TurnOutcome::AuthFailed);
+        assert_eq!(r.outcome, TurnOutcome::auth_failed());
         assert!(!r.prompt_reached_session);
     }
 
@@ -1645,7 +1721,7 @@ mod tests {
         for l in [INIT, DONE, RESULT_OK] {
             o.on_stdout_line(l);
         }
-        assert_eq!(o.finish(ExitInfo::exited(0)).outcome, TurnOutcome::Ok);
+        assert_eq!(o.finish(ExitInfo::exited(0)).outcome, TurnOutcome::ok());
     }
 
     /// What CLI 2.1.197 printed with an OAuth token when the fake API's
@@ -1662,7 +1738,7 @@ mod tests {
             &[],
             ExitInfo::exited(0),
         );
-        assert_eq!(r.outcome, TurnOutcome::Ok);
+        assert_eq!(r.outcome, TurnOutcome::ok());
         assert_eq!(
             r.usage,
             Some(UsageSeen {
@@ -1713,14 +1789,10 @@ mod tests {
             &[],
             ExitInfo::exited(0),
         );
-        assert_eq!(r.outcome, TurnOutcome::Ok);
+        assert_eq!(r.outcome, TurnOutcome::ok());
         // The same lines in a crashed turn do not turn the crash into a rate limit.
         let r = run(&[INIT, chatty, tool_result], &[], ExitInfo::exited(3));
-        assert!(
-            matches!(r.outcome, TurnOutcome::Failed(_)),
-            "{:?}",
-            r.outcome
-        );
+        assert!(r.outcome.kind == TurnOutcomeKind::Failed, "{:?}", r.outcome);
     }
 
     #[test]
@@ -1732,19 +1804,19 @@ mod tests {
             ),
             (
                 r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#,
-                TurnOutcome::AuthFailed,
+                TurnOutcome::auth_failed(),
             ),
             (
                 r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
-                TurnOutcome::PromptTooLong,
+                TurnOutcome::prompt_too_long(),
             ),
             (
                 r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
-                TurnOutcome::ApiUnavailable("Overloaded".into()),
+                TurnOutcome::api_unavailable("Overloaded".into()),
             ),
             (
                 r#"{"type":"error","error":{"type":"weird_error","message":"something odd"}}"#,
-                TurnOutcome::Failed("claude reported an error: something odd".into()),
+                TurnOutcome::failed("claude reported an error: something odd".into()),
             ),
         ];
         for (line, want) in cases {
@@ -1759,16 +1831,16 @@ mod tests {
             ("Error: 429 Too Many Requests", rate_limited(None)),
             ("API error: rate_limit_error", rate_limited(None)),
             ("you are being rate limited", rate_limited(None)),
-            ("Error: 401 Unauthorized", TurnOutcome::AuthFailed),
+            ("Error: 401 Unauthorized", TurnOutcome::auth_failed()),
             (
                 "OAuth token has expired. Please run /login",
-                TurnOutcome::AuthFailed,
+                TurnOutcome::auth_failed(),
             ),
             (
                 "Invalid API key · Please run /login",
-                TurnOutcome::AuthFailed,
+                TurnOutcome::auth_failed(),
             ),
-            ("Error: Prompt is too long", TurnOutcome::PromptTooLong),
+            ("Error: Prompt is too long", TurnOutcome::prompt_too_long()),
         ];
         for (line, want) in cases {
             let r = run(&[], &[line], ExitInfo::exited(1));
@@ -1900,7 +1972,7 @@ mod tests {
         let r = run(&[INIT], &stderr, ExitInfo::exited(3));
         assert_eq!(
             r.outcome,
-            TurnOutcome::Failed(
+            TurnOutcome::failed(
                 "claude exited with code 3 without a result line; stderr: Error: boom | at foo.js:1 | at bar.js:2".into()
             )
         );
@@ -1914,7 +1986,7 @@ mod tests {
         let r = run(&[], &[], killed);
         assert_eq!(
             r.outcome,
-            TurnOutcome::Failed(
+            TurnOutcome::failed(
                 "claude was killed by signal 9 without a result line and printed nothing on stderr"
                     .into()
             )
@@ -1930,7 +2002,7 @@ mod tests {
         );
         assert_eq!(
             r.outcome,
-            TurnOutcome::Failed(
+            TurnOutcome::failed(
                 "claude exited with code 1 without a result line; stderr: Error: Settings file not found: does_not_exist.json".into()
             )
         );
@@ -1947,7 +2019,7 @@ mod tests {
         let r = run(&[INIT, RETRY_429], &[], exit);
         assert_eq!(
             r.outcome,
-            TurnOutcome::Failed("turn timed out after 600s".into())
+            TurnOutcome::failed("turn timed out after 600s".into())
         );
     }
 
@@ -1956,7 +2028,7 @@ mod tests {
         let r = run(&[INIT, DONE, RESULT_OK], &[], ExitInfo::exited(2));
         assert_eq!(
             r.outcome,
-            TurnOutcome::Failed("claude exited with code 2 after reporting success".into())
+            TurnOutcome::failed("claude exited with code 2 after reporting success".into())
         );
     }
 
@@ -2010,7 +2082,7 @@ mod tests {
             &["", "   "],
             ExitInfo::exited(0),
         );
-        assert_eq!(r.outcome, TurnOutcome::Ok);
+        assert_eq!(r.outcome, TurnOutcome::ok());
         assert!(r.stderr_tail.is_empty());
     }
 
@@ -2038,7 +2110,7 @@ mod tests {
             &[],
             ExitInfo::exited(0),
         );
-        assert_eq!(r.outcome, TurnOutcome::Compacted);
+        assert_eq!(r.outcome, TurnOutcome::compacted());
         assert_eq!(
             r.compact,
             Some(CompactStats {
@@ -2057,7 +2129,7 @@ mod tests {
             (
                 "could not reduce",
                 &[COMPACTING, COMPACT_FAILED_STATUS, INIT, COMPACT_FAILED_SYN, COMPACT_FAILED_RESULT],
-                TurnOutcome::CannotCompact("Compaction failed · conversation could not be reduced below the context limit".into()),
+                TurnOutcome::cannot_compact("Compaction failed · conversation could not be reduced below the context limit".into()),
             ),
             (
                 "429 during compaction",
@@ -2067,7 +2139,7 @@ mod tests {
             (
                 "no boundary",
                 &[INIT, COMPACT_FAILED_RESULT],
-                TurnOutcome::Failed("compaction printed no compact_boundary: Compaction failed · conversation could not be reduced below the context limit".into()),
+                TurnOutcome::failed("compaction printed no compact_boundary: Compaction failed · conversation could not be reduced below the context limit".into()),
             ),
             (
                 "not enough messages",
@@ -2075,22 +2147,22 @@ mod tests {
                     r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"Not enough messages to compact."}"#,
                     r#"{"type":"result","subtype":"success","is_error":false,"num_turns":0,"result":"Not enough messages to compact."}"#,
                 ],
-                TurnOutcome::CannotCompact("Not enough messages to compact.".into()),
+                TurnOutcome::cannot_compact("Not enough messages to compact.".into()),
             ),
             (
                 "500 during compaction",
                 &[COMPACTING, COMPACT_500_STATUS, INIT, COMPACT_FAILED_RESULT],
-                TurnOutcome::ApiUnavailable(COMPACT_500_ERROR.into()),
+                TurnOutcome::api_unavailable(COMPACT_500_ERROR.into()),
             ),
             (
                 "401 during compaction",
                 &[COMPACTING, COMPACT_401_STATUS, INIT, COMPACT_FAILED_RESULT],
-                TurnOutcome::AuthFailed,
+                TurnOutcome::auth_failed(),
             ),
             (
                 "a crash during compaction",
                 &[COMPACTING, r#"{"type":"system","subtype":"status","status":null,"compact_result":"failed","compact_error":"Error during compaction: something odd"}"#],
-                TurnOutcome::Failed("compaction failed: Error during compaction: something odd".into()),
+                TurnOutcome::failed("compaction failed: Error during compaction: something odd".into()),
             ),
         ];
         for (name, lines, want) in cases {
@@ -2108,7 +2180,7 @@ mod tests {
             &[],
             ExitInfo::exited(0),
         );
-        assert_eq!(r.outcome, TurnOutcome::Compacted);
+        assert_eq!(r.outcome, TurnOutcome::compacted());
         assert_eq!(r.context_tokens, Some(4800));
         assert_eq!(r.compact.and_then(|c| c.trigger).as_deref(), Some("auto"));
     }
@@ -2119,9 +2191,9 @@ mod tests {
             rate_limited(Some(5)).to_string(),
             "rate limited (resets at 5)"
         );
-        assert_eq!(TurnOutcome::Failed("x".into()).to_string(), "failed: x");
-        assert_eq!(TurnOutcome::Hung("x".into()).to_string(), "hung: x");
-        assert!(TurnOutcome::Compacted.is_ok() && !TurnOutcome::AuthFailed.is_ok());
+        assert_eq!(TurnOutcome::failed("x".into()).to_string(), "failed: x");
+        assert_eq!(TurnOutcome::hung("x".into()).to_string(), "hung: x");
+        assert!(TurnOutcome::compacted().is_ok() && !TurnOutcome::auth_failed().is_ok());
     }
 
     #[test]
@@ -2142,5 +2214,55 @@ mod tests {
         ] {
             assert_eq!(success_of(&line(not)), None, "{not}");
         }
+    }
+
+    /// The words the page shows and older turn-stats rows hold, byte for
+    /// byte what the classifier's outcomes always printed.
+    #[test]
+    fn the_outcome_texts_are_pinned() {
+        let m = || "m".to_string();
+        let cases = [
+            (TurnOutcome::ok(), "ok"),
+            (TurnOutcome::compacted(), "compacted"),
+            (
+                TurnOutcome::rate_limited(Some(7)),
+                "rate limited (resets at 7)",
+            ),
+            (TurnOutcome::rate_limited(None), "rate limited"),
+            (TurnOutcome::auth_failed(), "authentication failed"),
+            (TurnOutcome::prompt_too_long(), "prompt is too long"),
+            (TurnOutcome::api_unavailable(m()), "API unavailable: m"),
+            (TurnOutcome::aborted(m()), "interrupted: m"),
+            (TurnOutcome::interrupted(m()), "interrupted: m"),
+            (TurnOutcome::failed(m()), "failed: m"),
+            (
+                TurnOutcome::failed("turn timed out after 3s".into()),
+                "failed: turn timed out after 3s",
+            ),
+            (TurnOutcome::not_started(m()), "not started: m"),
+            (
+                TurnOutcome::cannot_compact(m()),
+                "compaction cannot shrink the session: m",
+            ),
+            (TurnOutcome::hung(m()), "hung: m"),
+            (
+                TurnOutcome::mcp_not_connected(m()),
+                "MCP servers not connected: m",
+            ),
+            (TurnOutcome::turn_budget(m()), "turn budget reached: m"),
+        ];
+        for (o, text) in cases {
+            assert_eq!(o.to_string(), text);
+            // What older releases stored (they stored these texts before
+            // the kinds) reads back as the same kind.
+            let (kind, _) = TurnOutcomeKind::from_stored(text);
+            if kind != TurnOutcomeKind::Other {
+                assert_eq!(kind.as_str(), o.kind().as_str(), "{text}");
+            }
+        }
+        assert_eq!(
+            TurnOutcome::failed("turn timed out after 3s".into()).kind(),
+            TurnOutcomeKind::TimedOut
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! (newest mtime and file count) that must advance before the harness resumes,
 //! so stale credentials already on disk cannot cause a false resume.
 
-use super::classify::{ExitInfo, TurnObserver, TurnOutcome};
+use super::classify::{ExitInfo, TurnObserver};
 use super::settings::Settings;
 use crate::sys::{run_with_timeout, RunError};
 use std::fs;
@@ -138,18 +138,31 @@ pub fn verify_token(s: &Settings, token: &str) -> Result<Verdict, String> {
             .or_else(|| report.stderr_tail.last().cloned())
             .unwrap_or_default()
     };
-    match report.outcome {
-        TurnOutcome::Ok | TurnOutcome::Compacted => Ok(Verdict::Accepted),
-        TurnOutcome::AuthFailed => {
+    use crate::proto::TurnOutcomeKind as K;
+    match report.outcome.kind {
+        // A rate limit means the token got through.
+        K::Ok | K::Compacted | K::RateLimited => Ok(Verdict::Accepted),
+        K::AuthFailed => {
             let code = status.map(|c| format!(" ({c})")).unwrap_or_default();
             Err(hide(&format!(
                 "Anthropic refused this token{code}: {}",
                 said()
             )))
         }
-        // A rate limit means the token got through.
-        TurnOutcome::RateLimited { .. } => Ok(Verdict::Accepted),
-        other => {
+        K::PromptTooLong
+        | K::ApiUnavailable
+        | K::CannotCompact
+        | K::Aborted
+        | K::Interrupted
+        | K::Failed
+        | K::TimedOut
+        | K::Hung
+        | K::NotStarted
+        | K::McpStartFailed
+        | K::TurnBudget
+        | K::Stopped
+        | K::Other => {
+            let other = &report.outcome;
             let why = other.detail().unwrap_or_else(said);
             Ok(Verdict::Unverified(hide(&format!(
                 "could not verify the token ({}): {why}",

@@ -10,11 +10,13 @@
 //! window, watermarks and fixed prompts, [`bus`] holds the live state and
 //! events, [`control`] is how the web UI asks things of the loop,
 //! [`login`] owns credentials and the login park, [`stats`] the turn-stats db,
+//! [`accounting`] the loop's spend rows, pool reports and `turn_usd`,
 //! [`pool`] what identifies the credential (its usage-limit pool),
 //! [`files`] the private modes of the harness's own files, [`forge`] the
 //! Forgejo notification poller and [`settings`] every flag and environment
 //! variable.
 
+pub mod accounting;
 pub mod bus;
 pub mod classify;
 pub mod claude;

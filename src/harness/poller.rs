@@ -791,7 +791,36 @@ fn message_of(reply: RecvNextReply) -> Option<FromPoller> {
 /// A teller whose requests a test reads back instead of a broker.
 #[cfg(test)]
 pub(crate) fn test_teller() -> (Teller, impl Fn() -> Vec<Request>) {
+    let (poller, _, read) = test_poller();
+    let read = move || {
+        read()
+            .into_iter()
+            .filter_map(|s| match s {
+                Sent::Tell(r) => Some(r),
+                Sent::Next | Sent::Peek => None,
+            })
+            .collect()
+    };
+    (poller.teller(), read)
+}
+
+/// What a test broker was sent: a request, or an ask for the next message.
+#[cfg(test)]
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Sent {
+    Tell(Request),
+    /// A long-poll `recv_next`.
+    Next,
+    /// A `recv_next` that does not wait.
+    Peek,
+}
+
+/// A poller with no threads and no broker: a test sends its events and
+/// reads back, in order, what the loop sent (the turn loop's in-memory kit).
+#[cfg(test)]
+pub(crate) fn test_poller() -> (Poller, Sender<FromPoller>, impl Fn() -> Vec<Sent>) {
     let (tx, rx) = unbounded::<ToCalls>();
+    let (ev_tx, ev_rx) = unbounded::<FromPoller>();
     let read = move || {
         let mut queue = VecDeque::new();
         for c in rx.try_iter() {
@@ -800,18 +829,24 @@ pub(crate) fn test_teller() -> (Teller, impl Fn() -> Vec<Request>) {
         queue
             .into_iter()
             .filter_map(|c| match c {
-                ToCalls::Tell(r) => Some(r),
-                _ => None,
+                ToCalls::Tell(r) => Some(Sent::Tell(r)),
+                ToCalls::Ask(Ask::Next) => Some(Sent::Next),
+                ToCalls::Ask(Ask::Peek) => Some(Sent::Peek),
+                ToCalls::Batch(_) => None,
             })
             .collect()
     };
-    (
-        Teller {
+    let poller = Poller {
+        teller: Teller {
             tx,
             corked: Arc::new(Mutex::new(None)),
         },
-        read,
-    )
+        events: ev_rx,
+        stop: None,
+        parked: Vec::new(),
+        threads: Vec::new(),
+    };
+    (poller, ev_tx, read)
 }
 
 /// Appends `c` to `queue`, a batch as the requests it holds.

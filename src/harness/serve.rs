@@ -79,23 +79,7 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     control::take_over_model_file(&shared);
     // The page shows an override in force from the start (the broker's).
     let _ = shared.model();
-    let stats = match Stats::open(&s.stats_db()) {
-        Ok(st) => Some(st),
-        Err(e) => {
-            log::error!("{e}; turns will not be recorded");
-            None
-        }
-    };
-    let (last_context, last_turn_end) = stats
-        .as_ref()
-        .and_then(Stats::last)
-        .map(|r| {
-            (
-                r.context_tokens,
-                Some(r.started_at + (r.duration_ms / 1000) as i64),
-            )
-        })
-        .unwrap_or((None, None));
+    let (stats, (last_context, last_turn_end)) = open_stats(&s);
     if let Ok(text) = std::fs::read_to_string(s.status_file()) {
         bus.update(|st| st.status_text = text.trim().to_string());
     }
@@ -114,27 +98,7 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     // The bash-task daemon runs inside the harness unless it runs on its own:
     // either way tasks outlive turns, and a finished task wakes the agent
     // through the broker (also while this harness is down, when it is apart).
-    let bash = match placement {
-        crate::bash::daemon::Placement::External => {
-            log::info!(
-                "the bash-task daemon runs on its own (HIVE_BASH_DAEMON=external) at {}",
-                s.bash_socket.display()
-            );
-            None
-        }
-        crate::bash::daemon::Placement::Embedded => {
-            match crate::bash::start(crate::bash::DaemonSettings::from_env(s.state_dir.clone())) {
-                Ok(h) => Some(h),
-                Err(e) => {
-                    log::error!("the bash-task daemon did not start: {e}");
-                    bus.note(format!(
-                        "the bash-task daemon did not start: {e}; mcp__bash__run will fail"
-                    ));
-                    None
-                }
-            }
-        }
-    };
+    let bash = start_bash(placement, &s, &bus);
     let web = crate::web::WebConfig::from_env()
         .and_then(|cfg| crate::web::start_on(shared.clone(), cfg, inherited))?;
     let _forge = super::forge::ForgeSettings::from_env(&s.state_dir, &s.broker, &s.label)?
@@ -167,6 +131,60 @@ pub fn run(state_dir: &Path, run_dir: &Path) -> Result<(), String> {
     }
     log::info!("hive serve stopped");
     Ok(())
+}
+
+/// The turn-stats db (None when it cannot be opened: turns then run
+/// unrecorded), and the context size and end of the last turn it holds.
+fn open_stats(s: &Settings) -> (Option<Stats>, (Option<u64>, Option<i64>)) {
+    let stats = match Stats::open(&s.stats_db()) {
+        Ok(st) => Some(st),
+        Err(e) => {
+            log::error!("{e}; turns will not be recorded");
+            None
+        }
+    };
+    let last = stats
+        .as_ref()
+        .and_then(Stats::last)
+        .map(|r| {
+            (
+                r.context_tokens,
+                Some(r.started_at + (r.duration_ms / 1000) as i64),
+            )
+        })
+        .unwrap_or((None, None));
+    (stats, last)
+}
+
+/// The bash-task daemon, inside the harness unless it runs on its own:
+/// either way tasks outlive turns, and a finished task wakes the agent
+/// through the broker (also while this harness is down, when it is apart).
+fn start_bash(
+    placement: crate::bash::daemon::Placement,
+    s: &Settings,
+    bus: &Bus,
+) -> Option<crate::bash::daemon::DaemonHandle> {
+    match placement {
+        crate::bash::daemon::Placement::External => {
+            log::info!(
+                "the bash-task daemon runs on its own (HIVE_BASH_DAEMON=external) at {}",
+                s.bash_socket.display()
+            );
+            None
+        }
+        crate::bash::daemon::Placement::Embedded => {
+            match crate::bash::start(crate::bash::DaemonSettings::from_env(s.state_dir.clone())) {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    log::error!("the bash-task daemon did not start: {e}");
+                    bus.note(format!(
+                        "the bash-task daemon did not start: {e}; mcp__bash__run will fail"
+                    ));
+                    None
+                }
+            }
+        }
+    }
 }
 
 /// The page's listening socket `hive up` handed this harness

@@ -8,8 +8,9 @@
 //! phase; sources that do not apply in a phase are `never()`. The loop is the
 //! only writer of turn state (the bus state, the turn-stats db, the ledger).
 //!
-//! What to do when a run ends is [`policy::decide`]'s; this module carries it
-//! out. The message being handled is a [`Work`] whose [`Inflight`] guard
+//! What to do when a run ends is [`policy::plan`]'s — how the work is
+//! settled, the pause, the notices, what runs next — and this module carries
+//! the plan out (`execute`) without deciding any of it again. The message being handled is a [`Work`] whose [`Inflight`] guard
 //! requeues it on every way out unless it was acked, and the [`Ledger`]
 //! remembers across hand-outs what a retry needs (attempts, the session that
 //! saw the prompt, where to start again). Broker requests are sent through the
@@ -28,6 +29,7 @@
 //! again after such a run (its ack never reached the broker) is acked without
 //! running claude.
 
+use super::accounting::Accounting;
 use super::bus::{Bus, LiveEvent, Paused, Retrying, TurnState};
 use super::classify::{self, ExitInfo, Signal, Success, TurnObserver, TurnOutcome, TurnReport};
 use super::claude::{
@@ -37,18 +39,19 @@ use super::context;
 use super::control::{Control, Shared};
 use super::invocation::{self, ToolLists};
 use super::login::{self, DirSnapshot};
-use super::policy::{self, Decision, Facts, Outcome, PauseReason, Resume, Running, Wait};
+use super::policy::{
+    self, Decision, Facts, Next, Plan, Proactive, Resume, Running, Settle, Streaks, Waits,
+};
 use super::poller::{FromPoller, Poller};
-use super::pool::PoolCache;
 use super::settings::Settings;
-use super::stats::{MessageKey, Spend, Stats, TurnRow};
+use super::stats::{MessageKey, Stats, TurnRow};
 use super::work::{Ack, Inflight, Ledger, Requeue, Work, WorkKey};
 use crate::mcp::hyperhive::reminder_file;
 use crate::proto::limits::MAX_PAUSE_DETAIL_CHARS;
 use crate::proto::now;
 use crate::proto::text::{is_control_or_bidi, preview};
 use crate::proto::{cmd, Request};
-use crate::proto::{Message, Place, TurnOutcomeKind};
+use crate::proto::{Message, PauseReason, TurnOutcomeKind};
 use crossbeam_channel::{at, never, select, Receiver};
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -56,19 +59,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The most spend rows a boot sends again (oldest first) that an earlier
-/// harness recorded but the broker never acknowledged.
-pub const SPEND_RESEND_MAX: u32 = 1000;
-
-/// How long the broker's spend acknowledgements wait for the next run's
-/// stats row, which writes them in its own commit, before they are written
-/// on their own.
-const SPEND_ACKS_AFTER: Duration = Duration::from_millis(250);
-
-/// MCP start failures in a row after which the loop backs off and tells the
-/// parent.
-pub const MCP_FAILURES_BEFORE_BACKOFF: u32 = 3;
 
 /// Everything that can wake the loop.
 #[derive(Debug)]
@@ -180,7 +170,7 @@ struct Run {
 struct Ended {
     running: Running,
     report: TurnReport,
-    outcome: Outcome,
+    outcome: TurnOutcomeKind,
     /// claude ran (false for `NotStarted`).
     started: bool,
     resumed: bool,
@@ -222,31 +212,62 @@ struct Session {
     cli_versions: HashSet<String>,
 }
 
-/// The best-effort runs after a clean turn past the watermark, in order:
-/// the checkpoint turn, then `/compact`. Each waits for a `recv_next`
-/// answer asked after the run before it, and for the end of the broker's
-/// pause (issue 16).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Proactive {
-    Checkpoint,
-    Compact,
+/// The synthetic runs due, in the order they start once the loop is free
+/// and the broker's word allows (`advance`): the proactive checkpoint or
+/// its `/compact`, the operator's `/compact`, then a continue (after a peek).
+#[derive(Default)]
+struct Due {
+    /// The proactive checkpoint or its `/compact`, due next (before mail).
+    proactive: Option<Proactive>,
+    /// The operator asked for `/compact`; it runs once the loop is free.
+    compact: bool,
+    /// A continue was requested and waits its turn, like a requeued message.
+    continue_turn: bool,
 }
 
-impl Proactive {
-    fn what(self) -> &'static str {
-        match self {
-            Proactive::Checkpoint => "the checkpoint turn",
-            Proactive::Compact => "the compaction after the checkpoint",
-        }
+impl Due {
+    /// A checkpoint or a `/compact` is due.
+    fn synthetic(&self) -> bool {
+        self.proactive.is_some() || self.compact
     }
 }
 
-/// Counters of failures in a row, for backoffs and one notice per burst.
+/// The `recv_next` the loop has outstanding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    LongPoll,
+    /// A peek; `checking`: asked after a run, before a synthetic run.
+    Peek {
+        checking: bool,
+    },
+}
+
+/// What the loop knows of the broker's word.
 #[derive(Default)]
-struct Streaks {
-    api: u32,
-    start: u32,
-    mcp: u32,
+struct Word {
+    ask: Option<Ask>,
+    /// A claude run ended and no `recv_next` answered since, nor was a
+    /// long-poll sent: what the loop knows of the broker's pause predates
+    /// the run's spend row, so no synthetic run starts before it asks.
+    after_run: bool,
+    /// The broker's pause of this agent (its pool's usage limit, a budget):
+    /// no synthetic run (continue, checkpoint, `/compact`) starts while it
+    /// stands. Set and cleared by the poller's `BrokerPause`: every
+    /// `recv_next` answer without a pause ends it.
+    pause: Option<crate::proto::Paused>,
+}
+
+impl Word {
+    /// A `recv_next` answered (a message, or nothing queued).
+    fn answered(&mut self) {
+        self.ask = None;
+        self.after_run = false;
+    }
+
+    /// A peek asked after a run, before a synthetic run, is unanswered.
+    fn checking(&self) -> bool {
+        self.ask == Some(Ask::Peek { checking: true })
+    }
 }
 
 pub struct TurnLoop {
@@ -270,54 +291,24 @@ pub struct TurnLoop {
     streaks: Streaks,
     /// Turns completed since start, for the API-outage rule.
     completed_turns: u64,
-    /// A `recv_next` (long-poll or peek) is outstanding.
-    asked: bool,
-    /// The operator asked for `/compact`; it runs once the loop is free.
-    compact_requested: bool,
-    /// A continue was requested and waits its turn, like a requeued message.
-    continue_requested: bool,
-    /// The proactive checkpoint or its `/compact`, due next (before mail).
-    proactive: Option<Proactive>,
-    /// A claude run ended and no `recv_next` answered since, nor was a
-    /// long-poll sent: what the loop knows of the broker's pause predates
-    /// the run's spend row, so no synthetic run starts before it asks.
-    after_run: bool,
-    /// A peek asked after a run, before a synthetic run, is unanswered.
-    checking: bool,
+    /// The synthetic runs due once the loop is free.
+    due: Due,
+    /// What the loop knows of the broker's word: its ask, whether a run
+    /// ended since, the broker's pause.
+    word: Word,
     /// The pause last reported to the broker (`report_state`); None when it
     /// must be reported again (at start, after a reconnect).
     reported_pause: Option<Option<crate::proto::Paused>>,
     stopping: bool,
-    /// The broker's pause of this agent (its pool's usage limit, a budget):
-    /// no synthetic run (continue, checkpoint, `/compact`) starts while it
-    /// stands. Set and cleared by the poller's `BrokerPause`: every
-    /// `recv_next` answer without a pause ends it.
-    broker_pause: Option<crate::proto::Paused>,
-    /// The pool last reported to the broker (`report_pool`), sent again
-    /// when what identifies the credential changes.
-    pool_reported: Option<cmd::ReportPool>,
-    /// The pool report, computed again only when a credential file changed.
-    pool: PoolCache,
     /// The `HIVE_` variables the context arithmetic reads, taken at boot.
     env: context::ContextEnv,
-    /// What a run's `rate_limit_event` last said of the usage limit, as told
-    /// to the broker with the pool (the early warning, issue 16).
-    usage_reported: Option<cmd::UsageSeen>,
-    /// This harness's boot id, the first half of every spend row's
-    /// idempotency key (the stats row id, or a counter, is the second).
-    boot_id: String,
-    spend_seq: u64,
-    /// Spend rows the broker acknowledged, not yet marked so in the stats
-    /// db: written with the next run's row (one commit), or on their own
-    /// at `acks_due` when no run came first, or at the end.
-    spend_acked: Vec<String>,
-    acks_due: Option<Instant>,
-    /// The agent's `turn_usd` as the broker last handed it out (issue 16):
-    /// passed to every run as `--max-budget-usd`.
-    turn_usd: Option<f64>,
-    /// A `recv_next` answer gave `turn_usd`: until then no run starts (the
-    /// boot's first ask is a peek, answered at once), so none runs uncapped.
-    turn_usd_heard: bool,
+    /// Spend rows and their acknowledgements, the pool and usage reports,
+    /// `turn_usd`.
+    acct: Accounting,
+    /// The in-memory kit's claude: the runs the loop starts are recorded
+    /// here instead of spawned (`kit.rs`).
+    #[cfg(test)]
+    kit_runs: Option<Vec<(Running, String, bool)>>,
     /// The model file as read during the event being handled (`model`):
     /// read once per event, not once per use (three times a turn).
     model_now: Option<String>,
@@ -356,28 +347,14 @@ impl TurnLoop {
             },
             streaks: Streaks::default(),
             completed_turns: 0,
-            asked: false,
-            compact_requested: false,
-            continue_requested: false,
-            proactive: None,
-            after_run: false,
-            checking: false,
+            due: Due::default(),
+            word: Word::default(),
             reported_pause: Some(None),
             stopping: false,
-            broker_pause: None,
-            pool_reported: None,
-            pool: PoolCache::default(),
             env: context::ContextEnv::process(),
-            usage_reported: None,
-            boot_id: crate::sys::hash::random_bytes(6).map_or_else(
-                |_| format!("p{}t{}", std::process::id(), now()),
-                |b| crate::sys::hash::hex(&b),
-            ),
-            spend_seq: 0,
-            spend_acked: Vec::new(),
-            acks_due: None,
-            turn_usd: None,
-            turn_usd_heard: false,
+            acct: Accounting::new(),
+            #[cfg(test)]
+            kit_runs: None,
             model_now: None,
         }
     }
@@ -412,19 +389,19 @@ impl TurnLoop {
         // The acknowledgements heard up to the end are written down (had
         // the harness died first, the rows would be sent again at its next
         // boot and counted once).
-        while let Ok(ev) = self.poller.events.try_recv() {
-            if let FromPoller::SpendAcked(key) = ev {
-                self.spend_acked.push(key);
-            }
-        }
-        self.write_spend_acks();
+        let keys = self.poller.events.try_iter().filter_map(|ev| match ev {
+            FromPoller::SpendAcked(key) => Some(key),
+            _ => None,
+        });
+        self.acct
+            .last_acks(keys.collect::<Vec<_>>(), self.stats.as_ref());
     }
 
     fn boot(&mut self) {
         self.poller.tell(Request::from(cmd::HarnessStarted {
             hyperhive_rev: Some(crate::proto::HYPERHIVE_REV.into()),
         }));
-        self.resend_spend();
+        self.acct.resend_spend(self.stats.as_ref(), &self.poller);
         for f in super::plugins::install(&self.s, &self.bus) {
             self.to_parent(format!("[system] {} plugin install: {f}", self.s.label));
         }
@@ -472,68 +449,16 @@ impl TurnLoop {
                 unread,
                 attempts,
                 turn_usd,
-            }) => {
-                self.asked = false;
-                self.checking = false;
-                self.after_run = false;
-                self.turn_usd = turn_usd;
-                self.turn_usd_heard = true;
-                let identity = MessageKey::of(&message);
-                if let Some(outcome) = self.let_go_before(&identity) {
-                    return self.ack_again(&message, unread, &outcome);
-                }
-                let key = WorkKey::Message(message.id);
-                let work = Work {
-                    key,
-                    identity: Some(identity),
-                    from: message.from.to_string(),
-                    // A long reminder's text goes to a file in the state dir.
-                    body: reminder_file::for_model(Some(&self.s.state_dir), &message),
-                    unread: unread.unwrap_or(0),
-                    redelivered,
-                    attempts,
-                    auth_retried: false,
-                    guard: Inflight::new(key, self.poller.teller()),
-                };
-                if self.used_up(&work) {
-                    return self.dead_letter_used_up(work);
-                }
-                if let Some(p) = self.proactive {
-                    // The hand-out says the broker does not pause the agent,
-                    // but the checkpoint and its `/compact` come first: the
-                    // message goes back (at the head, its hand-out given
-                    // back) and is asked for again after them.
-                    self.give_back(work, p);
-                    if self.free() {
-                        self.advance();
-                    }
-                    return;
-                }
-                if self.continue_requested {
-                    // Mail drives the next turn; the continue is dropped.
-                    self.continue_requested = false;
-                    self.ledger.forget(WorkKey::Continue);
-                    self.bus.note(
-                        "continue requested, but messages are waiting: they drive the next turn",
-                    );
-                }
-                if self.free() {
-                    self.start_work(work);
-                } else {
-                    self.arrived = Some(work);
-                }
-            }
+            }) => self.on_message(message, redelivered, unread, attempts, turn_usd),
             Event::Broker(FromPoller::BrokerPause(p)) => self.on_broker_pause(p),
             Event::Broker(FromPoller::Resumed) => self.on_resumed(),
             Event::Broker(FromPoller::TurnUsd(u)) => {
                 // Every `recv_next` answer, after its pause (or its end):
                 // what the loop knows of the pause is current again.
-                self.turn_usd = u;
-                let first = !self.turn_usd_heard;
-                self.turn_usd_heard = true;
-                let was_after_run = std::mem::replace(&mut self.after_run, false);
-                let synthetic = self.compact_requested || self.proactive.is_some();
-                if self.free() && !self.checking && synthetic && (first || was_after_run) {
+                let first = self.acct.heard_turn_usd(u);
+                let was_after_run = std::mem::replace(&mut self.word.after_run, false);
+                let synthetic = self.due.synthetic();
+                if self.free() && !self.word.checking() && synthetic && (first || was_after_run) {
                     // A compaction asked for before the broker answered, or
                     // a synthetic run that waited for an answer to a
                     // long-poll sent before the last run (its window ended).
@@ -543,49 +468,15 @@ impl TurnLoop {
             // Marked in the stats db with the next run's row: no commit on
             // the way to the next turn.
             Event::Broker(FromPoller::SpendAcked(key)) => {
-                if self.stats.is_some() {
-                    self.spend_acked.push(key);
-                    self.acks_due
-                        .get_or_insert_with(|| Instant::now() + SPEND_ACKS_AFTER);
-                }
+                self.acct.spend_acked(key, self.stats.as_ref())
             }
-            Event::Broker(FromPoller::Empty) => {
-                self.asked = false;
-                self.checking = false;
-                self.after_run = false;
-                // Under the broker's pause the continue waits (`advance`
-                // parks a `recv_next`, answered when the pause ends); a
-                // checkpoint or a `/compact` due goes first.
-                let synthetic = self.proactive.is_some() || self.compact_requested;
-                if self.free()
-                    && self.continue_requested
-                    && self.broker_pause.is_none()
-                    && !synthetic
-                {
-                    self.continue_requested = false;
-                    let key = WorkKey::Continue;
-                    self.start_work(Work {
-                        key,
-                        identity: None,
-                        from: "self".into(),
-                        body: "continue".into(),
-                        unread: 0,
-                        redelivered: false,
-                        attempts: 0,
-                        auth_retried: false,
-                        guard: Inflight::new(key, self.poller.teller()),
-                    });
-                } else if self.free() {
-                    self.advance();
-                }
-            }
+            Event::Broker(FromPoller::Empty) => self.on_empty(),
             Event::Broker(FromPoller::Online(online)) => {
                 if online && !self.bus.snapshot().online {
                     // The broker may have restarted: what it knew of the
                     // pause (and of the pool) is gone.
                     self.reported_pause = None;
-                    self.pool_reported = None;
-                    self.usage_reported = None;
+                    self.acct.broker_back();
                 }
                 self.bus.update(|s| s.online = online)
             }
@@ -604,14 +495,99 @@ impl TurnLoop {
             Event::Claude(c) => self.on_claude(c),
             Event::Timer => {
                 let now = Instant::now();
-                if self.acks_due.is_some_and(|t| t <= now) {
-                    self.write_spend_acks();
+                if self.acct.acks_due().is_some_and(|t| t <= now) {
+                    self.acct.write_spend_acks(self.stats.as_ref());
                 }
                 if self.phase_deadline().is_some_and(|t| t <= now) {
                     self.on_timer();
                 }
             }
             Event::Signal => self.stop(),
+        }
+    }
+
+    /// A message handed out: acked at once when a run let it go before,
+    /// dead-lettered when its attempts were used up, handed back behind a
+    /// proactive run, else run now or once the loop is free.
+    fn on_message(
+        &mut self,
+        message: Message,
+        redelivered: bool,
+        unread: Option<u64>,
+        attempts: u32,
+        turn_usd: Option<f64>,
+    ) {
+        self.word.answered();
+        self.acct.heard_turn_usd(turn_usd);
+        let identity = MessageKey::of(&message);
+        if let Some(outcome) = self.let_go_before(&identity) {
+            return self.ack_again(&message, unread, &outcome);
+        }
+        let key = WorkKey::Message(message.id);
+        let work = Work {
+            key,
+            identity: Some(identity),
+            from: message.from.to_string(),
+            // A long reminder's text goes to a file in the state dir.
+            body: reminder_file::for_model(Some(&self.s.state_dir), &message),
+            unread: unread.unwrap_or(0),
+            redelivered,
+            attempts,
+            auth_retried: false,
+            guard: Inflight::new(key, self.poller.teller()),
+        };
+        if self.used_up(&work) {
+            return self.dead_letter_used_up(work);
+        }
+        if let Some(p) = self.due.proactive {
+            // The hand-out says the broker does not pause the agent,
+            // but the checkpoint and its `/compact` come first: the
+            // message goes back (at the head, its hand-out given
+            // back) and is asked for again after them.
+            self.give_back(work, p);
+            if self.free() {
+                self.advance();
+            }
+            return;
+        }
+        if self.due.continue_turn {
+            // Mail drives the next turn; the continue is dropped.
+            self.due.continue_turn = false;
+            self.ledger.forget(WorkKey::Continue);
+            self.bus
+                .note("continue requested, but messages are waiting: they drive the next turn");
+        }
+        if self.free() {
+            self.start_work(work);
+        } else {
+            self.arrived = Some(work);
+        }
+    }
+
+    /// Nothing is queued: a waiting continue runs now (unless the broker
+    /// pauses the agent or a synthetic run is due), else the loop goes on.
+    fn on_empty(&mut self) {
+        self.word.answered();
+        // Under the broker's pause the continue waits (`advance`
+        // parks a `recv_next`, answered when the pause ends); a
+        // checkpoint or a `/compact` due goes first.
+        let synthetic = self.due.synthetic();
+        if self.free() && self.due.continue_turn && self.word.pause.is_none() && !synthetic {
+            self.due.continue_turn = false;
+            let key = WorkKey::Continue;
+            self.start_work(Work {
+                key,
+                identity: None,
+                from: "self".into(),
+                body: "continue".into(),
+                unread: 0,
+                redelivered: false,
+                attempts: 0,
+                auth_retried: false,
+                guard: Inflight::new(key, self.poller.teller()),
+            });
+        } else if self.free() {
+            self.advance();
         }
     }
 
@@ -656,7 +632,7 @@ impl TurnLoop {
             note,
             outcome: outcome.to_string(),
             duration_ms: 0,
-            decision: Some(policy::describe(Decision::Complete, Running::Turn)),
+            decision: Some(policy::describe(&Decision::Complete, Running::Turn)),
         });
         if self.free() {
             self.advance();
@@ -671,20 +647,9 @@ impl TurnLoop {
     /// The phase's next deadline, or when the spend acknowledgements are
     /// written if that comes first.
     fn next_deadline(&self) -> Option<Instant> {
-        match (self.phase_deadline(), self.acks_due) {
+        match (self.phase_deadline(), self.acct.acks_due()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        }
-    }
-
-    /// Writes the spend acknowledgements heard since the last run's row.
-    fn write_spend_acks(&mut self) {
-        self.acks_due = None;
-        if let (Some(stats), false) = (&self.stats, self.spend_acked.is_empty()) {
-            match stats.spend_acked(&self.spend_acked) {
-                Ok(()) => self.spend_acked.clear(),
-                Err(e) => log::error!("{e}"),
-            }
         }
     }
 
@@ -730,29 +695,29 @@ impl TurnLoop {
                 _ => self.bus.note("nothing to interrupt: no turn is running"),
             },
             Control::Compact => {
-                let known = !self.after_run && self.proactive.is_none();
-                if self.free() && self.turn_usd_heard && self.broker_pause.is_none() && known {
+                let known = !self.word.after_run && self.due.proactive.is_none();
+                if self.free() && self.acct.turn_usd_known() && self.word.pause.is_none() && known {
                     self.start_compaction(Running::OperatorCompact, "operator request");
-                } else if self.free() && !self.turn_usd_heard {
-                    self.compact_requested = true;
+                } else if self.free() && !self.acct.turn_usd_known() {
+                    self.due.compact = true;
                     self.bus.note(
                         "compaction queued: it runs once the broker has answered (it says the \
                          agent's turn_usd)",
                     );
-                } else if self.free() && self.broker_pause.is_some() {
-                    self.compact_requested = true;
+                } else if self.free() && self.word.pause.is_some() {
+                    self.due.compact = true;
                     self.bus.note(
                         "compaction queued: the broker pauses this agent (its pool's usage \
                          limit or a budget); it runs once the pause ends",
                     );
                 } else if self.free() {
-                    self.compact_requested = true;
+                    self.due.compact = true;
                     self.bus.note(
                         "compaction queued: it runs once the broker has answered whether the \
                          last run's spend pauses this agent",
                     );
                 } else {
-                    self.compact_requested = true;
+                    self.due.compact = true;
                     self.bus
                         .note("compaction queued: it runs when the loop is free");
                 }
@@ -790,41 +755,47 @@ impl TurnLoop {
             return;
         }
         if let Some(w) = self.arrived.take() {
-            match self.proactive {
+            match self.due.proactive {
                 Some(p) => self.give_back(w, p),
                 None => return self.start_work(w),
             }
         }
-        let synthetic = self.proactive.is_some() || self.compact_requested;
-        if synthetic && self.turn_usd_heard && self.broker_pause.is_none() && !self.after_run {
-            if let Some(p) = self.proactive.take() {
+        let synthetic = self.due.synthetic();
+        if synthetic
+            && self.acct.turn_usd_known()
+            && self.word.pause.is_none()
+            && !self.word.after_run
+        {
+            if let Some(p) = self.due.proactive.take() {
                 return self.start_proactive(p);
             }
-            self.compact_requested = false;
+            self.due.compact = false;
             return self.start_compaction(Running::OperatorCompact, "operator request");
         }
-        if self.asked {
+        if self.word.ask.is_some() {
             return;
         }
-        self.asked = true;
         // A peek is answered at once: before a continue, before a synthetic
         // run after a run, and at boot, so `turn_usd` is known before any
         // run. A long-poll sent while the loop knows of no pause is answered
         // at once if the broker pauses the agent, so it stands for an answer.
-        let peek = !self.turn_usd_heard
-            || (self.broker_pause.is_none() && (self.continue_requested || synthetic));
+        let peek = !self.acct.turn_usd_known()
+            || (self.word.pause.is_none() && (self.due.continue_turn || synthetic));
         if peek {
-            self.checking = synthetic;
+            self.word.ask = Some(Ask::Peek {
+                checking: synthetic,
+            });
             self.poller.peek();
         } else {
-            if let (Some(p), Some(pause)) = (self.proactive, &self.broker_pause) {
+            if let (Some(p), Some(pause)) = (self.due.proactive, &self.word.pause) {
                 self.bus.note(format!(
                     "{} waits: the broker pauses this agent ({}); it runs once the pause ends",
                     p.what(),
                     pause.detail
                 ));
             }
-            self.after_run = false;
+            self.word.ask = Some(Ask::LongPoll);
+            self.word.after_run = false;
             self.poller.next();
         }
     }
@@ -964,7 +935,13 @@ impl TurnLoop {
         env.extend(login::token_env(&self.s));
         Invocation {
             bin: self.s.claude_bin.clone(),
-            args: invocation::claude_args(&self.s, &self.tools, model, resume, self.turn_usd),
+            args: invocation::claude_args(
+                &self.s,
+                &self.tools,
+                model,
+                resume,
+                self.acct.turn_usd(),
+            ),
             stdin: prompt,
             env,
             cwd: self.s.state_dir.clone(),
@@ -990,7 +967,12 @@ impl TurnLoop {
         } else {
             TurnObserver::new()
         };
-        self.report_pool();
+        #[cfg(test)]
+        if let Some(runs) = &mut self.kit_runs {
+            runs.push((running, inv.stdin.clone(), resume));
+            return;
+        }
+        self.acct.report_pool(&self.s, &self.poller);
         match ClaudeRun::start(&inv) {
             Err(why) => {
                 self.bus.note(why.clone());
@@ -998,11 +980,11 @@ impl TurnLoop {
                     code: Some(127),
                     ..ExitInfo::default()
                 });
-                report.outcome = TurnOutcome::NotStarted(why);
+                report.outcome = TurnOutcome::not_started(why);
                 self.conclude(Ended {
                     running,
                     report,
-                    outcome: Outcome::NotStarted,
+                    outcome: TurnOutcomeKind::NotStarted,
                     started: false,
                     resumed: resume,
                     epoch: self.session.epoch,
@@ -1313,8 +1295,8 @@ impl TurnLoop {
         );
         let (outcome, said) = match rule {
             Some((outcome, said)) => {
-                if outcome == Outcome::Completed && !report.outcome.is_ok() {
-                    report.outcome = TurnOutcome::Ok;
+                if outcome.is_ok() && !report.outcome.is_ok() {
+                    report.outcome = TurnOutcome::ok();
                 }
                 (outcome, said)
             }
@@ -1339,25 +1321,30 @@ impl TurnLoop {
     /// The outcome of a run the loop stopped for `cause` (the classifier's,
     /// with no cause), the report's outcome set to match; `ok`: the run
     /// succeeded, by the classifier and against the stop.
-    fn stopped_for(&self, cause: Option<&Cause>, ok: bool, report: &mut TurnReport) -> Outcome {
+    fn stopped_for(
+        &self,
+        cause: Option<&Cause>,
+        ok: bool,
+        report: &mut TurnReport,
+    ) -> TurnOutcomeKind {
         match cause {
             Some(Cause::Interrupt) if !ok => {
-                report.outcome = TurnOutcome::Interrupted("interrupted by the operator".into());
-                Outcome::Interrupted
+                report.outcome = TurnOutcome::interrupted("interrupted by the operator".into());
+                TurnOutcomeKind::Interrupted
             }
             Some(Cause::Hung) if !ok => {
                 let idle = self.s.turn_idle.unwrap_or_default().as_secs();
-                report.outcome = TurnOutcome::Hung(format!(
+                report.outcome = TurnOutcome::hung(format!(
                     "no output for {idle}s with no tool call open; stopped"
                 ));
-                Outcome::Hung
+                TurnOutcomeKind::Hung
             }
             Some(Cause::Mcp(text)) => {
-                report.outcome = TurnOutcome::McpNotConnected(text.clone());
-                Outcome::McpNotConnected
+                report.outcome = TurnOutcome::mcp_not_connected(text.clone());
+                TurnOutcomeKind::McpStartFailed
             }
-            Some(Cause::TimedOut) if !ok => Outcome::TimedOut,
-            _ => outcome_of(&report.outcome),
+            Some(Cause::TimedOut) if !ok => TurnOutcomeKind::TimedOut,
+            _ => report.outcome.kind(),
         }
     }
 
@@ -1369,10 +1356,15 @@ impl TurnLoop {
         // write when this returns.
         let _cork = self.poller.teller().cork();
         // Its spend row goes to the broker before any later ask.
-        self.after_run = true;
+        self.word.after_run = true;
+        // The context window the CLI reported, before the plan's watermark
+        // and the run's row read it.
+        if let (Some(m), Some(w), true) = (&e.report.model, e.report.context_window, e.started) {
+            self.session.cli_windows.insert(m.clone(), w);
+        }
         // A stop of the harness gives the message back as it is (its guard
         // requeues it), unless its turn finished: then it is acked first.
-        let finished = e.running == Running::Turn && e.outcome == Outcome::Completed;
+        let finished = e.running == Running::Turn && e.outcome.is_ok();
         if self.stopping && !finished {
             if e.started {
                 self.record(&e, false);
@@ -1386,7 +1378,7 @@ impl TurnLoop {
             }
             // A harness that stops leaves the sentinel to its next boot.
             if !self.stopping && self.take_continue() {
-                self.continue_requested = true;
+                self.due.continue_turn = true;
             }
         }
         if let Some(key) = key {
@@ -1396,7 +1388,7 @@ impl TurnLoop {
             }
         }
         if e.running.is_compaction() {
-            let ok = e.outcome == Outcome::Completed;
+            let ok = e.outcome.is_ok();
             let detail = match e.report.compact.as_ref().filter(|_| ok) {
                 Some(c) => format!(
                     "{} → {} tokens",
@@ -1415,6 +1407,26 @@ impl TurnLoop {
                 self.session.last_context = e.report.context_tokens;
             }
         }
+        let text = e.text();
+        let plan = policy::plan(&self.end_of(&e, &text));
+        log::debug!(
+            "{:?} during {:?}: {:?}",
+            e.outcome,
+            e.running,
+            plan.decision
+        );
+        // A message let go is recorded as such before its ack is sent.
+        let lets_go = plan.decision.acks() && plan.decision != Decision::DeadLetter;
+        if e.started {
+            self.record(&e, lets_go);
+        }
+        self.execute(plan, &e, &text);
+    }
+
+    /// What the policy's plan is made of: the run's end, the facts of its
+    /// work and session, the figures of its notices and pause.
+    fn end_of<'a>(&mut self, e: &'a Ended, text: &'a str) -> policy::End<'a> {
+        let key = self.work.as_ref().map(|w| w.key);
         let rec = key.map(|k| self.ledger.get(k)).unwrap_or_default();
         let facts = Facts {
             attempts: rec.attempts,
@@ -1424,32 +1436,179 @@ impl TurnLoop {
             auth_retried: self.work.as_ref().is_some_and(|w| w.auth_retried),
             succeeded_since_failure: rec.failed_at.is_some_and(|n| self.completed_turns > n),
         };
-        let decision = if key.is_none() && e.running.for_work() {
-            // Nothing is at stake (cannot happen: work phases run for a work).
-            Decision::GoOn
-        } else {
-            policy::decide(e.outcome, e.running, &facts)
-        };
-        log::debug!(
-            "{:?} during {:?} with {facts:?}: {decision:?}",
-            e.outcome,
-            e.running
+        let model = self.model();
+        let window = self.window(&model);
+        let env = |k: &str| self.env.get(k);
+        let past_watermark = context::needs_proactive_compact(
+            e.report.context_tokens,
+            context::compact_watermark(window, &env),
         );
-        // A message let go is recorded as such before its ack is sent.
-        let lets_go = decision.acks() && decision != Decision::DeadLetter;
-        if e.started {
-            self.record(&e, lets_go);
+        let t = now();
+        let result_text = e.report.result_text.as_deref().unwrap_or_default();
+        let resets_at = e
+            .report
+            .outcome
+            .resets_at
+            .or_else(|| classify::utc_reset_in_text(result_text, t));
+        policy::End {
+            outcome: e.outcome,
+            running: e.running,
+            facts,
+            has_work: key.is_some(),
+            label: self.s.label.clone(),
+            what: self.work.as_ref().map(Work::what).unwrap_or_default(),
+            text,
+            said: e.said.as_ref().map(|(_, n)| n.as_str()),
+            detail: e.report.outcome.detail().unwrap_or_default(),
+            result_text,
+            resets_at,
+            cost_usd: e.report.cost_usd,
+            turn_usd: self.acct.turn_usd(),
+            past_watermark,
+            now: t,
+            streaks: self.streaks,
+            waits: Waits {
+                brief: self.s.fail_pause,
+                rate_limit: self.s.rate_limit_sleep,
+                rate_limit_max: self.s.rate_limit_max_sleep,
+                api_backoff_base: self.s.api_backoff_base,
+                api_backoff_max: self.s.api_backoff_max,
+                api_failures_before_notice: self.s.api_failures_before_notice,
+                start_backoff_max: self.s.start_backoff_max,
+            },
         }
-        self.apply(decision, e, facts);
+    }
+
+    /// Carries out the plan for a run's end, in its order: the work's
+    /// settlement, the usage limit report, the parent notices, the log
+    /// lines, the page, then what runs next.
+    fn execute(&mut self, plan: Plan, e: &Ended, text: &str) {
+        self.streaks = plan.streaks;
+        if plan.completed {
+            self.completed_turns += 1;
+        }
+        self.settle(plan.settle, text);
+        if let Some(u) = plan.usage_limit {
+            self.poller.tell(Request::from(cmd::ReportUsageLimit {
+                // What identified the run's credential at its spawn.
+                credential: self.acct.credential(&self.s),
+                until: u.until,
+                detail: one_line(&u.detail, MAX_PAUSE_DETAIL_CHARS),
+            }));
+        }
+        for n in plan.notices {
+            self.to_parent(n);
+        }
+        for (level, line) in plan.logs {
+            log::log!(level, "{line}");
+        }
+        for n in plan.notes {
+            self.bus.note(n);
+        }
+        if let Some(end) = plan.end {
+            self.end_work(&plan.decision, end.ok, end.note, text, e);
+        }
+        self.go(plan.next);
+    }
+
+    /// Settles the work in hand as the plan says.
+    fn settle(&mut self, settle: Settle, text: &str) {
+        let completed = self.completed_turns;
+        match settle {
+            Settle::Hold => {}
+            Settle::RetryAuth => {
+                if let Some(w) = &mut self.work {
+                    w.auth_retried = true;
+                }
+            }
+            Settle::Ack(why) => {
+                if let Some(w) = self.work.take() {
+                    self.ledger.forget(w.key);
+                    w.guard.ack(why);
+                }
+            }
+            Settle::DeadLetter { notice } => {
+                if let Some(w) = self.work.take() {
+                    self.ledger.forget(w.key);
+                    w.guard.dead_letter(text, true, notice);
+                }
+            }
+            Settle::Requeue {
+                counted,
+                place,
+                then,
+            } => {
+                let Some(w) = self.work.take() else {
+                    return;
+                };
+                self.ledger.update(w.key, |r| {
+                    if counted {
+                        r.attempts += 1;
+                    }
+                    r.last_error = text.to_string();
+                    r.resume = then;
+                    r.failed_at = Some(completed);
+                });
+                if w.key == WorkKey::Continue {
+                    self.due.continue_turn = true;
+                }
+                // The error is kept as the message's last one when it counted.
+                w.guard.requeue(Requeue {
+                    counted,
+                    place,
+                    error: counted.then(|| text.to_string()),
+                });
+            }
+        }
+    }
+
+    /// What runs next, as the plan says.
+    fn go(&mut self, next: Next) {
+        match next {
+            Next::Advance(proactive) => {
+                if proactive.is_some() {
+                    self.due.proactive = proactive;
+                }
+                self.advance();
+            }
+            Next::TurnAfterCompact => {
+                if let Some(w) = &self.work {
+                    let epoch = self.session.epoch;
+                    self.ledger.update(w.key, |r| {
+                        r.compacted_epoch = Some(epoch);
+                        r.resume = Resume::Turn;
+                    });
+                }
+                self.start_turn();
+            }
+            Next::FreshTurn => {
+                if let Some(w) = &self.work {
+                    self.ledger.update(w.key, |r| r.resume = Resume::Turn);
+                }
+                self.session.force_fresh = true;
+                self.session.last_context = None;
+                self.start_turn();
+            }
+            Next::Turn => self.start_turn(),
+            Next::Compact(running, why) => self.start_compaction(running, why),
+            Next::ResetCheckpoint => self.start_run(
+                Running::ResetCheckpoint,
+                context::AUTO_RESET_CHECKPOINT_PROMPT.into(),
+                true,
+            ),
+            Next::Pause {
+                wait,
+                reason,
+                detail,
+            } => self.pause(wait, reason, detail),
+            Next::Login => self.enter_login(),
+        }
     }
 
     /// The stats row, the counters and the bus figures of a run that
     /// started; with `lets_go`, the row also records its message as let go.
     fn record(&mut self, e: &Ended, lets_go: bool) {
         let rep = &e.report;
-        if let (Some(m), Some(w)) = (&rep.model, rep.context_window) {
-            self.session.cli_windows.insert(m.clone(), w);
-        }
         if let Some(v) = &rep.cli_version {
             self.check_cli_version(v);
         }
@@ -1474,428 +1633,45 @@ impl TurnLoop {
             }
             Running::ResetCheckpoint | Running::ProactiveCheckpoint => "checkpoint",
         };
-        let mut spend = None;
-        if let Some(stats) = &self.stats {
-            let (outcome, note) = match &e.said {
-                Some((k, note)) => (*k, note.clone()),
-                None => (
-                    rep.outcome.kind(),
-                    match (e.outcome == Outcome::Interrupted, rep.outcome.detail()) {
-                        (true, Some(d)) => format!("interrupted by the operator; {d}"),
-                        (true, None) => "interrupted by the operator".into(),
-                        (false, d) => d.unwrap_or_default(),
-                    },
-                ),
-            };
-            let row = TurnRow {
-                id: 0,
-                started_at: e.started_at,
-                duration_ms: e.elapsed.as_millis() as u64,
-                kind: kind.into(),
-                outcome: outcome.as_str().to_string(),
-                model: e.model.clone(),
-                sender: work.map_or_else(|| "harness".into(), |w| w.from.clone()),
-                message_id: work.and_then(|w| w.key.id()),
-                context_tokens: rep.context_tokens,
-                tokens_in: rep.input_tokens,
-                tokens_out: rep.output_tokens,
-                cost_usd: rep.cost_usd.unwrap_or(0.0),
-                session_id: rep.session_id.clone(),
-                note,
-            };
-            // Only runs that started get here (`conclude`).
-            let spend_row = Spend {
-                boot_id: &self.boot_id,
-                usd: rep.cost_usd,
-                tokens: rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens,
-                cache_read: rep.cache_read_tokens,
-            };
-            let let_go = work.and_then(|w| w.identity.as_ref()).filter(|_| lets_go);
-            match stats.record_with_spend(&row, &spend_row, &self.spend_acked, let_go) {
-                Ok((_, s)) => {
-                    spend = Some(s);
-                    self.spend_acked.clear();
-                    self.acks_due = None;
-                }
-                Err(err) => log::error!("{err}"),
-            }
-        }
-        // Every run's spend, once (issue 16): kept with its stats row until
-        // the broker acknowledges it (`SpendAcked`), re-sent by the poller
-        // until then and at the next boot if the harness dies first; the key
-        // makes a re-send count once.
-        if !e.started {
-            return;
-        }
-        if let Some(u) = &rep.usage {
-            self.report_usage(u.clone());
-        }
-        let spend = spend.unwrap_or_else(|| {
-            // No stats db: the row lives in memory only.
-            self.spend_seq += 1;
-            cmd::ReportSpend {
-                key: format!("{}:n{}", self.boot_id, self.spend_seq),
-                usd: rep.cost_usd,
-                tokens: rep.input_tokens + rep.cache_creation_tokens + rep.output_tokens,
-                cache_read: rep.cache_read_tokens,
-                at: Some(now()),
-            }
-        });
-        self.poller.tell(Request::from(spend));
-        if e.running == Running::Turn {
-            // Not worth waiting for; the poller keeps them in order. The
-            // classifier has already dropped figures that are not finite,
-            // negative or absurd.
-            let ok = rep.outcome.is_ok();
-            self.poller.tell(Request::from(cmd::PostTurnCounts {
-                turns: 1,
-                ok: u64::from(ok),
-                failed: u64::from(!ok),
-                tokens_in: rep.input_tokens,
-                tokens_out: rep.output_tokens,
-                cost_usd: rep.cost_usd.unwrap_or(0.0),
-            }));
-        }
-    }
-
-    fn apply(&mut self, d: Decision, e: Ended, facts: Facts) {
-        let text = e.text();
-        match d {
-            Decision::Complete => {
-                self.completed_turns += 1;
-                self.streaks.api = 0;
-                self.streaks.mcp = 0;
-                if let Some(w) = self.work.take() {
-                    self.ledger.forget(w.key);
-                    w.guard.ack(Ack::Completed);
-                }
-                let note = e.said.as_ref().map(|(_, n)| n.clone()).unwrap_or_default();
-                self.end_work(d, true, note, &text, &e);
-                let model = self.model();
-                let window = self.window(&model);
-                let env = |k: &str| self.env.get(k);
-                let wm = context::compact_watermark(window, &env);
-                if context::needs_proactive_compact(e.report.context_tokens, wm) {
-                    // It waits for the broker's word first: this turn's
-                    // spend may have reached a budget (`advance`).
-                    self.proactive = Some(Proactive::Checkpoint);
-                }
-                self.advance();
-            }
-            Decision::AckInterrupted => {
-                let what = self.work.as_ref().map(Work::what).unwrap_or_default();
-                if let Some(w) = self.work.take() {
-                    self.ledger.forget(w.key);
-                    w.guard.ack(Ack::Interrupted);
-                }
-                self.end_work(
-                    d,
-                    false,
-                    format!("{what} was interrupted by the operator; it will not be retried"),
-                    &text,
-                    &e,
-                );
-                self.advance();
-            }
-            Decision::DeadLetter => {
-                if let Some(w) = self.work.take() {
-                    let n = facts.attempts + 1;
-                    let what = w.what();
-                    let notice = format!(
-                        "[system] {}: {what} is dead-lettered after {n} failed attempts; last error: {text}",
-                        self.s.label,
-                    );
-                    log::warn!("{what} is dead-lettered after {n} failed attempts: {text}");
-                    self.ledger.forget(w.key);
-                    w.guard.dead_letter(&text, true, notice);
-                    self.end_work(
-                        d,
-                        false,
-                        format!("{what} failed {n} times and is dead-lettered: {text}"),
-                        &text,
-                        &e,
-                    );
-                }
-                self.advance();
-            }
-            Decision::AckTurnBudget => {
-                let what = self.work.as_ref().map(Work::what).unwrap_or_default();
-                if let Some(w) = self.work.take() {
-                    self.ledger.forget(w.key);
-                    w.guard.ack(Ack::TurnBudget);
-                }
-                let cap = self
-                    .turn_usd
-                    .map_or_else(|| "its turn_usd".to_string(), |u| format!("turn_usd ${u}"));
-                let cost = e
-                    .report
-                    .cost_usd
-                    .map_or_else(|| "an unknown cost".to_string(), |c| format!("${c:.4}"));
-                let said = e.report.outcome.detail().unwrap_or_default();
-                log::warn!("{what} reached its turn budget ({cap}, {said}) at {cost}: acked");
-                self.to_parent(format!(
-                    "[system] {}: {what} stopped at its per-run budget ({cap}; claude said: {said}) after costing {cost}; it is acked and not run again (a retry would pay again)",
-                    self.s.label
-                ));
-                self.end_work(
-                    d,
-                    false,
-                    format!("{what} stopped at its per-run budget ({cap}) after costing {cost}; acked, not retried"),
-                    &text,
-                    &e,
-                );
-                self.advance();
-            }
-            Decision::Proceed => match e.running {
-                Running::ReactiveCompact => {
-                    if let Some(w) = &self.work {
-                        let epoch = self.session.epoch;
-                        self.ledger.update(w.key, |r| {
-                            r.compacted_epoch = Some(epoch);
-                            r.resume = Resume::Turn;
-                        });
-                    }
-                    self.start_turn();
-                }
-                Running::ResetCheckpoint => {
-                    if e.outcome != Outcome::Completed {
-                        self.bus
-                            .note(format!("checkpoint turn failed ({text}); going on"));
-                    }
-                    self.session.force_fresh = true;
-                    self.session.last_context = None;
-                    self.start_turn();
-                }
-                Running::ProactiveCheckpoint => {
-                    if e.outcome != Outcome::Completed {
-                        self.bus
-                            .note(format!("checkpoint turn failed ({text}); going on"));
-                    }
-                    self.proactive = Some(Proactive::Compact);
-                    self.advance();
-                }
-                _ => self.advance(),
-            },
-            Decision::GoOn => {
-                if e.outcome != Outcome::Completed {
-                    self.bus
-                        .note(format!("{} failed ({text}); going on", e.running.name()));
-                }
-                self.advance();
-            }
-            Decision::RetryNow => {
-                self.bus
-                    .note("authentication failed: retrying once at once");
-                if let Some(w) = &mut self.work {
-                    w.auth_retried = true;
-                }
-                match e.running {
-                    Running::ReactiveCompact => self.start_compaction(
-                        Running::ReactiveCompact,
-                        "retry after a refused credential",
-                    ),
-                    Running::ResetCheckpoint => self.start_run(
-                        Running::ResetCheckpoint,
-                        context::AUTO_RESET_CHECKPOINT_PROMPT.into(),
-                        true,
-                    ),
-                    _ => self.start_turn(),
-                }
-            }
-            Decision::CompactThenRetry => {
-                self.bus
-                    .note("the session is past its context window: compacting, then retrying");
-                self.start_compaction(Running::ReactiveCompact, "prompt too long");
-            }
-            Decision::FreshSessionThenRetry => {
-                let what = self.work.as_ref().map(Work::what).unwrap_or_default();
-                self.to_parent(format!(
-                    "[system] {}: the session could not be compacted below the context window ({text}); it was dropped and {what} runs again in a fresh session",
-                    self.s.label
-                ));
-                self.bus
-                    .note("the session cannot be compacted: starting a fresh one for this message");
-                if let Some(w) = &self.work {
-                    self.ledger.update(w.key, |r| r.resume = Resume::Turn);
-                }
-                self.session.force_fresh = true;
-                self.session.last_context = None;
-                self.start_turn();
-            }
-            Decision::Keep {
-                wait,
-                counted,
-                place,
-                then,
-            } => self.keep(wait, counted, place, then, e),
-        }
-    }
-
-    /// Keeps the work (requeued, or the continue held) and waits.
-    fn keep(&mut self, wait: Wait, counted: bool, place: Place, then: Resume, e: Ended) {
-        let d = Decision::Keep {
-            wait,
-            counted,
-            place,
-            then,
+        let (outcome, note) = match &e.said {
+            Some((k, note)) => (*k, note.clone()),
+            None => (
+                rep.outcome.kind(),
+                match (
+                    e.outcome == TurnOutcomeKind::Interrupted,
+                    rep.outcome.detail(),
+                ) {
+                    (true, Some(d)) => format!("interrupted by the operator; {d}"),
+                    (true, None) => "interrupted by the operator".into(),
+                    (false, d) => d.unwrap_or_default(),
+                },
+            ),
         };
-        let text = e.text();
-        let completed = self.completed_turns;
-        let what = self.work.as_ref().map(Work::what).unwrap_or_default();
-        if let Some(w) = self.work.take() {
-            self.ledger.update(w.key, |r| {
-                if counted {
-                    r.attempts += 1;
-                }
-                r.last_error = text.clone();
-                r.resume = then;
-                r.failed_at = Some(completed);
-            });
-            if w.key == WorkKey::Continue {
-                self.continue_requested = true;
-            }
-            // The error is kept as the message's last one when it counted.
-            w.guard.requeue(Requeue {
-                counted,
-                place,
-                error: counted.then(|| text.clone()),
-            });
-        }
-        let (pause, reason, detail) = match wait {
-            Wait::Brief => (self.s.fail_pause, None, String::new()),
-            Wait::For(PauseReason::Login) => {
-                self.end_work(
-                    d,
-                    false,
-                    format!("authentication failed twice: {what} requeued until claude is logged in again"),
-                    &text,
-                    &e,
-                );
-                return self.enter_login();
-            }
-            Wait::For(PauseReason::RateLimit | PauseReason::UsageLimit) => {
-                let t = now();
-                let said = e.report.result_text.clone().unwrap_or_default();
-                let resets_at = match e.report.outcome {
-                    TurnOutcome::RateLimited { resets_at } => resets_at,
-                    _ => None,
-                }
-                .or_else(|| super::classify::utc_reset_in_text(&said, t));
-                let sleep = match resets_at {
-                    Some(at) if at > t => Duration::from_secs((at - t) as u64),
-                    _ => self.s.rate_limit_sleep,
-                }
-                .min(self.s.rate_limit_max_sleep);
-                match resets_at {
-                    // A usage limit with its reset: the broker parks the
-                    // whole pool (issue 16).
-                    Some(at) if at > t => {
-                        self.poller.tell(Request::from(cmd::ReportUsageLimit {
-                            // What identified the run's credential at its spawn.
-                            credential: self
-                                .pool_reported
-                                .clone()
-                                .unwrap_or_else(|| super::pool::report(&self.s)),
-                            until: t + sleep.as_secs() as i64,
-                            detail: one_line(
-                                if said.is_empty() { &text } else { &said },
-                                MAX_PAUSE_DETAIL_CHARS,
-                            ),
-                        }));
-                        (
-                            sleep,
-                            Some(PauseReason::UsageLimit),
-                            format!("usage limit: {what} requeued"),
-                        )
-                    }
-                    _ => (
-                        sleep,
-                        Some(PauseReason::RateLimit),
-                        format!("rate limited: {what} requeued"),
-                    ),
-                }
-            }
-            Wait::For(PauseReason::ApiBackoff) => {
-                self.streaks.api += 1;
-                let n = self.streaks.api;
-                if n == self.s.api_failures_before_notice {
-                    self.to_parent(format!(
-                        "[system] {}: the Claude API has been unavailable for {n} turns in a row ({text}); {what} is kept and retried every {}s at most",
-                        self.s.label,
-                        self.s.api_backoff_max.as_secs()
-                    ));
-                }
-                (
-                    backoff(self.s.api_backoff_base, self.s.api_backoff_max, n),
-                    Some(PauseReason::ApiBackoff),
-                    format!("API unavailable ({text}): {what} requeued"),
-                )
-            }
-            Wait::For(PauseReason::StartFailed) => {
-                self.streaks.start += 1;
-                let n = self.streaks.start;
-                let max = self.s.start_backoff_max;
-                // One log line and one parent notice per burst of failures.
-                if n == 1 {
-                    log::error!(
-                        "claude could not be started: {text}; {what} requeued, retrying with a backoff up to {max:?}"
-                    );
-                    self.to_parent(format!(
-                        "[system] {}: claude could not be started ({}); {what} is kept and retried every {max:?} at most",
-                        self.s.label,
-                        text.trim_start_matches("not started: ")
-                    ));
-                } else {
-                    log::debug!("claude could not be started ({n} in a row): {text}");
-                }
-                (
-                    backoff(self.s.fail_pause, max, n),
-                    Some(PauseReason::StartFailed),
-                    format!("claude could not be started: {what} requeued"),
-                )
-            }
-            Wait::For(PauseReason::McpStart) => {
-                self.streaks.mcp += 1;
-                let n = self.streaks.mcp;
-                let max = self.s.start_backoff_max;
-                if n == MCP_FAILURES_BEFORE_BACKOFF {
-                    log::error!("the MCP servers did not start for {n} turns in a row: {text}");
-                    self.to_parent(format!(
-                        "[system] {}: the MCP servers did not start for {n} turns in a row ({text}); {what} is kept and retried with a backoff up to {max:?}",
-                        self.s.label
-                    ));
-                }
-                // Short pauses first, then doubling from twice the short one.
-                let pause = if n < MCP_FAILURES_BEFORE_BACKOFF {
-                    self.s.fail_pause
-                } else {
-                    backoff(self.s.fail_pause, max, n - MCP_FAILURES_BEFORE_BACKOFF + 2)
-                };
-                (
-                    pause,
-                    Some(PauseReason::McpStart),
-                    format!("MCP servers did not start ({text}): {what} requeued"),
-                )
-            }
+        let row = TurnRow {
+            id: 0,
+            started_at: e.started_at,
+            duration_ms: e.elapsed.as_millis() as u64,
+            kind: kind.into(),
+            outcome: outcome.as_str().to_string(),
+            model: e.model.clone(),
+            sender: work.map_or_else(|| "harness".into(), |w| w.from.clone()),
+            message_id: work.and_then(|w| w.key.id()),
+            context_tokens: rep.context_tokens,
+            tokens_in: rep.input_tokens,
+            tokens_out: rep.output_tokens,
+            cost_usd: rep.cost_usd.unwrap_or(0.0),
+            session_id: rep.session_id.clone(),
+            note,
         };
-        let note = if detail.is_empty() {
-            format!(
-                "{what} failed ({text}){}; retrying in {pause:?}",
-                if counted {
-                    ", counted toward the attempt limit"
-                } else {
-                    ""
-                }
-            )
-        } else {
-            format!("{detail}; resuming in {}s", pause.as_secs())
-        };
-        if !what.is_empty() {
-            self.end_work(d, false, note, &text, &e);
-        } else {
-            self.bus.note(note);
-        }
-        self.pause(pause, reason, detail);
+        let let_go = work.and_then(|w| w.identity.as_ref()).filter(|_| lets_go);
+        self.acct.record_run(
+            &self.s,
+            self.stats.as_ref(),
+            &row,
+            rep,
+            let_go,
+            &self.poller,
+        );
     }
 
     /// The message's attempts were used up before this hand-out: the
@@ -1929,40 +1705,6 @@ impl TurnLoop {
         if self.free() {
             self.advance();
         }
-    }
-
-    /// Sends again the spend rows an earlier harness recorded but the broker
-    /// never acknowledged (it died first), oldest first, at most
-    /// [`SPEND_RESEND_MAX`]; the broker keeps each key once.
-    fn resend_spend(&mut self) {
-        let Some(stats) = &self.stats else {
-            return;
-        };
-        match stats.unacked_spend(SPEND_RESEND_MAX) {
-            Ok(rows) => {
-                if !rows.is_empty() {
-                    log::info!(
-                        "sending {} spend rows the broker never acknowledged",
-                        rows.len()
-                    );
-                }
-                for r in rows {
-                    self.poller.tell(Request::from(r));
-                }
-            }
-            Err(e) => log::error!("{e}"),
-        }
-    }
-
-    /// Tells the broker what identifies the credential of the claude about
-    /// to start, when it changed since it was last told (issue 16).
-    fn report_pool(&mut self) {
-        let r = self.pool.report(&self.s);
-        if self.pool_reported.as_ref() == Some(&r) {
-            return;
-        }
-        self.poller.tell(Request::from(r.clone()));
-        self.pool_reported = Some(r);
     }
 
     /// A CLI version outside the supported window is shown on the page and
@@ -2005,37 +1747,18 @@ impl TurnLoop {
         self.to_parent(format!("[{}] {notice}", self.s.label));
     }
 
-    /// Tells the broker, with the pool, what the run's `rate_limit_event`
-    /// said of the usage limit when it changed: the early warning marks the
-    /// pool near its limit, `allowed` clears that.
-    fn report_usage(&mut self, u: cmd::UsageSeen) {
-        if self.usage_reported.as_ref() == Some(&u) {
-            return;
-        }
-        let mut r = super::pool::report(&self.s);
-        r.usage = Some(u.clone());
-        self.poller.tell(Request::from(r));
-        self.usage_reported = Some(u);
-    }
-
     /// The broker pauses this agent (or no longer does): shown on the page
     /// while the loop has no pause of its own.
     fn on_broker_pause(&mut self, p: Option<crate::proto::Paused>) {
-        self.broker_pause = p.clone();
+        self.word.pause = p.clone();
         let shown = p.map(|p| Paused {
-            reason: match p.reason {
-                crate::proto::PauseReason::Budget => "budget",
-                _ => PauseReason::UsageLimit.as_str(),
-            },
+            reason: p.reason,
             until: p.until,
             detail: p.detail,
         });
         if matches!(self.phase, Phase::Idle) {
             self.bus.update(|s| {
-                let broker_owned = s
-                    .paused
-                    .as_ref()
-                    .is_none_or(|c| matches!(c.reason, "usage_limit" | "budget"));
+                let broker_owned = s.paused.as_ref().is_none_or(|c| c.reason.held_by_broker());
                 if broker_owned {
                     s.paused = shown.clone();
                 }
@@ -2083,7 +1806,7 @@ impl TurnLoop {
     /// Tells the broker the pause, when it changed since it was last told.
     fn report_pause(&mut self) {
         let now = self.bus.paused().map(|p| crate::proto::Paused {
-            reason: crate::proto::PauseReason::parse(p.reason),
+            reason: p.reason,
             until: p.until,
             detail: one_line(&p.detail, MAX_PAUSE_DETAIL_CHARS),
         });
@@ -2100,18 +1823,15 @@ impl TurnLoop {
         let until = now() + d.as_secs() as i64;
         self.bus.set_turn_state(TurnState::Idle);
         self.bus.update(|s| {
-            s.paused = reason.map(|r| Paused {
-                reason: r.as_str(),
-                until: Some(until),
-                detail: detail.clone(),
-            });
-            if matches!(
-                reason,
-                Some(PauseReason::RateLimit | PauseReason::UsageLimit)
-            ) {
+            if reason.as_ref().is_some_and(PauseReason::is_rate_limit) {
                 s.rate_limited = true;
                 s.rate_limited_until = Some(until);
             }
+            s.paused = reason.map(|reason| Paused {
+                reason,
+                until: Some(until),
+                detail,
+            });
         });
         self.phase = Phase::Paused {
             until: Instant::now() + d,
@@ -2120,7 +1840,7 @@ impl TurnLoop {
 
     /// `TurnEnd` on the bus, for a work whose handling ends here (for now),
     /// with the decision that ended it.
-    fn end_work(&self, d: Decision, ok: bool, note: String, outcome: &str, e: &Ended) {
+    fn end_work(&self, d: &Decision, ok: bool, note: String, outcome: &str, e: &Ended) {
         self.bus.update(|s| {
             s.last_outcome = Some(outcome.to_string());
             s.inflight = None;
@@ -2156,7 +1876,7 @@ impl TurnLoop {
         self.bus.update(|s| {
             s.needs_login = true;
             s.paused = Some(Paused {
-                reason: PauseReason::Login.as_str(),
+                reason: PauseReason::Login,
                 until: None,
                 detail: "claude needs a login".into(),
             });
@@ -2182,24 +1902,6 @@ impl TurnLoop {
     }
 }
 
-/// The classifier's outcome as the policy sees it.
-fn outcome_of(o: &TurnOutcome) -> Outcome {
-    match o {
-        TurnOutcome::Ok | TurnOutcome::Compacted => Outcome::Completed,
-        TurnOutcome::RateLimited { .. } => Outcome::RateLimited,
-        TurnOutcome::AuthFailed => Outcome::AuthFailed,
-        TurnOutcome::PromptTooLong => Outcome::PromptTooLong,
-        TurnOutcome::ApiUnavailable(_) => Outcome::ApiUnavailable,
-        TurnOutcome::Interrupted(_) => Outcome::Aborted,
-        TurnOutcome::Failed(_) => Outcome::Crashed,
-        TurnOutcome::NotStarted(_) => Outcome::NotStarted,
-        TurnOutcome::CannotCompact(_) => Outcome::CannotCompact,
-        TurnOutcome::Hung(_) => Outcome::Hung,
-        TurnOutcome::McpNotConnected(_) => Outcome::McpNotConnected,
-        TurnOutcome::TurnBudget(_) => Outcome::TurnBudget,
-    }
-}
-
 /// What the rule that a turn which finished is never run again makes of a
 /// run's end where it decides (None: the usual rules do): the outcome, and,
 /// when it changes what the classifier said, the stats row's kind and a note.
@@ -2212,8 +1914,13 @@ fn finished_rule(
     signalled: bool,
     classified_ok: bool,
     ended: &str,
-) -> Option<(Outcome, Option<(TurnOutcomeKind, String)>)> {
-    let stopped = |note: String| Some((Outcome::Stopped, Some((TurnOutcomeKind::Stopped, note))));
+) -> Option<(TurnOutcomeKind, Option<(TurnOutcomeKind, String)>)> {
+    let stopped = |note: String| {
+        Some((
+            TurnOutcomeKind::Stopped,
+            Some((TurnOutcomeKind::Stopped, note)),
+        ))
+    };
     match cause {
         // The turn finished before any stop: whatever came after, it is done.
         _ if running == Running::Turn && reported == Reported::Finished => {
@@ -2225,7 +1932,7 @@ fn finished_rule(
                 None => format!("success was reported; claude then {ended}"),
             };
             Some((
-                Outcome::Completed,
+                TurnOutcomeKind::Ok,
                 (!classified_ok).then_some((TurnOutcomeKind::Ok, note)),
             ))
         }
@@ -2263,24 +1970,12 @@ fn one_line(s: &str, max: usize) -> String {
     preview(&flat, max.saturating_sub(1))
 }
 
-/// `base` doubled per failure after the first (`n` ≥ 1), capped at `max`.
-pub fn backoff(base: Duration, max: Duration, n: u32) -> Duration {
-    (base * 2u32.saturating_pow(n.saturating_sub(1).min(16))).min(max)
-}
+#[cfg(test)]
+mod kit;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_from_the_base_to_the_cap() {
-        let s = Duration::from_secs;
-        let got: Vec<u64> = (1..=6)
-            .map(|n| backoff(s(15), s(100), n).as_secs())
-            .collect();
-        assert_eq!(got, [15, 30, 60, 100, 100, 100]);
-        assert_eq!(backoff(s(1), s(60), u32::MAX), s(60));
-    }
 
     #[test]
     fn a_turn_that_finished_before_any_stop_completes_and_a_later_success_does_not() {
@@ -2308,7 +2003,7 @@ mod tests {
             };
             // Finished: done whatever stopped it, and the row says why.
             let (o, said) = rule(Finished, cause.is_some(), false).unwrap();
-            assert_eq!(o, Outcome::Completed, "{cause:?}");
+            assert_eq!(o, TurnOutcomeKind::Ok, "{cause:?}");
             let (kind, note) = said.unwrap();
             assert_eq!(kind, TurnOutcomeKind::Ok);
             let want = match cause {
@@ -2321,7 +2016,7 @@ mod tests {
             assert_eq!(note, want);
             assert_eq!(
                 rule(Finished, false, true),
-                Some((Outcome::Completed, None)),
+                Some((TurnOutcomeKind::Ok, None)),
                 "the classifier agrees: nothing to say"
             );
             // A success after the signal, or a shutdown: a stop of the
@@ -2331,7 +2026,7 @@ mod tests {
             match cause {
                 None | Some(Cause::Stopping) => {
                     let (o, said) = late.unwrap();
-                    assert_eq!(o, Outcome::Stopped, "{cause:?}");
+                    assert_eq!(o, TurnOutcomeKind::Stopped, "{cause:?}");
                     assert_eq!(said.unwrap().0, TurnOutcomeKind::Stopped);
                 }
                 _ => assert_eq!(late, None, "{cause:?}"),
@@ -2341,7 +2036,7 @@ mod tests {
         // one that came after claude had ended by itself: the run's own.
         let stop = Some(&Cause::Stopping);
         let (o, said) = finished_rule(Running::Turn, Nothing, stop, true, false, ended).unwrap();
-        assert_eq!(o, Outcome::Stopped);
+        assert_eq!(o, TurnOutcomeKind::Stopped);
         assert_eq!(
             said.unwrap().1,
             "the harness stopped claude; it exited with code 143"
@@ -2357,7 +2052,7 @@ mod tests {
         // Only a turn finishes its message: a compaction stopped is a stop.
         let (o, _) =
             finished_rule(Running::ReactiveCompact, Finished, stop, true, true, ended).unwrap();
-        assert_eq!(o, Outcome::Stopped);
+        assert_eq!(o, TurnOutcomeKind::Stopped);
         assert_eq!(
             finished_rule(
                 Running::ResetCheckpoint,
@@ -2374,33 +2069,39 @@ mod tests {
     #[test]
     fn every_classifier_outcome_maps_to_a_policy_outcome() {
         let cases = [
-            (TurnOutcome::Ok, Outcome::Completed),
-            (TurnOutcome::Compacted, Outcome::Completed),
+            (TurnOutcome::ok(), TurnOutcomeKind::Ok),
+            (TurnOutcome::compacted(), TurnOutcomeKind::Compacted),
             (
-                TurnOutcome::RateLimited { resets_at: None },
-                Outcome::RateLimited,
+                TurnOutcome::rate_limited(None),
+                TurnOutcomeKind::RateLimited,
             ),
-            (TurnOutcome::AuthFailed, Outcome::AuthFailed),
-            (TurnOutcome::PromptTooLong, Outcome::PromptTooLong),
+            (TurnOutcome::auth_failed(), TurnOutcomeKind::AuthFailed),
             (
-                TurnOutcome::ApiUnavailable("x".into()),
-                Outcome::ApiUnavailable,
+                TurnOutcome::prompt_too_long(),
+                TurnOutcomeKind::PromptTooLong,
             ),
-            (TurnOutcome::Interrupted("x".into()), Outcome::Aborted),
-            (TurnOutcome::Failed("x".into()), Outcome::Crashed),
-            (TurnOutcome::NotStarted("x".into()), Outcome::NotStarted),
             (
-                TurnOutcome::CannotCompact("x".into()),
-                Outcome::CannotCompact,
+                TurnOutcome::api_unavailable("x".into()),
+                TurnOutcomeKind::ApiUnavailable,
             ),
-            (TurnOutcome::Hung("x".into()), Outcome::Hung),
+            (TurnOutcome::aborted("x".into()), TurnOutcomeKind::Aborted),
+            (TurnOutcome::failed("x".into()), TurnOutcomeKind::Failed),
             (
-                TurnOutcome::McpNotConnected("x".into()),
-                Outcome::McpNotConnected,
+                TurnOutcome::not_started("x".into()),
+                TurnOutcomeKind::NotStarted,
+            ),
+            (
+                TurnOutcome::cannot_compact("x".into()),
+                TurnOutcomeKind::CannotCompact,
+            ),
+            (TurnOutcome::hung("x".into()), TurnOutcomeKind::Hung),
+            (
+                TurnOutcome::mcp_not_connected("x".into()),
+                TurnOutcomeKind::McpStartFailed,
             ),
         ];
         for (o, want) in cases {
-            assert_eq!(outcome_of(&o), want, "{o}");
+            assert_eq!(o.kind(), want, "{o}");
         }
     }
 }

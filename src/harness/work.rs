@@ -16,6 +16,7 @@
 //! which counts every hand-out (`recv_next` says it): it survives a restart
 //! of the harness, and a message that crashes the harness reaches the limit.
 
+pub use super::policy::Ack;
 use super::policy::Resume;
 use super::poller::Teller;
 use super::stats::MessageKey;
@@ -39,17 +40,6 @@ impl WorkKey {
             WorkKey::Continue => None,
         }
     }
-}
-
-/// Why a message is acked. Only these two, and the dead letter, let one go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ack {
-    /// The turn completed.
-    Completed,
-    /// The operator interrupted it; the note says so.
-    Interrupted,
-    /// The run reached its `turn_usd` cap; a retry would pay again.
-    TurnBudget,
 }
 
 /// How a kept message goes back to the broker.

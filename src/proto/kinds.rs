@@ -135,6 +135,36 @@ open_enum! {
     }
 }
 
+impl PauseReason {
+    /// The pauses the broker holds (a pool's usage limit, a budget) rather
+    /// than the harness's own loop; one this release does not know is the
+    /// broker's too (a newer broker's), shown as it is.
+    pub fn held_by_broker(&self) -> bool {
+        match self {
+            PauseReason::UsageLimit | PauseReason::Budget | PauseReason::Other(_) => true,
+            PauseReason::RateLimit
+            | PauseReason::ApiBackoff
+            | PauseReason::Login
+            | PauseReason::McpStart
+            | PauseReason::StartFailed => false,
+        }
+    }
+
+    /// The harness's pause is a rate or usage limit: `/api/state` also sets
+    /// the older `rate_limited` and `rate_limited_until` for it.
+    pub fn is_rate_limit(&self) -> bool {
+        match self {
+            PauseReason::RateLimit | PauseReason::UsageLimit => true,
+            PauseReason::Budget
+            | PauseReason::ApiBackoff
+            | PauseReason::Login
+            | PauseReason::McpStart
+            | PauseReason::StartFailed
+            | PauseReason::Other(_) => false,
+        }
+    }
+}
+
 closed_enum! {
     /// Whether a requeued hand-out counts toward the harness's attempt limit
     /// (`requeue_inflight`). The default is what older harnesses, which say
@@ -205,5 +235,64 @@ mod tests {
             "{e}"
         );
         assert_eq!(LooseEndKind::ALL.len(), 4);
+    }
+
+    /// The pause reasons are one vocabulary: the harness's `/api/state`,
+    /// `report_state`, `agents`, the agent page and the dashboard. The pages
+    /// are JavaScript, so this reads them: every reason they compare against
+    /// is a known one, the page has words for every reason it shows, and the
+    /// dashboard offers Resume for exactly the ones `hive resume` lifts.
+    #[test]
+    fn the_pages_know_every_pause_reason_and_no_other() {
+        assert_eq!(
+            PauseReason::KNOWN,
+            [
+                "rate_limit",
+                "usage_limit",
+                "budget",
+                "api_backoff",
+                "login",
+                "mcp_start",
+                "start_failed"
+            ]
+        );
+        let page = include_str!("../web/page.html");
+        let dashboard = include_str!("../fleet/dashboard.html");
+        for (file, text) in [("page.html", page), ("dashboard.html", dashboard)] {
+            for op in ["reason === \"", "reason !== \""] {
+                for rest in text.split(op).skip(1) {
+                    let named = rest.split('"').next().unwrap_or_default();
+                    assert!(
+                        PauseReason::KNOWN.contains(&named),
+                        "{file} compares a pause reason with {named:?}, which is not one"
+                    );
+                }
+            }
+        }
+        for r in PauseReason::KNOWN {
+            // The login park shows the login form, not a badge.
+            let worded = page.contains(&format!("reason === \"{r}\""))
+                || page.contains(&format!(" {r}: \""));
+            assert!(*r == "login" || worded, "page.html has no words for {r}");
+        }
+        let liftable = dashboard
+            .split("const LIFTABLE = [")
+            .nth(1)
+            .and_then(|r| r.split(']').next())
+            .unwrap_or_default();
+        let liftable: Vec<&str> = liftable
+            .split(',')
+            .map(|s| s.trim().trim_matches('"'))
+            .collect();
+        let lifted: Vec<&str> = PauseReason::KNOWN
+            .iter()
+            .copied()
+            .filter(|r| !matches!(*r, "budget" | "login"))
+            .collect();
+        let mut sorted = liftable.clone();
+        sorted.sort_unstable();
+        let mut want = lifted.clone();
+        want.sort_unstable();
+        assert_eq!(sorted, want, "the dashboard's LIFTABLE");
     }
 }
