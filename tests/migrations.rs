@@ -9,11 +9,12 @@ mod common;
 use common::hive::{agent_row, ok, operator_inbox, Broker, TempDir};
 use hyperhive::broker::db::{self, Db, Durability};
 use hyperhive::harness::stats::{self, MessageKey, Spend, Stats};
+use hyperhive::harness::turnstats;
 use hyperhive::proto::cmd::{
     AckTurn, Approvals, DeadLetter, Failed, Questions, RecvNext, RecvNextReply, Retry, Timers,
     TimersReply, Wake,
 };
-use hyperhive::proto::{schema, turnstats, MsgKind, Peer};
+use hyperhive::proto::{schema, MsgKind, Peer};
 use rusqlite::types::Value;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};

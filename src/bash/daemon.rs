@@ -12,13 +12,14 @@
 //! through the credential `hive up` handed it when isolated (its
 //! `report_tasks` is taken only there: `proto::client::Dial`).
 
+use super::accept::Acceptor;
 use super::coordinator::{Coordinator, Event, Reply};
 use super::proto::{ListReply, TaskReply};
 use super::report::view;
 use super::store::Store;
 use super::waker::Waker;
 use crate::proto::bashwire::{Request, RetireReply};
-use crate::proto::lines::{err_line, ok_line, serve_conn, Acceptor};
+use crate::proto::lines::{err_line, ok_line, serve_conn};
 use crate::proto::{paths, Dial};
 use crate::sys::env::Env;
 use crossbeam_channel::{unbounded, Sender};

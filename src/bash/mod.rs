@@ -12,6 +12,7 @@
 //! retry and the running tasks reported to the broker in `waker.rs`. `env_script.rs` holds the `BASH_ENV`
 //! script (`hive env-script`). Documented in `docs/tools/bash.md`.
 
+mod accept;
 pub mod client;
 mod coordinator;
 pub mod daemon;

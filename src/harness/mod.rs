@@ -35,4 +35,5 @@ pub mod serve;
 pub mod settings;
 pub mod stats;
 pub mod turn_loop;
+pub mod turnstats;
 pub mod work;

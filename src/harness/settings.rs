@@ -179,7 +179,7 @@ impl Settings {
     }
 
     pub fn stats_db(&self) -> PathBuf {
-        self.state_dir.join(crate::proto::turnstats::FILE)
+        self.state_dir.join(super::turnstats::FILE)
     }
 
     pub fn status_file(&self) -> PathBuf {

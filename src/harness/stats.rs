@@ -15,8 +15,9 @@
 //! ([`Stats::completed`]) and acked without running claude. The table keeps
 //! the newest [`turnstats::COMPLETED_KEEP`] messages.
 
+use super::turnstats;
 use crate::proto::cmd::ReportSpend;
-use crate::proto::{turnstats, Message};
+use crate::proto::Message;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use serde::Serialize;
 use std::path::Path;

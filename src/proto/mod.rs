@@ -15,7 +15,7 @@
 //!   entry (`fleet.rs`) and the fleet file's `matrix` section (`swarm.rs`);
 //! - the bash task daemon's requests (`bashwire.rs`), which `hive bash-mcp`
 //!   and `hive up` both send it;
-//! - the schema versions of the sqlite files (`schema.rs`, `turnstats.rs`).
+//! - the schema versions of the sqlite files (`schema.rs`; the steps of `turn-stats.db` are the harness's, `harness/turnstats.rs`).
 //!
 //! Documented for script authors in `docs/wire-protocol.md`.
 
@@ -38,7 +38,6 @@ pub mod reply;
 pub mod schema;
 pub mod swarm;
 pub mod text;
-pub mod turnstats;
 
 pub use access::{Access, Capability, Gate, ToolGroup};
 pub use client::{Client, ClientError, Dial};

@@ -11,8 +11,8 @@
 //! a message handed out again because the ack never reached the broker is
 //! acked without running claude ([`COMPLETED_KEEP`] of them, the newest).
 
-use super::outcome::TurnOutcomeKind;
-use super::schema::{self, Step};
+use crate::proto::outcome::TurnOutcomeKind;
+use crate::proto::schema::{self, Step};
 use rusqlite::{params, Connection, Transaction};
 
 /// The file's name in the state dir.
