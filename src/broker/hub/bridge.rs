@@ -191,13 +191,14 @@ impl Hub<'_> {
         Ok(id)
     }
 
-    /// Stores a message for this hive, charged to agent `charged`; one to
-    /// the operator is also posted to the operator room (in the same
-    /// transaction) when there is one.
-    pub(super) fn store(&mut self, m: &NewMessage, charged: Option<&str>) -> Result<i64, String> {
-        if m.to != "operator" || !self.posts_to_operator_room(m.kind) {
-            return self.db.insert_charged(m, charged, now()).map_err(db_err);
-        }
+    /// The swarm's hook on local delivery (`inbox.rs`'s `store`): a message
+    /// to the operator stored with its copy for the operator room, in one
+    /// transaction.
+    pub(super) fn store_mirrored(
+        &mut self,
+        m: &NewMessage,
+        charged: Option<&str>,
+    ) -> Result<i64, String> {
         let t = now();
         let b = self.db.batch().map_err(db_err)?;
         let id = b.insert_charged(m, charged, t).map_err(db_err)?;
@@ -210,7 +211,7 @@ impl Hub<'_> {
 
     /// Whether a message of `kind` to the operator is posted to the operator
     /// room: mail and bounces, when the room is configured.
-    fn posts_to_operator_room(&self, kind: &MsgKind) -> bool {
+    pub(super) fn posts_to_operator_room(&self, kind: &MsgKind) -> bool {
         let room = self.swarm().and_then(|(_, m)| m.operator_room.as_ref());
         room.is_some() && matches!(kind, MsgKind::Message | MsgKind::Undeliverable)
     }

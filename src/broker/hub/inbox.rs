@@ -263,6 +263,17 @@ impl Hub<'_> {
         Ok(self.db.count_queued(agent).map_err(db_err)? + transient)
     }
 
+    /// Stores a message for this hive, charged to agent `charged`. Mail to
+    /// the operator that the swarm's operator room mirrors goes through the
+    /// bridge's hook (`bridge.rs`), which adds its copy in the same
+    /// transaction.
+    pub(super) fn store(&mut self, m: &NewMessage, charged: Option<&str>) -> Result<i64, String> {
+        if m.to == "operator" && self.posts_to_operator_room(m.kind) {
+            return self.store_mirrored(m, charged);
+        }
+        self.db.insert_charged(m, charged, now()).map_err(db_err)
+    }
+
     pub(super) fn inflight_id(&self, agent: &str) -> Result<Option<i64>, String> {
         Ok(match self.transient_inflight.get(agent) {
             Some(m) => Some(m.id),
