@@ -169,22 +169,11 @@ pub fn apply_hive_budget(
         cfg.validate().map_err(|e| {
             format!("with this change the fleet file {shown} would not be valid ({e}): nothing was changed")
         })?;
-        let new_text = format!(
-            "{}\n",
-            serde_json::to_string_pretty(&raw).map_err(|e| e.to_string())?
-        );
-        if replace(
-            &real,
-            &new_text,
-            || read(&real).is_ok_and(|now| now == text),
-            &change,
-        )? {
+        if replace_pretty(&real, &raw, &text, &change)? {
             return Ok(cfg);
         }
     }
-    Err(format!(
-        "the fleet file {shown} kept changing while hive wrote it; nothing was changed, try again"
-    ))
+    Err(kept_changing(&shown))
 }
 
 /// Installs a new declaration of the whole fleet (a NixOS rebuild's
@@ -283,22 +272,11 @@ pub fn apply_declared(path: &Path, old: Option<&str>, new: &str) -> Result<HiveC
         if serde_json::to_value(&cfg).ok() == serde_json::from_str::<Value>(&text).ok() {
             return Ok(cfg);
         }
-        let new_text = format!(
-            "{}\n",
-            serde_json::to_string_pretty(&cfg).map_err(|e| e.to_string())?
-        );
-        if replace(
-            &real,
-            &new_text,
-            || read(&real).is_ok_and(|now| now == text),
-            &change,
-        )? {
+        if replace_pretty(&real, &cfg, &text, &change)? {
             return Ok(cfg);
         }
     }
-    Err(format!(
-        "the fleet file {shown} kept changing while hive wrote it; nothing was changed, try again"
-    ))
+    Err(kept_changing(&shown))
 }
 
 /// The RFC 7396 merge patch that turns `old` into `new`: changed keys
@@ -550,6 +528,33 @@ fn show(v: &Value) -> String {
 /// Replaces the file at `path` with `text` through a temporary file in its
 /// directory, keeping its mode and owner; `unchanged` is asked right before
 /// the rename, and false (the file changed meanwhile) leaves it as it is.
+/// [`replace`] with `value` as the fleet file's JSON (sorted as serde writes
+/// it, two-space indented), unless the file no longer holds `text`.
+fn replace_pretty(
+    real: &Path,
+    value: &impl serde::Serialize,
+    text: &str,
+    change: &Change<'_>,
+) -> Result<bool, String> {
+    let new_text = format!(
+        "{}\n",
+        serde_json::to_string_pretty(value).map_err(|e| e.to_string())?
+    );
+    replace(
+        real,
+        &new_text,
+        || read(real).is_ok_and(|now| now == text),
+        change,
+    )
+}
+
+/// The refusal when the file changed under every attempt to write it.
+fn kept_changing(shown: &impl std::fmt::Display) -> String {
+    format!(
+        "the fleet file {shown} kept changing while hive wrote it; nothing was changed, try again"
+    )
+}
+
 fn replace(
     path: &Path,
     text: &str,
