@@ -170,7 +170,6 @@ impl Hub<'_> {
         for (name, removed) in names {
             let s = self.db.stats(&name).map_err(db_err)?;
             let pool = self.pool_of(&name);
-            let broker_pause = self.broker_pause(&name);
             let near_limit = self.near_limit(&name);
             rows.push(AgentRow {
                 pool: Some(pool),
@@ -179,7 +178,7 @@ impl Hub<'_> {
                 unread: self.unread(&name)?,
                 inflight: self.inflight_id(&name)?,
                 running: self.running(&name),
-                paused: self.paused.get(&name).cloned().or(broker_pause),
+                paused: self.shown_pause(&name),
                 needs_login: self.needs_login.contains(&name),
                 failed: self.db.count_failed(&name).map_err(db_err)?,
                 near_limit,

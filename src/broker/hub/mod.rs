@@ -16,7 +16,8 @@
 //! - `timers.rs`: reminders and scheduled prompts, and firing them;
 //! - `agents.rs`: what the hub keeps per agent (status, counters, meta,
 //!   loose ends, running bash tasks);
-//! - `lifecycle.rs`: the lifecycle tools, carried out by the supervisor;
+//! - `lifecycle.rs`: the lifecycle tools, carried out by the supervisor, and
+//!   the operator's `reload`, `update_all` and `forget_agent`;
 //! - `approvals.rs`: approvals and permissions;
 //! - `diagnostics.rs`: logs and the host journal;
 //! - `history.rs`: the operator's search of the agents' histories (`hive up`'s
@@ -24,7 +25,11 @@
 //! - `bridge.rs`: the swarm — mail and questions to and from other hives
 //!   through the Matrix bridge's outbox and inbox, and the bridge's state;
 //! - `pools.rs`, `budgets.rs`: credential pools, usage limits and budgets;
+//! - `pauses.rs`: why the broker hands an agent nothing now, all reasons in
+//!   one place (a pool's park, a budget, the harness's reported pause);
 //! - `resume.rs`: the operator's lifting of a pause, per reason;
+//! - `offload.rs`: the work jobs do off the hub (the supervisor, files,
+//!   `journalctl`);
 //! - `quotas.rs`: what each agent may have stored, and store in a minute;
 //! - `throttle.rs`: log lines about one agent's reports, one a minute per kind.
 //!
@@ -47,6 +52,7 @@ mod inbox;
 mod lifecycle;
 mod limits;
 mod offload;
+mod pauses;
 mod pools;
 mod questions;
 mod quotas;

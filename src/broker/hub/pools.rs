@@ -371,8 +371,9 @@ impl Hub<'_> {
         Ok(Empty {})
     }
 
-    /// Why the broker hands `agent` nothing now, if it does not.
-    pub(super) fn broker_pause(&mut self, agent: &str) -> Option<Paused> {
+    /// The park of `agent`'s credential pool (or its wait for its turn
+    /// after one), if any (`pauses.rs` adds the other reasons).
+    pub(super) fn pool_pause(&mut self, agent: &str) -> Option<Paused> {
         let t = now();
         self.pools_loaded();
         // The pool's name is made only when some pool is paused (every
@@ -398,7 +399,7 @@ impl Hub<'_> {
                     self.pool_of(agent)
                 ),
             }),
-            _ => self.budget_pause(agent),
+            _ => None,
         }
     }
 

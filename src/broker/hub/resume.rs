@@ -16,10 +16,11 @@
 //! resume), a parked watch whose connection was answered another mark is
 //! answered at once, and a harness that sees the mark move ends its pause.
 
+use super::pauses::Pause;
 use super::{ConnId, Hub};
 use crate::proto::cmd::{Resume, ResumeReply};
 use crate::proto::text::excerpt;
-use crate::proto::{PauseReason, Paused};
+use crate::proto::PauseReason;
 use std::collections::BTreeMap;
 
 /// Each agent's resume mark, and the mark each status watch was last
@@ -66,20 +67,6 @@ impl Resumes {
     }
 }
 
-/// What an agent's pause is, as `resume` sees it.
-enum Pause {
-    Login,
-    /// The broker's: its pool's park (or its wait for its turn after one)
-    /// or a budget.
-    Broker(Paused),
-    /// The harness's own wait, which it ends when told.
-    Harness(Paused),
-    /// A harness pause this release cannot lift (a reason it does not know,
-    /// or the harness's copy of a broker pause that has ended).
-    Other(Paused),
-    None,
-}
-
 impl Hub<'_> {
     /// `resume`: lifts the pause of one agent or one pool's park.
     pub(super) fn resume(&mut self, c: Resume) -> Result<ResumeReply, String> {
@@ -87,23 +74,6 @@ impl Hub<'_> {
             (Some(agent), None) => self.resume_agent(&agent),
             (None, Some(pool)) => self.resume_pool(&pool),
             _ => Err("resume: give exactly one of agent or pool".into()),
-        }
-    }
-
-    fn pause_of(&mut self, agent: &str) -> Pause {
-        let own = self.paused.get(agent).cloned();
-        if self.needs_login.contains(agent)
-            || own.as_ref().is_some_and(|p| p.reason == PauseReason::Login)
-        {
-            return Pause::Login;
-        }
-        if let Some(p) = self.broker_pause(agent) {
-            return Pause::Broker(p);
-        }
-        match own {
-            Some(p) if harness_lifts(&p.reason) => Pause::Harness(p),
-            Some(p) => Pause::Other(p),
-            None => Pause::None,
         }
     }
 
@@ -283,17 +253,4 @@ impl Hub<'_> {
         };
         format!("{agent} is not paused: {doing}")
     }
-}
-
-/// The reasons a harness waits out by itself, which it ends when the
-/// operator resumes it.
-fn harness_lifts(r: &PauseReason) -> bool {
-    matches!(
-        r,
-        PauseReason::RateLimit
-            | PauseReason::ApiBackoff
-            | PauseReason::McpStart
-            | PauseReason::StartFailed
-            | PauseReason::UsageLimit
-    )
 }
