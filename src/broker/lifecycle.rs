@@ -96,7 +96,7 @@ pub struct EntryChange {
     pub patch: Value,
     /// A new agent (an approved spawn), whose entry the fleet file already
     /// holds; for an agent the supervisor runs, the supervisor writes the
-    /// change to the fleet file first (`broker::fleetfile`), against what it
+    /// change to the fleet file first (`config::fleetfile`), against what it
     /// last applied.
     pub new: bool,
 }

@@ -5,14 +5,13 @@
 //! every socket itself (`sockets.rs`: one poll loop, under the caps of
 //! `accept.rs`) and decides every request (`hub/`). The sqlite statements and
 //! schema versions live in `db/` (by concern, as `hub/` is), the port the supervisor of `hive up`
-//! implements in `lifecycle.rs`, the changes hive makes to the fleet file in
-//! `fleetfile.rs`. The wire contract is `proto`.
+//! implements in `lifecycle.rs` (the changes hive makes to the fleet file
+//! are `config::fleetfile`, beside the reader). The wire contract is `proto`.
 
 pub mod accept;
 pub mod bind;
 pub mod checkpoint;
 pub mod db;
-pub mod fleetfile;
 pub mod hub;
 pub mod lifecycle;
 pub mod prune;

@@ -1149,7 +1149,7 @@ fn snapshot(app: &App) -> Value {
             let patch = &a["payload"];
             let current = sup_rows.iter().find(|s| a["agent"] == s.name.as_str());
             let patched =
-                current.and_then(|s| crate::broker::fleetfile::patched(&s.applied, patch).ok());
+                current.and_then(|s| crate::config::fleetfile::patched(&s.applied, patch).ok());
             let entries = current.zip(patched.as_ref()).map(|(s, p)| (&s.applied, p));
             let keys = crate::proto::AgentConfig::live_keys_in(patch);
             let flag = crate::proto::AgentConfig::live_flag(patch, entries);

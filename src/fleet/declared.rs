@@ -3,13 +3,13 @@
 //! does (every key validated, the path keys checked) and says what it holds;
 //! `hive fleet merge DECLARED --into FILE` installs a new declaration into the
 //! fleet file the hive runs with, by the fleet file's own three-way rule
-//! (`broker::fleetfile::apply_declared`): the declaration installed last is
+//! (`config::fleetfile::apply_declared`): the declaration installed last is
 //! kept next to it (`--base`, by default `NAME.declared.json`) as the base, so
 //! the operator's writes since (approvals, permission saves, `hive budget
 //! set`) stay and a key both changed is refused by name with nothing written.
 //! Also the bash environment file `hive up` gives an agent's tasks.
 
-use crate::broker::fleetfile;
+use crate::config::fleetfile;
 use crate::config::{AgentConfig, HiveConfig};
 use std::ffi::OsString;
 use std::io::Write;

@@ -13,7 +13,7 @@
 //! one-way [`FleetEvent`]s through its narrow [`FleetTx`]. Agents the broker keeps stopped (`hive
 //! stop`, the `kill` tool) are not started when `hive up` starts. It keeps what
 //! it last applied to each agent, which is the base of every change hive makes
-//! to the fleet file (`broker::fleetfile`): an approved change or a permissions
+//! to the fleet file (`config::fleetfile`): an approved change or a permissions
 //! save is written to the file and applied here in one step, so crash_watch
 //! never sees one without the other. Each agent's child is a
 //! [`child::Supervised`] (its phase, backoff and stop ladder, shared with the
@@ -25,8 +25,8 @@ use super::child::{self, Ended, Exited, Owner, Phase, Supervised, Timing};
 use super::logfile::LogFile;
 use super::watch::{Axes, Watch, WatchEvent};
 use super::UpSettings;
-use crate::broker::fleetfile::{self, Change};
 use crate::broker::lifecycle::{Activity, EntryChange, FleetEvent, FleetTx, LifecycleCmd};
+use crate::config::fleetfile::{self, Change};
 use crate::config::{AgentConfig, HiveConfig};
 use crate::proto::Rebuild;
 use crate::sys::ProcessGroup;

@@ -2,7 +2,7 @@
 //! file and `hive broker --config` hold a list of them, the supervision row
 //! carries the one an agent runs with, an approved spawn or merge patch writes
 //! one. The hive-wide config around it, its validation and the topology
-//! questions (`config.rs`) sit above the contract.
+//! questions (`config`) sit above the contract.
 
 use super::access::{Capability, ToolGroup};
 use super::enums::closed_enum;

@@ -2,7 +2,7 @@
 //! ([`MatrixConfig`], which the broker hands the bridge at start), and what the
 //! broker tells about its bridge ([`BridgeRow`]: how its link to the homeserver
 //! is and how many events wait in the outbox). The hive-wide config around the
-//! section and its validation are `config.rs`'s; the bridge is `src/bridge/`.
+//! section and its validation are `config`'s; the bridge is `src/bridge/`.
 
 use super::enums::open_enum;
 use serde::{Deserialize, Serialize};

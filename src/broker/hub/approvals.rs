@@ -3,7 +3,7 @@
 //! entry (`request_apply_commit`) — and the operator's `approvals`, `approve`,
 //! `deny` and `set_permissions`. Carrying one out never blocks the hub: the
 //! fleet file is changed (three-way, keeping every hand edit:
-//! `broker::fleetfile`) and the supervisor asked on a job's thread, whose
+//! `config::fleetfile`) and the supervisor asked on a job's thread, whose
 //! one report is a [`Followup`] the hub applies; only then does
 //! the hub record the decision, so a stuck supervisor never holds the hub and
 //! an approval is decided once. A change the fleet file refuses (a conflict
@@ -12,8 +12,8 @@
 
 use super::offload::{ask_supervisor, read_patch_file, NO_SUPERVISOR};
 use super::{db_err, Done, Followup, Handled, Hub, Identity, NewSocket, Work};
-use crate::broker::fleetfile::{self, Change};
 use crate::broker::lifecycle::{EntryChange, LifecycleCmd};
+use crate::config::fleetfile::{self, Change};
 use crate::config::{AgentConfig, HiveConfig};
 use crate::proto::cmd::{
     parse_patch, ApprovalsReply, Approve, Deny, RequestApplyCommit, SetPermissions,

@@ -17,7 +17,7 @@
 use super::throttle::Kind;
 use super::{db_err, Done, Followup, Handled, Hub, Identity};
 use crate::broker::db::SpendTotals;
-use crate::broker::fleetfile;
+use crate::config::fleetfile;
 use crate::proto::cmd::{
     Bounded, BudgetReply, BudgetReport, BudgetRow, ReportSpend, ScopeReport, SetBudget, VoidReply,
     VoidSpend,

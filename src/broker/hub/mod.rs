@@ -82,7 +82,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use super::fleetfile::merge_patch;
+pub use crate::config::fleetfile::merge_patch;
 
 /// Who is on the other end of a connection: decided by the socket it came in on.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,6 +5,8 @@
 //! agent's entry is the contract's (`proto::fleet`). Documented in
 //! `docs/config.md`.
 
+pub mod fleetfile;
+
 use crate::proto::access::{Capability, ToolGroup};
 use crate::proto::address::{check_hive_name, check_remote, Remote};
 use crate::proto::ident::check_name;
