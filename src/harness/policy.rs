@@ -1013,194 +1013,25 @@ mod tests {
         };
         // The literal table: (outcome, [turn, reactive compact, reset
         // checkpoint, proactive checkpoint, proactive compact, operator compact]).
+        #[rustfmt::skip]
         let want: [(Outcome, [Decision; 6]); 17] = [
-            (
-                Outcome::Ok,
-                [
-                    D::Complete,
-                    D::Proceed,
-                    D::Proceed,
-                    D::Proceed,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::Compacted,
-                [
-                    D::Complete,
-                    D::Proceed,
-                    D::Proceed,
-                    D::Proceed,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::RateLimited,
-                [
-                    keep(For(P::RateLimit), false, Turn),
-                    keep(For(P::RateLimit), false, CompactThenTurn),
-                    keep(For(P::RateLimit), false, Turn),
-                    D::GoOn,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::AuthFailed,
-                [
-                    D::RetryNow,
-                    D::RetryNow,
-                    D::RetryNow,
-                    D::GoOn,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::PromptTooLong,
-                [
-                    D::CompactThenRetry,
-                    D::FreshSessionThenRetry,
-                    D::Proceed,
-                    D::Proceed,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::ApiUnavailable,
-                [
-                    keep(For(P::ApiBackoff), false, Turn),
-                    keep(For(P::ApiBackoff), false, CompactThenTurn),
-                    keep(For(P::ApiBackoff), false, Turn),
-                    D::GoOn,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::CannotCompact,
-                [
-                    D::FreshSessionThenRetry,
-                    D::FreshSessionThenRetry,
-                    D::Proceed,
-                    D::Proceed,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::Aborted,
-                [
-                    keep(Brief, true, Turn),
-                    keep(Brief, true, CompactThenTurn),
-                    D::Proceed,
-                    D::Proceed,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::Interrupted,
-                [
-                    D::AckInterrupted,
-                    D::AckInterrupted,
-                    D::AckInterrupted,
-                    D::GoOn,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::Failed,
-                [
-                    keep(Brief, true, Turn),
-                    keep(Brief, true, CompactThenTurn),
-                    D::Proceed,
-                    D::Proceed,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::TimedOut,
-                [
-                    keep(Brief, true, Turn),
-                    keep(Brief, true, CompactThenTurn),
-                    keep(Brief, true, Turn),
-                    D::Proceed,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::Hung,
-                [
-                    keep(Brief, true, Turn),
-                    keep(Brief, true, CompactThenTurn),
-                    keep(Brief, true, Turn),
-                    D::Proceed,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::NotStarted,
-                [
-                    keep(For(P::StartFailed), false, Turn),
-                    keep(For(P::StartFailed), false, CompactThenTurn),
-                    keep(For(P::StartFailed), false, Turn),
-                    D::GoOn,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::McpStartFailed,
-                [
-                    keep(For(P::McpStart), false, Turn),
-                    keep(For(P::McpStart), false, CompactThenTurn),
-                    keep(For(P::McpStart), false, Turn),
-                    D::GoOn,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::TurnBudget,
-                [
-                    D::AckTurnBudget,
-                    D::AckTurnBudget,
-                    D::Proceed,
-                    D::Proceed,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::Stopped,
-                [
-                    keep(Brief, false, Turn),
-                    keep(Brief, false, CompactThenTurn),
-                    keep(Brief, false, Turn),
-                    D::GoOn,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
-            (
-                Outcome::Other,
-                [
-                    keep(Brief, true, Turn),
-                    keep(Brief, true, CompactThenTurn),
-                    D::Proceed,
-                    D::Proceed,
-                    D::GoOn,
-                    D::GoOn,
-                ],
-            ),
+            (Outcome::Ok, [D::Complete, D::Proceed, D::Proceed, D::Proceed, D::GoOn, D::GoOn]),
+            (Outcome::Compacted, [D::Complete, D::Proceed, D::Proceed, D::Proceed, D::GoOn, D::GoOn]),
+            (Outcome::RateLimited, [keep(For(P::RateLimit), false, Turn), keep(For(P::RateLimit), false, CompactThenTurn), keep(For(P::RateLimit), false, Turn), D::GoOn, D::GoOn, D::GoOn]),
+            (Outcome::AuthFailed, [D::RetryNow, D::RetryNow, D::RetryNow, D::GoOn, D::GoOn, D::GoOn]),
+            (Outcome::PromptTooLong, [D::CompactThenRetry, D::FreshSessionThenRetry, D::Proceed, D::Proceed, D::GoOn, D::GoOn]),
+            (Outcome::ApiUnavailable, [keep(For(P::ApiBackoff), false, Turn), keep(For(P::ApiBackoff), false, CompactThenTurn), keep(For(P::ApiBackoff), false, Turn), D::GoOn, D::GoOn, D::GoOn]),
+            (Outcome::CannotCompact, [D::FreshSessionThenRetry, D::FreshSessionThenRetry, D::Proceed, D::Proceed, D::GoOn, D::GoOn]),
+            (Outcome::Aborted, [keep(Brief, true, Turn), keep(Brief, true, CompactThenTurn), D::Proceed, D::Proceed, D::GoOn, D::GoOn]),
+            (Outcome::Interrupted, [D::AckInterrupted, D::AckInterrupted, D::AckInterrupted, D::GoOn, D::GoOn, D::GoOn]),
+            (Outcome::Failed, [keep(Brief, true, Turn), keep(Brief, true, CompactThenTurn), D::Proceed, D::Proceed, D::GoOn, D::GoOn]),
+            (Outcome::TimedOut, [keep(Brief, true, Turn), keep(Brief, true, CompactThenTurn), keep(Brief, true, Turn), D::Proceed, D::GoOn, D::GoOn]),
+            (Outcome::Hung, [keep(Brief, true, Turn), keep(Brief, true, CompactThenTurn), keep(Brief, true, Turn), D::Proceed, D::GoOn, D::GoOn]),
+            (Outcome::NotStarted, [keep(For(P::StartFailed), false, Turn), keep(For(P::StartFailed), false, CompactThenTurn), keep(For(P::StartFailed), false, Turn), D::GoOn, D::GoOn, D::GoOn]),
+            (Outcome::McpStartFailed, [keep(For(P::McpStart), false, Turn), keep(For(P::McpStart), false, CompactThenTurn), keep(For(P::McpStart), false, Turn), D::GoOn, D::GoOn, D::GoOn]),
+            (Outcome::TurnBudget, [D::AckTurnBudget, D::AckTurnBudget, D::Proceed, D::Proceed, D::GoOn, D::GoOn]),
+            (Outcome::Stopped, [keep(Brief, false, Turn), keep(Brief, false, CompactThenTurn), keep(Brief, false, Turn), D::GoOn, D::GoOn, D::GoOn]),
+            (Outcome::Other, [keep(Brief, true, Turn), keep(Brief, true, CompactThenTurn), D::Proceed, D::Proceed, D::GoOn, D::GoOn]),
         ];
         assert_eq!(
             want.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
