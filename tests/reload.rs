@@ -86,6 +86,15 @@ fn row(up: &Up, name: &str) -> Option<hyperhive::proto::AgentRow> {
     r.agents.into_iter().find(|a| a.name == name)
 }
 
+/// Stops `name` (it stays stopped) and, once it has, writes it `body`.
+fn stop_and_write(up: &Up, name: &str, body: &str) {
+    ok(&mut up.host(), StopAgent { name: name.into() });
+    wait_for(Duration::from_secs(30), &format!("{name} to stop"), || {
+        (up.state(name)?.state == "stopped").then_some(())
+    });
+    send(up, name, body).unwrap();
+}
+
 /// Waits until `name` has no message queued or in a turn.
 fn drained(up: &Up, name: &str) {
     wait_for(
@@ -125,11 +134,7 @@ fn reload_adds_changes_and_removes_agents_and_keeps_every_other_harness() {
 
     // cal gets mail while it is stopped; then it leaves the fleet.
     drained(&up, "cal");
-    ok(&mut up.host(), StopAgent { name: "cal".into() });
-    wait_for(Duration::from_secs(30), "cal to stop", || {
-        (up.state("cal")?.state == "stopped").then_some(())
-    });
-    send(&up, "cal", "cal's first letter").unwrap();
+    stop_and_write(&up, "cal", "cal's first letter");
 
     // Remove cal, add dan, change bob's model; ana is untouched.
     std::fs::write(
@@ -196,11 +201,7 @@ fn reload_adds_changes_and_removes_agents_and_keeps_every_other_harness() {
     assert!(!row(&up, "cal").unwrap().removed);
 
     // Out again with a letter waiting; forgotten, the letter is a dead letter.
-    ok(&mut up.host(), StopAgent { name: "cal".into() });
-    wait_for(Duration::from_secs(30), "cal to stop", || {
-        (up.state("cal")?.state == "stopped").then_some(())
-    });
-    send(&up, "cal", "cal's second letter").unwrap();
+    stop_and_write(&up, "cal", "cal's second letter");
     std::fs::write(
         up.fleet_file(),
         fleet(
@@ -514,11 +515,7 @@ fn an_agent_taken_out_while_the_hive_was_down_is_found_removed_with_its_mail() {
     let mut up = start(&["ana", "bob"], &[]);
     // Its kick turn over, so the stop leaves only the letter queued.
     drained(&up, "bob");
-    ok(&mut up.host(), StopAgent { name: "bob".into() });
-    wait_for(Duration::from_secs(30), "bob to stop", || {
-        (up.state("bob")?.state == "stopped").then_some(())
-    });
-    send(&up, "bob", "bob's letter").unwrap();
+    stop_and_write(&up, "bob", "bob's letter");
     assert!(up.terminate().success());
     std::fs::write(up.fleet_file(), fleet(&up, &["ana"], &[])).unwrap();
     up.restart(&["ana"]);
