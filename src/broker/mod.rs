@@ -261,7 +261,15 @@ pub fn start(
                 }
             };
             let hub = Hub::new(store, cfg, settings);
-            let mut serve = Loop::new(hub, hub_rx, loop_tx, limits);
+            let mut serve = match Loop::new(hub, hub_rx, loop_tx, limits) {
+                Ok(serve) => serve,
+                Err(e) => {
+                    let _ = started_tx.send(Err(format!(
+                        "cannot wait for the broker's sockets (epoll): {e}"
+                    )));
+                    return;
+                }
+            };
             for l in listening {
                 if let Err(e) = serve.listen(l) {
                     let _ = started_tx.send(Err(e));

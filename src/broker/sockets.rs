@@ -1,6 +1,9 @@
-//! The broker's sockets, served on the hub's own thread: one `poll(2)` loop
+//! The broker's sockets, served on the hub's own thread: one `epoll(7)` loop
 //! over the listening sockets (the host socket, one per agent, the bridge's),
 //! every client connection and the wake-up of the hub's channel ([`HubRx`]).
+//! Each descriptor's interest is registered once and changed only when the
+//! connection's state changes it, so a wake-up costs what is ready, not what
+//! is open (a thousand agents' sockets and connections).
 //! A request is read, handed to [`Hub::handle`] and answered on this thread,
 //! so it costs two wake-ups (the hub's, then the client's), not a hop to a
 //! connection thread and back. Nothing here blocks: sockets are non-blocking,
@@ -37,7 +40,7 @@ use crate::proto::access::Via;
 use crate::proto::limits::{MAX_LINE, MAX_WAIT_SECS};
 use crate::proto::lines::{err_line, refuse};
 use crate::proto::Request;
-use crate::sys::fd::{self, poll, PollFd};
+use crate::sys::fd::{self, Epoll, PollFd, Ready};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
@@ -86,6 +89,8 @@ struct Socket {
     backoff: Duration,
     /// Not polled until then, after a failed accept.
     paused_until: Option<Instant>,
+    /// Registered with the loop's epoll.
+    watched: bool,
 }
 
 /// A credential's control socket: what comes over it are connections of
@@ -97,6 +102,8 @@ struct Credential {
     caps: Caps,
     /// Its other end closed: dropped at the start of the next turn.
     ended: bool,
+    /// Registered with the loop's epoll.
+    watched: bool,
 }
 
 /// Where one connection is.
@@ -138,6 +145,16 @@ struct Client {
     /// It came through a credential: the connection itself says whose it
     /// is, and no peer process is looked up.
     adopted: bool,
+    /// What the loop's epoll watches it for ([`Interest`]); `None` before
+    /// it is registered.
+    watched: Option<Interest>,
+}
+
+/// What a client's descriptor is watched for besides a hang-up.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Interest {
+    read: bool,
+    write: bool,
 }
 
 /// What the next line of input was: its end in `input` (a whole line, its
@@ -155,6 +172,18 @@ impl Client {
     /// An answer is waiting for room in the socket.
     fn writing(&self) -> bool {
         self.stalled
+    }
+
+    /// What it should be watched for now: input while it reads a request
+    /// and is not stalled, room while an answer is pending (in every state:
+    /// answers queued before a long-poll parked may be waiting for it), a
+    /// hang-up always.
+    fn interest(&self) -> Interest {
+        let reading = matches!(self.state, State::Reading);
+        Interest {
+            read: reading && !self.writing(),
+            write: self.writing(),
+        }
     }
 
     /// The next whole line of input, if there is one; at the end of input a
@@ -236,13 +265,39 @@ enum Accepted {
     Client(ConnId),
 }
 
-/// What a slot of the poll set stands for.
+/// What an epoll registration stands for, encoded in its token: the kind in
+/// the top byte, the index or id below.
 #[derive(Clone, Copy)]
 enum Target {
     Wake,
     Socket(usize),
-    Credential(usize),
+    Credential(u64),
     Client(ConnId),
+}
+
+const KIND_SHIFT: u32 = 56;
+const ID_MASK: u64 = (1 << KIND_SHIFT) - 1;
+
+impl Target {
+    fn token(self) -> u64 {
+        match self {
+            Target::Wake => 0,
+            Target::Socket(k) => (1 << KIND_SHIFT) | k as u64,
+            Target::Credential(id) => (2 << KIND_SHIFT) | (id & ID_MASK),
+            Target::Client(id) => (3 << KIND_SHIFT) | (id & ID_MASK),
+        }
+    }
+
+    fn of(token: u64) -> Option<Target> {
+        let id = token & ID_MASK;
+        match token >> KIND_SHIFT {
+            0 => Some(Target::Wake),
+            1 => Some(Target::Socket(id as usize)),
+            2 => Some(Target::Credential(id)),
+            3 => Some(Target::Client(id)),
+            _ => None,
+        }
+    }
 }
 
 /// The hub and its sockets, run by [`Loop::run`] on the hub's thread.
@@ -252,15 +307,17 @@ pub struct Loop<'c> {
     /// For offloaded jobs: their follow-ups and answers.
     tx: HubTx,
     sockets: Vec<Socket>,
-    credentials: Vec<Credential>,
+    credentials: BTreeMap<u64, Credential>,
+    next_credential: u64,
     clients: BTreeMap<ConnId, Client>,
     next_id: ConnId,
     limits: ConnLimits,
     /// Open connections on every agent socket together.
     agents_open: Arc<AtomicUsize>,
-    /// Reused per turn: the poll set, what each slot is, a read buffer.
-    fds: Vec<PollFd>,
-    targets: Vec<Target>,
+    /// Every descriptor above and the hub's wake-up; what a wait found
+    /// ready (reused); a read buffer.
+    epoll: Epoll,
+    ready: Vec<Ready>,
     scratch: Vec<u8>,
     /// Clients with whole requests read and not yet answered because they
     /// had their share of a turn: the next poll does not sleep.
@@ -268,22 +325,25 @@ pub struct Loop<'c> {
 }
 
 impl<'c> Loop<'c> {
-    pub fn new(hub: Hub<'c>, rx: HubRx, tx: HubTx, limits: ConnLimits) -> Loop<'c> {
-        Loop {
+    pub fn new(hub: Hub<'c>, rx: HubRx, tx: HubTx, limits: ConnLimits) -> io::Result<Loop<'c>> {
+        let epoll = Epoll::new()?;
+        epoll.add(rx.readable.as_raw_fd(), Target::Wake.token(), true, false)?;
+        Ok(Loop {
             hub,
             rx,
             tx,
             sockets: Vec::new(),
-            credentials: Vec::new(),
+            credentials: BTreeMap::new(),
+            next_credential: 1,
             clients: BTreeMap::new(),
             next_id: 1,
             limits,
             agents_open: Arc::new(AtomicUsize::new(0)),
-            fds: Vec::new(),
-            targets: Vec::new(),
+            epoll,
+            ready: Vec::new(),
             scratch: vec![0; READ_CHUNK],
             backlog: Vec::new(),
-        }
+        })
     }
 
     /// Serves `l` from now on, under the caps of its kind of socket.
@@ -309,6 +369,7 @@ impl<'c> Loop<'c> {
             refused: 0,
             backoff: BACKOFF_MIN,
             paused_until: None,
+            watched: false,
         });
         Ok(())
     }
@@ -336,33 +397,39 @@ impl<'c> Loop<'c> {
             for c in self.hub.take_credentials() {
                 self.take_credential(c);
             }
-            self.credentials.retain(|c| !c.ended);
+            let ended: Vec<u64> = (self.credentials.iter())
+                .filter(|(_, c)| c.ended)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in ended {
+                if let Some(c) = self.credentials.remove(&id) {
+                    if c.watched {
+                        let _ = self.epoll.delete(c.control.as_raw_fd());
+                    }
+                }
+            }
             let timeout = if self.backlog.is_empty() {
                 self.timeout(Instant::now())
             } else {
                 Some(Duration::ZERO)
             };
-            self.poll_set(Instant::now());
-            let mut fds = std::mem::take(&mut self.fds);
-            if let Err(e) = poll(&mut fds, timeout) {
+            self.watch(Instant::now());
+            let mut ready = std::mem::take(&mut self.ready);
+            if let Err(e) = self.epoll.wait(&mut ready, timeout) {
                 log::error!("the broker cannot wait for its sockets: {e}");
                 std::thread::sleep(BACKOFF_MIN);
             }
-            let targets = std::mem::take(&mut self.targets);
             let mut woken = false;
-            for (fd, target) in fds.iter().zip(&targets) {
-                if !fd.any() {
-                    continue;
-                }
-                match *target {
-                    Target::Wake => woken = true,
-                    Target::Socket(k) => self.accept(k),
-                    Target::Credential(k) => self.adopt(k),
-                    Target::Client(id) => self.client_event(id, fd),
+            for r in &ready {
+                match Target::of(r.token) {
+                    Some(Target::Wake) => woken = true,
+                    Some(Target::Socket(k)) => self.accept(k),
+                    Some(Target::Credential(id)) => self.adopt(id),
+                    Some(Target::Client(id)) => self.client_event(id, &r.events),
+                    None => {}
                 }
             }
-            self.fds = fds;
-            self.targets = targets;
+            self.ready = ready;
             for id in std::mem::take(&mut self.backlog) {
                 self.pump(id);
             }
@@ -405,37 +472,67 @@ impl<'c> Loop<'c> {
         next.map(|t| t.saturating_duration_since(now))
     }
 
-    /// The poll set of this turn: the wake-up, the sockets not paused, every
-    /// client (for input while it reads a request, for room while an answer
-    /// is pending, for a hang-up always).
-    fn poll_set(&mut self, now: Instant) {
-        self.fds.clear();
-        self.targets.clear();
-        self.fds
-            .push(PollFd::new(self.rx.readable.as_raw_fd(), true, false));
-        self.targets.push(Target::Wake);
+    /// Brings the epoll's interest up to date: the sockets not paused, every
+    /// credential, every client (for input while it reads a request, for room
+    /// while an answer is pending, for a hang-up always). Only a change is a
+    /// system call.
+    fn watch(&mut self, now: Instant) {
         for (k, s) in self.sockets.iter_mut().enumerate() {
-            if s.paused_until.is_some_and(|t| t > now) {
+            let paused = s.paused_until.is_some_and(|t| t > now);
+            if !paused {
+                s.paused_until = None;
+            }
+            if s.watched != paused {
                 continue;
             }
-            s.paused_until = None;
-            self.fds
-                .push(PollFd::new(s.listener.as_raw_fd(), true, false));
-            self.targets.push(Target::Socket(k));
+            let fd = s.listener.as_raw_fd();
+            let r = if paused {
+                self.epoll.delete(fd)
+            } else {
+                self.epoll.add(fd, Target::Socket(k).token(), true, false)
+            };
+            match r {
+                Ok(()) => s.watched = !paused,
+                Err(e) => log::error!("cannot watch {}: {e}", s.what),
+            }
         }
-        for (k, c) in self.credentials.iter().enumerate() {
-            self.fds
-                .push(PollFd::new(c.control.as_raw_fd(), true, false));
-            self.targets.push(Target::Credential(k));
+        for (id, c) in self.credentials.iter_mut() {
+            if c.watched {
+                continue;
+            }
+            let token = Target::Credential(*id).token();
+            match self.epoll.add(c.control.as_raw_fd(), token, true, false) {
+                Ok(()) => c.watched = true,
+                Err(e) => {
+                    log::error!(
+                        "cannot watch the credential of {}: {e}; it is dropped",
+                        c.agent
+                    );
+                    c.ended = true;
+                }
+            }
         }
-        for (id, c) in &self.clients {
-            // Room is watched in every state: answers queued before a
-            // long-poll parked may be waiting for it.
-            let reading = matches!(c.state, State::Reading);
-            let (read, write) = (reading && !c.writing(), c.writing());
-            self.fds
-                .push(PollFd::new(c.stream.as_raw_fd(), read, write));
-            self.targets.push(Target::Client(*id));
+        let mut failed = Vec::new();
+        for (id, c) in self.clients.iter_mut() {
+            let want = c.interest();
+            if c.watched == Some(want) {
+                continue;
+            }
+            let (fd, token) = (c.stream.as_raw_fd(), Target::Client(*id).token());
+            let r = match c.watched {
+                None => self.epoll.add(fd, token, want.read, want.write),
+                Some(_) => self.epoll.modify(fd, token, want.read, want.write),
+            };
+            match r {
+                Ok(()) => c.watched = Some(want),
+                Err(e) => {
+                    log::error!("cannot watch connection {id} of {}: {e}", c.who.name());
+                    failed.push(*id);
+                }
+            }
+        }
+        for id in failed {
+            self.close(id);
         }
     }
 
@@ -454,20 +551,28 @@ impl<'c> Loop<'c> {
             );
             return;
         }
-        self.credentials.push(Credential {
-            control: c.control,
-            agent: c.agent,
-            via: c.via,
-            caps: Caps::credential(),
-            ended: false,
-        });
+        let id = self.next_credential;
+        self.next_credential += 1;
+        self.credentials.insert(
+            id,
+            Credential {
+                control: c.control,
+                agent: c.agent,
+                via: c.via,
+                caps: Caps::credential(),
+                ended: false,
+                watched: false,
+            },
+        );
     }
 
     /// Takes the connections waiting on credential `k`, serving each as a
     /// connection of the credential's agent and process.
-    fn adopt(&mut self, k: usize) {
+    fn adopt(&mut self, k: u64) {
         for _ in 0..ACCEPTS_PER_TURN {
-            let c = &mut self.credentials[k];
+            let Some(c) = self.credentials.get_mut(&k) else {
+                return;
+            };
             let whose = match c.via {
                 Via::BashDaemon => "bash-task daemon",
                 _ => "harness",
@@ -551,6 +656,7 @@ impl<'c> Loop<'c> {
                 deadline: Instant::now() + self.limits.idle,
                 peer: None,
                 adopted: false,
+                watched: None,
             },
         );
         id
@@ -968,6 +1074,9 @@ impl<'c> Loop<'c> {
     /// Closes client `id`: the hub releases what it held.
     fn close(&mut self, id: ConnId) {
         if let Some(c) = self.clients.remove(&id) {
+            if c.watched.is_some() {
+                let _ = self.epoll.delete(c.stream.as_raw_fd());
+            }
             let _ = c.stream.shutdown(std::net::Shutdown::Both);
             self.hub.closed(id);
         }
@@ -1039,7 +1148,7 @@ mod tests {
             let (loop_tx, settings) = (tx.clone(), HubSettings::for_tests(&dir));
             let thread = std::thread::spawn(move || {
                 let hub = Hub::new(Store::new(&db).unwrap(), cfg, settings);
-                let mut serve = Loop::new(hub, rx, loop_tx, limits);
+                let mut serve = Loop::new(hub, rx, loop_tx, limits).unwrap();
                 for l in listening {
                     serve.listen(l).unwrap();
                 }

@@ -6,8 +6,9 @@
 //! [`Credential`] made of them) or inherited ([`inherited_stream`]), the
 //! socket options and
 //! queries the web servers need (timeouts, the unsent queue, a hang-up, a
-//! shutdown), [`poll`] over many descriptors (the broker serves its sockets
-//! from one such loop), and [`HangupWatch`], which turns a peer hanging up
+//! shutdown), [`poll`] over a few descriptors and [`Epoll`] over many (the
+//! broker serves every socket of a thousand agents from one such loop: its
+//! cost per wake-up is what is ready, not what is open), and [`HangupWatch`], which turns a peer hanging up
 //! into an event on a channel (a thread blocked in `poll` on the socket and on
 //! a cancel pipe, so it costs nothing while it waits and ends as soon as it is
 //! dropped).
@@ -538,6 +539,123 @@ pub fn poll(fds: &mut [PollFd], timeout: Option<Duration>) -> io::Result<usize> 
         return Err(e);
     }
     Ok(n as usize)
+}
+
+/// An `epoll(7)` instance, level-triggered: the interest in each descriptor is
+/// registered once and changed only when it changes, and a wait returns what
+/// is ready, each with the token it was registered with. Events read as
+/// [`PollFd`]s (epoll's event bits are poll's).
+pub struct Epoll {
+    fd: OwnedFd,
+    /// What the kernel fills in, kept between waits.
+    buf: Vec<libc::epoll_event>,
+}
+
+/// Events one [`Epoll::wait`] takes at most; more stay ready for the next.
+const EPOLL_BATCH: usize = 1024;
+
+/// What one [`Epoll::wait`] found ready: the registration's token and the
+/// events, as a [`PollFd`] would hold them.
+#[derive(Clone, Copy)]
+pub struct Ready {
+    pub token: u64,
+    pub events: PollFd,
+}
+
+impl Epoll {
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 takes flags only; a valid descriptor is owned.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor just returned, owned by nothing else.
+        Ok(Epoll {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            buf: vec![libc::epoll_event { events: 0, u64: 0 }; EPOLL_BATCH],
+        })
+    }
+
+    fn ctl(
+        &self,
+        op: libc::c_int,
+        fd: RawFd,
+        token: u64,
+        read: bool,
+        write: bool,
+    ) -> io::Result<()> {
+        let mut events = libc::EPOLLRDHUP as u32;
+        if read {
+            events |= libc::EPOLLIN as u32;
+        }
+        if write {
+            events |= libc::EPOLLOUT as u32;
+        }
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a valid epoll_event for the call's duration.
+        if unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Watches `fd` for input (`read`), room to write (`write`), and always a
+    /// hang-up or an error, reporting it as `token`.
+    pub fn add(&self, fd: RawFd, token: u64, read: bool, write: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, read, write)
+    }
+
+    /// Changes what `fd` is watched for.
+    pub fn modify(&self, fd: RawFd, token: u64, read: bool, write: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, read, write)
+    }
+
+    /// Stops watching `fd` (before it is closed, so no copy of it lingers).
+    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
+        // SAFETY: EPOLL_CTL_DEL ignores the event (non-null for old kernels).
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        if unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Waits until something is ready, at most `timeout` (`None` waits as long
+    /// as it takes), filling `out`; an interrupted wait finds nothing.
+    pub fn wait(&mut self, out: &mut Vec<Ready>, timeout: Option<Duration>) -> io::Result<()> {
+        out.clear();
+        let ms = match timeout {
+            None => -1,
+            // Rounded up, so a deadline is never woken for a moment early.
+            Some(d) => d.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
+        };
+        let cap = self.buf.len();
+        // SAFETY: `buf` holds `cap` writable epoll_event structs.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                self.buf.as_mut_ptr(),
+                cap as libc::c_int,
+                ms,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(());
+            }
+            return Err(e);
+        }
+        for ev in &self.buf[..n as usize] {
+            // Copied out: the struct is packed on x86_64.
+            let (events, token) = (ev.events, ev.u64);
+            let mut p = PollFd::new(-1, false, false);
+            // epoll's EPOLLIN/OUT/ERR/HUP/RDHUP are poll's bits.
+            p.0.revents = events as libc::c_short;
+            out.push(Ready { token, events: p });
+        }
+        Ok(())
+    }
 }
 
 /// A thread that reports the hang-up of one socket's peer as an event. The
