@@ -15,7 +15,10 @@
 //! broker does), `--claude-stamp
 //! PATH` (the claude stand-in of the wake → spawn latency), `--quick` (fewer
 //! rounds), `--only NAME` (wake, cycles, mcp, turns, budget, latency, memory,
-//! sse).
+//! sse, scale), `--agents N` and `--idle-secs S` (the scale rows' hive size,
+//! 1000, and idle watch, 300 s: `tests/bench/scale.rs`).
+
+mod scale;
 
 use hyperhive::proto::cmd::{AckTurn, Hello, Recv, RecvNext, ReportSpend, Status, Wake};
 use hyperhive::proto::Client;
@@ -42,8 +45,12 @@ struct Args {
     /// start; without it a shell script stamps with `date`.
     claude_stamp: Option<PathBuf>,
     quick: bool,
+    /// `--agents N`: the scale rows' hive size (1000).
+    agents: usize,
+    /// `--idle-secs S`: how long the scale rows watch the idle hive's CPU (300).
+    idle_secs: u64,
     /// `--only NAME`: run one benchmark (wake, cycles, mcp, turns, latency,
-    /// memory, sse).
+    /// memory, sse, scale).
     only: Option<String>,
 }
 
@@ -58,6 +65,8 @@ fn parse_args() -> Args {
         cycle_floor: None,
         claude_stamp: None,
         quick: false,
+        agents: 1000,
+        idle_secs: 300,
         only: None,
     };
     let mut it = std::env::args().skip(1);
@@ -74,6 +83,13 @@ fn parse_args() -> Args {
                 a.claude_stamp = Some(it.next().expect("--claude-stamp PATH").into())
             }
             "--quick" => a.quick = true,
+            "--agents" => a.agents = it.next().and_then(|v| v.parse().ok()).expect("--agents N"),
+            "--idle-secs" => {
+                a.idle_secs = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--idle-secs SECONDS")
+            }
             "--only" => a.only = it.next(),
             // cargo bench passes --bench; ignore what is not ours.
             _ => {}
@@ -131,7 +147,7 @@ fn print_goals() {
         if goals.is_empty() {
             return;
         }
-        println!("goals of issue 19 (ratios of this run):");
+        println!("goals (issue 19: start-up and hot paths; issue 42: scale), of this run:");
         for x in goals.iter() {
             let met = if x.at_most {
                 x.value <= x.bound
@@ -1217,8 +1233,82 @@ fn main() {
     if run("sse") {
         bench_sse_fanout(&a);
     }
+    if run("scale") {
+        bench_scale(&a);
+    }
     print_goals();
     let _ = std::fs::remove_dir_all(&copies);
+}
+
+/// Issue 42's scale rows (`tests/bench/scale.rs`) and their goals.
+fn bench_scale(a: &Args) {
+    let Some(stamp) = &a.claude_stamp else {
+        println!("scale   skipped: needs --claude-stamp (make bench passes it)");
+        return;
+    };
+    let f = scale::bench_scale(&scale::ScaleArgs {
+        hive: &a.hive,
+        claude_stamp: stamp,
+        agents: a.agents,
+        idle_secs: a.idle_secs,
+    });
+    if f.agents != 1000 {
+        println!(
+            "scale   note: the goals are for 1000 agents; this run had {} (--agents)",
+            f.agents
+        );
+    }
+    let _ = f.isolated;
+    goal(
+        "hive up: every agent running after its boot turn (s)",
+        f.start_secs,
+        "s",
+        30.0,
+        true,
+    );
+    goal(
+        "memory per idle agent: PSS of the whole hive / agents",
+        f.pss_mib_per_agent,
+        "Mi",
+        2.0,
+        true,
+    );
+    goal(
+        "memory per idle agent: MemAvailable drop / agents",
+        f.avail_mib_per_agent,
+        "Mi",
+        4.0,
+        true,
+    );
+    goal("processes per idle agent", f.procs_per_agent, "", 2.0, true);
+    goal(
+        "threads per idle agent, every process of the hive",
+        f.threads_per_agent,
+        "",
+        8.0,
+        true,
+    );
+    goal(
+        "CPU of the whole idle hive, % of one core",
+        f.idle_cpu_percent,
+        "%",
+        1.0,
+        true,
+    );
+    goal(
+        "a message to every agent, all acked, vs the runs 8 at a time",
+        f.burst_ratio,
+        "x",
+        1.5,
+        true,
+    );
+    goal(
+        "wake → spawn p99 with 200 turns held vs idle hive",
+        f.held_p99_ratio,
+        "x",
+        3.0,
+        true,
+    );
 }
 
 /// Replaces every binary the bench times with a fresh copy in `dir`, synced:
