@@ -6,7 +6,7 @@ MUSL_TARGET := x86_64-unknown-linux-musl
 MUSL_BIN := target/$(MUSL_TARGET)/release/hive
 export CC_x86_64_unknown_linux_musl ?= musl-gcc
 
-.PHONY: all build test lint musl musl-check musl-if-available bench bench-build wake-path soak fuzz clean
+.PHONY: all build test lint musl musl-check musl-if-available bench bench-build bench-scale wake-path soak fuzz clean
 
 all: build
 
@@ -61,17 +61,26 @@ musl: musl-check
 	@ls -l $(MUSL_BIN)
 
 ## Benchmarks, printed as ratios against baselines run side by side, and the
-## goals of issue 19 at the end. The MCP servers compared with `hive mcp` (the
-## floor and an rmcp 1.7 server) are their own package with their own lockfile
-## (tests/bench/servers), built here only.
+## goals of issues 19 and 42 at the end (the scale rows run a `hive up` of
+## BENCH_AGENTS agents, 1000, and watch it idle BENCH_IDLE_SECS, 300). The
+## MCP servers compared with `hive mcp` (the floor and an rmcp 1.7 server)
+## are their own package with their own lockfile (tests/bench/servers), built
+## here only.
 BENCH_SERVERS := target/bench-servers/$(MUSL_TARGET)/release
 BENCH := $(CARGO) bench --bench hive -- \
 	  --hive $(MUSL_BIN) --empty target/$(MUSL_TARGET)/release/examples/empty \
 	  --floor $(BENCH_SERVERS)/mcp-floor --rmcp $(BENCH_SERVERS)/mcp-rmcp \
 	  --wake-floor $(BENCH_SERVERS)/wake-floor --turn-floor $(BENCH_SERVERS)/turn-floor \
-	  --cycle-floor $(BENCH_SERVERS)/cycle-floor --claude-stamp $(BENCH_SERVERS)/claude-stamp
+	  --cycle-floor $(BENCH_SERVERS)/cycle-floor --claude-stamp $(BENCH_SERVERS)/claude-stamp \
+	  --agents $(BENCH_AGENTS) --idle-secs $(BENCH_IDLE_SECS)
+BENCH_AGENTS ?= 1000
+BENCH_IDLE_SECS ?= 300
 bench: bench-build
 	$(BENCH)
+
+## The scale rows alone (tests/bench/scale.rs).
+bench-scale: bench-build
+	$(BENCH) --only scale
 
 bench-build: musl
 	$(CARGO) build --release --target $(MUSL_TARGET) --example empty
