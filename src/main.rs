@@ -85,6 +85,26 @@ fn long_running(cmd: &Cmd) -> bool {
     )
 }
 
+/// A reader that stops reading (`hive agents | head`) ends a pipe the way
+/// every Unix tool takes it: quietly, with the status a SIGPIPE death gives
+/// (141), not a panic. Only for the short commands that print; the daemons'
+/// and the MCP servers' output is another matter. `std` ignores SIGPIPE, so
+/// the print fails with EPIPE and `println!` panics; the hook recognises that
+/// one panic and lets every other reach the default hook.
+fn quiet_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let p = info.payload();
+        let msg = (p.downcast_ref::<String>().map(String::as_str))
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
+}
+
 /// Runs `cmd`; `Err` is a failure to report (exit 1).
 fn run(cmd: Cmd) -> Result<(), String> {
     match cmd {
@@ -229,6 +249,9 @@ fn main() -> ExitCode {
     };
     if daemon(&cmd) {
         ALLOC.close();
+    }
+    if !long_running(&cmd) {
+        quiet_broken_pipe();
     }
     if long_running(&cmd) {
         match sys::raise_nofile_limit() {
