@@ -225,7 +225,7 @@ fn an_exit_code_comes_back_and_the_rest_of_the_namespace_ends_with_it() {
     assert_eq!(line, "started\n");
     let sleep = wait_for(Duration::from_secs(10), "the background sleep", || {
         children(pid).into_iter().find(|c| {
-            std::fs::read(format!("/proc/{c}/cmdline")).is_ok_and(|c| c == b"sleep\0600\0")
+            std::fs::read(format!("/proc/{c}/cmdline")).is_ok_and(|c| c == b"sleep\x00600\x00")
         })
     });
     std::fs::write(&go, "").unwrap();
@@ -294,13 +294,19 @@ fn a_bash_daemon_as_pid_1_reaps_what_its_tasks_leave_behind() {
         "the sleep to be the daemon's",
         || {
             children(pid).into_iter().find(|c| {
-                std::fs::read(format!("/proc/{c}/cmdline")).is_ok_and(|c| c == b"sleep\02\0")
+                std::fs::read(format!("/proc/{c}/cmdline")).is_ok_and(|c| c == b"sleep\x002\x00")
             })
         },
     );
     wait_for(Duration::from_secs(10), "the orphan to be reaped", || {
         gone(orphan).then_some(())
     });
+    // Its own children's statuses stay its own while orphans come and go: a
+    // task's exit code is read by the daemon, never swept away.
+    for _ in 0..3 {
+        let t = run("setsid sleep 0.1 & setsid sleep 0.2 & exit 3");
+        assert_eq!(t.task.exit_code, Some(3), "{:?}", t.task);
+    }
     // No zombie under the daemon.
     wait_for(Duration::from_secs(10), "no zombie child", || {
         children(pid)

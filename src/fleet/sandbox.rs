@@ -1,6 +1,7 @@
 //! `hive __sandbox`: the process `hive up` runs in place of an agent's `hive
-//! serve` when agents are isolated (the policy is `isolation.rs`). It gives the
-//! agent its own view of the machine and runs it there:
+//! serve` (or `hive bash-daemon`) when agents are isolated (the policy is
+//! `isolation.rs`). It gives the agent its own view of the machine and runs it
+//! there:
 //!
 //! - a **mount namespace** in which every `--cover` directory is an empty,
 //!   read-only tmpfs with only the `--keep` paths bound back at the same absolute
@@ -13,13 +14,25 @@
 //!   its own uid and gid to themselves (the kernel allows that to any user where
 //!   user namespaces are enabled). As root the mount and PID namespaces need none.
 //!
-//! Three processes: this one stays outside the PID namespace, forwards the
-//! supervisor's signals to PID 1 and exits with the agent's status; PID 1 mounts
-//! `/proc`, forwards signals to the agent, reaps orphans and reports the agent's
-//! status (when it exits the kernel kills what is left in the namespace); the
-//! agent runs with no capabilities, so it cannot unmount what hides the rest. The
-//! system calls are `sys::ns`'s safe functions; this process runs
-//! single-threaded, as `unshare(CLONE_NEWUSER)` and forking require.
+//! [`spawn`] is how `hive up` starts one: **one process**. A `clone(2)` into
+//! the new namespaces runs `hive __sandbox --in-place`, already PID 1 there
+//! with every capability of its user namespace; it maps its ids, builds the
+//! view, mounts `/proc`, gives up every capability (the agent cannot unmount
+//! what hides the rest) and execs the agent in its own place. The agent is
+//! then PID 1 of its namespace and a direct child of `hive up`, which reaps
+//! it; as PID 1 it gets only the signals it has a handler for and reaps the
+//! namespace's orphans (`sys::signals`), and when it exits the kernel kills
+//! what is left in the namespace.
+//!
+//! Without `--in-place` (started by a plain `Command`, as before
+//! [`spawn`]): three processes. This one unshares the namespaces, stays
+//! outside the PID namespace, forwards the supervisor's signals to PID 1 and
+//! exits with the agent's status; PID 1 mounts `/proc`, forwards signals to
+//! the agent, reaps orphans and reports the agent's status. It runs
+//! single-threaded, as `unshare(CLONE_NEWUSER)` and forking require. Kept
+//! until every caller uses [`spawn`]; then it can go, with `sys::ns`'s
+//! `fork`, `SignalSet::wait` and `reap`. The system calls are `sys::ns`'s
+//! safe functions.
 
 use crate::sys::fd::{hung_up, pipe};
 use crate::sys::ns::{self, cpath, Forked, Reaped, SignalSet};
@@ -33,9 +46,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-/// The hidden subcommand: `hive __sandbox [--userns] [--cover DIR]… [--keep
-/// PATH]… [--read-only PATH]… (--check | -- PROGRAM ARGS…)`. Not a user
-/// command.
+/// The hidden subcommand: `hive __sandbox [--userns] [--in-place [--ids
+/// UID:GID]] [--cover DIR]… [--keep PATH]… [--read-only PATH]… (--check | --
+/// PROGRAM ARGS…)`. Not a user command.
 pub const SUBCOMMAND: &str = "__sandbox";
 
 /// What one sandbox hides and shows, and what it runs.
@@ -711,6 +724,8 @@ mod tests {
             keeps: vec!["/d/agents/a".into(), "/d/run/agents/a".into()],
             read_only: vec!["/nix/store/x-static".into(), "/d/icon.svg".into()],
             check: false,
+            in_place: false,
+            ids: None,
             command: vec![
                 "/bin/hive".into(),
                 "serve".into(),
@@ -722,14 +737,22 @@ mod tests {
         let check = Spec {
             check: true,
             command: Vec::new(),
-            ..spec
+            ..spec.clone()
         };
         assert_eq!(Spec::parse(check.args()).unwrap(), check);
+        let in_place = Spec {
+            in_place: true,
+            ids: Some((1000, 100)),
+            ..spec
+        };
+        assert_eq!(Spec::parse(in_place.args()).unwrap(), in_place);
         let cases: &[(&[&str], &str)] = &[
             (&["--cover", "rel"], "not an absolute path"),
             (&["--cover", "/d"], "either --check"),
             (&["--check", "--", "/bin/true"], "either --check"),
             (&["--bogus"], "--bogus"),
+            (&["--ids", "1000", "--check"], "not UID:GID"),
+            (&["--in-place", "--userns", "--check"], "needs --ids"),
         ];
         for (args, want) in cases {
             let e = Spec::parse(args.iter().map(OsString::from).collect()).unwrap_err();

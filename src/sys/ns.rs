@@ -204,7 +204,7 @@ impl SignalSet {
 
     fn mask(&self, how: libc::c_int) {
         // SAFETY: the set is initialised; the old mask is not asked for.
-        unsafe { libc::sigprocmask(how, &self.0, std::ptr::null_mut()) };
+        unsafe { libc::pthread_sigmask(how, &self.0, std::ptr::null_mut()) };
     }
 
     /// Takes one pending signal of the (blocked) set, waiting up to `timeout`.

@@ -10,8 +10,9 @@
 //! bash-task daemon, which `fleet::sandbox` execs in place) gets only the
 //! signals it has a handler for — these three have one, and SIGKILL always
 //! reaches it from `hive up` — and inherits every orphan of the namespace:
-//! there the same thread also takes SIGCHLD and reaps the orphans that
-//! exited (`process::sweep_orphans`), so no other thread is needed.
+//! there the same thread also takes SIGCHLD — it alone: the threads started
+//! after it block it — and reaps the orphans that exited
+//! (`process::sweep_orphans`), so no other thread is needed.
 
 use crossbeam_channel::Receiver;
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
@@ -57,6 +58,13 @@ pub fn signals() -> Result<Receiver<i32>, String> {
             }
         })
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    if reaper {
+        // Only the `signals` thread takes SIGCHLD: the caller, and every
+        // thread it starts from now on, blocks it, so no system call of
+        // theirs is interrupted by a child's exit (children start with an
+        // empty mask: `process`).
+        super::ns::SignalSet::new(&[SIGCHLD]).block();
+    }
     Ok(rx)
 }
 
