@@ -232,7 +232,7 @@ fn probe(exe: &Path, isolation: &Isolation) -> Result<(), String> {
         env: &env,
         keep: &[],
         parent_death_signal: libc::SIGKILL,
-        umask: crate::sys::umask(),
+        umask: 0o077,
     })
     .map_err(|e| e.to_string())?;
     let super::sandbox::Spawned {
