@@ -10,7 +10,6 @@ use super::sandbox::Spec;
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// `HIVE_ISOLATION`.
@@ -75,6 +74,8 @@ impl Isolation {
             keeps,
             read_only: self.read_only.as_deref().cloned().unwrap_or_default(),
             check: false,
+            in_place: false,
+            ids: None,
             command,
         }
     }
@@ -216,40 +217,41 @@ fn covers(data: &Path, fleet: &Path, home: Option<&Path>) -> Result<Vec<PathBuf>
     Ok(covers)
 }
 
-/// Builds a sandbox like an agent's (same covers) that exits at once; `Err` is
-/// its error line.
+/// Builds a sandbox like an agent's (same covers), the way an agent's is
+/// built (`sandbox::spawn`), that exits at once; `Err` is its error line.
 fn probe(exe: &Path, isolation: &Isolation) -> Result<(), String> {
     let spec = Spec {
         check: true,
         command: Vec::new(),
         ..isolation.spec(&[], Vec::new())
     };
-    let mut child = spec
-        .command(exe)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let spawned = super::sandbox::spawn(&super::sandbox::Spawn {
+        exe,
+        spec: &spec,
+        env: &env,
+        keep: &[],
+        parent_death_signal: libc::SIGKILL,
+        umask: 0o077,
+    })
+    .map_err(|e| e.to_string())?;
+    let super::sandbox::Spawned {
+        mut group, stderr, ..
+    } = spawned;
     let end = Instant::now() + Duration::from_secs(10);
     let status = loop {
-        match child.try_wait() {
+        match group.try_wait() {
             Ok(Some(s)) => break s,
             Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err("the probe did not finish within 10 s".into());
-            }
+            // Dropping the group kills it and reaps it.
+            _ => return Err("the probe did not finish within 10 s".into()),
         }
     };
     if status.success() {
         return Ok(());
     }
     let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.by_ref().take(4096).read_to_string(&mut err);
-    }
+    let _ = stderr.take(4096).read_to_string(&mut err);
     let last = err.lines().last().unwrap_or_default();
     let last = last
         .strip_prefix(&format!("hive {}: ", super::sandbox::SUBCOMMAND))

@@ -1,6 +1,7 @@
 //! `hive __sandbox`: the process `hive up` runs in place of an agent's `hive
-//! serve` when agents are isolated (the policy is `isolation.rs`). It gives the
-//! agent its own view of the machine and runs it there:
+//! serve` (or `hive bash-daemon`) when agents are isolated (the policy is
+//! `isolation.rs`). It gives the agent its own view of the machine and runs it
+//! there:
 //!
 //! - a **mount namespace** in which every `--cover` directory is an empty,
 //!   read-only tmpfs with only the `--keep` paths bound back at the same absolute
@@ -13,28 +14,41 @@
 //!   its own uid and gid to themselves (the kernel allows that to any user where
 //!   user namespaces are enabled). As root the mount and PID namespaces need none.
 //!
-//! Three processes: this one stays outside the PID namespace, forwards the
-//! supervisor's signals to PID 1 and exits with the agent's status; PID 1 mounts
-//! `/proc`, forwards signals to the agent, reaps orphans and reports the agent's
-//! status (when it exits the kernel kills what is left in the namespace); the
-//! agent runs with no capabilities, so it cannot unmount what hides the rest. The
-//! system calls are `sys::ns`'s safe functions; this process runs
-//! single-threaded, as `unshare(CLONE_NEWUSER)` and forking require.
+//! [`spawn`] is how `hive up` starts one: **one process**. A `clone(2)` into
+//! the new namespaces runs `hive __sandbox --in-place`, already PID 1 there
+//! with every capability of its user namespace; it maps its ids, builds the
+//! view, mounts `/proc`, gives up every capability (the agent cannot unmount
+//! what hides the rest) and execs the agent in its own place. The agent is
+//! then PID 1 of its namespace and a direct child of `hive up`, which reaps
+//! it; as PID 1 it gets only the signals it has a handler for and reaps the
+//! namespace's orphans (`sys::signals`), and when it exits the kernel kills
+//! what is left in the namespace.
+//!
+//! Without `--in-place` (started by a plain `Command`, as before
+//! [`spawn`]): three processes. This one unshares the namespaces, stays
+//! outside the PID namespace, forwards the supervisor's signals to PID 1 and
+//! exits with the agent's status; PID 1 mounts `/proc`, forwards signals to
+//! the agent, reaps orphans and reports the agent's status. It runs
+//! single-threaded, as `unshare(CLONE_NEWUSER)` and forking require. Kept
+//! until every caller uses [`spawn`]; then it can go, with `sys::ns`'s
+//! `fork`, `SignalSet::wait` and `reap`. The system calls are `sys::ns`'s
+//! safe functions.
 
 use crate::sys::fd::{hung_up, pipe};
 use crate::sys::ns::{self, cpath, Forked, Reaped, SignalSet};
+use crate::sys::ProcessGroup;
 use std::ffi::{CStr, CString, OsString};
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-/// The hidden subcommand: `hive __sandbox [--userns] [--cover DIR]… [--keep
-/// PATH]… [--read-only PATH]… (--check | -- PROGRAM ARGS…)`. Not a user
-/// command.
+/// The hidden subcommand: `hive __sandbox [--userns] [--in-place [--ids
+/// UID:GID]] [--cover DIR]… [--keep PATH]… [--read-only PATH]… (--check | --
+/// PROGRAM ARGS…)`. Not a user command.
 pub const SUBCOMMAND: &str = "__sandbox";
 
 /// What one sandbox hides and shows, and what it runs.
@@ -50,6 +64,12 @@ pub struct Spec {
     pub read_only: Vec<PathBuf>,
     /// Set everything up, then exit 0 instead of running a program (the probe).
     pub check: bool,
+    /// Already PID 1 of its namespaces ([`spawn`] made them): set the view
+    /// up and exec the program in place, as one process.
+    pub in_place: bool,
+    /// With `in_place` and `userns`: the uid and gid (outside) mapped to
+    /// themselves in the user namespace; [`spawn`] gives them.
+    pub ids: Option<(u32, u32)>,
     /// The program and its arguments.
     pub command: Vec<OsString>,
 }
@@ -60,6 +80,13 @@ impl Spec {
         let mut a: Vec<OsString> = Vec::new();
         if self.userns {
             a.push("--userns".into());
+        }
+        if self.in_place {
+            a.push("--in-place".into());
+        }
+        if let Some((uid, gid)) = self.ids {
+            a.push("--ids".into());
+            a.push(format!("{uid}:{gid}").into());
         }
         for c in &self.covers {
             a.push("--cover".into());
@@ -98,6 +125,15 @@ impl Spec {
             match arg {
                 Long("userns") => s.userns = true,
                 Long("check") => s.check = true,
+                Long("in-place") => s.in_place = true,
+                Long("ids") => {
+                    let v = p.value().map_err(|e| e.to_string())?;
+                    let v = v.to_string_lossy();
+                    let ids = v
+                        .split_once(':')
+                        .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
+                    s.ids = Some(ids.ok_or_else(|| format!("--ids {v}: not UID:GID"))?);
+                }
                 Long("cover") => s
                     .covers
                     .push(absolute(p.value().map_err(|e| e.to_string())?)?),
@@ -116,6 +152,9 @@ impl Spec {
         }
         if s.check != s.command.is_empty() {
             return Err("give either --check or `-- PROGRAM ARGS…`".into());
+        }
+        if s.in_place && s.userns && s.ids.is_none() {
+            return Err("--in-place --userns needs --ids UID:GID".into());
         }
         Ok(s)
     }
@@ -150,6 +189,15 @@ pub fn run_command(args: Vec<OsString>) -> ! {
             std::process::exit(2);
         }
     };
+    if spec.in_place {
+        match in_place(&spec) {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("hive {SUBCOMMAND}: {e}");
+                std::process::exit(SETUP_FAILED);
+            }
+        }
+    }
     match outside(&spec) {
         Ok(status) => exit_like(status),
         Err(e) => {
@@ -415,21 +463,7 @@ fn pid_one(spec: &Spec, set: &SignalSet, status: OwnedFd, alive: OwnedFd) -> Res
     if hung_up(alive.as_raw_fd()) {
         return Ok(1); // it died before the death signal was armed
     }
-    mount(
-        c"proc",
-        Path::new("/proc"),
-        Some(c"proc"),
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        None,
-        "mount a fresh proc on",
-    )?;
-    // The kernel's settings stay read-only: a `hive up` run as root makes its
-    // agents uid 0, which may write them without any capability.
-    for p in PROC_READ_ONLY.iter().map(Path::new) {
-        if p.exists() {
-            read_only(p)?;
-        }
-    }
+    mount_proc()?;
     if spec.check {
         let pid = ns::getpid();
         return if pid == 1 {
@@ -450,6 +484,52 @@ fn pid_one(spec: &Spec, set: &SignalSet, status: OwnedFd, alive: OwnedFd) -> Res
     let mut f = File::from(status);
     let _ = std::io::Write::write_all(&mut f, &st.to_ne_bytes());
     Ok(exit_code(st))
+}
+
+/// Mounts the namespace's own `/proc`, its kernel settings read-only.
+fn mount_proc() -> Result<(), String> {
+    mount(
+        c"proc",
+        Path::new("/proc"),
+        Some(c"proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+        "mount a fresh proc on",
+    )?;
+    // The kernel's settings stay read-only: a `hive up` run as root makes its
+    // agents uid 0, which may write them without any capability.
+    for p in PROC_READ_ONLY.iter().map(Path::new) {
+        if p.exists() {
+            read_only(p)?;
+        }
+    }
+    Ok(())
+}
+
+/// `hive __sandbox --in-place`, started by [`spawn`] as PID 1 of its new
+/// namespaces with the capabilities it has there: maps its ids (in a user
+/// namespace), builds the view, mounts `/proc`, gives up every capability
+/// and execs the program in its own place, so the agent is PID 1 and the
+/// sandbox one process. Returns only with `--check` (everything was set up)
+/// or an error; an exec that fails exits 127.
+fn in_place(spec: &Spec) -> Result<(), String> {
+    let pid = ns::getpid();
+    if pid != 1 {
+        return Err(format!(
+            "--in-place runs as PID 1 of its namespace, not as pid {pid}"
+        ));
+    }
+    if spec.userns {
+        let (uid, gid) = spec.ids.ok_or("--in-place --userns needs --ids")?;
+        map_ids(uid, gid)?;
+    }
+    build_view(spec)?;
+    mount_proc()?;
+    ns::drop_bounding_set().map_err(|e| e.to_string())?;
+    if spec.check {
+        return Ok(());
+    }
+    exec_agent(spec)
 }
 
 /// In the agent's process: unblocks signals, gives up every capability and
@@ -511,6 +591,127 @@ fn exit_like(st: libc::c_int) -> ! {
     std::process::exit(exit_code(st))
 }
 
+/// How [`spawn`] starts a program in its sandbox.
+pub struct Spawn<'a> {
+    /// The `hive` binary, which sets the sandbox up (`hive __sandbox
+    /// --in-place`) and then becomes the program.
+    pub exe: &'a Path,
+    /// What the sandbox hides and shows, and the program with its arguments
+    /// (`spec.command`); its `in_place` and `ids` are [`spawn`]'s to set.
+    pub spec: &'a Spec,
+    /// The program's whole environment, in order (a later name wins); see
+    /// [`environment`].
+    pub env: &'a [(OsString, OsString)],
+    /// Descriptors of this process the program inherits under the same
+    /// number (a broker credential, a page's socket); they stay
+    /// close-on-exec here, so no other child gets them.
+    pub keep: &'a [RawFd],
+    /// Sent to the program when the thread that called [`spawn`] dies
+    /// (`PR_SET_PDEATHSIG`); the program as PID 1 gets it only once it has a
+    /// handler for it (the harness and the bash-task daemon have one for
+    /// SIGTERM), SIGKILL always.
+    pub parent_death_signal: i32,
+    /// The umask it starts with.
+    pub umask: u32,
+}
+
+/// A program [`spawn`] started: its process (the leader of a group of its
+/// own, a direct child of the caller, registered like every child of
+/// `sys::process`), and its output.
+pub struct Spawned {
+    pub group: ProcessGroup,
+    pub stdout: File,
+    pub stderr: File,
+}
+
+/// Starts `s.spec.command` in its sandbox as one process, a direct child of
+/// the caller: a `clone(2)` into new PID and mount namespaces (and a user
+/// namespace when `spec.userns`) runs `hive __sandbox --in-place`, which is
+/// PID 1 there, sets up the view ([`Spec`]), gives up every capability and
+/// execs the program in its own place. So the program is PID 1 of its
+/// namespace (it gets only the signals it has a handler for, SIGKILL from
+/// the caller always, and inherits the namespace's orphans:
+/// `sys::signals`), its exit status is the caller's to reap (`waitpid` on
+/// `group`), and when it exits the kernel kills whatever is left in the
+/// namespace. stdin is `/dev/null`, stdout and stderr are pipes. Safe to
+/// call from any thread of a multi-threaded process (`sys::ns::clone_exec`).
+///
+/// An `Err` is a failure to start `hive __sandbox`; one of the sandbox
+/// itself (a mount the kernel refuses) is the child's exit with 125 and its
+/// reason on stderr, one to exec the program an exit with 127.
+pub fn spawn(s: &Spawn) -> std::io::Result<Spawned> {
+    use std::io::{Error, ErrorKind};
+    use std::os::unix::ffi::OsStrExt;
+    let c = |b: &[u8], what: &dyn Fn() -> String| {
+        CString::new(b).map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("{} holds a NUL byte, which no program can be given", what()),
+            )
+        })
+    };
+    let spec = Spec {
+        in_place: true,
+        ids: s.spec.userns.then(crate::sys::effective_ids),
+        ..s.spec.clone()
+    };
+    let program = c(s.exe.as_os_str().as_bytes(), &|| {
+        format!("the program name {:?}", s.exe)
+    })?;
+    let mut args = vec![program.clone(), CString::from(c"__sandbox")];
+    for (i, a) in spec.args().iter().enumerate() {
+        args.push(c(a.as_bytes(), &|| format!("argument {}", i + 1))?);
+    }
+    let mut env = Vec::with_capacity(s.env.len());
+    for (k, v) in s.env {
+        let mut var = k.as_bytes().to_vec();
+        var.push(b'=');
+        var.extend_from_slice(v.as_bytes());
+        env.push(c(&var, &|| format!("the variable {k:?}"))?);
+    }
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = env.iter().map(|v| v.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let null = File::open("/dev/null")?;
+    let (from_stdout, stdout) = pipe()?;
+    let (from_stderr, stderr) = pipe()?;
+    let group = ProcessGroup::start(|| {
+        ns::clone_exec(&ns::CloneExec {
+            program: &program,
+            argv: &argv,
+            envp: &envp,
+            stdio: [null.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()],
+            keep: s.keep,
+            userns: spec.userns,
+            parent_death_signal: s.parent_death_signal,
+            umask: s.umask,
+        })
+        .map(|pid| pid as u32)
+        .map_err(|e| Error::new(e.kind(), format!("cannot start {}: {e}", s.exe.display())))
+    })?;
+    Ok(Spawned {
+        group,
+        stdout: File::from(from_stdout),
+        stderr: File::from(from_stderr),
+    })
+}
+
+/// A child's whole environment: this process's, less `remove`, then `set`
+/// in order (a later name wins, as `Command::env` would).
+pub fn environment(remove: &[OsString], set: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| !remove.contains(k) && !set.iter().any(|(s, _)| s == k))
+        .collect();
+    for (k, v) in set {
+        match env.iter_mut().find(|(e, _)| e == k) {
+            Some(e) => e.1 = v.clone(),
+            None => env.push((k.clone(), v.clone())),
+        }
+    }
+    env
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,6 +724,8 @@ mod tests {
             keeps: vec!["/d/agents/a".into(), "/d/run/agents/a".into()],
             read_only: vec!["/nix/store/x-static".into(), "/d/icon.svg".into()],
             check: false,
+            in_place: false,
+            ids: None,
             command: vec![
                 "/bin/hive".into(),
                 "serve".into(),
@@ -534,14 +737,22 @@ mod tests {
         let check = Spec {
             check: true,
             command: Vec::new(),
-            ..spec
+            ..spec.clone()
         };
         assert_eq!(Spec::parse(check.args()).unwrap(), check);
+        let in_place = Spec {
+            in_place: true,
+            ids: Some((1000, 100)),
+            ..spec
+        };
+        assert_eq!(Spec::parse(in_place.args()).unwrap(), in_place);
         let cases: &[(&[&str], &str)] = &[
             (&["--cover", "rel"], "not an absolute path"),
             (&["--cover", "/d"], "either --check"),
             (&["--check", "--", "/bin/true"], "either --check"),
             (&["--bogus"], "--bogus"),
+            (&["--ids", "1000", "--check"], "not UID:GID"),
+            (&["--in-place", "--userns", "--check"], "needs --ids"),
         ];
         for (args, want) in cases {
             let e = Spec::parse(args.iter().map(OsString::from).collect()).unwrap_err();

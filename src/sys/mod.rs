@@ -3,12 +3,13 @@
 //! `fleet/child.rs` — each call one libc function with its
 //! `SAFETY` note, and callers get safe functions, plain values and
 //! `io::Error`s. It owns the mechanisms every process uses one way:
-//! [`process`] (children in their own process group, killed and reaped on drop;
+//! [`process`] (children in their own process group, killed and reaped on drop,
+//! each registered until reaped so a PID 1 reaps only the orphans it inherits;
 //! run-with-timeout), [`signals`](mod@signals) (first signal forwarded, a second exits with
 //! 128 + the signal), [`env`](mod@env) (settings from environment variables), [`fd`]
 //! (pipes, socket options, a hang-up as an event), [`fs`] (files only their
 //! owner reads, written whole), [`hash`] (SHA-256, HMAC), [`ns`] (the sandbox's
-//! namespaces, mounts and capabilities) and [`start`] (the binary's start-up
+//! clone into new namespaces, mounts and capabilities) and [`start`] (the binary's start-up
 //! allocator) and [`sqlite`](mod@sqlite) (sqlite's WAL hook, which rusqlite
 //! does not wrap); here, the descriptor limit, the umask, the
 //! effective ids and whether the process is dumpable. It imports nothing else of the crate.

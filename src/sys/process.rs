@@ -13,7 +13,11 @@
 //! [`ProcessGroup::spawn_piped`] starts a child with `posix_spawn` from an
 //! environment built once ([`ChildEnv`]): std's `Command` copies the whole
 //! environment into a map and back into a new `envp` at every spawn once one
-//! variable is set, which costs a harness 40–90 µs a turn.
+//! variable is set, which costs a harness 40–90 µs a turn. Every child is
+//! registered as this process's own from its spawn to its reaping, so a
+//! process that is PID 1 of a namespace (an isolated harness or bash-task
+//! daemon) can tell the orphans it inherits from its own children and reap
+//! them ([`sweep_orphans`], on SIGCHLD: `signals.rs`).
 
 use std::ffi::{c_char, CString, OsStr};
 use std::fmt;
@@ -50,8 +54,26 @@ impl ProcessGroup {
     /// Starts `cmd` as the leader of a new process group (its pid is the group id).
     pub fn spawn(cmd: &mut Command) -> io::Result<ProcessGroup> {
         cmd.process_group(0);
+        let mut owned = owned();
+        let child = cmd.spawn()?;
+        owned.push(child.id());
         Ok(ProcessGroup {
-            leader: Leader::Std(cmd.spawn()?),
+            leader: Leader::Std(child),
+            status: None,
+            leave_rest: false,
+        })
+    }
+
+    /// Takes as its leader the child `start` starts some other way (it must
+    /// lead a new process group of its own, as `fleet::sandbox::spawn`'s
+    /// does) and returns the pid of: registered as this process's own under
+    /// the same lock as every spawn, like them.
+    pub fn start(start: impl FnOnce() -> io::Result<u32>) -> io::Result<ProcessGroup> {
+        let mut owned = owned();
+        let pid = start()?;
+        owned.push(pid);
+        Ok(ProcessGroup {
+            leader: Leader::Spawned(pid),
             status: None,
             leave_rest: false,
         })
@@ -105,6 +127,7 @@ impl ProcessGroup {
         let (from_stdout, stdout) = super::fd::pipe()?;
         let (from_stderr, stderr) = super::fd::pipe()?;
         let search = !path.contains(&b'/');
+        let mut owned = owned();
         let pid = posix_spawn(
             &program,
             search,
@@ -113,6 +136,8 @@ impl ProcessGroup {
             &cwd,
             [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()],
         )?;
+        owned.push(pid);
+        drop(owned);
         // The child's ends close here; the child has its own.
         drop((stdin, stdout, stderr));
         Ok(Piped {
@@ -176,6 +201,9 @@ impl ProcessGroup {
             Leader::Spawned(pid) => reap(*pid, false)?,
         };
         self.status = st;
+        if st.is_some() {
+            disown(self.id());
+        }
         Ok(st)
     }
 
@@ -192,6 +220,7 @@ impl ProcessGroup {
             },
         };
         self.status = Some(st);
+        disown(self.id());
         Ok(st)
     }
 
@@ -223,6 +252,7 @@ impl Drop for ProcessGroup {
             // The leader was just SIGKILLed (its group was), so this is short.
             if let Err(e) = self.wait() {
                 log::warn!("cannot reap process {}: {e}", self.id());
+                disown(self.id());
             }
         }
     }
@@ -387,6 +417,61 @@ fn reap(pid: u32, block: bool) -> io::Result<Option<ExitStatus>> {
             _ => return Ok(Some(ExitStatus::from_raw(status))),
         }
     }
+}
+
+/// The children this process started and has not reaped yet: every spawn
+/// of this module adds its child under the lock, held across the spawn, and
+/// its reaping takes it out. What is not here and is a child of this process
+/// is an orphan the kernel handed it (as PID 1 of a namespace) and
+/// [`sweep_orphans`] reaps. A child another way started (std's `Command`
+/// alone) would be taken for one: every child of a process that can be a
+/// PID 1 (`hive serve`, `hive bash-daemon`) is started here.
+static OWNED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn owned() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    OWNED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `pid` was reaped: it is no child of ours any more.
+fn disown(pid: u32) {
+    let mut owned = owned();
+    if let Some(i) = owned.iter().position(|p| *p == pid) {
+        owned.swap_remove(i);
+    }
+}
+
+/// Reaps every exited child of this process that it did not start (see
+/// [`OWNED`]): as PID 1 of a PID namespace it inherits every orphan there,
+/// and each one that exits stays a zombie until it is reaped. Reads the
+/// `/proc` of that namespace for zombies whose parent is this process;
+/// never touches a child of its own (its owner reaps it and reads its
+/// status). Returns how many it reaped.
+pub fn sweep_orphans() -> usize {
+    let me = std::process::id();
+    let owned = owned();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut reaped = 0;
+    for e in dir.filter_map(Result::ok) {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me || owned.contains(&pid) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid …": the name may hold anything, so the
+        // fields are read after the last `)`.
+        let mut rest = stat[stat.rfind(')').map_or(0, |i| i + 1)..].split_whitespace();
+        let (state, ppid) = (rest.next(), rest.next().and_then(|p| p.parse::<u32>().ok()));
+        if state == Some("Z") && ppid == Some(me) && matches!(reap(pid, false), Ok(Some(_))) {
+            reaped += 1;
+        }
+    }
+    reaped
 }
 
 /// The waiter thread of [`ProcessGroup::on_exit`], started before its child:

@@ -5,22 +5,47 @@
 //! and keeps seeing it, however many watch; a second one (or a first that no
 //! one is left to receive) exits the process at once with 128 + the signal, as
 //! a shell reports a death by that signal.
+//!
+//! A process that is PID 1 of its PID namespace (an isolated harness or
+//! bash-task daemon, which `fleet::sandbox` execs in place) gets only the
+//! signals it has a handler for — these three have one, and SIGKILL always
+//! reaches it from `hive up` — and inherits every orphan of the namespace:
+//! there the same thread also takes SIGCHLD — it alone: the threads started
+//! after it block it — and reaps the orphans that exited
+//! (`process::sweep_orphans`), so no other thread is needed.
 
 use crossbeam_channel::Receiver;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 
-/// Registers the shutdown signals and starts the `signals` thread. Call it
-/// early, before the threads that should not see the signals are started.
-/// The receiver yields the first signal's number, then reports disconnection.
+/// Registers the shutdown signals (and SIGCHLD, as PID 1) and starts the
+/// `signals` thread. Call it early, before the threads that should not see
+/// the signals are started. The receiver yields the first signal's number,
+/// then reports disconnection.
 pub fn signals() -> Result<Receiver<i32>, String> {
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+    let mut wanted = vec![SIGTERM, SIGINT, SIGHUP];
+    let reaper = std::process::id() == 1;
+    if reaper {
+        wanted.push(SIGCHLD);
+    }
+    let mut signals = signal_hook::iterator::Signals::new(wanted)
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let (tx, rx) = crossbeam_channel::bounded(1);
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             let mut first = Some(tx);
+            if reaper {
+                // Orphans that exited before the handler was there.
+                super::process::sweep_orphans();
+            }
             for sig in signals.forever() {
+                if sig == SIGCHLD {
+                    let n = super::process::sweep_orphans();
+                    if n > 0 {
+                        log::debug!("reaped {n} orphan(s) of this namespace");
+                    }
+                    continue;
+                }
                 match first.take().map(|tx| tx.send(sig)) {
                     Some(Ok(())) => {
                         log::info!("signal {sig}: stopping (send it again to exit at once)")
@@ -33,6 +58,13 @@ pub fn signals() -> Result<Receiver<i32>, String> {
             }
         })
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    if reaper {
+        // Only the `signals` thread takes SIGCHLD: the caller, and every
+        // thread it starts from now on, blocks it, so no system call of
+        // theirs is interrupted by a child's exit (children start with an
+        // empty mask: `process`).
+        super::ns::SignalSet::new(&[SIGCHLD]).block();
+    }
     Ok(rx)
 }
 
