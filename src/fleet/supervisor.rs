@@ -1,13 +1,13 @@
 //! The supervisor of `hive up`: one thread that owns every agent's `hive serve`
-//! child (a `sys::ProcessGroup`, killed and reaped when dropped). It starts them
+//! child (a [`child::Proc`], killed and reaped when dropped). It starts them
 //! (explicit stdio, output pumped into rotated logs, none of the operator's
 //! variables, each in its sandbox when agents are isolated: `isolation.rs`),
 //! restarts a crashed one with capped exponential backoff, carries out the
 //! lifecycle commands the hub forwards (the broker's lifecycle port,
 //! [`LifecycleCmd`]), runs crash_watch on every watch tick and notices the
 //! fleet file changing on disk. Its one `select!`
-//! waits on those commands, on exits (one waiter thread per child, `wait-NAME`,
-//! reports its child's exit and leaves the reaping to the supervisor), on the
+//! waits on those commands, on exits (`child.rs`'s one `sup-children` thread
+//! reports every child's exit and leaves the reaping to the supervisor), on the
 //! nearest deadline (a restart after backoff, a stop's grace running out) and
 //! on the watch tick. It never waits on the hub: events go to the hub as
 //! one-way [`FleetEvent`]s through its narrow [`FleetTx`]. Agents the broker keeps stopped (`hive
@@ -29,7 +29,6 @@ use crate::broker::lifecycle::{Activity, EntryChange, FleetEvent, FleetTx, Lifec
 use crate::config::fleetfile::{self, Change};
 use crate::config::{AgentConfig, HiveConfig};
 use crate::proto::Rebuild;
-use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, never, select, tick, unbounded, Receiver, Sender};
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
@@ -1016,7 +1015,7 @@ impl Supervisor {
         }
     }
 
-    fn spawn_child(&mut self, name: &str) -> Result<ProcessGroup, String> {
+    fn spawn_child(&mut self, name: &str) -> Result<child::Proc, String> {
         let dir = self.agent_dir(name);
         let state = dir.join("state");
         let run = dir.join("run");
@@ -1143,16 +1142,16 @@ impl Supervisor {
             socket: run.join("bash.sock"),
         });
         let bin = bin_id(&self.s.exe);
-        let spawned = ProcessGroup::spawn(&mut cmd);
+        let spawned = child::spawn(&mut cmd);
         drop(credential);
-        let mut child =
+        let spawned =
             spawned.map_err(|e| format!("cannot run {} serve: {e}", self.s.exe.display()))?;
         let log = Arc::new(Mutex::new(LogFile::open(
             self.s.data.join("logs").join(format!("{name}.log")),
             self.s.log_max_bytes,
             self.s.log_keep,
         )));
-        child::log_output(&mut child, &format!("log-{name}"), &log);
+        let child = child::log_output(spawned, &log);
         if let Some(a) = self.agents.get_mut(name) {
             a.bin_at_start = bin;
         }
