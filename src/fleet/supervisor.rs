@@ -708,6 +708,7 @@ impl Supervisor {
             cfg.hive_name != self.hive.hive_name || cfg.swarm_name != self.hive.swarm_name;
         let names_changed = names_differ && !bridged;
         let budget_changed = cfg.budget != self.hive.budget;
+        let max_claude_changed = cfg.max_claude != self.hive.max_claude;
         let mut later = Vec::new();
         if cfg.web != self.hive.web {
             later.push("web");
@@ -760,6 +761,7 @@ impl Supervisor {
             self.hive.swarm_name = cfg.swarm_name.clone();
         }
         self.hive.budget = cfg.budget.clone();
+        self.hive.max_claude = cfg.max_claude;
         let _ = self.hub.send(FleetEvent::Reloaded(cfg.clone()));
         if bridge_restart {
             self.hive.matrix = cfg.matrix.clone();
@@ -855,6 +857,12 @@ impl Supervisor {
         }
         if budget_changed {
             lines.push("budget: applies now".into());
+        }
+        if max_claude_changed {
+            lines.push(format!(
+                "max_claude: applies now (at most {} claude at once)",
+                cfg.max_claude()
+            ));
         }
         if !later.is_empty() {
             lines.push(format!(
