@@ -3,7 +3,8 @@
 //! four agents woken together under a limit of 2 never run more than two
 //! claude at once, every turn is done in the end, a harness killed in its
 //! turn gives its slot to the next in line, and `hive reload` applies a new
-//! limit at once.
+//! limit at once. `hive up` refuses to start a fleet a host limit cannot
+//! hold.
 
 mod common;
 
@@ -211,4 +212,56 @@ fn a_raised_limit_applies_on_reload() {
             .all(|r| r.inflight.is_none() && r.unread == 0)
             .then_some(())
     });
+}
+
+/// `hive up` names a host limit the fleet would pass before it starts
+/// anything: under a hard `RLIMIT_NOFILE` of 100 it refuses, naming the
+/// descriptors it needs, the limit and how to raise it; with
+/// `HIVE_UP_HOST_LIMITS=warn` it starts anyway, and says so.
+#[test]
+fn a_host_limit_the_fleet_would_pass_is_named_before_anything_starts() {
+    let fleet = r#"{"agents": [{"name": "ana", "env": {"FAKE_CLAUDE_DIR": "@FAKE(ana)"}}]}"#;
+    let wrapper = vec!["prlimit".to_string(), "--nofile=100:100".to_string()];
+    let mut up = Up::launch(
+        fleet,
+        &["ana"],
+        Launch {
+            wrapper: wrapper.clone(),
+            no_wait: true,
+            ..Launch::default()
+        },
+    );
+    let status = up.wait_exit();
+    assert!(!status.success(), "{status:?}");
+    let log = up.log();
+    assert!(
+        log.contains("this host's limits do not hold the fleet, so nothing was started"),
+        "{log}"
+    );
+    assert!(
+        log.contains("RLIMIT_NOFILE: 1 agents need 144 (idle, before any claude runs) descriptors in hive up, but the limit is 100"),
+        "{log}"
+    );
+    assert!(log.contains("LimitNOFILE="), "{log}");
+    assert!(
+        !up.data().join("agents/ana").exists(),
+        "ana was not started"
+    );
+    // Told to only warn, it starts, and says what it would hit.
+    let up = Up::launch(
+        fleet,
+        &["ana"],
+        Launch {
+            wrapper,
+            env: vec![("HIVE_UP_HOST_LIMITS".into(), "warn".into())],
+            ..Launch::default()
+        },
+    );
+    up.wait_prompt("ana", KICK, 1);
+    assert!(
+        up.log()
+            .contains("hive up: RLIMIT_NOFILE: 1 agents need 144"),
+        "{}",
+        up.log()
+    );
 }
