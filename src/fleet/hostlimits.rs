@@ -398,8 +398,8 @@ mod tests {
 
     #[test]
     fn a_limit_the_idle_fleet_passes_refuses_and_one_only_the_peak_passes_warns() {
-        let need = Need::new(1000, 100);
-        // The default pid_max: 1000 idle agents do not fit.
+        let need = Need::new(2000, 100);
+        // The default pid_max: 2000 idle agents do not fit.
         let host = Host {
             pid_max: Some(32_768),
             ..roomy()
@@ -443,7 +443,7 @@ mod tests {
 
     #[test]
     fn the_message_names_the_need_the_limit_and_how_to_raise_it() {
-        let need = Need::new(1000, 100);
+        let need = Need::new(2000, 100);
         let host = Host {
             pid_max: Some(32_768),
             nofile: Some((1024, 1024)),
@@ -455,7 +455,7 @@ mod tests {
         assert_eq!(
             lines[0],
             format!(
-                "kernel.pid_max: 1000 agents need {} (idle, before any claude runs) threads, but \
+                "kernel.pid_max: 2000 agents need {} (idle, before any claude runs) threads, but \
                  the limit is 32768 (32268 free now); raise it: `sysctl -w kernel.pid_max={}` \
                  (at most 4194304; keep it in /etc/sysctl.d/)",
                 need.threads_idle(),
@@ -464,7 +464,7 @@ mod tests {
         );
         assert!(
             lines[1].starts_with(&format!(
-                "RLIMIT_NOFILE: 1000 agents need {} (idle, before any claude runs) descriptors \
+                "RLIMIT_NOFILE: 2000 agents need {} (idle, before any claude runs) descriptors \
                  in hive up, but the limit is 1024",
                 need.fds_with(0)
             )),

@@ -4,8 +4,9 @@
 //! variables, each in its sandbox when agents are isolated: `isolation.rs`),
 //! restarts a crashed one with capped exponential backoff, carries out the
 //! lifecycle commands the hub forwards (the broker's lifecycle port,
-//! [`LifecycleCmd`]), runs crash_watch on every watch tick and notices the
-//! fleet file changing on disk. Its one `select!`
+//! [`LifecycleCmd`]), runs crash_watch on every watch tick (looking at every
+//! agent only after something happened, so an idle tick costs O(1) per
+//! agent whose login is a key) and notices the fleet file changing on disk. Its one `select!`
 //! waits on those commands, on exits (`child.rs`'s one `sup-children` thread
 //! reports every child's exit and leaves the reaping to the supervisor), on the
 //! nearest deadline (a restart after backoff, a stop's grace running out) and
@@ -157,6 +158,12 @@ pub struct Supervisor {
     updates: Updates,
     /// Restarts `bridge-sup`'s Matrix bridge, when the hive has one.
     bridge: Option<Sender<()>>,
+    /// Something that may move an agent's crash_watch axes happened since
+    /// the last watch tick (an exit, a start, a command): the next tick looks
+    /// at every agent. An idle tick looks only at what can change unseen.
+    watch_dirty: bool,
+    /// The binary as the last full crash_watch look found it.
+    watched_bin: Option<BinId>,
 }
 
 /// Variables of `hive up`'s own environment that no agent gets: the operator's
@@ -213,6 +220,8 @@ impl Supervisor {
             bash,
             updates: Updates::default(),
             bridge: None,
+            watch_dirty: true,
+            watched_bin: None,
         }
     }
 
@@ -236,7 +245,10 @@ impl Supervisor {
                         let _ = reply.send(());
                         return;
                     }
-                    Ok(cmd) => self.handle(cmd),
+                    Ok(cmd) => {
+                        self.watch_dirty |= moves_axes(&cmd);
+                        self.handle(cmd);
+                    }
                     Err(_) => {
                         self.stop_all();
                         return;
@@ -244,10 +256,14 @@ impl Supervisor {
                 },
                 recv(self.exited) -> e => {
                     if let Ok(e) = e {
+                        self.watch_dirty = true;
                         self.on_exited(&e);
                     }
                 }
-                recv(timer) -> _ => self.on_deadlines(),
+                recv(timer) -> _ => {
+                    self.watch_dirty = true;
+                    self.on_deadlines();
+                }
                 recv(watch) -> _ => {
                     self.check_config_file();
                     self.crash_watch();
@@ -1221,6 +1237,7 @@ impl Supervisor {
             return;
         }
         self.config_mtime = m;
+        self.watch_dirty = true;
         let cfg = match HiveConfig::load(&path) {
             Ok(c) => c,
             Err(e) => {
@@ -1266,12 +1283,15 @@ impl Supervisor {
         let _ = self.hub.send(FleetEvent::HiveBudget(cfg.budget.clone()));
     }
 
-    fn logged_in(&self, a: &AgentConfig) -> bool {
+    /// Whether `a`'s login is a key (in `hive up`'s environment or its
+    /// entry's), which only a command changes, rather than files of its own.
+    fn key_login(&self, a: &AgentConfig) -> bool {
         let key_in = |k: &str| a.env.get(k).is_some_and(|v| !v.trim().is_empty());
-        if self.s.inherited_login
-            || key_in("ANTHROPIC_API_KEY")
-            || key_in("CLAUDE_CODE_OAUTH_TOKEN")
-        {
+        self.s.inherited_login || key_in("ANTHROPIC_API_KEY") || key_in("CLAUDE_CODE_OAUTH_TOKEN")
+    }
+
+    fn logged_in(&self, a: &AgentConfig) -> bool {
+        if self.key_login(a) {
             return true;
         }
         let dir = self.agent_dir(&a.name);
@@ -1290,7 +1310,11 @@ impl Supervisor {
     }
 
     fn axes(&self, a: &Agent) -> Axes {
-        let bin_now = bin_id(&self.s.exe);
+        self.axes_with(a, bin_id(&self.s.exe))
+    }
+
+    /// `a`'s axes, the binary on disk being `bin_now`.
+    fn axes_with(&self, a: &Agent, bin_now: Option<BinId>) -> Axes {
         Axes {
             running: a.child.is_running(),
             logged_in: !a.needs_login && self.logged_in(&a.applied),
@@ -1317,16 +1341,26 @@ impl Supervisor {
         }
     }
 
+    /// Looks at the agents' axes and tells their managers of the changes.
+    /// Idle work is O(what can change unseen), not O(agents): every agent is
+    /// looked at after anything happened (an exit, a start, a command, the
+    /// fleet file or the binary changing: `watch_dirty`); otherwise only the
+    /// agents whose login rests on files of their own (a credentials file
+    /// can appear or go without an event). Nothing is noticed later than
+    /// before: whatever moves an axis is looked at on the next tick.
     fn crash_watch(&mut self) {
+        let bin_now = bin_id(&self.s.exe);
+        let full = std::mem::take(&mut self.watch_dirty) || bin_now != self.watched_bin;
+        self.watched_bin = bin_now;
         let names: Vec<String> = self
             .agents
             .iter()
-            .filter(|(_, a)| !a.removed)
+            .filter(|(_, a)| !a.removed && (full || !self.key_login(&a.applied)))
             .map(|(n, _)| n.clone())
             .collect();
         for name in names {
             let axes = match self.agents.get(&name) {
-                Some(a) => self.axes(a),
+                Some(a) => self.axes_with(a, bin_now),
                 None => continue,
             };
             let events = match self.agents.get_mut(&name) {
@@ -1450,6 +1484,15 @@ impl Owner for Supervisor {
         }
         self.pump_updates();
     }
+}
+
+/// Whether `cmd` may move an agent's crash_watch axes (running, logged in,
+/// up to date): any but the queries.
+fn moves_axes(cmd: &LifecycleCmd) -> bool {
+    !matches!(
+        cmd,
+        LifecycleCmd::States { .. } | LifecycleCmd::Search { .. } | LifecycleCmd::History { .. }
+    )
 }
 
 /// The refusal of a command on an agent taken out of the fleet.

@@ -45,6 +45,17 @@ impl Slots {
         self.holders.len()
     }
 
+    /// Whether `agent` would get a slot of `max` now: it holds one, or one
+    /// is free and nobody in line comes before it.
+    pub(super) fn free_for(&self, agent: &str, max: usize) -> bool {
+        if self.holds(agent) {
+            return true;
+        }
+        let free = max.saturating_sub(self.holders.len());
+        let place = self.line.iter().position(|a| a == agent);
+        place.unwrap_or(self.line.len()) < free
+    }
+
     /// `agent` wants a slot of `max`: true when it holds one now (it had
     /// one, or a free one was its turn); else it waits in line (at its
     /// place, or at the end when it was not in line).
@@ -103,11 +114,15 @@ impl Hub<'_> {
     }
 
     /// Whether `recv_next` may hand `agent` a message now: it holds a slot,
-    /// takes a free one that is its turn, or has nothing to hand out (then
-    /// it needs none). False: it waits in line.
+    /// takes a free one that is its turn (given back by [`Hub::slot_unused`]
+    /// when nothing is handed out), or has nothing to hand out (then it needs
+    /// none). False: it waits in line.
     pub(super) fn slot_for_turn(&mut self, agent: &str) -> Result<bool, String> {
-        if self.slots.holds(agent) {
-            return Ok(true);
+        let max = self.max_claude();
+        // The usual case costs no query: a slot is its (it is given back
+        // when nothing is handed out).
+        if self.slots.free_for(agent, max) {
+            return Ok(self.slots.take(agent, max));
         }
         let work = self.transient_inflight.contains_key(agent)
             || self.unread(agent)? > 0
@@ -115,7 +130,6 @@ impl Hub<'_> {
         if !work {
             return Ok(true);
         }
-        let max = self.max_claude();
         let took = self.slots.take(agent, max);
         if !took {
             log::debug!(
@@ -173,12 +187,14 @@ mod tests {
         assert!(s.take("a", 2));
         assert!(s.take("b", 2));
         assert!(s.take("a", 2), "a holds one already");
+        assert!(!s.free_for("c", 2));
         assert!(!s.take("c", 2));
         assert!(!s.take("d", 2));
         assert!(!s.take("d", 2), "asking again keeps its place");
         assert!(s.waits("c") && s.waits("d"));
         // A slot given back is c's (first in line), not d's.
         assert_eq!(s.give_back("a", 2), ["c"]);
+        assert!(s.free_for("c", 2) && !s.free_for("d", 2));
         assert!(!s.take("d", 2), "d is behind c");
         assert!(s.take("c", 2));
         assert!(!s.waits("c"));
