@@ -329,11 +329,9 @@ fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: a descriptor just returned by the kernel, open and ours.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    Ok(fd)
+    // SAFETY: a descriptor just returned by the kernel (close-on-exec, as
+    // every pidfd), open and ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// Blocks until child `pid` has exited (or is no child of ours any more),
@@ -717,7 +715,7 @@ pub fn next_deadline<'a>(children: impl Iterator<Item = &'a Supervised>) -> Opti
 pub trait Owner {
     /// Every child it supervises.
     fn children(&mut self) -> Box<dyn Iterator<Item = &mut Supervised> + '_>;
-    /// Handles an exit its waiters reported: reaps the child
+    /// Handles an exit `sup-children` reported: reaps the child
     /// ([`Supervised::on_exit`]) and does what the exit means to it.
     fn on_exited(&mut self, e: &Exited);
     /// Handles what is due now ([`Supervised::on_deadline`] of each child):

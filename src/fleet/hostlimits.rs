@@ -290,7 +290,7 @@ pub fn raise_nofile() -> Option<(u64, u64)> {
             }
         }
     }
-    Some((l.rlim_cur as u64, l.rlim_max as u64))
+    Some((l.rlim_cur, l.rlim_max))
 }
 
 /// Reads the host's limits and use now; `nofile` is what [`raise_nofile`]
@@ -316,13 +316,10 @@ pub fn read_host(nofile: Option<(u64, u64)>) -> Host {
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes one struct we own.
-    let nproc = if root || unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut l) } != 0 {
-        None
-    } else if l.rlim_cur == libc::RLIM_INFINITY {
-        None
-    } else {
-        Some(l.rlim_cur as u64)
-    };
+    let unlimited = root
+        || unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut l) } != 0
+        || l.rlim_cur == libc::RLIM_INFINITY;
+    let nproc = (!unlimited).then_some(l.rlim_cur);
     let user_threads = if nproc.is_some() { user_threads() } else { 0 };
     Host {
         pid_max: num("/proc/sys/kernel/pid_max"),

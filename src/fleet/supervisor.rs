@@ -1003,7 +1003,7 @@ impl Supervisor {
                 // Unwatched, its exit would never be seen: it is stopped now
                 // and tried again after backoff.
                 if let Err(e) = a.child.run(child, format!("wait-{name}"), name, &exited) {
-                    let e = format!("cannot start a waiter thread for {name}: {e}");
+                    let e = format!("cannot watch {name}'s exit: {e}");
                     log::error!("{e}");
                     return Err(e);
                 }
