@@ -49,6 +49,39 @@ pub struct HiveConfig {
     /// Where `hive up` serves the dashboard and every agent's page (issue 38).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub web: Option<WebSection>,
+    /// The most `claude` processes the whole hive runs at once (issue 42):
+    /// a turn waits for a slot; none set, [`max_claude_default`] of the
+    /// host's memory. Applies live on `hive reload`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_claude: Option<u32>,
+}
+
+/// The memory one real `claude` process takes, give or take: what
+/// [`max_claude_default`] divides the host's available memory by.
+pub const CLAUDE_MIB: u64 = 300;
+
+/// `max_claude` where the fleet file sets none: `MemAvailable` of
+/// `/proc/meminfo` at `hive up`'s start divided by [`CLAUDE_MIB`], at
+/// least 1 (a host that does not say: 1 per [`CLAUDE_MIB`] of 4 GiB).
+pub fn max_claude_default() -> u32 {
+    static DEFAULT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *DEFAULT.get_or_init(|| {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        max_claude_of(mem_available_kib(&meminfo).unwrap_or(4 << 20))
+    })
+}
+
+/// `MemAvailable` of a `/proc/meminfo` text, in KiB.
+pub fn mem_available_kib(meminfo: &str) -> Option<u64> {
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The default `max_claude` for `available_kib` of available memory.
+pub fn max_claude_of(available_kib: u64) -> u32 {
+    (available_kib / (CLAUDE_MIB * 1024)).clamp(1, u32::MAX as u64) as u32
 }
 
 /// `hive up`'s one listener, when the default does not do: the `web` key.
@@ -225,6 +258,11 @@ impl HiveConfig {
         }
         if let Some(b) = &self.budget {
             b.check("budget")?;
+        }
+        if self.max_claude == Some(0) {
+            return Err(
+                "max_claude: at least 1 (the most claude processes the hive runs at once)".into(),
+            );
         }
         if let Some(w) = &self.web {
             w.check()?;
@@ -571,6 +609,37 @@ impl HiveConfig {
     /// The `retention` key, its defaults where it is absent.
     pub fn retention(&self) -> Retention {
         self.retention.clone().unwrap_or_default()
+    }
+
+    /// The `max_claude` key, or its default from the host's memory.
+    pub fn max_claude(&self) -> u32 {
+        self.max_claude.unwrap_or_else(max_claude_default)
+    }
+}
+
+#[cfg(test)]
+mod max_claude_tests {
+    use super::*;
+
+    #[test]
+    fn max_claude_is_at_least_one_and_defaults_to_available_memory_over_300_mib() {
+        let meminfo =
+            "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   20480000 kB\n";
+        assert_eq!(mem_available_kib(meminfo), Some(20_480_000));
+        assert_eq!(max_claude_of(20_480_000), 66);
+        assert_eq!(max_claude_of(300 * 1024), 1);
+        assert_eq!(
+            max_claude_of(1000),
+            1,
+            "a host short of memory still runs one"
+        );
+        assert_eq!(mem_available_kib("MemTotal: 5 kB\n"), None);
+        let cfg = HiveConfig::parse(r#"{"agents":[{"name":"ana"}],"max_claude":3}"#).unwrap();
+        assert_eq!(cfg.max_claude(), 3);
+        let e = HiveConfig::parse(r#"{"agents":[{"name":"ana"}],"max_claude":0}"#).unwrap_err();
+        assert!(e.contains("max_claude: at least 1"), "{e}");
+        let cfg = HiveConfig::parse(r#"{"agents":[{"name":"ana"}]}"#).unwrap();
+        assert!(cfg.max_claude() >= 1);
     }
 }
 

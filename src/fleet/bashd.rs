@@ -1,7 +1,7 @@
 //! `hive up`'s bash-task daemons: one `hive bash-daemon` child per running
 //! agent, apart from its `hive serve`, so background tasks outlive a restart,
 //! an update or a crash of the harness. The `bash-sup` thread owns every
-//! daemon (a `sys::ProcessGroup`, its output in `DATA/logs/NAME.bash.log`),
+//! daemon (a [`child::Proc`], its output in `DATA/logs/NAME.bash.log`),
 //! started the way the agent is ([`AgentLaunch`]: same uid, environment, umask,
 //! working dir and sandbox view, so a task sees what the agent sees and the
 //! agent's sandbox reaches the daemon's socket in its own run dir). The
@@ -11,7 +11,7 @@
 //! records them `interrupted`); a restart or update of the agent leaves it
 //! alone. A daemon that exits by itself is restarted with the agents' capped
 //! backoff. Its one `select!` waits on those commands, on the daemons' exits
-//! (`wait-NAME-bash` reports, this thread reaps) and on the nearest deadline (a
+//! (`sup-children` reports, this thread reaps) and on the nearest deadline (a
 //! restart, a stop's grace running out) and the answers of `retire`. When an
 //! agent starts onto another binary or config than its running daemon has
 //! (`hive update`, an approved change), the daemon is asked to `retire`: it
@@ -29,7 +29,6 @@ use super::UpSettings;
 use crate::broker::lifecycle::FleetTx;
 use crate::proto::bashwire::{Request, RetireReply};
 use crate::proto::lines::{self, Conn};
-use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, never, select, unbounded, Receiver, Sender};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -484,7 +483,7 @@ fn ask_to_retire(name: &str, pid: u32, socket: PathBuf, tx: Sender<Retired>) -> 
 /// Starts `hive bash-daemon` for agent `name` on its state dir.
 /// An isolated daemon gets a broker credential of its own (issue 40): its
 /// `report_tasks` is taken only through it.
-fn spawn_child(name: &str, d: &Daemon, hub: &FleetTx) -> Result<ProcessGroup, String> {
+fn spawn_child(name: &str, d: &Daemon, hub: &FleetTx) -> Result<child::Proc, String> {
     let args: Vec<OsString> = vec![
         "bash-daemon".into(),
         "--state-dir".into(),
@@ -500,12 +499,11 @@ fn spawn_child(name: &str, d: &Daemon, hub: &FleetTx) -> Result<ProcessGroup, St
         )?),
         None => None,
     };
-    let spawned = ProcessGroup::spawn(&mut cmd);
+    let spawned = child::spawn(&mut cmd);
     drop(credential);
-    let mut child =
+    let spawned =
         spawned.map_err(|e| format!("cannot run {} bash-daemon: {e}", d.launch.exe.display()))?;
-    child::log_output(&mut child, &format!("log-{name}-bash"), &d.log);
-    Ok(child)
+    Ok(child::log_output(spawned, &d.log))
 }
 
 #[cfg(test)]

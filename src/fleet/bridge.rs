@@ -1,9 +1,9 @@
 //! `hive up`'s Matrix bridge: when the fleet file has a `matrix` section, the
 //! `bridge-sup` thread keeps one `hive matrix-bridge` child alive (a
-//! `sys::ProcessGroup`, its output in `DATA/logs/matrix.bridge.log`), restarting it
+//! [`child::Proc`], its output in `DATA/logs/matrix.bridge.log`), restarting it
 //! after a crash with the agents' capped backoff, and stops it at shutdown
 //! (SIGTERM, then SIGKILL after the grace). Its one `select!` waits on the stop
-//! channel, the child's exit (`wait-bridge` reports it, the thread reaps) and
+//! channel, the child's exit (`sup-children` reports it, the thread reaps) and
 //! the restart deadline, and on `hive reload`'s restart (a changed `matrix`
 //! section: the bridge stops and starts again, and its `bridge_hello` reads
 //! the new section from the broker); the child's phase, backoff and stop ladder are a
@@ -14,7 +14,6 @@
 use super::child::{self, Ended, Exited, Owner, Supervised, Timing};
 use super::logfile::LogFile;
 use super::UpSettings;
-use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, bounded, never, select, unbounded, Receiver, Sender};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -161,7 +160,7 @@ impl Sup {
         }
     }
 
-    fn spawn_child(&self) -> Result<ProcessGroup, String> {
+    fn spawn_child(&self) -> Result<child::Proc, String> {
         let logs = self.s.data.join("logs");
         std::fs::create_dir_all(&logs)
             .map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
@@ -177,10 +176,9 @@ impl Sup {
         // SIGTERM comes if this thread dies without stopping it; the token
         // file is private whatever the umask.
         crate::sys::process::child_setup(&mut cmd, libc::SIGTERM, self.s.child_umask);
-        let mut child = ProcessGroup::spawn(&mut cmd)
+        let spawned = child::spawn(&mut cmd)
             .map_err(|e| format!("cannot run {} matrix-bridge: {e}", self.s.exe.display()))?;
-        child::log_output(&mut child, "log-bridge", &self.log);
-        Ok(child)
+        Ok(child::log_output(spawned, &self.log))
     }
 
     fn log_path(&self) -> PathBuf {

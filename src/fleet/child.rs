@@ -4,21 +4,356 @@
 //! that owns the child's [`Phase`] (running, stopping, stopped, waiting out a
 //! restart backoff), the restart backoff itself (capped doubling, started over
 //! after a healthy run), and the stop ladder (SIGTERM to the leader, the grace,
-//! SIGKILL to the process group, the reaping). A waiter thread per child
-//! reports its exit as an [`Exited`] on the owner's channel and leaves the
-//! reaping to the owner ([`Supervised::on_exit`]); an owner thread is an
-//! [`Owner`], and [`stop_all`] is its shutdown. [`log_output`] pumps a new
+//! SIGKILL to the process group, the reaping). [`log_output`] takes a new
 //! child's output into its rotated log; [`hand_credential`] gives an isolated
-//! agent's harness or bash-task daemon its broker credential. What is not a child's — which command
-//! starts it, when it should run, what an exit means to the hive — stays with
-//! the owner thread, with its one `select!`, its channels and its state.
+//! agent's harness or bash-task daemon its broker credential. What is not a
+//! child's — which command starts it, when it should run, what an exit means
+//! to the hive — stays with the owner thread, with its one `select!`, its
+//! channels and its state.
+//!
+//! **One thread for every child** (issue 42): `sup-children` waits for the
+//! exits of every child of `hive up` (a pidfd each, in one `poll(2)` with a
+//! wake pipe for children registered since) and reads every child's stdout
+//! and stderr (non-blocking, whole lines into its [`LogFile`], a pipe at its
+//! end closed), so `hive up` has the same threads with 1 agent as with 1000.
+//! It never reaps: an exit goes as an [`Exited`] on the owner's channel and
+//! the owner reaps ([`Supervised::on_exit`]), so no signal of the owner's
+//! ever reaches a recycled pid. Where the kernel gives no pidfd (before 5.3,
+//! or a seccomp filter refusing it) a child's exit is watched by a thread of
+//! its own (`wait-NAME`, `waitid(WNOWAIT)`), as before.
+//!
+//! **The spawn seam.** Everything here is pid-based: [`spawn`] is the one
+//! place a child is started, and returns a [`Spawned`] — the child as a
+//! [`Proc`] (a bare pid, the leader of its own process group, reaped only
+//! through it) and the read ends of its stdout and stderr. A spawn that does
+//! not go through `std::process::Command` (the sandbox's raw `clone()` into
+//! a new PID namespace, which returns a bare pid) makes its `Spawned` with
+//! [`Proc::adopt`] and its two pipe read ends; nothing downstream changes.
 
-use super::logfile::{self, LogFile};
+use super::logfile::{LogFile, Pipe};
 use super::UpSettings;
-use crate::sys::ProcessGroup;
-use crossbeam_channel::{at, never, select, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use crate::sys::fd::{self, PollFd};
+use crossbeam_channel::{at, never, select, unbounded, Receiver, Sender};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+/// A child just started: its leader as a [`Proc`], and the read ends of its
+/// stdout and stderr (for [`log_output`]).
+#[derive(Debug)]
+pub struct Spawned {
+    pub child: Proc,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+/// Starts `cmd` as the leader of a new process group, stdin from /dev/null,
+/// stdout and stderr on pipes: the one way `hive up` starts a child. The
+/// seam for a spawn that is not a `Command` is [`Proc::adopt`] (see the
+/// module's doc).
+pub fn spawn(cmd: &mut Command) -> io::Result<Spawned> {
+    cmd.process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut started = cmd.spawn()?;
+    // std's `Child` neither kills nor reaps when dropped: from here the pid
+    // is the `Proc`'s alone.
+    let child = Proc::adopt(started.id());
+    let (out, err) = (started.stdout.take(), started.stderr.take());
+    drop(started);
+    match (out, err) {
+        (Some(out), Some(err)) => Ok(Spawned {
+            child,
+            stdout: out.into(),
+            stderr: err.into(),
+        }),
+        // Dropping the child kills and reaps it.
+        _ => Err(io::Error::other("the child's output pipes were not made")),
+    }
+}
+
+/// A child of this process that leads its own process group, by pid: the
+/// owner signals it and reaps it through this handle alone, so no signal
+/// reaches its pid once it was reaped. Dropping it SIGKILLs the group and
+/// reaps the leader if it was not yet.
+#[derive(Debug)]
+pub struct Proc {
+    pid: u32,
+    /// Set once the leader was reaped.
+    status: Option<ExitStatus>,
+}
+
+impl Proc {
+    /// Takes charge of child `pid`, just started by this process as the
+    /// leader of its own process group (its pid is the group id) and not
+    /// reaped by anyone else.
+    pub fn adopt(pid: u32) -> Proc {
+        Proc { pid, status: None }
+    }
+
+    /// The leader's pid, which is also the process group id.
+    pub fn id(&self) -> u32 {
+        self.pid
+    }
+
+    /// Sends `sig` to the leader alone, while it is not reaped.
+    pub fn signal_leader(&self, sig: i32) {
+        if self.status.is_some() {
+            return;
+        }
+        // SAFETY: kill(2) has no memory effects; the pid is our unreaped child.
+        if unsafe { libc::kill(self.pid as libc::pid_t, sig) } != 0 {
+            log::debug!(
+                "cannot signal process {}: {}",
+                self.pid,
+                io::Error::last_os_error()
+            );
+        }
+    }
+
+    /// SIGKILLs the whole group (a group that is gone is fine).
+    pub fn kill(&self) {
+        crate::sys::process::kill_group(self.pid as i32);
+    }
+
+    /// Reaps the leader if it has exited.
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        self.reap(libc::WNOHANG)
+    }
+
+    fn reap(&mut self, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
+        if let Some(st) = self.status {
+            return Ok(Some(st));
+        }
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes one int we own; the pid is our child.
+            let rc = unsafe { libc::waitpid(self.pid as libc::pid_t, &mut status, flags) };
+            if rc == 0 {
+                return Ok(None);
+            }
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            let st = ExitStatus::from_raw(status);
+            self.status = Some(st);
+            return Ok(Some(st));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+        if self.status.is_none() {
+            // The leader was just SIGKILLed (its group was), so this is short.
+            if let Err(e) = self.reap(0) {
+                log::warn!("cannot reap process {}: {e}", self.pid);
+            }
+        }
+    }
+}
+
+/// What `sup-children` is given to watch.
+enum Watch {
+    /// Tell `exits` when child `pid` (of owner key `name`) has exited; `fd`
+    /// is its pidfd.
+    Exit {
+        fd: OwnedFd,
+        exited: Exited,
+        exits: Sender<Exited>,
+    },
+    /// Read a child's output pipe into its log.
+    Output(Pipe),
+}
+
+/// The `sup-children` thread of this process: where its work is sent, and
+/// the write end of its wake pipe.
+struct Children {
+    tx: Sender<Watch>,
+    wake: OwnedFd,
+}
+
+/// The one `sup-children` thread, started at the first child.
+fn children() -> Result<&'static Children, String> {
+    static CHILDREN: OnceLock<Result<Children, String>> = OnceLock::new();
+    CHILDREN
+        .get_or_init(|| Children::start().map_err(|e| format!("cannot start sup-children: {e}")))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+impl Children {
+    fn start() -> io::Result<Children> {
+        let (read, wake) = fd::pipe()?;
+        set_nonblocking(read.as_raw_fd());
+        set_nonblocking(wake.as_raw_fd());
+        let (tx, rx) = unbounded();
+        std::thread::Builder::new()
+            .name("sup-children".into())
+            .stack_size(256 * 1024)
+            .spawn(move || watch_loop(read, rx))?;
+        Ok(Children { tx, wake })
+    }
+
+    /// Hands `w` to the thread and wakes it.
+    fn send(&self, w: Watch) {
+        if self.tx.send(w).is_ok() {
+            // SAFETY: write(2) of one byte from a buffer we own. A full pipe
+            // (EAGAIN) already holds a wake-up.
+            unsafe { libc::write(self.wake.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+        }
+    }
+}
+
+fn set_nonblocking(fd: RawFd) {
+    // SAFETY: fcntl on a descriptor we own; no memory is shared.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+    }
+}
+
+/// `sup-children`'s loop: one `poll(2)` over the wake pipe, every watched
+/// child's pidfd and every open output pipe; it sleeps until one of them has
+/// news, so an idle hive costs it nothing.
+fn watch_loop(wake: OwnedFd, rx: Receiver<Watch>) {
+    let mut exits: Vec<(OwnedFd, Exited, Sender<Exited>)> = Vec::new();
+    let mut pipes: Vec<Pipe> = Vec::new();
+    let mut fds: Vec<PollFd> = Vec::new();
+    loop {
+        for w in rx.try_iter() {
+            match w {
+                Watch::Exit {
+                    fd,
+                    exited,
+                    exits: tx,
+                } => exits.push((fd, exited, tx)),
+                Watch::Output(p) => pipes.push(p),
+            }
+        }
+        fds.clear();
+        fds.push(PollFd::new(wake.as_raw_fd(), true, false));
+        fds.extend(
+            exits
+                .iter()
+                .map(|(fd, ..)| PollFd::new(fd.as_raw_fd(), true, false)),
+        );
+        fds.extend(pipes.iter().map(|p| PollFd::new(p.fd(), true, false)));
+        if let Err(e) = fd::poll(&mut fds, None) {
+            log::error!("sup-children cannot poll: {e}");
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        if fds[0].any() {
+            let mut buf = [0u8; 256];
+            // SAFETY: read(2) into a buffer we own; the pipe is non-blocking.
+            while unsafe { libc::read(wake.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+        }
+        let mut at = fds.iter().skip(1);
+        exits.retain(|(_, exited, tx)| {
+            if !at.next().is_some_and(PollFd::any) {
+                return true;
+            }
+            // An owner that is gone has nothing left to reap.
+            let _ = tx.send(exited.clone());
+            false
+        });
+        pipes.retain_mut(|p| {
+            if at.next().is_some_and(PollFd::any) {
+                p.on_readable()
+            } else {
+                true
+            }
+        });
+    }
+}
+
+/// Watches child `pid` (key `name` of its owner) until it exits, without
+/// reaping it: then sends `Exited { name, pid }` to `exits`. By
+/// `sup-children` through a pidfd; where there is none, by a thread of its
+/// own named `waiter`.
+fn watch_exit(pid: u32, waiter: String, name: &str, exits: &Sender<Exited>) -> io::Result<()> {
+    let exited = Exited {
+        name: name.to_string(),
+        pid,
+    };
+    let tx = exits.clone();
+    match (pidfd_open(pid), children()) {
+        (Ok(fd), Ok(c)) => {
+            c.send(Watch::Exit {
+                fd,
+                exited,
+                exits: tx,
+            });
+            Ok(())
+        }
+        (Err(e), _) if e.raw_os_error() == Some(libc::EMFILE) => Err(e),
+        (pidfd, c) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                let why = match (pidfd.err(), c.err()) {
+                    (Some(e), _) => e.to_string(),
+                    (None, Some(e)) => e,
+                    (None, None) => String::new(),
+                };
+                log::info!("no pidfds here ({why}): a waiter thread watches each child's exit");
+            });
+            std::thread::Builder::new()
+                .name(waiter)
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    wait_no_reap(pid);
+                    let _ = tx.send(exited);
+                })
+                .map(drop)
+        }
+    }
+}
+
+/// A pidfd for process `pid`: readable once it has exited.
+fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new
+    // descriptor, owned here exactly once.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just returned by the kernel (close-on-exec, as
+    // every pidfd), open and ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Blocks until child `pid` has exited (or is no child of ours any more),
+/// leaving it for its owner to reap.
+fn wait_no_reap(pid: u32) {
+    loop {
+        // SAFETY: waitid writes one siginfo_t we own; WNOWAIT leaves the child
+        // waitable.
+        let rc = unsafe {
+            let mut info = std::mem::zeroed::<libc::siginfo_t>();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
 
 /// Gives the process `cmd` starts a broker credential (issue 40): a socket
 /// pair made here, outside the agent's sandbox, one end inherited by the
@@ -91,9 +426,9 @@ impl Timing {
 /// Where a supervised child is.
 #[derive(Debug)]
 pub enum Phase {
-    Running(ProcessGroup),
+    Running(Proc),
     Stopping {
-        child: ProcessGroup,
+        child: Proc,
         /// When the grace runs out (SIGKILL); `None` once it was sent.
         kill_at: Option<Instant>,
     },
@@ -203,24 +538,21 @@ impl Supervised {
         }
     }
 
-    /// Makes `child` the running one, watched from now on by a waiter thread
-    /// named `waiter` that sends `Exited { name, pid }` to `exits` when it
-    /// exits. A child that cannot be watched would never be seen to exit: it
-    /// is killed and reaped at once (dropped), a restart is scheduled after
-    /// the backoff, and the error is returned. The pid otherwise.
+    /// Makes `child` the running one, watched from now on by `sup-children`
+    /// (or, without pidfds, a thread named `waiter`), which sends
+    /// `Exited { name, pid }` to `exits` when it exits. A child that cannot
+    /// be watched would never be seen to exit: it is killed and reaped at
+    /// once (dropped), a restart is scheduled after the backoff, and the
+    /// error is returned. The pid otherwise.
     pub fn run(
         &mut self,
-        child: ProcessGroup,
+        child: Proc,
         waiter: String,
         name: &str,
         exits: &Sender<Exited>,
     ) -> Result<u32, std::io::Error> {
         let pid = child.id();
-        let tx = exits.clone();
-        let name = name.to_string();
-        if let Err(e) = child.on_exit(waiter, move || {
-            let _ = tx.send(Exited { name, pid });
-        }) {
+        if let Err(e) = watch_exit(pid, waiter, name, exits) {
             drop(child);
             self.back_off();
             return Err(e);
@@ -308,7 +640,7 @@ impl Supervised {
         }
     }
 
-    fn stopping(&mut self, child: ProcessGroup) {
+    fn stopping(&mut self, child: Proc) {
         self.phase = Phase::Stopping {
             child,
             kill_at: Some(Instant::now() + self.timing.stop_grace),
@@ -339,7 +671,7 @@ impl Supervised {
 
     /// The child as it is, SIGKILLed, leaving this one stopped: for the
     /// owner to drop (which reaps it).
-    fn take(&mut self) -> Option<ProcessGroup> {
+    fn take(&mut self) -> Option<Proc> {
         match std::mem::replace(&mut self.phase, Phase::Stopped) {
             Phase::Running(child) | Phase::Stopping { child, .. } => {
                 child.kill();
@@ -353,15 +685,24 @@ impl Supervised {
     }
 }
 
-/// Copies the new `child`'s stdout and stderr into `log`, on the threads
-/// `THREADS-out` and `THREADS-err`.
-pub fn log_output(child: &mut ProcessGroup, threads: &str, log: &Arc<Mutex<LogFile>>) {
-    if let Some(out) = child.child_mut().and_then(|c| c.stdout.take()) {
-        logfile::pump(format!("{threads}-out"), out, log.clone());
+/// Copies a new child's `stdout` and `stderr` into `log`, line by line, on
+/// `sup-children` until each pipe's end; the child of `spawned`, whose pipes
+/// these were, is returned.
+pub fn log_output(spawned: Spawned, log: &Arc<Mutex<LogFile>>) -> Proc {
+    let Spawned {
+        child,
+        stdout,
+        stderr,
+    } = spawned;
+    match children() {
+        Ok(c) => {
+            c.send(Watch::Output(Pipe::new(stdout, log.clone())));
+            c.send(Watch::Output(Pipe::new(stderr, log.clone())));
+        }
+        // Its pipes close here: what it writes is lost (it gets EPIPE).
+        Err(e) => log::error!("the output of process {} is not logged: {e}", child.id()),
     }
-    if let Some(err) = child.child_mut().and_then(|c| c.stderr.take()) {
-        logfile::pump(format!("{threads}-err"), err, log.clone());
-    }
+    child
 }
 
 /// The nearest deadline of `children`.
@@ -374,7 +715,7 @@ pub fn next_deadline<'a>(children: impl Iterator<Item = &'a Supervised>) -> Opti
 pub trait Owner {
     /// Every child it supervises.
     fn children(&mut self) -> Box<dyn Iterator<Item = &mut Supervised> + '_>;
-    /// Handles an exit its waiters reported: reaps the child
+    /// Handles an exit `sup-children` reported: reaps the child
     /// ([`Supervised::on_exit`]) and does what the exit means to it.
     fn on_exited(&mut self, e: &Exited);
     /// Handles what is due now ([`Supervised::on_deadline`] of each child):
@@ -386,11 +727,7 @@ pub trait Owner {
 /// told each to stop: waits for their exits on `exits` (each handled by the
 /// owner) and SIGKILLs those past their grace, for at most the grace and a
 /// second. Returns what is left, SIGKILLed, for the owner to reap.
-pub fn stop_all(
-    owner: &mut impl Owner,
-    exits: &Receiver<Exited>,
-    grace: Duration,
-) -> Vec<ProcessGroup> {
+pub fn stop_all(owner: &mut impl Owner, exits: &Receiver<Exited>, grace: Duration) -> Vec<Proc> {
     let end = Instant::now() + grace + Duration::from_secs(1);
     loop {
         if !owner.children().any(|c| c.is_stopping()) {
@@ -415,7 +752,6 @@ mod tests {
     use super::*;
     use crossbeam_channel::unbounded;
     use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
 
     fn timing(stable: Duration, grace: Duration) -> Timing {
         Timing {
@@ -426,15 +762,11 @@ mod tests {
         }
     }
 
-    /// `sh -c SCRIPT` in its own process group, its stdout piped.
-    fn sh(script: &str) -> ProcessGroup {
+    /// `sh -c SCRIPT` in its own process group, its output piped.
+    fn sh(script: &str) -> Spawned {
         let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        ProcessGroup::spawn(&mut cmd).expect("sh runs")
+        cmd.arg("-c").arg(script);
+        spawn(&mut cmd).expect("sh runs")
     }
 
     /// Waits (at most 20 s) until `sv`'s child has ended, driving its
@@ -460,9 +792,11 @@ mod tests {
 
     /// Starts `script` as `sv`'s child and waits for its first line.
     fn run_ready(sv: &mut Supervised, exits: &Sender<Exited>, script: &str) -> u32 {
-        let mut child = sh(script);
-        let out = child.child_mut().unwrap().stdout.take().unwrap();
-        let pid = sv.run(child, "wait-kid".into(), "kid", exits).unwrap();
+        let child = sh(script);
+        let out = std::fs::File::from(child.stdout);
+        let pid = sv
+            .run(child.child, "wait-kid".into(), "kid", exits)
+            .unwrap();
         let mut line = String::new();
         BufReader::new(out).read_line(&mut line).unwrap();
         assert_eq!(line, "ready\n");
@@ -487,7 +821,8 @@ mod tests {
         );
         let mut waits = Vec::new();
         for _ in 0..5 {
-            sv.run(sh("exit 3"), "wait-kid".into(), "kid", &tx).unwrap();
+            sv.run(sh("exit 3").child, "wait-kid".into(), "kid", &tx)
+                .unwrap();
             let Ended::Crashed { status, clean, up } = until_ended(&mut sv, &rx) else {
                 panic!("a crash");
             };
@@ -652,5 +987,88 @@ mod tests {
         assert!(statuses[0].contains("signal: 15"), "{statuses:?}");
         assert!(statuses[1].contains("signal: 9"), "{statuses:?}");
         assert!(owner.kids.iter().all(Supervised::is_stopped));
+    }
+
+    /// The names of this process's threads now.
+    fn thread_names() -> Vec<String> {
+        let mut names = Vec::new();
+        for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            if let Ok(n) = std::fs::read_to_string(t.path().join("comm")) {
+                names.push(n.trim().to_string());
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn one_thread_watches_many_children_and_logs_their_lines() {
+        let (tx, rx) = unbounded();
+        let dir = std::env::temp_dir().join(format!("hive-child-logs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let t = timing(Duration::from_secs(60), Duration::from_secs(5));
+        let mut kids: Vec<Supervised> = Vec::new();
+        let mut logs = Vec::new();
+        for i in 0..30 {
+            let path = dir.join(format!("kid{i}.log"));
+            let log = Arc::new(Mutex::new(LogFile::open(path.clone(), 1 << 20, 1)));
+            // A line on each pipe, one cut in two writes, a last one
+            // without its newline; then it waits for its stdin's end.
+            let child = log_output(
+                sh(&format!(
+                    "echo out {i}; echo err {i} >&2; printf 'half '; printf 'line\\n'; \
+                     printf 'no newline'; exec sleep 2"
+                )),
+                &log,
+            );
+            let mut sv = Supervised::new(format!("kid{i}"), t);
+            sv.run(child, format!("wait-kid{i}"), &format!("kid{i}"), &tx)
+                .unwrap();
+            kids.push(sv);
+            logs.push(path);
+        }
+        // No thread per child: no waiter, no pump.
+        let names = thread_names();
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.starts_with("wait-kid") || n.starts_with("log-")),
+            "{names:?}"
+        );
+        assert!(names.iter().any(|n| n == "sup-children"), "{names:?}");
+        let mut ended = 0;
+        let end = Instant::now() + Duration::from_secs(20);
+        while ended < kids.len() {
+            let e = rx
+                .recv_deadline(end)
+                .expect("every child's exit is reported within 20 s");
+            let i: usize = e.name.trim_start_matches("kid").parse().unwrap();
+            match kids[i].on_exit(e.pid) {
+                Some(Ended::Crashed { clean: true, .. }) => ended += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        // Each log has every line once the pipes reached their end.
+        for (i, path) in logs.iter().enumerate() {
+            let want = [
+                format!("out {i}"),
+                format!("err {i}"),
+                "half line".into(),
+                "no newline".into(),
+            ];
+            let end = Instant::now() + Duration::from_secs(20);
+            loop {
+                let text = std::fs::read_to_string(path).unwrap_or_default();
+                let mut lines: Vec<&str> = text.lines().collect();
+                lines.sort();
+                let mut w: Vec<&str> = want.iter().map(String::as_str).collect();
+                w.sort();
+                if lines == w {
+                    break;
+                }
+                assert!(Instant::now() < end, "kid{i}'s log: {text:?}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,9 +1,11 @@
 //! A size-rotated log file for one supervised agent: `NAME.log`, rotated to
-//! `NAME.log.1` … `NAME.log.KEEP` when it passes its size limit. The pump threads
-//! of the agent's stdout and stderr share one, behind a mutex held per line.
+//! `NAME.log.1` … `NAME.log.KEEP` when it passes its size limit. The child's
+//! stdout and stderr are each a [`Pipe`] that turns the bytes read into whole
+//! lines; `child.rs`'s one thread reads every child's pipes and writes their
+//! lines here, behind a mutex held per line.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -76,25 +78,102 @@ fn rotated(path: &Path, n: u32) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Copies `pipe` line by line into `log` on a thread named `name`, until EOF.
-pub fn pump(name: String, pipe: impl Read + Send + 'static, log: Arc<Mutex<LogFile>>) {
-    let spawned = std::thread::Builder::new().name(name).spawn(move || {
-        let mut r = BufReader::new(pipe);
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match r.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if let Ok(mut l) = log.lock() {
-                        l.write_line(&line);
-                    }
-                }
+/// The longest line a [`Pipe`] holds back waiting for its newline: a longer
+/// one goes to the log in pieces of this size.
+const MAX_LINE: usize = 64 * 1024;
+
+/// One output pipe of a child (its stdout or its stderr), read by the one
+/// thread that reads them all (`child.rs`): bytes as they come, written to
+/// `log` a whole line at a time, so the two pipes of one child never cut
+/// into each other's lines.
+pub struct Pipe {
+    fd: std::os::fd::OwnedFd,
+    /// What came after the last newline.
+    partial: Vec<u8>,
+    log: Arc<Mutex<LogFile>>,
+}
+
+impl Pipe {
+    /// The read end `fd` of a child's pipe, made non-blocking here, its
+    /// lines going to `log`.
+    pub fn new(fd: std::os::fd::OwnedFd, log: Arc<Mutex<LogFile>>) -> Pipe {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fcntl on a descriptor we own; no memory is shared.
+        unsafe {
+            let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+            if flags >= 0 {
+                libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
             }
         }
-    });
-    if let Err(e) = spawned {
-        log::error!("cannot start a log pump thread: {e}");
+        Pipe {
+            fd,
+            partial: Vec::new(),
+            log,
+        }
+    }
+
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.fd.as_raw_fd()
+    }
+
+    /// Reads what the pipe holds now (one read, so no pipe keeps the
+    /// reader from the others) and writes the whole lines. False once the
+    /// pipe is at its end (or failed): the rest went to the log, and the
+    /// pipe is done.
+    pub fn on_readable(&mut self) -> bool {
+        let mut buf = [0u8; 16 * 1024];
+        // SAFETY: read(2) into a buffer we own, at most its length.
+        let got = unsafe { libc::read(self.fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        let read = if got < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(got as usize)
+        };
+        let n = match read {
+            Ok(0) => {
+                self.end();
+                return false;
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return true,
+            Err(_) => {
+                self.end();
+                return false;
+            }
+        };
+        self.take(&buf[..n]);
+        true
+    }
+
+    /// `bytes` just read: the whole lines to the log, the rest kept.
+    fn take(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        let Ok(mut log) = self.log.lock() else {
+            self.partial.clear();
+            return;
+        };
+        let mut from = 0;
+        while let Some(nl) = self.partial[from..].iter().position(|b| *b == b'\n') {
+            log.write_line(&self.partial[from..from + nl + 1]);
+            from += nl + 1;
+        }
+        while self.partial.len() - from >= MAX_LINE {
+            log.write_line(&self.partial[from..from + MAX_LINE]);
+            from += MAX_LINE;
+        }
+        self.partial.drain(..from);
+    }
+
+    /// The end of the pipe: a last line without its newline goes as it is.
+    fn end(&mut self) {
+        if !self.partial.is_empty() {
+            if let Ok(mut log) = self.log.lock() {
+                log.write_line(&self.partial);
+            }
+            self.partial.clear();
+        }
     }
 }
 

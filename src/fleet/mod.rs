@@ -18,6 +18,7 @@ pub mod child;
 pub mod cli;
 pub mod dashboard;
 pub mod declared;
+pub mod hostlimits;
 pub mod isolation;
 pub mod logfile;
 pub mod pages;
@@ -201,6 +202,7 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
     }
     bridge::check_login(&cfg, &data).map_err(UpError::MatrixLogin)?;
     let env = Env::process();
+    check_host_limits(&cfg, &env)?;
     let mut settings = UpSettings::read(data.clone(), Some(config_path.clone()), &env)?;
     settings.isolation = isolation::at_start(&settings.exe, &data, &config_path, &env)?;
     if settings.isolation.is_some() {
@@ -305,6 +307,32 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
     let _ = std::fs::remove_file(&port_file);
     broker.stop();
     eprintln!("hive up: stopped");
+    Ok(())
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard one, then names the host
+/// limits the fleet would hit (`hostlimits.rs`): one the idle fleet passes
+/// refuses to start (unless `HIVE_UP_HOST_LIMITS=warn`), one only the
+/// claude processes of busy turns pass is a warning.
+fn check_host_limits(cfg: &HiveConfig, env: &Env) -> Result<(), UpError> {
+    let nofile = hostlimits::raise_nofile();
+    let need = hostlimits::Need::new(cfg.agents.len(), cfg.max_claude());
+    let findings = hostlimits::check(&need, &hostlimits::read_host(nofile));
+    if findings.is_empty() {
+        return Ok(());
+    }
+    let text = hostlimits::message(&need, &findings);
+    let warn_only = env.get("HIVE_UP_HOST_LIMITS").as_deref() == Some("warn");
+    if findings.iter().any(|f| f.refuse) && !warn_only {
+        return Err(UpError::Run(format!(
+            "this host's limits do not hold the fleet, so nothing was started:\n{text}\n\
+             (HIVE_UP_HOST_LIMITS=warn starts it anyway)"
+        )));
+    }
+    for line in text.lines() {
+        eprintln!("hive up: {line}");
+        log::warn!("{line}");
+    }
     Ok(())
 }
 

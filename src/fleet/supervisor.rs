@@ -1,13 +1,14 @@
 //! The supervisor of `hive up`: one thread that owns every agent's `hive serve`
-//! child (a `sys::ProcessGroup`, killed and reaped when dropped). It starts them
+//! child (a [`child::Proc`], killed and reaped when dropped). It starts them
 //! (explicit stdio, output pumped into rotated logs, none of the operator's
 //! variables, each in its sandbox when agents are isolated: `isolation.rs`),
 //! restarts a crashed one with capped exponential backoff, carries out the
 //! lifecycle commands the hub forwards (the broker's lifecycle port,
-//! [`LifecycleCmd`]), runs crash_watch on every watch tick and notices the
-//! fleet file changing on disk. Its one `select!`
-//! waits on those commands, on exits (one waiter thread per child, `wait-NAME`,
-//! reports its child's exit and leaves the reaping to the supervisor), on the
+//! [`LifecycleCmd`]), runs crash_watch on every watch tick (looking at every
+//! agent only after something happened, so an idle tick costs O(1) per
+//! agent whose login is a key) and notices the fleet file changing on disk. Its one `select!`
+//! waits on those commands, on exits (`child.rs`'s one `sup-children` thread
+//! reports every child's exit and leaves the reaping to the supervisor), on the
 //! nearest deadline (a restart after backoff, a stop's grace running out) and
 //! on the watch tick. It never waits on the hub: events go to the hub as
 //! one-way [`FleetEvent`]s through its narrow [`FleetTx`]. Agents the broker keeps stopped (`hive
@@ -29,7 +30,6 @@ use crate::broker::lifecycle::{Activity, EntryChange, FleetEvent, FleetTx, Lifec
 use crate::config::fleetfile::{self, Change};
 use crate::config::{AgentConfig, HiveConfig};
 use crate::proto::Rebuild;
-use crate::sys::ProcessGroup;
 use crossbeam_channel::{at, never, select, tick, unbounded, Receiver, Sender};
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
@@ -158,6 +158,12 @@ pub struct Supervisor {
     updates: Updates,
     /// Restarts `bridge-sup`'s Matrix bridge, when the hive has one.
     bridge: Option<Sender<()>>,
+    /// Something that may move an agent's crash_watch axes happened since
+    /// the last watch tick (an exit, a start, a command): the next tick looks
+    /// at every agent. An idle tick looks only at what can change unseen.
+    watch_dirty: bool,
+    /// The binary as the last full crash_watch look found it.
+    watched_bin: Option<BinId>,
 }
 
 /// Variables of `hive up`'s own environment that no agent gets: the operator's
@@ -214,6 +220,8 @@ impl Supervisor {
             bash,
             updates: Updates::default(),
             bridge: None,
+            watch_dirty: true,
+            watched_bin: None,
         }
     }
 
@@ -237,7 +245,10 @@ impl Supervisor {
                         let _ = reply.send(());
                         return;
                     }
-                    Ok(cmd) => self.handle(cmd),
+                    Ok(cmd) => {
+                        self.watch_dirty |= moves_axes(&cmd);
+                        self.handle(cmd);
+                    }
                     Err(_) => {
                         self.stop_all();
                         return;
@@ -245,10 +256,14 @@ impl Supervisor {
                 },
                 recv(self.exited) -> e => {
                     if let Ok(e) = e {
+                        self.watch_dirty = true;
                         self.on_exited(&e);
                     }
                 }
-                recv(timer) -> _ => self.on_deadlines(),
+                recv(timer) -> _ => {
+                    self.watch_dirty = true;
+                    self.on_deadlines();
+                }
                 recv(watch) -> _ => {
                     self.check_config_file();
                     self.crash_watch();
@@ -709,6 +724,7 @@ impl Supervisor {
             cfg.hive_name != self.hive.hive_name || cfg.swarm_name != self.hive.swarm_name;
         let names_changed = names_differ && !bridged;
         let budget_changed = cfg.budget != self.hive.budget;
+        let max_claude_changed = cfg.max_claude != self.hive.max_claude;
         let mut later = Vec::new();
         if cfg.web != self.hive.web {
             later.push("web");
@@ -761,6 +777,7 @@ impl Supervisor {
             self.hive.swarm_name = cfg.swarm_name.clone();
         }
         self.hive.budget = cfg.budget.clone();
+        self.hive.max_claude = cfg.max_claude;
         let _ = self.hub.send(FleetEvent::Reloaded(cfg.clone()));
         if bridge_restart {
             self.hive.matrix = cfg.matrix.clone();
@@ -856,6 +873,12 @@ impl Supervisor {
         }
         if budget_changed {
             lines.push("budget: applies now".into());
+        }
+        if max_claude_changed {
+            lines.push(format!(
+                "max_claude: applies now (at most {} claude at once)",
+                cfg.max_claude()
+            ));
         }
         if !later.is_empty() {
             lines.push(format!(
@@ -980,7 +1003,7 @@ impl Supervisor {
                 // Unwatched, its exit would never be seen: it is stopped now
                 // and tried again after backoff.
                 if let Err(e) = a.child.run(child, format!("wait-{name}"), name, &exited) {
-                    let e = format!("cannot start a waiter thread for {name}: {e}");
+                    let e = format!("cannot watch {name}'s exit: {e}");
                     log::error!("{e}");
                     return Err(e);
                 }
@@ -1016,7 +1039,7 @@ impl Supervisor {
         }
     }
 
-    fn spawn_child(&mut self, name: &str) -> Result<ProcessGroup, String> {
+    fn spawn_child(&mut self, name: &str) -> Result<child::Proc, String> {
         let dir = self.agent_dir(name);
         let state = dir.join("state");
         let run = dir.join("run");
@@ -1143,16 +1166,16 @@ impl Supervisor {
             socket: run.join("bash.sock"),
         });
         let bin = bin_id(&self.s.exe);
-        let spawned = ProcessGroup::spawn(&mut cmd);
+        let spawned = child::spawn(&mut cmd);
         drop(credential);
-        let mut child =
+        let spawned =
             spawned.map_err(|e| format!("cannot run {} serve: {e}", self.s.exe.display()))?;
         let log = Arc::new(Mutex::new(LogFile::open(
             self.s.data.join("logs").join(format!("{name}.log")),
             self.s.log_max_bytes,
             self.s.log_keep,
         )));
-        child::log_output(&mut child, &format!("log-{name}"), &log);
+        let child = child::log_output(spawned, &log);
         if let Some(a) = self.agents.get_mut(name) {
             a.bin_at_start = bin;
         }
@@ -1214,6 +1237,7 @@ impl Supervisor {
             return;
         }
         self.config_mtime = m;
+        self.watch_dirty = true;
         let cfg = match HiveConfig::load(&path) {
             Ok(c) => c,
             Err(e) => {
@@ -1259,12 +1283,15 @@ impl Supervisor {
         let _ = self.hub.send(FleetEvent::HiveBudget(cfg.budget.clone()));
     }
 
-    fn logged_in(&self, a: &AgentConfig) -> bool {
+    /// Whether `a`'s login is a key (in `hive up`'s environment or its
+    /// entry's), which only a command changes, rather than files of its own.
+    fn key_login(&self, a: &AgentConfig) -> bool {
         let key_in = |k: &str| a.env.get(k).is_some_and(|v| !v.trim().is_empty());
-        if self.s.inherited_login
-            || key_in("ANTHROPIC_API_KEY")
-            || key_in("CLAUDE_CODE_OAUTH_TOKEN")
-        {
+        self.s.inherited_login || key_in("ANTHROPIC_API_KEY") || key_in("CLAUDE_CODE_OAUTH_TOKEN")
+    }
+
+    fn logged_in(&self, a: &AgentConfig) -> bool {
+        if self.key_login(a) {
             return true;
         }
         let dir = self.agent_dir(&a.name);
@@ -1283,7 +1310,11 @@ impl Supervisor {
     }
 
     fn axes(&self, a: &Agent) -> Axes {
-        let bin_now = bin_id(&self.s.exe);
+        self.axes_with(a, bin_id(&self.s.exe))
+    }
+
+    /// `a`'s axes, the binary on disk being `bin_now`.
+    fn axes_with(&self, a: &Agent, bin_now: Option<BinId>) -> Axes {
         Axes {
             running: a.child.is_running(),
             logged_in: !a.needs_login && self.logged_in(&a.applied),
@@ -1310,16 +1341,26 @@ impl Supervisor {
         }
     }
 
+    /// Looks at the agents' axes and tells their managers of the changes.
+    /// Idle work is O(what can change unseen), not O(agents): every agent is
+    /// looked at after anything happened (an exit, a start, a command, the
+    /// fleet file or the binary changing: `watch_dirty`); otherwise only the
+    /// agents whose login rests on files of their own (a credentials file
+    /// can appear or go without an event). Nothing is noticed later than
+    /// before: whatever moves an axis is looked at on the next tick.
     fn crash_watch(&mut self) {
+        let bin_now = bin_id(&self.s.exe);
+        let full = std::mem::take(&mut self.watch_dirty) || bin_now != self.watched_bin;
+        self.watched_bin = bin_now;
         let names: Vec<String> = self
             .agents
             .iter()
-            .filter(|(_, a)| !a.removed)
+            .filter(|(_, a)| !a.removed && (full || !self.key_login(&a.applied)))
             .map(|(n, _)| n.clone())
             .collect();
         for name in names {
             let axes = match self.agents.get(&name) {
-                Some(a) => self.axes(a),
+                Some(a) => self.axes_with(a, bin_now),
                 None => continue,
             };
             let events = match self.agents.get_mut(&name) {
@@ -1443,6 +1484,15 @@ impl Owner for Supervisor {
         }
         self.pump_updates();
     }
+}
+
+/// Whether `cmd` may move an agent's crash_watch axes (running, logged in,
+/// up to date): any but the queries.
+fn moves_axes(cmd: &LifecycleCmd) -> bool {
+    !matches!(
+        cmd,
+        LifecycleCmd::States { .. } | LifecycleCmd::Search { .. } | LifecycleCmd::History { .. }
+    )
 }
 
 /// The refusal of a command on an agent taken out of the fleet.

@@ -18,6 +18,10 @@
 //!
 //! What an agent causes to be stored is charged to it (`deliver_charged`)
 //! and refused over its limits (`quotas.rs`).
+//!
+//! A message `recv_next` hands out takes one of the hive's claude slots
+//! (`slots.rs`), given back when its turn is acked, requeued or
+//! dead-lettered, or its harness disconnects.
 
 use super::limits;
 use super::{db_err, ConnId, Ctx, Done, Handled, Held, Hub, Identity};
@@ -301,6 +305,8 @@ impl Hub<'_> {
         // connection, and a later call parks until the pause ends (the hub's
         // timer, a raised budget), which is answered once too.
         if let Some(p) = self.broker_pause(agent) {
+            // A paused agent waits for no claude slot (`slots.rs`).
+            self.slot_left(agent);
             let told = self.pause_told(ctx.conn, &p);
             if told && ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
                 self.wait_for(agent, ctx.conn);
@@ -317,7 +323,28 @@ impl Hub<'_> {
                 turn_usd: self.cfg.agent(agent).and_then(|e| e.turn_usd),
             }));
         }
+        // issue 42: a message handed out runs a claude, which takes one of
+        // the hive's `max_claude` slots; without one the call waits in line.
+        if !self.slot_for_turn(agent)? {
+            if ctx.can_wait && c.wait_seconds.unwrap_or(0) > 0 {
+                self.wait_for(agent, ctx.conn);
+                return Ok(Done::Wait);
+            }
+            return Ok(Done::Reply(RecvNextReply {
+                message: None,
+                redelivered: false,
+                unread: Some(self.unread(agent)?),
+                attempts: 0,
+                status_text: None,
+                status_set_at: None,
+                paused: None,
+                turn_usd: self.cfg.agent(agent).and_then(|e| e.turn_usd),
+            }));
+        }
         let (popped, unread) = self.pop_next(agent)?;
+        if popped.is_none() {
+            self.slot_unused(agent);
+        }
         let status = match &c.seen {
             Some(_) => Some(self.db.stats(agent).map_err(db_err)?),
             None => None,
@@ -499,11 +526,17 @@ impl Hub<'_> {
     /// Puts rows held by a closed connection back into the inbox, in order.
     pub(super) fn release(&mut self, conn: ConnId) {
         self.pause_conn_closed(conn);
+        let mut gone = Vec::new();
         for (agent, set) in self.harness_conns.iter_mut() {
-            // The harness is gone: so is what it reported.
+            // The harness is gone: so is what it reported, and its claude
+            // slot (`slots.rs`).
             if set.remove(&conn) && set.is_empty() {
                 self.paused.remove(agent);
+                gone.push(agent.clone());
             }
+        }
+        for agent in gone {
+            self.slot_left(&agent);
         }
         let Some((agent, rows)) = self.held.remove(&conn) else {
             return;
@@ -598,6 +631,7 @@ impl Hub<'_> {
                 .transition(id, agent, &MsgState::Inflight, &MsgState::Acked, now())
                 .map_err(db_err)?
         {
+            self.slot_done(agent);
             return Ok(Empty {});
         }
         self.check_inflight("ack_turn", agent, id)?;
@@ -609,6 +643,7 @@ impl Hub<'_> {
                 .transition(id, agent, &MsgState::Inflight, &MsgState::Acked, now())
                 .map_err(db_err)?;
         }
+        self.slot_done(agent);
         Ok(Empty {})
     }
 
@@ -642,6 +677,7 @@ impl Hub<'_> {
                 .requeue(c.id, agent, counted, behind, c.error.as_deref())
                 .map_err(db_err)?;
         }
+        self.slot_done(agent);
         self.notify(agent);
         Ok(Empty {})
     }
@@ -681,6 +717,7 @@ impl Hub<'_> {
                 })
                 .map_err(db_err)?;
             log::warn!("transient wake {} of {agent} dead-lettered as #{id}", m.id);
+            self.slot_done(agent);
             for to in &told {
                 self.notify(to);
             }
@@ -722,6 +759,7 @@ impl Hub<'_> {
             c.id,
             c.error
         );
+        self.slot_done(agent);
         for to in &told {
             self.notify(to);
         }

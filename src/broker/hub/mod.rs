@@ -31,7 +31,9 @@
 //! - `offload.rs`: the work jobs do off the hub (the supervisor, files,
 //!   `journalctl`);
 //! - `quotas.rs`: what each agent may have stored, and store in a minute;
-//! - `throttle.rs`: log lines about one agent's reports, one a minute per kind.
+//! - `throttle.rs`: log lines about one agent's reports, one a minute per kind;
+//! - `slots.rs`: the hive-wide limit on `claude` processes at once
+//!   (`max_claude`): a turn waits in line for a slot.
 //!
 //! The hub never blocks on another actor or on slow I/O: such work is an
 //! [`Outcome::Offload`] run on a thread of its own, which reports once
@@ -57,6 +59,7 @@ mod pools;
 mod questions;
 mod quotas;
 mod resume;
+mod slots;
 mod throttle;
 mod timers;
 
@@ -432,6 +435,8 @@ pub struct Hub<'c> {
     /// Agents whose harness holds a message (a turn runs), as last told to
     /// the supervisor (`LifecycleCmd::Activity`).
     busy: BTreeSet<String>,
+    /// Claude slots, held and waited for (`slots.rs`).
+    slots: slots::Slots,
 }
 
 fn db_err(e: rusqlite::Error) -> String {
@@ -496,6 +501,7 @@ impl<'c> Hub<'c> {
             removed: BTreeSet::new(),
             bound,
             busy: BTreeSet::new(),
+            slots: slots::Slots::default(),
         }
     }
 
@@ -533,7 +539,15 @@ impl<'c> Hub<'c> {
                 }
             }
             FleetEvent::ApplyAgent(a) => self.apply_agent(a),
-            FleetEvent::Reloaded(cfg) => self.set_fleet(cfg),
+            FleetEvent::Reloaded(cfg) => {
+                // `max_claude` applies live (`slots.rs`).
+                let max_claude = cfg.validate().is_ok().then_some(cfg.max_claude);
+                self.set_fleet(cfg);
+                if let Some(max) = max_claude {
+                    self.cfg.max_claude = max;
+                    self.slots_resized();
+                }
+            }
             FleetEvent::HiveBudget(b) => {
                 if self.cfg.budget != b {
                     self.cfg.budget = b;
