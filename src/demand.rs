@@ -43,9 +43,8 @@ impl<S: Send + 'static> Slot<S> {
         }
     }
 
-    /// A slot with no state: a wake starts nothing (a test reads the
-    /// actor's channel itself).
-    #[cfg(test)]
+    /// A slot with no state yet ([`Slot::put`] gives it one): a wake starts
+    /// nothing until then.
     pub fn vacant() -> Slot<S> {
         Slot {
             inner: Arc::new(Mutex::new(Inner {
@@ -57,6 +56,19 @@ impl<S: Send + 'static> Slot<S> {
 
     fn lock(&self) -> MutexGuard<'_, Inner<S>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts `state` in a vacant slot.
+    pub fn put(&self, state: S) {
+        self.lock().state = Some(state);
+    }
+
+    /// The actor is gone for good (its thread consumed the state, or a
+    /// panic ended it): every later wake starts nothing and says so.
+    pub fn close(&self) {
+        let mut inner = self.lock();
+        inner.running = false;
+        inner.state = None;
     }
 
     /// Starts a thread named `name` with a stack of `stack` bytes that runs
@@ -85,9 +97,12 @@ impl<S: Send + 'static> Slot<S> {
             .name(name.to_string())
             .stack_size(stack)
             .spawn(move || {
+                // A panic ends the actor for good: later wakes say so.
+                let closer = Closer(slot.clone());
                 if let Ok(state) = rx.recv() {
                     run(state, slot);
                 }
+                std::mem::forget(closer);
             });
         match spawned {
             Ok(_) => {
@@ -117,7 +132,7 @@ impl<S: Send + 'static> Slot<S> {
         }
     }
 
-    /// True while a thread runs the actor.
+    /// True while a thread runs the actor (false once it closed).
     pub fn running(&self) -> bool {
         self.lock().running
     }
@@ -129,6 +144,16 @@ impl<S: Send + 'static> Slot<S> {
             return None;
         }
         inner.state.as_mut().map(f)
+    }
+}
+
+/// Closes its slot when dropped, which only a panic of the actor's thread
+/// lets happen.
+struct Closer<S: Send + 'static>(Slot<S>);
+
+impl<S: Send + 'static> Drop for Closer<S> {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 
