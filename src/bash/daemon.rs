@@ -426,4 +426,41 @@ mod tests {
             "{e}"
         );
     }
+
+    /// Each client is served on a connection thread of `accept::CONN_STACK`:
+    /// a request nested to serde_json's recursion limit, and one far past
+    /// it, is refused on that thread with an `ok:false` line, the
+    /// connection goes on, and a good request is then answered (which also
+    /// starts the coordinator's thread, idle until then).
+    #[test]
+    fn a_request_nested_to_the_parsers_limit_is_refused_on_the_connection_thread() {
+        use std::io::{BufRead, BufReader, Write};
+        let dir = std::env::temp_dir().join(format!("hive-bash-deep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let handle = start(DaemonSettings {
+            socket: dir.join("bash.sock"),
+            state_dir: dir.clone(),
+            agent_socket: dir.join("no-broker.sock"),
+            bash_env: None,
+            retirable: false,
+        })
+        .unwrap();
+        let conn = UnixStream::connect(handle.socket()).unwrap();
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut out = conn.try_clone().unwrap();
+        let mut lines = BufReader::new(conn).lines();
+        for depth in [126, 127, 5000] {
+            let deep = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+            writeln!(out, r#"{{"op":"status","id":{deep}}}"#).unwrap();
+            let answer = lines.next().unwrap().unwrap();
+            assert!(answer.starts_with(r#"{"ok":false"#), "{depth}: {answer}");
+        }
+        writeln!(out, r#"{{"op":"list"}}"#).unwrap();
+        let answer = lines.next().unwrap().unwrap();
+        assert!(answer.starts_with(r#"{"ok":true"#), "{answer}");
+        handle.shutdown();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
