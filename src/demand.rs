@@ -174,7 +174,7 @@ mod tests {
             tx.send(i).unwrap();
             let (rx, done_tx) = (rx.clone(), done_tx.clone());
             slot.wake("demand-test", 64 * 1024, move |mut n, slot| loop {
-                while let Ok(_) = rx.try_recv() {
+                while rx.try_recv().is_ok() {
                     n += 1;
                     let _ = done_tx.send(());
                 }
@@ -190,7 +190,10 @@ mod tests {
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while slot.running() {
-            assert!(std::time::Instant::now() < deadline, "the thread never ended");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the thread never ended"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         assert_eq!(slot.with_parked(|n| *n), Some(2000));

@@ -17,7 +17,7 @@ use super::coordinator::{Coordinator, Event, Reply, Tasks};
 use super::proto::{ListReply, TaskReply};
 use super::report::view;
 use super::store::Store;
-use super::waker::{Wakes, Waker};
+use super::waker::{Waker, Wakes};
 use crate::proto::bashwire::{Request, RetireReply};
 use crate::proto::lines::{err_line, ok_line, serve_conn};
 use crate::proto::{paths, Dial};

@@ -23,11 +23,11 @@
 use super::coordinator::{Event, Reply, Tasks};
 use super::report::wake_body;
 use super::store::TaskRecord;
+use crate::demand::Slot;
 use crate::proto::bashwire::Request as BashRequest;
 use crate::proto::cmd::{ReportTasks, Wake};
 use crate::proto::limits::{MAX_TASK_CMD_CHARS, OVER_QUOTA};
 use crate::proto::{ClientError, Command, Dial, RunningTask};
-use crate::demand::Slot;
 use crossbeam_channel::{after, select, unbounded, Receiver, Sender};
 use std::collections::VecDeque;
 use std::path::PathBuf;

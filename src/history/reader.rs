@@ -11,12 +11,12 @@
 
 use super::schema;
 use super::{Hit, HitPage, Turn, TurnKind, TurnPage, FILE};
+use crate::demand::Slot;
 use crate::proto::text::{excerpt, preview};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use serde_json::Value;
 use std::collections::HashSet;
-use crate::demand::Slot;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -131,7 +131,10 @@ impl Reader {
             ));
         }
         let rx = self.rx.clone();
-        match self.slot.wake("history-read", STACK, move |c, slot| serve(c, rx, slot)) {
+        match self
+            .slot
+            .wake("history-read", STACK, move |c, slot| serve(c, rx, slot))
+        {
             Ok(true) => {}
             Ok(false) => {
                 return Err(ReadError::Unavailable(
