@@ -15,7 +15,6 @@
 use super::proto::{TaskStatus, DEFAULT_RUN_WAIT_SECS, MAX_WAIT_SECS};
 use super::spawn::{self, Launch};
 use super::store::{now_ms, Store, StoreError, TaskRecord};
-use super::waker::Wakes;
 use crate::agent_proc::StartFault;
 use crate::demand::Slot;
 use crate::proto::bashwire::Request;
@@ -30,6 +29,18 @@ use std::time::{Duration, Instant};
 
 /// How long shutdown waits for killed tasks to be reaped.
 const REAP_GRACE: Duration = Duration::from_secs(3);
+
+/// Where finished tasks' wakes go: the wake thread's handle
+/// (`waker::Wakes`, which implements it there, since the wake thread sends
+/// this coordinator events).
+pub trait WakeSink: Send {
+    /// Queues `rec`'s wake without starting the wake thread.
+    fn queue(&self, rec: TaskRecord);
+    /// Queues `rec`'s wake and starts the wake thread.
+    fn wake(&self, rec: TaskRecord);
+    /// The daemon stops: returns once the wake thread is done.
+    fn stop(&self);
+}
 
 /// The coordinator thread's stack: it handles requests already parsed (on
 /// the connection threads), starts processes and writes records.
@@ -159,7 +170,7 @@ pub struct Coordinator {
     waiters: Vec<Waiter>,
     events: Sender<Event>,
     /// The wake thread's handle.
-    wakes: Wakes,
+    wakes: Box<dyn WakeSink>,
     /// Told when the daemon retires (`hive bash-daemon` only): `None` refuses
     /// `retire`.
     retire: Option<Sender<()>>,
@@ -180,7 +191,7 @@ impl Coordinator {
         cwd: PathBuf,
         bash_env: Option<PathBuf>,
         tasks: &Tasks,
-        wakes: Wakes,
+        wakes: Box<dyn WakeSink>,
         stopped: Sender<()>,
     ) -> Coordinator {
         let mut c = Coordinator {

@@ -189,7 +189,7 @@ fn start_with(settings: DaemonSettings, broker: Dial) -> Result<DaemonHandle, St
         cwd,
         settings.bash_env.clone(),
         &tasks,
-        wakes.clone(),
+        Box::new(wakes.clone()),
         stopped_tx,
     );
     if settings.retirable {

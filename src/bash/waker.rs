@@ -20,7 +20,7 @@
 //! keeps what is queued and the backoff between its threads); with nothing
 //! queued and nothing to retry it ends.
 
-use super::coordinator::{Event, Reply, Tasks};
+use super::coordinator::{Event, Reply, Tasks, WakeSink};
 use super::report::wake_body;
 use super::store::TaskRecord;
 use crate::demand::Slot;
@@ -111,12 +111,6 @@ impl Wakes {
         }
     }
 
-    /// Queues `rec`'s wake without starting the thread (the daemon's start,
-    /// before the coordinator can answer; [`Wakes::kick`] follows).
-    pub fn queue(&self, rec: TaskRecord) {
-        let _ = self.tx.send(ToWaker::Wake(rec));
-    }
-
     /// Starts the thread unless it runs.
     pub fn kick(&self) -> bool {
         let rx = self.rx.clone();
@@ -132,22 +126,30 @@ impl Wakes {
         }
     }
 
-    /// Queues `rec`'s wake and starts the thread.
-    pub fn wake(&self, rec: TaskRecord) {
-        self.queue(rec);
-        self.kick();
-    }
-
     /// Has the running tasks reported.
     pub fn report(&self) {
         let _ = self.tx.send(ToWaker::Report);
+        self.kick();
+    }
+}
+
+impl WakeSink for Wakes {
+    /// Queues `rec`'s wake without starting the thread (the daemon's start,
+    /// before the coordinator can answer; [`Wakes::kick`] follows).
+    fn queue(&self, rec: TaskRecord) {
+        let _ = self.tx.send(ToWaker::Wake(rec));
+    }
+
+    /// Queues `rec`'s wake and starts the thread.
+    fn wake(&self, rec: TaskRecord) {
+        self.queue(rec);
         self.kick();
     }
 
     /// The daemon stops (its tasks were killed): tries what is queued once
     /// more, tells the broker no task runs and returns once done; wakes not
     /// delivered stay pending on disk for the next daemon.
-    pub fn stop(&self) {
+    fn stop(&self) {
         let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
         let _ = self.tx.send(ToWaker::Stop(done_tx));
         if self.kick() {
