@@ -6,7 +6,7 @@
 //! bash tasks and the MCP servers; the broker, the fleet and the Matrix bridge;
 //! the config and the agents' turn history; and at
 //! the bottom the contract and the mechanisms every process shares (`proto`,
-//! `agent_proc`, `http`, `sys`).
+//! `agent_proc`, `demand`, `http`, `sys`).
 
 pub mod agent_proc;
 pub mod bash;
@@ -14,6 +14,7 @@ pub mod bridge;
 pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod demand;
 pub mod fleet;
 pub mod harness;
 pub mod history;

@@ -712,3 +712,21 @@ fn a_live_stream_outlives_the_read_timeout_and_a_closed_one_frees_its_slot_at_on
         (web.sse("/events", &[]).status == 200).then_some(())
     });
 }
+
+/// Every request is answered on its connection's thread (`web-conn`, with
+/// `http::server::CONN_STACK` of stack): a body nested to serde_json's
+/// recursion limit, and one far past it, is refused there as a bad request,
+/// and the page answers on.
+#[test]
+fn a_body_nested_to_the_parsers_limit_is_refused_on_the_connection_thread() {
+    let web = Web::start();
+    for depth in [126, 127, 5000] {
+        let deep = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        for path in ["/api/send", "/api/model", "/api/login"] {
+            let r = web.post(path, &format!(r#"{{"body":{deep},"model":{deep}}}"#));
+            assert_eq!(r.status, 400, "{path} at depth {depth}: {}", r.body);
+        }
+    }
+    let r = web.get("/api/state");
+    assert_eq!(r.status, 200, "{}", r.body);
+}

@@ -16,6 +16,12 @@ use std::time::Duration;
 /// by a new thread each.
 const IDLE_KEEP: Duration = Duration::from_secs(10);
 
+/// The stack of a connection thread: it reads request lines of at most
+/// `MAX_LINE` and parses them (serde_json's recursion limit, 128, bounds
+/// their nesting; a test parses a request nested to it on a thread of this
+/// size) and writes the answers.
+pub const CONN_STACK: usize = 256 * 1024;
+
 /// The first pause after a failed accept; it doubles per failure in a row.
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// The cap on that pause.
@@ -89,6 +95,7 @@ impl Acceptor {
                                 let serve = serve.clone();
                                 let idle = idle_rx.clone();
                                 std::thread::Builder::new()
+                                    .stack_size(CONN_STACK)
                                     .name(format!("{}-{id}", self.thread))
                                     .spawn(move || {
                                         let mut next = Some((stream, id, guard));

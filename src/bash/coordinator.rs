@@ -6,24 +6,107 @@
 //! on the nearest deadline — a task's timeout or the end of a caller's inline
 //! wait. It starts processes, kills and reaps process groups, persists records
 //! and decides which finished tasks owe their agent a wake.
+//!
+//! Its thread (`bash-tasks`) runs only while it has work: [`Tasks::send`]
+//! queues an event and starts it when none runs (a [`crate::demand::Slot`]
+//! keeps the coordinator between its threads), and with no task running, no
+//! caller waiting and nothing queued it ends.
 
 use super::proto::{TaskStatus, DEFAULT_RUN_WAIT_SECS, MAX_WAIT_SECS};
 use super::spawn::{self, Launch};
 use super::store::{now_ms, Store, StoreError, TaskRecord};
 use crate::agent_proc::StartFault;
+use crate::demand::Slot;
 use crate::proto::bashwire::Request;
 use crate::sys::ProcessGroup;
-use crossbeam_channel::{at, never, select, Receiver, Sender};
+use crossbeam_channel::{at, never, select, unbounded, Receiver, Sender};
 use std::collections::HashMap;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long shutdown waits for killed tasks to be reaped.
 const REAP_GRACE: Duration = Duration::from_secs(3);
+
+/// Where finished tasks' wakes go: the wake thread's handle
+/// (`waker::Wakes`, which implements it there, since the wake thread sends
+/// this coordinator events).
+pub trait WakeSink: Send {
+    /// Queues `rec`'s wake without starting the wake thread.
+    fn queue(&self, rec: TaskRecord);
+    /// Queues `rec`'s wake and starts the wake thread.
+    fn wake(&self, rec: TaskRecord);
+    /// The daemon stops: returns once the wake thread is done.
+    fn stop(&self);
+}
+
+/// The coordinator thread's stack: it handles requests already parsed (on
+/// the connection threads), starts processes and writes records.
+pub const STACK: usize = 256 * 1024;
+
+/// The way to the coordinator: its channel, and its thread, started by an
+/// event when none runs.
+#[derive(Clone)]
+pub struct Tasks {
+    tx: Sender<Event>,
+    rx: Receiver<Event>,
+    slot: Slot<Coordinator>,
+}
+
+impl Tasks {
+    /// A coordinator's handle, with no coordinator yet ([`Tasks::serve`]
+    /// gives it one).
+    pub fn new() -> Tasks {
+        let (tx, rx) = unbounded();
+        Tasks {
+            tx,
+            rx,
+            slot: Slot::vacant(),
+        }
+    }
+
+    /// Hands the coordinator over; events sent from now on start it.
+    pub fn serve(&self, c: Coordinator) {
+        self.slot.put(c);
+        if !self.rx.is_empty() {
+            self.kick();
+        }
+    }
+
+    fn kick(&self) -> bool {
+        let rx = self.rx.clone();
+        match self
+            .slot
+            .wake("bash-tasks", STACK, move |c, slot| c.run(rx, slot))
+        {
+            Ok(running) => running,
+            Err(e) => {
+                log::error!("cannot start the task coordinator thread: {e}");
+                false
+            }
+        }
+    }
+
+    /// Sends `event`, starting the coordinator's thread when none runs; an
+    /// error once the coordinator has stopped (or its thread cannot start),
+    /// and then the event is not handled.
+    pub fn send(&self, event: Event) -> Result<(), ()> {
+        self.tx.send(event).map_err(|_| ())?;
+        if self.kick() {
+            Ok(())
+        } else {
+            Err(())
+        }
+    }
+}
+
+impl Default for Tasks {
+    fn default() -> Tasks {
+        Tasks::new()
+    }
+}
 
 /// Everything the coordinator reacts to.
 pub enum Event {
@@ -86,14 +169,16 @@ pub struct Coordinator {
     running: HashMap<String, Running>,
     waiters: Vec<Waiter>,
     events: Sender<Event>,
-    wakes: Sender<TaskRecord>,
-    /// The wake thread, which ends once `wakes` is dropped.
-    waker: Option<JoinHandle<()>>,
+    /// The wake thread's handle.
+    wakes: Box<dyn WakeSink>,
     /// Told when the daemon retires (`hive bash-daemon` only): `None` refuses
     /// `retire`.
     retire: Option<Sender<()>>,
     /// It answered `retire` yes: stop after this event.
     retired: bool,
+    /// Dropped once the coordinator has stopped (its tasks killed and
+    /// recorded).
+    stopped: Option<Sender<()>>,
 }
 
 impl Coordinator {
@@ -105,9 +190,9 @@ impl Coordinator {
         records: Vec<TaskRecord>,
         cwd: PathBuf,
         bash_env: Option<PathBuf>,
-        events: Sender<Event>,
-        wakes: Sender<TaskRecord>,
-        waker: JoinHandle<()>,
+        tasks: &Tasks,
+        wakes: Box<dyn WakeSink>,
+        stopped: Sender<()>,
     ) -> Coordinator {
         let mut c = Coordinator {
             store,
@@ -116,11 +201,11 @@ impl Coordinator {
             tasks: HashMap::new(),
             running: HashMap::new(),
             waiters: Vec::new(),
-            events,
+            events: tasks.tx.clone(),
             wakes,
-            waker: Some(waker),
             retire: None,
             retired: false,
+            stopped: Some(stopped),
         };
         let boot = spawn::boot_id();
         for mut rec in records {
@@ -138,7 +223,7 @@ impl Coordinator {
                 c.save(&rec);
             }
             if rec.wake_pending {
-                let _ = c.wakes.send(rec.clone());
+                c.wakes.queue(rec.clone());
             }
             c.tasks.insert(rec.id.clone(), rec);
         }
@@ -152,9 +237,17 @@ impl Coordinator {
     }
 
     /// Serves events until [`Event::Shutdown`] (or it retired), then stops
-    /// every running task.
-    pub fn run(mut self, events: Receiver<Event>) {
+    /// every running task; with nothing to do meanwhile (no task running, no
+    /// caller waiting, nothing queued) it goes back in `slot` and the thread
+    /// ends.
+    fn run(mut self, events: Receiver<Event>, slot: Slot<Coordinator>) {
         while !self.retired {
+            if self.running.is_empty() && self.waiters.is_empty() && events.is_empty() {
+                match slot.park(self, || events.is_empty()) {
+                    None => return,
+                    Some(c) => self = c,
+                }
+            }
             let timer = self.next_deadline().map_or_else(never, at);
             select! {
                 recv(events) -> event => match event {
@@ -169,7 +262,10 @@ impl Coordinator {
                 let _ = tx.send(());
             }
         }
+        slot.close();
         self.shutdown(&events);
+        // Whatever came meanwhile has no one to answer it.
+        while events.try_recv().is_ok() {}
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -201,7 +297,7 @@ impl Coordinator {
                     rec.wake_pending = true;
                     let rec = rec.clone();
                     self.save(&rec);
-                    let _ = self.wakes.send(rec);
+                    self.wakes.wake(rec);
                 }
             }
             Event::Exited(id) => self.on_exited(&id),
@@ -465,7 +561,7 @@ impl Coordinator {
         self.save(&rec);
         self.tasks.insert(id.to_string(), rec.clone());
         if rec.wake_pending {
-            let _ = self.wakes.send(rec);
+            self.wakes.wake(rec);
         }
     }
 
@@ -547,13 +643,10 @@ impl Coordinator {
             store,
             mut tasks,
             wakes,
-            waker,
+            stopped,
             ..
         } = self;
-        drop(wakes);
-        if let Some(w) = waker {
-            let _ = w.join();
-        }
+        wakes.stop();
         for event in events.try_iter() {
             if let Event::WakeDelivered(id) = event {
                 if let Some(rec) = tasks.get_mut(&id) {
@@ -564,6 +657,7 @@ impl Coordinator {
                 }
             }
         }
+        drop(stopped);
     }
 }
 

@@ -13,16 +13,15 @@
 //! `report_tasks` is taken only there: `proto::client::Dial`).
 
 use super::accept::Acceptor;
-use super::coordinator::{Coordinator, Event, Reply};
+use super::coordinator::{Coordinator, Event, Reply, Tasks};
 use super::proto::{ListReply, TaskReply};
 use super::report::view;
 use super::store::Store;
-use super::waker::Waker;
+use super::waker::{Waker, Wakes};
 use crate::proto::bashwire::{Request, RetireReply};
 use crate::proto::lines::{err_line, ok_line, serve_conn};
 use crate::proto::{paths, Dial};
 use crate::sys::env::Env;
-use crossbeam_channel::{unbounded, Sender};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -99,10 +98,11 @@ pub fn tasks_dir(state_dir: &Path) -> PathBuf {
 /// A running daemon. Dropping it shuts it down too.
 pub struct DaemonHandle {
     socket: PathBuf,
-    events: Sender<Event>,
+    tasks: Tasks,
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<()>>,
-    coordinator: Option<JoinHandle<()>>,
+    /// Disconnects once the coordinator has stopped (None once asked).
+    stopped: Option<crossbeam_channel::Receiver<()>>,
     retired: crossbeam_channel::Receiver<()>,
 }
 
@@ -126,7 +126,7 @@ impl DaemonHandle {
     }
 
     fn stop_all(&mut self) {
-        let Some(coordinator) = self.coordinator.take() else {
+        let Some(stopped) = self.stopped.take() else {
             return;
         };
         self.stop.store(true, Ordering::SeqCst);
@@ -137,8 +137,8 @@ impl DaemonHandle {
             }
         }
         let _ = std::fs::remove_file(&self.socket);
-        let _ = self.events.send(Event::Shutdown);
-        let _ = coordinator.join();
+        let _ = self.tasks.send(Event::Shutdown);
+        let _ = stopped.recv();
         log::info!("bash task daemon stopped");
     }
 }
@@ -175,36 +175,29 @@ fn start_with(settings: DaemonSettings, broker: Dial) -> Result<DaemonHandle, St
     let (store, records) = Store::open(&dir)?;
     let listener = bind(&settings.socket)?;
 
-    let (events_tx, events_rx) = unbounded();
-    let (wakes_tx, wakes_rx) = unbounded();
-    let (report_tx, report_rx) = unbounded();
-    let waker = Waker {
+    let tasks = Tasks::new();
+    let wakes = Wakes::new(Waker {
         broker,
         tasks_dir: dir.clone(),
-        events: events_tx.clone(),
-        report: report_rx,
-    };
-    let waker = std::thread::Builder::new()
-        .name("bash-wakes".into())
-        .spawn(move || waker.run(wakes_rx))
-        .map_err(|e| format!("cannot start the wake thread: {e}"))?;
+        tasks: tasks.clone(),
+    });
     let (retired_tx, retired) = crossbeam_channel::bounded(1);
+    let (stopped_tx, stopped) = crossbeam_channel::bounded::<()>(0);
     let mut coordinator = Coordinator::new(
         store,
         records,
         cwd,
         settings.bash_env.clone(),
-        events_tx.clone(),
-        wakes_tx,
-        waker,
+        &tasks,
+        Box::new(wakes.clone()),
+        stopped_tx,
     );
     if settings.retirable {
         coordinator = coordinator.retirable(retired_tx);
     }
-    let coordinator = std::thread::Builder::new()
-        .name("bash-tasks".into())
-        .spawn(move || coordinator.run(events_rx))
-        .map_err(|e| format!("cannot start the task coordinator thread: {e}"))?;
+    tasks.serve(coordinator);
+    // The running tasks are reported and the wakes still pending sent.
+    wakes.kick();
 
     let stop = Arc::new(AtomicBool::new(false));
     let acceptor = Acceptor {
@@ -213,21 +206,22 @@ fn start_with(settings: DaemonSettings, broker: Dial) -> Result<DaemonHandle, St
         ids: Arc::new(AtomicU64::new(1)),
         stop: Some(stop.clone()),
     };
-    let events = events_tx.clone();
+    let (conn_tasks, conn_wakes) = (tasks.clone(), wakes);
     let acceptor = std::thread::Builder::new()
         .name("bash-accept".into())
+        .stack_size(ACCEPT_STACK)
         .spawn(move || {
             acceptor.run(
                 listener,
                 || Ok(()),
                 move |stream, _, ()| {
-                    let (events, report) = (events.clone(), report_tx.clone());
+                    let (tasks, wakes) = (conn_tasks.clone(), conn_wakes.clone());
                     serve_conn(
                         stream,
                         BUSY,
-                        |line| answer(line, &events, &report, &dir),
+                        |line| answer(line, &tasks, &wakes, &dir),
                         |id| {
-                            let _ = events.send(Event::InlineLost(id));
+                            let _ = tasks.send(Event::InlineLost(id));
                         },
                     )
                 },
@@ -240,10 +234,10 @@ fn start_with(settings: DaemonSettings, broker: Dial) -> Result<DaemonHandle, St
     );
     Ok(DaemonHandle {
         socket: settings.socket,
-        events: events_tx,
+        tasks,
         stop,
         acceptor: Some(acceptor),
-        coordinator: Some(coordinator),
+        stopped: Some(stopped),
         retired,
     })
 }
@@ -274,6 +268,10 @@ fn bind(path: &Path) -> Result<UnixListener, String> {
     Ok(listener)
 }
 
+/// The accept thread's stack: it accepts and hands each client to a
+/// connection thread; it parses nothing.
+const ACCEPT_STACK: usize = 128 * 1024;
+
 /// How long a retiring daemon waits for its `retire` answer to be written.
 const RETIRE_FLUSH: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -285,12 +283,7 @@ const BUSY: &str = "the bash task daemon is short of file descriptors for the mo
 /// task whose result this answer carries (so losing it must bring a wake back).
 /// A task left running in the background makes the wake thread report the
 /// running tasks to the broker.
-fn answer(
-    line: &str,
-    events: &Sender<Event>,
-    report: &Sender<()>,
-    dir: &Path,
-) -> (String, Option<String>) {
+fn answer(line: &str, tasks: &Tasks, wakes: &Wakes, dir: &Path) -> (String, Option<String>) {
     let req = match Request::parse(line) {
         Ok(req) => req,
         Err(e) => return (err_line(&e), None),
@@ -303,7 +296,7 @@ fn answer(
             None,
         )
     };
-    if events
+    if tasks
         .send(Event::Call {
             req,
             reply: reply_tx,
@@ -315,7 +308,7 @@ fn answer(
     match reply_rx.recv() {
         Ok(Reply::Task { record, inline }) => {
             if op == "run" && !inline {
-                let _ = report.send(());
+                wakes.report();
             }
             let id = inline.then(|| record.id.clone());
             let task = view(&record, dir);
@@ -432,5 +425,42 @@ mod tests {
             e.contains("HIVE_BASH_DAEMON=\"apart\"") && e.contains("embedded, external"),
             "{e}"
         );
+    }
+
+    /// Each client is served on a connection thread of `accept::CONN_STACK`:
+    /// a request nested to serde_json's recursion limit, and one far past
+    /// it, is refused on that thread with an `ok:false` line, the
+    /// connection goes on, and a good request is then answered (which also
+    /// starts the coordinator's thread, idle until then).
+    #[test]
+    fn a_request_nested_to_the_parsers_limit_is_refused_on_the_connection_thread() {
+        use std::io::{BufRead, BufReader, Write};
+        let dir = std::env::temp_dir().join(format!("hive-bash-deep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let handle = start(DaemonSettings {
+            socket: dir.join("bash.sock"),
+            state_dir: dir.clone(),
+            agent_socket: dir.join("no-broker.sock"),
+            bash_env: None,
+            retirable: false,
+        })
+        .unwrap();
+        let conn = UnixStream::connect(handle.socket()).unwrap();
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut out = conn.try_clone().unwrap();
+        let mut lines = BufReader::new(conn).lines();
+        for depth in [126, 127, 5000] {
+            let deep = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+            writeln!(out, r#"{{"op":"status","id":{deep}}}"#).unwrap();
+            let answer = lines.next().unwrap().unwrap();
+            assert!(answer.starts_with(r#"{"ok":false"#), "{depth}: {answer}");
+        }
+        writeln!(out, r#"{{"op":"list"}}"#).unwrap();
+        let answer = lines.next().unwrap().unwrap();
+        assert!(answer.starts_with(r#"{"ok":true"#), "{answer}");
+        handle.shutdown();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

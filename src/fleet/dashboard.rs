@@ -41,7 +41,6 @@ use std::time::Duration;
 mod script_pages;
 
 const PAGE: &str = include_str!("dashboard.html");
-const WORKERS: usize = 4;
 const MAX_SSE_CLIENTS: usize = 16;
 const MAX_SSE_PER_PEER: usize = 8;
 /// Live streams of agents' pages passed on at once, all agents together.
@@ -486,7 +485,7 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
         scoped: Some(agent_token_opens),
     });
     let stopped = switch.watch();
-    let workers = server::start("dashboard", listener, site.clone(), WORKERS, switch)?;
+    let workers = server::start("dashboard", listener, site.clone(), switch)?;
     let script_workers = script_pages::start(&site, script_listeners)?;
     let s = site.clone();
     let feed = std::thread::Builder::new()

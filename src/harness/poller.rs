@@ -105,6 +105,46 @@ enum ToCalls {
     Ask(Ask),
     /// What a [`Cork`] held, in the order it was sent.
     Batch(Vec<ToCalls>),
+    /// The harness stops: what is queued before this gets one last try,
+    /// then `done` is dropped.
+    Stop(Sender<()>),
+}
+
+/// The stack of each of the three threads: they read the broker's one-line
+/// answers (at most `MAX_LINE`) and parse them with serde_json, whose
+/// recursion limit (128) bounds their nesting; a test has each parse an
+/// answer nested to it on a thread of this size.
+pub const STACK: usize = 256 * 1024;
+
+/// What the calls thread keeps between its threads.
+struct Calls {
+    conn: Conn,
+    queue: VecDeque<ToCalls>,
+    asks: Sender<Ask>,
+}
+
+/// The calls thread, which runs only while it has requests: a request sent
+/// starts it when none runs, and with nothing queued it ends.
+#[derive(Clone)]
+struct CallsThread {
+    rx: Receiver<ToCalls>,
+    slot: crate::demand::Slot<Calls>,
+}
+
+impl CallsThread {
+    fn wake(&self) -> bool {
+        let rx = self.rx.clone();
+        match self
+            .slot
+            .wake("broker-calls", STACK, move |c, slot| run_calls(c, rx, slot))
+        {
+            Ok(running) => running,
+            Err(e) => {
+                log::error!("cannot start the broker-calls thread: {e}; the requests wait");
+                false
+            }
+        }
+    }
 }
 
 /// Requests in a row the calls thread writes at once, at most.
@@ -117,6 +157,8 @@ pub struct Teller {
     tx: Sender<ToCalls>,
     /// While a [`Cork`] stands, what every clone sends is held here.
     corked: Arc<Mutex<Option<Vec<ToCalls>>>>,
+    /// The thread that sends them (None in the tests that read `tx`).
+    calls: Option<CallsThread>,
 }
 
 /// Holds what every clone of a [`Teller`] sends until it is dropped, then
@@ -131,7 +173,7 @@ impl Drop for Cork {
     fn drop(&mut self) {
         let held = self.teller.held().take();
         if let Some(held) = held.filter(|h| !h.is_empty()) {
-            let _ = self.teller.tx.send(ToCalls::Batch(held));
+            self.teller.put(ToCalls::Batch(held));
         }
     }
 }
@@ -147,8 +189,16 @@ impl Teller {
             Some(h) => h.push(c),
             None => {
                 drop(held);
-                let _ = self.tx.send(c);
+                self.put(c);
             }
+        }
+    }
+
+    /// Queues `c` for the calls thread and starts it when none runs.
+    fn put(&self, c: ToCalls) {
+        let _ = self.tx.send(c);
+        if let Some(calls) = &self.calls {
+            calls.wake();
         }
     }
 
@@ -238,25 +288,28 @@ impl Poller {
             pause_shown: pause_shown.clone(),
         };
         let mut poll = conn("long-poll", poll_stream.clone());
-        let mut calls = conn("calls", Arc::new(Mutex::new(None)));
+        let calls = conn("calls", Arc::new(Mutex::new(None)));
         let mut watch = conn("status-watch", watch_stream.clone());
         let mut threads = Vec::new();
         let spawned = std::thread::Builder::new()
             .name("poller".into())
+            .stack_size(STACK)
             .spawn(move || poll.run_polls(asks_rx, wait_secs));
         match spawned {
             Ok(t) => threads.push(t),
             Err(e) => log::error!("cannot start the poller thread: {e}"),
         }
-        let spawned = std::thread::Builder::new()
-            .name("broker-calls".into())
-            .spawn(move || calls.run_calls(calls_rx, asks_tx));
-        match spawned {
-            Ok(t) => threads.push(t),
-            Err(e) => log::error!("cannot start the broker-calls thread: {e}"),
-        }
+        let calls = CallsThread {
+            rx: calls_rx,
+            slot: crate::demand::Slot::new(Calls {
+                conn: calls,
+                queue: VecDeque::new(),
+                asks: asks_tx,
+            }),
+        };
         let spawned = std::thread::Builder::new()
             .name("status-watch".into())
+            .stack_size(STACK)
             .spawn(move || watch.run_watch(wait_secs));
         match spawned {
             Ok(t) => threads.push(t),
@@ -266,6 +319,7 @@ impl Poller {
             teller: Teller {
                 tx: calls_tx,
                 corked: Arc::new(Mutex::new(None)),
+                calls: Some(calls),
             },
             events: ev_rx,
             stop: Some(stop_tx),
@@ -298,7 +352,9 @@ impl Poller {
     /// Stops the threads: a parked long-poll or watch returns at once, and
     /// every request still queued gets one last try.
     pub fn shutdown(&mut self) {
-        self.stop.take();
+        if self.stop.take().is_none() {
+            return;
+        }
         for parked in &self.parked {
             if let Some(s) = parked.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
                 let _ = s.shutdown(std::net::Shutdown::Both);
@@ -306,6 +362,13 @@ impl Poller {
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        if let Some(calls) = &self.teller.calls {
+            let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
+            let _ = self.teller.tx.send(ToCalls::Stop(done_tx));
+            if calls.wake() {
+                let _ = done.recv();
+            }
         }
     }
 }
@@ -344,94 +407,68 @@ impl Conn {
         }
     }
 
-    /// The calls thread: requests in order; an ask is passed to the long-poll
-    /// thread once everything before it was answered. Requests waiting in a
-    /// row (a corked batch, or several sent meanwhile) are written at once
-    /// and their answers read in order.
-    fn run_calls(&mut self, rx: Receiver<ToCalls>, asks: Sender<Ask>) {
-        let mut queue: VecDeque<ToCalls> = VecDeque::new();
-        loop {
-            if queue.is_empty() {
-                select! {
-                    recv(rx) -> c => match c { Ok(c) => flatten(c, &mut queue), Err(_) => return },
-                    recv(self.stop) -> _ => break,
-                }
-            }
-            while let Ok(c) = rx.try_recv() {
-                flatten(c, &mut queue);
-            }
-            let mut tells = Vec::new();
-            while tells.len() < PIPELINE_MAX {
-                match queue.front() {
-                    Some(ToCalls::Tell(_)) => {
-                        if let Some(ToCalls::Tell(req)) = queue.pop_front() {
-                            tells.push(req);
-                        }
+    /// Sends the requests at the head of `queue` (or passes its ask on to
+    /// the long-poll thread).
+    fn calls_once(&mut self, queue: &mut VecDeque<ToCalls>, asks: &Sender<Ask>) {
+        let mut tells = Vec::new();
+        while tells.len() < PIPELINE_MAX {
+            match queue.front() {
+                Some(ToCalls::Tell(_)) => {
+                    if let Some(ToCalls::Tell(req)) = queue.pop_front() {
+                        tells.push(req);
                     }
-                    _ => break,
                 }
-            }
-            if tells.is_empty() {
-                if let Some(ToCalls::Ask(a)) = queue.pop_front() {
-                    let _ = asks.send(a);
-                }
-                continue;
-            }
-            // The next message asked for right behind these requests (the end
-            // of a run: its ack, then the ask) is asked in the same write, as
-            // a `recv_next` that does not wait: when one is queued it comes
-            // back with the answers, without a second round trip and the
-            // long-poll thread's hop. Otherwise, and while a broker pause is
-            // shown (the long-poll thread tracks its end), the ask goes on to
-            // the long-poll as before.
-            let peek = matches!(queue.front(), Some(ToCalls::Ask(_)))
-                && !self.pause_shown.load(Ordering::SeqCst);
-            if peek {
-                tells.push(Request::from(RecvNext {
-                    wait_seconds: Some(0),
-                    seen: None,
-                }));
-            }
-            let mut results = self.call_all(&tells, peek);
-            let handed_out = if peek {
-                tells.pop();
-                results
-                    .pop()
-                    .and_then(|r| r.ok())
-                    .and_then(|line| handed_out(&line))
-            } else {
-                None
-            };
-            for (req, r) in tells.iter().zip(results) {
-                match r {
-                    Ok(_) => {
-                        if let Request::ReportSpend(c) = req {
-                            let _ = self.events.send(FromPoller::SpendAcked(c.key.clone()));
-                        }
-                    }
-                    Err(e) => log::warn!("{} refused: {e}", req.cmd()),
-                }
-            }
-            if let Some(message) = handed_out {
-                queue.pop_front();
-                // As the long-poll thread tells it: `turn_usd`, then the message.
-                if let FromPoller::Message { turn_usd, .. } = &message {
-                    let _ = self.events.send(FromPoller::TurnUsd(*turn_usd));
-                }
-                let _ = self.events.send(message);
+                _ => break,
             }
         }
-        // Stopping: whatever is still queued (a requeue from the inflight
-        // guard, typically) gets one try, without waiting out a backoff.
-        while let Ok(c) = rx.try_recv() {
-            flatten(c, &mut queue);
-        }
-        for c in queue {
-            if let ToCalls::Tell(req) = c {
-                if let Err(e) = self.last_try(&req) {
-                    log::warn!("{} not sent while stopping: {e}", req.cmd());
-                }
+        if tells.is_empty() {
+            if let Some(ToCalls::Ask(a)) = queue.pop_front() {
+                let _ = asks.send(a);
             }
+            return;
+        }
+        // The next message asked for right behind these requests (the end
+        // of a run: its ack, then the ask) is asked in the same write, as
+        // a `recv_next` that does not wait: when one is queued it comes
+        // back with the answers, without a second round trip and the
+        // long-poll thread's hop. Otherwise, and while a broker pause is
+        // shown (the long-poll thread tracks its end), the ask goes on to
+        // the long-poll as before.
+        let peek = matches!(queue.front(), Some(ToCalls::Ask(_)))
+            && !self.pause_shown.load(Ordering::SeqCst);
+        if peek {
+            tells.push(Request::from(RecvNext {
+                wait_seconds: Some(0),
+                seen: None,
+            }));
+        }
+        let mut results = self.call_all(&tells, peek);
+        let handed_out = if peek {
+            tells.pop();
+            results
+                .pop()
+                .and_then(|r| r.ok())
+                .and_then(|line| handed_out(&line))
+        } else {
+            None
+        };
+        for (req, r) in tells.iter().zip(results) {
+            match r {
+                Ok(_) => {
+                    if let Request::ReportSpend(c) = req {
+                        let _ = self.events.send(FromPoller::SpendAcked(c.key.clone()));
+                    }
+                }
+                Err(e) => log::warn!("{} refused: {e}", req.cmd()),
+            }
+        }
+        if let Some(message) = handed_out {
+            queue.pop_front();
+            // As the long-poll thread tells it: `turn_usd`, then the message.
+            if let FromPoller::Message { turn_usd, .. } = &message {
+                let _ = self.events.send(FromPoller::TurnUsd(*turn_usd));
+            }
+            let _ = self.events.send(message);
         }
     }
 
@@ -754,6 +791,50 @@ impl Conn {
     }
 }
 
+/// The calls thread: requests in order; an ask is passed to the long-poll
+/// thread once everything before it was answered. Requests waiting in a
+/// row (a corked batch, or several sent meanwhile) are written at once
+/// and their answers read in order. With nothing queued the thread ends
+/// (its connection stays open in the slot for the next one).
+fn run_calls(mut st: Calls, rx: Receiver<ToCalls>, slot: crate::demand::Slot<Calls>) {
+    let done = loop {
+        while let Ok(c) = rx.try_recv() {
+            flatten(c, &mut st.queue);
+        }
+        if st.queue.is_empty() {
+            match slot.park(st, || rx.is_empty()) {
+                None => return,
+                Some(s) => {
+                    st = s;
+                    continue;
+                }
+            }
+        }
+        if matches!(st.queue.front(), Some(ToCalls::Stop(_))) {
+            match st.queue.pop_front() {
+                Some(ToCalls::Stop(done)) => break done,
+                _ => continue,
+            }
+        }
+        let Calls { conn, queue, asks } = &mut st;
+        conn.calls_once(queue, asks);
+    };
+    // Stopping: whatever is still queued (a requeue from the inflight
+    // guard, typically) gets one try, without waiting out a backoff.
+    slot.close();
+    while let Ok(c) = rx.try_recv() {
+        flatten(c, &mut st.queue);
+    }
+    for c in std::mem::take(&mut st.queue) {
+        if let ToCalls::Tell(req) = c {
+            if let Err(e) = st.conn.last_try(&req) {
+                log::warn!("{} not sent while stopping: {e}", req.cmd());
+            }
+        }
+    }
+    drop(done);
+}
+
 /// The broker's refusal in an answer line, if it is one; the answer itself is
 /// not needed by anyone who only tells.
 fn refusal(req: &Request, line: &str) -> Result<(), ClientError> {
@@ -832,7 +913,7 @@ pub(crate) fn test_poller() -> (Poller, Sender<FromPoller>, impl Fn() -> Vec<Sen
                 ToCalls::Tell(r) => Some(Sent::Tell(r)),
                 ToCalls::Ask(Ask::Next) => Some(Sent::Next),
                 ToCalls::Ask(Ask::Peek) => Some(Sent::Peek),
-                ToCalls::Batch(_) => None,
+                ToCalls::Batch(_) | ToCalls::Stop(_) => None,
             })
             .collect()
     };
@@ -840,6 +921,7 @@ pub(crate) fn test_poller() -> (Poller, Sender<FromPoller>, impl Fn() -> Vec<Sen
         teller: Teller {
             tx,
             corked: Arc::new(Mutex::new(None)),
+            calls: None,
         },
         events: ev_rx,
         stop: None,
@@ -1080,6 +1162,73 @@ mod tests {
             "an unusable peek is not tried again: {:?}",
             seen.lock().unwrap()
         );
+        drop(p);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A broker whose every answer carries an array nested `depth` deep.
+    fn deep_broker(socket: &std::path::Path, depth: usize) {
+        let listener = UnixListener::bind(socket).unwrap();
+        let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                let deep = deep.clone();
+                std::thread::spawn(move || {
+                    let mut out = conn.try_clone().unwrap();
+                    for line in BufReader::new(conn).lines() {
+                        let Ok(line) = line else { return };
+                        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+                        let waits = v["wait_seconds"].as_u64().unwrap_or(0) > 0;
+                        let answer = match v["cmd"].as_str().unwrap() {
+                            "recv_next" | "status" if waits => continue,
+                            "recv_next" => format!(
+                                r#"{{"ok":true,"message":null,"redelivered":false,"deep":{deep}}}"#
+                            ),
+                            "status" => format!(
+                                r#"{{"ok":true,"unread":3,"inflight":null,"status_text":"","deep":{deep}}}"#
+                            ),
+                            _ => format!(r#"{{"ok":false,"error":"no","deep":{deep}}}"#),
+                        };
+                        if writeln!(out, "{answer}").is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    /// The three threads parse the broker's answers on their small stacks
+    /// ([`STACK`]): answers nested to serde_json's recursion limit are read
+    /// (the long-poll thread's, the status watch's, the calls thread's
+    /// refusal), and nothing crashes.
+    #[test]
+    fn answers_nested_to_the_parsers_limit_are_read_on_the_small_stacks() {
+        let d = dir("deep");
+        let socket = d.join("agent.sock");
+        // With the object around it, 126 arrays nest 127 deep: the deepest
+        // serde_json reads (one more is refused, an answer it cannot use).
+        deep_broker(&socket, 126);
+        let p = poller_on(&socket);
+        p.tell(Request::from(cmd::ReportState { paused: None }));
+        p.peek();
+        // The peek's answer and the watch's first answer, in either order.
+        let (mut empty, mut status) = (false, None);
+        while !empty || status.is_none() {
+            match p.events.recv_timeout(Duration::from_secs(10)) {
+                Ok(FromPoller::Empty) => empty = true,
+                Ok(FromPoller::Status { unread, .. }) => status = Some(unread),
+                Ok(FromPoller::Online(false)) => panic!("an answer could not be read"),
+                Ok(_) => {}
+                Err(e) => panic!("no answer from the poller: {e}"),
+            }
+        }
+        assert_eq!(status, Some(3));
+        // Still alive after the calls thread read its deep refusal.
+        p.peek();
+        assert!(matches!(next_event(&p), FromPoller::TurnUsd(None)));
+        assert!(matches!(next_event(&p), FromPoller::Empty));
         drop(p);
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -1,6 +1,8 @@
-//! The log's readers' side: [`Reader`] starts the `history-read` thread,
-//! which owns a read-only connection to `STATE/history.db` (opened when first
-//! needed, again after an error) and answers `Ask`s one at a time: the
+//! The log's readers' side: [`Reader`] runs the `history-read` thread while
+//! it has asks (a [`crate::demand::Slot`]: started by an ask, ended when none
+//! is left), which owns a read-only connection to `STATE/history.db` (opened
+//! when first needed, again after an error, kept between threads) and
+//! answers `Ask`s one at a time: the
 //! newest turns or those before a turn (the page's scrollback), the turns
 //! after one (exports), one turn (`/turn/ID`) and searches. Every answer is
 //! read in one snapshot and bounded in size ([`PAGE_BUDGET`]). A search
@@ -9,13 +11,13 @@
 
 use super::schema;
 use super::{Hit, HitPage, Turn, TurnKind, TurnPage, FILE};
+use crate::demand::Slot;
 use crate::proto::text::{excerpt, preview};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Bytes of stored events one page of turns carries at most (at least one
@@ -33,6 +35,12 @@ const MAX_WORDS: usize = 32;
 
 /// How long a caller waits for the reader.
 const WAIT: Duration = Duration::from_secs(10);
+
+/// The `history-read` thread's stack: sqlite's queries and the JSON of
+/// stored events (which the writer stored, parsed with serde_json's
+/// recursion limit). A test reads a turn with an event nested to that limit
+/// on a thread of this size.
+pub const STACK: usize = 512 * 1024;
 
 /// Why a read has no answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,35 +94,60 @@ enum Ask {
     },
 }
 
-/// The handle on the `history-read` thread; dropping it ends the thread.
+/// The handle on the `history-read` thread, which runs while it has asks.
 pub struct Reader {
-    tx: Option<Sender<Ask>>,
-    thread: Option<JoinHandle<()>>,
+    tx: Sender<Ask>,
+    rx: Receiver<Ask>,
+    /// The connection, kept while no thread runs.
+    slot: Slot<Conn>,
+}
+
+/// What the reader keeps between its threads.
+struct Conn {
+    path: PathBuf,
+    db: Option<Connection>,
 }
 
 impl Reader {
-    /// Starts the reader of the log in `state_dir` (the file may not exist
-    /// yet: each read tries again).
+    /// The reader of the log in `state_dir` (the file may not exist yet:
+    /// each read tries again). No thread runs until the first read.
     pub fn start(state_dir: &Path) -> Result<Reader, String> {
-        let path = state_dir.join(FILE);
         let (tx, rx) = unbounded();
-        let thread = std::thread::Builder::new()
-            .name("history-read".into())
-            .spawn(move || serve(path, rx))
-            .map_err(|e| format!("cannot start the history reader thread: {e}"))?;
         Ok(Reader {
-            tx: Some(tx),
-            thread: Some(thread),
+            tx,
+            rx,
+            slot: Slot::new(Conn {
+                path: state_dir.join(FILE),
+                db: None,
+            }),
         })
     }
 
     fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Ask) -> Result<T, ReadError> {
         let (reply, answer) = bounded(1);
-        let sent = self.tx.as_ref().map(|tx| tx.send(make(reply)));
-        if !matches!(sent, Some(Ok(()))) {
+        if self.tx.send(make(reply)).is_err() {
             return Err(ReadError::Unavailable(
                 "the history reader has stopped".into(),
             ));
+        }
+        let rx = self.rx.clone();
+        match self
+            .slot
+            .wake("history-read", STACK, move |c, slot| serve(c, rx, slot))
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(ReadError::Unavailable(
+                    "the history reader has stopped".into(),
+                ))
+            }
+            Err(e) => {
+                // The ask stays queued for the next thread; this caller is
+                // answered now.
+                return Err(ReadError::Unavailable(format!(
+                    "cannot start the history reader: {e}"
+                )));
+            }
         }
         answer.recv_timeout(WAIT).unwrap_or_else(|_| {
             Err(ReadError::Unavailable(format!(
@@ -167,46 +200,49 @@ impl Reader {
     }
 }
 
-impl Drop for Reader {
-    fn drop(&mut self) {
-        self.tx.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+/// The `history-read` thread: one ask at a time, on one connection, until
+/// none is left.
+fn serve(mut conn: Conn, rx: Receiver<Ask>, slot: Slot<Conn>) {
+    loop {
+        while let Ok(ask) = rx.try_recv() {
+            answer(&mut conn, ask);
+        }
+        match slot.park(conn, || rx.is_empty()) {
+            None => return,
+            Some(c) => conn = c,
         }
     }
 }
 
-/// The `history-read` thread: one ask at a time, on one connection.
-fn serve(path: PathBuf, rx: Receiver<Ask>) {
-    let mut db: Option<Connection> = None;
-    for ask in rx {
-        match ask {
-            Ask::Before {
-                before,
-                limit,
-                reply,
-            } => {
-                let _ = reply.send(with(&path, &mut db, |c| newest(c, before, limit)));
-            }
-            Ask::After {
-                after,
-                since,
-                limit,
-                reply,
-            } => {
-                let _ = reply.send(with(&path, &mut db, |c| later(c, after, since, limit)));
-            }
-            Ask::One { id, reply } => {
-                let _ = reply.send(with(&path, &mut db, |c| one(c, id)));
-            }
-            Ask::Search {
-                words,
-                since,
-                limit,
-                reply,
-            } => {
-                let _ = reply.send(with(&path, &mut db, |c| search(c, &words, since, limit)));
-            }
+/// Answers one ask.
+fn answer(conn: &mut Conn, ask: Ask) {
+    let Conn { path, db } = conn;
+    match ask {
+        Ask::Before {
+            before,
+            limit,
+            reply,
+        } => {
+            let _ = reply.send(with(path, db, |c| newest(c, before, limit)));
+        }
+        Ask::After {
+            after,
+            since,
+            limit,
+            reply,
+        } => {
+            let _ = reply.send(with(path, db, |c| later(c, after, since, limit)));
+        }
+        Ask::One { id, reply } => {
+            let _ = reply.send(with(path, db, |c| one(c, id)));
+        }
+        Ask::Search {
+            words,
+            since,
+            limit,
+            reply,
+        } => {
+            let _ = reply.send(with(path, db, |c| search(c, &words, since, limit)));
         }
     }
 }

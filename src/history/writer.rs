@@ -1,7 +1,9 @@
 //! The log's one writer. [`open`] opens (or creates, 0600) `STATE/history.db`
-//! through its migrations and starts the `history-writer` thread, which owns
-//! the read-write connection; the event bus holds the [`Tap`] and offers it
-//! each event with the id the live stream gives it. Offering never blocks: the
+//! through its migrations; the `history-writer` thread owns the read-write
+//! connection and runs only while it has work (a [`crate::demand::Slot`]
+//! keeps the log between its threads: an event offered starts it, and it
+//! ends [`IDLE`] after its last write); the event bus holds the [`Tap`] and
+//! offers it each event with the id the live stream gives it. Offering never blocks: the
 //! queue is bounded ([`QUEUE`]), an event that does not fit is dropped and
 //! counted, and the writer records one `history gap: N events` row where the
 //! events are missing. A write that fails (a full disk, a read-only file) is
@@ -14,8 +16,8 @@
 //! sums the cost and tokens of the turn's `result` lines, keeps each event's
 //! JSON with long strings cut ([`super::CUT_BYTES`]), indexes the words worth
 //! searching, and prunes the oldest turns by size and age ([`Bounds`]) — at
-//! start, every hour, and whenever enough was written — never the turn that
-//! is still open.
+//! start, when it writes an hour or more after the last prune, and whenever
+//! enough was written — never the turn that is still open.
 //!
 //! Ids: the live stream's ids continue across restarts from the log's
 //! `last_event_id`, so a browser's `Last-Event-ID` keeps working. A writer
@@ -27,12 +29,12 @@ use super::schema;
 pub use super::text::View;
 use super::text::{cut_strings, searchable, usage};
 use super::{Bounds, FILE};
+use crate::demand::Slot;
 use crate::proto::now;
-use crossbeam_channel::{at, bounded, never, select, tick, Receiver, Sender, TrySendError};
+use crossbeam_channel::{after, at, bounded, never, select, Receiver, Sender, TrySendError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use serde_json::{json, Value};
 use std::path::Path;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Events that may wait for the writer; one more is dropped (and counted).
@@ -49,8 +51,18 @@ const BATCH: usize = 512;
 /// still running; the live stream is not delayed).
 const LINGER: Duration = Duration::from_millis(100);
 
-/// How often the age bound is applied while nothing is written.
+/// How often the age bound is applied, at most (when something is written).
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// How long the writer's thread waits for more events after a write before
+/// it ends (the next event starts another).
+const IDLE: Duration = Duration::from_secs(2);
+
+/// The writer thread's stack: sqlite, and the JSON of an event (built by
+/// the harness from claude's lines, parsed with serde_json's recursion
+/// limit) which it walks to cut long strings and pick searchable words. A
+/// test writes an event nested to that limit on a thread of this size.
+pub const STACK: usize = 512 * 1024;
 
 /// What the log needs of an event of the live stream; the harness's event
 /// type implements it, so the log keeps the JSON the live stream sends.
@@ -71,13 +83,20 @@ enum Msg<E> {
         dropped_before: u64,
     },
     /// The harness stops: the newest id it gave and the events dropped at
-    /// the end; the writer finishes and marks the log clean.
-    Stop { last_id: u64, dropped: u64 },
+    /// the end; the writer finishes, marks the log clean and drops `done`.
+    Stop {
+        last_id: u64,
+        dropped: u64,
+        done: Sender<()>,
+    },
 }
 
 /// The bus's end of the writer's queue.
 pub struct Tap<E> {
     tx: Sender<Msg<E>>,
+    /// The writer's end, for the thread a message starts.
+    rx: Receiver<Msg<E>>,
+    slot: Slot<Log>,
     dropped: u64,
 }
 
@@ -91,43 +110,60 @@ impl<E: Loggable> Tap<E> {
             dropped_before: self.dropped,
         };
         match self.tx.try_send(msg) {
-            Ok(()) => self.dropped = 0,
+            Ok(()) => {
+                self.dropped = 0;
+                self.wake();
+            }
             Err(TrySendError::Full(_)) => self.dropped += 1,
             Err(TrySendError::Disconnected(_)) => {}
         }
     }
+
+    /// Starts the writer's thread unless it runs; one that cannot start
+    /// leaves the queue to the next offer.
+    fn wake(&self) -> bool {
+        let rx = self.rx.clone();
+        match self
+            .slot
+            .wake("history-writer", STACK, move |log, slot| run(log, rx, slot))
+        {
+            Ok(running) => running,
+            Err(e) => {
+                log::warn!("history: cannot start the writer thread: {e}");
+                false
+            }
+        }
+    }
 }
 
-/// The `history-writer` thread.
+/// The handle that stops the writer ([`Writer::finish`]).
 pub struct Writer {
-    /// Disconnects when the thread ends.
-    done: Receiver<()>,
-    thread: Option<JoinHandle<()>>,
+    _private: (),
 }
 
 impl Writer {
     /// Stops the writer once it wrote everything queued: `last_id` is the
     /// newest id the live stream gave. Waits at most a few seconds (a writer
     /// stuck on a dead disk is left behind, and the next start skips ahead).
-    pub fn finish<E: Loggable>(mut self, tap: Tap<E>, last_id: u64) {
-        let Tap { tx, dropped } = tap;
-        if tx
-            .send_timeout(Msg::Stop { last_id, dropped }, Duration::from_secs(5))
-            .is_err()
-        {
+    pub fn finish<E: Loggable>(self, tap: Tap<E>, last_id: u64) {
+        let (done_tx, done) = bounded::<()>(0);
+        let stop = Msg::Stop {
+            last_id,
+            dropped: tap.dropped,
+            done: done_tx,
+        };
+        if tap.tx.send_timeout(stop, Duration::from_secs(5)).is_err() {
             log::warn!("history: the writer did not take the stop in 5 s; leaving it");
             return;
         }
-        drop(tx);
-        match self.done.recv_timeout(Duration::from_secs(10)) {
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                log::warn!("history: the writer did not finish in 10 s; leaving it");
-            }
-            _ => {
-                if let Some(t) = self.thread.take() {
-                    let _ = t.join();
-                }
-            }
+        if !tap.wake() {
+            return;
+        }
+        drop(tap);
+        if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+            done.recv_timeout(Duration::from_secs(10))
+        {
+            log::warn!("history: the writer did not finish in 10 s; leaving it");
         }
     }
 }
@@ -190,25 +226,24 @@ pub fn open<E: Loggable>(state_dir: &Path, bounds: Bounds) -> Result<Opened<E>, 
     };
     let next_id = start(&db).map_err(|e| fail(e.to_string()))?;
     let (tx, rx) = bounded(QUEUE);
-    let (done_tx, done) = bounded::<()>(0);
-    let log = Log {
+    let mut log = Log {
         db,
         bounds,
         st: State {
             last_id: next_id - 1,
             ..State::default()
         },
+        pruned_at: Instant::now(),
     };
-    let thread = std::thread::Builder::new()
-        .name("history-writer".into())
-        .spawn(move || run(log, rx, done_tx))
-        .map_err(|e| fail(format!("cannot start its writer thread: {e}")))?;
+    log.prune();
     Ok(Opened {
-        tap: Tap { tx, dropped: 0 },
-        writer: Writer {
-            done,
-            thread: Some(thread),
+        tap: Tap {
+            tx,
+            rx,
+            slot: Slot::new(log),
+            dropped: 0,
         },
+        writer: Writer { _private: () },
         next_id,
     })
 }
@@ -216,13 +251,12 @@ pub fn open<E: Loggable>(state_dir: &Path, bounds: Bounds) -> Result<Opened<E>, 
 /// The writer's loop: events gather into a batch that is written in one
 /// transaction when [`LINGER`] has passed since its first event, when it is
 /// full ([`BATCH`]) or at the stop (not at a turn's end: a turn's last events
-/// wait out the linger with the rest); and the prune tick. One commit per
+/// wait out the linger with the rest). One commit per
 /// linger rather than one per event — one per turn or fewer, however short
 /// the turns — keeps the writer's share of a turn small (it shares the cores
-/// with the turn it records).
-fn run<E: Loggable>(mut log: Log, rx: Receiver<Msg<E>>, _done: Sender<()>) {
-    log.prune();
-    let prune = tick(PRUNE_EVERY);
+/// with the turn it records). [`IDLE`] after its last write with nothing
+/// queued, the thread ends and the log goes back in the slot.
+fn run<E: Loggable>(mut log: Log, rx: Receiver<Msg<E>>, slot: Slot<Log>) {
     let mut batch: Vec<(u64, E, u64)> = Vec::new();
     let mut flush_at: Option<Instant> = None;
     loop {
@@ -230,9 +264,9 @@ fn run<E: Loggable>(mut log: Log, rx: Receiver<Msg<E>>, _done: Sender<()>) {
         // turn gather in it (it holds far more than a turn sends in
         // [`LINGER`]) and are taken at once when the batch is written, so a
         // turn wakes this thread once, not once per event.
-        let (events, linger) = match flush_at {
-            Some(t) => (never(), at(t)),
-            None => (rx.clone(), never()),
+        let (events, linger, idle) = match flush_at {
+            Some(t) => (never(), at(t), never()),
+            None => (rx.clone(), never(), after(IDLE)),
         };
         let mut flush = false;
         let mut stop = None;
@@ -249,7 +283,10 @@ fn run<E: Loggable>(mut log: Log, rx: Receiver<Msg<E>>, _done: Sender<()>) {
                 flush = stop.is_some() || batch.len() >= BATCH;
             }
             recv(linger) -> _ => flush = true,
-            recv(prune) -> _ => log.prune(),
+            recv(idle) -> _ => match slot.park(log, || rx.is_empty()) {
+                None => return,
+                Some(l) => log = l,
+            },
         }
         if flush {
             // Everything queued meanwhile joins the batch, written in
@@ -283,25 +320,35 @@ fn run<E: Loggable>(mut log: Log, rx: Receiver<Msg<E>>, _done: Sender<()>) {
             }
             return;
         }
-        if let Some((last_id, dropped)) = stop {
+        if let Some((last_id, dropped, done)) = stop {
             log.stop(last_id, dropped);
+            drop(log);
+            drop(done);
             return;
         }
-        if log.st.written >= log.prune_after() {
+        if log.st.written >= log.prune_after() || log.pruned_at.elapsed() >= PRUNE_EVERY {
             log.prune();
         }
     }
 }
 
+/// The stop: the newest id, the events dropped at the end, and what tells
+/// the harness the log is closed.
+type Stop = (u64, u64, Sender<()>);
+
 /// Adds one message of the queue to the batch, or notes the stop.
-fn take<E>(msg: Msg<E>, batch: &mut Vec<(u64, E, u64)>, stop: &mut Option<(u64, u64)>) {
+fn take<E>(msg: Msg<E>, batch: &mut Vec<(u64, E, u64)>, stop: &mut Option<Stop>) {
     match msg {
         Msg::Event {
             id,
             event,
             dropped_before,
         } => batch.push((id, event, dropped_before)),
-        Msg::Stop { last_id, dropped } => *stop = Some((last_id, dropped)),
+        Msg::Stop {
+            last_id,
+            dropped,
+            done,
+        } => *stop = Some((last_id, dropped, done)),
     }
 }
 
@@ -337,6 +384,8 @@ struct Log {
     db: Connection,
     bounds: Bounds,
     st: State,
+    /// When the bounds were last applied.
+    pruned_at: Instant,
 }
 
 impl Log {
@@ -443,6 +492,7 @@ impl Log {
     /// the file is under the size bound; never the open turn.
     fn prune(&mut self) {
         self.st.written = 0;
+        self.pruned_at = Instant::now();
         let keep = self.st.open.as_ref().map_or(0, |o| o.id);
         let mut dropped = 0usize;
         let cutoff = now() - self.bounds.max_age.as_secs() as i64;
@@ -759,6 +809,7 @@ mod tests {
             db,
             bounds: Bounds::default(),
             st: State::default(),
+            pruned_at: Instant::now(),
         }
     }
 
@@ -775,7 +826,12 @@ mod tests {
     #[test]
     fn a_full_queue_drops_and_counts_without_waiting() {
         let (tx, rx) = bounded(2);
-        let mut tap = Tap { tx, dropped: 0 };
+        let mut tap = Tap {
+            tx,
+            rx: rx.clone(),
+            slot: Slot::vacant(),
+            dropped: 0,
+        };
         for id in 1..=5 {
             tap.offer(id, Ev::Note("n"));
         }
@@ -867,5 +923,51 @@ mod tests {
                 (3, "harness".into())
             ]
         );
+    }
+
+    /// An event whose JSON nests arrays `depth` deep.
+    struct Deep(usize);
+
+    impl Loggable for Deep {
+        fn view(&self) -> Option<View<'_>> {
+            Some(View::Note("deep"))
+        }
+        fn to_json(&self) -> Value {
+            let mut v = json!("x");
+            for _ in 0..self.0 {
+                v = json!([v]);
+            }
+            json!({"type": "note", "deep": v})
+        }
+    }
+
+    /// The writer and the reader each run on a thread of their own small
+    /// stack (`STACK`): an event nested to serde_json's recursion limit (and
+    /// past it) is written and read back on those very threads, no crash.
+    #[test]
+    fn an_event_nested_to_the_parsers_limit_is_written_and_read_on_the_small_stacks() {
+        let dir = std::env::temp_dir().join(format!(
+            "hive-history-deep-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let Opened {
+            mut tap,
+            writer,
+            next_id,
+        } = open::<Deep>(&dir, Bounds::default()).unwrap();
+        tap.offer(next_id, Deep(120));
+        tap.offer(next_id + 1, Deep(300));
+        writer.finish(tap, next_id + 1);
+        let reader = super::super::Reader::start(&dir).unwrap();
+        let page = reader.before(None, 10).unwrap();
+        let events: Vec<&Value> = page.turns.iter().flat_map(|t| t.events.iter()).collect();
+        assert_eq!(events.len(), 2, "both events were kept: {events:?}");
+        // Read back within the limit it parses whole; past it the reader
+        // refuses the stored text and shows null.
+        assert!(events[0].get("deep").is_some(), "{:?}", events[0]);
+        assert_eq!(*events[1], Value::Null);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

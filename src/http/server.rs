@@ -18,9 +18,7 @@ use crate::http::{self, Reply};
 use crate::sys::env::Env;
 use crate::sys::fd::set_socket_timeouts;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tiny_http::{Limits, Request, Server};
 
@@ -222,27 +220,30 @@ impl Default for StopSwitch {
     }
 }
 
-/// A server's worker threads; [`Workers::stop`] (or dropping it) ends them and
-/// everything that watches its [`StopSwitch`].
+/// The stack of every thread that answers a request (`NAME-conn`, and
+/// `http-body`): a handler parses a JSON body of up to [`http::MAX_BODY`],
+/// nested to serde_json's recursion limit (128) at most, and renders a page.
+/// A test parses such a body on a thread of this size.
+pub const CONN_STACK: usize = 512 * 1024;
+
+/// A running server: its accept thread (`http-accept`) and the connection
+/// threads it starts (`NAME-conn`, one per open connection, each answering
+/// that connection's requests itself through [`dispatch`] and ending a few
+/// seconds after it closes), so an idle server holds the accept thread alone.
+/// [`Workers::stop`] (or dropping it) stops accepting and ends everything
+/// that watches its [`StopSwitch`].
 pub struct Workers {
-    server: Arc<Server>,
-    threads: Vec<JoinHandle<()>>,
-    stopping: Arc<AtomicBool>,
+    server: Option<Server>,
     switch: StopSwitch,
 }
 
 impl Workers {
-    /// Flips the stop switch, wakes every worker (tiny_http's `unblock`, once
-    /// per worker) and joins them.
+    /// Flips the stop switch (every live stream ends) and closes the
+    /// listener (the accept thread ends). A request being answered is
+    /// answered.
     pub fn stop(&mut self) {
-        self.stopping.store(true, Ordering::SeqCst);
         self.switch.flip();
-        for _ in &self.threads {
-            self.server.unblock();
-        }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        self.server.take();
     }
 }
 
@@ -252,44 +253,24 @@ impl Drop for Workers {
     }
 }
 
-/// Starts `workers` threads named `NAME-i` that answer `site`'s requests, each
-/// blocked on the next request, until [`Workers::stop`]. The tiny_http server
+/// Starts the server that answers `site`'s requests on its connection
+/// threads, named `NAME-conn`, until [`Workers::stop`]. The tiny_http server
 /// (and its listener) goes with the returned [`Workers`].
 pub fn start<A: Send + Sync + 'static>(
     name: &str,
     listener: impl Into<tiny_http::Listener>,
     site: Arc<Site<A>>,
-    workers: usize,
     switch: StopSwitch,
 ) -> Result<Workers, String> {
-    let server = Arc::new(
-        Server::from_listener_with_limits(listener, None, Limits::default())
-            .map_err(|e| format!("cannot start the {name} server: {e}"))?,
-    );
-    let stopping = Arc::new(AtomicBool::new(false));
-    let mut running = Workers {
-        server: server.clone(),
-        threads: Vec::with_capacity(workers),
-        stopping: stopping.clone(),
+    let serve: tiny_http::Serve = Arc::new(move |req| dispatch(&site, req));
+    let conn_name = format!("{name}-conn");
+    let server =
+        Server::from_listener_serving(listener, Limits::default(), serve, CONN_STACK, conn_name)
+            .map_err(|e| format!("cannot start the {name} server: {e}"))?;
+    Ok(Workers {
+        server: Some(server),
         switch,
-    };
-    for i in 0..workers {
-        let (server, site, stopping) = (server.clone(), site.clone(), stopping.clone());
-        let name = name.to_string();
-        let t = std::thread::Builder::new()
-            .name(format!("{name}-{i}"))
-            .spawn(move || loop {
-                match server.recv() {
-                    Ok(req) => dispatch(&site, req),
-                    // An unblock (the server stops), or a failed connection.
-                    Err(_) if stopping.load(Ordering::SeqCst) => return,
-                    Err(e) => log::debug!("{name}: a connection failed: {e}"),
-                }
-            })
-            .map_err(|e| format!("cannot start a web server thread: {e}"))?;
-        running.threads.push(t);
-    }
-    Ok(running)
+    })
 }
 
 /// Answers one request: the guard, then the route table, then the body (see
@@ -393,6 +374,7 @@ pub fn dispatch<A: Send + Sync + 'static>(site: &Arc<Site<A>>, mut req: Request)
     let s = site.clone();
     let reader = std::thread::Builder::new()
         .name("http-body".into())
+        .stack_size(CONN_STACK)
         .spawn(move || {
             let Ok(mut req) = rx.recv() else { return };
             match http::read_body(&mut req, max, Instant::now() + time) {

@@ -32,9 +32,6 @@ use tiny_http::Request;
 /// `HIVE_PORT` when unset.
 pub const DEFAULT_PORT: u16 = 7700;
 
-/// How many threads answer requests (SSE streams have their own threads).
-const WORKERS: usize = 4;
-
 /// The web UI's settings, from the environment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WebConfig {
@@ -296,7 +293,7 @@ pub fn start_on<H: Harness>(
         body_time,
         scoped: None,
     });
-    let workers = server::start("web", listener, site, WORKERS, switch)?;
+    let workers = server::start("web", listener, site, switch)?;
     Ok(WebHandle { port, workers })
 }
 

@@ -20,10 +20,6 @@ use crate::http::{auth, Reply};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
-/// The workers of one page's listener (its live streams are relayed on
-/// threads of their own).
-const WORKERS: usize = 2;
-
 /// One page's listener: which agent it serves, and the hive's dashboard
 /// (its agents, tokens, live-stream places and login).
 struct Own {
@@ -94,13 +90,7 @@ pub(super) fn start(
             scoped: Some(own_token),
         });
         let switch = server::StopSwitch::new();
-        running.push(server::start(
-            "script-page",
-            listener,
-            site,
-            WORKERS,
-            switch,
-        )?);
+        running.push(server::start("script-page", listener, site, switch)?);
     }
     Ok(running)
 }

@@ -138,6 +138,14 @@ pub struct Server {
     listening_addr: ListenAddr,
 }
 
+/// What a serving server's connection threads do with each request
+/// ([`Server::from_listener_serving`], patched in for hive).
+pub type Serve = Arc<dyn Fn(Request) + Send + Sync>;
+
+/// The accept thread's stack (patched in for hive): it accepts, wraps the
+/// socket and starts a connection thread, and parses nothing.
+const ACCEPT_STACK: usize = 128 * 1024;
+
 enum Message {
     Error(IoError),
     NewRequest(Request),
@@ -237,7 +245,36 @@ impl Server {
         if ssl_config.is_some() {
             return Err("this copy of tiny-http is built without TLS support".into());
         }
-        let listener = listener.into();
+        Self::build(listener.into(), limits, None, "http-conn".into())
+    }
+
+    /// A server whose connection threads hand each request they read to
+    /// `serve` themselves, on their own thread, instead of queueing it for
+    /// `recv()` (patched in for hive): no thread waits for requests, and a
+    /// connection thread lives only while its connection is open (and
+    /// 5 s after, to take the next one). `conn_stack` is the stack size of
+    /// every connection thread, which runs `serve`, and `conn_name` its name.
+    pub fn from_listener_serving<L: Into<Listener>>(
+        listener: L,
+        limits: Limits,
+        serve: Serve,
+        conn_stack: usize,
+        conn_name: String,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Self::build(
+            listener.into(),
+            limits,
+            Some((serve, conn_stack)),
+            conn_name,
+        )
+    }
+
+    fn build(
+        listener: Listener,
+        limits: Limits,
+        serving: Option<(Serve, usize)>,
+        conn_name: String,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         // building the "close" variable
         let close_trigger = Arc::new(AtomicBool::new(false));
 
@@ -256,9 +293,14 @@ impl Server {
         let inside_messages = messages.clone();
         thread::Builder::new()
             .name("http-accept".into())
+            .stack_size(ACCEPT_STACK)
             .spawn(move || {
-                // a tasks pool is used to dispatch the connections into threads
-                let tasks_pool = util::TaskPool::new();
+                // a tasks pool is used to dispatch the connections into threads;
+                // a serving server keeps no idle thread (patched for hive)
+                let tasks_pool = match &serving {
+                    Some((_, stack)) => util::TaskPool::with(0, Some(*stack), conn_name.clone()),
+                    None => util::TaskPool::new(),
+                };
                 let mut backoff = AcceptBackoff::default();
 
                 log::debug!("Running accept thread");
@@ -280,12 +322,19 @@ impl Server {
                             continue;
                         }
                     };
+                    if inside_close_trigger.load(Relaxed) {
+                        break;
+                    }
                     let messages = inside_messages.clone();
+                    let serve = serving.as_ref().map(|(s, _)| s.clone());
                     let mut client = Some(client);
                     tasks_pool.spawn(Box::new(move || {
                         if let Some(client) = client.take() {
                             for rq in client {
-                                messages.push(rq.into());
+                                match &serve {
+                                    Some(serve) => serve(rq),
+                                    None => messages.push(rq.into()),
+                                }
                             }
                         }
                     }));

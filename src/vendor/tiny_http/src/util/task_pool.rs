@@ -24,10 +24,22 @@ struct Sharing {
 
     // number of idle worker threads
     waiting_tasks: AtomicUsize,
+
+    // threads kept waiting for tasks however long they wait (patched for hive)
+    min_threads: usize,
+
+    // the stack size of each thread, when not the default (patched for hive)
+    stack: Option<usize>,
+
+    // the name of each thread (patched for hive)
+    name: String,
 }
 
-/// Minimum number of active threads.
+/// Minimum number of active threads of [`TaskPool::new`].
 static MIN_THREADS: usize = 4;
+
+/// How long a thread beyond the minimum waits for another task before it ends.
+const LINGER: Duration = Duration::from_millis(5000);
 
 struct Registration<'a> {
     nb: &'a AtomicUsize,
@@ -48,16 +60,26 @@ impl<'a> Drop for Registration<'a> {
 
 impl TaskPool {
     pub fn new() -> TaskPool {
+        TaskPool::with(MIN_THREADS, None, "http-conn".into())
+    }
+
+    /// A pool that keeps `min_threads` threads waiting and starts its threads
+    /// with `stack` bytes of stack (patched in for hive: a pool of none keeps
+    /// a thread only while it has a task, and `LINGER` after), named `name`.
+    pub fn with(min_threads: usize, stack: Option<usize>, name: String) -> TaskPool {
         let pool = TaskPool {
             sharing: Arc::new(Sharing {
                 todo: Mutex::new(VecDeque::new()),
                 condvar: Condvar::new(),
                 active_tasks: AtomicUsize::new(0),
                 waiting_tasks: AtomicUsize::new(0),
+                min_threads,
+                stack,
+                name,
             }),
         };
 
-        for _ in 0..MIN_THREADS {
+        for _ in 0..min_threads {
             pool.add_thread(None)
         }
 
@@ -88,52 +110,53 @@ impl TaskPool {
         // A thread that cannot be created (out of memory or threads) drops its
         // task, which closes that one connection, instead of panicking in the
         // accept thread with the queue locked (patched in for hive).
-        let spawned = thread::Builder::new()
-            .name("http-conn".into())
-            .spawn(move || {
-                let sharing = sharing;
-                let _active_guard = Registration::new(&sharing.active_tasks);
+        let mut builder = thread::Builder::new().name(self.sharing.name.clone());
+        if let Some(stack) = self.sharing.stack {
+            builder = builder.stack_size(stack);
+        }
+        let spawned = builder.spawn(move || {
+            let sharing = sharing;
+            let _active_guard = Registration::new(&sharing.active_tasks);
 
-                if let Some(mut f) = initial_fn {
-                    f();
-                }
+            if let Some(mut f) = initial_fn {
+                f();
+            }
 
-                loop {
-                    let mut task: Box<dyn FnMut() + Send> = {
-                        let mut todo = sharing.todo.lock().unwrap();
+            loop {
+                let mut task: Box<dyn FnMut() + Send> = {
+                    let mut todo = sharing.todo.lock().unwrap();
 
-                        let task;
-                        loop {
-                            if let Some(poped_task) = todo.pop_front() {
-                                task = poped_task;
-                                break;
-                            }
-                            let _waiting_guard = Registration::new(&sharing.waiting_tasks);
-
-                            let received =
-                                if sharing.active_tasks.load(Ordering::Acquire) <= MIN_THREADS {
-                                    todo = sharing.condvar.wait(todo).unwrap();
-                                    true
-                                } else {
-                                    let (new_lock, waitres) = sharing
-                                        .condvar
-                                        .wait_timeout(todo, Duration::from_millis(5000))
-                                        .unwrap();
-                                    todo = new_lock;
-                                    !waitres.timed_out()
-                                };
-
-                            if !received && todo.is_empty() {
-                                return;
-                            }
+                    let task;
+                    loop {
+                        if let Some(poped_task) = todo.pop_front() {
+                            task = poped_task;
+                            break;
                         }
+                        let _waiting_guard = Registration::new(&sharing.waiting_tasks);
 
-                        task
-                    };
+                        let received = if sharing.active_tasks.load(Ordering::Acquire)
+                            <= sharing.min_threads
+                        {
+                            todo = sharing.condvar.wait(todo).unwrap();
+                            true
+                        } else {
+                            let (new_lock, waitres) =
+                                sharing.condvar.wait_timeout(todo, LINGER).unwrap();
+                            todo = new_lock;
+                            !waitres.timed_out()
+                        };
 
-                    task();
-                }
-            });
+                        if !received && todo.is_empty() {
+                            return;
+                        }
+                    }
+
+                    task
+                };
+
+                task();
+            }
+        });
         if let Err(e) = spawned {
             log::warn!(
                 "cannot start a connection thread: {}; closing that connection",
