@@ -62,10 +62,11 @@ pub struct AgentLaunch {
 
 impl AgentLaunch {
     /// Starts `hive ARGS…` as the agent runs it, with its environment and
-    /// `env` on top (later names win), the descriptors `keep` inherited
-    /// under their numbers (a page socket, a broker credential), stdin from
-    /// /dev/null, stdout and stderr piped (for the log), SIGTERM when the
-    /// spawning thread dies, the umask `hive up` was started with. In its
+    /// `env` on top (later names win), each descriptor of `fds` inherited
+    /// under its number and named by its variable (a page socket, a broker
+    /// credential: `(VAR, fd)` sets `VAR=fd`), stdin from /dev/null, stdout
+    /// and stderr piped (for the log), SIGTERM when the spawning thread
+    /// dies, the umask `hive up` was started with. In its
     /// sandbox when it has one: one process, PID 1 of its own namespaces
     /// (`sandbox::spawn`); else a plain child ([`child::spawn`]). Either way
     /// the leader of its own process group, a direct child of this process.
@@ -74,32 +75,42 @@ impl AgentLaunch {
     pub fn start(
         &self,
         args: Vec<OsString>,
-        keep: &[RawFd],
+        fds: &[(&str, RawFd)],
         env: &[(OsString, OsString)],
     ) -> std::io::Result<child::Spawned> {
+        let keep: Vec<RawFd> = fds.iter().map(|(_, fd)| *fd).collect();
+        let named = fds
+            .iter()
+            .map(|(var, fd)| (var.into(), fd.to_string().into()));
+        let env: Vec<(OsString, OsString)> = self
+            .env
+            .iter()
+            .cloned()
+            .chain(named)
+            .chain(env.iter().cloned())
+            .collect();
         let Some((iso, own)) = &self.sandbox else {
             let mut cmd = Command::new(&self.exe);
             cmd.args(args);
             for key in &self.env_remove {
                 cmd.env_remove(key);
             }
-            cmd.envs(self.env.iter().chain(env).map(|(k, v)| (k, v)));
+            cmd.envs(env);
             crate::sys::process::child_setup(&mut cmd, libc::SIGTERM, self.umask);
             for fd in keep {
-                crate::sys::process::pass_fd(&mut cmd, *fd);
+                crate::sys::process::pass_fd(&mut cmd, fd);
             }
             return child::spawn(&mut cmd);
         };
         let mut argv: Vec<OsString> = vec![self.exe.clone().into()];
         argv.extend(args);
         let spec = iso.spec(own, argv);
-        let set: Vec<(OsString, OsString)> = self.env.iter().chain(env).cloned().collect();
-        let env = super::sandbox::environment(&self.env_remove, &set);
+        let env = super::sandbox::environment(&self.env_remove, &env);
         super::sandbox::spawn(&super::sandbox::Spawn {
             exe: &self.exe,
             spec: &spec,
             env: &env,
-            keep,
+            keep: &keep,
             parent_death_signal: libc::SIGTERM,
             umask: self.umask,
         })
@@ -516,12 +527,11 @@ fn spawn_child(name: &str, d: &Daemon, hub: &FleetTx) -> Result<child::Proc, Str
         )?),
         None => None,
     };
-    let keep: Vec<RawFd> = credential.iter().map(AsRawFd::as_raw_fd).collect();
-    let env: Vec<(OsString, OsString)> = keep
+    let fds: Vec<(&str, RawFd)> = credential
         .iter()
-        .map(|fd| (CREDENTIAL_FD_VAR.into(), fd.to_string().into()))
+        .map(|c| (CREDENTIAL_FD_VAR, c.as_raw_fd()))
         .collect();
-    let spawned = d.launch.start(args, &keep, &env);
+    let spawned = d.launch.start(args, &fds, &[]);
     drop(credential);
     let spawned =
         spawned.map_err(|e| format!("cannot run {} bash-daemon: {e}", d.launch.exe.display()))?;

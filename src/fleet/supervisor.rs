@@ -1141,11 +1141,7 @@ impl Supervisor {
         // inherits (no TCP port of its own: hive up passes the browser's
         // requests on), under a path its sandbox does not show.
         let page = self.page_socket(name)?;
-        let mut keep = vec![page];
-        let mut extra: Vec<(OsString, OsString)> = vec![(
-            crate::http::server::INHERITED_FD_VAR.into(),
-            page.to_string().into(),
-        )];
+        let mut fds = vec![(crate::http::server::INHERITED_FD_VAR, page)];
         // Under isolation the harness has a broker credential (issue 40):
         // its reports are taken only through it. Without a sandbox nothing
         // separates it from claude, and it reports on the agent's socket.
@@ -1159,15 +1155,11 @@ impl Supervisor {
         };
         if let Some(c) = &credential {
             use std::os::fd::AsRawFd;
-            keep.push(c.as_raw_fd());
-            extra.push((
-                crate::proto::client::CREDENTIAL_FD_VAR.into(),
-                c.as_raw_fd().to_string().into(),
-            ));
+            fds.push((crate::proto::client::CREDENTIAL_FD_VAR, c.as_raw_fd()));
         }
         // Its bash-task daemon runs apart (bashd.rs), started with the same
         // launch, so its tasks outlive a restart of the harness.
-        extra.push((bashd::PLACEMENT_VAR.into(), "external".into()));
+        let placement = [(bashd::PLACEMENT_VAR.into(), "external".into())];
         self.bash.send(BashCmd::Keep {
             name: name.to_string(),
             launch: launch.clone(),
@@ -1176,7 +1168,7 @@ impl Supervisor {
         });
         let bin = bin_id(&self.s.exe);
         // Isolated, one process: `sandbox::spawn` (bashd::AgentLaunch::start).
-        let spawned = launch.start(serve, &keep, &extra);
+        let spawned = launch.start(serve, &fds, &placement);
         drop(credential);
         let spawned =
             spawned.map_err(|e| format!("cannot run {} serve: {e}", self.s.exe.display()))?;
