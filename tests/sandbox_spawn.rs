@@ -12,8 +12,10 @@
 mod common;
 
 use common::hive::{hive_bin, wait_for, TempDir};
-use hyperhive::fleet::sandbox::{self, Spawn, Spawned, Spec};
+use hyperhive::fleet::child::{Proc, Spawned};
+use hyperhive::fleet::sandbox::{self, Spawn, Spec};
 use std::ffi::OsString;
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -69,10 +71,28 @@ fn spec(hidden: &Path, script: &str) -> Spec {
     }
 }
 
+/// A program in its sandbox: its process (reaped through it, killed with
+/// its group when dropped), and its output.
+struct Sandboxed {
+    child: Proc,
+    stdout: File,
+    stderr: File,
+}
+
+impl From<Spawned> for Sandboxed {
+    fn from(s: Spawned) -> Sandboxed {
+        Sandboxed {
+            child: s.child,
+            stdout: File::from(s.stdout),
+            stderr: File::from(s.stderr),
+        }
+    }
+}
+
 /// Spawns `spec` with `env` set on top of this process's environment and
 /// `keep` inherited; `None` (a loud skip) where the kernel refuses a sandbox
 /// with the same view (`--check`).
-fn start(spec: &Spec, env: &[(&str, &str)], keep: &[i32]) -> Option<Spawned> {
+fn start(spec: &Spec, env: &[(&str, &str)], keep: &[i32]) -> Option<Sandboxed> {
     let set: Vec<(OsString, OsString)> = env
         .iter()
         .map(|(k, v)| (OsString::from(k), OsString::from(v)))
@@ -87,6 +107,7 @@ fn start(spec: &Spec, env: &[(&str, &str)], keep: &[i32]) -> Option<Spawned> {
             parent_death_signal: libc::SIGKILL,
             umask: 0o022,
         })
+        .map(Sandboxed::from)
         .expect("hive __sandbox starts")
     };
     let mut probe = spawn(&Spec {
@@ -94,7 +115,7 @@ fn start(spec: &Spec, env: &[(&str, &str)], keep: &[i32]) -> Option<Spawned> {
         command: Vec::new(),
         ..spec.clone()
     });
-    let st = probe.group.wait().unwrap();
+    let st = probe.child.wait().unwrap();
     if !st.success() {
         let mut why = String::new();
         let _ = probe.stderr.read_to_string(&mut why);
@@ -152,7 +173,7 @@ fn the_program_is_pid_1_alone_in_its_view_and_its_status_comes_back() {
         return;
     };
     drop(pass_w);
-    let pid = s.group.id();
+    let pid = s.child.id();
     let mut out = BufReader::new(s.stdout.try_clone().unwrap());
     let lines: Vec<String> = (0..7)
         .map(|_| {
@@ -193,10 +214,10 @@ fn the_program_is_pid_1_alone_in_its_view_and_its_status_comes_back() {
     // SAFETY: signalling our own unreaped child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     std::thread::sleep(Duration::from_millis(200));
-    assert!(s.group.try_wait().unwrap().is_none(), "SIGTERM unhandled");
+    assert!(s.child.try_wait().unwrap().is_none(), "SIGTERM unhandled");
     // SAFETY: as above.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    let st = s.group.wait().unwrap();
+    let st = s.child.wait().unwrap();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(st.signal(), Some(libc::SIGKILL), "{st}");
     let _ = s.stderr.read_to_string(&mut err);
@@ -217,7 +238,7 @@ fn an_exit_code_comes_back_and_the_rest_of_the_namespace_ends_with_it() {
     let Some(mut s) = start(&spec(d.path(), &script), &[], &[]) else {
         return;
     };
-    let pid = s.group.id();
+    let pid = s.child.id();
     let mut line = String::new();
     BufReader::new(s.stdout.try_clone().unwrap())
         .read_line(&mut line)
@@ -229,7 +250,7 @@ fn an_exit_code_comes_back_and_the_rest_of_the_namespace_ends_with_it() {
         })
     });
     std::fs::write(&go, "").unwrap();
-    let st = s.group.wait().unwrap();
+    let st = s.child.wait().unwrap();
     assert_eq!(st.code(), Some(7), "{st}");
     wait_for(
         Duration::from_secs(10),
@@ -264,7 +285,7 @@ fn a_bash_daemon_as_pid_1_reaps_what_its_tasks_leave_behind() {
     let Some(mut s) = start(&spec, &[("RUST_LOG", "debug")], &[]) else {
         return;
     };
-    let pid = s.group.id();
+    let pid = s.child.id();
     let never = crossbeam_channel::never();
     let run = |cmd: &str| -> TaskReply {
         wait_for(Duration::from_secs(20), "the bash socket", || {
@@ -317,7 +338,7 @@ fn a_bash_daemon_as_pid_1_reaps_what_its_tasks_leave_behind() {
     // It stops on SIGTERM (it has a handler; as PID 1 nothing else would).
     // SAFETY: signalling our own unreaped child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let st = s.group.wait().unwrap();
+    let st = s.child.wait().unwrap();
     let mut log = String::new();
     let _ = s.stderr.read_to_string(&mut log);
     assert!(st.success(), "{st}: {log}");
@@ -332,7 +353,7 @@ fn a_program_that_cannot_start_says_why() {
     let Some(mut s) = start(&sp, &[], &[]) else {
         return;
     };
-    let st = s.group.wait().unwrap();
+    let st = s.child.wait().unwrap();
     let mut err = String::new();
     let _ = s.stderr.read_to_string(&mut err);
     assert_eq!(st.code(), Some(127), "{err}");

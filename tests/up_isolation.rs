@@ -120,7 +120,8 @@ print(s.recv(4096))' {}"#,
     assert_eq!(succeeded(up, "ana", &format!("ls {d}/run/agents")), "ana\n");
 
     // The supervisor's environment and every other process are out of sight:
-    // ana's processes live in a PID namespace whose PID 1 is its sandbox.
+    // ana's tasks live in a PID namespace whose PID 1 is its bash daemon,
+    // exec'd in place by its sandbox (one process).
     refused(
         up,
         "ana",
@@ -128,7 +129,7 @@ print(s.recv(4096))' {}"#,
         "SECRETMARKER",
     );
     let pid1 = succeeded(up, "ana", "tr '\\0' ' ' < /proc/1/cmdline");
-    assert!(pid1.contains("__sandbox"), "{pid1}");
+    assert!(pid1.contains(" bash-daemon "), "{pid1}");
     let all = succeeded(up, "ana", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '");
     assert!(
         !all.contains(" up ") && !all.contains("agents/bob"),
@@ -256,16 +257,20 @@ fn an_unprivileged_hive_up_confines_its_agents_with_user_namespaces() {
     let pid = up.wait_running("ana");
     wait_for(
         Duration::from_secs(10),
-        "the sandbox, its PID 1 and hive serve (and nothing else) with ana's state dir",
-        || (sandbox_processes(&up, "ana", "serve") == 3).then_some(()),
+        "hive serve alone (no sandbox helper) with ana's state dir",
+        || (sandbox_processes(&up, "ana", "serve") == 1).then_some(()),
     );
+    // That one process is the harness hive up supervises, its direct child.
+    assert_eq!(sandbox_pids(&up, "ana", "serve"), [pid]);
+    assert_eq!(parent_of(pid), Some(up.pid()));
     // The bash-task daemon has a sandbox of its own, the same view.
     wait_for(
         Duration::from_secs(10),
-        "the daemon's sandbox, its PID 1 and hive bash-daemon",
-        || (sandbox_processes(&up, "ana", "bash-daemon") == 3).then_some(()),
+        "hive bash-daemon alone in its sandbox",
+        || (sandbox_processes(&up, "ana", "bash-daemon") == 1).then_some(()),
     );
     let daemon = sandbox_pids(&up, "ana", "bash-daemon");
+    assert_eq!(parent_of(daemon[0]), Some(up.pid()));
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     wait_for(Duration::from_secs(30), "ana to come back", || {
         let s = up.state("ana")?;
@@ -275,8 +280,10 @@ fn an_unprivileged_hive_up_confines_its_agents_with_user_namespaces() {
     wait_for(
         Duration::from_secs(10),
         "the old sandbox to be gone",
-        || (sandbox_processes(&up, "ana", "serve") == 3).then_some(()),
+        || (sandbox_processes(&up, "ana", "serve") == 1).then_some(()),
     );
+    let back = up.wait_running("ana");
+    assert_eq!(sandbox_pids(&up, "ana", "serve"), [back]);
     // The harness's crash did not touch its bash-task daemon.
     assert_eq!(sandbox_pids(&up, "ana", "bash-daemon"), daemon);
     let pids: Vec<u32> = up.states().iter().filter_map(|s| s.pid).collect();
@@ -296,10 +303,21 @@ fn an_unprivileged_hive_up_confines_its_agents_with_user_namespaces() {
 }
 
 /// How many processes run `hive SUBCOMMAND` on `agent`'s state dir (any
-/// subcommand for ""): a sandbox's outer process and PID 1, and the `hive
-/// serve` or `hive bash-daemon` in it.
+/// subcommand for ""): the `hive serve` or `hive bash-daemon` itself, PID 1
+/// of its sandbox (exec'd in place by `hive __sandbox --in-place`), and
+/// nothing else.
 fn sandbox_processes(up: &Up, agent: &str, subcommand: &str) -> usize {
     sandbox_pids(up, agent, subcommand).len()
+}
+
+/// The parent pid of host process `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 fn sandbox_pids(up: &Up, agent: &str, subcommand: &str) -> Vec<u32> {

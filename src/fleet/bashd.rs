@@ -28,12 +28,14 @@ use super::logfile::LogFile;
 use super::UpSettings;
 use crate::broker::lifecycle::FleetTx;
 use crate::proto::bashwire::{Request, RetireReply};
+use crate::proto::client::CREDENTIAL_FD_VAR;
 use crate::proto::lines::{self, Conn};
 use crossbeam_channel::{at, never, select, unbounded, Receiver, Sender};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -59,31 +61,59 @@ pub struct AgentLaunch {
 }
 
 impl AgentLaunch {
-    /// `hive ARGS…` as the agent runs it: in its sandbox when it has one, with
-    /// its environment, stdin from /dev/null and stdout and stderr piped (for
-    /// the log), SIGTERM when the spawning thread dies.
-    pub fn command(&self, args: Vec<OsString>) -> Command {
-        let mut cmd = match &self.sandbox {
-            Some((iso, own)) => {
-                let mut argv: Vec<OsString> = vec![self.exe.clone().into()];
-                argv.extend(args);
-                iso.spec(own, argv).command(&self.exe)
+    /// Starts `hive ARGS…` as the agent runs it, with its environment and
+    /// `env` on top (later names win), each descriptor of `fds` inherited
+    /// under its number and named by its variable (a page socket, a broker
+    /// credential: `(VAR, fd)` sets `VAR=fd`), stdin from /dev/null, stdout
+    /// and stderr piped (for the log), SIGTERM when the spawning thread
+    /// dies, the umask `hive up` was started with. In its
+    /// sandbox when it has one: one process, PID 1 of its own namespaces
+    /// (`sandbox::spawn`); else a plain child ([`child::spawn`]). Either way
+    /// the leader of its own process group, a direct child of this process.
+    /// Call it from the thread that supervises the child (the parent-death
+    /// signal follows the spawning thread).
+    pub fn start(
+        &self,
+        args: Vec<OsString>,
+        fds: &[(&str, RawFd)],
+        env: &[(OsString, OsString)],
+    ) -> std::io::Result<child::Spawned> {
+        let keep: Vec<RawFd> = fds.iter().map(|(_, fd)| *fd).collect();
+        let named = fds
+            .iter()
+            .map(|(var, fd)| (var.into(), fd.to_string().into()));
+        let env: Vec<(OsString, OsString)> = self
+            .env
+            .iter()
+            .cloned()
+            .chain(named)
+            .chain(env.iter().cloned())
+            .collect();
+        let Some((iso, own)) = &self.sandbox else {
+            let mut cmd = Command::new(&self.exe);
+            cmd.args(args);
+            for key in &self.env_remove {
+                cmd.env_remove(key);
             }
-            None => {
-                let mut c = Command::new(&self.exe);
-                c.args(args);
-                c
+            cmd.envs(env);
+            crate::sys::process::child_setup(&mut cmd, libc::SIGTERM, self.umask);
+            for fd in keep {
+                crate::sys::process::pass_fd(&mut cmd, fd);
             }
+            return child::spawn(&mut cmd);
         };
-        for key in &self.env_remove {
-            cmd.env_remove(key);
-        }
-        cmd.envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        crate::sys::process::child_setup(&mut cmd, libc::SIGTERM, self.umask);
-        cmd
+        let mut argv: Vec<OsString> = vec![self.exe.clone().into()];
+        argv.extend(args);
+        let spec = iso.spec(own, argv);
+        let env = super::sandbox::environment(&self.env_remove, &env);
+        super::sandbox::spawn(&super::sandbox::Spawn {
+            exe: &self.exe,
+            spec: &spec,
+            env: &env,
+            keep: &keep,
+            parent_death_signal: libc::SIGTERM,
+            umask: self.umask,
+        })
     }
 }
 
@@ -489,17 +519,19 @@ fn spawn_child(name: &str, d: &Daemon, hub: &FleetTx) -> Result<child::Proc, Str
         "--state-dir".into(),
         d.state.clone().into(),
     ];
-    let mut cmd = d.launch.command(args);
     let credential = match &d.launch.sandbox {
-        Some(_) => Some(child::hand_credential(
-            &mut cmd,
+        Some(_) => Some(child::credential(
             hub,
             name,
             crate::proto::access::Via::BashDaemon,
         )?),
         None => None,
     };
-    let spawned = child::spawn(&mut cmd);
+    let fds: Vec<(&str, RawFd)> = credential
+        .iter()
+        .map(|c| (CREDENTIAL_FD_VAR, c.as_raw_fd()))
+        .collect();
+    let spawned = d.launch.start(args, &fds, &[]);
     drop(credential);
     let spawned =
         spawned.map_err(|e| format!("cannot run {} bash-daemon: {e}", d.launch.exe.display()))?;

@@ -5,7 +5,7 @@
 //! restart backoff), the restart backoff itself (capped doubling, started over
 //! after a healthy run), and the stop ladder (SIGTERM to the leader, the grace,
 //! SIGKILL to the process group, the reaping). [`log_output`] takes a new
-//! child's output into its rotated log; [`hand_credential`] gives an isolated
+//! child's output into its rotated log; [`credential`] makes an isolated
 //! agent's harness or bash-task daemon its broker credential. What is not a
 //! child's — which command starts it, when it should run, what an exit means
 //! to the hive — stays with the owner thread, with its one `select!`, its
@@ -23,12 +23,14 @@
 //! its own (`wait-NAME`, `waitid(WNOWAIT)`), as before.
 //!
 //! **The spawn seam.** Everything here is pid-based: [`spawn`] is the one
-//! place a child is started, and returns a [`Spawned`] — the child as a
-//! [`Proc`] (a bare pid, the leader of its own process group, reaped only
-//! through it) and the read ends of its stdout and stderr. A spawn that does
-//! not go through `std::process::Command` (the sandbox's raw `clone()` into
-//! a new PID namespace, which returns a bare pid) makes its `Spawned` with
-//! [`Proc::adopt`] and its two pipe read ends; nothing downstream changes.
+//! place a `Command` child is started, and returns a [`Spawned`] — the
+//! child as a [`Proc`] (a bare pid, the leader of its own process group,
+//! reaped only through it) and the read ends of its stdout and stderr. An
+//! isolated agent's harness or bash-task daemon does not go through
+//! `std::process::Command`: `sandbox::spawn`'s raw `clone()` into new
+//! namespaces returns a bare pid, and makes its `Spawned` with
+//! [`Proc::adopt`] and its two pipe read ends; nothing downstream changes
+//! (`bashd::AgentLaunch::start` picks one of the two).
 
 use super::logfile::{LogFile, Pipe};
 use super::UpSettings;
@@ -123,6 +125,12 @@ impl Proc {
     /// Reaps the leader if it has exited.
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         self.reap(libc::WNOHANG)
+    }
+
+    /// Waits for the leader to exit and reaps it.
+    pub fn wait(&mut self) -> io::Result<ExitStatus> {
+        self.reap(0)?
+            .ok_or_else(|| io::Error::other("waitpid returned no status"))
     }
 
     fn reap(&mut self, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
@@ -355,22 +363,20 @@ fn wait_no_reap(pid: u32) {
     }
 }
 
-/// Gives the process `cmd` starts a broker credential (issue 40): a socket
-/// pair made here, outside the agent's sandbox, one end inherited by the
-/// child as [`CREDENTIAL_FD_VAR`] (it marks it close-on-exec at once), the
-/// other sent to the hub as `agent`'s process `via`, from then on the only
-/// place that process's reports are taken. Returns the child's end, which
-/// the caller drops once the child is spawned (a child that never started
-/// leaves the hub's end closed, and the hub drops it).
+/// A broker credential for `agent`'s process `via` (issue 40): a socket
+/// pair made here, outside the agent's sandbox, one end sent to the hub, from
+/// then on the only place that process's reports are taken; the other end is
+/// returned, for the child to inherit under its number (a spawn's `keep`,
+/// with [`CREDENTIAL_FD_VAR`] set to it; the child marks it close-on-exec at
+/// once). The caller drops it once the child is spawned (a child that never
+/// started leaves the hub's end closed, and the hub drops it).
 ///
 /// [`CREDENTIAL_FD_VAR`]: crate::proto::client::CREDENTIAL_FD_VAR
-pub fn hand_credential(
-    cmd: &mut std::process::Command,
+pub fn credential(
     hub: &crate::broker::lifecycle::FleetTx,
     agent: &str,
     via: crate::proto::access::Via,
 ) -> Result<std::os::unix::net::UnixStream, String> {
-    use std::os::fd::AsRawFd;
     let (broker_end, child_end) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| format!("cannot make the broker credential of {agent}: {e}"))?;
     let sent = hub.send(crate::broker::lifecycle::FleetEvent::Credential {
@@ -383,11 +389,6 @@ pub fn hand_credential(
             "cannot hand {agent} a broker credential: the broker is stopping"
         ));
     }
-    crate::sys::process::pass_fd(cmd, child_end.as_raw_fd());
-    cmd.env(
-        crate::proto::client::CREDENTIAL_FD_VAR,
-        child_end.as_raw_fd().to_string(),
-    );
     Ok(child_end)
 }
 

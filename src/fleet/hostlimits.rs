@@ -19,10 +19,15 @@
 
 use std::fmt::Write as _;
 
-/// Threads of one idle agent, every process counted: the harness (16), its
-/// bash daemon (5) and the sandbox helpers (4), measured at 25 with 10 and
-/// 100 agents.
-pub const AGENT_THREADS: u64 = 26;
+/// Threads of one idle agent, every process counted: the harness (16) and
+/// its bash daemon (5), two processes, each PID 1 of its own sandbox with no
+/// helper process (`sandbox::spawn` execs it in place). Measured 21.0 per
+/// agent (2.00 processes per agent), `hive up`'s own 18 threads apart: `hive
+/// up` as root with 50 isolated agents on a trivial fake claude (a shell
+/// script answering each turn at once), idle after their boot turns,
+/// counting every process below `hive up` and its threads in `/proc`.
+/// Before, with the three-process sandbox, it was 25 (six processes).
+pub const AGENT_THREADS: u64 = 22;
 /// Threads of `hive up` itself besides its agents (18 measured, its HTTP
 /// workers grow with the browsers).
 pub const HIVE_THREADS: u64 = 48;

@@ -235,18 +235,19 @@ fn probe(exe: &Path, isolation: &Isolation) -> Result<(), String> {
         umask: 0o077,
     })
     .map_err(|e| e.to_string())?;
-    let super::sandbox::Spawned {
-        mut group, stderr, ..
+    let super::child::Spawned {
+        mut child, stderr, ..
     } = spawned;
     let end = Instant::now() + Duration::from_secs(10);
     let status = loop {
-        match group.try_wait() {
+        match child.try_wait() {
             Ok(Some(s)) => break s,
             Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(10)),
-            // Dropping the group kills it and reaps it.
+            // Dropping the child kills its group and reaps it.
             _ => return Err("the probe did not finish within 10 s".into()),
         }
     };
+    let stderr = std::fs::File::from(stderr);
     if status.success() {
         return Ok(());
     }

@@ -24,27 +24,21 @@
 //! namespace's orphans (`sys::signals`), and when it exits the kernel kills
 //! what is left in the namespace.
 //!
-//! Without `--in-place` (started by a plain `Command`, as before
-//! [`spawn`]): three processes. This one unshares the namespaces, stays
-//! outside the PID namespace, forwards the supervisor's signals to PID 1 and
-//! exits with the agent's status; PID 1 mounts `/proc`, forwards signals to
-//! the agent, reaps orphans and reports the agent's status. It runs
-//! single-threaded, as `unshare(CLONE_NEWUSER)` and forking require. Kept
-//! until every caller uses [`spawn`]; then it can go, with `sys::ns`'s
-//! `fork`, `SignalSet::wait` and `reap`. The system calls are `sys::ns`'s
-//! safe functions.
+//! `hive __sandbox` runs only that way (`--in-place`, started by [`spawn`]):
+//! `hive up` starts every isolated harness and bash-task daemon through
+//! [`spawn`] (`bashd::AgentLaunch::start`), and the isolation probe builds
+//! its sandbox the same way. The system calls are `sys::ns`'s safe
+//! functions.
 
-use crate::sys::fd::{hung_up, pipe};
-use crate::sys::ns::{self, cpath, Forked, Reaped, SignalSet};
-use crate::sys::ProcessGroup;
+use super::child::{Proc, Spawned};
+use crate::sys::fd::pipe;
+use crate::sys::ns::{self, cpath, SignalSet};
 use std::ffi::{CStr, CString, OsString};
 use std::fs::File;
-use std::io::Read;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 /// The hidden subcommand: `hive __sandbox [--userns] [--in-place [--ids
 /// UID:GID]] [--cover DIR]… [--keep PATH]… [--read-only PATH]… (--check | --
@@ -158,27 +152,10 @@ impl Spec {
         }
         Ok(s)
     }
-
-    /// `exe __sandbox ARGS`: the command the supervisor (or the probe) runs.
-    pub fn command(&self, exe: &Path) -> Command {
-        let mut c = Command::new(exe);
-        c.arg(SUBCOMMAND).args(self.args());
-        c
-    }
 }
 
 /// The exit code when the sandbox itself could not be set up (like `env`'s 125).
 const SETUP_FAILED: i32 = 125;
-
-/// Signals passed on to the agent; SIGCHLD is waited for as well.
-const FORWARDED: [libc::c_int; 6] = [
-    libc::SIGHUP,
-    libc::SIGINT,
-    libc::SIGQUIT,
-    libc::SIGTERM,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
 
 /// `hive __sandbox …`: runs the agent in its sandbox and exits as it did.
 pub fn run_command(args: Vec<OsString>) -> ! {
@@ -189,17 +166,15 @@ pub fn run_command(args: Vec<OsString>) -> ! {
             std::process::exit(2);
         }
     };
-    if spec.in_place {
-        match in_place(&spec) {
-            Ok(()) => std::process::exit(0),
-            Err(e) => {
-                eprintln!("hive {SUBCOMMAND}: {e}");
-                std::process::exit(SETUP_FAILED);
-            }
-        }
+    if !spec.in_place {
+        eprintln!(
+            "hive {SUBCOMMAND}: runs only --in-place, as PID 1 of the namespaces `hive up` \
+             made for it"
+        );
+        std::process::exit(2);
     }
-    match outside(&spec) {
-        Ok(status) => exit_like(status),
+    match in_place(&spec) {
+        Ok(()) => std::process::exit(0),
         Err(e) => {
             eprintln!("hive {SUBCOMMAND}: {e}");
             std::process::exit(SETUP_FAILED);
@@ -218,65 +193,6 @@ fn mount(
 ) -> Result<(), String> {
     ns::mount(src, target, fstype, flags, data)
         .map_err(|e| format!("cannot {what} {}: {e}", target.display()))
-}
-
-/// The forwarded signals and SIGCHLD.
-fn signal_set() -> SignalSet {
-    let mut all = FORWARDED.to_vec();
-    all.push(libc::SIGCHLD);
-    SignalSet::new(&all)
-}
-
-/// The first process, outside the PID namespace: creates the namespaces and the
-/// view, starts PID 1 and forwards signals to it until it exits. Returns the
-/// agent's wait status.
-fn outside(spec: &Spec) -> Result<libc::c_int, String> {
-    // Signals are blocked from the start and taken with sigtimedwait, so none is
-    // lost before PID 1 exists and no handler runs in a forked child.
-    let set = signal_set();
-    set.block();
-    let (uid, gid) = crate::sys::effective_ids();
-    if let Err(e) = ns::unshare(spec.userns) {
-        let kind = if spec.userns {
-            "user, mount and PID namespaces"
-        } else {
-            "mount and PID namespaces"
-        };
-        return Err(format!("cannot create {kind} (unshare): {e}"));
-    }
-    if spec.userns {
-        map_ids(uid, gid)?;
-    }
-    build_view(spec)?;
-    ns::drop_bounding_set().map_err(|e| e.to_string())?;
-    let (status_r, status_w) = pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
-    let (alive_r, alive_w) = pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
-    let pid = match ns::fork() {
-        Err(e) => return Err(format!("cannot fork PID 1 of the sandbox: {e}")),
-        Ok(Forked::Parent(pid)) => pid,
-        Ok(Forked::Child) => {
-            drop((status_r, alive_w));
-            let code = match pid_one(spec, &set, status_w, alive_r) {
-                Ok(code) => code,
-                Err(e) => {
-                    eprintln!("hive {SUBCOMMAND}: {e}");
-                    SETUP_FAILED
-                }
-            };
-            ns::exit_now(code);
-        }
-    };
-    drop((status_w, alive_r));
-    let own = wait_forwarding(pid, &set, false);
-    // `alive_w` stayed open until PID 1 ended: had this process died before PID 1
-    // armed its death signal, PID 1 would have seen the pipe close.
-    drop(alive_w);
-    let mut buf = [0u8; 4];
-    let mut f = File::from(status_r);
-    match f.read_exact(&mut buf) {
-        Ok(()) => Ok(libc::c_int::from_ne_bytes(buf)),
-        Err(_) => Ok(own),
-    }
 }
 
 /// Maps this user's uid and gid to themselves in the new user namespace.
@@ -449,43 +365,6 @@ fn read_only(path: &Path) -> Result<(), String> {
     )
 }
 
-/// PID 1 of the sandbox: mounts `/proc`, starts the agent, forwards signals to
-/// it, reaps every orphan, and writes the agent's wait status to `status` once it
-/// exits. Returns the exit code for itself.
-fn pid_one(spec: &Spec, set: &SignalSet, status: OwnedFd, alive: OwnedFd) -> Result<i32, String> {
-    // If the outer process dies (even by SIGKILL), so does the namespace.
-    ns::set_parent_death_signal(libc::SIGKILL);
-    // It holds what the agent inherits (an agent page's listening socket):
-    // nothing the agent runs may trace it or take its descriptors.
-    if let Err(e) = crate::sys::set_non_dumpable() {
-        return Err(format!("cannot make the sandbox's PID 1 non-dumpable: {e}"));
-    }
-    if hung_up(alive.as_raw_fd()) {
-        return Ok(1); // it died before the death signal was armed
-    }
-    mount_proc()?;
-    if spec.check {
-        let pid = ns::getpid();
-        return if pid == 1 {
-            Ok(0)
-        } else {
-            Err(format!("the sandbox's first process is pid {pid}, not 1"))
-        };
-    }
-    let agent = match ns::fork() {
-        Err(e) => return Err(format!("cannot fork the agent: {e}")),
-        Ok(Forked::Parent(pid)) => pid,
-        Ok(Forked::Child) => {
-            drop((status, alive));
-            exec_agent(spec);
-        }
-    };
-    let st = wait_forwarding(agent, set, true);
-    let mut f = File::from(status);
-    let _ = std::io::Write::write_all(&mut f, &st.to_ne_bytes());
-    Ok(exit_code(st))
-}
-
 /// Mounts the namespace's own `/proc`, its kernel settings read-only.
 fn mount_proc() -> Result<(), String> {
     mount(
@@ -550,47 +429,6 @@ fn exec_agent(spec: &Spec) -> ! {
     ns::exit_now(127)
 }
 
-/// Waits for `child`, passing every forwarded signal on to it; with `reap_all`
-/// (PID 1) every other child that exits is reaped too. Returns its wait status.
-fn wait_forwarding(child: libc::pid_t, set: &SignalSet, reap_all: bool) -> libc::c_int {
-    loop {
-        // SIGCHLD is in the set, so an exit ends the wait at once; the timeout
-        // only bounds a missed one.
-        if let Some(sig) = set.wait(Duration::from_secs(1)) {
-            if sig != libc::SIGCHLD {
-                ns::kill(child, sig); // our own child, not reaped yet
-            }
-        }
-        loop {
-            match ns::reap(if reap_all { -1 } else { child }) {
-                Reaped::Child(pid, st) if pid == child => return st,
-                Reaped::Child(..) => {}
-                // Cannot happen while `child` is unreaped; do not spin if it does.
-                Reaped::NoChildren => return 1 << 8,
-                Reaped::None => break,
-            }
-        }
-    }
-}
-
-/// The shell's exit code for a wait status: the code, or 128 + the signal.
-fn exit_code(st: libc::c_int) -> i32 {
-    if libc::WIFSIGNALED(st) {
-        128 + libc::WTERMSIG(st)
-    } else {
-        libc::WEXITSTATUS(st)
-    }
-}
-
-/// Ends this process the way the agent ended: the same exit code, or killed by
-/// the same signal.
-fn exit_like(st: libc::c_int) -> ! {
-    if libc::WIFSIGNALED(st) {
-        ns::die_by(libc::WTERMSIG(st));
-    }
-    std::process::exit(exit_code(st))
-}
-
 /// How [`spawn`] starts a program in its sandbox.
 pub struct Spawn<'a> {
     /// The `hive` binary, which sets the sandbox up (`hive __sandbox
@@ -615,15 +453,6 @@ pub struct Spawn<'a> {
     pub umask: u32,
 }
 
-/// A program [`spawn`] started: its process (the leader of a group of its
-/// own, a direct child of the caller, registered like every child of
-/// `sys::process`), and its output.
-pub struct Spawned {
-    pub group: ProcessGroup,
-    pub stdout: File,
-    pub stderr: File,
-}
-
 /// Starts `s.spec.command` in its sandbox as one process, a direct child of
 /// the caller: a `clone(2)` into new PID and mount namespaces (and a user
 /// namespace when `spec.userns`) runs `hive __sandbox --in-place`, which is
@@ -631,10 +460,14 @@ pub struct Spawned {
 /// execs the program in its own place. So the program is PID 1 of its
 /// namespace (it gets only the signals it has a handler for, SIGKILL from
 /// the caller always, and inherits the namespace's orphans:
-/// `sys::signals`), its exit status is the caller's to reap (`waitpid` on
-/// `group`), and when it exits the kernel kills whatever is left in the
-/// namespace. stdin is `/dev/null`, stdout and stderr are pipes. Safe to
-/// call from any thread of a multi-threaded process (`sys::ns::clone_exec`).
+/// `sys::signals`), its exit status is the caller's to reap (through the
+/// [`Proc`] of the returned [`Spawned`], as for every child of `hive up`:
+/// `child.rs`), and when it exits the kernel kills whatever is left in the
+/// namespace. stdin is `/dev/null`, stdout and stderr are pipes (their read
+/// ends in the `Spawned`). Safe to call from any thread of a multi-threaded
+/// process (`sys::ns::clone_exec`); the parent-death signal comes when the
+/// calling *thread* exits, so call it from a thread that lives as long as
+/// the program should.
 ///
 /// An `Err` is a failure to start `hive __sandbox`; one of the sandbox
 /// itself (a mount the kernel refuses) is the child's exit with 125 and its
@@ -676,24 +509,21 @@ pub fn spawn(s: &Spawn) -> std::io::Result<Spawned> {
     let null = File::open("/dev/null")?;
     let (from_stdout, stdout) = pipe()?;
     let (from_stderr, stderr) = pipe()?;
-    let group = ProcessGroup::start(|| {
-        ns::clone_exec(&ns::CloneExec {
-            program: &program,
-            argv: &argv,
-            envp: &envp,
-            stdio: [null.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()],
-            keep: s.keep,
-            userns: spec.userns,
-            parent_death_signal: s.parent_death_signal,
-            umask: s.umask,
-        })
-        .map(|pid| pid as u32)
-        .map_err(|e| Error::new(e.kind(), format!("cannot start {}: {e}", s.exe.display())))
-    })?;
+    let pid = ns::clone_exec(&ns::CloneExec {
+        program: &program,
+        argv: &argv,
+        envp: &envp,
+        stdio: [null.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()],
+        keep: s.keep,
+        userns: spec.userns,
+        parent_death_signal: s.parent_death_signal,
+        umask: s.umask,
+    })
+    .map_err(|e| Error::new(e.kind(), format!("cannot start {}: {e}", s.exe.display())))?;
     Ok(Spawned {
-        group,
-        stdout: File::from(from_stdout),
-        stderr: File::from(from_stderr),
+        child: Proc::adopt(pid as u32),
+        stdout: from_stdout,
+        stderr: from_stderr,
     })
 }
 
@@ -758,11 +588,5 @@ mod tests {
             let e = Spec::parse(args.iter().map(OsString::from).collect()).unwrap_err();
             assert!(e.contains(want), "{args:?}: {e}");
         }
-    }
-
-    #[test]
-    fn exit_codes_follow_the_shell() {
-        assert_eq!(exit_code(3 << 8), 3);
-        assert_eq!(exit_code(libc::SIGKILL), 128 + 9);
     }
 }

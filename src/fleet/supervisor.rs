@@ -1137,36 +1137,38 @@ impl Supervisor {
             env,
             umask: self.s.child_umask,
         };
-        let mut cmd = launch.command(serve);
         // Its page listens on a socket of hive up's, which the harness
         // inherits (no TCP port of its own: hive up passes the browser's
         // requests on), under a path its sandbox does not show.
         let page = self.page_socket(name)?;
-        crate::sys::process::pass_fd(&mut cmd, page);
-        cmd.env(crate::http::server::INHERITED_FD_VAR, page.to_string());
+        let mut fds = vec![(crate::http::server::INHERITED_FD_VAR, page)];
         // Under isolation the harness has a broker credential (issue 40):
         // its reports are taken only through it. Without a sandbox nothing
         // separates it from claude, and it reports on the agent's socket.
         let credential = match &self.s.isolation {
-            Some(_) => Some(child::hand_credential(
-                &mut cmd,
+            Some(_) => Some(child::credential(
                 &self.hub,
                 name,
                 crate::proto::access::Via::Harness,
             )?),
             None => None,
         };
+        if let Some(c) = &credential {
+            use std::os::fd::AsRawFd;
+            fds.push((crate::proto::client::CREDENTIAL_FD_VAR, c.as_raw_fd()));
+        }
         // Its bash-task daemon runs apart (bashd.rs), started with the same
         // launch, so its tasks outlive a restart of the harness.
-        cmd.env(bashd::PLACEMENT_VAR, "external");
+        let placement = [(bashd::PLACEMENT_VAR.into(), "external".into())];
         self.bash.send(BashCmd::Keep {
             name: name.to_string(),
-            launch,
+            launch: launch.clone(),
             state: state.clone(),
             socket: run.join("bash.sock"),
         });
         let bin = bin_id(&self.s.exe);
-        let spawned = child::spawn(&mut cmd);
+        // Isolated, one process: `sandbox::spawn` (bashd::AgentLaunch::start).
+        let spawned = launch.start(serve, &fds, &placement);
         drop(credential);
         let spawned =
             spawned.map_err(|e| format!("cannot run {} serve: {e}", self.s.exe.display()))?;

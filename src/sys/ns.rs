@@ -1,18 +1,16 @@
 //! The system calls of the agent sandbox (`fleet::sandbox`, which holds its
 //! logic): [`clone_exec`], which starts a program as PID 1 of new namespaces
-//! from a multi-threaded process; namespaces, mounts, capabilities; and the
-//! process primitives of a single-threaded process that forks its own PID 1
-//! and forwards signals to it (a signal set it blocks and takes with
-//! `sigtimedwait`, `waitpid`, `_exit`). Each function is one or two calls with
-//! its `SAFETY` note; errors name the call. [`fork`] refuses to run in a
-//! process with more than one thread.
+//! from a multi-threaded process; mounts and capabilities, which `hive
+//! __sandbox --in-place` makes there before it execs the agent; a signal set
+//! to block or set as the mask (`sys::signals` blocks SIGCHLD with it), and
+//! `_exit`. Each function is one or two calls with its `SAFETY` note; errors
+//! name the call.
 
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::Duration;
 
 /// A path as a C string; a path with a NUL cannot name a file.
 pub fn cpath(p: &Path) -> io::Result<CString> {
@@ -22,19 +20,6 @@ pub fn cpath(p: &Path) -> io::Result<CString> {
             format!("{} contains a NUL", p.display()),
         )
     })
-}
-
-/// `unshare(2)`: new mount and PID namespaces, and a user namespace with `user`.
-pub fn unshare(user: bool) -> io::Result<()> {
-    let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWPID;
-    if user {
-        flags |= libc::CLONE_NEWUSER;
-    }
-    // SAFETY: unshare(2) changes only this process's namespaces.
-    if unsafe { libc::unshare(flags) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// `mount(2)`; `flags` are `libc::MS_*`.
@@ -122,53 +107,17 @@ pub fn clear_capabilities() -> io::Result<()> {
     Ok(())
 }
 
-/// Asks the kernel to send this process `sig` when its parent dies.
-pub fn set_parent_death_signal(sig: i32) {
-    // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig, 0, 0, 0) };
-}
-
 /// This process's pid.
 pub fn getpid() -> i32 {
     // SAFETY: getpid has no arguments and cannot fail.
     unsafe { libc::getpid() }
 }
 
-/// Which side of a [`fork`] this is.
-pub enum Forked {
-    Child,
-    Parent(libc::pid_t),
-}
-
-/// `fork(2)`, refused (with an error) unless this process has exactly one
-/// thread: only then may the child do anything it likes before it execs.
-pub fn fork() -> io::Result<Forked> {
-    let threads = std::fs::read_dir("/proc/self/task")?.count();
-    if threads != 1 {
-        return Err(io::Error::other(format!(
-            "refusing to fork a process with {threads} threads"
-        )));
-    }
-    // SAFETY: the process is single-threaded (checked above), so the child may
-    // run arbitrary code.
-    match unsafe { libc::fork() } {
-        -1 => Err(io::Error::last_os_error()),
-        0 => Ok(Forked::Child),
-        pid => Ok(Forked::Parent(pid)),
-    }
-}
-
 /// Leaves the process at once with `code`, without running exit hooks (the
-/// way out of a forked child).
+/// sandbox's way out when it cannot exec the agent).
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit(2) ends the process; nothing of it is used afterwards.
     unsafe { libc::_exit(code) }
-}
-
-/// Sends `sig` to process `pid` (a child of ours, not reaped yet).
-pub fn kill(pid: libc::pid_t, sig: i32) {
-    // SAFETY: kill(2) has no memory effects.
-    unsafe { libc::kill(pid, sig) };
 }
 
 /// A set of signals.
@@ -187,14 +136,9 @@ impl SignalSet {
         }
     }
 
-    /// Blocks these signals (they stay pending for [`SignalSet::wait`]).
+    /// Blocks these signals.
     pub fn block(&self) {
         self.mask(libc::SIG_BLOCK);
-    }
-
-    /// Unblocks these signals.
-    pub fn unblock(&self) {
-        self.mask(libc::SIG_UNBLOCK);
     }
 
     /// Makes these signals the whole mask (an empty set unblocks everything).
@@ -206,49 +150,6 @@ impl SignalSet {
         // SAFETY: the set is initialised; the old mask is not asked for.
         unsafe { libc::pthread_sigmask(how, &self.0, std::ptr::null_mut()) };
     }
-
-    /// Takes one pending signal of the (blocked) set, waiting up to `timeout`.
-    pub fn wait(&self, timeout: Duration) -> Option<i32> {
-        let t = libc::timespec {
-            tv_sec: timeout.as_secs() as _,
-            tv_nsec: timeout.subsec_nanos() as _,
-        };
-        // SAFETY: the set is initialised; a null siginfo is allowed.
-        let sig = unsafe { libc::sigtimedwait(&self.0, std::ptr::null_mut(), &t) };
-        (sig > 0).then_some(sig)
-    }
-}
-
-/// What [`reap`] found.
-pub enum Reaped {
-    /// A child exited: its pid and wait status.
-    Child(libc::pid_t, libc::c_int),
-    /// None has exited yet.
-    None,
-    /// There is no child to wait for.
-    NoChildren,
-}
-
-/// `waitpid(which, WNOHANG)`: `which` is a pid, or -1 for any child.
-pub fn reap(which: libc::pid_t) -> Reaped {
-    let mut st = 0;
-    // SAFETY: waitpid writes the status into a local.
-    let pid = unsafe { libc::waitpid(which, &mut st, libc::WNOHANG) };
-    match pid {
-        p if p > 0 => Reaped::Child(p, st),
-        -1 if io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) => Reaped::NoChildren,
-        _ => Reaped::None,
-    }
-}
-
-/// Ends this process by `sig` (its default action, unblocked), as a child ended
-/// by it would; returns only if `sig` does not end a process.
-pub fn die_by(sig: i32) {
-    // SAFETY: restoring the default action of `sig`, then raising it.
-    unsafe { libc::signal(sig, libc::SIG_DFL) };
-    SignalSet::new(&[sig]).unblock();
-    // SAFETY: raise(3) with a valid signal number.
-    unsafe { libc::raise(sig) };
 }
 
 /// What the child of [`clone_exec`] is given, all of it made before the clone
