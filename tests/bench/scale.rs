@@ -233,9 +233,13 @@ fn start(a: &ScaleArgs) -> Hive {
             }
         })
         .collect();
+    // Every agent may be inside a turn at once (the held row holds 200): the
+    // stand-in is a small static binary, not the CLI's ~300 MB that
+    // `max_claude`'s default is sized for.
     let fleet = serde_json::json!({
         "hive_name": "scale",
         "web": {"listen": "127.0.0.1:0"},
+        "max_claude": a.agents,
         "agents": agents,
     });
     std::fs::write(dir.join("fleet/hive.json"), fleet.to_string()).unwrap();
