@@ -149,7 +149,13 @@ fn three_hundred_connections_on_one_agent_socket_lock_out_nobody_under_ulimit_25
         .unwrap();
     let m = first.message.expect("the message sent meanwhile");
     assert_eq!((m.id, m.body.as_str()), (meanwhile, "sent meanwhile"));
-    ok(&mut ana, AckTurn { id: m.id });
+    ok(
+        &mut ana,
+        AckTurn {
+            id: m.id,
+            turn: None,
+        },
+    );
     let second: RecvNextReply = ana
         .call(&RecvNext {
             wait_seconds: Some(5),

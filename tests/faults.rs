@@ -219,7 +219,13 @@ fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
             })
             .unwrap();
         let Some(m) = r.message else { break };
-        ok(&mut ana, AckTurn { id: m.id });
+        ok(
+            &mut ana,
+            AckTurn {
+                id: m.id,
+                turn: None,
+            },
+        );
         got.push(m.body);
     }
     assert_eq!(got, accepted);

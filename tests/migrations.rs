@@ -684,7 +684,13 @@ fn a_spilled_reminder_payload_moves_into_the_store() {
             })
             .unwrap();
         let Some(m) = r.message else { break };
-        ok(&mut ruth, AckTurn { id: m.id });
+        ok(
+            &mut ruth,
+            AckTurn {
+                id: m.id,
+                turn: None,
+            },
+        );
         let done = m.kind == MsgKind::Reminder && m.body.starts_with("[reminder #2]");
         bodies.push(m.body);
         if done {

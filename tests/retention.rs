@@ -468,7 +468,11 @@ fn take_next(ana: &mut Client) -> Option<hyperhive::proto::Message> {
         })
         .unwrap();
     let m = r.message?;
-    ana.call(&AckTurn { id: m.id }).unwrap();
+    ana.call(&AckTurn {
+        id: m.id,
+        turn: None,
+    })
+    .unwrap();
     Some(m)
 }
 

@@ -151,7 +151,13 @@ impl Hive {
                     self.log()
                 )
             });
-            ok(&mut c, AckTurn { id: m.id });
+            ok(
+                &mut c,
+                AckTurn {
+                    id: m.id,
+                    turn: None,
+                },
+            );
             if m.kind.as_str() != "kick" {
                 return m;
             }

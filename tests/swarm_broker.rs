@@ -64,7 +64,13 @@ fn next_message(b: &Broker, agent: &str) -> Message {
             })
             .unwrap();
         let m = r.message.expect("a message within 10 s");
-        ok(&mut c, AckTurn { id: m.id });
+        ok(
+            &mut c,
+            AckTurn {
+                id: m.id,
+                turn: None,
+            },
+        );
         if m.kind.as_str() != "kick" {
             return m;
         }

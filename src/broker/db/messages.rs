@@ -7,6 +7,49 @@
 
 use super::*;
 
+/// Schema step 16 (issue 43, receipts): when and how each row was last
+/// handed out (`handed_via`: `turn` for the harness's `recv_next`, `recv`
+/// for the MCP tool) and the turn the harness said acked it; the index that
+/// finds a sender's messages; and `pruned_messages`, the one thing kept of a
+/// row retention deleted: its id and the agent that sent it (empty when the
+/// row was no agent's own send), so `message_state` says "pruned" to its
+/// sender and to nobody else. About 20 bytes a pruned row.
+pub(super) const SCHEMA_V16: &str = "
+ALTER TABLE messages ADD COLUMN handed_at INTEGER;
+ALTER TABLE messages ADD COLUMN handed_via TEXT;
+ALTER TABLE messages ADD COLUMN turn INTEGER;
+CREATE INDEX messages_sender ON messages (sender, id);
+CREATE TABLE pruned_messages (
+    id INTEGER PRIMARY KEY,
+    sender TEXT NOT NULL
+);
+";
+
+/// One message's row as `message_state` reads it, with its outbox entry
+/// when it left for another hive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentRow {
+    pub id: i64,
+    pub sender: String,
+    /// The agent the row is charged to (step 12; none for older rows and
+    /// for the harness's own notices).
+    pub charged: Option<String>,
+    pub recipient: String,
+    pub state: MsgState,
+    pub sent_at: i64,
+    pub done_at: Option<i64>,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    pub handed_at: Option<i64>,
+    pub handed_via: Option<String>,
+    pub turn: Option<i64>,
+    /// Its place among the recipient's queued rows, 1 first (queued only).
+    pub position: Option<u64>,
+    /// The outbox entry of mail to another hive: its state (`pending`,
+    /// `sent`, `failed`), when it settled, its event id and its error.
+    pub outbox: Option<(String, Option<i64>, Option<String>, Option<String>)>,
+}
+
 impl Db {
     /// Queues a message at the tail of the queue.
     pub fn insert_message(&self, m: &NewMessage, now: i64) -> Res<i64> {
@@ -118,9 +161,10 @@ impl Db {
                 let was_inflight = state == "inflight";
                 self.mark_inflight(agent);
                 c.prepare_cached(
-                    "UPDATE messages SET state = 'inflight', attempts = attempts + 1 WHERE id = ?1",
+                    "UPDATE messages SET state = 'inflight', attempts = attempts + 1, \
+                     handed_at = ?2, handed_via = 'turn' WHERE id = ?1",
                 )?
-                .execute(params![message.id])?;
+                .execute(params![message.id, crate::proto::now()])?;
                 // The count was read with this row still queued.
                 let queued = if was_inflight { queued } else { queued - 1 };
                 let taken = Taken {
@@ -398,6 +442,93 @@ impl Db {
         self.conn
             .prepare_cached("SELECT recipient, state FROM messages WHERE id = ?1")?
             .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+    }
+
+    /// Notes that rows `ids` were handed out at `now` through `via` (`recv`).
+    pub fn mark_handed(&self, ids: &[i64], via: &str, now: i64) -> Res<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.unchecked_transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE messages SET handed_at = ?1, handed_via = ?2 WHERE id = ?3",
+            )?;
+            for id in ids {
+                stmt.execute(params![now, via, id])?;
+            }
+        }
+        tx.commit()
+    }
+
+    /// Keeps the harness's turn id with the acked row `id`.
+    pub fn set_turn(&self, id: i64, turn: i64) -> Res<()> {
+        self.conn
+            .prepare_cached("UPDATE messages SET turn = ?1 WHERE id = ?2 AND state = 'acked'")?
+            .execute(params![turn, id])
+            .map(|_| ())
+    }
+
+    /// Message `id` as `message_state` reads it, if its row is there.
+    pub fn sent_row(&self, id: i64) -> Res<Option<SentRow>> {
+        let row = self
+            .conn
+            .prepare_cached(
+                "SELECT m.id, m.sender, m.charged, m.recipient, m.state, m.sent_at, m.done_at,
+                        m.attempts, m.last_error, m.handed_at, m.handed_via, m.turn, m.seq,
+                        o.state, o.done_at, o.event_id, o.error
+                 FROM messages m LEFT JOIN outbox o ON o.msg_id = m.id AND o.dest != ''
+                 WHERE m.id = ?1",
+            )?
+            .query_row(params![id], |r| {
+                let outbox: Option<String> = r.get(13)?;
+                Ok((
+                    SentRow {
+                        id: r.get(0)?,
+                        sender: r.get(1)?,
+                        charged: r.get(2)?,
+                        recipient: r.get(3)?,
+                        state: r.get(4)?,
+                        sent_at: r.get(5)?,
+                        done_at: r.get(6)?,
+                        attempts: r.get::<_, i64>(7)?.clamp(0, u32::MAX as i64) as u32,
+                        last_error: r.get(8)?,
+                        handed_at: r.get(9)?,
+                        handed_via: r.get(10)?,
+                        turn: r.get(11)?,
+                        position: None,
+                        outbox: match outbox {
+                            Some(state) => Some((state, r.get(14)?, r.get(15)?, r.get(16)?)),
+                            None => None,
+                        },
+                    },
+                    r.get::<_, Option<i64>>(12)?.unwrap_or(id),
+                ))
+            })
+            .optional()?;
+        let Some((mut row, seq)) = row else {
+            return Ok(None);
+        };
+        if row.state == MsgState::Queued && row.outbox.is_none() {
+            let ahead: i64 = self
+                .conn
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued'
+                     AND (seq < ?2 OR (seq = ?2 AND id < ?3))",
+                )?
+                .query_row(params![row.recipient, seq, row.id], |r| r.get(0))?;
+            row.position = Some(ahead.max(0) as u64 + 1);
+        }
+        Ok(Some(row))
+    }
+
+    /// The sender kept of message `id` when retention deleted its row
+    /// (empty when it was no agent's own send).
+    pub fn pruned_sender(&self, id: i64) -> Res<Option<String>> {
+        self.conn
+            .prepare_cached("SELECT sender FROM pruned_messages WHERE id = ?1")?
+            .query_row(params![id], |r| r.get(0))
             .optional()
     }
 

@@ -440,9 +440,12 @@ impl Hub<'_> {
                 held.push(Held::Stored(m.id));
                 out.push(m);
             }
+            let t = now();
             self.db
-                .transition_many(&ids, agent, &MsgState::Queued, &MsgState::Held, now())
+                .transition_many(&ids, agent, &MsgState::Queued, &MsgState::Held, t)
                 .map_err(db_err)?;
+            // When and how, for `message_state` (`receipts.rs`).
+            self.db.mark_handed(&ids, "recv", t).map_err(db_err)?;
         }
         if !held.is_empty() {
             self.held
@@ -587,8 +590,14 @@ impl Hub<'_> {
         })
     }
 
-    /// `ack_turn`: the inflight row is done.
-    pub(super) fn ack_turn(&mut self, agent: &str, id: i64) -> Result<Empty, String> {
+    /// `ack_turn`: the inflight row is done; the harness's `turn` id, when
+    /// it sent one, is kept with it (`message_state`).
+    pub(super) fn ack_turn(
+        &mut self,
+        agent: &str,
+        id: i64,
+        turn: Option<i64>,
+    ) -> Result<Empty, String> {
         // The usual case in one statement: the row is the agent's inflight
         // one (there is at most one, and no transient wake is inflight).
         if id >= 0
@@ -598,6 +607,9 @@ impl Hub<'_> {
                 .transition(id, agent, &MsgState::Inflight, &MsgState::Acked, now())
                 .map_err(db_err)?
         {
+            if let Some(t) = turn {
+                self.db.set_turn(id, t).map_err(db_err)?;
+            }
             return Ok(Empty {});
         }
         self.check_inflight("ack_turn", agent, id)?;
@@ -608,6 +620,9 @@ impl Hub<'_> {
             self.db
                 .transition(id, agent, &MsgState::Inflight, &MsgState::Acked, now())
                 .map_err(db_err)?;
+            if let Some(t) = turn {
+                self.db.set_turn(id, t).map_err(db_err)?;
+            }
         }
         Ok(Empty {})
     }

@@ -1,4 +1,5 @@
-//! The `messaging` group: `send`, `recv`, `ask` and `answer`. `recv` is the one
+//! The `messaging` group: `send`, `recv`, `ask`, `answer` and
+//! `message_state` (what became of a message this agent sent). `recv` is the one
 //! tool with at-least-once delivery: the rows it hands out are confirmed to the
 //! broker, on the connection that received them, only after the result reached
 //! stdout; if `hive mcp` dies first the connection closes and the broker puts the
@@ -7,7 +8,7 @@
 use super::{broker_error, reminder_file, tool, Handled, HyperhiveTools, Tool, BROKER_TIMEOUT};
 use crate::mcp::schema::{Arg, Ty};
 use crate::mcp::{CallCtx, ToolOutcome};
-use crate::proto::cmd::{self, Answer, Ask, Recv, RecvAck};
+use crate::proto::cmd::{self, Answer, Ask, MessageState, Recv, RecvAck};
 use crate::proto::limits::{MAX_WAIT_SECS, RECV_MAX};
 use crate::proto::Message;
 use std::path::Path;
@@ -99,7 +100,22 @@ once. The asker gets your answer as a `question_answered` message. Returns a con
         ],
         |h, a, ctx| h.run(a, ctx, answer),
     ),
+    tool::<MessageState>(
+        "Read what became of a message you sent: give the id `send` returned. The answer \
+is one line from the broker's records: queued (with its position in the recipient's queue), \
+handed out (when, to a turn or to recv), acked (when, and the turn that handled it), \
+dead-lettered (the reason), or for NAME@HIVE: handed to the bridge, posted to the swarm room or \
+bounced; pruned once retention deleted the record. An id you did not send answers \"not a \
+message you sent\".",
+        &[Arg::req("id", Ty::Int, "The id `send` returned.")],
+        |h, a, ctx| h.run(a, ctx, message_state),
+    ),
 ];
+
+fn message_state(h: &HyperhiveTools, c: MessageState, ctx: &CallCtx) -> Handled {
+    let state = h.request(&c, ctx)?;
+    Ok(ToolOutcome::Ok(state.text))
+}
 
 fn send(h: &HyperhiveTools, c: cmd::Send, ctx: &CallCtx) -> Handled {
     let sent = h.request(&c, ctx)?;

@@ -209,11 +209,15 @@ impl Command for Status {
     }
 }
 
-/// Finishes the inflight row.
+/// Finishes the inflight row. `turn` (issue 43) is the harness's id of the
+/// turn that handled it, kept with the row for `message_state`; older
+/// harnesses send none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AckTurn {
     pub id: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<i64>,
 }
 
 impl Command for AckTurn {
@@ -365,7 +369,10 @@ mod samples {
     }
     impl Sample for AckTurn {
         fn sample() -> Self {
-            AckTurn { id: 3 }
+            AckTurn {
+                id: 3,
+                turn: Some(5),
+            }
         }
     }
     impl Sample for RequeueInflight {
