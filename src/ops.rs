@@ -206,6 +206,7 @@ pub fn send(a: &SendArgs) -> Result<(), String> {
         to: a.to.clone(),
         body,
         in_reply_to: a.reply_to,
+        receipt: false,
     })?;
     let mut c = host_client(&a.host)?;
     let r = call(&mut c, &send)?;

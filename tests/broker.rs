@@ -348,6 +348,7 @@ fn an_agent_socket_acts_only_as_that_agent() {
             to: "bob".into(),
             body: "for bob only".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     assert!(recv_next(&mut ana, 0).message.is_none());
@@ -417,6 +418,7 @@ fn parent_sentinel_and_allowed_recipients() {
             to: "<parent>".into(),
             body: "done".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     assert_eq!(r["to"], "ruth");
@@ -429,6 +431,7 @@ fn parent_sentinel_and_allowed_recipients() {
             to: "<parent>".into(),
             body: "hi boss".into(),
             in_reply_to: Some(m.id),
+            receipt: false,
         },
     );
     assert_eq!(r["to"], "operator");
@@ -438,6 +441,7 @@ fn parent_sentinel_and_allowed_recipients() {
             to: "pal".into(),
             body: "psst".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     assert!(e.contains("may not send"), "{e}");
@@ -447,6 +451,7 @@ fn parent_sentinel_and_allowed_recipients() {
             to: "nobody".into(),
             body: "x".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     assert!(e.contains("unknown recipient"), "{e}");
@@ -703,6 +708,7 @@ fn operator_commands_over_the_host_socket() {
             to: "operator".into(),
             body: "looks good".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     let (_, out, _) = run_hive(&["inbox", "--peek"], None, &env);
@@ -1053,6 +1059,7 @@ fn attempts_positions_and_dead_letters_survive_a_broker_restart() {
             to: "ana".into(),
             body: "one".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     // Another sender: a script.

@@ -178,6 +178,7 @@ fn turn_usd_applies_live_under_hive_up() {
             to: "ana".into(),
             body: "after the edit".into(),
             in_reply_to: None,
+            receipt: false,
         })
         .unwrap();
     fake.wait_count(2);

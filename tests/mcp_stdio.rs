@@ -67,6 +67,7 @@ impl Hive {
                 to: agent.into(),
                 body: body.into(),
                 in_reply_to: None,
+                receipt: false,
             },
         );
         r["id"].as_i64().unwrap()

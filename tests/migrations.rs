@@ -145,22 +145,24 @@ fn queue(store: &Db, agent: &str) -> Vec<(i64, String)> {
 
 /// The indexes and triggers on the messages table from step 12 on: the
 /// inbox's, the acked rows' by age, the two that keep the stored bytes.
-const STEP_12_OBJECTS: [&str; 5] = [
+const STEP_12_OBJECTS: [&str; 6] = [
     "messages_acked",
     "messages_charged_delete",
     "messages_charged_insert",
     "messages_inbox",
+    "messages_receipts",
     "messages_sender",
 ];
 
 /// Takes off the columns step 16 appended to each message row (when it was
-/// handed out, how, and the turn that acked it), none for every old row.
+/// handed out, how, the turn that acked it, and whether its sender wants a
+/// receipt), none for every old row.
 fn step_16_off(rows: &mut [Vec<Value>]) {
     for r in rows.iter_mut() {
-        let at = r.len() - 3;
+        let at = r.len() - 4;
         assert_eq!(
             r.split_off(at),
-            [Value::Null, Value::Null, Value::Null],
+            [Value::Null, Value::Null, Value::Null, Value::Null],
             "step 16: no hand-out is known of an old row"
         );
     }
@@ -1130,6 +1132,7 @@ fn a_version_12_swarm_store_keeps_every_event_id_through_step_13() {
             to: "b@two".into(),
             body: "third out".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     let next: BridgeNextReply = br.call(&BridgeNext { wait_seconds: None }).unwrap();

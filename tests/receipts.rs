@@ -29,6 +29,7 @@ fn agent_send(b: &Broker, from: &str, to: &str, body: &str) -> i64 {
             to: to.into(),
             body: body.into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     r["id"].as_i64().unwrap()
@@ -369,4 +370,107 @@ ok_turn done"#,
         "{s:?}"
     );
     assert!(s.text.contains(" by "), "{}", s.text);
+}
+
+/// ana (a real `hive serve` with the fake claude) sends bob 20 messages with
+/// `receipt: true`; bob's side is played on his socket (10 acked by turns,
+/// 10 through `recv`). The 20 receipts wake nothing: ana's harness runs no
+/// turn for them, and her next turn — for the operator's message — carries
+/// all of them on one `[receipts]` line.
+#[test]
+fn twenty_sends_with_receipts_cost_no_turn_of_the_sender() {
+    let b = Broker::start(&["ana", "bob"]);
+    let h = Harness::start(&b, "ana", &[]);
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    let mut ana = b.agent("ana");
+    let ids: Vec<i64> = (0..20)
+        .map(|i| {
+            ok(
+                &mut ana,
+                cmd::Send {
+                    to: "bob".into(),
+                    body: format!("job {i}"),
+                    in_reply_to: None,
+                    receipt: true,
+                },
+            )["id"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    for (turn, want) in ids[..10].iter().enumerate() {
+        assert_eq!(take(&b, "bob"), *want);
+        ok(
+            &mut b.agent("bob"),
+            AckTurn {
+                id: *want,
+                turn: Some(turn as i64 + 1),
+            },
+        );
+    }
+    let mut bob = b.agent("bob");
+    let r: MessagesReply = bob
+        .call(&Recv {
+            wait_seconds: None,
+            max: Some(10),
+        })
+        .unwrap();
+    assert_eq!(
+        r.messages.iter().map(|m| m.id).collect::<Vec<_>>(),
+        ids[10..]
+    );
+    bob.call(&RecvAck {
+        ids: ids[10..].to_vec(),
+    })
+    .unwrap();
+    for id in &ids {
+        assert_eq!(state(&mut ana, *id).state, Where::Acked);
+    }
+    // Stored, and not unread: nothing woke ana.
+    assert_eq!(agent_row(&b, "ana").unread, 0);
+    assert_eq!(h.fake.count(), 1, "no turn of ana's for a receipt");
+
+    operator_send(&b, "ana", "what is new?");
+    h.fake.wait_count(2);
+    wait_drained(&b, "ana");
+    assert_eq!(h.fake.count(), 2, "one turn: the operator's message");
+    let prompt = h.fake.stdin(2);
+    assert!(prompt.contains("what is new?"), "{prompt}");
+    let lines: Vec<&str> = prompt
+        .lines()
+        .filter(|l| l.contains("[receipts]"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{prompt}");
+    for (i, id) in ids.iter().enumerate() {
+        let by = if i < 10 {
+            format!(" by bob's turn {}", i + 1)
+        } else {
+            " by bob through recv".to_string()
+        };
+        let head = format!("message #{id} to bob: acked at ");
+        let at = lines[0]
+            .find(&head)
+            .unwrap_or_else(|| panic!("#{id}: {}", lines[0]));
+        assert!(lines[0][at..].contains(&by), "#{id}: {}", lines[0]);
+    }
+    // Given with that turn: no receipt is left for recv.
+    let r: MessagesReply = ana
+        .call(&Recv {
+            wait_seconds: None,
+            max: Some(32),
+        })
+        .unwrap();
+    assert!(r.messages.is_empty(), "{:?}", r.messages);
+    // A receipt is for mail on this hive.
+    let e = refused(
+        &mut ana,
+        cmd::Send {
+            to: "x@two".into(),
+            body: "hi".into(),
+            in_reply_to: None,
+            receipt: true,
+        },
+    );
+    assert!(e.contains("receipt is for mail on this hive"), "{e}");
 }

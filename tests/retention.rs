@@ -421,6 +421,7 @@ fn the_limit_of_a_minute_refuses_one_sender_and_not_the_operator_or_another() {
             to: "bob".into(),
             body: "hi".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     assert!(e.starts_with("over quota: ana stored"), "{e}");

@@ -95,6 +95,7 @@ impl Hive {
                 to: to.into(),
                 body: body.into(),
                 in_reply_to,
+                receipt: false,
             },
         );
         r["id"].as_i64().unwrap()

@@ -112,6 +112,7 @@ fn send(c: &mut Client, to: &str, body: &str, in_reply_to: Option<i64>) -> i64 {
             to: to.into(),
             body: body.into(),
             in_reply_to,
+            receipt: false,
         },
     );
     r["id"].as_i64().unwrap()
@@ -123,6 +124,7 @@ fn mail(to: &str, body: &str) -> Send {
         to: to.into(),
         body: body.into(),
         in_reply_to: None,
+        receipt: false,
     }
 }
 

@@ -10,7 +10,9 @@ use super::*;
 /// Schema step 16 (issue 43, receipts): when and how each row was last
 /// handed out (`handed_via`: `turn` for the harness's `recv_next`, `recv`
 /// for the MCP tool) and the turn the harness said acked it; the index that
-/// finds a sender's messages; and `pruned_messages`, the one thing kept of a
+/// finds a sender's messages; `receipt` (1: its sender asked for a receipt)
+/// and the partial index of the receipts waiting for their agent's next turn
+/// or `recv`; and `pruned_messages`, the one thing kept of a
 /// row retention deleted: its id and the agent that sent it (empty when the
 /// row was no agent's own send), so `message_state` says "pruned" to its
 /// sender and to nobody else. About 20 bytes a pruned row.
@@ -18,7 +20,10 @@ pub(super) const SCHEMA_V16: &str = "
 ALTER TABLE messages ADD COLUMN handed_at INTEGER;
 ALTER TABLE messages ADD COLUMN handed_via TEXT;
 ALTER TABLE messages ADD COLUMN turn INTEGER;
+ALTER TABLE messages ADD COLUMN receipt INTEGER;
 CREATE INDEX messages_sender ON messages (sender, id);
+CREATE INDEX messages_receipts ON messages (recipient, seq)
+    WHERE kind = 'receipt' AND state = 'queued';
 CREATE TABLE pruned_messages (
     id INTEGER PRIMARY KEY,
     sender TEXT NOT NULL
@@ -140,9 +145,11 @@ impl Db {
                         "SELECT ",
                         msg_cols!(),
                         ", attempts, (SELECT COUNT(*) FROM messages \
-                         WHERE recipient = ?1 AND state = 'queued') \
+                         WHERE recipient = ?1 AND state = 'queued') - (SELECT COUNT(*) \
+                         FROM messages INDEXED BY messages_receipts WHERE recipient = ?1 \
+                         AND kind = 'receipt' AND state = 'queued') \
                          FROM messages WHERE recipient = ?1 AND state = ?2 \
-                         ORDER BY seq, id LIMIT 1"
+                         AND kind != 'receipt' ORDER BY seq, id LIMIT 1"
                     ))?
                     .query_row(params![agent, state], |r| {
                         Ok((
@@ -200,12 +207,61 @@ impl Db {
         rows.collect()
     }
 
+    /// Queued rows of `recipient` but its receipts (which wait for its next
+    /// turn or `recv` and wake nothing: issue 43).
     pub fn count_queued(&self, recipient: &str) -> Res<u64> {
         self.conn
             .prepare_cached(
-                "SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued'",
+                "SELECT (SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued')
+                 - (SELECT COUNT(*) FROM messages INDEXED BY messages_receipts
+                    WHERE recipient = ?1 AND kind = 'receipt' AND state = 'queued')",
             )?
-            .query_row(params![recipient], |r| r.get::<_, i64>(0).map(|n| n as u64))
+            .query_row(params![recipient], |r| {
+                r.get::<_, i64>(0).map(|n| n.max(0) as u64)
+            })
+    }
+
+    /// Marks message `id` as one whose sender wants a receipt.
+    pub fn want_receipt(&self, id: i64) -> Res<()> {
+        self.conn
+            .prepare_cached("UPDATE messages SET receipt = 1 WHERE id = ?1")?
+            .execute(params![id])
+            .map(|_| ())
+    }
+
+    /// Whether the sender of message `id` asked for a receipt.
+    pub fn wants_receipt(&self, id: i64) -> Res<bool> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM messages WHERE id = ?1 AND receipt = 1")?
+            .query_row(params![id], |_| Ok(()))
+            .optional()
+            .map(|r| r.is_some())
+    }
+
+    /// The receipts waiting for `agent` (oldest first, at most `limit`),
+    /// made acked in the same transaction (handed to a turn at `now`).
+    pub fn take_receipts(&self, agent: &str, limit: u32, now: i64) -> Res<Vec<(i64, String)>> {
+        let tx = self.conn.unchecked_transaction()?;
+        let rows: Vec<(i64, String)> = {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, body FROM messages INDEXED BY messages_receipts
+                 WHERE recipient = ?1 AND kind = 'receipt' AND state = 'queued'
+                 ORDER BY seq LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![agent, limit], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<Res<_>>()?
+        };
+        {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE messages SET state = 'acked', done_at = ?1, handed_at = ?1,
+                 handed_via = 'turn' WHERE id = ?2 AND state = 'queued'",
+            )?;
+            for (id, _) in &rows {
+                stmt.execute(params![now, id])?;
+            }
+        }
+        tx.commit()?;
+        Ok(rows)
     }
 
     /// The oldest queued message of `agent`, as its queue position.

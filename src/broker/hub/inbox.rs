@@ -227,14 +227,19 @@ impl Hub<'_> {
         };
         debug_assert_ne!(to.as_str(), PARENT);
         let body = &c.body;
-        self.deliver_charged(
+        let sent = self.deliver_charged(
             charged,
             &from,
             to.as_str(),
             body,
             MsgKind::Message,
             c.in_reply_to,
-        )
+        )?;
+        // Issue 43: the sender wants a receipt once it is acked (`receipts.rs`).
+        if let (true, Some(id)) = (c.receipt, sent.id) {
+            self.db.want_receipt(id).map_err(db_err)?;
+        }
+        Ok(sent)
     }
 
     /// `send_to_parent`: the harness's notices (not charged), or the same
@@ -340,11 +345,12 @@ impl Hub<'_> {
         }
         let with_message = popped.is_some();
         let (message, redelivered, attempts) = match popped {
-            Some(p) => (
-                Some(limits::fit_message(p.message)),
-                p.redelivered,
-                p.attempts,
-            ),
+            Some(p) => {
+                // Issue 43: the receipts waiting ride with the turn's message.
+                let mut m = p.message;
+                self.ride_along(agent, &mut m);
+                (Some(limits::fit_message(m)), p.redelivered, p.attempts)
+            }
             None => (None, false, 0),
         };
         Ok(Done::Reply(RecvNextReply {
@@ -488,6 +494,7 @@ impl Hub<'_> {
         self.db
             .transition_many(&stored, agent, &MsgState::Held, &MsgState::Acked, now())
             .map_err(db_err)?;
+        self.receipts_on_ack(&stored);
         if acked < c.ids.len() {
             return Err(format!(
                 "only {acked} of {} ids were held by this connection",
@@ -610,6 +617,7 @@ impl Hub<'_> {
             if let Some(t) = turn {
                 self.db.set_turn(id, t).map_err(db_err)?;
             }
+            self.receipts_on_ack(&[id]);
             return Ok(Empty {});
         }
         self.check_inflight("ack_turn", agent, id)?;
@@ -623,6 +631,7 @@ impl Hub<'_> {
             if let Some(t) = turn {
                 self.db.set_turn(id, t).map_err(db_err)?;
             }
+            self.receipts_on_ack(&[id]);
         }
         Ok(Empty {})
     }

@@ -5,12 +5,27 @@
 //! answer never says whether an id exists. The operator reads any message.
 //! A row retention deleted leaves its id and sender (`pruned_messages`):
 //! its sender reads "pruned".
+//!
+//! A `send` with `receipt: true` marks its row; once it is acked (by a turn
+//! or through `recv`) its sender, when an agent of this hive, gets a
+//! `receipt` row: the `message_state` line. A receipt wakes nothing — it is
+//! not counted unread and `recv_next` never hands it out alone — and waits
+//! for the agent's next turn, whose message carries every receipt waiting
+//! as one `[receipts]` line ([`Hub::ride_along`]), or for its `recv`. A dead
+//! letter's receipt is the dead-letter notice the sender gets anyway, which
+//! wakes it.
 
 use super::{db_err, Hub, Identity};
-use crate::broker::db::SentRow;
+use crate::broker::db::{NewMessage, SentRow};
 use crate::proto::cmd::{MessageState, MessageStateReply, Where};
 use crate::proto::text::fmt_time;
-use crate::proto::MsgState;
+use crate::proto::{now, Message, MsgKind, MsgState, Peer};
+
+/// The kind of a receipt row.
+pub const RECEIPT: &str = "receipt";
+
+/// Most receipts one turn's message carries (the rest ride with the next).
+const RIDE_MAX: u32 = 200;
 
 /// What an agent hears of an id it did not send.
 pub const NOT_YOURS: &str = "not a message you sent";
@@ -53,6 +68,61 @@ impl Hub<'_> {
                 }
             }
         }
+    }
+}
+
+impl Hub<'_> {
+    /// Messages `ids` were acked: the sender of each that asked for a
+    /// receipt, when it is an agent of this hive, gets its receipt row,
+    /// which wakes nothing. The ack stands whatever happens here.
+    pub(super) fn receipts_on_ack(&mut self, ids: &[i64]) {
+        for &id in ids {
+            if let Err(e) = self.receipt_of(id) {
+                log::error!("cannot store the receipt of message #{id}: {e}");
+            }
+        }
+    }
+
+    fn receipt_of(&mut self, id: i64) -> Result<(), String> {
+        if !self.db.wants_receipt(id).map_err(db_err)? {
+            return Ok(());
+        }
+        let Some(row) = self.db.sent_row(id).map_err(db_err)? else {
+            return Ok(());
+        };
+        if self.cfg.agent(&row.sender).is_none() {
+            return Ok(());
+        }
+        let to = row.sender.clone();
+        let text = reply_of(row).text;
+        let kind = MsgKind::parse(RECEIPT);
+        let m = NewMessage {
+            from: &Peer::System,
+            to: &to,
+            body: &text,
+            kind: &kind,
+            in_reply_to: Some(id),
+        };
+        // No `notify`: a receipt waits for the next turn or `recv`.
+        self.db.insert_message(&m, now()).map_err(db_err)?;
+        Ok(())
+    }
+
+    /// The receipts waiting for `agent` ride with the message its turn is
+    /// handed, as one line after its body, and are acked with the hand-out.
+    pub(super) fn ride_along(&mut self, agent: &str, m: &mut Message) {
+        let taken = match self.db.take_receipts(agent, RIDE_MAX, now()) {
+            Ok(t) => t,
+            Err(e) => {
+                log::error!("cannot read the receipts of {agent}: {e}");
+                return;
+            }
+        };
+        if taken.is_empty() {
+            return;
+        }
+        let line: Vec<&str> = taken.iter().map(|(_, body)| body.as_str()).collect();
+        m.body = format!("{}\n\n[receipts] {}", m.body, line.join(" · "));
     }
 }
 

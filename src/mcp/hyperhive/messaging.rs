@@ -32,6 +32,13 @@ it in its own inbox; this does not wait for a reply.",
             ),
             Arg::req("body", Ty::Str, "The message text."),
             Arg::opt("in_reply_to", Ty::Int, "Id of the message this answers."),
+            Arg::opt(
+                "receipt",
+                Ty::Bool,
+                "true: get a receipt once the recipient handled it. Receipts do not start a \
+turn: they arrive with your next message (or recv) as one [receipts] line. A message given up \
+on (dead-lettered) is told at once.",
+            ),
         ],
         |h, a, ctx| h.run(a, ctx, send),
     ),
@@ -118,9 +125,18 @@ fn message_state(h: &HyperhiveTools, c: MessageState, ctx: &CallCtx) -> Handled 
 }
 
 fn send(h: &HyperhiveTools, c: cmd::Send, ctx: &CallCtx) -> Handled {
+    let receipt = c.receipt;
     let sent = h.request(&c, ctx)?;
     let id = sent.id.map(|i| format!(" #{i}")).unwrap_or_default();
-    Ok(ToolOutcome::Ok(format!("sent message{id} to {}", sent.to)))
+    let then = if receipt {
+        "; a receipt follows once it is handled"
+    } else {
+        ""
+    };
+    Ok(ToolOutcome::Ok(format!(
+        "sent message{id} to {}{then}",
+        sent.to
+    )))
 }
 
 fn recv(h: &HyperhiveTools, c: Recv, ctx: &CallCtx) -> Handled {
@@ -166,9 +182,19 @@ fn recv(h: &HyperhiveTools, c: Recv, ctx: &CallCtx) -> Handled {
 
 /// Messages as the model reads them, one `#ID from SENDER (KIND): BODY` each;
 /// a long reminder's text goes to a file in `state_dir` (`reminder_file`).
+///
+/// Receipts (issue 43) come as one line, `[receipts] …`, whatever their
+/// place among the messages.
 pub fn render(messages: &[Message], state_dir: Option<&Path>) -> String {
-    messages
+    let is_receipt = |m: &&Message| m.kind.as_str() == "receipt";
+    let receipts: Vec<&str> = messages
         .iter()
+        .filter(is_receipt)
+        .map(|m| m.body.as_str())
+        .collect();
+    let mut lines: Vec<String> = messages
+        .iter()
+        .filter(|m| !is_receipt(m))
         .map(|m| {
             let reply = m
                 .in_reply_to
@@ -177,8 +203,11 @@ pub fn render(messages: &[Message], state_dir: Option<&Path>) -> String {
             let body = reminder_file::for_model(state_dir, m);
             format!("#{} from {} ({}{reply}): {body}", m.id, m.from, m.kind)
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    if !receipts.is_empty() {
+        lines.push(format!("[receipts] {}", receipts.join(" · ")));
+    }
+    lines.join("\n")
 }
 
 fn ask(h: &HyperhiveTools, c: Ask, ctx: &CallCtx) -> Handled {
