@@ -50,9 +50,19 @@ pub struct SentRow {
     pub turn: Option<i64>,
     /// Its place among the recipient's queued rows, 1 first (queued only).
     pub position: Option<u64>,
-    /// The outbox entry of mail to another hive: its state (`pending`,
-    /// `sent`, `failed`), when it settled, its event id and its error.
-    pub outbox: Option<(String, Option<i64>, Option<String>, Option<String>)>,
+    /// The outbox entry of mail to another hive.
+    pub outbox: Option<SentOutbox>,
+}
+
+/// The outbox entry of a message to another hive, as `message_state` reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentOutbox {
+    /// `pending`, `sent` or `failed`.
+    pub state: String,
+    /// When it settled.
+    pub done_at: Option<i64>,
+    pub event_id: Option<String>,
+    pub error: Option<String>,
 }
 
 impl Db {
@@ -555,7 +565,12 @@ impl Db {
                         turn: r.get(11)?,
                         position: None,
                         outbox: match outbox {
-                            Some(state) => Some((state, r.get(14)?, r.get(15)?, r.get(16)?)),
+                            Some(state) => Some(SentOutbox {
+                                state,
+                                done_at: r.get(14)?,
+                                event_id: r.get(15)?,
+                                error: r.get(16)?,
+                            }),
                             None => None,
                         },
                     },

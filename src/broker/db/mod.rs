@@ -284,7 +284,7 @@ mod swarm;
 mod timers;
 
 pub use agents::AgentStats;
-pub use messages::SentRow;
+pub use messages::{SentOutbox, SentRow};
 pub use migrations::{lost_payload, MIGRATIONS};
 pub use retention::{PrunedMessages, Pruner};
 pub use spend::SpendTotals;

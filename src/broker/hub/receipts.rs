@@ -176,7 +176,8 @@ fn reply_of(row: SentRow) -> MessageStateReply {
         Some("recv") => " to recv",
         _ => "",
     };
-    if let Some((state, done_at, event_id, error)) = row.outbox {
+    if let Some(o) = row.outbox {
+        let (state, done_at, event_id, error) = (o.state, o.done_at, o.event_id, o.error);
         // Mail to another hive: only the local states.
         r.at = done_at;
         r.text = match state.as_str() {
