@@ -225,6 +225,23 @@ It is kept until `hive retry ID` puts it back; bodies are shown cut.",
 Its attempts start over. Any message that is not a dead letter is refused
 (`message #ID is queued, not failed`).",
     },
+    // issue 43: receipts
+    CommandHelp {
+        name: "message",
+        summary: "operator: what became of one message (queued, handed out, acked, dead-lettered, …)",
+        usage: "hive message [--socket PATH] [--json] ID
+
+  ID                  the message id (`send` answers it; `hive failed`, the
+                      inbox and the agent pages show them)
+  --socket PATH       the host socket (default {HOST_SOCKET})
+  --json              print the broker's answer as JSON
+
+One line from the broker's rows: queued (its position in the recipient's
+queue), handed out (when; to a turn or to recv), acked (when; the turn the
+harness reported), dead-lettered (the reason); for NAME@HIVE, handed to the
+bridge, posted to the swarm room or bounced; pruned once retention deleted
+the row. An agent reads its own sends with the MCP tool message_state.",
+    },
     // issue 40: the operator lifts a pause
     CommandHelp {
         name: "resume",
@@ -682,7 +699,7 @@ pub struct ResumeArgs {
     pub pool: Option<String>,
 }
 
-/// `hive retry`.
+/// `hive retry`, `hive message`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IdArgs {
     pub host: HostArgs,
@@ -798,6 +815,7 @@ pub enum Cmd {
     Agents(HostArgs),
     Failed(FailedArgs),
     Retry(IdArgs),
+    Message(IdArgs),
     Resume(ResumeArgs),
     Budget(BudgetArgs),
     Questions(HostArgs),
@@ -890,6 +908,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Cmd, UsageError> {
         "agents" => parse_host(&mut p).map(Cmd::Agents),
         "failed" => parse_failed(&mut p),
         "retry" => parse_id(&mut p).map(Cmd::Retry),
+        "message" => parse_id(&mut p).map(Cmd::Message),
         "resume" => parse_resume(&mut p),
         "budget" => parse_budget(&mut p),
         "questions" => parse_host(&mut p).map(Cmd::Questions),
@@ -1309,7 +1328,8 @@ fn parse_resume(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     }
 }
 
-/// `hive approve ID`, `hive cancel-question ID`, `hive retry ID`.
+/// `hive approve ID`, `hive cancel-question ID`, `hive retry ID`,
+/// `hive message ID`.
 fn parse_id(p: &mut Parser) -> Result<IdArgs, lexopt::Error> {
     let mut host = HostArgs::default();
     let mut the_id = None;
@@ -1757,6 +1777,26 @@ mod tests {
             })
         );
         assert_eq!(
+            run(&["message", "--json", "#7"]).unwrap(),
+            Cmd::Message(IdArgs {
+                host: HostArgs {
+                    socket: None,
+                    json: true
+                },
+                id: 7
+            })
+        );
+        assert_eq!(
+            run(&["message", "--socket", "/tmp/h.sock", "42"]).unwrap(),
+            Cmd::Message(IdArgs {
+                host: HostArgs {
+                    socket: Some("/tmp/h.sock".into()),
+                    json: false
+                },
+                id: 42
+            })
+        );
+        assert_eq!(
             run(&["serve"]).unwrap(),
             Cmd::Serve(ServeArgs {
                 state_dir: paths::DEFAULT_STATE_DIR.into(),
@@ -1861,6 +1901,10 @@ mod tests {
             (&["resume", "ana", "bob"], "bob"),
             (&["resume", "--pool"], "--pool"),
             (&["retry", "twelve"], "must be a number"),
+            (&["message"], "missing ID"),
+            (&["message", "x"], "must be a number"),
+            (&["message", "1", "2"], "2"),
+            (&["message", "--agent", "a"], "--agent"),
             (&["failed", "--agent"], "--agent"),
             (&["failed", "ana"], "ana"),
             (&["search"], "missing WORDS"),

@@ -142,6 +142,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Agents(h) => ops::agents(&h)?,
         Cmd::Failed(a) => ops::failed(&a)?,
         Cmd::Retry(a) => ops::retry(&a.host, a.id)?,
+        Cmd::Message(a) => ops::message(&a.host, a.id)?,
         Cmd::Resume(a) => ops::resume(&a)?,
         Cmd::Budget(a) => ops::budget(&a)?,
         Cmd::Questions(h) => ops::questions(&h)?,

@@ -1,5 +1,6 @@
 //! The client commands: `hive wake` for scripts inside an agent's container and
 //! the operator commands (`send`, `inbox`, `agents`, `failed`, `retry`,
+//! `message`,
 //! `resume`, `questions`, `answer`, `cancel-question`, `timers`, `approvals`,
 //! `approve`, `deny`, `start`, `stop`, `restart`, `update`, and `search` and
 //! `history`, which
@@ -17,8 +18,8 @@ use crate::cli::{
 };
 use crate::proto::cmd::{
     self, Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Failed, History, Inbox,
-    InboxAck, Questions, RestartAgent, Resume, Retry, Search, StartAgent, StopAgent, Supervision,
-    SupervisionReply, Turn, TurnKind, UpdateAgent, Version, Wake,
+    InboxAck, MessageState, Questions, RestartAgent, Resume, Retry, Search, StartAgent, StopAgent,
+    Supervision, SupervisionReply, Turn, TurnKind, UpdateAgent, Version, Wake,
 };
 use crate::proto::limits::MAX_BODY;
 use crate::proto::lines::ok_line;
@@ -205,6 +206,7 @@ pub fn send(a: &SendArgs) -> Result<(), String> {
         to: a.to.clone(),
         body,
         in_reply_to: a.reply_to,
+        receipt: false,
     })?;
     let mut c = host_client(&a.host)?;
     let r = call(&mut c, &send)?;
@@ -513,6 +515,20 @@ pub fn retry(h: &HostArgs, id: i64) -> Result<(), String> {
             r.id,
             line(&r.agent)
         );
+    }
+    Ok(())
+}
+
+/// `hive message ID`: what became of one message, as the broker's rows
+/// say (`message_state`); an unknown id is a refusal (exit 1).
+pub fn message(h: &HostArgs, id: i64) -> Result<(), String> {
+    let mut c = host_client(h)?;
+    let req = checked(MessageState { id })?;
+    let r = call(&mut c, &req)?;
+    if h.json {
+        print_json(&r);
+    } else {
+        println!("{}", line(&r.text));
     }
     Ok(())
 }

@@ -249,7 +249,12 @@ fn next_wake(agent: &mut Client, secs: u64) -> Option<Message> {
             })
             .expect("recv_next");
         if let Some(m) = r.message {
-            agent.call(&AckTurn { id: m.id }).expect("ack_turn");
+            agent
+                .call(&AckTurn {
+                    id: m.id,
+                    turn: None,
+                })
+                .expect("ack_turn");
             return Some(m);
         }
         if Instant::now() >= end {

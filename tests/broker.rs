@@ -56,7 +56,7 @@ fn wake_then_recv_next_then_ack() {
         (id, "cron", "nightly build done")
     );
     assert_eq!(status(&mut a).inflight, Some(id));
-    ok(&mut a, AckTurn { id });
+    ok(&mut a, AckTurn { id, turn: None });
     let s = status(&mut a);
     assert_eq!((s.unread, s.inflight), (0, None));
     assert!(recv_next(&mut a, 0).message.is_none());
@@ -139,7 +139,13 @@ fn transient_wake_is_delivered_but_not_stored() {
     assert!(r.get("id").is_none_or(Value::is_null));
     let m = pop(&mut a);
     assert!(m.transient && m.id < 0);
-    ok(&mut a, AckTurn { id: m.id });
+    ok(
+        &mut a,
+        AckTurn {
+            id: m.id,
+            turn: None,
+        },
+    );
     ok(
         &mut a,
         Wake {
@@ -182,7 +188,13 @@ fn kill_9_keeps_every_accepted_message_in_order() {
     for (i, id) in ids.iter().enumerate() {
         let m = pop(&mut a);
         assert_eq!((m.id, m.body.clone()), (*id, format!("m{i}")));
-        ok(&mut a, AckTurn { id: m.id });
+        ok(
+            &mut a,
+            AckTurn {
+                id: m.id,
+                turn: None,
+            },
+        );
     }
 }
 
@@ -244,10 +256,16 @@ fn a_harness_killed_during_its_kick_turn_gets_that_kick_and_no_second() {
     let r = recv_next(&mut a2, 5);
     assert_eq!(r.message.as_ref().map(|m| m.id), Some(k1));
     assert!(r.redelivered);
-    ok(&mut a2, AckTurn { id: k1 });
+    ok(&mut a2, AckTurn { id: k1, turn: None });
     let m = pop(&mut a2);
     assert_eq!(m.id, mail);
-    ok(&mut a2, AckTurn { id: m.id });
+    ok(
+        &mut a2,
+        AckTurn {
+            id: m.id,
+            turn: None,
+        },
+    );
     assert!(recv_next(&mut a2, 0).message.is_none(), "no second kick");
     // Started again before its kick was handed out: still one kick.
     drop(a2);
@@ -257,7 +275,7 @@ fn a_harness_killed_during_its_kick_turn_gets_that_kick_and_no_second() {
     let mut a4 = b.agent("ana");
     assert_eq!(kick(&mut a4), k2);
     assert_eq!(pop(&mut a4).id, k2);
-    ok(&mut a4, AckTurn { id: k2 });
+    ok(&mut a4, AckTurn { id: k2, turn: None });
     assert!(recv_next(&mut a4, 0).message.is_none());
 }
 
@@ -268,15 +286,39 @@ fn ack_with_a_stale_or_foreign_id_is_refused() {
     let mut bob = b.agent("bob");
     let first = wake(&mut a, "x", "one");
     assert_eq!(pop(&mut a).id, first);
-    ok(&mut a, AckTurn { id: first });
-    let e = refused(&mut a, AckTurn { id: first });
+    ok(
+        &mut a,
+        AckTurn {
+            id: first,
+            turn: None,
+        },
+    );
+    let e = refused(
+        &mut a,
+        AckTurn {
+            id: first,
+            turn: None,
+        },
+    );
     assert!(e.contains("no inflight"), "{e}");
     let second = wake(&mut a, "x", "two");
     assert_eq!(pop(&mut a).id, second);
-    let e = refused(&mut a, AckTurn { id: second + 100 });
+    let e = refused(
+        &mut a,
+        AckTurn {
+            id: second + 100,
+            turn: None,
+        },
+    );
     assert!(e.contains("not the inflight"), "{e}");
     // Another agent's socket cannot ack or requeue this row.
-    let e = refused(&mut bob, AckTurn { id: second });
+    let e = refused(
+        &mut bob,
+        AckTurn {
+            id: second,
+            turn: None,
+        },
+    );
     assert!(e.contains("bob has no inflight"), "{e}");
     refused(
         &mut bob,
@@ -285,7 +327,13 @@ fn ack_with_a_stale_or_foreign_id_is_refused() {
             ..Default::default()
         },
     );
-    ok(&mut a, AckTurn { id: second });
+    ok(
+        &mut a,
+        AckTurn {
+            id: second,
+            turn: None,
+        },
+    );
 }
 
 #[test]
@@ -300,6 +348,7 @@ fn an_agent_socket_acts_only_as_that_agent() {
             to: "bob".into(),
             body: "for bob only".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     assert!(recv_next(&mut ana, 0).message.is_none());
@@ -369,6 +418,7 @@ fn parent_sentinel_and_allowed_recipients() {
             to: "<parent>".into(),
             body: "done".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     assert_eq!(r["to"], "ruth");
@@ -381,6 +431,7 @@ fn parent_sentinel_and_allowed_recipients() {
             to: "<parent>".into(),
             body: "hi boss".into(),
             in_reply_to: Some(m.id),
+            receipt: false,
         },
     );
     assert_eq!(r["to"], "operator");
@@ -390,6 +441,7 @@ fn parent_sentinel_and_allowed_recipients() {
             to: "pal".into(),
             body: "psst".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     assert!(e.contains("may not send"), "{e}");
@@ -399,6 +451,7 @@ fn parent_sentinel_and_allowed_recipients() {
             to: "nobody".into(),
             body: "x".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     assert!(e.contains("unknown recipient"), "{e}");
@@ -424,7 +477,7 @@ fn parent_sentinel_and_allowed_recipients() {
 }
 
 fn pop_after_ack(c: &mut Client, id: i64) -> Message {
-    ok(c, AckTurn { id });
+    ok(c, AckTurn { id, turn: None });
     pop(c)
 }
 
@@ -655,6 +708,7 @@ fn operator_commands_over_the_host_socket() {
             to: "operator".into(),
             body: "looks good".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     let (_, out, _) = run_hive(&["inbox", "--peek"], None, &env);
@@ -693,7 +747,13 @@ fn operator_commands_over_the_host_socket() {
     assert_ne!(code, 0);
     assert!(err.contains("no open question"), "{err}");
     let first = pop(&mut ruth); // the operator's message
-    ok(&mut ruth, AckTurn { id: first.id });
+    ok(
+        &mut ruth,
+        AckTurn {
+            id: first.id,
+            turn: None,
+        },
+    );
     let m = pop(&mut ruth);
     assert_eq!(m.kind, "question_answered");
     assert!(
@@ -726,7 +786,13 @@ fn questions_between_agents_ttl_and_cancel() {
     let asked = pop(&mut bob);
     assert_eq!(asked.kind, "question_asked");
     assert!(asked.body.contains("which branch?") && asked.body.contains("main | dev"));
-    ok(&mut bob, AckTurn { id: asked.id });
+    ok(
+        &mut bob,
+        AckTurn {
+            id: asked.id,
+            turn: None,
+        },
+    );
     let e = refused(
         &mut ana,
         Answer {
@@ -747,7 +813,13 @@ fn questions_between_agents_ttl_and_cancel() {
     );
     let ans = pop(&mut ana);
     assert!(ans.body.contains("main, dev"), "{}", ans.body);
-    ok(&mut ana, AckTurn { id: ans.id });
+    ok(
+        &mut ana,
+        AckTurn {
+            id: ans.id,
+            turn: None,
+        },
+    );
 
     // TTL expiry answers [expired].
     ok(
@@ -762,7 +834,13 @@ fn questions_between_agents_ttl_and_cancel() {
     );
     let exp = recv_next(&mut ana, 10).message.expect("expiry notice");
     assert!(exp.body.contains("[expired]"), "{}", exp.body);
-    ok(&mut ana, AckTurn { id: exp.id });
+    ok(
+        &mut ana,
+        AckTurn {
+            id: exp.id,
+            turn: None,
+        },
+    );
 
     // The asker may withdraw; nobody else may.
     let q = ok(
@@ -843,10 +921,22 @@ fn reminders_fire_across_a_broker_restart_with_their_whole_payload() {
     let m = recv_next(&mut a, 10).message.expect("the reminder fires");
     assert_eq!((m.from.as_str(), m.kind.as_str()), ("reminder", "reminder"));
     assert!(m.body.ends_with("] check the deploy"), "{}", m.body);
-    ok(&mut a, AckTurn { id: m.id });
+    ok(
+        &mut a,
+        AckTurn {
+            id: m.id,
+            turn: None,
+        },
+    );
     let m = recv_next(&mut a, 10).message.expect("the long one fires");
     assert_eq!(m.body, format!("[reminder #{}] {big}", big_id + 2));
-    ok(&mut a, AckTurn { id: m.id });
+    ok(
+        &mut a,
+        AckTurn {
+            id: m.id,
+            turn: None,
+        },
+    );
     ok(
         &mut a,
         CancelLooseEnd {
@@ -969,6 +1059,7 @@ fn attempts_positions_and_dead_letters_survive_a_broker_restart() {
             to: "ana".into(),
             body: "one".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     // Another sender: a script.
@@ -999,7 +1090,13 @@ fn attempts_positions_and_dead_letters_survive_a_broker_restart() {
     // "one" went behind "two", for good.
     let r = recv_next(&mut a, 0);
     assert_eq!((r.message.unwrap().body.as_str(), r.attempts), ("two", 1));
-    ok(&mut a, AckTurn { id: one + 1 });
+    ok(
+        &mut a,
+        AckTurn {
+            id: one + 1,
+            turn: None,
+        },
+    );
     // Its count survived; a hand-out interrupted by a broker crash counts.
     let r = recv_next(&mut a, 0);
     assert_eq!((r.message.unwrap().id, r.attempts), (one, 2));
@@ -1102,7 +1199,13 @@ fn a_hive_started_with_its_standard_descriptors_closed_keeps_its_files_off_them(
     );
     let r = recv_next(&mut a, 0);
     assert_eq!(r.message.unwrap().id, one);
-    ok(&mut a, AckTurn { id: one });
+    ok(
+        &mut a,
+        AckTurn {
+            id: one,
+            turn: None,
+        },
+    );
     assert_eq!(recv_next(&mut a, 0).message.unwrap().body, "second");
     let _ = broker.kill();
     let _ = broker.wait();

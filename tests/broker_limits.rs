@@ -130,6 +130,7 @@ fn three_hundred_connections_on_one_agent_socket_lock_out_nobody_under_ulimit_25
             to: "ana".into(),
             body: "from bob meanwhile".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     let refusing = b.log().matches("refusing connections").count();
@@ -149,7 +150,13 @@ fn three_hundred_connections_on_one_agent_socket_lock_out_nobody_under_ulimit_25
         .unwrap();
     let m = first.message.expect("the message sent meanwhile");
     assert_eq!((m.id, m.body.as_str()), (meanwhile, "sent meanwhile"));
-    ok(&mut ana, AckTurn { id: m.id });
+    ok(
+        &mut ana,
+        AckTurn {
+            id: m.id,
+            turn: None,
+        },
+    );
     let second: RecvNextReply = ana
         .call(&RecvNext {
             wait_seconds: Some(5),
@@ -277,6 +284,7 @@ fn a_body_of_the_old_wedging_size_is_refused_and_the_agent_keeps_working() {
             to: "ana".into(),
             body: big.clone(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     assert!(e.contains("1048500 bytes") && e.contains("65536"), "{e}");
@@ -427,6 +435,7 @@ fn every_path_that_creates_a_message_checks_its_size_and_refuses_blank_text() {
             to: "ana".into(),
             body: "y".repeat(hyperhive::proto::limits::MAX_BODY),
             in_reply_to: None,
+            receipt: false,
         },
     );
     let db = rusqlite::Connection::open(b.state_dir().join("broker.db")).unwrap();
@@ -535,6 +544,7 @@ fn hive_inbox_prints_twenty_big_messages_and_a_hang_up_or_head_loses_none() {
                 to: "operator".into(),
                 body: format!("report {i}: {}", "r".repeat(60_000)),
                 in_reply_to: None,
+                receipt: false,
             },
         );
     }

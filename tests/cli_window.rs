@@ -114,6 +114,7 @@ fn hive_up_tells_the_operator_once_per_hive_and_version() {
             to: "ana".into(),
             body: "work".into(),
             in_reply_to: None,
+            receipt: false,
         })
         .map(|r| serde_json::to_value(r).unwrap())
         .unwrap();

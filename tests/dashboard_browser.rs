@@ -308,6 +308,7 @@ fn every_badge_link_and_button_of_a_card() {
             to: "kid".into(),
             body: "please".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     let dash = up.dashboard();
@@ -361,6 +362,7 @@ fn every_badge_link_and_button_of_a_card() {
             to: "boss".into(),
             body: "a long job".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     fake.wait_count(n);
@@ -538,6 +540,7 @@ fn the_dashboard_for_watching_at_desktop_and_phone_sizes() {
                 to: "kid".into(),
                 body: format!("job {i} of the night"),
                 in_reply_to: None,
+                receipt: false,
             },
         );
     }

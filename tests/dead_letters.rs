@@ -45,6 +45,7 @@ fn agent_send(b: &Broker, from: &str, to: &str, body: &str) -> i64 {
             to: to.into(),
             body: body.into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     r["id"].as_i64().unwrap()
@@ -458,6 +459,7 @@ ok_turn done"#,
             to: "ana".into(),
             body: "poison pill".into(),
             in_reply_to: None,
+            receipt: false,
         },
     )["id"]
         .as_i64()

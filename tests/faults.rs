@@ -169,6 +169,7 @@ fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
                 to: "ana".into(),
                 body: body.clone(),
                 in_reply_to: None,
+                receipt: false,
             },
         );
         accepted.push(body);
@@ -182,6 +183,7 @@ fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
             to: "ana".into(),
             body: body.clone(),
             in_reply_to: None,
+            receipt: false,
         }) {
             Ok(_) => accepted.push(body),
             Err(ClientError::Refused(e)) => {
@@ -206,6 +208,7 @@ fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
             to: "ana".into(),
             body: "after".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     accepted.push("after".into());
@@ -219,7 +222,13 @@ fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
             })
             .unwrap();
         let Some(m) = r.message else { break };
-        ok(&mut ana, AckTurn { id: m.id });
+        ok(
+            &mut ana,
+            AckTurn {
+                id: m.id,
+                turn: None,
+            },
+        );
         got.push(m.body);
     }
     assert_eq!(got, accepted);

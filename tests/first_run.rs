@@ -141,6 +141,7 @@ fn inbox_and_questions_indent_bodies_so_none_forges_a_header() {
             to: "operator".into(),
             body: forged.into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     let (code, out, err) = run_hive(&["inbox", "--peek", "--socket", host], None, &[]);

@@ -324,6 +324,7 @@ fn claudes_processes_cannot_report_as_the_harness_nor_take_its_credential() {
             to: "ana".into(),
             body: "after-the-forgers".into(),
             in_reply_to: None,
+            receipt: false,
         })
         .unwrap();
     up.wait_prompt("ana", "after-the-forgers", 1);
@@ -364,6 +365,7 @@ fn sixty_four_connections_on_the_agent_socket_do_not_stop_a_turn() {
             to: "ana".into(),
             body: "through-the-flood".into(),
             in_reply_to: None,
+            receipt: false,
         })
         .unwrap();
     up.wait_prompt("ana", "through-the-flood", 1);
@@ -391,6 +393,7 @@ fn without_a_sandbox_the_harness_reports_on_its_socket_and_says_so_once() {
             to: "ana".into(),
             body: "plain-turn".into(),
             in_reply_to: None,
+            receipt: false,
         })
         .unwrap();
     up.wait_prompt("ana", "plain-turn", 1);

@@ -23,6 +23,7 @@ fn send(up: &Up, body: &str) {
             to: "ana".into(),
             body: body.into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
 }

@@ -54,6 +54,7 @@ fn hive_search_and_hive_history_read_every_agents_page() {
             to: "ana".into(),
             body: "the quokka-91 report".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     ok(
@@ -62,6 +63,7 @@ fn hive_search_and_hive_history_read_every_agents_page() {
             to: "bob".into(),
             body: "quokka-91 audit, with a ferret".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     up.wait_prompt("ana", "quokka-91", 1);

@@ -56,6 +56,7 @@ fn send(up: &Up, to: &str, body: &str) {
             to: to.into(),
             body: body.into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
 }

@@ -361,6 +361,7 @@ fn the_real_clis_early_warning_is_on_the_dashboard_of_hive_up(cli: &RealCli) {
             to: "ana".into(),
             body: "a job near the limit".into(),
             in_reply_to: None,
+            receipt: false,
         })
         .unwrap();
     let dash = up.dashboard();

@@ -178,6 +178,7 @@ fn turn_usd_applies_live_under_hive_up() {
             to: "ana".into(),
             body: "after the edit".into(),
             in_reply_to: None,
+            receipt: false,
         })
         .unwrap();
     fake.wait_count(2);
@@ -1214,7 +1215,13 @@ fn spend_past_two_to_the_64_in_memory_fails_closed() {
     let m = r
         .message
         .expect("2^64 - 2 tokens and $0: under the dollar budget");
-    let _: hyperhive::proto::Empty = b.agent("ana").call(&AckTurn { id: m.id }).unwrap();
+    let _: hyperhive::proto::Empty = b
+        .agent("ana")
+        .call(&AckTurn {
+            id: m.id,
+            turn: None,
+        })
+        .unwrap();
     assert_eq!(report_of(&b, "ana").row.tokens, u64::MAX - 1);
 
     report(&b, "ana", "run:1", Some(0.01), 10, None);

@@ -92,6 +92,7 @@ fn the_python_sdk_initializes_lists_and_calls_every_tool() {
             to: "ruth".into(),
             body: "queued for python".into(),
             in_reply_to: None,
+            receipt: false,
         },
     )["id"]
         .as_i64()

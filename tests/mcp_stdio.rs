@@ -67,6 +67,7 @@ impl Hive {
                 to: agent.into(),
                 body: body.into(),
                 in_reply_to: None,
+                receipt: false,
             },
         );
         r["id"].as_i64().unwrap()
@@ -657,7 +658,7 @@ fn bad_arguments_are_error_results_naming_the_argument() {
         (
             "send",
             json!({"to":"bob","body":"x","cc":"al"}),
-            "unknown argument \"cc\"; expected one of: to, body, in_reply_to",
+            "unknown argument \"cc\"; expected one of: to, body, in_reply_to, receipt",
         ),
         (
             "recv",

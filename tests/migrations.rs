@@ -78,6 +78,7 @@ fn migrate_broker_fixture(name: &str, version: u32) -> (Db, Connection, TempDir)
         db::MIGRATIONS.last().unwrap().version
     );
     let mut new = rows(&path, "messages");
+    step_16_off(&mut new);
     for n in new.iter_mut() {
         assert_eq!(
             n.pop(),
@@ -144,12 +145,28 @@ fn queue(store: &Db, agent: &str) -> Vec<(i64, String)> {
 
 /// The indexes and triggers on the messages table from step 12 on: the
 /// inbox's, the acked rows' by age, the two that keep the stored bytes.
-const STEP_12_OBJECTS: [&str; 4] = [
+const STEP_12_OBJECTS: [&str; 6] = [
     "messages_acked",
     "messages_charged_delete",
     "messages_charged_insert",
     "messages_inbox",
+    "messages_receipts",
+    "messages_sender",
 ];
+
+/// Takes off the columns step 16 appended to each message row (when it was
+/// handed out, how, the turn that acked it, and whether its sender wants a
+/// receipt), none for every old row.
+fn step_16_off(rows: &mut [Vec<Value>]) {
+    for r in rows.iter_mut() {
+        let at = r.len() - 4;
+        assert_eq!(
+            r.split_off(at),
+            [Value::Null, Value::Null, Value::Null, Value::Null],
+            "step 16: no hand-out is known of an old row"
+        );
+    }
+}
 
 /// The names of the indexes and triggers on the messages table, sorted.
 fn message_objects(c: &Connection) -> Vec<String> {
@@ -264,7 +281,8 @@ fn an_old_broker_store_migrates_with_every_row() {
         if *table == "messages" {
             // Step 3 appended attempts (0), the last error (none) and the
             // queue position (the row's own id) to every row, step 12 the
-            // agent it is charged to (none).
+            // agent it is charged to (none), step 16 its hand-out (none).
+            step_16_off(&mut new);
             for n in new.iter_mut() {
                 let added = n.split_off(9);
                 assert_eq!(
@@ -684,7 +702,13 @@ fn a_spilled_reminder_payload_moves_into_the_store() {
             })
             .unwrap();
         let Some(m) = r.message else { break };
-        ok(&mut ruth, AckTurn { id: m.id });
+        ok(
+            &mut ruth,
+            AckTurn {
+                id: m.id,
+                turn: None,
+            },
+        );
         let done = m.kind == MsgKind::Reminder && m.body.starts_with("[reminder #2]");
         bodies.push(m.body);
         if done {
@@ -1031,7 +1055,11 @@ fn a_version_12_swarm_store_keeps_every_event_id_through_step_13() {
     );
     assert!(db::MIGRATIONS.iter().any(|s| s.version == 13));
     for (t, old) in kept.iter().zip(&before) {
-        assert_eq!(&rows(&path, t), old, "{t}");
+        let mut now = rows(&path, t);
+        if *t == "messages" {
+            step_16_off(&mut now);
+        }
+        assert_eq!(&now, old, "{t}");
     }
     // The outbox: every column, then the instance and no question instance
     // (none of the rows answers or withdraws a question).
@@ -1104,6 +1132,7 @@ fn a_version_12_swarm_store_keeps_every_event_id_through_step_13() {
             to: "b@two".into(),
             body: "third out".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     let next: BridgeNextReply = br.call(&BridgeNext { wait_seconds: None }).unwrap();
@@ -1148,4 +1177,67 @@ fn a_version_12_swarm_store_keeps_every_event_id_through_step_13() {
         })
         .unwrap();
     assert_eq!((r.delivered, r.duplicates), (1, 1));
+}
+
+/// Step 16 (issue 43, receipts) on the previous release's store
+/// (`broker-v12.db`): its messages gain no hand-out (none is known), the
+/// sender index and an empty table of pruned ids come, and a real broker
+/// reads each old row's state from it: ana's mail to hive two posted
+/// (with its event id) or still with the bridge, the message from two queued
+/// first in ana's queue, and not ana's to read.
+#[test]
+fn the_previous_releases_store_reads_message_states_through_step_16() {
+    use hyperhive::proto::cmd::{MessageState, MessageStateReply, Where};
+    let dir = TempDir::new("mig-v12-receipts");
+    let path = copy_fixture("broker-v12.db", dir.path(), db::FILE);
+    let before = rows(&path, "messages");
+    {
+        let store = Db::open(&path, Durability::Normal).unwrap();
+        let c = Connection::open(&path).unwrap();
+        assert!(schema::version(&c).unwrap() >= 16);
+        let mut now = rows(&path, "messages");
+        step_16_off(&mut now);
+        assert_eq!(now, before, "every row, every column");
+        assert_eq!(message_objects(&c), STEP_12_OBJECTS);
+        assert!(rows(&path, "pruned_messages").is_empty());
+        let row = store.sent_row(1).unwrap().unwrap();
+        assert_eq!((row.sender.as_str(), row.handed_at), ("ana", None));
+        assert_eq!(store.pruned_sender(1).unwrap(), None);
+        assert_intact(&c);
+    }
+
+    let config = r##"{
+      "hive_name": "one",
+      "agents": [{"name": "ana"}, {"name": "bob"}],
+      "matrix": {
+        "homeserver": "http://127.0.0.1:9",
+        "user_id": "@hive-one-bridge:hive.test",
+        "password_file": "/nonexistent/pw",
+        "room": "#swarm:hive.test",
+        "peers": {"two": "@hive-two-bridge:hive.test"}
+      }
+    }"##;
+    let mut b = Broker::start_config(config);
+    b.terminate();
+    for f in ["broker.db", "broker.db-wal", "broker.db-shm"] {
+        let _ = std::fs::remove_file(b.state_dir().join(f));
+    }
+    copy_fixture("broker-v12.db", &b.state_dir(), db::FILE);
+    b.restart();
+    let mut ana = b.agent("ana");
+    let s: MessageStateReply = ana.call(&MessageState { id: 1 }).unwrap();
+    assert_eq!(
+        (s.state, s.event_id.as_deref()),
+        (Where::Posted, Some("$fixture-sent-1"))
+    );
+    let s: MessageStateReply = ana.call(&MessageState { id: 2 }).unwrap();
+    assert_eq!(s.state, Where::HandedToBridge);
+    let e = common::hive::refused(&mut ana, MessageState { id: 4 });
+    assert_eq!(e, "message #4: not a message you sent");
+    let s: MessageStateReply = b.host().call(&MessageState { id: 4 }).unwrap();
+    assert_eq!((s.state, s.position), (Where::Queued, Some(1)));
+    assert_eq!(
+        s.text,
+        "message #4 to ana: queued, position 1 in ana's queue"
+    );
 }

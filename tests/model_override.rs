@@ -29,6 +29,7 @@ fn send(up: &Up, body: &str) {
             to: "ana".into(),
             body: body.into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
 }

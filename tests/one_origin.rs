@@ -179,6 +179,7 @@ fn the_live_stream_flows_through_the_hive_and_comes_back_after_a_restart() {
         to: "ana".into(),
         body: "first through the hive".into(),
         in_reply_to: None,
+        receipt: false,
     })
     .unwrap();
     let end = Duration::from_secs(30);
@@ -202,6 +203,7 @@ fn the_live_stream_flows_through_the_hive_and_comes_back_after_a_restart() {
         to: "ana".into(),
         body: "second through the hive".into(),
         in_reply_to: None,
+        receipt: false,
     })
     .unwrap();
     wait_for(end, "a live turn_end after the restart", || {
@@ -473,6 +475,7 @@ fn a_process_claude_starts_cannot_take_the_harnesss_descriptors() {
             to: "ana".into(),
             body: "probe your harness".into(),
             in_reply_to: None,
+            receipt: false,
         })
         .unwrap();
     let said = wait_for(Duration::from_secs(30), "the probe's answer", || {

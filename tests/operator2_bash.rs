@@ -415,6 +415,7 @@ ok_turn "done"
             to: "ana".into(),
             body: "look around".into(),
             in_reply_to: None,
+            receipt: false,
         })
         .unwrap();
     up.wait_prompt("ana", "look around", 1);

@@ -319,6 +319,7 @@ fn an_expired_oauth_token_reaches_the_manager() {
             to: "kid".into(),
             body: "build it".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     up.wait_prompt("boss", "[needs_login] kid", 1);

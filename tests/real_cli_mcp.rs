@@ -198,6 +198,7 @@ fn send_to_ruth(agent: &Agent, body: &str) -> i64 {
             to: "ruth".into(),
             body: body.into(),
             in_reply_to: None,
+            receipt: false,
         },
     )["id"]
         .as_i64()
@@ -279,6 +280,7 @@ fn the_model_receives_a_queued_message_which_is_then_confirmed(cli: &RealCli) {
             to: "ruth".into(),
             body: "queued for claude".into(),
             in_reply_to: None,
+            receipt: false,
         },
     )["id"]
         .as_i64()

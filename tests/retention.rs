@@ -421,6 +421,7 @@ fn the_limit_of_a_minute_refuses_one_sender_and_not_the_operator_or_another() {
             to: "bob".into(),
             body: "hi".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     assert!(e.starts_with("over quota: ana stored"), "{e}");
@@ -468,7 +469,11 @@ fn take_next(ana: &mut Client) -> Option<hyperhive::proto::Message> {
         })
         .unwrap();
     let m = r.message?;
-    ana.call(&AckTurn { id: m.id }).unwrap();
+    ana.call(&AckTurn {
+        id: m.id,
+        turn: None,
+    })
+    .unwrap();
     Some(m)
 }
 

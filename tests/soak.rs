@@ -214,6 +214,7 @@ fn crash_loop_loses_no_accepted_message() {
             to: to.into(),
             body: tok.into(),
             in_reply_to: None,
+            receipt: false,
         };
         call_on(&mut slot, &host, &req)
     }));
@@ -229,6 +230,7 @@ fn crash_loop_loses_no_accepted_message() {
                 to: "bob".into(),
                 body: tok.into(),
                 in_reply_to: None,
+                receipt: false,
             };
             call_on(&mut slot, &ana, &req)
         },

@@ -100,6 +100,7 @@ fn operator_send(up: &Up, to: &str, body: &str) -> i64 {
             to: to.into(),
             body: body.into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     r["id"].as_i64().unwrap()
@@ -113,6 +114,7 @@ fn agent_send(up: &Up, from: &str, to: &str, body: &str) {
             to: to.into(),
             body: body.into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
 }

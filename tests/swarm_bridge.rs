@@ -95,6 +95,7 @@ impl Hive {
                 to: to.into(),
                 body: body.into(),
                 in_reply_to,
+                receipt: false,
             },
         );
         r["id"].as_i64().unwrap()
@@ -151,7 +152,13 @@ impl Hive {
                     self.log()
                 )
             });
-            ok(&mut c, AckTurn { id: m.id });
+            ok(
+                &mut c,
+                AckTurn {
+                    id: m.id,
+                    turn: None,
+                },
+            );
             if m.kind.as_str() != "kick" {
                 return m;
             }

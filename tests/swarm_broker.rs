@@ -64,7 +64,13 @@ fn next_message(b: &Broker, agent: &str) -> Message {
             })
             .unwrap();
         let m = r.message.expect("a message within 10 s");
-        ok(&mut c, AckTurn { id: m.id });
+        ok(
+            &mut c,
+            AckTurn {
+                id: m.id,
+                turn: None,
+            },
+        );
         if m.kind.as_str() != "kick" {
             return m;
         }
@@ -106,6 +112,7 @@ fn send(c: &mut Client, to: &str, body: &str, in_reply_to: Option<i64>) -> i64 {
             to: to.into(),
             body: body.into(),
             in_reply_to,
+            receipt: false,
         },
     );
     r["id"].as_i64().unwrap()
@@ -117,6 +124,7 @@ fn mail(to: &str, body: &str) -> Send {
         to: to.into(),
         body: body.into(),
         in_reply_to: None,
+        receipt: false,
     }
 }
 

@@ -63,6 +63,7 @@ fn the_operator_sees_the_bridge_backing_off_with_its_outbox() {
             to: "b@two".into(),
             body: "waits for the homeserver".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     let row = wait_for(Duration::from_secs(30), "the bridge backing off", || {
@@ -101,6 +102,7 @@ fn the_operator_sees_the_bridge_backing_off_with_its_outbox() {
             to: "a".into(),
             body: "local work goes on".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     up.wait_prompt("a", "local work goes on", 1);

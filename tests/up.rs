@@ -64,6 +64,7 @@ fn kill_and_write(up: &Up, agent: &str) -> u32 {
             to: agent.into(),
             body: DOWN.into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     pid
@@ -706,6 +707,7 @@ fn sigterm_requeues_an_inflight_turn_and_the_next_hive_up_finishes_it() {
             to: "pal".into(),
             body: "a long job".into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     fake.wait_count(next);

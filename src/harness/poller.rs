@@ -1036,7 +1036,7 @@ mod tests {
         let p = poller_on(&socket);
         {
             let _cork = p.teller().cork();
-            p.tell(Request::from(cmd::AckTurn { id: 7 }));
+            p.tell(Request::from(cmd::AckTurn { id: 7, turn: None }));
             p.next();
         }
         assert!(matches!(next_event(&p), FromPoller::TurnUsd(Some(u)) if u == 0.5));
@@ -1079,7 +1079,7 @@ mod tests {
     /// is not one either (the connection's reader already judged it).
     #[test]
     fn only_an_ok_false_answer_is_a_refusal() {
-        let req = Request::from(cmd::AckTurn { id: 7 });
+        let req = Request::from(cmd::AckTurn { id: 7, turn: None });
         assert!(refusal(&req, r#"{"ok":true}"#).is_ok());
         assert!(refusal(&req, r#"{"ok":true,"acked":1}"#).is_ok());
         assert!(refusal(&req, "not json").is_ok());
@@ -1111,7 +1111,7 @@ mod tests {
         let p = poller_on(&socket);
         {
             let _cork = p.teller().cork();
-            p.tell(Request::from(cmd::AckTurn { id: 7 }));
+            p.tell(Request::from(cmd::AckTurn { id: 7, turn: None }));
             p.next();
         }
         let end = Instant::now() + Duration::from_secs(10);
@@ -1135,7 +1135,7 @@ mod tests {
                 .all(|ev| !matches!(ev, FromPoller::Message { .. } | FromPoller::Empty)),
             "an empty peek is not an answer to the ask"
         );
-        p.tell(Request::from(cmd::AckTurn { id: 9 }));
+        p.tell(Request::from(cmd::AckTurn { id: 9, turn: None }));
         let end = Instant::now() + Duration::from_secs(10);
         while !seen
             .lock()

@@ -90,7 +90,8 @@ impl Inflight {
     pub fn ack(mut self, why: Ack) {
         log::debug!("ack of {:?} ({why:?})", self.id);
         if let Some(id) = self.id {
-            self.teller.tell(Request::from(cmd::AckTurn { id }));
+            self.teller
+                .tell(Request::from(cmd::AckTurn { id, turn: None }));
         }
         self.settled = true;
     }
@@ -311,8 +312,8 @@ mod tests {
         assert_eq!(
             sent(),
             [
-                Request::from(cmd::AckTurn { id: 7 }),
-                Request::from(cmd::AckTurn { id: 7 })
+                Request::from(cmd::AckTurn { id: 7, turn: None }),
+                Request::from(cmd::AckTurn { id: 7, turn: None })
             ]
         );
         // The dead letter is the broker's: one command, no ack.

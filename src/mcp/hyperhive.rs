@@ -549,6 +549,7 @@ mod tests {
                 "recv",
                 "ask",
                 "answer",
+                "message_state",
                 "set_status",
                 "get_agent_meta",
                 "get_loose_ends",

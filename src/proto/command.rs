@@ -171,6 +171,8 @@ commands! {
     "send"                 => Send:              Both(Group(G::Messaging));
     "recv"                 => Recv:              Agent(Group(G::Messaging));
     "recv_ack"             => RecvAck:           Agent(Group(G::Messaging));
+    //   message_state (issue 43): an agent reads what it sent, the operator any.
+    "message_state"        => MessageState:      Both(Group(G::Messaging));
     "ask"                  => Ask:               Agent(Group(G::Messaging));
     "answer"               => Answer:            Both(Group(G::Messaging));
     // meta

@@ -602,7 +602,7 @@ fn cycles_with(c: &mut Client, n: usize, mut between: impl FnMut(&mut Client)) -
             .unwrap();
         let id = m.message.expect("the message just woken").id;
         between(c);
-        c.call(&AckTurn { id }).unwrap();
+        c.call(&AckTurn { id, turn: None }).unwrap();
     }
     n as f64 / start.elapsed().as_secs_f64()
 }

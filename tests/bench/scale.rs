@@ -324,6 +324,7 @@ fn wake_latencies(h: &Hive, host: &mut Client, targets: &[String]) -> Vec<f64> {
             to: to.clone(),
             body: format!("wake {k}"),
             in_reply_to: None,
+            receipt: false,
         })
         .expect("send");
         wait_until("a wake's claude to start", Duration::from_secs(60), || {
@@ -441,6 +442,7 @@ pub fn bench_scale(a: &ScaleArgs) -> ScaleFigures {
             to: agent_name(i),
             body: "held".into(),
             in_reply_to: None,
+            receipt: false,
         })
         .expect("send");
     }
@@ -471,6 +473,7 @@ pub fn bench_scale(a: &ScaleArgs) -> ScaleFigures {
             to: agent_name(i),
             body: format!("burst {i}"),
             in_reply_to: None,
+            receipt: false,
         })
         .expect("send");
     }

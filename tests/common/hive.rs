@@ -668,6 +668,7 @@ pub fn operator_send(b: &Broker, to: &str, body: &str) -> i64 {
             to: to.into(),
             body: body.into(),
             in_reply_to: None,
+            receipt: false,
         },
     );
     r["id"].as_i64().unwrap()

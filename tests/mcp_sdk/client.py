@@ -18,7 +18,7 @@ from mcp.shared import exceptions
 MCPError = getattr(exceptions, "MCPError", None) or getattr(exceptions, "McpError")
 
 DEFAULT_TOOLS = [
-    "send", "recv", "ask", "answer", "set_status", "get_agent_meta",
+    "send", "recv", "ask", "answer", "message_state", "set_status", "get_agent_meta",
     "get_loose_ends", "cancel_loose_end", "remind", "request_next_turn",
 ]
 
@@ -105,6 +105,10 @@ async def main():
 
             sent = await ok(session, "send", {"to": "operator", "body": "from the python sdk"})
             check(sent.endswith(" to operator"), sent)
+            sid = int(sent.split("#")[1].split(" ")[0])
+            st = await ok(session, "message_state", {"id": sid})
+            check(st.startswith(f"message #{sid} to operator: queued, position "), st)
+            await tool_error(session, "message_state", {"id": sid + 1000})
             await tool_error(session, "send", {"to": "nobody", "body": "x"})
             await bad_arguments(session, "send", {"body": "x"},
                                  'missing required argument "to" (a string)')

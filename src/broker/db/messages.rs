@@ -7,6 +7,64 @@
 
 use super::*;
 
+/// Schema step 16 (issue 43, receipts): when and how each row was last
+/// handed out (`handed_via`: `turn` for the harness's `recv_next`, `recv`
+/// for the MCP tool) and the turn the harness said acked it; the index that
+/// finds a sender's messages; `receipt` (1: its sender asked for a receipt)
+/// and the partial index of the receipts waiting for their agent's next turn
+/// or `recv`; and `pruned_messages`, the one thing kept of a
+/// row retention deleted: its id and the agent that sent it (empty when the
+/// row was no agent's own send), so `message_state` says "pruned" to its
+/// sender and to nobody else. About 20 bytes a pruned row.
+pub(super) const SCHEMA_V16: &str = "
+ALTER TABLE messages ADD COLUMN handed_at INTEGER;
+ALTER TABLE messages ADD COLUMN handed_via TEXT;
+ALTER TABLE messages ADD COLUMN turn INTEGER;
+ALTER TABLE messages ADD COLUMN receipt INTEGER;
+CREATE INDEX messages_sender ON messages (sender, id);
+CREATE INDEX messages_receipts ON messages (recipient, seq)
+    WHERE kind = 'receipt' AND state = 'queued';
+CREATE TABLE pruned_messages (
+    id INTEGER PRIMARY KEY,
+    sender TEXT NOT NULL
+);
+";
+
+/// One message's row as `message_state` reads it, with its outbox entry
+/// when it left for another hive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentRow {
+    pub id: i64,
+    pub sender: String,
+    /// The agent the row is charged to (step 12; none for older rows and
+    /// for the harness's own notices).
+    pub charged: Option<String>,
+    pub recipient: String,
+    pub state: MsgState,
+    pub sent_at: i64,
+    pub done_at: Option<i64>,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    pub handed_at: Option<i64>,
+    pub handed_via: Option<String>,
+    pub turn: Option<i64>,
+    /// Its place among the recipient's queued rows, 1 first (queued only).
+    pub position: Option<u64>,
+    /// The outbox entry of mail to another hive.
+    pub outbox: Option<SentOutbox>,
+}
+
+/// The outbox entry of a message to another hive, as `message_state` reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentOutbox {
+    /// `pending`, `sent` or `failed`.
+    pub state: String,
+    /// When it settled.
+    pub done_at: Option<i64>,
+    pub event_id: Option<String>,
+    pub error: Option<String>,
+}
+
 impl Db {
     /// Queues a message at the tail of the queue.
     pub fn insert_message(&self, m: &NewMessage, now: i64) -> Res<i64> {
@@ -97,9 +155,11 @@ impl Db {
                         "SELECT ",
                         msg_cols!(),
                         ", attempts, (SELECT COUNT(*) FROM messages \
-                         WHERE recipient = ?1 AND state = 'queued') \
+                         WHERE recipient = ?1 AND state = 'queued') - (SELECT COUNT(*) \
+                         FROM messages INDEXED BY messages_receipts WHERE recipient = ?1 \
+                         AND kind = 'receipt' AND state = 'queued') \
                          FROM messages WHERE recipient = ?1 AND state = ?2 \
-                         ORDER BY seq, id LIMIT 1"
+                         AND kind != 'receipt' ORDER BY seq, id LIMIT 1"
                     ))?
                     .query_row(params![agent, state], |r| {
                         Ok((
@@ -118,9 +178,10 @@ impl Db {
                 let was_inflight = state == "inflight";
                 self.mark_inflight(agent);
                 c.prepare_cached(
-                    "UPDATE messages SET state = 'inflight', attempts = attempts + 1 WHERE id = ?1",
+                    "UPDATE messages SET state = 'inflight', attempts = attempts + 1, \
+                     handed_at = ?2, handed_via = 'turn' WHERE id = ?1",
                 )?
-                .execute(params![message.id])?;
+                .execute(params![message.id, crate::proto::now()])?;
                 // The count was read with this row still queued.
                 let queued = if was_inflight { queued } else { queued - 1 };
                 let taken = Taken {
@@ -156,12 +217,61 @@ impl Db {
         rows.collect()
     }
 
+    /// Queued rows of `recipient` but its receipts (which wait for its next
+    /// turn or `recv` and wake nothing: issue 43).
     pub fn count_queued(&self, recipient: &str) -> Res<u64> {
         self.conn
             .prepare_cached(
-                "SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued'",
+                "SELECT (SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued')
+                 - (SELECT COUNT(*) FROM messages INDEXED BY messages_receipts
+                    WHERE recipient = ?1 AND kind = 'receipt' AND state = 'queued')",
             )?
-            .query_row(params![recipient], |r| r.get::<_, i64>(0).map(|n| n as u64))
+            .query_row(params![recipient], |r| {
+                r.get::<_, i64>(0).map(|n| n.max(0) as u64)
+            })
+    }
+
+    /// Marks message `id` as one whose sender wants a receipt.
+    pub fn want_receipt(&self, id: i64) -> Res<()> {
+        self.conn
+            .prepare_cached("UPDATE messages SET receipt = 1 WHERE id = ?1")?
+            .execute(params![id])
+            .map(|_| ())
+    }
+
+    /// Whether the sender of message `id` asked for a receipt.
+    pub fn wants_receipt(&self, id: i64) -> Res<bool> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM messages WHERE id = ?1 AND receipt = 1")?
+            .query_row(params![id], |_| Ok(()))
+            .optional()
+            .map(|r| r.is_some())
+    }
+
+    /// The receipts waiting for `agent` (oldest first, at most `limit`),
+    /// made acked in the same transaction (handed to a turn at `now`).
+    pub fn take_receipts(&self, agent: &str, limit: u32, now: i64) -> Res<Vec<(i64, String)>> {
+        let tx = self.conn.unchecked_transaction()?;
+        let rows: Vec<(i64, String)> = {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, body FROM messages INDEXED BY messages_receipts
+                 WHERE recipient = ?1 AND kind = 'receipt' AND state = 'queued'
+                 ORDER BY seq LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![agent, limit], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<Res<_>>()?
+        };
+        {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE messages SET state = 'acked', done_at = ?1, handed_at = ?1,
+                 handed_via = 'turn' WHERE id = ?2 AND state = 'queued'",
+            )?;
+            for (id, _) in &rows {
+                stmt.execute(params![now, id])?;
+            }
+        }
+        tx.commit()?;
+        Ok(rows)
     }
 
     /// The oldest queued message of `agent`, as its queue position.
@@ -398,6 +508,98 @@ impl Db {
         self.conn
             .prepare_cached("SELECT recipient, state FROM messages WHERE id = ?1")?
             .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+    }
+
+    /// Notes that rows `ids` were handed out at `now` through `via` (`recv`).
+    pub fn mark_handed(&self, ids: &[i64], via: &str, now: i64) -> Res<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.unchecked_transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE messages SET handed_at = ?1, handed_via = ?2 WHERE id = ?3",
+            )?;
+            for id in ids {
+                stmt.execute(params![now, via, id])?;
+            }
+        }
+        tx.commit()
+    }
+
+    /// Keeps the harness's turn id with the acked row `id`.
+    pub fn set_turn(&self, id: i64, turn: i64) -> Res<()> {
+        self.conn
+            .prepare_cached("UPDATE messages SET turn = ?1 WHERE id = ?2 AND state = 'acked'")?
+            .execute(params![turn, id])
+            .map(|_| ())
+    }
+
+    /// Message `id` as `message_state` reads it, if its row is there.
+    pub fn sent_row(&self, id: i64) -> Res<Option<SentRow>> {
+        let row = self
+            .conn
+            .prepare_cached(
+                "SELECT m.id, m.sender, m.charged, m.recipient, m.state, m.sent_at, m.done_at,
+                        m.attempts, m.last_error, m.handed_at, m.handed_via, m.turn, m.seq,
+                        o.state, o.done_at, o.event_id, o.error
+                 FROM messages m LEFT JOIN outbox o ON o.msg_id = m.id AND o.dest != ''
+                 WHERE m.id = ?1",
+            )?
+            .query_row(params![id], |r| {
+                let outbox: Option<String> = r.get(13)?;
+                Ok((
+                    SentRow {
+                        id: r.get(0)?,
+                        sender: r.get(1)?,
+                        charged: r.get(2)?,
+                        recipient: r.get(3)?,
+                        state: r.get(4)?,
+                        sent_at: r.get(5)?,
+                        done_at: r.get(6)?,
+                        attempts: r.get::<_, i64>(7)?.clamp(0, u32::MAX as i64) as u32,
+                        last_error: r.get(8)?,
+                        handed_at: r.get(9)?,
+                        handed_via: r.get(10)?,
+                        turn: r.get(11)?,
+                        position: None,
+                        outbox: match outbox {
+                            Some(state) => Some(SentOutbox {
+                                state,
+                                done_at: r.get(14)?,
+                                event_id: r.get(15)?,
+                                error: r.get(16)?,
+                            }),
+                            None => None,
+                        },
+                    },
+                    r.get::<_, Option<i64>>(12)?.unwrap_or(id),
+                ))
+            })
+            .optional()?;
+        let Some((mut row, seq)) = row else {
+            return Ok(None);
+        };
+        if row.state == MsgState::Queued && row.outbox.is_none() {
+            let ahead: i64 = self
+                .conn
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued'
+                     AND (seq < ?2 OR (seq = ?2 AND id < ?3))",
+                )?
+                .query_row(params![row.recipient, seq, row.id], |r| r.get(0))?;
+            row.position = Some(ahead.max(0) as u64 + 1);
+        }
+        Ok(Some(row))
+    }
+
+    /// The sender kept of message `id` when retention deleted its row
+    /// (empty when it was no agent's own send).
+    pub fn pruned_sender(&self, id: i64) -> Res<Option<String>> {
+        self.conn
+            .prepare_cached("SELECT sender FROM pruned_messages WHERE id = ?1")?
+            .query_row(params![id], |r| r.get(0))
             .optional()
     }
 

@@ -128,6 +128,11 @@ pub const MIGRATIONS: &[Step] = &[
         what: "the model an agent's page chose, and the configured default it was chosen against",
         apply: |tx| tx.execute_batch(models::SCHEMA_V15),
     },
+    Step {
+        version: 16,
+        what: "receipts: each message's hand-out and acking turn, a sender index, pruned ids",
+        apply: |tx| tx.execute_batch(messages::SCHEMA_V16),
+    },
 ];
 
 /// Step 10 (issue 40): one run's row counts at most $1000 and 10^9 tokens

@@ -6,7 +6,8 @@
 //! holds the statements on every message's path prepared, and the `Db` keeps
 //! the queues' tail without reading it (`Queues`). The statements live by
 //! concern, as the hub's handlers do: the schema's steps, `migrations.rs`
-//! ([`MIGRATIONS`], `PRAGMA user_version`, `proto::schema`); messages,
+//! ([`MIGRATIONS`], `PRAGMA user_version`, `proto::schema`); messages and
+//! what `message_state` reads of them,
 //! `messages.rs`; per agent, `agents.rs`; questions, `questions.rs`;
 //! reminders, scheduled prompts and the operator's view of them,
 //! `timers.rs`; approvals, `approvals.rs`; credential pools, `pools.rs`;
@@ -283,6 +284,7 @@ mod swarm;
 mod timers;
 
 pub use agents::AgentStats;
+pub use messages::{SentOutbox, SentRow};
 pub use migrations::{lost_payload, MIGRATIONS};
 pub use retention::{PrunedMessages, Pruner};
 pub use spend::SpendTotals;

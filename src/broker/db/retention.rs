@@ -14,7 +14,9 @@
 //! run's end, and the budget notices by their window's start. The deletes
 //! run on the prune thread's own connection ([`Pruner`], `broker/prune.rs`),
 //! one short `IMMEDIATE` transaction per batch, so the hub waits at most one
-//! batch for the write lock.
+//! batch for the write lock. Each message deleted leaves its id and
+//! sender in `pruned_messages` (step 16), so `message_state` tells its
+//! sender it was pruned rather than that it never was.
 
 use super::{Durability, Res};
 use rusqlite::{params, Connection};
@@ -137,6 +139,14 @@ impl Pruner {
                 "SELECT octet_length(m.body) FROM messages m
                  WHERE m.id = ?1 AND m.state = 'acked' AND m.done_at < ?2 AND NOT {REFERENCED}"
             ))?;
+            // The tombstone `message_state` reads (step 16): the sender,
+            // when the row was an agent's own send (charged to it, or older
+            // than charging).
+            let mut tombstone = tx.prepare_cached(
+                "INSERT OR IGNORE INTO pruned_messages (id, sender)
+                 SELECT id, CASE WHEN charged IS NULL OR charged = sender THEN sender ELSE '' END
+                 FROM messages WHERE id = ?1",
+            )?;
             let mut message = tx.prepare_cached("DELETE FROM messages WHERE id = ?1")?;
             let mut outbox =
                 tx.prepare_cached("DELETE FROM outbox WHERE msg_id = ?1 AND state != 'pending'")?;
@@ -145,6 +155,7 @@ impl Pruner {
                     size.query_row(params![id, before], |r| r.get(0)),
                 )?;
                 let Some(len) = len else { continue };
+                tombstone.execute(params![id])?;
                 message.execute(params![id])?;
                 outbox.execute(params![id])?;
                 done.rows += 1;

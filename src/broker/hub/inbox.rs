@@ -231,14 +231,19 @@ impl Hub<'_> {
         };
         debug_assert_ne!(to.as_str(), PARENT);
         let body = &c.body;
-        self.deliver_charged(
+        let sent = self.deliver_charged(
             charged,
             &from,
             to.as_str(),
             body,
             MsgKind::Message,
             c.in_reply_to,
-        )
+        )?;
+        // Issue 43: the sender wants a receipt once it is acked (`receipts.rs`).
+        if let (true, Some(id)) = (c.receipt, sent.id) {
+            self.db.want_receipt(id).map_err(db_err)?;
+        }
+        Ok(sent)
     }
 
     /// `send_to_parent`: the harness's notices (not charged), or the same
@@ -367,11 +372,12 @@ impl Hub<'_> {
         }
         let with_message = popped.is_some();
         let (message, redelivered, attempts) = match popped {
-            Some(p) => (
-                Some(limits::fit_message(p.message)),
-                p.redelivered,
-                p.attempts,
-            ),
+            Some(p) => {
+                // Issue 43: the receipts waiting ride with the turn's message.
+                let mut m = p.message;
+                self.ride_along(agent, &mut m);
+                (Some(limits::fit_message(m)), p.redelivered, p.attempts)
+            }
             None => (None, false, 0),
         };
         Ok(Done::Reply(RecvNextReply {
@@ -467,9 +473,12 @@ impl Hub<'_> {
                 held.push(Held::Stored(m.id));
                 out.push(m);
             }
+            let t = now();
             self.db
-                .transition_many(&ids, agent, &MsgState::Queued, &MsgState::Held, now())
+                .transition_many(&ids, agent, &MsgState::Queued, &MsgState::Held, t)
                 .map_err(db_err)?;
+            // When and how, for `message_state` (`receipts.rs`).
+            self.db.mark_handed(&ids, "recv", t).map_err(db_err)?;
         }
         if !held.is_empty() {
             self.held
@@ -512,6 +521,7 @@ impl Hub<'_> {
         self.db
             .transition_many(&stored, agent, &MsgState::Held, &MsgState::Acked, now())
             .map_err(db_err)?;
+        self.receipts_on_ack(&stored);
         if acked < c.ids.len() {
             return Err(format!(
                 "only {acked} of {} ids were held by this connection",
@@ -620,8 +630,14 @@ impl Hub<'_> {
         })
     }
 
-    /// `ack_turn`: the inflight row is done.
-    pub(super) fn ack_turn(&mut self, agent: &str, id: i64) -> Result<Empty, String> {
+    /// `ack_turn`: the inflight row is done; the harness's `turn` id, when
+    /// it sent one, is kept with it (`message_state`).
+    pub(super) fn ack_turn(
+        &mut self,
+        agent: &str,
+        id: i64,
+        turn: Option<i64>,
+    ) -> Result<Empty, String> {
         // The usual case in one statement: the row is the agent's inflight
         // one (there is at most one, and no transient wake is inflight).
         if id >= 0
@@ -631,6 +647,10 @@ impl Hub<'_> {
                 .transition(id, agent, &MsgState::Inflight, &MsgState::Acked, now())
                 .map_err(db_err)?
         {
+            if let Some(t) = turn {
+                self.db.set_turn(id, t).map_err(db_err)?;
+            }
+            self.receipts_on_ack(&[id]);
             self.slot_done(agent);
             return Ok(Empty {});
         }
@@ -642,6 +662,10 @@ impl Hub<'_> {
             self.db
                 .transition(id, agent, &MsgState::Inflight, &MsgState::Acked, now())
                 .map_err(db_err)?;
+            if let Some(t) = turn {
+                self.db.set_turn(id, t).map_err(db_err)?;
+            }
+            self.receipts_on_ack(&[id]);
         }
         self.slot_done(agent);
         Ok(Empty {})

@@ -28,6 +28,7 @@
 //! - `pauses.rs`: why the broker hands an agent nothing now, all reasons in
 //!   one place (a pool's park, a budget, the harness's reported pause);
 //! - `resume.rs`: the operator's lifting of a pause, per reason;
+//! - `receipts.rs`: `message_state`, what became of a message a sender sent;
 //! - `offload.rs`: the work jobs do off the hub (the supervisor, files,
 //!   `journalctl`);
 //! - `quotas.rs`: what each agent may have stored, and store in a minute;
@@ -58,6 +59,7 @@ mod pauses;
 mod pools;
 mod questions;
 mod quotas;
+mod receipts;
 mod resume;
 mod slots;
 mod throttle;
@@ -785,7 +787,8 @@ impl<'c> Hub<'c> {
             Request::Recv(c) => self.done(c, |h, c| h.recv(ctx, agent, c)),
             Request::RecvAck(c) => self.now(c, |h, c| h.recv_ack(ctx.conn, agent, c)),
             Request::Status(c) => self.done(c, |h, c| h.status(ctx, agent, c)),
-            Request::AckTurn(c) => self.now(c, |h, c| h.ack_turn(agent, c.id)),
+            Request::AckTurn(c) => self.now(c, |h, c| h.ack_turn(agent, c.id, c.turn)),
+            Request::MessageState(c) => self.now(c, |h, c| h.message_state(ctx.who, c)),
             Request::RequeueInflight(c) => self.now(c, |h, c| h.requeue_inflight(agent, c)),
             Request::DeadLetter(c) => self.now(c, |h, c| h.dead_letter(agent, c)),
             Request::ReportState(c) => self.now(c, |h, c| h.report_state(ctx.conn, agent, c)),

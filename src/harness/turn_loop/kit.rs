@@ -326,7 +326,7 @@ fn check_row(o: TurnOutcomeKind, running: Running, facts: Facts, why: &str) {
     let mut expect: Vec<Sent> = Vec::new();
     match &want.settle {
         Settle::Hold | Settle::RetryAuth => {}
-        Settle::Ack(_) => expect.push(tell(cmd::AckTurn { id })),
+        Settle::Ack(_) => expect.push(tell(cmd::AckTurn { id, turn: None })),
         Settle::DeadLetter { .. } => expect.push(tell(cmd::DeadLetter {
             id,
             error: crate::harness::work::error_text(&text),
@@ -421,7 +421,7 @@ fn a_clean_turn_is_acked_and_the_next_message_asked_for() {
     let sent = k.sent();
     assert_eq!(
         sent.first(),
-        Some(&tell(cmd::AckTurn { id: 7 })),
+        Some(&tell(cmd::AckTurn { id: 7, turn: None })),
         "{sent:?}"
     );
     assert!(

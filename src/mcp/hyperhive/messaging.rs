@@ -1,4 +1,5 @@
-//! The `messaging` group: `send`, `recv`, `ask` and `answer`. `recv` is the one
+//! The `messaging` group: `send`, `recv`, `ask`, `answer` and
+//! `message_state` (what became of a message this agent sent). `recv` is the one
 //! tool with at-least-once delivery: the rows it hands out are confirmed to the
 //! broker, on the connection that received them, only after the result reached
 //! stdout; if `hive mcp` dies first the connection closes and the broker puts the
@@ -7,7 +8,7 @@
 use super::{broker_error, reminder_file, tool, Handled, HyperhiveTools, Tool, BROKER_TIMEOUT};
 use crate::mcp::schema::{Arg, Ty};
 use crate::mcp::{CallCtx, ToolOutcome};
-use crate::proto::cmd::{self, Answer, Ask, Recv, RecvAck};
+use crate::proto::cmd::{self, Answer, Ask, MessageState, Recv, RecvAck};
 use crate::proto::limits::{MAX_WAIT_SECS, RECV_MAX};
 use crate::proto::Message;
 use std::path::Path;
@@ -31,6 +32,13 @@ it in its own inbox; this does not wait for a reply.",
             ),
             Arg::req("body", Ty::Str, "The message text."),
             Arg::opt("in_reply_to", Ty::Int, "Id of the message this answers."),
+            Arg::opt(
+                "receipt",
+                Ty::Bool,
+                "true: get a receipt once the recipient handled it. Receipts do not start a \
+turn: they arrive with your next message (or recv) as one [receipts] line. A message given up \
+on (dead-lettered) is told at once.",
+            ),
         ],
         |h, a, ctx| h.run(a, ctx, send),
     ),
@@ -99,12 +107,36 @@ once. The asker gets your answer as a `question_answered` message. Returns a con
         ],
         |h, a, ctx| h.run(a, ctx, answer),
     ),
+    tool::<MessageState>(
+        "Read what became of a message you sent: give the id `send` returned. The answer \
+is one line from the broker's records: queued (with its position in the recipient's queue), \
+handed out (when, to a turn or to recv), acked (when, and the turn that handled it), \
+dead-lettered (the reason), or for NAME@HIVE: handed to the bridge, posted to the swarm room or \
+bounced; pruned once retention deleted the record. An id you did not send answers \"not a \
+message you sent\".",
+        &[Arg::req("id", Ty::Int, "The id `send` returned.")],
+        |h, a, ctx| h.run(a, ctx, message_state),
+    ),
 ];
 
+fn message_state(h: &HyperhiveTools, c: MessageState, ctx: &CallCtx) -> Handled {
+    let state = h.request(&c, ctx)?;
+    Ok(ToolOutcome::Ok(state.text))
+}
+
 fn send(h: &HyperhiveTools, c: cmd::Send, ctx: &CallCtx) -> Handled {
+    let receipt = c.receipt;
     let sent = h.request(&c, ctx)?;
     let id = sent.id.map(|i| format!(" #{i}")).unwrap_or_default();
-    Ok(ToolOutcome::Ok(format!("sent message{id} to {}", sent.to)))
+    let then = if receipt {
+        "; a receipt follows once it is handled"
+    } else {
+        ""
+    };
+    Ok(ToolOutcome::Ok(format!(
+        "sent message{id} to {}{then}",
+        sent.to
+    )))
 }
 
 fn recv(h: &HyperhiveTools, c: Recv, ctx: &CallCtx) -> Handled {
@@ -150,9 +182,19 @@ fn recv(h: &HyperhiveTools, c: Recv, ctx: &CallCtx) -> Handled {
 
 /// Messages as the model reads them, one `#ID from SENDER (KIND): BODY` each;
 /// a long reminder's text goes to a file in `state_dir` (`reminder_file`).
+///
+/// Receipts (issue 43) come as one line, `[receipts] …`, whatever their
+/// place among the messages.
 pub fn render(messages: &[Message], state_dir: Option<&Path>) -> String {
-    messages
+    let is_receipt = |m: &&Message| m.kind.as_str() == "receipt";
+    let receipts: Vec<&str> = messages
         .iter()
+        .filter(is_receipt)
+        .map(|m| m.body.as_str())
+        .collect();
+    let mut lines: Vec<String> = messages
+        .iter()
+        .filter(|m| !is_receipt(m))
         .map(|m| {
             let reply = m
                 .in_reply_to
@@ -161,8 +203,11 @@ pub fn render(messages: &[Message], state_dir: Option<&Path>) -> String {
             let body = reminder_file::for_model(state_dir, m);
             format!("#{} from {} ({}{reply}): {body}", m.id, m.from, m.kind)
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    if !receipts.is_empty() {
+        lines.push(format!("[receipts] {}", receipts.join(" · ")));
+    }
+    lines.join("\n")
 }
 
 fn ask(h: &HyperhiveTools, c: Ask, ctx: &CallCtx) -> Handled {

@@ -41,6 +41,11 @@ pub struct Send {
     pub body: String,
     #[serde(default)]
     pub in_reply_to: Option<i64>,
+    /// Issue 43: the sender gets a receipt once the message is acked (a
+    /// `receipt` row that waits for the sender's next turn or `recv`; a dead
+    /// letter's notice, which wakes it, is its receipt of that).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub receipt: bool,
 }
 
 impl Command for Send {
@@ -53,6 +58,13 @@ impl Command for Send {
             crate::proto::address::check_remote(&self.to).map_err(|e| Invalid::arg("to", e))?;
         }
         check_text("body", &self.body)?;
+        if self.receipt && self.to.contains('@') {
+            return Err(Invalid::arg(
+                "receipt",
+                "is for mail on this hive; message_state tells whether NAME@HIVE mail was \
+                 posted to the swarm room",
+            ));
+        }
         check_remote_text("body", &self.body, &self.to)
     }
 }
@@ -209,11 +221,15 @@ impl Command for Status {
     }
 }
 
-/// Finishes the inflight row.
+/// Finishes the inflight row. `turn` (issue 43) is the harness's id of the
+/// turn that handled it, kept with the row for `message_state`; older
+/// harnesses send none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AckTurn {
     pub id: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<i64>,
 }
 
 impl Command for AckTurn {
@@ -318,6 +334,7 @@ mod samples {
                 to: "<parent>".into(),
                 body: "hi".into(),
                 in_reply_to: Some(3),
+                receipt: false,
             }
         }
     }
@@ -365,7 +382,10 @@ mod samples {
     }
     impl Sample for AckTurn {
         fn sample() -> Self {
-            AckTurn { id: 3 }
+            AckTurn {
+                id: 3,
+                turn: Some(5),
+            }
         }
     }
     impl Sample for RequeueInflight {

@@ -3,7 +3,8 @@
 //! (reminders and scheduled prompts), what the broker keeps per agent
 //! (`agents.rs`), lifecycle, approvals and diagnostics, dead letters
 //! (`failed.rs`), what a harness reports about its pause (`state.rs`), the
-//! operator's lifting of a pause (`resume.rs`), the agents' turn history
+//! operator's lifting of a pause (`resume.rs`), what became of a message
+//! (`receipt.rs`), the agents' turn history
 //! (`history.rs`), the hive's recent activity (`activity.rs`), the page's model override
 //! (`model.rs`) and the Matrix
 //! bridge's (`bridge.rs`). Each carries its
@@ -22,6 +23,7 @@ mod inbox;
 mod lifecycle;
 mod model;
 mod questions;
+mod receipt;
 mod resume;
 mod state;
 mod timers;
@@ -38,6 +40,7 @@ pub use inbox::*;
 pub use lifecycle::*;
 pub use model::*;
 pub use questions::*;
+pub use receipt::*;
 pub use resume::*;
 pub use state::*;
 pub use timers::*;

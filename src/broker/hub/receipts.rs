@@ -1,0 +1,273 @@
+//! Receipts (issue 43, item 0): `message_state`, what became of one message,
+//! from the broker's rows alone (`db::SentRow`, schema step 16), never
+//! guessed. An agent reads the messages it sent — its own sends, charged to
+//! it — and any other id, there or not, is "not a message you sent", so the
+//! answer never says whether an id exists. The operator reads any message.
+//! A row retention deleted leaves its id and sender (`pruned_messages`):
+//! its sender reads "pruned".
+//!
+//! A `send` with `receipt: true` marks its row; once it is acked (by a turn
+//! or through `recv`) its sender, when an agent of this hive, gets a
+//! `receipt` row: the `message_state` line. A receipt wakes nothing — it is
+//! not counted unread and `recv_next` never hands it out alone — and waits
+//! for the agent's next turn, whose message carries every receipt waiting
+//! as one `[receipts]` line ([`Hub::ride_along`]), or for its `recv`. A dead
+//! letter's receipt is the dead-letter notice the sender gets anyway, which
+//! wakes it.
+
+use super::{db_err, Hub, Identity};
+use crate::broker::db::{NewMessage, SentRow};
+use crate::proto::cmd::{MessageState, MessageStateReply, Where};
+use crate::proto::text::fmt_time;
+use crate::proto::{now, Message, MsgKind, MsgState, Peer};
+
+/// The kind of a receipt row.
+pub const RECEIPT: &str = "receipt";
+
+/// Most receipts one turn's message carries (the rest ride with the next).
+const RIDE_MAX: u32 = 200;
+
+/// What an agent hears of an id it did not send.
+pub const NOT_YOURS: &str = "not a message you sent";
+
+impl Hub<'_> {
+    /// `message_state`.
+    pub(super) fn message_state(
+        &mut self,
+        who: &Identity,
+        c: MessageState,
+    ) -> Result<MessageStateReply, String> {
+        let sender = match who {
+            Identity::Agent(a) => Some(a.as_str()),
+            Identity::Operator => None,
+            Identity::Bridge => return Err("the bridge sends no mail".into()),
+        };
+        let not_yours = || format!("message #{}: {NOT_YOURS}", c.id);
+        match self.db.sent_row(c.id).map_err(db_err)? {
+            Some(row) => {
+                if let Some(a) = sender {
+                    if !sent_by(&row, a) {
+                        return Err(not_yours());
+                    }
+                }
+                if let MsgState::Other(state) = &row.state {
+                    return Err(format!(
+                        "message #{} is in state {state:?}, which this broker does not know",
+                        c.id
+                    ));
+                }
+                Ok(reply_of(row))
+            }
+            None => {
+                let pruned = self.db.pruned_sender(c.id).map_err(db_err)?;
+                match (pruned, sender) {
+                    (Some(s), Some(a)) if s == a => Ok(pruned_reply(c.id)),
+                    (Some(_), None) => Ok(pruned_reply(c.id)),
+                    (_, Some(_)) => Err(not_yours()),
+                    (None, None) => Err(format!("there is no message #{}", c.id)),
+                }
+            }
+        }
+    }
+}
+
+impl Hub<'_> {
+    /// Messages `ids` were acked: the sender of each that asked for a
+    /// receipt, when it is an agent of this hive, gets its receipt row,
+    /// which wakes nothing. The ack stands whatever happens here.
+    pub(super) fn receipts_on_ack(&mut self, ids: &[i64]) {
+        for &id in ids {
+            if let Err(e) = self.receipt_of(id) {
+                log::error!("cannot store the receipt of message #{id}: {e}");
+            }
+        }
+    }
+
+    fn receipt_of(&mut self, id: i64) -> Result<(), String> {
+        if !self.db.wants_receipt(id).map_err(db_err)? {
+            return Ok(());
+        }
+        let Some(row) = self.db.sent_row(id).map_err(db_err)? else {
+            return Ok(());
+        };
+        if self.cfg.agent(&row.sender).is_none() {
+            return Ok(());
+        }
+        let to = row.sender.clone();
+        let text = reply_of(row).text;
+        let kind = MsgKind::parse(RECEIPT);
+        let m = NewMessage {
+            from: &Peer::System,
+            to: &to,
+            body: &text,
+            kind: &kind,
+            in_reply_to: Some(id),
+        };
+        // No `notify`: a receipt waits for the next turn or `recv`.
+        self.db.insert_message(&m, now()).map_err(db_err)?;
+        Ok(())
+    }
+
+    /// The receipts waiting for `agent` ride with the message its turn is
+    /// handed, as one line after its body, and are acked with the hand-out.
+    pub(super) fn ride_along(&mut self, agent: &str, m: &mut Message) {
+        let taken = match self.db.take_receipts(agent, RIDE_MAX, now()) {
+            Ok(t) => t,
+            Err(e) => {
+                log::error!("cannot read the receipts of {agent}: {e}");
+                return;
+            }
+        };
+        if taken.is_empty() {
+            return;
+        }
+        let line: Vec<&str> = taken.iter().map(|(_, body)| body.as_str()).collect();
+        m.body = format!("{}\n\n[receipts] {}", m.body, line.join(" · "));
+    }
+}
+
+/// The row is agent `a`'s own send: its sender, charged to it (or older
+/// than charging, or the harness's own notice). A wake a script of another
+/// agent sent with `from` set to `a` is charged to that agent, not `a`.
+fn sent_by(row: &SentRow, a: &str) -> bool {
+    row.sender == a && row.charged.as_deref().is_none_or(|c| c == a)
+}
+
+fn pruned_reply(id: i64) -> MessageStateReply {
+    MessageStateReply {
+        id,
+        state: Where::Pruned,
+        to: None,
+        sent_at: None,
+        position: None,
+        at: None,
+        via: None,
+        turn: None,
+        attempts: None,
+        error: None,
+        event_id: None,
+        text: format!(
+            "message #{id}: pruned (it was handled, and retention.messages_days deleted its row)"
+        ),
+    }
+}
+
+/// The answer for a row that is there.
+fn reply_of(row: SentRow) -> MessageStateReply {
+    let id = row.id;
+    let to = row.recipient.clone();
+    let mut r = MessageStateReply {
+        id,
+        state: Where::Queued,
+        to: Some(to.clone()),
+        sent_at: Some(row.sent_at),
+        position: None,
+        at: None,
+        via: None,
+        turn: None,
+        attempts: Some(row.attempts),
+        error: None,
+        event_id: None,
+        text: String::new(),
+    };
+    let when = |t: Option<i64>| t.map(fmt_time).unwrap_or_else(|| "an unknown time".into());
+    let how = |via: &Option<String>| match via.as_deref() {
+        Some("turn") => " to a turn",
+        Some("recv") => " to recv",
+        _ => "",
+    };
+    if let Some(o) = row.outbox {
+        let (state, done_at, event_id, error) = (o.state, o.done_at, o.event_id, o.error);
+        // Mail to another hive: only the local states.
+        r.at = done_at;
+        r.text = match state.as_str() {
+            "sent" => {
+                r.state = Where::Posted;
+                r.event_id = event_id.clone();
+                format!(
+                    "message #{id} to {to}: posted to the swarm room at {} (event {})",
+                    when(done_at),
+                    event_id.as_deref().unwrap_or("?")
+                )
+            }
+            "failed" => {
+                r.state = Where::Bounced;
+                r.error = error.clone();
+                format!(
+                    "message #{id} to {to}: bounced at {}: {}",
+                    when(done_at),
+                    error.as_deref().unwrap_or("refused")
+                )
+            }
+            _ => {
+                r.state = Where::HandedToBridge;
+                format!("message #{id} to {to}: handed to the bridge, not posted yet")
+            }
+        };
+        return r;
+    }
+    match row.state {
+        MsgState::Queued => {
+            r.position = row.position;
+            let again = if row.handed_at.is_some() {
+                format!(
+                    " (handed out before, last at {}{}; back in the queue)",
+                    when(row.handed_at),
+                    how(&row.handed_via)
+                )
+            } else {
+                String::new()
+            };
+            r.text = format!(
+                "message #{id} to {to}: queued, position {} in {to}'s queue{again}",
+                row.position.unwrap_or(1)
+            );
+        }
+        MsgState::Inflight | MsgState::Held => {
+            r.state = Where::HandedOut;
+            r.at = row.handed_at;
+            r.via = Some(if row.state == MsgState::Inflight {
+                "turn".into()
+            } else {
+                "recv".into()
+            });
+            let attempt = if row.state == MsgState::Inflight {
+                format!(", attempt {}", row.attempts)
+            } else {
+                String::new()
+            };
+            r.text = format!(
+                "message #{id} to {to}: handed out at {}{}{attempt}, not acked yet",
+                when(row.handed_at),
+                how(&r.via)
+            );
+        }
+        MsgState::Acked => {
+            r.state = Where::Acked;
+            r.at = row.done_at;
+            r.via = row.handed_via.clone();
+            r.turn = row.turn;
+            let by = match (row.handed_via.as_deref(), row.turn) {
+                (Some("turn"), Some(t)) => format!(" by {to}'s turn {t}"),
+                (Some("turn"), None) => format!(" by a turn of {to}"),
+                (Some("recv"), _) => format!(" by {to} through recv"),
+                _ => String::new(),
+            };
+            r.text = format!("message #{id} to {to}: acked at {}{by}", when(row.done_at));
+        }
+        MsgState::Failed => {
+            r.state = Where::DeadLettered;
+            r.at = row.done_at;
+            r.error = row.last_error.clone();
+            r.text = format!(
+                "message #{id} to {to}: dead-lettered at {} after {} attempts: {}",
+                when(row.done_at),
+                row.attempts,
+                row.last_error.as_deref().unwrap_or("no error kept")
+            );
+        }
+        // Refused by `message_state` before it gets here.
+        MsgState::Other(_) => {}
+    }
+    r
+}
