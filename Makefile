@@ -78,9 +78,10 @@ bench: bench-build
 ## (tests/bench/cost-trace.jsonl) through `hive serve` and through the naive
 ## `claude -p --continue` loop, the real CLI against the fake API's prompt-cache
 ## model; dollars and tokens by kind, per day, hive/naive ratios, then each
-## lever off (HIVE_COST_LEVERS=0 skips those). Needs the real CLI (.ci/run).
+## lever off (HIVE_COST_LEVERS=0 skips those, =all adds one message per turn).
+## About 12 minutes on the 2-core VM. Needs the real CLI (.ci/run).
 bench-cost:
-	HIVE_REQUIRE_REAL_CLAUDE=1 $(CARGO) test --test cost_bench -- --ignored --nocapture --test-threads 1 cost_bench
+	HIVE_REQUIRE_REAL_CLAUDE=1 $(CARGO) test --test cost_bench -- --ignored --nocapture cost_bench
 
 bench-build: musl
 	$(CARGO) build --release --target $(MUSL_TARGET) --example empty

@@ -49,6 +49,19 @@ const SUMMARY_BYTES: usize = 8_000;
 /// The send tool, the same name on both sides (both load hive's MCP server).
 const SEND: &str = "mcp__hyperhive__send";
 const RECV: &str = "mcp__hyperhive__recv";
+/// Messages taken per `recv`: four bodies of up to 6 KiB stay below the size
+/// at which the CLI saves a tool result to a file and shows the model only
+/// a preview.
+const RECV_MAX: usize = 4;
+/// The OAuth token both sides use under `HIVE_COST_CREDENTIAL=oauth` (a
+/// subscriber: the CLI then asks for 1-hour cache entries; with the default
+/// API key it asks for 5-minute ones).
+const OAUTH_TOKEN: &str = "sk-ant-oat01-cost-bench";
+
+fn oauth() -> bool {
+    std::env::var("HIVE_COST_CREDENTIAL").as_deref() == Ok("oauth")
+}
+
 /// The agent the harness serves and the broker name the naive loop sends as.
 const AGENT: &str = "ruth";
 const NAIVE: &str = "naive";
@@ -164,25 +177,24 @@ fn respond(body: &Value, kind: RequestKind) -> Step {
     if prompt.contains("[system] Checkpoint") {
         return Step::text("Notes are current: every message is answered, nothing is open.");
     }
-    let recv_results: Vec<String> = turn
-        .iter()
-        .skip(1)
-        .filter(|m| m["role"] == "user")
-        .flat_map(|m| block_texts(&m["content"]))
-        .filter(|t| t.contains(" from ") || t.contains("no messages"))
-        .collect();
-    let asked = turn.iter().any(|m| {
-        m["content"]
+    // The result of this turn's last recv, if it called one.
+    let last_recv = turn.iter().enumerate().rev().find_map(|(i, m)| {
+        let called = m["content"]
             .as_array()
-            .is_some_and(|b| b.iter().any(|b| b["name"] == RECV))
+            .is_some_and(|b| b.iter().any(|b| b["name"] == RECV));
+        called.then(|| {
+            turn.get(i + 1)
+                .map(|r| block_texts(&r["content"]).join("\n"))
+                .unwrap_or_default()
+        })
     });
+    // Drain while the last batch was full or the broker cut it short.
     let more = prompt.contains("more pending")
-        && (!asked
-            || recv_results
-                .last()
-                .is_some_and(|t| t.contains("more messages are waiting")));
+        && last_recv.is_none_or(|t| {
+            t.contains("more messages are waiting") || ids_in(&t).len() >= RECV_MAX
+        });
     if more {
-        return Step::tool_use(RECV, json!({"max": 32}));
+        return Step::tool_use(RECV, json!({"max": RECV_MAX}));
     }
     Step::text("Replied.")
 }
@@ -237,8 +249,9 @@ struct Side {
     wall: Duration,
 }
 
-/// Whether any process runs the CLI under `dir` (its npm prefix).
-fn cli_running(dir: &str) -> bool {
+/// Whether a process runs the CLI under `dir` (its npm prefix) in `cwd`
+/// (the harness runs claude in its state dir).
+fn cli_running(dir: &str, cwd: &Path) -> bool {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
@@ -246,8 +259,8 @@ fn cli_running(dir: &str) -> bool {
         .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
         .any(|e| {
             std::fs::read(e.path().join("cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains(dir))
-                .unwrap_or(false)
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(dir))
+                && std::fs::read_link(e.path().join("cwd")).is_ok_and(|c| c == cwd)
         })
 }
 
@@ -306,19 +319,24 @@ fn run_hive_side(cli: &RealCli, trace: &[Msg], run: &HiveRun) -> Side {
         ("HIVE_TEST_CLOCK_FILE", clock_path.as_str()),
         ("RUST_LOG", "info"),
     ];
+    if oauth() {
+        env.push(("ANTHROPIC_API_KEY", ""));
+        env.push(("CLAUDE_CODE_OAUTH_TOKEN", OAUTH_TOKEN));
+    }
     env.extend(run.env.iter().copied());
     let h = Harness::start(&b, AGENT, &env);
     let cli_dir = cli_prefix(cli);
+    let state_dir = h.state_dir();
     let idle = || {
-        wait_for(Duration::from_secs(600), "the harness to go idle", || {
+        wait_for(Duration::from_secs(300), "the harness to go idle", || {
             let r = agent_row(&b, AGENT);
             if r.unread > 0 || r.inflight.is_some() {
                 return None;
             }
             // No claude for a while: a checkpoint and its /compact are two runs.
             let quiet = Instant::now();
-            while quiet.elapsed() < Duration::from_millis(2500) {
-                if cli_running(&cli_dir) {
+            while quiet.elapsed() < Duration::from_millis(1500) {
+                if cli_running(&cli_dir, &state_dir) {
                     return None;
                 }
                 std::thread::sleep(Duration::from_millis(100));
@@ -355,7 +373,7 @@ fn run_hive_side(cli: &RealCli, trace: &[Msg], run: &HiveRun) -> Side {
 }
 
 fn wait_answered(b: &Broker, replies: &mut BTreeMap<u32, usize>, sent: usize, h: &Harness) {
-    let deadline = Instant::now() + Duration::from_secs(900);
+    let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         collect_replies(b, replies);
         if replies.len() >= sent {
@@ -405,7 +423,11 @@ fn run_naive_side(cli: &RealCli, trace: &[Msg]) -> Side {
         .to_string(),
     )
     .unwrap();
-    let env = claude_env(&home, &api.base_url());
+    let mut env = claude_env(&home, &api.base_url());
+    if oauth() {
+        env.retain(|(k, _)| k != "ANTHROPIC_API_KEY");
+        env.push(("CLAUDE_CODE_OAUTH_TOKEN".into(), OAUTH_TOKEN.into()));
+    }
     let mcp = mcp.display().to_string();
     let mut replies = BTreeMap::new();
     for (i, m) in trace.iter().enumerate() {
@@ -560,6 +582,23 @@ fn print_side(side: &Side) {
         if overheads.len() == 1 { "every request" } else { "by request kind" },
         total.overhead
     );
+    let largest = side
+        .bills
+        .iter()
+        .map(|b| b.input + b.write_5m + b.write_1h + b.read)
+        .max()
+        .unwrap_or(0);
+    println!("  largest request: {largest} tokens");
+    let (compactions, n) = sum(side.bills.iter().filter(|b| b.compaction));
+    if n > 0 {
+        println!(
+            "  compaction prompt: the CLI's summary instruction, {} uncached tokens a compaction \
+             (${:.4} of its ${:.4}; the rest is reading the context and writing the summary)",
+            compactions.input / n as u64,
+            compactions.input as f64 * SONNET_4_5_PRICES.input / 1e6 / n as f64,
+            usd(&compactions) / n as f64
+        );
+    }
     println!(
         "  dollars per 1000 messages: ${:.2}",
         usd(&total) / side.messages as f64 * 1000.0
@@ -611,7 +650,8 @@ fn newest_cli() -> Option<RealCli> {
 }
 
 /// The whole cost bench: the naive loop, hive, and hive with each lever
-/// off (`HIVE_COST_LEVERS=0` skips the levers).
+/// off (`HIVE_COST_LEVERS=0` skips the levers, `=all` adds one message per
+/// turn; `HIVE_COST_ONLY=TEXT` runs only the levers whose name has TEXT).
 #[test]
 #[ignore = "minutes of real CLI runs: make bench-cost"]
 fn cost_bench() {
@@ -627,12 +667,17 @@ fn cost_bench() {
         trace.truncate(n);
     }
     println!(
-        "cost bench: {} messages in {} bursts over {:.1} days, Claude Code {} , model {MODEL}, \
-         prices {:?}",
+        "cost bench: {} messages in {} bursts over {:.1} days, Claude Code {}, model {MODEL}, \
+         {}, prices {:?}",
         trace.len(),
         bursts(&trace).len(),
         (trace.last().unwrap().t - trace[0].t) as f64 / DAY as f64,
         cli.version,
+        if oauth() {
+            "an OAuth token (the CLI asks for 1-hour cache entries)"
+        } else {
+            "an API key (the CLI asks for 5-minute cache entries)"
+        },
         SONNET_4_5_PRICES
     );
     let only = std::env::var("HIVE_COST_ONLY").unwrap_or_default();
@@ -662,13 +707,21 @@ fn cost_bench() {
                 one_by_one: false,
             },
             HiveRun {
+                name: "hive, cold after 5 minutes (HIVE_CACHE_TTL_SECS=300)",
+                env: vec![("HIVE_CACHE_TTL_SECS", "300")],
+                one_by_one: false,
+            },
+            HiveRun {
                 name: "hive, one message per turn",
                 env: Vec::new(),
                 one_by_one: true,
             },
         ];
+        // One message per turn waits for each reply: 10 minutes more.
+        let all = std::env::var("HIVE_COST_LEVERS").as_deref() == Ok("all");
         for lever in levers
             .iter()
+            .filter(|l| all || !l.one_by_one)
             .filter(|l| only.is_empty() || l.name.contains(&only))
         {
             let side = run_hive_side(&cli, &trace, lever);
