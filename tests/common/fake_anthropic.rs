@@ -379,7 +379,10 @@ impl From<Reply> for Step {
 /// A model written as a function: the answer to each message or compaction
 /// request, decided from its body (see [`Scenario::respond_with`]).
 #[derive(Clone)]
-pub struct Responder(Arc<dyn Fn(&Value, RequestKind) -> Step + Send + Sync>);
+pub struct Responder(Arc<RespondFn>);
+
+/// What a [`Responder`] calls: the request body and its kind to an answer.
+type RespondFn = dyn Fn(&Value, RequestKind) -> Step + Send + Sync;
 
 impl std::fmt::Debug for Responder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
