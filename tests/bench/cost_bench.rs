@@ -589,6 +589,22 @@ fn print_side(side: &Side) {
         .max()
         .unwrap_or(0);
     println!("  largest request: {largest} tokens");
+    // When each checkpoint and compaction ran, on the virtual clock, and
+    // the context it carried: where a reset or a compaction was decided.
+    for b in &side.bills {
+        let p = purpose(b, &side.requests);
+        if p != Purpose::Message {
+            let t = b.at - T0;
+            println!(
+                "  {p:?} at day {} {:02}:{:02}:{:02}, {} tokens of context",
+                t.div_euclid(DAY),
+                t.rem_euclid(DAY) / 3600,
+                t.rem_euclid(3600) / 60,
+                t.rem_euclid(60),
+                b.input + b.write_5m + b.write_1h + b.read
+            );
+        }
+    }
     let (compactions, n) = sum(side.bills.iter().filter(|b| b.compaction));
     if n > 0 {
         println!(
