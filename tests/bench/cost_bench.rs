@@ -18,7 +18,8 @@
 //! short text.
 //!
 //! Virtual time: one file holds the time (unix seconds); the driver sets it
-//! to each message's time before delivering it, the fake API's cache reads
+//! to each burst's first message's time before delivering the burst (on both
+//! sides), the fake API's cache reads
 //! it for expiry and the harness reads it through `HIVE_TEST_CLOCK_FILE` for
 //! its cold-cache decision. Nothing waits on it: CLI-side timers run on real
 //! time and are not part of the model.
@@ -348,8 +349,12 @@ fn run_hive_side(cli: &RealCli, trace: &[Msg], run: &HiveRun) -> Side {
     let mut replies = BTreeMap::new();
     let mut sent = 0;
     for burst in bursts(trace) {
+        // A burst arrives at once, at its first message's time: advancing the
+        // clock message by message while sending would let the harness's
+        // first turn read the burst's last time or an earlier one, as it
+        // happens to race the sends.
+        clock.set(T0 + burst[0].t);
         for m in burst {
-            clock.set(T0 + m.t);
             operator_send(&b, AGENT, &m.body);
             sent += 1;
             if run.one_by_one {
@@ -430,8 +435,13 @@ fn run_naive_side(cli: &RealCli, trace: &[Msg]) -> Side {
     }
     let mcp = mcp.display().to_string();
     let mut replies = BTreeMap::new();
+    let burst_of: Vec<i64> = bursts(trace)
+        .iter()
+        .flat_map(|b| b.iter().map(|_| b[0].t))
+        .collect();
     for (i, m) in trace.iter().enumerate() {
-        clock.set(T0 + m.t);
+        // The same virtual time as the hive side: the burst's first message's.
+        clock.set(T0 + burst_of[i]);
         let mut args = vec![
             "-p",
             "--verbose",
