@@ -6,7 +6,7 @@ MUSL_TARGET := x86_64-unknown-linux-musl
 MUSL_BIN := target/$(MUSL_TARGET)/release/hive
 export CC_x86_64_unknown_linux_musl ?= musl-gcc
 
-.PHONY: all build test lint musl musl-check musl-if-available bench bench-build bench-scale wake-path soak fuzz clean
+.PHONY: all build test lint musl musl-check musl-if-available bench bench-build bench-scale bench-cost wake-path soak fuzz clean
 
 all: build
 
@@ -77,6 +77,16 @@ BENCH_AGENTS ?= 1000
 BENCH_IDLE_SECS ?= 300
 bench: bench-build
 	$(BENCH)
+	$(MAKE) --no-print-directory bench-cost
+
+## The cost bench (issue 42): a recorded week of one agent's mail
+## (tests/bench/cost-trace.jsonl) through `hive serve` and through the naive
+## `claude -p --continue` loop, the real CLI against the fake API's prompt-cache
+## model; dollars and tokens by kind, per day, hive/naive ratios, then each
+## lever off (HIVE_COST_LEVERS=0 skips those, =all adds one message per turn).
+## About 12 minutes on the 2-core VM. Needs the real CLI (.ci/run).
+bench-cost:
+	HIVE_REQUIRE_REAL_CLAUDE=1 $(CARGO) test --test cost_bench -- --ignored --nocapture cost_bench
 
 ## The scale rows alone (tests/bench/scale.rs).
 bench-scale: bench-build

@@ -22,6 +22,13 @@ pub const CHECKPOINT_HEADROOM_TOKENS: u64 = 10_000;
 /// unset.
 pub const DEFAULT_CACHE_TTL_SECS: u64 = 3600;
 
+/// Test-only: a file holding unix seconds (decimal text) that the cold-cache
+/// decision reads as "now" instead of the system clock, so a trace replayed
+/// on virtual time (the cost bench, `tests/bench/cost_bench.rs`) decides as
+/// it would have at that time. Its only reader is the turn loop's clock for
+/// the auto session-reset check; nothing else in hive reads it.
+pub const TEST_CLOCK_FILE_ENV: &str = "HIVE_TEST_CLOCK_FILE";
+
 /// The per-model window override prefix; the rest of the name is a model key.
 pub const WINDOW_ENV_PREFIX: &str = "HIVE_CONTEXT_WINDOW_TOKENS_";
 

@@ -858,6 +858,18 @@ impl TurnLoop {
         }
     }
 
+    /// Now, for the cold-cache decision only: the system clock, or the
+    /// unix seconds in the test-only `HIVE_TEST_CLOCK_FILE` when it is set
+    /// (virtual time for the cost bench; an unreadable file falls back to
+    /// the system clock).
+    fn cache_clock(&self) -> i64 {
+        self.env
+            .get(context::TEST_CLOCK_FILE_ENV)
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or_else(now)
+    }
+
     /// The auto session-reset check, then the turn: a big context and a cold
     /// cache make a fresh session cheaper than resuming.
     fn start_turn_checked(&mut self) {
@@ -870,7 +882,7 @@ impl TurnLoop {
         let since = self
             .session
             .last_turn_end
-            .map(|t| Duration::from_secs((now() - t).max(0) as u64))
+            .map(|t| Duration::from_secs((self.cache_clock() - t).max(0) as u64))
             .unwrap_or_default();
         let reset = !self.session.force_fresh
             && context::needs_auto_reset(
@@ -1374,7 +1386,7 @@ impl TurnLoop {
         let key = self.work.as_ref().map(|w| w.key);
         if e.running == Running::Turn {
             if e.started {
-                self.session.last_turn_end = Some(now());
+                self.session.last_turn_end = Some(self.cache_clock());
             }
             // A harness that stops leaves the sentinel to its next boot.
             if !self.stopping && self.take_continue() {

@@ -20,6 +20,10 @@
 //! [`Reply::Hang`] never blocks the requests after it. Dropping the
 //! [`FakeAnthropic`] releases hung handlers, stops the accept thread and joins
 //! everything.
+//!
+//! Opt-in, for the cost bench: a prompt-cache model ([`PromptCache`], on a
+//! [`VirtualClock`]) that bills each answer and reports that bill as its
+//! `usage`, and a [`Responder`] that answers from the request body.
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use serde_json::{json, Value};
@@ -155,6 +159,9 @@ pub struct Step {
     pub usage: Usage,
     /// Response headers sent with any reply (an error's own headers too).
     pub headers: Vec<(String, HeaderValue)>,
+    /// The 5-minute / 1-hour split of `usage.cache_creation_input_tokens`,
+    /// reported as `usage.cache_creation` when set (the cache model sets it).
+    pub cache_creation: Option<CacheCreation>,
 }
 
 impl Step {
@@ -315,13 +322,77 @@ impl Step {
     }
 }
 
+impl Step {
+    fn reported(&self) -> Reported {
+        Reported {
+            usage: self.usage,
+            split: self.cache_creation,
+        }
+    }
+}
+
+/// `usage.cache_creation` of an answer: the cache writes by lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheCreation {
+    pub ephemeral_5m_input_tokens: u64,
+    pub ephemeral_1h_input_tokens: u64,
+}
+
+/// The usage an answer reports, as sent.
+#[derive(Debug, Clone, Copy)]
+struct Reported {
+    usage: Usage,
+    split: Option<CacheCreation>,
+}
+
+impl Reported {
+    /// The `usage` object with `output_tokens` as given (`message_start`
+    /// reports 1, the final count comes in `message_delta`).
+    fn json(&self, output_tokens: u64) -> Value {
+        let mut usage = json!({
+            "input_tokens": self.usage.input_tokens,
+            "cache_read_input_tokens": self.usage.cache_read_input_tokens,
+            "cache_creation_input_tokens": self.usage.cache_creation_input_tokens,
+            "output_tokens": output_tokens
+        });
+        if let Some(split) = self.split {
+            usage["cache_creation"] = json!({
+                "ephemeral_5m_input_tokens": split.ephemeral_5m_input_tokens,
+                "ephemeral_1h_input_tokens": split.ephemeral_1h_input_tokens,
+            });
+        }
+        usage
+    }
+}
+
 impl From<Reply> for Step {
     fn from(reply: Reply) -> Step {
         Step {
             reply,
             usage: Usage::default(),
             headers: Vec::new(),
+            cache_creation: None,
         }
+    }
+}
+
+/// A model written as a function: the answer to each message or compaction
+/// request, decided from its body (see [`Scenario::respond_with`]).
+#[derive(Clone)]
+pub struct Responder(Arc<RespondFn>);
+
+/// What a [`Responder`] calls: the request body and its kind to an answer.
+type RespondFn = dyn Fn(&Value, RequestKind) -> Step + Send + Sync;
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Responder(..)")
+    }
+}
+
+impl PartialEq for Responder {
+    fn eq(&self, other: &Responder) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
@@ -331,6 +402,7 @@ pub struct Scenario {
     steps: VecDeque<Step>,
     otherwise: Step,
     auto_compact: Option<Step>,
+    responder: Option<Responder>,
 }
 
 impl Default for Scenario {
@@ -339,6 +411,7 @@ impl Default for Scenario {
             steps: VecDeque::new(),
             otherwise: Step::text("ok"),
             auto_compact: None,
+            responder: None,
         }
     }
 }
@@ -391,17 +464,32 @@ impl Scenario {
         self
     }
 
+    /// Answers every message and compaction request with what `respond`
+    /// makes of its body, once the queued steps are used up (a queued step
+    /// or an automatic compaction answer still comes first).
+    pub fn respond_with(
+        mut self,
+        respond: impl Fn(&Value, RequestKind) -> Step + Send + Sync + 'static,
+    ) -> Scenario {
+        self.responder = Some(Responder(Arc::new(respond)));
+        self
+    }
+
     /// The step for a request of `kind`, consuming a queued one unless an
     /// automatic compaction answer applies.
-    fn next_step(&mut self, kind: RequestKind) -> Step {
+    fn next_step(&mut self, kind: RequestKind, body: &Value) -> Step {
         if kind == RequestKind::Compact {
             if let Some(step) = &self.auto_compact {
                 return step.clone();
             }
         }
-        self.steps
-            .pop_front()
-            .unwrap_or_else(|| self.otherwise.clone())
+        if let Some(step) = self.steps.pop_front() {
+            return step;
+        }
+        match &self.responder {
+            Some(respond) => (respond.0)(body, kind),
+            None => self.otherwise.clone(),
+        }
     }
 }
 
@@ -501,11 +589,26 @@ struct State {
     scenario: Scenario,
     requests: Vec<RecordedRequest>,
     answered: u64,
+    /// The prompt-cache model, when the fake was started with one.
+    cache: Option<PromptCache>,
+    /// One bill per answered request while the cache model is on.
+    bills: Vec<Bill>,
 }
 
 impl FakeAnthropic {
     /// Binds 127.0.0.1 on a free port and starts serving `scenario`.
     pub fn start(scenario: Scenario) -> FakeAnthropic {
+        FakeAnthropic::start_inner(scenario, None)
+    }
+
+    /// Like [`FakeAnthropic::start`], with the prompt-cache model on: every
+    /// answer's `usage` is what `cache` bills for the request (see
+    /// [`PromptCache`]), and [`FakeAnthropic::bills`] lists the bills.
+    pub fn start_with_cache(scenario: Scenario, cache: PromptCache) -> FakeAnthropic {
+        FakeAnthropic::start_inner(scenario, Some(cache))
+    }
+
+    fn start_inner(scenario: Scenario, cache: Option<PromptCache>) -> FakeAnthropic {
         let server = Server::http("127.0.0.1:0")
             .unwrap_or_else(|err| panic!("fake Anthropic API: cannot bind 127.0.0.1:0: {err}"));
         let addr = server
@@ -517,6 +620,8 @@ impl FakeAnthropic {
             scenario,
             requests: Vec::new(),
             answered: 0,
+            cache,
+            bills: Vec::new(),
         }));
         let (stop, stopped) = crossbeam_channel::bounded(0);
         let acceptor = thread::Builder::new()
@@ -552,6 +657,12 @@ impl FakeAnthropic {
             .into_iter()
             .filter(RecordedRequest::is_post)
             .collect()
+    }
+
+    /// The bills of the prompt-cache model so far, in answer order (empty
+    /// without the model).
+    pub fn bills(&self) -> Vec<Bill> {
+        self.lock().bills.clone()
     }
 
     /// Replaces the script; requests that arrive from now on follow it.
@@ -638,7 +749,14 @@ fn handle(mut request: Request, state: &Mutex<State>, stopped: &Receiver<()>) {
         let (step, number) = match kind {
             RequestKind::Messages | RequestKind::Compact => {
                 state.answered += 1;
-                (Some(state.scenario.next_step(kind)), state.answered)
+                let mut step = state.scenario.next_step(kind, &body);
+                let request_index = state.requests.len();
+                if let Some(cache) = state.cache.as_mut() {
+                    if let Some(bill) = cache.bill(&body, kind, &mut step, request_index) {
+                        state.bills.push(bill);
+                    }
+                }
+                (Some(step), state.answered)
             }
             RequestKind::Warmup | RequestKind::Other => (None, 0),
         };
@@ -680,11 +798,12 @@ fn handle(mut request: Request, state: &Mutex<State>, stopped: &Receiver<()>) {
         return;
     }
     // A gone client is a normal outcome for a fake: the CLI may have been killed.
+    let reported = step.reported();
     let _ = match step.reply {
         Reply::Text(text) => respond_sse(
             request,
             &ids,
-            &text_stream(&ids, model, &text, step.usage),
+            &text_stream(&ids, model, &text, reported),
             &extra,
         ),
         Reply::Compact(summary) => {
@@ -694,14 +813,14 @@ fn handle(mut request: Request, state: &Mutex<State>, stopped: &Receiver<()>) {
             respond_sse(
                 request,
                 &ids,
-                &text_stream(&ids, model, &text, step.usage),
+                &text_stream(&ids, model, &text, reported),
                 &extra,
             )
         }
         Reply::ToolUse { name, input } => respond_sse(
             request,
             &ids,
-            &tool_use_stream(&ids, model, &name, &input, step.usage),
+            &tool_use_stream(&ids, model, &name, &input, reported),
             &extra,
         ),
         Reply::Error(error) => respond_error(request, &ids, &error, &extra),
@@ -715,7 +834,7 @@ fn handle(mut request: Request, state: &Mutex<State>, stopped: &Receiver<()>) {
             Ok(())
         }
         Reply::Stall { text, after_block } => {
-            let mut events = text_start(&ids, model, &text, step.usage);
+            let mut events = text_start(&ids, model, &text, reported);
             if after_block {
                 events.push(json!({"type": "content_block_stop", "index": 0}));
                 events.push(json!({
@@ -777,12 +896,7 @@ fn respond_whole(
             "content": content,
             "stop_reason": stop_reason,
             "stop_sequence": null,
-            "usage": {
-                "input_tokens": step.usage.input_tokens,
-                "cache_read_input_tokens": step.usage.cache_read_input_tokens,
-                "cache_creation_input_tokens": step.usage.cache_creation_input_tokens,
-                "output_tokens": step.usage.output_tokens
-            }
+            "usage": step.reported().json(step.usage.output_tokens)
         })
     };
     let body = match &step.reply {
@@ -895,7 +1009,7 @@ impl Ids {
     }
 }
 
-fn text_stream(ids: &Ids, model: &str, text: &str, usage: Usage) -> Vec<Value> {
+fn text_stream(ids: &Ids, model: &str, text: &str, usage: Reported) -> Vec<Value> {
     let mut events = text_start(ids, model, text, usage);
     events.push(json!({"type": "content_block_stop", "index": 0}));
     events.extend(message_end("end_turn", usage));
@@ -904,7 +1018,7 @@ fn text_stream(ids: &Ids, model: &str, text: &str, usage: Usage) -> Vec<Value> {
 
 /// The start of a text answer: the message and its text block begun, with
 /// `text` as its one delta (a stall stops here).
-fn text_start(ids: &Ids, model: &str, text: &str, usage: Usage) -> Vec<Value> {
+fn text_start(ids: &Ids, model: &str, text: &str, usage: Reported) -> Vec<Value> {
     vec![
         message_start(ids, model, usage),
         json!({
@@ -921,7 +1035,13 @@ fn text_start(ids: &Ids, model: &str, text: &str, usage: Usage) -> Vec<Value> {
     ]
 }
 
-fn tool_use_stream(ids: &Ids, model: &str, name: &str, input: &Value, usage: Usage) -> Vec<Value> {
+fn tool_use_stream(
+    ids: &Ids,
+    model: &str,
+    name: &str,
+    input: &Value,
+    usage: Reported,
+) -> Vec<Value> {
     let mut events = vec![message_start(ids, model, usage)];
     events.push(json!({
         "type": "content_block_start",
@@ -938,7 +1058,7 @@ fn tool_use_stream(ids: &Ids, model: &str, name: &str, input: &Value, usage: Usa
     events
 }
 
-fn message_start(ids: &Ids, model: &str, usage: Usage) -> Value {
+fn message_start(ids: &Ids, model: &str, usage: Reported) -> Value {
     json!({
         "type": "message_start",
         "message": {
@@ -949,22 +1069,17 @@ fn message_start(ids: &Ids, model: &str, usage: Usage) -> Value {
             "content": [],
             "stop_reason": null,
             "stop_sequence": null,
-            "usage": {
-                "input_tokens": usage.input_tokens,
-                "cache_read_input_tokens": usage.cache_read_input_tokens,
-                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-                "output_tokens": 1
-            }
+            "usage": usage.json(1)
         }
     })
 }
 
-fn message_end(stop_reason: &str, usage: Usage) -> [Value; 2] {
+fn message_end(stop_reason: &str, usage: Reported) -> [Value; 2] {
     [
         json!({
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-            "usage": {"output_tokens": usage.output_tokens}
+            "usage": {"output_tokens": usage.usage.output_tokens}
         }),
         json!({"type": "message_stop"}),
     ]
@@ -1057,4 +1172,293 @@ fn shut_down_connection(request: &Request) {
             return;
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// The prompt-cache model and its virtual clock (the cost bench's; opt-in with
+// `FakeAnthropic::start_with_cache`).
+//
+// Modelled on the real API's prompt caching
+// (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching):
+// - a request is a sequence of blocks in API order: each tool, each system
+//   block, then each content block of each message (a string content is one
+//   text block); the model name and the role of each message are part of the
+//   key;
+// - a block carrying `cache_control` is a breakpoint (the API takes at most 4;
+//   every one the request carries counts here); the entry of a breakpoint is
+//   keyed by the exact prefix up to and including its block, `cache_control`
+//   markers themselves left out of the key, so the next request of a
+//   conversation, whose marker moved on, still hits;
+// - a lookup at a breakpoint also tries the 20 block boundaries before it, as
+//   the API does; the longest live prefix found is read;
+// - each breakpoint past the read prefix whose prefix is at least the model's
+//   minimum cacheable length is written, the tokens from the end of the
+//   previous cached part to it billed as a 5-minute or a 1-hour write by its
+//   `ttl` (`"1h"`, else 5 minutes); what follows the last cached breakpoint
+//   is uncached input;
+// - an entry lives its ttl from its write or its last hit, read on the
+//   virtual clock; entries are shared by every request to this fake (agents,
+//   sessions, processes);
+// - tokens are estimated as ceil(bytes/4) of each block's compact JSON
+//   (without `cache_control`); output tokens as ceil(bytes/4) of the answer's
+//   text, or of a tool call's name and JSON input.
+// ---------------------------------------------------------------------------
+
+/// How far before a breakpoint a lookup tries earlier block boundaries.
+const CACHE_LOOKBACK_BLOCKS: usize = 20;
+
+/// Sonnet-class models' minimum cacheable prefix, in tokens.
+pub const SONNET_MIN_CACHEABLE_TOKENS: u64 = 1024;
+
+/// The estimate of tokens in `bytes` bytes of text or JSON: a quarter, rounded up.
+pub fn estimate_tokens(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(4)
+}
+
+/// A clock in a file: unix seconds as decimal text. The trace driver sets
+/// it; the fake API's cache and the harness (`HIVE_TEST_CLOCK_FILE`) read it.
+#[derive(Debug, Clone)]
+pub struct VirtualClock {
+    path: std::path::PathBuf,
+}
+
+impl VirtualClock {
+    /// A clock kept at `path`, set to `start`.
+    pub fn new(path: impl Into<std::path::PathBuf>, start: i64) -> VirtualClock {
+        let clock = VirtualClock { path: path.into() };
+        clock.set(start);
+        clock
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Sets the time, atomically (a reader sees the old or the new value).
+    pub fn set(&self, unix: i64) {
+        let tmp = self.path.with_extension("tmp");
+        std::fs::write(&tmp, format!("{unix}\n")).expect("writing the virtual clock");
+        std::fs::rename(&tmp, &self.path).expect("renaming the virtual clock into place");
+    }
+
+    pub fn now(&self) -> i64 {
+        std::fs::read_to_string(&self.path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .expect("the virtual clock file holds unix seconds")
+    }
+}
+
+/// One model's list prices, dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prices {
+    pub model: &'static str,
+    pub input: f64,
+    pub write_5m: f64,
+    pub write_1h: f64,
+    pub read: f64,
+    pub output: f64,
+}
+
+/// Claude Sonnet 4.5 at Anthropic's published list prices
+/// (https://docs.anthropic.com/en/docs/about-claude/pricing): $3 input,
+/// $3.75 5-minute write (1.25×), $6 1-hour write (2×), $0.30 read (0.1×),
+/// $15 output, per million tokens.
+pub const SONNET_4_5_PRICES: Prices = Prices {
+    model: "claude-sonnet-4-5",
+    input: 3.0,
+    write_5m: 3.75,
+    write_1h: 6.0,
+    read: 0.30,
+    output: 15.0,
+};
+
+/// What one answered request cost, by kind of token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bill {
+    /// The virtual time of the request.
+    pub at: i64,
+    /// Its index in [`FakeAnthropic::requests`].
+    pub request: usize,
+    pub compaction: bool,
+    pub input: u64,
+    pub write_5m: u64,
+    pub write_1h: u64,
+    pub read: u64,
+    pub output: u64,
+    /// The tokens of the request's tools and system prompt: the fixed part
+    /// every request of that caller carries (billed within the kinds above).
+    pub overhead: u64,
+}
+
+impl Bill {
+    pub fn dollars(&self, p: &Prices) -> f64 {
+        (self.input as f64 * p.input
+            + self.write_5m as f64 * p.write_5m
+            + self.write_1h as f64 * p.write_1h
+            + self.read as f64 * p.read
+            + self.output as f64 * p.output)
+            / 1e6
+    }
+
+    /// The sum of two bills' tokens (`at`, `request` and `compaction` of `self`).
+    pub fn add(&mut self, other: &Bill) {
+        self.input += other.input;
+        self.write_5m += other.write_5m;
+        self.write_1h += other.write_1h;
+        self.read += other.read;
+        self.output += other.output;
+        self.overhead += other.overhead;
+    }
+}
+
+/// The prompt cache: live entries by prefix key, on a virtual clock.
+#[derive(Debug)]
+pub struct PromptCache {
+    clock: VirtualClock,
+    min_tokens: u64,
+    /// Prefix key → (expiry, ttl), unix seconds on the clock.
+    entries: std::collections::HashMap<u64, (i64, i64)>,
+}
+
+/// One block of a request: the key of the prefix ending with it, the tokens
+/// up to and including it, and its breakpoint's ttl if it is one.
+struct Boundary {
+    key: u64,
+    tokens: u64,
+    breakpoint: Option<i64>,
+}
+
+impl PromptCache {
+    /// An empty cache on `clock` with a Sonnet-class minimum length.
+    pub fn new(clock: VirtualClock) -> PromptCache {
+        PromptCache {
+            clock,
+            min_tokens: SONNET_MIN_CACHEABLE_TOKENS,
+            entries: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Bills the request `body` answered by `step`, and sets the step's
+    /// usage to the bill. Errors and non-answers are not billed (`None`).
+    fn bill(
+        &mut self,
+        body: &Value,
+        kind: RequestKind,
+        step: &mut Step,
+        request: usize,
+    ) -> Option<Bill> {
+        let output = match &step.reply {
+            Reply::Text(text) => estimate_tokens(text.len()),
+            Reply::Compact(summary) => estimate_tokens(summary.len() + 80),
+            Reply::ToolUse { name, input } => estimate_tokens(name.len() + input.to_string().len()),
+            _ => return None,
+        };
+        let now = self.clock.now();
+        self.entries.retain(|_, (expiry, _)| *expiry > now);
+        let (boundaries, overhead) = boundaries(body);
+        let total = boundaries.last().map_or(0, |b| b.tokens);
+        let breakpoints: Vec<usize> = (0..boundaries.len())
+            .filter(|&i| boundaries[i].breakpoint.is_some())
+            .collect();
+        // The longest live prefix at or just before a breakpoint.
+        let mut hit: Option<usize> = None;
+        for &bp in &breakpoints {
+            for i in (bp.saturating_sub(CACHE_LOOKBACK_BLOCKS)..=bp).rev() {
+                if self.entries.contains_key(&boundaries[i].key) {
+                    hit = hit.max(Some(i));
+                    break;
+                }
+            }
+        }
+        let read = hit.map_or(0, |i| boundaries[i].tokens);
+        if let Some(i) = hit {
+            if let Some((expiry, ttl)) = self.entries.get_mut(&boundaries[i].key) {
+                *expiry = now + *ttl;
+            }
+        }
+        let (mut write_5m, mut write_1h, mut cached_to) = (0, 0, read);
+        for &bp in &breakpoints {
+            let b = &boundaries[bp];
+            if hit.is_some_and(|i| bp <= i) || b.tokens < self.min_tokens || b.tokens <= cached_to {
+                continue;
+            }
+            let ttl = b.breakpoint.unwrap_or(300);
+            if ttl >= 3600 {
+                write_1h += b.tokens - cached_to;
+            } else {
+                write_5m += b.tokens - cached_to;
+            }
+            cached_to = b.tokens;
+            self.entries.insert(b.key, (now + ttl, ttl));
+        }
+        let input = total - cached_to;
+        step.usage = Usage {
+            input_tokens: input,
+            cache_read_input_tokens: read,
+            cache_creation_input_tokens: write_5m + write_1h,
+            output_tokens: output,
+        };
+        step.cache_creation = Some(CacheCreation {
+            ephemeral_5m_input_tokens: write_5m,
+            ephemeral_1h_input_tokens: write_1h,
+        });
+        Some(Bill {
+            at: now,
+            request,
+            compaction: kind == RequestKind::Compact,
+            input,
+            write_5m,
+            write_1h,
+            read,
+            output,
+            overhead,
+        })
+    }
+}
+
+/// The request's blocks in API order as prefix boundaries, and the tokens of
+/// its tools and system prompt.
+fn boundaries(body: &Value) -> (Vec<Boundary>, u64) {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    body["model"].as_str().unwrap_or("").hash(&mut hasher);
+    let mut out = Vec::new();
+    let mut tokens = 0;
+    let mut push = |section: &str, block: &Value, out: &mut Vec<Boundary>| {
+        let breakpoint = block
+            .get("cache_control")
+            .map(|c| if c["ttl"] == "1h" { 3600 } else { 300 });
+        let mut keyed = block.clone();
+        if let Some(map) = keyed.as_object_mut() {
+            map.remove("cache_control");
+        }
+        let text = keyed.to_string();
+        section.hash(&mut hasher);
+        text.hash(&mut hasher);
+        tokens += estimate_tokens(text.len());
+        out.push(Boundary {
+            key: hasher.finish(),
+            tokens,
+            breakpoint,
+        });
+    };
+    for tool in body["tools"].as_array().into_iter().flatten() {
+        push("tool", tool, &mut out);
+    }
+    match &body["system"] {
+        Value::String(text) => push("system", &json!({"type": "text", "text": text}), &mut out),
+        Value::Array(blocks) => blocks.iter().for_each(|b| push("system", b, &mut out)),
+        _ => {}
+    }
+    let overhead = out.last().map_or(0, |b| b.tokens);
+    for message in body["messages"].as_array().into_iter().flatten() {
+        let role = message["role"].as_str().unwrap_or("user");
+        match &message["content"] {
+            Value::String(text) => push(role, &json!({"type": "text", "text": text}), &mut out),
+            Value::Array(blocks) => blocks.iter().for_each(|b| push(role, b, &mut out)),
+            _ => {}
+        }
+    }
+    (out, overhead)
 }
