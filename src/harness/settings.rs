@@ -136,7 +136,7 @@ impl Settings {
                 .num("HIVE_TURN_MAX_ATTEMPTS", 5)?
                 .clamp(1, u64::from(u32::MAX)) as u32,
             kill_grace: env.millis("HIVE_KILL_GRACE_MS", 3000)?,
-            poll_wait_secs: env.num("HIVE_POLL_WAIT_SECS", 180)?.clamp(1, 180),
+            poll_wait_secs: env.num("HIVE_POLL_WAIT_SECS", 30)?.clamp(1, 180),
             fail_pause: env.millis("HIVE_POLL_MS", 1000)?,
             rate_limit_sleep: env.secs("HIVE_RATE_LIMIT_SLEEP_SECS", 300)?,
             rate_limit_max_sleep: env.secs("HIVE_RATE_LIMIT_MAX_SLEEP_SECS", 6 * 3600)?,
