@@ -27,6 +27,9 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+/// What the daemon does once the coordinator retired it: tell its owner
+/// (a channel, and under `hive bash-daemon` the wait for signals too).
+pub type Retired = Box<dyn FnOnce() + Send>;
 /// How long shutdown waits for killed tasks to be reaped.
 const REAP_GRACE: Duration = Duration::from_secs(3);
 
@@ -173,7 +176,7 @@ pub struct Coordinator {
     wakes: Box<dyn WakeSink>,
     /// Told when the daemon retires (`hive bash-daemon` only): `None` refuses
     /// `retire`.
-    retire: Option<Sender<()>>,
+    retire: Option<Retired>,
     /// It answered `retire` yes: stop after this event.
     retired: bool,
     /// Dropped once the coordinator has stopped (its tasks killed and
@@ -230,8 +233,9 @@ impl Coordinator {
         c
     }
 
-    /// Lets this daemon retire when asked and idle; `retired` hears of it.
-    pub fn retirable(mut self, retired: Sender<()>) -> Coordinator {
+    /// Lets this daemon retire when asked and idle; `retired` is called once
+    /// it did (on the coordinator's thread).
+    pub fn retirable(mut self, retired: Retired) -> Coordinator {
         self.retire = Some(retired);
         self
     }
@@ -258,8 +262,8 @@ impl Coordinator {
             }
         }
         if self.retired {
-            if let Some(tx) = self.retire.take() {
-                let _ = tx.send(());
+            if let Some(told) = self.retire.take() {
+                told();
             }
         }
         slot.close();

@@ -154,11 +154,16 @@ impl Drop for DaemonHandle {
 /// `interrupted` and get a wake) and starts serving.
 pub fn start(settings: DaemonSettings) -> Result<DaemonHandle, String> {
     let broker = Dial::Socket(settings.agent_socket.clone());
-    start_with(settings, broker)
+    start_with(settings, broker, None)
 }
 
-/// [`start`], its broker calls made through `broker`.
-fn start_with(settings: DaemonSettings, broker: Dial) -> Result<DaemonHandle, String> {
+/// [`start`], its broker calls made through `broker`; `also_retired` is
+/// called too once it retired.
+fn start_with(
+    settings: DaemonSettings,
+    broker: Dial,
+    also_retired: Option<super::coordinator::Retired>,
+) -> Result<DaemonHandle, String> {
     let dir = tasks_dir(&settings.state_dir);
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -193,7 +198,12 @@ fn start_with(settings: DaemonSettings, broker: Dial) -> Result<DaemonHandle, St
         stopped_tx,
     );
     if settings.retirable {
-        coordinator = coordinator.retirable(retired_tx);
+        coordinator = coordinator.retirable(Box::new(move || {
+            let _ = retired_tx.send(());
+            if let Some(also) = also_retired {
+                also();
+            }
+        }));
     }
     tasks.serve(coordinator);
     // The running tasks are reported and the wakes still pending sent.
@@ -343,7 +353,10 @@ pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
             settings.agent_socket.display()
         );
     }
-    let signals = crate::sys::signals()?;
+    // The main thread waits for the signals itself (no thread of its own
+    // for that: an idle agent's daemon is two threads, this one and its
+    // accept loop); a retirement ends the wait too.
+    let (signals, closer) = crate::sys::signals::here()?;
     let socket = settings.socket.clone();
     let broker = match credential {
         Some(c) => Dial::through(settings.agent_socket.clone(), move || c.connect()),
@@ -355,11 +368,12 @@ pub fn run_command(settings: DaemonSettings) -> Result<(), String> {
             ..settings
         },
         broker,
+        Some(Box::new(move || closer.close())),
     )?;
     eprintln!("hive bash-daemon: listening on {}", socket.display());
-    crossbeam_channel::select! {
-        recv(signals) -> _ => log::info!("stopping the bash task daemon"),
-        recv(handle.retired()) -> _ => {
+    match signals.wait() {
+        Some(_) => log::info!("stopping the bash task daemon"),
+        None => {
             log::info!("the bash task daemon retired");
             // The coordinator said yes before the connection thread wrote
             // the answer: give it a moment to reach the asker, who would

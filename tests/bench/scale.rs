@@ -289,10 +289,12 @@ fn census(root: u32, agents: usize) -> (f64, f64, f64) {
         e.2 += k;
     }
     let n = agents as f64;
+    // Processes per agent: the agents' own, `hive up` itself aside (one per
+    // hive); threads and memory: every process, `hive up` included.
+    let per_agent = pids.len().saturating_sub(1) as f64 / n;
     println!(
-        "scale   census: {} processes ({:.2}/agent), {nt} threads ({:.2}/agent), PSS {:.1} MiB ({:.2} MiB/agent)",
+        "scale   census: {} processes (hive up + {per_agent:.2}/agent), {nt} threads ({:.2}/agent), PSS {:.1} MiB ({:.2} MiB/agent)",
         pids.len(),
-        pids.len() as f64 / n,
         nt as f64 / n,
         pss as f64 / 1024.0,
         pss as f64 / 1024.0 / n
