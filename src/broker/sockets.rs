@@ -2,8 +2,11 @@
 //! over the listening sockets (the host socket, one per agent, the bridge's),
 //! every client connection and the wake-up of the hub's channel ([`HubRx`]).
 //! Each descriptor's interest is registered once and changed only when the
-//! connection's state changes it, so a wake-up costs what is ready, not what
-//! is open (a thousand agents' sockets and connections).
+//! connection's state changes it, and the connections' deadlines (a request's
+//! idle limit, a long-poll's end) wait in a heap: a turn of the loop costs
+//! what is ready, due or touched, not what is open (a thousand agents'
+//! sockets and two or three connections each, every long-poll renewed
+//! every 30 s).
 //! A request is read, handed to [`Hub::handle`] and answered on this thread,
 //! so it costs two wake-ups (the hub's, then the client's), not a hop to a
 //! connection thread and back. Nothing here blocks: sockets are non-blocking,
@@ -41,7 +44,8 @@ use crate::proto::limits::{MAX_LINE, MAX_WAIT_SECS};
 use crate::proto::lines::{err_line, refuse};
 use crate::proto::Request;
 use crate::sys::fd::{self, Epoll, PollFd, Ready};
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -148,6 +152,10 @@ struct Client {
     /// What the loop's epoll watches it for ([`Interest`]); `None` before
     /// it is registered.
     watched: Option<Interest>,
+    /// The earliest time it has in the loop's deadline heap (an entry may be
+    /// older than its deadline: a deadline that moved later is found when
+    /// that entry comes up, and queued again).
+    queued: Option<Instant>,
 }
 
 /// What a client's descriptor is watched for besides a hang-up.
@@ -172,6 +180,16 @@ impl Client {
     /// An answer is waiting for room in the socket.
     fn writing(&self) -> bool {
         self.stalled
+    }
+
+    /// When it is due: a request's idle limit while it reads, a long-poll's
+    /// end while parked; nothing while a job computes its answer.
+    fn due(&self) -> Option<Instant> {
+        match &self.state {
+            State::Reading => Some(self.deadline),
+            State::Parked { until, .. } => Some(*until),
+            State::Busy { .. } => None,
+        }
     }
 
     /// What it should be watched for now: input while it reads a request
@@ -322,6 +340,17 @@ pub struct Loop<'c> {
     /// Clients with whole requests read and not yet answered because they
     /// had their share of a turn: the next poll does not sleep.
     backlog: Vec<ConnId>,
+    /// Clients whose state, deadline or output this turn may have changed:
+    /// their interest and deadline are brought up to date before the wait.
+    touched: Vec<ConnId>,
+    /// Every client's next deadline (some entries stale, dropped when they
+    /// come up).
+    deadlines: BinaryHeap<Reverse<(Instant, ConnId)>>,
+    /// A socket was added or paused: the sockets' registrations are looked
+    /// at before the next wait (and while any stays paused).
+    sockets_dirty: bool,
+    /// Credentials whose other end closed, dropped at the next turn.
+    ended: Vec<u64>,
 }
 
 impl<'c> Loop<'c> {
@@ -343,6 +372,10 @@ impl<'c> Loop<'c> {
             ready: Vec::new(),
             scratch: vec![0; READ_CHUNK],
             backlog: Vec::new(),
+            touched: Vec::new(),
+            deadlines: BinaryHeap::new(),
+            sockets_dirty: false,
+            ended: Vec::new(),
         })
     }
 
@@ -371,6 +404,7 @@ impl<'c> Loop<'c> {
             paused_until: None,
             watched: false,
         });
+        self.sockets_dirty = true;
         Ok(())
     }
 
@@ -397,23 +431,19 @@ impl<'c> Loop<'c> {
             for c in self.hub.take_credentials() {
                 self.take_credential(c);
             }
-            let ended: Vec<u64> = (self.credentials.iter())
-                .filter(|(_, c)| c.ended)
-                .map(|(id, _)| *id)
-                .collect();
-            for id in ended {
+            for id in std::mem::take(&mut self.ended) {
                 if let Some(c) = self.credentials.remove(&id) {
                     if c.watched {
                         let _ = self.epoll.delete(c.control.as_raw_fd());
                     }
                 }
             }
+            self.watch(Instant::now());
             let timeout = if self.backlog.is_empty() {
                 self.timeout(Instant::now())
             } else {
                 Some(Duration::ZERO)
             };
-            self.watch(Instant::now());
             let mut ready = std::mem::take(&mut self.ready);
             if let Err(e) = self.epoll.wait(&mut ready, timeout) {
                 log::error!("the broker cannot wait for its sockets: {e}");
@@ -457,19 +487,60 @@ impl<'c> Loop<'c> {
                 next = Some(t);
             }
         };
-        for c in self.clients.values() {
-            match &c.state {
-                State::Reading => nearer(c.deadline),
-                State::Parked { until, .. } => nearer(*until),
-                State::Busy { .. } => {}
-            }
+        if let Some(t) = self.next_due() {
+            nearer(t);
         }
-        for s in &self.sockets {
-            if let Some(t) = s.paused_until {
-                nearer(t);
+        if self.sockets_dirty {
+            for s in &self.sockets {
+                if let Some(t) = s.paused_until {
+                    nearer(t);
+                }
             }
         }
         next.map(|t| t.saturating_duration_since(now))
+    }
+
+    /// The earliest deadline of a client, the heap's stale entries dropped
+    /// and its moved ones queued again on the way.
+    fn next_due(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((t, id))) = self.deadlines.peek() {
+            let Some(c) = self.clients.get_mut(&id) else {
+                self.deadlines.pop();
+                continue;
+            };
+            if c.queued != Some(t) {
+                // Superseded by an earlier entry of the same client.
+                self.deadlines.pop();
+                continue;
+            }
+            match c.due() {
+                Some(d) if d <= t => return Some(t),
+                Some(d) => {
+                    self.deadlines.pop();
+                    self.deadlines.push(Reverse((d, id)));
+                    c.queued = Some(d);
+                }
+                None => {
+                    self.deadlines.pop();
+                    c.queued = None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Queues client `id`'s deadline unless an entry at or before it is
+    /// queued already.
+    fn schedule(&mut self, id: ConnId) {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        if let Some(d) = c.due() {
+            if c.queued.is_none_or(|q| d < q) {
+                self.deadlines.push(Reverse((d, id)));
+                c.queued = Some(d);
+            }
+        }
     }
 
     /// Brings the epoll's interest up to date: the sockets not paused, every
@@ -477,11 +548,51 @@ impl<'c> Loop<'c> {
     /// while an answer is pending, for a hang-up always). Only a change is a
     /// system call.
     fn watch(&mut self, now: Instant) {
+        if self.sockets_dirty {
+            self.watch_sockets(now);
+        }
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        let mut failed = Vec::new();
+        for id in touched.drain(..) {
+            self.schedule(id);
+            let Some(c) = self.clients.get_mut(&id) else {
+                continue;
+            };
+            let want = c.interest();
+            if c.watched == Some(want) {
+                continue;
+            }
+            let (fd, token) = (c.stream.as_raw_fd(), Target::Client(id).token());
+            let r = match c.watched {
+                None => self.epoll.add(fd, token, want.read, want.write),
+                Some(_) => self.epoll.modify(fd, token, want.read, want.write),
+            };
+            match r {
+                Ok(()) => c.watched = Some(want),
+                Err(e) => {
+                    log::error!("cannot watch connection {id} of {}: {e}", c.who.name());
+                    failed.push(id);
+                }
+            }
+        }
+        self.touched = touched;
+        for id in failed {
+            self.close(id);
+        }
+    }
+
+    /// The listening sockets' registrations, after one was added or paused:
+    /// a paused socket is not watched until its pause ends.
+    fn watch_sockets(&mut self, now: Instant) {
+        let mut paused_any = false;
         for (k, s) in self.sockets.iter_mut().enumerate() {
             let paused = s.paused_until.is_some_and(|t| t > now);
             if !paused {
                 s.paused_until = None;
             }
+            paused_any |= paused;
             if s.watched != paused {
                 continue;
             }
@@ -496,44 +607,7 @@ impl<'c> Loop<'c> {
                 Err(e) => log::error!("cannot watch {}: {e}", s.what),
             }
         }
-        for (id, c) in self.credentials.iter_mut() {
-            if c.watched {
-                continue;
-            }
-            let token = Target::Credential(*id).token();
-            match self.epoll.add(c.control.as_raw_fd(), token, true, false) {
-                Ok(()) => c.watched = true,
-                Err(e) => {
-                    log::error!(
-                        "cannot watch the credential of {}: {e}; it is dropped",
-                        c.agent
-                    );
-                    c.ended = true;
-                }
-            }
-        }
-        let mut failed = Vec::new();
-        for (id, c) in self.clients.iter_mut() {
-            let want = c.interest();
-            if c.watched == Some(want) {
-                continue;
-            }
-            let (fd, token) = (c.stream.as_raw_fd(), Target::Client(*id).token());
-            let r = match c.watched {
-                None => self.epoll.add(fd, token, want.read, want.write),
-                Some(_) => self.epoll.modify(fd, token, want.read, want.write),
-            };
-            match r {
-                Ok(()) => c.watched = Some(want),
-                Err(e) => {
-                    log::error!("cannot watch connection {id} of {}: {e}", c.who.name());
-                    failed.push(*id);
-                }
-            }
-        }
-        for id in failed {
-            self.close(id);
-        }
+        self.sockets_dirty = paused_any;
     }
 
     /// Accepts what socket `k` has waiting, up to [`ACCEPTS_PER_TURN`], and
@@ -553,6 +627,15 @@ impl<'c> Loop<'c> {
         }
         let id = self.next_credential;
         self.next_credential += 1;
+        let token = Target::Credential(id).token();
+        if let Err(e) = self.epoll.add(c.control.as_raw_fd(), token, true, false) {
+            log::error!(
+                "cannot watch the credential of {}: {e}; its reports are refused until it \
+                 restarts",
+                c.agent
+            );
+            return;
+        }
         self.credentials.insert(
             id,
             Credential {
@@ -561,7 +644,7 @@ impl<'c> Loop<'c> {
                 via: c.via,
                 caps: Caps::credential(),
                 ended: false,
-                watched: false,
+                watched: true,
             },
         );
     }
@@ -582,6 +665,7 @@ impl<'c> Loop<'c> {
                 Ok(None) => {
                     log::debug!("{}'s {whose} closed its credential", c.agent);
                     c.ended = true;
+                    self.ended.push(k);
                     return;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -592,6 +676,7 @@ impl<'c> Loop<'c> {
                         c.agent
                     );
                     c.ended = true;
+                    self.ended.push(k);
                     return;
                 }
             };
@@ -657,8 +742,10 @@ impl<'c> Loop<'c> {
                 peer: None,
                 adopted: false,
                 watched: None,
+                queued: None,
             },
         );
+        self.touched.push(id);
         id
     }
 
@@ -694,6 +781,7 @@ impl<'c> Loop<'c> {
                     log::debug!("{}: {} failures in a row", s.what, s.failures);
                 }
                 s.paused_until = Some(Instant::now() + s.backoff);
+                self.sockets_dirty = true;
                 s.backoff = (s.backoff * 2).min(BACKOFF_MAX);
                 return Accepted::None;
             }
@@ -732,6 +820,7 @@ impl<'c> Loop<'c> {
 
     /// Something happened on client `id`'s connection.
     fn client_event(&mut self, id: ConnId, fd: &PollFd) {
+        self.touched.push(id);
         let Some(c) = self.clients.get_mut(&id) else {
             return;
         };
@@ -805,6 +894,7 @@ impl<'c> Loop<'c> {
     /// they are out. After [`REQUESTS_PER_TURN`] requests, or
     /// [`KEEP_OUTPUT`] bytes of answers, the rest wait for the next turn.
     fn pump(&mut self, id: ConnId) {
+        self.touched.push(id);
         let stop = self.answer_requests(id);
         // Not all out: resumed when there is room (`client_event`).
         if self.write_out(id) != Some(true) {
@@ -822,6 +912,7 @@ impl<'c> Loop<'c> {
     /// them are out, or None when the client is gone (a failed write closes
     /// it).
     fn write_out(&mut self, id: ConnId) -> Option<bool> {
+        self.touched.push(id);
         match self.clients.get_mut(&id)?.flush() {
             Ok(done) => Some(done),
             Err(e) => {
@@ -879,6 +970,7 @@ impl<'c> Loop<'c> {
 
     /// Asks the hub; answers, parks or offloads as it says.
     fn call(&mut self, id: ConnId, req: Request, can_wait: bool, until: Instant) {
+        self.touched.push(id);
         let Some(c) = self.clients.get_mut(&id) else {
             return;
         };
@@ -955,6 +1047,7 @@ impl<'c> Loop<'c> {
     /// Asks again for parked client `id`: woken (`can_wait`) or at its
     /// deadline (answer now).
     fn ask_again(&mut self, id: ConnId, can_wait: bool) {
+        self.touched.push(id);
         let Some(c) = self.clients.get_mut(&id) else {
             return;
         };
@@ -971,6 +1064,7 @@ impl<'c> Loop<'c> {
     /// Queues `line` as the answer to `cmd` on client `id`; the [`Loop::pump`]
     /// that follows every answer writes it.
     fn respond(&mut self, id: ConnId, line: String, cmd: &str) {
+        self.touched.push(id);
         let Some(c) = self.clients.get_mut(&id) else {
             return;
         };
@@ -1016,11 +1110,18 @@ impl<'c> Loop<'c> {
     fn expire(&mut self, now: Instant) {
         let mut due = Vec::new();
         let mut idle = Vec::new();
-        for (id, c) in &self.clients {
+        while self.next_due().is_some_and(|t| t <= now) {
+            let Some(Reverse((_, id))) = self.deadlines.pop() else {
+                break;
+            };
+            let Some(c) = self.clients.get_mut(&id) else {
+                continue;
+            };
+            c.queued = None;
             match &c.state {
-                State::Parked { until, .. } if *until <= now => due.push(*id),
-                State::Reading if c.deadline <= now => idle.push(*id),
-                _ => {}
+                State::Parked { .. } => due.push(id),
+                State::Reading => idle.push(id),
+                State::Busy { .. } => {}
             }
         }
         for id in due {
