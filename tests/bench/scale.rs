@@ -306,11 +306,7 @@ fn census(root: u32, agents: usize) -> (f64, f64, f64) {
             *k as f64 / 1024.0 / *np as f64
         );
     }
-    (
-        pids.len() as f64 / n,
-        nt as f64 / n,
-        pss as f64 / 1024.0 / n,
-    )
+    (per_agent, nt as f64 / n, pss as f64 / 1024.0 / n)
 }
 
 /// Wake → claude spawned, `SAMPLES` times, one at a time, round robin over
