@@ -1103,24 +1103,7 @@ fn a_version_12_swarm_store_keeps_every_event_id_through_step_13() {
     assert_intact(&c);
     drop((store, c));
 
-    let config = r##"{
-      "hive_name": "one",
-      "agents": [{"name": "ana"}, {"name": "bob"}],
-      "matrix": {
-        "homeserver": "http://127.0.0.1:9",
-        "user_id": "@hive-one-bridge:hive.test",
-        "password_file": "/nonexistent/pw",
-        "room": "#swarm:hive.test",
-        "peers": {"two": "@hive-two-bridge:hive.test"}
-      }
-    }"##;
-    let mut b = Broker::start_config(config);
-    b.terminate();
-    for f in ["broker.db", "broker.db-wal", "broker.db-shm"] {
-        let _ = std::fs::remove_file(b.state_dir().join(f));
-    }
-    copy_fixture("broker-v12.db", &b.state_dir(), db::FILE);
-    b.restart();
+    let b = broker_on_v12();
     let mut br = hyperhive::proto::Client::connect(&b.run_dir().join("bridge.sock")).unwrap();
     br.set_read_timeout(Some(std::time::Duration::from_secs(30)))
         .unwrap();
@@ -1206,6 +1189,28 @@ fn the_previous_releases_store_reads_message_states_through_step_16() {
         assert_intact(&c);
     }
 
+    let b = broker_on_v12();
+    let mut ana = b.agent("ana");
+    let s: MessageStateReply = ana.call(&MessageState { id: 1 }).unwrap();
+    assert_eq!(
+        (s.state, s.event_id.as_deref()),
+        (Where::Posted, Some("$fixture-sent-1"))
+    );
+    let s: MessageStateReply = ana.call(&MessageState { id: 2 }).unwrap();
+    assert_eq!(s.state, Where::HandedToBridge);
+    let e = common::hive::refused(&mut ana, MessageState { id: 4 });
+    assert_eq!(e, "message #4: not a message you sent");
+    let s: MessageStateReply = b.host().call(&MessageState { id: 4 }).unwrap();
+    assert_eq!((s.state, s.position), (Where::Queued, Some(1)));
+    assert_eq!(
+        s.text,
+        "message #4 to ana: queued, position 1 in ana's queue"
+    );
+}
+
+/// A broker of hive `one` (ana, bob, a Matrix section) restarted onto the
+/// previous release's store (`broker-v12.db`).
+fn broker_on_v12() -> Broker {
     let config = r##"{
       "hive_name": "one",
       "agents": [{"name": "ana"}, {"name": "bob"}],
@@ -1224,20 +1229,5 @@ fn the_previous_releases_store_reads_message_states_through_step_16() {
     }
     copy_fixture("broker-v12.db", &b.state_dir(), db::FILE);
     b.restart();
-    let mut ana = b.agent("ana");
-    let s: MessageStateReply = ana.call(&MessageState { id: 1 }).unwrap();
-    assert_eq!(
-        (s.state, s.event_id.as_deref()),
-        (Where::Posted, Some("$fixture-sent-1"))
-    );
-    let s: MessageStateReply = ana.call(&MessageState { id: 2 }).unwrap();
-    assert_eq!(s.state, Where::HandedToBridge);
-    let e = common::hive::refused(&mut ana, MessageState { id: 4 });
-    assert_eq!(e, "message #4: not a message you sent");
-    let s: MessageStateReply = b.host().call(&MessageState { id: 4 }).unwrap();
-    assert_eq!((s.state, s.position), (Where::Queued, Some(1)));
-    assert_eq!(
-        s.text,
-        "message #4 to ana: queued, position 1 in ana's queue"
-    );
+    b
 }

@@ -290,6 +290,25 @@ impl Hub<'_> {
         })
     }
 
+    /// `recv_next`'s answer when nothing is handed out now (a pause, or no
+    /// claude slot free) and the caller cannot wait.
+    fn nothing_handed_out(
+        &mut self,
+        agent: &str,
+        paused: Option<crate::proto::reply::Paused>,
+    ) -> Handled<RecvNextReply> {
+        Ok(Done::Reply(RecvNextReply {
+            message: None,
+            redelivered: false,
+            unread: Some(self.unread(agent)?),
+            attempts: 0,
+            status_text: None,
+            status_set_at: None,
+            paused,
+            turn_usd: self.cfg.agent(agent).and_then(|e| e.turn_usd),
+        }))
+    }
+
     pub(super) fn recv_next(
         &mut self,
         ctx: &Ctx,
@@ -317,16 +336,7 @@ impl Hub<'_> {
                 self.wait_for(agent, ctx.conn);
                 return Ok(Done::Wait);
             }
-            return Ok(Done::Reply(RecvNextReply {
-                message: None,
-                redelivered: false,
-                unread: Some(self.unread(agent)?),
-                attempts: 0,
-                status_text: None,
-                status_set_at: None,
-                paused: Some(p),
-                turn_usd: self.cfg.agent(agent).and_then(|e| e.turn_usd),
-            }));
+            return self.nothing_handed_out(agent, Some(p));
         }
         // issue 42: a message handed out runs a claude, which takes one of
         // the hive's `max_claude` slots; without one the call waits in line.
@@ -335,16 +345,7 @@ impl Hub<'_> {
                 self.wait_for(agent, ctx.conn);
                 return Ok(Done::Wait);
             }
-            return Ok(Done::Reply(RecvNextReply {
-                message: None,
-                redelivered: false,
-                unread: Some(self.unread(agent)?),
-                attempts: 0,
-                status_text: None,
-                status_set_at: None,
-                paused: None,
-                turn_usd: self.cfg.agent(agent).and_then(|e| e.turn_usd),
-            }));
+            return self.nothing_handed_out(agent, None);
         }
         let (popped, unread) = self.pop_next(agent)?;
         if popped.is_none() {
