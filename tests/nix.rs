@@ -448,34 +448,48 @@ fn a_path_key_is_shown_read_only_in_the_sandbox() {
         own = p(&data.join("agents/ana")),
         secret = p(&data.join("secret/s")),
     );
-    let userns = if Command::new("id").arg("-u").output().unwrap().stdout == b"0\n" {
-        None
-    } else {
-        Some("--userns")
+    // The sandbox `hive up` gives an agent: one process, PID 1 of the
+    // namespaces `sandbox::spawn` makes (`tests/sandbox_spawn.rs`).
+    use hyperhive::fleet::sandbox::{self, Spawn, Spec};
+    use std::io::Read;
+    // SAFETY: geteuid has no arguments.
+    let root = unsafe { libc::geteuid() } == 0;
+    let spec = Spec {
+        userns: !root,
+        covers: vec![data.clone()],
+        keeps: vec![data.join("agents/ana")],
+        read_only: vec![data.join("static"), icon.clone()],
+        command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        ..Spec::default()
     };
-    let out = Command::new(env!("CARGO_BIN_EXE_hive"))
-        .arg("__sandbox")
-        .args(userns)
-        .args(["--cover", &p(&data), "--keep", &p(&data.join("agents/ana"))])
-        .args([
-            "--read-only",
-            &p(&data.join("static")),
-            "--read-only",
-            &p(&icon),
-        ])
-        .args(["--", "/bin/sh", "-c", &script])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    if out.status.code() == Some(125) {
+    let env = sandbox::environment(&[], &[]);
+    let spawned = sandbox::spawn(&Spawn {
+        exe: Path::new(env!("CARGO_BIN_EXE_hive")),
+        spec: &spec,
+        env: &env,
+        keep: &[],
+        parent_death_signal: libc::SIGKILL,
+        umask: 0o022,
+    })
+    .expect("hive __sandbox starts");
+    let (mut child, mut stdout, mut stderr) = (
+        spawned.child,
+        std::fs::File::from(spawned.stdout),
+        std::fs::File::from(spawned.stderr),
+    );
+    let (mut out, mut err) = (String::new(), String::new());
+    stdout.read_to_string(&mut out).unwrap();
+    stderr.read_to_string(&mut err).unwrap();
+    let status = child.wait().unwrap();
+    if status.code() == Some(125) {
+        assert!(
+            std::env::var("HIVE_REQUIRE_REAL_CLAUDE").as_deref() != Ok("1"),
+            "the kernel refused a sandbox: {err}"
+        );
         eprintln!("SKIPPED: the kernel refused a sandbox here: {err}");
         return;
     }
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "page<svg/>own-writable\nsecret-hidden\n",
-        "{err}"
-    );
+    assert_eq!(out, "page<svg/>own-writable\nsecret-hidden\n", "{err}");
     assert!(!data.join("static/x").exists());
     assert_eq!(std::fs::read_to_string(&icon).unwrap(), "<svg/>");
 }
