@@ -23,6 +23,13 @@ use std::time::Duration;
 
 /// Set in the run of a test as uid 65534 (it must not run itself again).
 const AS_NOBODY: &str = "HIVE_SANDBOX_TEST_AS_NOBODY";
+/// In that run: the copy of `hive` it can reach.
+const HIVE_COPY: &str = "HIVE_SANDBOX_TEST_HIVE";
+
+/// The `hive` to run: the copy made for a run as uid 65534, else the build's.
+fn hive() -> PathBuf {
+    std::env::var_os(HIVE_COPY).map_or_else(hive_bin, PathBuf::from)
+}
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no arguments.
@@ -35,13 +42,32 @@ fn again_as_nobody(name: &str) {
     if !is_root() || std::env::var_os(AS_NOBODY).is_some() {
         return;
     }
+    // A clean clone may sit in a 0700 directory uid 65534 cannot enter: the
+    // run gets its own copies of this test and of `hive`, in a directory it
+    // can reach.
+    let dir = PathBuf::from(format!(
+        "/tmp/hive-sbx-nobody-{}-{name}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (me, hive) = (dir.join("test"), dir.join("hive"));
+    std::fs::copy(std::env::current_exe().unwrap(), &me).unwrap();
+    std::fs::copy(hive_bin(), &hive).unwrap();
+    for p in [&dir, &me, &hive] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(std::env::current_exe().unwrap())
+        .arg(&me)
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(AS_NOBODY, "1")
+        .env(HIVE_COPY, &hive)
+        .current_dir("/")
         .output()
         .expect("setpriv runs");
+    let _ = std::fs::remove_dir_all(&dir);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -100,7 +126,7 @@ fn start(spec: &Spec, env: &[(&str, &str)], keep: &[i32]) -> Option<Sandboxed> {
     let env = sandbox::environment(&[], &set);
     let spawn = |spec: &Spec| {
         sandbox::spawn(&Spawn {
-            exe: &hive_bin(),
+            exe: &hive(),
             spec,
             env: &env,
             keep,
@@ -271,7 +297,7 @@ fn a_bash_daemon_as_pid_1_reaps_what_its_tasks_leave_behind() {
     let socket = keep.join("bash.sock");
     let mut spec = spec(d.path(), "");
     spec.command = vec![
-        hive_bin().into(),
+        hive().into(),
         "bash-daemon".into(),
         "--state-dir".into(),
         keep.join("state").into(),
