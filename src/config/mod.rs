@@ -35,6 +35,9 @@ pub struct HiveConfig {
     pub operator_gid: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agents: Vec<AgentConfig>,
+    /// Where [`HiveConfig::agent`] last found each agent in `agents`.
+    #[serde(skip)]
+    pub(crate) agent_at: AgentIndex,
     /// The swarm: the Matrix homeserver and room this hive's bridge joins
     /// (`docs/swarm.md`). Without it, mail to `NAME@HIVE` is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,6 +57,30 @@ pub struct HiveConfig {
     /// host's memory. Applies live on `hive reload`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_claude: Option<u32>,
+}
+
+/// Where each agent was last found in [`HiveConfig::agents`]: a hint that
+/// [`HiveConfig::agent`] checks, so it takes no part in a comparison, a copy
+/// or the fleet file.
+#[derive(Default)]
+pub(crate) struct AgentIndex(std::sync::Mutex<std::collections::HashMap<String, usize>>);
+
+impl Clone for AgentIndex {
+    fn clone(&self) -> AgentIndex {
+        AgentIndex::default()
+    }
+}
+
+impl PartialEq for AgentIndex {
+    fn eq(&self, _: &AgentIndex) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for AgentIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AgentIndex")
+    }
 }
 
 /// The memory one real `claude` process takes, give or take: what
@@ -347,8 +374,24 @@ impl HiveConfig {
         Ok(())
     }
 
+    /// The agent called `name`. The broker asks this on every request of a
+    /// harness (issue 42: a thousand agents); where each agent was last found
+    /// is remembered and checked before it is used, so `agents` may change
+    /// in any way between calls (names are unique: [`HiveConfig::validate`]).
     pub fn agent(&self, name: &str) -> Option<&AgentConfig> {
-        self.agents.iter().find(|a| a.name == name)
+        let mut at = self.agent_at.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = at.get(name).and_then(|&i| self.agents.get(i)) {
+            if a.name == name {
+                return Some(a);
+            }
+        }
+        let i = self.agents.iter().position(|a| a.name == name)?;
+        if at.len() > 4 * self.agents.len() + 64 {
+            // Names come and go over `hive reload`s: start again.
+            at.clear();
+        }
+        at.insert(name.to_string(), i);
+        Some(&self.agents[i])
     }
 
     fn parent_agent(&self, name: &str) -> Option<&AgentConfig> {

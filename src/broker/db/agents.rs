@@ -20,26 +20,35 @@ pub struct AgentStats {
 
 impl Db {
     pub fn stats(&self, agent: &str) -> Res<AgentStats> {
+        // The status watch's renewals ask again of an unchanged store (`memo.rs`).
+        if let Some(stats) = self.memo_stats(agent) {
+            return Ok(stats);
+        }
+        let stats = self.stats_now(agent)?;
+        self.memo_keep_stats(agent, &stats);
+        Ok(stats)
+    }
+
+    fn stats_now(&self, agent: &str) -> Res<AgentStats> {
         let found = self
             .conn
-            .query_row(
+            .prepare_cached(
                 "SELECT hyperhive_rev, status_text, status_set_at, turns, turns_ok, turns_failed,
                         tokens_in, tokens_out, cost_usd FROM agents WHERE name = ?1",
-                params![agent],
-                |r| {
-                    Ok(AgentStats {
-                        hyperhive_rev: r.get(0)?,
-                        status_text: r.get(1)?,
-                        status_set_at: r.get(2)?,
-                        turns: r.get::<_, i64>(3)? as u64,
-                        turns_ok: r.get::<_, i64>(4)? as u64,
-                        turns_failed: r.get::<_, i64>(5)? as u64,
-                        tokens_in: r.get::<_, i64>(6)? as u64,
-                        tokens_out: r.get::<_, i64>(7)? as u64,
-                        cost_usd: r.get(8)?,
-                    })
-                },
-            )
+            )?
+            .query_row(params![agent], |r| {
+                Ok(AgentStats {
+                    hyperhive_rev: r.get(0)?,
+                    status_text: r.get(1)?,
+                    status_set_at: r.get(2)?,
+                    turns: r.get::<_, i64>(3)? as u64,
+                    turns_ok: r.get::<_, i64>(4)? as u64,
+                    turns_failed: r.get::<_, i64>(5)? as u64,
+                    tokens_in: r.get::<_, i64>(6)? as u64,
+                    tokens_out: r.get::<_, i64>(7)? as u64,
+                    cost_usd: r.get(8)?,
+                })
+            })
             .optional()?;
         Ok(found.unwrap_or_default())
     }

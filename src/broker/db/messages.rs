@@ -102,6 +102,10 @@ impl Db {
     /// The agent's inflight row, if any (there is at most one; in queue
     /// order, so the inbox index answers without a sort).
     pub fn inflight(&self, agent: &str) -> Res<Option<Message>> {
+        // An agent outside the set has no inflight row (`Db::inflight`).
+        if !self.inflight.borrow().contains(agent) {
+            return Ok(None);
+        }
         self.conn
             .prepare_cached(concat!(
                 "SELECT ",
@@ -137,6 +141,24 @@ impl Db {
 
     /// [`Db::take_next`] by reading the queue.
     pub(super) fn read_next(
+        &self,
+        agent: &str,
+        queued_too: bool,
+        look_for_inflight: bool,
+    ) -> Res<(Option<Taken>, u64)> {
+        // An idle agent's renewal asks again of an unchanged store (`memo.rs`).
+        if let Some(queued) = self.memo_nothing_next(agent, queued_too, look_for_inflight) {
+            return Ok((None, queued));
+        }
+        let read = self.read_next_now(agent, queued_too, look_for_inflight)?;
+        if read.0.is_none() {
+            self.memo_keep_nothing_next(agent, queued_too, look_for_inflight, read.1);
+        }
+        Ok(read)
+    }
+
+    /// [`Db::read_next`] by reading the store.
+    fn read_next_now(
         &self,
         agent: &str,
         queued_too: bool,

@@ -127,6 +127,8 @@ pub struct Db {
     inflight: RefCell<BTreeSet<String>>,
     /// This start's instance id (`db/swarm.rs`), made at open.
     instance: String,
+    /// Answers of reads while nothing changed since (`memo.rs`).
+    memo: RefCell<memo::Memo>,
 }
 
 type Res<T> = rusqlite::Result<T>;
@@ -273,6 +275,7 @@ mod activity;
 mod agents;
 mod approvals;
 mod fleet;
+mod memo;
 mod messages;
 mod migrations;
 mod models;
@@ -336,6 +339,7 @@ impl Db {
             conn,
             queues: Queues::new(tail),
             inflight: RefCell::new(BTreeSet::new()),
+            memo: RefCell::default(),
         })
     }
 
@@ -530,6 +534,52 @@ mod tests {
             !db.requeue(later, "a", true, true, None).unwrap(),
             "not inflight"
         );
+    }
+
+    /// The answers kept for idle renewals (`memo.rs`) go with any write:
+    /// the hub's own, a status line, and another connection's commit once
+    /// the hub is told of it.
+    #[test]
+    fn an_answer_kept_for_an_idle_agent_goes_with_any_write() {
+        let fresh = fresh_db("memo");
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        assert_eq!(db.take_next("a", true).unwrap(), (None, 0));
+        assert_eq!(db.take_next("a", true).unwrap(), (None, 0), "kept");
+        assert_eq!(db.stats("a").unwrap().status_text, "");
+        // The hub's own write.
+        db.insert_message(&msg("a", "1"), 1).unwrap();
+        let (t, queued) = db.take_next("a", true).unwrap();
+        assert_eq!(t.map(|t| t.message.body), Some("1".to_string()));
+        assert_eq!(queued, 0);
+        db.conn
+            .execute("UPDATE messages SET state = 'acked'", [])
+            .unwrap();
+        db.inflight.borrow_mut().clear();
+        assert_eq!(db.take_next("a", true).unwrap(), (None, 0));
+        // A status line, read through the same memo.
+        db.conn
+            .execute(
+                "INSERT INTO agents (name, status_text) VALUES ('a', 'busy')",
+                [],
+            )
+            .unwrap();
+        assert_eq!(db.stats("a").unwrap().status_text, "busy");
+        // Another connection's commit (retention's is the one there is),
+        // which the hub hears of.
+        let other = Connection::open(&fresh.path).unwrap();
+        other
+            .execute(
+                "UPDATE messages SET state = 'queued', seq = seq WHERE recipient = 'a'",
+                [],
+            )
+            .unwrap();
+        db.forget_memo();
+        assert_eq!(db.take_next("a", false).unwrap(), (None, 1));
+        other
+            .execute("UPDATE agents SET status_text = 'idle'", [])
+            .unwrap();
+        db.forget_memo();
+        assert_eq!(db.stats("a").unwrap().status_text, "idle");
     }
 
     #[test]

@@ -166,6 +166,8 @@ impl Hub<'_> {
     /// The prune thread deleted a batch: the sums are read again, and an
     /// agent back under its quota is told of again when it passes it next.
     pub(super) fn pruned(&mut self) {
+        // Another connection wrote: the store's kept answers go (`db/memo.rs`).
+        self.db.forget_memo();
         match self.db.stored_bytes() {
             Ok(stored) => self.quotas.stored = stored,
             Err(e) => {
