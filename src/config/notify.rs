@@ -148,7 +148,7 @@ impl NotifySection {
             for e in &t.events {
                 if !EVENTS.contains(&e.as_str()) {
                     return Err(format!(
-                        "{at}.events: unknown event {:?}; the events are {}",
+                        "{at}.events: unknown event {}; the events are {}",
                         crate::proto::text::excerpt(e),
                         EVENTS.join(", ")
                     ));

@@ -298,7 +298,8 @@ mod tests {
         assert_eq!(backoff_ms(s, 1), 1000);
         assert_eq!(backoff_ms(s, 2), 2000);
         assert_eq!(backoff_ms(s, 5), 16_000);
-        assert_eq!(backoff_ms(s, 17), MAX_BACKOFF_MS, "2^16 s is past a day");
+        assert_eq!(backoff_ms(s, 17), 65_536_000, "2^16 s is under a day");
+        assert_eq!(backoff_ms(s, 18), MAX_BACKOFF_MS, "2^17 s is past a day");
         assert_eq!(backoff_ms(s, u64::MAX), MAX_BACKOFF_MS);
     }
 }
