@@ -6,10 +6,11 @@
 //! Events are written by triggers, so each is committed **in the same
 //! transaction as its cause** whichever statement of the hub causes it: a
 //! message to the operator (`message_to_operator`, and the hive's notices
-//! `approval`, `budget`, `usage_limit`, `needs_login` — the last to any
-//! recipient), a question to the operator (`question`), a message
-//! dead-lettered (`dead_letter`). The hub writes `agent_crashed` (told by
-//! the supervisor of `hive up`) and `test` (`hive notify test`) itself.
+//! `approval`, `budget`, `usage_limit`), a question to the operator
+//! (`question`), a message dead-lettered (`dead_letter`). The hub writes
+//! the events whose cause is no row itself: `needs_login` (a harness
+//! reported its login pause), `agent_crashed` (told by the supervisor of
+//! `hive up`) and `test` (`hive notify test`).
 //! No trigger writes while no destination is configured.
 //!
 //! A destination's queue is everything after its cursor that it takes, in
@@ -52,10 +53,9 @@ CREATE TABLE notify_dests (
     dropped INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE TRIGGER notify_on_message AFTER INSERT ON messages
-WHEN EXISTS (SELECT 1 FROM notify_dests)
-    AND ((NEW.recipient = 'operator' AND (NEW.kind = 'message' OR NEW.kind = 'approval_requested'
-          OR NEW.kind = 'budget' OR NEW.kind = 'usage_limit' OR NEW.kind = 'needs_login'))
-         OR NEW.kind = 'needs_login')
+WHEN EXISTS (SELECT 1 FROM notify_dests) AND NEW.recipient = 'operator'
+    AND (NEW.kind = 'message' OR NEW.kind = 'approval_requested'
+         OR NEW.kind = 'budget' OR NEW.kind = 'usage_limit')
     AND NEW.state != 'failed'
 BEGIN
     INSERT INTO notify_events (uid, event, agent, msg_id, text, at) VALUES (

@@ -1,8 +1,9 @@
 //! Notifications, on the hub's side (issue 43, item 3). Most events are
 //! written by the store's triggers in the transaction of their cause
-//! (`db/outbox.rs`); the hub writes the two it learns of itself — an
-//! agent's harness crashed (told by the supervisor of `hive up`) and the
-//! operator's `notify_test` — and nudges the sender thread
+//! (`db/outbox.rs`); the hub writes those it learns of itself — a harness
+//! reported its login pause (`needs_login`), an agent's harness crashed
+//! (told by the supervisor of `hive up`) and the operator's `notify_test` —
+//! and nudges the sender thread
 //! (`broker/notify`), never waiting for it. `notify_status` reads each
 //! destination's queue from the store.
 
@@ -18,18 +19,24 @@ impl Hub<'_> {
         }
     }
 
+    /// Writes an event about `agent` whose cause is no row of the store
+    /// (`needs_login`, `agent_crashed`) and nudges the sender.
+    pub(super) fn notify_event(&mut self, event: &str, agent: &str, text: &str) {
+        match self
+            .db
+            .notify_event(event, agent, text, crate::proto::now())
+        {
+            Ok(Some(_)) => self.nudge_notify(),
+            Ok(None) => {}
+            Err(e) => log::error!("cannot record {event} of {agent} for notify: {e}"),
+        }
+    }
+
     /// The supervisor saw `agent`'s harness exit unasked (`detail`: its
     /// status and how long it ran).
     pub(super) fn agent_crashed(&mut self, agent: &str, detail: &str) {
         let text = format!("{agent}'s harness exited: {detail}; hive up restarts it");
-        match self
-            .db
-            .notify_event("agent_crashed", agent, &text, crate::proto::now())
-        {
-            Ok(Some(_)) => self.nudge_notify(),
-            Ok(None) => {}
-            Err(e) => log::error!("cannot record {agent}'s crash for notify: {e}"),
-        }
+        self.notify_event("agent_crashed", agent, &text);
     }
 
     /// `notify_test`: a test event for every destination.
