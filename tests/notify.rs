@@ -474,3 +474,246 @@ impl Receiver {
         })
     }
 }
+
+/// The `message_to_operator` bodies a `json` receiver processed, once each.
+fn bodies(got: &[Got]) -> Vec<String> {
+    got.iter()
+        .map(|g| g.json()["data"]["body"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_receiver_outage_and_a_clean_broker_restart_each_lose_nothing() {
+    let rx = Receiver::start();
+    let files = TempDir::new("nt-out");
+    let secret = private_file(files.path(), "secret", SECRET);
+    let mut b = broker(&format!(
+        r#"{{"give_up_days":2,"to":[{{"url":"{}","secret_file":"{secret}"}}]}}"#,
+        rx.url("/json")
+    ));
+
+    // The receiver answers 503 for a while, then comes back.
+    rx.set(Mode::Down);
+    for i in 1..=3 {
+        send(&b, "ana", "operator", &format!("outage {i}"));
+    }
+    wait_for(Duration::from_secs(60), "three refused tries", || {
+        (rx.tries("/json").len() >= 3).then_some(())
+    });
+    let st = status(&b);
+    let d = &st["destinations"][0];
+    assert_eq!(d["last_error"], "HTTP 503", "{d}");
+    assert_eq!(d["pending"], 3, "{d}");
+    assert!(d["failed"].as_u64().unwrap() >= 3, "{d}");
+    let sock = b.host_socket().display().to_string();
+    let (_, out, _) = run_hive(&["notify", "status", "--socket", &sock], None, &[]);
+    assert!(
+        out.contains(&format!("http://127.0.0.1:{} (json): 3 pending", rx.port))
+            && out.contains("last error HTTP 503"),
+        "{out}"
+    );
+    rx.set(Mode::Ok);
+    let got = rx.wait_events("/json", 3);
+    assert_eq!(bodies(&got), ["outage 1", "outage 2", "outage 3"]);
+    got.iter().for_each(verify);
+
+    // A clean restart while events wait: they go once it is back.
+    rx.set(Mode::Down);
+    for i in 4..=5 {
+        send(&b, "bob", "operator", &format!("restart {i}"));
+    }
+    wait_for(Duration::from_secs(60), "a refused try of the next", || {
+        (rx.tries("/json").iter().filter(|g| g.status == 503).count() > 3).then_some(())
+    });
+    let status_code = b.terminate();
+    assert!(status_code.success(), "{status_code}");
+    rx.set(Mode::Ok);
+    b.restart();
+    let got = rx.wait_events("/json", 5);
+    assert_eq!(
+        bodies(&got),
+        ["outage 1", "outage 2", "outage 3", "restart 4", "restart 5"]
+    );
+    got.iter().for_each(verify);
+    let st = status(&b);
+    let d = &st["destinations"][0];
+    assert_eq!((d["pending"].as_u64(), d["dropped"].as_u64()), (Some(0), Some(0)));
+    assert!(d["delivered"].as_u64().unwrap() >= 5, "{d}");
+}
+
+#[test]
+fn a_kill_9_of_the_broker_while_events_are_pending_sends_each_at_least_once() {
+    let rx = Receiver::start();
+    let files = TempDir::new("nt-k9");
+    let secret = private_file(files.path(), "secret", SECRET);
+    let mut b = broker(&format!(
+        r#"{{"to":[{{"url":"{}","secret_file":"{secret}"}}]}}"#,
+        rx.url("/json")
+    ));
+    let mut sent = Vec::new();
+    for round in 0..3 {
+        // Some taken, some refused and waiting, when the broker dies.
+        rx.set(Mode::Ok);
+        for i in 0..6 {
+            let body = format!("round {round} mail {i}");
+            send(&b, if i % 2 == 0 { "ana" } else { "bob" }, "operator", &body);
+            sent.push(body);
+            if i == 3 {
+                rx.set(Mode::Down);
+            }
+        }
+        wait_for(Duration::from_secs(60), "a refused try", || {
+            rx.tries("/json")
+                .iter()
+                .any(|g| g.status == 503)
+                .then_some(())
+        });
+        b.kill9();
+        rx.set(Mode::Ok);
+        b.restart();
+    }
+    let got = rx.wait_events("/json", sent.len());
+    got.iter().for_each(verify);
+    assert_eq!(bodies(&got), sent, "each once, in order, after three kills");
+    assert!(rx.taken("/json").len() >= sent.len());
+}
+
+#[test]
+fn a_receiver_that_never_answers_slows_and_fails_no_send() {
+    let rx = Receiver::start();
+    rx.set(Mode::Hang);
+    // A port nothing listens on, too.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://127.0.0.1:{}/gone", closed.local_addr().unwrap().port());
+    drop(closed);
+    let b = broker(&format!(
+        r#"{{"to":[{{"url":"{}"}},{{"url":"{dead}","format":"ntfy"}}]}}"#,
+        rx.url("/hang")
+    ));
+    send(&b, "ana", "operator", "first, held by the receiver");
+    wait_for(Duration::from_secs(30), "the receiver to hold a request", || {
+        (!rx.tries("/hang").is_empty()).then_some(())
+    });
+    // While the sender waits on it, every send, question and read answers.
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(send(&b, "bob", "operator", &format!("during {i}")));
+        send(&b, "ana", "bob", &format!("between agents {i}"));
+    }
+    ok(
+        &mut b.agent("ana"),
+        Ask {
+            question: "still there?".into(),
+            options: vec![],
+            multi: false,
+            ttl_seconds: None,
+            to: None,
+        },
+    );
+    let inbox = common::hive::operator_inbox(&b);
+    assert_eq!(inbox.len(), 21, "every message reached the operator");
+    assert_eq!(ids.len(), 20);
+    // The dead port's tries failed by their kind, never naming the URL.
+    let err = wait_for(Duration::from_secs(30), "the dead port's error", || {
+        let st = status(&b);
+        let d = st["destinations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["format"] == "ntfy")
+            .unwrap()
+            .clone();
+        d["last_error"].as_str().map(str::to_string)
+    });
+    assert!(err.contains("Connection Failed"), "{err}");
+    assert!(!err.contains("/gone") && !err.contains("127.0.0.1"), "{err}");
+}
+
+#[test]
+fn notify_test_reaches_every_destination_and_status_shows_each_ones_last_error() {
+    let rx = Receiver::start();
+    let b = broker(&format!(
+        r#"{{"to":[{{"url":"{}","events":["budget"]}},{{"url":"{}","format":"slack"}}]}}"#,
+        rx.url("/ok"),
+        rx.url("/down"),
+    ));
+    // Both refuse it first (503), then take it.
+    let sock = b.host_socket().display().to_string();
+    rx.set(Mode::Down);
+    let (code, out, err) = run_hive(&["notify", "test", "--socket", &sock], None, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("queued for 2 destination(s)"), "{out}");
+    wait_for(Duration::from_secs(30), "both refused", || {
+        let st = status(&b);
+        st["destinations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["last_error"] == "HTTP 503")
+            .then_some(())
+    });
+    rx.set(Mode::Ok);
+    let got = rx.wait_events("/ok", 1);
+    assert_eq!(got[0].json()["type"], "test", "taken whatever its events");
+    let slack = rx.wait_events_plain("/down", 1);
+    assert_eq!(
+        slack[0].json()["text"],
+        "*hive nt: test notification*\na test notification from `hive notify test`"
+    );
+    let (_, out, _) = run_hive(&["notify", "status", "--socket", &sock], None, &[]);
+    assert!(out.contains("last success"), "{out}");
+
+    // Without destinations, `hive notify test` says what to do.
+    let plain = Broker::start(&["ana"]);
+    let sock = plain.host_socket().display().to_string();
+    let (code, _, err) = run_hive(&["notify", "test", "--socket", &sock], None, &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no notify destinations"), "{err}");
+}
+
+#[test]
+fn a_bad_notify_block_is_a_start_error_naming_what_to_fix() {
+    let files = TempDir::new("nt-bad");
+    let secret = files.path().join("secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let start = |notify: &str| {
+        let cfg = files.path().join("hive.json");
+        std::fs::write(
+            &cfg,
+            format!(r#"{{"agents":[{{"name":"ana"}}],"notify":{notify}}}"#),
+        )
+        .unwrap();
+        let (s, r) = (files.path().join("s"), files.path().join("r"));
+        let (code, out, err) = run_hive(
+            &[
+                "broker",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--state-dir",
+                s.to_str().unwrap(),
+                "--run-dir",
+                r.to_str().unwrap(),
+            ],
+            None,
+            &[],
+        );
+        assert_ne!(code, 0, "{out}{err}");
+        err
+    };
+    let e = start(&format!(
+        r#"{{"to":[{{"url":"http://127.0.0.1:9/h","secret_file":"{}"}}]}}"#,
+        secret.display()
+    ));
+    assert!(
+        e.contains(&secret.display().to_string()) && e.contains("chmod 600"),
+        "{e}"
+    );
+    assert!(!e.contains("MfKQ"), "the secret is not shown: {e}");
+    let e = start(r#"{"to":[{"url":"http://127.0.0.1:9/h","events":["questions"]}]}"#);
+    assert!(e.contains("unknown event \"questions\""), "{e}");
+    let e = start(r#"{"to":[{"url":"http://127.0.0.1:9/h","format":"teams"}]}"#);
+    assert!(e.contains("unknown format \"teams\""), "{e}");
+    let e = start(r#"{"to":[{"url_file":"/nonexistent/hook-url","format":"slack"}]}"#);
+    assert!(e.contains("notify.to[0].url_file") && e.contains("/nonexistent/hook-url"), "{e}");
+}

@@ -64,11 +64,19 @@ impl Settings {
     }
 }
 
-/// The running thread: nudge it with [`Handle::nudge`]; dropping it stops
-/// the thread (between two requests) and waits for it.
+/// How long dropping the [`Handle`] waits for the thread: a request to a
+/// receiver that does not answer is left to end on its own (the thread
+/// holds nothing the hub needs; an event it was sending is sent again at
+/// the next start).
+const STOP_WAIT: Duration = Duration::from_secs(1);
+
+/// The running thread: the hub nudges it through [`Handle::nudger`];
+/// dropping it stops the thread between two requests, waiting
+/// [`STOP_WAIT`] at most.
 pub struct Handle {
     stop: Option<Sender<()>>,
     nudge: Sender<()>,
+    ended: Receiver<()>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -83,7 +91,14 @@ impl Drop for Handle {
     fn drop(&mut self) {
         self.stop.take();
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // `ended` disconnects as the thread returns.
+            if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
+                self.ended.recv_timeout(STOP_WAIT)
+            {
+                let _ = t.join();
+            } else {
+                log::info!("notify: a request is still out; not waiting for it");
+            }
         }
     }
 }
@@ -121,13 +136,18 @@ pub fn start(
     }
     let (stop_tx, stop) = bounded::<()>(0);
     let (nudge, nudged) = bounded::<()>(1);
+    let (end_tx, ended) = bounded::<()>(0);
     let thread = std::thread::Builder::new()
         .name("notify".into())
-        .spawn(move || Worker::new(conn, dests, settings).run(&stop, &nudged))
+        .spawn(move || {
+            Worker::new(conn, dests, settings).run(&stop, &nudged);
+            drop(end_tx);
+        })
         .map_err(|e| format!("cannot start the notify thread: {e}"))?;
     Ok(Some(Handle {
         stop: Some(stop_tx),
         nudge,
+        ended,
         thread: Some(thread),
     }))
 }
