@@ -313,3 +313,131 @@ impl NotifyConn {
         dest_states(&self.conn)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Db, NewMessage};
+    use super::*;
+    use crate::proto::{MsgKind, Peer};
+
+    struct Dir(std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A fresh store with one destination taking `events`.
+    fn store(tag: &str, events: &[&str]) -> (Dir, Db, NotifyConn) {
+        let dir = std::env::temp_dir().join(format!("hive-outbox-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("b.db");
+        let db = Db::open(&path, Durability::Normal).unwrap();
+        let n = NotifyConn::open(&path, Durability::Normal).unwrap();
+        let events: Vec<String> = events.iter().map(|e| e.to_string()).collect();
+        n.register(&[DestRow {
+            dest: "d",
+            shown: "http://h",
+            format: "json",
+            events: &events,
+        }])
+        .unwrap();
+        (Dir(dir), db, n)
+    }
+
+    fn tell(db: &Db, from: &Peer, to: &str, kind: MsgKind, body: &str) -> i64 {
+        db.insert_message(
+            &NewMessage {
+                from,
+                to,
+                body,
+                kind: &kind,
+                in_reply_to: None,
+            },
+            100,
+        )
+        .unwrap()
+    }
+
+    /// Every event of `d`'s queue, marking each delivered.
+    fn drain(n: &NotifyConn) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while let Some((e, _, _)) = n.next("d").unwrap() {
+            n.delivered("d", e.id, 1).unwrap();
+            out.push((e.event, e.agent));
+        }
+        out
+    }
+
+    #[test]
+    fn each_cause_writes_its_event_and_other_rows_none() {
+        let all: Vec<&str> = crate::config::notify::EVENTS.to_vec();
+        let (_d, db, n) = store("causes", &all);
+        let ana = Peer::Agent("ana".into());
+        tell(&db, &Peer::System, "operator", MsgKind::ApprovalRequested, "[approval #1] spawn");
+        tell(&db, &Peer::System, "operator", MsgKind::Budget, "[budget] 80 %");
+        tell(&db, &Peer::System, "operator", MsgKind::UsageLimit, "pool p parked");
+        tell(&db, &ana, "operator", MsgKind::Message, "hello");
+        // None of these is for the operator to act on.
+        tell(&db, &Peer::System, "ana", MsgKind::Budget, "[budget] yours");
+        tell(&db, &ana, "bob", MsgKind::Message, "between agents");
+        tell(&db, &Peer::System, "operator", MsgKind::CliVersion, "cli");
+        tell(&db, &Peer::System, "operator", MsgKind::QuestionAnswered, "yes");
+        db.insert_question("ana", &Peer::Operator, "ship?", &[], false, 100, None)
+            .unwrap();
+        db.insert_question("ana", &Peer::Agent("bob".into()), "bob?", &[], false, 100, None)
+            .unwrap();
+        // Bob's first mail (ana's) is dead-lettered.
+        let (taken, _) = db.take_next("bob", true).unwrap();
+        let id = taken.unwrap().message.id;
+        assert!(db.dead_letter(id, "bob", "it failed", true, 101, &[]).unwrap());
+        db.notify_event("agent_crashed", "bob", "exited", 102).unwrap();
+        assert_eq!(
+            drain(&n),
+            [
+                ("approval", "system"),
+                ("budget", "system"),
+                ("usage_limit", "system"),
+                ("message_to_operator", "ana"),
+                ("question", "ana"),
+                ("dead_letter", "bob"),
+                ("agent_crashed", "bob"),
+            ]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+    }
+
+    #[test]
+    fn a_queue_takes_its_events_and_tests_and_pruning_keeps_the_pending() {
+        let (_d, db, n) = store("filter", &["question"]);
+        let ana = Peer::Agent("ana".into());
+        tell(&db, &ana, "operator", MsgKind::Message, "not taken");
+        db.insert_question("ana", &Peer::Operator, "taken?", &[], false, 100, None)
+            .unwrap();
+        db.notify_event("test", "operator", "t", 100).unwrap();
+        let st = db.notify_states().unwrap();
+        assert_eq!(st[0].pending, 2, "the question and the test");
+        let (first, attempts, _) = n.next("d").unwrap().unwrap();
+        assert_eq!((first.event.as_str(), attempts), ("question", 0));
+        n.failed("d", "HTTP 503", 100, 5).unwrap();
+        let (again, attempts, next_at) = n.next("d").unwrap().unwrap();
+        assert_eq!((again.id, attempts, next_at), (first.id, 1, 5));
+        n.dropped("d", first.id, "gave up", 200).unwrap();
+        let st = db.notify_states().unwrap();
+        assert_eq!((st[0].dropped, st[0].failed, st[0].pending), (1, 1, 1));
+        // Pruning by age leaves what a queue still holds.
+        let path = _d.0.join("b.db");
+        let p = super::super::Pruner::open(&path, Durability::Normal).unwrap();
+        assert_eq!(p.delete_notify_events(i64::MAX, 100).unwrap(), 2, "the message and the question");
+        let (last, _, _) = n.next("d").unwrap().unwrap();
+        assert_eq!(last.event, "test", "pending: kept");
+        n.delivered("d", last.id, 300).unwrap();
+        assert_eq!(p.delete_notify_events(i64::MAX, 100).unwrap(), 1);
+        // Unregistered, a queue's events go and no trigger writes more.
+        n.register(&[]).unwrap();
+        tell(&db, &ana, "operator", MsgKind::Message, "nobody listens");
+        assert_eq!(db.notify_event("test", "operator", "t", 1).unwrap(), None);
+        assert!(db.notify_states().unwrap().is_empty());
+    }
+}
