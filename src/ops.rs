@@ -707,9 +707,10 @@ fn notify_line(d: &cmd::NotifyDest) -> String {
         None => s.push_str("; no success yet"),
     }
     if let (Some(e), Some(t)) = (&d.last_error, d.last_error_at) {
-        if d.last_ok_at.is_none_or(|ok| t >= ok) {
-            let _ = write!(s, "; last error {} at {}", line(e), fmt_time(t));
-        }
+        let _ = write!(s, "; last error {} at {}", line(e), fmt_time(t));
+    }
+    if d.attempts > 0 {
+        let _ = write!(s, "; failing ({} tries of the next event)", d.attempts);
     }
     if let Some(t) = d.next_try_at {
         let _ = write!(s, "; next try {}", fmt_time(t));

@@ -717,3 +717,47 @@ fn a_bad_notify_block_is_a_start_error_naming_what_to_fix() {
     let e = start(r#"{"to":[{"url_file":"/nonexistent/hook-url","format":"slack"}]}"#);
     assert!(e.contains("notify.to[0].url_file") && e.contains("/nonexistent/hook-url"), "{e}");
 }
+
+#[test]
+fn a_harness_crash_under_hive_up_notifies_and_the_dashboard_shows_a_failing_destination() {
+    use common::up::Up;
+    let rx = Receiver::start();
+    rx.set(Mode::Down);
+    let fleet = format!(
+        r#"{{"hive_name":"upn","agents":[{{"name":"ana","env":{{"FAKE_CLAUDE_DIR":"@FAKE(ana)"}}}}],
+            "notify":{{"to":[{{"url":"{}","events":["agent_crashed"]}}]}}}}"#,
+        rx.url("/crash")
+    );
+    let up = Up::start_env(
+        &fleet,
+        &["ana"],
+        &[("HIVE_NOTIFY_BACKOFF_MS", "50"), ("HIVE_NOTIFY_POLL_MS", "50")],
+    );
+    let pid = up.wait_running("ana");
+    // SAFETY: kill(2) of the harness the supervisor runs.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    wait_for(Duration::from_secs(60), "a refused try", || {
+        (!rx.tries("/crash").is_empty()).then_some(())
+    });
+    // The dashboard's notify line: the destination by scheme and host, its
+    // error.
+    let dash = up.dashboard();
+    let line = wait_for(Duration::from_secs(30), "the notify line", || {
+        let h = dash.get("/api/hive").ok()?;
+        h["notify"].as_array()?.first().cloned()
+    });
+    assert_eq!(line["url"], format!("http://127.0.0.1:{}", rx.port));
+    assert_eq!(line["last_error"], "HTTP 503");
+    rx.set(Mode::Ok);
+    let got = rx.wait_events("/crash", 1);
+    let v = got[0].json();
+    assert_eq!((v["type"].as_str(), v["data"]["agent"].as_str()), (Some("agent_crashed"), Some("ana")));
+    assert!(
+        v["data"]["preview"].as_str().unwrap().starts_with("ana's harness exited"),
+        "{v}"
+    );
+    wait_for(Duration::from_secs(30), "the line to go", || {
+        let h = dash.get("/api/hive").ok()?;
+        h["notify"].as_array()?.is_empty().then_some(())
+    });
+}
