@@ -579,7 +579,7 @@ fn a_kill_9_of_the_broker_while_events_are_pending_sends_each_at_least_once() {
 }
 
 #[test]
-fn a_receiver_that_never_answers_slows_and_fails_no_send() {
+fn a_receiver_that_never_answers_slows_and_fails_no_send_or_turn() {
     let rx = Receiver::start();
     rx.set(Mode::Hang);
     // A port nothing listens on, too.
@@ -610,6 +610,13 @@ fn a_receiver_that_never_answers_slows_and_fails_no_send() {
             to: None,
         },
     );
+    // And a turn runs and is acked: ana's harness, its kick, then mail.
+    let h = common::hive::Harness::start(&b, "ana", &[]);
+    h.fake.wait_count(1);
+    common::hive::operator_send(&b, "ana", "a turn while the receiver hangs");
+    h.fake.wait_count(2);
+    common::hive::wait_drained(&b, "ana");
+    assert!(common::hive::agent_row(&b, "ana").turns >= 2);
     let inbox = common::hive::operator_inbox(&b);
     assert_eq!(inbox.len(), 21, "every message reached the operator");
     assert_eq!(ids.len(), 20);
