@@ -1238,7 +1238,10 @@ fn the_previous_releases_store_gains_the_notify_outbox_through_step_18() {
     let mut now = rows(&path, "messages");
     step_16_off(&mut now);
     assert_eq!(now, before, "every row, every column");
-    assert!(rows(&path, "notify_events").is_empty(), "old rows raise none");
+    assert!(
+        rows(&path, "notify_events").is_empty(),
+        "old rows raise none"
+    );
     assert!(rows(&path, "notify_dests").is_empty());
     assert_intact(&c);
 
@@ -1267,19 +1270,27 @@ fn the_previous_releases_store_gains_the_notify_outbox_through_step_18() {
         }])
         .unwrap();
     assert_eq!(sender.next("d1").unwrap(), None, "a new queue starts empty");
-    let id = store
-        .insert_message(&to_operator, 1_800_000_001)
-        .unwrap();
+    let id = store.insert_message(&to_operator, 1_800_000_001).unwrap();
     store
         .insert_message(&operator_mail("ana", "not for the operator"), 1_800_000_002)
         .unwrap();
     let (ev, attempts, _) = sender.next("d1").unwrap().expect("an event");
     assert_eq!(
-        (ev.event.as_str(), ev.agent.as_str(), ev.msg_id, ev.at, attempts),
+        (
+            ev.event.as_str(),
+            ev.agent.as_str(),
+            ev.msg_id,
+            ev.at,
+            attempts
+        ),
         ("message_to_operator", "ana", Some(id), 1_800_000_001, 0)
     );
     assert_eq!(ev.text, "done with the migration");
-    assert!(ev.uid.starts_with("evt_") && ev.uid.len() == 28, "{}", ev.uid);
+    assert!(
+        ev.uid.starts_with("evt_") && ev.uid.len() == 28,
+        "{}",
+        ev.uid
+    );
     sender.delivered("d1", ev.id, 1_800_000_005).unwrap();
     assert_eq!(sender.next("d1").unwrap(), None);
     let st = store.notify_states().unwrap();

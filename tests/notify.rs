@@ -149,11 +149,10 @@ impl Receiver {
                 status,
             });
             let reason = if status == 200 { "OK" } else { "Unavailable" };
-            if w
-                .write_all(
-                    format!("HTTP/1.1 {status} {reason}\r\nContent-Length: 0\r\n\r\n").as_bytes(),
-                )
-                .is_err()
+            if w.write_all(
+                format!("HTTP/1.1 {status} {reason}\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+            )
+            .is_err()
             {
                 return;
             }
@@ -185,10 +184,14 @@ impl Receiver {
     /// Waits until `path` took `n` distinct events; the first copy of each
     /// (a `json` receiver dedupes by `webhook-id`), in arrival order.
     fn wait_events(&self, path: &str, n: usize) -> Vec<Got> {
-        wait_for(Duration::from_secs(60), &format!("{n} events at {path}"), || {
-            let once = dedupe(self.taken(path));
-            (once.len() >= n).then_some(once)
-        })
+        wait_for(
+            Duration::from_secs(60),
+            &format!("{n} events at {path}"),
+            || {
+                let once = dedupe(self.taken(path));
+                (once.len() >= n).then_some(once)
+            },
+        )
     }
 }
 
@@ -225,8 +228,11 @@ fn verify(g: &Got) {
 /// run by python3 on `g`: it must accept it, and refuse it with one byte of
 /// the body changed or a timestamp an hour old.
 fn verify_with_the_docs_snippet(g: &Got, dir: &Path) {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/observability.md"))
-        .unwrap();
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/observability.md"
+    ))
+    .unwrap();
     let start = doc
         .find("```python\n# verify-webhook")
         .expect("the snippet in docs/observability.md");
@@ -259,10 +265,11 @@ fn verify_with_the_docs_snippet(g: &Got, dir: &Path) {
             ),
         )
     };
-    let headers: serde_json::Map<String, Value> = ["webhook-id", "webhook-timestamp", "webhook-signature"]
-        .iter()
-        .map(|k| (k.to_string(), Value::String(g.header(k).unwrap().into())))
-        .collect();
+    let headers: serde_json::Map<String, Value> =
+        ["webhook-id", "webhook-timestamp", "webhook-signature"]
+            .iter()
+            .map(|k| (k.to_string(), Value::String(g.header(k).unwrap().into())))
+            .collect();
     let body = g.text();
     let (good, out) = run(headers.clone(), &body);
     assert!(good, "the docs' snippet accepts the delivery: {out}");
@@ -316,7 +323,11 @@ fn send(b: &Broker, from: &str, to: &str, body: &str) -> i64 {
 
 fn status(b: &Broker) -> Value {
     let sock = b.host_socket().display().to_string();
-    let (code, out, err) = run_hive(&["notify", "status", "--json", "--socket", &sock], None, &[]);
+    let (code, out, err) = run_hive(
+        &["notify", "status", "--json", "--socket", &sock],
+        None,
+        &[],
+    );
     assert_eq!(code, 0, "{out}{err}");
     serde_json::from_str(&out).unwrap()
 }
@@ -343,7 +354,12 @@ fn all_three_formats_arrive_signed_and_in_order_per_destination_and_agent() {
     // Mail to the operator from two agents, interleaved; a question; a
     // dead letter; a usage limit; mail between agents raises nothing.
     for i in 1..=3 {
-        send(&b, "ana", "operator", &format!("ana {i}: a <b> & c\r\nline two"));
+        send(
+            &b,
+            "ana",
+            "operator",
+            &format!("ana {i}: a <b> & c\r\nline two"),
+        );
         send(&b, "bob", "operator", &format!("bob {i}"));
     }
     send(&b, "ana", "bob", "not for the operator");
@@ -410,7 +426,10 @@ fn all_three_formats_arrive_signed_and_in_order_per_destination_and_agent() {
     assert_eq!(first["data"]["id"], json[0].header("webhook-id").unwrap());
     let q = json[6].json();
     assert_eq!(q["data"]["preview"], "question #1: ship it?");
-    assert!(q["data"].get("body").is_none(), "only a message's body leaves");
+    assert!(
+        q["data"].get("body").is_none(),
+        "only a message's body leaves"
+    );
     let d = json[7].json();
     assert!(
         d["data"]["preview"]
@@ -425,7 +444,10 @@ fn all_three_formats_arrive_signed_and_in_order_per_destination_and_agent() {
     assert_eq!(ntfy[0].header("Priority"), Some("default"));
     assert_eq!(ntfy[0].header("Tags"), Some("hive,message_to_operator"));
     assert_eq!(ntfy[0].text(), "ana 1: a <b> & c\r\nline two");
-    assert_eq!(ntfy[6].header("Title"), Some("hive nt: ana asks you a question"));
+    assert_eq!(
+        ntfy[6].header("Title"),
+        Some("hive nt: ana asks you a question")
+    );
     assert_eq!(ntfy[6].header("Priority"), Some("high"));
     assert_eq!(ntfy[6].text(), "question #1: ship it?");
 
@@ -434,7 +456,9 @@ fn all_three_formats_arrive_signed_and_in_order_per_destination_and_agent() {
         slack[0].json(),
         serde_json::json!({"text": "*hive nt: message from ana*\nana 1: a &lt;b&gt; &amp; c\r\nline two"})
     );
-    assert!(slack.iter().all(|g| g.header("webhook-signature").is_none()));
+    assert!(slack
+        .iter()
+        .all(|g| g.header("webhook-signature").is_none()));
 
     // Status: every destination by scheme and host; nothing pending.
     let st = wait_for(Duration::from_secs(30), "nothing pending", || {
@@ -453,7 +477,10 @@ fn all_three_formats_arrive_signed_and_in_order_per_destination_and_agent() {
         assert!(d["last_ok_at"].is_i64(), "{d}");
     }
     let delivered: Vec<u64> = {
-        let mut v: Vec<u64> = dests.iter().map(|d| d["delivered"].as_u64().unwrap()).collect();
+        let mut v: Vec<u64> = dests
+            .iter()
+            .map(|d| d["delivered"].as_u64().unwrap())
+            .collect();
         v.sort();
         v
     };
@@ -461,17 +488,24 @@ fn all_three_formats_arrive_signed_and_in_order_per_destination_and_agent() {
     // Neither the secret nor a URL's path is logged.
     let log = b.log();
     assert!(!log.contains("sekrit") && !log.contains("MfKQ9r8"), "{log}");
-    assert!(!log.contains("/json") && !log.contains("hive-alerts"), "{log}");
+    assert!(
+        !log.contains("/json") && !log.contains("hive-alerts"),
+        "{log}"
+    );
 }
 
 impl Receiver {
     /// [`Receiver::wait_events`] for formats without an event id: every
     /// request taken, in order.
     fn wait_events_plain(&self, path: &str, n: usize) -> Vec<Got> {
-        wait_for(Duration::from_secs(60), &format!("{n} requests at {path}"), || {
-            let got = self.taken(path);
-            (got.len() >= n).then_some(got)
-        })
+        wait_for(
+            Duration::from_secs(60),
+            &format!("{n} requests at {path}"),
+            || {
+                let got = self.taken(path);
+                (got.len() >= n).then_some(got)
+            },
+        )
     }
 }
 
@@ -537,7 +571,10 @@ fn a_receiver_outage_and_a_clean_broker_restart_each_lose_nothing() {
     got.iter().for_each(verify);
     let st = status(&b);
     let d = &st["destinations"][0];
-    assert_eq!((d["pending"].as_u64(), d["dropped"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(
+        (d["pending"].as_u64(), d["dropped"].as_u64()),
+        (Some(0), Some(0))
+    );
     assert!(d["delivered"].as_u64().unwrap() >= 5, "{d}");
 }
 
@@ -556,7 +593,12 @@ fn a_kill_9_of_the_broker_while_events_are_pending_sends_each_at_least_once() {
         rx.set(Mode::Ok);
         for i in 0..6 {
             let body = format!("round {round} mail {i}");
-            send(&b, if i % 2 == 0 { "ana" } else { "bob" }, "operator", &body);
+            send(
+                &b,
+                if i % 2 == 0 { "ana" } else { "bob" },
+                "operator",
+                &body,
+            );
             sent.push(body);
             if i == 3 {
                 rx.set(Mode::Down);
@@ -584,16 +626,21 @@ fn a_receiver_that_never_answers_slows_and_fails_no_send_or_turn() {
     rx.set(Mode::Hang);
     // A port nothing listens on, too.
     let closed = TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://127.0.0.1:{}/gone", closed.local_addr().unwrap().port());
+    let dead = format!(
+        "http://127.0.0.1:{}/gone",
+        closed.local_addr().unwrap().port()
+    );
     drop(closed);
     let b = broker(&format!(
         r#"{{"to":[{{"url":"{}"}},{{"url":"{dead}","format":"ntfy"}}]}}"#,
         rx.url("/hang")
     ));
     send(&b, "ana", "operator", "first, held by the receiver");
-    wait_for(Duration::from_secs(30), "the receiver to hold a request", || {
-        (!rx.tries("/hang").is_empty()).then_some(())
-    });
+    wait_for(
+        Duration::from_secs(30),
+        "the receiver to hold a request",
+        || (!rx.tries("/hang").is_empty()).then_some(()),
+    );
     // While the sender waits on it, every send, question and read answers.
     let mut ids = Vec::new();
     for i in 0..20 {
@@ -633,7 +680,10 @@ fn a_receiver_that_never_answers_slows_and_fails_no_send_or_turn() {
         d["last_error"].as_str().map(str::to_string)
     });
     assert!(err.contains("Connection Failed"), "{err}");
-    assert!(!err.contains("/gone") && !err.contains("127.0.0.1"), "{err}");
+    assert!(
+        !err.contains("/gone") && !err.contains("127.0.0.1"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -722,7 +772,10 @@ fn a_bad_notify_block_is_a_start_error_naming_what_to_fix() {
     let e = start(r#"{"to":[{"url":"http://127.0.0.1:9/h","format":"teams"}]}"#);
     assert!(e.contains("unknown format \"teams\""), "{e}");
     let e = start(r#"{"to":[{"url_file":"/nonexistent/hook-url","format":"slack"}]}"#);
-    assert!(e.contains("notify.to[0].url_file") && e.contains("/nonexistent/hook-url"), "{e}");
+    assert!(
+        e.contains("notify.to[0].url_file") && e.contains("/nonexistent/hook-url"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -738,7 +791,10 @@ fn a_harness_crash_under_hive_up_notifies_and_the_dashboard_shows_a_failing_dest
     let up = Up::start_env(
         &fleet,
         &["ana"],
-        &[("HIVE_NOTIFY_BACKOFF_MS", "50"), ("HIVE_NOTIFY_POLL_MS", "50")],
+        &[
+            ("HIVE_NOTIFY_BACKOFF_MS", "50"),
+            ("HIVE_NOTIFY_POLL_MS", "50"),
+        ],
     );
     let pid = up.wait_running("ana");
     // SAFETY: kill(2) of the harness the supervisor runs.
@@ -758,9 +814,15 @@ fn a_harness_crash_under_hive_up_notifies_and_the_dashboard_shows_a_failing_dest
     rx.set(Mode::Ok);
     let got = rx.wait_events("/crash", 1);
     let v = got[0].json();
-    assert_eq!((v["type"].as_str(), v["data"]["agent"].as_str()), (Some("agent_crashed"), Some("ana")));
+    assert_eq!(
+        (v["type"].as_str(), v["data"]["agent"].as_str()),
+        (Some("agent_crashed"), Some("ana"))
+    );
     assert!(
-        v["data"]["preview"].as_str().unwrap().starts_with("ana's harness exited"),
+        v["data"]["preview"]
+            .as_str()
+            .unwrap()
+            .starts_with("ana's harness exited"),
         "{v}"
     );
     wait_for(Duration::from_secs(30), "the line to go", || {

@@ -223,7 +223,7 @@ pub fn start(
     let notify = match &cfg.notify {
         Some(n) => {
             let base = args.config.as_deref().and_then(|p| p.parent());
-            let dests = n.destinations(base)?;
+            let dests = notify::dest::destinations(n, base)?;
             let hive = cfg.hive_name.clone().unwrap_or_else(|| "hive".into());
             let s = notify::Settings::read(hive, n.give_up_days(), &env)?;
             notify::start(&db_path, args.durability, dests, s)?

@@ -17,8 +17,8 @@
 //! model override, `models.rs`; agents taken out of the fleet, `fleet.rs`;
 //! the notifications' outbox and each destination's queue, `outbox.rs`.
 
-pub use swarm::{new_message, Batch, OutRow, OutboxEntry, PeerInstance, Settle};
 pub use outbox::{DestRow, DestState, NotifyConn, NotifyEvent};
+pub use swarm::{new_message, Batch, OutRow, OutboxEntry, PeerInstance, Settle};
 pub use timers::Fired;
 
 use crate::proto::cmd::{Bounded, PostTurnCounts};

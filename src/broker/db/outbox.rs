@@ -95,7 +95,8 @@ END;
 
 /// The events of `notify_events` a destination with events `events` (a
 /// comma list, `?N`) takes after its cursor: its own, and every `test`.
-const TAKES: &str = "(e.event = 'test' OR instr(',' || d.events || ',', ',' || e.event || ',') > 0)";
+const TAKES: &str =
+    "(e.event = 'test' OR instr(',' || d.events || ',', ',' || e.event || ',') > 0)";
 
 /// One event as the sender reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,12 +164,14 @@ impl super::Db {
     /// Records an event the hub notices itself (`agent_crashed`, `test`),
     /// when a destination is configured; its id, if one was written.
     pub fn notify_event(&self, event: &str, agent: &str, text: &str, now: i64) -> Res<Option<i64>> {
-        let n = self.conn.prepare_cached(
-            "INSERT INTO notify_events (uid, event, agent, msg_id, text, at)
+        let n = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO notify_events (uid, event, agent, msg_id, text, at)
              SELECT 'evt_' || lower(hex(randomblob(12))), ?1, ?2, NULL, substr(?3, 1, 2000), ?4
              WHERE EXISTS (SELECT 1 FROM notify_dests)",
-        )?
-        .execute(params![event, agent, text, now])?;
+            )?
+            .execute(params![event, agent, text, now])?;
         Ok((n == 1).then(|| self.conn.last_insert_rowid()))
     }
 
@@ -375,24 +378,59 @@ mod tests {
         let all: Vec<&str> = crate::config::notify::EVENTS.to_vec();
         let (_d, db, n) = store("causes", &all);
         let ana = Peer::Agent("ana".into());
-        tell(&db, &Peer::System, "operator", MsgKind::ApprovalRequested, "[approval #1] spawn");
-        tell(&db, &Peer::System, "operator", MsgKind::Budget, "[budget] 80 %");
-        tell(&db, &Peer::System, "operator", MsgKind::UsageLimit, "pool p parked");
+        tell(
+            &db,
+            &Peer::System,
+            "operator",
+            MsgKind::ApprovalRequested,
+            "[approval #1] spawn",
+        );
+        tell(
+            &db,
+            &Peer::System,
+            "operator",
+            MsgKind::Budget,
+            "[budget] 80 %",
+        );
+        tell(
+            &db,
+            &Peer::System,
+            "operator",
+            MsgKind::UsageLimit,
+            "pool p parked",
+        );
         tell(&db, &ana, "operator", MsgKind::Message, "hello");
         // None of these is for the operator to act on.
         tell(&db, &Peer::System, "ana", MsgKind::Budget, "[budget] yours");
         tell(&db, &ana, "bob", MsgKind::Message, "between agents");
         tell(&db, &Peer::System, "operator", MsgKind::CliVersion, "cli");
-        tell(&db, &Peer::System, "operator", MsgKind::QuestionAnswered, "yes");
+        tell(
+            &db,
+            &Peer::System,
+            "operator",
+            MsgKind::QuestionAnswered,
+            "yes",
+        );
         db.insert_question("ana", &Peer::Operator, "ship?", &[], false, 100, None)
             .unwrap();
-        db.insert_question("ana", &Peer::Agent("bob".into()), "bob?", &[], false, 100, None)
-            .unwrap();
+        db.insert_question(
+            "ana",
+            &Peer::Agent("bob".into()),
+            "bob?",
+            &[],
+            false,
+            100,
+            None,
+        )
+        .unwrap();
         // Bob's first mail (ana's) is dead-lettered.
         let (taken, _) = db.take_next("bob", true).unwrap();
         let id = taken.unwrap().message.id;
-        assert!(db.dead_letter(id, "bob", "it failed", true, 101, &[]).unwrap());
-        db.notify_event("agent_crashed", "bob", "exited", 102).unwrap();
+        assert!(db
+            .dead_letter(id, "bob", "it failed", true, 101, &[])
+            .unwrap());
+        db.notify_event("agent_crashed", "bob", "exited", 102)
+            .unwrap();
         assert_eq!(
             drain(&n),
             [
@@ -429,7 +467,11 @@ mod tests {
         // Pruning by age leaves what a queue still holds.
         let path = _d.0.join("b.db");
         let p = super::super::Pruner::open(&path, Durability::Normal).unwrap();
-        assert_eq!(p.delete_notify_events(i64::MAX, 100).unwrap(), 2, "the message and the question");
+        assert_eq!(
+            p.delete_notify_events(i64::MAX, 100).unwrap(),
+            2,
+            "the message and the question"
+        );
         let (last, _, _) = n.next("d").unwrap().unwrap();
         assert_eq!(last.event, "test", "pending: kept");
         n.delivered("d", last.id, 300).unwrap();

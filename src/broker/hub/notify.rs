@@ -59,9 +59,11 @@ impl Hub<'_> {
                     destinations: n,
                 })
             }
-            _ => Err("no notify destinations: add a `notify` block to the fleet file \
+            _ => Err(
+                "no notify destinations: add a `notify` block to the fleet file \
                  (docs/config.md) and restart the hive"
-                .into()),
+                    .into(),
+            ),
         }
     }
 

@@ -5,9 +5,10 @@
 //! [`PREVIEW_CHARS`] preview, escaped for Slack and kept out of headers;
 //! a message's whole body leaves the host only for `message_to_operator`.
 
+use super::dest::Destination;
 use super::sign::webhook_signature;
 use crate::broker::db::NotifyEvent;
-use crate::config::notify::{Destination, Format};
+use crate::config::notify::Format;
 
 /// The characters of agent text a notification carries, but for a
 /// `message_to_operator`'s body.

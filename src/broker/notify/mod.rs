@@ -13,12 +13,13 @@
 //! HTTP is `ureq` with short timeouts. URLs are logged as scheme and host,
 //! secrets never.
 
+pub mod dest;
 pub mod format;
 pub mod sign;
 
 use crate::broker::db::{DestRow, Durability, NotifyConn, NotifyEvent};
-use crate::config::notify::Destination;
 use crossbeam_channel::{after, bounded, select, Receiver, Sender};
+use dest::Destination;
 use std::path::Path;
 use std::time::Duration;
 
