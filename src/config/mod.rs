@@ -55,10 +55,11 @@ pub struct HiveConfig {
     /// host's memory. Applies live on `hive reload`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_claude: Option<u32>,
-    /// Where the broker pushes what needs the operator (issue 43;
+    /// Where the broker pushes what needs the operator (issue 43; boxed: a
+    /// fleet file without one stays small;
     /// [`notify::NotifySection`], `docs/config.md`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub notify: Option<notify::NotifySection>,
+    pub notify: Option<Box<notify::NotifySection>>,
 }
 
 /// The memory one real `claude` process takes, give or take: what
