@@ -352,7 +352,7 @@ fn all_three_formats_arrive_signed_and_in_order_per_destination_and_agent() {
     ));
 
     // Mail to the operator from two agents, interleaved; a question; a
-    // dead letter; a usage limit; mail between agents raises nothing.
+    // dead letter; mail between agents raises nothing.
     for i in 1..=3 {
         send(
             &b,
@@ -390,7 +390,29 @@ fn all_three_formats_arrive_signed_and_in_order_per_destination_and_agent() {
         },
     );
 
-    let json = rx.wait_events("/json", 8);
+    // A credential pool's usage limit (ana's), and bob's harness saying
+    // claude needs a login.
+    let until = hyperhive::proto::now() + 3600;
+    let mut ana = b.agent("ana");
+    common::hive::call_raw(
+        &mut ana,
+        r#"{"cmd":"report_pool","account_uuid":"3F1C-AA"}"#,
+    )
+    .unwrap();
+    common::hive::call_raw(
+        &mut ana,
+        &format!(
+            r#"{{"cmd":"report_usage_limit","until":{until},"detail":"session limit","credential":{{"account_uuid":"3F1C-AA"}}}}"#
+        ),
+    )
+    .unwrap();
+    common::hive::call_raw(
+        &mut b.agent("bob"),
+        r#"{"cmd":"report_state","paused":{"reason":"login","detail":"not logged in"}}"#,
+    )
+    .unwrap();
+
+    let json = rx.wait_events("/json", 10);
     for g in &json {
         verify(g);
     }
@@ -414,6 +436,8 @@ fn all_three_formats_arrive_signed_and_in_order_per_destination_and_agent() {
         ("message_to_operator", "bob"),
         ("question", "ana"),
         ("dead_letter", "bob"),
+        ("usage_limit", "system"),
+        ("needs_login", "bob"),
     ]
     .iter()
     .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -484,7 +508,7 @@ fn all_three_formats_arrive_signed_and_in_order_per_destination_and_agent() {
         v.sort();
         v
     };
-    assert_eq!(delivered, [6, 7, 8]);
+    assert_eq!(delivered, [6, 7, 10]);
     // Neither the secret nor a URL's path is logged.
     let log = b.log();
     assert!(!log.contains("sekrit") && !log.contains("MfKQ9r8"), "{log}");
