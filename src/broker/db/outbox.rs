@@ -25,7 +25,10 @@ use super::{Durability, Res};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 
-/// Schema step 18.
+/// Schema step 18. Each trigger's `WHEN` tests the row's own columns
+/// first, so the message path (every insert, every state change) pays one
+/// comparison or two, and the look at `notify_dests` only for a row that
+/// could raise an event.
 pub(super) const SCHEMA_V18: &str = "
 CREATE TABLE notify_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -53,10 +56,10 @@ CREATE TABLE notify_dests (
     dropped INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE TRIGGER notify_on_message AFTER INSERT ON messages
-WHEN EXISTS (SELECT 1 FROM notify_dests) AND NEW.recipient = 'operator'
+WHEN NEW.recipient = 'operator'
     AND (NEW.kind = 'message' OR NEW.kind = 'approval_requested'
          OR NEW.kind = 'budget' OR NEW.kind = 'usage_limit')
-    AND NEW.state != 'failed'
+    AND NEW.state != 'failed' AND EXISTS (SELECT 1 FROM notify_dests)
 BEGIN
     INSERT INTO notify_events (uid, event, agent, msg_id, text, at) VALUES (
         'evt_' || lower(hex(randomblob(12))),
@@ -67,14 +70,14 @@ BEGIN
         NEW.sent_at);
 END;
 CREATE TRIGGER notify_on_question AFTER INSERT ON questions
-WHEN EXISTS (SELECT 1 FROM notify_dests) AND NEW.target = 'operator'
+WHEN NEW.target = 'operator' AND EXISTS (SELECT 1 FROM notify_dests)
 BEGIN
     INSERT INTO notify_events (uid, event, agent, msg_id, text, at) VALUES (
         'evt_' || lower(hex(randomblob(12))), 'question', NEW.asker, NULL,
         'question #' || NEW.id || ': ' || substr(NEW.question, 1, 2000), NEW.asked_at);
 END;
 CREATE TRIGGER notify_on_dead_letter AFTER UPDATE OF state ON messages
-WHEN EXISTS (SELECT 1 FROM notify_dests) AND NEW.state = 'failed' AND OLD.state != 'failed'
+WHEN NEW.state = 'failed' AND OLD.state != 'failed' AND EXISTS (SELECT 1 FROM notify_dests)
 BEGIN
     INSERT INTO notify_events (uid, event, agent, msg_id, text, at) VALUES (
         'evt_' || lower(hex(randomblob(12))), 'dead_letter', NEW.recipient, NEW.id,
@@ -83,7 +86,7 @@ BEGIN
         COALESCE(NEW.done_at, NEW.sent_at));
 END;
 CREATE TRIGGER notify_on_dead_letter_insert AFTER INSERT ON messages
-WHEN EXISTS (SELECT 1 FROM notify_dests) AND NEW.state = 'failed'
+WHEN NEW.state = 'failed' AND EXISTS (SELECT 1 FROM notify_dests)
 BEGIN
     INSERT INTO notify_events (uid, event, agent, msg_id, text, at) VALUES (
         'evt_' || lower(hex(randomblob(12))), 'dead_letter', NEW.recipient, NEW.id,
