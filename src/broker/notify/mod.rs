@@ -191,8 +191,8 @@ impl Worker {
         loop {
             let mut wait = self.settings.poll;
             for i in 0..self.dests.len() {
-                // A destination sends what it has before the next one's turn
-                // only while nothing else waits: one event each, round robin.
+                // One event per destination per round: a destination with a
+                // long queue does not hold the others back.
                 match self.try_one(i) {
                     Tried::Idle => {}
                     Tried::Moved => wait = Duration::ZERO,
