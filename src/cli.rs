@@ -512,6 +512,23 @@ hive fleet merge DECLARED --into FILE [--base BASE]
                       (default FILE's DIR/NAME.declared.json)",
     },
     CommandHelp {
+        name: "notify",
+        summary: "operator: `test` sends a test event to each notify destination; `status` shows each one's last error",
+        usage: "hive notify test [--socket PATH] [--json]
+hive notify status [--socket PATH] [--json]
+
+  test                queue a `test` event for every destination of the fleet
+                      file's `notify` block (each takes it whatever its events)
+  status              each destination (scheme and host only), its format, the
+                      events waiting, its last success and its last error, and
+                      its counts of deliveries, failed tries and dropped events
+  --socket PATH       the host socket (default {HOST_SOCKET})
+  --json              print the broker's answer as JSON
+
+Destinations are set in the fleet file (`notify`, docs/config.md); what is
+sent and how to verify it is in docs/observability.md.",
+    },
+    CommandHelp {
         name: "timers",
         summary: "operator: every agent's pending reminders and scheduled prompts; `cancel` cancels one",
         usage: "hive timers [--agent NAME] [--socket PATH] [--json]
@@ -647,6 +664,13 @@ pub enum TimersArgs {
         kind: crate::proto::cmd::TimerKind,
         id: i64,
     },
+}
+
+/// `hive notify test|status` (issue 43).
+#[derive(Debug, Clone, PartialEq)]
+pub enum NotifyArgs {
+    Test(HostArgs),
+    Status(HostArgs),
 }
 
 /// `hive fleet check FILE` and `hive fleet merge DECLARED --into FILE`.
@@ -825,6 +849,7 @@ pub enum Cmd {
     CancelQuestion(IdArgs),
     /// `hive timers` and `hive timers cancel KIND ID`.
     Timers(TimersArgs),
+    Notify(NotifyArgs),
     Approvals(HostArgs),
     Approve(IdArgs),
     Deny(DenyArgs),
@@ -916,6 +941,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Cmd, UsageError> {
         "answer" => parse_answer(&mut p),
         "cancel-question" => parse_id(&mut p).map(Cmd::CancelQuestion),
         "timers" => parse_timers(&mut p),
+        "notify" => parse_notify(&mut p),
         "approvals" => parse_host(&mut p).map(Cmd::Approvals),
         "approve" => parse_id(&mut p).map(Cmd::Approve),
         "deny" => parse_deny(&mut p),
@@ -1158,6 +1184,27 @@ fn parse_failed(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
         }
     }
     Ok(Cmd::Failed(a))
+}
+
+/// `hive notify test|status` (issue 43).
+fn parse_notify(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
+    let mut host = HostArgs::default();
+    let mut sub: Option<bool> = None;
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("socket") => host.socket = Some(p.value()?.into()),
+            Long("json") => host.json = true,
+            Long("help") | Short('h') => return Err(help()),
+            Value(v) if sub.is_none() && v == "test" => sub = Some(true),
+            Value(v) if sub.is_none() && v == "status" => sub = Some(false),
+            other => return Err(other.unexpected()),
+        }
+    }
+    match sub {
+        Some(true) => Ok(Cmd::Notify(NotifyArgs::Test(host))),
+        Some(false) => Ok(Cmd::Notify(NotifyArgs::Status(host))),
+        None => Err("hive notify: give `test` or `status`".into()),
+    }
 }
 
 /// `hive timers [--agent NAME]`, `hive timers cancel KIND ID` (issue 39).
@@ -1833,6 +1880,25 @@ mod tests {
     }
 
     #[test]
+    fn notify_test_and_status() {
+        assert_eq!(
+            run(&["notify", "test"]).unwrap(),
+            Cmd::Notify(NotifyArgs::Test(HostArgs::default()))
+        );
+        assert_eq!(
+            run(&["notify", "status", "--json"]).unwrap(),
+            Cmd::Notify(NotifyArgs::Status(HostArgs {
+                json: true,
+                ..HostArgs::default()
+            }))
+        );
+        assert_eq!(
+            run(&["notify", "--help"]).unwrap(),
+            Cmd::Help(Some("notify"))
+        );
+    }
+
+    #[test]
     fn timers_list_and_cancel_by_kind_and_id() {
         use crate::proto::cmd::TimerKind;
         assert_eq!(
@@ -1902,6 +1968,8 @@ mod tests {
             (&["resume", "--pool"], "--pool"),
             (&["retry", "twelve"], "must be a number"),
             (&["message"], "missing ID"),
+            (&["notify"], "give `test` or `status`"),
+            (&["notify", "tset"], "tset"),
             (&["message", "x"], "must be a number"),
             (&["message", "1", "2"], "2"),
             (&["message", "--agent", "a"], "--agent"),

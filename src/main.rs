@@ -150,6 +150,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Answer(a) => ops::answer(&a)?,
         Cmd::CancelQuestion(a) => ops::cancel_question(&a.host, a.id)?,
         Cmd::Timers(a) => ops::timers(&a)?,
+        Cmd::Notify(a) => ops::notify(&a)?,
         Cmd::Approvals(h) => ops::approvals(&h)?,
         Cmd::Approve(a) => ops::approve(&a.host, a.id)?,
         Cmd::Deny(a) => ops::deny(&a)?,

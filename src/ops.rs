@@ -14,7 +14,7 @@
 
 use crate::cli::{
     AgentArgs, AnswerArgs, DenyArgs, FailedArgs, HistoryArgs, HostArgs, InboxArgs, Lifecycle,
-    ResumeArgs, SearchArgs, SendArgs, TimersArgs, WakeArgs,
+    NotifyArgs, ResumeArgs, SearchArgs, SendArgs, TimersArgs, WakeArgs,
 };
 use crate::proto::cmd::{
     self, Agents, Answer, Approvals, Approve, CancelQuestion, Deny, Failed, History, Inbox,
@@ -651,6 +651,71 @@ pub fn cancel_question(h: &HostArgs, id: i64) -> Result<(), String> {
         println!("cancelled #{id}");
     }
     Ok(())
+}
+
+/// `hive notify test` queues a test event for every destination; `hive
+/// notify status` shows each destination's queue, last success and last
+/// error (issue 43).
+pub fn notify(a: &NotifyArgs) -> Result<(), String> {
+    match a {
+        NotifyArgs::Test(host) => {
+            let mut c = host_client(host)?;
+            let r = call(&mut c, &checked(cmd::NotifyTest {})?)?;
+            if host.json {
+                print_json(&r);
+            } else {
+                println!(
+                    "test event #{} queued for {} destination(s); `hive notify status` shows \
+                     whether each took it",
+                    r.event, r.destinations
+                );
+            }
+        }
+        NotifyArgs::Status(host) => {
+            let mut c = host_client(host)?;
+            let r = call(&mut c, &checked(cmd::NotifyStatus {})?)?;
+            if host.json {
+                print_json(&r);
+                return Ok(());
+            }
+            if r.destinations.is_empty() {
+                println!("no notify destinations (the fleet file's `notify` block)");
+            }
+            for d in &r.destinations {
+                println!("{}", notify_line(d));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One destination of `hive notify status`, on one line.
+fn notify_line(d: &cmd::NotifyDest) -> String {
+    let mut s = format!(
+        "{} ({}): {} pending, {} delivered, {} failed tries, {} dropped",
+        line(&d.url),
+        line(&d.format),
+        d.pending,
+        d.delivered,
+        d.failed,
+        d.dropped
+    );
+    match d.last_ok_at {
+        Some(t) => {
+            let _ = write!(s, "; last success {}", fmt_time(t));
+        }
+        None => s.push_str("; no success yet"),
+    }
+    if let (Some(e), Some(t)) = (&d.last_error, d.last_error_at) {
+        let _ = write!(s, "; last error {} at {}", line(e), fmt_time(t));
+    }
+    if d.attempts > 0 {
+        let _ = write!(s, "; failing ({} tries of the next event)", d.attempts);
+    }
+    if let Some(t) = d.next_try_at {
+        let _ = write!(s, "; next try {}", fmt_time(t));
+    }
+    s
 }
 
 /// `hive timers`: every pending reminder and scheduled prompt, soonest

@@ -38,6 +38,16 @@ fn rows(path: &Path, table: &str) -> Vec<Vec<Value>> {
     rows.collect::<rusqlite::Result<_>>().unwrap()
 }
 
+/// [`rows`] of a table an old store had, as the later steps left it: step
+/// 18's outbox takes a place in `sqlite_sequence` (at 0, none written).
+fn kept_rows(path: &Path, table: &str) -> Vec<Vec<Value>> {
+    let mut r = rows(path, table);
+    if table == "sqlite_sequence" {
+        r.retain(|row| row[0] != Value::Text("notify_events".into()));
+    }
+    r
+}
+
 fn copy_fixture(name: &str, dir: &Path, to: &str) -> PathBuf {
     let path = dir.join(to);
     std::fs::copy(fixture(name), &path).unwrap();
@@ -95,7 +105,7 @@ fn migrate_broker_fixture(name: &str, version: u32) -> (Db, Connection, TempDir)
     }
     assert_eq!(new, before, "every row, every column");
     for (t, old) in others.iter().zip(&kept) {
-        assert_eq!(&rows(&path, t), old, "{t}");
+        assert_eq!(&kept_rows(&path, t), old, "{t}");
     }
     let spend = if version < 10 { bounded(spend) } else { spend };
     assert_eq!(
@@ -145,13 +155,17 @@ fn queue(store: &Db, agent: &str) -> Vec<(i64, String)> {
 
 /// The indexes and triggers on the messages table from step 12 on: the
 /// inbox's, the acked rows' by age, the two that keep the stored bytes.
-const STEP_12_OBJECTS: [&str; 6] = [
+const STEP_12_OBJECTS: [&str; 9] = [
     "messages_acked",
     "messages_charged_delete",
     "messages_charged_insert",
     "messages_inbox",
     "messages_receipts",
     "messages_sender",
+    // Step 18: the notifications' triggers.
+    "notify_on_dead_letter",
+    "notify_on_dead_letter_insert",
+    "notify_on_message",
 ];
 
 /// Takes off the columns step 16 appended to each message row (when it was
@@ -1055,7 +1069,7 @@ fn a_version_12_swarm_store_keeps_every_event_id_through_step_13() {
     );
     assert!(db::MIGRATIONS.iter().any(|s| s.version == 13));
     for (t, old) in kept.iter().zip(&before) {
-        let mut now = rows(&path, t);
+        let mut now = kept_rows(&path, t);
         if *t == "messages" {
             step_16_off(&mut now);
         }
@@ -1206,6 +1220,82 @@ fn the_previous_releases_store_reads_message_states_through_step_16() {
         s.text,
         "message #4 to ana: queued, position 1 in ana's queue"
     );
+}
+
+/// Step 18 (issue 43, notifications) on the previous release's store
+/// (`broker-v12.db`): every message stays as it was, the outbox and the
+/// destinations' queues come empty, the old rows raise no event, and the
+/// triggers write one for a new message to the operator only once a
+/// destination is registered, in the message's own transaction.
+#[test]
+fn the_previous_releases_store_gains_the_notify_outbox_through_step_18() {
+    let dir = TempDir::new("mig-v12-notify");
+    let path = copy_fixture("broker-v12.db", dir.path(), db::FILE);
+    let before = rows(&path, "messages");
+    let store = Db::open(&path, Durability::Normal).unwrap();
+    let c = Connection::open(&path).unwrap();
+    assert!(schema::version(&c).unwrap() >= 18);
+    let mut now = rows(&path, "messages");
+    step_16_off(&mut now);
+    assert_eq!(now, before, "every row, every column");
+    assert!(
+        rows(&path, "notify_events").is_empty(),
+        "old rows raise none"
+    );
+    assert!(rows(&path, "notify_dests").is_empty());
+    assert_intact(&c);
+
+    let ana = Peer::Agent("ana".into());
+    let to_operator = db::NewMessage {
+        from: &ana,
+        to: "operator",
+        body: "done with the migration",
+        kind: &MsgKind::Message,
+        in_reply_to: None,
+    };
+    store.insert_message(&to_operator, 1_800_000_000).unwrap();
+    assert!(
+        rows(&path, "notify_events").is_empty(),
+        "no destination, no event"
+    );
+
+    let sender = db::NotifyConn::open(&path, Durability::Normal).unwrap();
+    let events = vec!["message_to_operator".to_string()];
+    sender
+        .register(&[db::DestRow {
+            dest: "d1",
+            shown: "http://127.0.0.1:9",
+            format: "json",
+            events: &events,
+        }])
+        .unwrap();
+    assert_eq!(sender.next("d1").unwrap(), None, "a new queue starts empty");
+    let id = store.insert_message(&to_operator, 1_800_000_001).unwrap();
+    store
+        .insert_message(&operator_mail("ana", "not for the operator"), 1_800_000_002)
+        .unwrap();
+    let (ev, attempts, _) = sender.next("d1").unwrap().expect("an event");
+    assert_eq!(
+        (
+            ev.event.as_str(),
+            ev.agent.as_str(),
+            ev.msg_id,
+            ev.at,
+            attempts
+        ),
+        ("message_to_operator", "ana", Some(id), 1_800_000_001, 0)
+    );
+    assert_eq!(ev.text, "done with the migration");
+    assert!(
+        ev.uid.starts_with("evt_") && ev.uid.len() == 28,
+        "{}",
+        ev.uid
+    );
+    sender.delivered("d1", ev.id, 1_800_000_005).unwrap();
+    assert_eq!(sender.next("d1").unwrap(), None);
+    let st = store.notify_states().unwrap();
+    assert_eq!((st[0].delivered, st[0].pending), (1, 0));
+    assert_intact(&c);
 }
 
 /// A broker of hive `one` (ana, bob, a Matrix section) restarted onto the

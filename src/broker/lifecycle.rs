@@ -119,6 +119,9 @@ pub enum FleetEvent {
         kind: crate::proto::MsgKind,
         body: String,
     },
+    /// An agent's harness exited unasked (`detail`: its status and how long
+    /// it ran): the `agent_crashed` notification (issue 43).
+    Crashed { agent: String, detail: String },
     /// The supervisor (re)started an agent with this config, or is about to
     /// start a new one: the hub's rules follow it (a new agent gets its
     /// socket first).

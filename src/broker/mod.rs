@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod db;
 pub mod hub;
 pub mod lifecycle;
+pub mod notify;
 pub mod prune;
 pub mod sockets;
 
@@ -98,6 +99,9 @@ pub struct BrokerHandle {
     hub_thread: Option<std::thread::JoinHandle<()>>,
     /// The prune thread; stopped before the hub.
     prune: Option<prune::Handle>,
+    /// The notification sender, when `notify` lists a destination; stopped
+    /// before the hub.
+    notify: Option<notify::Handle>,
     stopped: Vec<String>,
 }
 
@@ -129,6 +133,7 @@ impl BrokerHandle {
     fn shutdown(&mut self) {
         // Between two batches at most.
         self.prune.take();
+        self.notify.take();
         // The hub's loop removes the socket files, answers the parked
         // long-polls and closes the store as it returns.
         let _ = self.hub_tx.send(HubMsg::Shutdown);
@@ -212,6 +217,24 @@ pub fn start(
         }
         None => None,
     };
+    // Notifications: the destinations' files are read now (a bad one is a
+    // start error naming it), their queues registered before the hub can
+    // write an event, and the sender started on a connection of its own.
+    let notify = match &cfg.notify {
+        Some(n) => {
+            let base = args.config.as_deref().and_then(|p| p.parent());
+            let dests = notify::dest::destinations(n, base)?;
+            let hive = cfg.hive_name.clone().unwrap_or_else(|| "hive".into());
+            let s = notify::Settings::read(hive, n.give_up_days(), &env)?;
+            notify::start(&db_path, args.durability, dests, s)?
+        }
+        None => notify::start(
+            &db_path,
+            args.durability,
+            Vec::new(),
+            notify::Settings::read("hive".into(), 1, &env)?,
+        )?,
+    };
     let names: Vec<String> = cfg.agents.iter().map(|a| a.name.clone()).collect();
     let mut listening = vec![Listening {
         listener: host_listener,
@@ -244,6 +267,7 @@ pub fn start(
         config_path: deps.config_path,
         logs: deps.logs,
         run_dir: Some(args.run_dir.clone()),
+        notify: notify.as_ref().map(notify::Handle::nudger),
     };
     // The hub holds statements that borrow the store, so both live in the
     // frame of the hub thread; it says whether it could start before it
@@ -300,6 +324,7 @@ pub fn start(
         hub_tx,
         hub_thread: Some(hub_thread),
         prune,
+        notify,
         stopped,
     };
     log::info!(

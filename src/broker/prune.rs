@@ -1,6 +1,7 @@
 //! The prune thread (issue 40, item 4): it deletes what the fleet file's
 //! `retention` lets go — acked messages handled more than
-//! `retention.messages_days` ago that nothing refers to, spend rows older
+//! `retention.messages_days` ago that nothing refers to, notification
+//! events as old that no destination still has to send, spend rows older
 //! than both `retention.spend_days` and the start of every budget window
 //! that could be current — from a connection of its own
 //! (`db::Pruner`), never on the hub's thread. A pass runs when the broker
@@ -140,6 +141,19 @@ fn pass(
             crate::proto::text::fmt_time(before),
             schedule.messages_days
         );
+    }
+    // Notification events every destination is done with, by the messages'
+    // age; a pending one stays (`db/outbox.rs`).
+    let before_events = now.saturating_sub(i64::from(schedule.messages_days) * 86_400);
+    loop {
+        let n = match pruner.delete_notify_events(before_events, BATCH) {
+            Ok(n) => n,
+            Err(e) => return Ok(Err(format!("cannot prune notification events: {e}"))),
+        };
+        if n < u64::from(BATCH) {
+            break;
+        }
+        pause(stop)?;
     }
     let before = spend_cutoff(now, schedule.spend_days);
     let mut spend = 0;

@@ -6,6 +6,7 @@
 //! `docs/config.md`.
 
 pub mod fleetfile;
+pub mod notify;
 
 use crate::proto::access::{Capability, ToolGroup};
 use crate::proto::address::{check_hive_name, check_remote, Remote};
@@ -57,6 +58,11 @@ pub struct HiveConfig {
     /// host's memory. Applies live on `hive reload`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_claude: Option<u32>,
+    /// Where the broker pushes what needs the operator (issue 43; boxed: a
+    /// fleet file without one stays small;
+    /// [`notify::NotifySection`], `docs/config.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<Box<notify::NotifySection>>,
 }
 
 /// Where each agent was last found in [`HiveConfig::agents`]: a hint that
@@ -285,6 +291,9 @@ impl HiveConfig {
         }
         if let Some(b) = &self.budget {
             b.check("budget")?;
+        }
+        if let Some(n) = &self.notify {
+            n.check()?;
         }
         if self.max_claude == Some(0) {
             return Err(

@@ -11,7 +11,9 @@
 //! update: the operator's lifecycle commands), a forge link (when the agent
 //! has a forge token) and a link to the dashboard's view of the entry it runs.
 //! The Timers tab lists every agent's pending reminders and scheduled prompts
-//! and cancels one (`cancel_timer`, as `hive timers cancel` does).
+//! and cancels one (`cancel_timer`, as `hive timers cancel` does). A line
+//! per notify destination whose last try failed shows its error
+//! (`notify_status`, as `hive notify status` does).
 //! One producer thread builds the hive snapshot once per tick while live
 //! clients are connected and every `GET /events` stream sends that same
 //! string (bounded in size: long texts are cut with a marker). Documented in
@@ -1057,6 +1059,8 @@ fn snapshot(app: &App) -> Value {
     let budget = get(&mut c, cmd::GetBudget {});
     // issue 39: the hive's recent activity, newest first.
     let activity = get(&mut c, cmd::Activity { limit: Some(50) });
+    // issue 43: a line per notify destination whose last try failed.
+    let notify = notify_errors(&get(&mut c, cmd::NotifyStatus {}));
     let budget_of = |scope: &str| -> Value {
         budget["rows"]
             .as_array()
@@ -1171,6 +1175,7 @@ fn snapshot(app: &App) -> Value {
         "timers_more": timers_more,
         "budget": budget_of("hive"),
         "activity": activity["events"],
+        "notify": notify,
         "inbox": messages,
         "inbox_more": inbox["more"].as_bool().unwrap_or(false),
         "bridge": agents["bridge"],
@@ -1179,6 +1184,29 @@ fn snapshot(app: &App) -> Value {
     });
     bound(&mut snap);
     snap
+}
+
+/// The notify destinations of a `notify_status` answer whose last try
+/// failed (the event at their head has failed tries), for the dashboard's
+/// notify line: URL (scheme and host), format, error, when, what waits.
+fn notify_errors(status: &Value) -> Value {
+    let failing = status["destinations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["attempts"].as_u64().is_some_and(|n| n > 0))
+        .map(|d| {
+            json!({
+                "url": d["url"],
+                "format": d["format"],
+                "last_error": d["last_error"],
+                "last_error_at": d["last_error_at"],
+                "pending": d["pending"],
+                "next_try_at": d["next_try_at"],
+            })
+        })
+        .collect();
+    Value::Array(failing)
 }
 
 /// The snapshot producer: while live clients are connected, one snapshot per
@@ -1482,6 +1510,23 @@ mod tests {
         ] {
             assert_eq!(risky(url, &hosts, 7890), None, "{url}");
         }
+    }
+
+    #[test]
+    fn the_notify_line_lists_destinations_whose_last_try_failed() {
+        let status = json!({"destinations": [
+            {"url": "https://ntfy.sh", "format": "ntfy", "pending": 2, "last_ok_at": 10,
+             "last_error": "HTTP 503", "last_error_at": 20, "next_try_at": 24, "attempts": 3},
+            {"url": "https://hooks.slack.com", "format": "slack", "pending": 0, "attempts": 0,
+             "last_ok_at": 20, "last_error": "HTTP 500", "last_error_at": 20},
+            {"url": "http://127.0.0.1:9", "format": "json", "pending": 0},
+        ]});
+        assert_eq!(
+            notify_errors(&status),
+            json!([{"url": "https://ntfy.sh", "format": "ntfy", "last_error": "HTTP 503",
+                    "last_error_at": 20, "pending": 2, "next_try_at": 24}])
+        );
+        assert_eq!(notify_errors(&json!({"error": "old broker"})), json!([]));
     }
 
     #[test]

@@ -1443,6 +1443,11 @@ impl Owner for Supervisor {
                 a.after_turn = None;
                 let wait = a.child.after_crash(up);
                 log::warn!("{name} exited ({status}) after {up:?}; restarting in {wait:?}");
+                let detail = format!("{status} after {} s", up.as_secs());
+                let _ = self.hub.send(FleetEvent::Crashed {
+                    agent: name.clone(),
+                    detail,
+                });
             }
             Some(Ended::Stopped { status }) => {
                 log::info!("{name} stopped ({status})");

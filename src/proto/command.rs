@@ -225,6 +225,9 @@ commands! {
     // issue 39: the operator sees and cancels the agents' timers
     "timers"               => Timers:            Operator;
     "cancel_timer"         => CancelTimer:       Operator;
+    // issue 43: notifications
+    "notify_test"          => NotifyTest:        Operator;
+    "notify_status"        => NotifyStatus:      Operator;
     // the Matrix bridge, on its own socket
     "bridge_hello"         => BridgeHello:       Bridge;
     "bridge_next"          => BridgeNext:        Bridge;

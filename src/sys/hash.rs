@@ -1,6 +1,7 @@
 //! SHA-256 (FIPS 180-4) and HMAC-SHA-256 (RFC 2104), written here because
 //! the design card allows no hash crate. They key the fingerprints of
-//! credential pools (`broker/hub/pools.rs`): nothing else of hive hashes. The
+//! credential pools (`broker/hub/pools.rs`), sign notifications
+//! (`broker/notify/sign.rs`) and name their destinations' queues. The
 //! tests check the FIPS 180-4 examples and the RFC 4231 test vectors. Also
 //! here: random bytes from the kernel (`/dev/urandom`), for the per-hive salt.
 

@@ -133,6 +133,12 @@ pub const MIGRATIONS: &[Step] = &[
         what: "receipts: each message's hand-out and acking turn, a sender index, pruned ids",
         apply: |tx| tx.execute_batch(messages::SCHEMA_V16),
     },
+    // 17 is the traces' (issue 43, item 1), on its own branch.
+    Step {
+        version: 18,
+        what: "notifications: the outbox of events for the operator, a queue per destination",
+        apply: |tx| tx.execute_batch(outbox::SCHEMA_V18),
+    },
 ];
 
 /// Step 10 (issue 40): one run's row counts at most $1000 and 10^9 tokens

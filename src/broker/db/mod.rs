@@ -14,8 +14,10 @@
 //! spend and budget notices, `spend.rs`; the swarm's outbox and inbox,
 //! `swarm.rs`; what retention prunes and each agent's stored bytes,
 //! `retention.rs`; the operator's recent activity, `activity.rs`; the page's
-//! model override, `models.rs`; agents taken out of the fleet, `fleet.rs`.
+//! model override, `models.rs`; agents taken out of the fleet, `fleet.rs`;
+//! the notifications' outbox and each destination's queue, `outbox.rs`.
 
+pub use outbox::{DestRow, DestState, NotifyConn, NotifyEvent};
 pub use swarm::{new_message, Batch, OutRow, OutboxEntry, PeerInstance, Settle};
 pub use timers::Fired;
 
@@ -279,6 +281,7 @@ mod memo;
 mod messages;
 mod migrations;
 mod models;
+mod outbox;
 mod pools;
 mod questions;
 mod retention;

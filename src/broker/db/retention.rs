@@ -10,7 +10,9 @@
 //!
 //! An acked message handled before a cutoff is pruned unless a pending
 //! outbox entry carries it or it is the event of a question still open; a
-//! queued, inflight, held or failed row never is. Spend rows go by their
+//! queued, inflight, held or failed row never is. A notification event
+//! (step 18) goes by its age once every destination has it, never while
+//! pending. Spend rows go by their
 //! run's end, and the budget notices by their window's start. The deletes
 //! run on the prune thread's own connection ([`Pruner`], `broker/prune.rs`),
 //! one short `IMMEDIATE` transaction per batch, so the hub waits at most one
@@ -164,6 +166,22 @@ impl Pruner {
         }
         tx.commit()?;
         Ok(done)
+    }
+
+    /// Deletes up to `limit` notification events older than `before` that
+    /// every destination's queue is past (step 18); a pending one — after
+    /// some destination's cursor — is never deleted.
+    pub fn delete_notify_events(&self, before: i64, limit: u32) -> Res<u64> {
+        let n = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM notify_events WHERE id IN (SELECT id FROM notify_events
+                    WHERE at < ?1
+                      AND id <= (SELECT COALESCE(MIN(cursor), 9223372036854775807) FROM notify_dests)
+                    ORDER BY id LIMIT ?2)",
+            )?
+            .execute(params![before, limit])?;
+        Ok(n as u64)
     }
 
     /// Deletes up to `limit` spend rows of runs that ended before `before`,

@@ -884,6 +884,9 @@ impl Hub<'_> {
                 }
             );
             self.throttled(log::Level::Info, agent, super::throttle::Kind::Login, text);
+            if needs {
+                self.notify_event("needs_login", agent, "claude needs a login");
+            }
             if let Some(sup) = &self.settings.lifecycle {
                 // Unbounded: never blocks the hub.
                 let _ = sup.send(crate::broker::lifecycle::LifecycleCmd::NeedsLogin {

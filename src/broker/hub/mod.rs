@@ -33,6 +33,8 @@
 //!   `journalctl`);
 //! - `quotas.rs`: what each agent may have stored, and store in a minute;
 //! - `throttle.rs`: log lines about one agent's reports, one a minute per kind;
+//! - `notify.rs`: the notification events the hub writes itself (a
+//!   crash, a test) and `notify_status`;
 //! - `slots.rs`: the hive-wide limit on `claude` processes at once
 //!   (`max_claude`): a turn waits in line for a slot.
 //!
@@ -54,6 +56,7 @@ mod history;
 mod inbox;
 mod lifecycle;
 mod limits;
+mod notify;
 mod offload;
 mod pauses;
 mod pools;
@@ -325,6 +328,9 @@ pub struct HubSettings {
     /// Where the socket of an agent spawned at run time is bound (`None`:
     /// nowhere, in the hub's tests).
     pub run_dir: Option<PathBuf>,
+    /// Nudges the notification sender after the hub wrote an event itself
+    /// (`notify.rs`); `None` without destinations.
+    pub notify: Option<Sender<()>>,
 }
 
 #[cfg(test)]
@@ -341,6 +347,7 @@ impl HubSettings {
             config_path: None,
             logs: None,
             run_dir: None,
+            notify: None,
         }
     }
 }
@@ -540,6 +547,7 @@ impl<'c> Hub<'c> {
                     log::error!("cannot deliver a system event to {to}: {e}");
                 }
             }
+            FleetEvent::Crashed { agent, detail } => self.agent_crashed(&agent, &detail),
             FleetEvent::ApplyAgent(a) => self.apply_agent(a),
             FleetEvent::Reloaded(cfg) => {
                 // `max_claude` applies live (`slots.rs`).
@@ -813,6 +821,9 @@ impl<'c> Hub<'c> {
             Request::CancelScheduled(c) => self.now(c, |h, c| h.cancel_scheduled(agent, c)),
             Request::Timers(c) => self.now(c, |h, c| h.timers(c)),
             Request::CancelTimer(c) => self.now(c, |h, c| h.cancel_timer(c)),
+            // notify.rs (issue 43)
+            Request::NotifyTest(c) => self.now(c, |h, _| h.notify_test()),
+            Request::NotifyStatus(c) => self.now(c, |h, _| h.notify_status()),
             // agents.rs
             Request::Hello(c) => self.now(c, |h, c| h.hello(ctx.who, c)),
             Request::HarnessStarted(c) => self.now(c, |h, c| h.harness_started(ctx.conn, agent, c)),

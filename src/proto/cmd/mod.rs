@@ -6,7 +6,7 @@
 //! operator's lifting of a pause (`resume.rs`), what became of a message
 //! (`receipt.rs`), the agents' turn history
 //! (`history.rs`), the hive's recent activity (`activity.rs`), the page's model override
-//! (`model.rs`) and the Matrix
+//! (`model.rs`), notifications (`notify.rs`) and the Matrix
 //! bridge's (`bridge.rs`). Each carries its
 //! [`Command`](super::command::Command) impl: its answer type and the rules on
 //! its own fields. Who may send it is its row in `command.rs`.
@@ -22,6 +22,7 @@ mod history;
 mod inbox;
 mod lifecycle;
 mod model;
+mod notify;
 mod questions;
 mod receipt;
 mod resume;
@@ -39,6 +40,7 @@ pub use history::*;
 pub use inbox::*;
 pub use lifecycle::*;
 pub use model::*;
+pub use notify::*;
 pub use questions::*;
 pub use receipt::*;
 pub use resume::*;
