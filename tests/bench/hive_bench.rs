@@ -18,6 +18,7 @@
 //! sse, scale), `--agents N` and `--idle-secs S` (the scale rows' hive size,
 //! 1000, and idle watch, 300 s: `tests/bench/scale.rs`).
 
+mod floor;
 mod scale;
 
 use hyperhive::proto::cmd::{AckTurn, Hello, Recv, RecvNext, ReportSpend, Status, Wake};
@@ -1301,6 +1302,10 @@ fn bench_scale(a: &Args) {
         "x",
         1.5,
         true,
+    );
+    println!(
+        "  (the burst's floor prototype, tests/bench/floor.rs: {:.2}x the runs 8 at a time)",
+        f.floor_ratio
     );
     goal(
         "wake → spawn p99 with 200 turns held vs idle hive",

@@ -44,6 +44,8 @@ pub struct ScaleFigures {
     pub threads_per_agent: f64,
     pub idle_cpu_percent: f64,
     pub burst_ratio: f64,
+    /// The burst's floor prototype against the same baseline (`floor.rs`).
+    pub floor_ratio: f64,
     pub held_p99_ratio: f64,
 }
 
@@ -79,7 +81,7 @@ impl Drop for Hive {
     }
 }
 
-fn agent_name(i: usize) -> String {
+pub fn agent_name(i: usize) -> String {
     format!("a{i:04}")
 }
 
@@ -487,6 +489,12 @@ pub fn bench_scale(a: &ScaleArgs) -> ScaleFigures {
         "scale   one message to each of {n} agents, all acked: {burst:.2} s (sending {sent:.2} s) vs the same {n} claude runs 8 at a time {base:.2} s = {:.2}x",
         burst / base
     );
+    let floor = super::floor::burst_floor(a.claude_stamp, n, &h.dir);
+    println!(
+        "scale   the burst's floor (the broker's store and the claude runs alone, tests/bench/floor.rs): {floor:.2} s = {:.2}x the runs 8 at a time; hive {:.2}x the floor",
+        floor / base,
+        burst / floor
+    );
     drop(host);
     drop(h);
     ScaleFigures {
@@ -499,6 +507,7 @@ pub fn bench_scale(a: &ScaleArgs) -> ScaleFigures {
         threads_per_agent: thr,
         idle_cpu_percent: idle_cpu,
         burst_ratio: burst / base,
+        floor_ratio: floor / base,
         held_p99_ratio: hp99 / ip99,
     }
 }
