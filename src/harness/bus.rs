@@ -202,6 +202,26 @@ struct Inner {
     /// before (the page's `hive_rate_limited_seconds_total`).
     rate_limited_since: Option<std::time::Instant>,
     rate_limited_before: std::time::Duration,
+    /// The pause in force (its reason, since when), and per reason the
+    /// pauses entered and the time spent in them before (the page's
+    /// `hive_pauses_total` and `hive_paused_seconds_total`).
+    pause_since: Option<(String, std::time::Instant)>,
+    pauses: BTreeMap<String, (u64, std::time::Duration)>,
+    /// The turn ends since the bus was made, by outcome kind and decision
+    /// kind (`hive_turn_decisions_total`).
+    turn_ends: BTreeMap<(String, String), u64>,
+}
+
+/// What the bus counted since it was made, for `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counted {
+    /// (outcome kind, decision kind, turn ends).
+    pub turn_ends: Vec<(String, String, u64)>,
+    /// (reason, pauses entered, seconds paused), the pause in force counted
+    /// up to now.
+    pub pauses: Vec<(String, u64, f64)>,
+    /// The reason of the pause in force.
+    pub paused: Option<String>,
 }
 
 /// A cheap, cloneable handle on the bus.
@@ -251,6 +271,9 @@ impl Bus {
                 log: None,
                 rate_limited_since: None,
                 rate_limited_before: std::time::Duration::ZERO,
+                pause_since: None,
+                pauses: BTreeMap::new(),
+                turn_ends: BTreeMap::new(),
             })),
         }
     }
@@ -289,6 +312,19 @@ impl Bus {
             event,
         };
         inner.next_id += 1;
+        if let LiveEvent::TurnEnd {
+            outcome, decision, ..
+        } = &n.event
+        {
+            let key = (
+                crate::proto::TurnOutcomeKind::from_stored(outcome)
+                    .0
+                    .as_str()
+                    .to_string(),
+                crate::web::metrics::decision_kind(decision.as_deref()).to_string(),
+            );
+            *inner.turn_ends.entry(key).or_default() += 1;
+        }
         if let Some(tap) = inner.log.as_mut() {
             if !matches!(n.event, LiveEvent::State { .. }) {
                 tap.offer(n.id, n.event.clone());
@@ -371,6 +407,20 @@ impl Bus {
                 }
                 _ => {}
             }
+            let reason = inner
+                .state
+                .paused
+                .as_ref()
+                .map(|p| crate::web::metrics::pause_kind(p.reason.as_str()).to_string());
+            if inner.pause_since.as_ref().map(|(r, _)| r) != reason.as_ref() {
+                if let Some((r, since)) = inner.pause_since.take() {
+                    inner.pauses.entry(r).or_default().1 += since.elapsed();
+                }
+                if let Some(r) = reason {
+                    inner.pauses.entry(r.clone()).or_default().0 += 1;
+                    inner.pause_since = Some((r, std::time::Instant::now()));
+                }
+            }
             (inner.state != before).then(|| Box::new(inner.state.clone()))
         };
         if let Some(state) = changed {
@@ -387,6 +437,27 @@ impl Bus {
                 .map(|s| s.elapsed())
                 .unwrap_or_default())
         .as_secs_f64()
+    }
+
+    /// The turn ends and pauses counted since the bus was made.
+    pub fn counted(&self) -> Counted {
+        let inner = self.lock();
+        let mut pauses: BTreeMap<String, (u64, std::time::Duration)> = inner.pauses.clone();
+        if let Some((r, since)) = &inner.pause_since {
+            pauses.entry(r.clone()).or_default().1 += since.elapsed();
+        }
+        Counted {
+            turn_ends: inner
+                .turn_ends
+                .iter()
+                .map(|((o, d), n)| (o.clone(), d.clone(), *n))
+                .collect(),
+            pauses: pauses
+                .into_iter()
+                .map(|(r, (n, d))| (r, n, d.as_secs_f64()))
+                .collect(),
+            paused: inner.pause_since.as_ref().map(|(r, _)| r.clone()),
+        }
     }
 
     pub fn set_turn_state(&self, t: TurnState) {
