@@ -7,7 +7,9 @@
 //! one that falls behind is dropped, so a slow web client can never slow a turn.
 //! Every event but a state change is also offered to the durable turn log
 //! ([`Bus::log_to`]), whose tap never waits either; the ids then continue
-//! from the log's, across restarts.
+//! from the log's, across restarts. The bus also counts, for the page's
+//! `/metrics` ([`Bus::counted`]), the turn ends by outcome and decision and
+//! the pauses by reason with the time spent in each, since it was made.
 
 use crate::history::{Loggable, Tap, View};
 use crate::proto::PauseReason;
@@ -486,6 +488,49 @@ mod tests {
         bus.note("other events do not count");
         std::thread::sleep(std::time::Duration::from_millis(10));
         assert_eq!(bus.rate_limited_seconds(), s);
+    }
+
+    #[test]
+    fn turn_ends_and_pauses_are_counted_by_closed_labels() {
+        let bus = Bus::new("a", "a", "haiku", 200_000);
+        let end = |outcome: &str, decision: Option<&str>| LiveEvent::TurnEnd {
+            ok: outcome == "ok",
+            note: String::new(),
+            outcome: outcome.into(),
+            duration_ms: 1,
+            decision: decision.map(str::to_string),
+        };
+        bus.emit(end("ok", Some("ack")));
+        bus.emit(end("ok", Some("ack")));
+        bus.emit(end(
+            "failed: claude exited with code 1",
+            Some("keep behind, counted; 30 s"),
+        ));
+        bus.emit(end("stopped", None));
+        let paused = |reason: &str| Paused {
+            reason: PauseReason::parse(reason),
+            until: None,
+            detail: String::new(),
+        };
+        bus.update(|s| s.paused = Some(paused("rate_limit")));
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        bus.update(|s| s.paused = Some(paused("budget")));
+        bus.update(|s| s.paused = None);
+        bus.update(|s| s.paused = Some(paused("a_newer_reason")));
+        let c = bus.counted();
+        assert_eq!(
+            c.turn_ends,
+            [
+                ("failed".to_string(), "keep".to_string(), 1),
+                ("ok".into(), "ack".into(), 2),
+                ("stopped".into(), "none".into(), 1),
+            ]
+        );
+        let reasons: Vec<(&str, u64)> = c.pauses.iter().map(|(r, n, _)| (r.as_str(), *n)).collect();
+        assert_eq!(reasons, [("budget", 1), ("other", 1), ("rate_limit", 1)]);
+        let rate_limited = c.pauses.iter().find(|p| p.0 == "rate_limit").unwrap().2;
+        assert!(rate_limited >= 0.03, "{rate_limited}");
+        assert_eq!(c.paused.as_deref(), Some("other"));
     }
 
     #[test]

@@ -590,6 +590,73 @@ mod tests {
     }
 
     #[test]
+    fn decisions_pauses_and_token_types_have_their_series() {
+        let gauges = Gauges {
+            phase: TurnPhase::Thinking,
+            unread: 0,
+            inflight: true,
+            rate_limited: false,
+            rate_limited_seconds: 0.0,
+            needs_login: false,
+            online: true,
+            context_window_tokens: 200_000,
+            context_tokens: Some(10),
+            mcp_start_failures: Vec::new(),
+            counted: crate::harness::bus::Counted {
+                turn_ends: vec![("ok".into(), "ack".into(), 3)],
+                pauses: vec![("budget".into(), 2, 1.5)],
+                paused: Some("budget".into()),
+            },
+        };
+        let totals = [TurnTotals {
+            kind: "turn".into(),
+            outcome: "ok".into(),
+            count: 1,
+            duration_ms: 10,
+            tokens_in: 1,
+            tokens_out: 2,
+            cache_read: 3,
+            cache_creation: 4,
+            cost_usd: 0.5,
+        }];
+        let text = render(&totals, &gauges, 0, None);
+        for want in [
+            "hive_turn_decisions_total{outcome=\"ok\",decision=\"ack\"} 3\n",
+            "hive_pauses_total{reason=\"budget\"} 2\n",
+            "hive_paused_seconds_total{reason=\"budget\"} 1.5\n",
+            "hive_paused{reason=\"budget\"} 1\n",
+            "hive_paused{reason=\"login\"} 0\n",
+            "hive_tokens_total{kind=\"turn\",outcome=\"ok\",type=\"cache_creation\"} 4\n",
+            "hive_tokens_total{kind=\"turn\",outcome=\"ok\",type=\"cache_read\"} 3\n",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        // Every family once, with HELP and TYPE before its samples.
+        for f in FAMILIES
+            .iter()
+            .filter(|f| text.contains(&format!("\n{} ", f.name)))
+        {
+            assert_eq!(
+                text.matches(&format!("# TYPE {} ", f.name)).count(),
+                1,
+                "{}",
+                f.name
+            );
+        }
+        assert_eq!(
+            [
+                None,
+                Some("ack with a note"),
+                Some("go on: `/compact`"),
+                Some("keep; 5 s"),
+                Some("??")
+            ]
+            .map(decision_kind),
+            ["none", "ack_interrupted", "proceed", "keep", "other"]
+        );
+    }
+
+    #[test]
     fn outcome_labels_are_closed_kinds_whatever_the_db_holds() {
         let gauges = Gauges {
             phase: TurnPhase::Idle,
@@ -683,6 +750,7 @@ mod tests {
             "hive_budget_reached{scope=\"agent\",per=\"week\"} 1\n",
             "hive_budget_reached{scope=\"hive\",per=\"week\"} 0\n",
             "hive_paused_by_budget 1\n",
+            "hive_budget_used_ratio{scope=\"agent\",per=\"week\",limit=\"usd\"} 1\n",
         ] {
             assert!(text.contains(want), "{want}: {text}");
         }

@@ -391,6 +391,104 @@ pub(super) fn parse_sample(line: &str) -> Option<(String, Vec<(String, String)>,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::{AgentConfig, AgentPhase};
+    use serde_json::json;
+    use std::io::{BufRead, BufReader, Write};
+
+    /// A broker stand-in: one running agent, `slow`, in pool `p`; every
+    /// other question answered empty.
+    fn fake_broker(path: &std::path::Path) {
+        let l = std::os::unix::net::UnixListener::bind(path).unwrap();
+        std::thread::spawn(move || {
+            for conn in l.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut w = conn.try_clone().unwrap();
+                    for line in BufReader::new(conn).lines().map_while(Result::ok) {
+                        let cmd: serde_json::Value = serde_json::from_str(&line).unwrap();
+                        let sup = AgentState {
+                            name: "slow".into(),
+                            state: AgentPhase::Running,
+                            pid: Some(1),
+                            restarts: 0,
+                            logged_in: true,
+                            up_to_date: true,
+                            port: None,
+                            applied: AgentConfig::named("slow"),
+                            last_rebuild: None,
+                        };
+                        let answer = match cmd["cmd"].as_str().unwrap() {
+                            "supervision" => json!({"ok": true, "agents": [sup]}),
+                            "message_counts" => json!({"ok": true, "counts": [
+                                {"agent": "slow", "state": "queued", "count": 3}]}),
+                            "budget" => json!({"ok": true, "rows": []}),
+                            _ => json!({"ok": true, "agents": []}),
+                        };
+                        if writeln!(w, "{answer}").is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    /// A page that takes the request and trickles its answer, a byte a
+    /// while, never ending it: `/metrics` still answers, with the page down,
+    /// and while the page holds its first ask it is not asked again.
+    #[test]
+    fn a_page_that_never_answers_does_not_hang_metrics() {
+        let data = std::env::temp_dir().join(format!("hive-dash-metrics-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(data.join("run/pages")).unwrap();
+        let sock = data.join("host.sock");
+        fake_broker(&sock);
+        let page = super::super::super::pages::socket_path(&data.join("run"), "slow");
+        let l = std::os::unix::net::UnixListener::bind(&page).unwrap();
+        let (accepted, asks) = crossbeam_channel::unbounded();
+        std::thread::spawn(move || {
+            for mut conn in l.incoming().flatten() {
+                let _ = accepted.send(());
+                std::thread::spawn(move || {
+                    // Each byte comes well within PAGE_WAIT; the answer
+                    // never ends while the test runs.
+                    for _ in 0..600 {
+                        if conn.write_all(b"H").is_err() {
+                            return;
+                        }
+                        std::thread::sleep(PAGE_WAIT / 4);
+                    }
+                });
+            }
+        });
+        let cfg = super::super::DashConfig {
+            auth: false,
+            ..super::super::DashConfig::read(&crate::sys::env::Env::new(&|_| None)).unwrap()
+        };
+        let d = super::super::start(&data, sock, cfg).unwrap();
+        let url = format!("http://127.0.0.1:{}/metrics", d.port);
+        let get = || {
+            ureq::get(&url)
+                .timeout(Duration::from_secs(30))
+                .call()
+                .unwrap()
+                .into_string()
+                .unwrap()
+        };
+        let text = get();
+        assert!(text.contains("hive_page_up{agent=\"slow\"} 0\n"), "{text}");
+        assert!(
+            text.contains("hive_messages{agent=\"slow\",state=\"queued\"} 3\n"),
+            "{text}"
+        );
+        assert!(text.contains("hive_broker_up 1\n"), "{text}");
+        assert_eq!(asks.len(), 1, "one ask of the page");
+        // Its first ask still trickles: the next scrape does not ask again.
+        let text = get();
+        assert!(text.contains("hive_page_up{agent=\"slow\"} 0\n"), "{text}");
+        assert_eq!(asks.len(), 1, "the page was asked again while it answered");
+        drop(d);
+        let _ = std::fs::remove_dir_all(&data);
+    }
 
     #[test]
     fn samples_are_read_with_their_escapes_and_junk_is_not() {
