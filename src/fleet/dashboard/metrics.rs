@@ -324,9 +324,12 @@ fn is_name(s: &str, colon: bool) -> bool {
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_' || (colon && c == b':'))
 }
 
+/// A sample's labels, as the page wrote them.
+pub(super) type Labels = Vec<(String, String)>;
+
 /// One sample line of the text format: its name, labels and value (a
 /// timestamp after it is ignored); None for anything else.
-pub(super) fn parse_sample(line: &str) -> Option<(String, Vec<(String, String)>, f64)> {
+pub(super) fn parse_sample(line: &str) -> Option<(String, Labels, f64)> {
     let line = line.trim();
     let end = line.find(['{', ' ', '\t']).unwrap_or(line.len());
     let name = &line[..end];
@@ -349,7 +352,7 @@ pub(super) fn parse_sample(line: &str) -> Option<(String, Vec<(String, String)>,
             }
             let (start, _) = *chars.peek()?;
             let mut key_end = start;
-            while let Some((i, c)) = chars.next() {
+            for (i, c) in chars.by_ref() {
                 if c == '=' {
                     key_end = i;
                     break;
