@@ -214,17 +214,8 @@ struct Inner {
     turn_ends: BTreeMap<(String, String), u64>,
 }
 
-/// What the bus counted since it was made, for `/metrics`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Counted {
-    /// (outcome kind, decision kind, turn ends).
-    pub turn_ends: Vec<(String, String, u64)>,
-    /// (reason, pauses entered, seconds paused), the pause in force counted
-    /// up to now.
-    pub pauses: Vec<(String, u64, f64)>,
-    /// The reason of the pause in force.
-    pub paused: Option<String>,
-}
+/// What the bus counted since it was made, in the web's words.
+pub use crate::web::harness::Counted;
 
 /// A cheap, cloneable handle on the bus.
 #[derive(Clone)]
@@ -323,7 +314,7 @@ impl Bus {
                     .0
                     .as_str()
                     .to_string(),
-                crate::web::metrics::decision_kind(decision.as_deref()).to_string(),
+                crate::http::prometheus::decision_kind(decision.as_deref()).to_string(),
             );
             *inner.turn_ends.entry(key).or_default() += 1;
         }
@@ -413,7 +404,7 @@ impl Bus {
                 .state
                 .paused
                 .as_ref()
-                .map(|p| crate::web::metrics::pause_kind(p.reason.as_str()).to_string());
+                .map(|p| crate::http::prometheus::pause_kind(p.reason.as_str()).to_string());
             if inner.pause_since.as_ref().map(|(r, _)| r) != reason.as_ref() {
                 if let Some((r, since)) = inner.pause_since.take() {
                     inner.pauses.entry(r).or_default().1 += since.elapsed();

@@ -50,7 +50,19 @@ pub struct Gauges {
     /// The turn ends by outcome and decision and the pauses by reason the
     /// harness counted since it started (`hive_turn_decisions_total`,
     /// `hive_pauses_total`, `hive_paused_seconds_total`, `hive_paused`).
-    pub counted: crate::harness::bus::Counted,
+    pub counted: Counted,
+}
+
+/// What the harness counted since it started, for `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counted {
+    /// (outcome kind, decision kind, turn ends).
+    pub turn_ends: Vec<(String, String, u64)>,
+    /// (reason, pauses entered, seconds paused), the pause in force counted
+    /// up to now.
+    pub pauses: Vec<(String, u64, f64)>,
+    /// The reason of the pause in force.
+    pub paused: Option<String>,
 }
 
 /// Sums over the recorded turns of one kind and outcome.

@@ -20,10 +20,10 @@
 //! slow page costs at most one thread, never a hung `/metrics`.
 
 use super::{agent_token, host, App};
+use crate::http::prometheus::{self as page, Expo, Family, BUDGET_FAMILIES, FAMILIES};
 use crate::http::Reply;
 use crate::proto::cmd::{Agents, GetBudget, MessageCounts, Supervision};
 use crate::proto::{AgentRow, AgentState, Client, Command};
-use crate::web::metrics::{self as page, Expo, Family, BUDGET_FAMILIES, FAMILIES};
 use crossbeam_channel::unbounded;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
