@@ -1,8 +1,10 @@
 //! Issue 43, item 2: metrics a real Prometheus accepts. `hive up` with the
 //! fake claude runs two agents; after some turns (the kicks, a message
-//! handled, one dead-lettered) the dashboard's hive-wide `/metrics` and an
-//! agent page's `/metrics` each pass `promtool check metrics` (the format and
-//! Prometheus' naming lint) and carry the hive's figures per agent; the
+//! handled, one dead-lettered, one agent paused by its budget) the
+//! dashboard's hive-wide `/metrics` and an agent page's `/metrics` each pass
+//! `promtool check metrics` (the format and Prometheus' naming lint) and
+//! carry the hive's figures per agent (decisions, the pause by reason, the
+//! budget used as a ratio, message rows by state); the
 //! dashboard's wants its token, as every route of it does. Then a real
 //! `prometheus` (Debian's package; its own process on 127.0.0.1 with a temp
 //! config and store) scrapes `hive up` with the token in an `authorization`
@@ -25,7 +27,7 @@ const KICK: &str = "You were just (re)started";
 const FLEET: &str = r#"{
   "hive_name": "promhive",
   "agents": [
-    {"name": "ana", "env": {"FAKE_CLAUDE_DIR": "@FAKE(ana)"}},
+    {"name": "ana", "env": {"FAKE_CLAUDE_DIR": "@FAKE(ana)"}, "budget": {"usd": 0.02, "per": "day"}},
     {"name": "bob", "env": {"FAKE_CLAUDE_DIR": "@FAKE(bob)", "HIVE_TURN_MAX_ATTEMPTS": "1"}}
   ]
 }"#;
@@ -76,7 +78,8 @@ fn value(text: &str, series: &str) -> Option<f64> {
 }
 
 /// A hive with two agents past their kicks, one message handled by ana and
-/// one dead-lettered by bob (its turn fails, one attempt allowed).
+/// one dead-lettered by bob (its turn fails, one attempt allowed). Each fake
+/// run costs $0.014: ana's two reach its $0.02 a day, and it pauses.
 fn hive_with_turns() -> Up {
     let up = Up::start(FLEET, &["ana", "bob"]);
     up.wait_prompt("ana", KICK, 1);
@@ -106,13 +109,11 @@ fn dashboard_metrics_with(up: &Up, series: &str, want: f64) -> String {
     })
 }
 
-/// The sum of `agent`'s `hive_turn_decisions_total` series with `decision`.
-fn decided(text: &str, agent: &str, decision: &str) -> f64 {
+/// The sum of `agent`'s `family` series (on the dashboard) whose labels
+/// hold `label`.
+fn sum_of(text: &str, family: &str, agent: &str, label: &str) -> f64 {
     text.lines()
-        .filter(|l| {
-            l.starts_with(&format!("hive_turn_decisions_total{{agent=\"{agent}\""))
-                && l.contains(&format!("decision=\"{decision}\""))
-        })
+        .filter(|l| l.starts_with(&format!("{family}{{agent=\"{agent}\"")) && l.contains(label))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -181,16 +182,30 @@ fn promtool_accepts_the_dashboards_and_a_pages_metrics() {
         assert!(text.contains(want), "{want} missing:\n{text}");
     }
     // The turn loop's decisions, per agent: ana's turns acked, bob's
-    // message given up.
-    wait_for(
-        Duration::from_secs(30),
-        "the decisions on the dashboard",
-        || {
-            let text = dashboard_metrics_with(&up, "hive_broker_up", 1.0);
-            (decided(&text, "ana", "ack") >= 2.0 && decided(&text, "bob", "dead_letter") >= 1.0)
-                .then_some(())
-        },
+    // message given up; ana's budget used up, and ana paused for it.
+    let text = wait_for(Duration::from_secs(30), "decisions and the pause", || {
+        let text = dashboard_metrics_with(&up, "hive_broker_up", 1.0);
+        let d = "hive_turn_decisions_total";
+        (sum_of(&text, d, "ana", r#"decision="ack""#) >= 2.0
+            && sum_of(&text, d, "bob", r#"decision="dead_letter""#) >= 1.0
+            && sum_of(&text, "hive_pauses_total", "ana", r#"reason="budget""#) >= 1.0)
+            .then_some(text)
+    });
+    assert_eq!(
+        sum_of(&text, "hive_paused", "ana", r#"reason="budget""#),
+        1.0,
+        "{text}"
     );
+    let used = text
+        .lines()
+        .find(|l| {
+            l.starts_with(r#"hive_budget_used_ratio{scope="agent",agent="ana""#)
+                && l.contains(r#"limit="usd""#)
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert!(used.is_some_and(|u| u >= 1.0), "{text}");
+    let (ok, said) = promtool_check(&promtool, &text);
+    assert!(ok && said.trim().is_empty(), "promtool: {said}\n{text}");
     // No id of a message or a turn is a label.
     assert!(!text.contains("id=\""), "{text}");
 
