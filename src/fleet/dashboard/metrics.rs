@@ -12,6 +12,8 @@
 //! with its name, labels and value checked: the page is the agent's, and its
 //! answer never reaches the exposition as text.
 //!
+//! Each of the broker's answers is waited for at most [`BROKER_WAIT`]; one
+//! that does not come leaves its families out (`hive_broker_up 0`).
 //! The pages are asked per request, in a bounded fan-out: at most
 //! [`FETCHERS`] threads, each read of a page waits at most [`PAGE_WAIT`], and
 //! the whole gathering ends at [`DEADLINE`] whatever is left (those pages
@@ -35,6 +37,8 @@ pub const FETCHERS: usize = 8;
 pub const PAGE_WAIT: Duration = Duration::from_secs(2);
 /// When the gathering of pages ends, from its start.
 pub const DEADLINE: Duration = Duration::from_secs(4);
+/// How long each of the broker's answers is waited for.
+pub const BROKER_WAIT: Duration = Duration::from_secs(3);
 /// The most bytes of one page's answer read.
 const MAX_PAGE_BYTES: u64 = 512 * 1024;
 /// The most samples taken from one page.
@@ -83,24 +87,35 @@ pub fn reply(app: &App) -> Reply {
     )
 }
 
-fn ask<C: Command>(c: &mut Client, cmd: C) -> Option<C::Reply> {
-    c.call(&cmd)
+/// The broker's answer to `cmd`. After a question without an answer the
+/// connection is dropped (a late answer must not pass for the next one's),
+/// and the questions after it go unasked.
+fn ask<C: Command>(broker: &mut Option<Client>, cmd: C) -> Option<C::Reply> {
+    let answer = broker
+        .as_mut()?
+        .call(&cmd)
         .map_err(|e| log::debug!("/metrics: no answer to {}: {e}", C::CMD))
-        .ok()
+        .ok();
+    if answer.is_none() {
+        *broker = None;
+    }
+    answer
 }
 
 /// The whole exposition.
 fn render(app: &App) -> Expo {
     let mut o = Expo::default();
-    let mut broker = host(app).ok();
-    let agents = broker.as_mut().and_then(|c| ask(c, Agents {}));
-    let sup = broker
-        .as_mut()
-        .and_then(|c| ask(c, Supervision {}))
+    let mut broker = host(app).ok().filter(|c| {
+        c.set_read_timeout(Some(BROKER_WAIT))
+            .map_err(|e| log::debug!("/metrics: {e}"))
+            .is_ok()
+    });
+    let agents = ask(&mut broker, Agents {});
+    let sup = ask(&mut broker, Supervision {})
         .map(|s| s.agents)
         .unwrap_or_default();
-    let budget = broker.as_mut().and_then(|c| ask(c, GetBudget {}));
-    let counts = broker.as_mut().and_then(|c| ask(c, MessageCounts {}));
+    let budget = ask(&mut broker, GetBudget {});
+    let counts = ask(&mut broker, MessageCounts {});
     drop(broker);
     let up = agents.is_some() && counts.is_some();
     o.sample(&BROKER_UP, &[], f64::from(u8::from(up)));
