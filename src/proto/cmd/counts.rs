@@ -34,9 +34,6 @@ impl Command for MessageCounts {
     type Reply = MessageCountsReply;
 }
 
-/// Every state `message_counts` answers, in its order.
-pub const COUNTED_STATES: [&str; 4] = ["queued", "handed_out", "acked", "dead_lettered"];
-
 #[cfg(test)]
 mod samples {
     use super::*;
