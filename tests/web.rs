@@ -615,7 +615,7 @@ fn metrics_parse_as_prometheus_text() {
         3.0
     );
     assert_eq!(
-        v(r#"hive_output_tokens_total{kind="turn",outcome="ok"}"#),
+        v(r#"hive_tokens_total{kind="turn",outcome="ok",type="output"}"#),
         40.0
     );
     assert_eq!(v("hive_unread"), 4.0);

@@ -16,8 +16,9 @@
 //! (`notify_status`, as `hive notify status` does).
 //! One producer thread builds the hive snapshot once per tick while live
 //! clients are connected and every `GET /events` stream sends that same
-//! string (bounded in size: long texts are cut with a marker). Documented in
-//! `docs/fleet.md`.
+//! string (bounded in size: long texts are cut with a marker). `GET /metrics`
+//! is the hive's Prometheus exposition, gathered in [`metrics`]. Documented
+//! in `docs/fleet.md`, `docs/web.md` and `docs/observability.md`.
 
 use super::pages::MAX_ANSWER;
 use crate::config::WebSection;
@@ -40,6 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+mod metrics;
 mod script_pages;
 
 const PAGE: &str = include_str!("dashboard.html");
@@ -258,6 +260,8 @@ struct App {
     /// The bound port of each page served on a listener of its own
     /// (`web.script_pages`).
     script_ports: Vec<(String, u16)>,
+    /// The pages `/metrics` is asking now ([`metrics::Scrapes`]).
+    scrapes: metrics::Scrapes,
 }
 
 impl App {
@@ -480,6 +484,7 @@ pub fn start(data: &FsPath, host_socket: PathBuf, cfg: DashConfig) -> Result<Das
             cfg,
             port,
             script_ports,
+            scrapes: metrics::Scrapes::default(),
         },
         guard,
         routes: ROUTES.to_vec(),
@@ -527,6 +532,8 @@ static ROUTES: &[Route<App>] = &[
     get("/api/hive", |a, _| hive(a)),
     get("/api/message", message),
     get("/api/search", search),
+    // issue 43: the hive-wide Prometheus exposition (`docs/observability.md`).
+    get("/metrics", |a, _| metrics::reply(a)),
     Route {
         method: Method::Get,
         path: Path::Exact("/events"),

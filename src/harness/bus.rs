@@ -7,7 +7,9 @@
 //! one that falls behind is dropped, so a slow web client can never slow a turn.
 //! Every event but a state change is also offered to the durable turn log
 //! ([`Bus::log_to`]), whose tap never waits either; the ids then continue
-//! from the log's, across restarts.
+//! from the log's, across restarts. The bus also counts, for the page's
+//! `/metrics` ([`Bus::counted`]), the turn ends by outcome and decision and
+//! the pauses by reason with the time spent in each, since it was made.
 
 use crate::history::{Loggable, Tap, View};
 use crate::proto::PauseReason;
@@ -202,7 +204,18 @@ struct Inner {
     /// before (the page's `hive_rate_limited_seconds_total`).
     rate_limited_since: Option<std::time::Instant>,
     rate_limited_before: std::time::Duration,
+    /// The pause in force (its reason, since when), and per reason the
+    /// pauses entered and the time spent in them before (the page's
+    /// `hive_pauses_total` and `hive_paused_seconds_total`).
+    pause_since: Option<(String, std::time::Instant)>,
+    pauses: BTreeMap<String, (u64, std::time::Duration)>,
+    /// The turn ends since the bus was made, by outcome kind and decision
+    /// kind (`hive_turn_decisions_total`).
+    turn_ends: BTreeMap<(String, String), u64>,
 }
+
+/// What the bus counted since it was made, in the web's words.
+pub use crate::web::harness::Counted;
 
 /// A cheap, cloneable handle on the bus.
 #[derive(Clone)]
@@ -251,6 +264,9 @@ impl Bus {
                 log: None,
                 rate_limited_since: None,
                 rate_limited_before: std::time::Duration::ZERO,
+                pause_since: None,
+                pauses: BTreeMap::new(),
+                turn_ends: BTreeMap::new(),
             })),
         }
     }
@@ -289,6 +305,19 @@ impl Bus {
             event,
         };
         inner.next_id += 1;
+        if let LiveEvent::TurnEnd {
+            outcome, decision, ..
+        } = &n.event
+        {
+            let key = (
+                crate::proto::TurnOutcomeKind::from_stored(outcome)
+                    .0
+                    .as_str()
+                    .to_string(),
+                crate::http::prometheus::decision_kind(decision.as_deref()).to_string(),
+            );
+            *inner.turn_ends.entry(key).or_default() += 1;
+        }
         if let Some(tap) = inner.log.as_mut() {
             if !matches!(n.event, LiveEvent::State { .. }) {
                 tap.offer(n.id, n.event.clone());
@@ -371,6 +400,20 @@ impl Bus {
                 }
                 _ => {}
             }
+            let reason = inner
+                .state
+                .paused
+                .as_ref()
+                .map(|p| crate::http::prometheus::pause_kind(p.reason.as_str()).to_string());
+            if inner.pause_since.as_ref().map(|(r, _)| r) != reason.as_ref() {
+                if let Some((r, since)) = inner.pause_since.take() {
+                    inner.pauses.entry(r).or_default().1 += since.elapsed();
+                }
+                if let Some(r) = reason {
+                    inner.pauses.entry(r.clone()).or_default().0 += 1;
+                    inner.pause_since = Some((r, std::time::Instant::now()));
+                }
+            }
             (inner.state != before).then(|| Box::new(inner.state.clone()))
         };
         if let Some(state) = changed {
@@ -387,6 +430,27 @@ impl Bus {
                 .map(|s| s.elapsed())
                 .unwrap_or_default())
         .as_secs_f64()
+    }
+
+    /// The turn ends and pauses counted since the bus was made.
+    pub fn counted(&self) -> Counted {
+        let inner = self.lock();
+        let mut pauses: BTreeMap<String, (u64, std::time::Duration)> = inner.pauses.clone();
+        if let Some((r, since)) = &inner.pause_since {
+            pauses.entry(r.clone()).or_default().1 += since.elapsed();
+        }
+        Counted {
+            turn_ends: inner
+                .turn_ends
+                .iter()
+                .map(|((o, d), n)| (o.clone(), d.clone(), *n))
+                .collect(),
+            pauses: pauses
+                .into_iter()
+                .map(|(r, (n, d))| (r, n, d.as_secs_f64()))
+                .collect(),
+            paused: inner.pause_since.as_ref().map(|(r, _)| r.clone()),
+        }
     }
 
     pub fn set_turn_state(&self, t: TurnState) {
@@ -415,6 +479,49 @@ mod tests {
         bus.note("other events do not count");
         std::thread::sleep(std::time::Duration::from_millis(10));
         assert_eq!(bus.rate_limited_seconds(), s);
+    }
+
+    #[test]
+    fn turn_ends_and_pauses_are_counted_by_closed_labels() {
+        let bus = Bus::new("a", "a", "haiku", 200_000);
+        let end = |outcome: &str, decision: Option<&str>| LiveEvent::TurnEnd {
+            ok: outcome == "ok",
+            note: String::new(),
+            outcome: outcome.into(),
+            duration_ms: 1,
+            decision: decision.map(str::to_string),
+        };
+        bus.emit(end("ok", Some("ack")));
+        bus.emit(end("ok", Some("ack")));
+        bus.emit(end(
+            "failed: claude exited with code 1",
+            Some("keep behind, counted; 30 s"),
+        ));
+        bus.emit(end("stopped", None));
+        let paused = |reason: &str| Paused {
+            reason: PauseReason::parse(reason),
+            until: None,
+            detail: String::new(),
+        };
+        bus.update(|s| s.paused = Some(paused("rate_limit")));
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        bus.update(|s| s.paused = Some(paused("budget")));
+        bus.update(|s| s.paused = None);
+        bus.update(|s| s.paused = Some(paused("a_newer_reason")));
+        let c = bus.counted();
+        assert_eq!(
+            c.turn_ends,
+            [
+                ("failed".to_string(), "keep".to_string(), 1),
+                ("ok".into(), "ack".into(), 2),
+                ("stopped".into(), "none".into(), 1),
+            ]
+        );
+        let reasons: Vec<(&str, u64)> = c.pauses.iter().map(|(r, n, _)| (r.as_str(), *n)).collect();
+        assert_eq!(reasons, [("budget", 1), ("other", 1), ("rate_limit", 1)]);
+        let rate_limited = c.pauses.iter().find(|p| p.0 == "rate_limit").unwrap().2;
+        assert!(rate_limited >= 0.03, "{rate_limited}");
+        assert_eq!(c.paused.as_deref(), Some("other"));
     }
 
     #[test]

@@ -207,6 +207,7 @@ impl crate::web::harness::Harness for Shared {
                     (server.to_string(), n)
                 })
                 .collect(),
+            counted: self.bus.counted(),
         }
     }
 
@@ -294,6 +295,8 @@ impl crate::web::harness::Harness for Shared {
                 duration_ms: t.duration_ms,
                 tokens_in: t.tokens_in,
                 tokens_out: t.tokens_out,
+                cache_read: t.cache_read,
+                cache_creation: t.cache_creation,
                 cost_usd: t.cost_usd,
             })
             .collect())

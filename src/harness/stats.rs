@@ -251,6 +251,11 @@ pub struct Totals {
     pub tokens_in: u64,
     pub tokens_out: u64,
     pub cost_usd: f64,
+    /// Cache reads (`spend_cache_read`).
+    pub cache_read: u64,
+    /// Cache writes: the spend row's tokens (input + cache writes + output)
+    /// less input and output.
+    pub cache_creation: u64,
 }
 
 /// Per-(kind, outcome) sums over the whole table, through a read-only connection.
@@ -325,7 +330,8 @@ pub fn totals(path: &Path) -> Result<Vec<Totals>, String> {
     let read = || -> rusqlite::Result<Vec<Totals>> {
         let mut stmt = conn.prepare(
             "SELECT kind, outcome, COUNT(*), SUM(duration_ms), SUM(tokens_in), SUM(tokens_out),
-                    SUM(cost_usd)
+                    SUM(cost_usd), SUM(spend_cache_read),
+                    SUM(MAX(spend_tokens - tokens_in - tokens_out, 0))
              FROM turns GROUP BY kind, outcome ORDER BY kind, outcome",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -337,6 +343,8 @@ pub fn totals(path: &Path) -> Result<Vec<Totals>, String> {
                 tokens_in: r.get::<_, i64>(4)? as u64,
                 tokens_out: r.get::<_, i64>(5)? as u64,
                 cost_usd: r.get(6)?,
+                cache_read: r.get::<_, i64>(7)?.max(0) as u64,
+                cache_creation: r.get::<_, i64>(8)?.max(0) as u64,
             })
         })?;
         rows.collect()

@@ -2,7 +2,7 @@
 //! (`web`) and the operator dashboard of `hive up` (`fleet::dashboard`): the
 //! shared core ([`server`]: bounded tiny_http, socket timeouts, named workers,
 //! one dispatch that runs the [`guard`] before every route), the tokens and
-//! login ([`auth`]) on top of the login sessions ([`session`]), the one live-stream writer ([`sse`]), and here the small
+//! login ([`auth`]) on top of the login sessions ([`session`]), the one live-stream writer ([`sse`]), the Prometheus text format both write ([`prometheus`]), and here the small
 //! vocabulary on top of tiny_http: a [`Reply`] value every handler returns,
 //! request bodies read under a size and a time bound, JSON bodies that refuse
 //! duplicate keys, percent-decoding, query strings and cookies (pure
@@ -11,6 +11,7 @@
 
 pub mod auth;
 pub mod guard;
+pub mod prometheus;
 pub mod server;
 pub mod session;
 pub mod sse;

@@ -222,6 +222,8 @@ commands! {
     "search"               => Search:            Operator;
     "history"              => History:           Operator;
     "activity"             => Activity:          Operator;
+    // issue 43: the message rows per recipient and state (the dashboard's /metrics)
+    "message_counts"       => MessageCounts:     Operator;
     // issue 39: the operator sees and cancels the agents' timers
     "timers"               => Timers:            Operator;
     "cancel_timer"         => CancelTimer:       Operator;

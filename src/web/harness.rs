@@ -47,6 +47,22 @@ pub struct Gauges {
     /// by server (`hive_mcp_start_failures_total`): every such server is
     /// listed, those that never failed with 0.
     pub mcp_start_failures: Vec<(String, u64)>,
+    /// The turn ends by outcome and decision and the pauses by reason the
+    /// harness counted since it started (`hive_turn_decisions_total`,
+    /// `hive_pauses_total`, `hive_paused_seconds_total`, `hive_paused`).
+    pub counted: Counted,
+}
+
+/// What the harness counted since it started, for `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counted {
+    /// (outcome kind, decision kind, turn ends).
+    pub turn_ends: Vec<(String, String, u64)>,
+    /// (reason, pauses entered, seconds paused), the pause in force counted
+    /// up to now.
+    pub pauses: Vec<(String, u64, f64)>,
+    /// The reason of the pause in force.
+    pub paused: Option<String>,
 }
 
 /// Sums over the recorded turns of one kind and outcome.
@@ -58,6 +74,10 @@ pub struct TurnTotals {
     pub duration_ms: u64,
     pub tokens_in: u64,
     pub tokens_out: u64,
+    /// Cache reads, and cache writes (the budget's tokens less input and
+    /// output).
+    pub cache_read: u64,
+    pub cache_creation: u64,
     pub cost_usd: f64,
 }
 

@@ -1,20 +1,26 @@
-//! `GET /metrics` in the Prometheus text format: turn counts, durations, tokens
+//! `GET /metrics` in the Prometheus text format (`docs/observability.md`,
+//! *Metrics*, lists every family): turn counts, durations, tokens by type
 //! and cost per kind and outcome from the turn-stats db (the outcome label is
 //! always one of the closed [`TurnOutcomeKind`]s, whatever the db holds), the
-//! live gauges of the harness, the number of SSE clients, the turns stopped
-//! because one of hive's MCP servers did not start, and the seconds spent
-//! rate-limited since the harness started (its bus keeps the clock as its state
-//! changes), and the agent's
-//! and the hive's spend against their budgets in the current window (issue
-//! 16), from the broker's `own_budget` through a [`BudgetCache`]: asked at most
-//! once per [`BUDGET_TTL`] and waited for at most [`BUDGET_TIMEOUT`], so the
-//! page never hangs on the broker; `hive_budget_up` says whether the figures
-//! are there.
+//! turn ends by outcome and decision and the pauses by reason with the
+//! seconds paused (the harness's bus counts both since it started), the live
+//! gauges of the harness, the number of SSE clients, the turns stopped
+//! because one of hive's MCP servers did not start, the seconds spent
+//! rate-limited since the harness started, and the agent's and the hive's
+//! spend against their budgets in the current window (issue 16), from the
+//! broker's `own_budget` through a [`BudgetCache`]: asked at most once per
+//! [`BUDGET_TTL`] and waited for at most [`BUDGET_TIMEOUT`], so the page
+//! never hangs on the broker; `hive_budget_up` says whether the figures are
+//! there. Every family is a row of [`FAMILIES`] (its type and help, in
+//! `http::prometheus`, which the dashboard's hive-wide `/metrics` also reads
+//! to take a page's families in, and nothing else); [`Expo`] writes a
+//! family's samples together, with its HELP and TYPE, as `promtool check
+//! metrics` wants.
 
 use super::harness::{Gauges, TurnPhase, TurnTotals};
-use crate::proto::cmd::{BudgetReply, BudgetRow, OwnBudget};
-use crate::proto::TurnOutcomeKind;
-use std::fmt::Write;
+pub use crate::http::prometheus::*;
+use crate::proto::cmd::{BudgetReply, OwnBudget};
+use crate::proto::{PauseReason, TurnOutcomeKind};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -57,18 +63,6 @@ fn ask_budget(broker: &crate::proto::Dial) -> Option<BudgetReply> {
         .ok()
 }
 
-/// Escapes a label value.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
 /// The totals with each outcome read as its closed kind, rows that come to the
 /// same (kind, outcome kind) added up: a db an older harness wrote holds free
 /// text there, and no such text may become a label.
@@ -85,6 +79,8 @@ fn by_outcome_kind(totals: &[TurnTotals]) -> Vec<TurnTotals> {
                 o.duration_ms += t.duration_ms;
                 o.tokens_in += t.tokens_in;
                 o.tokens_out += t.tokens_out;
+                o.cache_read += t.cache_read;
+                o.cache_creation += t.cache_creation;
                 o.cost_usd += t.cost_usd;
             }
             None => out.push(TurnTotals {
@@ -98,81 +94,18 @@ fn by_outcome_kind(totals: &[TurnTotals]) -> Vec<TurnTotals> {
 
 /// The spend and budget families: one series per scope (`agent`, the
 /// page's own; `hive`) of the broker's `own_budget` rows.
-fn render_budget(o: &mut String, budget: Option<&BudgetReply>) {
-    family(
-        o,
-        "hive_budget_up",
-        "gauge",
-        "1 when the broker answered for the spend and budget figures below.",
-    );
-    let _ = writeln!(o, "hive_budget_up {}", u8::from(budget.is_some()));
+fn render_budget(o: &mut Expo, budget: Option<&BudgetReply>) {
+    o.sample(&BUDGET_UP, &[], f64::from(u8::from(budget.is_some())));
     let Some(b) = budget else {
         return;
     };
-    let scoped: Vec<(&str, &BudgetRow)> = b
-        .rows
-        .iter()
-        .map(|r| (if r.scope == "hive" { "hive" } else { "agent" }, r))
-        .collect();
-    type Figure = (&'static str, &'static str, fn(&BudgetRow) -> Option<f64>);
-    let figures: [Figure; 8] = [
-        (
-            "hive_spend_usd",
-            "Dollars spent in the budget's current window (total_cost_usd; the API-equivalent price for subscriptions).",
-            |r| Some(r.spent_usd),
-        ),
-        (
-            "hive_spend_tokens",
-            "Tokens counted against the budget in the current window (input + cache writes + output).",
-            |r| Some(r.tokens as f64),
-        ),
-        (
-            "hive_spend_cache_read_tokens",
-            "Cache reads in the current window (shown apart, not counted).",
-            |r| Some(r.cache_read as f64),
-        ),
-        (
-            "hive_spend_unknown_cost_runs",
-            "Runs in the current window that printed no result line (cost unknown).",
-            |r| Some(r.unknown_runs as f64),
-        ),
-        (
-            "hive_budget_usd",
-            "The dollar limit per window, when one is set.",
-            |r| r.usd,
-        ),
-        (
-            "hive_budget_tokens",
-            "The token limit per window, when one is set.",
-            |r| r.budget_tokens.map(|t| t as f64),
-        ),
-        (
-            "hive_budget_window_end_seconds",
-            "Unix seconds when the current window ends (UTC).",
-            |r| Some(r.window_end as f64),
-        ),
-        (
-            "hive_budget_reached",
-            "1 when the limit is reached: the scope's agents start no new run.",
-            |r| Some(f64::from(u8::from(r.reached))),
-        ),
-    ];
-    for (name, help, get) in figures {
-        family(o, name, "gauge", help);
-        for (scope, r) in &scoped {
-            if let Some(v) = get(r) {
-                let _ = writeln!(o, "{name}{{scope=\"{scope}\",per=\"{}\"}} {v}", r.per);
-            }
-        }
-    }
-    family(
-        o,
-        "hive_paused_by_budget",
-        "gauge",
-        "1 while the agent's or the hive's budget is reached.",
-    );
+    let rows = b.rows.iter().map(|r| {
+        let scope = if r.scope == "hive" { "hive" } else { "agent" };
+        (vec![("scope", scope.to_string())], r)
+    });
+    render_budget_rows(o, rows);
     let paused = b.rows.iter().any(|r| r.reached);
-    let _ = writeln!(o, "hive_paused_by_budget {}", u8::from(paused));
+    o.sample(&PAUSED_BY_BUDGET, &[], f64::from(u8::from(paused)));
 }
 
 /// The whole exposition.
@@ -182,138 +115,88 @@ pub fn render(
     sse_clients: usize,
     budget: Option<&BudgetReply>,
 ) -> String {
-    let rate_limited_secs = state.rate_limited_seconds;
-    let mut o = String::new();
-    type Family = (&'static str, &'static str, fn(&TurnTotals) -> f64);
-    let per_turn: [Family; 5] = [
-        (
-            "hive_turns_total",
-            "Claude processes run, by kind and outcome.",
-            |t| t.count as f64,
-        ),
-        (
-            "hive_turn_duration_seconds_total",
-            "Wall-clock seconds of those processes.",
-            |t| t.duration_ms as f64 / 1000.0,
-        ),
-        ("hive_input_tokens_total", "Input tokens they used.", |t| {
-            t.tokens_in as f64
-        }),
-        (
-            "hive_output_tokens_total",
-            "Output tokens they used.",
-            |t| t.tokens_out as f64,
-        ),
-        (
-            "hive_cost_usd_total",
-            "Their cost in US dollars as claude reported it.",
-            |t| t.cost_usd,
-        ),
+    let mut o = Expo::default();
+    type PerTurn = (&'static Family, fn(&TurnTotals) -> f64);
+    let per_turn: [PerTurn; 3] = [
+        (&TURNS, |t| t.count as f64),
+        (&TURN_SECONDS, |t| t.duration_ms as f64 / 1000.0),
+        (&COST, |t| t.cost_usd),
     ];
     let totals = by_outcome_kind(totals);
-    for (name, help, get) in per_turn {
-        family(&mut o, name, "counter", help);
+    for (f, get) in per_turn {
+        o.family(f);
         for t in &totals {
-            let _ = writeln!(
-                o,
-                "{name}{{kind=\"{}\",outcome=\"{}\"}} {}",
-                label(&t.kind),
-                label(&t.outcome),
-                get(t)
+            o.sample(f, &[("kind", &t.kind), ("outcome", &t.outcome)], get(t));
+        }
+    }
+    o.family(&TOKENS);
+    for t in &totals {
+        for (ty, n) in [
+            ("input", t.tokens_in),
+            ("output", t.tokens_out),
+            ("cache_read", t.cache_read),
+            ("cache_creation", t.cache_creation),
+        ] {
+            o.sample(
+                &TOKENS,
+                &[("kind", &t.kind), ("outcome", &t.outcome), ("type", ty)],
+                n as f64,
             );
         }
     }
-    family(
-        &mut o,
-        "hive_rate_limited_seconds_total",
-        "counter",
-        "Seconds spent parked on a rate limit since the web server started.",
-    );
-    let _ = writeln!(o, "hive_rate_limited_seconds_total {rate_limited_secs:.3}");
-    family(
-        &mut o,
-        "hive_mcp_start_failures_total",
-        "counter",
-        "Turns stopped because one of hive's MCP servers was not connected at start.",
-    );
-    for (server, n) in &state.mcp_start_failures {
-        let _ = writeln!(
-            o,
-            "hive_mcp_start_failures_total{{server=\"{}\"}} {n}",
-            label(server)
+    o.family(&DECISIONS);
+    for (outcome, decision, n) in &state.counted.turn_ends {
+        o.sample(
+            &DECISIONS,
+            &[("outcome", outcome), ("decision", decision)],
+            *n as f64,
         );
     }
-    let gauges: [(&str, &str, f64); 7] = [
-        (
-            "hive_unread",
-            "Messages waiting in the inbox.",
-            state.unread as f64,
-        ),
-        (
-            "hive_inflight",
-            "1 while a message is handed out and not yet acked.",
-            f64::from(u8::from(state.inflight)),
-        ),
-        (
-            "hive_sse_clients",
-            "Connected live-stream clients.",
-            sse_clients as f64,
-        ),
-        (
-            "hive_rate_limited",
-            "1 while parked on a rate limit.",
-            f64::from(u8::from(state.rate_limited)),
-        ),
-        (
-            "hive_needs_login",
-            "1 while waiting for credentials.",
-            f64::from(u8::from(state.needs_login)),
-        ),
-        (
-            "hive_online",
-            "1 while serving with the broker reachable.",
-            f64::from(u8::from(state.online)),
-        ),
-        (
-            "hive_context_window_tokens",
-            "The context window of the current model.",
-            state.context_window_tokens as f64,
-        ),
+    o.family(&PAUSES);
+    o.family(&PAUSED_SECONDS);
+    for (reason, n, secs) in &state.counted.pauses {
+        o.sample(&PAUSES, &[("reason", reason)], *n as f64);
+        o.sample(&PAUSED_SECONDS, &[("reason", reason)], *secs);
+    }
+    for reason in PauseReason::KNOWN.iter().copied().chain(["other"]) {
+        let on = state.counted.paused.as_deref() == Some(reason);
+        o.sample(&PAUSED, &[("reason", reason)], f64::from(u8::from(on)));
+    }
+    o.sample(&RATE_LIMITED_SECONDS, &[], state.rate_limited_seconds);
+    o.family(&MCP_START_FAILURES);
+    for (server, n) in &state.mcp_start_failures {
+        o.sample(&MCP_START_FAILURES, &[("server", server)], *n as f64);
+    }
+    let gauges: [(&'static Family, f64); 7] = [
+        (&UNREAD, state.unread as f64),
+        (&INFLIGHT, f64::from(u8::from(state.inflight))),
+        (&SSE_CLIENTS, sse_clients as f64),
+        (&RATE_LIMITED, f64::from(u8::from(state.rate_limited))),
+        (&NEEDS_LOGIN, f64::from(u8::from(state.needs_login))),
+        (&ONLINE, f64::from(u8::from(state.online))),
+        (&CONTEXT_WINDOW, state.context_window_tokens as f64),
     ];
-    for (name, help, v) in gauges {
-        family(&mut o, name, "gauge", help);
-        let _ = writeln!(o, "{name} {v}");
+    for (f, v) in gauges {
+        o.sample(f, &[], v);
     }
     if let Some(t) = state.context_tokens {
-        family(
-            &mut o,
-            "hive_context_tokens",
-            "gauge",
-            "Context size after the last turn.",
-        );
-        let _ = writeln!(o, "hive_context_tokens {t}");
+        o.sample(&CONTEXT, &[], t as f64);
     }
-    family(
-        &mut o,
-        "hive_turn_state",
-        "gauge",
-        "1 for the current turn state.",
-    );
     for phase in TurnPhase::ALL {
-        let _ = writeln!(
-            o,
-            "hive_turn_state{{state=\"{}\"}} {}",
-            phase.name(),
-            u8::from(state.phase == phase)
+        o.sample(
+            &TURN_STATE,
+            &[("state", phase.name())],
+            f64::from(u8::from(state.phase == phase)),
         );
     }
     render_budget(&mut o, budget);
-    o
+    o.text()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::cmd::BudgetRow;
 
     #[test]
     fn renders_families_with_escaped_labels() {
@@ -328,6 +211,7 @@ mod tests {
             context_window_tokens: 200_000,
             context_tokens: None,
             mcp_start_failures: vec![("hyperhive".into(), 0), ("bash".into(), 0)],
+            counted: Default::default(),
         };
         let totals = [TurnTotals {
             kind: "we\"ird\n".into(),
@@ -336,6 +220,8 @@ mod tests {
             duration_ms: 1500,
             tokens_in: 10,
             tokens_out: 5,
+            cache_read: 7,
+            cache_creation: 3,
             cost_usd: 0.25,
         }];
         let text = render(&totals, &gauges, 3, None);
@@ -363,6 +249,73 @@ mod tests {
     }
 
     #[test]
+    fn decisions_pauses_and_token_types_have_their_series() {
+        let gauges = Gauges {
+            phase: TurnPhase::Thinking,
+            unread: 0,
+            inflight: true,
+            rate_limited: false,
+            rate_limited_seconds: 0.0,
+            needs_login: false,
+            online: true,
+            context_window_tokens: 200_000,
+            context_tokens: Some(10),
+            mcp_start_failures: Vec::new(),
+            counted: crate::web::harness::Counted {
+                turn_ends: vec![("ok".into(), "ack".into(), 3)],
+                pauses: vec![("budget".into(), 2, 1.5)],
+                paused: Some("budget".into()),
+            },
+        };
+        let totals = [TurnTotals {
+            kind: "turn".into(),
+            outcome: "ok".into(),
+            count: 1,
+            duration_ms: 10,
+            tokens_in: 1,
+            tokens_out: 2,
+            cache_read: 3,
+            cache_creation: 4,
+            cost_usd: 0.5,
+        }];
+        let text = render(&totals, &gauges, 0, None);
+        for want in [
+            "hive_turn_decisions_total{outcome=\"ok\",decision=\"ack\"} 3\n",
+            "hive_pauses_total{reason=\"budget\"} 2\n",
+            "hive_paused_seconds_total{reason=\"budget\"} 1.5\n",
+            "hive_paused{reason=\"budget\"} 1\n",
+            "hive_paused{reason=\"login\"} 0\n",
+            "hive_tokens_total{kind=\"turn\",outcome=\"ok\",type=\"cache_creation\"} 4\n",
+            "hive_tokens_total{kind=\"turn\",outcome=\"ok\",type=\"cache_read\"} 3\n",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        // Every family once, with HELP and TYPE before its samples.
+        for f in FAMILIES
+            .iter()
+            .filter(|f| text.contains(&format!("\n{} ", f.name)))
+        {
+            assert_eq!(
+                text.matches(&format!("# TYPE {} ", f.name)).count(),
+                1,
+                "{}",
+                f.name
+            );
+        }
+        assert_eq!(
+            [
+                None,
+                Some("ack with a note"),
+                Some("go on: `/compact`"),
+                Some("keep; 5 s"),
+                Some("??")
+            ]
+            .map(decision_kind),
+            ["none", "ack_interrupted", "proceed", "keep", "other"]
+        );
+    }
+
+    #[test]
     fn outcome_labels_are_closed_kinds_whatever_the_db_holds() {
         let gauges = Gauges {
             phase: TurnPhase::Idle,
@@ -375,6 +328,7 @@ mod tests {
             context_window_tokens: 200_000,
             context_tokens: None,
             mcp_start_failures: Vec::new(),
+            counted: Default::default(),
         };
         let row = |outcome: &str, count| TurnTotals {
             kind: "turn".into(),
@@ -383,6 +337,8 @@ mod tests {
             duration_ms: 1000,
             tokens_in: 1,
             tokens_out: 1,
+            cache_read: 0,
+            cache_creation: 0,
             cost_usd: 0.0,
         };
         let totals = [
@@ -422,6 +378,7 @@ mod tests {
             context_window_tokens: 200_000,
             context_tokens: None,
             mcp_start_failures: Vec::new(),
+            counted: Default::default(),
         };
         let row = |scope: &str, usd: Option<f64>, reached| BudgetRow {
             scope: scope.into(),
@@ -448,10 +405,11 @@ mod tests {
             "hive_spend_cache_read_tokens{scope=\"agent\",per=\"week\"} 250\n",
             "hive_spend_unknown_cost_runs{scope=\"agent\",per=\"week\"} 1\n",
             "hive_budget_usd{scope=\"agent\",per=\"week\"} 0.05\n",
-            "hive_budget_window_end_seconds{scope=\"hive\",per=\"week\"} 700\n",
+            "hive_budget_window_end_timestamp_seconds{scope=\"hive\",per=\"week\"} 700\n",
             "hive_budget_reached{scope=\"agent\",per=\"week\"} 1\n",
             "hive_budget_reached{scope=\"hive\",per=\"week\"} 0\n",
             "hive_paused_by_budget 1\n",
+            "hive_budget_used_ratio{scope=\"agent\",per=\"week\",limit=\"usd\"} 1\n",
         ] {
             assert!(text.contains(want), "{want}: {text}");
         }

@@ -525,6 +525,20 @@ impl Db {
             .map(|a| a.map(|a| a.clamp(0, u32::MAX as i64) as u32))
     }
 
+    /// The rows per recipient and state (`message_counts`), by recipient
+    /// then state: one pass over the `messages_inbox` index, which covers
+    /// both columns.
+    pub fn message_counts(&self) -> Res<Vec<(String, MsgState, u64)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT recipient, state, COUNT(*) FROM messages
+             GROUP BY recipient, state ORDER BY recipient, state",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?.max(0) as u64))
+        })?;
+        rows.collect()
+    }
+
     /// The recipient and state of message `id`, if it exists.
     pub fn message_state(&self, id: i64) -> Res<Option<(String, MsgState)>> {
         self.conn

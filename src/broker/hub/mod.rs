@@ -29,6 +29,7 @@
 //!   one place (a pool's park, a budget, the harness's reported pause);
 //! - `resume.rs`: the operator's lifting of a pause, per reason;
 //! - `receipts.rs`: `message_state`, what became of a message a sender sent;
+//! - `counts.rs`: `message_counts`, the rows per recipient and state (metrics);
 //! - `offload.rs`: the work jobs do off the hub (the supervisor, files,
 //!   `journalctl`);
 //! - `quotas.rs`: what each agent may have stored, and store in a minute;
@@ -51,6 +52,7 @@ mod agents;
 mod approvals;
 mod bridge;
 mod budgets;
+mod counts;
 mod diagnostics;
 mod history;
 mod inbox;
@@ -806,6 +808,8 @@ impl<'c> Hub<'c> {
                     .map(|events| crate::proto::cmd::ActivityReply { events })
                     .map_err(db_err)
             }),
+            // counts.rs (issue 43)
+            Request::MessageCounts(c) => self.now(c, |h, _| h.message_counts()),
             Request::Retry(c) => self.now(c, |h, c| h.retry(c)),
             Request::Inbox(c) => self.done(c, |h, c| h.operator_inbox(ctx, c)),
             Request::InboxAck(c) => self.now(c, |h, c| h.inbox_ack(c)),

@@ -1202,3 +1202,24 @@ fn racing_senders_never_lose_a_wake() {
         t.join().unwrap();
     }
 }
+
+#[test]
+fn message_counts_are_the_rows_per_recipient_and_state_for_the_operator() {
+    let mut m = Mem::new(HIVE);
+    for to in ["ana", "ana", "ana", "bob"] {
+        let sent = m.call(
+            "operator",
+            &format!(r#"{{"cmd":"send","to":"{to}","body":"hi"}}"#),
+        );
+        assert!(sent.starts_with(r#"{"ok":true"#), "{sent}");
+    }
+    m.call("ana", r#"{"cmd":"recv_next"}"#);
+    m.call("ana", r#"{"cmd":"ack_turn","id":1}"#);
+    m.call("ana", r#"{"cmd":"recv_next"}"#);
+    assert_eq!(
+        m.call("operator", r#"{"cmd":"message_counts"}"#),
+        r#"{"ok":true,"counts":[{"agent":"ana","count":1,"state":"acked"},{"agent":"ana","count":1,"state":"handed_out"},{"agent":"ana","count":1,"state":"queued"},{"agent":"bob","count":1,"state":"queued"}]}"#
+    );
+    let refused = m.call("ana", r#"{"cmd":"message_counts"}"#);
+    assert!(refused.starts_with(r#"{"ok":false"#), "{refused}");
+}

@@ -4,7 +4,8 @@
 //! (`agents.rs`), lifecycle, approvals and diagnostics, dead letters
 //! (`failed.rs`), what a harness reports about its pause (`state.rs`), the
 //! operator's lifting of a pause (`resume.rs`), what became of a message
-//! (`receipt.rs`), the agents' turn history
+//! (`receipt.rs`), the message rows per recipient and state for the
+//! dashboard's metrics (`counts.rs`), the agents' turn history
 //! (`history.rs`), the hive's recent activity (`activity.rs`), the page's model override
 //! (`model.rs`), notifications (`notify.rs`) and the Matrix
 //! bridge's (`bridge.rs`). Each carries its
@@ -16,6 +17,7 @@ mod agents;
 mod approvals;
 mod bridge;
 mod budget;
+mod counts;
 mod diagnostics;
 mod failed;
 mod history;
@@ -34,6 +36,7 @@ pub use agents::*;
 pub use approvals::*;
 pub use bridge::*;
 pub use budget::*;
+pub use counts::*;
 pub use diagnostics::*;
 pub use failed::*;
 pub use history::*;
