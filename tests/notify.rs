@@ -835,6 +835,24 @@ fn a_harness_crash_under_hive_up_notifies_and_the_dashboard_shows_a_failing_dest
     });
     assert_eq!(line["url"], format!("http://127.0.0.1:{}", rx.port));
     assert_eq!(line["last_error"], "HTTP 503");
+    // The hive-wide /metrics counts the refused tries by destination.
+    let failed = format!(
+        "hive_notify_deliveries_total{{destination=\"http://127.0.0.1:{}\",result=\"failed\"}} ",
+        rx.port
+    );
+    let metrics = ureq::get(&format!("{}/metrics", dash.base))
+        .set("Authorization", &format!("Bearer {}", dash.token))
+        .call()
+        .expect("the dashboard's /metrics")
+        .into_string()
+        .unwrap();
+    let tries: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&failed))
+        .unwrap_or_else(|| panic!("no {failed:?} in\n{metrics}"))
+        .parse()
+        .unwrap();
+    assert!(tries >= 1.0, "{metrics}");
     rx.set(Mode::Ok);
     let got = rx.wait_events("/crash", 1);
     let v = got[0].json();

@@ -24,7 +24,7 @@
 use super::{agent_token, host, App};
 use crate::http::prometheus::{self as page, Expo, Family, BUDGET_FAMILIES, FAMILIES};
 use crate::http::Reply;
-use crate::proto::cmd::{Agents, GetBudget, MessageCounts, Supervision};
+use crate::proto::cmd::{Agents, GetBudget, MessageCounts, NotifyStatus, Supervision};
 use crate::proto::{AgentRow, AgentState, Client, Command};
 use crossbeam_channel::unbounded;
 use std::collections::HashSet;
@@ -53,6 +53,21 @@ pub const MESSAGES: Family = Family {
     name: "hive_messages",
     kind: page::Kind::Gauge,
     help: "Message rows the broker keeps, by recipient and state (queued, handed_out, acked until pruned, dead_lettered).",
+};
+pub const NOTIFY_DELIVERIES: Family = Family {
+    name: "hive_notify_deliveries_total",
+    kind: page::Kind::Counter,
+    help: "Tries to post a notification, by destination (scheme and host) and result (delivered: accepted; failed: refused or not reached, tried again).",
+};
+pub const NOTIFY_DROPPED: Family = Family {
+    name: "hive_notify_dropped_total",
+    kind: page::Kind::Counter,
+    help: "Notifications given up on after notify.give_up_days, by destination (scheme and host).",
+};
+pub const NOTIFY_PENDING: Family = Family {
+    name: "hive_notify_pending",
+    kind: page::Kind::Gauge,
+    help: "Notifications waiting for their destination (scheme and host).",
 };
 pub const AGENT_RUNNING: Family = Family {
     name: "hive_agent_running",
@@ -116,6 +131,7 @@ fn render(app: &App) -> Expo {
         .unwrap_or_default();
     let budget = ask(&mut broker, GetBudget {});
     let counts = ask(&mut broker, MessageCounts {});
+    let notify = ask(&mut broker, NotifyStatus {});
     drop(broker);
     let up = agents.is_some() && counts.is_some();
     o.sample(&BROKER_UP, &[], f64::from(u8::from(up)));
@@ -142,6 +158,19 @@ fn render(app: &App) -> Expo {
             &[("agent", &c.agent), ("state", &c.state)],
             c.count as f64,
         );
+    }
+    // Each notification destination's deliveries (`broker/notify/`); a
+    // URL's scheme and host, never its path, is the label.
+    o.family(&NOTIFY_DELIVERIES);
+    o.family(&NOTIFY_DROPPED);
+    o.family(&NOTIFY_PENDING);
+    for d in notify.map(|n| n.destinations).unwrap_or_default() {
+        let dest = [("destination", d.url.as_str())];
+        for (result, n) in [("delivered", d.delivered), ("failed", d.failed)] {
+            o.sample(&NOTIFY_DELIVERIES, &[dest[0], ("result", result)], n as f64);
+        }
+        o.sample(&NOTIFY_DROPPED, &dest, d.dropped as f64);
+        o.sample(&NOTIFY_PENDING, &dest, d.pending as f64);
     }
     // Every scope's spend and budget, from the broker.
     o.sample(&page::BUDGET_UP, &[], f64::from(u8::from(budget.is_some())));
