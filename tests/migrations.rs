@@ -189,6 +189,7 @@ fn operator_mail(to: &'static str, body: &'static str) -> db::NewMessage<'static
         body,
         kind: &MsgKind::Message,
         in_reply_to: None,
+        receipt: false,
     }
 }
 
@@ -628,6 +629,7 @@ fn the_previous_releases_store_coalesces_repeating_prompts_through_step_14() {
         body: &body,
         kind: &MsgKind::Scheduled,
         in_reply_to: None,
+        receipt: false,
     };
     let db::Fired::Delivered(copy) = store.fire_scheduled(&s, Some(160), &msg, 100).unwrap() else {
         panic!("an old prompt has no copy yet: it delivers")

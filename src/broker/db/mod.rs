@@ -49,6 +49,9 @@ pub struct NewMessage<'a> {
     pub body: &'a str,
     pub kind: &'a MsgKind,
     pub in_reply_to: Option<i64>,
+    /// Its sender asked for a receipt once it is acked (issue 43), stored
+    /// with the row by the same insert.
+    pub receipt: bool,
 }
 
 /// The hub's view of the store: every [`Db`] method, with the statements on
@@ -125,6 +128,10 @@ pub struct Db {
     /// committed write moved its inflight row on; so an agent outside it has
     /// none, and its hand-out needs no look for one.
     inflight: RefCell<BTreeSet<String>>,
+    /// The agents that may have receipts riding with a turn not acked yet
+    /// (`messages.rs`, [`Db::take_receipts`]); the same kind of hint as
+    /// `inflight`, so an ack looks for them only where there may be some.
+    riding: RefCell<BTreeSet<String>>,
     /// This start's instance id (`db/swarm.rs`), made at open.
     instance: String,
 }
@@ -173,7 +180,8 @@ fn queue_row_by(
         m.in_reply_to,
         now,
         queues.next_place(),
-        charged
+        charged,
+        m.receipt.then_some(1)
     ];
     execute(conn, held, INSERT_QUEUED, p)?;
     Ok(conn.last_insert_rowid())
@@ -197,10 +205,12 @@ fn execute<P: rusqlite::Params>(
 const TRANSITION: &str = "UPDATE messages SET state = ?1, done_at = ?2 \
      WHERE id = ?3 AND recipient = ?4 AND state = ?5";
 
-/// A queued row at a place in the queue, and the agent it is charged to.
+/// A queued row at a place in the queue, the agent it is charged to, and
+/// whether its sender wants a receipt (1, else null).
 const INSERT_QUEUED: &str =
-    "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at, seq, charged)
-     VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8)";
+    "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at, seq, charged,
+        receipt)
+     VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9)";
 
 /// The tail of the queues, which the one connection that writes `broker.db`
 /// keeps without reading it: the last place in the queue handed out (`seq`).
@@ -248,6 +258,9 @@ fn queue_tail(conn: &Connection) -> Res<i64> {
     Ok(tail)
 }
 
+/// The one row mapper of a message: the [`msg_cols!`] columns, first in
+/// the statement, as a [`Message`]; a statement's further columns start at
+/// [`MSG_N`].
 fn message_from_row(row: &Row) -> Res<Message> {
     Ok(Message {
         id: row.get(0)?,
@@ -266,6 +279,26 @@ fn message_from_row(row: &Row) -> Res<Message> {
 macro_rules! msg_cols {
     () => {
         "id, sender, recipient, body, kind, in_reply_to, sent_at"
+    };
+}
+
+/// How many columns [`msg_cols!`] names: the index of a statement's first
+/// column after them.
+const MSG_N: usize = 7;
+
+/// A count column (attempts) as a count: a stored value out of range (a
+/// hand-edited row) is clamped, never an error.
+fn count_at(row: &Row, i: usize) -> Res<u32> {
+    Ok(row.get::<_, i64>(i)?.clamp(0, u32::MAX as i64) as u32)
+}
+
+/// The kind of a receipt row as an SQL literal, for the statements
+/// `concat!`ed around it (the partial index `messages_receipts` is on it,
+/// and a bound value would not use that index): [`MsgKind::Receipt`],
+/// which a test holds it to.
+macro_rules! receipt_kind {
+    () => {
+        "'receipt'"
     };
 }
 
@@ -336,6 +369,7 @@ impl Db {
             conn,
             queues: Queues::new(tail),
             inflight: RefCell::new(BTreeSet::new()),
+            riding: RefCell::new(BTreeSet::new()),
         })
     }
 
@@ -368,6 +402,7 @@ mod tests {
             body,
             kind: &MsgKind::Message,
             in_reply_to: None,
+            receipt: false,
         }
     }
 
@@ -481,6 +516,7 @@ mod tests {
             body,
             kind: &MsgKind::Message,
             in_reply_to: None,
+            receipt: false,
         };
         static SYS: Peer = Peer::System;
         let ids: Vec<i64> = ["1", "2", "3"]
@@ -555,6 +591,7 @@ mod tests {
                 body: bodies[i],
                 kind: &kinds[i],
                 in_reply_to: (i == 1).then_some(7),
+                receipt: false,
             };
             ids.push(db.insert_message(&m, 100 + i as i64).unwrap());
         }
@@ -644,6 +681,7 @@ mod tests {
             body,
             kind: &MsgKind::Message,
             in_reply_to: None,
+            receipt: false,
         };
         let ids: Vec<i64> = ["1", "2", "3", "4"]
             .iter()
@@ -723,5 +761,144 @@ mod tests {
             ["1", "2"]
         );
         assert_eq!(db.inflight("a").unwrap(), None);
+    }
+
+    /// The receipt rows' SQL literal is [`MsgKind::Receipt`].
+    #[test]
+    fn the_receipt_kind_in_the_statements_is_the_closed_variant() {
+        assert_eq!(format!("'{}'", MsgKind::Receipt.as_str()), receipt_kind!());
+        assert_eq!(MsgKind::parse("receipt"), MsgKind::Receipt);
+        assert_eq!(msg_cols!().split(',').count(), MSG_N);
+    }
+
+    /// Issue 43: the receipt flag is part of the row's own insert, so a
+    /// row stored is a row whose receipt request is stored — in a batch
+    /// that commits, and gone with one that rolls back — and it stays
+    /// across a reopen.
+    #[test]
+    fn the_receipt_flag_is_stored_by_the_rows_own_insert() {
+        let fresh = fresh_db("receipt-flag");
+        let with = |body: &'static str| NewMessage {
+            receipt: true,
+            ..msg("b", body)
+        };
+        let (asked, plain, committed) = {
+            let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+            let asked = db.insert_charged(&with("asked"), Some("a"), 1).unwrap();
+            let plain = db.insert_message(&msg("b", "plain"), 1).unwrap();
+            let batch = db.batch().unwrap();
+            let committed = batch.insert_message(&with("in a batch"), 2).unwrap();
+            batch.commit().unwrap();
+            {
+                let batch = db.batch().unwrap();
+                let gone = batch.insert_message(&with("rolled back"), 3).unwrap();
+                assert!(db.wants_receipt(gone).unwrap(), "one statement");
+            }
+            (asked, plain, committed)
+        };
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        assert!(db.wants_receipt(asked).unwrap());
+        assert!(db.wants_receipt(committed).unwrap());
+        assert!(!db.wants_receipt(plain).unwrap());
+        assert!(!db.wants_receipt(committed + 1).unwrap(), "rolled back");
+    }
+
+    /// Receipts ride with a turn held, not acked: a hand-out of the turn
+    /// again carries them again (with those that came meanwhile), `recv`
+    /// does not hand them out meanwhile, the turn's ack acks them, and a
+    /// restart puts them back in the queue. They are never waiting work:
+    /// not unread, not the oldest queued message, not ahead in a queue.
+    #[test]
+    fn receipts_ride_with_a_turn_until_it_is_acked() {
+        let fresh = fresh_db("receipts-ride");
+        let receipt = |body: &'static str| NewMessage {
+            kind: &MsgKind::Receipt,
+            ..msg("a", body)
+        };
+        let bodies = |rows: Vec<(i64, String)>| -> Vec<String> {
+            rows.into_iter().map(|(_, b)| b).collect()
+        };
+        {
+            let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+            db.insert_message(&receipt("r1"), 1).unwrap();
+            db.insert_message(&receipt("r2"), 1).unwrap();
+            assert_eq!(db.count_queued("a").unwrap(), 0);
+            assert_eq!(db.oldest_queued_seq("a").unwrap(), None);
+            let work = db.insert_message(&msg("a", "work"), 2).unwrap();
+            let seq: i64 = db
+                .conn
+                .query_row("SELECT seq FROM messages WHERE id = ?1", [work], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            assert_eq!(db.oldest_queued_seq("a").unwrap(), Some(seq));
+            let row = db.sent_row(work).unwrap().unwrap();
+            assert_eq!(row.position, Some(1), "receipts are not ahead of it");
+            assert_eq!(row.message.body, "work");
+            assert_eq!(db.count_queued("a").unwrap(), 1);
+
+            // The turn's hand-out: both ride; recv sees neither.
+            assert_eq!(bodies(db.take_receipts("a", 10, 3).unwrap()), ["r1", "r2"]);
+            assert_eq!(
+                db.queued("a", 10)
+                    .unwrap()
+                    .iter()
+                    .map(|m| m.body.as_str())
+                    .collect::<Vec<_>>(),
+                ["work"]
+            );
+            // Handed out again (the run failed): again, with the new one;
+            // past the limit the last waits for the next turn.
+            db.insert_message(&receipt("r3"), 4).unwrap();
+            assert_eq!(bodies(db.take_receipts("a", 2, 5).unwrap()), ["r1", "r2"]);
+            assert_eq!(
+                bodies(db.take_receipts("a", 10, 5).unwrap()),
+                ["r1", "r2", "r3"]
+            );
+            // A broker killed now: the restart puts them back.
+        }
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        assert_eq!(
+            db.ack_receipts("a", 6).unwrap(),
+            0,
+            "none ride after a restart"
+        );
+        assert_eq!(
+            bodies(db.take_receipts("a", 10, 6).unwrap()),
+            ["r1", "r2", "r3"]
+        );
+        // The turn's ack acks them: no hand-out carries them again.
+        assert_eq!(db.ack_receipts("a", 7).unwrap(), 3);
+        assert_eq!(db.ack_receipts("a", 7).unwrap(), 0);
+        assert!(db.take_receipts("a", 10, 8).unwrap().is_empty());
+        let acked: i64 = db
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM messages WHERE kind = 'receipt' AND state = 'acked'
+                 AND handed_via = 'turn' AND done_at = 7",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(acked, 3);
+    }
+
+    /// The operator's inbox ack names the rows it moved, so each is acked
+    /// (and its receipt sent) once.
+    #[test]
+    fn a_transition_of_many_rows_names_those_that_moved() {
+        let fresh = fresh_db("transition-each");
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        let a = db.insert_message(&msg("operator", "1"), 1).unwrap();
+        let b = db.insert_message(&msg("operator", "2"), 1).unwrap();
+        let other = db.insert_message(&msg("ana", "3"), 1).unwrap();
+        use MsgState::{Acked, Queued};
+        let ack = |ids: &[i64]| {
+            db.transition_each(ids, "operator", &Queued, &Acked, 2)
+                .unwrap()
+        };
+        assert_eq!(ack(&[a, other, b + 100]), [a]);
+        assert_eq!(ack(&[a, b]), [b]);
+        assert!(ack(&[a, b]).is_empty());
     }
 }

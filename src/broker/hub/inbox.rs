@@ -67,24 +67,35 @@ impl Hub<'_> {
         kind: MsgKind,
         in_reply_to: Option<i64>,
     ) -> Result<SentReply, String> {
-        if let Some(a) = charged {
-            self.may_store(a, body.len())?;
-        }
         let msg = NewMessage {
             from,
             to,
             body,
             kind: &kind,
             in_reply_to,
+            receipt: false,
         };
-        let id = self.store(&msg, charged)?;
+        self.deliver_row(charged, &msg)
+    }
+
+    /// [`Hub::deliver_charged`] of a row built whole (`send`'s, which
+    /// may ask for a receipt).
+    fn deliver_row(
+        &mut self,
+        charged: Option<&str>,
+        msg: &NewMessage,
+    ) -> Result<SentReply, String> {
         if let Some(a) = charged {
-            self.stored(a, body.len());
+            self.may_store(a, msg.body.len())?;
         }
-        self.notify(to);
+        let id = self.store(msg, charged)?;
+        if let Some(a) = charged {
+            self.stored(a, msg.body.len());
+        }
+        self.notify(msg.to);
         Ok(SentReply {
             id: Some(id),
-            to: Peer::sender(to),
+            to: Peer::sender(msg.to),
         })
     }
 
@@ -230,20 +241,17 @@ impl Hub<'_> {
             }
         };
         debug_assert_ne!(to.as_str(), PARENT);
-        let body = &c.body;
-        let sent = self.deliver_charged(
-            charged,
-            &from,
-            to.as_str(),
-            body,
-            MsgKind::Message,
-            c.in_reply_to,
-        )?;
-        // Issue 43: the sender wants a receipt once it is acked (`receipts.rs`).
-        if let (true, Some(id)) = (c.receipt, sent.id) {
-            self.db.want_receipt(id).map_err(db_err)?;
-        }
-        Ok(sent)
+        let msg = NewMessage {
+            from: &from,
+            to: to.as_str(),
+            body: &c.body,
+            kind: &MsgKind::Message,
+            in_reply_to: c.in_reply_to,
+            // Issue 43: a receipt once it is acked (`receipts.rs`), asked
+            // for by the row's own insert.
+            receipt: c.receipt,
+        };
+        self.deliver_row(charged, &msg)
     }
 
     /// `send_to_parent`: the harness's notices (not charged), or the same
@@ -652,6 +660,7 @@ impl Hub<'_> {
                 self.db.set_turn(id, t).map_err(db_err)?;
             }
             self.receipts_on_ack(&[id]);
+            self.riding_acked(agent);
             self.slot_done(agent);
             return Ok(Empty {});
         }
@@ -668,6 +677,7 @@ impl Hub<'_> {
             }
             self.receipts_on_ack(&[id]);
         }
+        self.riding_acked(agent);
         self.slot_done(agent);
         Ok(Empty {})
     }
@@ -733,6 +743,7 @@ impl Hub<'_> {
                 body: &m.body,
                 kind: &m.kind,
                 in_reply_to: m.in_reply_to,
+                receipt: false,
             };
             let told = self.told_of(agent, &m);
             let id = self
@@ -767,6 +778,7 @@ impl Hub<'_> {
                 body,
                 kind: &MsgKind::DeadLetter,
                 in_reply_to: None,
+                receipt: false,
             })
             .collect();
         if !self
@@ -913,9 +925,9 @@ impl Hub<'_> {
     }
 
     pub(super) fn inbox_ack(&mut self, c: InboxAck) -> Result<AckedReply, String> {
-        let n = self
+        let acked = self
             .db
-            .transition_many(
+            .transition_each(
                 &c.ids,
                 "operator",
                 &MsgState::Queued,
@@ -923,7 +935,11 @@ impl Hub<'_> {
                 now(),
             )
             .map_err(db_err)?;
-        Ok(AckedReply { acked: n as u64 })
+        // Mail an agent sent the operator with `receipt: true` (issue 43).
+        self.receipts_on_ack(&acked);
+        Ok(AckedReply {
+            acked: acked.len() as u64,
+        })
     }
 }
 
