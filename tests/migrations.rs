@@ -1186,7 +1186,7 @@ fn the_previous_releases_store_reads_message_states_through_step_16() {
         assert_eq!(message_objects(&c), STEP_12_OBJECTS);
         assert!(rows(&path, "pruned_messages").is_empty());
         let row = store.sent_row(1).unwrap().unwrap();
-        assert_eq!((row.sender.as_str(), row.handed_at), ("ana", None));
+        assert_eq!((row.message.from.as_str(), row.handed_at), ("ana", None));
         assert_eq!(store.pruned_sender(1).unwrap(), None);
         assert_intact(&c);
     }
