@@ -15,6 +15,25 @@ const RIDING_BACK: &str = concat!(
     " AND handed_via = 'turn'"
 );
 
+/// What [`Db::ack`] acks: rows `ids` of `recipient` in `from_state`, at
+/// `now`, with the harness's `turn`; `turn_acked` for an `ack_turn`.
+pub(super) struct Ack<'a> {
+    pub ids: &'a [i64],
+    pub recipient: &'a str,
+    pub from_state: &'a MsgState,
+    pub turn: Option<i64>,
+    pub turn_acked: bool,
+    pub now: i64,
+}
+
+/// The receipts of an agent that rode with its turn are acked with it.
+const RIDING_ACKED: &str = concat!(
+    "UPDATE messages SET state = 'acked', done_at = ?2 WHERE recipient = ?1 AND state = 'held' \
+     AND kind = ",
+    receipt_kind!(),
+    " AND handed_via = 'turn'"
+);
+
 /// Schema step 16 (issue 43, receipts): when and how each row was last
 /// handed out (`handed_via`: `turn` for the harness's `recv_next`, `recv`
 /// for the MCP tool) and the turn the harness said acked it; the index that
@@ -265,8 +284,8 @@ impl Db {
     /// rode with an earlier hand-out not acked yet (the turn failed, the
     /// harness died, the message went back to the queue) and those waiting.
     /// They are held for the turn (`held`, handed out `turn`) — not acked,
-    /// not handed out by `recv` — until [`Db::ack_receipts`] on the turn's
-    /// ack; a later hand-out carries them again, and a restart of the broker
+    /// not handed out by `recv` — until [`Db::ack`] of the turn's message
+    /// (or [`Db::ack_receipts`]); a later hand-out carries them again, and a restart of the broker
     /// puts them back in the queue as it does every held row.
     pub fn take_receipts(&self, agent: &str, limit: u32, now: i64) -> Res<Vec<(i64, String)>> {
         let tx = self.conn.unchecked_transaction()?;
@@ -302,20 +321,106 @@ impl Db {
         Ok(rows)
     }
 
-    /// The receipts that rode with `agent`'s turn are acked at `now` with
-    /// its message ([`Db::take_receipts`]); how many.
+    /// Acks the rows `ids` of `recipient` that are in `from_state`, with
+    /// everything that goes with an ack, in one transaction: the harness's
+    /// `turn` kept with each; with `turn_acked`, the receipts that rode with
+    /// the recipient's turn ([`Db::take_receipts`]); and for each row whose
+    /// sender asked for a receipt, the receipt `receipt` makes of its row as
+    /// acked — its recipient and body, or none (the sender is no agent of
+    /// this hive). A failure anywhere leaves it all undone (and a crash
+    /// leaves all or nothing). The ids acked.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ack(
+        &self,
+        ids: &[i64],
+        recipient: &str,
+        from_state: &MsgState,
+        turn: Option<i64>,
+        turn_acked: bool,
+        now: i64,
+        receipt: impl FnMut(SentRow) -> Option<(String, String)>,
+    ) -> Res<Vec<i64>> {
+        let a = Ack {
+            ids,
+            recipient,
+            from_state,
+            turn,
+            turn_acked,
+            now,
+        };
+        self.ack_by(None, a, receipt)
+    }
+
+    /// [`Db::ack`], each row moved through the statement `held` when the
+    /// hub holds it.
+    pub(super) fn ack_by(
+        &self,
+        mut held: Option<&mut Statement>,
+        a: Ack,
+        mut receipt: impl FnMut(SentRow) -> Option<(String, String)>,
+    ) -> Res<Vec<i64>> {
+        let Ack {
+            ids,
+            recipient,
+            from_state,
+            turn,
+            turn_acked,
+            now,
+        } = a;
+        let riding = turn_acked && self.riding.borrow().contains(recipient);
+        let acked = schema::in_transaction(&self.conn, |c| {
+            let mut acked = Vec::new();
+            for &id in ids {
+                let p = params![MsgState::Acked, now, id, recipient, from_state];
+                if execute(c, held.as_deref_mut(), TRANSITION, p)? == 1 {
+                    acked.push(id);
+                }
+            }
+            if let Some(t) = turn {
+                let mut stmt = c.prepare_cached("UPDATE messages SET turn = ?1 WHERE id = ?2")?;
+                for id in &acked {
+                    stmt.execute(params![t, id])?;
+                }
+            }
+            if riding {
+                c.prepare_cached(RIDING_ACKED)?
+                    .execute(params![recipient, now])?;
+            }
+            for &id in &acked {
+                if !self.wants_receipt(id)? {
+                    continue;
+                }
+                let Some((to, body)) = self.sent_row(id)?.and_then(&mut receipt) else {
+                    continue;
+                };
+                let row = NewMessage {
+                    from: &Peer::System,
+                    to: &to,
+                    body: &body,
+                    kind: &MsgKind::Receipt,
+                    in_reply_to: Some(id),
+                    receipt: false,
+                };
+                queue_row(c, &self.queues, &row, None, now)?;
+            }
+            Ok(acked)
+        })?;
+        self.moved(recipient, from_state, &MsgState::Acked, acked.len());
+        if riding {
+            self.riding.borrow_mut().remove(recipient);
+        }
+        Ok(acked)
+    }
+
+    /// The receipts that rode with `agent`'s turn are acked at `now` (a
+    /// turn whose message is no stored row: a transient wake); how many.
     pub fn ack_receipts(&self, agent: &str, now: i64) -> Res<usize> {
         if !self.riding.borrow().contains(agent) {
             return Ok(0);
         }
         let n = self
             .conn
-            .prepare_cached(concat!(
-                "UPDATE messages SET state = 'acked', done_at = ?2
-                 WHERE recipient = ?1 AND state = 'held' AND kind = ",
-                receipt_kind!(),
-                " AND handed_via = 'turn'"
-            ))?
+            .prepare_cached(RIDING_ACKED)?
             .execute(params![agent, now])?;
         self.riding.borrow_mut().remove(agent);
         Ok(n)
@@ -342,27 +447,14 @@ impl Db {
         to_state: &MsgState,
         now: i64,
     ) -> Res<bool> {
-        self.transition_by(None, id, recipient, from_state, to_state, now)
-    }
-
-    /// [`Db::transition`], through the statement `held` when the hub holds it.
-    pub(super) fn transition_by(
-        &self,
-        held: Option<&mut Statement>,
-        id: i64,
-        recipient: &str,
-        from_state: &MsgState,
-        to_state: &MsgState,
-        now: i64,
-    ) -> Res<bool> {
         let done_at = (*to_state == MsgState::Acked).then_some(now);
         let p = params![to_state, done_at, id, recipient, from_state];
-        let n = execute(&self.conn, held, TRANSITION, p)?;
+        let n = self.conn.prepare_cached(TRANSITION)?.execute(p)?;
         self.moved(recipient, from_state, to_state, n);
         Ok(n == 1)
     }
 
-    /// Moves several rows between states in one transaction; how many moved.
+    /// Moves several rows between states in one transaction.
     pub fn transition_many(
         &self,
         ids: &[i64],
@@ -371,34 +463,18 @@ impl Db {
         to_state: &MsgState,
         now: i64,
     ) -> Res<usize> {
-        self.transition_each(ids, recipient, from_state, to_state, now)
-            .map(|moved| moved.len())
-    }
-
-    /// [`Db::transition_many`]; the ids of the rows that were in
-    /// `from_state` and moved.
-    pub fn transition_each(
-        &self,
-        ids: &[i64],
-        recipient: &str,
-        from_state: &MsgState,
-        to_state: &MsgState,
-        now: i64,
-    ) -> Res<Vec<i64>> {
         let tx = self.conn.unchecked_transaction()?;
-        let mut moved = Vec::new();
+        let mut n = 0;
         {
             let done_at = (*to_state == MsgState::Acked).then_some(now);
             let mut stmt = tx.prepare_cached(TRANSITION)?;
-            for &id in ids {
-                if stmt.execute(params![to_state, done_at, id, recipient, from_state])? == 1 {
-                    moved.push(id);
-                }
+            for id in ids {
+                n += stmt.execute(params![to_state, done_at, id, recipient, from_state])?;
             }
         }
         tx.commit()?;
-        self.moved(recipient, from_state, to_state, moved.len());
-        Ok(moved)
+        self.moved(recipient, from_state, to_state, n);
+        Ok(n)
     }
 
     /// Puts the inflight row `id` back into the queue. `counted` keeps its
@@ -592,14 +668,6 @@ impl Db {
             }
         }
         tx.commit()
-    }
-
-    /// Keeps the harness's turn id with the acked row `id`.
-    pub fn set_turn(&self, id: i64, turn: i64) -> Res<()> {
-        self.conn
-            .prepare_cached("UPDATE messages SET turn = ?1 WHERE id = ?2 AND state = 'acked'")?
-            .execute(params![turn, id])
-            .map(|_| ())
     }
 
     /// Message `id` as `message_state` reads it, if its row is there: the

@@ -55,7 +55,7 @@ pub struct NewMessage<'a> {
 }
 
 /// The hub's view of the store: every [`Db`] method, with the statements on
-/// every message's path (queue a row, move a row between states) prepared once and held here for the life of the hub.
+/// every message's path (queue a row, ack one: [`Db::ack`]) prepared once and held here for the life of the hub.
 /// rusqlite's statement cache would hash and compare their SQL text on every
 /// use and again when the statement goes back (about 3 k instructions each).
 /// It borrows the `Db`, so the hub that owns it lives in the frame of the
@@ -94,18 +94,28 @@ impl<'c> Store<'c> {
         queue_row_by(&self.db.conn, Some(held), &self.db.queues, m, charged, now)
     }
 
-    /// [`Db::transition`].
-    pub fn transition(
+    /// [`Db::ack`], through the held statement of a transition.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ack(
         &self,
-        id: i64,
+        ids: &[i64],
         recipient: &str,
         from_state: &MsgState,
-        to_state: &MsgState,
+        turn: Option<i64>,
+        turn_acked: bool,
         now: i64,
-    ) -> Res<bool> {
+        receipt: impl FnMut(SentRow) -> Option<(String, String)>,
+    ) -> Res<Vec<i64>> {
         let held = &mut *self.transition.borrow_mut();
-        self.db
-            .transition_by(Some(held), id, recipient, from_state, to_state, now)
+        let a = messages::Ack {
+            ids,
+            recipient,
+            from_state,
+            turn,
+            turn_acked,
+            now,
+        };
+        self.db.ack_by(Some(held), a, receipt)
     }
 }
 
@@ -883,22 +893,132 @@ mod tests {
         assert_eq!(acked, 3);
     }
 
-    /// The operator's inbox ack names the rows it moved, so each is acked
-    /// (and its receipt sent) once.
+    /// An ack is one transaction with what goes with it: the rows that
+    /// were in the state named (each once), the turn id, the receipts that
+    /// rode with the turn, and the receipts it sends. When any part fails
+    /// (here a receipt row refused by a trigger, as a full disk would) none
+    /// of it is done, and the row is handed out again as inflight.
     #[test]
-    fn a_transition_of_many_rows_names_those_that_moved() {
-        let fresh = fresh_db("transition-each");
+    fn an_ack_is_one_transaction_with_its_turn_and_receipts() {
+        let fresh = fresh_db("ack");
         let db = Db::open(&fresh.path, Durability::Normal).unwrap();
-        let a = db.insert_message(&msg("operator", "1"), 1).unwrap();
+        let ana = Peer::Agent("ana".into());
+        let asked = |to: &'static str, body: &'static str| NewMessage {
+            receipt: true,
+            ..msg(to, body)
+        };
+        let said = |row: SentRow| {
+            Some((
+                row.message.from.as_str().to_string(),
+                format!("#{} {} turn {:?}", row.message.id, row.state, row.turn),
+            ))
+        };
+        let receipts = |db: &Db| -> Vec<(String, String, Option<i64>)> {
+            let mut stmt = db
+                .conn
+                .prepare(
+                    "SELECT recipient, body, in_reply_to FROM messages
+                     WHERE kind = 'receipt' ORDER BY id",
+                )
+                .unwrap();
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .unwrap();
+            rows.map(Result::unwrap).collect()
+        };
+        // The operator's inbox ack: the rows that were queued, each once.
+        let a = db
+            .insert_message(
+                &NewMessage {
+                    from: &ana,
+                    ..asked("operator", "1")
+                },
+                1,
+            )
+            .unwrap();
         let b = db.insert_message(&msg("operator", "2"), 1).unwrap();
-        let other = db.insert_message(&msg("ana", "3"), 1).unwrap();
-        use MsgState::{Acked, Queued};
+        let other = db.insert_message(&msg("bob", "3"), 1).unwrap();
+        use MsgState::{Acked, Inflight, Queued};
         let ack = |ids: &[i64]| {
-            db.transition_each(ids, "operator", &Queued, &Acked, 2)
+            db.ack(ids, "operator", &Queued, None, false, 2, said)
                 .unwrap()
         };
         assert_eq!(ack(&[a, other, b + 100]), [a]);
         assert_eq!(ack(&[a, b]), [b]);
         assert!(ack(&[a, b]).is_empty());
+        assert_eq!(
+            receipts(&db),
+            [("ana".to_string(), format!("#{a} acked turn None"), Some(a))]
+        );
+
+        // A turn's ack: its turn id, the receipts that rode with it.
+        let work = db
+            .insert_message(
+                &NewMessage {
+                    from: &ana,
+                    ..asked("bob", "work")
+                },
+                3,
+            )
+            .unwrap();
+        db.insert_message(
+            &NewMessage {
+                kind: &MsgKind::Receipt,
+                ..msg("bob", "r")
+            },
+            3,
+        )
+        .unwrap();
+        let (t, _) = db.take_next("bob", true).unwrap();
+        assert_eq!(t.unwrap().message.id, other);
+        assert_eq!(db.take_receipts("bob", 10, 4).unwrap().len(), 1);
+        db.conn
+            .execute_batch(
+                "CREATE TEMP TRIGGER no_receipt BEFORE INSERT ON messages
+                 WHEN NEW.kind = 'receipt' BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+            )
+            .unwrap();
+        // `other` asked for no receipt: its ack stands, with the riding one.
+        assert_eq!(
+            db.ack(&[other], "bob", &Inflight, Some(7), true, 5, said)
+                .unwrap(),
+            [other]
+        );
+        assert_eq!(db.sent_row(other).unwrap().unwrap().turn, Some(7));
+        assert!(
+            db.take_receipts("bob", 10, 6).unwrap().is_empty(),
+            "acked with it"
+        );
+        // `work` asked for one, and its receipt cannot be stored: nothing moves.
+        let (t, _) = db.take_next("bob", true).unwrap();
+        assert_eq!(t.unwrap().message.id, work);
+        let e = db
+            .ack(&[work], "bob", &Inflight, Some(8), true, 6, said)
+            .unwrap_err();
+        assert!(e.to_string().contains("disk full"), "{e}");
+        let row = db.sent_row(work).unwrap().unwrap();
+        assert_eq!((row.state, row.turn), (Inflight, None));
+        let (t, _) = db.take_next("bob", true).unwrap();
+        let t = t.unwrap();
+        assert_eq!(
+            (t.message.id, t.was_inflight),
+            (work, true),
+            "still inflight"
+        );
+        db.conn.execute_batch("DROP TRIGGER no_receipt").unwrap();
+        assert_eq!(
+            db.ack(&[work], "bob", &Inflight, Some(8), true, 7, said)
+                .unwrap(),
+            [work]
+        );
+        assert_eq!(
+            receipts(&db).last().cloned(),
+            Some((
+                "ana".to_string(),
+                format!("#{work} acked turn Some(8)"),
+                Some(work)
+            ))
+        );
+        assert_eq!(db.sent_row(work).unwrap().unwrap().state, Acked);
     }
 }

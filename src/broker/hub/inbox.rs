@@ -527,10 +527,8 @@ impl Hub<'_> {
             }
             false
         });
-        self.db
-            .transition_many(&stored, agent, &MsgState::Held, &MsgState::Acked, now())
-            .map_err(db_err)?;
-        self.receipts_on_ack(&stored);
+        // With the receipts of those that asked for one (`receipts.rs`).
+        self.ack_rows(&stored, agent, &MsgState::Held, None, false)?;
         if acked < c.ids.len() {
             return Err(format!(
                 "only {acked} of {} ids were held by this connection",
@@ -647,20 +645,16 @@ impl Hub<'_> {
         id: i64,
         turn: Option<i64>,
     ) -> Result<Empty, String> {
-        // The usual case in one statement: the row is the agent's inflight
-        // one (there is at most one, and no transient wake is inflight).
+        // The usual case: the row is the agent's inflight one (there is at
+        // most one, and no transient wake is inflight), acked with its turn
+        // id and receipts in one transaction (`receipts.rs`).
+        let inflight = &MsgState::Inflight;
         if id >= 0
             && !self.transient_inflight.contains_key(agent)
-            && self
-                .db
-                .transition(id, agent, &MsgState::Inflight, &MsgState::Acked, now())
-                .map_err(db_err)?
+            && !self
+                .ack_rows(&[id], agent, inflight, turn, true)?
+                .is_empty()
         {
-            if let Some(t) = turn {
-                self.db.set_turn(id, t).map_err(db_err)?;
-            }
-            self.receipts_on_ack(&[id]);
-            self.riding_acked(agent);
             self.slot_done(agent);
             return Ok(Empty {});
         }
@@ -668,16 +662,10 @@ impl Hub<'_> {
         if id < 0 {
             self.transient_inflight.remove(agent);
             self.transient_attempts.remove(&id);
+            self.riding_acked(agent);
         } else {
-            self.db
-                .transition(id, agent, &MsgState::Inflight, &MsgState::Acked, now())
-                .map_err(db_err)?;
-            if let Some(t) = turn {
-                self.db.set_turn(id, t).map_err(db_err)?;
-            }
-            self.receipts_on_ack(&[id]);
+            self.ack_rows(&[id], agent, inflight, turn, true)?;
         }
-        self.riding_acked(agent);
         self.slot_done(agent);
         Ok(Empty {})
     }
@@ -925,18 +913,9 @@ impl Hub<'_> {
     }
 
     pub(super) fn inbox_ack(&mut self, c: InboxAck) -> Result<AckedReply, String> {
-        let acked = self
-            .db
-            .transition_each(
-                &c.ids,
-                "operator",
-                &MsgState::Queued,
-                &MsgState::Acked,
-                now(),
-            )
-            .map_err(db_err)?;
-        // Mail an agent sent the operator with `receipt: true` (issue 43).
-        self.receipts_on_ack(&acked);
+        // Mail an agent sent the operator with `receipt: true` gets its
+        // receipt with the ack (issue 43, `receipts.rs`).
+        let acked = self.ack_rows(&c.ids, "operator", &MsgState::Queued, None, false)?;
         Ok(AckedReply {
             acked: acked.len() as u64,
         })

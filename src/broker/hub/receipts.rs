@@ -14,16 +14,17 @@
 //! hands it out alone — and waits for the agent's next turn, whose message
 //! carries every receipt waiting as one `[receipts]` line
 //! ([`Hub::ride_along`]), or for its `recv`. The receipts that ride with a
-//! turn are held for it and acked with its message ([`Hub::riding_acked`]):
-//! a turn handed out again (its run failed, its harness died) carries them
-//! again. A dead letter's receipt is the dead-letter notice the sender gets
+//! turn are held for it and acked with its message: a turn handed out again
+//! (its run failed, its harness died) carries them again. An ack, its turn
+//! id, the receipts that rode with it and the receipts it sends are one
+//! transaction ([`Hub::ack_rows`]). A dead letter's receipt is the dead-letter notice the sender gets
 //! anyway, which wakes it.
 
 use super::{db_err, Hub, Identity};
-use crate::broker::db::{NewMessage, SentRow};
+use crate::broker::db::SentRow;
 use crate::proto::cmd::{MessageState, MessageStateReply, Where};
 use crate::proto::text::fmt_time;
-use crate::proto::{now, Message, MsgKind, MsgState, Peer};
+use crate::proto::{now, Message, MsgState};
 
 /// Most receipts one turn's message carries (the rest ride with the next).
 const RIDE_MAX: u32 = 200;
@@ -73,40 +74,28 @@ impl Hub<'_> {
 }
 
 impl Hub<'_> {
-    /// Messages `ids` were acked: the sender of each that asked for a
-    /// receipt, when it is an agent of this hive, gets its receipt row,
-    /// which wakes nothing. The ack stands whatever happens here.
-    pub(super) fn receipts_on_ack(&mut self, ids: &[i64]) {
-        for &id in ids {
-            if let Err(e) = self.receipt_of(id) {
-                log::error!("cannot store the receipt of message #{id}: {e}");
-            }
-        }
-    }
-
-    fn receipt_of(&mut self, id: i64) -> Result<(), String> {
-        if !self.db.wants_receipt(id).map_err(db_err)? {
-            return Ok(());
-        }
-        let Some(row) = self.db.sent_row(id).map_err(db_err)? else {
-            return Ok(());
+    /// Acks the rows `ids` of `agent` that are in `from` (`db::ack`, one
+    /// transaction): with the harness's `turn`; with `turn_acked` (an
+    /// `ack_turn`) the receipts that rode with the turn; and the receipt of
+    /// each acked row whose sender asked for one, when that sender is an
+    /// agent of this hive — a row that wakes nothing. The ids acked.
+    pub(super) fn ack_rows(
+        &mut self,
+        ids: &[i64],
+        agent: &str,
+        from: &MsgState,
+        turn: Option<i64>,
+        turn_acked: bool,
+    ) -> Result<Vec<i64>, String> {
+        let cfg = &self.cfg;
+        let receipt = |row: SentRow| {
+            let to = row.message.from.as_str().to_string();
+            cfg.agent(&to)?;
+            Some((to, reply_of(row).text))
         };
-        if self.cfg.agent(row.message.from.as_str()).is_none() {
-            return Ok(());
-        }
-        let to = row.message.from.as_str().to_string();
-        let text = reply_of(row).text;
-        let m = NewMessage {
-            from: &Peer::System,
-            to: &to,
-            body: &text,
-            kind: &MsgKind::Receipt,
-            in_reply_to: Some(id),
-            receipt: false,
-        };
-        // No `notify`: a receipt waits for the next turn or `recv`.
-        self.db.insert_message(&m, now()).map_err(db_err)?;
-        Ok(())
+        self.db
+            .ack(ids, agent, from, turn, turn_acked, now(), receipt)
+            .map_err(db_err)
     }
 
     /// The receipts for `agent` ride with the message its turn is handed,
@@ -128,7 +117,8 @@ impl Hub<'_> {
         m.body = format!("{}\n\n[receipts] {}", m.body, line.join(" · "));
     }
 
-    /// `agent`'s turn was acked: so are the receipts that rode with it.
+    /// `agent`'s turn for a transient wake (no stored row) was acked: so
+    /// are the receipts that rode with it.
     pub(super) fn riding_acked(&mut self, agent: &str) {
         if let Err(e) = self.db.ack_receipts(agent, now()) {
             log::error!("cannot ack the receipts that rode with {agent}'s turn: {e}");
