@@ -1,9 +1,12 @@
 //! Messages in `broker.db`: queueing a row at the tail of its recipient's
 //! queue, handing the first one out, moving rows between states (acked,
 //! requeued behind later mail, dead-lettered), and what the operator reads
-//! of them (the queue, the dead letters, one message's state). The queue's
-//! tail and the inflight set live on the `Db` (`Queues`), kept in step by
-//! every move here.
+//! of them (the queue, the dead letters, one message's state). Receipts
+//! (issue 43): the request stored by the row's insert, an ack and the
+//! receipts it sends in one transaction ([`Db::ack`]), and the receipts that
+//! ride with a turn held until it is acked ([`Db::take_receipts`]). The
+//! queue's tail, the inflight set and the agents with receipts riding live
+//! on the `Db` (`Queues`, hints), kept in step by every move here.
 
 use super::*;
 

@@ -17,8 +17,8 @@
 //! turn are held for it and acked with its message: a turn handed out again
 //! (its run failed, its harness died) carries them again. An ack, its turn
 //! id, the receipts that rode with it and the receipts it sends are one
-//! transaction ([`Hub::ack_rows`]). A dead letter's receipt is the dead-letter notice the sender gets
-//! anyway, which wakes it.
+//! transaction ([`Hub::ack_rows`]). A dead letter's receipt is the
+//! dead-letter notice the sender gets anyway, which wakes it.
 
 use super::{db_err, Hub, Identity};
 use crate::broker::db::SentRow;
@@ -80,7 +80,7 @@ impl Hub<'_> {
     /// each acked row whose sender asked for one, when that sender is an
     /// agent of this hive — a row that wakes nothing. The ids acked.
     pub(super) fn ack_rows(
-        &mut self,
+        &self,
         ids: &[i64],
         agent: &str,
         from: &MsgState,
@@ -101,7 +101,7 @@ impl Hub<'_> {
     /// The receipts for `agent` ride with the message its turn is handed,
     /// as one line after its body: those waiting, and those that rode with
     /// a hand-out not acked (`db::take_receipts`). They are held until the
-    /// turn is acked ([`Hub::riding_acked`]).
+    /// turn is acked ([`Hub::ack_rows`]).
     pub(super) fn ride_along(&mut self, agent: &str, m: &mut Message) {
         let taken = match self.db.take_receipts(agent, RIDE_MAX, now()) {
             Ok(t) => t,
@@ -119,7 +119,7 @@ impl Hub<'_> {
 
     /// `agent`'s turn for a transient wake (no stored row) was acked: so
     /// are the receipts that rode with it.
-    pub(super) fn riding_acked(&mut self, agent: &str) {
+    pub(super) fn riding_acked(&self, agent: &str) {
         if let Err(e) = self.db.ack_receipts(agent, now()) {
             log::error!("cannot ack the receipts that rode with {agent}'s turn: {e}");
         }
