@@ -430,19 +430,7 @@ fn twenty_sends_with_receipts_cost_no_turn_of_the_sender() {
     wait_drained(&b, "ana");
     let mut ana = b.agent("ana");
     let ids: Vec<i64> = (0..20)
-        .map(|i| {
-            ok(
-                &mut ana,
-                cmd::Send {
-                    to: "bob".into(),
-                    body: format!("job {i}"),
-                    in_reply_to: None,
-                    receipt: true,
-                },
-            )["id"]
-                .as_i64()
-                .unwrap()
-        })
+        .map(|i| send_on(&mut ana, "bob", &format!("job {i}"), true))
         .collect();
     for (turn, want) in ids[..10].iter().enumerate() {
         assert_eq!(take(&b, "bob"), *want);
