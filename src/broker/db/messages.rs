@@ -10,13 +10,20 @@
 
 use super::*;
 
+/// The receipts of agent `?1` riding with its turn ([`Db::take_receipts`]).
+macro_rules! riding {
+    () => {
+        concat!(
+            "recipient = ?1 AND state = 'held' AND kind = ",
+            receipt_kind!(),
+            " AND handed_via = 'turn'"
+        )
+    };
+}
+
 /// The receipts of an agent that rode with a turn not acked go back to
 /// its queue (`take_receipts`).
-const RIDING_BACK: &str = concat!(
-    "UPDATE messages SET state = 'queued' WHERE recipient = ?1 AND state = 'held' AND kind = ",
-    receipt_kind!(),
-    " AND handed_via = 'turn'"
-);
+const RIDING_BACK: &str = concat!("UPDATE messages SET state = 'queued' WHERE ", riding!());
 
 /// What [`Db::ack`] acks: rows `ids` of `recipient` in `from_state`, at
 /// `now`, with the harness's `turn`; `turn_acked` for an `ack_turn`.
@@ -31,10 +38,8 @@ pub(super) struct Ack<'a> {
 
 /// The receipts of an agent that rode with its turn are acked with it.
 const RIDING_ACKED: &str = concat!(
-    "UPDATE messages SET state = 'acked', done_at = ?2 WHERE recipient = ?1 AND state = 'held' \
-     AND kind = ",
-    receipt_kind!(),
-    " AND handed_via = 'turn'"
+    "UPDATE messages SET state = 'acked', done_at = ?2 WHERE ",
+    riding!()
 );
 
 /// Schema step 16 (issue 43, receipts): when and how each row was last
