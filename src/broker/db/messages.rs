@@ -25,6 +25,12 @@ macro_rules! riding {
 /// its queue (`take_receipts`).
 const RIDING_BACK: &str = concat!("UPDATE messages SET state = 'queued' WHERE ", riding!());
 
+/// The receipts of an agent that rode with its turn are acked with it.
+const RIDING_ACKED: &str = concat!(
+    "UPDATE messages SET state = 'acked', done_at = ?2 WHERE ",
+    riding!()
+);
+
 /// What [`Db::ack`] acks: rows `ids` of `recipient` in `from_state`, at
 /// `now`, with the harness's `turn`; `turn_acked` for an `ack_turn`.
 pub(super) struct Ack<'a> {
@@ -35,12 +41,6 @@ pub(super) struct Ack<'a> {
     pub turn_acked: bool,
     pub now: i64,
 }
-
-/// The receipts of an agent that rode with its turn are acked with it.
-const RIDING_ACKED: &str = concat!(
-    "UPDATE messages SET state = 'acked', done_at = ?2 WHERE ",
-    riding!()
-);
 
 /// Schema step 16 (issue 43, receipts): when and how each row was last
 /// handed out (`handed_via`: `turn` for the harness's `recv_next`, `recv`
