@@ -33,7 +33,7 @@ const RIDING_ACKED: &str = concat!(
 
 /// What [`Db::ack`] acks: rows `ids` of `recipient` in `from_state`, at
 /// `now`, with the harness's `turn`; `turn_acked` for an `ack_turn`.
-pub(super) struct Ack<'a> {
+pub struct Ack<'a> {
     pub ids: &'a [i64],
     pub recipient: &'a str,
     pub from_state: &'a MsgState,
@@ -337,25 +337,11 @@ impl Db {
     /// acked — its recipient and body, or none (the sender is no agent of
     /// this hive). A failure anywhere leaves it all undone (and a crash
     /// leaves all or nothing). The ids acked.
-    #[allow(clippy::too_many_arguments)]
     pub fn ack(
         &self,
-        ids: &[i64],
-        recipient: &str,
-        from_state: &MsgState,
-        turn: Option<i64>,
-        turn_acked: bool,
-        now: i64,
+        a: Ack,
         receipt: impl FnMut(SentRow) -> Option<(String, String)>,
     ) -> Res<Vec<i64>> {
-        let a = Ack {
-            ids,
-            recipient,
-            from_state,
-            turn,
-            turn_acked,
-            now,
-        };
         self.ack_by(None, a, receipt)
     }
 

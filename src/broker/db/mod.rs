@@ -95,26 +95,12 @@ impl<'c> Store<'c> {
     }
 
     /// [`Db::ack`], through the held statement of a transition.
-    #[allow(clippy::too_many_arguments)]
     pub fn ack(
         &self,
-        ids: &[i64],
-        recipient: &str,
-        from_state: &MsgState,
-        turn: Option<i64>,
-        turn_acked: bool,
-        now: i64,
+        a: Ack,
         receipt: impl FnMut(SentRow) -> Option<(String, String)>,
     ) -> Res<Vec<i64>> {
         let held = &mut *self.transition.borrow_mut();
-        let a = messages::Ack {
-            ids,
-            recipient,
-            from_state,
-            turn,
-            turn_acked,
-            now,
-        };
         self.db.ack_by(Some(held), a, receipt)
     }
 }
@@ -327,7 +313,7 @@ mod swarm;
 mod timers;
 
 pub use agents::AgentStats;
-pub use messages::{SentOutbox, SentRow};
+pub use messages::{Ack, SentOutbox, SentRow};
 pub use migrations::{lost_payload, MIGRATIONS};
 pub use retention::{PrunedMessages, Pruner};
 pub use spend::SpendTotals;
@@ -940,9 +926,28 @@ mod tests {
         let other = db.insert_message(&msg("bob", "3"), 1).unwrap();
         use MsgState::{Acked, Inflight, Queued};
         let ack = |ids: &[i64]| {
-            db.ack(ids, "operator", &Queued, None, false, 2, said)
-                .unwrap()
+            let a = Ack {
+                ids,
+                recipient: "operator",
+                from_state: &Queued,
+                turn: None,
+                turn_acked: false,
+                now: 2,
+            };
+            db.ack(a, said).unwrap()
         };
+        // bob's `ack_turn` of `ids` (one) with `turn`.
+        fn turn_ack(ids: &[i64], turn: i64, now: i64) -> Ack<'_> {
+            static INFLIGHT: MsgState = MsgState::Inflight;
+            Ack {
+                ids,
+                recipient: "bob",
+                from_state: &INFLIGHT,
+                turn: Some(turn),
+                turn_acked: true,
+                now,
+            }
+        }
         assert_eq!(ack(&[a, other, b + 100]), [a]);
         assert_eq!(ack(&[a, b]), [b]);
         assert!(ack(&[a, b]).is_empty());
@@ -979,11 +984,7 @@ mod tests {
             )
             .unwrap();
         // `other` asked for no receipt: its ack stands, with the riding one.
-        assert_eq!(
-            db.ack(&[other], "bob", &Inflight, Some(7), true, 5, said)
-                .unwrap(),
-            [other]
-        );
+        assert_eq!(db.ack(turn_ack(&[other], 7, 5), said).unwrap(), [other]);
         assert_eq!(db.sent_row(other).unwrap().unwrap().turn, Some(7));
         assert!(
             db.take_receipts("bob", 10, 6).unwrap().is_empty(),
@@ -992,9 +993,7 @@ mod tests {
         // `work` asked for one, and its receipt cannot be stored: nothing moves.
         let (t, _) = db.take_next("bob", true).unwrap();
         assert_eq!(t.unwrap().message.id, work);
-        let e = db
-            .ack(&[work], "bob", &Inflight, Some(8), true, 6, said)
-            .unwrap_err();
+        let e = db.ack(turn_ack(&[work], 8, 6), said).unwrap_err();
         assert!(e.to_string().contains("disk full"), "{e}");
         let row = db.sent_row(work).unwrap().unwrap();
         assert_eq!((row.state, row.turn), (Inflight, None));
@@ -1006,11 +1005,7 @@ mod tests {
             "still inflight"
         );
         db.conn.execute_batch("DROP TRIGGER no_receipt").unwrap();
-        assert_eq!(
-            db.ack(&[work], "bob", &Inflight, Some(8), true, 7, said)
-                .unwrap(),
-            [work]
-        );
+        assert_eq!(db.ack(turn_ack(&[work], 8, 7), said).unwrap(), [work]);
         assert_eq!(
             receipts(&db).last().cloned(),
             Some((

@@ -21,7 +21,7 @@
 //! dead-letter notice the sender gets anyway, which wakes it.
 
 use super::{db_err, Hub, Identity};
-use crate::broker::db::SentRow;
+use crate::broker::db::{Ack, SentRow};
 use crate::proto::cmd::{MessageState, MessageStateReply, Where};
 use crate::proto::text::fmt_time;
 use crate::proto::{now, Message, MsgState};
@@ -93,9 +93,15 @@ impl Hub<'_> {
             cfg.agent(&to)?;
             Some((to, reply_of(row).text))
         };
-        self.db
-            .ack(ids, agent, from, turn, turn_acked, now(), receipt)
-            .map_err(db_err)
+        let a = Ack {
+            ids,
+            recipient: agent,
+            from_state: from,
+            turn,
+            turn_acked,
+            now: now(),
+        };
+        self.db.ack(a, receipt).map_err(db_err)
     }
 
     /// The receipts for `agent` ride with the message its turn is handed,
