@@ -293,8 +293,9 @@ impl Db {
     /// harness died, the message went back to the queue) and those waiting.
     /// They are held for the turn (`held`, handed out `turn`) — not acked,
     /// not handed out by `recv` — until [`Db::ack`] of the turn's message
-    /// (or [`Db::ack_receipts`]); a later hand-out carries them again, and a restart of the broker
-    /// puts them back in the queue as it does every held row.
+    /// (or [`Db::ack_receipts`]); a later hand-out carries them again, and a
+    /// restart of the broker puts them back in the queue as it does every
+    /// held row.
     pub fn take_receipts(&self, agent: &str, limit: u32, now: i64) -> Res<Vec<(i64, String)>> {
         let tx = self.conn.unchecked_transaction()?;
         if self.riding.borrow().contains(agent) {
