@@ -55,9 +55,10 @@ pub struct NewMessage<'a> {
 }
 
 /// The hub's view of the store: every [`Db`] method, with the statements on
-/// every message's path (queue a row, ack one: [`Db::ack`]) prepared once and held here for the life of the hub.
-/// rusqlite's statement cache would hash and compare their SQL text on every
-/// use and again when the statement goes back (about 3 k instructions each).
+/// every message's path (queue a row, ack one: [`Db::ack`]) prepared once
+/// and held here for the life of the hub. rusqlite's statement cache would
+/// hash and compare their SQL text on every use and again when the
+/// statement goes back (about 3 k instructions each).
 /// It borrows the `Db`, so the hub that owns it lives in the frame of the
 /// thread that opened it.
 pub struct Store<'c> {
