@@ -369,8 +369,11 @@ fn a_harness_killed_mid_turn_leaves_its_message_handed_out_until_it_runs_again()
     let mut h = Harness::start(&b, "kid", &[]);
     h.fake.wait_count(1);
     wait_drained(&b, "kid");
+    // The first run's marker is written before the pid the test kills by;
+    // the second waits for the test's `go`.
     h.fake.default_step(
-        r#"if grep -q slowpoke "$dir/inv-$FAKE_N.stdin" && [ ! -e "$dir/pid-done" ]; then echo $$ > "$dir/pid-$FAKE_N"; echo x > "$dir/pid-done"; init; sleep 60; fi
+        r#"if grep -q slowpoke "$dir/inv-$FAKE_N.stdin" && [ ! -e "$dir/pid-done" ]; then echo x > "$dir/pid-done"; echo $$ > "$dir/pid-$FAKE_N"; init; sleep 60; fi
+if grep -q slowpoke "$dir/inv-$FAKE_N.stdin"; then i=0; while [ ! -e "$dir/go" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; fi
 ok_turn done"#,
     );
     let id = agent_send(&b, "bob", "kid", "slowpoke");
@@ -402,9 +405,29 @@ ok_turn done"#,
         (Where::HandedOut, Some(1), handed),
         "{s:?}"
     );
-    // The harness comes back, is handed the message again (attempt 2) and
-    // acks it.
+    // The harness comes back and is handed the message again: attempt 2,
+    // at a later hand-out, which `hive message` says too.
     h.spawn();
+    let s = wait_for(T, "the second hand-out", || {
+        let s = state(&mut bob, id);
+        (s.attempts == Some(2)).then_some(s)
+    });
+    assert_eq!(
+        (s.state, s.via.as_deref()),
+        (Where::HandedOut, Some("turn")),
+        "{s:?}"
+    );
+    assert!(s.at >= handed, "{s:?}");
+    assert!(
+        s.text.ends_with(" to a turn, attempt 2, not acked yet"),
+        "{}",
+        s.text
+    );
+    let (code, out, err) = hive_message(&b, &[&id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim_end(), s.text);
+    // Its run ends: acked.
+    std::fs::write(h.fake.dir.join("go"), "").unwrap();
     let s = wait_for(T, "the message to be acked", || {
         let s = state(&mut bob, id);
         (s.state == Where::Acked).then_some(s)
@@ -639,9 +662,11 @@ fn a_turn_handed_out_again_carries_its_receipts_again() {
     let mut h = Harness::start(&b, "ana", &[]);
     h.fake.wait_count(1);
     wait_drained(&b, "ana");
+    // The once-markers are written before the pid the test kills by, so
+    // the kill never lands between the two.
     h.fake.default_step(
         r#"if grep -q crash-once "$dir/inv-$FAKE_N.stdin" && [ ! -e "$dir/crashed" ]; then touch "$dir/crashed"; init; echo "claude: segmentation fault" >&2; exit 139; fi
-if grep -q hang-once "$dir/inv-$FAKE_N.stdin" && [ ! -e "$dir/hung" ]; then echo $$ > "$dir/pid-$FAKE_N"; touch "$dir/hung"; init; sleep 60; fi
+if grep -q hang-once "$dir/inv-$FAKE_N.stdin" && [ ! -e "$dir/hung" ]; then touch "$dir/hung"; echo $$ > "$dir/pid-$FAKE_N"; init; sleep 60; fi
 ok_turn done"#,
     );
     let ids = acked_with_receipts(&b, "ana", "bob", &["job 1", "job 2"]);
