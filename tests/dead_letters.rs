@@ -37,20 +37,6 @@ fn kid(b: &Broker, env: &[(&str, &str)]) -> Harness {
     h
 }
 
-/// `from` (an agent) sends `body` to `to`; the new id.
-fn agent_send(b: &Broker, from: &str, to: &str, body: &str) -> i64 {
-    let r = ok(
-        &mut b.agent(from),
-        cmd::Send {
-            to: to.into(),
-            body: body.into(),
-            in_reply_to: None,
-            receipt: false,
-        },
-    );
-    r["id"].as_i64().unwrap()
-}
-
 /// Everything in `agent`'s inbox (no harness runs for it), confirmed.
 fn drain(b: &Broker, agent: &str) -> Vec<Message> {
     let mut c = b.agent(agent);

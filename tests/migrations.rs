@@ -203,6 +203,7 @@ fn operator_mail(to: &'static str, body: &'static str) -> db::NewMessage<'static
         body,
         kind: &MsgKind::Message,
         in_reply_to: None,
+        receipt: false,
     }
 }
 
@@ -642,6 +643,7 @@ fn the_previous_releases_store_coalesces_repeating_prompts_through_step_14() {
         body: &body,
         kind: &MsgKind::Scheduled,
         in_reply_to: None,
+        receipt: false,
     };
     let db::Fired::Delivered(copy) = store.fire_scheduled(&s, Some(160), &msg, 100).unwrap() else {
         panic!("an old prompt has no copy yet: it delivers")
@@ -1198,7 +1200,7 @@ fn the_previous_releases_store_reads_message_states_through_step_16() {
         assert_eq!(message_objects(&c), STEP_12_OBJECTS);
         assert!(rows(&path, "pruned_messages").is_empty());
         let row = store.sent_row(1).unwrap().unwrap();
-        assert_eq!((row.sender.as_str(), row.handed_at), ("ana", None));
+        assert_eq!((row.message.from.as_str(), row.handed_at), ("ana", None));
         assert_eq!(store.pruned_sender(1).unwrap(), None);
         assert_intact(&c);
     }

@@ -6,8 +6,17 @@
 //! pruned once retention deleted its row — and refuses every id the caller
 //! did not send with the same words, whether the id exists or not. A real
 //! `hive serve` killed with SIGKILL mid-turn leaves its message handed out,
-//! and the restarted harness hands it out again and acks it. The operator's
-//! `hive message ID` prints the same line (and `--json` the answer).
+//! and the restarted harness hands it out again and acks it; a broker killed
+//! with SIGKILL mid-turn puts it back in the queue, and says so. The
+//! operator's `hive message ID` prints the same line (and `--json` the
+//! answer).
+//!
+//! Receipts: a request for one is stored with its message (it survives a
+//! broker killed right after the send); a receipt wakes nothing, is never
+//! waiting work (not unread, not ahead of anything in a queue) and rides
+//! with the sender's next turn — again, when that turn is handed out again
+//! after a failed run or a killed harness — or goes out through `recv`; the
+//! operator's `hive inbox` sends the receipts of mail to the operator.
 
 mod common;
 
@@ -16,24 +25,10 @@ use hyperhive::proto::cmd::{
     self, AckTurn, BridgeFailed, BridgeHello, BridgeNext, BridgeNextReply, BridgeSent, DeadLetter,
     MessageState, MessageStateReply, Recv, RecvAck, RecvNext, RecvNextReply, Where,
 };
-use hyperhive::proto::{Client, MessagesReply};
+use hyperhive::proto::{Client, Message, MessagesReply, MsgKind};
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
-
-/// `from` (an agent) sends `body` to `to`; the new id.
-fn agent_send(b: &Broker, from: &str, to: &str, body: &str) -> i64 {
-    let r = ok(
-        &mut b.agent(from),
-        cmd::Send {
-            to: to.into(),
-            body: body.into(),
-            in_reply_to: None,
-            receipt: false,
-        },
-    );
-    r["id"].as_i64().unwrap()
-}
 
 fn state(c: &mut Client, id: i64) -> MessageStateReply {
     c.call(&MessageState { id }).unwrap()
@@ -41,6 +36,11 @@ fn state(c: &mut Client, id: i64) -> MessageStateReply {
 
 /// The harness's pop on `agent`'s socket: the next message made inflight.
 fn take(b: &Broker, agent: &str) -> i64 {
+    take_message(b, agent).id
+}
+
+/// [`take`], the whole message handed out (receipts ride on its body).
+fn take_message(b: &Broker, agent: &str) -> Message {
     let r: RecvNextReply = b
         .agent(agent)
         .call(&RecvNext {
@@ -48,7 +48,52 @@ fn take(b: &Broker, agent: &str) -> i64 {
             seen: None,
         })
         .unwrap();
-    r.message.expect("a message to hand out").id
+    r.message.expect("a message to hand out")
+}
+
+/// What `agent`'s `recv` (the MCP tool) hands out now, confirmed.
+fn recv_all(b: &Broker, agent: &str) -> Vec<Message> {
+    let mut c = b.agent(agent);
+    let r: MessagesReply = c
+        .call(&Recv {
+            wait_seconds: None,
+            max: Some(32),
+        })
+        .unwrap();
+    let ids: Vec<i64> = r.messages.iter().map(|m| m.id).collect();
+    if !ids.is_empty() {
+        c.call(&RecvAck { ids }).unwrap();
+    }
+    r.messages
+}
+
+/// The one `[receipts]` line of `text`.
+fn receipts_line(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("[receipts]")).collect();
+    assert_eq!(lines.len(), 1, "one [receipts] line: {text}");
+    lines[0].to_string()
+}
+
+/// `sender` sends `to` one message with a receipt per body, each handed to a
+/// turn of `to` (played on its socket) and acked: a receipt for each waits
+/// for `sender`. Their ids.
+fn acked_with_receipts(b: &Broker, sender: &str, to: &str, bodies: &[&str]) -> Vec<i64> {
+    bodies
+        .iter()
+        .map(|body| {
+            let id = send_on(&mut b.agent(sender), to, body, true);
+            assert_eq!(take(b, to), id);
+            ok(&mut b.agent(to), AckTurn { id, turn: None });
+            id
+        })
+        .collect()
+}
+
+/// The invocations of `h`'s claude whose prompt contains `needle`.
+fn runs_with(h: &Harness, needle: &str) -> Vec<usize> {
+    (1..=h.fake.count())
+        .filter(|&n| h.fake.stdin(n).contains(needle))
+        .collect()
 }
 
 /// `hive message ARGS` on the broker's host socket: (exit code, stdout, stderr).
@@ -324,8 +369,11 @@ fn a_harness_killed_mid_turn_leaves_its_message_handed_out_until_it_runs_again()
     let mut h = Harness::start(&b, "kid", &[]);
     h.fake.wait_count(1);
     wait_drained(&b, "kid");
+    // The first run's marker is written before the pid the test kills by;
+    // the second waits for the test's `go`.
     h.fake.default_step(
-        r#"if grep -q slowpoke "$dir/inv-$FAKE_N.stdin" && [ ! -e "$dir/pid-done" ]; then echo $$ > "$dir/pid-$FAKE_N"; echo x > "$dir/pid-done"; init; sleep 60; fi
+        r#"if grep -q slowpoke "$dir/inv-$FAKE_N.stdin" && [ ! -e "$dir/pid-done" ]; then echo x > "$dir/pid-done"; echo $$ > "$dir/pid-$FAKE_N"; init; sleep 60; fi
+if grep -q slowpoke "$dir/inv-$FAKE_N.stdin"; then i=0; while [ ! -e "$dir/go" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; fi
 ok_turn done"#,
     );
     let id = agent_send(&b, "bob", "kid", "slowpoke");
@@ -357,9 +405,29 @@ ok_turn done"#,
         (Where::HandedOut, Some(1), handed),
         "{s:?}"
     );
-    // The harness comes back, is handed the message again (attempt 2) and
-    // acks it.
+    // The harness comes back and is handed the message again: attempt 2,
+    // at a later hand-out, which `hive message` says too.
     h.spawn();
+    let s = wait_for(T, "the second hand-out", || {
+        let s = state(&mut bob, id);
+        (s.attempts == Some(2)).then_some(s)
+    });
+    assert_eq!(
+        (s.state, s.via.as_deref()),
+        (Where::HandedOut, Some("turn")),
+        "{s:?}"
+    );
+    assert!(s.at >= handed, "{s:?}");
+    assert!(
+        s.text.ends_with(" to a turn, attempt 2, not acked yet"),
+        "{}",
+        s.text
+    );
+    let (code, out, err) = hive_message(&b, &[&id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim_end(), s.text);
+    // Its run ends: acked.
+    std::fs::write(h.fake.dir.join("go"), "").unwrap();
     let s = wait_for(T, "the message to be acked", || {
         let s = state(&mut bob, id);
         (s.state == Where::Acked).then_some(s)
@@ -385,19 +453,7 @@ fn twenty_sends_with_receipts_cost_no_turn_of_the_sender() {
     wait_drained(&b, "ana");
     let mut ana = b.agent("ana");
     let ids: Vec<i64> = (0..20)
-        .map(|i| {
-            ok(
-                &mut ana,
-                cmd::Send {
-                    to: "bob".into(),
-                    body: format!("job {i}"),
-                    in_reply_to: None,
-                    receipt: true,
-                },
-            )["id"]
-                .as_i64()
-                .unwrap()
-        })
+        .map(|i| send_on(&mut ana, "bob", &format!("job {i}"), true))
         .collect();
     for (turn, want) in ids[..10].iter().enumerate() {
         assert_eq!(take(&b, "bob"), *want);
@@ -473,4 +529,198 @@ fn twenty_sends_with_receipts_cost_no_turn_of_the_sender() {
         },
     );
     assert!(e.contains("receipt is for mail on this hive"), "{e}");
+}
+
+/// A broker killed with SIGKILL right after a send with a receipt, then
+/// again mid-turn: the request was stored with the message; the message
+/// goes back to the queue and its state (and `hive message`) says it was
+/// handed out before; handed out again and acked, its receipt waits for
+/// ana without waking her and goes out through her `recv`.
+#[test]
+fn a_broker_killed_mid_turn_puts_the_message_back_and_keeps_its_receipt_request() {
+    let mut b = Broker::start(&["ana", "bob"]);
+    let id = send_on(&mut b.agent("ana"), "bob", "keep me", true);
+    b.restart();
+    assert_eq!(take(&b, "bob"), id);
+    let s = state(&mut b.agent("ana"), id);
+    assert_eq!((s.state, s.attempts), (Where::HandedOut, Some(1)), "{s:?}");
+    b.restart();
+    let s = state(&mut b.agent("ana"), id);
+    assert_eq!(
+        (s.state, s.position, s.attempts),
+        (Where::Queued, Some(1), Some(1)),
+        "{s:?}"
+    );
+    assert!(
+        s.text.starts_with(&format!(
+            "message #{id} to bob: queued, position 1 in bob's queue (handed out before, last at "
+        )) && s.text.ends_with(" to a turn; back in the queue)"),
+        "{}",
+        s.text
+    );
+    let (code, out, err) = hive_message(&b, &[&id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim_end(), s.text);
+
+    assert_eq!(take(&b, "bob"), id);
+    let s = state(&mut b.agent("ana"), id);
+    assert_eq!((s.state, s.attempts), (Where::HandedOut, Some(2)), "{s:?}");
+    ok(&mut b.agent("bob"), AckTurn { id, turn: Some(4) });
+    let s = state(&mut b.agent("ana"), id);
+    assert_eq!((s.state, s.attempts), (Where::Acked, Some(2)), "{s:?}");
+    assert_eq!(agent_row(&b, "ana").unread, 0, "a receipt wakes nothing");
+    let got = recv_all(&b, "ana");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (&got[0].kind, got[0].in_reply_to),
+        (&MsgKind::Receipt, Some(id))
+    );
+    assert_eq!(got[0].body, s.text);
+    assert!(got[0].body.ends_with(" by bob's turn 4"), "{}", got[0].body);
+}
+
+/// The operator's `hive inbox` acks what it shows: mail an agent sent the
+/// operator with `receipt: true` gets its receipt, once, like an agent's ack.
+#[test]
+fn the_operators_inbox_sends_the_receipts_of_mail_to_the_operator() {
+    let b = Broker::start(&["ana"]);
+    let asked = send_on(&mut b.agent("ana"), "operator", "please look", true);
+    let plain = send_on(&mut b.agent("ana"), "operator", "just so you know", false);
+    let sock = b.host_socket();
+    let inbox = || run_hive(&["inbox", "--socket", sock.to_str().unwrap()], None, &[]);
+    let (code, out, err) = inbox();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("please look") && out.contains("just so you know"),
+        "{out}"
+    );
+    let s = state(&mut b.agent("ana"), asked);
+    assert_eq!(s.state, Where::Acked, "{s:?}");
+    assert!(
+        s.text
+            .starts_with(&format!("message #{asked} to operator: acked at ")),
+        "{}",
+        s.text
+    );
+    assert_eq!(agent_row(&b, "ana").unread, 0, "a receipt wakes nothing");
+    // Read again, acked again: nothing moves, no second receipt.
+    let (code, out, _) = inbox();
+    assert_eq!((code, out.trim()), (0, "no unread messages"));
+    let again: hyperhive::proto::AckedReply = b
+        .host()
+        .call(&cmd::InboxAck {
+            ids: vec![asked, plain],
+        })
+        .unwrap();
+    assert_eq!(again.acked, 0);
+    let got = recv_all(&b, "ana");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (&got[0].kind, got[0].in_reply_to),
+        (&MsgKind::Receipt, Some(asked))
+    );
+    assert_eq!(got[0].body, s.text);
+}
+
+/// Receipts are no waiting work: bob, with two receipts waiting, has
+/// nothing unread; a message sent him then is first in his queue, and his
+/// turn for it carries both receipts.
+#[test]
+fn receipts_are_never_waiting_work() {
+    let b = Broker::start(&["ana", "bob", "carl"]);
+    let ids = acked_with_receipts(&b, "bob", "carl", &["one", "two"]);
+    assert_eq!(agent_row(&b, "bob").unread, 0);
+    let work = agent_send(&b, "ana", "bob", "work");
+    let s = state(&mut b.agent("ana"), work);
+    assert_eq!((s.state, s.position), (Where::Queued, Some(1)), "{s:?}");
+    assert!(
+        s.text.ends_with(": queued, position 1 in bob's queue"),
+        "{}",
+        s.text
+    );
+    assert_eq!(agent_row(&b, "bob").unread, 1);
+    let m = take_message(&b, "bob");
+    assert_eq!(m.id, work);
+    let line = receipts_line(&m.body);
+    for id in ids {
+        assert!(
+            line.contains(&format!("message #{id} to carl: acked at ")),
+            "#{id}: {line}"
+        );
+    }
+}
+
+/// ana (a real `hive serve`) has receipts waiting. The run of her next
+/// message crashes and is run again: the retry carries the same
+/// `[receipts]` line. Then her harness and claude are killed with SIGKILL
+/// mid-turn: the restarted harness's run of the message carries the
+/// receipt that came meanwhile again. Once a turn is acked its receipts are
+/// done: none is left for `recv`.
+#[test]
+fn a_turn_handed_out_again_carries_its_receipts_again() {
+    let b = Broker::start(&["ana", "bob"]);
+    let mut h = Harness::start(&b, "ana", &[]);
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    // The once-markers are written before the pid the test kills by, so
+    // the kill never lands between the two.
+    h.fake.default_step(
+        r#"if grep -q crash-once "$dir/inv-$FAKE_N.stdin" && [ ! -e "$dir/crashed" ]; then touch "$dir/crashed"; init; echo "claude: segmentation fault" >&2; exit 139; fi
+if grep -q hang-once "$dir/inv-$FAKE_N.stdin" && [ ! -e "$dir/hung" ]; then touch "$dir/hung"; echo $$ > "$dir/pid-$FAKE_N"; init; sleep 60; fi
+ok_turn done"#,
+    );
+    let ids = acked_with_receipts(&b, "ana", "bob", &["job 1", "job 2"]);
+    assert_eq!(h.fake.count(), 1, "receipts start no turn");
+
+    operator_send(&b, "ana", "crash-once");
+    wait_for(T, "the retried run", || {
+        (runs_with(&h, "crash-once").len() == 2).then_some(())
+    });
+    wait_drained(&b, "ana");
+    let runs = runs_with(&h, "crash-once");
+    let first = receipts_line(&h.fake.stdin(runs[0]));
+    for id in &ids {
+        assert!(
+            first.contains(&format!("message #{id} to bob: acked at ")),
+            "#{id}: {first}"
+        );
+    }
+    assert_eq!(receipts_line(&h.fake.stdin(runs[1])), first, "the retry");
+    assert!(recv_all(&b, "ana").is_empty(), "acked with the turn");
+
+    let late = acked_with_receipts(&b, "ana", "bob", &["job 3"])[0];
+    let hang = operator_send(&b, "ana", "hang-once");
+    let n = wait_for(T, "the hung run", || {
+        runs_with(&h, "hang-once").first().copied()
+    });
+    let pid = wait_for(T, "the fake claude's pid", || {
+        std::fs::read_to_string(h.fake.dir.join(format!("pid-{n}")))
+            .ok()?
+            .trim()
+            .parse::<i32>()
+            .ok()
+    });
+    h.kill9();
+    // SAFETY: kill(2) on the fake claude's process group.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    h.spawn();
+    let s = wait_for(T, "the message to be acked", || {
+        let s = state(&mut b.host(), hang);
+        (s.state == Where::Acked).then_some(s)
+    });
+    assert_eq!(s.attempts, Some(2), "{s:?}");
+    wait_drained(&b, "ana");
+    let runs = runs_with(&h, "hang-once");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let want = format!("message #{late} to bob: acked at ");
+    for n in runs {
+        let line = receipts_line(&h.fake.stdin(n));
+        assert!(line.contains(&want), "run {n}: {line}");
+        assert!(
+            !ids.iter()
+                .any(|id| line.contains(&format!("message #{id} to bob"))),
+            "done with the first turn: {line}"
+        );
+    }
+    assert!(recv_all(&b, "ana").is_empty(), "acked with the turn");
 }

@@ -137,6 +137,7 @@ mod tests {
             body: &body,
             kind: &MsgKind::Message,
             in_reply_to: None,
+            receipt: false,
         };
         db.insert_message(&m, 1).unwrap();
     }

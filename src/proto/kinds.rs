@@ -55,6 +55,10 @@ open_enum! {
         /// it back under) or passed its limit of a minute (at most once an
         /// hour): its sends and wakes are refused.
         Quota = "quota",
+        /// What became of a message the recipient sent with `receipt: true`
+        /// (issue 43): its `message_state` line. It wakes nothing: it waits
+        /// for the recipient's next turn or `recv` and is not unread.
+        Receipt = "receipt",
     }
 }
 

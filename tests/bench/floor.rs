@@ -48,6 +48,7 @@ fn store(db: Db, asks: Receiver<Ask>, expected: usize) {
                     body: &body,
                     kind: &MsgKind::Message,
                     in_reply_to: None,
+                    receipt: false,
                 };
                 let id = db.insert_message(&m, now).expect("floor: insert");
                 let _ = done.send(id);

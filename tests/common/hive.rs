@@ -662,13 +662,24 @@ pub fn peek_inbox(host: &mut Client) -> Vec<hyperhive::proto::Message> {
 
 /// Sends `body` to `to` as the operator.
 pub fn operator_send(b: &Broker, to: &str, body: &str) -> i64 {
+    send_on(&mut b.host(), to, body, false)
+}
+
+/// `from` (an agent) sends `body` to `to` on its socket; the new id.
+pub fn agent_send(b: &Broker, from: &str, to: &str, body: &str) -> i64 {
+    send_on(&mut b.agent(from), to, body, false)
+}
+
+/// `send` of `body` to `to` on connection `c`, with a receipt when
+/// `receipt` (issue 43); the new id.
+pub fn send_on(c: &mut Client, to: &str, body: &str, receipt: bool) -> i64 {
     let r = ok(
-        &mut b.host(),
+        c,
         Send {
             to: to.into(),
             body: body.into(),
             in_reply_to: None,
-            receipt: false,
+            receipt,
         },
     );
     r["id"].as_i64().unwrap()

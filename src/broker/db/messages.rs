@@ -1,11 +1,46 @@
 //! Messages in `broker.db`: queueing a row at the tail of its recipient's
 //! queue, handing the first one out, moving rows between states (acked,
 //! requeued behind later mail, dead-lettered), and what the operator reads
-//! of them (the queue, the dead letters, one message's state). The queue's
-//! tail and the inflight set live on the `Db` (`Queues`), kept in step by
-//! every move here.
+//! of them (the queue, the dead letters, one message's state). Receipts
+//! (issue 43): the request stored by the row's insert, an ack and the
+//! receipts it sends in one transaction ([`Db::ack`]), and the receipts that
+//! ride with a turn held until it is acked ([`Db::take_receipts`]). The
+//! queue's tail, the inflight set and the agents with receipts riding live
+//! on the `Db` (`Queues`, hints), kept in step by every move here.
 
 use super::*;
+
+/// The receipts of agent `?1` riding with its turn ([`Db::take_receipts`]).
+macro_rules! riding {
+    () => {
+        concat!(
+            "recipient = ?1 AND state = 'held' AND kind = ",
+            receipt_kind!(),
+            " AND handed_via = 'turn'"
+        )
+    };
+}
+
+/// The receipts of an agent that rode with a turn not acked go back to
+/// its queue (`take_receipts`).
+const RIDING_BACK: &str = concat!("UPDATE messages SET state = 'queued' WHERE ", riding!());
+
+/// The receipts of an agent that rode with its turn are acked with it.
+const RIDING_ACKED: &str = concat!(
+    "UPDATE messages SET state = 'acked', done_at = ?2 WHERE ",
+    riding!()
+);
+
+/// What [`Db::ack`] acks: rows `ids` of `recipient` in `from_state`, at
+/// `now`, with the harness's `turn`; `turn_acked` for an `ack_turn`.
+pub struct Ack<'a> {
+    pub ids: &'a [i64],
+    pub recipient: &'a str,
+    pub from_state: &'a MsgState,
+    pub turn: Option<i64>,
+    pub turn_acked: bool,
+    pub now: i64,
+}
 
 /// Schema step 16 (issue 43, receipts): when and how each row was last
 /// handed out (`handed_via`: `turn` for the harness's `recv_next`, `recv`
@@ -34,14 +69,12 @@ CREATE TABLE pruned_messages (
 /// when it left for another hive.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentRow {
-    pub id: i64,
-    pub sender: String,
+    /// The message, as every statement reads one (`message_from_row`).
+    pub message: Message,
     /// The agent the row is charged to (step 12; none for older rows and
     /// for the harness's own notices).
     pub charged: Option<String>,
-    pub recipient: String,
     pub state: MsgState,
-    pub sent_at: i64,
     pub done_at: Option<i64>,
     pub attempts: u32,
     pub last_error: Option<String>,
@@ -52,6 +85,14 @@ pub struct SentRow {
     pub position: Option<u64>,
     /// The outbox entry of mail to another hive.
     pub outbox: Option<SentOutbox>,
+}
+
+/// What [`Db::sent_row`] reads after the message's own columns, in
+/// [`SentRow`]'s order (the queue place last, for its position).
+macro_rules! life_cols {
+    () => {
+        "charged, state, done_at, attempts, last_error, handed_at, handed_via, turn, seq"
+    };
 }
 
 /// The outbox entry of a message to another hive, as `message_state` reads it.
@@ -179,15 +220,19 @@ impl Db {
                         ", attempts, (SELECT COUNT(*) FROM messages \
                          WHERE recipient = ?1 AND state = 'queued') - (SELECT COUNT(*) \
                          FROM messages INDEXED BY messages_receipts WHERE recipient = ?1 \
-                         AND kind = 'receipt' AND state = 'queued') \
+                         AND kind = ",
+                        receipt_kind!(),
+                        " AND state = 'queued') \
                          FROM messages WHERE recipient = ?1 AND state = ?2 \
-                         AND kind != 'receipt' ORDER BY seq, id LIMIT 1"
+                         AND kind != ",
+                        receipt_kind!(),
+                        " ORDER BY seq, id LIMIT 1"
                     ))?
                     .query_row(params![agent, state], |r| {
                         Ok((
                             message_from_row(r)?,
-                            r.get::<_, i64>(7)?,
-                            r.get::<_, i64>(8)?,
+                            count_at(r, MSG_N)?,
+                            r.get::<_, i64>(MSG_N + 1)?,
                         ))
                     })
                     .optional()?;
@@ -208,7 +253,7 @@ impl Db {
                 let queued = if was_inflight { queued } else { queued - 1 };
                 let taken = Taken {
                     message,
-                    attempts: (attempts + 1).clamp(0, u32::MAX as i64) as u32,
+                    attempts: attempts.saturating_add(1),
                     was_inflight,
                 };
                 return Ok((Some(taken), queued.max(0) as u64));
@@ -243,22 +288,16 @@ impl Db {
     /// turn or `recv` and wake nothing: issue 43).
     pub fn count_queued(&self, recipient: &str) -> Res<u64> {
         self.conn
-            .prepare_cached(
+            .prepare_cached(concat!(
                 "SELECT (SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued')
                  - (SELECT COUNT(*) FROM messages INDEXED BY messages_receipts
-                    WHERE recipient = ?1 AND kind = 'receipt' AND state = 'queued')",
-            )?
+                    WHERE recipient = ?1 AND kind = ",
+                receipt_kind!(),
+                " AND state = 'queued')"
+            ))?
             .query_row(params![recipient], |r| {
                 r.get::<_, i64>(0).map(|n| n.max(0) as u64)
             })
-    }
-
-    /// Marks message `id` as one whose sender wants a receipt.
-    pub fn want_receipt(&self, id: i64) -> Res<()> {
-        self.conn
-            .prepare_cached("UPDATE messages SET receipt = 1 WHERE id = ?1")?
-            .execute(params![id])
-            .map(|_| ())
     }
 
     /// Whether the sender of message `id` asked for a receipt.
@@ -270,38 +309,149 @@ impl Db {
             .map(|r| r.is_some())
     }
 
-    /// The receipts waiting for `agent` (oldest first, at most `limit`),
-    /// made acked in the same transaction (handed to a turn at `now`).
+    /// The receipts that ride with the message `agent`'s turn is handed at
+    /// `now` (oldest first, at most `limit`), in one transaction: those that
+    /// rode with an earlier hand-out not acked yet (the turn failed, the
+    /// harness died, the message went back to the queue) and those waiting.
+    /// They are held for the turn (`held`, handed out `turn`) — not acked,
+    /// not handed out by `recv` — until [`Db::ack`] of the turn's message
+    /// (or [`Db::ack_receipts`]); a later hand-out carries them again, and a
+    /// restart of the broker puts them back in the queue as it does every
+    /// held row.
     pub fn take_receipts(&self, agent: &str, limit: u32, now: i64) -> Res<Vec<(i64, String)>> {
         let tx = self.conn.unchecked_transaction()?;
+        if self.riding.borrow().contains(agent) {
+            tx.prepare_cached(RIDING_BACK)?.execute(params![agent])?;
+        }
         let rows: Vec<(i64, String)> = {
-            let mut stmt = tx.prepare_cached(
+            let mut stmt = tx.prepare_cached(concat!(
                 "SELECT id, body FROM messages INDEXED BY messages_receipts
-                 WHERE recipient = ?1 AND kind = 'receipt' AND state = 'queued'
-                 ORDER BY seq LIMIT ?2",
-            )?;
+                 WHERE recipient = ?1 AND kind = ",
+                receipt_kind!(),
+                " AND state = 'queued' ORDER BY seq LIMIT ?2"
+            ))?;
             let rows = stmt.query_map(params![agent, limit], |r| Ok((r.get(0)?, r.get(1)?)))?;
             rows.collect::<Res<_>>()?
         };
         {
             let mut stmt = tx.prepare_cached(
-                "UPDATE messages SET state = 'acked', done_at = ?1, handed_at = ?1,
-                 handed_via = 'turn' WHERE id = ?2 AND state = 'queued'",
+                "UPDATE messages SET state = 'held', handed_at = ?1, handed_via = 'turn'
+                 WHERE id = ?2 AND state = 'queued'",
             )?;
             for (id, _) in &rows {
                 stmt.execute(params![now, id])?;
             }
         }
         tx.commit()?;
+        let mut riding = self.riding.borrow_mut();
+        if rows.is_empty() {
+            riding.remove(agent);
+        } else if !riding.contains(agent) {
+            riding.insert(agent.to_string());
+        }
         Ok(rows)
     }
 
-    /// The oldest queued message of `agent`, as its queue position.
+    /// Acks the rows `ids` of `recipient` that are in `from_state`, with
+    /// everything that goes with an ack, in one transaction: the harness's
+    /// `turn` kept with each; with `turn_acked`, the receipts that rode with
+    /// the recipient's turn ([`Db::take_receipts`]); and for each row whose
+    /// sender asked for a receipt, the receipt `receipt` makes of its row as
+    /// acked — its recipient and body, or none (the sender is no agent of
+    /// this hive). A failure anywhere leaves it all undone (and a crash
+    /// leaves all or nothing). The ids acked.
+    pub fn ack(
+        &self,
+        a: Ack,
+        receipt: impl FnMut(SentRow) -> Option<(String, String)>,
+    ) -> Res<Vec<i64>> {
+        self.ack_by(None, a, receipt)
+    }
+
+    /// [`Db::ack`], each row moved through the statement `held` when the
+    /// hub holds it.
+    pub(super) fn ack_by(
+        &self,
+        mut held: Option<&mut Statement>,
+        a: Ack,
+        mut receipt: impl FnMut(SentRow) -> Option<(String, String)>,
+    ) -> Res<Vec<i64>> {
+        let Ack {
+            ids,
+            recipient,
+            from_state,
+            turn,
+            turn_acked,
+            now,
+        } = a;
+        let riding = turn_acked && self.riding.borrow().contains(recipient);
+        let acked = schema::in_transaction(&self.conn, |c| {
+            let mut acked = Vec::new();
+            for &id in ids {
+                let p = params![MsgState::Acked, now, id, recipient, from_state];
+                if execute(c, held.as_deref_mut(), TRANSITION, p)? == 1 {
+                    acked.push(id);
+                }
+            }
+            if let Some(t) = turn {
+                let mut stmt = c.prepare_cached("UPDATE messages SET turn = ?1 WHERE id = ?2")?;
+                for id in &acked {
+                    stmt.execute(params![t, id])?;
+                }
+            }
+            if riding {
+                c.prepare_cached(RIDING_ACKED)?
+                    .execute(params![recipient, now])?;
+            }
+            for &id in &acked {
+                if !self.wants_receipt(id)? {
+                    continue;
+                }
+                let Some((to, body)) = self.sent_row(id)?.and_then(&mut receipt) else {
+                    continue;
+                };
+                let row = NewMessage {
+                    from: &Peer::System,
+                    to: &to,
+                    body: &body,
+                    kind: &MsgKind::Receipt,
+                    in_reply_to: Some(id),
+                    receipt: false,
+                };
+                queue_row(c, &self.queues, &row, None, now)?;
+            }
+            Ok(acked)
+        })?;
+        self.moved(recipient, from_state, &MsgState::Acked, acked.len());
+        if riding {
+            self.riding.borrow_mut().remove(recipient);
+        }
+        Ok(acked)
+    }
+
+    /// The receipts that rode with `agent`'s turn are acked at `now` (a
+    /// turn whose message is no stored row: a transient wake); how many.
+    pub fn ack_receipts(&self, agent: &str, now: i64) -> Res<usize> {
+        if !self.riding.borrow().contains(agent) {
+            return Ok(0);
+        }
+        let n = self
+            .conn
+            .prepare_cached(RIDING_ACKED)?
+            .execute(params![agent, now])?;
+        self.riding.borrow_mut().remove(agent);
+        Ok(n)
+    }
+
+    /// The oldest queued or inflight message of `agent`, as its queue
+    /// position; receipts, which wake nothing, are not waiting work.
     pub fn oldest_queued_seq(&self, agent: &str) -> Res<Option<i64>> {
         self.conn
-            .prepare_cached(
-                "SELECT MIN(seq) FROM messages WHERE recipient = ?1 AND state IN ('queued', 'inflight')",
-            )?
+            .prepare_cached(concat!(
+                "SELECT MIN(seq) FROM messages WHERE recipient = ?1
+                 AND state IN ('queued', 'inflight') AND kind != ",
+                receipt_kind!()
+            ))?
             .query_row(params![agent], |r| r.get(0))
     }
 
@@ -314,22 +464,9 @@ impl Db {
         to_state: &MsgState,
         now: i64,
     ) -> Res<bool> {
-        self.transition_by(None, id, recipient, from_state, to_state, now)
-    }
-
-    /// [`Db::transition`], through the statement `held` when the hub holds it.
-    pub(super) fn transition_by(
-        &self,
-        held: Option<&mut Statement>,
-        id: i64,
-        recipient: &str,
-        from_state: &MsgState,
-        to_state: &MsgState,
-        now: i64,
-    ) -> Res<bool> {
         let done_at = (*to_state == MsgState::Acked).then_some(now);
         let p = params![to_state, done_at, id, recipient, from_state];
-        let n = execute(&self.conn, held, TRANSITION, p)?;
+        let n = self.conn.prepare_cached(TRANSITION)?.execute(p)?;
         self.moved(recipient, from_state, to_state, n);
         Ok(n == 1)
     }
@@ -478,6 +615,7 @@ impl Db {
                 body,
                 kind: &MsgKind::DeadLetter,
                 in_reply_to: None,
+                receipt: false,
             })
             .collect();
         insert_all(&tx, &self.queues, &rows, now)?;
@@ -499,7 +637,7 @@ impl Db {
                 from: r.get(2)?,
                 body: r.get(3)?,
                 kind: r.get(4)?,
-                attempts: r.get::<_, i64>(5)?.clamp(0, u32::MAX as i64) as u32,
+                attempts: count_at(r, 5)?,
                 last_error: r.get::<_, Option<String>>(6)?.unwrap_or_default(),
                 sent_at: r.get(7)?,
                 failed_at: r.get(8)?,
@@ -520,9 +658,8 @@ impl Db {
     pub fn attempts(&self, id: i64) -> Res<Option<u32>> {
         self.conn
             .prepare_cached("SELECT attempts FROM messages WHERE id = ?1")?
-            .query_row(params![id], |r| r.get::<_, i64>(0))
+            .query_row(params![id], |r| count_at(r, 0))
             .optional()
-            .map(|a| a.map(|a| a.clamp(0, u32::MAX as i64) as u32))
     }
 
     /// The rows per recipient and state (`message_counts`), by recipient
@@ -564,67 +701,66 @@ impl Db {
         tx.commit()
     }
 
-    /// Keeps the harness's turn id with the acked row `id`.
-    pub fn set_turn(&self, id: i64, turn: i64) -> Res<()> {
-        self.conn
-            .prepare_cached("UPDATE messages SET turn = ?1 WHERE id = ?2 AND state = 'acked'")?
-            .execute(params![turn, id])
-            .map(|_| ())
-    }
-
-    /// Message `id` as `message_state` reads it, if its row is there.
+    /// Message `id` as `message_state` reads it, if its row is there: the
+    /// message (the one row mapper), where it is in its life, its outbox
+    /// entry, and when queued its place among the rows its recipient's
+    /// turns wait for (receipts, which wake nothing, are not counted).
     pub fn sent_row(&self, id: i64) -> Res<Option<SentRow>> {
         let row = self
             .conn
-            .prepare_cached(
-                "SELECT m.id, m.sender, m.charged, m.recipient, m.state, m.sent_at, m.done_at,
-                        m.attempts, m.last_error, m.handed_at, m.handed_via, m.turn, m.seq,
-                        o.state, o.done_at, o.event_id, o.error
-                 FROM messages m LEFT JOIN outbox o ON o.msg_id = m.id AND o.dest != ''
-                 WHERE m.id = ?1",
-            )?
+            .prepare_cached(concat!(
+                "SELECT ",
+                msg_cols!(),
+                ", ",
+                life_cols!(),
+                " FROM messages WHERE id = ?1"
+            ))?
             .query_row(params![id], |r| {
-                let outbox: Option<String> = r.get(13)?;
-                Ok((
-                    SentRow {
-                        id: r.get(0)?,
-                        sender: r.get(1)?,
-                        charged: r.get(2)?,
-                        recipient: r.get(3)?,
-                        state: r.get(4)?,
-                        sent_at: r.get(5)?,
-                        done_at: r.get(6)?,
-                        attempts: r.get::<_, i64>(7)?.clamp(0, u32::MAX as i64) as u32,
-                        last_error: r.get(8)?,
-                        handed_at: r.get(9)?,
-                        handed_via: r.get(10)?,
-                        turn: r.get(11)?,
-                        position: None,
-                        outbox: match outbox {
-                            Some(state) => Some(SentOutbox {
-                                state,
-                                done_at: r.get(14)?,
-                                event_id: r.get(15)?,
-                                error: r.get(16)?,
-                            }),
-                            None => None,
-                        },
-                    },
-                    r.get::<_, Option<i64>>(12)?.unwrap_or(id),
-                ))
+                let at = |i: usize| MSG_N + i;
+                let row = SentRow {
+                    message: message_from_row(r)?,
+                    charged: r.get(at(0))?,
+                    state: r.get(at(1))?,
+                    done_at: r.get(at(2))?,
+                    attempts: count_at(r, at(3))?,
+                    last_error: r.get(at(4))?,
+                    handed_at: r.get(at(5))?,
+                    handed_via: r.get(at(6))?,
+                    turn: r.get(at(7))?,
+                    position: None,
+                    outbox: None,
+                };
+                Ok((row, r.get::<_, Option<i64>>(at(8))?.unwrap_or(id)))
             })
             .optional()?;
         let Some((mut row, seq)) = row else {
             return Ok(None);
         };
+        row.outbox = self
+            .conn
+            .prepare_cached(
+                "SELECT state, done_at, event_id, error FROM outbox
+                 WHERE msg_id = ?1 AND dest != ''",
+            )?
+            .query_row(params![id], |r| {
+                Ok(SentOutbox {
+                    state: r.get(0)?,
+                    done_at: r.get(1)?,
+                    event_id: r.get(2)?,
+                    error: r.get(3)?,
+                })
+            })
+            .optional()?;
         if row.state == MsgState::Queued && row.outbox.is_none() {
             let ahead: i64 = self
                 .conn
-                .prepare_cached(
+                .prepare_cached(concat!(
                     "SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued'
-                     AND (seq < ?2 OR (seq = ?2 AND id < ?3))",
-                )?
-                .query_row(params![row.recipient, seq, row.id], |r| r.get(0))?;
+                     AND kind != ",
+                    receipt_kind!(),
+                    " AND (seq < ?2 OR (seq = ?2 AND id < ?3))"
+                ))?
+                .query_row(params![row.message.to.as_str(), seq, id], |r| r.get(0))?;
             row.position = Some(ahead.max(0) as u64 + 1);
         }
         Ok(Some(row))

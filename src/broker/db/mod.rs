@@ -51,12 +51,16 @@ pub struct NewMessage<'a> {
     pub body: &'a str,
     pub kind: &'a MsgKind,
     pub in_reply_to: Option<i64>,
+    /// Its sender asked for a receipt once it is acked (issue 43), stored
+    /// with the row by the same insert.
+    pub receipt: bool,
 }
 
 /// The hub's view of the store: every [`Db`] method, with the statements on
-/// every message's path (queue a row, move a row between states) prepared once and held here for the life of the hub.
-/// rusqlite's statement cache would hash and compare their SQL text on every
-/// use and again when the statement goes back (about 3 k instructions each).
+/// every message's path (queue a row, ack one: [`Db::ack`]) prepared once
+/// and held here for the life of the hub. rusqlite's statement cache would
+/// hash and compare their SQL text on every use and again when the
+/// statement goes back (about 3 k instructions each).
 /// It borrows the `Db`, so the hub that owns it lives in the frame of the
 /// thread that opened it.
 pub struct Store<'c> {
@@ -93,18 +97,14 @@ impl<'c> Store<'c> {
         queue_row_by(&self.db.conn, Some(held), &self.db.queues, m, charged, now)
     }
 
-    /// [`Db::transition`].
-    pub fn transition(
+    /// [`Db::ack`], through the held statement of a transition.
+    pub fn ack(
         &self,
-        id: i64,
-        recipient: &str,
-        from_state: &MsgState,
-        to_state: &MsgState,
-        now: i64,
-    ) -> Res<bool> {
+        a: Ack,
+        receipt: impl FnMut(SentRow) -> Option<(String, String)>,
+    ) -> Res<Vec<i64>> {
         let held = &mut *self.transition.borrow_mut();
-        self.db
-            .transition_by(Some(held), id, recipient, from_state, to_state, now)
+        self.db.ack_by(Some(held), a, receipt)
     }
 }
 
@@ -127,6 +127,10 @@ pub struct Db {
     /// committed write moved its inflight row on; so an agent outside it has
     /// none, and its hand-out needs no look for one.
     inflight: RefCell<BTreeSet<String>>,
+    /// The agents that may have receipts riding with a turn not acked yet
+    /// (`messages.rs`, [`Db::take_receipts`]); the same kind of hint as
+    /// `inflight`, so an ack looks for them only where there may be some.
+    riding: RefCell<BTreeSet<String>>,
     /// This start's instance id (`db/swarm.rs`), made at open.
     instance: String,
     /// Answers of reads while nothing changed since (`memo.rs`).
@@ -177,7 +181,8 @@ fn queue_row_by(
         m.in_reply_to,
         now,
         queues.next_place(),
-        charged
+        charged,
+        m.receipt.then_some(1)
     ];
     execute(conn, held, INSERT_QUEUED, p)?;
     Ok(conn.last_insert_rowid())
@@ -201,10 +206,12 @@ fn execute<P: rusqlite::Params>(
 const TRANSITION: &str = "UPDATE messages SET state = ?1, done_at = ?2 \
      WHERE id = ?3 AND recipient = ?4 AND state = ?5";
 
-/// A queued row at a place in the queue, and the agent it is charged to.
+/// A queued row at a place in the queue, the agent it is charged to, and
+/// whether its sender wants a receipt (1, else null).
 const INSERT_QUEUED: &str =
-    "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at, seq, charged)
-     VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8)";
+    "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at, seq, charged,
+        receipt)
+     VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9)";
 
 /// The tail of the queues, which the one connection that writes `broker.db`
 /// keeps without reading it: the last place in the queue handed out (`seq`).
@@ -252,6 +259,9 @@ fn queue_tail(conn: &Connection) -> Res<i64> {
     Ok(tail)
 }
 
+/// The one row mapper of a message: the [`msg_cols!`] columns, first in
+/// the statement, as a [`Message`]; a statement's further columns start at
+/// [`MSG_N`].
 fn message_from_row(row: &Row) -> Res<Message> {
     Ok(Message {
         id: row.get(0)?,
@@ -273,6 +283,26 @@ macro_rules! msg_cols {
     };
 }
 
+/// How many columns [`msg_cols!`] names: the index of a statement's first
+/// column after them.
+const MSG_N: usize = 7;
+
+/// A count column (attempts) as a count: a stored value out of range (a
+/// hand-edited row) is clamped, never an error.
+fn count_at(row: &Row, i: usize) -> Res<u32> {
+    Ok(row.get::<_, i64>(i)?.clamp(0, u32::MAX as i64) as u32)
+}
+
+/// The kind of a receipt row as an SQL literal, for the statements
+/// `concat!`ed around it (the partial index `messages_receipts` is on it,
+/// and a bound value would not use that index): [`MsgKind::Receipt`],
+/// which a test holds it to.
+macro_rules! receipt_kind {
+    () => {
+        "'receipt'"
+    };
+}
+
 mod activity;
 mod agents;
 mod approvals;
@@ -290,7 +320,7 @@ mod swarm;
 mod timers;
 
 pub use agents::AgentStats;
-pub use messages::{SentOutbox, SentRow};
+pub use messages::{Ack, SentOutbox, SentRow};
 pub use migrations::{lost_payload, MIGRATIONS};
 pub use retention::{PrunedMessages, Pruner};
 pub use spend::SpendTotals;
@@ -342,6 +372,7 @@ impl Db {
             conn,
             queues: Queues::new(tail),
             inflight: RefCell::new(BTreeSet::new()),
+            riding: RefCell::new(BTreeSet::new()),
             memo: RefCell::default(),
         })
     }
@@ -375,6 +406,7 @@ mod tests {
             body,
             kind: &MsgKind::Message,
             in_reply_to: None,
+            receipt: false,
         }
     }
 
@@ -488,6 +520,7 @@ mod tests {
             body,
             kind: &MsgKind::Message,
             in_reply_to: None,
+            receipt: false,
         };
         static SYS: Peer = Peer::System;
         let ids: Vec<i64> = ["1", "2", "3"]
@@ -608,6 +641,7 @@ mod tests {
                 body: bodies[i],
                 kind: &kinds[i],
                 in_reply_to: (i == 1).then_some(7),
+                receipt: false,
             };
             ids.push(db.insert_message(&m, 100 + i as i64).unwrap());
         }
@@ -697,6 +731,7 @@ mod tests {
             body,
             kind: &MsgKind::Message,
             in_reply_to: None,
+            receipt: false,
         };
         let ids: Vec<i64> = ["1", "2", "3", "4"]
             .iter()
@@ -776,5 +811,263 @@ mod tests {
             ["1", "2"]
         );
         assert_eq!(db.inflight("a").unwrap(), None);
+    }
+
+    /// The receipt rows' SQL literal is [`MsgKind::Receipt`].
+    #[test]
+    fn the_receipt_kind_in_the_statements_is_the_closed_variant() {
+        assert_eq!(format!("'{}'", MsgKind::Receipt.as_str()), receipt_kind!());
+        assert_eq!(MsgKind::parse("receipt"), MsgKind::Receipt);
+        assert_eq!(msg_cols!().split(',').count(), MSG_N);
+    }
+
+    /// Issue 43: the receipt flag is part of the row's own insert, so a
+    /// row stored is a row whose receipt request is stored — in a batch
+    /// that commits, and gone with one that rolls back — and it stays
+    /// across a reopen.
+    #[test]
+    fn the_receipt_flag_is_stored_by_the_rows_own_insert() {
+        let fresh = fresh_db("receipt-flag");
+        let with = |body: &'static str| NewMessage {
+            receipt: true,
+            ..msg("b", body)
+        };
+        let (asked, plain, committed) = {
+            let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+            let asked = db.insert_charged(&with("asked"), Some("a"), 1).unwrap();
+            let plain = db.insert_message(&msg("b", "plain"), 1).unwrap();
+            let batch = db.batch().unwrap();
+            let committed = batch.insert_message(&with("in a batch"), 2).unwrap();
+            batch.commit().unwrap();
+            {
+                let batch = db.batch().unwrap();
+                let gone = batch.insert_message(&with("rolled back"), 3).unwrap();
+                assert!(db.wants_receipt(gone).unwrap(), "one statement");
+            }
+            (asked, plain, committed)
+        };
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        assert!(db.wants_receipt(asked).unwrap());
+        assert!(db.wants_receipt(committed).unwrap());
+        assert!(!db.wants_receipt(plain).unwrap());
+        assert!(!db.wants_receipt(committed + 1).unwrap(), "rolled back");
+    }
+
+    /// Receipts ride with a turn held, not acked: a hand-out of the turn
+    /// again carries them again (with those that came meanwhile), `recv`
+    /// does not hand them out meanwhile, the turn's ack acks them, and a
+    /// restart puts them back in the queue. They are never waiting work:
+    /// not unread, not the oldest queued message, not ahead in a queue.
+    #[test]
+    fn receipts_ride_with_a_turn_until_it_is_acked() {
+        let fresh = fresh_db("receipts-ride");
+        let receipt = |body: &'static str| NewMessage {
+            kind: &MsgKind::Receipt,
+            ..msg("a", body)
+        };
+        let bodies = |rows: Vec<(i64, String)>| -> Vec<String> {
+            rows.into_iter().map(|(_, b)| b).collect()
+        };
+        {
+            let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+            db.insert_message(&receipt("r1"), 1).unwrap();
+            db.insert_message(&receipt("r2"), 1).unwrap();
+            assert_eq!(db.count_queued("a").unwrap(), 0);
+            assert_eq!(db.oldest_queued_seq("a").unwrap(), None);
+            let work = db.insert_message(&msg("a", "work"), 2).unwrap();
+            let seq: i64 = db
+                .conn
+                .query_row("SELECT seq FROM messages WHERE id = ?1", [work], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            assert_eq!(db.oldest_queued_seq("a").unwrap(), Some(seq));
+            let row = db.sent_row(work).unwrap().unwrap();
+            assert_eq!(row.position, Some(1), "receipts are not ahead of it");
+            assert_eq!(row.message.body, "work");
+            assert_eq!(db.count_queued("a").unwrap(), 1);
+
+            // The turn's hand-out: both ride; recv sees neither.
+            assert_eq!(bodies(db.take_receipts("a", 10, 3).unwrap()), ["r1", "r2"]);
+            assert_eq!(
+                db.queued("a", 10)
+                    .unwrap()
+                    .iter()
+                    .map(|m| m.body.as_str())
+                    .collect::<Vec<_>>(),
+                ["work"]
+            );
+            // Handed out again (the run failed): again, with the new one;
+            // past the limit the last waits for the next turn.
+            db.insert_message(&receipt("r3"), 4).unwrap();
+            assert_eq!(bodies(db.take_receipts("a", 2, 5).unwrap()), ["r1", "r2"]);
+            assert_eq!(
+                bodies(db.take_receipts("a", 10, 5).unwrap()),
+                ["r1", "r2", "r3"]
+            );
+            // A broker killed now: the restart puts them back.
+        }
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        assert_eq!(
+            db.ack_receipts("a", 6).unwrap(),
+            0,
+            "none ride after a restart"
+        );
+        assert_eq!(
+            bodies(db.take_receipts("a", 10, 6).unwrap()),
+            ["r1", "r2", "r3"]
+        );
+        // The turn's ack acks them: no hand-out carries them again.
+        assert_eq!(db.ack_receipts("a", 7).unwrap(), 3);
+        assert_eq!(db.ack_receipts("a", 7).unwrap(), 0);
+        assert!(db.take_receipts("a", 10, 8).unwrap().is_empty());
+        let acked: i64 = db
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM messages WHERE kind = 'receipt' AND state = 'acked'
+                 AND handed_via = 'turn' AND done_at = 7",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(acked, 3);
+    }
+
+    /// An ack is one transaction with what goes with it: the rows that
+    /// were in the state named (each once), the turn id, the receipts that
+    /// rode with the turn, and the receipts it sends. When any part fails
+    /// (here a receipt row refused by a trigger, as a full disk would) none
+    /// of it is done, and the row is handed out again as inflight.
+    #[test]
+    fn an_ack_is_one_transaction_with_its_turn_and_receipts() {
+        let fresh = fresh_db("ack");
+        let db = Db::open(&fresh.path, Durability::Normal).unwrap();
+        let ana = Peer::Agent("ana".into());
+        let asked = |to: &'static str, body: &'static str| NewMessage {
+            receipt: true,
+            ..msg(to, body)
+        };
+        let said = |row: SentRow| {
+            Some((
+                row.message.from.as_str().to_string(),
+                format!("#{} {} turn {:?}", row.message.id, row.state, row.turn),
+            ))
+        };
+        let receipts = |db: &Db| -> Vec<(String, String, Option<i64>)> {
+            let mut stmt = db
+                .conn
+                .prepare(
+                    "SELECT recipient, body, in_reply_to FROM messages
+                     WHERE kind = 'receipt' ORDER BY id",
+                )
+                .unwrap();
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .unwrap();
+            rows.map(Result::unwrap).collect()
+        };
+        // The operator's inbox ack: the rows that were queued, each once.
+        let a = db
+            .insert_message(
+                &NewMessage {
+                    from: &ana,
+                    ..asked("operator", "1")
+                },
+                1,
+            )
+            .unwrap();
+        let b = db.insert_message(&msg("operator", "2"), 1).unwrap();
+        let other = db.insert_message(&msg("bob", "3"), 1).unwrap();
+        use MsgState::{Acked, Inflight, Queued};
+        let ack = |ids: &[i64]| {
+            let a = Ack {
+                ids,
+                recipient: "operator",
+                from_state: &Queued,
+                turn: None,
+                turn_acked: false,
+                now: 2,
+            };
+            db.ack(a, said).unwrap()
+        };
+        // bob's `ack_turn` of `ids` (one) with `turn`.
+        fn turn_ack(ids: &[i64], turn: i64, now: i64) -> Ack<'_> {
+            static INFLIGHT: MsgState = MsgState::Inflight;
+            Ack {
+                ids,
+                recipient: "bob",
+                from_state: &INFLIGHT,
+                turn: Some(turn),
+                turn_acked: true,
+                now,
+            }
+        }
+        assert_eq!(ack(&[a, other, b + 100]), [a]);
+        assert_eq!(ack(&[a, b]), [b]);
+        assert!(ack(&[a, b]).is_empty());
+        assert_eq!(
+            receipts(&db),
+            [("ana".to_string(), format!("#{a} acked turn None"), Some(a))]
+        );
+
+        // A turn's ack: its turn id, the receipts that rode with it.
+        let work = db
+            .insert_message(
+                &NewMessage {
+                    from: &ana,
+                    ..asked("bob", "work")
+                },
+                3,
+            )
+            .unwrap();
+        db.insert_message(
+            &NewMessage {
+                kind: &MsgKind::Receipt,
+                ..msg("bob", "r")
+            },
+            3,
+        )
+        .unwrap();
+        let (t, _) = db.take_next("bob", true).unwrap();
+        assert_eq!(t.unwrap().message.id, other);
+        assert_eq!(db.take_receipts("bob", 10, 4).unwrap().len(), 1);
+        db.conn
+            .execute_batch(
+                "CREATE TEMP TRIGGER no_receipt BEFORE INSERT ON messages
+                 WHEN NEW.kind = 'receipt' BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+            )
+            .unwrap();
+        // `other` asked for no receipt: its ack stands, with the riding one.
+        assert_eq!(db.ack(turn_ack(&[other], 7, 5), said).unwrap(), [other]);
+        assert_eq!(db.sent_row(other).unwrap().unwrap().turn, Some(7));
+        assert!(
+            db.take_receipts("bob", 10, 6).unwrap().is_empty(),
+            "acked with it"
+        );
+        // `work` asked for one, and its receipt cannot be stored: nothing moves.
+        let (t, _) = db.take_next("bob", true).unwrap();
+        assert_eq!(t.unwrap().message.id, work);
+        let e = db.ack(turn_ack(&[work], 8, 6), said).unwrap_err();
+        assert!(e.to_string().contains("disk full"), "{e}");
+        let row = db.sent_row(work).unwrap().unwrap();
+        assert_eq!((row.state, row.turn), (Inflight, None));
+        let (t, _) = db.take_next("bob", true).unwrap();
+        let t = t.unwrap();
+        assert_eq!(
+            (t.message.id, t.was_inflight),
+            (work, true),
+            "still inflight"
+        );
+        db.conn.execute_batch("DROP TRIGGER no_receipt").unwrap();
+        assert_eq!(db.ack(turn_ack(&[work], 8, 7), said).unwrap(), [work]);
+        assert_eq!(
+            receipts(&db).last().cloned(),
+            Some((
+                "ana".to_string(),
+                format!("#{work} acked turn Some(8)"),
+                Some(work)
+            ))
+        );
+        assert_eq!(db.sent_row(work).unwrap().unwrap().state, Acked);
     }
 }

@@ -647,5 +647,6 @@ pub fn new_message<'a>(
         body,
         kind,
         in_reply_to,
+        receipt: false,
     }
 }

@@ -318,6 +318,7 @@ mod tests {
             body: &body,
             kind: &MsgKind::Scheduled,
             in_reply_to: None,
+            receipt: false,
         };
         db.fire_scheduled(s, next, &msg, 100).unwrap()
     }
@@ -371,6 +372,7 @@ mod tests {
             body: "[reminder #1 cancelled by operator]",
             kind: &MsgKind::Reminder,
             in_reply_to: None,
+            receipt: false,
         };
         assert_eq!(
             db.cancel_timer(TimerKind::Reminder, r, &notice, 2).unwrap(),

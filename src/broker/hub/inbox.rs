@@ -67,24 +67,35 @@ impl Hub<'_> {
         kind: MsgKind,
         in_reply_to: Option<i64>,
     ) -> Result<SentReply, String> {
-        if let Some(a) = charged {
-            self.may_store(a, body.len())?;
-        }
         let msg = NewMessage {
             from,
             to,
             body,
             kind: &kind,
             in_reply_to,
+            receipt: false,
         };
-        let id = self.store(&msg, charged)?;
+        self.deliver_row(charged, &msg)
+    }
+
+    /// [`Hub::deliver_charged`] of a row built whole (`send`'s, which
+    /// may ask for a receipt).
+    fn deliver_row(
+        &mut self,
+        charged: Option<&str>,
+        msg: &NewMessage,
+    ) -> Result<SentReply, String> {
         if let Some(a) = charged {
-            self.stored(a, body.len());
+            self.may_store(a, msg.body.len())?;
         }
-        self.notify(to);
+        let id = self.store(msg, charged)?;
+        if let Some(a) = charged {
+            self.stored(a, msg.body.len());
+        }
+        self.notify(msg.to);
         Ok(SentReply {
             id: Some(id),
-            to: Peer::sender(to),
+            to: Peer::sender(msg.to),
         })
     }
 
@@ -230,20 +241,17 @@ impl Hub<'_> {
             }
         };
         debug_assert_ne!(to.as_str(), PARENT);
-        let body = &c.body;
-        let sent = self.deliver_charged(
-            charged,
-            &from,
-            to.as_str(),
-            body,
-            MsgKind::Message,
-            c.in_reply_to,
-        )?;
-        // Issue 43: the sender wants a receipt once it is acked (`receipts.rs`).
-        if let (true, Some(id)) = (c.receipt, sent.id) {
-            self.db.want_receipt(id).map_err(db_err)?;
-        }
-        Ok(sent)
+        let msg = NewMessage {
+            from: &from,
+            to: to.as_str(),
+            body: &c.body,
+            kind: &MsgKind::Message,
+            in_reply_to: c.in_reply_to,
+            // Issue 43: a receipt once it is acked (`receipts.rs`), asked
+            // for by the row's own insert.
+            receipt: c.receipt,
+        };
+        self.deliver_row(charged, &msg)
     }
 
     /// `send_to_parent`: the harness's notices (not charged), or the same
@@ -519,10 +527,8 @@ impl Hub<'_> {
             }
             false
         });
-        self.db
-            .transition_many(&stored, agent, &MsgState::Held, &MsgState::Acked, now())
-            .map_err(db_err)?;
-        self.receipts_on_ack(&stored);
+        // With the receipts of those that asked for one (`receipts.rs`).
+        self.ack_rows(&stored, agent, &MsgState::Held, None, false)?;
         if acked < c.ids.len() {
             return Err(format!(
                 "only {acked} of {} ids were held by this connection",
@@ -639,19 +645,16 @@ impl Hub<'_> {
         id: i64,
         turn: Option<i64>,
     ) -> Result<Empty, String> {
-        // The usual case in one statement: the row is the agent's inflight
-        // one (there is at most one, and no transient wake is inflight).
+        // The usual case: the row is the agent's inflight one (there is at
+        // most one, and no transient wake is inflight), acked with its turn
+        // id and receipts in one transaction (`receipts.rs`).
+        let inflight = &MsgState::Inflight;
         if id >= 0
             && !self.transient_inflight.contains_key(agent)
-            && self
-                .db
-                .transition(id, agent, &MsgState::Inflight, &MsgState::Acked, now())
-                .map_err(db_err)?
+            && !self
+                .ack_rows(&[id], agent, inflight, turn, true)?
+                .is_empty()
         {
-            if let Some(t) = turn {
-                self.db.set_turn(id, t).map_err(db_err)?;
-            }
-            self.receipts_on_ack(&[id]);
             self.slot_done(agent);
             return Ok(Empty {});
         }
@@ -659,14 +662,9 @@ impl Hub<'_> {
         if id < 0 {
             self.transient_inflight.remove(agent);
             self.transient_attempts.remove(&id);
+            self.riding_acked(agent);
         } else {
-            self.db
-                .transition(id, agent, &MsgState::Inflight, &MsgState::Acked, now())
-                .map_err(db_err)?;
-            if let Some(t) = turn {
-                self.db.set_turn(id, t).map_err(db_err)?;
-            }
-            self.receipts_on_ack(&[id]);
+            self.ack_rows(&[id], agent, inflight, turn, true)?;
         }
         self.slot_done(agent);
         Ok(Empty {})
@@ -733,6 +731,7 @@ impl Hub<'_> {
                 body: &m.body,
                 kind: &m.kind,
                 in_reply_to: m.in_reply_to,
+                receipt: false,
             };
             let told = self.told_of(agent, &m);
             let id = self
@@ -767,6 +766,7 @@ impl Hub<'_> {
                 body,
                 kind: &MsgKind::DeadLetter,
                 in_reply_to: None,
+                receipt: false,
             })
             .collect();
         if !self
@@ -916,17 +916,12 @@ impl Hub<'_> {
     }
 
     pub(super) fn inbox_ack(&mut self, c: InboxAck) -> Result<AckedReply, String> {
-        let n = self
-            .db
-            .transition_many(
-                &c.ids,
-                "operator",
-                &MsgState::Queued,
-                &MsgState::Acked,
-                now(),
-            )
-            .map_err(db_err)?;
-        Ok(AckedReply { acked: n as u64 })
+        // Mail an agent sent the operator with `receipt: true` gets its
+        // receipt with the ack (issue 43, `receipts.rs`).
+        let acked = self.ack_rows(&c.ids, "operator", &MsgState::Queued, None, false)?;
+        Ok(AckedReply {
+            acked: acked.len() as u64,
+        })
     }
 }
 

@@ -74,6 +74,7 @@ impl Hub<'_> {
             body: &body,
             kind: &MsgKind::QuestionAnswered,
             in_reply_to: None,
+            receipt: false,
         };
         // The swarm: a question asked to another hive, closed here (expired),
         // is cancelled there too.

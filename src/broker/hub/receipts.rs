@@ -6,23 +6,25 @@
 //! A row retention deleted leaves its id and sender (`pruned_messages`):
 //! its sender reads "pruned".
 //!
-//! A `send` with `receipt: true` marks its row; once it is acked (by a turn
-//! or through `recv`) its sender, when an agent of this hive, gets a
-//! `receipt` row: the `message_state` line. A receipt wakes nothing — it is
-//! not counted unread and `recv_next` never hands it out alone — and waits
-//! for the agent's next turn, whose message carries every receipt waiting
-//! as one `[receipts]` line ([`Hub::ride_along`]), or for its `recv`. A dead
-//! letter's receipt is the dead-letter notice the sender gets anyway, which
-//! wakes it.
+//! A `send` with `receipt: true` is stored with its flag (one insert); once
+//! it is acked (by a turn, through `recv`, or by the operator's inbox ack
+//! for mail to the operator) its sender, when an agent of this hive, gets a
+//! [`MsgKind::Receipt`] row: the `message_state` line. A receipt wakes
+//! nothing — it is not counted unread or waiting, and `recv_next` never
+//! hands it out alone — and waits for the agent's next turn, whose message
+//! carries every receipt waiting as one `[receipts]` line
+//! ([`Hub::ride_along`]), or for its `recv`. The receipts that ride with a
+//! turn are held for it and acked with its message: a turn handed out again
+//! (its run failed, its harness died) carries them again. An ack, its turn
+//! id, the receipts that rode with it and the receipts it sends are one
+//! transaction ([`Hub::ack_rows`]). A dead letter's receipt is the
+//! dead-letter notice the sender gets anyway, which wakes it.
 
 use super::{db_err, Hub, Identity};
-use crate::broker::db::{NewMessage, SentRow};
+use crate::broker::db::{Ack, SentRow};
 use crate::proto::cmd::{MessageState, MessageStateReply, Where};
 use crate::proto::text::fmt_time;
-use crate::proto::{now, Message, MsgKind, MsgState, Peer};
-
-/// The kind of a receipt row.
-pub const RECEIPT: &str = "receipt";
+use crate::proto::{now, Message, MsgState};
 
 /// Most receipts one turn's message carries (the rest ride with the next).
 const RIDE_MAX: u32 = 200;
@@ -72,44 +74,40 @@ impl Hub<'_> {
 }
 
 impl Hub<'_> {
-    /// Messages `ids` were acked: the sender of each that asked for a
-    /// receipt, when it is an agent of this hive, gets its receipt row,
-    /// which wakes nothing. The ack stands whatever happens here.
-    pub(super) fn receipts_on_ack(&mut self, ids: &[i64]) {
-        for &id in ids {
-            if let Err(e) = self.receipt_of(id) {
-                log::error!("cannot store the receipt of message #{id}: {e}");
-            }
-        }
+    /// Acks the rows `ids` of `agent` that are in `from` (`db::ack`, one
+    /// transaction): with the harness's `turn`; with `turn_acked` (an
+    /// `ack_turn`) the receipts that rode with the turn; and the receipt of
+    /// each acked row whose sender asked for one, when that sender is an
+    /// agent of this hive — a row that wakes nothing. The ids acked.
+    pub(super) fn ack_rows(
+        &self,
+        ids: &[i64],
+        agent: &str,
+        from: &MsgState,
+        turn: Option<i64>,
+        turn_acked: bool,
+    ) -> Result<Vec<i64>, String> {
+        let cfg = &self.cfg;
+        let receipt = |row: SentRow| {
+            let to = row.message.from.as_str().to_string();
+            cfg.agent(&to)?;
+            Some((to, reply_of(row).text))
+        };
+        let a = Ack {
+            ids,
+            recipient: agent,
+            from_state: from,
+            turn,
+            turn_acked,
+            now: now(),
+        };
+        self.db.ack(a, receipt).map_err(db_err)
     }
 
-    fn receipt_of(&mut self, id: i64) -> Result<(), String> {
-        if !self.db.wants_receipt(id).map_err(db_err)? {
-            return Ok(());
-        }
-        let Some(row) = self.db.sent_row(id).map_err(db_err)? else {
-            return Ok(());
-        };
-        if self.cfg.agent(&row.sender).is_none() {
-            return Ok(());
-        }
-        let to = row.sender.clone();
-        let text = reply_of(row).text;
-        let kind = MsgKind::parse(RECEIPT);
-        let m = NewMessage {
-            from: &Peer::System,
-            to: &to,
-            body: &text,
-            kind: &kind,
-            in_reply_to: Some(id),
-        };
-        // No `notify`: a receipt waits for the next turn or `recv`.
-        self.db.insert_message(&m, now()).map_err(db_err)?;
-        Ok(())
-    }
-
-    /// The receipts waiting for `agent` ride with the message its turn is
-    /// handed, as one line after its body, and are acked with the hand-out.
+    /// The receipts for `agent` ride with the message its turn is handed,
+    /// as one line after its body: those waiting, and those that rode with
+    /// a hand-out not acked (`db::take_receipts`). They are held until the
+    /// turn is acked ([`Hub::ack_rows`]).
     pub(super) fn ride_along(&mut self, agent: &str, m: &mut Message) {
         let taken = match self.db.take_receipts(agent, RIDE_MAX, now()) {
             Ok(t) => t,
@@ -124,13 +122,21 @@ impl Hub<'_> {
         let line: Vec<&str> = taken.iter().map(|(_, body)| body.as_str()).collect();
         m.body = format!("{}\n\n[receipts] {}", m.body, line.join(" · "));
     }
+
+    /// `agent`'s turn for a transient wake (no stored row) was acked: so
+    /// are the receipts that rode with it.
+    pub(super) fn riding_acked(&self, agent: &str) {
+        if let Err(e) = self.db.ack_receipts(agent, now()) {
+            log::error!("cannot ack the receipts that rode with {agent}'s turn: {e}");
+        }
+    }
 }
 
 /// The row is agent `a`'s own send: its sender, charged to it (or older
 /// than charging, or the harness's own notice). A wake a script of another
 /// agent sent with `from` set to `a` is charged to that agent, not `a`.
 fn sent_by(row: &SentRow, a: &str) -> bool {
-    row.sender == a && row.charged.as_deref().is_none_or(|c| c == a)
+    row.message.from.as_str() == a && row.charged.as_deref().is_none_or(|c| c == a)
 }
 
 fn pruned_reply(id: i64) -> MessageStateReply {
@@ -154,13 +160,13 @@ fn pruned_reply(id: i64) -> MessageStateReply {
 
 /// The answer for a row that is there.
 fn reply_of(row: SentRow) -> MessageStateReply {
-    let id = row.id;
-    let to = row.recipient.clone();
+    let id = row.message.id;
+    let to = row.message.to.as_str().to_string();
     let mut r = MessageStateReply {
         id,
         state: Where::Queued,
         to: Some(to.clone()),
-        sent_at: Some(row.sent_at),
+        sent_at: Some(row.message.sent_at),
         position: None,
         at: None,
         via: None,
@@ -177,33 +183,34 @@ fn reply_of(row: SentRow) -> MessageStateReply {
         _ => "",
     };
     if let Some(o) = row.outbox {
-        let (state, done_at, event_id, error) = (o.state, o.done_at, o.event_id, o.error);
         // Mail to another hive: only the local states.
-        r.at = done_at;
-        r.text = match state.as_str() {
-            "sent" => {
-                r.state = Where::Posted;
-                r.event_id = event_id.clone();
+        let (state, what) = match o.state.as_str() {
+            "sent" => (
+                Where::Posted,
                 format!(
-                    "message #{id} to {to}: posted to the swarm room at {} (event {})",
-                    when(done_at),
-                    event_id.as_deref().unwrap_or("?")
-                )
-            }
-            "failed" => {
-                r.state = Where::Bounced;
-                r.error = error.clone();
+                    "posted to the swarm room at {} (event {})",
+                    when(o.done_at),
+                    o.event_id.as_deref().unwrap_or("?")
+                ),
+            ),
+            "failed" => (
+                Where::Bounced,
                 format!(
-                    "message #{id} to {to}: bounced at {}: {}",
-                    when(done_at),
-                    error.as_deref().unwrap_or("refused")
-                )
-            }
-            _ => {
-                r.state = Where::HandedToBridge;
-                format!("message #{id} to {to}: handed to the bridge, not posted yet")
-            }
+                    "bounced at {}: {}",
+                    when(o.done_at),
+                    o.error.as_deref().unwrap_or("refused")
+                ),
+            ),
+            _ => (
+                Where::HandedToBridge,
+                "handed to the bridge, not posted yet".into(),
+            ),
         };
+        r.state = state;
+        r.at = o.done_at;
+        r.event_id = o.event_id;
+        r.error = o.error;
+        r.text = format!("message #{id} to {to}: {what}");
         return r;
     }
     match row.state {

@@ -47,6 +47,7 @@ impl Hub<'_> {
                         body: &text,
                         kind: &MsgKind::Reminder,
                         in_reply_to: None,
+                        receipt: false,
                     };
                     match self.db.fire_reminder(rem.id, &msg, t) {
                         Ok(fired) => {
@@ -171,6 +172,7 @@ impl Hub<'_> {
                 body: &body,
                 kind: &MsgKind::Scheduled,
                 in_reply_to: None,
+                receipt: false,
             };
             match self.db.fire_scheduled(&s, next, &msg, t) {
                 Ok(Fired::Delivered(_)) => {
@@ -232,6 +234,7 @@ impl Hub<'_> {
             body: &body,
             kind: &kind,
             in_reply_to: None,
+            receipt: false,
         };
         self.db
             .cancel_timer(c.kind, c.id, &notice, now())

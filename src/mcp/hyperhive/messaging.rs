@@ -10,7 +10,7 @@ use crate::mcp::schema::{Arg, Ty};
 use crate::mcp::{CallCtx, ToolOutcome};
 use crate::proto::cmd::{self, Answer, Ask, MessageState, Recv, RecvAck};
 use crate::proto::limits::{MAX_WAIT_SECS, RECV_MAX};
-use crate::proto::Message;
+use crate::proto::{Message, MsgKind};
 use std::path::Path;
 use std::time::Duration;
 
@@ -186,7 +186,7 @@ fn recv(h: &HyperhiveTools, c: Recv, ctx: &CallCtx) -> Handled {
 /// Receipts (issue 43) come as one line, `[receipts] …`, whatever their
 /// place among the messages.
 pub fn render(messages: &[Message], state_dir: Option<&Path>) -> String {
-    let is_receipt = |m: &&Message| m.kind.as_str() == "receipt";
+    let is_receipt = |m: &&Message| m.kind == MsgKind::Receipt;
     let receipts: Vec<&str> = messages
         .iter()
         .filter(is_receipt)
