@@ -85,6 +85,8 @@ pub struct BrokerDeps {
     pub config_path: Option<PathBuf>,
     /// The agents' supervised logs (`get_logs`).
     pub logs: Option<Arc<dyn lifecycle::LogTail>>,
+    /// `hive up`'s span exporter (`export_spans`); None under plain `hive broker`.
+    pub spans: Option<crate::telemetry::Exporter>,
 }
 
 /// How long a lifecycle call waits for the supervisor.
@@ -244,6 +246,7 @@ pub fn start(
         config_path: deps.config_path,
         logs: deps.logs,
         run_dir: Some(args.run_dir.clone()),
+        spans: deps.spans,
     };
     // The hub holds statements that borrow the store, so both live in the
     // frame of the hub thread; it says whether it could start before it
@@ -331,6 +334,7 @@ pub fn run(args: BrokerSettings) -> Result<(), BrokerError> {
             lifecycle: None,
             config_path: args.config.clone(),
             logs: None,
+            spans: None,
         },
     )?;
     eprintln!(

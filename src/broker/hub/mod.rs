@@ -325,6 +325,9 @@ pub struct HubSettings {
     /// Where the socket of an agent spawned at run time is bound (`None`:
     /// nowhere, in the hub's tests).
     pub run_dir: Option<PathBuf>,
+    /// `hive up`'s span exporter (issue 43): `export_spans` hands it the
+    /// harnesses' spans. None: this broker exports nothing.
+    pub spans: Option<crate::telemetry::Exporter>,
 }
 
 #[cfg(test)]
@@ -341,6 +344,7 @@ impl HubSettings {
             config_path: None,
             logs: None,
             run_dir: None,
+            spans: None,
         }
     }
 }
@@ -825,6 +829,17 @@ impl<'c> Hub<'c> {
             Request::GetLooseEnds(c) => self.now(c, |h, c| h.loose_ends(agent, c)),
             Request::CancelLooseEnd(c) => self.now(c, |h, c| h.cancel_loose_end(agent, c)),
             Request::ReportTasks(c) => self.now(c, |h, c| h.report_tasks(agent, c)),
+            Request::ExportSpans(c) => self.now(c, |h, c| {
+                // Queued for `hive up`'s exporter thread; never waits.
+                let exporting = h.settings.spans.is_some();
+                if let Some(x) = &h.settings.spans {
+                    x.offer(c.spans);
+                }
+                Ok(crate::proto::cmd::ExportSpansReply {
+                    exporting,
+                    dropped: crate::telemetry::exporter::dropped_total(),
+                })
+            }),
             // pools.rs (issue 16)
             Request::ReportPool(c) => self.now(c, |h, c| h.report_pool(agent, c)),
             Request::ReportUsageLimit(c) => self.now(c, |h, c| h.report_usage_limit(agent, c)),
