@@ -167,6 +167,7 @@ pub fn wake(a: &WakeArgs) -> Result<(), String> {
         body,
         transient: a.transient,
         to: a.to.clone(),
+        traceparent: None,
     })?;
     let mut c = match &a.to {
         Some(_) => host_client(&HostArgs {
@@ -207,6 +208,7 @@ pub fn send(a: &SendArgs) -> Result<(), String> {
         body,
         in_reply_to: a.reply_to,
         receipt: false,
+        traceparent: None,
     })?;
     let mut c = host_client(&a.host)?;
     let r = call(&mut c, &send)?;

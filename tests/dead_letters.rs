@@ -46,6 +46,7 @@ fn agent_send(b: &Broker, from: &str, to: &str, body: &str) -> i64 {
             body: body.into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     r["id"].as_i64().unwrap()
@@ -460,6 +461,7 @@ ok_turn done"#,
             body: "poison pill".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     )["id"]
         .as_i64()

@@ -535,6 +535,7 @@ fn a_version_11_store_charges_new_messages_through_step_12() {
             body,
             transient: false,
             to: None,
+            traceparent: None,
         },
     );
     assert_eq!(agent_row(&b, "ana").stored_bytes, 1000);
@@ -1116,6 +1117,7 @@ fn a_version_12_swarm_store_keeps_every_event_id_through_step_13() {
             body: "third out".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     let next: BridgeNextReply = br.call(&BridgeNext { wait_seconds: None }).unwrap();

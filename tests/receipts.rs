@@ -30,6 +30,7 @@ fn agent_send(b: &Broker, from: &str, to: &str, body: &str) -> i64 {
             body: body.into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     r["id"].as_i64().unwrap()
@@ -393,6 +394,7 @@ fn twenty_sends_with_receipts_cost_no_turn_of_the_sender() {
                     body: format!("job {i}"),
                     in_reply_to: None,
                     receipt: true,
+                    traceparent: None,
                 },
             )["id"]
                 .as_i64()
@@ -470,6 +472,7 @@ fn twenty_sends_with_receipts_cost_no_turn_of_the_sender() {
             body: "hi".into(),
             in_reply_to: None,
             receipt: true,
+            traceparent: None,
         },
     );
     assert!(e.contains("receipt is for mail on this hive"), "{e}");

@@ -450,7 +450,8 @@ mod tests {
                 from: "matrix".into(),
                 body: "new dm".into(),
                 transient: false,
-                to: None
+                to: None,
+                traceparent: None,
             })
         );
     }

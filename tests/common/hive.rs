@@ -669,6 +669,7 @@ pub fn operator_send(b: &Broker, to: &str, body: &str) -> i64 {
             body: body.into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     r["id"].as_i64().unwrap()

@@ -306,6 +306,7 @@ impl Hub<'_> {
             status_set_at: None,
             paused,
             turn_usd: self.cfg.agent(agent).and_then(|e| e.turn_usd),
+            traceparent: None,
         }))
     }
 
@@ -391,6 +392,7 @@ impl Hub<'_> {
             status_set_at: status.and_then(|s| s.status_set_at),
             paused: None,
             turn_usd: self.cfg.agent(agent).and_then(|e| e.turn_usd),
+            traceparent: None,
         }))
     }
 
