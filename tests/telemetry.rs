@@ -367,3 +367,198 @@ fn a_protocol_other_than_http_json_stops_the_start_naming_the_variable() {
     );
     assert_eq!(h.fake.count(), 0, "no claude ran");
 }
+
+/// The spans named `invoke_agent {agent}` of message `id`.
+fn run_of(col: &Collector, agent: &str, id: i64) -> Value {
+    wait_for(T, &format!("the run span of {agent}'s message #{id}"), || {
+        col.spans().into_iter().find(|s| {
+            s["name"] == format!("invoke_agent {agent}").as_str()
+                && attr(s, "hive.message.id").and_then(|v| v["intValue"].as_str())
+                    == Some(id.to_string().as_str())
+        })
+    })
+}
+
+const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+#[test]
+fn a_wake_with_a_traceparent_links_the_run_to_it_and_a_bad_one_is_refused() {
+    let col = Collector::start();
+    let b = Broker::start(&["ana"]);
+    let h = Harness::start(
+        &b,
+        "ana",
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", col.url.as_str())],
+    );
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    let sock = b.host_socket();
+    let sock = sock.to_str().unwrap();
+    let (code, out, err) = run_hive(
+        &[
+            "wake", "--to", "ana", "--from", "cron", "--body", "nightly", "--traceparent", TP,
+            "--socket", sock,
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let id: i64 = out
+        .trim()
+        .strip_prefix("queued #")
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    let run = run_of(&col, "ana", id);
+    assert_eq!(
+        run["links"][0]["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736",
+        "{run}"
+    );
+    assert_eq!(run["links"][0]["spanId"], "00f067aa0ba902b7");
+    assert_ne!(run["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
+
+    // All-zero ids, and no traceparent at all, are refused before sending.
+    for bad in [
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+        "nonsense",
+    ] {
+        let (code, _, err) = run_hive(
+            &["send", "--to", "ana", "--traceparent", bad, "--socket", sock, "hi"],
+            None,
+            &[],
+        );
+        assert_ne!(code, 0);
+        assert!(err.contains("traceparent") && err.contains("not a W3C traceparent"), "{err}");
+    }
+    let bodies: Vec<Value> = col.bodies().into_iter().map(|(_, b)| b).collect();
+    check_with_protobuf(&bodies);
+}
+
+/// A broker from before traces: it refuses `traceparent` as an unknown
+/// field, in the words serde's `deny_unknown_fields` gives the real one.
+#[test]
+fn against_a_broker_too_old_for_traceparent_the_cli_says_so() {
+    let dir = TempDir::new("old-broker");
+    let path = dir.path().join("host.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader};
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut line = String::new();
+            let _ = BufReader::new(conn.try_clone().unwrap()).read_line(&mut line);
+            let _ = conn.write_all(
+                b"{\"ok\":false,\"error\":\"bad request: unknown field `traceparent`, expected one of `from`, `body`, `transient`, `to`\"}\n",
+            );
+        }
+    });
+    let sock = path.to_str().unwrap();
+    let (code, _, err) = run_hive(
+        &[
+            "wake", "--to", "ana", "--from", "cron", "--body", "x", "--traceparent", TP,
+            "--socket", sock,
+        ],
+        None,
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("the broker is too old for --traceparent"), "{err}");
+}
+
+#[test]
+fn a_send_through_hive_mcp_links_the_recipients_run_to_the_senders() {
+    let col = Collector::start();
+    let b = Broker::start(&["ana", "bob"]);
+    let endpoint = [("OTEL_EXPORTER_OTLP_ENDPOINT", col.url.as_str())];
+    let ana = Harness::start(&b, "ana", &endpoint);
+    let bob = Harness::start(&b, "bob", &endpoint);
+    ana.fake.wait_count(1);
+    bob.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    wait_drained(&b, "bob");
+    // ana's next run calls hive's `send` tool through `hive mcp`, which
+    // inherits the run's TRACEPARENT as it would from claude.
+    let calls = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"fake","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"send","arguments":{"to":"bob","body":"hello bob"}}}"#,
+    ];
+    let script = format!(
+        "init\n(printf '%s\\n' {}; sleep 3) | HIVE_SOCKET={} HIVE_TOOL_GROUPS=messaging HIVE_LABEL=ana timeout 30 {} mcp > \"$FAKE_CLAUDE_DIR/mcp-$FAKE_N.out\" 2>&1\nsay sent\nresult_ok done\nexit 0\n",
+        calls.map(|c| format!("'{c}'")).join(" "),
+        b.agent_socket("ana").display(),
+        hive_bin().display(),
+    );
+    ana.fake.step(2, &script);
+    let id = operator_send(&b, "ana", "tell bob hello");
+    ana.fake.wait_count(2);
+    bob.fake.wait_count(2);
+    wait_drained(&b, "bob");
+    let out = std::fs::read_to_string(ana.fake.dir.join("mcp-2.out")).unwrap_or_default();
+    assert!(out.contains("sent message #"), "{out}");
+    let from_ana = run_of(&col, "ana", id);
+    let bob_msg: i64 = out
+        .split("sent message #")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    let at_bob = run_of(&col, "bob", bob_msg);
+    assert_eq!(at_bob["links"][0]["traceId"], from_ana["traceId"], "{at_bob}");
+    assert_eq!(at_bob["links"][0]["spanId"], from_ana["spanId"], "{at_bob}");
+    assert_eq!(
+        str_attr(&at_bob, "hive.message.sender").as_deref(),
+        Some("ana")
+    );
+    let bodies: Vec<Value> = col.bodies().into_iter().map(|(_, b)| b).collect();
+    check_with_protobuf(&bodies);
+}
+
+#[test]
+fn under_hive_up_the_harnesses_hand_their_spans_to_hive_up() {
+    use common::up::Up;
+    let col = Collector::start();
+    let fleet = format!(
+        r#"{{
+  "hive_name": "tracehive",
+  "telemetry": {{"endpoint": "{}", "service_name": "hive-up-test"}},
+  "agents": [{{"name": "ana", "env": {{"FAKE_CLAUDE_DIR": "@FAKE(ana)"}}}}]
+}}"#,
+        col.url
+    );
+    let up = Up::start(&fleet, &["ana"]);
+    let fake = up.fake("ana");
+    fake.wait_count(1);
+    let run = wait_for(T, "the kick turn's span", || {
+        col.spans()
+            .into_iter()
+            .find(|s| s["name"] == "invoke_agent ana")
+    });
+    // One exporter, hive up's: the resource names the hive and the service.
+    let (_, body) = col
+        .bodies()
+        .into_iter()
+        .find(|(_, b)| b.to_string().contains(run["spanId"].as_str().unwrap()))
+        .unwrap();
+    let res = &body["resourceSpans"][0]["resource"];
+    assert_eq!(str_attr(res, "hive.name").as_deref(), Some("tracehive"));
+    assert_eq!(
+        str_attr(res, "service.name").as_deref(),
+        Some("hive-up-test")
+    );
+    assert!(up.log().contains("exporting traces to"), "{}", up.log());
+    // The harness ran no exporter of its own, and claude saw no OTEL_ variable.
+    let log = std::fs::read_to_string(up.data().join("logs").join("ana.log")).unwrap_or_default();
+    assert!(!log.contains("exporting traces to"), "{log}");
+    let raw = std::fs::read(fake.dir.join("inv-1.env")).unwrap();
+    let env = String::from_utf8_lossy(&raw);
+    assert!(!env.split('\0').any(|kv| kv.starts_with("OTEL_")), "{env}");
+    assert!(env.split('\0').any(|kv| kv.starts_with(&format!(
+        "TRACEPARENT=00-{}-{}-01",
+        run["traceId"].as_str().unwrap(),
+        run["spanId"].as_str().unwrap()
+    ))));
+    let bodies: Vec<Value> = col.bodies().into_iter().map(|(_, b)| b).collect();
+    check_with_protobuf(&bodies);
+}

@@ -468,7 +468,13 @@ impl TurnLoop {
                 unread,
                 attempts,
                 turn_usd,
-            }) => self.on_message(message, redelivered, unread, attempts, turn_usd),
+                traceparent,
+            }) => {
+                if let Some(tp) = traceparent {
+                    self.tracer.message_from(WorkKey::Message(message.id), tp);
+                }
+                self.on_message(message, redelivered, unread, attempts, turn_usd)
+            }
             Event::Broker(FromPoller::BrokerPause(p)) => self.on_broker_pause(p),
             Event::Broker(FromPoller::Resumed) => self.on_resumed(),
             Event::Broker(FromPoller::TurnUsd(u)) => {
@@ -998,7 +1004,7 @@ impl TurnLoop {
         });
         let model = self.model();
         let key = self.work.as_ref().map(|w| w.key);
-        let span = self.tracer.start(key, None);
+        let span = self.tracer.start(key);
         let inv = self.invocation(prompt, &model, resume, span.traceparent());
         let started_at = now();
         let started = Instant::now();

@@ -133,6 +133,11 @@ pub const MIGRATIONS: &[Step] = &[
         what: "receipts: each message's hand-out and acking turn, a sender index, pruned ids",
         apply: |tx| tx.execute_batch(messages::SCHEMA_V16),
     },
+    Step {
+        version: 17,
+        what: "traces: the traceparent a message carries",
+        apply: |tx| tx.execute_batch(traces::SCHEMA_V17),
+    },
 ];
 
 /// Step 10 (issue 40): one run's row counts at most $1000 and 10^9 tokens

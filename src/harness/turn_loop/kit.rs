@@ -117,6 +117,7 @@ impl Kit {
             unread: Some(0),
             attempts,
             turn_usd: Some(0.5),
+            traceparent: None,
         }));
     }
 

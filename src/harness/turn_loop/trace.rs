@@ -173,6 +173,9 @@ pub struct Tracer {
     /// The CLI traces its own runs (`telemetry.cli`): no tool spans.
     cli_vars: Vec<(String, String)>,
     thread: Option<Thread>,
+    /// The sender's run of the messages handed out, by message (a few at
+    /// most: the one in hand and one arrived).
+    from: HashMap<WorkKey, TraceParent>,
 }
 
 impl Tracer {
@@ -206,6 +209,7 @@ impl Tracer {
             },
             sink,
             thread: None,
+            from: HashMap::new(),
         })
     }
 
@@ -215,6 +219,7 @@ impl Tracer {
             sink: Sink::Off,
             cli_vars: Vec::new(),
             thread: None,
+            from: HashMap::new(),
         }
     }
 
@@ -224,9 +229,17 @@ impl Tracer {
         &self.cli_vars
     }
 
-    /// A run starts for `key` (None: a run with no work in hand), whose
-    /// message carries `from` (the sender's run).
-    pub fn start(&mut self, key: Option<WorkKey>, from: Option<TraceParent>) -> RunSpan {
+    /// Message `key`, handed out, carries `tp` (the sender's run).
+    pub fn message_from(&mut self, key: WorkKey, tp: TraceParent) {
+        if self.from.len() >= 16 {
+            self.from.clear();
+        }
+        self.from.insert(key, tp);
+    }
+
+    /// A run starts for `key` (None: a run with no work in hand).
+    pub fn start(&mut self, key: Option<WorkKey>) -> RunSpan {
+        let from = key.and_then(|k| self.from.get(&k).copied());
         let thread = match (key, self.thread.take()) {
             (Some(k), Some(t)) if t.key == k => Some(t),
             (Some(k), _) => Some(Thread {
@@ -277,6 +290,7 @@ impl Tracer {
 
     /// The work `key` is settled (acked, dead-lettered): its trace ends.
     pub fn forget(&mut self, key: WorkKey) {
+        self.from.remove(&key);
         if self.thread.as_ref().is_some_and(|t| t.key == key) {
             self.thread = None;
         }
@@ -374,7 +388,7 @@ mod tests {
     #[test]
     fn a_tool_use_and_its_result_make_a_child_span() {
         let mut t = Tracer::off();
-        let mut run = t.start(Some(WorkKey::Message(3)), None);
+        let mut run = t.start(Some(WorkKey::Message(3)));
         run.tool_spans = true;
         let tp = TraceParent::parse(&run.traceparent()).unwrap();
         assert_eq!(tp.span_id, run.span_id);
@@ -389,11 +403,13 @@ mod tests {
         assert_eq!(run.response_model.as_deref(), Some("claude-x"));
         // The next run of the message shares its trace and links back.
         let first = run.span_id;
-        let again = t.start(Some(WorkKey::Message(3)), None);
+        let again = t.start(Some(WorkKey::Message(3)));
         assert_eq!(again.trace_id, run.trace_id);
         assert_eq!(again.links[0].span_id, first);
         t.forget(WorkKey::Message(3));
-        let other = t.start(Some(WorkKey::Message(4)), TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").ok());
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        t.message_from(WorkKey::Message(4), TraceParent::parse(tp).unwrap());
+        let other = t.start(Some(WorkKey::Message(4)));
         assert_ne!(other.trace_id, run.trace_id);
         assert_eq!(other.links[0].span_id.hex(), "00f067aa0ba902b7");
     }
