@@ -75,7 +75,6 @@ impl Drop for Collector {
     }
 }
 
-
 /// A span's attribute, as its JSON value object.
 fn attr<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
     span["attributes"]
@@ -128,7 +127,10 @@ fn python_ready() -> Result<(), String> {
         Ok(o) if o.status.success() => Ok(()),
         Ok(o) => Err(format!(
             "python3 cannot import opentelemetry-proto ({}); .ci/run installs it",
-            String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
         )),
         Err(e) => Err(format!("no python3: {e}")),
     }
@@ -176,7 +178,8 @@ fn inv_env(h: &Harness, n: usize) -> Vec<(String, String)> {
     raw.split(|b| *b == 0)
         .filter_map(|kv| {
             let kv = String::from_utf8_lossy(kv);
-            kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
         })
         .collect()
 }
@@ -223,7 +226,10 @@ fn a_tool_call_turn_exports_its_span_tree_and_claude_runs_under_its_span() {
         ("gen_ai.provider.name", "anthropic"),
         ("gen_ai.agent.name", "ana"),
         ("gen_ai.response.model", "claude-sonnet-4-5"),
-        ("gen_ai.conversation.id", "9954aa9f-0000-4000-8000-000000000001"),
+        (
+            "gen_ai.conversation.id",
+            "9954aa9f-0000-4000-8000-000000000001",
+        ),
         ("hive.turn.outcome", "ok"),
         ("hive.message.sender", "operator"),
         ("hive.run.kind", "turn"),
@@ -326,7 +332,10 @@ fn an_unreachable_collector_never_fails_a_turn_and_its_spans_are_counted_dropped
         let log = h.log();
         log.contains("span(s) dropped").then_some(log)
     });
-    assert!(log.contains(&format!("http://127.0.0.1:{port} unreachable")), "{log}");
+    assert!(
+        log.contains(&format!("http://127.0.0.1:{port} unreachable")),
+        "{log}"
+    );
     assert!(!log.contains("dead-letter"), "{log}");
     // TRACEPARENT is still given (sampled: spans are exported, or tried).
     let env = inv_env(&h, 2);
@@ -370,13 +379,17 @@ fn a_protocol_other_than_http_json_stops_the_start_naming_the_variable() {
 
 /// The spans named `invoke_agent {agent}` of message `id`.
 fn run_of(col: &Collector, agent: &str, id: i64) -> Value {
-    wait_for(T, &format!("the run span of {agent}'s message #{id}"), || {
-        col.spans().into_iter().find(|s| {
-            s["name"] == format!("invoke_agent {agent}").as_str()
-                && attr(s, "hive.message.id").and_then(|v| v["intValue"].as_str())
-                    == Some(id.to_string().as_str())
-        })
-    })
+    wait_for(
+        T,
+        &format!("the run span of {agent}'s message #{id}"),
+        || {
+            col.spans().into_iter().find(|s| {
+                s["name"] == format!("invoke_agent {agent}").as_str()
+                    && attr(s, "hive.message.id").and_then(|v| v["intValue"].as_str())
+                        == Some(id.to_string().as_str())
+            })
+        },
+    )
 }
 
 const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -396,8 +409,17 @@ fn a_wake_with_a_traceparent_links_the_run_to_it_and_a_bad_one_is_refused() {
     let sock = sock.to_str().unwrap();
     let (code, out, err) = run_hive(
         &[
-            "wake", "--to", "ana", "--from", "cron", "--body", "nightly", "--traceparent", TP,
-            "--socket", sock,
+            "wake",
+            "--to",
+            "ana",
+            "--from",
+            "cron",
+            "--body",
+            "nightly",
+            "--traceparent",
+            TP,
+            "--socket",
+            sock,
         ],
         None,
         &[],
@@ -424,12 +446,24 @@ fn a_wake_with_a_traceparent_links_the_run_to_it_and_a_bad_one_is_refused() {
         "nonsense",
     ] {
         let (code, _, err) = run_hive(
-            &["send", "--to", "ana", "--traceparent", bad, "--socket", sock, "hi"],
+            &[
+                "send",
+                "--to",
+                "ana",
+                "--traceparent",
+                bad,
+                "--socket",
+                sock,
+                "hi",
+            ],
             None,
             &[],
         );
         assert_ne!(code, 0);
-        assert!(err.contains("traceparent") && err.contains("not a W3C traceparent"), "{err}");
+        assert!(
+            err.contains("traceparent") && err.contains("not a W3C traceparent"),
+            "{err}"
+        );
     }
     let bodies: Vec<Value> = col.bodies().into_iter().map(|(_, b)| b).collect();
     check_with_protobuf(&bodies);
@@ -456,14 +490,26 @@ fn against_a_broker_too_old_for_traceparent_the_cli_says_so() {
     let sock = path.to_str().unwrap();
     let (code, _, err) = run_hive(
         &[
-            "wake", "--to", "ana", "--from", "cron", "--body", "x", "--traceparent", TP,
-            "--socket", sock,
+            "wake",
+            "--to",
+            "ana",
+            "--from",
+            "cron",
+            "--body",
+            "x",
+            "--traceparent",
+            TP,
+            "--socket",
+            sock,
         ],
         None,
         &[],
     );
     assert_ne!(code, 0);
-    assert!(err.contains("the broker is too old for --traceparent"), "{err}");
+    assert!(
+        err.contains("the broker is too old for --traceparent"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -505,7 +551,10 @@ fn a_send_through_hive_mcp_links_the_recipients_run_to_the_senders() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{out}"));
     let at_bob = run_of(&col, "bob", bob_msg);
-    assert_eq!(at_bob["links"][0]["traceId"], from_ana["traceId"], "{at_bob}");
+    assert_eq!(
+        at_bob["links"][0]["traceId"], from_ana["traceId"],
+        "{at_bob}"
+    );
     assert_eq!(at_bob["links"][0]["spanId"], from_ana["spanId"], "{at_bob}");
     assert_eq!(
         str_attr(&at_bob, "hive.message.sender").as_deref(),

@@ -54,9 +54,10 @@ pub struct HiveConfig {
     /// host's memory. Applies live on `hive reload`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_claude: Option<u32>,
-    /// Traces of every claude run (issue 43; [`TelemetrySection`]).
+    /// Traces of every claude run (issue 43; [`TelemetrySection`]), boxed:
+    /// most hives have none, and the config travels in channel messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub telemetry: Option<TelemetrySection>,
+    pub telemetry: Option<Box<TelemetrySection>>,
 }
 
 // ---- telemetry (issue 43, item 1) -------------------------------------------

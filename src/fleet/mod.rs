@@ -224,8 +224,8 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
     settings.origin = dash.base_url();
     // Traces (issue 43): one exporter for the hive, fed by the harnesses
     // through the broker (`export_spans`); none without an endpoint.
-    let telemetry = crate::telemetry::Config::resolve(&env, cfg.telemetry.as_ref())
-        .map_err(UpError::Run)?;
+    let telemetry =
+        crate::telemetry::Config::resolve(&env, cfg.telemetry.as_deref()).map_err(UpError::Run)?;
     let spans = crate::telemetry::Exporter::start(
         &telemetry,
         crate::telemetry::otlp::Resource::new(

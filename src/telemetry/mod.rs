@@ -70,18 +70,15 @@ impl Config {
             Some(v) => match v.trim().to_ascii_lowercase().as_str() {
                 "true" => true,
                 "false" | "" => false,
-                _ => {
-                    return Err(Env::bad(
-                        "OTEL_SDK_DISABLED",
-                        &v,
-                        "true or false",
-                    ))
-                }
+                _ => return Err(Env::bad("OTEL_SDK_DISABLED", &v, "true or false")),
             },
             None => sec.disabled.unwrap_or(false),
         };
         for (var, key) in [
-            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "telemetry.traces_protocol"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+                "telemetry.traces_protocol",
+            ),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "telemetry.protocol"),
         ] {
             let (name, value) = match env.get(var) {
@@ -129,12 +126,18 @@ impl Config {
             }
         }
         let headers = match env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") {
-            Some(h) => parse_pairs(&h).map_err(|e| format!("OTEL_EXPORTER_OTLP_TRACES_HEADERS: {e}"))?,
+            Some(h) => {
+                parse_pairs(&h).map_err(|e| format!("OTEL_EXPORTER_OTLP_TRACES_HEADERS: {e}"))?
+            }
             None => match env.get("OTEL_EXPORTER_OTLP_HEADERS") {
                 Some(h) => {
                     parse_pairs(&h).map_err(|e| format!("OTEL_EXPORTER_OTLP_HEADERS: {e}"))?
                 }
-                None => sec.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                None => sec
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
             },
         };
         for (k, v) in &headers {
@@ -174,8 +177,14 @@ impl Config {
             return Vec::new();
         };
         let mut v = vec![
-            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT".to_string(), url.clone()),
-            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL".to_string(), "http/json".to_string()),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT".to_string(),
+                url.clone(),
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL".to_string(),
+                "http/json".to_string(),
+            ),
         ];
         if !self.headers.is_empty() {
             let h: Vec<String> = self
@@ -324,7 +333,10 @@ mod tests {
         let c = resolve(
             &[
                 ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
-                ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20abc, x-team=ops"),
+                (
+                    "OTEL_EXPORTER_OTLP_HEADERS",
+                    "authorization=Bearer%20abc, x-team=ops",
+                ),
                 ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod"),
                 ("OTEL_SERVICE_NAME", "my-hive"),
             ],

@@ -19,7 +19,12 @@ impl Resource {
         let mut attributes: Vec<(String, String)> = cfg
             .resource
             .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "service.name" | "service.instance.id" | "hive.name"))
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "service.name" | "service.instance.id" | "hive.name"
+                )
+            })
             .cloned()
             .collect();
         attributes.push(("service.name".into(), cfg.service_name.clone()));
@@ -114,7 +119,10 @@ mod tests {
         };
         let cfg = crate::telemetry::Config {
             service_name: "hive".into(),
-            resource: vec![("service.name".into(), "x".into()), ("team".into(), "a".into())],
+            resource: vec![
+                ("service.name".into(), "x".into()),
+                ("team".into(), "a".into()),
+            ],
             ..Default::default()
         };
         let body = encode(&Resource::new(&cfg, "i", Some("h")), &[s]);
@@ -130,6 +138,9 @@ mod tests {
         assert_eq!(sp["attributes"][0]["value"]["intValue"], "3");
         assert_eq!(sp["status"]["code"], 2);
         assert_eq!(sp["links"][0]["spanId"], "04".repeat(8));
-        assert!(rs["schemaUrl"].as_str().unwrap().ends_with(crate::telemetry::SEMCONV_VERSION));
+        assert!(rs["schemaUrl"]
+            .as_str()
+            .unwrap()
+            .ends_with(crate::telemetry::SEMCONV_VERSION));
     }
 }

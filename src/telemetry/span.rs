@@ -14,7 +14,8 @@ fn random<const N: usize>() -> [u8; N] {
     let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut out));
     if read.is_err() || out.iter().all(|b| *b == 0) {
         static N_: AtomicU64 = AtomicU64::new(1);
-        let mut x = now_ns() ^ (u64::from(std::process::id()) << 32) ^ N_.fetch_add(1, Ordering::Relaxed);
+        let mut x =
+            now_ns() ^ (u64::from(std::process::id()) << 32) ^ N_.fetch_add(1, Ordering::Relaxed);
         for b in out.iter_mut() {
             // xorshift64*
             x ^= x >> 12;
@@ -43,7 +44,14 @@ pub fn uuid4() -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h = crate::proto::cmd::hex(&b);
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
 /// Now, in unix nanoseconds.

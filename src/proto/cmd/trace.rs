@@ -43,7 +43,9 @@ impl TraceId {
         hex(&self.0)
     }
     pub fn parse(s: &str) -> Option<TraceId> {
-        unhex::<16>(s).filter(|b| b.iter().any(|x| *x != 0)).map(TraceId)
+        unhex::<16>(s)
+            .filter(|b| b.iter().any(|x| *x != 0))
+            .map(TraceId)
     }
 }
 
@@ -52,7 +54,9 @@ impl SpanId {
         hex(&self.0)
     }
     pub fn parse(s: &str) -> Option<SpanId> {
-        unhex::<8>(s).filter(|b| b.iter().any(|x| *x != 0)).map(SpanId)
+        unhex::<8>(s)
+            .filter(|b| b.iter().any(|x| *x != 0))
+            .map(SpanId)
     }
 }
 
