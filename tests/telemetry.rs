@@ -8,6 +8,11 @@
 //! `TRACEPARENT` is that span, no `OTEL_` variable reaches claude, and an
 //! unreachable collector neither slows nor fails a turn (its spans are
 //! dropped and counted). A protocol other than `http/json` stops the start.
+//! A `traceparent` given to `hive wake` links the run to it, and one `hive
+//! mcp` takes from the sending run links the recipient's run to the sender's
+//! (with the fake claude, and with the real CLI at both ends of the window:
+//! the CLI passes `TRACEPARENT` on to its MCP servers). Under `hive up` the
+//! harnesses hand their spans to `hive up`'s one exporter.
 
 mod common;
 
@@ -611,3 +616,62 @@ fn under_hive_up_the_harnesses_hand_their_spans_to_hive_up() {
     let bodies: Vec<Value> = col.bodies().into_iter().map(|(_, b)| b).collect();
     check_with_protobuf(&bodies);
 }
+
+/// The real CLI passes the run's `TRACEPARENT` on to `hive mcp`, whose
+/// `send` stores it with the message (so the recipient's run links to it).
+fn the_real_cli_hands_hive_mcp_the_runs_traceparent(cli: &common::claude_cli::RealCli) {
+    use common::claude_cli::{claude_env, harness_invocation, run_claude, Sandbox};
+    use common::fake_anthropic::{FakeAnthropic, Scenario, Step};
+    let broker = Broker::start(&["ruth"]);
+    let state = TempDir::new("cli-trace");
+    let sandbox = Sandbox::new("cli-trace");
+    let fake = FakeAnthropic::start(Scenario::of(vec![
+        Step::tool_use(
+            "mcp__hyperhive__send",
+            serde_json::json!({"to": "operator", "body": "traced"}),
+        ),
+        Step::text("sent it"),
+    ]));
+    let socket = broker.agent_socket("ruth");
+    let bash_socket = state.path().join("bash.sock");
+    let harness = harness_invocation(
+        state.path(),
+        &state.path().join("run"),
+        &[
+            ("HIVE_SOCKET", socket.to_str().unwrap()),
+            ("HIVE_STATE_DIR", state.path().to_str().unwrap()),
+            ("HIVE_BASH_SOCKET", bash_socket.to_str().unwrap()),
+        ],
+        "claude-sonnet-4-5",
+        false,
+    );
+    let mut env = claude_env(&sandbox.home, &fake.base_url());
+    env.push(("TRACEPARENT".into(), TP.into()));
+    let run = run_claude(
+        cli,
+        &sandbox.cwd,
+        &env,
+        &harness.argv(),
+        "do it\n",
+        Duration::from_secs(90),
+    );
+    assert!(!run.timed_out, "the CLI hung\n{run}");
+    assert_eq!(run.code, Some(0), "{run}");
+    let inbox = operator_inbox(&broker);
+    assert_eq!(inbox.len(), 1, "{inbox:?}\n{run}");
+    let db = rusqlite::Connection::open_with_flags(
+        broker.state_dir().join("broker.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let stored: Option<String> = db
+        .query_row(
+            "SELECT traceparent FROM messages WHERE id = ?1",
+            [inbox[0].id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(stored.as_deref(), Some(TP), "{run}");
+}
+
+common::claude_cli::real_cli_tests!(the_real_cli_hands_hive_mcp_the_runs_traceparent);
