@@ -1605,7 +1605,10 @@ impl TurnLoop {
             Settle::Ack(why) => {
                 if let Some(w) = self.work.take() {
                     self.ledger.forget(w.key);
-                    w.guard.ack(why);
+                    // The turn log's id of its turn, once written (a turn
+                    // of a few milliseconds may not be yet: no turn named).
+                    let turn = w.key.id().and_then(|id| self.bus.history_turn(id));
+                    w.guard.ack_turn(why, turn);
                 }
             }
             Settle::DeadLetter { notice } => {
