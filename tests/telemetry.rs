@@ -675,3 +675,47 @@ fn the_real_cli_hands_hive_mcp_the_runs_traceparent(cli: &common::claude_cli::Re
 }
 
 common::claude_cli::real_cli_tests!(the_real_cli_hands_hive_mcp_the_runs_traceparent);
+
+/// With `telemetry.cli` (`HIVE_TELEMETRY_CLI=1`, which `hive up` sets for
+/// `telemetry.cli: true`) claude gets the collector and its headers, and the
+/// harness leaves the tool spans to the CLI.
+#[test]
+fn with_telemetry_cli_claude_gets_the_collector_and_the_tool_spans_are_its_own() {
+    let col = Collector::start();
+    let b = Broker::start(&["ana"]);
+    let h = Harness::start(
+        &b,
+        "ana",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", col.url.as_str()),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20t0k"),
+            ("HIVE_TELEMETRY_CLI", "1"),
+        ],
+    );
+    h.fake.default_step(TOOL_TURN);
+    h.fake.wait_count(1);
+    wait_drained(&b, "ana");
+    let id = operator_send(&b, "ana", "read it");
+    h.fake.wait_count(2);
+    let run = run_of(&col, "ana", id);
+    let env = inv_env(&h, 2);
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(
+        get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+        Some(format!("{}/v1/traces", col.url))
+    );
+    assert_eq!(
+        get("OTEL_EXPORTER_OTLP_TRACES_HEADERS").as_deref(),
+        Some("authorization=Bearer%20t0k")
+    );
+    assert_eq!(get("CLAUDE_CODE_ENABLE_TELEMETRY").as_deref(), Some("1"));
+    // Only the variables the harness passes on: not OTEL_SERVICE_NAME & co.
+    assert_eq!(get("OTEL_EXPORTER_OTLP_ENDPOINT"), None);
+    assert_eq!(get("OTEL_EXPORTER_OTLP_HEADERS"), None);
+    assert!(
+        col.spans()
+            .iter()
+            .all(|s| s["parentSpanId"] != run["spanId"]),
+        "no tool span of hive's"
+    );
+}

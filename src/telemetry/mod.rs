@@ -170,13 +170,16 @@ impl Config {
         })
     }
 
-    /// What claude gets with `telemetry.cli`: the endpoint and headers, in
-    /// the standard variables (the traces endpoint as is).
+    /// What claude gets with `telemetry.cli`: its own telemetry on
+    /// (`CLAUDE_CODE_ENABLE_TELEMETRY`, traces to OTLP), and the endpoint and
+    /// headers in the standard variables (the traces endpoint as is).
     pub fn cli_vars(&self) -> Vec<(String, String)> {
         let Some(url) = self.endpoint.as_ref().filter(|_| self.cli) else {
             return Vec::new();
         };
         let mut v = vec![
+            ("CLAUDE_CODE_ENABLE_TELEMETRY".to_string(), "1".to_string()),
+            ("OTEL_TRACES_EXPORTER".to_string(), "otlp".to_string()),
             (
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT".to_string(),
                 url.clone(),
@@ -365,6 +368,14 @@ mod tests {
         let vars = c.harness_vars();
         assert!(vars.contains(&(VIA_BROKER_VAR.into(), "1".into())));
         assert!(vars.contains(&("OTEL_EXPORTER_OTLP_TRACES_HEADERS".into(), "k=v".into())));
+        assert!(vars.contains(&("CLAUDE_CODE_ENABLE_TELEMETRY".into(), "1".into())));
+        // Without `cli` claude gets nothing but its TRACEPARENT.
+        let c = resolve(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")], None).unwrap();
+        assert!(c.cli_vars().is_empty());
+        assert_eq!(
+            c.harness_vars(),
+            [(VIA_BROKER_VAR.to_string(), "1".to_string())]
+        );
         // The environment wins over the file.
         let c = resolve(&[("OTEL_SERVICE_NAME", "env")], Some(&sec)).unwrap();
         assert_eq!(c.service_name, "env");
