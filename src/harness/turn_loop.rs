@@ -335,12 +335,11 @@ impl TurnLoop {
         let bus = shared.bus.clone();
         // Settings::read checked the variables; a thread that cannot start
         // leaves the harness without traces, not without turns.
-        let tracer =
-            trace::Tracer::from_env(&crate::sys::env::Env::process(), poller.teller(), &s.label)
-                .unwrap_or_else(|e| {
-                    log::error!("telemetry: {e}; no traces are exported");
-                    trace::Tracer::off()
-                });
+        let tracer = trace::Tracer::from_env(&crate::sys::env::Env::process(), poller.teller())
+            .unwrap_or_else(|e| {
+                log::error!("telemetry: {e}; no traces are exported");
+                trace::Tracer::off()
+            });
         TurnLoop {
             work: None,
             arrived: None,

@@ -182,7 +182,7 @@ impl Tracer {
     /// From the harness's environment: `hive up`'s variables hand the spans
     /// to the broker; an endpoint of its own starts this harness's exporter;
     /// else nothing is exported. A bad setting is an error naming it.
-    pub fn from_env(env: &Env, teller: Teller, label: &str) -> Result<Tracer, String> {
+    pub fn from_env(env: &Env, teller: Teller) -> Result<Tracer, String> {
         let cfg = telemetry::Config::resolve(env, None)?;
         let via_broker = env.get(telemetry::VIA_BROKER_VAR).is_some_and(|v| v == "1");
         let cli = env.get(telemetry::CLI_VAR).is_some_and(|v| v == "1");
@@ -200,7 +200,6 @@ impl Tracer {
                 None => Sink::Off,
             }
         };
-        let _ = label;
         Ok(Tracer {
             cli_vars: if matches!(sink, Sink::Off) {
                 Vec::new()
