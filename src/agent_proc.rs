@@ -23,9 +23,22 @@ pub const OPERATOR_VARS: &[&str] = &["HIVE_WEB_TOKEN", "HIVE_DASHBOARD_TOKEN", "
 /// supervisor (`HIVE_UP_…`), including those added later.
 pub const OPERATOR_PREFIXES: &[&str] = &["HIVE_WEB_", "HIVE_DASHBOARD_", "HIVE_UP_"];
 
-/// Is `name` one of the operator's variables?
+/// The OpenTelemetry settings (`OTEL_…`): the collector's endpoint and its
+/// headers (often a token) are the operator's (issue 43). Only with the fleet
+/// file's `telemetry.cli: true` does the harness set them on claude itself.
+pub const TELEMETRY_PREFIX: &str = "OTEL_";
+
+/// Is `name` one of the OpenTelemetry settings?
+pub fn is_telemetry_var(name: &str) -> bool {
+    name.starts_with(TELEMETRY_PREFIX)
+}
+
+/// Is `name` one of the operator's variables (the OpenTelemetry settings
+/// included)?
 pub fn is_operator_var(name: &str) -> bool {
-    OPERATOR_VARS.contains(&name) || OPERATOR_PREFIXES.iter().any(|p| name.starts_with(p))
+    OPERATOR_VARS.contains(&name)
+        || OPERATOR_PREFIXES.iter().any(|p| name.starts_with(p))
+        || is_telemetry_var(name)
 }
 
 /// Removes every operator variable from `cmd`'s environment: those it would

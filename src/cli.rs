@@ -148,7 +148,8 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
     CommandHelp {
         name: "wake",
         summary: "push one message into the agent's own inbox (for scripts and daemons)",
-        usage: "hive wake [--to AGENT] --from NAME --body TEXT [--transient] [--socket PATH]
+        usage: "hive wake [--to AGENT] --from NAME --body TEXT [--transient] [--traceparent TP]
+          [--socket PATH]
 
   --to AGENT          wake AGENT through the operator's host socket (default
                       {HOST_SOCKET}); without it, the agent
@@ -158,16 +159,20 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
                       broker, reminder, scheduler), no control characters
   --body TEXT         the message, at most 64 KiB; `-` reads it from stdin
   --transient         deliver without storing it (lost if the broker restarts)
+  --traceparent TP    the W3C traceparent of what sent it (00-TRACEID-SPANID-FLAGS):
+                      the agent's run links to that span (docs/observability.md);
+                      not kept with --transient
   --socket PATH       the agent socket (default {AGENT_SOCKET}),
                       or with --to the host socket",
     },
     CommandHelp {
         name: "send",
         summary: "operator: send a message to an agent",
-        usage: "hive send --to AGENT [--reply-to ID] [--socket PATH] [--json] TEXT
+        usage: "hive send --to AGENT [--reply-to ID] [--traceparent TP] [--socket PATH] [--json] TEXT
 
   --to AGENT          the agent to message
   --reply-to ID       the message id this answers
+  --traceparent TP    the W3C traceparent the agent's run links to
   --socket PATH       the host socket (default {HOST_SOCKET})
   --json              print the broker's answer as JSON
   TEXT                the message, at most 64 KiB; `-` reads it from stdin",
@@ -618,6 +623,8 @@ pub struct WakeArgs {
     pub body: String,
     pub transient: bool,
     pub socket: Option<PathBuf>,
+    /// `--traceparent`: the W3C trace context the agent's run links to.
+    pub traceparent: Option<String>,
 }
 
 /// What every operator command takes: `--socket PATH` and `--json`.
@@ -635,6 +642,8 @@ pub struct SendArgs {
     pub reply_to: Option<i64>,
     /// `-` means stdin.
     pub text: String,
+    /// `--traceparent`: the W3C trace context the agent's run links to.
+    pub traceparent: Option<String>,
 }
 
 /// `hive inbox`.
@@ -1093,11 +1102,12 @@ fn parse_serve(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
 
 fn parse_wake(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     let (mut from, mut body, mut transient, mut socket) = (None, None, false, None);
-    let mut to = None;
+    let (mut to, mut traceparent) = (None, None);
     while let Some(arg) = p.next()? {
         match arg {
             Long("help") | Short('h') => return Err(help()),
             Long("to") => to = Some(utf8(p.value()?)?),
+            Long("traceparent") => traceparent = Some(utf8(p.value()?)?),
             Long("from") => from = Some(utf8(p.value()?)?),
             Long("body") => body = Some(utf8(p.value()?)?),
             Long("transient") => transient = true,
@@ -1111,14 +1121,17 @@ fn parse_wake(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
         body: body.ok_or("missing --body TEXT (or --body - for stdin)")?,
         transient,
         socket,
+        traceparent,
     }))
 }
 
 fn parse_send(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
     let mut host = HostArgs::default();
     let (mut to, mut reply_to, mut text) = (None, None, Vec::new());
+    let mut traceparent = None;
     while let Some(arg) = p.next()? {
         match arg {
+            Long("traceparent") => traceparent = Some(utf8(p.value()?)?),
             Long("socket") => host.socket = Some(p.value()?.into()),
             Long("json") => host.json = true,
             Long("help") | Short('h') => return Err(help()),
@@ -1136,6 +1149,7 @@ fn parse_send(p: &mut Parser) -> Result<Cmd, lexopt::Error> {
         to: to.ok_or("missing --to AGENT")?,
         reply_to,
         text: text.join(" "),
+        traceparent,
     }))
 }
 
@@ -1638,7 +1652,8 @@ mod tests {
                 from: "cron".into(),
                 body: "-".into(),
                 transient: false,
-                socket: None
+                socket: None,
+                traceparent: None,
             })
         );
         let Cmd::Send(s) = run(&["send", "--to", "ruth", "hello", "there"]).unwrap() else {

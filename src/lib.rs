@@ -24,4 +24,5 @@ pub mod mcp;
 pub mod ops;
 pub mod proto;
 pub mod sys;
+pub mod telemetry;
 pub mod web;

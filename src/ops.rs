@@ -160,6 +160,19 @@ fn read_stdin(what: &str) -> Result<String, String> {
     Ok(s)
 }
 
+/// A broker older than traces refuses the `traceparent` field as unknown:
+/// the error says so in words (issue 43).
+fn too_old_for_traceparent(e: String, tp: &Option<String>) -> String {
+    if tp.is_some() && e.contains("unknown field") && e.contains("traceparent") {
+        format!(
+            "the broker is too old for --traceparent (it refuses the field: {e}); upgrade the \
+             broker (restart hive up or hive broker with this hive), or leave --traceparent out"
+        )
+    } else {
+        e
+    }
+}
+
 pub fn wake(a: &WakeArgs) -> Result<(), String> {
     let body = read_text(&a.body, "the body")?;
     let wake = checked(Wake {
@@ -167,6 +180,7 @@ pub fn wake(a: &WakeArgs) -> Result<(), String> {
         body,
         transient: a.transient,
         to: a.to.clone(),
+        traceparent: a.traceparent.clone(),
     })?;
     let mut c = match &a.to {
         Some(_) => host_client(&HostArgs {
@@ -189,7 +203,7 @@ pub fn wake(a: &WakeArgs) -> Result<(), String> {
             })?
         }
     };
-    let r = call(&mut c, &wake)?;
+    let r = call(&mut c, &wake).map_err(|e| too_old_for_traceparent(e, &a.traceparent))?;
     // One line for the script's log; a closed stdout (cron, a daemon) is no
     // reason to fail: the message is stored already.
     let said = match r.id {
@@ -207,9 +221,10 @@ pub fn send(a: &SendArgs) -> Result<(), String> {
         body,
         in_reply_to: a.reply_to,
         receipt: false,
+        traceparent: a.traceparent.clone(),
     })?;
     let mut c = host_client(&a.host)?;
-    let r = call(&mut c, &send)?;
+    let r = call(&mut c, &send).map_err(|e| too_old_for_traceparent(e, &a.traceparent))?;
     if a.host.json {
         print_json(&r);
     } else {

@@ -24,6 +24,7 @@ fn wake(c: &mut Client, from: &str, body: &str) -> i64 {
             body: body.into(),
             transient: false,
             to: None,
+            traceparent: None,
         },
     );
     r["id"].as_i64().expect("stored id")
@@ -134,6 +135,7 @@ fn transient_wake_is_delivered_but_not_stored() {
             body: "exit 0".into(),
             transient: true,
             to: None,
+            traceparent: None,
         },
     );
     assert!(r.get("id").is_none_or(Value::is_null));
@@ -153,6 +155,7 @@ fn transient_wake_is_delivered_but_not_stored() {
             body: "pending".into(),
             transient: true,
             to: None,
+            traceparent: None,
         },
     );
     assert_eq!(status(&mut a).unread, 1);
@@ -349,6 +352,7 @@ fn an_agent_socket_acts_only_as_that_agent() {
             body: "for bob only".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     assert!(recv_next(&mut ana, 0).message.is_none());
@@ -366,6 +370,7 @@ fn an_agent_socket_acts_only_as_that_agent() {
             body: "y".into(),
             transient: false,
             to: Some("bob".into()),
+            traceparent: None,
         },
     );
     assert!(e.contains("can only wake ana"), "{e}");
@@ -419,6 +424,7 @@ fn parent_sentinel_and_allowed_recipients() {
             body: "done".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     assert_eq!(r["to"], "ruth");
@@ -432,6 +438,7 @@ fn parent_sentinel_and_allowed_recipients() {
             body: "hi boss".into(),
             in_reply_to: Some(m.id),
             receipt: false,
+            traceparent: None,
         },
     );
     assert_eq!(r["to"], "operator");
@@ -442,6 +449,7 @@ fn parent_sentinel_and_allowed_recipients() {
             body: "psst".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     assert!(e.contains("may not send"), "{e}");
@@ -452,6 +460,7 @@ fn parent_sentinel_and_allowed_recipients() {
             body: "x".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     assert!(e.contains("unknown recipient"), "{e}");
@@ -709,6 +718,7 @@ fn operator_commands_over_the_host_socket() {
             body: "looks good".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     let (_, out, _) = run_hive(&["inbox", "--peek"], None, &env);
@@ -1060,6 +1070,7 @@ fn attempts_positions_and_dead_letters_survive_a_broker_restart() {
             body: "one".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     // Another sender: a script.
@@ -1070,6 +1081,7 @@ fn attempts_positions_and_dead_letters_survive_a_broker_restart() {
             body: "two".into(),
             transient: false,
             to: Some("ana".into()),
+            traceparent: None,
         },
     );
     let mut a = b.agent("ana");

@@ -131,6 +131,7 @@ fn three_hundred_connections_on_one_agent_socket_lock_out_nobody_under_ulimit_25
             body: "from bob meanwhile".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     let refusing = b.log().matches("refusing connections").count();
@@ -285,6 +286,7 @@ fn a_body_of_the_old_wedging_size_is_refused_and_the_agent_keeps_working() {
             body: big.clone(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     assert!(e.contains("1048500 bytes") && e.contains("65536"), "{e}");
@@ -436,6 +438,7 @@ fn every_path_that_creates_a_message_checks_its_size_and_refuses_blank_text() {
             body: "y".repeat(hyperhive::proto::limits::MAX_BODY),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     let db = rusqlite::Connection::open(b.state_dir().join("broker.db")).unwrap();
@@ -545,6 +548,7 @@ fn hive_inbox_prints_twenty_big_messages_and_a_hang_up_or_head_loses_none() {
                 body: format!("report {i}: {}", "r".repeat(60_000)),
                 in_reply_to: None,
                 receipt: false,
+                traceparent: None,
             },
         );
     }

@@ -115,6 +115,7 @@ fn hive_up_tells_the_operator_once_per_hive_and_version() {
             body: "work".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         })
         .map(|r| serde_json::to_value(r).unwrap())
         .unwrap();

@@ -309,6 +309,7 @@ fn every_badge_link_and_button_of_a_card() {
             body: "please".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     let dash = up.dashboard();
@@ -363,6 +364,7 @@ fn every_badge_link_and_button_of_a_card() {
             body: "a long job".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     fake.wait_count(n);
@@ -541,6 +543,7 @@ fn the_dashboard_for_watching_at_desktop_and_phone_sizes() {
                 body: format!("job {i} of the night"),
                 in_reply_to: None,
                 receipt: false,
+                traceparent: None,
             },
         );
     }

@@ -446,6 +446,7 @@ ok_turn done"#,
             body: "poison pill".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     )["id"]
         .as_i64()

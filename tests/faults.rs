@@ -170,6 +170,7 @@ fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
                 body: body.clone(),
                 in_reply_to: None,
                 receipt: false,
+                traceparent: None,
             },
         );
         accepted.push(body);
@@ -184,6 +185,7 @@ fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
             body: body.clone(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         }) {
             Ok(_) => accepted.push(body),
             Err(ClientError::Refused(e)) => {
@@ -209,6 +211,7 @@ fn a_full_state_filesystem_gives_clear_errors_and_recovers() {
             body: "after".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     accepted.push("after".into());

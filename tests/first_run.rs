@@ -142,6 +142,7 @@ fn inbox_and_questions_indent_bodies_so_none_forges_a_header() {
             body: forged.into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     let (code, out, err) = run_hive(&["inbox", "--peek", "--socket", host], None, &[]);

@@ -325,6 +325,7 @@ fn claudes_processes_cannot_report_as_the_harness_nor_take_its_credential() {
             body: "after-the-forgers".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         })
         .unwrap();
     up.wait_prompt("ana", "after-the-forgers", 1);
@@ -366,6 +367,7 @@ fn sixty_four_connections_on_the_agent_socket_do_not_stop_a_turn() {
             body: "through-the-flood".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         })
         .unwrap();
     up.wait_prompt("ana", "through-the-flood", 1);
@@ -394,6 +396,7 @@ fn without_a_sandbox_the_harness_reports_on_its_socket_and_says_so_once() {
             body: "plain-turn".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         })
         .unwrap();
     up.wait_prompt("ana", "plain-turn", 1);

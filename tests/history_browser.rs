@@ -24,6 +24,7 @@ fn send(up: &Up, body: &str) {
             body: body.into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
 }

@@ -55,6 +55,7 @@ fn hive_search_and_hive_history_read_every_agents_page() {
             body: "the quokka-91 report".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     ok(
@@ -64,6 +65,7 @@ fn hive_search_and_hive_history_read_every_agents_page() {
             body: "quokka-91 audit, with a ferret".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     up.wait_prompt("ana", "quokka-91", 1);

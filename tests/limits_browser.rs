@@ -57,6 +57,7 @@ fn send(up: &Up, to: &str, body: &str) {
             body: body.into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
 }

@@ -362,6 +362,7 @@ fn the_real_clis_early_warning_is_on_the_dashboard_of_hive_up(cli: &RealCli) {
             body: "a job near the limit".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         })
         .unwrap();
     let dash = up.dashboard();

@@ -179,6 +179,7 @@ fn turn_usd_applies_live_under_hive_up() {
             body: "after the edit".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         })
         .unwrap();
     fake.wait_count(2);

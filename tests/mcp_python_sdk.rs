@@ -93,6 +93,7 @@ fn the_python_sdk_initializes_lists_and_calls_every_tool() {
             body: "queued for python".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     )["id"]
         .as_i64()

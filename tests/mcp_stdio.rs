@@ -68,6 +68,7 @@ impl Hive {
                 body: body.into(),
                 in_reply_to: None,
                 receipt: false,
+                traceparent: None,
             },
         );
         r["id"].as_i64().unwrap()

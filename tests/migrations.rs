@@ -168,11 +168,16 @@ const STEP_12_OBJECTS: [&str; 9] = [
     "notify_on_message",
 ];
 
-/// Takes off the columns step 16 appended to each message row (when it was
-/// handed out, how, the turn that acked it, and whether its sender wants a
-/// receipt), none for every old row.
+/// Takes off the columns steps 16 and 17 appended to each message row (when
+/// it was handed out, how, the turn that acked it, whether its sender wants
+/// a receipt; its traceparent), none for every old row.
 fn step_16_off(rows: &mut [Vec<Value>]) {
     for r in rows.iter_mut() {
+        assert_eq!(
+            r.pop(),
+            Some(Value::Null),
+            "step 17: an old row carries no traceparent"
+        );
         let at = r.len() - 4;
         assert_eq!(
             r.split_off(at),
@@ -550,6 +555,7 @@ fn a_version_11_store_charges_new_messages_through_step_12() {
             body,
             transient: false,
             to: None,
+            traceparent: None,
         },
     );
     assert_eq!(agent_row(&b, "ana").stored_bytes, 1000);
@@ -1132,6 +1138,7 @@ fn a_version_12_swarm_store_keeps_every_event_id_through_step_13() {
             body: "third out".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     let next: BridgeNextReply = br.call(&BridgeNext { wait_seconds: None }).unwrap();
@@ -1254,6 +1261,7 @@ fn the_previous_releases_store_gains_the_notify_outbox_through_step_18() {
         body: "done with the migration",
         kind: &MsgKind::Message,
         in_reply_to: None,
+        receipt: false,
     };
     store.insert_message(&to_operator, 1_800_000_000).unwrap();
     assert!(
@@ -1322,4 +1330,41 @@ fn broker_on_v12() -> Broker {
     copy_fixture("broker-v12.db", &b.state_dir(), db::FILE);
     b.restart();
     b
+}
+
+/// Step 17 (issue 43): a store of the release before it (schema 16: the
+/// previous release's fixture migrated to 16, step 17's column not there)
+/// gains the `traceparent` column, every old row without one, and keeps
+/// every row; a message stored then carries its traceparent.
+#[test]
+fn a_version_16_store_gains_the_traceparent_of_each_message_through_step_17() {
+    let dir = TempDir::new("mig-v16");
+    let path = copy_fixture("broker-v12.db", dir.path(), db::FILE);
+    drop(Db::open(&path, Durability::Normal).unwrap());
+    {
+        // Back to the schema release 16 wrote: no step 17.
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("ALTER TABLE messages DROP COLUMN traceparent; PRAGMA user_version = 16;")
+            .unwrap();
+        assert_eq!(schema::version(&c).unwrap(), 16);
+    }
+    let before = rows(&path, "messages");
+    let store = Db::open(&path, Durability::Normal).unwrap();
+    let c = Connection::open(&path).unwrap();
+    assert_eq!(schema::version(&c).unwrap(), 17);
+    assert_eq!(db::MIGRATIONS.last().unwrap().version, 17);
+    let mut now = rows(&path, "messages");
+    for r in now.iter_mut() {
+        assert_eq!(r.pop(), Some(Value::Null), "an old row has no traceparent");
+    }
+    assert_eq!(now, before, "every row, every column");
+    assert_eq!(store.traceparent(1).unwrap(), None);
+    let id = store
+        .insert_message(&operator_mail("ana", "traced"), 100)
+        .unwrap();
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    store.set_traceparent(id, tp).unwrap();
+    assert_eq!(store.traceparent(id).unwrap().as_deref(), Some(tp));
+    assert_eq!(store.traceparent(id + 100).unwrap(), None);
+    assert_intact(&c);
 }

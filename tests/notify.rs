@@ -9,7 +9,7 @@
 mod common;
 
 use common::hive::{ok, run_hive, wait_for, Broker, Process, TempDir};
-use hyperhive::proto::cmd::{Ask, DeadLetter, RecvNext, Send};
+use hyperhive::proto::cmd::{Ask, DeadLetter, RecvNext};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -309,16 +309,7 @@ fn broker(notify: &str) -> Broker {
 }
 
 fn send(b: &Broker, from: &str, to: &str, body: &str) -> i64 {
-    let r = ok(
-        &mut b.agent(from),
-        Send {
-            to: to.into(),
-            body: body.into(),
-            in_reply_to: None,
-            receipt: false,
-        },
-    );
-    r["id"].as_i64().unwrap()
+    common::hive::agent_send(b, from, to, body)
 }
 
 fn status(b: &Broker) -> Value {

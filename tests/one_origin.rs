@@ -180,6 +180,7 @@ fn the_live_stream_flows_through_the_hive_and_comes_back_after_a_restart() {
         body: "first through the hive".into(),
         in_reply_to: None,
         receipt: false,
+        traceparent: None,
     })
     .unwrap();
     let end = Duration::from_secs(30);
@@ -204,6 +205,7 @@ fn the_live_stream_flows_through_the_hive_and_comes_back_after_a_restart() {
         body: "second through the hive".into(),
         in_reply_to: None,
         receipt: false,
+        traceparent: None,
     })
     .unwrap();
     wait_for(end, "a live turn_end after the restart", || {
@@ -476,6 +478,7 @@ fn a_process_claude_starts_cannot_take_the_harnesss_descriptors() {
             body: "probe your harness".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         })
         .unwrap();
     let said = wait_for(Duration::from_secs(30), "the probe's answer", || {

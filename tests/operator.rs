@@ -120,6 +120,7 @@ fn the_operator_stops_and_starts_any_agent_and_a_stop_lasts_across_restarts() {
             body: "read me when you are back".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     assert_eq!(unread(&up, "pal"), 1);

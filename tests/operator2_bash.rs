@@ -416,6 +416,7 @@ ok_turn "done"
             body: "look around".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         })
         .unwrap();
     up.wait_prompt("ana", "look around", 1);

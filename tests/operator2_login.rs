@@ -320,6 +320,7 @@ fn an_expired_oauth_token_reaches_the_manager() {
             body: "build it".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     up.wait_prompt("boss", "[needs_login] kid", 1);

@@ -199,6 +199,7 @@ fn send_to_ruth(agent: &Agent, body: &str) -> i64 {
             body: body.into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     )["id"]
         .as_i64()
@@ -281,6 +282,7 @@ fn the_model_receives_a_queued_message_which_is_then_confirmed(cli: &RealCli) {
             body: "queued for claude".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     )["id"]
         .as_i64()

@@ -440,6 +440,56 @@ ok_turn done"#,
     assert!(s.text.contains(" by "), "{}", s.text);
 }
 
+/// A real harness acks its message with the turn it ran in: the id of the
+/// turn in its turn log (`history.db`), which `message_state` and `hive
+/// message ID` then show.
+#[test]
+fn the_harness_acks_with_the_turn_of_its_turn_log() {
+    let b = Broker::start(&["kid", "bob"]);
+    let h = Harness::start(&b, "kid", &[]);
+    h.fake.wait_count(1);
+    wait_drained(&b, "kid");
+    // The run of the message waits until the test has seen its turn in the
+    // turn log, so the log has it when the run ends.
+    h.fake.default_step(
+        r#"if grep -q turn-id-please "$dir/inv-$FAKE_N.stdin"; then init; while [ ! -e "$dir/go-$FAKE_N" ]; do sleep 0.05; done; fi
+ok_turn done"#,
+    );
+    let id = agent_send(&b, "bob", "kid", "turn-id-please");
+    let n = wait_for(T, "the run of the message", || {
+        (1..=h.fake.count()).find(|&n| h.fake.stdin(n).contains("turn-id-please"))
+    });
+    let log = h.state_dir().join("history.db");
+    let turn: i64 = wait_for(T, "the turn in the turn log", || {
+        let db =
+            rusqlite::Connection::open_with_flags(&log, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .ok()?;
+        db.query_row("SELECT id FROM turns WHERE message_id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .ok()
+    });
+    std::fs::write(h.fake.dir.join(format!("go-{n}")), "").unwrap();
+    let mut bob = b.agent("bob");
+    let s = wait_for(T, "the message to be acked", || {
+        let s = state(&mut bob, id);
+        (s.state == Where::Acked).then_some(s)
+    });
+    assert_eq!(
+        (s.via.as_deref(), s.turn),
+        (Some("turn"), Some(turn)),
+        "{s:?}"
+    );
+    assert!(
+        s.text.ends_with(&format!(" by kid's turn {turn}")),
+        "{}",
+        s.text
+    );
+    let (code, out, err) = hive_message(&b, &[&id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("by kid's turn {turn}")), "{out}");
+}
+
 /// ana (a real `hive serve` with the fake claude) sends bob 20 messages with
 /// `receipt: true`; bob's side is played on his socket (10 acked by turns,
 /// 10 through `recv`). The 20 receipts wake nothing: ana's harness runs no
@@ -526,6 +576,7 @@ fn twenty_sends_with_receipts_cost_no_turn_of_the_sender() {
             body: "hi".into(),
             in_reply_to: None,
             receipt: true,
+            traceparent: None,
         },
     );
     assert!(e.contains("receipt is for mail on this hive"), "{e}");

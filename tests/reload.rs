@@ -75,6 +75,7 @@ fn send(up: &Up, to: &str, body: &str) -> Result<(), String> {
         body: body.into(),
         in_reply_to: None,
         receipt: false,
+        traceparent: None,
     };
     let line = serde_json::to_string(&hyperhive::proto::Request::from(req)).unwrap();
     common::hive::call_raw(&mut c, &line)

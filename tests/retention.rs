@@ -101,6 +101,7 @@ fn wake(from: &str, body: &str) -> Wake {
         body: body.into(),
         transient: false,
         to: None,
+        traceparent: None,
     }
 }
 
@@ -422,6 +423,7 @@ fn the_limit_of_a_minute_refuses_one_sender_and_not_the_operator_or_another() {
             body: "hi".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     assert!(e.starts_with("over quota: ana stored"), "{e}");

@@ -215,6 +215,7 @@ fn crash_loop_loses_no_accepted_message() {
             body: tok.into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         };
         call_on(&mut slot, &host, &req)
     }));
@@ -231,6 +232,7 @@ fn crash_loop_loses_no_accepted_message() {
                 body: tok.into(),
                 in_reply_to: None,
                 receipt: false,
+                traceparent: None,
             };
             call_on(&mut slot, &ana, &req)
         },

@@ -101,6 +101,7 @@ fn operator_send(up: &Up, to: &str, body: &str) -> i64 {
             body: body.into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     r["id"].as_i64().unwrap()
@@ -115,6 +116,7 @@ fn agent_send(up: &Up, from: &str, to: &str, body: &str) {
             body: body.into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
 }

@@ -96,6 +96,7 @@ impl Hive {
                 body: body.into(),
                 in_reply_to,
                 receipt: false,
+                traceparent: None,
             },
         );
         r["id"].as_i64().unwrap()

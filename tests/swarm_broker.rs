@@ -113,6 +113,7 @@ fn send(c: &mut Client, to: &str, body: &str, in_reply_to: Option<i64>) -> i64 {
             body: body.into(),
             in_reply_to,
             receipt: false,
+            traceparent: None,
         },
     );
     r["id"].as_i64().unwrap()
@@ -125,6 +126,7 @@ fn mail(to: &str, body: &str) -> Send {
         body: body.into(),
         in_reply_to: None,
         receipt: false,
+        traceparent: None,
     }
 }
 

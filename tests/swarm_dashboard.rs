@@ -64,6 +64,7 @@ fn the_operator_sees_the_bridge_backing_off_with_its_outbox() {
             body: "waits for the homeserver".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     let row = wait_for(Duration::from_secs(30), "the bridge backing off", || {
@@ -103,6 +104,7 @@ fn the_operator_sees_the_bridge_backing_off_with_its_outbox() {
             body: "local work goes on".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     up.wait_prompt("a", "local work goes on", 1);

@@ -65,6 +65,7 @@ fn kill_and_write(up: &Up, agent: &str) -> u32 {
             body: DOWN.into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     pid
@@ -708,6 +709,7 @@ fn sigterm_requeues_an_inflight_turn_and_the_next_hive_up_finishes_it() {
             body: "a long job".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     fake.wait_count(next);

@@ -333,6 +333,7 @@ fn an_agent_page_of_hive_up_streams_through_nginx() {
                 body: body.into(),
                 in_reply_to: None,
                 receipt: false,
+                traceparent: None,
             },
         );
     };

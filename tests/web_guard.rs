@@ -204,6 +204,7 @@ fn cross_site_changes_to_the_dashboard_are_refused_and_change_nothing() {
             body: "a report".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         },
     );
     let report = sent["id"].as_i64().unwrap();

@@ -351,6 +351,7 @@ impl Waker {
             body: wake_body(rec, &self.tasks_dir),
             transient: false,
             to: None,
+            traceparent: None,
         })
     }
 

@@ -86,6 +86,8 @@ pub struct BrokerDeps {
     pub config_path: Option<PathBuf>,
     /// The agents' supervised logs (`get_logs`).
     pub logs: Option<Arc<dyn lifecycle::LogTail>>,
+    /// `hive up`'s span exporter (`export_spans`); None under plain `hive broker`.
+    pub spans: Option<crate::telemetry::Exporter>,
 }
 
 /// How long a lifecycle call waits for the supervisor.
@@ -268,6 +270,7 @@ pub fn start(
         logs: deps.logs,
         run_dir: Some(args.run_dir.clone()),
         notify: notify.as_ref().map(notify::Handle::nudger),
+        spans: deps.spans,
     };
     // The hub holds statements that borrow the store, so both live in the
     // frame of the hub thread; it says whether it could start before it
@@ -356,6 +359,7 @@ pub fn run(args: BrokerSettings) -> Result<(), BrokerError> {
             lifecycle: None,
             config_path: args.config.clone(),
             logs: None,
+            spans: None,
         },
     )?;
     eprintln!(

@@ -63,6 +63,10 @@ pub struct HiveConfig {
     /// [`notify::NotifySection`], `docs/config.md`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notify: Option<Box<notify::NotifySection>>,
+    /// Traces of every claude run (issue 43; [`TelemetrySection`]), boxed:
+    /// most hives have none, and the config travels in channel messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<Box<TelemetrySection>>,
 }
 
 /// Where each agent was last found in [`HiveConfig::agents`]: a hint that
@@ -88,6 +92,48 @@ impl std::fmt::Debug for AgentIndex {
         f.write_str("AgentIndex")
     }
 }
+
+// ---- telemetry (issue 43, item 1) -------------------------------------------
+
+/// The fleet file's `telemetry` section: where `hive up` exports the spans
+/// of every claude run (OTLP/HTTP JSON). Each key has its standard `OTEL_*`
+/// variable, which wins when set in `hive up`'s environment
+/// (`telemetry::Config::resolve`; `docs/config.md`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySection {
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`: the collector's base URL (`/v1/traces`
+    /// is appended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`: the traces URL, used as is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traces_endpoint: Option<String>,
+    /// `OTEL_EXPORTER_OTLP_HEADERS`: request headers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// `OTEL_SERVICE_NAME` (default `hive`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
+    /// `OTEL_RESOURCE_ATTRIBUTES`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resource_attributes: BTreeMap<String, String>,
+    /// `OTEL_SDK_DISABLED`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<bool>,
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL`: only `http/json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`: only `http/json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traces_protocol: Option<String>,
+    /// Claude gets the endpoint and headers too (its own spans nest under
+    /// the run's); agents then hold the headers (`docs/security.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli: Option<bool>,
+}
+
+// ---- end of telemetry --------------------------------------------------------
 
 /// The memory one real `claude` process takes, give or take: what
 /// [`max_claude_default`] divides the host's available memory by.

@@ -222,6 +222,18 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
     // starts.
     let dash = dashboard::start(&data, broker::host_socket(&settings.run_dir), dash_cfg)?;
     settings.origin = dash.base_url();
+    // Traces (issue 43): one exporter for the hive, fed by the harnesses
+    // through the broker (`export_spans`); none without an endpoint.
+    let telemetry =
+        crate::telemetry::Config::resolve(&env, cfg.telemetry.as_deref()).map_err(UpError::Run)?;
+    let spans = crate::telemetry::Exporter::start(
+        &telemetry,
+        crate::telemetry::otlp::Resource::new(
+            &telemetry,
+            &crate::telemetry::span::uuid4(),
+            cfg.hive_name.as_deref(),
+        ),
+    )?;
     let (sup_tx, sup_rx) = unbounded::<LifecycleCmd>();
     let broker = broker::start(
         &BrokerSettings {
@@ -238,6 +250,7 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
             logs: Some(std::sync::Arc::new(logfile::AgentLogs::new(
                 data.join("logs"),
             ))),
+            spans: spans.clone(),
         },
     )?;
     for body in cli::check_at_start(&cfg, env.get("HIVE_CLAUDE_BIN").as_deref(), &data) {
@@ -255,7 +268,8 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
         broker.stopped_agents(),
         bashd::BashSup::start(&settings, broker.fleet())?,
     )
-    .with_bridge(cfg.matrix.as_ref().map(|_| bridge_restart));
+    .with_bridge(cfg.matrix.as_ref().map(|_| bridge_restart))
+    .with_telemetry(telemetry.harness_vars());
     let sup_thread = std::thread::Builder::new()
         .name("supervisor".into())
         .spawn(move || sup.run(sup_rx))
@@ -306,6 +320,9 @@ pub fn run(data: &Path, config: Option<PathBuf>) -> Result<(), UpError> {
     drop(dash);
     let _ = std::fs::remove_file(&port_file);
     broker.stop();
+    if let Some(x) = spans {
+        x.finish(Duration::from_secs(5));
+    }
     eprintln!("hive up: stopped");
     Ok(())
 }

@@ -164,6 +164,9 @@ pub struct Supervisor {
     watch_dirty: bool,
     /// The binary as the last full crash_watch look found it.
     watched_bin: Option<BinId>,
+    /// What each harness gets when `hive up` exports traces (issue 43:
+    /// `telemetry::Config::harness_vars`), set at start.
+    telemetry_vars: Vec<(String, String)>,
 }
 
 /// Variables of `hive up`'s own environment that no agent gets: the operator's
@@ -220,6 +223,7 @@ impl Supervisor {
             bash,
             updates: Updates::default(),
             bridge: None,
+            telemetry_vars: Vec::new(),
             watch_dirty: true,
             watched_bin: None,
         }
@@ -229,6 +233,12 @@ impl Supervisor {
     /// changes.
     pub fn with_bridge(mut self, restart: Option<Sender<()>>) -> Supervisor {
         self.bridge = restart;
+        self
+    }
+
+    /// The variables that make each harness hand its spans to the broker.
+    pub fn with_telemetry(mut self, vars: Vec<(String, String)>) -> Supervisor {
+        self.telemetry_vars = vars;
         self
     }
 
@@ -1119,6 +1129,10 @@ impl Supervisor {
         // hive up tells the operator of a CLI outside the supported window
         // itself, once per hive and version (`cli::check_at_start`).
         set("HIVE_CLI_WINDOW_NOTICE", "off".into());
+        // Traces: the harness hands its spans to hive up (issue 43).
+        for (k, v) in &self.telemetry_vars {
+            set(k, v.into());
+        }
         // The entry's per-agent options (icon, static_dir, dashboard_links,
         // …) as the variables an agent module sets; its `env` wins.
         for (k, v) in cfg.option_env() {

@@ -280,6 +280,12 @@ impl Bus {
         inner.log = Some(tap);
     }
 
+    /// The turn log's id of the turn of message `message_id`, once its
+    /// writer committed it (None before, or without a turn log).
+    pub fn history_turn(&self, message_id: i64) -> Option<i64> {
+        self.lock().log.as_ref()?.turn_of(message_id)
+    }
+
     /// Stops offering events to the turn log: its tap and the newest id.
     pub fn end_history(&self) -> Option<(Tap<LiveEvent>, u64)> {
         let mut inner = self.lock();

@@ -418,11 +418,12 @@ fn start_watched(
         None
     };
 
-    // The operator's variables stay out (`child_env`, and none is set here).
+    // The operator's variables stay out (`child_env`, and none is set here
+    // but the OpenTelemetry settings `telemetry.cli` passes on).
     let set: Vec<(String, String)> = inv
         .env
         .iter()
-        .filter(|(k, _)| !agent_proc::is_operator_var(k))
+        .filter(|(k, _)| !agent_proc::is_operator_var(k) || agent_proc::is_telemetry_var(k))
         .cloned()
         .collect();
     let Piped {

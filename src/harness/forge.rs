@@ -382,6 +382,7 @@ impl Poller {
             body: body.clone(),
             transient: false,
             to: None,
+            traceparent: None,
         }) {
             Ok(_) => {
                 log::info!("forge: woke the agent: {body}");

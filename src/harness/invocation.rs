@@ -251,6 +251,16 @@ pub fn claude_vars(max_retries: u32) -> Vec<(String, String)> {
     ]
 }
 
+/// The trace variables of one run (issue 43): `TRACEPARENT`, the run's
+/// span, so the CLI's own spans (and `hive mcp`'s sends) nest under or link
+/// to it; and, with `telemetry.cli`, the collector's endpoint and headers.
+/// No other `OTEL_` variable reaches claude (`agent_proc::is_operator_var`).
+pub fn trace_vars(traceparent: String, cli: &[(String, String)]) -> Vec<(String, String)> {
+    let mut v = vec![("TRACEPARENT".to_string(), traceparent)];
+    v.extend(cli.iter().cloned());
+    v
+}
+
 /// The per-server `timeout` (ms) of hive's MCP servers in the config: the
 /// CLI's own limit on one call (2.1.197 and 2.1.332 honour the key; neither
 /// has a default, and `request_timeout_ms` is ignored for stdio), set above

@@ -64,6 +64,9 @@ pub enum FromPoller {
         attempts: u32,
         /// The agent's `turn_usd` now (issue 16).
         turn_usd: Option<f64>,
+        /// The `traceparent` it carries (issue 43): its run links to it.
+        /// One that does not parse is left out.
+        traceparent: Option<crate::proto::cmd::TraceParent>,
     },
     /// A peek found the inbox empty and nothing inflight, or a long-poll
     /// was answered that the broker's pause ended with nothing to hand out.
@@ -866,6 +869,10 @@ fn message_of(reply: RecvNextReply) -> Option<FromPoller> {
         unread: reply.unread,
         attempts: reply.attempts,
         turn_usd: reply.turn_usd,
+        traceparent: reply
+            .traceparent
+            .as_deref()
+            .and_then(|t| crate::proto::cmd::TraceParent::parse(t).ok()),
     })
 }
 

@@ -107,6 +107,9 @@ impl Settings {
             access::parse_capabilities(&env.get("HIVE_CAPABILITIES").unwrap_or_default())
                 .map_err(|e| format!("HIVE_CAPABILITIES: {e}"))?;
         let label = env.get("HIVE_LABEL").unwrap_or_else(|| "hive".into());
+        // The OpenTelemetry settings (issue 43): a bad one stops the start,
+        // naming its variable; the turn loop's tracer reads them again.
+        crate::telemetry::Config::resolve(env, None)?;
         Ok(Settings {
             state_dir: state_dir.to_path_buf(),
             run_dir: run_dir.to_path_buf(),

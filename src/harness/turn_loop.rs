@@ -164,6 +164,8 @@ struct Run {
     reported: Reported,
     exit: Option<io::Result<ExitStatus>>,
     drain_until: Option<Instant>,
+    /// Its span (issue 43), handed to the tracer when it ends.
+    span: trace::RunSpan,
 }
 
 /// How a run ended, for [`TurnLoop::conclude`].
@@ -182,6 +184,8 @@ struct Ended {
     /// the classifier said: the stats row's kind, and a note for the row and
     /// the page.
     said: Option<(TurnOutcomeKind, String)>,
+    /// The run's span, finished in `conclude`.
+    span: Option<trace::RunSpan>,
 }
 
 impl Ended {
@@ -312,6 +316,8 @@ pub struct TurnLoop {
     /// The model file as read during the event being handled (`model`):
     /// read once per event, not once per use (three times a turn).
     model_now: Option<String>,
+    /// The spans of the runs and where they go (`trace.rs`).
+    tracer: trace::Tracer,
 }
 
 impl TurnLoop {
@@ -327,6 +333,13 @@ impl TurnLoop {
         last: (Option<u64>, Option<i64>),
     ) -> TurnLoop {
         let bus = shared.bus.clone();
+        // Settings::read checked the variables; a thread that cannot start
+        // leaves the harness without traces, not without turns.
+        let tracer = trace::Tracer::from_env(&crate::sys::env::Env::process(), poller.teller())
+            .unwrap_or_else(|e| {
+                log::error!("telemetry: {e}; no traces are exported");
+                trace::Tracer::off()
+            });
         TurnLoop {
             work: None,
             arrived: None,
@@ -356,6 +369,7 @@ impl TurnLoop {
             #[cfg(test)]
             kit_runs: None,
             model_now: None,
+            tracer,
         }
     }
 
@@ -395,6 +409,7 @@ impl TurnLoop {
         });
         self.acct
             .last_acks(keys.collect::<Vec<_>>(), self.stats.as_ref());
+        self.tracer.finish_all();
     }
 
     fn boot(&mut self) {
@@ -449,7 +464,13 @@ impl TurnLoop {
                 unread,
                 attempts,
                 turn_usd,
-            }) => self.on_message(message, redelivered, unread, attempts, turn_usd),
+                traceparent,
+            }) => {
+                if let Some(tp) = traceparent {
+                    self.tracer.message_from(WorkKey::Message(message.id), tp);
+                }
+                self.on_message(message, redelivered, unread, attempts, turn_usd)
+            }
             Event::Broker(FromPoller::BrokerPause(p)) => self.on_broker_pause(p),
             Event::Broker(FromPoller::Resumed) => self.on_resumed(),
             Event::Broker(FromPoller::TurnUsd(u)) => {
@@ -942,9 +963,16 @@ impl TurnLoop {
         )
     }
 
-    fn invocation(&self, prompt: String, model: &str, resume: bool) -> Invocation {
+    fn invocation(
+        &self,
+        prompt: String,
+        model: &str,
+        resume: bool,
+        traceparent: String,
+    ) -> Invocation {
         let mut env = invocation::claude_vars(self.s.claude_max_retries);
         env.extend(login::token_env(&self.s));
+        env.extend(invocation::trace_vars(traceparent, self.tracer.cli_vars()));
         Invocation {
             bin: self.s.claude_bin.clone(),
             args: invocation::claude_args(
@@ -971,7 +999,9 @@ impl TurnLoop {
             TurnState::Thinking
         });
         let model = self.model();
-        let inv = self.invocation(prompt, &model, resume);
+        let key = self.work.as_ref().map(|w| w.key);
+        let span = self.tracer.start(key);
+        let inv = self.invocation(prompt, &model, resume, span.traceparent());
         let started_at = now();
         let started = Instant::now();
         let observer = if running.is_compaction() {
@@ -1004,6 +1034,7 @@ impl TurnLoop {
                     started_at,
                     elapsed: started.elapsed(),
                     said: None,
+                    span: Some(span),
                 });
             }
             Ok(claude) => {
@@ -1034,6 +1065,7 @@ impl TurnLoop {
                     reported: Reported::Nothing,
                     exit: None,
                     drain_until: None,
+                    span,
                 }));
             }
         }
@@ -1090,6 +1122,7 @@ impl TurnLoop {
                 match serde_json::from_str::<serde_json::Value>(&line) {
                     Ok(v) => {
                         let signals = r.observer.on_stdout_value(&v);
+                        r.span.on_stdout(&v);
                         if let Some(s) = classify::success_of(&v) {
                             let before = r.claude.written_before_stop(end);
                             r.reported = if s == Success::Finished && before {
@@ -1327,6 +1360,7 @@ impl TurnLoop {
             started_at: run.started_at,
             elapsed,
             said,
+            span: Some(run.span),
         });
     }
 
@@ -1362,7 +1396,7 @@ impl TurnLoop {
 
     // ---- after a run: bookkeeping, then the policy -----------------------
 
-    fn conclude(&mut self, e: Ended) {
+    fn conclude(&mut self, mut e: Ended) {
         // What the end of a run tells the broker (its spend, its counters,
         // the ack or requeue, an ask for the next message) goes out in one
         // write when this returns.
@@ -1381,6 +1415,7 @@ impl TurnLoop {
             if e.started {
                 self.record(&e, false);
             }
+            self.trace_run(&mut e, None);
             return;
         }
         let key = self.work.as_ref().map(|w| w.key);
@@ -1432,7 +1467,40 @@ impl TurnLoop {
         if e.started {
             self.record(&e, lets_go);
         }
+        let decision = policy::describe(&plan.decision, e.running);
+        self.trace_run(&mut e, Some(decision));
+        if plan.decision.acks() {
+            if let Some(k) = self.work.as_ref().map(|w| w.key) {
+                self.tracer.forget(k);
+            }
+        }
         self.execute(plan, &e, &text);
+    }
+
+    /// Hands the run's span to the tracer, with what the run came to.
+    fn trace_run(&mut self, e: &mut Ended, decision: Option<String>) {
+        let Some(span) = e.span.take() else {
+            return;
+        };
+        let work = self.work.as_ref();
+        let kind = run_kind(e.running, work.map(|w| w.key));
+        let outcome = match &e.said {
+            Some((k, _)) => k.as_str().to_string(),
+            None => e.outcome.as_str().to_string(),
+        };
+        let ok = e.outcome.is_ok();
+        let end = trace::RunEnd {
+            agent: &self.s.label,
+            run_kind: kind,
+            request_model: &e.model,
+            report: &e.report,
+            outcome: &outcome,
+            ok,
+            decision,
+            message_id: work.and_then(|w| w.key.id()),
+            sender: work.map(|w| w.from.as_str()),
+        };
+        self.tracer.finish(span, end);
     }
 
     /// What the policy's plan is made of: the run's end, the facts of its
@@ -1536,7 +1604,10 @@ impl TurnLoop {
             Settle::Ack(why) => {
                 if let Some(w) = self.work.take() {
                     self.ledger.forget(w.key);
-                    w.guard.ack(why);
+                    // The turn log's id of its turn, once written (a turn
+                    // of a few milliseconds may not be yet: no turn named).
+                    let turn = w.key.id().and_then(|id| self.bus.history_turn(id));
+                    w.guard.ack_turn(why, turn);
                 }
             }
             Settle::DeadLetter { notice } => {
@@ -1637,14 +1708,7 @@ impl TurnLoop {
             }
         });
         let work = self.work.as_ref();
-        let kind = match e.running {
-            Running::Turn if work.is_some_and(|w| w.key == WorkKey::Continue) => "continue",
-            Running::Turn => "turn",
-            Running::ReactiveCompact | Running::ProactiveCompact | Running::OperatorCompact => {
-                "compact"
-            }
-            Running::ResetCheckpoint | Running::ProactiveCheckpoint => "checkpoint",
-        };
+        let kind = run_kind(e.running, work.map(|w| w.key));
         let (outcome, note) = match &e.said {
             Some((k, note)) => (*k, note.clone()),
             None => (
@@ -1964,6 +2028,19 @@ fn finished_rule(
     }
 }
 
+/// What a run was, as the stats row and the span say it: `turn`,
+/// `continue`, `compact` or `checkpoint`.
+fn run_kind(running: Running, key: Option<WorkKey>) -> &'static str {
+    match running {
+        Running::Turn if key == Some(WorkKey::Continue) => "continue",
+        Running::Turn => "turn",
+        Running::ReactiveCompact | Running::ProactiveCompact | Running::OperatorCompact => {
+            "compact"
+        }
+        Running::ResetCheckpoint | Running::ProactiveCheckpoint => "checkpoint",
+    }
+}
+
 /// How claude ended, in words for a note: "exited with code 143".
 fn ended_words(code: Option<i32>, signal: Option<i32>) -> String {
     match (code, signal) {
@@ -1984,6 +2061,7 @@ fn one_line(s: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod kit;
+mod trace;
 
 #[cfg(test)]
 mod tests {

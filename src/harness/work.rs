@@ -87,11 +87,16 @@ impl Inflight {
         }
     }
 
-    pub fn ack(mut self, why: Ack) {
-        log::debug!("ack of {:?} ({why:?})", self.id);
+    pub fn ack(self, why: Ack) {
+        self.ack_turn(why, None)
+    }
+
+    /// [`Inflight::ack`], naming the turn (the turn log's id) that handled
+    /// the message when it is known (issue 43: `message_state` shows it).
+    pub fn ack_turn(mut self, why: Ack, turn: Option<i64>) {
+        log::debug!("ack of {:?} ({why:?}, turn {turn:?})", self.id);
         if let Some(id) = self.id {
-            self.teller
-                .tell(Request::from(cmd::AckTurn { id, turn: None }));
+            self.teller.tell(Request::from(cmd::AckTurn { id, turn }));
         }
         self.settled = true;
     }

@@ -98,9 +98,19 @@ pub struct Tap<E> {
     rx: Receiver<Msg<E>>,
     slot: Slot<Log>,
     dropped: u64,
+    /// The newest message turn committed (the writer's [`State`]'s).
+    told: Told,
 }
 
 impl<E: Loggable> Tap<E> {
+    /// The id of the turn of message `message_id`, once the writer has
+    /// committed it (issue 43: the harness's ack names it). None while the
+    /// turn is not written yet, or when a later message's turn was.
+    pub fn turn_of(&self, message_id: i64) -> Option<i64> {
+        let told = *self.told.lock().unwrap_or_else(|p| p.into_inner());
+        told.filter(|(m, _)| *m == message_id).map(|(_, t)| t)
+    }
+
     /// Queues an event without waiting: when the queue is full it is dropped,
     /// and the writer learns how many with the next one that fits.
     pub fn offer(&mut self, id: u64, event: E) {
@@ -226,11 +236,13 @@ pub fn open<E: Loggable>(state_dir: &Path, bounds: Bounds) -> Result<Opened<E>, 
     };
     let next_id = start(&db).map_err(|e| fail(e.to_string()))?;
     let (tx, rx) = bounded(QUEUE);
+    let told = Told::default();
     let mut log = Log {
         db,
         bounds,
         st: State {
             last_id: next_id - 1,
+            told: told.clone(),
             ..State::default()
         },
         pruned_at: Instant::now(),
@@ -242,6 +254,7 @@ pub fn open<E: Loggable>(state_dir: &Path, bounds: Bounds) -> Result<Opened<E>, 
             rx,
             slot: Slot::new(log),
             dropped: 0,
+            told,
         },
         writer: Writer { _private: () },
         next_id,
@@ -378,7 +391,15 @@ struct State {
     written: u64,
     /// The open turn alone is over the size bound (said once).
     said_oversize: bool,
+    /// The newest message turn of the batch being written: (message id,
+    /// turn id), told to [`Tap::turn_of`] once the batch is committed.
+    opened: Option<(i64, i64)>,
+    /// What [`Tap::turn_of`] reads: the newest message turn committed.
+    told: Told,
 }
+
+/// The newest message turn the writer committed: (message id, turn id).
+type Told = std::sync::Arc<std::sync::Mutex<Option<(i64, i64)>>>;
 
 struct Log {
     db: Connection,
@@ -412,6 +433,9 @@ impl Log {
             self.st.flush(&tx, prev)?;
             tx.commit()
         })();
+        if let (Ok(()), Some(opened)) = (&result, self.st.opened.take()) {
+            *self.st.told.lock().unwrap_or_else(|p| p.into_inner()) = Some(opened);
+        }
         let first = batch.first().map_or(0, |b| b.0);
         let last = batch.last().map_or(0, |b| b.0);
         match result {
@@ -584,6 +608,9 @@ impl State {
                 last_event: id,
                 ..OpenTurn::default()
             });
+            if let Some(m) = message_id {
+                self.opened = Some((m, db.last_insert_rowid()));
+            }
         }
         let turn = self.ensure_open(db, id, at)?;
         let mut json = event.to_json();
@@ -831,6 +858,7 @@ mod tests {
             rx: rx.clone(),
             slot: Slot::vacant(),
             dropped: 0,
+            told: Told::default(),
         };
         for id in 1..=5 {
             tap.offer(id, Ev::Note("n"));

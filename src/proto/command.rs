@@ -152,6 +152,8 @@ commands! {
     "send_to_parent"       => SendToParent:      Harness;
     //   report_tasks: the bash-task daemon's running tasks (its credential).
     "report_tasks"         => ReportTasks:       BashDaemon;
+    //   export_spans (issue 43): finished spans for `hive up`'s exporter.
+    "export_spans"         => ExportSpans:       Harness;
     // issue 16: usage limits and budgets
     //   report_pool, report_usage_limit: a pool's park pauses every agent in it.
     "report_pool"          => ReportPool:        Harness;
@@ -453,7 +455,8 @@ mod tests {
                 from: "matrix".into(),
                 body: "new dm".into(),
                 transient: false,
-                to: None
+                to: None,
+                traceparent: None,
             })
         );
     }

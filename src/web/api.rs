@@ -112,6 +112,7 @@ pub fn send(h: &impl Harness, body: &[u8]) -> Reply {
         body: text,
         transient: false,
         to: None,
+        traceparent: None,
     };
     if let Err(e) = wake.validate() {
         return Reply::error(400, format!("field {e}"));

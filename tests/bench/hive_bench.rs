@@ -580,6 +580,7 @@ fn queue_from_bench(c: &mut Client, body: String) {
         body,
         transient: false,
         to: None,
+        traceparent: None,
     })
     .unwrap();
 }

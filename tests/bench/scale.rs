@@ -325,6 +325,7 @@ fn wake_latencies(h: &Hive, host: &mut Client, targets: &[String]) -> Vec<f64> {
             body: format!("wake {k}"),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         })
         .expect("send");
         wait_until("a wake's claude to start", Duration::from_secs(60), || {
@@ -443,6 +444,7 @@ pub fn bench_scale(a: &ScaleArgs) -> ScaleFigures {
             body: "held".into(),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         })
         .expect("send");
     }
@@ -474,6 +476,7 @@ pub fn bench_scale(a: &ScaleArgs) -> ScaleFigures {
             body: format!("burst {i}"),
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         })
         .expect("send");
     }

@@ -680,6 +680,7 @@ pub fn send_on(c: &mut Client, to: &str, body: &str, receipt: bool) -> i64 {
             body: body.into(),
             in_reply_to: None,
             receipt,
+            traceparent: None,
         },
     );
     r["id"].as_i64().unwrap()

@@ -133,7 +133,11 @@ pub const MIGRATIONS: &[Step] = &[
         what: "receipts: each message's hand-out and acking turn, a sender index, pruned ids",
         apply: |tx| tx.execute_batch(messages::SCHEMA_V16),
     },
-    // 17 is the traces' (issue 43, item 1), on its own branch.
+    Step {
+        version: 17,
+        what: "traces: the traceparent a message carries",
+        apply: |tx| tx.execute_batch(traces::SCHEMA_V17),
+    },
     Step {
         version: 18,
         what: "notifications: the outbox of events for the operator, a queue per destination",

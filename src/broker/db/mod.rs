@@ -318,6 +318,7 @@ mod retention;
 mod spend;
 mod swarm;
 mod timers;
+mod traces;
 
 pub use agents::AgentStats;
 pub use messages::{Ack, SentOutbox, SentRow};

@@ -360,6 +360,7 @@ mod tests {
                 body,
                 kind: &kind,
                 in_reply_to: None,
+                receipt: false,
             },
             100,
         )

@@ -144,7 +144,13 @@ impl Hub<'_> {
                 Identity::Agent(a) if from != Peer::Page => Some(a.as_str()),
                 _ => None,
             };
-            return self.deliver_charged(charged, &from, &target, &c.body, MsgKind::Message, None);
+            let sent =
+                self.deliver_charged(charged, &from, &target, &c.body, MsgKind::Message, None)?;
+            // Issue 43: the run that handles it links to `traceparent`.
+            if let (Some(tp), Some(id)) = (&c.traceparent, sent.id) {
+                self.db.set_traceparent(id, tp).map_err(db_err)?;
+            }
+            return Ok(sent);
         }
         let msg = Message {
             id: self.next_transient_id,
@@ -251,7 +257,12 @@ impl Hub<'_> {
             // for by the row's own insert.
             receipt: c.receipt,
         };
-        self.deliver_row(charged, &msg)
+        let sent = self.deliver_row(charged, &msg)?;
+        // Issue 43: the recipient's run links to the sender's (`traceparent`).
+        if let (Some(tp), Some(id)) = (&c.traceparent, sent.id) {
+            self.db.set_traceparent(id, tp).map_err(db_err)?;
+        }
+        Ok(sent)
     }
 
     /// `send_to_parent`: the harness's notices (not charged), or the same
@@ -314,6 +325,7 @@ impl Hub<'_> {
             status_set_at: None,
             paused,
             turn_usd: self.cfg.agent(agent).and_then(|e| e.turn_usd),
+            traceparent: None,
         }))
     }
 
@@ -380,6 +392,11 @@ impl Hub<'_> {
             return Ok(Done::Wait);
         }
         let with_message = popped.is_some();
+        // Issue 43: the traceparent the handed-out row carries.
+        let traceparent = match &popped {
+            Some(p) if p.message.id > 0 => self.db.traceparent(p.message.id).map_err(db_err)?,
+            _ => None,
+        };
         let (message, redelivered, attempts) = match popped {
             Some(p) => {
                 // Issue 43: the receipts waiting ride with the turn's message.
@@ -399,6 +416,7 @@ impl Hub<'_> {
             status_set_at: status.and_then(|s| s.status_set_at),
             paused: None,
             turn_usd: self.cfg.agent(agent).and_then(|e| e.turn_usd),
+            traceparent,
         }))
     }
 

@@ -333,6 +333,9 @@ pub struct HubSettings {
     /// Nudges the notification sender after the hub wrote an event itself
     /// (`notify.rs`); `None` without destinations.
     pub notify: Option<Sender<()>>,
+    /// `hive up`'s span exporter (issue 43): `export_spans` hands it the
+    /// harnesses' spans. None: this broker exports nothing.
+    pub spans: Option<crate::telemetry::Exporter>,
 }
 
 #[cfg(test)]
@@ -350,6 +353,7 @@ impl HubSettings {
             logs: None,
             run_dir: None,
             notify: None,
+            spans: None,
         }
     }
 }
@@ -840,6 +844,17 @@ impl<'c> Hub<'c> {
             Request::GetLooseEnds(c) => self.now(c, |h, c| h.loose_ends(agent, c)),
             Request::CancelLooseEnd(c) => self.now(c, |h, c| h.cancel_loose_end(agent, c)),
             Request::ReportTasks(c) => self.now(c, |h, c| h.report_tasks(agent, c)),
+            Request::ExportSpans(c) => self.now(c, |h, c| {
+                // Queued for `hive up`'s exporter thread; never waits.
+                let exporting = h.settings.spans.is_some();
+                if let Some(x) = &h.settings.spans {
+                    x.offer(c.spans);
+                }
+                Ok(crate::proto::cmd::ExportSpansReply {
+                    exporting,
+                    dropped: crate::telemetry::exporter::dropped_total(),
+                })
+            }),
             // pools.rs (issue 16)
             Request::ReportPool(c) => self.now(c, |h, c| h.report_pool(agent, c)),
             Request::ReportUsageLimit(c) => self.now(c, |h, c| h.report_usage_limit(agent, c)),

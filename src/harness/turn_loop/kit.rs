@@ -117,6 +117,7 @@ impl Kit {
             unread: Some(0),
             attempts,
             turn_usd: Some(0.5),
+            traceparent: None,
         }));
     }
 
@@ -165,6 +166,7 @@ impl Kit {
             started_at: now(),
             elapsed: Duration::from_millis(5),
             said: None,
+            span: None,
         });
     }
 
@@ -312,6 +314,7 @@ fn check_row(o: TurnOutcomeKind, running: Running, facts: Facts, why: &str) {
         started_at: now(),
         elapsed: Duration::from_millis(5),
         said: None,
+        span: None,
     };
     let text = e.text();
     let want = policy::plan(&k.lp.end_of(&e, &text));

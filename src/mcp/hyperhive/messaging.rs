@@ -124,9 +124,20 @@ fn message_state(h: &HyperhiveTools, c: MessageState, ctx: &CallCtx) -> Handled 
     Ok(ToolOutcome::Ok(state.text))
 }
 
-fn send(h: &HyperhiveTools, c: cmd::Send, ctx: &CallCtx) -> Handled {
+fn send(h: &HyperhiveTools, mut c: cmd::Send, ctx: &CallCtx) -> Handled {
     let receipt = c.receipt;
-    let sent = h.request(&c, ctx)?;
+    // Issue 43: the message carries the sending claude run's span (its
+    // `TRACEPARENT`, which the harness gave claude and claude this server),
+    // so the recipient's run links to it; a malformed one is left out.
+    c.traceparent = run_traceparent(std::env::var("TRACEPARENT").ok());
+    let sent = match h.request(&c, ctx) {
+        // A broker older than traces refuses the field: send without it.
+        Err(ToolOutcome::Err(e)) if c.traceparent.is_some() && e.contains("traceparent") => {
+            c.traceparent = None;
+            h.request(&c, ctx)?
+        }
+        r => r?,
+    };
     let id = sent.id.map(|i| format!(" #{i}")).unwrap_or_default();
     let then = if receipt {
         "; a receipt follows once it is handled"
@@ -137,6 +148,11 @@ fn send(h: &HyperhiveTools, c: cmd::Send, ctx: &CallCtx) -> Handled {
         "sent message{id} to {}{then}",
         sent.to
     )))
+}
+
+/// The run's `TRACEPARENT`, when it is a valid W3C traceparent.
+fn run_traceparent(env: Option<String>) -> Option<String> {
+    env.filter(|t| cmd::TraceParent::parse(t).is_ok())
 }
 
 fn recv(h: &HyperhiveTools, c: Recv, ctx: &CallCtx) -> Handled {

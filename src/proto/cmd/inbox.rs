@@ -22,12 +22,17 @@ pub struct Wake {
     pub transient: bool,
     #[serde(default)]
     pub to: Option<String>,
+    /// Issue 43: the W3C `traceparent` of what sent it; the run that handles
+    /// it links to that span. Not kept for a transient wake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl Command for Wake {
     type Reply = SentReply;
     fn validate(&self) -> Result<(), Invalid> {
         check_sender(&self.from).map_err(|e| Invalid::arg("from", e))?;
+        super::check_traceparent("traceparent", self.traceparent.as_deref())?;
         check_text("body", &self.body)
     }
 }
@@ -46,6 +51,10 @@ pub struct Send {
     /// letter's notice, which wakes it, is its receipt of that).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub receipt: bool,
+    /// Issue 43: the W3C `traceparent` of the sender's run (`hive mcp` takes
+    /// claude's `TRACEPARENT`); the recipient's run links to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl Command for Send {
@@ -58,6 +67,7 @@ impl Command for Send {
             crate::proto::address::check_remote(&self.to).map_err(|e| Invalid::arg("to", e))?;
         }
         check_text("body", &self.body)?;
+        super::check_traceparent("traceparent", self.traceparent.as_deref())?;
         if self.receipt && self.to.contains('@') {
             return Err(Invalid::arg(
                 "receipt",
@@ -167,6 +177,9 @@ pub struct RecvNextReply {
     /// `--max-budget-usd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_usd: Option<f64>,
+    /// Issue 43: the handed-out message's `traceparent`, when it carries one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl Command for RecvNext {
@@ -325,6 +338,7 @@ mod samples {
                 body: "new dm".into(),
                 transient: true,
                 to: Some("ana".into()),
+                traceparent: None,
             }
         }
     }
@@ -335,6 +349,7 @@ mod samples {
                 body: "hi".into(),
                 in_reply_to: Some(3),
                 receipt: false,
+                traceparent: None,
             }
         }
     }
@@ -485,6 +500,7 @@ mod tests {
             status_set_at: None,
             paused: None,
             turn_usd: None,
+            traceparent: None,
         }];
         for m in messages {
             replies.push(RecvNextReply {

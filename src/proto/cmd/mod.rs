@@ -7,7 +7,8 @@
 //! (`receipt.rs`), the message rows per recipient and state for the
 //! dashboard's metrics (`counts.rs`), the agents' turn history
 //! (`history.rs`), the hive's recent activity (`activity.rs`), the page's model override
-//! (`model.rs`), notifications (`notify.rs`) and the Matrix
+//! (`model.rs`), notifications (`notify.rs`), traces (`trace.rs`: the
+//! `traceparent` and the spans a harness hands `hive up`) and the Matrix
 //! bridge's (`bridge.rs`). Each carries its
 //! [`Command`](super::command::Command) impl: its answer type and the rules on
 //! its own fields. Who may send it is its row in `command.rs`.
@@ -30,6 +31,7 @@ mod receipt;
 mod resume;
 mod state;
 mod timers;
+mod trace;
 
 pub use activity::*;
 pub use agents::*;
@@ -49,6 +51,7 @@ pub use receipt::*;
 pub use resume::*;
 pub use state::*;
 pub use timers::*;
+pub use trace::*;
 
 use super::address::Remote;
 use super::invalid::Invalid;
