@@ -168,6 +168,8 @@ fn promtool_accepts_the_dashboards_and_a_pages_metrics() {
     for want in [
         "hive_broker_up 1",
         "hive_budget_up 1",
+        // No collector: hive up exports nothing and drops nothing.
+        "hive_spans_dropped_total 0",
         r#"hive_agent_running{agent="ana""#,
         r#"hive_page_up{agent="ana""#,
         r#"hive_page_up{agent="bob""#,

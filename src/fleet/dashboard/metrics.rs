@@ -69,6 +69,11 @@ pub const NOTIFY_PENDING: Family = Family {
     kind: page::Kind::Gauge,
     help: "Notifications waiting for their destination (scheme and host).",
 };
+pub const SPANS_DROPPED: Family = Family {
+    name: "hive_spans_dropped_total",
+    kind: page::Kind::Counter,
+    help: "Spans of claude runs hive up dropped since it started: its export queue was full or the collector did not take them.",
+};
 pub const AGENT_RUNNING: Family = Family {
     name: "hive_agent_running",
     kind: page::Kind::Gauge,
@@ -172,6 +177,13 @@ fn render(app: &App) -> Expo {
         o.sample(&NOTIFY_DROPPED, &dest, d.dropped as f64);
         o.sample(&NOTIFY_PENDING, &dest, d.pending as f64);
     }
+    // The harnesses hand their spans to this process, which exports them
+    // (`telemetry::exporter`).
+    o.sample(
+        &SPANS_DROPPED,
+        &[],
+        crate::telemetry::exporter::dropped_total() as f64,
+    );
     // Every scope's spend and budget, from the broker.
     o.sample(&page::BUDGET_UP, &[], f64::from(u8::from(budget.is_some())));
     if let Some(b) = &budget {
