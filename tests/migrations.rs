@@ -1333,8 +1333,8 @@ fn broker_on_v12() -> Broker {
 }
 
 /// Step 17 (issue 43): a store of the release before it (schema 16: the
-/// previous release's fixture migrated to 16, step 17's column not there)
-/// gains the `traceparent` column, every old row without one, and keeps
+/// previous release's fixture migrated to 16, steps 17 and 18 not there)
+/// gains the `traceparent` column (and step 18's outbox), every old row without one, and keeps
 /// every row; a message stored then carries its traceparent.
 #[test]
 fn a_version_16_store_gains_the_traceparent_of_each_message_through_step_17() {
@@ -1342,17 +1342,24 @@ fn a_version_16_store_gains_the_traceparent_of_each_message_through_step_17() {
     let path = copy_fixture("broker-v12.db", dir.path(), db::FILE);
     drop(Db::open(&path, Durability::Normal).unwrap());
     {
-        // Back to the schema release 16 wrote: no step 17.
+        // Back to the schema release 16 wrote: no step 17, and no step 18
+        // (the notification outbox, which came with it).
         let c = Connection::open(&path).unwrap();
-        c.execute_batch("ALTER TABLE messages DROP COLUMN traceparent; PRAGMA user_version = 16;")
-            .unwrap();
+        c.execute_batch(
+            "DROP TRIGGER notify_on_message; DROP TRIGGER notify_on_question;
+             DROP TRIGGER notify_on_dead_letter; DROP TRIGGER notify_on_dead_letter_insert;
+             DROP TABLE notify_events; DROP TABLE notify_dests;
+             DELETE FROM sqlite_sequence WHERE name = 'notify_events';
+             ALTER TABLE messages DROP COLUMN traceparent; PRAGMA user_version = 16;",
+        )
+        .unwrap();
         assert_eq!(schema::version(&c).unwrap(), 16);
     }
     let before = rows(&path, "messages");
     let store = Db::open(&path, Durability::Normal).unwrap();
     let c = Connection::open(&path).unwrap();
-    assert_eq!(schema::version(&c).unwrap(), 17);
-    assert_eq!(db::MIGRATIONS.last().unwrap().version, 17);
+    assert_eq!(schema::version(&c).unwrap(), 18);
+    assert_eq!(db::MIGRATIONS.last().unwrap().version, 18);
     let mut now = rows(&path, "messages");
     for r in now.iter_mut() {
         assert_eq!(r.pop(), Some(Value::Null), "an old row has no traceparent");

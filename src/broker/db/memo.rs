@@ -1,8 +1,8 @@
 //! Answers the store gave while nothing has changed since (issue 42). Every
 //! idle harness renews a parked `recv_next` and its status watch every
 //! `HIVE_POLL_WAIT_SECS`, and each renewal asks the store the same questions
-//! — is anything queued or inflight, what is the agent's status line — of a
-//! store that has not changed. [`Memo`] keeps those answers while this
+//! — is anything queued or inflight, how many wait, what is the agent's
+//! status line — of a store that has not changed. [`Memo`] keeps those answers while this
 //! connection's total changes (every row it inserted, updated or deleted,
 //! triggers included, committed or rolled back) stay what they were when the
 //! answers were read: any write through any method forgets them all, so a
@@ -27,12 +27,15 @@ pub(super) struct Memo {
     nothing_next: HashMap<String, [Option<u64>; 4]>,
     /// `stats` per agent.
     stats: HashMap<String, AgentStats>,
+    /// `count_queued` per recipient.
+    queued: HashMap<String, u64>,
 }
 
 impl Memo {
     fn forget(&mut self, stamp: Stamp) {
         self.nothing_next.clear();
         self.stats.clear();
+        self.queued.clear();
         self.stamp = stamp;
     }
 }
@@ -97,5 +100,20 @@ impl Db {
             .borrow_mut()
             .stats
             .insert(agent.to_string(), stats.clone());
+    }
+
+    /// `count_queued` of `recipient` as last read, when nothing changed since.
+    pub(super) fn memo_queued(&self, recipient: &str) -> Option<u64> {
+        self.memo_fresh();
+        self.memo.borrow().queued.get(recipient).copied()
+    }
+
+    /// Keeps `count_queued` of `recipient`, read at the stamp
+    /// [`Db::memo_queued`] checked.
+    pub(super) fn memo_keep_queued(&self, recipient: &str, n: u64) {
+        self.memo
+            .borrow_mut()
+            .queued
+            .insert(recipient.to_string(), n);
     }
 }

@@ -287,6 +287,16 @@ impl Db {
     /// Queued rows of `recipient` but its receipts (which wait for its next
     /// turn or `recv` and wake nothing: issue 43).
     pub fn count_queued(&self, recipient: &str) -> Res<u64> {
+        // The status watch's renewals ask again of an unchanged store (`memo.rs`).
+        if let Some(n) = self.memo_queued(recipient) {
+            return Ok(n);
+        }
+        let n = self.count_queued_now(recipient)?;
+        self.memo_keep_queued(recipient, n);
+        Ok(n)
+    }
+
+    fn count_queued_now(&self, recipient: &str) -> Res<u64> {
         self.conn
             .prepare_cached(concat!(
                 "SELECT (SELECT COUNT(*) FROM messages WHERE recipient = ?1 AND state = 'queued')
