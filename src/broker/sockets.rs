@@ -351,6 +351,8 @@ pub struct Loop<'c> {
     sockets_dirty: bool,
     /// Credentials whose other end closed, dropped at the next turn.
     ended: Vec<u64>,
+    /// Where the whole seconds of [`Loop::wait_end`] count from.
+    epoch: Instant,
 }
 
 impl<'c> Loop<'c> {
@@ -376,7 +378,20 @@ impl<'c> Loop<'c> {
             deadlines: BinaryHeap::new(),
             sockets_dirty: false,
             ended: Vec::new(),
+            epoch: Instant::now(),
         })
+    }
+
+    /// When a request that may wait `wait` seconds is answered at the
+    /// latest: `wait` from now, brought back to the whole second of the
+    /// loop's clock before it (issue 42). The waits that end within one
+    /// second end together, so a thousand idle agents' renewals wake the
+    /// loop once a second at most, not once each; a wait ends less than a
+    /// second early, which only renews it a little sooner.
+    fn wait_end(&self, wait: u64) -> Instant {
+        let end = Instant::now() + Duration::from_secs(wait);
+        let whole = end.saturating_duration_since(self.epoch).as_secs();
+        (self.epoch + Duration::from_secs(whole)).max(Instant::now())
     }
 
     /// Serves `l` from now on, under the caps of its kind of socket.
@@ -957,7 +972,7 @@ impl<'c> Loop<'c> {
                 Ok(None) => continue,
                 Ok(Some(req)) => {
                     let wait = req.wait_seconds().unwrap_or(0).min(MAX_WAIT_SECS);
-                    let until = Instant::now() + Duration::from_secs(wait);
+                    let until = self.wait_end(wait);
                     self.call(id, req, wait > 0, until);
                     continue;
                 }
