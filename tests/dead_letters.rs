@@ -12,8 +12,8 @@ mod common;
 
 use common::agent_page::AgentPage;
 use common::hive::*;
-use hyperhive::proto::cmd::{self, DeadLetter, Recv, RecvAck, RecvNext, RecvNextReply};
-use hyperhive::proto::{Client, Message};
+use hyperhive::proto::cmd::{self, DeadLetter, RecvNext, RecvNextReply};
+use hyperhive::proto::Client;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
@@ -35,22 +35,6 @@ fn kid(b: &Broker, env: &[(&str, &str)]) -> Harness {
     h.fake.wait_count(1);
     wait_drained(b, "kid");
     h
-}
-
-/// Everything in `agent`'s inbox (no harness runs for it), confirmed.
-fn drain(b: &Broker, agent: &str) -> Vec<Message> {
-    let mut c = b.agent(agent);
-    let r: hyperhive::proto::MessagesReply = c
-        .call(&Recv {
-            wait_seconds: None,
-            max: Some(32),
-        })
-        .unwrap();
-    let ids: Vec<i64> = r.messages.iter().map(|m| m.id).collect();
-    if !ids.is_empty() {
-        c.call(&RecvAck { ids }).unwrap();
-    }
-    r.messages
 }
 
 /// The invocations whose prompt contains `needle`.
@@ -105,7 +89,7 @@ fn a_message_that_always_crashes_claude_is_dead_lettered_after_five_hand_outs_an
     assert!(f[0].last_error.contains("139"), "{}", f[0].last_error);
     // kid's parent and the sender are told, once each, with id, sender and
     // error; the operator (neither) is not.
-    let to_boss = drain(&b, "boss");
+    let to_boss = recv_all(&b, "boss");
     assert_eq!(to_boss.len(), 1, "{to_boss:?}");
     let n = &to_boss[0];
     assert_eq!(
@@ -119,7 +103,7 @@ fn a_message_that_always_crashes_claude_is_dead_lettered_after_five_hand_outs_an
     ] {
         assert!(n.body.contains(&want), "{want}: {}", n.body);
     }
-    let to_bob = drain(&b, "bob");
+    let to_bob = recv_all(&b, "bob");
     assert_eq!(to_bob.len(), 1, "{to_bob:?}");
     assert!(
         to_bob[0]
@@ -179,7 +163,7 @@ ok_turn done"#,
         "{}",
         f[0].last_error
     );
-    let notice = drain(&b, "boss");
+    let notice = recv_all(&b, "boss");
     assert_eq!(notice.len(), 1, "{notice:?}");
     assert!(
         notice[0]
@@ -244,7 +228,7 @@ fn an_outage_where_everything_fails_dead_letters_nothing() {
         failed(&b).is_empty(),
         "a limit of one, and nothing dead-lettered"
     );
-    assert!(drain(&b, "boss").is_empty() && drain(&b, "bob").is_empty());
+    assert!(recv_all(&b, "boss").is_empty() && recv_all(&b, "bob").is_empty());
 }
 
 /// A dead letter made over the wire, as a harness would: `to` pops the next

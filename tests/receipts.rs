@@ -51,22 +51,6 @@ fn take_message(b: &Broker, agent: &str) -> Message {
     r.message.expect("a message to hand out")
 }
 
-/// What `agent`'s `recv` (the MCP tool) hands out now, confirmed.
-fn recv_all(b: &Broker, agent: &str) -> Vec<Message> {
-    let mut c = b.agent(agent);
-    let r: MessagesReply = c
-        .call(&Recv {
-            wait_seconds: None,
-            max: Some(32),
-        })
-        .unwrap();
-    let ids: Vec<i64> = r.messages.iter().map(|m| m.id).collect();
-    if !ids.is_empty() {
-        c.call(&RecvAck { ids }).unwrap();
-    }
-    r.messages
-}
-
 /// The one `[receipts]` line of `text`.
 fn receipts_line(text: &str) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| l.contains("[receipts]")).collect();

@@ -685,3 +685,21 @@ pub fn send_on(c: &mut Client, to: &str, body: &str, receipt: bool) -> i64 {
     );
     r["id"].as_i64().unwrap()
 }
+
+/// Everything in `agent`'s inbox as its `recv` (the MCP tool) hands it out
+/// now, confirmed (no harness runs for it).
+pub fn recv_all(b: &Broker, agent: &str) -> Vec<hyperhive::proto::Message> {
+    use hyperhive::proto::cmd::{Recv, RecvAck};
+    let mut c = b.agent(agent);
+    let r: hyperhive::proto::MessagesReply = c
+        .call(&Recv {
+            wait_seconds: None,
+            max: Some(32),
+        })
+        .unwrap();
+    let ids: Vec<i64> = r.messages.iter().map(|m| m.id).collect();
+    if !ids.is_empty() {
+        c.call(&RecvAck { ids }).unwrap();
+    }
+    r.messages
+}
