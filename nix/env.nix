@@ -222,7 +222,7 @@ rec {
 
   # The fleet file for `hive up` (services.hyperhive.up): the hive config
   # with every agent's fleetEntry, the hive's budget and its `web` section.
-  fleetFile = { hiveName ? null, swarmName ? null, operatorGid ? null, matrix ? null, budget ? null, web ? null, retention ? null, agents }:
+  fleetFile = { hiveName ? null, swarmName ? null, operatorGid ? null, matrix ? null, budget ? null, web ? null, retention ? null, maxClaude ? null, notify ? null, telemetry ? null, agents }:
     toJSON (
       { agents = map (n: fleetEntry n agents.${n}) (attrNames agents); }
       // (if hiveName != null then { hive_name = hiveName; } else { })
@@ -232,6 +232,9 @@ rec {
       // (if budget != null then { inherit budget; } else { })
       // (if web != null && web != { } then { inherit web; } else { })
       // (if retention != null then { inherit retention; } else { })
+      // (if maxClaude != null then { max_claude = maxClaude; } else { })
+      // (if notify != null then { inherit notify; } else { })
+      // (if telemetry != null then { inherit telemetry; } else { })
     );
 
   # The activation step of `hive up` on NixOS: installs the declared fleet
@@ -270,6 +273,9 @@ rec {
     scriptPages = { };
     budget = null;
     retention = null;
+    maxClaude = null;
+    notify = null;
+    telemetry = null;
     extraPackages = [ ];
     environment = { };
   };

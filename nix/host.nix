@@ -48,7 +48,7 @@ let
   };
   declared = pkgs.writeText "hive.json" (env.fleetFile {
     inherit (cfg) hiveName swarmName operatorGid matrix;
-    inherit (up) budget retention;
+    inherit (up) budget retention maxClaude notify telemetry;
     web = lib.filterAttrs (_: v: v != null && v != { }) {
       listen = up.listen;
       public_origin = up.publicOrigin;
@@ -153,6 +153,9 @@ in
       scriptPages = mkOption { type = types.attrsOf types.str; default = env.upDefaults.scriptPages; description = "web.script_pages."; };
       budget = mkOption { type = types.nullOr types.attrs; default = env.upDefaults.budget; description = "The hive's budget (budget)."; };
       retention = mkOption { type = types.nullOr types.attrs; default = env.upDefaults.retention; description = "retention."; };
+      maxClaude = mkOption { type = types.nullOr types.ints.positive; default = env.upDefaults.maxClaude; description = "max_claude: the most claude processes the hive runs at once (default: from the host's memory)."; };
+      notify = mkOption { type = types.nullOr types.attrs; default = env.upDefaults.notify; description = "notify: where the hive pushes what needs the operator (docs/config.md); secrets and URLs with tokens go in files (secret_file, url_file)."; };
+      telemetry = mkOption { type = types.nullOr types.attrs; default = env.upDefaults.telemetry; description = "telemetry: where hive up exports the OTLP traces of every claude run (docs/config.md)."; };
       extraPackages = mkOption {
         type = types.listOf types.package;
         default = env.upDefaults.extraPackages;

@@ -14,7 +14,13 @@ let
   ex = import ./up-example.nix {
     operatorPronouns = "they/them";
     contextWindowTokens = { sonnet = 1000000; };
-    upOver = { extraPackages = [ (import ./stub.nix).pkgs.claude-code ]; budget = { usd = 50.0; per = "day"; }; };
+    upOver = {
+      extraPackages = [ (import ./stub.nix).pkgs.claude-code ];
+      budget = { usd = 50.0; per = "day"; };
+      maxClaude = 4;
+      notify = { give_up_days = 3; to = [ { url = "https://hooks.example/hive"; events = [ "question" "dead_letter" ]; } ]; };
+      telemetry = { endpoint = "http://127.0.0.1:4318"; };
+    };
     agents = {
       ruth = { model = "sonnet"; toolGroups = [ "messaging" "meta" "inbox" "execution" "lifecycle" "approvals" ]; };
       ana = {
@@ -70,6 +76,11 @@ check "exec" unit.serviceConfig.ExecStart
 ''
 ++ check "activation after users" ex.host.system.activationScripts.hyperhive-fleet.deps [ "users" "groups" ]
 ++ check "top level" [ fleet.hive_name fleet.web fleet.budget ] [ "pr1ma" { listen = "127.0.0.1:7890"; } { usd = 50.0; per = "day"; } ]
+++ check "max_claude, notify and telemetry" [ fleet.max_claude fleet.notify fleet.telemetry ] [
+  4
+  { give_up_days = 3; to = [ { url = "https://hooks.example/hive"; events = [ "question" "dead_letter" ]; } ]; }
+  { endpoint = "http://127.0.0.1:4318"; }
+]
 ++ check "every per-agent option under its key" ana {
   name = "ana";
   parent = "ruth";
