@@ -133,7 +133,7 @@ pub enum FleetEvent {
     /// replace the hub's (an agent no longer there is removed: refused as a
     /// recipient, its mail kept until `forget_agent`; a new one gets its
     /// socket), and its `hive_name` and `swarm_name` apply.
-    Reloaded(HiveConfig),
+    Reloaded(Box<HiveConfig>),
     /// `hive up` started `agent`'s harness (or bash-task daemon, as `via`
     /// says) with a credential: the other end of `control`, over which it
     /// hands the broker connections of its own. From now on that process's

@@ -788,7 +788,7 @@ impl Supervisor {
         }
         self.hive.budget = cfg.budget.clone();
         self.hive.max_claude = cfg.max_claude;
-        let _ = self.hub.send(FleetEvent::Reloaded(cfg.clone()));
+        let _ = self.hub.send(FleetEvent::Reloaded(Box::new(cfg.clone())));
         if bridge_restart {
             self.hive.matrix = cfg.matrix.clone();
             if let Some(b) = &self.bridge {

@@ -558,7 +558,7 @@ impl<'c> Hub<'c> {
             FleetEvent::Reloaded(cfg) => {
                 // `max_claude` applies live (`slots.rs`).
                 let max_claude = cfg.validate().is_ok().then_some(cfg.max_claude);
-                self.set_fleet(cfg);
+                self.set_fleet(*cfg);
                 if let Some(max) = max_claude {
                     self.cfg.max_claude = max;
                     self.slots_resized();
