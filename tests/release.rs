@@ -15,10 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// 8 MiB (6 MiB until the third round's features took it to 6.01 MiB, 7 MiB
-/// until this round's took it to 7.04 MiB: `docs/performance.md` records
+/// 9 MiB (6 MiB until the third round's features took it to 6.01 MiB, 7 MiB
+/// until the one origin's round took it to 7.04 MiB, 8 MiB until the
+/// observability issue took it to 8.15 MiB: `docs/performance.md` records
 /// each step).
-const SIZE_BUDGET: u64 = 8 << 20;
+const SIZE_BUDGET: u64 = 9 << 20;
 
 fn skip(why: &str) {
     if std::env::var("HIVE_REQUIRE_REAL_CLAUDE").as_deref() == Ok("1") {
@@ -117,7 +118,7 @@ fn the_static_binary_runs_alone_in_an_empty_root() {
         size,
         size as f64 / 1048576.0
     );
-    assert!(size <= SIZE_BUDGET, "{size} bytes is over the 8 MiB budget");
+    assert!(size <= SIZE_BUDGET, "{size} bytes is over the 9 MiB budget");
 
     let root = TempDir::new("rel");
     std::fs::copy(&bin, root.path().join("hive")).unwrap();
