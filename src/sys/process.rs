@@ -64,21 +64,6 @@ impl ProcessGroup {
         })
     }
 
-    /// Takes as its leader the child `start` starts some other way (it must
-    /// lead a new process group of its own, as `fleet::sandbox::spawn`'s
-    /// does) and returns the pid of: registered as this process's own under
-    /// the same lock as every spawn, like them.
-    pub fn start(start: impl FnOnce() -> io::Result<u32>) -> io::Result<ProcessGroup> {
-        let mut owned = owned();
-        let pid = start()?;
-        owned.push(pid);
-        Ok(ProcessGroup {
-            leader: Leader::Spawned(pid),
-            status: None,
-            leave_rest: false,
-        })
-    }
-
     /// Starts `what` as the leader of a new process group with its three
     /// standard descriptors on pipes, as std would with `process_group(0)`
     /// and piped stdio (signal mask emptied, `SIGPIPE` at its default, the
