@@ -290,7 +290,10 @@ fn hive_up_says_next_to_the_url_and_in_its_log_that_an_agent_needs_a_login() {
         .position(|l| l.starts_with(&format!("ruth: http://127.0.0.1:{port}/agent/ruth/")))
         .unwrap_or_else(|| panic!("{out}"));
     assert_eq!(out.lines().nth(url_line + 1), Some(line.as_str()), "{out}");
-    assert!(up.log().contains(&line), "{}", up.log());
+    // `hive up` prints the line, then logs it: the log may trail stdout.
+    wait_for(T, "the needs-login line in hive up's log", || {
+        up.log().contains(&line).then_some(())
+    });
 }
 
 #[test]
