@@ -546,14 +546,15 @@ fn a_receiver_outage_and_a_clean_broker_restart_each_lose_nothing() {
     for i in 1..=3 {
         send(&b, "ana", "operator", &format!("outage {i}"));
     }
-    wait_for(Duration::from_secs(60), "three refused tries", || {
-        (rx.tries("/json").len() >= 3).then_some(())
+    // The receiver sees a try before the broker records its refusal: wait
+    // for the record.
+    let d = wait_for(Duration::from_secs(60), "three refused tries", || {
+        let st = status(&b);
+        let d = st["destinations"][0].clone();
+        (rx.tries("/json").len() >= 3 && d["failed"].as_u64()? >= 3).then_some(d)
     });
-    let st = status(&b);
-    let d = &st["destinations"][0];
     assert_eq!(d["last_error"], "HTTP 503", "{d}");
     assert_eq!(d["pending"], 3, "{d}");
-    assert!(d["failed"].as_u64().unwrap() >= 3, "{d}");
     let sock = b.host_socket().display().to_string();
     let (_, out, _) = run_hive(&["notify", "status", "--socket", &sock], None, &[]);
     assert!(
@@ -584,12 +585,13 @@ fn a_receiver_outage_and_a_clean_broker_restart_each_lose_nothing() {
         ["outage 1", "outage 2", "outage 3", "restart 4", "restart 5"]
     );
     got.iter().for_each(verify);
-    let st = status(&b);
-    let d = &st["destinations"][0];
-    assert_eq!(
-        (d["pending"].as_u64(), d["dropped"].as_u64()),
-        (Some(0), Some(0))
-    );
+    // The broker records a delivery after the receiver answered it.
+    let d = wait_for(Duration::from_secs(60), "the deliveries recorded", || {
+        let st = status(&b);
+        let d = st["destinations"][0].clone();
+        (d["pending"].as_u64()? == 0).then_some(d)
+    });
+    assert_eq!(d["dropped"].as_u64(), Some(0), "{d}");
     assert!(d["delivered"].as_u64().unwrap() >= 5, "{d}");
 }
 
@@ -732,8 +734,11 @@ fn notify_test_reaches_every_destination_and_status_shows_each_ones_last_error()
         slack[0].json()["text"],
         "*hive nt: test notification*\na test notification from `hive notify test`"
     );
-    let (_, out, _) = run_hive(&["notify", "status", "--socket", &sock], None, &[]);
-    assert!(out.contains("last success"), "{out}");
+    // The broker records a delivery after the receiver answered it.
+    wait_for(Duration::from_secs(30), "a success in the status", || {
+        let (_, out, _) = run_hive(&["notify", "status", "--socket", &sock], None, &[]);
+        out.contains("last success").then_some(())
+    });
 
     // Without destinations, `hive notify test` says what to do.
     let plain = Broker::start(&["ana"]);
@@ -862,4 +867,101 @@ fn a_harness_crash_under_hive_up_notifies_and_the_dashboard_shows_a_failing_dest
         let h = dash.get("/api/hive").ok()?;
         h["notify"].as_array()?.is_empty().then_some(())
     });
+}
+
+#[test]
+fn a_notify_block_applies_at_hive_reload_and_one_that_cannot_be_read_changes_nothing() {
+    use common::hive::refused;
+    use common::up::Up;
+    use hyperhive::proto::cmd::{NotifyTest, Reload};
+    let rx = Receiver::start();
+    let up = Up::start_env(
+        r#"{"hive_name":"rl","agents":[{"name":"ana","env":{"FAKE_CLAUDE_DIR":"@FAKE(ana)"}}]}"#,
+        &["ana"],
+        &[
+            ("HIVE_NOTIFY_BACKOFF_MS", "50"),
+            ("HIVE_NOTIFY_POLL_MS", "50"),
+        ],
+    );
+    let pid = up.wait_running("ana");
+    let err = refused(&mut up.host(), NotifyTest {});
+    assert!(
+        err.contains("no notify destinations") && err.contains("hive reload"),
+        "{err}"
+    );
+    // The fleet file with `notify` set (or taken out).
+    let write = |notify: Option<Value>| {
+        let path = up.fleet_file();
+        let mut cfg: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        match notify {
+            Some(n) => cfg["notify"] = n,
+            None => {
+                cfg.as_object_mut().unwrap().remove("notify");
+            }
+        }
+        std::fs::write(&path, cfg.to_string()).unwrap();
+    };
+    let reload = || {
+        ok(&mut up.host(), Reload {})["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let test_text = "*hive rl: test notification*\na test notification from `hive notify test`";
+
+    // Added: it applies with the reload's answer, nothing restarts.
+    write(Some(
+        serde_json::json!({"to": [{"url": rx.url("/one"), "format": "slack"}]}),
+    ));
+    let text = reload();
+    assert!(
+        text.contains("notify: applies now (1 destination;"),
+        "{text}"
+    );
+    ok(&mut up.host(), NotifyTest {});
+    assert_eq!(rx.wait_events_plain("/one", 1)[0].json()["text"], test_text);
+
+    // A secret file that cannot be read refuses the reload: the destination
+    // before stays.
+    write(Some(serde_json::json!({"to": [{
+        "url": rx.url("/two"), "secret_file": "/nonexistent/hive-secret"}]})));
+    let err = refused(&mut up.host(), Reload {});
+    assert!(
+        err.contains("nothing changed")
+            && err.contains("notify.to[0].secret_file")
+            && err.contains("/nonexistent/hive-secret"),
+        "{err}"
+    );
+    ok(&mut up.host(), NotifyTest {});
+    assert_eq!(rx.wait_events_plain("/one", 2)[1].json()["text"], test_text);
+
+    // Moved: the new destination takes what comes after, the old one nothing
+    // more.
+    write(Some(
+        serde_json::json!({"to": [{"url": rx.url("/two"), "format": "slack"}]}),
+    ));
+    let text = reload();
+    assert!(text.contains("notify: applies now"), "{text}");
+    ok(&mut up.host(), NotifyTest {});
+    assert_eq!(rx.wait_events_plain("/two", 1)[0].json()["text"], test_text);
+    let status = ok(&mut up.host(), hyperhive::proto::cmd::NotifyStatus {});
+    assert_eq!(
+        status["destinations"].as_array().unwrap().len(),
+        1,
+        "{status:?}"
+    );
+    assert_eq!(
+        rx.tries("/one").len(),
+        2,
+        "the old destination takes nothing more"
+    );
+
+    // Taken out: nothing is sent, and `hive notify test` says so again.
+    write(None);
+    let text = reload();
+    assert!(text.contains("notify: removed"), "{text}");
+    let err = refused(&mut up.host(), NotifyTest {});
+    assert!(err.contains("no notify destinations"), "{err}");
+    assert_eq!(up.wait_running("ana"), pid, "no reload restarted the agent");
 }

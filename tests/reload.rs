@@ -393,10 +393,11 @@ fn top_level_keys_apply_live_or_are_named_as_waiting_for_a_restart() {
     let up = start(&["ana", "bob"], &[]);
     let before = pids(&up);
     // hive_name restarts every agent onto it (each prompt names the hive);
-    // budget applies at once; web waits for a restart of hive up.
+    // budget applies at once; web and telemetry wait for a restart of hive
+    // up.
     let body = fleet(&up, &["ana", "bob"], &[]).replacen(
         r#"{"web": {"listen": "127.0.0.1:0"}"#,
-        r#"{"hive_name": "renamed", "budget": {"usd": 50}, "web": {"listen": "127.0.0.1:0", "public_origin": "https://hive.example"}"#,
+        r#"{"hive_name": "renamed", "budget": {"usd": 50}, "telemetry": {"endpoint": "http://127.0.0.1:9"}, "web": {"listen": "127.0.0.1:0", "public_origin": "https://hive.example"}"#,
         1,
     );
     std::fs::write(up.fleet_file(), body).unwrap();
@@ -404,7 +405,7 @@ fn top_level_keys_apply_live_or_are_named_as_waiting_for_a_restart() {
     assert!(text.contains("hive_name/swarm_name: now renamed"), "{text}");
     assert!(text.contains("budget: applies now"), "{text}");
     assert!(
-        text.contains("web changed: it is applied at the next start of hive up"),
+        text.contains("web, telemetry changed: they are applied at the next start of hive up"),
         "{text}"
     );
     let meta: hyperhive::proto::cmd::AgentMeta = up

@@ -101,7 +101,7 @@ pub struct BrokerHandle {
     hub_thread: Option<std::thread::JoinHandle<()>>,
     /// The prune thread; stopped before the hub.
     prune: Option<prune::Handle>,
-    /// The notification sender, when `notify` lists a destination; stopped
+    /// The notification sender (idle without a destination); stopped
     /// before the hub.
     notify: Option<notify::Handle>,
     stopped: Vec<String>,
@@ -269,7 +269,7 @@ pub fn start(
         config_path: deps.config_path,
         logs: deps.logs,
         run_dir: Some(args.run_dir.clone()),
-        notify: notify.as_ref().map(notify::Handle::nudger),
+        notify: Some(notify.control()),
         spans: deps.spans,
     };
     // The hub holds statements that borrow the store, so both live in the
@@ -327,7 +327,7 @@ pub fn start(
         hub_tx,
         hub_thread: Some(hub_thread),
         prune,
-        notify,
+        notify: Some(notify),
         stopped,
     };
     log::info!(

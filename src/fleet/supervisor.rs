@@ -724,8 +724,6 @@ impl Supervisor {
                 path.display()
             )
         })?;
-        self.config_mtime = mtime(&path);
-        let mut lines = Vec::new();
         // The top level: what applies now, and what waits for a restart.
         // Under a Matrix bridge the hive's names wait for a restart of hive
         // up: the swarm knows the hive by them.
@@ -733,6 +731,36 @@ impl Supervisor {
         let names_differ =
             cfg.hive_name != self.hive.hive_name || cfg.swarm_name != self.hive.swarm_name;
         let names_changed = names_differ && !bridged;
+        // A changed `notify` block applies now; its files are read first,
+        // and one that cannot be read refuses the reload as it refuses a
+        // start.
+        let notify_changed = cfg.notify != self.hive.notify;
+        let notify = if notify_changed || (names_changed && cfg.notify.is_some()) {
+            let dests = match &cfg.notify {
+                Some(n) => {
+                    crate::broker::notify::dest::destinations(n, path.parent()).map_err(|e| {
+                        format!(
+                            "reload: the fleet file {} does not load, so nothing changed: {e}",
+                            path.display()
+                        )
+                    })?
+                }
+                None => Vec::new(),
+            };
+            let named = if names_changed { &cfg } else { &self.hive };
+            Some(crate::broker::notify::Reconfig {
+                dests,
+                hive: named.hive_name.clone().unwrap_or_else(|| "hive".into()),
+                give_up_days: cfg.notify.as_ref().map_or(
+                    crate::config::notify::NotifySection::DEFAULT_GIVE_UP_DAYS,
+                    |n| n.give_up_days(),
+                ),
+            })
+        } else {
+            None
+        };
+        self.config_mtime = mtime(&path);
+        let mut lines = Vec::new();
         let budget_changed = cfg.budget != self.hive.budget;
         let max_claude_changed = cfg.max_claude != self.hive.max_claude;
         let mut later = Vec::new();
@@ -759,6 +787,10 @@ impl Supervisor {
         }
         if cfg.retention != self.hive.retention {
             later.push("retention");
+        }
+        // The exporter and every harness's environment are made at the start.
+        if cfg.telemetry != self.hive.telemetry {
+            later.push("telemetry");
         }
         // Removed: stopped, listed as removed, their mail kept.
         let gone: Vec<String> = self
@@ -789,6 +821,22 @@ impl Supervisor {
         self.hive.budget = cfg.budget.clone();
         self.hive.max_claude = cfg.max_claude;
         let _ = self.hub.send(FleetEvent::Reloaded(Box::new(cfg.clone())));
+        if let Some(r) = notify {
+            let n = r.dests.len();
+            let _ = self.hub.send(FleetEvent::Notify(Box::new(r)));
+            if notify_changed {
+                self.hive.notify = cfg.notify.clone();
+                lines.push(if n == 0 {
+                    "notify: removed; no notification is sent, and the queued ones are dropped"
+                        .into()
+                } else {
+                    format!(
+                        "notify: applies now ({n} destination{}; `hive notify test` tries them)",
+                        if n == 1 { "" } else { "s" }
+                    )
+                });
+            }
+        }
         if bridge_restart {
             self.hive.matrix = cfg.matrix.clone();
             if let Some(b) = &self.bridge {

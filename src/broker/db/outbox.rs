@@ -134,6 +134,37 @@ pub struct DestState {
     pub dropped: u64,
 }
 
+/// Makes the queues those of `dests`, in one transaction: a queue no
+/// longer configured goes (its pending events with it), a new one
+/// starts after the last event stored, a kept one resumes where it was.
+fn register(conn: &Connection, dests: &[DestRow]) -> Res<()> {
+    let tx = conn.unchecked_transaction()?;
+    let keep: Vec<&str> = dests.iter().map(|d| d.dest).collect();
+    {
+        let mut all = tx.prepare("SELECT dest FROM notify_dests")?;
+        let have: Vec<String> = all
+            .query_map([], |r| r.get(0))?
+            .collect::<Res<Vec<String>>>()?;
+        for d in have.iter().filter(|d| !keep.contains(&d.as_str())) {
+            tx.execute("DELETE FROM notify_dests WHERE dest = ?1", params![d])?;
+        }
+    }
+    for d in dests {
+        tx.execute(
+            "INSERT INTO notify_dests (dest, shown, format, events, cursor)
+             VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(id), 0) FROM notify_events))
+             ON CONFLICT (dest) DO UPDATE SET shown = excluded.shown,
+                format = excluded.format, events = excluded.events",
+            params![d.dest, d.shown, d.format, d.events.join(",")],
+        )?;
+    }
+    if dests.is_empty() {
+        // Nothing will send them: the stored events go.
+        tx.execute("DELETE FROM notify_events", [])?;
+    }
+    tx.commit()
+}
+
 fn dest_states(conn: &Connection) -> Res<Vec<DestState>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT d.dest, d.shown, d.format, d.events,
@@ -178,6 +209,12 @@ impl super::Db {
         Ok((n == 1).then(|| self.conn.last_insert_rowid()))
     }
 
+    /// Makes the queues those of `dests` ([`register`]): `hive reload`
+    /// changed the `notify` block, and a command after its answer sees them.
+    pub fn notify_register(&self, dests: &[DestRow]) -> Res<()> {
+        register(&self.conn, dests)
+    }
+
     /// Every destination's queue (a read).
     pub fn notify_states(&self) -> Res<Vec<DestState>> {
         dest_states(&self.conn)
@@ -218,35 +255,9 @@ impl NotifyConn {
         Ok(NotifyConn { conn })
     }
 
-    /// Makes the queues those of `dests`, in one transaction: a queue no
-    /// longer configured goes (its pending events with it), a new one
-    /// starts after the last event stored, a kept one resumes where it was.
+    /// Makes the queues those of `dests` ([`register`]).
     pub fn register(&self, dests: &[DestRow]) -> Res<()> {
-        let tx = self.conn.unchecked_transaction()?;
-        let keep: Vec<&str> = dests.iter().map(|d| d.dest).collect();
-        {
-            let mut all = tx.prepare("SELECT dest FROM notify_dests")?;
-            let have: Vec<String> = all
-                .query_map([], |r| r.get(0))?
-                .collect::<Res<Vec<String>>>()?;
-            for d in have.iter().filter(|d| !keep.contains(&d.as_str())) {
-                tx.execute("DELETE FROM notify_dests WHERE dest = ?1", params![d])?;
-            }
-        }
-        for d in dests {
-            tx.execute(
-                "INSERT INTO notify_dests (dest, shown, format, events, cursor)
-                 VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(id), 0) FROM notify_events))
-                 ON CONFLICT (dest) DO UPDATE SET shown = excluded.shown,
-                    format = excluded.format, events = excluded.events",
-                params![d.dest, d.shown, d.format, d.events.join(",")],
-            )?;
-        }
-        if dests.is_empty() {
-            // Nothing will send them: the stored events go.
-            tx.execute("DELETE FROM notify_events", [])?;
-        }
-        tx.commit()
+        register(&self.conn, dests)
     }
 
     /// The next event of `dest`'s queue, and the failed tries of it so far.

@@ -331,8 +331,9 @@ pub struct HubSettings {
     /// nowhere, in the hub's tests).
     pub run_dir: Option<PathBuf>,
     /// Nudges the notification sender after the hub wrote an event itself
-    /// (`notify.rs`); `None` without destinations.
-    pub notify: Option<Sender<()>>,
+    /// (`notify.rs`), and hands it a reloaded `notify` block; `None` in the
+    /// hub's unit tests.
+    pub notify: Option<crate::broker::notify::Control>,
     /// `hive up`'s span exporter (issue 43): `export_spans` hands it the
     /// harnesses' spans. None: this broker exports nothing.
     pub spans: Option<crate::telemetry::Exporter>,
@@ -564,6 +565,7 @@ impl<'c> Hub<'c> {
                     self.slots_resized();
                 }
             }
+            FleetEvent::Notify(r) => self.notify_reloaded(*r),
             FleetEvent::HiveBudget(b) => {
                 if self.cfg.budget != b {
                     self.cfg.budget = b;

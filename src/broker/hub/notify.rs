@@ -3,8 +3,8 @@
 //! (`db/outbox.rs`); the hub writes those it learns of itself — a harness
 //! reported its login pause (`needs_login`), an agent's harness crashed
 //! (told by the supervisor of `hive up`) and the operator's `notify_test` —
-//! and nudges the sender thread
-//! (`broker/notify`), never waiting for it. `notify_status` reads each
+//! and nudges the sender thread (`broker/notify`), never waiting for it; a
+//! `notify` block `hive reload` read goes to that thread the same way. `notify_status` reads each
 //! destination's queue from the store.
 
 use super::{db_err, Hub};
@@ -15,7 +15,28 @@ impl Hub<'_> {
     /// channel means it will anyway).
     fn nudge_notify(&self) {
         if let Some(n) = &self.settings.notify {
-            let _ = n.try_send(());
+            n.nudge();
+        }
+    }
+
+    /// `hive reload` read a changed `notify` block: its queues are
+    /// registered here, so a command after the reload's answer sees them,
+    /// and the sender thread takes the destinations without the hub
+    /// waiting for it. A store that refuses them keeps the ones before.
+    pub(super) fn notify_reloaded(&mut self, r: crate::broker::notify::Reconfig) {
+        use crate::broker::notify::{log_dests, rows};
+        if let Err(e) = self.db.notify_register(&rows(&r.dests)) {
+            log::error!(
+                "notify: cannot register the reloaded destinations ({e}); the ones before stay"
+            );
+            return;
+        }
+        log_dests(&r.dests);
+        if r.dests.is_empty() {
+            log::info!("notify: the block was taken out; nothing is sent");
+        }
+        if let Some(n) = &self.settings.notify {
+            n.reconfigure(r);
         }
     }
 
@@ -61,7 +82,7 @@ impl Hub<'_> {
             }
             _ => Err(
                 "no notify destinations: add a `notify` block to the fleet file \
-                 (docs/config.md) and restart the hive"
+                 (docs/config.md) and run `hive reload` (or start the broker again)"
                     .into(),
             ),
         }

@@ -9,7 +9,9 @@
 //! that queue only. An event tried for longer than `notify.give_up_days`
 //! is dropped and counted. Progress is written back after each try, so a
 //! broker that restarts — or was killed — resumes: each event is sent at
-//! least once. The hub never waits for this thread: it only nudges it.
+//! least once. The hub never waits for this thread: it only nudges it,
+//! or hands it the destinations of a fleet file that `hive reload` read
+//! ([`Reconfig`]), which it registers and sends to from then on.
 //! HTTP is `ureq` with short timeouts. URLs are logged as scheme and host,
 //! secrets never.
 
@@ -18,7 +20,7 @@ pub mod format;
 pub mod sign;
 
 use crate::broker::db::{DestRow, Durability, NotifyConn, NotifyEvent};
-use crossbeam_channel::{after, bounded, select, Receiver, Sender};
+use crossbeam_channel::{after, bounded, never, select, unbounded, Receiver, Sender};
 use dest::Destination;
 use std::path::Path;
 use std::time::Duration;
@@ -71,20 +73,51 @@ impl Settings {
 /// the next start).
 const STOP_WAIT: Duration = Duration::from_secs(1);
 
-/// The running thread: the hub nudges it through [`Handle::nudger`];
-/// dropping it stops the thread between two requests, waiting
-/// [`STOP_WAIT`] at most.
+/// The running thread: the hub nudges and reconfigures it through
+/// [`Handle::control`]; dropping it stops the thread between two requests,
+/// waiting [`STOP_WAIT`] at most.
 pub struct Handle {
     stop: Option<Sender<()>>,
-    nudge: Sender<()>,
+    control: Control,
     ended: Receiver<()>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Handle {
-    /// A sender the hub keeps to say an event was written.
-    pub fn nudger(&self) -> Sender<()> {
-        self.nudge.clone()
+    /// What the hub keeps to reach the thread.
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+}
+
+/// The fleet file's `notify` block as `hive reload` read it (files read,
+/// names checked), with the hive's name for the titles: the destinations
+/// the thread sends to from now on.
+#[derive(Debug)]
+pub struct Reconfig {
+    pub dests: Vec<Destination>,
+    pub hive: String,
+    pub give_up_days: u32,
+}
+
+/// The hub's end of the thread: neither call ever waits.
+#[derive(Clone)]
+pub struct Control {
+    nudge: Sender<()>,
+    reconfig: Sender<Reconfig>,
+}
+
+impl Control {
+    /// An event was written: look at the queues now (a full channel means
+    /// the thread will anyway).
+    pub fn nudge(&self) {
+        let _ = self.nudge.try_send(());
+    }
+
+    /// Sends to `r`'s destinations from now on: their queues are
+    /// registered already ([`rows`]).
+    pub fn reconfigure(&self, r: Reconfig) {
+        let _ = self.reconfig.send(r);
     }
 }
 
@@ -105,15 +138,42 @@ impl Drop for Handle {
 }
 
 /// Registers `dests` as the queues of the store at `path` and starts the
-/// sender; with no destination, the queues are cleared and no thread runs.
+/// sender. Without a destination the queues are cleared and the thread
+/// only waits for a [`Reconfig`].
 pub fn start(
     path: &Path,
     durability: Durability,
     dests: Vec<Destination>,
     settings: Settings,
-) -> Result<Option<Handle>, String> {
+) -> Result<Handle, String> {
     let conn = NotifyConn::open(path, durability)?;
-    let rows: Vec<DestRow> = dests
+    conn.register(&rows(&dests))
+        .map_err(|e| format!("cannot register the notify destinations: {e}"))?;
+    log_dests(&dests);
+    let (stop_tx, stop) = bounded::<()>(0);
+    let (nudge, nudged) = bounded::<()>(1);
+    let (reconfig, reconfigs) = unbounded::<Reconfig>();
+    let (end_tx, ended) = bounded::<()>(0);
+    let thread = std::thread::Builder::new()
+        .name("notify".into())
+        .spawn(move || {
+            Worker::new(conn, dests, settings).run(&stop, &nudged, &reconfigs);
+            drop(end_tx);
+        })
+        .map_err(|e| format!("cannot start the notify thread: {e}"))?;
+    Ok(Handle {
+        stop: Some(stop_tx),
+        control: Control { nudge, reconfig },
+        ended,
+        thread: Some(thread),
+    })
+}
+
+/// The rows that register `dests` as the store's queues (a kept one
+/// resumes, a new one starts after the last event, a gone one is
+/// forgotten).
+pub fn rows(dests: &[Destination]) -> Vec<DestRow<'_>> {
+    dests
         .iter()
         .map(|d| DestRow {
             dest: &d.key,
@@ -121,13 +181,12 @@ pub fn start(
             format: d.format.name(),
             events: &d.events,
         })
-        .collect();
-    conn.register(&rows)
-        .map_err(|e| format!("cannot register the notify destinations: {e}"))?;
-    if dests.is_empty() {
-        return Ok(None);
-    }
-    for d in &dests {
+        .collect()
+}
+
+/// Logs `dests` as scheme and host, their format and events.
+pub fn log_dests(dests: &[Destination]) {
+    for d in dests {
         log::info!(
             "notify: {} ({}) for {}",
             d.shown,
@@ -135,22 +194,6 @@ pub fn start(
             d.events.join(",")
         );
     }
-    let (stop_tx, stop) = bounded::<()>(0);
-    let (nudge, nudged) = bounded::<()>(1);
-    let (end_tx, ended) = bounded::<()>(0);
-    let thread = std::thread::Builder::new()
-        .name("notify".into())
-        .spawn(move || {
-            Worker::new(conn, dests, settings).run(&stop, &nudged);
-            drop(end_tx);
-        })
-        .map_err(|e| format!("cannot start the notify thread: {e}"))?;
-    Ok(Some(Handle {
-        stop: Some(stop_tx),
-        nudge,
-        ended,
-        thread: Some(thread),
-    }))
 }
 
 /// The thread's state.
@@ -187,7 +230,7 @@ impl Worker {
         }
     }
 
-    fn run(&mut self, stop: &Receiver<()>, nudged: &Receiver<()>) {
+    fn run(&mut self, stop: &Receiver<()>, nudged: &Receiver<()>, reconfigs: &Receiver<Reconfig>) {
         loop {
             let mut wait = self.settings.poll;
             for i in 0..self.dests.len() {
@@ -208,12 +251,30 @@ impl Worker {
                     return;
                 }
             }
+            // Without a destination nothing is due until a reload.
+            let timer = if self.dests.is_empty() {
+                never()
+            } else {
+                after(wait)
+            };
             select! {
                 recv(stop) -> _ => return,
                 recv(nudged) -> _ => {}
-                recv(after(wait)) -> _ => {}
+                recv(reconfigs) -> r => match r {
+                    Ok(r) => self.reconfigure(r),
+                    Err(_) => return,
+                },
+                recv(timer) -> _ => {}
             }
         }
+    }
+
+    /// `hive reload` changed the block: its destinations from now on (the
+    /// hub registered their queues before it handed them over).
+    fn reconfigure(&mut self, r: Reconfig) {
+        self.dests = r.dests;
+        self.settings.hive = r.hive;
+        self.settings.give_up_days = r.give_up_days;
     }
 
     /// Sends destination `i`'s next event if its backoff allows.
