@@ -209,6 +209,7 @@ fn operator_mail(to: &'static str, body: &'static str) -> db::NewMessage<'static
         kind: &MsgKind::Message,
         in_reply_to: None,
         receipt: false,
+        traceparent: None,
     }
 }
 
@@ -650,6 +651,7 @@ fn the_previous_releases_store_coalesces_repeating_prompts_through_step_14() {
         kind: &MsgKind::Scheduled,
         in_reply_to: None,
         receipt: false,
+        traceparent: None,
     };
     let db::Fired::Delivered(copy) = store.fire_scheduled(&s, Some(160), &msg, 100).unwrap() else {
         panic!("an old prompt has no copy yet: it delivers")
@@ -1262,6 +1264,7 @@ fn the_previous_releases_store_gains_the_notify_outbox_through_step_18() {
         kind: &MsgKind::Message,
         in_reply_to: None,
         receipt: false,
+        traceparent: None,
     };
     store.insert_message(&to_operator, 1_800_000_000).unwrap();
     assert!(
@@ -1366,11 +1369,12 @@ fn a_version_16_store_gains_the_traceparent_of_each_message_through_step_17() {
     }
     assert_eq!(now, before, "every row, every column");
     assert_eq!(store.traceparent(1).unwrap(), None);
-    let id = store
-        .insert_message(&operator_mail("ana", "traced"), 100)
-        .unwrap();
     let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    store.set_traceparent(id, tp).unwrap();
+    let traced = db::NewMessage {
+        traceparent: Some(tp),
+        ..operator_mail("ana", "traced")
+    };
+    let id = store.insert_message(&traced, 100).unwrap();
     assert_eq!(store.traceparent(id).unwrap().as_deref(), Some(tp));
     assert_eq!(store.traceparent(id + 100).unwrap(), None);
     assert_intact(&c);

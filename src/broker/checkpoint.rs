@@ -138,6 +138,7 @@ mod tests {
             kind: &MsgKind::Message,
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         };
         db.insert_message(&m, 1).unwrap();
     }

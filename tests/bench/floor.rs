@@ -49,6 +49,7 @@ fn store(db: Db, asks: Receiver<Ask>, expected: usize) {
                     kind: &MsgKind::Message,
                     in_reply_to: None,
                     receipt: false,
+                    traceparent: None,
                 };
                 let id = db.insert_message(&m, now).expect("floor: insert");
                 let _ = done.send(id);

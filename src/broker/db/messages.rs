@@ -427,6 +427,7 @@ impl Db {
                     kind: &MsgKind::Receipt,
                     in_reply_to: Some(id),
                     receipt: false,
+                    traceparent: None,
                 };
                 queue_row(c, &self.queues, &row, None, now)?;
             }
@@ -626,6 +627,7 @@ impl Db {
                 kind: &MsgKind::DeadLetter,
                 in_reply_to: None,
                 receipt: false,
+                traceparent: None,
             })
             .collect();
         insert_all(&tx, &self.queues, &rows, now)?;

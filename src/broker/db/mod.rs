@@ -54,6 +54,9 @@ pub struct NewMessage<'a> {
     /// Its sender asked for a receipt once it is acked (issue 43), stored
     /// with the row by the same insert.
     pub receipt: bool,
+    /// The W3C `traceparent` the run that handles it links to (issue 43;
+    /// validated by the command), stored by the same insert.
+    pub traceparent: Option<&'a str>,
 }
 
 /// The hub's view of the store: every [`Db`] method, with the statements on
@@ -182,7 +185,8 @@ fn queue_row_by(
         now,
         queues.next_place(),
         charged,
-        m.receipt.then_some(1)
+        m.receipt.then_some(1),
+        m.traceparent
     ];
     execute(conn, held, INSERT_QUEUED, p)?;
     Ok(conn.last_insert_rowid())
@@ -210,8 +214,8 @@ const TRANSITION: &str = "UPDATE messages SET state = ?1, done_at = ?2 \
 /// whether its sender wants a receipt (1, else null).
 const INSERT_QUEUED: &str =
     "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at, seq, charged,
-        receipt)
-     VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9)";
+        receipt, traceparent)
+     VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10)";
 
 /// The tail of the queues, which the one connection that writes `broker.db`
 /// keeps without reading it: the last place in the queue handed out (`seq`).
@@ -408,6 +412,7 @@ mod tests {
             kind: &MsgKind::Message,
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         }
     }
 
@@ -522,6 +527,7 @@ mod tests {
             kind: &MsgKind::Message,
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         };
         static SYS: Peer = Peer::System;
         let ids: Vec<i64> = ["1", "2", "3"]
@@ -643,6 +649,7 @@ mod tests {
                 kind: &kinds[i],
                 in_reply_to: (i == 1).then_some(7),
                 receipt: false,
+                traceparent: None,
             };
             ids.push(db.insert_message(&m, 100 + i as i64).unwrap());
         }
@@ -733,6 +740,7 @@ mod tests {
             kind: &MsgKind::Message,
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         };
         let ids: Vec<i64> = ["1", "2", "3", "4"]
             .iter()
@@ -831,6 +839,7 @@ mod tests {
         let fresh = fresh_db("receipt-flag");
         let with = |body: &'static str| NewMessage {
             receipt: true,
+            traceparent: None,
             ..msg("b", body)
         };
         let (asked, plain, committed) = {
@@ -946,6 +955,7 @@ mod tests {
         let ana = Peer::Agent("ana".into());
         let asked = |to: &'static str, body: &'static str| NewMessage {
             receipt: true,
+            traceparent: None,
             ..msg(to, body)
         };
         let said = |row: SentRow| {

@@ -372,6 +372,7 @@ mod tests {
                 kind: &kind,
                 in_reply_to: None,
                 receipt: false,
+                traceparent: None,
             },
             100,
         )

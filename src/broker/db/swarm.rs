@@ -648,5 +648,6 @@ pub fn new_message<'a>(
         kind,
         in_reply_to,
         receipt: false,
+        traceparent: None,
     }
 }

@@ -319,6 +319,7 @@ mod tests {
             kind: &MsgKind::Scheduled,
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         };
         db.fire_scheduled(s, next, &msg, 100).unwrap()
     }
@@ -373,6 +374,7 @@ mod tests {
             kind: &MsgKind::Reminder,
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         };
         assert_eq!(
             db.cancel_timer(TimerKind::Reminder, r, &notice, 2).unwrap(),

@@ -1,6 +1,7 @@
 //! The `traceparent` a message carries (issue 43, item 1): step 17's column,
-//! set after the row is stored (`wake --traceparent`, `send` from `hive mcp`
-//! with the sender's run) and read when the row is handed out, so the run
+//! stored by the row's own insert (`NewMessage::traceparent`: `wake
+//! --traceparent`, `send` from `hive mcp` with the sender's run, `hive
+//! send`) and read when the row is handed out, so the run
 //! that handles it links to the sender's span. The value was checked
 //! (`proto::cmd::TraceParent`) before it got here.
 
@@ -12,14 +13,6 @@ ALTER TABLE messages ADD COLUMN traceparent TEXT;
 ";
 
 impl Db {
-    /// Keeps `tp` with message `id`.
-    pub fn set_traceparent(&self, id: i64, tp: &str) -> Res<()> {
-        self.conn
-            .prepare_cached("UPDATE messages SET traceparent = ?2 WHERE id = ?1")?
-            .execute(params![id, tp])
-            .map(|_| ())
-    }
-
     /// The `traceparent` message `id` carries, if any.
     pub fn traceparent(&self, id: i64) -> Res<Option<String>> {
         self.conn

@@ -74,6 +74,7 @@ impl Hub<'_> {
             kind: &kind,
             in_reply_to,
             receipt: false,
+            traceparent: None,
         };
         self.deliver_row(charged, &msg)
     }
@@ -144,13 +145,18 @@ impl Hub<'_> {
                 Identity::Agent(a) if from != Peer::Page => Some(a.as_str()),
                 _ => None,
             };
-            let sent =
-                self.deliver_charged(charged, &from, &target, &c.body, MsgKind::Message, None)?;
-            // Issue 43: the run that handles it links to `traceparent`.
-            if let (Some(tp), Some(id)) = (&c.traceparent, sent.id) {
-                self.db.set_traceparent(id, tp).map_err(db_err)?;
-            }
-            return Ok(sent);
+            // Issue 43: the run that handles it links to `traceparent`,
+            // stored by the row's own insert.
+            let msg = NewMessage {
+                from: &from,
+                to: &target,
+                body: &c.body,
+                kind: &MsgKind::Message,
+                in_reply_to: None,
+                receipt: false,
+                traceparent: c.traceparent.as_deref(),
+            };
+            return self.deliver_row(charged, &msg);
         }
         let msg = Message {
             id: self.next_transient_id,
@@ -254,15 +260,12 @@ impl Hub<'_> {
             kind: &MsgKind::Message,
             in_reply_to: c.in_reply_to,
             // Issue 43: a receipt once it is acked (`receipts.rs`), asked
-            // for by the row's own insert.
+            // for by the row's own insert, which also stores the
+            // `traceparent` the recipient's run links to.
             receipt: c.receipt,
+            traceparent: c.traceparent.as_deref(),
         };
-        let sent = self.deliver_row(charged, &msg)?;
-        // Issue 43: the recipient's run links to the sender's (`traceparent`).
-        if let (Some(tp), Some(id)) = (&c.traceparent, sent.id) {
-            self.db.set_traceparent(id, tp).map_err(db_err)?;
-        }
-        Ok(sent)
+        self.deliver_row(charged, &msg)
     }
 
     /// `send_to_parent`: the harness's notices (not charged), or the same
@@ -750,6 +753,7 @@ impl Hub<'_> {
                 kind: &m.kind,
                 in_reply_to: m.in_reply_to,
                 receipt: false,
+                traceparent: None,
             };
             let told = self.told_of(agent, &m);
             let id = self
@@ -785,6 +789,7 @@ impl Hub<'_> {
                 kind: &MsgKind::DeadLetter,
                 in_reply_to: None,
                 receipt: false,
+                traceparent: None,
             })
             .collect();
         if !self

@@ -75,6 +75,7 @@ impl Hub<'_> {
             kind: &MsgKind::QuestionAnswered,
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         };
         // The swarm: a question asked to another hive, closed here (expired),
         // is cancelled there too.

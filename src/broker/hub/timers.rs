@@ -48,6 +48,7 @@ impl Hub<'_> {
                         kind: &MsgKind::Reminder,
                         in_reply_to: None,
                         receipt: false,
+                        traceparent: None,
                     };
                     match self.db.fire_reminder(rem.id, &msg, t) {
                         Ok(fired) => {
@@ -173,6 +174,7 @@ impl Hub<'_> {
                 kind: &MsgKind::Scheduled,
                 in_reply_to: None,
                 receipt: false,
+                traceparent: None,
             };
             match self.db.fire_scheduled(&s, next, &msg, t) {
                 Ok(Fired::Delivered(_)) => {
@@ -235,6 +237,7 @@ impl Hub<'_> {
             kind: &kind,
             in_reply_to: None,
             receipt: false,
+            traceparent: None,
         };
         self.db
             .cancel_timer(c.kind, c.id, &notice, now())
