@@ -160,8 +160,7 @@ The tools are described in docs/tools/mcp.md. Settings come from the environment
   --body TEXT         the message, at most 64 KiB; `-` reads it from stdin
   --transient         deliver without storing it (lost if the broker restarts)
   --traceparent TP    the W3C traceparent of what sent it (00-TRACEID-SPANID-FLAGS):
-                      the agent's run links to that span (docs/observability.md);
-                      not kept with --transient
+                      the agent's run links to that span (docs/observability.md)
   --socket PATH       the agent socket (default {AGENT_SOCKET}),
                       or with --to the host socket",
     },

@@ -444,6 +444,38 @@ fn a_wake_with_a_traceparent_links_the_run_to_it_and_a_bad_one_is_refused() {
     assert_eq!(run["links"][0]["spanId"], "00f067aa0ba902b7");
     assert_ne!(run["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
 
+    // A transient wake (kept in memory only) links its run the same way.
+    wait_drained(&b, "ana");
+    let before = h.fake.count();
+    let other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let (code, out, err) = run_hive(
+        &[
+            "wake",
+            "--to",
+            "ana",
+            "--from",
+            "cron",
+            "--body",
+            "fleeting",
+            "--transient",
+            "--traceparent",
+            other,
+            "--socket",
+            sock,
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    h.fake.wait_count(before + 1);
+    let run = wait_for(T, "the transient wake's run span", || {
+        col.spans().into_iter().find(|s| {
+            s["name"] == "invoke_agent ana"
+                && s["links"][0]["traceId"] == "0af7651916cd43dd8448eb211c80319c"
+        })
+    });
+    assert_eq!(run["links"][0]["spanId"], "b7ad6b7169203331", "{run}");
+
     // All-zero ids, and no traceparent at all, are refused before sending.
     for bad in [
         "00-00000000000000000000000000000000-00f067aa0ba902b7-01",

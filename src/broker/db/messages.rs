@@ -602,8 +602,8 @@ impl Db {
         let tx = self.conn.unchecked_transaction()?;
         tx.execute(
             "INSERT INTO messages (sender, recipient, body, kind, in_reply_to, state, sent_at,
-                done_at, attempts, last_error, seq)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'failed', ?6, ?6, ?7, ?8, ?9)",
+                done_at, attempts, last_error, seq, traceparent)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'failed', ?6, ?6, ?7, ?8, ?9, ?10)",
             params![
                 m.from,
                 m.to,
@@ -613,7 +613,8 @@ impl Db {
                 now,
                 attempts,
                 error,
-                self.queues.next_place()
+                self.queues.next_place(),
+                m.traceparent
             ],
         )?;
         let id = tx.last_insert_rowid();

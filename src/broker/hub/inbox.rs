@@ -169,6 +169,10 @@ impl Hub<'_> {
             transient: true,
         };
         self.next_transient_id -= 1;
+        // Issue 43: the run that handles it links to `traceparent` too.
+        if let Some(tp) = c.traceparent {
+            self.transient_traces.insert(msg.id, tp);
+        }
         self.transient
             .entry(target.clone())
             .or_default()
@@ -398,7 +402,8 @@ impl Hub<'_> {
         // Issue 43: the traceparent the handed-out row carries.
         let traceparent = match &popped {
             Some(p) if p.message.id > 0 => self.db.traceparent(p.message.id).map_err(db_err)?,
-            _ => None,
+            Some(p) => self.transient_traces.get(&p.message.id).cloned(),
+            None => None,
         };
         let (message, redelivered, attempts) = match popped {
             Some(p) => {
@@ -543,8 +548,11 @@ impl Hub<'_> {
                 return true;
             }
             acked += 1;
-            if let Held::Stored(id) = h {
-                stored.push(*id);
+            match h {
+                Held::Stored(id) => stored.push(*id),
+                Held::Transient(m) => {
+                    self.transient_traces.remove(&m.id);
+                }
             }
             false
         });
@@ -683,6 +691,7 @@ impl Hub<'_> {
         if id < 0 {
             self.transient_inflight.remove(agent);
             self.transient_attempts.remove(&id);
+            self.transient_traces.remove(&id);
             self.riding_acked(agent);
         } else {
             self.ack_rows(&[id], agent, inflight, turn, true)?;
@@ -741,6 +750,7 @@ impl Hub<'_> {
                 return Err(format!("dead_letter: {agent} has no inflight message"));
             };
             let handed = self.transient_attempts.remove(&m.id).unwrap_or(1);
+            let traceparent = self.transient_traces.remove(&m.id);
             let attempts = if c.ran {
                 handed
             } else {
@@ -753,7 +763,7 @@ impl Hub<'_> {
                 kind: &m.kind,
                 in_reply_to: m.in_reply_to,
                 receipt: false,
-                traceparent: None,
+                traceparent: traceparent.as_deref(),
             };
             let told = self.told_of(agent, &m);
             let id = self

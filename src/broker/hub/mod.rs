@@ -412,6 +412,10 @@ pub struct Hub<'c> {
     /// Hand-outs of transient wakes that counted, by id (stored rows keep
     /// theirs in the store).
     transient_attempts: BTreeMap<i64, u32>,
+    /// The `traceparent` a transient wake carries (issue 43), by id, until
+    /// it is acked, drained and confirmed, or dead-lettered (stored rows
+    /// keep theirs in the store).
+    transient_traces: BTreeMap<i64, String>,
     next_transient_id: i64,
     harness_conns: BTreeMap<String, BTreeSet<ConnId>>,
     /// Each harness's pause as it last reported it (`report_state`), while it
@@ -501,6 +505,7 @@ impl<'c> Hub<'c> {
             transient: BTreeMap::new(),
             transient_inflight: BTreeMap::new(),
             transient_attempts: BTreeMap::new(),
+            transient_traces: BTreeMap::new(),
             next_transient_id: -1,
             harness_conns: BTreeMap::new(),
             paused: BTreeMap::new(),
