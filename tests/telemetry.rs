@@ -412,24 +412,16 @@ fn a_wake_with_a_traceparent_links_the_run_to_it_and_a_bad_one_is_refused() {
     wait_drained(&b, "ana");
     let sock = b.host_socket();
     let sock = sock.to_str().unwrap();
-    let (code, out, err) = run_hive(
-        &[
-            "wake",
-            "--to",
-            "ana",
-            "--from",
-            "cron",
-            "--body",
-            "nightly",
-            "--traceparent",
-            TP,
-            "--socket",
-            sock,
-        ],
-        None,
-        &[],
-    );
-    assert_eq!(code, 0, "{out}{err}");
+    // `hive wake --to ana --traceparent TP` (`extra` before it); its stdout.
+    let wake = |body: &str, tp: &str, extra: &[&str]| {
+        let mut args = vec!["wake", "--to", "ana", "--from", "cron", "--body", body];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--traceparent", tp, "--socket", sock]);
+        let (code, out, err) = run_hive(&args, None, &[]);
+        assert_eq!(code, 0, "{out}{err}");
+        out
+    };
+    let out = wake("nightly", TP, &[]);
     let id: i64 = out
         .trim()
         .strip_prefix("queued #")
@@ -448,25 +440,7 @@ fn a_wake_with_a_traceparent_links_the_run_to_it_and_a_bad_one_is_refused() {
     wait_drained(&b, "ana");
     let before = h.fake.count();
     let other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-    let (code, out, err) = run_hive(
-        &[
-            "wake",
-            "--to",
-            "ana",
-            "--from",
-            "cron",
-            "--body",
-            "fleeting",
-            "--transient",
-            "--traceparent",
-            other,
-            "--socket",
-            sock,
-        ],
-        None,
-        &[],
-    );
-    assert_eq!(code, 0, "{out}{err}");
+    wake("fleeting", other, &["--transient"]);
     h.fake.wait_count(before + 1);
     let run = wait_for(T, "the transient wake's run span", || {
         col.spans().into_iter().find(|s| {
