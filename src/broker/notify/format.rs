@@ -78,7 +78,7 @@ pub fn title(ev: &NotifyEvent, hive: &str) -> String {
     let what = match ev.event.as_str() {
         "question" => format!("{who} asks you a question"),
         "approval" => "an approval waits for you".into(),
-        "needs_login" => "an agent needs a login".into(),
+        "needs_login" => format!("{who} needs a login"),
         "dead_letter" => format!("a message to {who} was dead-lettered"),
         "budget" => "a budget passed a threshold".into(),
         "usage_limit" => "a usage limit was hit".into(),
@@ -205,6 +205,22 @@ mod tests {
             text: text.into(),
             at: 1_700_000_000,
         }
+    }
+
+    #[test]
+    fn a_title_names_the_agent_where_the_event_is_about_one() {
+        assert_eq!(
+            title(&ev("needs_login", "x"), "prod"),
+            "hive prod: ana needs a login"
+        );
+        assert_eq!(
+            title(&ev("agent_crashed", "x"), "prod"),
+            "hive prod: ana crashed"
+        );
+        assert_eq!(
+            title(&ev("budget", "x"), "prod"),
+            "hive prod: a budget passed a threshold"
+        );
     }
 
     #[test]
