@@ -957,6 +957,29 @@ fn a_notify_block_applies_at_hive_reload_and_one_that_cannot_be_read_changes_not
         "the old destination takes nothing more"
     );
 
+    // Its files are read at every reload: a `url_file` naming a new URL
+    // moves the queue with the fleet file unchanged.
+    let files = TempDir::new("nt-reload");
+    let url_file = files.path().join("hook-url");
+    std::fs::write(&url_file, rx.url("/three")).unwrap();
+    write(Some(serde_json::json!({"to": [{
+        "url_file": url_file.display().to_string(), "format": "slack"}]})));
+    assert!(reload().contains("notify: applies now"));
+    ok(&mut up.host(), NotifyTest {});
+    assert_eq!(
+        rx.wait_events_plain("/three", 1)[0].json()["text"],
+        test_text
+    );
+    std::fs::write(&url_file, rx.url("/four")).unwrap();
+    let text = reload();
+    assert!(!text.contains("notify"), "the block is unchanged: {text}");
+    ok(&mut up.host(), NotifyTest {});
+    assert_eq!(
+        rx.wait_events_plain("/four", 1)[0].json()["text"],
+        test_text
+    );
+    assert_eq!(rx.tries("/three").len(), 1);
+
     // Taken out: nothing is sent, and `hive notify test` says so again.
     write(None);
     let text = reload();

@@ -731,11 +731,12 @@ impl Supervisor {
         let names_differ =
             cfg.hive_name != self.hive.hive_name || cfg.swarm_name != self.hive.swarm_name;
         let names_changed = names_differ && !bridged;
-        // A changed `notify` block applies now; its files are read first,
-        // and one that cannot be read refuses the reload as it refuses a
-        // start.
+        // A changed `notify` block applies now. Its files are read at every
+        // reload (a new secret, a `url_file` naming a new URL, with the
+        // block itself unchanged), and one that cannot be read refuses the
+        // reload as it refuses a start.
         let notify_changed = cfg.notify != self.hive.notify;
-        let notify = if notify_changed || (names_changed && cfg.notify.is_some()) {
+        let notify = if notify_changed || cfg.notify.is_some() {
             let dests = match &cfg.notify {
                 Some(n) => {
                     crate::broker::notify::dest::destinations(n, path.parent()).map_err(|e| {
