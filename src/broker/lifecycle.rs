@@ -134,9 +134,9 @@ pub enum FleetEvent {
     /// recipient, its mail kept until `forget_agent`; a new one gets its
     /// socket), and its `hive_name` and `swarm_name` apply.
     Reloaded(Box<HiveConfig>),
-    /// The fleet file's `notify` block as `hive reload` read it, changed
-    /// (or the hive's name in its titles): the sender's destinations from
-    /// now on.
+    /// The fleet file's `notify` block as `hive reload` read it (at every
+    /// reload that finds one, and once when it was taken out): the
+    /// sender's destinations from now on.
     Notify(Box<crate::broker::notify::Reconfig>),
     /// `hive up` started `agent`'s harness (or bash-task daemon, as `via`
     /// says) with a credential: the other end of `control`, over which it

@@ -222,20 +222,11 @@ pub fn start(
     // Notifications: the destinations' files are read now (a bad one is a
     // start error naming it), their queues registered before the hub can
     // write an event, and the sender started on a connection of its own.
-    let notify = match &cfg.notify {
-        Some(n) => {
-            let base = args.config.as_deref().and_then(|p| p.parent());
-            let dests = notify::dest::destinations(n, base)?;
-            let hive = cfg.hive_name.clone().unwrap_or_else(|| "hive".into());
-            let s = notify::Settings::read(hive, n.give_up_days(), &env)?;
-            notify::start(&db_path, args.durability, dests, s)?
-        }
-        None => notify::start(
-            &db_path,
-            args.durability,
-            Vec::new(),
-            notify::Settings::read("hive".into(), 1, &env)?,
-        )?,
+    let notify = {
+        let base = args.config.as_deref().and_then(|p| p.parent());
+        let block = notify::Reconfig::read(cfg.notify.as_deref(), base, cfg.hive_name.as_deref())?;
+        let s = notify::Settings::read(block.hive, block.give_up_days, &env)?;
+        notify::start(&db_path, args.durability, block.dests, s)?
     };
     let names: Vec<String> = cfg.agents.iter().map(|a| a.name.clone()).collect();
     let mut listening = vec![Listening {

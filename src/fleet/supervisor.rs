@@ -718,12 +718,13 @@ impl Supervisor {
                     .into(),
             );
         };
-        let cfg = HiveConfig::load(&path).map_err(|e| {
+        let does_not_load = |e: String| {
             format!(
                 "reload: the fleet file {} does not load, so nothing changed: {e}",
                 path.display()
             )
-        })?;
+        };
+        let cfg = HiveConfig::load(&path).map_err(does_not_load)?;
         // The top level: what applies now, and what waits for a restart.
         // Under a Matrix bridge the hive's names wait for a restart of hive
         // up: the swarm knows the hive by them.
@@ -737,26 +738,13 @@ impl Supervisor {
         // reload as it refuses a start.
         let notify_changed = cfg.notify != self.hive.notify;
         let notify = if notify_changed || cfg.notify.is_some() {
-            let dests = match &cfg.notify {
-                Some(n) => {
-                    crate::broker::notify::dest::destinations(n, path.parent()).map_err(|e| {
-                        format!(
-                            "reload: the fleet file {} does not load, so nothing changed: {e}",
-                            path.display()
-                        )
-                    })?
-                }
-                None => Vec::new(),
-            };
             let named = if names_changed { &cfg } else { &self.hive };
-            Some(crate::broker::notify::Reconfig {
-                dests,
-                hive: named.hive_name.clone().unwrap_or_else(|| "hive".into()),
-                give_up_days: cfg.notify.as_ref().map_or(
-                    crate::config::notify::NotifySection::DEFAULT_GIVE_UP_DAYS,
-                    |n| n.give_up_days(),
-                ),
-            })
+            let block = crate::broker::notify::Reconfig::read(
+                cfg.notify.as_deref(),
+                path.parent(),
+                named.hive_name.as_deref(),
+            );
+            Some(block.map_err(does_not_load)?)
         } else {
             None
         };

@@ -4,7 +4,8 @@
 //! reported its login pause (`needs_login`), an agent's harness crashed
 //! (told by the supervisor of `hive up`) and the operator's `notify_test` —
 //! and nudges the sender thread (`broker/notify`), never waiting for it; a
-//! `notify` block `hive reload` read goes to that thread the same way. `notify_status` reads each
+//! `notify` block `hive reload` read has its queues registered here and
+//! goes to that thread the same way. `notify_status` reads each
 //! destination's queue from the store.
 
 use super::{db_err, Hub};
@@ -19,7 +20,7 @@ impl Hub<'_> {
         }
     }
 
-    /// `hive reload` read a changed `notify` block: its queues are
+    /// `hive reload` read the `notify` block again: its queues are
     /// registered here, so a command after the reload's answer sees them,
     /// and the sender thread takes the destinations without the hub
     /// waiting for it. A store that refuses them keeps the ones before.

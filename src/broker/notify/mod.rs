@@ -11,7 +11,7 @@
 //! broker that restarts — or was killed — resumes: each event is sent at
 //! least once. The hub never waits for this thread: it only nudges it,
 //! or hands it the destinations of a fleet file that `hive reload` read
-//! ([`Reconfig`]), which it registers and sends to from then on.
+//! ([`Reconfig`]), whose queues the hub registered first.
 //! HTTP is `ureq` with short timeouts. URLs are logged as scheme and host,
 //! secrets never.
 
@@ -20,6 +20,7 @@ pub mod format;
 pub mod sign;
 
 use crate::broker::db::{DestRow, Durability, NotifyConn, NotifyEvent};
+use crate::config::notify::NotifySection;
 use crossbeam_channel::{after, bounded, never, select, unbounded, Receiver, Sender};
 use dest::Destination;
 use std::path::Path;
@@ -90,14 +91,36 @@ impl Handle {
     }
 }
 
-/// The fleet file's `notify` block as `hive reload` read it (files read,
-/// names checked), with the hive's name for the titles: the destinations
-/// the thread sends to from now on.
-#[derive(Debug)]
+/// The fleet file's `notify` block as a start or `hive reload` read it
+/// (files read, names checked), with the hive's name for the titles: the
+/// destinations the thread sends to from then on.
 pub struct Reconfig {
     pub dests: Vec<Destination>,
     pub hive: String,
     pub give_up_days: u32,
+}
+
+impl Reconfig {
+    /// The block `section` (none: no destination) of the fleet file in
+    /// `base`, for the hive named `hive_name`; a file that cannot be read
+    /// is an error naming it.
+    pub fn read(
+        section: Option<&NotifySection>,
+        base: Option<&Path>,
+        hive_name: Option<&str>,
+    ) -> Result<Reconfig, String> {
+        Ok(Reconfig {
+            dests: match section {
+                Some(n) => dest::destinations(n, base)?,
+                None => Vec::new(),
+            },
+            hive: hive_name.unwrap_or("hive").to_string(),
+            give_up_days: section.map_or(
+                NotifySection::DEFAULT_GIVE_UP_DAYS,
+                NotifySection::give_up_days,
+            ),
+        })
+    }
 }
 
 /// The hub's end of the thread: neither call ever waits.
@@ -269,8 +292,8 @@ impl Worker {
         }
     }
 
-    /// `hive reload` changed the block: its destinations from now on (the
-    /// hub registered their queues before it handed them over).
+    /// `hive reload` read the block again: its destinations from now on
+    /// (the hub registered their queues before it handed them over).
     fn reconfigure(&mut self, r: Reconfig) {
         self.dests = r.dests;
         self.settings.hive = r.hive;
